@@ -1,0 +1,92 @@
+"""Typed IPC messages between the main process and the HTTP worker processes (msgspec).
+
+main → worker: ``WorkItem`` (one request to send) and ``Stop``.
+worker → main: ``WorkerReady`` once at start-up, then exactly one ``Result`` per ``WorkItem``,
+errors included. All timestamps are integer nanoseconds of CLOCK_MONOTONIC.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+__all__ = [
+    "ERROR_KINDS",
+    "STATUSES",
+    "FromWorker",
+    "Result",
+    "Stop",
+    "ToWorker",
+    "WorkItem",
+    "WorkerReady",
+]
+
+# Request outcomes recorded in requests.parquet's ``status`` column.
+STATUSES = ("ok", "error", "timeout", "cancelled")
+
+# Values of ``error_kind`` (empty string when status is ok).
+ERROR_KINDS = (
+    "http_4xx",  # the server answered 4xx (429 included: see http_status)
+    "http_5xx",  # the server answered 5xx
+    "connection_refused",  # nothing listening / connect failed
+    "connection_reset",  # the connection broke before or during the response
+    "timeout",  # request_timeout elapsed (status "timeout")
+    "malformed_response",  # unparseable SSE or JSON
+    "worker_lost",  # the worker process died with the request in flight
+    "cancelled",  # never sent: cancelled by its session or by the run's end (status "cancelled")
+    "client_error",  # anything else raised inside the worker
+)
+
+
+class WorkItem(msgspec.Struct, tag="work", array_like=True, gc=False):
+    """One request for a worker to send.
+
+    ``messages`` is the whole conversation as (role, content) pairs, inherited history included;
+    completions clients flatten it into one prompt.
+    """
+
+    request_id: int
+    messages: list[tuple[str, str]]
+    max_tokens: int
+    dispatched_at_ns: int
+
+
+class Stop(msgspec.Struct, tag="stop", array_like=True):
+    """Tell a worker to finish: cancel what is in flight (after ``grace_s``) and exit."""
+
+    grace_s: float = 0.0
+
+
+class WorkerReady(msgspec.Struct, tag="ready", array_like=True):
+    """A worker is up, pinned and connected; sent once."""
+
+    worker_id: int
+    pid: int
+    cpus: list[int]
+
+
+class Result(msgspec.Struct, tag="result", array_like=True, gc=False):
+    """The outcome of one ``WorkItem``: every timestamp the worker took, and what came back."""
+
+    request_id: int
+    worker_id: int
+    status: str
+    received_at_ns: int
+    sent_at_ns: int
+    completed_at_ns: int
+    first_chunk_at_ns: int | None = None
+    chunk_times_ns: list[int] = []
+    output_text: str = ""
+    http_status: int = 0
+    error_kind: str = ""
+    error_message: str = ""
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    retries: int = 0
+    server_timings: dict[str, Any] | None = None
+
+
+ToWorker = WorkItem | Stop
+FromWorker = Result | WorkerReady

@@ -1,0 +1,51 @@
+"""What a generated session is: a DAG of request nodes with their content and timing.
+
+These plain types are the contract between the generators (``veeksha.generate``), the schedulers
+(``veeksha.schedule``) and the engine. Node ids are indices into ``SessionSpec.nodes``, which is in
+topological order (every parent id is smaller than its child's id).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["NodeSpec", "SessionSpec"]
+
+
+@dataclass(slots=True)
+class NodeSpec:
+    """One request of a session.
+
+    ``wait_after_ready_s`` is the think time: the node becomes ready this long after its last
+    parent completes (roots: after the session starts, with no wait). ``history_parent`` is the
+    one parent whose conversation (its history, prompt and received answer) precedes ``prompt``.
+    """
+
+    node_id: int
+    parents: tuple[int, ...]
+    history_parent: int | None
+    wait_after_ready_s: float
+    prompt: str
+    prompt_tokens: int
+    max_tokens: int
+    shared_prefix_tokens: int = 0
+
+
+@dataclass(slots=True)
+class SessionSpec:
+    """One session (a conversation or agent workflow): nodes in topological order."""
+
+    session_id: int
+    nodes: list[NodeSpec]
+    children: list[list[int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.children:
+            self.children = [[] for _ in self.nodes]
+            for node in self.nodes:
+                for parent in node.parents:
+                    self.children[parent].append(node.node_id)
+
+    @property
+    def roots(self) -> list[int]:
+        return [node.node_id for node in self.nodes if not node.parents]

@@ -1,0 +1,602 @@
+"""Typed models of the scenario language (see docs/scenario.md).
+
+Polymorphic sections are static discriminated unions on ``type`` with ``Literal`` tags: no
+registries, no import side effects. Unknown keys are errors everywhere. This package imports
+nothing from the runtime.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
+
+from veeksha.scenario.simulator import SimulatorConfig
+
+__all__ = [
+    "SLO",
+    "BranchingGraph",
+    "BuiltinTokenizer",
+    "ChatCompletionsClient",
+    "Client",
+    "CompletionsClient",
+    "ConcurrentScheduler",
+    "FixedInterval",
+    "FixedLength",
+    "FixedStairLength",
+    "GammaInterval",
+    "HealthChecks",
+    "HfTokenizer",
+    "IntervalGenerator",
+    "InverseGaussianLength",
+    "LengthGenerator",
+    "LinearGraph",
+    "OutputSpec",
+    "PerformanceEvaluator",
+    "PoissonInterval",
+    "RateScheduler",
+    "Runtime",
+    "Scenario",
+    "ServerTokenizer",
+    "SessionGraph",
+    "SingleRequestGraph",
+    "SyntheticSessionGenerator",
+    "TextChannel",
+    "TextOutputSpec",
+    "TraceRecorder",
+    "TraceSessionGenerator",
+    "UniformLength",
+    "ZipfLength",
+]
+
+
+class StrictModel(BaseModel):
+    """Base of every scenario model: unknown keys are errors, defaults are validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True, populate_by_name=True)
+
+
+# --------------------------------------------------------------------------- interval generators
+
+
+class PoissonInterval(StrictModel):
+    """Exponential gaps with mean 1/arrival_rate (a Poisson process), not truncated."""
+
+    type: Literal["poisson"] = "poisson"
+    arrival_rate: float = Field(1.0, gt=0, description="Mean events per second.")
+
+
+class GammaInterval(StrictModel):
+    """Gamma-distributed gaps: mean 1/arrival_rate, shape k = 1/cv² (give cv or shape)."""
+
+    type: Literal["gamma"] = "gamma"
+    arrival_rate: float = Field(1.0, gt=0, description="Mean events per second.")
+    cv: float | None = Field(
+        None, gt=0, description="Coefficient of variation of the gaps (default 0.5)."
+    )
+    shape: float | None = Field(
+        None, gt=0, description="Gamma shape k; higher means less variance. Excludes cv."
+    )
+
+    @model_validator(mode="after")
+    def _cv_or_shape(self) -> GammaInterval:
+        if self.cv is not None and self.shape is not None:
+            raise ValueError("give either cv or shape, not both (shape = 1/cv²)")
+        return self
+
+    @property
+    def effective_shape(self) -> float:
+        """The gamma shape k implied by ``shape`` or ``cv`` (cv 0.5 → k 4 by default)."""
+        if self.shape is not None:
+            return self.shape
+        cv = self.cv if self.cv is not None else 0.5
+        return 1.0 / (cv * cv)
+
+
+class FixedInterval(StrictModel):
+    """A constant gap; 0 releases everything at once (an offline burst)."""
+
+    type: Literal["fixed"] = "fixed"
+    interval: float = Field(1.0, ge=0, description="Seconds between events.")
+
+
+IntervalGenerator = Annotated[
+    PoissonInterval | GammaInterval | FixedInterval, Field(discriminator="type")
+]
+
+
+# ----------------------------------------------------------------------------- length generators
+
+
+class FixedLength(StrictModel):
+    """Always the same value."""
+
+    type: Literal["fixed"] = "fixed"
+    value: int = Field(8, ge=0, description="The constant value.")
+
+
+class UniformLength(StrictModel):
+    """Integer uniform on [min, max], both bounds inclusive."""
+
+    type: Literal["uniform"] = "uniform"
+    min: int = Field(6, ge=0, description="Smallest value (inclusive).")
+    max: int = Field(12, ge=0, description="Largest value (inclusive).")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformLength:
+        if self.min > self.max:
+            raise ValueError(f"min must be <= max (got min={self.min}, max={self.max})")
+        return self
+
+
+class ZipfLength(StrictModel):
+    """Bounded Zipfian over [min, max]: P(rank r) ∝ 1/r^theta; small values most likely."""
+
+    type: Literal["zipf"] = "zipf"
+    min: int = Field(6, ge=0, description="Smallest value (inclusive).")
+    max: int = Field(12, ge=0, description="Largest value (inclusive).")
+    theta: float = Field(
+        0.6,
+        gt=0,
+        validation_alias=AliasChoices("theta", "alpha"),
+        description="Skew exponent (alias: alpha).",
+    )
+    scramble: bool = Field(
+        False, description="Spread the popular ranks over the range instead of favouring min."
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ZipfLength:
+        if self.min > self.max:
+            raise ValueError(f"min must be <= max (got min={self.min}, max={self.max})")
+        return self
+
+
+class FixedStairLength(StrictModel):
+    """Each value repeat_each times in order, then cycle (wrap) or stay on the last."""
+
+    type: Literal["fixed_stair"] = "fixed_stair"
+    values: list[Annotated[int, Field(ge=0)]] = Field(
+        ..., min_length=1, description="The steps, in order."
+    )
+    repeat_each: int = Field(1, ge=1, description="Draws per step.")
+    wrap: bool = Field(True, description="Start over after the last step (else stay on it).")
+
+
+class InverseGaussianLength(StrictModel):
+    """Wald (inverse Gaussian) distribution, rounded, at least 1."""
+
+    type: Literal["inverse_gaussian"] = "inverse_gaussian"
+    mean: float = Field(500.0, gt=0, description="Mean of the distribution.")
+    shape: float = Field(300.0, gt=0, description="Shape λ; higher means less variance.")
+
+
+LengthGenerator = Annotated[
+    FixedLength | UniformLength | ZipfLength | FixedStairLength | InverseGaussianLength,
+    Field(discriminator="type"),
+]
+
+
+def _uniform(lo: int, hi: int) -> UniformLength:
+    return UniformLength(type="uniform", min=lo, max=hi)
+
+
+# ----------------------------------------------------------------------------- traffic schedulers
+
+
+class RateScheduler(StrictModel):
+    """Open loop: sessions start on an absolute timeline of gaps from the interval generator."""
+
+    type: Literal["rate"] = "rate"
+    interval_generator: IntervalGenerator = Field(
+        default_factory=PoissonInterval, description="Gaps between session starts."
+    )
+    cancel_session_on_failure: bool = Field(
+        True, description="A failed request cancels the rest of its session."
+    )
+
+
+class ConcurrentScheduler(StrictModel):
+    """Closed loop: keep a number of sessions active, growing linearly during ramp-up."""
+
+    type: Literal["concurrent"] = "concurrent"
+    target_concurrent_sessions: int = Field(3, ge=1, description="Sessions active at once.")
+    rampup_seconds: float = Field(
+        10.0, ge=0, description="target(t) = floor(target × t / rampup) until t ≥ rampup."
+    )
+    cancel_session_on_failure: bool = Field(
+        True, description="A failed request cancels the rest of its session."
+    )
+
+
+TrafficScheduler = Annotated[RateScheduler | ConcurrentScheduler, Field(discriminator="type")]
+
+
+# --------------------------------------------------------------------------------- session graphs
+
+
+class SingleRequestGraph(StrictModel):
+    """One node, no edges."""
+
+    type: Literal["single_request"] = "single_request"
+
+
+class LinearGraph(StrictModel):
+    """A chain of turns: a multi-turn conversation."""
+
+    type: Literal["linear"] = "linear"
+    num_request_generator: LengthGenerator = Field(
+        default_factory=lambda: _uniform(6, 12), description="Turns per session."
+    )
+    request_wait_generator: IntervalGenerator = Field(
+        default_factory=PoissonInterval,
+        description="Think time before each non-root turn, after its parent completes.",
+    )
+    inherit_history: bool = Field(True, description="Each turn carries the conversation so far.")
+
+
+class BranchingGraph(StrictModel):
+    """A layered DAG: an agentic workflow with fan-out, fan-in and skip connections."""
+
+    type: Literal["branching"] = "branching"
+    num_layers_generator: LengthGenerator = Field(
+        default_factory=lambda: _uniform(2, 5), description="Depth (layers)."
+    )
+    layer_width_generator: LengthGenerator = Field(
+        default_factory=lambda: _uniform(1, 3), description="Width, sampled per layer."
+    )
+    fan_out_generator: LengthGenerator = Field(
+        default_factory=lambda: _uniform(1, 2),
+        description="Forward edges tried per node (duplicates collapse).",
+    )
+    fan_in_generator: LengthGenerator = Field(
+        default_factory=lambda: _uniform(1, 2),
+        description="Minimum parents per non-root node, capped at the previous layer's width.",
+    )
+    connection_dist_generator: LengthGenerator = Field(
+        default_factory=lambda: FixedLength(type="fixed", value=1),
+        description="Forward skip distance in layers (1 = next layer), capped at the last layer.",
+    )
+    request_wait_generator: IntervalGenerator = Field(
+        default_factory=PoissonInterval, description="Think time after all parents complete."
+    )
+    inherit_history: bool = Field(
+        True, description="Exactly one parent per non-root node is its history parent."
+    )
+    single_root: bool = Field(True, description="Layer 0 has exactly one node.")
+
+
+SessionGraph = Annotated[
+    SingleRequestGraph | LinearGraph | BranchingGraph, Field(discriminator="type")
+]
+
+
+# ------------------------------------------------------------------------------ session generator
+
+
+class TextChannel(StrictModel):
+    """Text prompt content: body lengths and shared prefixes."""
+
+    type: Literal["text"] = "text"
+    body_length_generator: LengthGenerator = Field(
+        default_factory=lambda: _uniform(6, 12),
+        description="Tokens of the new user message of each request.",
+    )
+    shared_prefix_ratio: float = Field(
+        0.0, ge=0, le=1, description="Fraction of a root request's body taken from a shared prefix."
+    )
+    shared_prefix_probability: float = Field(
+        1.0, ge=0, le=1, description="Probability that a root request uses the shared prefix."
+    )
+
+
+class TextOutputSpec(StrictModel):
+    """Requested output length of text responses."""
+
+    output_length_generator: LengthGenerator = Field(
+        default_factory=lambda: _uniform(6, 12), description="Requested output tokens per request."
+    )
+
+
+class OutputSpec(StrictModel):
+    """What each request asks the server to produce."""
+
+    text: TextOutputSpec = Field(default_factory=TextOutputSpec)
+
+
+class SyntheticSessionGenerator(StrictModel):
+    """Sessions generated from a graph shape, content channels and an output spec."""
+
+    type: Literal["synthetic"] = "synthetic"
+    session_graph: SessionGraph = Field(
+        default_factory=LinearGraph, description="Shape of each session's request DAG."
+    )
+    channels: list[TextChannel] = Field(
+        default_factory=lambda: [TextChannel()], min_length=1, description="Prompt content."
+    )
+    output_spec: OutputSpec = Field(default_factory=OutputSpec)
+
+
+class TraceSessionGenerator(StrictModel):
+    """Replay of recorded traces (not supported by `veeksha run` yet)."""
+
+    type: Literal["trace"] = "trace"
+    trace_file: str = Field(..., description="Path of the trace to replay.")
+    flavor: str | None = Field(None, description="Trace format.")
+    wrap_mode: bool = Field(True, description="Start over at the end of the trace.")
+
+
+SessionGenerator = Annotated[
+    SyntheticSessionGenerator | TraceSessionGenerator, Field(discriminator="type")
+]
+
+
+# ------------------------------------------------------------------------------------- tokenizers
+
+
+class BuiltinTokenizer(StrictModel):
+    """The shipped deterministic tokenizer; the simulator counts with it, so counts are exact."""
+
+    type: Literal["builtin"] = "builtin"
+
+
+class HfTokenizer(StrictModel):
+    """A local Hugging Face tokenizer.json (or a folder holding one); never downloaded."""
+
+    type: Literal["hf"] = "hf"
+    path: str = Field(..., description="Path of tokenizer.json or of a folder containing it.")
+
+
+class ServerTokenizer(StrictModel):
+    """The target's own /tokenize endpoint (vLLM, SGLang, llama.cpp)."""
+
+    type: Literal["server"] = "server"
+    endpoint: str | None = Field(
+        None, description="URL of /tokenize; default: api_base without /v1, plus /tokenize."
+    )
+
+
+Tokenizer = Annotated[
+    BuiltinTokenizer | HfTokenizer | ServerTokenizer, Field(discriminator="type")
+]
+
+
+# ----------------------------------------------------------------------------------------- client
+
+
+class _OpenAIClientBase(StrictModel):
+    api_base: str | None = Field(
+        None,
+        description="e.g. http://127.0.0.1:8000/v1; absent (and no OPENAI_API_BASE) → built-in "
+        "simulator.",
+    )
+    api_key: SecretStr | None = Field(
+        None, description="Bearer token; default from the environment. Never written to outputs."
+    )
+    api_key_env: str = Field(
+        "OPENAI_API_KEY", description="Environment variable holding the API key."
+    )
+    model: str | None = Field(None, description="Model name sent in each request.")
+    request_timeout: float = Field(300.0, gt=0, description="Seconds per request, whole response.")
+    min_tokens_param: str | None = Field(
+        None, description="Body key forcing a minimum output length, e.g. min_tokens (vLLM)."
+    )
+    ignore_eos: bool = Field(True, description="Sent as ignore_eos.")
+    use_min_tokens_prompt_fallback: bool = Field(
+        False, description='Append "Generate at least N tokens." to each prompt.'
+    )
+    additional_sampling_params: dict[str, Any] = Field(
+        default_factory=dict, description="Merged into every request body (map or JSON string)."
+    )
+    stream: bool = Field(True, description="Stream responses (SSE) and time every chunk.")
+    tokenizer: Tokenizer = Field(
+        default_factory=BuiltinTokenizer, description="How prompt tokens are counted."
+    )
+    max_in_flight: int | None = Field(
+        None, ge=1, description="Cap on requests in flight; ready requests wait in the queue."
+    )
+    max_retries: int = Field(
+        0, ge=0, description="Retries of 429/503 answers with backoff (recorded); 0 = off."
+    )
+
+    @field_validator("additional_sampling_params", mode="before")
+    @classmethod
+    def _parse_json_string(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return json.loads(value) if value.strip() else {}
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"not a JSON object: {exc.msg}") from exc
+        return value
+
+
+class ChatCompletionsClient(_OpenAIClientBase):
+    """OpenAI /v1/chat/completions: history sent as chat messages."""
+
+    type: Literal["openai_chat_completions"] = "openai_chat_completions"
+    max_tokens_param: str = Field(
+        "max_completion_tokens", description="Body key carrying the requested output length."
+    )
+
+
+class CompletionsClient(_OpenAIClientBase):
+    """OpenAI /v1/completions: history flattened into one prompt."""
+
+    type: Literal["openai_completions"] = "openai_completions"
+    max_tokens_param: str = Field(
+        "max_tokens", description="Body key carrying the requested output length."
+    )
+
+
+Client = Annotated[ChatCompletionsClient | CompletionsClient, Field(discriminator="type")]
+
+
+# ---------------------------------------------------------------------------------------- runtime
+
+_IGNORED_THREAD_KEYS = ("num_dispatcher_threads", "num_completion_threads", "num_client_threads")
+
+
+class Runtime(StrictModel):
+    """Stop conditions, workers, CPU affinity and warmup."""
+
+    max_sessions: int = Field(25, ge=-1, description="Sessions to start; -1 unlimited.")
+    benchmark_timeout: float = Field(
+        300.0, description="Stop starting new work after this many seconds; <= 0 disables."
+    )
+    post_timeout_grace_seconds: float = Field(
+        -1.0,
+        ge=-1,
+        description="After the timeout: -1 wait for all in flight, 0 stop at once, N wait N s.",
+    )
+    num_workers: int | Literal["auto"] = Field(
+        "auto", description="HTTP worker processes; auto = one per core beyond the main one."
+    )
+    cpu_affinity: Literal["auto", "off"] | list[Annotated[int, Field(ge=0)]] = Field(
+        "auto", description="auto (topology plan), off, or CPU ids (first = main process)."
+    )
+    warmup_sessions: int = Field(0, ge=0, description="Sessions of an untracked warmup phase.")
+    warmup_seconds: float = Field(0.0, ge=0, description="Seconds of an untracked warmup phase.")
+    pregenerate_sessions: bool = Field(
+        False, description="Generate all sessions before t0 (needs max_sessions > 0)."
+    )
+    num_dispatcher_threads: int | None = Field(None, description="Accepted and ignored.")
+    num_completion_threads: int | None = Field(None, description="Accepted and ignored.")
+    num_client_threads: int | None = Field(None, description="Accepted and ignored.")
+
+    @field_validator("num_workers")
+    @classmethod
+    def _positive_workers(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 1:
+            raise ValueError("must be at least 1 or 'auto'")
+        return value
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Runtime:
+        if self.max_sessions == 0:
+            raise ValueError("max_sessions must be positive or -1 (unlimited)")
+        if self.max_sessions == -1 and self.benchmark_timeout <= 0:
+            raise ValueError("max_sessions: -1 (unlimited) needs a benchmark_timeout > 0")
+        if self.pregenerate_sessions and self.max_sessions < 0:
+            raise ValueError("pregenerate_sessions needs max_sessions > 0")
+        for key in _IGNORED_THREAD_KEYS:
+            if getattr(self, key) is not None:
+                warnings.warn(
+                    f"runtime.{key} is ignored: veeksha uses worker processes, not threads",
+                    UserWarning,
+                    stacklevel=2,
+                )
+        return self
+
+
+# ------------------------------------------------------------------------------- trace recorder
+
+
+class TraceRecorder(StrictModel):
+    """trace.jsonl: one line per dispatched request with its session context."""
+
+    enabled: bool = Field(True, description="Write trace.jsonl.")
+    include_content: bool = Field(
+        False, description="Also write prompt text, target tokens and history."
+    )
+
+
+# ------------------------------------------------------------------------------------ evaluators
+
+
+class SLO(StrictModel):
+    """A service-level objective: the metric's percentile must be at most value (seconds)."""
+
+    name: str = Field(..., description="Label shown in reports.")
+    metric: Literal["ttfc", "tbc", "tpot", "e2e", "normalized_e2e"] = Field(
+        ..., description="Latency metric the objective is about."
+    )
+    percentile: float = Field(..., ge=0, le=1, description="Quantile in [0, 1], e.g. 0.99.")
+    value: float = Field(..., gt=0, description="Threshold in seconds.")
+    type: Literal["constant"] = Field("constant", description="Threshold kind.")
+
+
+class PerformanceEvaluator(StrictModel):
+    """Latency and throughput metrics over the measured phase, with SLOs."""
+
+    type: Literal["performance"] = "performance"
+    target_channels: list[Literal["text"]] = Field(
+        default_factory=lambda: ["text"], description="Channels evaluated."
+    )
+    stream_metrics: bool = Field(True, description="Print periodic metrics while running.")
+    stream_metrics_interval: float = Field(5.0, gt=0, description="Seconds between them.")
+    slos: list[SLO] = Field(default_factory=list, description="Objectives judged after the run.")
+
+
+Evaluator = Annotated[PerformanceEvaluator, Field(discriminator="type")]
+
+
+# --------------------------------------------------------------------------------- health checks
+
+
+class HealthChecks(StrictModel):
+    """Thresholds of the checks that prove the benchmark itself behaved."""
+
+    dispatch_rate_tolerance: float = Field(
+        0.15, gt=0, description="Max |observed − configured| / configured session rate."
+    )
+    arrival_ks_alpha: float = Field(
+        0.01, gt=0, lt=1, description="Significance of the KS test of inter-arrival times."
+    )
+    late_threshold_s: float = Field(
+        5.0, gt=0, description="No request dispatched later than this after it became ready."
+    )
+    prompt_length_tolerance: int = Field(
+        15, ge=0, description="Tokens, actual vs target new prompt tokens."
+    )
+    output_length_tolerance: int = Field(
+        15, ge=0, description="Tokens, actual vs requested output tokens."
+    )
+    max_dispatch_lag_p99_ms: float = Field(
+        5.0, gt=0, description="Generator saturation: p99 of (sent − ready) in ms."
+    )
+    strict: bool = Field(False, description="A failed check makes `veeksha run` exit non-zero.")
+
+
+# ----------------------------------------------------------------------------------- the scenario
+
+
+class Scenario(StrictModel):
+    """A whole benchmark: what sessions look like, when they arrive, where they go."""
+
+    seed: int = Field(42, ge=0, description="Root of all randomness; 0 is a valid seed.")
+    traffic_scheduler: TrafficScheduler = Field(
+        default_factory=RateScheduler, description="When sessions start."
+    )
+    session_generator: SessionGenerator = Field(
+        default_factory=SyntheticSessionGenerator, description="What sessions look like."
+    )
+    client: Client = Field(
+        default_factory=ChatCompletionsClient, description="How requests are sent."
+    )
+    runtime: Runtime = Field(default_factory=Runtime)
+    trace_recorder: TraceRecorder = Field(default_factory=TraceRecorder)
+    evaluators: list[Evaluator] = Field(
+        default_factory=lambda: [PerformanceEvaluator()], description="Metrics and SLOs."
+    )
+    health_checks: HealthChecks = Field(default_factory=HealthChecks)
+    simulator: SimulatorConfig = Field(
+        default_factory=SimulatorConfig,
+        description="The built-in server, used when client.api_base is absent.",
+    )
+    output_dir: str = Field("benchmark_output", description="Base folder of run folders.")
+
+    @model_validator(mode="after")
+    def _model_with_api_base(self) -> Scenario:
+        if self.client.api_base is not None and not self.client.model:
+            raise ValueError("client.model is required when client.api_base is set")
+        return self
