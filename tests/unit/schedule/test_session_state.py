@@ -1,0 +1,102 @@
+import pytest
+
+from veeksha.generate.spec import NodeSpec, SessionSpec
+from veeksha.schedule.session_state import NodeState, SessionState
+
+S = 1_000_000_000
+
+
+def _node(i: int, parents: tuple[int, ...], history: int | None, wait: float = 0.0) -> NodeSpec:
+    return NodeSpec(
+        node_id=i,
+        parents=parents,
+        history_parent=history,
+        wait_after_ready_s=wait,
+        prompt=f"p{i}",
+        prompt_tokens=1,
+        max_tokens=4,
+    )
+
+
+def _diamond() -> SessionSpec:
+    # 0 → 1, 0 → 2, (1, 2) → 3 with history parent 2; think time 1 s everywhere.
+    return SessionSpec(
+        session_id=7,
+        nodes=[
+            _node(0, (), None),
+            _node(1, (0,), 0, 1.0),
+            _node(2, (0,), 0, 1.0),
+            _node(3, (1, 2), 2, 1.0),
+        ],
+    )
+
+
+def test_child_waits_for_all_parents_plus_think_time() -> None:
+    s = SessionState(_diamond(), started_at_ns=10, cancel_on_failure=True)
+    assert s.start() == [(0, 10)]
+    s.mark_dispatched(0)
+    assert s.complete(0, 2 * S, True, answer="a0") == [(1, 3 * S), (2, 3 * S)]
+    s.mark_dispatched(1)
+    s.mark_dispatched(2)
+    assert s.complete(2, 4 * S, True, answer="a2") == []  # node 1 still running
+    assert s.complete(1, 5 * S, True, answer="a1") == [(3, 6 * S)]  # latest parent + 1 s
+    assert not s.done
+    assert s.messages(3) == (
+        ("user", "p0"),
+        ("assistant", "a0"),
+        ("user", "p2"),
+        ("assistant", "a2"),
+        ("user", "p3"),
+    )
+    s.mark_dispatched(3)
+    s.complete(3, 7 * S, True, answer="a3")
+    assert s.done
+    assert s.status == "ok"
+    assert s.ended_at_ns == 7 * S
+
+
+def test_failure_cancels_what_was_not_dispatched() -> None:
+    s = SessionState(_diamond(), started_at_ns=0, cancel_on_failure=True)
+    s.start()
+    s.mark_dispatched(0)
+    s.complete(0, S, True, answer="a0")
+    s.mark_dispatched(1)  # 2 is ready but not yet dispatched
+    assert s.complete(1, 2 * S, False) == []
+    assert s.states == [NodeState.OK, NodeState.FAILED, NodeState.CANCELLED, NodeState.CANCELLED]
+    assert s.done
+    assert s.status == "error"
+
+
+def test_failure_without_cancel_releases_children_without_answer() -> None:
+    spec = SessionSpec(session_id=1, nodes=[_node(0, (), None), _node(1, (0,), 0, 0.5)])
+    s = SessionState(spec, started_at_ns=0, cancel_on_failure=False)
+    s.start()
+    s.mark_dispatched(0)
+    assert s.complete(0, S, False, conversation_tokens=3, answer_tokens=9) == [(1, S + S // 2)]
+    assert s.messages(1) == (("user", "p0"), ("user", "p1"))
+    assert s.history_tokens(1) == 3  # a failed parent contributes no answer tokens
+
+
+def test_history_tokens_accumulate_along_the_chain() -> None:
+    spec = SessionSpec(
+        session_id=1, nodes=[_node(0, (), None), _node(1, (0,), 0), _node(2, (1,), 1)]
+    )
+    s = SessionState(spec, started_at_ns=0, cancel_on_failure=True)
+    s.start()
+    s.complete(0, 1, True, answer="x y", conversation_tokens=5, answer_tokens=2)
+    assert s.history_tokens(1) == 7
+    s.complete(1, 2, True, answer="z", conversation_tokens=8, answer_tokens=1)
+    assert s.history_tokens(2) == 9
+
+
+def test_cancel_pending_at_run_end_and_double_finish_is_an_error() -> None:
+    s = SessionState(_diamond(), started_at_ns=0, cancel_on_failure=True)
+    s.start()
+    s.mark_dispatched(0)
+    assert s.cancel_pending(5) == [1, 2, 3]
+    assert not s.done  # node 0 is still in flight
+    s.cancel_node(0, 6)
+    assert s.done
+    assert s.status == "cancelled"
+    with pytest.raises(ValueError, match="already finished"):
+        s.complete(0, 7, True)

@@ -1,0 +1,95 @@
+"""Arrival policies: when sessions start. Pure: times in, decisions out.
+
+Open loop (``RateArrivals``): session k starts at ``t0 + gap_1 + ... + gap_k`` on an absolute
+timeline, so a late timer never shifts later arrivals (no drift) and the server's speed never
+changes the schedule (no coordinated omission). The first session starts at t0 (gap 0), the k-th
+after k − 1 sampled gaps.
+
+Closed loop (``ConcurrencyRamp``): at most ``target(t)`` sessions are active, where
+``target(t) = floor(target × t / rampup)`` until ``t ≥ rampup``. The k-th slot opens at exactly
+``t_k = ceil(k × rampup / target)``, computed in closed form (integer nanoseconds).
+
+Worked example: target 4, rampup 10 s → slots open at 2.5 s, 5 s, 7.5 s and 10 s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+__all__ = ["ConcurrencyRamp", "RateArrivals"]
+
+_NS = 1_000_000_000
+
+
+class RateArrivals:
+    """Absolute arrival times (ns) of an open-loop schedule, drawn lazily in batches.
+
+    ``sample_gaps(n)`` returns n gaps in seconds (the interval generator). Offsets are summed in
+    float64 seconds from t0 and converted once, so rounding never accumulates.
+    """
+
+    __slots__ = ("_batch", "_buffer", "_index", "_offset_s", "_sample_gaps", "t0_ns")
+
+    def __init__(
+        self, sample_gaps: Callable[[int], np.ndarray], t0_ns: int, batch: int = 1024
+    ) -> None:
+        self._sample_gaps = sample_gaps
+        self.t0_ns = t0_ns
+        self._batch = batch
+        self._offset_s = 0.0
+        self._buffer: list[int] = [t0_ns]
+        self._index = 0
+
+    def _refill(self) -> None:
+        gaps = np.asarray(self._sample_gaps(self._batch), dtype=np.float64)
+        offsets = self._offset_s + np.cumsum(gaps)
+        self._offset_s = float(offsets[-1])
+        self._buffer = (self.t0_ns + np.rint(offsets * _NS).astype(np.int64)).tolist()
+        self._index = 0
+
+    def peek_ns(self) -> int:
+        """The next planned arrival time, without consuming it."""
+        if self._index >= len(self._buffer):
+            self._refill()
+        return self._buffer[self._index]
+
+    def pop_ns(self) -> int:
+        """Consume and return the next planned arrival time."""
+        value = self.peek_ns()
+        self._index += 1
+        return value
+
+
+class ConcurrencyRamp:
+    """Closed-loop target: how many sessions may be active ``elapsed_ns`` after t0."""
+
+    __slots__ = ("rampup_ns", "target")
+
+    def __init__(self, target: int, rampup_s: float) -> None:
+        if target < 1:
+            raise ValueError("target must be at least 1")
+        self.target = target
+        self.rampup_ns = round(rampup_s * _NS)
+
+    def allowed(self, elapsed_ns: int) -> int:
+        """floor(target × t / rampup) during the ramp, then the target."""
+        if self.rampup_ns <= 0 or elapsed_ns >= self.rampup_ns:
+            return self.target
+        if elapsed_ns <= 0:
+            return 0
+        return (self.target * elapsed_ns) // self.rampup_ns
+
+    def slot_open_ns(self, k: int) -> int:
+        """Elapsed time at which the k-th slot (1-based) opens: ceil(k × rampup / target)."""
+        if self.rampup_ns <= 0:
+            return 0
+        return -((-k * self.rampup_ns) // self.target)
+
+    def next_increase_ns(self, elapsed_ns: int) -> int | None:
+        """Elapsed time of the next increase of ``allowed``, or None when the ramp is over."""
+        current = self.allowed(elapsed_ns)
+        if current >= self.target:
+            return None
+        return self.slot_open_ns(current + 1)

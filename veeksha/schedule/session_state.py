@@ -1,0 +1,198 @@
+"""Per-session progress: which nodes are ready, done or cancelled, and each node's conversation.
+
+Pure state machine: the engine feeds it events with timestamps (integer ns) and gets back the
+nodes that became ready, with their ready times. No I/O, no clock.
+
+Vocabulary: a node is *pending* until every parent is terminal, then *ready* at
+``max(parent completed_at) + wait_after_ready`` (roots: at the session's start), *in flight* once
+dispatched, and finally *ok*, *failed* or *cancelled*. With ``cancel_on_failure`` a failed node
+cancels every node of its session that was not yet dispatched; otherwise it counts as done for
+its children, which inherit its user message without an answer.
+
+Worked example (linear a → b, wait 1 s, cancel on failure)::
+
+    s = SessionState(spec, started_at_ns=0, cancel_on_failure=True)
+    s.start()                          -> [(0, 0)]              # a ready at 0
+    s.complete(0, 5e8, ok=True, ...)   -> [(1, 1_500_000_000)]  # b ready 1 s after a ended
+    s.complete(1, 2e9, ok=False, ...)  -> []; s.done is True; s.status == "error"
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+from veeksha.generate.spec import SessionSpec
+
+__all__ = ["Conversation", "NodeState", "SessionState"]
+
+Conversation = tuple[tuple[str, str], ...]
+
+
+class NodeState(IntEnum):
+    """Lifecycle of one node."""
+
+    PENDING = 0
+    READY = 1
+    IN_FLIGHT = 2
+    OK = 3
+    FAILED = 4
+    CANCELLED = 5
+
+
+_TERMINAL = (NodeState.OK, NodeState.FAILED, NodeState.CANCELLED)
+
+
+class SessionState:
+    """Progress of one session through its DAG; yields ready nodes as parents complete."""
+
+    __slots__ = (
+        "_completed_at",
+        "_conversation",
+        "_history_tokens",
+        "_remaining",
+        "_unfinished_parents",
+        "cancel_on_failure",
+        "ended_at_ns",
+        "phase",
+        "spec",
+        "started_at_ns",
+        "states",
+    )
+
+    def __init__(
+        self,
+        spec: SessionSpec,
+        started_at_ns: int,
+        cancel_on_failure: bool,
+        phase: str = "measured",
+    ) -> None:
+        self.spec = spec
+        self.started_at_ns = started_at_ns
+        self.cancel_on_failure = cancel_on_failure
+        self.phase = phase
+        n = len(spec.nodes)
+        self.states = [NodeState.PENDING] * n
+        self._unfinished_parents = [len(node.parents) for node in spec.nodes]
+        self._completed_at: list[int] = [0] * n
+        # The conversation a node's children inherit: its messages plus its answer, and the
+        # token count of that whole conversation (veeksha's count, used when usage is absent).
+        self._conversation: dict[int, Conversation] = {}
+        self._history_tokens: dict[int, int] = {}
+        self._remaining = n
+        self.ended_at_ns: int | None = None
+
+    # ----------------------------------------------------------------------------------- queries
+
+    @property
+    def session_id(self) -> int:
+        return self.spec.session_id
+
+    @property
+    def done(self) -> bool:
+        return self._remaining == 0
+
+    @property
+    def status(self) -> str:
+        """ok | error | cancelled | incomplete (some nodes never reached a terminal state)."""
+        if not self.done:
+            return "incomplete"
+        if NodeState.FAILED in self.states:
+            return "error"
+        if NodeState.CANCELLED in self.states:
+            return "cancelled"
+        return "ok"
+
+    def count(self, state: NodeState) -> int:
+        return sum(1 for s in self.states if s == state)
+
+    def messages(self, node_id: int) -> Conversation:
+        """The messages to send for a node: its history parent's conversation, then its prompt."""
+        node = self.spec.nodes[node_id]
+        parent = node.history_parent
+        inherited = () if parent is None else self._conversation.get(parent, ())
+        return (*inherited, ("user", node.prompt))
+
+    def history_tokens(self, node_id: int) -> int:
+        """Tokens of the inherited conversation (0 without a history parent)."""
+        parent = self.spec.nodes[node_id].history_parent
+        return 0 if parent is None else self._history_tokens.get(parent, 0)
+
+    # ------------------------------------------------------------------------------------ events
+
+    def start(self) -> list[tuple[int, int]]:
+        """The session starts: its roots become ready at its start time."""
+        ready = []
+        for node_id in self.spec.roots:
+            self.states[node_id] = NodeState.READY
+            ready.append((node_id, self.started_at_ns))
+        return ready
+
+    def mark_dispatched(self, node_id: int) -> None:
+        self.states[node_id] = NodeState.IN_FLIGHT
+
+    def complete(
+        self,
+        node_id: int,
+        completed_at_ns: int,
+        ok: bool,
+        *,
+        answer: str = "",
+        conversation_tokens: int = 0,
+        answer_tokens: int = 0,
+    ) -> list[tuple[int, int]]:
+        """A dispatched node finished; returns children that became ready, with ready times.
+
+        ``conversation_tokens`` is the node's whole prompt (history included) and
+        ``answer_tokens`` its answer, so history children can account their inherited tokens.
+        """
+        self._finish(node_id, NodeState.OK if ok else NodeState.FAILED, completed_at_ns)
+        if self.spec.children[node_id] and any(
+            self.spec.nodes[c].history_parent == node_id for c in self.spec.children[node_id]
+        ):
+            conversation = self.messages(node_id)
+            if ok:
+                conversation = (*conversation, ("assistant", answer))
+            self._conversation[node_id] = conversation
+            self._history_tokens[node_id] = conversation_tokens + (answer_tokens if ok else 0)
+        if not ok and self.cancel_on_failure:
+            self.cancel_pending(completed_at_ns)
+            return []
+        return self._release_children(node_id)
+
+    def cancel_pending(self, at_ns: int) -> list[int]:
+        """Cancel every node not yet dispatched (pending or ready); returns their ids."""
+        cancelled = []
+        for node_id, state in enumerate(self.states):
+            if state in (NodeState.PENDING, NodeState.READY):
+                self._finish(node_id, NodeState.CANCELLED, at_ns)
+                cancelled.append(node_id)
+        return cancelled
+
+    def cancel_node(self, node_id: int, at_ns: int) -> None:
+        """Cancel one node (e.g. in flight when the run stopped)."""
+        if self.states[node_id] not in _TERMINAL:
+            self._finish(node_id, NodeState.CANCELLED, at_ns)
+
+    # ---------------------------------------------------------------------------------- internals
+
+    def _finish(self, node_id: int, state: NodeState, at_ns: int) -> None:
+        if self.states[node_id] in _TERMINAL:
+            raise ValueError(f"node {node_id} of session {self.session_id} already finished")
+        self.states[node_id] = state
+        self._completed_at[node_id] = at_ns
+        self._remaining -= 1
+        if self._remaining == 0:
+            self.ended_at_ns = at_ns if self.ended_at_ns is None else max(self.ended_at_ns, at_ns)
+            self._conversation.clear()
+
+    def _release_children(self, node_id: int) -> list[tuple[int, int]]:
+        ready = []
+        nodes = self.spec.nodes
+        for child in self.spec.children[node_id]:
+            self._unfinished_parents[child] -= 1
+            if self._unfinished_parents[child] == 0 and self.states[child] == NodeState.PENDING:
+                latest = max(self._completed_at[p] for p in nodes[child].parents)
+                wait_ns = round(nodes[child].wait_after_ready_s * 1_000_000_000)
+                self.states[child] = NodeState.READY
+                ready.append((child, latest + wait_ns))
+        return ready
