@@ -1,0 +1,218 @@
+"""Output columns of a run: the single source of truth for requests.parquet and sessions.parquet.
+
+Every column is a pyarrow field carrying two metadata entries, ``unit`` and ``description``; the
+Parquet files keep them, and ``docs/output.md`` is generated from them (``render_markdown``;
+regenerate with ``python -m veeksha.record.columns docs/output.md``).
+
+Times are float seconds since the run's t0 (its CLOCK_MONOTONIC origin, whose wall-clock time is in
+the file metadata); durations are float seconds. A null means "not reached" or "not defined" (e.g.
+TPOT of a one-token answer), never zero.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+
+__all__ = [
+    "DOC_BEGIN",
+    "DOC_END",
+    "REQUESTS_SCHEMA",
+    "SERVER_TIMING_COLUMNS",
+    "SESSIONS_SCHEMA",
+    "column_unit",
+    "render_markdown",
+    "update_doc",
+]
+
+
+def _col(
+    name: str, type_: pa.DataType, unit: str, description: str, *, nullable: bool = True
+) -> pa.Field:
+    return pa.field(
+        name, type_, nullable=nullable, metadata={"unit": unit, "description": description}
+    )
+
+
+_S = "s"
+_T0 = "s since t0"
+_TOK = "tokens"
+_F64 = pa.float64()
+_I32 = pa.int32()
+_I64 = pa.int64()
+_STR = pa.string()
+
+# Server-side timings (from the response's ``timings`` object, e.g. the built-in simulator's):
+# column name → keys accepted in that object (seconds; a ``_ms`` suffix is converted).
+SERVER_TIMING_COLUMNS: dict[str, tuple[str, ...]] = {
+    "server_queue_time": ("queue_time", "queue_wait", "queue"),
+    "server_prefill_time": ("prefill_time", "prefill"),
+    "server_ttft": ("ttft", "time_to_first_token", "first_token"),
+    "server_decode_time": ("decode_time", "decode"),
+}
+
+REQUESTS_SCHEMA = pa.schema(
+    [
+        _col("run_id", _STR, "", "identifier of the run (its folder name)", nullable=False),
+        _col(
+            "phase",
+            _STR,
+            "",
+            "warmup | measured; warmup rows are excluded from metrics",
+            nullable=False,
+        ),
+        _col("session_id", _I64, "", "session this request belongs to", nullable=False),
+        _col("node_id", _I32, "", "node of the session graph (topological index)", nullable=False),
+        _col("request_id", _I64, "", "unique id of the request within the run", nullable=False),
+        _col("parents", pa.list_(_I32), "", "node ids this request waited for (empty for roots)"),
+        _col(
+            "history_parent", _I32, "", "node whose conversation precedes this prompt; null: none"
+        ),
+        _col("worker_id", _I32, "", "worker process that sent it; null when never dispatched"),
+        _col("model", _STR, "", "model name sent in the request"),
+        _col("wait_after_ready", _F64, _S, "configured think time after the parents completed"),
+        _col("ready_at", _F64, _T0, "dependencies and think time satisfied"),
+        _col("dispatched_at", _F64, _T0, "main process handed the request to a worker"),
+        _col("received_at", _F64, _T0, "worker received it from the main process"),
+        _col("sent_at", _F64, _T0, "worker wrote the HTTP request"),
+        _col(
+            "first_chunk_at", _F64, _T0, "first content chunk arrived (non-streaming: completion)"
+        ),
+        _col("completed_at", _F64, _T0, "last byte of the response (or the failure)"),
+        _col("processed_at", _F64, _T0, "main process handled the result"),
+        _col("chunk_times", pa.list_(_F64), _T0, "arrival time of every content chunk"),
+        _col("target_prompt_tokens", _I32, _TOK, "requested length of the new prompt part"),
+        _col(
+            "shared_prefix_tokens",
+            _I32,
+            _TOK,
+            "tokens of the new part taken from the shared prefix",
+        ),
+        _col("prompt_tokens_new", _I32, _TOK, "actual new prompt part (veeksha's tokenizer)"),
+        _col(
+            "prompt_tokens_total",
+            _I32,
+            _TOK,
+            "whole prompt, history included (server usage, else veeksha's count)",
+        ),
+        _col(
+            "cached_tokens",
+            _I32,
+            _TOK,
+            "prompt tokens served from the server's prefix cache (usage)",
+        ),
+        _col("requested_output_tokens", _I32, _TOK, "output length requested (max tokens)"),
+        _col("output_tokens", _I32, _TOK, "output received (server usage, else veeksha's count)"),
+        _col(
+            "usage_reported",
+            pa.bool_(),
+            "",
+            "the server reported usage (token counts are the server's)",
+        ),
+        _col("ttfc", _F64, _S, "time to first content chunk: first_chunk_at - sent_at (ok rows)"),
+        _col("tbc", pa.list_(_F64), _S, "gaps between consecutive content chunks (ok rows)"),
+        _col("tbc_mean", _F64, _S, "mean of tbc; null with fewer than two chunks"),
+        _col("tpot", _F64, _S, "(e2e - ttfc) / (output_tokens - 1); null below two tokens"),
+        _col("e2e", _F64, _S, "end to end latency: completed_at - sent_at (ok rows)"),
+        _col("normalized_e2e", _F64, "s/token", "e2e / output_tokens; null for zero tokens"),
+        _col("output_throughput", _F64, "tokens/s", "output_tokens / e2e of this request"),
+        _col(
+            "generator_delay", _F64, _S, "sent_at - ready_at: veeksha's own scheduling + IPC delay"
+        ),
+        _col("dispatch_lag", _F64, _S, "dispatched_at - ready_at: the main loop's lateness"),
+        _col("status", _STR, "", "ok | error | timeout | cancelled", nullable=False),
+        _col("http_status", _I32, "", "HTTP status code; null when no response arrived"),
+        _col(
+            "error_kind",
+            _STR,
+            "",
+            "empty when ok; else e.g. http_5xx, timeout, worker_lost, cancelled",
+        ),
+        _col("error_message", _STR, "", "human-readable cause of the failure; empty when ok"),
+        _col("retries", _I32, "", "retries before this outcome (client.max_retries)"),
+        _col("server_queue_time", _F64, _S, "server-reported time waiting for a batch slot"),
+        _col("server_prefill_time", _F64, _S, "server-reported prefill duration"),
+        _col("server_ttft", _F64, _S, "server-reported time to first token"),
+        _col("server_decode_time", _F64, _S, "server-reported decode duration"),
+    ]
+)
+
+SESSIONS_SCHEMA = pa.schema(
+    [
+        _col("run_id", _STR, "", "identifier of the run (its folder name)", nullable=False),
+        _col(
+            "phase",
+            _STR,
+            "",
+            "warmup | measured (the phase the session started in)",
+            nullable=False,
+        ),
+        _col("session_id", _I64, "", "session id (matches requests.session_id)", nullable=False),
+        _col("started_at", _F64, _T0, "the session arrived (its roots became ready)"),
+        _col(
+            "ended_at", _F64, _T0, "its last request completed or was cancelled; null: never ended"
+        ),
+        _col("duration", _F64, _S, "ended_at - started_at, think times included"),
+        _col("num_nodes", _I32, "", "requests in the session graph"),
+        _col("num_requests", _I32, "", "requests recorded (dispatched or cancelled)"),
+        _col("num_ok", _I32, "", "requests with status ok"),
+        _col("num_error", _I32, "", "requests with status error or timeout"),
+        _col("num_cancelled", _I32, "", "requests cancelled (never sent, or stopped by the run)"),
+        _col("think_time_total", _F64, _S, "sum of wait_after_ready over its dispatched requests"),
+        _col("status", _STR, "", "ok | error | cancelled | incomplete", nullable=False),
+    ]
+)
+
+
+def column_unit(schema: pa.Schema, name: str) -> str:
+    """The unit of column ``name`` ('' when unitless)."""
+    meta = schema.field(name).metadata or {}
+    return meta.get(b"unit", b"").decode()
+
+
+DOC_BEGIN = "<!-- BEGIN GENERATED COLUMNS (python -m veeksha.record.columns docs/output.md) -->"
+DOC_END = "<!-- END GENERATED COLUMNS -->"
+
+
+def _table(title: str, schema: pa.Schema) -> list[str]:
+    lines = [
+        f"### `{title}`",
+        "",
+        "| column | type | unit | null | description |",
+        "|---|---|---|---|---|",
+    ]
+    for field in schema:
+        meta = field.metadata or {}
+        unit = meta.get(b"unit", b"").decode() or "-"
+        desc = meta.get(b"description", b"").decode().replace("|", "\\|")
+        null = "yes" if field.nullable else "no"
+        lines.append(f"| `{field.name}` | `{field.type}` | {unit} | {null} | {desc} |")
+    return lines
+
+
+def render_markdown() -> str:
+    """The generated column reference of docs/output.md, markers included."""
+    lines = [DOC_BEGIN, ""]
+    lines += _table("requests.parquet", REQUESTS_SCHEMA)
+    lines.append("")
+    lines += _table("sessions.parquet", SESSIONS_SCHEMA)
+    lines += ["", DOC_END]
+    return "\n".join(lines)
+
+
+def update_doc(path: Path) -> bool:
+    """Rewrite the generated block of ``path`` (between the markers); True if it changed."""
+    text = path.read_text(encoding="utf-8")
+    start, end = text.index(DOC_BEGIN), text.index(DOC_END) + len(DOC_END)
+    new = text[:start] + render_markdown() + text[end:]
+    if new == text:
+        return False
+    path.write_text(new, encoding="utf-8")
+    return True
+
+
+if __name__ == "__main__":  # pragma: no cover - maintenance entry point
+    for arg in sys.argv[1:]:
+        update_doc(Path(arg))

@@ -1,0 +1,279 @@
+"""Rows of requests.parquet and sessions.parquet, and their per-request metrics. Pure functions.
+
+The engine fills a ``RequestRecord`` (the node, its main-process timestamps, the worker's
+``Result`` or none for a request cancelled before it was sent) and calls ``request_row``, which
+returns the row as a dict of scalars in O(1): no per-chunk loop runs on the event loop. The two
+per-chunk columns, ``chunk_times`` and ``tbc``, are computed later in the writer thread, in bulk,
+by ``requests_table`` from the raw ``chunk_times_ns`` the row carries.
+
+Metric definitions (SCENARIO_REFERENCE.md; seconds; ``sent_at`` = the worker wrote the request):
+
+    ttfc   = first_chunk_at - sent_at
+    e2e    = completed_at - sent_at
+    tbc    = gaps between consecutive content chunks (a list per request)
+    tpot   = (e2e - ttfc) / (output_tokens - 1)        null for fewer than 2 tokens
+    normalized_e2e    = e2e / output_tokens           null for 0 tokens
+    output_throughput = output_tokens / e2e           tokens/s
+    generator_delay   = sent_at - ready_at;   dispatch_lag = dispatched_at - ready_at
+
+Latency metrics (ttfc, tbc, tbc_mean, tpot, e2e, normalized_e2e, output_throughput) are defined
+for ``status == "ok"`` only; failed rows keep their raw timestamps. A non-streaming answer has
+first_chunk_at = completed_at, hence ttfc = e2e and tpot = 0.
+
+Worked example: sent at 1.0 s, chunks at 1.2, 1.3, 1.5 s, completed at 1.5 s, 3 output tokens:
+ttfc 0.2, e2e 0.5, tbc [0.1, 0.2], tbc_mean 0.15, tpot (0.5 - 0.2) / 2 = 0.15,
+normalized_e2e 0.5 / 3, output_throughput 6 tokens/s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from veeksha.dispatch.messages import Result
+from veeksha.generate.spec import NodeSpec
+from veeksha.record.columns import REQUESTS_SCHEMA, SERVER_TIMING_COLUMNS, SESSIONS_SCHEMA
+
+__all__ = [
+    "MAX_ERROR_MESSAGE_CHARS",
+    "RequestRecord",
+    "SessionRecord",
+    "request_row",
+    "requests_table",
+    "session_row",
+    "session_status",
+    "sessions_table",
+]
+
+MAX_ERROR_MESSAGE_CHARS = 2000
+_NS = 1e9
+# Columns request_row leaves to requests_table (computed in bulk from ``chunk_times_ns``).
+_LIST_COLUMNS = ("chunk_times", "tbc")
+_SCALAR_SCHEMA = pa.schema([f for f in REQUESTS_SCHEMA if f.name not in _LIST_COLUMNS])
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """What the engine knows about one request when it is done (answered, failed or cancelled).
+
+    Timestamps are CLOCK_MONOTONIC integer nanoseconds (None: not reached). ``result`` is None
+    for a request cancelled before a worker sent it. Token counts are veeksha's own (its
+    tokenizer): ``prompt_tokens_total`` and ``output_tokens_counted`` are the fallbacks used when
+    the server reports no usage.
+    """
+
+    run_id: str
+    phase: str
+    session_id: int
+    request_id: int
+    node: NodeSpec
+    model: str
+    ready_at_ns: int | None = None
+    dispatched_at_ns: int | None = None
+    processed_at_ns: int | None = None
+    result: Result | None = None
+    prompt_tokens_new: int | None = None
+    prompt_tokens_total: int | None = None
+    output_tokens_counted: int | None = None
+    cancel_reason: str = "cancelled before it was sent"
+
+
+@dataclass(slots=True)
+class SessionRecord:
+    """One finished (or abandoned) session; ``status`` None derives it from the counts."""
+
+    run_id: str
+    phase: str
+    session_id: int
+    started_at_ns: int | None
+    ended_at_ns: int | None
+    num_nodes: int
+    num_requests: int
+    num_ok: int
+    num_error: int
+    num_cancelled: int
+    think_time_total_s: float
+    status: str | None = None
+
+
+def _server_timing(timings: dict[str, Any], keys: tuple[str, ...]) -> float | None:
+    for key in keys:
+        for name, scale in ((key, 1.0), (key + "_s", 1.0), (key + "_ms", 1e-3)):
+            value = timings.get(name)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                return float(value) * scale
+    return None
+
+
+def request_row(
+    rec: RequestRecord, t0_ns: int, count_tokens: Callable[[str], int] | None = None
+) -> dict[str, Any]:
+    """The requests.parquet row of ``rec`` (plus raw ``chunk_times_ns`` for the writer).
+
+    ``count_tokens`` counts the output text when neither the server's usage nor
+    ``rec.output_tokens_counted`` gives the output length (so it only runs when needed).
+    """
+    node = rec.node
+    res = rec.result
+    ready = rec.ready_at_ns
+    dispatched = rec.dispatched_at_ns
+    processed = rec.processed_at_ns
+    row: dict[str, Any] = {
+        "run_id": rec.run_id,
+        "phase": rec.phase,
+        "session_id": rec.session_id,
+        "node_id": node.node_id,
+        "request_id": rec.request_id,
+        "parents": node.parents,
+        "history_parent": node.history_parent,
+        "model": rec.model,
+        "wait_after_ready": node.wait_after_ready_s,
+        "ready_at": None if ready is None else (ready - t0_ns) / _NS,
+        "dispatched_at": None if dispatched is None else (dispatched - t0_ns) / _NS,
+        "processed_at": None if processed is None else (processed - t0_ns) / _NS,
+        "dispatch_lag": None if ready is None or dispatched is None else (dispatched - ready) / _NS,
+        "target_prompt_tokens": node.prompt_tokens,
+        "shared_prefix_tokens": node.shared_prefix_tokens,
+        "prompt_tokens_new": rec.prompt_tokens_new,
+        "requested_output_tokens": node.max_tokens,
+    }
+    if res is None:
+        row["status"] = "cancelled"
+        row["error_kind"] = "cancelled"
+        row["error_message"] = rec.cancel_reason
+        row["retries"] = 0
+        row["prompt_tokens_total"] = rec.prompt_tokens_total
+        row["chunk_times_ns"] = None
+        return row
+
+    sent = res.sent_at_ns
+    completed = res.completed_at_ns
+    first = res.first_chunk_at_ns
+    chunks = res.chunk_times_ns
+    status = res.status
+    out = res.completion_tokens
+    row["usage_reported"] = out is not None
+    if out is None:
+        out = rec.output_tokens_counted
+        if out is None and count_tokens is not None:
+            out = count_tokens(res.output_text)
+    prompt_total = res.prompt_tokens
+    row["worker_id"] = res.worker_id
+    row["received_at"] = (res.received_at_ns - t0_ns) / _NS
+    row["sent_at"] = (sent - t0_ns) / _NS
+    row["first_chunk_at"] = None if first is None else (first - t0_ns) / _NS
+    row["completed_at"] = (completed - t0_ns) / _NS
+    row["chunk_times_ns"] = chunks
+    row["prompt_tokens_total"] = rec.prompt_tokens_total if prompt_total is None else prompt_total
+    row["cached_tokens"] = res.cached_tokens
+    row["output_tokens"] = out
+    row["generator_delay"] = None if ready is None else (sent - ready) / _NS
+    row["status"] = status
+    row["http_status"] = res.http_status or None
+    row["error_kind"] = res.error_kind
+    message = res.error_message
+    row["error_message"] = (
+        message if len(message) <= MAX_ERROR_MESSAGE_CHARS else message[:MAX_ERROR_MESSAGE_CHARS]
+    )
+    row["retries"] = res.retries
+    if res.server_timings:
+        for column, keys in SERVER_TIMING_COLUMNS.items():
+            row[column] = _server_timing(res.server_timings, keys)
+    if status != "ok":
+        return row
+
+    e2e = (completed - sent) / _NS
+    row["e2e"] = e2e
+    if first is not None:
+        row["ttfc"] = (first - sent) / _NS
+        if out is not None and out >= 2:
+            row["tpot"] = (completed - first) / _NS / (out - 1)
+    if len(chunks) >= 2:
+        row["tbc_mean"] = (chunks[-1] - chunks[0]) / _NS / (len(chunks) - 1)
+    if out:
+        row["normalized_e2e"] = e2e / out
+    if out is not None and e2e > 0:
+        row["output_throughput"] = out / e2e
+    return row
+
+
+def requests_table(rows: Sequence[dict[str, Any]], t0_ns: int) -> pa.Table:
+    """A batch of ``request_row`` dicts as a table typed by REQUESTS_SCHEMA.
+
+    Computes the per-chunk columns in bulk: ``chunk_times`` (every row that reached a worker) and
+    ``tbc`` (ok rows only) from each row's ``chunk_times_ns``.
+    """
+    scalars = pa.Table.from_pylist(list(rows), schema=_SCALAR_SCHEMA)
+    raw = pa.array([r.get("chunk_times_ns") for r in rows], type=pa.list_(pa.int64()))
+    flat = raw.flatten().to_numpy()
+    offsets = raw.offsets.to_numpy()
+    lengths = np.diff(offsets)
+    if len(rows):
+        offsets = offsets - offsets[0]  # a sliced array's offsets need not start at 0
+    chunk_times = pa.ListArray.from_arrays(
+        pa.array(offsets, pa.int32()),
+        pa.array((flat - t0_ns) / _NS, pa.float64()),
+        mask=raw.is_null(),
+    )
+    gaps = np.diff(flat) / _NS
+    if len(gaps):
+        keep = np.ones(len(gaps), dtype=bool)
+        boundaries = offsets[1:-1]
+        keep[boundaries[(boundaries >= 1) & (boundaries <= len(gaps))] - 1] = False
+        gaps = gaps[keep]
+    gap_offsets = np.concatenate(([0], np.cumsum(np.maximum(lengths - 1, 0))))
+    ok = pa.array([r.get("status") == "ok" for r in rows], pa.bool_())
+    tbc = pa.ListArray.from_arrays(
+        pa.array(gap_offsets, pa.int32()),
+        pa.array(gaps, pa.float64()),
+        mask=pc.invert(ok),
+    )
+    computed = {"chunk_times": chunk_times, "tbc": tbc}
+    arrays = [
+        computed[f.name] if f.name in computed else scalars.column(f.name) for f in REQUESTS_SCHEMA
+    ]
+    return pa.Table.from_arrays(arrays, schema=REQUESTS_SCHEMA)
+
+
+def session_status(num_nodes: int, num_ok: int, num_error: int, num_cancelled: int) -> str:
+    """ok (every node ok) | error (any failure) | cancelled (stopped, no failure) | incomplete."""
+    if num_error:
+        return "error"
+    if num_cancelled:
+        return "cancelled"
+    if num_ok >= num_nodes:
+        return "ok"
+    return "incomplete"
+
+
+def session_row(rec: SessionRecord, t0_ns: int) -> dict[str, Any]:
+    """The sessions.parquet row of ``rec``."""
+    started, ended = rec.started_at_ns, rec.ended_at_ns
+    status = rec.status or session_status(
+        rec.num_nodes, rec.num_ok, rec.num_error, rec.num_cancelled
+    )
+    return {
+        "run_id": rec.run_id,
+        "phase": rec.phase,
+        "session_id": rec.session_id,
+        "started_at": None if started is None else (started - t0_ns) / _NS,
+        "ended_at": None if ended is None else (ended - t0_ns) / _NS,
+        "duration": None if started is None or ended is None else (ended - started) / _NS,
+        "num_nodes": rec.num_nodes,
+        "num_requests": rec.num_requests,
+        "num_ok": rec.num_ok,
+        "num_error": rec.num_error,
+        "num_cancelled": rec.num_cancelled,
+        "think_time_total": rec.think_time_total_s,
+        "status": status,
+    }
+
+
+def sessions_table(rows: Sequence[dict[str, Any]]) -> pa.Table:
+    """A batch of ``session_row`` dicts as a table typed by SESSIONS_SCHEMA."""
+    return pa.Table.from_pylist(list(rows), schema=SESSIONS_SCHEMA)
