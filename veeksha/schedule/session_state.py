@@ -46,6 +46,7 @@ class SessionState:
     """Progress of one session through its DAG; yields ready nodes as parents complete."""
 
     __slots__ = (
+        "_cancelled_log",
         "_completed_at",
         "_conversation",
         "_history_tokens",
@@ -54,6 +55,7 @@ class SessionState:
         "cancel_on_failure",
         "ended_at_ns",
         "phase",
+        "ready_at_ns",
         "spec",
         "started_at_ns",
         "states",
@@ -74,6 +76,8 @@ class SessionState:
         self.states = [NodeState.PENDING] * n
         self._unfinished_parents = [len(node.parents) for node in spec.nodes]
         self._completed_at: list[int] = [0] * n
+        self.ready_at_ns: list[int | None] = [None] * n
+        self._cancelled_log: list[int] = []
         # The conversation a node's children inherit: its messages plus its answer, and the
         # token count of that whole conversation (veeksha's count, used when usage is absent).
         self._conversation: dict[int, Conversation] = {}
@@ -102,6 +106,11 @@ class SessionState:
             return "cancelled"
         return "ok"
 
+    def take_cancelled(self) -> list[int]:
+        """Nodes cancelled since the last call (so each gets exactly one row)."""
+        cancelled, self._cancelled_log = self._cancelled_log, []
+        return cancelled
+
     def count(self, state: NodeState) -> int:
         return sum(1 for s in self.states if s == state)
 
@@ -124,6 +133,7 @@ class SessionState:
         ready = []
         for node_id in self.spec.roots:
             self.states[node_id] = NodeState.READY
+            self.ready_at_ns[node_id] = self.started_at_ns
             ready.append((node_id, self.started_at_ns))
         return ready
 
@@ -180,6 +190,8 @@ class SessionState:
             raise ValueError(f"node {node_id} of session {self.session_id} already finished")
         self.states[node_id] = state
         self._completed_at[node_id] = at_ns
+        if state == NodeState.CANCELLED:
+            self._cancelled_log.append(node_id)
         self._remaining -= 1
         if self._remaining == 0:
             self.ended_at_ns = at_ns if self.ended_at_ns is None else max(self.ended_at_ns, at_ns)
@@ -194,5 +206,6 @@ class SessionState:
                 latest = max(self._completed_at[p] for p in nodes[child].parents)
                 wait_ns = round(nodes[child].wait_after_ready_s * 1_000_000_000)
                 self.states[child] = NodeState.READY
+                self.ready_at_ns[child] = latest + wait_ns
                 ready.append((child, latest + wait_ns))
         return ready

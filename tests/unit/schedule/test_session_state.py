@@ -63,6 +63,9 @@ def test_failure_cancels_what_was_not_dispatched() -> None:
     s.mark_dispatched(1)  # 2 is ready but not yet dispatched
     assert s.complete(1, 2 * S, False) == []
     assert s.states == [NodeState.OK, NodeState.FAILED, NodeState.CANCELLED, NodeState.CANCELLED]
+    assert s.take_cancelled() == [2, 3]
+    assert s.take_cancelled() == []
+    assert s.ready_at_ns == [0, 2 * S, 2 * S, None]
     assert s.done
     assert s.status == "error"
 

@@ -1,0 +1,280 @@
+"""The traffic loop on a fake clock: schedules, dependencies, cancellation, stop, caps."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tests.fakes import FakeClock, FakeTimers
+from veeksha.dispatch.messages import Result, WorkItem
+from veeksha.engine.loop import InFlight, LoopSettings, TrafficLoop
+from veeksha.generate.spec import NodeSpec, SessionSpec
+from veeksha.schedule.arrivals import ConcurrencyRamp
+from veeksha.schedule.session_state import SessionState
+
+S = 1_000_000_000
+
+
+def chain(session_id: int, turns: int, wait_s: float = 0.0) -> SessionSpec:
+    return SessionSpec(
+        session_id=session_id,
+        nodes=[
+            NodeSpec(
+                node_id=i,
+                parents=() if i == 0 else (i - 1,),
+                history_parent=None if i == 0 else i - 1,
+                wait_after_ready_s=0.0 if i == 0 else wait_s,
+                prompt=f"s{session_id} t{i}",
+                prompt_tokens=2,
+                max_tokens=3,
+            )
+            for i in range(turns)
+        ],
+    )
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.dispatched: list[tuple[InFlight, WorkItem]] = []
+        self.done: list[tuple[InFlight, Result]] = []
+        self.cancelled: list[tuple[int, int]] = []
+        self.sessions: list[SessionState] = []
+
+    def dispatched_one(self, request: InFlight, item: WorkItem) -> None:
+        self.dispatched.append((request, item))
+
+    def request_done(self, request: InFlight, result: Result, processed_at_ns: int) -> None:
+        self.done.append((request, result))
+
+    def request_cancelled(self, session: SessionState, node_id: int, at_ns: int) -> None:
+        self.cancelled.append((session.session_id, node_id))
+
+    def session_done(self, session: SessionState) -> None:
+        self.sessions.append(session)
+
+
+class Harness:
+    def __init__(self, settings: LoopSettings, make_session) -> None:  # type: ignore[no-untyped-def]
+        self.clock = FakeClock()
+        self.timers = FakeTimers(self.clock)
+        self.rec = Recorder()
+        self.items: list[WorkItem] = []
+        rec = self.rec
+
+        class Sink:
+            dispatched = rec.dispatched_one
+            request_done = rec.request_done
+            request_cancelled = rec.request_cancelled
+            session_done = rec.session_done
+
+        self.loop = TrafficLoop(
+            settings, make_session, self._submit, Sink(), self.clock, self.timers
+        )
+
+    def _submit(self, item: WorkItem) -> int:
+        self.items.append(item)
+        return 0
+
+    def complete(self, item: WorkItem, at_ns: int, ok: bool = True, text: str = "a b c") -> None:
+        self.loop.on_results(
+            [
+                Result(
+                    request_id=item.request_id,
+                    worker_id=0,
+                    status="ok" if ok else "error",
+                    received_at_ns=item.dispatched_at_ns,
+                    sent_at_ns=item.dispatched_at_ns,
+                    completed_at_ns=at_ns,
+                    output_text=text if ok else "",
+                    error_kind="" if ok else "http_5xx",
+                )
+            ]
+        )
+
+
+def fixed_gaps(seconds: float):  # type: ignore[no-untyped-def]
+    return lambda n: np.full(n, seconds)
+
+
+def test_rate_sessions_start_on_the_absolute_timeline() -> None:
+    h = Harness(
+        LoopSettings(cancel_on_failure=True, max_sessions=3, rate_gaps=fixed_gaps(1.0)),
+        lambda i: chain(i, 1),
+    )
+    h.loop.start(0)
+    h.timers.advance(10 * S)
+    assert [item.dispatched_at_ns for item in h.items] == [0, S, 2 * S]
+    assert [req.ready_at_ns for req, _ in h.rec.dispatched] == [0, S, 2 * S]
+    assert not h.loop.finished
+    for item in h.items:
+        h.complete(item, h.clock.now)
+    assert h.loop.finished
+    assert h.loop.stop_reason == "completed"
+    assert [s.status for s in h.rec.sessions] == ["ok"] * 3
+
+
+def test_late_timer_does_not_shift_later_arrivals() -> None:
+    h = Harness(
+        LoopSettings(cancel_on_failure=True, max_sessions=4, rate_gaps=fixed_gaps(1.0)),
+        lambda i: chain(i, 1),
+    )
+    h.loop.start(0)
+    h.clock.now = int(2.5 * S)  # the loop was busy: timers fire late
+    h.timers.advance(int(2.5 * S))
+    # the sessions planned at 1 s and 2 s start at once, with their planned ready times
+    assert [req.ready_at_ns for req, _ in h.rec.dispatched] == [0, S, 2 * S]
+    h.timers.advance(3 * S)
+    assert h.rec.dispatched[-1][0].ready_at_ns == 3 * S
+    assert h.rec.dispatched[-1][0].dispatched_at_ns == 3 * S
+
+
+def test_child_waits_for_parent_completion_plus_think_time_and_gets_history() -> None:
+    h = Harness(
+        LoopSettings(cancel_on_failure=True, max_sessions=1, rate_gaps=fixed_gaps(1.0)),
+        lambda i: chain(i, 2, wait_s=2.0),
+    )
+    h.loop.start(0)
+    first = h.items[0]
+    h.clock.now = 3 * S
+    h.complete(first, at_ns=int(1.5 * S), text="x y z")  # completed at 1.5 s, processed at 3 s
+    assert len(h.items) == 1  # ready at 3.5 s, not yet
+    h.timers.advance(int(3.5 * S))
+    second = h.items[1]
+    assert second.dispatched_at_ns == int(3.5 * S)
+    assert h.rec.dispatched[1][0].ready_at_ns == int(3.5 * S)
+    assert second.messages == [("user", "s0 t0"), ("assistant", "x y z"), ("user", "s0 t1")]
+    assert h.rec.dispatched[1][0].history_tokens == 2 + 3  # prompt + answer words
+
+
+def test_failure_cancels_the_rest_of_the_session() -> None:
+    h = Harness(
+        LoopSettings(cancel_on_failure=True, max_sessions=1, rate_gaps=fixed_gaps(1.0)),
+        lambda i: chain(i, 3),
+    )
+    h.loop.start(0)
+    h.complete(h.items[0], at_ns=S, ok=False)
+    assert h.rec.cancelled == [(0, 1), (0, 2)]
+    assert h.rec.sessions[0].status == "error"
+    assert h.loop.finished
+
+
+def test_failure_without_cancel_lets_children_run() -> None:
+    h = Harness(
+        LoopSettings(cancel_on_failure=False, max_sessions=1, rate_gaps=fixed_gaps(1.0)),
+        lambda i: chain(i, 2),
+    )
+    h.loop.start(0)
+    h.complete(h.items[0], at_ns=S, ok=False)
+    h.timers.advance(S)
+    assert len(h.items) == 2
+    assert h.items[1].messages == [("user", "s0 t0"), ("user", "s0 t1")]
+
+
+def test_concurrency_ramps_up_and_never_exceeds_target() -> None:
+    h = Harness(
+        LoopSettings(
+            cancel_on_failure=True, max_sessions=5, concurrency=ConcurrencyRamp(2, rampup_s=2.0)
+        ),
+        lambda i: chain(i, 1),
+    )
+    h.loop.start(0)
+    assert h.items == []  # target(0) = 0
+    h.timers.advance(S)
+    assert len(h.items) == 1
+    assert h.rec.dispatched[0][0].ready_at_ns == S
+    h.timers.advance(2 * S)
+    assert len(h.items) == 2
+    assert len(h.loop.sessions) == 2
+    h.clock.now = int(2.5 * S)
+    h.complete(h.items[0], at_ns=int(2.4 * S))
+    # the freed slot is refilled at once; the new session's start is when the old one ended
+    assert len(h.items) == 3
+    assert h.rec.dispatched[2][0].ready_at_ns == int(2.4 * S)
+    assert len(h.loop.sessions) == 2
+    for item in h.items[1:]:
+        h.complete(item, h.clock.now)
+    for item in h.items[3:]:
+        h.complete(item, h.clock.now)
+    assert h.loop.counters.sessions_started == 5
+    assert h.loop.finished
+
+
+def test_timeout_cancels_undispatched_work_and_waits_for_in_flight() -> None:
+    h = Harness(
+        LoopSettings(
+            cancel_on_failure=True,
+            max_sessions=-1,
+            benchmark_timeout_s=2.5,
+            rate_gaps=fixed_gaps(1.0),
+        ),
+        lambda i: chain(i, 2, wait_s=10.0),
+    )
+    h.loop.start(0)
+    h.complete(h.items[0], at_ns=int(0.5 * S))  # session 0's second turn waits until 10.5 s
+    h.timers.advance(3 * S)
+    assert h.loop.stopping
+    assert h.loop.stop_reason == "timeout"
+    assert len(h.items) == 3  # sessions 0, 1, 2 started; nothing after 2.5 s
+    assert (0, 1) in h.rec.cancelled
+    assert not h.loop.finished  # sessions 1 and 2 still have requests in flight
+    h.complete(h.items[1], at_ns=3 * S)
+    lost = h.loop.abandon_in_flight()
+    assert [r.request_id for r in lost] == [h.items[2].request_id]
+    assert h.loop.finished
+    statuses = sorted(result.status for _, result in h.rec.done)
+    assert statuses == ["cancelled", "ok", "ok"]
+    # children released after the stop are cancelled, never dispatched
+    assert (1, 1) in h.rec.cancelled
+
+
+def test_max_in_flight_holds_ready_requests_in_the_queue() -> None:
+    h = Harness(
+        LoopSettings(
+            cancel_on_failure=True,
+            max_sessions=3,
+            max_in_flight=1,
+            rate_gaps=fixed_gaps(0.0),
+        ),
+        lambda i: chain(i, 1),
+    )
+    h.loop.start(0)
+    assert len(h.items) == 1
+    h.clock.now = S
+    h.complete(h.items[0], S)
+    assert len(h.items) == 2
+    assert h.rec.dispatched[1][0].ready_at_ns == 0  # waited 1 s in the ready queue
+    assert h.rec.dispatched[1][0].dispatched_at_ns == S
+
+
+def test_warmup_sessions_come_first_and_do_not_count_toward_max_sessions() -> None:
+    h = Harness(
+        LoopSettings(
+            cancel_on_failure=True, max_sessions=2, warmup_sessions=2, rate_gaps=fixed_gaps(1.0)
+        ),
+        lambda i: chain(i, 1),
+    )
+    h.loop.start(0)
+    h.timers.advance(10 * S)
+    assert [req.session.phase for req, _ in h.rec.dispatched] == [
+        "warmup",
+        "warmup",
+        "measured",
+        "measured",
+    ]
+    assert h.loop.measured_start_ns == 2 * S
+
+
+def test_warmup_seconds_mark_early_sessions() -> None:
+    h = Harness(
+        LoopSettings(
+            cancel_on_failure=True, max_sessions=2, warmup_seconds=1.5, rate_gaps=fixed_gaps(1.0)
+        ),
+        lambda i: chain(i, 1),
+    )
+    h.loop.start(0)
+    h.timers.advance(10 * S)
+    assert [req.session.phase for req, _ in h.rec.dispatched] == [
+        "warmup",
+        "warmup",
+        "measured",
+        "measured",
+    ]

@@ -1,0 +1,402 @@
+"""The traffic loop: starts sessions on schedule, dispatches ready requests, handles results.
+
+Runs on one event loop in the main process, with no locks and no threads. It owns the session
+states and the ready queue; the arrival policy (open-loop rate or closed-loop concurrency) only
+decides when sessions start. Dispatching and recording are injected (``submit``, ``sink``) so the
+loop knows nothing of processes or files.
+
+Timing vocabulary (all integer ns of CLOCK_MONOTONIC):
+- a session's start time is its *planned* time (the rate timeline, the ramp slot, or the end of
+  the session whose slot it takes), never the moment a timer happened to fire;
+- a node's ready time is its session's start (roots) or its latest parent's completion plus its
+  think time; ``dispatched_at − ready_at`` is the generator's own lag and is recorded, not hidden.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from veeksha.clock import Clock
+from veeksha.dispatch.messages import Result, WorkItem
+from veeksha.engine.timers import Cancellable, Timers
+from veeksha.generate.spec import SessionSpec
+from veeksha.schedule.arrivals import ConcurrencyRamp, RateArrivals
+from veeksha.schedule.ready_queue import ReadyQueue
+from veeksha.schedule.session_state import NodeState, SessionState
+
+__all__ = ["InFlight", "LoopCounters", "LoopSettings", "TrafficLoop", "TrafficSink"]
+
+_NS = 1_000_000_000
+
+
+@dataclass(slots=True)
+class InFlight:
+    """A dispatched request awaiting its result."""
+
+    session: SessionState
+    node_id: int
+    request_id: int
+    ready_at_ns: int
+    dispatched_at_ns: int
+    worker_id: int
+    history_tokens: int
+
+
+class TrafficSink(Protocol):
+    """Where the loop reports what happened (the recorder, the trace, the progress display)."""
+
+    def dispatched(self, request: InFlight, item: WorkItem) -> None: ...
+
+    def request_done(self, request: InFlight, result: Result, processed_at_ns: int) -> None: ...
+
+    def request_cancelled(self, session: SessionState, node_id: int, at_ns: int) -> None: ...
+
+    def session_done(self, session: SessionState) -> None: ...
+
+
+@dataclass(slots=True)
+class LoopSettings:
+    """What the loop needs from the scenario, already resolved."""
+
+    cancel_on_failure: bool
+    max_sessions: int  # measured sessions; -1 = unlimited
+    warmup_sessions: int = 0
+    warmup_seconds: float = 0.0
+    benchmark_timeout_s: float = 0.0  # <= 0 disables
+    max_in_flight: int | None = None
+    rate_gaps: Callable[[int], object] | None = None  # open loop when set
+    concurrency: ConcurrencyRamp | None = None  # closed loop when set
+
+
+@dataclass(slots=True)
+class LoopCounters:
+    """Live counts for the progress line and the run summary."""
+
+    sessions_started: int = 0
+    sessions_done: int = 0
+    requests_dispatched: int = 0
+    requests_done: int = 0
+    requests_failed: int = 0
+    requests_cancelled: int = 0
+    last_dispatch_lag_ns: int = 0
+
+
+class TrafficLoop:
+    """Drives one run: session starts, readiness, dispatch, completion, stop conditions."""
+
+    def __init__(
+        self,
+        settings: LoopSettings,
+        make_session: Callable[[int], SessionSpec],
+        submit: Callable[[WorkItem], int],
+        sink: TrafficSink,
+        clock: Clock,
+        timers: Timers,
+    ) -> None:
+        if (settings.rate_gaps is None) == (settings.concurrency is None):
+            raise ValueError("exactly one of rate_gaps and concurrency must be set")
+        self.settings = settings
+        self._make_session = make_session
+        self._submit = submit
+        self._sink = sink
+        self._clock = clock
+        self._timers = timers
+        self.counters = LoopCounters()
+        self.ready: ReadyQueue[tuple[SessionState, int]] = ReadyQueue()
+        self.sessions: dict[int, SessionState] = {}
+        self.in_flight: dict[int, InFlight] = {}
+        self.t0_ns = 0
+        self.measured_start_ns: int | None = None
+        self.stopping = False
+        self.stop_reason = ""
+        self._next_session = 0
+        self._warmup_started = 0
+        self._next_request = 0
+        self._arrivals: RateArrivals | None = None
+        self._arrival_timer: Cancellable | None = None
+        self._dispatch_timer: Cancellable | None = None
+        self._dispatch_wake_ns: int | None = None
+        self._deadline_timer: Cancellable | None = None
+        self._finished = False
+        self._on_finish: list[Callable[[], None]] = []
+
+    # ------------------------------------------------------------------------------- public API
+
+    def start(self, t0_ns: int) -> None:
+        """Begin the run at ``t0_ns`` (the first session arrives then)."""
+        self.t0_ns = t0_ns
+        if self.settings.rate_gaps is not None:
+            self._arrivals = RateArrivals(self.settings.rate_gaps, t0_ns)  # type: ignore[arg-type]
+            self._on_arrival_timer()
+        else:
+            self._fill_concurrency(0)
+        self._check_finished()
+
+    def on_finish(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once every started session has ended and nothing more can start."""
+        if self._finished:
+            callback()
+        else:
+            self._on_finish.append(callback)
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def stop(self, reason: str) -> None:
+        """Stop starting work: no new sessions, no new dispatches; in-flight requests go on.
+
+        Every node that was not dispatched is cancelled (one row each), so sessions end as soon
+        as their in-flight requests do.
+        """
+        if self.stopping:
+            return
+        self.stopping = True
+        self.stop_reason = reason
+        for timer in (self._arrival_timer, self._dispatch_timer, self._deadline_timer):
+            if timer is not None:
+                timer.cancel()
+        now = self._clock.now_ns()
+        self.ready.drain()
+        for session in list(self.sessions.values()):
+            session.cancel_pending(now)
+            self._report_cancelled(session, now)
+            if session.done:
+                self._end_session(session)
+        self._check_finished()
+
+    def abandon_in_flight(self, error_kind: str = "cancelled") -> list[InFlight]:
+        """Forget requests still in flight (their results will never come); returns them."""
+        now = self._clock.now_ns()
+        lost = list(self.in_flight.values())
+        self.in_flight.clear()
+        for request in lost:
+            result = Result(
+                request_id=request.request_id,
+                worker_id=request.worker_id,
+                status="cancelled" if error_kind == "cancelled" else "error",
+                received_at_ns=0,
+                sent_at_ns=0,
+                completed_at_ns=now,
+                error_kind=error_kind,
+                error_message="no result before the run ended",
+            )
+            self._handle_result(request, result, now)
+        self._check_finished()
+        return lost
+
+    def on_results(self, results: list[Result]) -> None:
+        """Results from the workers (called on the loop, in batches)."""
+        now = self._clock.now_ns()
+        for result in results:
+            request = self.in_flight.pop(result.request_id, None)
+            if request is None:  # a late duplicate after abandon_in_flight
+                continue
+            self._handle_result(request, result, now)
+        if self.settings.concurrency is not None and not self.stopping:
+            self._fill_concurrency(now - self.t0_ns)
+        self._dispatch_due()
+        self._check_finished()
+
+    # --------------------------------------------------------------------------- session starts
+
+    def _can_start(self) -> bool:
+        if self.stopping:
+            return False
+        if self.settings.max_sessions < 0:
+            return True
+        measured = self.counters.sessions_started - self._warmup_started
+        return measured < self.settings.max_sessions
+
+    def _phase_for(self, start_ns: int) -> str:
+        if self._next_session < self.settings.warmup_sessions:
+            return "warmup"
+        warmup_ns = round(self.settings.warmup_seconds * _NS)
+        if warmup_ns > 0 and start_ns < self.t0_ns + warmup_ns:
+            return "warmup"
+        return "measured"
+
+    def _start_session(self, start_ns: int) -> None:
+        index = self._next_session
+        phase = self._phase_for(start_ns)
+        self._next_session += 1
+        spec = self._make_session(index)
+        session = SessionState(spec, start_ns, self.settings.cancel_on_failure, phase)
+        self.sessions[spec.session_id] = session
+        self.counters.sessions_started += 1
+        if phase == "warmup":
+            self._warmup_started += 1
+        elif self.measured_start_ns is None:
+            self._begin_measured(start_ns)
+        for node_id, ready_at in session.start():
+            self.ready.push(ready_at, (session, node_id))
+
+    def _begin_measured(self, start_ns: int) -> None:
+        self.measured_start_ns = start_ns
+        timeout = self.settings.benchmark_timeout_s
+        if timeout > 0:
+            deadline = start_ns + round(timeout * _NS)
+            self._deadline_timer = self._timers.call_at_ns(deadline, lambda: self.stop("timeout"))
+
+    def _on_arrival_timer(self) -> None:
+        self._arrival_timer = None
+        arrivals = self._arrivals
+        assert arrivals is not None
+        now = self._clock.now_ns()
+        while self._can_start() and arrivals.peek_ns() <= now:
+            self._start_session(arrivals.pop_ns())
+        if self._can_start():
+            self._arrival_timer = self._timers.call_at_ns(
+                arrivals.peek_ns(), self._on_arrival_timer
+            )
+        self._dispatch_due()
+        self._check_finished()
+
+    def _fill_concurrency(self, elapsed_ns: int, freed_at_ns: int = 0) -> None:
+        ramp = self.settings.concurrency
+        assert ramp is not None
+        allowed = ramp.allowed(elapsed_ns)
+        while self._can_start() and len(self.sessions) < allowed:
+            slot_ns = self.t0_ns + ramp.slot_open_ns(len(self.sessions) + 1)
+            self._start_session(max(slot_ns, freed_at_ns))
+        if self._arrival_timer is not None:
+            self._arrival_timer.cancel()
+            self._arrival_timer = None
+        next_ns = ramp.next_increase_ns(elapsed_ns)
+        if next_ns is not None and self._can_start():
+            self._arrival_timer = self._timers.call_at_ns(self.t0_ns + next_ns, self._on_ramp_timer)
+        self._dispatch_due()
+
+    def _on_ramp_timer(self) -> None:
+        self._arrival_timer = None
+        self._fill_concurrency(self._clock.now_ns() - self.t0_ns)
+        self._check_finished()
+
+    # --------------------------------------------------------------------------------- dispatch
+
+    def _dispatch_due(self) -> None:
+        if self.stopping:
+            return
+        now = self._clock.now_ns()
+        cap = self.settings.max_in_flight
+        limit = None if cap is None else max(0, cap - len(self.in_flight))
+        for session, node_id in self.ready.pop_due(now, limit):
+            if session.states[node_id] != NodeState.READY:
+                continue  # cancelled while queued
+            self._dispatch(session, node_id, now)
+        self._arm_dispatch_timer()
+
+    def _dispatch(self, session: SessionState, node_id: int, now: int) -> None:
+        node = session.spec.nodes[node_id]
+        request_id = self._next_request
+        self._next_request += 1
+        item = WorkItem(
+            request_id=request_id,
+            messages=list(session.messages(node_id)),
+            max_tokens=node.max_tokens,
+            dispatched_at_ns=now,
+        )
+        ready_at = session.ready_at_ns[node_id]
+        assert ready_at is not None
+        worker_id = self._submit(item)
+        session.mark_dispatched(node_id)
+        request = InFlight(
+            session=session,
+            node_id=node_id,
+            request_id=request_id,
+            ready_at_ns=ready_at,
+            dispatched_at_ns=now,
+            worker_id=worker_id,
+            history_tokens=session.history_tokens(node_id),
+        )
+        self.in_flight[request_id] = request
+        self.counters.requests_dispatched += 1
+        self.counters.last_dispatch_lag_ns = now - ready_at
+        self._sink.dispatched(request, item)
+
+    def _arm_dispatch_timer(self) -> None:
+        cap = self.settings.max_in_flight
+        wake = self.ready.next_time()
+        if wake is None or self.stopping or (cap is not None and len(self.in_flight) >= cap):
+            wake = None
+        if wake == self._dispatch_wake_ns:
+            return
+        if self._dispatch_timer is not None:
+            self._dispatch_timer.cancel()
+            self._dispatch_timer = None
+        self._dispatch_wake_ns = wake
+        if wake is not None:
+            self._dispatch_timer = self._timers.call_at_ns(wake, self._on_dispatch_timer)
+
+    def _on_dispatch_timer(self) -> None:
+        self._dispatch_timer = None
+        self._dispatch_wake_ns = None
+        self._dispatch_due()
+
+    # ---------------------------------------------------------------------------------- results
+
+    def _handle_result(self, request: InFlight, result: Result, now: int) -> None:
+        session = request.session
+        ok = result.status == "ok"
+        self.counters.requests_done += 1
+        if not ok:
+            self.counters.requests_failed += 1
+        self._sink.request_done(request, result, now)
+        node = session.spec.nodes[request.node_id]
+        conversation_tokens = (
+            result.prompt_tokens
+            if result.prompt_tokens is not None
+            else request.history_tokens + node.prompt_tokens
+        )
+        answer_tokens = (
+            result.completion_tokens
+            if result.completion_tokens is not None
+            else len(result.output_text.split())
+        )
+        if session.states[request.node_id] != NodeState.IN_FLIGHT:
+            return
+        released = session.complete(
+            request.node_id,
+            result.completed_at_ns,
+            ok,
+            answer=result.output_text,
+            conversation_tokens=conversation_tokens,
+            answer_tokens=answer_tokens,
+        )
+        if self.stopping:
+            for child, _ in released:
+                session.cancel_node(child, now)
+        else:
+            for child, ready_at in released:
+                self.ready.push(ready_at, (session, child))
+        self._report_cancelled(session, now)
+        if session.done:
+            self._end_session(session)
+            if self.settings.concurrency is not None and not self.stopping:
+                self._fill_concurrency(now - self.t0_ns, session.ended_at_ns or now)
+
+    def _report_cancelled(self, session: SessionState, now: int) -> None:
+        for node_id in session.take_cancelled():
+            self.counters.requests_cancelled += 1
+            self._sink.request_cancelled(session, node_id, now)
+
+    def _end_session(self, session: SessionState) -> None:
+        if self.sessions.pop(session.session_id, None) is None:
+            return
+        self.counters.sessions_done += 1
+        self._sink.session_done(session)
+
+    def _check_finished(self) -> None:
+        if self._finished:
+            return
+        if not self.sessions and not self.in_flight and not self._can_start():
+            for timer in (self._arrival_timer, self._dispatch_timer, self._deadline_timer):
+                if timer is not None:
+                    timer.cancel()
+            if not self.stop_reason:
+                self.stop_reason = "completed"
+            self._finished = True
+            for callback in self._on_finish:
+                callback()
