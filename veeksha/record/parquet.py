@@ -1,0 +1,322 @@
+"""Incremental, crash-safe Parquet results: requests.parquet and sessions.parquet.
+
+Vocabulary:
+
+- *row*: a dict from ``veeksha.record.rows`` (``request_row``, ``session_row``). The event loop
+  hands it to ``ResultWriter.add_request``/``add_session``: one deque append, no I/O.
+- *tick*: the single writer thread wakes every ``flush_interval_s`` (1 s), or sooner when
+  ``flush_rows`` rows are waiting, or when asked (``flush``/``close``).
+- *part*: what one tick writes for one table: a complete small Parquet file,
+  ``<run_dir>/parts/requests/part-000001.parquet``, written as ``.part-000001.parquet.tmp`` and
+  renamed, so a part is either whole or absent. A SIGKILL loses at most the rows of the last tick.
+- *finalise*: ``close`` merges the parts (in order, into row groups of about 64k rows) into
+  ``<run_dir>/requests.parquet`` and ``sessions.parquet`` with the run metadata, then deletes
+  ``parts/``. Until then, ``veeksha.record.reader`` reads the parts.
+
+Every part and final file carries the schema of ``veeksha.record.columns`` (with units) and the
+run's key-value metadata (``METADATA_KEYS``; ``close`` adds e.g. the health verdict and
+``interrupted``). A write error stops the writer thread, keeps the parts already written and is
+raised as ``RunAbortedError`` by the next ``add_*``/``flush``/``close`` (and passed to
+``on_error`` from the writer thread, e.g. to wake the event loop).
+
+Example::
+
+    writer = ResultWriter(run_dir, run_metadata(run_id=..., ...), trace=trace_writer)
+    writer.add_request(request_row(record, t0_ns))      # on the event loop, per request
+    writer.flush()                                      # before evaluating the parts
+    writer.close({"health_verdict": "pass", "interrupted": "false"})
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from veeksha import __version__
+from veeksha.errors import ConfigurationError, RunAbortedError
+from veeksha.record.columns import REQUESTS_SCHEMA, SESSIONS_SCHEMA
+from veeksha.record.rows import requests_table, sessions_table
+from veeksha.record.trace import TraceWriter
+
+__all__ = [
+    "METADATA_KEYS",
+    "PARTS_DIR",
+    "REQUESTS_FILE",
+    "SESSIONS_FILE",
+    "ResultWriter",
+    "run_metadata",
+]
+
+REQUESTS_FILE = "requests.parquet"
+SESSIONS_FILE = "sessions.parquet"
+PARTS_DIR = "parts"
+_COMPRESSION = "zstd"
+_MERGE_ROWS = 65_536
+
+# Key-value metadata of every Parquet file of a run (all values are strings).
+METADATA_KEYS = {
+    "run_id": "identifier of the run (its folder name)",
+    "scenario_hash": "hash of the resolved scenario",
+    "seed": "root seed",
+    "veeksha_version": "version of veeksha that wrote the run",
+    "t0_wall_time": "wall-clock time of t0, ISO 8601 UTC",
+    "t0_monotonic_ns": "CLOCK_MONOTONIC of t0 in ns (times in the files are seconds since t0)",
+    "target": "what was benchmarked (api base and model, or the built-in simulator)",
+    "finalized_at": "wall-clock time the files were finalised (absent in parts)",
+    "interrupted": "true when the run was stopped early (signal, write error)",
+    "health_verdict": "overall health-check verdict (pass | fail)",
+}
+
+
+def run_metadata(
+    *, run_id: str, scenario_hash: str, seed: int, t0_ns: int, t0_wall: datetime, target: str
+) -> dict[str, str]:
+    """The metadata a run starts with (the writer's ``metadata`` argument)."""
+    return {
+        "run_id": run_id,
+        "scenario_hash": scenario_hash,
+        "seed": str(seed),
+        "veeksha_version": __version__,
+        "t0_wall_time": t0_wall.astimezone(UTC).isoformat(),
+        "t0_monotonic_ns": str(t0_ns),
+        "target": target,
+    }
+
+
+class _Table:
+    """One output table: its pending rows, its parts folder and part counter."""
+
+    def __init__(self, name: str, schema: pa.Schema, parts: Path, final: Path) -> None:
+        self.name = name
+        self.schema = schema
+        self.parts = parts
+        self.final = final
+        self.pending: deque[dict[str, Any]] = deque()
+        self.next_part = 1
+
+    def part_paths(self) -> list[Path]:
+        return sorted(self.parts.glob("part-*.parquet"))
+
+
+class ResultWriter:
+    """Writes a run's request and session rows to Parquet from one background thread.
+
+    ``add_request``/``add_session`` are safe to call from the event loop while the thread runs;
+    ``flush`` and ``close`` block until the thread has written everything added before them.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        metadata: dict[str, str],
+        *,
+        t0_ns: int | None = None,
+        trace: TraceWriter | None = None,
+        flush_interval_s: float = 1.0,
+        flush_rows: int = 50_000,
+        on_error: Callable[[RunAbortedError], None] | None = None,
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self._metadata = {str(key): str(value) for key, value in metadata.items()}
+        if t0_ns is None:
+            t0_ns = int(self._metadata.get("t0_monotonic_ns", "0"))
+        self._t0_ns = t0_ns
+        parts = self.run_dir / PARTS_DIR
+        self._requests = _Table(
+            "requests", REQUESTS_SCHEMA, parts / "requests", self.run_dir / REQUESTS_FILE
+        )
+        self._sessions = _Table(
+            "sessions", SESSIONS_SCHEMA, parts / "sessions", self.run_dir / SESSIONS_FILE
+        )
+        for table in (self._requests, self._sessions):
+            try:
+                table.parts.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ConfigurationError(
+                    f"cannot create the results folder {table.parts}: {exc.strerror or exc}; "
+                    "choose a writable output_dir"
+                ) from exc
+        self._trace = trace
+        self._interval = flush_interval_s
+        self._flush_rows = flush_rows
+        self._on_error = on_error
+        self._error: RunAbortedError | None = None
+        self._wake = threading.Event()
+        self._waiters: deque[threading.Event] = deque()
+        self._stopping = False
+        self._closed = False
+        self.rows_written = {"requests": 0, "sessions": 0}
+        self._thread = threading.Thread(target=self._run, name="veeksha-result-writer", daemon=True)
+        self._thread.start()
+
+    # ---- event-loop side -------------------------------------------------------------------
+
+    @property
+    def error(self) -> RunAbortedError | None:
+        """The write error that stopped the writer, if any."""
+        return self._error
+
+    def add_request(self, row: dict[str, Any]) -> None:
+        """Queue one requests.parquet row (``rows.request_row``). O(1); raises RunAbortedError
+        once writing has failed."""
+        if self._error is not None:
+            raise self._error
+        pending = self._requests.pending
+        pending.append(row)
+        if len(pending) >= self._flush_rows:
+            self._wake.set()
+
+    def add_session(self, row: dict[str, Any]) -> None:
+        """Queue one sessions.parquet row (``rows.session_row``)."""
+        if self._error is not None:
+            raise self._error
+        self._sessions.pending.append(row)
+
+    def flush(self) -> None:
+        """Block until every row added so far is in a part file (e.g. before evaluating)."""
+        if self._error is None and self._thread.is_alive():
+            done = threading.Event()
+            self._waiters.append(done)
+            self._wake.set()
+            while not done.wait(0.5) and self._thread.is_alive():
+                pass
+        if self._error is not None:
+            raise self._error
+
+    def close(self, extra_metadata: dict[str, str] | None = None) -> None:
+        """Write what is pending, merge the parts into the final files, delete the parts.
+
+        ``extra_metadata`` (e.g. ``{"health_verdict": "pass", "interrupted": "true"}``) is added
+        to the files' metadata. After a write error the parts are kept, nothing is merged, and
+        RunAbortedError is raised. Idempotent.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._stopping = True
+        self._wake.set()
+        self._thread.join()
+        if self._trace is not None and self._error is None:
+            try:
+                self._trace.close()
+            except OSError as exc:
+                self._fail(exc, self._trace.path)
+        if self._error is not None:
+            raise self._error
+        metadata = dict(self._metadata)
+        metadata.update({str(k): str(v) for k, v in (extra_metadata or {}).items()})
+        metadata["finalized_at"] = datetime.now(UTC).isoformat()
+        tables = (self._requests, self._sessions)
+        for table in tables:
+            try:
+                self._merge(table, metadata)
+            except (OSError, pa.ArrowException) as exc:
+                raise self._fail(exc, table.final) from exc
+        shutil.rmtree(self.run_dir / PARTS_DIR, ignore_errors=True)
+
+    # ---- writer thread -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self._interval)
+            self._wake.clear()
+            stopping = self._stopping
+            waiters = [self._waiters.popleft() for _ in range(len(self._waiters))]
+            try:
+                self._write_parts()
+            except _WriteFailed as failed:
+                self._fail(failed.cause, failed.path)
+            for done in waiters:
+                done.set()
+            if stopping or self._error is not None:
+                return
+
+    def _write_parts(self) -> None:
+        for table in (self._requests, self._sessions):
+            pending = table.pending
+            count = len(pending)
+            if not count:
+                continue
+            batch = [pending.popleft() for _ in range(count)]
+            path = table.parts / f"part-{table.next_part:06d}.parquet"
+            tmp = path.with_name(f".{path.name}.tmp")
+            try:
+                if table is self._requests:
+                    data = requests_table(batch, self._t0_ns)
+                else:
+                    data = sessions_table(batch)
+                pq.write_table(
+                    data.replace_schema_metadata(self._metadata), tmp, compression=_COMPRESSION
+                )
+                tmp.replace(path)
+            except (OSError, pa.ArrowException) as exc:
+                pending.extendleft(
+                    reversed(batch)
+                )  # kept for close() to report, never half-written
+                tmp.unlink(missing_ok=True)
+                raise _WriteFailed(exc, path) from exc
+            table.next_part += 1
+            self.rows_written[table.name] += count
+        if self._trace is not None:
+            try:
+                self._trace.flush()
+            except OSError as exc:
+                raise _WriteFailed(exc, self._trace.path) from exc
+
+    def _fail(self, exc: BaseException, path: Path) -> RunAbortedError:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        parts = sum(len(t.part_paths()) for t in (self._requests, self._sessions))
+        error = RunAbortedError(
+            f"cannot write results to {path}: {reason}. The run stopped; the {parts} part files "
+            f"already written under {self.run_dir / PARTS_DIR} are kept and readable "
+            "(veeksha report, or veeksha.record.reader.load_requests)."
+        )
+        error.__cause__ = exc
+        self._error = error
+        if self._on_error is not None:
+            self._on_error(error)
+        return error
+
+    # ---- finalisation ------------------------------------------------------------------------
+
+    def _merge(self, table: _Table, metadata: dict[str, str]) -> None:
+        schema = table.schema.with_metadata(metadata)
+        tmp = table.final.with_name(f".{table.final.name}.tmp")
+        try:
+            with pq.ParquetWriter(tmp, schema, compression=_COMPRESSION) as out:
+                for chunk in _chunks(table.part_paths(), table.schema):
+                    out.write_table(chunk.replace_schema_metadata(metadata))
+            tmp.replace(table.final)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+class _WriteFailed(Exception):
+    def __init__(self, cause: BaseException, path: Path) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.path = path
+
+
+def _chunks(paths: list[Path], schema: pa.Schema) -> Iterator[pa.Table]:
+    """The parts' rows, regrouped into tables of about ``_MERGE_ROWS`` rows (bounded memory)."""
+    group: list[pa.Table] = []
+    rows = 0
+    for path in paths:
+        part = pq.read_table(path, schema=schema)
+        group.append(part)
+        rows += part.num_rows
+        if rows >= _MERGE_ROWS:
+            yield pa.concat_tables(group)
+            group, rows = [], 0
+    if group:
+        yield pa.concat_tables(group)

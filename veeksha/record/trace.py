@@ -1,0 +1,128 @@
+"""trace.jsonl: one JSON line per dispatched request, with its session context.
+
+The event loop only appends a reference (``TraceWriter.add``, no encoding, no I/O); the results
+writer thread (``ResultWriter(..., trace=...)``) calls ``flush`` at every tick, which encodes the
+pending entries with msgspec in one batch and appends them with a single ``write`` call, so a
+killed process leaves whole lines only (all but the last second's).
+
+A line (``include_content`` adds the last three keys)::
+
+    {"phase":"measured","session_id":3,"node_id":1,"request_id":17,"parents":[0],
+     "history_parent":0,"wait_after_ready":0.8,"dispatched_at":12.5,
+     "target_prompt_tokens":25,"requested_output_tokens":200,
+     "messages":[["user","..."],["assistant","..."],["user","..."]]}
+
+``dispatched_at`` is seconds since the run's t0, as in requests.parquet.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from pathlib import Path
+
+import msgspec
+
+from veeksha.dispatch.messages import WorkItem
+from veeksha.generate.spec import NodeSpec
+
+__all__ = ["TraceEntry", "TraceWriter", "read_trace"]
+
+
+class TraceEntry(msgspec.Struct, omit_defaults=True):
+    """One line of trace.jsonl; content fields are present only with ``include_content``."""
+
+    phase: str
+    session_id: int
+    node_id: int
+    request_id: int
+    parents: tuple[int, ...]
+    history_parent: int | None
+    wait_after_ready: float
+    dispatched_at: float
+    target_prompt_tokens: int | None = None
+    requested_output_tokens: int | None = None
+    messages: list[tuple[str, str]] | None = None
+
+
+class TraceWriter:
+    """Appends trace.jsonl lines; ``add`` is cheap, ``flush`` (off the event loop) does the I/O.
+
+    Only one thread may call ``flush``/``close`` (the results writer thread, or the owner when
+    used alone); ``add`` may run concurrently on the event loop.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], include_content: bool, *, t0_ns: int) -> None:
+        self.path = Path(path)
+        self.include_content = include_content
+        self._t0_ns = t0_ns
+        self._pending: deque[tuple[str, int, NodeSpec, WorkItem]] = deque()
+        self._encoder = msgspec.json.Encoder()
+        self._fd: int | None = os.open(
+            self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644
+        )
+        self.lines_written = 0
+
+    def add(self, phase: str, session_id: int, node: NodeSpec, item: WorkItem) -> None:
+        """Record that ``item`` (the request of ``node``) was dispatched. O(1), no I/O."""
+        self._pending.append((phase, session_id, node, item))
+
+    def _entry(self, phase: str, session_id: int, node: NodeSpec, item: WorkItem) -> TraceEntry:
+        entry = TraceEntry(
+            phase=phase,
+            session_id=session_id,
+            node_id=node.node_id,
+            request_id=item.request_id,
+            parents=node.parents,
+            history_parent=node.history_parent,
+            wait_after_ready=node.wait_after_ready_s,
+            dispatched_at=(item.dispatched_at_ns - self._t0_ns) / 1e9,
+        )
+        if self.include_content:
+            entry.target_prompt_tokens = node.prompt_tokens
+            entry.requested_output_tokens = item.max_tokens
+            entry.messages = item.messages
+        return entry
+
+    def flush(self) -> int:
+        """Encode and append every pending line; returns how many.
+
+        Raises OSError on failure; the lines stay pending unless part of them reached the file.
+        """
+        pending = self._pending
+        count = len(pending)
+        if not count or self._fd is None:
+            return 0
+        batch = [pending.popleft() for _ in range(count)]
+        encoded = self._encoder.encode_lines([self._entry(*args) for args in batch])
+        data = memoryview(encoded)
+        try:
+            while data:
+                data = data[os.write(self._fd, data) :]
+        except OSError:
+            if len(data) == len(encoded):  # nothing written: keep the lines for a retry
+                pending.extendleft(reversed(batch))
+            raise
+        self.lines_written += count
+        return count
+
+    def close(self) -> None:
+        """Flush and close the file (idempotent)."""
+        if self._fd is None:
+            return
+        try:
+            self.flush()
+        finally:
+            os.close(self._fd)
+            self._fd = None
+
+
+def read_trace(path: str | os.PathLike[str]) -> list[TraceEntry]:
+    """Every whole line of a trace.jsonl (a torn last line, if any, is skipped)."""
+    decoder = msgspec.json.Decoder(TraceEntry)
+    entries = []
+    with open(path, "rb") as file:
+        for line in file:
+            if line.endswith(b"\n"):
+                entries.append(decoder.decode(line))
+    return entries
