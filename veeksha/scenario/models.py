@@ -7,6 +7,7 @@ nothing from the runtime.
 
 from __future__ import annotations
 
+import functools
 import json
 import warnings
 from typing import Annotated, Any, Literal
@@ -61,9 +62,48 @@ __all__ = [
 
 
 class StrictModel(BaseModel):
-    """Base of every scenario model: unknown keys are errors, defaults are validated."""
+    """Base of every scenario model: unknown keys are errors, defaults are validated.
+
+    A polymorphic section written without ``type:`` takes the type of its default (``client:
+    {model: m}`` is a chat-completions client), as SCENARIO_REFERENCE.md gives every key a default.
+    """
 
     model_config = ConfigDict(extra="forbid", validate_default=True, populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_type_tags(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        tags = _default_tags(cls)
+        if not any(key in data for key in tags):
+            return data
+        data = dict(data)
+        for key, tag in tags.items():
+            value = data.get(key)
+            if isinstance(value, dict) and "type" not in value:
+                data[key] = {"type": tag, **value}
+            elif isinstance(value, list):
+                data[key] = [
+                    {"type": tag, **item} if isinstance(item, dict) and "type" not in item else item
+                    for item in value
+                ]
+        return data
+
+
+@functools.cache
+def _default_tags(model: type[BaseModel]) -> dict[str, str]:
+    """Field name → the ``type`` tag of its default, for fields holding tagged models."""
+    tags: dict[str, str] = {}
+    for name, info in model.model_fields.items():
+        if info.default_factory is None:
+            continue
+        default = info.default_factory()  # type: ignore[call-arg]
+        first = default[0] if isinstance(default, list) and default else default
+        tag = getattr(first, "type", None) if isinstance(first, BaseModel) else None
+        if isinstance(tag, str):
+            tags[name] = tag
+    return tags
 
 
 # --------------------------------------------------------------------------- interval generators
@@ -366,12 +406,17 @@ class ServerTokenizer(StrictModel):
     )
 
 
-Tokenizer = Annotated[
-    BuiltinTokenizer | HfTokenizer | ServerTokenizer, Field(discriminator="type")
-]
+Tokenizer = Annotated[BuiltinTokenizer | HfTokenizer | ServerTokenizer, Field(discriminator="type")]
 
 
 # ----------------------------------------------------------------------------------------- client
+
+
+def _object_or_json_string(schema: dict[str, Any]) -> None:
+    """JSON Schema of a mapping that may also be given as a JSON string (as upstream allows)."""
+    schema.pop("type", None)
+    schema.pop("additionalProperties", None)
+    schema["anyOf"] = [{"type": "object"}, {"type": "string", "description": "A JSON object."}]
 
 
 class _OpenAIClientBase(StrictModel):
@@ -396,7 +441,9 @@ class _OpenAIClientBase(StrictModel):
         False, description='Append "Generate at least N tokens." to each prompt.'
     )
     additional_sampling_params: dict[str, Any] = Field(
-        default_factory=dict, description="Merged into every request body (map or JSON string)."
+        default_factory=dict,
+        description="Merged into every request body (map or JSON string).",
+        json_schema_extra=_object_or_json_string,
     )
     stream: bool = Field(True, description="Stream responses (SSE) and time every chunk.")
     tokenizer: Tokenizer = Field(
@@ -530,7 +577,7 @@ class PerformanceEvaluator(StrictModel):
 
     type: Literal["performance"] = "performance"
     target_channels: list[Literal["text"]] = Field(
-        default_factory=lambda: ["text"], description="Channels evaluated."
+        default_factory=lambda: list[Literal["text"]](["text"]), description="Channels evaluated."
     )
     stream_metrics: bool = Field(True, description="Print periodic metrics while running.")
     stream_metrics_interval: float = Field(5.0, gt=0, description="Seconds between them.")
