@@ -176,6 +176,12 @@ DOC_BEGIN = "<!-- BEGIN GENERATED COLUMNS (python -m veeksha.record.columns docs
 DOC_END = "<!-- END GENERATED COLUMNS -->"
 
 
+def _type_name(type_: pa.DataType) -> str:
+    if pa.types.is_list(type_):
+        return f"list<{_type_name(type_.value_type)}>"
+    return {"double": "float64", "bool": "boolean"}.get(str(type_), str(type_))
+
+
 def _table(title: str, schema: pa.Schema) -> list[str]:
     lines = [
         f"### `{title}`",
@@ -188,7 +194,7 @@ def _table(title: str, schema: pa.Schema) -> list[str]:
         unit = meta.get(b"unit", b"").decode() or "-"
         desc = meta.get(b"description", b"").decode().replace("|", "\\|")
         null = "yes" if field.nullable else "no"
-        lines.append(f"| `{field.name}` | `{field.type}` | {unit} | {null} | {desc} |")
+        lines.append(f"| `{field.name}` | `{_type_name(field.type)}` | {unit} | {null} | {desc} |")
     return lines
 
 

@@ -206,7 +206,7 @@ def requests_table(rows: Sequence[dict[str, Any]], t0_ns: int) -> pa.Table:
     """A batch of ``request_row`` dicts as a table typed by REQUESTS_SCHEMA.
 
     Computes the per-chunk columns in bulk: ``chunk_times`` (every row that reached a worker) and
-    ``tbc`` (ok rows only) from each row's ``chunk_times_ns``.
+    ``tbc`` (ok rows that reached a worker) from each row's ``chunk_times_ns``.
     """
     scalars = pa.Table.from_pylist(list(rows), schema=_SCALAR_SCHEMA)
     raw = pa.array([r.get("chunk_times_ns") for r in rows], type=pa.list_(pa.int64()))
@@ -231,7 +231,7 @@ def requests_table(rows: Sequence[dict[str, Any]], t0_ns: int) -> pa.Table:
     tbc = pa.ListArray.from_arrays(
         pa.array(gap_offsets, pa.int32()),
         pa.array(gaps, pa.float64()),
-        mask=pc.invert(ok),
+        mask=pc.or_(pc.invert(ok), raw.is_null()),
     )
     computed = {"chunk_times": chunk_times, "tbc": tbc}
     arrays = [
