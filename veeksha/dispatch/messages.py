@@ -59,11 +59,15 @@ class Stop(msgspec.Struct, tag="stop", array_like=True):
 
 
 class WorkerReady(msgspec.Struct, tag="ready", array_like=True):
-    """A worker is up, pinned and connected; sent once."""
+    """A worker is up, pinned and connected; sent once.
+
+    A worker that cannot start sends it with ``error`` set (why, in words) and exits non-zero.
+    """
 
     worker_id: int
     pid: int
     cpus: list[int]
+    error: str = ""
 
 
 class Result(msgspec.Struct, tag="result", array_like=True, gc=False):

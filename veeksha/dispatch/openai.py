@@ -1,0 +1,304 @@
+"""OpenAI wire format: request bodies, an incremental SSE parser, and response interpretation.
+
+Nothing here does I/O: the worker feeds raw bytes in and reads plain values out, so every edge
+case (events split across reads, CRLF, comments, ``[DONE]``) is unit-testable without a socket.
+
+Request bodies (``RequestBuilder``)
+    chat (``/v1/chat/completions``): ``messages`` as OpenAI chat messages, roles as given
+    (``user``/``assistant``). completions (``/v1/completions``): the conversation flattened into
+    one ``prompt`` by joining the message contents with ``"\\n"`` (roles are dropped: a
+    completions model sees plain text). Then the requested length under ``max_tokens_param`` (and
+    ``min_tokens_param`` when set), ``ignore_eos: true`` when enabled (omitted otherwise, since
+    strict servers reject unknown keys), ``stream``, ``stream_options.include_usage`` when
+    streaming, and the additional sampling parameters. With the prompt fallback,
+    ``" Generate at least N tokens."`` is appended to the last user message (N = max_tokens).
+    The constant part of the body is encoded once; per request only the prompt and the token
+    counts are encoded and spliced in front of it.
+
+Responses (``ResponseAccumulator``)
+    Each SSE ``data:`` payload is one JSON chunk: content from ``choices[0].delta.content``
+    (chat) or ``choices[0].text`` (completions), ``usage`` (prompt, completion and cached prompt
+    tokens), and the non-standard ``timings`` object of our simulator. Every event of one read
+    shares that read's timestamp; a chunk counts (``chunk_times_ns``, ``first_chunk_at_ns``)
+    only when its content is non-empty. An ``error`` object inside a stream (as vLLM sends) is
+    raised as a ``ResponseError`` of kind ``http_4xx`` or ``http_5xx`` from its ``code``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+__all__ = [
+    "PROMPT_FALLBACK",
+    "RequestBuilder",
+    "ResponseAccumulator",
+    "ResponseError",
+    "SSEParser",
+]
+
+PROMPT_FALLBACK = " Generate at least {n} tokens."
+_DONE = b"[DONE]"
+
+
+class ResponseError(Exception):
+    """The response cannot be used; ``kind`` is one of ``messages.ERROR_KINDS``."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+# ------------------------------------------------------------------------------------ requests
+
+
+class RequestBuilder:
+    """Encodes request bodies for one endpoint; build once per worker, call ``body`` per request."""
+
+    __slots__ = ("_chat", "_fallback", "_max_key", "_min_key", "_tail")
+
+    def __init__(
+        self,
+        *,
+        chat: bool,
+        model: str | None,
+        stream: bool,
+        max_tokens_param: str,
+        min_tokens_param: str | None = None,
+        ignore_eos: bool = True,
+        prompt_fallback: bool = False,
+        extra_params: dict[str, Any] | None = None,
+    ) -> None:
+        self._chat = chat
+        self._fallback = prompt_fallback
+        encode = msgspec.json.encode
+        self._max_key = b"," + encode(max_tokens_param) + b":"
+        self._min_key = b"," + encode(min_tokens_param) + b":" if min_tokens_param else None
+        static: dict[str, Any] = {}
+        if model is not None:
+            static["model"] = model
+        if ignore_eos:
+            static["ignore_eos"] = True
+        static["stream"] = stream
+        if stream:
+            static["stream_options"] = {"include_usage": True}
+        for key, value in (extra_params or {}).items():
+            if key == "stream_options" and isinstance(value, dict) and stream:
+                static[key] = {**static[key], **value}
+            else:
+                static[key] = value
+        # '{"model":...}' → ',"model":...}' : the part after the per-request keys.
+        self._tail = b"," + encode(static)[1:]
+
+    def body(self, messages: list[tuple[str, str]], max_tokens: int) -> bytes:
+        """The JSON body for one request: the conversation and its requested output length."""
+        if self._fallback:
+            messages = _with_fallback(messages, max_tokens)
+        if self._chat:
+            head = b'{"messages":' + msgspec.json.encode(
+                [{"role": role, "content": content} for role, content in messages]
+            )
+        else:
+            head = b'{"prompt":' + msgspec.json.encode("\n".join(c for _, c in messages))
+        n = str(max_tokens).encode()
+        if self._min_key is None:
+            return b"".join((head, self._max_key, n, self._tail))
+        return b"".join((head, self._max_key, n, self._min_key, n, self._tail))
+
+
+def _with_fallback(messages: list[tuple[str, str]], max_tokens: int) -> list[tuple[str, str]]:
+    for i in range(len(messages) - 1, -1, -1):
+        role, content = messages[i]
+        if role == "user":
+            out = list(messages)
+            out[i] = (role, content + PROMPT_FALLBACK.format(n=max_tokens))
+            return out
+    return messages
+
+
+# ------------------------------------------------------------------------------------ SSE parser
+
+
+class SSEParser:
+    """Incremental Server-Sent Events parser: raw bytes in, ``data`` payloads out.
+
+    Handles events split anywhere across reads, several events per read, LF, CRLF and lone CR
+    line ends, comments (``:...``) and multi-line data (joined with ``\\n``). Fields other than
+    ``data`` (``event``, ``id``, ``retry``) are ignored. ``[DONE]`` is returned like any payload.
+
+    Example::
+
+        p = SSEParser()
+        p.feed(b'data: {"a"')          # → []
+        p.feed(b': 1}\\n\\ndata: [DO')  # → [b'{"a": 1}']
+        p.feed(b'NE]\\n\\n')             # → [b'[DONE]']
+    """
+
+    __slots__ = ("_data", "_pending")
+
+    def __init__(self) -> None:
+        self._pending = b""
+        self._data: bytes | None = None
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """Consume one read; return the payloads of the events it completed, in order."""
+        if self._pending:
+            chunk = self._pending + chunk
+        tail = b""
+        if b"\r" in chunk:
+            if chunk[-1] == 13:  # a CR at the end may be the first half of a CRLF
+                chunk, tail = chunk[:-1], b"\r"
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        lines = chunk.split(b"\n")
+        self._pending = lines.pop() + tail
+        events: list[bytes] = []
+        data = self._data
+        for line in lines:
+            if not line:
+                if data is not None:
+                    events.append(data)
+                    data = None
+            elif line[:5] == b"data:":
+                value = line[6:] if line[5:6] == b" " else line[5:]
+                data = value if data is None else data + b"\n" + value
+            elif line == b"data":
+                data = b"" if data is None else data + b"\n"
+            # comments (':...') and other fields are ignored
+        self._data = data
+        return events
+
+    def close(self) -> list[bytes]:
+        """End of stream: return a last event left without its blank line (lenient)."""
+        events = self.feed(b"\n\n") if (self._pending or self._data is not None) else []
+        self._pending = b""
+        self._data = None
+        return events
+
+
+# ------------------------------------------------------------------------ response interpretation
+
+
+class _Delta(msgspec.Struct):
+    content: str | None = None
+
+
+class _Choice(msgspec.Struct):
+    delta: _Delta | None = None
+    message: _Delta | None = None
+    text: str | None = None
+
+
+class _PromptDetails(msgspec.Struct):
+    cached_tokens: int | None = None
+
+
+class _Usage(msgspec.Struct):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    prompt_tokens_details: _PromptDetails | None = None
+
+
+class _Chunk(msgspec.Struct):
+    choices: list[_Choice] | None = None
+    usage: _Usage | None = None
+    timings: dict[str, Any] | None = None
+    error: Any = None
+
+
+_decode_chunk = msgspec.json.Decoder(_Chunk).decode
+
+
+class ResponseAccumulator:
+    """What one response said so far: text parts, chunk times, usage, server timings."""
+
+    __slots__ = (
+        "cached_tokens",
+        "chat",
+        "chunk_times_ns",
+        "completion_tokens",
+        "done",
+        "first_chunk_at_ns",
+        "parts",
+        "prompt_tokens",
+        "server_timings",
+    )
+
+    def __init__(self, chat: bool) -> None:
+        self.chat = chat
+        self.parts: list[str] = []
+        self.chunk_times_ns: list[int] = []
+        self.first_chunk_at_ns: int | None = None
+        self.prompt_tokens: int | None = None
+        self.completion_tokens: int | None = None
+        self.cached_tokens: int | None = None
+        self.server_timings: dict[str, Any] | None = None
+        self.done = False
+
+    @property
+    def output_text(self) -> str:
+        return "".join(self.parts)
+
+    def on_events(self, events: list[bytes], t_ns: int) -> None:
+        """Interpret the SSE payloads of one read, all stamped ``t_ns``."""
+        for payload in events:
+            if payload == _DONE:
+                self.done = True
+                continue
+            chunk = _decode(payload)
+            text = self._absorb(chunk)
+            if text:
+                self.parts.append(text)
+                self.chunk_times_ns.append(t_ns)
+                if self.first_chunk_at_ns is None:
+                    self.first_chunk_at_ns = t_ns
+
+    def on_body(self, body: bytes, t_ns: int) -> None:
+        """Interpret a whole non-streamed JSON response read at ``t_ns``."""
+        text = self._absorb(_decode(body))
+        self.done = True
+        self.first_chunk_at_ns = t_ns
+        if text:
+            self.parts.append(text)
+            self.chunk_times_ns.append(t_ns)
+
+    def _absorb(self, chunk: _Chunk) -> str | None:
+        if chunk.error is not None:
+            raise _server_error(chunk.error)
+        if chunk.usage is not None:
+            usage = chunk.usage
+            self.prompt_tokens = usage.prompt_tokens
+            self.completion_tokens = usage.completion_tokens
+            if usage.prompt_tokens_details is not None:
+                self.cached_tokens = usage.prompt_tokens_details.cached_tokens
+        if chunk.timings is not None:
+            self.server_timings = chunk.timings
+        if not chunk.choices:
+            return None
+        choice = chunk.choices[0]
+        if not self.chat:
+            return choice.text
+        delta = choice.delta if choice.delta is not None else choice.message
+        return delta.content if delta is not None else None
+
+
+def _decode(payload: bytes) -> _Chunk:
+    try:
+        return _decode_chunk(payload)
+    except msgspec.MsgspecError as exc:
+        snippet = payload[:200].decode("utf-8", "replace")
+        raise ResponseError("malformed_response", f"{exc}: {snippet!r}") from None
+
+
+def _server_error(error: Any) -> ResponseError:
+    message = str(error)
+    code = None
+    if isinstance(error, dict):
+        message = str(error.get("message", error))
+        code = error.get("code")
+    try:
+        status = int(code) if code is not None else 500
+    except (TypeError, ValueError):
+        status = 500
+    kind = "http_4xx" if 400 <= status < 500 else "http_5xx"
+    return ResponseError(kind, f"error in response: {message[:300]}")

@@ -1,0 +1,479 @@
+"""``WorkerPool``: spawn, feed and supervise the HTTP worker processes.
+
+Everything here runs on the main process' event loop, in callbacks: the results socket's reader
+(see ``channel.Receiver``) and one reader per worker on its pidfd, which becomes readable when
+the process exits. No threads, no polling.
+
+Lifecycle
+    ``start`` spawns every worker (``python -m veeksha.dispatch.worker``: a fresh interpreter that
+    imports only the worker's modules, never the caller's ``__main__``; the ``WorkerSpawn``
+    config, API key included, goes through its stdin) and waits until each has said
+    ``WorkerReady``. ``submit`` hands a ``WorkItem`` to the ready worker with the fewest requests
+    in flight (ties: the lowest slot) and sends it at once. ``stop`` sends ``Stop(grace_s)`` to
+    every worker, collects their last Results, reaps them and kills any straggler.
+
+Exactly one Result per submitted item
+    Each worker's in-flight request ids are tracked; a Result is delivered only if its id was
+    still in flight on that worker, so a late Result for a request already declared lost is
+    dropped, never delivered twice.
+
+Supervision
+    A worker that exits while the pool runs is detected at once (pidfd). The results it sent
+    before dying are drained first; every request it still had gets a synthesized
+    ``Result(status="error", error_kind="worker_lost")`` (sent_at and received_at unknown, set to
+    dispatched_at) and a replacement is spawned on the same CPUs under a new worker id. More than
+    ``max_deaths`` deaths within ``death_window_s`` stop the pool: ``error`` is set, ``on_fatal``
+    is called with a ``RunAbortedError``, the remaining workers are stopped, and ``submit``
+    raises from then on.
+
+The ``on_results`` contract
+    ``on_results(results)`` is called on the pool's event loop (the one ``start`` ran on), from a
+    loop callback, synchronously, with one or more Results in arrival order: once per drained
+    batch of the results socket, once per worker death (its lost requests), and from ``stop``.
+    It must not block; it may call ``submit``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import msgspec
+import zmq
+
+import veeksha
+from veeksha.dispatch.channel import (
+    Receiver,
+    Sender,
+    bind_pull,
+    connect_push,
+    from_worker_decoder,
+)
+from veeksha.dispatch.messages import FromWorker, Result, Stop, WorkerReady, WorkItem
+from veeksha.dispatch.settings import WorkerSettings, WorkerSpawn
+from veeksha.errors import ConfigurationError, RunAbortedError, VeekshaError
+
+__all__ = ["WorkerPool", "WorkerSettings"]
+
+_EXIT_MARGIN_S = 5.0  # beyond grace_s, for a worker to cancel, flush and exit
+_LATE_RESULTS_S = 1.0  # after every worker exited, for their last Results to arrive
+
+
+class _Handle:
+    """The pool's view of one worker process."""
+
+    __slots__ = (
+        "address",
+        "backlog",
+        "cpus",
+        "exited",
+        "in_flight",
+        "pid",
+        "pidfd",
+        "proc",
+        "ready",
+        "sender",
+        "slot",
+        "start_error",
+        "worker_id",
+    )
+
+    def __init__(self, worker_id: int, slot: int, cpus: list[int], address: str) -> None:
+        self.worker_id = worker_id
+        self.slot = slot
+        self.cpus = cpus
+        self.address = address
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.pid = 0
+        self.pidfd = -1
+        self.sender: Sender | None = None
+        self.in_flight: dict[int, int] = {}  # request_id -> dispatched_at_ns
+        self.backlog: list[WorkItem] = []  # submitted before the worker was ready
+        self.start_error = ""
+        loop = asyncio.get_running_loop()
+        self.ready: asyncio.Future[None] = loop.create_future()
+        self.exited: asyncio.Future[int] = loop.create_future()
+
+
+class WorkerPool:
+    """N pinned worker processes sending requests; see the module docstring for the contract."""
+
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        num_workers: int,
+        worker_cpus: list[list[int]],
+        on_results: Callable[[list[Result]], None],
+        *,
+        on_fatal: Callable[[VeekshaError], None] | None = None,
+        max_deaths: int = 3,
+        death_window_s: float = 10.0,
+    ) -> None:
+        if num_workers < 1:
+            raise ValueError("num_workers must be at least 1")
+        if worker_cpus and len(worker_cpus) != num_workers:
+            raise ValueError("worker_cpus needs one entry per worker (or none)")
+        self.settings = settings
+        self.num_workers = num_workers
+        self._worker_cpus = worker_cpus or [[] for _ in range(num_workers)]
+        self._on_results = on_results
+        self._on_fatal = on_fatal
+        self._max_deaths = max_deaths
+        self._death_window_ns = int(death_window_s * 1e9)
+        self._deaths: collections.deque[int] = collections.deque()
+        self._handles: dict[int, _Handle] = {}  # every worker ever spawned, by id
+        self._live: list[_Handle] = []  # spawned, not exited
+        self._ready: list[_Handle] = []  # live and ready, by slot
+        self._next_id = 0
+        self._in_flight = 0
+        self._idle: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ctx: zmq.Context[Any] | None = None
+        self._receiver: Receiver[FromWorker] | None = None
+        self._dir: str | None = None
+        self._started = False
+        self._running = False  # start() succeeded: deaths are replaced from now on
+        self._stopping = False
+        self._closed = False
+        self.error: VeekshaError | None = None
+
+    # ---------------------------------------------------------------------------------- public
+
+    @property
+    def in_flight(self) -> int:
+        """Requests submitted and not yet answered, over all workers."""
+        return self._in_flight
+
+    def in_flight_by_worker(self) -> dict[int, int]:
+        """Requests in flight per live worker id."""
+        return {h.worker_id: len(h.in_flight) for h in self._live}
+
+    @property
+    def worker_pids(self) -> dict[int, int]:
+        """Process id of each live worker, by worker id."""
+        return {h.worker_id: h.pid for h in self._live}
+
+    async def start(self, timeout: float = 60.0) -> None:  # noqa: ASYNC109 - the public contract
+        """Spawn every worker and wait until all are ready.
+
+        Raises ``ConfigurationError`` naming the worker and its reason when one cannot start
+        (or ``timeout`` seconds pass); then no worker is left running.
+        """
+        if self._started:
+            raise RuntimeError("WorkerPool.start called twice")
+        self._started = True
+        self._loop = asyncio.get_running_loop()
+        self._idle = asyncio.Event()
+        self._dir = tempfile.mkdtemp(prefix="veeksha-ipc-")
+        self._ctx = zmq.Context()
+        sock = bind_pull(self._ctx, f"ipc://{self._dir}/results")
+        self._receiver = Receiver(sock, from_worker_decoder(), self._on_batch)
+        self._receiver.start(self._loop)
+        try:
+            handles = [self._spawn(slot) for slot in range(self.num_workers)]
+            waits = [h.ready for h in handles]
+            done, pending = await asyncio.wait(
+                waits, timeout=timeout, return_when=asyncio.FIRST_EXCEPTION
+            )
+            for fut in done:
+                fut.result()
+            if pending:
+                slow = [h.worker_id for h in handles if not h.ready.done()]
+                raise ConfigurationError(f"worker(s) {slow} did not start within {timeout:g} s")
+            self._running = True
+        except BaseException:
+            self._stopping = True
+            await self._kill_all()
+            self._close()
+            raise
+
+    def submit(self, item: WorkItem) -> int:
+        """Hand ``item`` to the least-loaded ready worker now; return that worker's id.
+
+        Never blocks. Raises ``RunAbortedError`` once the pool has failed or is stopping.
+        """
+        if self._stopping or self.error is not None:
+            raise self.error or RunAbortedError("the worker pool is stopping")
+        best: _Handle | None = None
+        best_n = 1 << 62
+        for h in self._ready:
+            n = len(h.in_flight)
+            if n < best_n:
+                best, best_n = h, n
+                if n == 0:
+                    break
+        if best is None:  # only replacements starting: queue on the least-loaded one
+            if not self._live:
+                raise RunAbortedError("no worker process is running")
+            best = min(self._live, key=lambda h: len(h.in_flight))
+        best.in_flight[item.request_id] = item.dispatched_at_ns
+        self._in_flight += 1
+        if best.sender is not None:
+            best.sender.send([item])
+        else:
+            best.backlog.append(item)
+        return best.worker_id
+
+    async def stop(self, grace_s: float = 0.0) -> None:
+        """Stop every worker: in-flight requests get ``grace_s`` seconds, then are cancelled.
+
+        Every outstanding request gets its Result (through ``on_results``) before this returns;
+        every worker process has been reaped, stragglers killed. Idempotent.
+        """
+        if self._closed or not self._started:
+            return
+        self._stopping = True
+        for h in list(self._live):
+            if h.sender is not None:
+                h.sender.send([Stop(grace_s)])
+            elif h.proc is not None:  # still starting: nothing was sent to it
+                self._signal(h, signal.SIGKILL)
+        exits = [h.exited for h in self._live]
+        if exits:
+            _, pending = await asyncio.wait(exits, timeout=max(0.0, grace_s) + _EXIT_MARGIN_S)
+            if pending:
+                await self._kill_all()
+        assert self._idle is not None
+        if self._in_flight:
+            self._idle.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), _LATE_RESULTS_S)
+        for h in list(self._handles.values()):
+            if h.ready.done():
+                self._lose(h, f"worker {h.worker_id} exited without answering")
+            else:  # stopped while starting: its requests were never sent
+                self._lose(h, "the pool stopped before its worker started", "cancelled")
+        self._close()
+
+    async def __aenter__(self) -> WorkerPool:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # ------------------------------------------------------------------------------- spawning
+
+    def _spawn(self, slot: int) -> _Handle:
+        assert self._dir is not None
+        worker_id = self._next_id
+        self._next_id += 1
+        h = _Handle(worker_id, slot, self._worker_cpus[slot], f"ipc://{self._dir}/w{worker_id}")
+        spawn = WorkerSpawn(
+            worker_id=worker_id,
+            parent_pid=os.getpid(),
+            cpus=h.cpus,
+            work_address=h.address,
+            results_address=f"ipc://{self._dir}/results",
+            settings=self.settings,
+        )
+        env = dict(os.environ)
+        root = str(Path(veeksha.__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "veeksha.dispatch.worker"],
+            stdin=subprocess.PIPE,
+            env=env,
+            close_fds=True,
+        )
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(msgspec.msgpack.encode(spawn))
+            proc.stdin.close()
+        except OSError:  # it died already; the pidfd below reports it
+            pass
+        h.proc = proc
+        h.pid = proc.pid
+        h.pidfd = os.pidfd_open(proc.pid)
+        assert self._loop is not None
+        self._loop.add_reader(h.pidfd, self._on_exit, h)
+        self._handles[worker_id] = h
+        self._live.append(h)
+        return h
+
+    # ------------------------------------------------------------------------------ callbacks
+
+    def _on_batch(self, batch: list[FromWorker]) -> None:
+        results: list[Result] = []
+        handles = self._handles
+        for msg in batch:
+            if type(msg) is Result:
+                h = handles.get(msg.worker_id)
+                if h is not None and h.in_flight.pop(msg.request_id, None) is not None:
+                    results.append(msg)
+            elif isinstance(msg, WorkerReady):
+                self._on_ready(msg)
+        if results:
+            self._in_flight -= len(results)
+            if self._in_flight == 0 and self._idle is not None:
+                self._idle.set()
+            self._on_results(results)
+
+    def _on_ready(self, msg: WorkerReady) -> None:
+        h = self._handles.get(msg.worker_id)
+        if h is None or h.exited.done():
+            return
+        if msg.error:
+            h.start_error = msg.error
+            return
+        assert self._ctx is not None
+        h.cpus = msg.cpus
+        h.sender = Sender(connect_push(self._ctx, h.address))
+        if h.backlog:
+            h.sender.send(h.backlog)
+            h.backlog = []
+        self._ready.append(h)
+        self._ready.sort(key=lambda x: x.slot)
+        if not h.ready.done():
+            h.ready.set_result(None)
+
+    def _on_exit(self, h: _Handle) -> None:
+        assert self._loop is not None
+        assert h.proc is not None
+        self._loop.remove_reader(h.pidfd)
+        os.close(h.pidfd)
+        h.pidfd = -1
+        code = h.proc.wait()
+        if h in self._live:
+            self._live.remove(h)
+        if h in self._ready:
+            self._ready.remove(h)
+        if h.sender is not None:
+            h.sender.close(0)
+            h.sender = None
+        how = _describe_exit(code)
+        if not h.ready.done():
+            why = h.start_error or "see its error output above"
+            h.ready.set_exception(
+                ConfigurationError(
+                    f"worker {h.worker_id} (CPUs {h.cpus or 'any'}) {how} before it was "
+                    f"ready: {why}"
+                )
+            )
+            h.ready.exception()  # retrieved here: a replacement's future may have no waiter
+        h.exited.set_result(code)
+        if self._stopping or not self._running:
+            return
+        # Unexpected: take what it sent before dying, declare the rest lost, replace it.
+        if self._receiver is not None:
+            batch = self._receiver.drain()
+            if batch:
+                self._on_batch(batch)
+        self._lose(h, f"worker {h.worker_id} (pid {h.pid}) {how}")
+        now = time.monotonic_ns()
+        self._deaths.append(now)
+        while self._deaths and now - self._deaths[0] > self._death_window_ns:
+            self._deaths.popleft()
+        if len(self._deaths) > self._max_deaths:
+            self._fail(
+                RunAbortedError(
+                    f"{len(self._deaths)} worker processes died within "
+                    f"{self._death_window_ns / 1e9:g} s (last: worker {h.worker_id} {how})"
+                )
+            )
+        else:
+            self._spawn(h.slot)
+
+    # -------------------------------------------------------------------------------- helpers
+
+    def _lose(self, h: _Handle, why: str, kind: str = "worker_lost") -> None:
+        """Synthesize a Result (error/worker_lost, or cancelled) for every request ``h`` has."""
+        if not h.in_flight:
+            return
+        lost, h.in_flight = h.in_flight, {}
+        h.backlog = []
+        now = time.monotonic_ns()
+        results = [
+            Result(
+                request_id=request_id,
+                worker_id=h.worker_id,
+                status="error" if kind == "worker_lost" else "cancelled",
+                received_at_ns=dispatched_at,
+                sent_at_ns=dispatched_at,
+                completed_at_ns=now,
+                error_kind=kind,
+                error_message=why,
+            )
+            for request_id, dispatched_at in lost.items()
+        ]
+        self._in_flight -= len(results)
+        if self._in_flight == 0 and self._idle is not None:
+            self._idle.set()
+        self._on_results(results)
+
+    def _fail(self, error: VeekshaError) -> None:
+        if self.error is not None:
+            return
+        self.error = error
+        self._stopping = True
+        for h in self._live:
+            if h.sender is not None:
+                h.sender.send([Stop(0.0)])
+            else:
+                self._signal(h, signal.SIGKILL)
+        if self._on_fatal is not None:
+            self._on_fatal(error)
+
+    def _signal(self, h: _Handle, sig: int) -> None:
+        if h.proc is not None and h.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                h.proc.send_signal(sig)
+
+    async def _kill_all(self) -> None:
+        for h in list(self._live):
+            self._signal(h, signal.SIGKILL)
+        exits = [h.exited for h in self._live]
+        if exits:
+            await asyncio.wait(exits, timeout=_EXIT_MARGIN_S)
+        for h in list(self._live):  # the pidfd never fired (should not happen): reap directly
+            if h.proc is not None:
+                h.proc.wait()
+            if self._loop is not None and h.pidfd >= 0:
+                self._loop.remove_reader(h.pidfd)
+                os.close(h.pidfd)
+                h.pidfd = -1
+            self._live.remove(h)
+
+    def _close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._ready.clear()
+        if self._receiver is not None:
+            self._receiver.stop()
+            self._receiver.sock.close(linger=0)
+        for h in self._handles.values():
+            if h.sender is not None:
+                h.sender.close(0)
+                h.sender = None
+        if self._ctx is not None:
+            self._ctx.term()
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name}"
+    return f"exited with code {code}"

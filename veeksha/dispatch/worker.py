@@ -1,0 +1,447 @@
+"""One HTTP worker process: uvloop, one aiohttp session, one task per request.
+
+Started by ``WorkerPool`` as ``python -m veeksha.dispatch.worker`` with a ``WorkerSpawn`` on its
+stdin (so the API key stays in memory). It ignores SIGINT (the parent stops it with ``Stop``),
+dies with its parent (``PR_SET_PDEATHSIG``), pins itself to its CPUs, binds its work socket,
+connects to the results socket and says ``WorkerReady``. Then, for every ``WorkItem``, it sends
+exactly one ``Result``, errors included; Results are flushed in one frame per loop iteration.
+
+Timestamps (monotonic ns): ``received_at`` when the item was decoded; ``sent_at`` when aiohttp
+starts writing the request to the socket (the first attempt's, when retrying); one timestamp per
+read of the response, shared by the SSE events of that read; ``completed_at`` at the last byte.
+Latencies measured from ``sent_at`` therefore include any retry back-off, as a user would see.
+
+Nothing is written to stdout/stderr per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import ctypes
+import email.utils
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+import aiohttp
+import msgspec
+import uvloop
+import zmq
+
+from veeksha.dispatch.channel import Receiver, Sender, bind_pull, connect_push, to_worker_decoder
+from veeksha.dispatch.messages import Result, Stop, ToWorker, WorkerReady, WorkItem
+from veeksha.dispatch.openai import RequestBuilder, ResponseAccumulator, ResponseError, SSEParser
+from veeksha.dispatch.settings import WorkerSettings, WorkerSpawn
+
+__all__ = ["Worker", "main"]
+
+_SNIPPET_BYTES = 300
+_RETRY_STATUSES = (429, 503)
+_BACKOFF_BASE_S = 0.25
+_BACKOFF_CAP_S = 10.0
+_RESULTS_LINGER_MS = 5_000
+
+# Set per request task; the write task aiohttp creates inherits it (see _TimedRequest).
+_sent_slot: contextvars.ContextVar[list[int]] = contextvars.ContextVar("veeksha_sent_slot")
+
+
+class _TimedRequest(aiohttp.ClientRequest):
+    """Records when the request is written: aiohttp writes headers and body in ``write_bytes``."""
+
+    async def write_bytes(self, *args: Any, **kwargs: Any) -> None:
+        slot = _sent_slot.get(None)
+        if slot is not None and not slot[0]:
+            slot[0] = time.monotonic_ns()
+        await super().write_bytes(*args, **kwargs)
+
+
+class _HttpError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Worker:
+    """The event-loop side of one worker process (usable in-process by tests)."""
+
+    def __init__(
+        self,
+        worker_id: int,
+        settings: WorkerSettings,
+        work_address: str,
+        results_address: str,
+        cpus: list[int] | None = None,
+    ) -> None:
+        self.worker_id = worker_id
+        self.settings = settings
+        self._work_address = work_address
+        self._results_address = results_address
+        self._cpus = cpus or []
+        self._builder = RequestBuilder(
+            chat=settings.chat,
+            model=settings.model,
+            stream=settings.stream,
+            max_tokens_param=settings.max_tokens_param,
+            min_tokens_param=settings.min_tokens_param,
+            ignore_eos=settings.ignore_eos,
+            prompt_fallback=settings.prompt_fallback,
+            extra_params=settings.extra_params,
+        )
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if settings.stream:
+            headers["Accept"] = "text/event-stream"
+        if settings.api_key:
+            headers["Authorization"] = f"Bearer {settings.api_key}"
+        self._headers = headers
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._outbox: list[Result] = []
+        self._flush_scheduled = False
+        self._stopping: asyncio.Future[float] | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._sender: Sender | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # ------------------------------------------------------------------------------ lifecycle
+
+    async def run(self) -> None:
+        """Serve work items until ``Stop``; then finish or cancel what is in flight and return."""
+        loop = self._loop = asyncio.get_running_loop()
+        self._stopping = loop.create_future()
+        ctx = zmq.Context()
+        work_sock = bind_pull(ctx, self._work_address)
+        self._sender = Sender(connect_push(ctx, self._results_address, _RESULTS_LINGER_MS))
+        receiver: Receiver[ToWorker] = Receiver(work_sock, to_worker_decoder(), self._on_batch)
+        if not self.settings.dry_run:
+            self._session = _make_session(self.settings)
+        try:
+            self._sender.send([WorkerReady(self.worker_id, os.getpid(), self._cpus)])
+            receiver.start(loop)
+            grace_s = await self._stopping
+            receiver.stop()
+            await self._finish(grace_s)
+        finally:
+            if self._session is not None:
+                await self._session.close()
+            self._flush()
+            work_sock.close(linger=0)
+            self._sender.close()
+            ctx.term()  # waits (up to the linger) for the last Results to leave
+
+    def _on_batch(self, batch: list[ToWorker]) -> None:
+        received_at = time.monotonic_ns()
+        loop = self._loop
+        assert loop is not None
+        for msg in batch:
+            if type(msg) is WorkItem:
+                if self._stopping is not None and self._stopping.done():
+                    self._emit(_cancelled(msg, self.worker_id, received_at))
+                elif self.settings.dry_run:
+                    self._emit(_dry_result(msg, self.worker_id, received_at))
+                else:
+                    task = loop.create_task(self._run_item(msg, received_at))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+            elif isinstance(msg, Stop) and self._stopping is not None and not self._stopping.done():
+                self._stopping.set_result(msg.grace_s)
+
+    async def _finish(self, grace_s: float) -> None:
+        if self._tasks and grace_s > 0:
+            await asyncio.wait(set(self._tasks), timeout=grace_s)
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(set(self._tasks))
+
+    # ------------------------------------------------------------------------------ results
+
+    def _emit(self, result: Result) -> None:
+        self._outbox.append(result)
+        if not self._flush_scheduled and self._loop is not None:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self._outbox and self._sender is not None:
+            batch, self._outbox = self._outbox, []
+            self._sender.send(batch)
+
+    # ------------------------------------------------------------------------------ requests
+
+    async def _run_item(self, item: WorkItem, received_at: int) -> None:
+        acc = ResponseAccumulator(self.settings.chat)
+        slot = [0]
+        _sent_slot.set(slot)
+        state = _Attempt()
+        result: Result | None = None
+        try:
+            async with asyncio.timeout(self.settings.request_timeout_s):
+                await self._request(item, acc, state)
+            result = self._result(item, received_at, slot, acc, state, "ok")
+        except asyncio.CancelledError:
+            result = self._result(item, received_at, slot, acc, state, "cancelled", "cancelled")
+        except TimeoutError:
+            msg = f"no complete response within {self.settings.request_timeout_s:g} s"
+            result = self._result(item, received_at, slot, acc, state, "timeout", "timeout", msg)
+        except _HttpError as exc:
+            kind = "http_4xx" if exc.status < 500 else "http_5xx"
+            result = self._result(item, received_at, slot, acc, state, "error", kind, str(exc))
+        except ResponseError as exc:
+            result = self._result(item, received_at, slot, acc, state, "error", exc.kind, str(exc))
+        except Exception as exc:  # noqa: BLE001 - every failure becomes this item's Result
+            kind = _classify(exc)
+            result = self._result(item, received_at, slot, acc, state, "error", kind, _msg(exc))
+        finally:
+            if result is None:  # BaseException other than cancellation: still one Result
+                result = self._result(
+                    item, received_at, slot, acc, state, "error", "client_error", "aborted"
+                )
+            self._emit(result)
+
+    async def _request(self, item: WorkItem, acc: ResponseAccumulator, state: _Attempt) -> None:
+        assert self._session is not None
+        settings = self.settings
+        body = self._builder.body(item.messages, item.max_tokens)
+        state.started_at = time.monotonic_ns()
+        while True:
+            resp = await self._session.post(settings.endpoint, data=body, headers=self._headers)
+            try:
+                state.http_status = resp.status
+                if resp.status >= 400:
+                    delay = self._retry_delay(resp, state.retries)
+                    if delay is None:
+                        snippet = await resp.content.read(_SNIPPET_BYTES)
+                        text = snippet.decode("utf-8", "replace").strip()
+                        raise _HttpError(resp.status, f"HTTP {resp.status}: {text}")
+                elif settings.stream:
+                    await _read_stream(resp.content, acc, state)
+                    return
+                else:
+                    data = await resp.read()
+                    state.completed_at = time.monotonic_ns()
+                    acc.on_body(data, state.completed_at)
+                    return
+            finally:
+                resp.release()
+            state.retries += 1
+            await asyncio.sleep(delay)
+
+    def _retry_delay(self, resp: aiohttp.ClientResponse, retries: int) -> float | None:
+        if resp.status not in _RETRY_STATUSES or retries >= self.settings.max_retries:
+            return None
+        backoff = min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**retries)
+        after = _retry_after_s(resp.headers.get("Retry-After"))
+        return min(_BACKOFF_CAP_S, after) if after is not None else backoff
+
+    def _result(
+        self,
+        item: WorkItem,
+        received_at: int,
+        slot: list[int],
+        acc: ResponseAccumulator,
+        state: _Attempt,
+        status: str,
+        error_kind: str = "",
+        error_message: str = "",
+    ) -> Result:
+        now = time.monotonic_ns()
+        sent_at = slot[0] or state.started_at or received_at
+        completed_at = state.completed_at or now
+        first = acc.first_chunk_at_ns
+        if status == "ok" and first is None:
+            first = completed_at
+        return Result(
+            request_id=item.request_id,
+            worker_id=self.worker_id,
+            status=status,
+            received_at_ns=received_at,
+            sent_at_ns=sent_at,
+            completed_at_ns=completed_at,
+            first_chunk_at_ns=first,
+            chunk_times_ns=acc.chunk_times_ns,
+            output_text=acc.output_text,
+            http_status=state.http_status,
+            error_kind=error_kind,
+            error_message=error_message,
+            prompt_tokens=acc.prompt_tokens,
+            completion_tokens=acc.completion_tokens,
+            cached_tokens=acc.cached_tokens,
+            retries=state.retries,
+            server_timings=acc.server_timings,
+        )
+
+
+class _Attempt:
+    __slots__ = ("completed_at", "http_status", "retries", "started_at")
+
+    def __init__(self) -> None:
+        self.started_at = 0
+        self.http_status = 0
+        self.retries = 0
+        self.completed_at = 0
+
+
+async def _read_stream(
+    content: aiohttp.StreamReader, acc: ResponseAccumulator, state: _Attempt
+) -> None:
+    parser = SSEParser()
+    feed = parser.feed
+    on_events = acc.on_events
+    readany = content.readany
+    monotonic_ns = time.monotonic_ns
+    while True:
+        data = await readany()
+        if not data:
+            break
+        t = monotonic_ns()
+        state.completed_at = t
+        events = feed(data)
+        if events:
+            on_events(events, t)
+    tail = parser.close()
+    if tail:
+        on_events(tail, state.completed_at)
+    if not acc.done and not acc.parts and acc.completion_tokens is None:
+        raise ResponseError("malformed_response", "stream ended without any event")
+
+
+def _make_session(settings: WorkerSettings) -> aiohttp.ClientSession:
+    connector = aiohttp.TCPConnector(
+        limit=settings.max_connections,
+        limit_per_host=0,
+        keepalive_timeout=60,
+        enable_cleanup_closed=False,
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        request_class=_TimedRequest,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        timeout=aiohttp.ClientTimeout(total=None),
+        auto_decompress=False,
+        skip_auto_headers=("Accept-Encoding",),
+        headers={"User-Agent": "veeksha"},
+    )
+
+
+def _retry_after_s(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _classify(exc: BaseException) -> str:
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return "connection_refused"
+    if isinstance(
+        exc,
+        aiohttp.ServerDisconnectedError
+        | aiohttp.ClientPayloadError
+        | aiohttp.ClientOSError
+        | aiohttp.ClientConnectionError
+        | ConnectionError,
+    ):
+        return "connection_reset"
+    return "client_error"
+
+
+def _msg(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _cancelled(item: WorkItem, worker_id: int, now: int) -> Result:
+    return Result(
+        request_id=item.request_id,
+        worker_id=worker_id,
+        status="cancelled",
+        received_at_ns=now,
+        sent_at_ns=now,
+        completed_at_ns=now,
+        error_kind="cancelled",
+        error_message="worker stopping",
+    )
+
+
+_DRY_WORD = "token"
+
+
+def _dry_result(item: WorkItem, worker_id: int, now: int) -> Result:
+    n = max(0, item.max_tokens)
+    return Result(
+        request_id=item.request_id,
+        worker_id=worker_id,
+        status="ok",
+        received_at_ns=now,
+        sent_at_ns=now,
+        completed_at_ns=now,
+        first_chunk_at_ns=now if n else None,
+        chunk_times_ns=[now] * n,
+        output_text=" ".join([_DRY_WORD] * n),
+        completion_tokens=n,
+    )
+
+
+# ---------------------------------------------------------------------------------- process main
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Ask the kernel to SIGKILL us when the parent dies (Linux); no-op elsewhere."""
+    if sys.platform != "linux":
+        return
+    with contextlib.suppress(OSError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def main() -> int:
+    """Entry point of a worker process: read ``WorkerSpawn`` from stdin, serve, exit 0.
+
+    A failure before the worker is ready is reported to the pool as ``WorkerReady(error=...)``
+    (exit code 1), so the pool can say why instead of pointing at a traceback.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    spawn = msgspec.msgpack.decode(sys.stdin.buffer.read(), type=WorkerSpawn)
+    _die_with_parent(spawn.parent_pid)
+    try:
+        if spawn.cpus:
+            os.sched_setaffinity(0, spawn.cpus)
+        worker = Worker(
+            spawn.worker_id,
+            spawn.settings,
+            spawn.work_address,
+            spawn.results_address,
+            sorted(os.sched_getaffinity(0)),
+        )
+    except Exception as exc:  # noqa: BLE001 - reported to the pool, which raises it
+        _report_start_failure(spawn, f"{type(exc).__name__}: {exc}")
+        return 1
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(worker.run())
+    return 0
+
+
+def _report_start_failure(spawn: WorkerSpawn, error: str) -> None:
+    ctx = zmq.Context()
+    sender = Sender(connect_push(ctx, spawn.results_address, _RESULTS_LINGER_MS))
+    sender.send([WorkerReady(spawn.worker_id, os.getpid(), spawn.cpus, error=error)])
+    sender.close()
+    ctx.term()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
