@@ -29,6 +29,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
@@ -235,6 +236,8 @@ class ResultWriter:
                 self._write_parts()
             except _WriteFailed as failed:
                 self._fail(failed.cause, failed.path)
+            except Exception as exc:  # noqa: BLE001 - the event loop must hear of any failure
+                self._fail(exc, self.run_dir / PARTS_DIR)
             for done in waiters:
                 done.set()
             if stopping or self._error is not None:
@@ -259,10 +262,9 @@ class ResultWriter:
                 )
                 tmp.replace(path)
             except (OSError, pa.ArrowException) as exc:
-                pending.extendleft(
-                    reversed(batch)
-                )  # kept for close() to report, never half-written
-                tmp.unlink(missing_ok=True)
+                pending.extendleft(reversed(batch))  # kept in memory, never half-written
+                with contextlib.suppress(OSError):
+                    tmp.unlink(missing_ok=True)
                 raise _WriteFailed(exc, path) from exc
             table.next_part += 1
             self.rows_written[table.name] += count
@@ -297,7 +299,8 @@ class ResultWriter:
                     out.write_table(chunk.replace_schema_metadata(metadata))
             tmp.replace(table.final)
         finally:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
 
 
 class _WriteFailed(Exception):
