@@ -1,5 +1,9 @@
 """Tokenizers: how veeksha counts and builds prompt tokens.
 
+``make_tokenizer(cfg, api_base, model)`` builds the one a scenario's ``client.tokenizer`` names:
+``builtin`` (below), ``hf`` (:class:`HfTokenizerAdapter`, a local tokenizer.json) or ``server``
+(:class:`ServerTokenizer`, the target's ``/tokenize``).
+
 ``BuiltinTokenizer`` is deterministic and shipped with veeksha: one token per whitespace-separated
 word. Its vocabulary is a fixed list of pronounceable words (two-letter syllables, one or two of
 them). The built-in simulator counts with the same tokenizer, so runs against it are exact:
@@ -9,12 +13,29 @@ with whitespace counts as the sum of its parts.
 
 from __future__ import annotations
 
+import json
+import urllib.request
 import zlib
 from collections.abc import Sequence
 from functools import cache
+from pathlib import Path
 from typing import Protocol
 
-__all__ = ["BUILTIN_VOCAB", "BuiltinTokenizer", "TokenizerLike", "builtin_vocab"]
+from veeksha.errors import ConfigurationError
+from veeksha.scenario.models import BuiltinTokenizer as BuiltinTokenizerConfig
+from veeksha.scenario.models import HfTokenizer as HfTokenizerConfig
+from veeksha.scenario.models import ServerTokenizer as ServerTokenizerConfig
+
+__all__ = [
+    "BUILTIN_VOCAB",
+    "BuiltinTokenizer",
+    "HfTokenizerAdapter",
+    "ServerTokenizer",
+    "TokenizerLike",
+    "builtin_vocab",
+    "default_tokenize_endpoint",
+    "make_tokenizer",
+]
 
 _CONSONANTS = "bcdfghjklmnprstvwz"
 _VOWELS = "aeiou"
@@ -85,3 +106,140 @@ class BuiltinTokenizer:
         vocab = BUILTIN_VOCAB
         n = len(vocab)
         return " ".join(vocab[i % n] for i in ids)
+
+
+# ------------------------------------------------------------------------------- hf and server
+
+
+def _resolve_tokenizer_json(path: str) -> Path:
+    p = Path(path).expanduser()
+    candidate = p / "tokenizer.json" if p.is_dir() else p
+    if not candidate.is_file():
+        raise ConfigurationError(
+            f"tokenizer file not found: {candidate}. Set client.tokenizer.path to a local "
+            "tokenizer.json (or a folder holding one), e.g. from a downloaded model snapshot; "
+            "veeksha never downloads tokenizers."
+        )
+    return candidate
+
+
+class HfTokenizerAdapter:
+    """A local Hugging Face ``tokenizer.json`` through the ``tokenizers`` package.
+
+    Counts exclude special tokens (a chat template's own tokens are the server's business).
+    Nothing is ever downloaded: a missing file is a :class:`ConfigurationError`.
+    """
+
+    name = "hf"
+
+    def __init__(self, path: str) -> None:
+        file = _resolve_tokenizer_json(path)
+        try:
+            from tokenizers import Tokenizer
+        except ImportError as exc:  # pragma: no cover - tokenizers is a test dependency
+            raise ConfigurationError(
+                "client.tokenizer type hf needs the 'tokenizers' package: pip install 'veeksha[hf]'"
+            ) from exc
+        try:
+            self._tok = Tokenizer.from_file(str(file))
+        except Exception as exc:
+            raise ConfigurationError(f"cannot load tokenizer {file}: {exc}") from exc
+        self.path = file
+
+    def count(self, text: str) -> int:
+        return len(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self._tok.decode(list(ids), skip_special_tokens=True))
+
+
+def default_tokenize_endpoint(api_base: str) -> str:
+    """``http://host:port/v1`` → ``http://host:port/tokenize`` (vLLM, SGLang, llama.cpp)."""
+    base = api_base.rstrip("/")
+    if base.endswith("/v1"):
+        base = base[: -len("/v1")]
+    return base + "/tokenize"
+
+
+class ServerTokenizer:
+    """The target's own ``/tokenize`` (and ``/detokenize``) endpoints, vLLM style.
+
+    ``POST /tokenize {"model": m, "prompt": text}`` → ``{"tokens": [...], "count": N}``;
+    ``POST /detokenize {"model": m, "tokens": [...]}`` → ``{"prompt": text}``. Synchronous
+    (urllib): only used while setting up and counting, never on the dispatch path.
+    """
+
+    name = "server"
+
+    def __init__(self, endpoint: str, model: str | None, timeout: float = 30.0) -> None:
+        self.endpoint = endpoint
+        self.model = model
+        self.timeout = timeout
+
+    def _post(self, url: str, body: dict[str, object]) -> dict[str, object]:
+        if self.model is not None:
+            body = {"model": self.model, **body}
+        request = urllib.request.Request(
+            url,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                data = json.loads(response.read())
+        except (OSError, ValueError) as exc:
+            raise ConfigurationError(
+                f"server tokenizer at {url} failed: {exc}. Check that the target offers "
+                "/tokenize, or use client.tokenizer type builtin or hf."
+            ) from exc
+        if not isinstance(data, dict):
+            raise ConfigurationError(f"server tokenizer at {url} answered {data!r}")
+        return data
+
+    def encode(self, text: str) -> list[int]:
+        tokens = self._post(self.endpoint, {"prompt": text}).get("tokens")
+        if not isinstance(tokens, list):
+            raise ConfigurationError(f"server tokenizer at {self.endpoint}: no 'tokens' list")
+        return [int(t) for t in tokens]
+
+    def count(self, text: str) -> int:
+        data = self._post(self.endpoint, {"prompt": text})
+        count = data.get("count")
+        if isinstance(count, int):
+            return count
+        tokens = data.get("tokens")
+        if not isinstance(tokens, list):
+            raise ConfigurationError(f"server tokenizer at {self.endpoint}: no count or tokens")
+        return len(tokens)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        url = self.endpoint.rsplit("/", 1)[0] + "/detokenize"
+        text = self._post(url, {"tokens": list(ids)}).get("prompt")
+        if not isinstance(text, str):
+            raise ConfigurationError(f"server detokenizer at {url}: no 'prompt' text")
+        return text
+
+
+def make_tokenizer(
+    cfg: BuiltinTokenizerConfig | HfTokenizerConfig | ServerTokenizerConfig,
+    api_base: str | None = None,
+    model: str | None = None,
+) -> TokenizerLike:
+    """The tokenizer of a ``client.tokenizer`` config (``api_base``/``model``: the target's)."""
+    if isinstance(cfg, HfTokenizerConfig):
+        return HfTokenizerAdapter(cfg.path)
+    if isinstance(cfg, ServerTokenizerConfig):
+        endpoint = cfg.endpoint
+        if endpoint is None:
+            if api_base is None:
+                raise ConfigurationError(
+                    "client.tokenizer type server needs client.api_base (or "
+                    "client.tokenizer.endpoint); the built-in simulator uses type builtin"
+                )
+            endpoint = default_tokenize_endpoint(api_base)
+        return ServerTokenizer(endpoint, model)
+    return BuiltinTokenizer()

@@ -1,0 +1,179 @@
+"""The text channel: prompt bodies of a target token count, and the shared prefix.
+
+Words come from the builtin vocabulary (``BUILTIN_VOCAB``), one token each for the builtin
+tokenizer. Vocabulary:
+
+* **corpus**: a fixed random sequence of ``CORPUS_WORDS`` vocabulary words, drawn once per seed
+  from the ``content`` stream (sub-key ``"corpus"``) and stored twice over so any window of up to
+  ``CORPUS_WORDS`` words is one string slice. Bodies are cut from it, so building a prompt costs
+  O(1) string slices, not one Python operation per word.
+* **body**: a request's new user message: a window of ``n`` corpus words at a uniform offset.
+  A root's body is a *head* window of up to ``HEAD_WORDS`` words and a *tail* window of the
+  rest, at two independent offsets: two roots start identically only if both offsets collide
+  (≈ 1 in 2^38), so sessions do not share KV-cache prefixes by accident. (A non-root's body
+  follows its own session's history, so one window suffices.)
+* **shared prefix**: one global word sequence per scenario (sub-key ``"shared_prefix"``). A root
+  request uses it with ``shared_prefix_probability``: the first ``floor(shared_prefix_ratio × n)``
+  tokens of its body are the prefix's first tokens (``shared_prefix_tokens``). Non-root nodes
+  never use it (their history already differs).
+
+With the builtin tokenizer every body has exactly its target count. With any other tokenizer
+(hf, server) the words are re-counted and the body trimmed or padded until it has the target
+count, or as close as a few rounds get (merges at the seams can shift a token).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from operator import itemgetter
+
+import numpy as np
+from numpy.typing import NDArray
+
+from veeksha.generate.rng import RandomStreams
+from veeksha.generate.tokenizer import BUILTIN_VOCAB, BuiltinTokenizer, TokenizerLike
+from veeksha.scenario.models import TextChannel
+
+__all__ = ["CORPUS_WORDS", "HEAD_WORDS", "PromptBuilder", "random_words"]
+
+CORPUS_WORDS = 1 << 19
+HEAD_WORDS = 4
+_PREFIX_CHUNK = 4096
+_FIT_ROUNDS = 8
+
+
+def random_words(rng: np.random.Generator, n: int) -> str:
+    """``n`` uniformly drawn vocabulary words joined by single spaces."""
+    if n <= 0:
+        return ""
+    idx = rng.integers(0, len(BUILTIN_VOCAB), n).tolist()
+    if n == 1:
+        return BUILTIN_VOCAB[idx[0]]
+    return " ".join(itemgetter(*idx)(BUILTIN_VOCAB))
+
+
+def _word_starts(words: tuple[str, ...] | list[str]) -> NDArray[np.int64]:
+    """Char offset of each word in ``" ".join(words)``, plus a sentinel ``len + 1``."""
+    starts = np.zeros(len(words) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter((len(w) + 1 for w in words), np.int64, len(words)), out=starts[1:])
+    return starts
+
+
+@lru_cache(maxsize=4)
+def _corpus(seed: int) -> tuple[str, NDArray[np.int64]]:
+    rng = RandomStreams(seed).stream("content", "corpus")
+    idx = rng.integers(0, len(BUILTIN_VOCAB), CORPUS_WORDS).tolist()
+    words = itemgetter(*idx)(BUILTIN_VOCAB) * 2
+    return " ".join(words), _word_starts(words)
+
+
+class PromptBuilder:
+    """Builds prompt bodies for one text channel, tokenizer and seed (see module doc)."""
+
+    def __init__(self, channel: TextChannel, tokenizer: TokenizerLike, seed: int) -> None:
+        self.channel = channel
+        self.tokenizer = tokenizer
+        self.exact = isinstance(tokenizer, BuiltinTokenizer)
+        self._streams = RandomStreams(seed)
+        self._text, self._starts = _corpus(seed)
+        self._prefix_words: list[str] = []
+        self._prefix_text = ""
+        self._prefix_starts = np.zeros(1, dtype=np.int64)
+        self._prefix_ids: list[int] = []  # non-builtin tokenizers: the prefix's token ids
+
+    # ---------------------------------------------------------------------------- shared prefix
+
+    def _grow_prefix(self, words: int) -> None:
+        while len(self._prefix_words) < words:
+            chunk = len(self._prefix_words) // _PREFIX_CHUNK
+            rng = self._streams.stream("content", "shared_prefix", chunk)
+            idx = rng.integers(0, len(BUILTIN_VOCAB), _PREFIX_CHUNK).tolist()
+            self._prefix_words.extend(itemgetter(*idx)(BUILTIN_VOCAB))
+        self._prefix_text = " ".join(self._prefix_words)
+        self._prefix_starts = _word_starts(self._prefix_words)
+
+    def shared_prefix(self, tokens: int) -> str:
+        """The first ``tokens`` tokens of the scenario's shared prefix."""
+        if tokens <= 0:
+            return ""
+        if self.exact:
+            if len(self._prefix_words) < tokens:
+                self._grow_prefix(tokens)
+            return self._prefix_text[: int(self._prefix_starts[tokens]) - 1]
+        while len(self._prefix_ids) < tokens:
+            self._grow_prefix(len(self._prefix_words) + _PREFIX_CHUNK)
+            self._prefix_ids = self.tokenizer.encode(self._prefix_text)
+        return self.tokenizer.decode(self._prefix_ids[:tokens])
+
+    # -------------------------------------------------------------------------------- bodies
+
+    def _window(self, offset: int, words: int) -> str:
+        """``words`` corpus words from ``offset`` (wrapping around the corpus as needed)."""
+        text, starts = self._text, self._starts
+        parts = []
+        while words > 0:
+            take = min(words, CORPUS_WORDS)
+            parts.append(text[int(starts[offset]) : int(starts[offset + take]) - 1])
+            words -= take
+        return " ".join(parts)
+
+    def build(
+        self, targets: NDArray[np.int64], roots: NDArray[np.bool_], rng: np.random.Generator
+    ) -> tuple[list[str], list[int]]:
+        """Bodies for nodes with the given token targets; ``roots`` marks root requests.
+
+        Draws 3 uniforms per node from ``rng`` (prefix coin, head and tail offsets), whatever the
+        targets, so changing lengths or the prefix settings never shifts other draws.
+        Returns the texts and each node's ``shared_prefix_tokens``.
+        """
+        n = len(targets)
+        u = rng.random((3, n))
+        ch = self.channel
+        prefix_tokens = np.zeros(n, dtype=np.int64)
+        if ch.shared_prefix_ratio > 0:
+            use = roots & (u[0] < ch.shared_prefix_probability)
+            prefix_tokens[use] = np.floor(ch.shared_prefix_ratio * targets[use]).astype(np.int64)
+        rest = np.maximum(targets - prefix_tokens, 0)
+        # roots: a head window and a tail window; others: one window (their history differs)
+        head = np.where(roots, np.minimum(rest, HEAD_WORDS), rest)
+        np.minimum(head, CORPUS_WORDS, out=head)
+        tail = rest - head
+        a = (u[1] * CORPUS_WORDS).astype(np.int64)
+        starts = self._starts
+        text = self._text
+        texts = [
+            text[h0:h1]
+            for h0, h1 in zip(starts[a].tolist(), (starts[a + head] - 1).tolist(), strict=True)
+        ]
+        for i in np.flatnonzero(tail).tolist():
+            offset = int(u[2, i] * CORPUS_WORDS)
+            texts[i] = f"{texts[i]} {self._window(offset, int(tail[i]))}"
+        shared = prefix_tokens.tolist()
+        for i in np.flatnonzero(prefix_tokens).tolist():
+            prefix = self.shared_prefix(shared[i])
+            texts[i] = f"{prefix} {texts[i]}" if texts[i] else prefix
+        if not self.exact:
+            target_list = targets.tolist()
+            for i, t in enumerate(texts):
+                texts[i] = self._fit(t, target_list[i], int(a[i]))
+        return texts, shared
+
+    def _fit(self, text: str, target: int, offset: int) -> str:
+        """Trim or pad ``text`` (keeping its start) to ``target`` tokens of the tokenizer."""
+        tok = self.tokenizer
+        best, best_err = text, None
+        pad_at = (offset + HEAD_WORDS) % CORPUS_WORDS
+        for _ in range(_FIT_ROUNDS):
+            ids = tok.encode(text)
+            err = len(ids) - target
+            if best_err is None or abs(err) < abs(best_err):
+                best, best_err = text, err
+            if err == 0:
+                break
+            if err > 0:
+                text = tok.decode(ids[:target])
+            else:
+                pad = self._window(pad_at, -err)
+                pad_at = (pad_at + -err) % CORPUS_WORDS
+                text = f"{text} {pad}" if text else pad
+        return best
