@@ -1,0 +1,84 @@
+"""trace.jsonl: one line per dispatched request, content only when asked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from tests.unit.record.builders import T0, make_metadata, make_node, ns
+from veeksha.dispatch.messages import WorkItem
+from veeksha.record.parquet import ResultWriter
+from veeksha.record.trace import TraceWriter, read_trace
+
+MESSAGES = [("user", "first"), ("assistant", "answer"), ("user", "hello")]
+
+
+def item(request_id: int, at: float = 1.5) -> WorkItem:
+    return WorkItem(request_id=request_id, messages=MESSAGES, max_tokens=3, dispatched_at_ns=ns(at))
+
+
+def test_lines_without_content(tmp_path: Path) -> None:
+    trace = TraceWriter(tmp_path / "trace.jsonl", include_content=False, t0_ns=T0)
+    trace.add("measured", 3, make_node(), item(7))
+    trace.add("warmup", 4, make_node(0), item(8, at=0.25))
+    assert trace.flush() == 2
+    trace.close()
+    lines = [json.loads(line) for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
+    assert lines == [
+        {
+            "phase": "measured",
+            "session_id": 3,
+            "node_id": 1,
+            "request_id": 7,
+            "parents": [0],
+            "history_parent": 0,
+            "wait_after_ready": 0.25,
+            "dispatched_at": 1.5,
+        },
+        {
+            "phase": "warmup",
+            "session_id": 4,
+            "node_id": 0,
+            "request_id": 8,
+            "parents": [],
+            "history_parent": None,
+            "wait_after_ready": 0.25,
+            "dispatched_at": 0.25,
+        },
+    ]
+
+
+def test_lines_with_content(tmp_path: Path) -> None:
+    trace = TraceWriter(tmp_path / "trace.jsonl", include_content=True, t0_ns=T0)
+    trace.add("measured", 3, make_node(), item(7))
+    trace.close()
+    (entry,) = read_trace(tmp_path / "trace.jsonl")
+    assert entry.messages == MESSAGES
+    assert entry.target_prompt_tokens == 20
+    assert entry.requested_output_tokens == 3
+    frame = pd.read_json(tmp_path / "trace.jsonl", lines=True)
+    assert list(frame.request_id) == [7]
+
+
+def test_written_by_the_result_writer_thread(tmp_path: Path) -> None:
+    trace = TraceWriter(tmp_path / "trace.jsonl", include_content=False, t0_ns=T0)
+    writer = ResultWriter(tmp_path, make_metadata(), trace=trace, flush_interval_s=600)
+    for request_id in range(5):
+        trace.add("measured", 1, make_node(), item(request_id))
+    writer.flush()
+    assert [e.request_id for e in read_trace(tmp_path / "trace.jsonl")] == list(range(5))
+    trace.add("measured", 1, make_node(), item(5))
+    writer.close()
+    assert len(read_trace(tmp_path / "trace.jsonl")) == 6
+    assert trace.lines_written == 6
+
+
+def test_reader_skips_a_torn_last_line(tmp_path: Path) -> None:
+    trace = TraceWriter(tmp_path / "trace.jsonl", include_content=False, t0_ns=T0)
+    trace.add("measured", 1, make_node(), item(1))
+    trace.close()
+    with open(tmp_path / "trace.jsonl", "ab") as file:
+        file.write(b'{"phase":"meas')
+    assert [e.request_id for e in read_trace(tmp_path / "trace.jsonl")] == [1]
