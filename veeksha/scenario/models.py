@@ -351,7 +351,9 @@ class TextOutputSpec(StrictModel):
 class OutputSpec(StrictModel):
     """What each request asks the server to produce."""
 
-    text: TextOutputSpec = Field(default_factory=TextOutputSpec)
+    text: TextOutputSpec = Field(
+        default_factory=TextOutputSpec, description="Requested length of text responses."
+    )
 
 
 class SyntheticSessionGenerator(StrictModel):
@@ -364,7 +366,9 @@ class SyntheticSessionGenerator(StrictModel):
     channels: list[TextChannel] = Field(
         default_factory=lambda: [TextChannel()], min_length=1, description="Prompt content."
     )
-    output_spec: OutputSpec = Field(default_factory=OutputSpec)
+    output_spec: OutputSpec = Field(
+        default_factory=OutputSpec, description="What each request asks the server to produce."
+    )
 
 
 class TraceSessionGenerator(StrictModel):
@@ -630,12 +634,18 @@ class Scenario(StrictModel):
     client: Client = Field(
         default_factory=ChatCompletionsClient, description="How requests are sent."
     )
-    runtime: Runtime = Field(default_factory=Runtime)
-    trace_recorder: TraceRecorder = Field(default_factory=TraceRecorder)
+    runtime: Runtime = Field(
+        default_factory=Runtime, description="Stop conditions, workers, CPU affinity, warmup."
+    )
+    trace_recorder: TraceRecorder = Field(
+        default_factory=TraceRecorder, description="trace.jsonl of dispatched requests."
+    )
     evaluators: list[Evaluator] = Field(
         default_factory=lambda: [PerformanceEvaluator()], description="Metrics and SLOs."
     )
-    health_checks: HealthChecks = Field(default_factory=HealthChecks)
+    health_checks: HealthChecks = Field(
+        default_factory=HealthChecks, description="Thresholds of the benchmark's self-checks."
+    )
     simulator: SimulatorConfig = Field(
         default_factory=SimulatorConfig,
         description="The built-in server, used when client.api_base is absent.",

@@ -26,26 +26,34 @@ from pydantic_core import to_jsonable_python
 from veeksha.scenario._walk import aliases_of, classify
 from veeksha.scenario.models import Scenario, _default_tags
 
-__all__ = ["SCHEMA_DIALECT", "SCHEMA_PATH", "scenario_schema", "schema_text", "write_schema"]
+__all__ = [
+    "SCHEMA_DIALECT",
+    "SCHEMA_PATH",
+    "reachable_models",
+    "scenario_schema",
+    "schema_text",
+    "write_schema",
+]
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_PATH = Path("schemas") / "scenario.schema.json"
 
 
-def _reachable_models(root: type[BaseModel]) -> list[type[BaseModel]]:
+def reachable_models(root: type[BaseModel]) -> list[type[BaseModel]]:
+    """Every model a scenario can contain, depth first from ``root`` in declaration order."""
     seen: list[type[BaseModel]] = []
     stack: list[Any] = [root]
     while stack:
         node = classify(stack.pop())
         if node.kind == "model" and node.model is not None and node.model not in seen:
             seen.append(node.model)
-            stack += [info.annotation for info in node.model.model_fields.values()]
+            stack += reversed([info.annotation for info in node.model.model_fields.values()])
         elif node.kind == "tagged":
-            stack += list(node.members.values())
+            stack += reversed(node.members.values())
         elif node.kind in ("list", "dict"):
             stack.append(node.item().annotation)
         elif node.kind == "union":
-            stack += list(node.alternatives)
+            stack += reversed(node.alternatives)
     return seen
 
 
@@ -77,7 +85,7 @@ def scenario_schema() -> dict[str, Any]:
     """The JSON Schema of :class:`Scenario`, as a dict."""
     schema = Scenario.model_json_schema(mode="validation")
     defs: dict[str, Any] = schema.get("$defs", {})
-    for model in _reachable_models(Scenario):
+    for model in reachable_models(Scenario):
         target = schema if model is Scenario else defs.get(model.__name__)
         if target is not None:
             _complete_model(model, target)

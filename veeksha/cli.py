@@ -1,0 +1,260 @@
+"""The ``veeksha`` command line: a thin click group.
+
+Start-up stays cheap: this module imports only click and the error tree; each command imports what
+it needs when it runs, and commands of other packages are registered by import path in
+:data:`LAZY_COMMANDS`, loaded only when used. Every :class:`~veeksha.errors.VeekshaError` becomes
+its message on stderr and its exit code, never a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from veeksha import __version__
+from veeksha.errors import ScenarioError, VeekshaError
+
+if TYPE_CHECKING:
+    from veeksha.scenario.models import Scenario
+
+__all__ = ["LAZY_COMMANDS", "LazyGroup", "main"]
+
+# ---------------------------------------------------------------------------------------------
+# LAZY COMMANDS: command name → "module:attribute" of a click command, imported on first use.
+# To add a command, write it in your package and add ONE line here, e.g.
+#     "sim-server": "veeksha.simulator.cli:sim_server",
+# Only register modules that exist (a test imports every entry).
+# ---------------------------------------------------------------------------------------------
+LAZY_COMMANDS: dict[str, str] = {}
+
+
+class LazyGroup(click.Group):
+    """A click group that loads commands named by import path on first use and turns every
+    :class:`VeekshaError` into its message lines on stderr and its exit code."""
+
+    def __init__(
+        self, *args: Any, lazy_commands: Mapping[str, str] | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy_commands = dict(lazy_commands or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy_commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in self.lazy_commands:
+            self.add_command(self._load(cmd_name), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def _load(self, name: str) -> click.Command:
+        module_name, _, attribute = self.lazy_commands[name].partition(":")
+        command = getattr(importlib.import_module(module_name), attribute)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{self.lazy_commands[name]} is not a click command")
+        return command
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except VeekshaError as exc:
+            _report(exc)
+            ctx.exit(exc.exit_code)
+
+
+def _report(exc: VeekshaError) -> None:
+    prefix = "" if isinstance(exc, ScenarioError) else "error: "
+    for line in str(exc).splitlines() or [type(exc).__name__]:
+        click.echo(f"{prefix}{line}", err=True)
+
+
+@click.group(
+    cls=LazyGroup,
+    lazy_commands=LAZY_COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.version_option(__version__, "--version", "-V", prog_name="veeksha")
+def main() -> None:
+    """Benchmark LLM inference servers with realistic session traffic.
+
+    Describe the traffic in a YAML scenario (see docs/scenario.md), check it with
+    `veeksha validate`, run it with `veeksha run`.
+    """
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+_SET_HELP = (
+    "Override a key of the scenario, e.g. --set traffic_scheduler.interval_generator."
+    "arrival_rate=20 (value written as YAML). Repeatable; later ones win."
+)
+
+
+def _load(path: str | Path, overrides: Sequence[str]) -> Scenario:
+    """Load a scenario; print the models' warnings (ignored keys) as one line each."""
+    from veeksha.scenario.loader import load_scenario
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        scenario = load_scenario(path, overrides)
+    for warning in caught:
+        click.echo(f"warning: {warning.message}", err=True)
+    return scenario
+
+
+def _split_run_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Separate positional arguments from veeksha-style ``--key.path VALUE`` pairs."""
+    positional: list[str] = []
+    extra: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg.startswith("--") and len(arg) > 2:
+            step = 1 if "=" in arg else 2
+            extra += args[i : i + step]
+            i += step
+        else:
+            positional.append(arg)
+            i += 1
+    return positional, extra
+
+
+def _engine_runner() -> Callable[..., Any] | None:
+    """``veeksha.engine.run_benchmark`` if the traffic engine is built, else None."""
+    if importlib.util.find_spec("veeksha.engine") is None:
+        return None
+    runner = getattr(importlib.import_module("veeksha.engine"), "run_benchmark", None)
+    return runner if callable(runner) else None
+
+
+def _run(
+    ctx: click.Context,
+    path: str,
+    overrides: Sequence[str],
+    output_dir: Path | None,
+    quiet: bool,
+) -> None:
+    from veeksha.record.run_folder import create_run_folder, write_config
+
+    scenario = _load(path, overrides)
+    if output_dir is not None:
+        scenario = scenario.model_copy(update={"output_dir": str(output_dir)})
+    run_dir = create_run_folder(scenario.output_dir, scenario)
+    write_config(run_dir, scenario)
+    if not quiet:
+        click.echo(f"run folder: {run_dir}")
+    runner = _engine_runner()
+    if runner is None:
+        click.echo(
+            "veeksha: the traffic engine is not built yet: the scenario is valid and "
+            f"{run_dir / 'config.yaml'} was written, but no requests were sent.",
+            err=True,
+        )
+        return
+    result = runner(scenario, run_dir, quiet=quiet)
+    if isinstance(result, int) and not isinstance(result, bool) and result != 0:
+        ctx.exit(result)
+
+
+# ----------------------------------------------------------------------------------- commands
+
+
+@main.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help=_SET_HELP)
+def validate(files: tuple[Path, ...], overrides: tuple[str, ...]) -> None:
+    """Check scenario FILEs; print every problem as file:line:col: key: message.
+
+    Exits 0 when all are valid, 2 when any is not.
+    """
+    failed = False
+    for path in files:
+        try:
+            _load(path, overrides)
+        except ScenarioError as exc:
+            _report(exc)
+            failed = True
+        else:
+            click.echo(f"{path}: ok")
+    if failed:
+        raise click.exceptions.Exit(ScenarioError.exit_code)
+
+
+@main.command()
+@click.option(
+    "--output",
+    "-o",
+    default="schemas/scenario.schema.json",
+    show_default=True,
+    help="Where to write the schema; '-' prints it.",
+)
+def schema(output: str) -> None:
+    """Write the JSON Schema of scenarios (for editors and validators)."""
+    from veeksha.scenario.schema import schema_text, write_schema
+
+    if output == "-":
+        click.echo(schema_text(), nl=False)
+        return
+    try:
+        click.echo(f"wrote {write_schema(output)}")
+    except OSError as exc:
+        from veeksha.errors import ConfigurationError
+
+        raise ConfigurationError(f"cannot write {output!r}: {exc.strerror or exc}") from None
+
+
+_EXTRA_ARGS = {"ignore_unknown_options": True, "allow_extra_args": False}
+
+
+@main.command(context_settings=_EXTRA_ARGS)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="FILE [--KEY.PATH VALUE]...")
+@click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help=_SET_HELP)
+@click.option(
+    "--output-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Base folder of run folders (default: the scenario's output_dir).",
+)
+@click.option("--quiet", "-q", is_flag=True, help="Print only warnings and errors.")
+@click.pass_context
+def run(
+    ctx: click.Context,
+    args: tuple[str, ...],
+    overrides: tuple[str, ...],
+    output_dir: Path | None,
+    quiet: bool,
+) -> None:
+    """Run the benchmark described by scenario FILE.
+
+    Creates <output_dir>/<UTC time>-<scenario hash>/ holding config.yaml (the resolved scenario,
+    secrets redacted) and the results. Keys can also be overridden veeksha-style:
+    --traffic_scheduler.interval_generator.arrival_rate 20.
+    """
+    from veeksha.scenario.loader import extra_args_to_overrides
+
+    positional, extra = _split_run_args(args)
+    if len(positional) != 1:
+        got = " ".join(positional) or "none"
+        raise click.UsageError(f"expected one scenario FILE, got: {got}")
+    _run(ctx, positional[0], [*overrides, *extra_args_to_overrides(extra)], output_dir, quiet)
+
+
+@main.command(context_settings=_EXTRA_ARGS)
+@click.option(
+    "--config", "config", required=True, type=click.Path(path_type=Path), help="Scenario FILE."
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[--KEY.PATH VALUE]...")
+@click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--quiet", "-q", is_flag=True, help="Print only warnings and errors.")
+@click.pass_context
+def benchmark(
+    ctx: click.Context, config: Path, args: tuple[str, ...], output_dir: Path | None, quiet: bool
+) -> None:
+    """Alias of `run` for users of the public veeksha CLI: --config FILE [--a.b.c VALUE]..."""
+    from veeksha.scenario.loader import extra_args_to_overrides
+
+    _run(ctx, str(config), extra_args_to_overrides(args), output_dir, quiet)
