@@ -2,15 +2,128 @@
 
 Owned by the simulator (veeksha/simulator/); kept here so the scenario package imports nothing
 from the runtime. See docs/simulator.md for the engine model these numbers drive.
+
+A preset fills every timing and capacity field left unset (``None``); a field set explicitly
+always wins. After validation every field holds its effective value, so ``model_dump()`` is the
+complete record of what the server did.
+
+>>> SimulatorConfig(preset="realistic").decode_step_ms
+6.0
+>>> SimulatorConfig(preset="realistic", decode_step_ms=3).decode_step_ms
+3.0
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["SimulatorConfig"]
+__all__ = ["PRESETS", "FaultConfig", "SimulatorConfig"]
+
+FAULT_KINDS = (
+    "http_500",
+    "http_503",
+    "http_429",
+    "disconnect",
+    "stall",
+    "malformed_sse",
+    "slow_headers",
+    "never_ending",
+)
+
+#: Effective values of the timing and capacity fields for each preset.
+PRESETS: dict[str, dict[str, Any]] = {
+    # No delays at all: every response is written at once. For benchmarking the load generator.
+    "fast": {
+        "timing": "fixed",
+        "ttft_ms": 0.0,
+        "itl_ms": 0.0,
+        "max_num_seqs": 1024,
+        "prefill_tokens_per_s": 0.0,
+        "decode_step_ms": 0.0,
+        "decode_step_ms_per_seq": 0.0,
+        "prefix_cache_tokens": 1_000_000,
+    },
+    # In the spirit of an 8B model in bf16 on one 80 GB GPU (vLLM-like continuous batching).
+    "realistic": {
+        "timing": "engine",
+        "ttft_ms": 0.0,
+        "itl_ms": 0.0,
+        "max_num_seqs": 256,
+        "prefill_tokens_per_s": 20_000.0,
+        "decode_step_ms": 6.0,
+        "decode_step_ms_per_seq": 0.05,
+        "prefix_cache_tokens": 400_000,
+    },
+}
+
+
+class FaultConfig(BaseModel):
+    """Seeded, per-request fault injection.
+
+    Each request draws one uniform number from the server's fault stream and gets at most one
+    fault, chosen by the cumulative rates below (so the rates must sum to at most 1). Faults are
+    only injected inside the window ``[window_start_s, window_end_s)`` measured from server start.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    http_500_rate: float = Field(0.0, ge=0, le=1, description="Share answered HTTP 500.")
+    http_503_rate: float = Field(
+        0.0, ge=0, le=1, description="Share answered HTTP 503 with Retry-After."
+    )
+    http_429_rate: float = Field(
+        0.0, ge=0, le=1, description="Share answered HTTP 429 with Retry-After."
+    )
+    disconnect_rate: float = Field(
+        0.0, ge=0, le=1, description="Share whose connection is closed mid-stream."
+    )
+    stall_rate: float = Field(
+        0.0, ge=0, le=1, description="Share that send no bytes for stall_s mid-stream."
+    )
+    malformed_sse_rate: float = Field(
+        0.0, ge=0, le=1, description="Share that get one malformed SSE line mid-stream."
+    )
+    slow_headers_rate: float = Field(
+        0.0, ge=0, le=1, description="Share whose response headers wait slow_headers_s."
+    )
+    never_ending_rate: float = Field(
+        0.0, ge=0, le=1, description="Share whose stream sends tokens forever, never finishing."
+    )
+    retry_after_s: int = Field(1, ge=0, description="Retry-After header of 429 and 503 answers.")
+    stall_s: float = Field(2.0, ge=0, description="Length of a stall, seconds.")
+    slow_headers_s: float = Field(2.0, ge=0, description="Delay before headers, seconds.")
+    after_tokens: int = Field(
+        1, ge=0, description="Mid-stream faults strike after this many content chunks."
+    )
+    never_ending_interval_s: float = Field(
+        0.05, gt=0, description="Gap between the chunks of a never-ending response, seconds."
+    )
+    window_start_s: float = Field(
+        0.0, ge=0, description="Faults only from this many seconds after server start."
+    )
+    window_end_s: float | None = Field(
+        None, ge=0, description="Faults only before this many seconds after start (null: no end)."
+    )
+
+    @model_validator(mode="after")
+    def _rates_sum_to_at_most_one(self) -> FaultConfig:
+        total = sum(self.rate(kind) for kind in FAULT_KINDS)
+        if total > 1.0 + 1e-9:
+            raise ValueError(f"fault rates sum to {total:g}; they must sum to at most 1")
+        if self.window_end_s is not None and self.window_end_s < self.window_start_s:
+            raise ValueError("window_end_s must not be before window_start_s")
+        return self
+
+    def rate(self, kind: str) -> float:
+        """Rate of one fault kind (one of FAULT_KINDS)."""
+        return float(getattr(self, f"{kind}_rate"))
+
+    @property
+    def any(self) -> bool:
+        """Whether any fault can happen at all."""
+        return any(self.rate(kind) > 0 for kind in FAULT_KINDS)
 
 
 class SimulatorConfig(BaseModel):
@@ -21,5 +134,77 @@ class SimulatorConfig(BaseModel):
     preset: Literal["fast", "realistic"] = Field(
         "fast", description="fast: no delays; realistic: timing in the spirit of an 8B model."
     )
-    model: str = Field("veeksha-sim", description="Model name the simulator serves.")
+    model: str = Field("veeksha-sim", min_length=1, description="Model name the simulator serves.")
     processes: int = Field(1, ge=1, description="Server processes (SO_REUSEPORT).")
+    seed: int = Field(0, ge=0, description="Seed of output text, output lengths and faults.")
+
+    timing: Literal["fixed", "engine"] | None = Field(
+        None,
+        description=(
+            "fixed: every request gets ttft_ms then itl_ms per token, independent of load; "
+            "engine: continuous batching (prefill and decode steps shared by the batch)."
+        ),
+    )
+    ttft_ms: float | None = Field(
+        None, ge=0, description="fixed timing: time from scheduling to the first token, ms."
+    )
+    itl_ms: float | None = Field(None, ge=0, description="fixed timing: gap between tokens, ms.")
+    max_num_seqs: int | None = Field(
+        None, ge=1, description="Running slots; more requests wait in a FIFO queue."
+    )
+    prefill_tokens_per_s: float | None = Field(
+        None, ge=0, description="engine timing: prefill speed on uncached tokens (0: instant)."
+    )
+    decode_step_ms: float | None = Field(
+        None, ge=0, description="engine timing: fixed cost of one batch step, ms."
+    )
+    decode_step_ms_per_seq: float | None = Field(
+        None, ge=0, description="engine timing: extra step cost per sequence in the batch, ms."
+    )
+    prefix_cache_tokens: int | None = Field(
+        None, ge=0, description="Prefix cache capacity in tokens, LRU (0: no prefix cache)."
+    )
+    prefix_cache_block_size: int = Field(
+        16, ge=1, description="Tokens per prefix-cache block; only full blocks are cached."
+    )
+    prefix_cache_ttl_s: float | None = Field(
+        None, gt=0, description="Cached blocks unused for this long are dropped (null: never)."
+    )
+    max_model_len: int = Field(
+        131_072, ge=2, description="Prompt plus max output tokens allowed (400 beyond)."
+    )
+    default_max_tokens: int = Field(
+        256, ge=1, description="Output limit of requests that send no max_tokens."
+    )
+    tokens_per_chunk: int = Field(1, ge=1, description="Tokens per streamed SSE chunk.")
+    role_chunk: bool = Field(
+        False,
+        description=(
+            "Chat streams start with a chunk carrying role 'assistant' and empty content, "
+            "sent with the headers (as OpenAI and vLLM do)."
+        ),
+    )
+    record_chunk_times: bool = Field(
+        False, description="timings also lists the write time (ns) of every content chunk."
+    )
+    faults: FaultConfig = Field(FaultConfig.model_validate({}), description="Fault injection.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_preset(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        preset = data.get("preset", "fast")
+        values = PRESETS.get(preset) if isinstance(preset, str) else None
+        if values is None:
+            return data  # the Literal check reports the bad preset
+        merged = dict(data)
+        for key, value in values.items():
+            if merged.get(key) is None:
+                merged[key] = value
+        return merged
+
+    @property
+    def instant(self) -> bool:
+        """True when responses involve no delay at all (fixed timing with zero TTFT and ITL)."""
+        return self.timing == "fixed" and not self.ttft_ms and not self.itl_ms

@@ -1,0 +1,166 @@
+"""``SimulatorProcess``: the simulator in a real subprocess, for ``veeksha run`` and the tests.
+
+>>> with SimulatorProcess(SimulatorConfig()) as sim:  # doctest: +SKIP
+...     sim.base_url
+'http://127.0.0.1:40123/v1'
+
+The subprocess is ``python -m veeksha.simulator`` in its own session (process group): Ctrl-C in
+the terminal reaches the owner only, which stops the server with ``stop()``: SIGTERM, then
+SIGKILL to the whole group after a grace period, so no process is left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from types import TracebackType
+from typing import IO, Any
+
+from veeksha.errors import TargetError
+from veeksha.scenario.simulator import SimulatorConfig
+
+__all__ = ["SimulatorProcess"]
+
+_URL = re.compile(r"(http://\S+/v1)")
+
+
+class SimulatorProcess:
+    """Start, find and stop a simulator subprocess on a loopback port."""
+
+    def __init__(self, config: SimulatorConfig, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.config = config
+        self.host = host
+        self.port = port
+        self.base_url: str | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stderr: IO[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """Process id of the (first) server process, while it runs."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def root_url(self) -> str:
+        """The server's address without ``/v1`` (for /health, /metrics, /tokenize)."""
+        if self.base_url is None:
+            raise RuntimeError("the simulator is not started")
+        return self.base_url.removesuffix("/v1")
+
+    def config_dict(self) -> dict[str, Any]:
+        """The effective settings, for a run's metadata."""
+        return {
+            "target": "simulator",
+            "base_url": self.base_url,
+            **self.config.model_dump(mode="json"),
+        }
+
+    def start(self, timeout: float = 30.0) -> str:
+        """Spawn the server, wait for its address and a healthy ``/health``; the base URL."""
+        if self._proc is not None:
+            raise RuntimeError("the simulator is already started")
+        deadline = time.monotonic() + timeout
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115  (closed by stop())
+        cmd = [
+            sys.executable,
+            "-m",
+            "veeksha.simulator",
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--config-json",
+            self.config.model_dump_json(),
+        ]
+        self._proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            start_new_session=True,
+        )
+        try:
+            self.base_url = self._read_address(deadline)
+            self._wait_healthy(deadline)
+        except BaseException:
+            self.stop()
+            raise
+        return self.base_url
+
+    def _failure(self, what: str) -> TargetError:
+        detail = ""
+        if self._stderr is not None:
+            self._stderr.seek(0)
+            detail = self._stderr.read().decode(errors="replace").strip()[-2000:]
+        return TargetError(f"simulator {what}" + (f":\n{detail}" if detail else ""))
+
+    def _read_address(self, deadline: float) -> str:
+        proc = self._proc
+        assert proc is not None
+        assert proc.stdout is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            buf = b""
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise self._failure("did not report its address in time")
+                if sel.select(left):
+                    data = os.read(proc.stdout.fileno(), 4096)
+                    if not data:
+                        proc.wait(timeout=5)
+                        raise self._failure(f"exited with code {proc.returncode}")
+                    buf += data
+                    found = _URL.search(buf.decode(errors="replace"))
+                    if found:
+                        return found.group(1)
+
+    def _wait_healthy(self, deadline: float) -> None:
+        url = self.root_url + "/health"
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=max(deadline - time.monotonic(), 0.1)):
+                    return
+            except (urllib.error.URLError, OSError) as exc:
+                if time.monotonic() >= deadline:
+                    raise self._failure(f"not healthy at {url}: {exc}") from None
+                time.sleep(0.02)
+
+    def stop(self, grace: float = 5.0) -> None:
+        """SIGTERM, wait up to ``grace`` seconds, then SIGKILL the whole process group."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                proc.terminate()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=grace)
+            # the group is ours (start_new_session): stragglers die with it
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    def __enter__(self) -> SimulatorProcess:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

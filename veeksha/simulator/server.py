@@ -1,0 +1,287 @@
+"""The simulator's HTTP application: routes, the OpenAI endpoints, tokenize, health, metrics.
+
+Endpoints: ``POST /v1/chat/completions``, ``POST /v1/completions`` (streaming or not),
+``GET /v1/models``, ``POST /tokenize`` and ``POST /detokenize`` (vLLM-style; also under
+``/v1``), ``GET /health``, ``GET /metrics`` (Prometheus text). Every refusal is an OpenAI-style
+JSON error with its 4xx status; an unexpected exception becomes a 500, never a dead server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from veeksha.generate.tokenizer import BuiltinTokenizer
+from veeksha.scenario.simulator import SimulatorConfig
+from veeksha.simulator.engine import BatchEngine, EngineParams, PrefixCache
+from veeksha.simulator.faults import Fault, FaultPicker
+from veeksha.simulator.generation import Generation
+from veeksha.simulator.http import HttpConnection, Request, response_head
+from veeksha.simulator.timing import Driver, EngineDriver, FixedDriver
+from veeksha.simulator.wire import (
+    ApiError,
+    OutputText,
+    Templates,
+    chat_tokens,
+    error_body,
+    parse_generation,
+)
+
+__all__ = ["SimServer", "Stats", "engine_params"]
+
+_JSON = b"application/json"
+_decode = msgspec.json.Decoder().decode
+
+
+@dataclass(slots=True)
+class Stats:
+    """Counters behind /metrics."""
+
+    requests: dict[str, int] = field(default_factory=dict)
+    errors: dict[int, int] = field(default_factory=dict)
+    faults: dict[str, int] = field(default_factory=dict)
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    cancelled: int = 0
+
+
+def engine_params(config: SimulatorConfig) -> EngineParams:
+    """The effective engine numbers of a (preset-resolved) config."""
+    return EngineParams(
+        max_num_seqs=config.max_num_seqs or 1,
+        prefill_tokens_per_s=config.prefill_tokens_per_s or 0.0,
+        decode_step_ms=config.decode_step_ms or 0.0,
+        decode_step_ms_per_seq=config.decode_step_ms_per_seq or 0.0,
+    )
+
+
+class SimServer:
+    """One process' simulator: engine, cache, faults and the request router."""
+
+    def __init__(
+        self,
+        config: SimulatorConfig,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        process_index: int = 0,
+        t0_ns: int | None = None,
+    ) -> None:
+        self.config = config
+        self.loop = loop
+        self.process_index = process_index
+        self.t0_ns = time.monotonic_ns() if t0_ns is None else t0_ns
+        self.stats = Stats()
+        self.encode = msgspec.json.Encoder().encode
+        self.tokenizer = BuiltinTokenizer()
+        self.text = OutputText(config.seed, str(process_index))
+        ttl = config.prefix_cache_ttl_s
+        self.cache: PrefixCache | None = (
+            PrefixCache(
+                config.prefix_cache_tokens,
+                config.prefix_cache_block_size,
+                None if ttl is None else round(ttl * 1e9),
+            )
+            if config.prefix_cache_tokens
+            else None
+        )
+        params = engine_params(config)
+        self.driver: Driver
+        if config.timing == "engine":
+            self.driver = EngineDriver(loop, BatchEngine(params, self.cache))
+        else:
+            self.driver = FixedDriver(
+                loop,
+                params.max_num_seqs,
+                self.cache,
+                config.ttft_ms or 0.0,
+                config.itl_ms or 0.0,
+                config.tokens_per_chunk,
+            )
+        self.instant = config.instant
+        self.faults = FaultPicker(config.faults, config.seed * 1009 + process_index, self.t0_ns)
+        self._model_json = self.encode(config.model)
+        self._rid_prefix = f"sim{process_index}x{self.t0_ns % 1_000_000:06d}x"
+        self._counter = 0
+        self._routes = {
+            (b"POST", b"/v1/chat/completions"): self._chat,
+            (b"POST", b"/v1/completions"): self._completion,
+            (b"GET", b"/v1/models"): self._models,
+            (b"POST", b"/tokenize"): self._tokenize,
+            (b"POST", b"/v1/tokenize"): self._tokenize,
+            (b"POST", b"/detokenize"): self._detokenize,
+            (b"POST", b"/v1/detokenize"): self._detokenize,
+            (b"GET", b"/health"): self._health,
+            (b"GET", b"/metrics"): self._metrics,
+        }
+        self._paths = {path for _, path in self._routes}
+
+    # ------------------------------------------------------------------ plumbing
+    def handle(self, conn: HttpConnection, request: Request) -> None:
+        """Route one request; every exception becomes an error response."""
+        route = self._routes.get((request.method, request.path))
+        try:
+            if route is None:
+                if request.path in self._paths:
+                    raise ApiError(405, f"method {request.method.decode()} not allowed here")
+                raise ApiError(404, f"no route {request.path.decode(errors='replace')}")
+            route(conn, request)
+        except ApiError as exc:
+            self._error(conn, exc.status, exc.body())
+        except Exception as exc:  # noqa: BLE001  (the server must survive anything)
+            self._error(conn, 500, error_body(f"internal error: {exc!r}", "server_error"))
+
+    def bad_request(self, conn: HttpConnection, status: int, message: str) -> None:
+        """The connection could not even frame a request."""
+        self._error(conn, status, error_body(message))
+
+    def _error(self, conn: HttpConnection, status: int, body: bytes, extra: bytes = b"") -> None:
+        self.stats.errors[status] = self.stats.errors.get(status, 0) + 1
+        head = response_head(
+            status, _JSON, length=len(body), keep_alive=conn.keep_alive, extra=extra
+        )
+        conn.write(head + body)
+        conn.finish()
+
+    def _reply(self, conn: HttpConnection, body: bytes, content_type: bytes = _JSON) -> None:
+        conn.write(
+            response_head(200, content_type, length=len(body), keep_alive=conn.keep_alive) + body
+        )
+        conn.finish()
+
+    def _json(self, request: Request) -> dict[str, Any]:
+        try:
+            body = _decode(request.body)
+        except msgspec.DecodeError as exc:
+            raise ApiError(400, f"invalid JSON body: {exc}") from None
+        if not isinstance(body, dict):
+            raise ApiError(400, "the body must be a JSON object")
+        return body
+
+    # ------------------------------------------------------------------ generation
+    def _chat(self, conn: HttpConnection, request: Request) -> None:
+        self._generate(conn, request, "chat")
+
+    def _completion(self, conn: HttpConnection, request: Request) -> None:
+        self._generate(conn, request, "completion")
+
+    def _generate(self, conn: HttpConnection, request: Request, kind: Any) -> None:
+        config = self.config
+        stats = self.stats
+        stats.requests[kind] = stats.requests.get(kind, 0) + 1
+        req = parse_generation(
+            kind, request.body, config.model, config.default_max_tokens, config.max_model_len
+        )
+        fault = self.faults.pick(request.arrival_ns) if self.faults.enabled else None
+        if fault is not None:
+            stats.faults[fault.value] = stats.faults.get(fault.value, 0) + 1
+            if fault.is_http_error:
+                self._http_fault(conn, fault)
+                return
+        stats.prompt_tokens += len(req.tokens)
+        self._counter += 1
+        prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
+        rid = f"{prefix}{self._rid_prefix}{self._counter}"
+        tpl = Templates(kind, rid, int(time.time()), self._model_json, config.model)
+        Generation(self, conn, req, request.arrival_ns, fault, tpl).start()
+
+    def _http_fault(self, conn: HttpConnection, fault: Fault) -> None:
+        retry = b"retry-after: %d\r\n" % self.config.faults.retry_after_s
+        if fault is Fault.HTTP_429:
+            body = error_body(
+                "Rate limit reached (simulated)", "rate_limit_error", code="rate_limit_exceeded"
+            )
+            self._error(conn, 429, body, retry)
+        elif fault is Fault.HTTP_503:
+            body = error_body("Service unavailable (simulated)", "server_error", code="overloaded")
+            self._error(conn, 503, body, retry)
+        else:
+            self._error(conn, 500, error_body("Internal server error (simulated)", "server_error"))
+
+    # ------------------------------------------------------------------ other endpoints
+    def _models(self, conn: HttpConnection, request: Request) -> None:
+        model = {
+            "id": self.config.model,
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "veeksha",
+            "root": self.config.model,
+            "max_model_len": self.config.max_model_len,
+        }
+        self._reply(conn, self.encode({"object": "list", "data": [model]}))
+
+    def _tokenize(self, conn: HttpConnection, request: Request) -> None:
+        body = self._json(request)
+        if "messages" in body:
+            text = " ".join(chat_tokens(body))
+        elif isinstance(body.get("prompt"), str):
+            text = body["prompt"]
+        else:
+            raise ApiError(400, "'prompt' (a string) or 'messages' is required", param="prompt")
+        ids = self.tokenizer.encode(text)
+        out = {"count": len(ids), "max_model_len": self.config.max_model_len, "tokens": ids}
+        self._reply(conn, self.encode(out))
+
+    def _detokenize(self, conn: HttpConnection, request: Request) -> None:
+        body = self._json(request)
+        ids = body.get("tokens")
+        if not isinstance(ids, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in ids
+        ):
+            raise ApiError(400, "'tokens' must be a list of integers", param="tokens")
+        self._reply(conn, self.encode({"prompt": self.tokenizer.decode(ids)}))
+
+    def _health(self, conn: HttpConnection, request: Request) -> None:
+        self._reply(conn, b"", b"text/plain")
+
+    def _metrics(self, conn: HttpConnection, request: Request) -> None:
+        self._reply(conn, self.metrics_text().encode(), b"text/plain; version=0.0.4")
+
+    def metrics_text(self) -> str:
+        """Prometheus exposition of this process' counters and gauges."""
+        s = self.stats
+        slots = self.driver.slots
+        cache = self.cache
+        queries = cache.query_tokens if cache is not None else 0
+        hits = cache.hit_tokens if cache is not None else 0
+        label = f'model_name="{self.config.model}",process="{self.process_index}"'
+        lines = [
+            "# HELP veeksha_sim_num_requests_running Requests holding a running slot.",
+            "# TYPE veeksha_sim_num_requests_running gauge",
+            f"veeksha_sim_num_requests_running{{{label}}} {len(slots.running)}",
+            "# HELP veeksha_sim_num_requests_waiting Requests waiting for a slot.",
+            "# TYPE veeksha_sim_num_requests_waiting gauge",
+            f"veeksha_sim_num_requests_waiting{{{label}}} {len(slots.waiting)}",
+            "# HELP veeksha_sim_prefix_cache_hit_rate Cached share of prompt tokens so far.",
+            "# TYPE veeksha_sim_prefix_cache_hit_rate gauge",
+            f"veeksha_sim_prefix_cache_hit_rate{{{label}}} {hits / queries if queries else 0.0}",
+            "# TYPE veeksha_sim_prefix_cache_queries_total counter",
+            f"veeksha_sim_prefix_cache_queries_total{{{label}}} {queries}",
+            "# TYPE veeksha_sim_prefix_cache_hits_total counter",
+            f"veeksha_sim_prefix_cache_hits_total{{{label}}} {hits}",
+            "# HELP veeksha_sim_prompt_tokens_total Prompt tokens received.",
+            "# TYPE veeksha_sim_prompt_tokens_total counter",
+            f"veeksha_sim_prompt_tokens_total{{{label}}} {s.prompt_tokens}",
+            "# HELP veeksha_sim_generation_tokens_total Tokens generated.",
+            "# TYPE veeksha_sim_generation_tokens_total counter",
+            f"veeksha_sim_generation_tokens_total{{{label}}} {s.generation_tokens}",
+            "# TYPE veeksha_sim_requests_cancelled_total counter",
+            f"veeksha_sim_requests_cancelled_total{{{label}}} {s.cancelled}",
+            "# TYPE veeksha_sim_requests_total counter",
+        ]
+        lines += [
+            f'veeksha_sim_requests_total{{{label},endpoint="{k}"}} {v}'
+            for k, v in s.requests.items()
+        ]
+        lines.append("# TYPE veeksha_sim_errors_total counter")
+        lines += [
+            f'veeksha_sim_errors_total{{{label},status="{k}"}} {v}' for k, v in s.errors.items()
+        ]
+        lines.append("# TYPE veeksha_sim_faults_total counter")
+        lines += [
+            f'veeksha_sim_faults_total{{{label},kind="{k}"}} {v}' for k, v in s.faults.items()
+        ]
+        return "\n".join(lines) + "\n"

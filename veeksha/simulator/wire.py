@@ -1,0 +1,319 @@
+"""The OpenAI wire format as the simulator speaks it: request validation and response bytes.
+
+Requests are decoded with msgspec into plain objects and checked by hand, so every problem
+becomes an OpenAI-style error (``{"error": {"message", "type", "param", "code"}}``) with a 4xx
+status instead of an exception. Streamed chunks are built from per-request byte templates:
+``head`` (id, object, created, model) is encoded once per request, every content chunk is
+``prefix + text + suffix``. Output text uses only builtin-vocabulary words (plain ASCII letters),
+so it never needs JSON escaping.
+
+Token accounting, with the builtin tokenizer (one token per whitespace-separated word):
+chat prompts count the words of every message's content (text parts of a content list
+included, no template tokens); completion prompts count the words of ``prompt`` (or the ids of
+a token-id prompt). The prompt's token sequence for the prefix cache is the concatenation of
+those words, in message order.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import msgspec
+
+from veeksha.generate.tokenizer import BUILTIN_VOCAB
+
+__all__ = [
+    "ApiError",
+    "GenRequest",
+    "OutputText",
+    "Templates",
+    "chat_tokens",
+    "error_body",
+    "parse_generation",
+]
+
+Kind = Literal["chat", "completion"]
+
+_decode = msgspec.json.Decoder().decode
+encode = msgspec.json.Encoder().encode
+
+
+class ApiError(Exception):
+    """A request the simulator refuses, with the status and OpenAI error fields to answer with."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+
+    def body(self) -> bytes:
+        """The JSON error body."""
+        return error_body(self.message, self.type, self.param, self.code)
+
+
+def error_body(
+    message: str,
+    type: str = "invalid_request_error",
+    param: str | None = None,
+    code: str | None = None,
+) -> bytes:
+    """An OpenAI-style error body."""
+    return encode({"error": {"message": message, "type": type, "param": param, "code": code}})
+
+
+@dataclass(slots=True)
+class GenRequest:
+    """A validated chat or completion request."""
+
+    kind: Kind
+    stream: bool
+    include_usage: bool
+    tokens: list[Any]  # the prompt's tokens (words, or ids of a token-id prompt)
+    max_tokens: int
+    min_tokens: int
+    ignore_eos: bool
+    seed: int | None
+
+
+def _int(body: dict[str, Any], key: str, low: int) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ApiError(400, f"'{key}' must be an integer >= {low}", param=key)
+    return value
+
+
+def chat_tokens(body: dict[str, Any]) -> list[Any]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "'messages' must be a non-empty list", param="messages")
+    tokens: list[Any] = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise ApiError(400, f"messages[{i}] must be an object with a 'role'", param="messages")
+        content = message.get("content")
+        if isinstance(content, str):
+            tokens.extend(content.split())
+        elif isinstance(content, list):
+            for part in content:
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    tokens.extend(part["text"].split())
+        elif content is not None:
+            raise ApiError(
+                400, f"messages[{i}].content must be a string or a list", param="messages"
+            )
+    return tokens
+
+
+def _completion_tokens(body: dict[str, Any]) -> list[Any]:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return prompt.split()
+    if isinstance(prompt, list) and all(
+        isinstance(t, int) and not isinstance(t, bool) for t in prompt
+    ):
+        return list(prompt)
+    raise ApiError(
+        400,
+        "'prompt' must be a string, a list of token ids, or a list of one of them",
+        param="prompt",
+    )
+
+
+def parse_generation(
+    kind: Kind, raw: bytes, model: str, default_max_tokens: int, max_model_len: int
+) -> GenRequest:
+    """Validate the body of ``/v1/chat/completions`` or ``/v1/completions``."""
+    try:
+        body = _decode(raw)
+    except msgspec.DecodeError as exc:
+        raise ApiError(400, f"invalid JSON body: {exc}") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "the body must be a JSON object")
+    name = body.get("model")
+    if not isinstance(name, str):
+        raise ApiError(400, "'model' is required", param="model")
+    if name != model:
+        raise ApiError(
+            404,
+            f"The model '{name}' does not exist; this server serves '{model}'.",
+            param="model",
+            code="model_not_found",
+        )
+    tokens = chat_tokens(body) if kind == "chat" else _completion_tokens(body)
+    n = _int(body, "n", 1)
+    if n not in (None, 1):
+        raise ApiError(400, "only n=1 is supported", param="n")
+    max_tokens = _int(body, "max_completion_tokens", 1)
+    if max_tokens is None:
+        max_tokens = _int(body, "max_tokens", 1)
+    if max_tokens is None:
+        max_tokens = default_max_tokens
+    min_tokens = _int(body, "min_tokens", 0) or 0
+    if min_tokens > max_tokens:
+        raise ApiError(400, "'min_tokens' must not exceed the maximum tokens", param="min_tokens")
+    if len(tokens) + max_tokens > max_model_len:
+        raise ApiError(
+            400,
+            f"This model's maximum context length is {max_model_len} tokens; the request has "
+            f"{len(tokens)} prompt tokens and asks for {max_tokens} output tokens.",
+            code="context_length_exceeded",
+        )
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise ApiError(400, "'stream' must be a boolean", param="stream")
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise ApiError(400, "'stream_options' must be an object", param="stream_options")
+    include_usage = bool(options and options.get("include_usage"))
+    ignore_eos = body.get("ignore_eos", False) is True
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ApiError(400, "'seed' must be an integer", param="seed")
+    return GenRequest(kind, stream, include_usage, tokens, max_tokens, min_tokens, ignore_eos, seed)
+
+
+class OutputText:
+    """Seeded output words: a fixed pseudo-random word sequence, read from a drawn offset.
+
+    Every word is ``b" word"``; the first token of an answer drops the leading space, so the
+    answer is ``n`` whitespace-separated vocabulary words and counts as exactly ``n`` tokens.
+    """
+
+    __slots__ = ("_rng", "strs", "words")
+
+    SIZE = 1 << 16
+
+    def __init__(self, seed: int, stream: str = "") -> None:
+        table = random.Random(f"veeksha-sim-words-{seed}")
+        self.strs = table.choices(BUILTIN_VOCAB, k=self.SIZE)
+        self.words = [b" " + w.encode() for w in self.strs]
+        self._rng = random.Random(f"veeksha-sim-lengths-{seed}-{stream}")
+
+    def draw(self, n: int, min_tokens: int, exact: bool, seed: int | None) -> tuple[int, int]:
+        """(output length, offset) of one answer; ``seed`` is the request's own seed if any."""
+        rng = self._rng if seed is None else random.Random(seed)
+        length = n if exact or min_tokens >= n else rng.randint(max(min_tokens, 1), n)
+        return length, rng.randrange(self.SIZE)
+
+    def slice(self, offset: int, start: int, stop: int) -> list[bytes]:
+        """Words ``start..stop`` of the answer at ``offset``; the answer's first word unspaced."""
+        words = self.words
+        size = self.SIZE
+        a = (offset + start) % size
+        if a + (stop - start) <= size:
+            out = words[a : a + stop - start]
+        else:
+            out = [words[(offset + i) % size] for i in range(start, stop)]
+        if start == 0 and out:
+            out[0] = out[0][1:]
+        return out
+
+    def tokens(self, offset: int, n: int) -> list[str]:
+        """The first ``n`` words of the answer at ``offset``, as tokens."""
+        strs = self.strs
+        if offset + n <= self.SIZE:
+            return strs[offset : offset + n]
+        return [strs[(offset + i) % self.SIZE] for i in range(n)]
+
+    def text(self, offset: int, n: int) -> str:
+        """The answer's text: ``n`` words joined by single spaces."""
+        return " ".join(self.tokens(offset, n))
+
+
+class Templates:
+    """Pre-encoded pieces of one request's SSE chunks and its JSON body."""
+
+    __slots__ = ("created", "head", "kind", "model", "prefix", "rid", "suffix")
+
+    def __init__(self, kind: Kind, rid: str, created: int, model_json: bytes, model: str) -> None:
+        self.kind = kind
+        self.rid = rid
+        self.created = created
+        self.model = model
+        obj = b"chat.completion.chunk" if kind == "chat" else b"text_completion"
+        self.head = b'data: {"id":"%b","object":"%b","created":%d,"model":%b,' % (
+            rid.encode(),
+            obj,
+            created,
+            model_json,
+        )
+        if kind == "chat":
+            self.prefix = self.head + b'"choices":[{"index":0,"delta":{"content":"'
+            self.suffix = b'"},"logprobs":null,"finish_reason":null}]}\n\n'
+        else:
+            self.prefix = self.head + b'"choices":[{"index":0,"text":"'
+            self.suffix = b'","logprobs":null,"finish_reason":null}]}\n\n'
+
+    def role_chunk(self) -> bytes:
+        """The optional first chat chunk: role only, empty content."""
+        return self.head + (
+            b'"choices":[{"index":0,"delta":{"role":"assistant","content":""},'
+            b'"logprobs":null,"finish_reason":null}]}\n\n'
+        )
+
+    def finish_chunk(self, finish_reason: bytes, timings: bytes | None) -> bytes:
+        """The chunk with ``finish_reason`` (and the timings when no usage chunk follows)."""
+        if self.kind == "chat":
+            choice = b'"choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"%b"}]'
+        else:
+            choice = b'"choices":[{"index":0,"text":"","logprobs":null,"finish_reason":"%b"}]'
+        tail = b',"timings":%b}\n\n' % timings if timings is not None else b"}\n\n"
+        return self.head + choice % finish_reason + tail
+
+    def usage_chunk(self, usage: bytes, timings: bytes) -> bytes:
+        """The final chunk of ``stream_options.include_usage``: no choices, usage, timings."""
+        return self.head + b'"choices":[],"usage":%b,"timings":%b}\n\n' % (usage, timings)
+
+    def body(
+        self, text: str, finish_reason: str, usage: dict[str, Any], timings: dict[str, Any]
+    ) -> bytes:
+        """The non-streaming JSON response."""
+        if self.kind == "chat":
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": finish_reason,
+            }
+            obj = "chat.completion"
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+            obj = "text_completion"
+        return encode(
+            {
+                "id": self.rid,
+                "object": obj,
+                "created": self.created,
+                "model": self.model,
+                "choices": [choice],
+                "usage": usage,
+                "timings": timings,
+            }
+        )
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
+    """The OpenAI ``usage`` object."""
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
+    }
