@@ -42,11 +42,15 @@ GraphConfig = SingleRequestGraph | LinearGraph | BranchingGraph
 
 @dataclass(slots=True)
 class GraphShape:
-    """The structure of one session: ``parents[v]`` and ``history_parents[v]`` per node ``v``."""
+    """The structure of one session: ``parents[v]`` and ``history_parents[v]`` per node ``v``.
+
+    ``layers`` (branching graphs only) gives each node's layer; ``chain`` marks a linear chain.
+    """
 
     parents: list[tuple[int, ...]]
     history_parents: list[int | None]
-    chain: bool = field(default=False, repr=False)  # a linear chain (children in closed form)
+    chain: bool = field(default=False, repr=False)
+    layers: list[int] | None = field(default=None, repr=False)
 
     @property
     def num_nodes(self) -> int:
@@ -219,7 +223,8 @@ def branching_graph(
         for v in range(start_l[1], n):
             ps = parents[v]
             history[v] = ps[int(picks[v - start_l[1]] * len(ps))]
-    return GraphShape(parents, history)
+    layers = np.repeat(np.arange(n_layers), widths).tolist()
+    return GraphShape(parents, history, layers=layers)
 
 
 # ------------------------------------------------------------------------------------ generators

@@ -1,0 +1,149 @@
+"""Samplers: checked statistically with scipy.stats at fixed seeds."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from veeksha.generate.distributions import (
+    FixedStairSampler,
+    interval_distribution,
+    make_interval_sampler,
+    make_length_sampler,
+    mean_interval,
+)
+from veeksha.scenario.models import (
+    FixedInterval,
+    FixedLength,
+    FixedStairLength,
+    GammaInterval,
+    InverseGaussianLength,
+    PoissonInterval,
+    UniformLength,
+    ZipfLength,
+)
+
+N = 20_000
+ALPHA = 0.001
+
+
+def rng(seed: int = 1) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+# ------------------------------------------------------------------------------------ intervals
+
+
+def test_poisson_gaps_are_exponential_with_mean_one_over_rate() -> None:
+    cfg = PoissonInterval(arrival_rate=4.0)
+    gaps = make_interval_sampler(cfg, rng()).sample(N)
+    assert stats.kstest(gaps, interval_distribution(cfg).cdf).pvalue > ALPHA
+    assert stats.ttest_1samp(gaps, 0.25).pvalue > ALPHA
+    # not truncated: gaps beyond 3/rate occur at their exponential frequency e^-3 ≈ 5%
+    tail = float(np.mean(gaps > 0.75))
+    assert stats.binomtest(int(tail * N), N, np.exp(-3)).pvalue > ALPHA
+
+
+@pytest.mark.parametrize(("cv", "shape"), [(0.5, None), (None, 9.0), (2.0, None)])
+def test_gamma_gaps_match_shape_mean_and_cv(cv: float | None, shape: float | None) -> None:
+    cfg = GammaInterval(arrival_rate=2.0, cv=cv, shape=shape)
+    gaps = make_interval_sampler(cfg, rng(2)).sample(N)
+    assert stats.kstest(gaps, interval_distribution(cfg).cdf).pvalue > ALPHA
+    expected_cv = 1.0 / np.sqrt(cfg.effective_shape)
+    assert gaps.std() / gaps.mean() == pytest.approx(expected_cv, rel=0.05)
+    assert gaps.mean() == pytest.approx(mean_interval(cfg), rel=0.05)
+
+
+def test_fixed_interval() -> None:
+    cfg = FixedInterval(interval=0.0)
+    sampler = make_interval_sampler(cfg, rng())
+    assert sampler.sample(3).tolist() == [0.0, 0.0, 0.0]
+    assert sampler.sample_one() == 0.0
+    assert interval_distribution(cfg) is None
+    assert mean_interval(FixedInterval(interval=2.5)) == 2.5
+
+
+def test_single_draws_continue_the_batch_stream() -> None:
+    cfg = PoissonInterval(arrival_rate=1.0)
+    a = make_interval_sampler(cfg, rng(9))
+    singles = [a.sample_one() for _ in range(300)]
+    b = make_interval_sampler(cfg, rng(9))
+    assert singles == b.sample(300).tolist()
+    # mixed use keeps the sequence: 10 singles then a batch equals one long batch
+    c, d = make_interval_sampler(cfg, rng(9)), make_interval_sampler(cfg, rng(9))
+    mixed = [c.sample_one() for _ in range(10)] + c.sample(500).tolist()
+    assert mixed == d.sample(510).tolist()
+
+
+# -------------------------------------------------------------------------------------- lengths
+
+
+def test_fixed_length() -> None:
+    sampler = make_length_sampler(FixedLength(value=5), rng())
+    assert sampler.sample(4).tolist() == [5, 5, 5, 5]
+    assert sampler.sample_one() == 5
+
+
+def test_uniform_is_inclusive_and_flat() -> None:
+    values = make_length_sampler(UniformLength(min=3, max=7), rng()).sample(N)
+    counts = np.bincount(values, minlength=8)[3:]
+    assert values.min() == 3
+    assert values.max() == 7
+    assert stats.chisquare(counts).pvalue > ALPHA
+    assert make_length_sampler(UniformLength(min=4, max=4), rng()).sample(5).tolist() == [4] * 5
+
+
+def test_zipf_bounds_and_monotone_frequencies() -> None:
+    cfg = ZipfLength(min=10, max=19, theta=1.1)
+    values = make_length_sampler(cfg, rng()).sample(N)
+    assert values.min() >= 10
+    assert values.max() <= 19
+    counts = np.bincount(values - 10, minlength=10)
+    assert all(a > b for a, b in itertools.pairwise(counts))
+    pmf = np.arange(1, 11, dtype=float) ** -1.1
+    pmf /= pmf.sum()
+    assert stats.chisquare(counts, pmf * N).pvalue > ALPHA
+
+
+def test_zipf_alias_alpha_and_scramble_keep_the_profile() -> None:
+    cfg = ZipfLength.model_validate({"type": "zipf", "min": 0, "max": 9, "alpha": 1.1})
+    assert cfg.theta == 1.1
+    plain = np.bincount(make_length_sampler(cfg, rng()).sample(N), minlength=10)
+    cfg_s = cfg.model_copy(update={"scramble": True})
+    scrambled = np.bincount(make_length_sampler(cfg_s, rng()).sample(N), minlength=10)
+    assert sorted(plain.tolist()) == sorted(scrambled.tolist())  # same ranks, same draws
+    assert scrambled.argmax() != 0
+
+
+def test_zipf_wide_range_uses_the_continuous_approximation_within_bounds() -> None:
+    values = make_length_sampler(ZipfLength(min=1, max=10**8, theta=0.9), rng()).sample(N)
+    assert values.min() >= 1
+    assert values.max() <= 10**8
+    assert np.median(values) < 10**8 / 2  # skewed to small values
+
+
+def test_fixed_stair_order_and_wrap() -> None:
+    cfg = FixedStairLength(values=[1, 2, 3], repeat_each=2, wrap=True)
+    sampler = make_length_sampler(cfg, rng())
+    assert sampler.sample(8).tolist() == [1, 1, 2, 2, 3, 3, 1, 1]
+    assert [sampler.sample_one() for _ in range(3)] == [2, 2, 3]
+    no_wrap = make_length_sampler(cfg.model_copy(update={"wrap": False}), rng())
+    assert no_wrap.sample(9).tolist() == [1, 1, 2, 2, 3, 3, 3, 3, 3]
+
+
+def test_fixed_stair_position_is_settable() -> None:
+    sampler = FixedStairSampler([5, 6, 7], repeat_each=1)
+    sampler.position = 4
+    assert sampler.sample(2).tolist() == [6, 7]
+    assert sampler.position == 6
+
+
+def test_inverse_gaussian_mean_rounding_and_floor() -> None:
+    values = make_length_sampler(InverseGaussianLength(mean=500, shape=300), rng()).sample(N)
+    assert values.dtype == np.int64
+    assert stats.ttest_1samp(values, 500).pvalue > ALPHA
+    small = make_length_sampler(InverseGaussianLength(mean=0.3, shape=0.2), rng()).sample(N)
+    assert small.min() >= 1

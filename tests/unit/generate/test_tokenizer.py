@@ -1,0 +1,119 @@
+"""hf (local tokenizer.json) and server (/tokenize) tokenizers, and make_tokenizer."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from veeksha.errors import ConfigurationError
+from veeksha.generate.tokenizer import (
+    BuiltinTokenizer,
+    HfTokenizerAdapter,
+    ServerTokenizer,
+    default_tokenize_endpoint,
+    make_tokenizer,
+)
+from veeksha.scenario.models import BuiltinTokenizer as BuiltinConfig
+from veeksha.scenario.models import HfTokenizer as HfConfig
+from veeksha.scenario.models import ServerTokenizer as ServerConfig
+
+
+def test_hf_tokenizer_from_file_and_folder(wordlevel_json: Path) -> None:
+    text = "ba bebe zu"
+    for path in (wordlevel_json, wordlevel_json.parent):
+        tok = HfTokenizerAdapter(str(path))
+        assert tok.count(text) == 3
+        assert tok.decode(tok.encode(text)) == text
+
+
+def test_hf_tokenizer_missing_file_names_path_and_fix(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    with pytest.raises(ConfigurationError, match="nowhere") as info:
+        HfTokenizerAdapter(str(missing))
+    assert "never downloads" in str(info.value)
+    with pytest.raises(ConfigurationError, match=r"tokenizer\.json"):
+        make_tokenizer(HfConfig(path=str(tmp_path)))  # a folder without tokenizer.json
+
+
+def test_hf_tokenizer_unreadable_file(tmp_path: Path) -> None:
+    bad = tmp_path / "tokenizer.json"
+    bad.write_text("{not json")
+    with pytest.raises(ConfigurationError, match="cannot load"):
+        HfTokenizerAdapter(str(bad))
+
+
+def test_make_tokenizer_kinds(wordlevel_json: Path) -> None:
+    assert isinstance(make_tokenizer(BuiltinConfig()), BuiltinTokenizer)
+    assert isinstance(make_tokenizer(HfConfig(path=str(wordlevel_json))), HfTokenizerAdapter)
+    server = make_tokenizer(ServerConfig(), "http://127.0.0.1:8000/v1/", "m")
+    assert isinstance(server, ServerTokenizer)
+    assert server.endpoint == "http://127.0.0.1:8000/tokenize"
+    explicit = make_tokenizer(ServerConfig(endpoint="http://h/tok"), None, "m")
+    assert isinstance(explicit, ServerTokenizer)
+    assert explicit.endpoint == "http://h/tok"
+    with pytest.raises(ConfigurationError, match="api_base"):
+        make_tokenizer(ServerConfig(), None, None)
+    assert default_tokenize_endpoint("http://x:1") == "http://x:1/tokenize"
+
+
+# ----------------------------------------------------------------------------- server tokenizer
+
+
+async def _with_server(check: Callable[[str], Any]) -> tuple[Any, list[dict[str, Any]]]:
+    """Run a vLLM-like /tokenize server on loopback; run ``check(base_url)`` in a thread."""
+    seen: list[dict[str, Any]] = []
+    builtin = BuiltinTokenizer()
+
+    async def tokenize(request: web.Request) -> web.Response:
+        body = await request.json()
+        seen.append(body)
+        tokens = builtin.encode(body["prompt"])
+        return web.json_response({"tokens": tokens, "count": len(tokens), "max_model_len": 99})
+
+    async def detokenize(request: web.Request) -> web.Response:
+        body = await request.json()
+        seen.append(body)
+        return web.json_response({"prompt": builtin.decode(body["tokens"])})
+
+    app = web.Application()
+    app.router.add_post("/tokenize", tokenize)
+    app.router.add_post("/detokenize", detokenize)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = runner.addresses[0][1]
+        result = await asyncio.to_thread(check, f"http://127.0.0.1:{port}")
+    finally:
+        await runner.cleanup()
+    return result, seen
+
+
+def test_server_tokenizer_counts_encodes_decodes() -> None:
+    def check(base: str) -> tuple[int, list[int], str]:
+        tok = make_tokenizer(ServerConfig(), base + "/v1", "my-model")
+        ids = tok.encode("ba be bi")
+        return tok.count("ba be bi bo"), ids, tok.decode(ids)
+
+    (count, ids, text), seen = asyncio.run(_with_server(check))
+    assert count == 4
+    assert ids == BuiltinTokenizer().encode("ba be bi")
+    assert text == "ba be bi"
+    assert seen[0] == {"model": "my-model", "prompt": "ba be bi"}
+    assert seen[-1] == {"model": "my-model", "tokens": ids}
+
+
+def test_server_tokenizer_errors_are_configuration_errors() -> None:
+    def check(base: str) -> str:
+        tok = ServerTokenizer(base + "/missing", "m", timeout=5)
+        with pytest.raises(ConfigurationError, match="/tokenize"):
+            tok.count("ba")
+        return "ok"
+
+    assert asyncio.run(_with_server(check))[0] == "ok"
