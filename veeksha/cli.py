@@ -258,3 +258,7 @@ def benchmark(
     from veeksha.scenario.loader import extra_args_to_overrides
 
     _run(ctx, str(config), extra_args_to_overrides(args), output_dir, quiet)
+
+
+if __name__ == "__main__":
+    main(prog_name="veeksha")

@@ -167,7 +167,9 @@ def _apply_one(data: dict[str, Any], override: Override) -> ScenarioIssue | None
         return None
     if not isinstance(container, dict):
         where = format_path(override.path[:-1]) or "the scenario"
-        return _issue(format_path(override.path), f"cannot set a key inside {where}")
+        return _issue(
+            format_path(override.path), f"cannot set a key inside {where}: it is not a mapping"
+        )
     if last == "type" and node is not None and node.kind == "tagged":
         member = node.members.get(value) if isinstance(value, str) else None
         if member is not None and container.get("type") != value:

@@ -1,0 +1,32 @@
+"""Shared helpers of the scenario tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from veeksha.errors import ScenarioError, ScenarioIssue
+from veeksha.scenario.loader import load_scenario_text
+from veeksha.scenario.models import Scenario
+
+REPO = Path(__file__).resolve().parents[3]
+DATA = Path(__file__).resolve().parent / "data"
+UPSTREAM_SAMPLES = sorted(DATA.glob("upstream_*.yaml"))
+SCENARIOS = sorted((REPO / "scenarios").glob("*.yaml"))
+
+
+def load(text: str, overrides: tuple[str, ...] = ()) -> Scenario:
+    return load_scenario_text(text, "s.yaml", overrides)
+
+
+def issues_of(text: str, overrides: tuple[str, ...] = ()) -> list[ScenarioIssue]:
+    with pytest.raises(ScenarioError) as caught:
+        load(text, overrides)
+    return caught.value.issues
+
+
+def only_issue(text: str, overrides: tuple[str, ...] = ()) -> ScenarioIssue:
+    issues = issues_of(text, overrides)
+    assert len(issues) == 1, [str(i) for i in issues]
+    return issues[0]

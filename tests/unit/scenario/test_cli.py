@@ -1,0 +1,205 @@
+"""The command line: exit codes, messages on stderr, never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner, Result
+
+from veeksha import __version__, cli
+from veeksha.scenario.schema import schema_text
+
+from .helpers import REPO, SCENARIOS
+
+BAD = "seed: -1\ntraffic_scheduler: {type: rate, interval_generator: {arival_rate: 2}}\n"
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(cli.main, list(args), prog_name="veeksha")
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    good = tmp_path / "good.yaml"
+    good.write_text("runtime: {max_sessions: 3}\nclient: {api_key: sk-secret}\n", encoding="utf-8")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BAD, encoding="utf-8")
+    return {"good": good, "bad": bad, "out": tmp_path / "out"}
+
+
+@pytest.fixture
+def no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli, "_engine_runner", lambda: None)
+
+
+def test_version_and_help() -> None:
+    assert invoke("--version").output.strip() == f"veeksha, version {__version__}"
+    top = invoke("--help")
+    assert top.exit_code == 0
+    for command in ("validate", "schema", "run", "benchmark"):
+        assert command in top.output
+        sub = invoke(command, "--help")
+        assert sub.exit_code == 0
+        assert "Usage: veeksha" in sub.output
+
+
+def test_validate_exit_codes(files: dict[str, Path]) -> None:
+    ok = invoke("validate", *map(str, SCENARIOS))
+    assert ok.exit_code == 0, ok.output
+    assert ok.stderr == ""
+    bad = invoke("validate", str(files["good"]), str(files["bad"]), str(files["good"].parent / "x"))
+    assert bad.exit_code == 2
+    assert f"{files['good']}: ok" in bad.stdout
+    assert f"{files['bad']}:1:1: seed: must be greater than or equal to 0 (got -1)" in bad.stderr
+    assert "did you mean 'arrival_rate'?" in bad.stderr
+    assert "cannot read the file" in bad.stderr
+    assert "Traceback" not in bad.output
+
+
+def test_validate_with_overrides_and_warnings(files: dict[str, Path]) -> None:
+    result = invoke("validate", str(files["good"]), "--set", "runtime.num_dispatcher_threads=2")
+    assert result.exit_code == 0
+    lines = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(lines) == 1
+    assert "runtime.num_dispatcher_threads is ignored" in lines[0]
+
+
+def test_schema_command(tmp_path: Path) -> None:
+    target = tmp_path / "s.json"
+    result = invoke("schema", "--output", str(target))
+    assert result.exit_code == 0
+    assert target.read_text(encoding="utf-8") == schema_text()
+    assert invoke("schema", "-o", "-").stdout == schema_text()
+
+
+def test_run_without_engine_writes_config(files: dict[str, Path], no_engine: None) -> None:
+    result = invoke(
+        "run",
+        str(files["good"]),
+        "--output-dir",
+        str(files["out"]),
+        "--set",
+        "seed=5",
+        "--traffic_scheduler.interval_generator.arrival_rate",
+        "9",
+    )
+    assert result.exit_code == 0, result.output
+    (run_dir,) = files["out"].iterdir()
+    config = (run_dir / "config.yaml").read_text(encoding="utf-8")
+    assert "sk-secret" not in config
+    assert "seed: 5" in config
+    assert "arrival_rate: 9.0" in config
+    assert f"output_dir: {files['out']}" in config
+    assert "traffic engine is not built yet" in result.stderr
+
+
+def test_run_calls_the_engine_when_built(
+    files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[Any, ...]] = []
+
+    def fake_run_benchmark(scenario: Any, run_dir: Path, *, quiet: bool) -> int:
+        calls.append((scenario.seed, run_dir, quiet))
+        return 3
+
+    monkeypatch.setattr(cli, "_engine_runner", lambda: fake_run_benchmark)
+    result = invoke(
+        "benchmark",
+        "--config",
+        str(files["good"]),
+        "--output-dir",
+        str(files["out"]),
+        "--seed",
+        "8",
+        "--quiet",
+    )
+    assert result.exit_code == 3
+    assert result.stdout == ""
+    ((seed, run_dir, quiet),) = calls
+    assert (seed, quiet) == (8, True)
+    assert (run_dir / "config.yaml").is_file()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "BAD"],
+        ["run", "GOOD", "--seed"],
+        ["run", "GOOD", "--set", "seed"],
+        ["benchmark", "--config", "BAD", "--runtime.max_sessions", "0"],
+        ["run", "GOOD", "--set", "runtime.max_sessions=zero"],
+    ],
+)
+def test_bad_input_exits_2_without_traceback(
+    files: dict[str, Path], no_engine: None, args: list[str]
+) -> None:
+    args = [
+        str(files["bad"]) if a == "BAD" else str(files["good"]) if a == "GOOD" else a for a in args
+    ]
+    result = invoke(*args, "--output-dir", str(files["out"]))
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip()
+    assert "Traceback" not in result.output
+    assert not files["out"].exists()  # nothing is created for an invalid scenario
+
+
+def test_unwritable_output_dir_is_a_configuration_error(
+    files: dict[str, Path], no_engine: None
+) -> None:
+    blocker = files["out"]
+    blocker.write_text("x", encoding="utf-8")
+    result = invoke("run", str(files["good"]), "--output-dir", str(blocker / "sub"))
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: cannot create a run folder")
+
+
+def test_run_needs_exactly_one_file(files: dict[str, Path]) -> None:
+    result = invoke("run", str(files["good"]), str(files["good"]))
+    assert result.exit_code == 2
+    assert "expected one scenario FILE" in result.stderr
+
+
+def test_lazy_group_loads_commands_on_use() -> None:
+    group = cli.LazyGroup(name="g", lazy_commands={"check": "veeksha.cli:validate"})
+    assert "check" not in group.commands
+    ctx = click.Context(group)
+    assert group.list_commands(ctx) == ["check"]
+    assert group.get_command(ctx, "check") is cli.validate
+    broken = cli.LazyGroup(name="g", lazy_commands={"x": "veeksha.cli:LAZY_COMMANDS"})
+    with pytest.raises(TypeError, match="not a click command"):
+        broken.get_command(click.Context(broken), "x")
+
+
+def test_registered_lazy_commands_import() -> None:
+    ctx = click.Context(cli.main)
+    for name in cli.LAZY_COMMANDS:
+        assert isinstance(cli.main.get_command(ctx, name), click.Command)
+
+
+def test_real_subprocess(files: dict[str, Path]) -> None:
+    command = [sys.executable, "-m", "veeksha.cli"]
+    bad = subprocess.run(
+        [*command, "validate", str(files["bad"])],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=REPO,
+    )
+    assert bad.returncode == 2
+    assert "Traceback" not in bad.stderr
+    assert "seed: must be greater than or equal to 0" in bad.stderr
+    good = subprocess.run(
+        [*command, "validate", *map(str, SCENARIOS)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=REPO,
+    )
+    assert good.returncode == 0, good.stderr

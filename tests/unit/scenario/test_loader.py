@@ -1,0 +1,114 @@
+"""Loading files: positions, did-you-mean, every error at once, YAML problems."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from veeksha.errors import ScenarioError
+from veeksha.scenario.loader import load_scenario
+
+from .helpers import UPSTREAM_SAMPLES, issues_of, only_issue
+
+BAD = """\
+seed: 1
+traffic_scheduler:
+  type: rate
+  interval_generator:
+    type: poisson
+    arival_rate: 10
+runtime:
+  max_sessions: -5
+client:
+  type: openai_chat_completion
+health_checks: {strict: maybe, late_treshold_s: 3}
+"""
+
+
+def test_every_error_at_once_with_line_and_column() -> None:
+    rendered = [str(i) for i in issues_of(BAD)]
+    assert rendered == [
+        "s.yaml:6:5: traffic_scheduler.interval_generator.arival_rate: unknown key; "
+        "did you mean 'arrival_rate'?",
+        "s.yaml:8:3: runtime.max_sessions: must be greater than or equal to -1 (got -5)",
+        "s.yaml:10:3: client.type: unknown type 'openai_chat_completion'; expected one of: "
+        "'openai_chat_completions', 'openai_completions'; did you mean 'openai_chat_completions'?",
+        "s.yaml:11:17: health_checks.strict: must be a valid boolean (got 'maybe')",
+        "s.yaml:11:32: health_checks.late_treshold_s: unknown key; "
+        "did you mean 'late_threshold_s'?",
+    ]
+
+
+def test_unknown_key_without_a_close_match_lists_the_allowed_keys() -> None:
+    issue = only_issue("trace_recorder: {zzz: 1}")
+    assert issue.message == "unknown key; allowed keys: enabled, include_content"
+    top = only_issue("sed: 1\n")
+    assert (top.path, top.line, top.column) == ("sed", 1, 1)
+    assert "did you mean 'seed'?" in top.message
+
+
+def test_missing_key_points_at_the_enclosing_section() -> None:
+    issue = only_issue("seed: 1\nsession_generator:\n  type: trace\n")
+    assert (issue.line, issue.column, issue.path) == (2, 1, "session_generator.trace_file")
+
+
+def test_list_items_are_located() -> None:
+    issue = only_issue("evaluators:\n  - type: performance\n  - type: performance\n    slos: [3]\n")
+    assert (issue.line, issue.column, issue.path) == (4, 12, "evaluators[1].slos[0]")
+    assert issue.message == "must be a mapping (got 3)"
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "column", "fragment"),
+    [
+        ("seed: [1\n", 2, 1, "YAML syntax error: expected ',' or ']'"),
+        ("seed: 1\nseed: 2\n", 2, 1, 'duplicate key "seed"'),
+        ("runtime:\n\tmax_sessions: 1\n", 2, 1, "cannot start any token"),
+        ("seed: 1\n---\nseed: 2\n", 2, 1, "but found another document"),
+    ],
+)
+def test_yaml_syntax_errors_name_line_and_column(
+    text: str, line: int, column: int, fragment: str
+) -> None:
+    issue = only_issue(text)
+    assert (issue.line, issue.column) == (line, column)
+    assert fragment in issue.message
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("", "the file is empty"),
+        ("# only a comment\n", "the file is empty"),
+        ("- seed: 1\n", "must be a mapping of sections, not a list"),
+        ("just text\n", "must be a mapping of sections, not a str value"),
+    ],
+)
+def test_empty_and_non_mapping_files(text: str, fragment: str) -> None:
+    assert fragment in only_issue(text).message
+
+
+def test_missing_unreadable_and_binary_files(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError, match="cannot read the file"):
+        load_scenario(tmp_path / "nope.yaml")
+    with pytest.raises(ScenarioError, match="cannot read the file"):
+        load_scenario(tmp_path)
+    binary = tmp_path / "b.yaml"
+    binary.write_bytes(b"\xff\xfe\x00seed")
+    with pytest.raises(ScenarioError, match="not a text file"):
+        load_scenario(binary)
+
+
+@pytest.mark.parametrize("path", UPSTREAM_SAMPLES, ids=lambda p: p.name)
+def test_upstream_samples_validate_unchanged(path: Path) -> None:
+    scenario = load_scenario(path)
+    assert scenario.client.model == "meta-llama/Llama-3.2-1B-Instruct"
+    assert scenario.evaluators[0].slos
+
+
+def test_branching_sample_has_skip_connections() -> None:
+    scenario = load_scenario(next(p for p in UPSTREAM_SAMPLES if "branching" in p.name))
+    graph = scenario.session_generator.session_graph  # type: ignore[union-attr]
+    assert graph.type == "branching"
+    assert graph.connection_dist_generator.max == 2  # type: ignore[union-attr]
