@@ -101,13 +101,20 @@ class SessionRecord:
     status: str | None = None
 
 
-def _server_timing(timings: dict[str, Any], keys: tuple[str, ...]) -> float | None:
-    for key in keys:
-        for name, scale in ((key, 1.0), (key + "_s", 1.0), (key + "_ms", 1e-3)):
-            value = timings.get(name)
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                return float(value) * scale
-    return None
+# timings key → (column, scale to seconds): every accepted spelling, resolved once.
+_TIMING_KEYS: dict[str, tuple[str, float]] = {
+    key + suffix: (column, scale)
+    for column, keys in SERVER_TIMING_COLUMNS.items()
+    for key in keys
+    for suffix, scale in (("", 1.0), ("_s", 1.0), ("_ms", 1e-3))
+}
+
+
+def _add_server_timings(row: dict[str, Any], timings: dict[str, Any]) -> None:
+    for key, value in timings.items():
+        hit = _TIMING_KEYS.get(key)
+        if hit is not None and isinstance(value, int | float) and not isinstance(value, bool):
+            row[hit[0]] = value * hit[1]
 
 
 def request_row(
@@ -182,8 +189,7 @@ def request_row(
     )
     row["retries"] = res.retries
     if res.server_timings:
-        for column, keys in SERVER_TIMING_COLUMNS.items():
-            row[column] = _server_timing(res.server_timings, keys)
+        _add_server_timings(row, res.server_timings)
     if status != "ok":
         return row
 
