@@ -1,0 +1,153 @@
+"""Health checks of the session arrival process (rate traffic only; SKIP for concurrent).
+
+``dispatch_rate``: the observed session rate against the configured one. The rate is measured on
+two timelines: the sessions' start times (``sessions.started_at``, the planned arrivals) and the
+moments their first request was actually sent (``sent_at`` of the roots), so a generator that
+starts sessions late fails too. Observed rate = (n − 1) / (last start − first start). FAIL when
+|observed − configured| / configured exceeds ``dispatch_rate_tolerance`` and also exceeds what
+sampling noise explains for n − 1 gaps: z · cv / √(n − 1), with z the two-sided normal quantile
+at ``arrival_ks_alpha`` and cv the gaps' coefficient of variation (1 for poisson, 1/√k for gamma,
+0 for fixed). So 20 poisson sessions are not failed for a 20% deviation that chance explains.
+
+``arrival_distribution``: a Kolmogorov–Smirnov test of the inter-arrival gaps against the
+configured distribution (poisson → exponential, gamma → gamma); FAIL when p < arrival_ks_alpha.
+For fixed intervals, FAIL when a gap deviates from the interval by more than
+``max_dispatch_lag_p99_ms``. Both need at least ``MIN_GAPS`` gaps, else SKIP.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from scipy import stats
+
+from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
+from veeksha.evaluate.stats import Floats, column
+from veeksha.generate.distributions import interval_distribution, mean_interval
+from veeksha.scenario.models import GammaInterval, PoissonInterval, RateScheduler
+
+__all__ = ["ARRIVAL_DISTRIBUTION", "DISPATCH_RATE", "MIN_GAPS", "root_times"]
+
+MIN_GAPS = 5
+
+
+def root_times(requests: pa.Table, name: str) -> Floats:
+    """Per session, the earliest ``name`` (e.g. ready_at, sent_at) of its root requests, sorted."""
+    if requests.num_rows == 0:
+        return np.empty(0)
+    roots = requests.filter(pc.equal(pc.fill_null(pc.list_value_length(requests["parents"]), 0), 0))
+    grouped = roots.group_by("session_id").aggregate([(name, "min")])
+    values = column(grouped, f"{name}_min")
+    return np.sort(values[~np.isnan(values)])
+
+
+def _session_starts(data: HealthInput) -> Floats:
+    if data.sessions.num_rows:
+        starts = column(data.sessions, "started_at")
+        return np.sort(starts[~np.isnan(starts)])
+    return root_times(data.measured, "ready_at")
+
+
+def _rate(times: Floats) -> float | None:
+    span = float(times[-1] - times[0]) if times.size >= 2 else 0.0
+    return (times.size - 1) / span if span > 0 else None
+
+
+def _cv(data: HealthInput) -> float:
+    cfg = data.scenario.traffic_scheduler
+    assert isinstance(cfg, RateScheduler)
+    gen = cfg.interval_generator
+    if isinstance(gen, PoissonInterval):
+        return 1.0
+    if isinstance(gen, GammaInterval):
+        return 1.0 / math.sqrt(gen.effective_shape)
+    return 0.0
+
+
+def _skip_reason(data: HealthInput) -> str | None:
+    cfg = data.scenario.traffic_scheduler
+    if not isinstance(cfg, RateScheduler):
+        return "concurrent traffic has no configured arrival rate"
+    if mean_interval(cfg.interval_generator) <= 0:
+        return "a fixed interval of 0 releases every session at once"
+    return None
+
+
+def _dispatch_rate(data: HealthInput) -> Outcome:
+    reason = _skip_reason(data)
+    if reason:
+        return Outcome(SKIP, reason, {})
+    cfg = data.scenario.traffic_scheduler
+    assert isinstance(cfg, RateScheduler)
+    configured = 1.0 / mean_interval(cfg.interval_generator)
+    starts = _session_starts(data)
+    if starts.size < MIN_GAPS + 1:
+        return Outcome(SKIP, f"{starts.size} measured sessions, need {MIN_GAPS + 1}", {})
+    tol = data.thresholds.dispatch_rate_tolerance
+    z = float(stats.norm.ppf(1 - data.thresholds.arrival_ks_alpha / 2))
+    allowed = max(tol, z * _cv(data) / math.sqrt(starts.size - 1))
+    statistics: dict[str, Any] = {"configured_rate": configured, "sessions": int(starts.size)}
+    statistics |= {"tolerance": tol, "allowed_relative_error": allowed}
+    worst = 0.0
+    timelines = (("started", starts), ("sent", root_times(data.measured, "sent_at")))
+    for label, times in timelines:
+        observed = _rate(times)
+        error = None if observed is None else abs(observed - configured) / configured
+        statistics[f"{label}_rate"] = observed
+        statistics[f"{label}_relative_error"] = error
+        worst = max(worst, error or 0.0)
+    observed = statistics["sent_rate"] or statistics["started_rate"]
+    detail = f"observed {observed:.4g}/s vs configured {configured:.4g}/s ({worst:.1%} off"
+    detail += f", allowed {allowed:.1%})"
+    return Outcome(FAIL if worst > allowed else PASS, detail, statistics)
+
+
+def _arrival_distribution(data: HealthInput) -> Outcome:
+    reason = _skip_reason(data)
+    if reason:
+        return Outcome(SKIP, reason, {})
+    cfg = data.scenario.traffic_scheduler
+    assert isinstance(cfg, RateScheduler)
+    gaps = np.diff(_session_starts(data))
+    if gaps.size < MIN_GAPS:
+        return Outcome(SKIP, f"{gaps.size} inter-arrival gaps, need {MIN_GAPS}", {})
+    dist = interval_distribution(cfg.interval_generator)
+    if dist is None:
+        interval = mean_interval(cfg.interval_generator)
+        deviation = np.abs(gaps - interval)
+        limit = data.thresholds.max_dispatch_lag_p99_ms / 1000
+        statistics: dict[str, Any] = {
+            "interval": interval,
+            "gaps": int(gaps.size),
+            "limit_s": limit,
+        }
+        statistics |= {"max_deviation_s": float(deviation.max())}
+        statistics |= {"p99_deviation_s": float(np.percentile(deviation, 99))}
+        ok = deviation.max() <= limit
+        detail = f"max gap deviation {deviation.max() * 1000:.3f} ms (limit {limit * 1000:g} ms)"
+        return Outcome(PASS if ok else FAIL, detail, statistics)
+    result = stats.kstest(gaps, dist.cdf)
+    alpha = data.thresholds.arrival_ks_alpha
+    statistics = {"distribution": cfg.interval_generator.type}
+    statistics["gaps"] = int(gaps.size)
+    statistics |= {"ks_statistic": float(result.statistic), "p_value": float(result.pvalue)}
+    statistics |= {"alpha": alpha, "mean_gap": float(gaps.mean())}
+    statistics |= {"expected_mean_gap": mean_interval(cfg.interval_generator)}
+    detail = f"KS D={result.statistic:.4f}, p={result.pvalue:.4g} (alpha {alpha:g})"
+    return Outcome(PASS if result.pvalue >= alpha else FAIL, detail, statistics)
+
+
+DISPATCH_RATE = HealthCheck(
+    "dispatch_rate",
+    "observed session arrival rate vs the configured rate (rate traffic)",
+    _dispatch_rate,
+)
+ARRIVAL_DISTRIBUTION = HealthCheck(
+    "arrival_distribution",
+    "inter-arrival times follow the configured distribution (KS test; fixed: deviation)",
+    _arrival_distribution,
+)

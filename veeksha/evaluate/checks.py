@@ -1,0 +1,31 @@
+"""The health checks veeksha runs after every run, in report order, and the function running them.
+
+Adding a check means writing one ``HealthCheck`` (see ``veeksha.evaluate.health``) and listing it
+here; nothing registers itself.
+"""
+
+from __future__ import annotations
+
+from veeksha.evaluate.arrival_checks import ARRIVAL_DISTRIBUTION, DISPATCH_RATE
+from veeksha.evaluate.generator_checks import GENERATOR_SATURATION, LIFECYCLE_DELAYS
+from veeksha.evaluate.health import HealthCheck, HealthInput, HealthReport
+from veeksha.evaluate.request_checks import DEPENDENCIES, OUTPUT_LENGTH, PROMPT_LENGTH
+
+__all__ = ["HEALTH_CHECKS", "run_health_checks"]
+
+HEALTH_CHECKS: tuple[HealthCheck, ...] = (
+    DISPATCH_RATE,
+    ARRIVAL_DISTRIBUTION,
+    DEPENDENCIES,
+    PROMPT_LENGTH,
+    OUTPUT_LENGTH,
+    LIFECYCLE_DELAYS,
+    GENERATOR_SATURATION,
+)
+
+
+def run_health_checks(
+    data: HealthInput, checks: tuple[HealthCheck, ...] = HEALTH_CHECKS
+) -> HealthReport:
+    """Run ``checks`` on ``data``; the report's verdict is PASS unless one FAILs."""
+    return HealthReport(tuple(check(data) for check in checks))

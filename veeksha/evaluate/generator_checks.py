@@ -1,0 +1,133 @@
+"""Health checks of veeksha's own timing: lifecycle delays and generator saturation.
+
+``lifecycle_delays`` (informative, PASS with data): distributions of ready → dispatched (the main
+loop), dispatched → sent (IPC and the worker) and completed → processed (the result's way back).
+
+``generator_saturation``: FAIL when the load generator, not the server, limited the offered load,
+so that an open-loop result never silently becomes a closed-loop one. Its lag is
+``generator_delay = sent_at − ready_at`` of the measured requests. FAIL when
+
+- its p99 exceeds ``max_dispatch_lag_p99_ms``, or
+- it grows over the run (a backlog building up): the requests are split by ready time into
+  ``WINDOWS`` equal windows, and the least-squares slope of the windows' median lag over their
+  centre times, times the span, exceeds ``max_dispatch_lag_p99_ms``.
+
+With the run's worker CPU seconds (``run_info["worker_cpu_s"]``) the workers' mean CPU
+utilisation is reported (cpu seconds / (workers × measured window)); a utilisation near 1 names
+the likely cause of a failure.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
+from veeksha.evaluate.stats import Floats, column, describe
+
+__all__ = ["GENERATOR_SATURATION", "LIFECYCLE_DELAYS", "WINDOWS", "lag_trend"]
+
+WINDOWS = 10
+_MIN_PER_WINDOW = 5
+
+
+def _ms(stats: dict[str, Any]) -> dict[str, Any]:
+    return {k: v * 1000 if isinstance(v, float) else v for k, v in stats.items()} | {"unit": "ms"}
+
+
+def _lifecycle(data: HealthInput) -> Outcome:
+    t = data.measured
+    spans = {
+        "ready_to_dispatch": column(t, "dispatched_at") - column(t, "ready_at"),
+        "dispatch_to_sent": column(t, "sent_at") - column(t, "dispatched_at"),
+        "completed_to_processed": column(t, "processed_at") - column(t, "completed_at"),
+    }
+    statistics = {name: _ms(describe(values)) for name, values in spans.items()}
+    if all(s["count"] == 0 for s in statistics.values()):
+        return Outcome(SKIP, "no measured request was dispatched", statistics)
+    parts = [
+        f"{name.replace('_', ' ')} p99 {s['p99']:.3f} ms"
+        for name, s in statistics.items()
+        if s["count"]
+    ]
+    return Outcome(PASS, "; ".join(parts), statistics)
+
+
+def lag_trend(ready: Floats, lag: Floats) -> tuple[float | None, list[dict[str, Any]]]:
+    """Slope (s of lag per s of run) of the windowed median lag, and the windows' statistics."""
+    if ready.size < WINDOWS * _MIN_PER_WINDOW or ready.max() <= ready.min():
+        return None, []
+    edges = np.linspace(ready.min(), ready.max(), WINDOWS + 1)
+    which = np.clip(np.searchsorted(edges, ready, side="right") - 1, 0, WINDOWS - 1)
+    centres, medians, windows = [], [], []
+    for w in range(WINDOWS):
+        inside = lag[which == w]
+        if inside.size < _MIN_PER_WINDOW:
+            continue
+        centre = float((edges[w] + edges[w + 1]) / 2)
+        centres.append(centre)
+        medians.append(float(np.median(inside)))
+        windows.append(
+            {"start": float(edges[w]), "end": float(edges[w + 1]), "requests": int(inside.size)}
+            | {"p50_ms": medians[-1] * 1000, "p99_ms": float(np.percentile(inside, 99)) * 1000}
+        )
+    if len(centres) < 3:
+        return None, windows
+    slope = float(np.polyfit(np.array(centres), np.array(medians), 1)[0])
+    return slope, windows
+
+
+def _saturation(data: HealthInput) -> Outcome:
+    t = data.measured
+    ready, lag = column(t, "ready_at"), column(t, "generator_delay")
+    keep = ~np.isnan(ready) & ~np.isnan(lag)
+    ready, lag = ready[keep], lag[keep]
+    if lag.size == 0:
+        return Outcome(SKIP, "no measured request was sent", {})
+    limit_ms = data.thresholds.max_dispatch_lag_p99_ms
+    p99_ms = float(np.percentile(lag, 99)) * 1000
+    slope, windows = lag_trend(ready, lag)
+    span = float(ready.max() - ready.min())
+    growth_ms = None if slope is None else slope * span * 1000
+    statistics: dict[str, Any] = {"limit_ms": limit_ms, "p99_ms": p99_ms}
+    statistics |= {"lag": _ms(describe(lag)), "slope_ms_per_s": None, "growth_ms": growth_ms}
+    if slope is not None:
+        statistics["slope_ms_per_s"] = slope * 1000
+    statistics["windows"] = windows
+    cpu = data.run_info.get("worker_cpu_s")
+    workers = data.run_info.get("num_workers") or _worker_count(data)
+    window = data.run_info.get("measured_window")
+    duration = (window[1] - window[0]) if window else span
+    if cpu is not None and workers and duration > 0:
+        statistics["worker_cpu_utilisation"] = float(cpu) / (workers * duration)
+    reasons = []
+    if p99_ms > limit_ms:
+        reasons.append(f"lag p99 {p99_ms:.3f} ms > {limit_ms:g} ms")
+    if growth_ms is not None and growth_ms > limit_ms:
+        reasons.append(f"lag grew by {growth_ms:.3f} ms over the run")
+    if not reasons:
+        detail = f"lag p99 {p99_ms:.3f} ms ≤ {limit_ms:g} ms"
+        return Outcome(PASS, detail, statistics)
+    utilisation = statistics.get("worker_cpu_utilisation")
+    detail = "; ".join(reasons) + ": the generator, not the server, limited the load"
+    if utilisation is not None:
+        detail += f" (workers at {utilisation:.0%} CPU)"
+    return Outcome(FAIL, detail, statistics)
+
+
+def _worker_count(data: HealthInput) -> int:
+    workers = column(data.measured, "worker_id")
+    return int(np.unique(workers[~np.isnan(workers)]).size)
+
+
+LIFECYCLE_DELAYS = HealthCheck(
+    "lifecycle_delays",
+    "ready→dispatch, dispatch→sent and completed→processed delays (informative)",
+    _lifecycle,
+)
+GENERATOR_SATURATION = HealthCheck(
+    "generator_saturation",
+    "the load generator kept up: p99 and trend of sent − ready, worker CPU",
+    _saturation,
+)

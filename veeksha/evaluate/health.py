@@ -1,0 +1,151 @@
+"""Health checks: proof that the benchmark itself behaved, judged after every run.
+
+Vocabulary:
+
+- a *check* (``HealthCheck``) is a small object: a name, a one-line description and a function of
+  the run's tables (``HealthInput``) returning an ``Outcome``: PASS, FAIL or SKIP (not applicable,
+  or no data), a one-line detail and the statistics it judged on;
+- the checks are gathered in the explicit tuple ``veeksha.evaluate.checks.HEALTH_CHECKS``;
+- the *verdict* is PASS when no check failed (SKIP does not fail a run).
+
+Thresholds come from the scenario's ``health_checks`` section. Results go to ``health.json`` (the
+statistics, machine-readable) and ``health.txt`` (one block per check, for people); the verdict is
+also stored in the Parquet metadata by the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+import pyarrow as pa
+
+from veeksha.evaluate.jsonio import jsonable, write_json
+from veeksha.scenario.models import HealthChecks, Scenario
+
+__all__ = [
+    "FAIL",
+    "PASS",
+    "SKIP",
+    "CheckResult",
+    "HealthCheck",
+    "HealthInput",
+    "HealthReport",
+    "Outcome",
+    "Status",
+]
+
+Status = Literal["PASS", "FAIL", "SKIP"]
+PASS: Status = "PASS"
+FAIL: Status = "FAIL"
+SKIP: Status = "SKIP"
+
+
+@dataclass(frozen=True, slots=True)
+class HealthInput:
+    """What a check sees: every request (all phases), the measured requests and sessions."""
+
+    requests: pa.Table
+    measured: pa.Table
+    sessions: pa.Table
+    scenario: Scenario
+    run_info: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def thresholds(self) -> HealthChecks:
+        return self.scenario.health_checks
+
+
+class Outcome(NamedTuple):
+    """What a check function returns."""
+
+    status: Status
+    detail: str
+    statistics: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """The outcome of one check, with the check's name and description."""
+
+    name: str
+    description: str
+    status: Status
+    detail: str
+    statistics: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "status": self.status,
+            "detail": self.detail,
+            "statistics": jsonable(self.statistics),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class HealthCheck:
+    """One self-check of the benchmark: ``check(input)`` runs it."""
+
+    name: str
+    description: str
+    function: Callable[[HealthInput], Outcome]
+
+    def __call__(self, data: HealthInput) -> CheckResult:
+        status, detail, statistics = self.function(data)
+        return CheckResult(self.name, self.description, status, detail, statistics)
+
+
+@dataclass(frozen=True, slots=True)
+class HealthReport:
+    """Every check's result and the overall verdict."""
+
+    results: tuple[CheckResult, ...]
+
+    @property
+    def verdict(self) -> Status:
+        """PASS unless a check failed."""
+        return FAIL if any(r.status == FAIL for r in self.results) else PASS
+
+    @property
+    def failed(self) -> list[str]:
+        return [r.name for r in self.results if r.status == FAIL]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The content of health.json."""
+        return {
+            "verdict": self.verdict,
+            "failed": self.failed,
+            "checks": [r.to_dict() for r in self.results],
+        }
+
+    def to_text(self) -> str:
+        """The content of health.txt: the verdict, then one block per check."""
+        lines = [f"health verdict: {self.verdict}", ""]
+        for r in self.results:
+            lines.append(f"[{r.status}] {r.name}: {r.detail}")
+            lines.append(f"    {r.description}")
+            for key, value in jsonable(r.statistics).items():
+                lines.append(f"    {key}: {_fmt(value)}")
+            lines.append("")
+        return "\n".join(lines)
+
+    def write(self, run_dir: Path) -> None:
+        """Write health.json and health.txt into ``run_dir``."""
+        write_json(run_dir / "health.json", self.to_dict())
+        (run_dir / "health.txt").write_text(self.to_text(), encoding="utf-8")
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_fmt(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return f"{len(value)} entries (see health.json)"
+    if value is None:
+        return "-"
+    return str(value)

@@ -1,0 +1,202 @@
+"""Per-request latency metrics and the request-level aggregates of the measured phase.
+
+A metric is a small self-describing object (name, unit, description, how to read its sample from
+the requests table) and ``LATENCY_METRICS`` is the explicit tuple of them. The per-request values
+come from the recorder's columns (``veeksha.record.rows`` defines them); this module only
+aggregates. Latency columns are null for failed requests, so latency samples are over ``ok``
+requests; failures are counted in ``request_counts`` and ``error_rates``, never dropped.
+
+Definitions (SCENARIO_REFERENCE.md; ``sent_at`` = the worker wrote the request):
+
+    ttfc = first_chunk_at - sent_at                  e2e = completed_at - sent_at
+    tbc  = every gap between consecutive chunks      tpot = (e2e - ttfc) / (output_tokens - 1)
+    normalized_e2e = e2e / output_tokens             output_throughput = output_tokens / e2e
+    generator_delay = sent_at - ready_at             dispatch_lag = dispatched_at - ready_at
+
+The measured window runs from the first ``sent_at`` to the last ``completed_at`` of the measured
+requests; throughputs divide by its length. Worked example: two ok requests sent at 1.0 and 2.0 s,
+completed at 1.5 and 3.0 s, 10 and 30 output tokens: window 2.0 s, 1.0 request/s, 20 tokens/s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from veeksha.evaluate.stats import Floats, column, describe, flat_list, status_is
+
+__all__ = [
+    "LATENCY_METRICS",
+    "STATUSES",
+    "Metric",
+    "error_rates",
+    "latency_stats",
+    "measured_window",
+    "metric_samples",
+    "prefill_buckets",
+    "request_counts",
+    "throughput",
+]
+
+#: Request statuses of requests.parquet, in report order.
+STATUSES = ("ok", "error", "timeout", "cancelled")
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """One per-request metric: its sample is read from the requests table of the measured phase."""
+
+    name: str
+    unit: str
+    description: str
+    sample: Callable[[pa.Table], Floats]
+
+
+def _scalar(name: str) -> Callable[[pa.Table], Floats]:
+    def read(table: pa.Table) -> Floats:
+        values = column(table, name)
+        return values[~np.isnan(values)]
+
+    return read
+
+
+def _gaps(table: pa.Table) -> Floats:
+    return flat_list(table, "tbc")
+
+
+LATENCY_METRICS: tuple[Metric, ...] = (
+    Metric("ttfc", "s", "time to first content chunk: first_chunk_at − sent_at", _scalar("ttfc")),
+    Metric("tbc", "s", "every gap between consecutive content chunks", _gaps),
+    Metric("tpot", "s", "(e2e − ttfc) / (output_tokens − 1), ≥ 2 tokens", _scalar("tpot")),
+    Metric("e2e", "s", "end to end latency: completed_at − sent_at", _scalar("e2e")),
+    Metric("normalized_e2e", "s/token", "e2e / output_tokens", _scalar("normalized_e2e")),
+    Metric(
+        "output_throughput",
+        "tokens/s",
+        "output_tokens / e2e per request",
+        _scalar("output_throughput"),
+    ),
+    Metric(
+        "generator_delay",
+        "s",
+        "sent_at − ready_at: veeksha's own scheduling, dispatch and IPC delay",
+        _scalar("generator_delay"),
+    ),
+    Metric(
+        "dispatch_lag",
+        "s",
+        "dispatched_at − ready_at: the main loop's lateness",
+        _scalar("dispatch_lag"),
+    ),
+)
+
+
+def metric_samples(requests: pa.Table) -> dict[str, Floats]:
+    """The sample of every latency metric (``requests``: measured rows)."""
+    return {m.name: m.sample(requests) for m in LATENCY_METRICS}
+
+
+def latency_stats(samples: dict[str, Floats]) -> dict[str, dict[str, Any]]:
+    """``describe`` of every metric's sample, with its unit: summary.json's ``latency``."""
+    return {m.name: {"unit": m.unit, **describe(samples[m.name])} for m in LATENCY_METRICS}
+
+
+def measured_window(requests: pa.Table) -> tuple[float, float] | None:
+    """(first sent_at, last completed_at) of the measured requests; None when nothing was sent."""
+    sent = column(requests, "sent_at")
+    done = column(requests, "completed_at")
+    if np.isnan(sent).all() or np.isnan(done).all():
+        return None
+    start, end = float(np.nanmin(sent)), float(np.nanmax(done))
+    return (start, end) if end > start else None
+
+
+def request_counts(requests: pa.Table) -> dict[str, int]:
+    """Measured requests recorded, by status (failed and cancelled ones included)."""
+    counts = {"total": requests.num_rows} | dict.fromkeys(STATUSES, 0)
+    if requests.num_rows:
+        for entry in pc.value_counts(requests.column("status")).to_pylist():
+            counts[entry["values"]] = counts.get(entry["values"], 0) + int(entry["counts"])
+    return counts
+
+
+def _ok_sum(requests: pa.Table, ok: np.ndarray, name: str) -> int:
+    values = column(requests, name)[ok]
+    return int(np.nansum(values))
+
+
+def throughput(requests: pa.Table, window: tuple[float, float] | None) -> dict[str, Any]:
+    """System throughput of the ok requests over the measured window (None without a window)."""
+    ok = status_is(requests, "ok")
+    input_tokens = _ok_sum(requests, ok, "prompt_tokens_total")
+    output_tokens = _ok_sum(requests, ok, "output_tokens")
+    out: dict[str, Any] = {
+        "window_start": None if window is None else window[0],
+        "window_end": None if window is None else window[1],
+        "window_s": None if window is None else window[1] - window[0],
+        "completed_requests": int(ok.sum()),
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+    }
+    span = None if window is None else window[1] - window[0]
+    out["requests_per_s"] = None if span is None else int(ok.sum()) / span
+    out["input_tokens_per_s"] = None if span is None else input_tokens / span
+    out["output_tokens_per_s"] = None if span is None else output_tokens / span
+    out["total_tokens_per_s"] = None if span is None else (input_tokens + output_tokens) / span
+    return out
+
+
+def error_rates(requests: pa.Table) -> dict[str, Any]:
+    """Failure and cancellation rates over all measured requests, overall and by error kind."""
+    total = requests.num_rows
+    counts = request_counts(requests)
+    failed = counts["error"] + counts["timeout"]
+    by_kind: dict[str, dict[str, Any]] = {}
+    if total:
+        bad = requests.filter(pc.not_equal(requests.column("status"), "ok"))
+        kinds = pc.coalesce(bad.column("error_kind"), pa.scalar("unknown"))
+        kinds = pc.if_else(pc.equal(kinds, ""), pa.scalar("unknown"), kinds)
+        for entry in pc.value_counts(kinds).to_pylist():
+            count = int(entry["counts"])
+            by_kind[entry["values"]] = {"count": count, "rate": count / total}
+        by_kind = dict(sorted(by_kind.items(), key=lambda kv: (-kv[1]["count"], kv[0])))
+    return {
+        "requests": total,
+        "failed": failed,
+        "cancelled": counts["cancelled"],
+        "error_rate": failed / total if total else None,
+        "cancellation_rate": counts["cancelled"] / total if total else None,
+        "by_kind": by_kind,
+    }
+
+
+def _bucket_bounds(tokens: int) -> tuple[int, int]:
+    if tokens < 1:
+        return 0, 1
+    low = 1 << (int(tokens).bit_length() - 1)
+    return low, 2 * low
+
+
+def prefill_buckets(requests: pa.Table) -> list[dict[str, Any]]:
+    """TTFC grouped by whole-prompt length (``prompt_tokens_total``) in power-of-two buckets.
+
+    Bucket ``[lo, hi)`` holds the ok requests with lo ≤ prompt tokens < hi (lo a power of two, or
+    0 for an empty prompt); only buckets with requests are listed, shortest first.
+    """
+    ttfc = column(requests, "ttfc")
+    tokens = column(requests, "prompt_tokens_total")
+    keep = ~np.isnan(ttfc) & ~np.isnan(tokens)
+    ttfc, tokens = ttfc[keep], tokens[keep].astype(np.int64)
+    bounds = sorted({_bucket_bounds(int(t)) for t in np.unique(tokens)})
+    out = []
+    for low, high in bounds:
+        inside = (tokens >= low) & (tokens < high)
+        entry: dict[str, Any] = {"bucket": f"[{low}, {high})", "min_tokens": low}
+        entry["max_tokens"] = high - 1
+        out.append(entry | {"unit": "s", **describe(ttfc[inside])})
+    return out

@@ -1,0 +1,165 @@
+"""The terminal report (rich): headline numbers, latency table, health verdicts, SLOs; and the
+side-by-side table of ``veeksha compare``.
+
+Everything is read from a summary.json document (``veeksha.evaluate.summary``), so the report of
+a finished run, ``veeksha report`` and ``veeksha compare`` show the same numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["HEADLINE", "headline_value", "render_compare", "render_summary"]
+
+#: (label, key path in summary.json, scale, unit shown) of the headline numbers.
+HEADLINE: tuple[tuple[str, tuple[str, ...], float, str], ...] = (
+    ("requests ok", ("requests", "ok"), 1, ""),
+    ("requests total", ("requests", "total"), 1, ""),
+    ("error rate", ("errors", "error_rate"), 100, "%"),
+    ("window", ("throughput", "window_s"), 1, "s"),
+    ("requests/s", ("throughput", "requests_per_s"), 1, "/s"),
+    ("output tokens/s", ("throughput", "output_tokens_per_s"), 1, "/s"),
+    ("total tokens/s", ("throughput", "total_tokens_per_s"), 1, "/s"),
+    ("goodput requests/s", ("goodput", "requests_per_s"), 1, "/s"),
+    ("TTFC p50", ("latency", "ttfc", "p50"), 1000, "ms"),
+    ("TTFC p99", ("latency", "ttfc", "p99"), 1000, "ms"),
+    ("TBC p50", ("latency", "tbc", "p50"), 1000, "ms"),
+    ("TBC p99", ("latency", "tbc", "p99"), 1000, "ms"),
+    ("TPOT p50", ("latency", "tpot", "p50"), 1000, "ms"),
+    ("TPOT p99", ("latency", "tpot", "p99"), 1000, "ms"),
+    ("E2E p50", ("latency", "e2e", "p50"), 1000, "ms"),
+    ("E2E p99", ("latency", "e2e", "p99"), 1000, "ms"),
+    ("generator delay p99", ("latency", "generator_delay", "p99"), 1000, "ms"),
+)
+_STYLE = {"PASS": "green", "FAIL": "bold red", "SKIP": "dim"}
+_LATENCY_COLUMNS = ("mean", "p50", "p90", "p99", "p99_9", "max")
+
+
+def headline_value(summary: dict[str, Any], path: tuple[str, ...], scale: float) -> float | None:
+    """The number at ``path`` of ``summary`` times ``scale``; None when absent."""
+    value: Any = summary
+    for key in path:
+        if not isinstance(value, dict) or value.get(key) is None:
+            return None
+        value = value[key]
+    return float(value) * scale if isinstance(value, int | float) else None
+
+
+def _num(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if abs(value) >= 1000 or value == int(value) else f"{value:.4g}"
+
+
+def _headline_table(summary: dict[str, Any]) -> Table:
+    table = Table(title="veeksha: measured phase", show_header=False, title_justify="left")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for label, path, scale, unit in HEADLINE:
+        value = headline_value(summary, path, scale)
+        table.add_row(label, f"{_num(value)} {unit}".rstrip() if value is not None else "-")
+    return table
+
+
+def _latency_table(summary: dict[str, Any]) -> Table:
+    table = Table(title="latency (ok requests)", title_justify="left")
+    table.add_column("metric")
+    table.add_column("unit")
+    table.add_column("count", justify="right")
+    for name in _LATENCY_COLUMNS:
+        table.add_column(name, justify="right")
+    for name, stats in summary.get("latency", {}).items():
+        seconds = stats["unit"] == "s"
+        scale = 1000 if seconds else 1
+        cells = [_num(None if stats.get(c) is None else stats[c] * scale) for c in _LATENCY_COLUMNS]
+        table.add_row(name, "ms" if seconds else stats["unit"], str(stats["count"]), *cells)
+    return table
+
+
+def _health_table(health: dict[str, Any]) -> Table:
+    verdict = health.get("verdict", "SKIP")
+    title = f"health checks: [{_STYLE.get(verdict, '')}]{verdict}[/]"
+    table = Table(title=title, title_justify="left", show_header=False)
+    table.add_column("check")
+    table.add_column("status")
+    table.add_column("detail", overflow="fold")
+    for check in health.get("checks", []):
+        status = check["status"]
+        table.add_row(check["name"], f"[{_STYLE[status]}]{status}[/]", check["detail"])
+    return table
+
+
+def _slo_table(slos: Sequence[dict[str, Any]]) -> Table:
+    table = Table(title="SLOs", title_justify="left")
+    for name in ("slo", "metric", "observed", "threshold", "met"):
+        table.add_column(name)
+    for slo in slos:
+        observed = slo["observed"]
+        met = "[green]met[/]" if slo["met"] else "[bold red]unmet[/]"
+        table.add_row(
+            slo["name"],
+            f"{slo['metric']} p{slo['percentile'] * 100:g}",
+            "-" if observed is None else f"{observed * 1000:.4g} ms",
+            f"{slo['threshold'] * 1000:.4g} ms",
+            met,
+        )
+    return table
+
+
+def render_summary(
+    console: Console, summary: dict[str, Any], health: dict[str, Any] | None = None
+) -> None:
+    """Print the report of one run (``health``: health.json's content, for the details)."""
+    run = summary.get("run", {})
+    if run.get("interrupted") or run.get("partial"):
+        reason = run.get("stop_reason") or "interrupted"
+        console.print(f"[yellow]partial run ({reason}): numbers cover what was recorded[/]")
+    console.print(_headline_table(summary))
+    console.print(_latency_table(summary))
+    console.print(_health_table(health or _checks_from_summary(summary)))
+    slos = summary.get("slos", {}).get("results", [])
+    if slos:
+        console.print(_slo_table(slos))
+        met = summary["slos"]["all_met"]
+        console.print("all SLOs met" if met else "[bold red]SLOs unmet[/]")
+
+
+def _checks_from_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    health = summary.get("health", {})
+    checks = [
+        {"name": name, "status": status, "detail": ""}
+        for name, status in health.get("checks", {}).items()
+    ]
+    return {"verdict": health.get("verdict", "SKIP"), "checks": checks}
+
+
+def _change(base: float | None, value: float | None) -> str:
+    if base is None or value is None:
+        return ""
+    if base == 0:
+        return "" if value == 0 else " (new)"
+    return f" ({(value - base) / abs(base):+.1%})"
+
+
+def render_compare(
+    console: Console, names: Sequence[str], summaries: Sequence[dict[str, Any]]
+) -> None:
+    """Headline metrics of several runs side by side, with the change relative to the first."""
+    table = Table(title="veeksha compare (change relative to the first run)", title_justify="left")
+    table.add_column("metric")
+    for name in names:
+        table.add_column(name, justify="right", overflow="fold")
+    for label, path, scale, unit in HEADLINE:
+        values = [headline_value(s, path, scale) for s in summaries]
+        cells = [f"{_num(values[0])} {unit}".rstrip() if values[0] is not None else "-"]
+        for value in values[1:]:
+            text = f"{_num(value)} {unit}".rstrip() if value is not None else "-"
+            cells.append(text + _change(values[0], value))
+        table.add_row(label, *cells)
+    table.add_row("health", *[s.get("health", {}).get("verdict", "-") for s in summaries])
+    table.add_row("all SLOs met", *[str(s.get("slos", {}).get("all_met", "-")) for s in summaries])
+    console.print(table)

@@ -1,0 +1,150 @@
+"""Health checks of individual requests: dependency order and prompt/output lengths.
+
+``dependencies`` (every recorded request, warmup included: order is a correctness property):
+a non-root request may be dispatched no earlier than ``earliest = max(parents' completed_at) +
+wait_after_ready``. Violations (dispatched_at < earliest − 1 µs, or dispatched while a parent
+never completed) must be 0. Lateness = dispatched_at − earliest (roots: dispatched_at − ready_at);
+FAIL also when any request is later than ``late_threshold_s``. A parent whose row is missing (a
+killed run loses its last rows) is counted as ``parents_missing``, not as a violation.
+
+``prompt_length``: |prompt_tokens_new − target_prompt_tokens| ≤ ``prompt_length_tolerance`` for
+every measured request. When the server reports usage, the roots' server prompt counts are
+checked as well, after removing their median offset from the target (the chat template's
+constant overhead): |server − target − median offset| ≤ tolerance.
+
+``output_length``: |output_tokens − requested_output_tokens| ≤ ``output_length_tolerance`` for
+every measured ok request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
+from veeksha.evaluate.stats import Floats, column, describe, status_is
+
+__all__ = ["DEPENDENCIES", "OUTPUT_LENGTH", "PROMPT_LENGTH", "dependency_lateness"]
+
+_EPS = 1e-6
+
+
+def dependency_lateness(requests: pa.Table) -> tuple[Floats, dict[str, int]]:
+    """Lateness of every dispatched request and the violation counts (see the module docstring).
+
+    Returns (lateness in seconds, one per dispatched request; counts: ``violations``,
+    ``parent_not_completed``, ``parents_missing``).
+    """
+    counts = {"violations": 0, "parent_not_completed": 0, "parents_missing": 0}
+    if requests.num_rows == 0:
+        return np.empty(0), counts
+    idx = pa.array(np.arange(requests.num_rows))
+    parents = requests.column("parents").combine_chunks()
+    owners = pc.list_parent_indices(parents)
+    edges = pa.table(
+        {
+            "row": pc.take(idx, owners),
+            "session_id": pc.take(requests.column("session_id"), owners),
+            "node_id": pc.list_flatten(parents),
+        }
+    )
+    done = requests.select(["session_id", "node_id", "completed_at"])
+    done = done.append_column("found", pa.array(np.ones(requests.num_rows, dtype=bool)))
+    joined = edges.join(done, ["session_id", "node_id"], join_type="left outer")
+    per_child = joined.group_by("row").aggregate(
+        [
+            ("completed_at", "max"),
+            ("completed_at", "count", pc.CountOptions(mode="only_null")),
+            ("found", "count", pc.CountOptions(mode="only_null")),
+        ]
+    )
+    rows = np.asarray(per_child.column("row").to_numpy(), dtype=np.int64)
+    latest = column(per_child, "completed_at_max")
+    not_completed = column(per_child, "completed_at_count") > 0
+    missing = column(per_child, "found_count") > 0
+    dispatched = column(requests, "dispatched_at")
+    earliest = column(requests, "ready_at")  # roots: their ready time
+    earliest[rows] = latest + column(requests, "wait_after_ready")[rows]
+    sent_child = ~np.isnan(dispatched[rows])
+    counts["parents_missing"] = int((missing & sent_child).sum())
+    not_completed &= sent_child & ~missing
+    counts["parent_not_completed"] = int(not_completed.sum())
+    early = dispatched < earliest - _EPS
+    counts["violations"] = int(np.nansum(early)) + counts["parent_not_completed"]
+    lateness = dispatched - earliest
+    return lateness[~np.isnan(lateness)], counts
+
+
+def _dependencies(data: HealthInput) -> Outcome:
+    lateness, counts = dependency_lateness(data.requests)
+    if lateness.size == 0:
+        return Outcome(SKIP, "no dispatched request", counts)
+    limit = data.thresholds.late_threshold_s
+    late = int((lateness > limit).sum())
+    statistics: dict[str, Any] = counts | {"late": late, "late_threshold_s": limit}
+    statistics["lateness"] = {"unit": "s", **describe(lateness)}
+    failed = counts["violations"] > 0 or late > 0
+    detail = f"{counts['violations']} dispatched before their dependencies allowed, {late} later "
+    detail += f"than {limit:g} s; max lateness {lateness.max() * 1000:.3f} ms"
+    return Outcome(FAIL if failed else PASS, detail, statistics)
+
+
+def _deviation_stats(deviation: Floats, tolerance: int) -> dict[str, Any]:
+    return {
+        "requests": int(deviation.size),
+        "outside_tolerance": int((np.abs(deviation) > tolerance).sum()),
+        "mean_deviation": float(deviation.mean()),
+        "max_abs_deviation": float(np.abs(deviation).max()),
+    }
+
+
+def _prompt_length(data: HealthInput) -> Outcome:
+    table = data.measured
+    tol = data.thresholds.prompt_length_tolerance
+    deviation = column(table, "prompt_tokens_new") - column(table, "target_prompt_tokens")
+    deviation = deviation[~np.isnan(deviation)]
+    if deviation.size == 0:
+        return Outcome(SKIP, "no measured request with prompt token counts", {})
+    statistics = {"tolerance": tol, **_deviation_stats(deviation, tol)}
+    outside = statistics["outside_tolerance"]
+    usage = column(table, "usage_reported") > 0
+    roots = pc.fill_null(pc.list_value_length(table.column("parents")), 0).to_numpy() == 0
+    server = column(table, "prompt_tokens_total") - column(table, "target_prompt_tokens")
+    server = server[usage & roots & ~np.isnan(server)]
+    if server.size:
+        offset = float(np.median(server))
+        statistics["server"] = {"template_offset": offset, **_deviation_stats(server - offset, tol)}
+        outside += statistics["server"]["outside_tolerance"]
+    detail = f"{outside} request(s) off target by more than {tol} tokens"
+    detail += f" (max {statistics['max_abs_deviation']:.0f})"
+    return Outcome(FAIL if outside else PASS, detail, statistics)
+
+
+def _output_length(data: HealthInput) -> Outcome:
+    table = data.measured
+    tol = data.thresholds.output_length_tolerance
+    ok = status_is(table, "ok")
+    deviation = column(table, "output_tokens") - column(table, "requested_output_tokens")
+    deviation = deviation[ok & ~np.isnan(deviation)]
+    if deviation.size == 0:
+        return Outcome(SKIP, "no measured ok request with output token counts", {})
+    statistics = {"tolerance": tol, **_deviation_stats(deviation, tol)}
+    outside = statistics["outside_tolerance"]
+    detail = f"{outside} ok request(s) off the requested length by more than {tol} tokens"
+    return Outcome(FAIL if outside else PASS, detail, statistics)
+
+
+DEPENDENCIES = HealthCheck(
+    "dependencies",
+    "no request dispatched before max(parents' completed_at) + wait_after_ready, none too late",
+    _dependencies,
+)
+PROMPT_LENGTH = HealthCheck(
+    "prompt_length", "actual vs target new prompt tokens within tolerance", _prompt_length
+)
+OUTPUT_LENGTH = HealthCheck(
+    "output_length", "actual vs requested output tokens within tolerance", _output_length
+)

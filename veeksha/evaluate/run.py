@@ -1,0 +1,136 @@
+"""The evaluation of one run: the entry point the engine calls after a run, and ``veeksha report``.
+
+``evaluate_run(run_dir, scenario, requests, sessions, run_info)`` computes the metrics of the
+measured phase, runs the health checks, judges the SLOs, writes every evaluation file into
+``run_dir`` (summary.json, health.json, health.txt, slo.json, metrics/, plots/) and returns an
+``Evaluation``. ``compute_evaluation`` does the same without writing (``veeksha compare``).
+
+``run_info`` keys (all optional; stored under summary.json's ``run``):
+
+    run_id          str    the run folder's name
+    t0_wall_time    str    ISO 8601 UTC wall-clock time of t0
+    measured_window [start, end] seconds since t0 of the measured phase (engine's boundaries)
+    interrupted     bool   the run stopped early (signal, abort)
+    stop_reason     str    why the run stopped (e.g. max_sessions, timeout, SIGINT)
+    worker_cpu_s    float  CPU seconds of all worker processes together
+    main_cpu_s      float  CPU seconds of the main process
+    num_workers     int    worker processes
+    target          str    what was benchmarked (api base and model, or the simulator)
+
+It works on partial runs (a killed run: rows without some timestamps, no session rows) and on runs
+with no measured request (checks SKIP, aggregates are null, nothing crashes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from rich.console import Console
+
+from veeksha.evaluate.checks import run_health_checks
+from veeksha.evaluate.exit_codes import ExitCode, run_exit_code
+from veeksha.evaluate.health import FAIL, HealthInput, HealthReport, Status
+from veeksha.evaluate.jsonio import jsonable
+from veeksha.evaluate.outputs import write_metric_csvs, write_slo, write_summary
+from veeksha.evaluate.plots import write_plots
+from veeksha.evaluate.report import render_summary
+from veeksha.evaluate.slo import SloResult, all_met, evaluate_slos, scenario_slos
+from veeksha.evaluate.stats import Floats, measured_rows
+from veeksha.evaluate.summary import compute_aggregates, summary_document
+from veeksha.scenario.models import Scenario
+
+__all__ = ["Evaluation", "compute_evaluation", "evaluate_run"]
+
+
+@dataclass(slots=True)
+class Evaluation:
+    """The outcome of evaluating a run.
+
+    ``verdict`` is the health verdict (PASS unless a check failed), ``all_slos_met`` None when the
+    scenario has no SLO, ``summary`` the content of summary.json, ``files`` what was written.
+    """
+
+    summary: dict[str, Any]
+    health: HealthReport
+    slos: list[SloResult]
+    samples: dict[str, Floats]
+    strict: bool = False
+    files: list[Path] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> Status:
+        return self.health.verdict
+
+    @property
+    def all_slos_met(self) -> bool | None:
+        return all_met(self.slos)
+
+    @property
+    def interrupted(self) -> bool:
+        return bool(self.summary["run"].get("interrupted"))
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """The exit code of ``veeksha run`` for this result (see ``exit_codes``)."""
+        return run_exit_code(
+            interrupted=self.interrupted,
+            health_failed=self.verdict == FAIL,
+            strict=self.strict,
+            all_slos_met=self.all_slos_met,
+        )
+
+    def render(self, console: Console) -> None:
+        """Print the terminal report: headline numbers, latency, health, SLOs."""
+        render_summary(console, self.summary, self.health.to_dict())
+
+
+def compute_evaluation(
+    scenario: Scenario,
+    requests: pa.Table,
+    sessions: pa.Table,
+    run_info: Mapping[str, Any] | None = None,
+) -> Evaluation:
+    """Metrics, health checks and SLOs of a run, without writing anything."""
+    info = jsonable(dict(run_info or {}))
+    measured = measured_rows(requests)
+    measured_sessions = measured_rows(sessions)
+    slos = scenario_slos(scenario)
+    aggregates = compute_aggregates(measured, measured_sessions, slos)
+    slo_results = evaluate_slos(slos, aggregates.samples)
+    health = run_health_checks(HealthInput(requests, measured, measured_sessions, scenario, info))
+    summary = summary_document(aggregates, info, health, slo_results)
+    return Evaluation(
+        summary, health, slo_results, aggregates.samples, scenario.health_checks.strict
+    )
+
+
+def evaluate_run(
+    run_dir: Path,
+    scenario: Scenario,
+    requests: pa.Table,
+    sessions: pa.Table,
+    run_info: Mapping[str, Any] | None = None,
+    *,
+    plots: bool = True,
+) -> Evaluation:
+    """Evaluate a run and write its evaluation files into ``run_dir`` (see the module docstring).
+
+    ``requests`` and ``sessions`` are the run's whole tables (every phase; typed by
+    ``veeksha.record.columns``); ``plots=False`` skips the PNGs (the slowest part).
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    evaluation = compute_evaluation(scenario, requests, sessions, run_info)
+    measured = measured_rows(requests)
+    files = [write_summary(run_dir, evaluation.summary), write_slo(run_dir, evaluation.slos)]
+    evaluation.health.write(run_dir)
+    files += [run_dir / "health.json", run_dir / "health.txt"]
+    files += write_metric_csvs(run_dir, evaluation.samples)
+    if plots:
+        files += write_plots(run_dir, measured, evaluation.samples)
+    evaluation.files = files
+    return evaluation

@@ -1,0 +1,64 @@
+"""Session metrics of the measured phase: outcomes, durations, requests and think time per session.
+
+A session's row is written when it ends, so a killed run can have measured requests whose session
+has no row: those sessions are counted as ``incomplete`` (``unrecorded`` says how many), never
+dropped. ``sessions_per_s`` is the rate of ``ok`` sessions over the measured window of the
+requests (see ``veeksha.evaluate.metrics``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from veeksha.evaluate.stats import column, describe
+
+__all__ = ["SESSION_STATUSES", "session_ids", "session_metrics"]
+
+#: Session statuses of sessions.parquet, in report order.
+SESSION_STATUSES = ("ok", "error", "cancelled", "incomplete")
+
+
+def _unrecorded(sessions: pa.Table, requests: pa.Table) -> int:
+    if requests.num_rows == 0:
+        return 0
+    seen = pc.unique(requests.column("session_id"))
+    if sessions.num_rows == 0:
+        return len(seen)
+    recorded = pc.is_in(seen, value_set=pc.unique(sessions.column("session_id")))
+    return int(len(seen) - pc.sum(recorded).as_py())
+
+
+def session_metrics(
+    sessions: pa.Table, requests: pa.Table, window: tuple[float, float] | None
+) -> dict[str, Any]:
+    """summary.json's ``sessions``: counts by status, rates and per-session distributions.
+
+    ``sessions`` and ``requests`` hold the measured rows; ``window`` is the measured window.
+    """
+    counts = dict.fromkeys(SESSION_STATUSES, 0)
+    if sessions.num_rows:
+        for entry in pc.value_counts(sessions.column("status")).to_pylist():
+            counts[entry["values"]] = counts.get(entry["values"], 0) + int(entry["counts"])
+    unrecorded = _unrecorded(sessions, requests)
+    counts["incomplete"] += unrecorded
+    total = sessions.num_rows + unrecorded
+    span = None if window is None else window[1] - window[0]
+    out: dict[str, Any] = {"total": total, **counts, "unrecorded": unrecorded}
+    out["sessions_per_s"] = None if not span else counts["ok"] / span
+    out["success_rate"] = counts["ok"] / total if total else None
+    out["duration"] = {"unit": "s", **describe(column(sessions, "duration"))}
+    out["requests_per_session"] = {"unit": "requests", **describe(column(sessions, "num_requests"))}
+    out["think_time"] = {"unit": "s", **describe(column(sessions, "think_time_total"))}
+    return out
+
+
+def session_ids(sessions: pa.Table, status: str) -> np.ndarray:
+    """Ids of the sessions with ``status``."""
+    if sessions.num_rows == 0:
+        return np.empty(0, dtype=np.int64)
+    rows = sessions.filter(pc.equal(sessions.column("status"), status))
+    return np.asarray(rows.column("session_id").to_numpy(), dtype=np.int64)

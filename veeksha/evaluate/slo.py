@@ -1,0 +1,123 @@
+"""Service-level objectives (``evaluators[].slos``) and goodput.
+
+An SLO says "the ``percentile`` quantile of ``metric`` is at most ``value`` seconds". It is judged
+on the measured phase with the same quantile rule as the summary (numpy linear interpolation),
+TBC over all gaps. An SLO with no data (nothing measured) is not met.
+
+Goodput counts the work that met every SLO. A request meets an SLO when its own value is within
+the threshold (``ttfc``, ``tpot``, ``e2e``, ``normalized_e2e``; a value that is undefined, such as
+the TPOT of a one-token answer, breaks nothing), and for ``tbc`` when at least ``percentile`` of
+its gaps are within the threshold (a request with no gaps meets it). Goodput is the number of ok
+requests meeting all SLOs, and of ok sessions whose measured requests all meet them, per second of
+the measured window. Without SLOs every ok request and session counts.
+
+Worked example: SLO p90 TBC ≤ 20 ms; a request with gaps 10, 15, 30 ms has 2/3 of its gaps within
+20 ms, below 90%, so it does not count toward goodput.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from numpy.typing import NDArray
+
+from veeksha.evaluate.sessions import session_ids
+from veeksha.evaluate.stats import Floats, column, status_is
+from veeksha.scenario.models import SLO, Scenario
+
+__all__ = ["SloResult", "all_met", "evaluate_slos", "goodput", "request_meets", "scenario_slos"]
+
+
+@dataclass(frozen=True, slots=True)
+class SloResult:
+    """One judged SLO: the observed quantile (None without data) against the threshold."""
+
+    name: str
+    metric: str
+    percentile: float
+    threshold: float
+    observed: float | None
+    samples: int
+    met: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"unit": "s"}
+
+
+def scenario_slos(scenario: Scenario) -> list[SLO]:
+    """Every SLO of every evaluator of ``scenario``."""
+    return [slo for evaluator in scenario.evaluators for slo in evaluator.slos]
+
+
+def evaluate_slos(slos: list[SLO], samples: dict[str, Floats]) -> list[SloResult]:
+    """Judge each SLO on the metric samples of the measured phase (``metric_samples``)."""
+    results = []
+    for slo in slos:
+        values = samples[slo.metric]
+        observed = float(np.quantile(values, slo.percentile)) if values.size else None
+        met = observed is not None and observed <= slo.value
+        results.append(
+            SloResult(
+                slo.name, slo.metric, slo.percentile, slo.value, observed, int(values.size), met
+            )
+        )
+    return results
+
+
+def all_met(results: list[SloResult]) -> bool | None:
+    """True when every SLO is met; None when there are none."""
+    return all(r.met for r in results) if results else None
+
+
+def _tbc_meets(requests: pa.Table, slo: SLO) -> NDArray[np.bool_]:
+    gaps = requests.column("tbc")
+    flat = column(pa.table({"v": pc.list_flatten(gaps)}), "v")
+    owner = np.asarray(pc.list_parent_indices(gaps).to_numpy(), dtype=np.int64)
+    n = requests.num_rows
+    total = np.bincount(owner, minlength=n)
+    within = np.bincount(owner, weights=(flat <= slo.value).astype(float), minlength=n)
+    share = np.divide(within, total, out=np.ones(n), where=total > 0)
+    return np.asarray(share >= slo.percentile - 1e-12, dtype=bool)
+
+
+def request_meets(requests: pa.Table, slos: list[SLO]) -> NDArray[np.bool_]:
+    """Per row: an ok request meeting every SLO (see the module docstring)."""
+    meets = status_is(requests, "ok")
+    for slo in slos:
+        if slo.metric == "tbc":
+            meets &= _tbc_meets(requests, slo)
+        else:
+            values = column(requests, slo.metric)
+            meets &= np.isnan(values) | (values <= slo.value)
+    return meets
+
+
+def goodput(
+    requests: pa.Table,
+    sessions: pa.Table,
+    slos: list[SLO],
+    window: tuple[float, float] | None,
+) -> dict[str, Any]:
+    """summary.json's ``goodput``: requests and sessions meeting every SLO, and their rates."""
+    meets = request_meets(requests, slos)
+    good_requests = int(meets.sum())
+    ok_sessions = session_ids(sessions, "ok")
+    if requests.num_rows:
+        ids = np.asarray(requests.column("session_id").to_numpy(), dtype=np.int64)
+        bad = np.unique(ids[~meets])
+        good_sessions = int((~np.isin(ok_sessions, bad)).sum())
+    else:
+        good_sessions = int(ok_sessions.size)
+    span = None if window is None else window[1] - window[0]
+    return {
+        "slo_count": len(slos),
+        "requests": good_requests,
+        "sessions": good_sessions,
+        "requests_per_s": None if not span else good_requests / span,
+        "sessions_per_s": None if not span else good_sessions / span,
+        "request_fraction": good_requests / requests.num_rows if requests.num_rows else None,
+    }

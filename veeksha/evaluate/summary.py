@@ -1,0 +1,89 @@
+"""summary.json: every aggregate of a run under stable, documented keys.
+
+Top-level keys (``docs/evaluation_outputs.md`` documents each field):
+
+    schema_version  1
+    run             run_info as given (t0 wall time, measured window, interrupted, stop reason,
+                    CPU seconds, target), plus ``partial``
+    requests        measured requests recorded, by status (``metrics.request_counts``)
+    latency         ttfc, tbc, tpot, e2e, normalized_e2e, output_throughput, generator_delay,
+                    dispatch_lag: {unit, count, mean, min, max, std, p50, p90, p95, p99, p99_9}
+    throughput      measured window and requests/s, input/output/total tokens/s
+    sessions        outcomes, sessions/s, duration / requests_per_session / think_time
+    errors          error and cancellation rates, by error kind
+    prefill         TTFC per prompt-length bucket
+    goodput         requests and sessions meeting every SLO, per second
+    health          verdict and each check's status
+    slos            all_met and each SLO's observed value
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from veeksha.evaluate.health import HealthReport
+from veeksha.evaluate.metrics import (
+    error_rates,
+    latency_stats,
+    measured_window,
+    metric_samples,
+    prefill_buckets,
+    request_counts,
+    throughput,
+)
+from veeksha.evaluate.sessions import session_metrics
+from veeksha.evaluate.slo import SloResult, all_met, goodput
+from veeksha.evaluate.stats import Floats
+from veeksha.scenario.models import SLO
+
+__all__ = ["SCHEMA_VERSION", "Aggregates", "compute_aggregates", "summary_document"]
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(slots=True)
+class Aggregates:
+    """The metrics of the measured phase, and the samples they came from (for CSVs and plots)."""
+
+    samples: dict[str, Floats]
+    window: tuple[float, float] | None
+    sections: dict[str, Any]
+
+
+def compute_aggregates(requests: pa.Table, sessions: pa.Table, slos: list[SLO]) -> Aggregates:
+    """Every metric section of summary.json from the measured rows."""
+    samples = metric_samples(requests)
+    window = measured_window(requests)
+    sections: dict[str, Any] = {
+        "requests": request_counts(requests),
+        "latency": latency_stats(samples),
+        "throughput": throughput(requests, window),
+        "sessions": session_metrics(sessions, requests, window),
+        "errors": error_rates(requests),
+        "prefill": prefill_buckets(requests),
+        "goodput": goodput(requests, sessions, slos, window),
+    }
+    return Aggregates(samples, window, sections)
+
+
+def summary_document(
+    aggregates: Aggregates,
+    run_info: Mapping[str, Any],
+    health: HealthReport,
+    slos: list[SloResult],
+) -> dict[str, Any]:
+    """The content of summary.json."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run": dict(run_info),
+        **aggregates.sections,
+        "health": {
+            "verdict": health.verdict,
+            "checks": {r.name: r.status for r in health.results},
+        },
+        "slos": {"all_met": all_met(slos), "results": [r.to_dict() for r in slos]},
+    }
