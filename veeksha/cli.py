@@ -31,7 +31,10 @@ __all__ = ["LAZY_COMMANDS", "LazyGroup", "main"]
 #     "sim-server": "veeksha.simulator.cli:sim_server",
 # Only register modules that exist (a test imports every entry).
 # ---------------------------------------------------------------------------------------------
-LAZY_COMMANDS: dict[str, str] = {}
+LAZY_COMMANDS: dict[str, str] = {
+    "report": "veeksha.evaluate.cli:report",
+    "compare": "veeksha.evaluate.cli:compare",
+}
 
 
 class LazyGroup(click.Group):

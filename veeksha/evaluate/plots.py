@@ -71,7 +71,7 @@ def _timeline(requests: pa.Table, path: Path) -> Path | None:
     done = done[~np.isnan(done)]
     times = np.concatenate([sent, done])
     steps = np.concatenate([np.ones(sent.size), -np.ones(done.size)])
-    order = np.argsort(times, kind="stable")
+    order = np.lexsort((steps, times))  # at equal times, completions first
     fig = _figure(rows=2)
     top, bottom = fig.subplots(2, 1, sharex=True)
     top.step(times[order], np.cumsum(steps[order]), where="post")

@@ -1,0 +1,112 @@
+"""``veeksha report`` and ``veeksha compare``: evaluation of runs after the fact.
+
+``report RUN_DIR`` recomputes summary.json, health.json/txt, slo.json, metrics/ and plots/ from the
+run folder alone: its Parquet files (finalised, or the ``parts/`` a killed run left, read through
+``veeksha.record.reader``) and its config.yaml. Run facts the tables do not hold (CPU seconds,
+stop reason) are taken from the previous summary.json when there is one, else from the Parquet
+metadata.
+
+``compare RUN_A RUN_B ...`` prints the headline metrics side by side, with each run's change
+relative to the first. It reads each run's summary.json, or evaluates the run in memory when it
+has none (nothing is written).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+__all__ = ["compare", "report"]
+
+_RUN_DIR = click.Path(exists=True, file_okay=False, path_type=Path)
+
+
+def _run_info(run_dir: Path) -> dict[str, Any]:
+    from veeksha.evaluate.outputs import SUMMARY_FILE
+    from veeksha.record.reader import read_metadata
+
+    info: dict[str, Any] = {}
+    previous = run_dir / SUMMARY_FILE
+    if previous.exists():
+        try:
+            info = dict(json.loads(previous.read_text(encoding="utf-8")).get("run") or {})
+        except (ValueError, AttributeError):
+            info = {}
+    meta = read_metadata(run_dir)
+    for key in ("run_id", "t0_wall_time", "target"):
+        if meta.get(key):
+            info.setdefault(key, meta[key])
+    partial = meta.get("partial") == "true"
+    info["partial"] = partial
+    if "interrupted" in meta:
+        info["interrupted"] = meta["interrupted"] == "true" or partial
+    else:
+        info["interrupted"] = bool(info.get("interrupted")) or partial
+    return info
+
+
+def _evaluate(run_dir: Path, *, write: bool, plots: bool = True) -> Any:
+    from veeksha.errors import ConfigurationError
+    from veeksha.evaluate.run import compute_evaluation, evaluate_run
+    from veeksha.record.reader import load_requests, load_sessions
+    from veeksha.record.run_folder import CONFIG_FILE
+    from veeksha.scenario.loader import load_scenario
+
+    config = run_dir / CONFIG_FILE
+    if not config.exists():
+        raise ConfigurationError(f"{run_dir} has no {CONFIG_FILE}; pass a veeksha run folder")
+    scenario = load_scenario(config)
+    requests, sessions = load_requests(run_dir), load_sessions(run_dir)
+    info = _run_info(run_dir)
+    if write:
+        return evaluate_run(run_dir, scenario, requests, sessions, info, plots=plots)
+    return compute_evaluation(scenario, requests, sessions, info)
+
+
+@click.command()
+@click.argument("run_dir", type=_RUN_DIR)
+@click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@click.option("--quiet", "-q", is_flag=True, help="Write the files, print nothing.")
+def report(run_dir: Path, no_plots: bool, quiet: bool) -> None:
+    """Recompute the summary, health checks, SLOs and plots of RUN_DIR and print the report.
+
+    Works on finished runs and on the partial results of a killed run. Exits 0, or 2 when
+    RUN_DIR is not a run folder.
+    """
+    from rich.console import Console
+
+    evaluation = _evaluate(run_dir, write=True, plots=not no_plots)
+    if not quiet:
+        console = Console()
+        evaluation.render(console)
+        console.print(f"wrote {len(evaluation.files)} files into {run_dir}")
+
+
+def _summary(run_dir: Path) -> dict[str, Any]:
+    from veeksha.evaluate.outputs import SUMMARY_FILE
+
+    path = run_dir / SUMMARY_FILE
+    if path.exists():
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError:
+            data = None
+        if isinstance(data, dict):
+            return data
+    summary: dict[str, Any] = _evaluate(run_dir, write=False).summary
+    return summary
+
+
+@click.command()
+@click.argument("run_dirs", nargs=-1, required=True, type=_RUN_DIR)
+def compare(run_dirs: tuple[Path, ...]) -> None:
+    """Headline metrics of RUN_DIRS side by side, with the change relative to the first."""
+    from rich.console import Console
+
+    from veeksha.evaluate.report import render_compare
+
+    summaries = [_summary(run_dir) for run_dir in run_dirs]
+    render_compare(Console(), [run_dir.name for run_dir in run_dirs], summaries)
