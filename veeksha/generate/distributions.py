@@ -31,8 +31,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import stats
-
 from veeksha.scenario.models import (
     FixedInterval,
     FixedLength,
@@ -220,6 +218,8 @@ def mean_interval(cfg: IntervalConfig) -> float:
 
 def interval_distribution(cfg: IntervalConfig) -> Any | None:
     """The frozen ``scipy.stats`` distribution of the gaps (for KS checks); None for fixed."""
+    from scipy import stats  # imported here: scipy is slow to import and only checks need it
+
     if isinstance(cfg, PoissonInterval):
         return stats.expon(scale=1.0 / cfg.arrival_rate)
     if isinstance(cfg, GammaInterval):

@@ -32,6 +32,7 @@ __all__ = [
     "LinearGraphGenerator",
     "SingleRequestGraphGenerator",
     "branching_graph",
+    "chain_tables",
     "linear_graph",
     "make_graph_generator",
     "single_request_graph",
@@ -108,6 +109,16 @@ class GraphShape:
 _CHAIN_PARENTS: list[tuple[int, ...]] = [()]
 _CHAIN_HISTORY: list[int | None] = [None]
 _NO_HISTORY: list[int | None] = [None]
+
+
+def chain_tables(
+    longest: int, inherit_history: bool
+) -> tuple[list[tuple[int, ...]], list[int | None]]:
+    """Per-position parents and history parents of chain nodes, for ``longest`` positions at
+    least (shared tables: index them, never mutate them)."""
+    if len(_CHAIN_PARENTS) < longest:
+        _grow_chain_cache(longest)
+    return _CHAIN_PARENTS, _CHAIN_HISTORY if inherit_history else _NO_HISTORY
 
 
 def _grow_chain_cache(n: int) -> None:
@@ -235,9 +246,17 @@ class GraphGenerator:
 
     ``samplers`` lists the length samplers it draws from (so a caller can save and restore the
     position of stateful ones); ``wait_config`` is the graph's ``request_wait_generator``.
+    Chain generators (``chain = True``: single request, linear) also offer ``chain_sizes``, the
+    node counts alone, which lets a caller skip per-session shape objects.
     """
 
     wait_config: IntervalConfig | None = None
+    chain = False
+    inherit_history = True
+
+    def chain_sizes(self, n_sessions: int, rng: np.random.Generator) -> np.ndarray:
+        """Node counts of ``n_sessions`` chain sessions (chain generators only)."""
+        raise NotImplementedError
 
     def __init__(self) -> None:
         self.samplers: list[LengthSampler] = []
@@ -249,6 +268,11 @@ class GraphGenerator:
 
 class SingleRequestGraphGenerator(GraphGenerator):
     """Every session is one request."""
+
+    chain = True
+
+    def chain_sizes(self, n_sessions: int, rng: np.random.Generator) -> np.ndarray:
+        return np.ones(n_sessions, dtype=np.int64)
 
     def block(self, n_sessions: int, rng: np.random.Generator) -> list[GraphShape]:
         return [single_request_graph() for _ in range(n_sessions)]
@@ -263,16 +287,17 @@ class LinearGraphGenerator(GraphGenerator):
         self.wait_config = cfg.request_wait_generator
         self.turns = make_length_sampler(cfg.num_request_generator)
         self.samplers = [self.turns]
+        self.inherit_history = cfg.inherit_history
+
+    chain = True
+
+    def chain_sizes(self, n_sessions: int, rng: np.random.Generator) -> np.ndarray:
+        self.turns.rng = rng
+        return np.maximum(self.turns.sample(n_sessions), 1)
 
     def block(self, n_sessions: int, rng: np.random.Generator) -> list[GraphShape]:
-        self.turns.rng = rng
-        turns = np.maximum(self.turns.sample(n_sessions), 1)
-        longest = int(turns.max()) if n_sessions else 1
-        if len(_CHAIN_PARENTS) < longest:
-            _grow_chain_cache(longest)
-        parents = _CHAIN_PARENTS
-        history = _CHAIN_HISTORY if self.cfg.inherit_history else _NO_HISTORY
-        return [GraphShape(parents[:n], history[:n], True) for n in turns.tolist()]
+        turns = self.chain_sizes(n_sessions, rng)
+        return [linear_graph(n, self.inherit_history) for n in turns.tolist()]
 
 
 class BranchingGraphGenerator(GraphGenerator):

@@ -37,7 +37,7 @@ from veeksha.generate.distributions import (
     make_interval_sampler,
     make_length_sampler,
 )
-from veeksha.generate.graphs import make_graph_generator
+from veeksha.generate.graphs import GraphShape, chain_tables, make_graph_generator
 from veeksha.generate.rng import RandomStreams
 from veeksha.generate.spec import NodeSpec, SessionSpec
 from veeksha.generate.tokenizer import TokenizerLike
@@ -158,15 +158,27 @@ class SessionGenerator:
 
     def _generate(self, block: int) -> list[SessionSpec]:
         streams = self.streams
-        shapes = self._graphs.block(BLOCK_SESSIONS, streams.stream("graphs", "block", block))
-        sizes = np.fromiter((len(s.parents) for s in shapes), np.int64, len(shapes))
-        total = int(sizes.sum())
-        parents = list(chain.from_iterable(s.parents for s in shapes))
-        history = list(chain.from_iterable(s.history_parents for s in shapes))
-        if all(s.chain for s in shapes):  # one root per session, at its first node
+        graphs = self._graphs
+        rng_graphs = streams.stream("graphs", "block", block)
+        shapes: list[GraphShape] = []
+        if graphs.chain:  # no per-session shape objects: index shared per-position tables
+            sizes = graphs.chain_sizes(BLOCK_SESSIONS, rng_graphs)
+            total = int(sizes.sum())
+            firsts = np.cumsum(sizes) - sizes
+            node_ids = (np.arange(total) - np.repeat(firsts, sizes)).tolist()
+            parent_table, history_table = chain_tables(int(sizes.max()), graphs.inherit_history)
+            parents = list(map(parent_table.__getitem__, node_ids))
+            history = list(map(history_table.__getitem__, node_ids))
             roots = np.zeros(total, dtype=np.bool_)
-            roots[np.cumsum(sizes) - sizes] = True
+            roots[firsts] = True
         else:
+            shapes = graphs.block(BLOCK_SESSIONS, rng_graphs)
+            sizes = np.fromiter((len(s.parents) for s in shapes), np.int64, len(shapes))
+            total = int(sizes.sum())
+            ids = _ids(int(sizes.max()))
+            node_ids = list(chain.from_iterable(ids[:n] for n in sizes.tolist()))
+            parents = list(chain.from_iterable(s.parents for s in shapes))
+            history = list(chain.from_iterable(s.history_parents for s in shapes))
             roots = np.fromiter((not p for p in parents), np.bool_, total)
 
         self._bodies.rng = streams.stream("lengths", "block", block)
@@ -177,13 +189,11 @@ class SessionGenerator:
         if self._waits is not None:
             non_roots = ~roots
             self._waits.rng = streams.stream("think_times", "block", block)
-            waits[non_roots] = self._waits.sample(int(non_roots.sum()))
+            waits[non_roots] = self._waits.sample(total - int(roots.sum()))
         texts, shared = self._prompts.build(
             bodies, roots, streams.stream("content", "block", block)
         )
 
-        ids = _ids(int(sizes.max()))
-        node_ids = list(chain.from_iterable(ids[:n] for n in sizes.tolist()))
         nodes = list(
             map(
                 NodeSpec,
@@ -198,11 +208,14 @@ class SessionGenerator:
             )
         )
         first = block * BLOCK_SESSIONS
-        out = []
-        lo = 0
-        for k, shape in enumerate(shapes):
-            hi = lo + len(shape.parents)
-            children = _chain_children(hi - lo) if shape.chain else shape.children()
-            out.append(SessionSpec(first + k, nodes[lo:hi], children))
-            lo = hi
-        return out
+        ends = np.cumsum(sizes).tolist()
+        starts = [0, *ends[:-1]]
+        if graphs.chain:
+            return [
+                SessionSpec(first + k, nodes[lo:hi], _chain_children(hi - lo))
+                for k, (lo, hi) in enumerate(zip(starts, ends, strict=True))
+            ]
+        return [
+            SessionSpec(first + k, nodes[lo:hi], shape.children())
+            for k, (lo, hi, shape) in enumerate(zip(starts, ends, shapes, strict=True))
+        ]
