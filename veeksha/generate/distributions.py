@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+
 from veeksha.scenario.models import (
     FixedInterval,
     FixedLength,
