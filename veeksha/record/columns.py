@@ -45,11 +45,12 @@ _I64 = pa.int64()
 _STR = pa.string()
 
 # Server-side timings (from the response's ``timings`` object, e.g. the built-in simulator's):
-# column name → keys accepted in that object (seconds; a ``_ms`` suffix is converted).
+# column name → keys accepted in that object, in seconds or with a ``_s``/``_ms``/``_ns`` suffix;
+# without a ttft key, server_ttft = first_token_ns - arrival_ns (the simulator's instants).
 SERVER_TIMING_COLUMNS: dict[str, tuple[str, ...]] = {
     "server_queue_time": ("queue_time", "queue_wait", "queue"),
     "server_prefill_time": ("prefill_time", "prefill"),
-    "server_ttft": ("ttft", "time_to_first_token", "first_token"),
+    "server_ttft": ("ttft", "time_to_first_token"),
     "server_decode_time": ("decode_time", "decode"),
 }
 

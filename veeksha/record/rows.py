@@ -106,7 +106,7 @@ _TIMING_KEYS: dict[str, tuple[str, float]] = {
     key + suffix: (column, scale)
     for column, keys in SERVER_TIMING_COLUMNS.items()
     for key in keys
-    for suffix, scale in (("", 1.0), ("_s", 1.0), ("_ms", 1e-3))
+    for suffix, scale in (("", 1.0), ("_s", 1.0), ("_ms", 1e-3), ("_ns", 1e-9))
 }
 
 
@@ -115,6 +115,10 @@ def _add_server_timings(row: dict[str, Any], timings: dict[str, Any]) -> None:
         hit = _TIMING_KEYS.get(key)
         if hit is not None and isinstance(value, int | float) and not isinstance(value, bool):
             row[hit[0]] = value * hit[1]
+    if "server_ttft" not in row:  # the built-in simulator gives the instants instead
+        arrival, first = timings.get("arrival_ns"), timings.get("first_token_ns")
+        if isinstance(arrival, int) and isinstance(first, int):
+            row["server_ttft"] = (first - arrival) / _NS
 
 
 def request_row(

@@ -164,6 +164,22 @@ def test_server_timings_and_long_messages() -> None:
     assert len(row["error_message"]) == MAX_ERROR_MESSAGE_CHARS
 
 
+def test_simulator_timings() -> None:
+    timings = {
+        "arrival_ns": 1_000,
+        "first_token_ns": 40_000_000 + 1_000,
+        "queue_wait_s": 0.01,
+        "prefill_s": 0.03,
+        "decode_s": 0.2,
+        "chunk_ns": [1, 2],
+    }
+    row = request_row(make_record(make_result(server_timings=timings)), T0)
+    assert row["server_ttft"] == pytest.approx(0.04)
+    assert row["server_queue_time"] == pytest.approx(0.01)
+    assert row["server_prefill_time"] == pytest.approx(0.03)
+    assert row["server_decode_time"] == pytest.approx(0.2)
+
+
 def test_row_keys_are_schema_columns() -> None:
     names = set(REQUESTS_SCHEMA.names) | {"chunk_times_ns"}
     for record in (make_record(make_result(server_timings={"ttft": 1})), make_record(None)):
