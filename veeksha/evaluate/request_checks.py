@@ -35,10 +35,10 @@ _EPS = 1e-6
 def dependency_lateness(requests: pa.Table) -> tuple[Floats, dict[str, int]]:
     """Lateness of every dispatched request and the violation counts (see the module docstring).
 
-    Returns (lateness in seconds, one per dispatched request; counts: ``violations``,
-    ``parent_not_completed``, ``parents_missing``).
+    Returns (lateness in seconds of the dispatched requests whose parents' rows are all there;
+    counts: ``dispatched``, ``violations``, ``parent_not_completed``, ``parents_missing``).
     """
-    counts = {"violations": 0, "parent_not_completed": 0, "parents_missing": 0}
+    counts = {"dispatched": 0, "violations": 0, "parent_not_completed": 0, "parents_missing": 0}
     if requests.num_rows == 0:
         return np.empty(0), counts
     idx = pa.array(np.arange(requests.num_rows))
@@ -66,6 +66,7 @@ def dependency_lateness(requests: pa.Table) -> tuple[Floats, dict[str, int]]:
     not_completed = column(per_child, "completed_at_count") > 0
     missing = column(per_child, "found_count") > 0
     dispatched = column(requests, "dispatched_at")
+    counts["dispatched"] = int((~np.isnan(dispatched)).sum())
     earliest = column(requests, "ready_at")  # roots: their ready time
     earliest[rows] = latest + column(requests, "wait_after_ready")[rows]
     sent_child = ~np.isnan(dispatched[rows])
@@ -80,7 +81,7 @@ def dependency_lateness(requests: pa.Table) -> tuple[Floats, dict[str, int]]:
 
 def _dependencies(data: HealthInput) -> Outcome:
     lateness, counts = dependency_lateness(data.requests)
-    if lateness.size == 0:
+    if counts["dispatched"] == 0:
         return Outcome(SKIP, "no dispatched request", counts)
     limit = data.thresholds.late_threshold_s
     late = int((lateness > limit).sum())
@@ -88,7 +89,10 @@ def _dependencies(data: HealthInput) -> Outcome:
     statistics["lateness"] = {"unit": "s", **describe(lateness)}
     failed = counts["violations"] > 0 or late > 0
     detail = f"{counts['violations']} dispatched before their dependencies allowed, {late} later "
-    detail += f"than {limit:g} s; max lateness {lateness.max() * 1000:.3f} ms"
+    if lateness.size:
+        detail += f"than {limit:g} s; max lateness {lateness.max() * 1000:.3f} ms"
+    else:
+        detail += f"than {limit:g} s"
     return Outcome(FAIL if failed else PASS, detail, statistics)
 
 

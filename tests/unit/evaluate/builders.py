@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 from typing import Any
 
 import pyarrow as pa
@@ -37,10 +38,16 @@ def request(
     usage: bool = True,
     request_id: int | None = None,
     worker_id: int | None = 0,
+    unsent: bool = False,
 ) -> dict[str, Any]:
-    """One requests.parquet row; defaults: dispatched/sent at ready, done at the last chunk."""
+    """One requests.parquet row; defaults: dispatched/sent at ready, done at the last chunk.
+
+    ``unsent``: never dispatched (a cancelled request): no dispatch, send or completion time.
+    """
     dispatched = ready if dispatched is None else dispatched
     sent = dispatched if sent is None else sent
+    if unsent:
+        dispatched = sent = None
     if completed is None and sent is not None:
         completed = chunks[-1] if chunks else sent
     tokens = len(chunks) if output_tokens is None else output_tokens
@@ -76,7 +83,7 @@ def request(
     if status == "ok" and sent is not None and completed is not None:
         e2e = completed - sent
         row["e2e"] = e2e
-        row["tbc"] = [b - a for a, b in zip(chunks, chunks[1:], strict=False)]
+        row["tbc"] = [b - a for a, b in pairwise(chunks)]
         if chunks:
             row["ttfc"] = chunks[0] - sent
             if tokens >= 2:

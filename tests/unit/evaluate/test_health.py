@@ -1,0 +1,297 @@
+"""Each health check passing and failing on hand-built tables."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from tests.unit.evaluate.builders import (
+    request,
+    requests_table,
+    scenario,
+    session,
+    sessions_table,
+)
+from veeksha.evaluate.arrival_checks import ARRIVAL_DISTRIBUTION, DISPATCH_RATE
+from veeksha.evaluate.checks import HEALTH_CHECKS, run_health_checks
+from veeksha.evaluate.generator_checks import GENERATOR_SATURATION, LIFECYCLE_DELAYS
+from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthInput
+from veeksha.evaluate.request_checks import DEPENDENCIES, OUTPUT_LENGTH, PROMPT_LENGTH
+from veeksha.evaluate.stats import measured_rows
+from veeksha.scenario.models import Scenario
+
+
+def _input(
+    rows: list[dict[str, Any]],
+    sessions: list[dict[str, Any]] | None = None,
+    scen: Scenario | None = None,
+    run_info: dict[str, Any] | None = None,
+) -> HealthInput:
+    table = requests_table(rows)
+    return HealthInput(
+        table,
+        measured_rows(table),
+        sessions_table(sessions or []),
+        scen or scenario(),
+        run_info or {},
+    )
+
+
+def _arrivals(starts: np.ndarray, scen: Scenario | None = None) -> HealthInput:
+    rows = [request(i, ready=float(t), chunks=(t + 0.05,)) for i, t in enumerate(starts)]
+    sessions = [session(i, float(t), float(t) + 0.05) for i, t in enumerate(starts)]
+    return _input(rows, sessions, scen)
+
+
+def _poisson_starts(rate: float, n: int = 300, seed: int = 1) -> np.ndarray:
+    return np.cumsum(np.random.default_rng(seed).exponential(1 / rate, n))
+
+
+def test_arrivals_at_the_configured_rate_pass() -> None:
+    data = _arrivals(_poisson_starts(10.0))
+    rate = DISPATCH_RATE(data)
+    assert rate.status == PASS, rate.detail
+    assert rate.statistics["configured_rate"] == pytest.approx(10.0)
+    assert rate.statistics["started_rate"] == pytest.approx(10.0, rel=0.15)
+    ks = ARRIVAL_DISTRIBUTION(data)
+    assert ks.status == PASS, ks.detail
+    assert ks.statistics["p_value"] >= 0.01
+
+
+def test_a_too_slow_rate_fails_the_rate_check() -> None:
+    result = DISPATCH_RATE(_arrivals(_poisson_starts(5.0)))  # configured 10/s
+    assert result.status == FAIL
+    assert result.statistics["started_relative_error"] == pytest.approx(0.5, abs=0.1)
+
+
+def test_late_sends_fail_the_rate_check_even_when_starts_are_on_time() -> None:
+    starts = _poisson_starts(10.0)
+    rows = [
+        request(i, ready=float(t), sent=float(t) * 1.5, chunks=(t * 1.5 + 0.01,))
+        for i, t in enumerate(starts)
+    ]
+    sessions = [session(i, float(t), float(t) * 1.5 + 0.01) for i, t in enumerate(starts)]
+    result = DISPATCH_RATE(_input(rows, sessions))
+    assert result.status == FAIL
+    assert result.statistics["started_relative_error"] < 0.15
+    assert result.statistics["sent_relative_error"] > 0.3
+
+
+def test_a_small_sample_is_judged_against_sampling_noise() -> None:
+    starts = np.array([0.0, 0.05, 0.1, 0.2, 0.25, 0.3, 0.4, 0.45])  # 7 gaps: 15.6/s vs 10/s
+    result = DISPATCH_RATE(_arrivals(starts))
+    assert result.statistics["allowed_relative_error"] > 0.9
+    assert result.status == PASS
+
+
+def test_ks_mismatch_fails() -> None:
+    starts = np.arange(300) * 0.1  # a perfect 10/s rate, but no exponential gaps
+    data = _arrivals(starts)
+    assert DISPATCH_RATE(data).status == PASS
+    ks = ARRIVAL_DISTRIBUTION(data)
+    assert ks.status == FAIL
+    assert ks.statistics["p_value"] < 0.01
+
+
+def test_gamma_arrivals_are_tested_against_gamma() -> None:
+    scen = scenario(
+        traffic_scheduler={
+            "type": "rate",
+            "interval_generator": {"type": "gamma", "arrival_rate": 10, "cv": 0.25},
+        }
+    )
+    gaps = np.random.default_rng(3).gamma(16.0, 1 / 160.0, 300)
+    assert ARRIVAL_DISTRIBUTION(_arrivals(np.cumsum(gaps), scen)).status == PASS
+    exponential = _poisson_starts(10.0)
+    assert ARRIVAL_DISTRIBUTION(_arrivals(exponential, scen)).status == FAIL
+
+
+def test_fixed_interval_deviation() -> None:
+    scen = scenario(
+        traffic_scheduler={"type": "rate", "interval_generator": {"type": "fixed", "interval": 0.1}}
+    )
+    starts = np.arange(20) * 0.1
+    assert ARRIVAL_DISTRIBUTION(_arrivals(starts, scen)).status == PASS
+    starts[10:] += 0.02  # one gap 20 ms long
+    result = ARRIVAL_DISTRIBUTION(_arrivals(starts, scen))
+    assert result.status == FAIL
+    assert result.statistics["max_deviation_s"] == pytest.approx(0.02)
+
+
+def test_arrival_checks_skip_for_concurrent_traffic_and_few_sessions() -> None:
+    scen = scenario(traffic_scheduler={"type": "concurrent", "target_concurrent_sessions": 2})
+    data = _arrivals(_poisson_starts(10.0), scen)
+    assert DISPATCH_RATE(data).status == SKIP
+    assert ARRIVAL_DISTRIBUTION(data).status == SKIP
+    assert DISPATCH_RATE(_arrivals(np.array([0.0, 0.1]))).status == SKIP
+
+
+def test_session_starts_fall_back_to_roots_without_session_rows() -> None:
+    starts = _poisson_starts(10.0)
+    rows = [request(i, ready=float(t), chunks=(t + 0.05,)) for i, t in enumerate(starts)]
+    result = DISPATCH_RATE(_input(rows))
+    assert result.status == PASS
+    assert result.statistics["sessions"] == len(starts)
+
+
+def _chain(child_dispatched: float, *, wait: float = 0.5) -> list[dict[str, Any]]:
+    parent = request(0, 0, ready=0.0, chunks=(0.1, 1.0))  # completes at 1.0
+    child = request(
+        0, 1, parents=[0], ready=1.0 + wait, wait=wait, dispatched=child_dispatched,
+        chunks=(child_dispatched + 0.1, child_dispatched + 0.2),
+    )  # fmt: skip
+    return [parent, child]
+
+
+def test_dependencies_pass_when_order_is_kept() -> None:
+    result = DEPENDENCIES(_input(_chain(1.5005)))
+    assert result.status == PASS
+    assert result.statistics["violations"] == 0
+    assert result.statistics["lateness"]["max"] == pytest.approx(0.0005)
+
+
+def test_an_injected_dependency_violation_fails() -> None:
+    rows = _chain(1.2)  # dispatched before parent completion (1.0) + wait (0.5)
+    result = DEPENDENCIES(_input(rows))
+    assert result.status == FAIL
+    assert result.statistics["violations"] == 1
+    assert result.statistics["lateness"]["min"] == pytest.approx(-0.3)
+
+
+def test_a_child_of_a_never_completed_parent_is_a_violation() -> None:
+    parent = request(0, 0, unsent=True, status="cancelled")
+    child = request(0, 1, parents=[0], ready=1.0, chunks=(1.1,))
+    result = DEPENDENCIES(_input([parent, child]))
+    assert result.status == FAIL
+    assert result.statistics["parent_not_completed"] == 1
+
+
+def test_a_missing_parent_row_is_not_a_violation() -> None:
+    child = request(0, 1, parents=[0], ready=1.0, chunks=(1.1,))
+    result = DEPENDENCIES(_input([child]))
+    assert result.status == PASS
+    assert result.statistics["parents_missing"] == 1
+
+
+def test_a_request_later_than_the_threshold_fails() -> None:
+    result = DEPENDENCIES(_input(_chain(7.0)))  # 5.5 s after it became ready
+    assert result.status == FAIL
+    assert result.statistics["late"] == 1
+
+
+def test_prompt_length_within_and_beyond_tolerance() -> None:
+    ok = [request(i, prompt_new=100 + i % 3, target_prompt=100, prompt_total=107) for i in range(5)]
+    result = PROMPT_LENGTH(_input(ok))
+    assert result.status == PASS
+    assert result.statistics["server"]["template_offset"] == pytest.approx(7)
+    off = [*ok, request(9, prompt_new=130, target_prompt=100, prompt_total=137)]
+    result = PROMPT_LENGTH(_input(off))
+    assert result.status == FAIL
+    assert result.statistics["outside_tolerance"] == 1
+    assert result.statistics["max_abs_deviation"] == 30
+
+
+def test_prompt_length_uses_the_servers_count() -> None:
+    rows = [request(i, prompt_new=100, target_prompt=100, prompt_total=100) for i in range(5)]
+    rows.append(request(9, prompt_new=100, target_prompt=100, prompt_total=160))
+    result = PROMPT_LENGTH(_input(rows))
+    assert result.status == FAIL
+    assert result.statistics["outside_tolerance"] == 0
+    assert result.statistics["server"]["outside_tolerance"] == 1
+
+
+def test_output_length() -> None:
+    rows = [
+        request(0, output_tokens=100, requested=100),
+        request(1, output_tokens=90, requested=100),
+    ]
+    assert OUTPUT_LENGTH(_input(rows)).status == PASS
+    short = [*rows, request(2, output_tokens=10, requested=100)]
+    assert OUTPUT_LENGTH(_input(short)).status == FAIL
+    failed = [*rows, request(2, output_tokens=10, requested=100, status="error")]
+    assert OUTPUT_LENGTH(_input(failed)).status == PASS  # ok requests only
+
+
+def _lagged(lags: np.ndarray) -> list[dict[str, Any]]:
+    return [
+        request(i, ready=i * 0.01, sent=i * 0.01 + float(lag), chunks=(i * 0.01 + 1.0,))
+        for i, lag in enumerate(lags)
+    ]
+
+
+def test_generator_saturation_passes_with_small_lag() -> None:
+    result = GENERATOR_SATURATION(
+        _input(_lagged(np.full(200, 0.001)), run_info={"worker_cpu_s": 1.0})
+    )
+    assert result.status == PASS
+    assert result.statistics["p99_ms"] == pytest.approx(1.0)
+    assert result.statistics["slope_ms_per_s"] == pytest.approx(0.0, abs=1e-6)
+    assert result.statistics["worker_cpu_utilisation"] == pytest.approx(1.0 / 1.99, rel=1e-3)
+
+
+def test_generator_saturation_fails_on_p99() -> None:
+    lags = np.full(200, 0.001)
+    lags[::20] = 0.05
+    result = GENERATOR_SATURATION(_input(_lagged(lags)))
+    assert result.status == FAIL
+    assert "generator" in result.detail
+
+
+def test_generator_saturation_fails_on_a_growing_backlog() -> None:
+    result = GENERATOR_SATURATION(_input(_lagged(np.linspace(0.0, 0.03, 200))))
+    assert result.status == FAIL
+    assert result.statistics["growth_ms"] == pytest.approx(30.0, rel=0.15)
+    assert "grew" in result.detail
+    assert len(result.statistics["windows"]) == 10
+
+
+def test_lifecycle_delays_are_informative() -> None:
+    rows = [request(0, ready=0.0, dispatched=0.001, sent=0.003, chunks=(0.1,))]
+    result = LIFECYCLE_DELAYS(_input(rows))
+    assert result.status == PASS
+    assert result.statistics["ready_to_dispatch"]["max"] == pytest.approx(1.0)
+    assert result.statistics["dispatch_to_sent"]["max"] == pytest.approx(2.0)
+    assert result.statistics["dispatch_to_sent"]["unit"] == "ms"
+
+
+def test_no_measured_rows_skips_every_check() -> None:
+    report = run_health_checks(_input([]))
+    assert {r.status for r in report.results} == {SKIP}
+    assert report.verdict == PASS
+    warmup = [request(0, phase="warmup")]
+    assert run_health_checks(_input(warmup)).verdict == PASS
+
+
+def test_verdict_and_files(tmp_path: Path) -> None:
+    report = run_health_checks(_input(_chain(1.2)))
+    assert [r.name for r in report.results] == [c.name for c in HEALTH_CHECKS]
+    assert report.verdict == FAIL
+    assert report.failed == ["dependencies"]
+    report.write(tmp_path)
+    data = json.loads((tmp_path / "health.json").read_text())
+    assert data["verdict"] == "FAIL"
+    assert data["checks"][2]["statistics"]["violations"] == 1
+    text = (tmp_path / "health.txt").read_text()
+    assert text.startswith("health verdict: FAIL")
+    assert "[FAIL] dependencies" in text
+
+
+def test_partial_rows_do_not_crash_the_checks() -> None:
+    rows = [
+        request(0, 0, ready=0.0, chunks=(0.1,)),
+        request(0, 1, parents=[0], ready=None, unsent=True, status="cancelled"),
+        request(1, 0, ready=0.2, chunks=(), completed=None, status="error"),
+    ]
+    table = requests_table(rows)
+    table = table.set_column(
+        table.schema.get_field_index("completed_at"),
+        table.schema.field("completed_at"),
+        pa.array([0.1, None, None], pa.float64()),
+    )
+    report = run_health_checks(HealthInput(table, table, sessions_table([]), scenario()))
+    assert report.verdict in (PASS, FAIL)

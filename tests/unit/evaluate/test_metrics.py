@@ -1,0 +1,184 @@
+"""Metrics of the measured phase on hand-built tables with known answers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.unit.evaluate.builders import request, requests_table, session, sessions_table
+from veeksha.evaluate.metrics import (
+    LATENCY_METRICS,
+    error_rates,
+    latency_stats,
+    measured_window,
+    metric_samples,
+    prefill_buckets,
+    request_counts,
+    throughput,
+)
+from veeksha.evaluate.sessions import session_metrics
+from veeksha.evaluate.stats import describe, measured_rows, percentile_key
+
+approx = pytest.approx
+
+
+def _stats(rows: list[dict]) -> dict:
+    return latency_stats(metric_samples(measured_rows(requests_table(rows))))
+
+
+def test_worked_example_of_the_recorder() -> None:
+    # sent 1.0, chunks 1.2 1.3 1.5, 3 tokens: ttfc .2, e2e .5, tbc [.1 .2], tpot .15
+    stats = _stats([request(sent=1.0, ready=1.0, chunks=(1.2, 1.3, 1.5))])
+    assert stats["ttfc"]["mean"] == approx(0.2)
+    assert stats["e2e"]["max"] == approx(0.5)
+    assert stats["tbc"]["count"] == 2
+    assert stats["tbc"]["mean"] == approx(0.15)
+    assert stats["tpot"]["p50"] == approx(0.15)
+    assert stats["normalized_e2e"]["mean"] == approx(0.5 / 3)
+    assert stats["output_throughput"]["mean"] == approx(6.0)
+    assert stats["generator_delay"]["mean"] == approx(0.0)
+
+
+def test_tbc_aggregates_over_all_gaps_not_per_request_means() -> None:
+    rows = [
+        request(0, sent=0.0, chunks=(0.1, 0.2, 0.3, 0.4, 0.5)),  # four gaps of 0.1
+        request(1, sent=0.0, chunks=(0.1, 0.5)),  # one gap of 0.4
+    ]
+    tbc = _stats(rows)["tbc"]
+    assert tbc["count"] == 5
+    assert tbc["mean"] == approx((4 * 0.1 + 0.4) / 5)
+    assert tbc["max"] == approx(0.4)
+
+
+def test_percentiles_and_units_are_declared() -> None:
+    rows = [request(i, sent=0.0, chunks=(0.01 * (i + 1), 1.0)) for i in range(100)]
+    ttfc = _stats(rows)["ttfc"]
+    assert ttfc["unit"] == "s"
+    assert ttfc["count"] == 100
+    assert ttfc["p50"] == approx(np.percentile(np.arange(1, 101) * 0.01, 50))
+    assert ttfc["p99_9"] == approx(np.percentile(np.arange(1, 101) * 0.01, 99.9))
+    assert {m.unit for m in LATENCY_METRICS} == {"s", "s/token", "tokens/s"}
+    assert set(ttfc) >= {"count", "mean", "min", "max", "std", "p50", "p90", "p95", "p99"}
+
+
+def test_one_token_has_no_tpot_and_no_gaps() -> None:
+    stats = _stats([request(sent=0.0, chunks=(0.3,))])
+    assert stats["ttfc"]["mean"] == approx(0.3)
+    assert stats["tpot"]["count"] == 0
+    assert stats["tpot"]["mean"] is None
+    assert stats["tbc"]["count"] == 0
+    assert stats["normalized_e2e"]["mean"] == approx(0.3)
+
+
+def test_no_tokens_has_no_normalized_e2e() -> None:
+    stats = _stats([request(sent=0.0, chunks=(), completed=0.4, output_tokens=0)])
+    assert stats["e2e"]["mean"] == approx(0.4)
+    assert stats["ttfc"]["count"] == 0
+    assert stats["normalized_e2e"]["count"] == 0
+    assert stats["output_throughput"]["mean"] == approx(0.0)
+
+
+def test_non_streaming_ttfc_equals_e2e_and_tpot_is_zero() -> None:
+    stats = _stats([request(sent=1.0, chunks=(1.5,), completed=1.5, output_tokens=10)])
+    assert stats["ttfc"]["mean"] == approx(stats["e2e"]["mean"]) == approx(0.5)
+    assert stats["tpot"]["mean"] == approx(0.0)
+    assert stats["output_throughput"]["mean"] == approx(20.0)
+
+
+def test_failed_requests_are_counted_not_dropped() -> None:
+    rows = [
+        request(0, sent=0.0),
+        request(1, sent=0.0, status="error", error_kind="http_5xx", chunks=()),
+        request(2, sent=0.0, status="timeout", error_kind="timeout", chunks=(0.1,)),
+        request(3, unsent=True, status="cancelled", error_kind="cancelled"),
+    ]
+    table = requests_table(rows)
+    counts = request_counts(table)
+    assert counts == {"total": 4, "ok": 1, "error": 1, "timeout": 1, "cancelled": 1}
+    errors = error_rates(table)
+    assert errors["failed"] == 2
+    assert errors["error_rate"] == approx(0.5)
+    assert errors["cancellation_rate"] == approx(0.25)
+    assert errors["by_kind"] == {
+        "cancelled": {"count": 1, "rate": 0.25},
+        "http_5xx": {"count": 1, "rate": 0.25},
+        "timeout": {"count": 1, "rate": 0.25},
+    }
+    stats = latency_stats(metric_samples(table))
+    assert stats["ttfc"]["count"] == 1  # latencies of ok requests only
+    assert stats["generator_delay"]["count"] == 3  # the generator's lag of every sent request
+
+
+def test_warmup_rows_are_excluded() -> None:
+    rows = [request(0, sent=0.0), request(1, sent=0.0, chunks=(9.0,), phase="warmup")]
+    measured = measured_rows(requests_table(rows))
+    assert measured.num_rows == 1
+    assert latency_stats(metric_samples(measured))["ttfc"]["max"] == approx(0.2)
+
+
+def test_throughput_over_the_measured_window() -> None:
+    rows = [
+        request(0, sent=1.0, chunks=(1.2, 1.5), output_tokens=10, prompt_total=100),
+        request(1, sent=2.0, chunks=(2.5, 3.0), output_tokens=30, prompt_total=300),
+        request(2, sent=2.5, chunks=(), completed=2.6, status="error", prompt_total=50),
+    ]
+    table = requests_table(rows)
+    window = measured_window(table)
+    assert window == approx((1.0, 3.0))
+    tput = throughput(table, window)
+    assert tput["window_s"] == approx(2.0)
+    assert tput["requests_per_s"] == approx(1.0)
+    assert tput["output_tokens_per_s"] == approx(20.0)
+    assert tput["input_tokens_per_s"] == approx(200.0)
+    assert tput["total_tokens_per_s"] == approx(220.0)
+
+
+def test_zero_measured_rows() -> None:
+    empty = requests_table([])
+    stats = latency_stats(metric_samples(empty))
+    assert all(s["count"] == 0 and s["p99"] is None for s in stats.values())
+    assert measured_window(empty) is None
+    assert throughput(empty, None)["requests_per_s"] is None
+    assert error_rates(empty)["error_rate"] is None
+    assert prefill_buckets(empty) == []
+    sessions = session_metrics(sessions_table([]), empty, None)
+    assert sessions["total"] == 0
+    assert sessions["duration"]["mean"] is None
+
+
+def test_prefill_buckets_by_prompt_length() -> None:
+    rows = [
+        request(0, sent=0.0, chunks=(0.1, 0.2), prompt_total=100),
+        request(1, sent=0.0, chunks=(0.3, 0.4), prompt_total=127),
+        request(2, sent=0.0, chunks=(0.5, 0.6), prompt_total=128),
+        request(3, sent=0.0, chunks=(), status="error", prompt_total=5000),
+    ]
+    buckets = prefill_buckets(requests_table(rows))
+    assert [b["bucket"] for b in buckets] == ["[64, 128)", "[128, 256)"]
+    assert buckets[0]["count"] == 2
+    assert buckets[0]["mean"] == approx(0.2)
+    assert buckets[1]["max"] == approx(0.5)
+
+
+def test_session_metrics_count_unrecorded_sessions_as_incomplete() -> None:
+    requests = requests_table([request(s, sent=0.0) for s in range(5)])
+    sessions = sessions_table(
+        [
+            session(0, 0.0, 2.0, think_time_total=0.5, num_requests=3),
+            session(1, 0.0, 4.0, "error", num_requests=1),
+            session(2, 1.0, 2.0, "cancelled", num_requests=2),
+        ]
+    )
+    out = session_metrics(sessions, requests, (0.0, 2.0))
+    assert out["total"] == 5
+    assert (out["ok"], out["error"], out["cancelled"], out["incomplete"]) == (1, 1, 1, 2)
+    assert out["unrecorded"] == 2
+    assert out["sessions_per_s"] == approx(0.5)
+    assert out["duration"]["mean"] == approx((2 + 4 + 1) / 3)
+    assert out["requests_per_session"]["max"] == 3
+    assert out["think_time"]["max"] == approx(0.5)
+
+
+def test_describe_and_keys() -> None:
+    assert percentile_key(99.9) == "p99_9"
+    assert describe(np.array([np.nan, 1.0]))["count"] == 1
