@@ -34,6 +34,7 @@ __all__ = ["LAZY_COMMANDS", "LazyGroup", "main"]
 LAZY_COMMANDS: dict[str, str] = {
     "report": "veeksha.evaluate.cli:report",
     "compare": "veeksha.evaluate.cli:compare",
+    "sim-server": "veeksha.simulator.cli:sim_server",
 }
 
 

@@ -248,7 +248,11 @@ class SimServer:
         queries = cache.query_tokens if cache is not None else 0
         hits = cache.hit_tokens if cache is not None else 0
         label = f'model_name="{self.config.model}",process="{self.process_index}"'
+        uptime = (time.monotonic_ns() - self.t0_ns) / 1e9
         lines = [
+            "# HELP veeksha_sim_uptime_seconds Seconds since the server started (fault windows).",
+            "# TYPE veeksha_sim_uptime_seconds gauge",
+            f"veeksha_sim_uptime_seconds{{{label}}} {uptime:.6f}",
             "# HELP veeksha_sim_num_requests_running Requests holding a running slot.",
             "# TYPE veeksha_sim_num_requests_running gauge",
             f"veeksha_sim_num_requests_running{{{label}}} {len(slots.running)}",

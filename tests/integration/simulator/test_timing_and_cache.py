@@ -1,0 +1,175 @@
+"""Server-side timing truth, queueing behind max_num_seqs, the engine model and the prefix cache."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import aiohttp
+
+from tests.integration.conftest import StartSimulator
+from tests.integration.simulator.helpers import MODEL, chat, request, timed_stream, words
+from veeksha.simulator.process import SimulatorProcess
+
+MS = 1_000_000
+
+
+def test_fixed_timing_ttft_and_itl_are_the_servers_truth(start_simulator: StartSimulator) -> None:
+    sim = start_simulator(ttft_ms=50, itl_ms=5, record_chunk_times=True)
+    url = f"{sim.base_url}/chat/completions"
+    sent, status, pieces = asyncio.run(timed_stream(url, chat(max_tokens=20, ignore_eos=True)))
+    assert status == 200
+    body = b"".join(data for _, data in pieces).decode()
+    events = [json.loads(line[6:]) for line in body.split("\n") if line.startswith("data: {")]
+    t = events[-1]["timings"]
+    assert t["arrival_ns"] >= sent
+    assert t["scheduled_ns"] >= t["arrival_ns"]
+    assert 50 * MS - 100_000 <= t["first_token_ns"] - t["scheduled_ns"] < 80 * MS
+    assert abs(t["prefill_s"] - (t["first_token_ns"] - t["scheduled_ns"]) / 1e9) < 1e-9
+    chunk_ns = t["chunk_ns"]
+    assert len(chunk_ns) == 20
+    assert chunk_ns[0] == t["first_token_ns"]
+    assert chunk_ns[-1] == t["last_token_ns"]
+    for i, ns in enumerate(chunk_ns):  # token i is due at scheduled + ttft + i × itl, never early
+        assert ns - t["scheduled_ns"] >= (50 + i * 5) * MS - 100_000
+    assert chunk_ns[-1] - t["scheduled_ns"] < (50 + 19 * 5 + 30) * MS  # and never drifts
+    first_receive = next(ns for ns, data in pieces if b'"content"' in data)
+    assert first_receive >= t["first_token_ns"]  # same clock: the client sees it after the write
+
+
+def test_requests_queue_beyond_max_num_seqs(start_simulator: StartSimulator) -> None:
+    sim = start_simulator(max_num_seqs=2, itl_ms=20)
+
+    async def run() -> tuple[list[dict], str]:
+        async with asyncio.timeout(10), aiohttp.ClientSession() as session:
+            body = chat(max_tokens=5, stream=False, ignore_eos=True)
+            url = f"{sim.base_url}/chat/completions"
+
+            async def one() -> dict:
+                async with session.post(url, json=body) as resp:
+                    return await resp.json()
+
+            tasks = [asyncio.create_task(one()) for _ in range(4)]
+            await asyncio.sleep(0.03)
+            async with session.get(f"{sim.root_url}/metrics") as resp:
+                metrics = await resp.text()
+            return list(await asyncio.gather(*tasks)), metrics
+
+    answers, metrics = asyncio.run(run())
+    assert 'veeksha_sim_num_requests_running{model_name="veeksha-sim",process="0"} 2' in metrics
+    assert 'veeksha_sim_num_requests_waiting{model_name="veeksha-sim",process="0"} 2' in metrics
+    waits = sorted(a["timings"]["queue_wait_s"] for a in answers)
+    assert waits[1] < 0.03
+    assert waits[2] >= 0.075  # 4 tokens × 20 ms behind a running request
+    for a in answers:
+        assert a["usage"]["completion_tokens"] == 5
+
+
+def test_engine_timing_prefill_and_decode_follow_the_formula(
+    start_simulator: StartSimulator,
+) -> None:
+    sim = start_simulator(
+        preset="realistic", prefill_tokens_per_s=1000, decode_step_ms=10, decode_step_ms_per_seq=0
+    )
+    body = chat(words(50, "engine-formula"), max_tokens=5, stream=False, ignore_eos=True)
+    t = request(f"{sim.base_url}/chat/completions", body).json()["timings"]
+    assert 0.0599 <= t["prefill_s"] < 0.09  # 10 ms step + 50 tokens at 1000 tokens/s
+    assert 0.0399 <= t["decode_s"] < 0.07  # 4 more steps of 10 ms
+
+
+def test_engine_queue_and_batch_growth(start_simulator: StartSimulator) -> None:
+    sim = start_simulator(
+        preset="realistic", max_num_seqs=2, prefill_tokens_per_s=0, decode_step_ms=10,
+        decode_step_ms_per_seq=5,
+    )  # fmt: skip
+
+    async def run() -> list[dict]:
+        async with asyncio.timeout(10), aiohttp.ClientSession() as session:
+            url = f"{sim.base_url}/chat/completions"
+
+            async def one() -> dict:
+                body = chat(max_tokens=3, stream=False, ignore_eos=True)
+                async with session.post(url, json=body) as resp:
+                    return await resp.json()
+
+            return list(await asyncio.gather(*(one() for _ in range(3))))
+
+    timings = sorted((a["timings"] for a in asyncio.run(run())), key=lambda t: t["queue_wait_s"])
+    # a step lasts 10 + 5 × batch ms; the third request waits for one of the two slots
+    assert all(t["prefill_s"] >= 0.0149 for t in timings)
+    assert timings[1]["queue_wait_s"] < 0.03
+    assert timings[2]["queue_wait_s"] >= 0.035
+
+
+def test_prefix_cache_hits_repeats_and_history(fast_simulator: SimulatorProcess) -> None:
+    url = f"{fast_simulator.base_url}/chat/completions"
+    prompt = words(64, "prefix-repeat")
+    first = request(url, chat(prompt, 4, stream=False, ignore_eos=True)).json()
+    again = request(url, chat(prompt, 4, stream=False, ignore_eos=True)).json()
+    assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 48  # (64 - 1) // 16 blocks
+    assert again["timings"]["cached_tokens"] == 48
+
+    parent_prompt = words(40, "prefix-history")
+    parent = request(url, chat(parent_prompt, 10, stream=False, ignore_eos=True)).json()
+    answer = parent["choices"][0]["message"]["content"]
+    child = chat(stream=False, max_tokens=2)
+    child["messages"] = [
+        {"role": "user", "content": parent_prompt},
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": "ba be bi bo bu"},
+    ]
+    got = request(url, child).json()["usage"]
+    assert got["prompt_tokens"] == 40 + 10 + 5
+    assert got["prompt_tokens_details"]["cached_tokens"] == 48  # 50 shared tokens: 3 blocks
+
+
+def test_prefix_cache_shortens_ttft_in_the_engine(start_simulator: StartSimulator) -> None:
+    sim = start_simulator(preset="realistic", prefill_tokens_per_s=2000, decode_step_ms=1)
+    body = chat(words(400, "engine-cache"), 2, stream=False, ignore_eos=True)
+    cold = request(f"{sim.base_url}/chat/completions", body).json()
+    warm = request(f"{sim.base_url}/chat/completions", body).json()
+    assert warm["usage"]["prompt_tokens_details"]["cached_tokens"] == 384
+    assert cold["timings"]["prefill_s"] >= 0.2
+    assert warm["timings"]["prefill_s"] < cold["timings"]["prefill_s"] / 4
+
+
+def test_prefix_cache_lru_capacity_and_idle_lifetime(start_simulator: StartSimulator) -> None:
+    sim = start_simulator(prefix_cache_tokens=64, prefix_cache_ttl_s=0.3)
+    url = f"{sim.base_url}/chat/completions"
+
+    def cached(prompt: str) -> int:
+        body = chat(prompt, 1, stream=False, ignore_eos=True)
+        return request(url, body).json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+    a, b = words(56, "lru-a"), words(56, "lru-b")  # 3 full blocks each
+    assert cached(a) == 0
+    assert cached(a) == 48
+    assert cached(b) == 0  # 64 tokens hold 4 blocks: b evicts a's first blocks
+    assert cached(b) == 48
+    assert cached(a) == 0
+    time.sleep(0.35)  # a think time longer than the cache keeps idle blocks
+    assert cached(a) == 0
+
+
+def test_models_tokenize_detokenize_health_metrics(fast_simulator: SimulatorProcess) -> None:
+    root = fast_simulator.root_url
+    models = request(f"{fast_simulator.base_url}/models", method="GET").json()
+    assert models["object"] == "list"
+    assert models["data"][0]["id"] == MODEL
+    tok = request(f"{root}/tokenize", {"model": MODEL, "prompt": "ba be  bi"}).json()
+    assert tok["count"] == 3
+    assert request(f"{root}/detokenize", {"tokens": tok["tokens"]}).json() == {"prompt": "ba be bi"}
+    msgs = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "ba be"}, {"role": "assistant", "content": "bi"}],
+    }
+    assert request(f"{root}/tokenize", msgs).json()["count"] == 3
+    assert request(f"{root}/health", method="GET").status == 200
+    metrics = request(f"{root}/metrics", method="GET")
+    assert metrics.headers["content-type"].startswith("text/plain")
+    text = metrics.body.decode()
+    for name in ("num_requests_running", "num_requests_waiting", "prefix_cache_hit_rate",
+                 "generation_tokens_total", "prompt_tokens_total"):  # fmt: skip
+        assert f"veeksha_sim_{name}{{" in text
