@@ -1,0 +1,163 @@
+"""evaluate_run's files written and re-read; partial and empty runs; streaming; exit codes."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from rich.console import Console
+
+from tests.unit.evaluate.builders import (
+    request,
+    requests_table,
+    scenario,
+    session,
+    sessions_table,
+)
+from veeksha.evaluate import ExitCode, StreamingMetrics, evaluate_run
+from veeksha.evaluate.exit_codes import run_exit_code
+from veeksha.evaluate.metrics import LATENCY_METRICS
+
+SUMMARY_KEYS = {
+    "schema_version", "run", "requests", "latency", "throughput", "sessions", "errors",
+    "prefill", "goodput", "health", "slos",
+}  # fmt: skip
+SLOS = [
+    {"name": "fast first chunk", "metric": "ttfc", "percentile": 0.99, "value": 0.5},
+    {"name": "fast e2e", "metric": "e2e", "percentile": 0.5, "value": 0.01},
+]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _run_tables() -> tuple[pa.Table, pa.Table]:
+    starts = np.cumsum(np.random.default_rng(0).exponential(0.1, 40))
+    rows, sessions = [], []
+    for i, t in enumerate(starts.tolist()):
+        rows.append(request(i, 0, ready=t, chunks=(t + 0.05, t + 0.06, t + 0.08)))
+        rows.append(
+            request(i, 1, parents=[0], ready=t + 0.1, wait=0.02, chunks=(t + 0.15, t + 0.2))
+        )
+        sessions.append(session(i, t, t + 0.2, num_requests=2, think_time_total=0.02))
+    rows.append(request(99, ready=0.0, chunks=(0.1,), phase="warmup"))
+    return requests_table(rows), sessions_table(sessions)
+
+
+def test_evaluate_run_writes_every_file(tmp_path: Path) -> None:
+    requests, sessions = _run_tables()
+    scen = scenario(evaluators=[{"type": "performance", "slos": SLOS}])
+    info = {"run_id": "r1", "interrupted": False, "measured_window": (0.0, 5.0)}
+    evaluation = evaluate_run(tmp_path, scen, requests, sessions, info)
+
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert set(summary) == SUMMARY_KEYS
+    assert summary == json.loads(json.dumps(evaluation.summary))
+    assert summary["run"]["measured_window"] == [0.0, 5.0]
+    assert summary["requests"]["total"] == 80  # warmup excluded
+    assert summary["latency"]["ttfc"]["p50"] == pytest.approx(0.05)
+    assert summary["latency"]["tbc"]["count"] == 40 * 3
+    assert summary["sessions"]["ok"] == 40
+    assert summary["goodput"]["requests"] == 0  # no e2e within 10 ms
+    assert summary["health"]["verdict"] == evaluation.verdict
+    assert evaluation.all_slos_met is False
+    assert evaluation.exit_code == ExitCode.SLO_UNMET
+
+    slo = json.loads((tmp_path / "slo.json").read_text())
+    assert slo["all_slos_met"] is False
+    assert [s["met"] for s in slo["slos"]] == [True, False]
+    assert slo["slos"][0]["observed"] == pytest.approx(0.05)
+
+    health = json.loads((tmp_path / "health.json").read_text())
+    assert health["verdict"] in ("PASS", "FAIL")
+    assert (tmp_path / "health.txt").read_text().startswith("health verdict")
+
+    for metric in LATENCY_METRICS:
+        with (tmp_path / "metrics" / f"{metric.name}.csv").open() as handle:
+            table = list(csv.DictReader(handle))
+        assert table[0].keys() == {"percentile", "value", "unit"}
+        assert table[0]["unit"] == metric.unit
+        assert [r["percentile"] for r in table][-2:] == ["99.9", "100"]
+    with (tmp_path / "metrics" / "ttfc.csv").open() as handle:
+        ttfc = {r["percentile"]: float(r["value"]) for r in csv.DictReader(handle)}
+    assert ttfc["50"] == pytest.approx(0.05)
+
+    plots = sorted(p.name for p in (tmp_path / "plots").iterdir())
+    assert plots == [
+        "e2e_cdf.png", "tbc_cdf.png", "timeline.png", "tpot_cdf.png", "ttfc_cdf.png",
+        "ttfc_vs_prompt.png",
+    ]  # fmt: skip
+    import matplotlib.image as mpimg
+
+    for name in plots:
+        path = tmp_path / "plots" / name
+        assert path.read_bytes()[:8] == PNG_MAGIC
+        assert mpimg.imread(path).shape[0] > 100
+
+    out = Console(record=True, width=120)
+    evaluation.render(out)
+    text = out.export_text()
+    assert "TTFC p99" in text
+    assert "fast e2e" in text
+    assert "generator_saturation" in text
+
+
+def test_zero_measured_requests(tmp_path: Path) -> None:
+    requests = requests_table([request(0, phase="warmup")])
+    evaluation = evaluate_run(tmp_path, scenario(), requests, sessions_table([]), {}, plots=True)
+    assert evaluation.verdict == "PASS"
+    assert evaluation.all_slos_met is None
+    assert evaluation.summary["requests"]["total"] == 0
+    assert evaluation.summary["throughput"]["requests_per_s"] is None
+    assert list((tmp_path / "plots").iterdir()) == []
+    assert (tmp_path / "metrics" / "ttfc.csv").read_text().strip() == "percentile,value,unit"
+    assert evaluation.exit_code == ExitCode.OK
+
+
+def test_partial_run_with_missing_timestamps_and_no_sessions(tmp_path: Path) -> None:
+    rows = [
+        request(0, 0, ready=0.0, chunks=(0.1, 0.2)),
+        request(0, 1, parents=[0], ready=0.3, unsent=True, status="cancelled"),
+        request(1, 0, ready=0.5, chunks=(), completed=None, status="error", error_kind="x"),
+    ]
+    info = {"interrupted": True, "stop_reason": "SIGKILL"}
+    scen = scenario(evaluators=[{"type": "performance", "slos": SLOS[:1]}])
+    evaluation = evaluate_run(tmp_path, scen, requests_table(rows), sessions_table([]), info)
+    assert evaluation.summary["sessions"]["incomplete"] == 2
+    assert evaluation.summary["requests"]["cancelled"] == 1
+    assert evaluation.exit_code == ExitCode.RUN_ABORTED
+    out = Console(record=True, width=100)
+    evaluation.render(out)
+    assert "partial run (SIGKILL)" in out.export_text()
+
+
+def test_exit_code_precedence() -> None:
+    def code(**kw: object) -> int:
+        args = {"interrupted": False, "health_failed": False, "strict": False, "all_slos_met": None}
+        return run_exit_code(**(args | kw))  # type: ignore[arg-type]
+
+    assert code() == 0
+    assert code(health_failed=True) == 0
+    assert code(health_failed=True, strict=True) == 4
+    assert code(all_slos_met=False) == 5
+    assert code(all_slos_met=True) == 0
+    assert code(health_failed=True, strict=True, all_slos_met=False) == 4
+    assert code(interrupted=True, health_failed=True, strict=True) == 3
+
+
+def test_streaming_metrics_snapshot() -> None:
+    now = [10.0]
+    stream = StreamingMetrics(clock=lambda: now[0])
+    for i in range(100):
+        stream.add({"status": "ok", "ttfc": 0.001 * (i + 1), "e2e": 0.5})
+    stream.add({"status": "error", "ttfc": None, "e2e": None})
+    stream.add({"status": "cancelled"})
+    now[0] = 15.0
+    line = stream.snapshot()
+    assert line.startswith("last 5.0s: 102 req (20.4 req/s, 1 failed)")
+    assert "TTFC p50 50.5 ms p99 99.0 ms" in line
+    assert "E2E p50 0.5 s p99 0.5 s" in line
+    now[0] = 20.0
+    assert stream.snapshot() == "last 5.0s: 0 req (0.0 req/s, 0 failed)"
