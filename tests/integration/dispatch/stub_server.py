@@ -30,7 +30,13 @@ class StubServer:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle)
         app.router.add_post("/v1/completions", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(
+            app,
+            access_log=None,
+            handle_signals=False,
+            handler_cancellation=True,  # a client that gives up ends a "hang" handler
+            shutdown_timeout=0.5,
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
@@ -58,11 +64,17 @@ class StubServer:
             await asyncio.sleep(3600)
         delay = float(cmd.get("delay", 0))
         words = [f"w{i} " for i in range(n)]
-        usage = {"prompt_tokens": 7, "completion_tokens": n,
-                 "prompt_tokens_details": {"cached_tokens": 2}}
+        usage = {
+            "prompt_tokens": 7,
+            "completion_tokens": n,
+            "prompt_tokens_details": {"cached_tokens": 2},
+        }
         if not body.get("stream"):
-            choice = {"message": {"role": "assistant", "content": "".join(words)}} if chat else {
-                "text": "".join(words)}
+            choice = (
+                {"message": {"role": "assistant", "content": "".join(words)}}
+                if chat
+                else {"text": "".join(words)}
+            )
             return web.json_response({"choices": [choice], "usage": usage, "timings": {"n": n}})
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
