@@ -88,7 +88,7 @@ class Generation:
         self.chunk_ns: list[int] | None = [] if server.config.record_chunk_times else None
         self.timer: NsTimer | None = None
         self._cork: list[bytes] | None = None
-        self._hold: list[tuple[bytes | None, bool]] | None = None
+        self._hold: list[tuple[bytes | None, int]] | None = None
         self._fired = False
         self._done = False
 
@@ -154,19 +154,21 @@ class Generation:
             return
         words = self.server.text.slice(self.offset, sent, count)
         prefix, suffix = self.tpl.prefix, self.tpl.suffix
-        if k == 1:
-            for word in words:
-                if self._done:
-                    return
-                self._content(prefix + word + suffix)
-            self.sent = count
-            return
         stop = len(words) if last else len(words) - len(words) % k
-        for i in range(0, stop, k):
+        if k == 1:
+            events = [prefix + word + suffix for word in words]
+        else:
+            events = [prefix + b"".join(words[i : i + k]) + suffix for i in range(0, stop, k)]
+        self.sent = sent + stop
+        if self._hold is None and (self._fired or self.fault not in _MID_STREAM):
+            # the hot path: every SSE event of this instant in one HTTP chunk, one write
+            self.chunks += len(events)
+            self._emit(chunk(b"".join(events)), len(events))
+            return
+        for event in events:
             if self._done:
                 return
-            self._content(prefix + b"".join(words[i : i + k]) + suffix)
-        self.sent = sent + stop
+            self._content(event)
 
     def on_done(self, now_ns: int) -> None:
         """The answer is complete: final chunks (or the body), cache insertion, stats."""
@@ -186,11 +188,11 @@ class Generation:
             if self._done:
                 return
         if self.req.stream:
-            self._emit(None, content=False)
+            self._emit(None, 0)
         else:
             if not self.first_ns:
                 self.first_ns = self.last_ns = now_ns
-            self._emit(None, content=False)
+            self._emit(None, 0)
 
     # ------------------------------------------------------------------ output path
     def _content(self, data: bytes) -> None:
@@ -203,7 +205,7 @@ class Generation:
             if self._done:
                 return
         self.chunks += 1
-        self._emit(chunk(data), content=True)
+        self._emit(chunk(data), 1)
 
     def _fire(self) -> None:
         self._fired = True
@@ -227,14 +229,17 @@ class Generation:
         if not data:
             return
         if self._hold is not None:
-            self._hold.append((data, False))
+            self._hold.append((data, 0))
         elif self._cork is not None:
             self._cork.append(data)
         else:
             self.conn.write(data)
 
-    def _emit(self, data: bytes | None, content: bool) -> None:
-        """Content chunk, or (data None) the end of the response; held during a stall."""
+    def _emit(self, data: bytes | None, content: int) -> None:
+        """``content`` content chunks in ``data``, or (data None) the end of the response.
+
+        Held during a stall; the timestamps are taken right before the write to the transport.
+        """
         if self._hold is not None:
             self._hold.append((data, content))
             return
@@ -244,7 +249,7 @@ class Generation:
                 self.first_ns = now
             self.last_ns = now
             if self.chunk_ns is not None:
-                self.chunk_ns.append(now)
+                self.chunk_ns.extend([now] * content)
         if data is None:
             data = self._final()
             self._done = True
