@@ -1,0 +1,81 @@
+"""veeksha report and veeksha compare on run folders built by hand (finalised and partial)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from tests.unit.evaluate.builders import (
+    request,
+    requests_table,
+    scenario,
+    session,
+    sessions_table,
+)
+from veeksha.cli import main
+from veeksha.record.parquet import PARTS_DIR, REQUESTS_FILE, SESSIONS_FILE
+from veeksha.record.run_folder import write_config
+
+
+def _run_folder(path: Path, ttfc: float, *, partial: bool = False) -> Path:
+    path.mkdir()
+    scen = scenario(evaluators=[{"type": "performance", "slos": [
+        {"name": "ttfc", "metric": "ttfc", "percentile": 0.5, "value": 0.1}
+    ]}])  # fmt: skip
+    write_config(path, scen)
+    rows = [request(i, ready=i * 0.1, chunks=(i * 0.1 + ttfc, i * 0.1 + 0.3)) for i in range(10)]
+    requests = requests_table(rows)
+    sessions = sessions_table([session(i, i * 0.1, i * 0.1 + 0.3) for i in range(10)])
+    if partial:
+        parts = path / PARTS_DIR / "requests"
+        parts.mkdir(parents=True)
+        pq.write_table(requests, parts / "part-000001.parquet")
+    else:
+        pq.write_table(requests, path / REQUESTS_FILE)
+        pq.write_table(sessions, path / SESSIONS_FILE)
+    return path
+
+
+def test_report_recomputes_the_files(tmp_path: Path) -> None:
+    run = _run_folder(tmp_path / "run", 0.05)
+    result = CliRunner().invoke(main, ["report", str(run), "--no-plots"])
+    assert result.exit_code == 0, result.output
+    assert "TTFC p50" in result.output
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["latency"]["ttfc"]["p50"] == pytest.approx(0.05)
+    assert summary["run"]["partial"] is False
+    assert summary["sessions"]["ok"] == 10
+    assert json.loads((run / "slo.json").read_text())["all_slos_met"] is True
+    assert not (run / "plots").exists()
+
+
+def test_report_reads_the_parts_of_a_killed_run(tmp_path: Path) -> None:
+    run = _run_folder(tmp_path / "run", 0.05, partial=True)
+    result = CliRunner().invoke(main, ["report", str(run), "--quiet", "--no-plots"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["run"]["partial"] is True
+    assert summary["run"]["interrupted"] is True
+    assert summary["requests"]["ok"] == 10
+    assert summary["sessions"]["incomplete"] == 10  # no session rows were written
+
+
+def test_report_rejects_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["report", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "error:" in result.output
+
+
+def test_compare_shows_relative_change(tmp_path: Path) -> None:
+    base = _run_folder(tmp_path / "base", 0.05)
+    slower = _run_folder(tmp_path / "slower", 0.1)
+    assert CliRunner().invoke(main, ["report", str(base), "-q", "--no-plots"]).exit_code == 0
+    result = CliRunner().invoke(main, ["compare", str(base), str(slower)], terminal_width=160)
+    assert result.exit_code == 0, result.output
+    assert "TTFC p50" in result.output
+    assert "+100.0%" in result.output
+    assert not (slower / "summary.json").exists()  # computed in memory
