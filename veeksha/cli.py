@@ -252,7 +252,11 @@ def run(
     "--config", "config", required=True, type=click.Path(path_type=Path), help="Scenario FILE."
 )
 @click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[--KEY.PATH VALUE]...")
-@click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--output-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Base folder of run folders (default: the scenario's output_dir).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="Print only warnings and errors.")
 @click.pass_context
 def benchmark(

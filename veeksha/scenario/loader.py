@@ -128,10 +128,7 @@ def _parse_yaml(text: str, source: str) -> CommentedMap:
 def _plain(value: Any) -> Any:
     """ruamel's round-trip containers and scalars → plain Python data."""
     if isinstance(value, dict):
-        return {
-            str(k) if not isinstance(k, int | float | bool) else k: _plain(v)
-            for k, v in value.items()
-        }
+        return {_plain(k): _plain(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_plain(v) for v in value]
     if isinstance(value, bool):
@@ -148,12 +145,15 @@ def _plain(value: Any) -> Any:
 # ------------------------------------------------------------------------------ error mapping
 
 
-def _user_path(loc: tuple[int | str, ...]) -> tuple[list[PathPart], Node | None, Node | None]:
-    """Pydantic's location (with union tags) → the user's key path, the node holding the last key
-    and the node at the path."""
+def _user_path(
+    loc: tuple[int | str, ...],
+) -> tuple[list[PathPart], Node | None, Node | None, bool]:
+    """Pydantic's location (with union tags) → the user's key path, the node holding the last key,
+    the node at the path, and whether the error is about one branch of a plain union."""
     node: Node | None = classify(Scenario)
     parent: Node | None = None
     parts: list[PathPart] = []
+    branch = False
     for seg in loc:
         if node is not None and node.kind == "tagged":
             member = node.members.get(seg) if isinstance(seg, str) else None
@@ -169,14 +169,14 @@ def _user_path(loc: tuple[int | str, ...]) -> tuple[list[PathPart], Node | None,
             parent, node = node, (classify(found[1].annotation) if found else None)
             continue
         if node is not None and node.kind == "union":
-            node = None  # seg names the branch of a plain union that failed
+            node, branch = None, True  # seg names the branch of a plain union that failed
             continue
         parts.append(seg)
         parent, node = (
             node,
             (node.item() if node is not None and node.kind in ("list", "dict") else None),
         )
-    return parts, parent, node
+    return parts, parent, node, branch
 
 
 def _position(root: CommentedMap, parts: Sequence[PathPart]) -> tuple[int, int]:
@@ -297,8 +297,9 @@ def _issues(
 ) -> list[ScenarioIssue]:
     """One issue per erroneous key path; failures of a plain union's branches are merged."""
     merged: dict[tuple[PathPart, ...], tuple[ScenarioIssue, int]] = {}
+    branches: set[tuple[PathPart, ...]] = set()
     for err in exc.errors():
-        parts, parent, node = _user_path(err["loc"])
+        parts, parent, node, branch = _user_path(err["loc"])
         message = _message(err, parts, parent, node)
         where = [*parts, "type"] if err["type"] == "union_tag_invalid" else parts
         if _from_override(root, where, override_paths):
@@ -307,6 +308,8 @@ def _issues(
             line, column = _position(root, where)
             issue = ScenarioIssue(source, line, column, format_path(where), message)
         key = tuple(parts)
+        if branch:
+            branches.add(key)
         depth = len(err["loc"])
         previous = merged.get(key)
         if previous is None:
@@ -318,11 +321,9 @@ def _issues(
             if text == old.message:
                 text = f"{old.message} or {extra}"
             merged[key] = (ScenarioIssue(old.file, old.line, old.column, old.path, text), depth)
-    # a deeper failure of a union branch (an item of a list) hides the shallower alternatives
-    keys = list(merged)
-    for key in keys:
-        if any(other != key and other[: len(key)] == key for other in keys):
-            merged.pop(key, None)
+    # a union branch failing deeper (an item of a list) hides the other branches' complaints
+    for key in [k for k in branches if any(o != k and o[: len(k)] == k for o in branches)]:
+        merged.pop(key, None)
     return [issue for issue, _ in merged.values()]
 
 
