@@ -51,7 +51,9 @@ class TrafficSink(Protocol):
 
     def request_done(self, request: InFlight, result: Result, processed_at_ns: int) -> None: ...
 
-    def request_cancelled(self, session: SessionState, node_id: int, at_ns: int) -> None: ...
+    def request_cancelled(
+        self, session: SessionState, node_id: int, request_id: int, at_ns: int
+    ) -> None: ...
 
     def session_done(self, session: SessionState) -> None: ...
 
@@ -121,6 +123,7 @@ class TrafficLoop:
         self._deadline_timer: Cancellable | None = None
         self._finished = False
         self._on_finish: list[Callable[[], None]] = []
+        self._on_stop: list[Callable[[str], None]] = []
 
     # ------------------------------------------------------------------------------- public API
 
@@ -129,9 +132,9 @@ class TrafficLoop:
         self.t0_ns = t0_ns
         if self.settings.rate_gaps is not None:
             self._arrivals = RateArrivals(self.settings.rate_gaps, t0_ns)  # type: ignore[arg-type]
-            self._on_arrival_timer()
+            self._arrival_timer = self._timers.call_at_ns(t0_ns, self._on_arrival_timer)
         else:
-            self._fill_concurrency(0)
+            self._arrival_timer = self._timers.call_at_ns(t0_ns, self._on_ramp_timer)
         self._check_finished()
 
     def on_finish(self, callback: Callable[[], None]) -> None:
@@ -140,6 +143,10 @@ class TrafficLoop:
             callback()
         else:
             self._on_finish.append(callback)
+
+    def on_stop(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback(reason)`` when the run stops starting work (timeout, interrupt)."""
+        self._on_stop.append(callback)
 
     @property
     def finished(self) -> bool:
@@ -165,6 +172,8 @@ class TrafficLoop:
             self._report_cancelled(session, now)
             if session.done:
                 self._end_session(session)
+        for callback in self._on_stop:
+            callback(reason)
         self._check_finished()
 
     def abandon_in_flight(self, error_kind: str = "cancelled") -> list[InFlight]:
@@ -380,7 +389,9 @@ class TrafficLoop:
     def _report_cancelled(self, session: SessionState, now: int) -> None:
         for node_id in session.take_cancelled():
             self.counters.requests_cancelled += 1
-            self._sink.request_cancelled(session, node_id, now)
+            request_id = self._next_request
+            self._next_request += 1
+            self._sink.request_cancelled(session, node_id, request_id, now)
 
     def _end_session(self, session: SessionState) -> None:
         if self.sessions.pop(session.session_id, None) is None:

@@ -45,7 +45,9 @@ class Recorder:
     def request_done(self, request: InFlight, result: Result, processed_at_ns: int) -> None:
         self.done.append((request, result))
 
-    def request_cancelled(self, session: SessionState, node_id: int, at_ns: int) -> None:
+    def request_cancelled(
+        self, session: SessionState, node_id: int, request_id: int, at_ns: int
+    ) -> None:
         self.cancelled.append((session.session_id, node_id))
 
     def session_done(self, session: SessionState) -> None:
@@ -69,6 +71,10 @@ class Harness:
         self.loop = TrafficLoop(
             settings, make_session, self._submit, Sink(), self.clock, self.timers
         )
+
+    def start(self) -> None:
+        self.loop.start(0)
+        self.timers.advance(0)
 
     def _submit(self, item: WorkItem) -> int:
         self.items.append(item)
@@ -100,7 +106,7 @@ def test_rate_sessions_start_on_the_absolute_timeline() -> None:
         LoopSettings(cancel_on_failure=True, max_sessions=3, rate_gaps=fixed_gaps(1.0)),
         lambda i: chain(i, 1),
     )
-    h.loop.start(0)
+    h.start()
     h.timers.advance(10 * S)
     assert [item.dispatched_at_ns for item in h.items] == [0, S, 2 * S]
     assert [req.ready_at_ns for req, _ in h.rec.dispatched] == [0, S, 2 * S]
@@ -117,7 +123,7 @@ def test_late_timer_does_not_shift_later_arrivals() -> None:
         LoopSettings(cancel_on_failure=True, max_sessions=4, rate_gaps=fixed_gaps(1.0)),
         lambda i: chain(i, 1),
     )
-    h.loop.start(0)
+    h.start()
     h.clock.now = int(2.5 * S)  # the loop was busy: timers fire late
     h.timers.advance(int(2.5 * S))
     # the sessions planned at 1 s and 2 s start at once, with their planned ready times
@@ -132,7 +138,7 @@ def test_child_waits_for_parent_completion_plus_think_time_and_gets_history() ->
         LoopSettings(cancel_on_failure=True, max_sessions=1, rate_gaps=fixed_gaps(1.0)),
         lambda i: chain(i, 2, wait_s=2.0),
     )
-    h.loop.start(0)
+    h.start()
     first = h.items[0]
     h.clock.now = 3 * S
     h.complete(first, at_ns=int(1.5 * S), text="x y z")  # completed at 1.5 s, processed at 3 s
@@ -150,7 +156,7 @@ def test_failure_cancels_the_rest_of_the_session() -> None:
         LoopSettings(cancel_on_failure=True, max_sessions=1, rate_gaps=fixed_gaps(1.0)),
         lambda i: chain(i, 3),
     )
-    h.loop.start(0)
+    h.start()
     h.complete(h.items[0], at_ns=S, ok=False)
     assert h.rec.cancelled == [(0, 1), (0, 2)]
     assert h.rec.sessions[0].status == "error"
@@ -162,7 +168,7 @@ def test_failure_without_cancel_lets_children_run() -> None:
         LoopSettings(cancel_on_failure=False, max_sessions=1, rate_gaps=fixed_gaps(1.0)),
         lambda i: chain(i, 2),
     )
-    h.loop.start(0)
+    h.start()
     h.complete(h.items[0], at_ns=S, ok=False)
     h.timers.advance(S)
     assert len(h.items) == 2
@@ -176,7 +182,7 @@ def test_concurrency_ramps_up_and_never_exceeds_target() -> None:
         ),
         lambda i: chain(i, 1),
     )
-    h.loop.start(0)
+    h.start()
     assert h.items == []  # target(0) = 0
     h.timers.advance(S)
     assert len(h.items) == 1
@@ -208,7 +214,7 @@ def test_timeout_cancels_undispatched_work_and_waits_for_in_flight() -> None:
         ),
         lambda i: chain(i, 2, wait_s=10.0),
     )
-    h.loop.start(0)
+    h.start()
     h.complete(h.items[0], at_ns=int(0.5 * S))  # session 0's second turn waits until 10.5 s
     h.timers.advance(3 * S)
     assert h.loop.stopping
@@ -236,7 +242,7 @@ def test_max_in_flight_holds_ready_requests_in_the_queue() -> None:
         ),
         lambda i: chain(i, 1),
     )
-    h.loop.start(0)
+    h.start()
     assert len(h.items) == 1
     h.clock.now = S
     h.complete(h.items[0], S)
@@ -252,7 +258,7 @@ def test_warmup_sessions_come_first_and_do_not_count_toward_max_sessions() -> No
         ),
         lambda i: chain(i, 1),
     )
-    h.loop.start(0)
+    h.start()
     h.timers.advance(10 * S)
     assert [req.session.phase for req, _ in h.rec.dispatched] == [
         "warmup",
@@ -270,7 +276,7 @@ def test_warmup_seconds_mark_early_sessions() -> None:
         ),
         lambda i: chain(i, 1),
     )
-    h.loop.start(0)
+    h.start()
     h.timers.advance(10 * S)
     assert [req.session.phase for req, _ in h.rec.dispatched] == [
         "warmup",

@@ -1,0 +1,95 @@
+"""The live status line: elapsed time, sessions, requests by state, dispatch lag.
+
+On a terminal it is one line redrawn in place (rich); otherwise (CI, pipes) a plain line every
+``interval_s``. Nothing is printed with ``quiet``. It reads counters the loop already keeps, so
+it costs nothing per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable
+
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
+__all__ = ["ProgressLine", "Snapshot"]
+
+Snapshot = Callable[[], dict[str, float | int]]
+
+
+def format_status(values: dict[str, float | int]) -> str:
+    """One status line from the loop's counters."""
+    return (
+        f"{values['elapsed']:7.1f}s  sessions {values['sessions_started']} started"
+        f" / {values['sessions_done']} done  requests pending {values['pending']}"
+        f" ready {values['ready']} in flight {values['in_flight']} done {values['done']}"
+        f" failed {values['failed']} cancelled {values['cancelled']}"
+        f"  lag {values['lag_ms']:.2f} ms"
+    )
+
+
+class ProgressLine:
+    """Periodic status output while a run is going."""
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        quiet: bool,
+        interval_s: float = 5.0,
+        periodic: Callable[[], str] | None = None,
+    ) -> None:
+        self._snapshot = snapshot
+        self._periodic = periodic
+        self._periodic_every = interval_s
+        self._quiet = quiet
+        self._console = Console(stderr=True)
+        self._tty = self._console.is_terminal
+        self._interval_s = 0.25 if self._tty else interval_s
+        self._live: Live | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._quiet:
+            return
+        if self._tty:
+            self._live = Live(Text(""), console=self._console, transient=False, auto_refresh=False)
+            self._live.start()
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_periodic = loop.time() + self._periodic_every
+        while True:
+            await asyncio.sleep(self._interval_s)
+            self.show()
+            if self._periodic is not None and loop.time() >= next_periodic:
+                next_periodic += self._periodic_every
+                self._emit(self._periodic())
+
+    def _emit(self, line: str) -> None:
+        if self._live is not None:
+            self._live.console.print(line, highlight=False)
+        else:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+
+    def show(self) -> None:
+        if self._quiet:
+            return
+        line = format_status(self._snapshot())
+        if self._live is not None:
+            self._live.update(Text(line), refresh=True)
+        else:
+            self._emit(line)
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        if self._live is not None:
+            self.show()
+            self._live.stop()
+            self._live = None

@@ -1,0 +1,404 @@
+"""One run of a scenario: the composition root.
+
+Resolves the target (starting the built-in simulator when no api_base is set), builds the
+session generator, starts the pinned worker pool, runs the traffic loop on uvloop, stops on
+completion, timeout or signal with the configured grace, writes every row, then evaluates.
+It is the only module that knows both the scheduling side and the dispatch side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import resource
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import uvloop
+from rich.console import Console
+
+from veeksha.clock import MonotonicClock
+from veeksha.dispatch.affinity import default_num_workers, plan_affinity
+from veeksha.dispatch.messages import Result, WorkItem
+from veeksha.dispatch.pool import WorkerPool
+from veeksha.dispatch.settings import WorkerSettings
+from veeksha.engine.loop import LoopSettings, TrafficLoop
+from veeksha.engine.progress import ProgressLine
+from veeksha.engine.recorder import RunRecorder
+from veeksha.engine.target import Target, TargetContext, describe
+from veeksha.engine.timers import LoopTimers
+from veeksha.errors import RunAbortedError, VeekshaError
+from veeksha.evaluate.exit_codes import run_exit_code
+from veeksha.evaluate.run import evaluate_run
+from veeksha.evaluate.streaming import StreamingMetrics
+from veeksha.generate.distributions import make_interval_sampler
+from veeksha.generate.rng import RandomStreams
+from veeksha.generate.sessions import SessionGenerator
+from veeksha.generate.spec import SessionSpec
+from veeksha.generate.tokenizer import make_tokenizer
+from veeksha.record.parquet import ResultWriter, run_metadata
+from veeksha.record.reader import load_requests, load_sessions
+from veeksha.record.trace import TraceWriter
+from veeksha.scenario.loader import scenario_hash
+from veeksha.scenario.models import ConcurrentScheduler, RateScheduler, Scenario
+from veeksha.schedule.arrivals import ConcurrencyRamp
+from veeksha.schedule.session_state import NodeState
+
+__all__ = ["RunOutcome", "run_benchmark", "run_scenario"]
+
+_NS = 1_000_000_000
+_WORKER_START_TIMEOUT_S = 60.0
+_T0_LEAD_NS = 50_000_000
+
+
+@dataclass
+class RunOutcome:
+    """What a run did: its folder, why it stopped, counts, and the evaluation's verdicts."""
+
+    run_dir: Path
+    stop_reason: str = ""
+    interrupted: bool = False
+    requests: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    sessions: int = 0
+    verdict: str | None = None
+    all_slos_met: bool | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def run_benchmark(
+    scenario: Scenario, run_dir: Path, quiet: bool = False, dry_run: bool = False
+) -> int:
+    """Run ``scenario`` into ``run_dir`` and return the process exit code."""
+    outcome = run_scenario(scenario, run_dir, quiet=quiet, dry_run=dry_run)
+    return exit_code_for(outcome, scenario)
+
+
+def exit_code_for(outcome: RunOutcome, scenario: Scenario) -> int:
+    """The exit code of ``veeksha run`` (see ``veeksha.evaluate.exit_codes``)."""
+    return run_exit_code(
+        interrupted=outcome.interrupted,
+        health_failed=outcome.verdict == "FAIL",
+        strict=scenario.health_checks.strict,
+        all_slos_met=outcome.all_slos_met,
+    )
+
+
+def run_scenario(
+    scenario: Scenario, run_dir: Path, quiet: bool = False, dry_run: bool = False
+) -> RunOutcome:
+    """Run ``scenario`` into ``run_dir`` on a uvloop event loop; returns what happened."""
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(_Run(scenario, Path(run_dir), quiet, dry_run).execute())
+
+
+class _Run:
+    """The state of one run while it executes."""
+
+    def __init__(self, scenario: Scenario, run_dir: Path, quiet: bool, dry_run: bool) -> None:
+        self.scenario = scenario
+        self.run_dir = run_dir
+        self.quiet = quiet
+        self.dry_run = dry_run
+        self.clock = MonotonicClock()
+        self.outcome = RunOutcome(run_dir)
+        self.traffic: TrafficLoop | None = None
+        self.pool: WorkerPool | None = None
+        self.signals = 0
+        self._drain_task: asyncio.Task[None] | None = None
+        self.num_workers = 0
+        self.main_cpu_s = 0.0
+
+    async def execute(self) -> RunOutcome:
+        runtime = self.scenario.runtime
+        num_workers = (
+            default_num_workers() if runtime.num_workers == "auto" else runtime.num_workers
+        )
+        plan = plan_affinity(runtime.cpu_affinity, num_workers)
+        if plan.main_cpus:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(0, plan.main_cpus)
+        with TargetContext(self.scenario, dry_run=self.dry_run) as target:
+            await self._run_with_target(target, num_workers, plan.worker_cpus)
+        return self.outcome
+
+    # --------------------------------------------------------------------------------- set-up
+
+    def _session_source(self, target: Target) -> Callable[[int], SessionSpec]:
+        scenario = self.scenario
+        runtime = scenario.runtime
+        tokenizer = make_tokenizer(scenario.client.tokenizer, target.api_base, target.model)
+        self.tokenizer = tokenizer
+        generator = SessionGenerator(scenario, tokenizer)
+        if not runtime.pregenerate_sessions:
+            return generator.session
+        total = runtime.max_sessions + runtime.warmup_sessions
+        sessions = [generator.session(i) for i in range(total)]
+        return sessions.__getitem__
+
+    def _loop_settings(self) -> LoopSettings:
+        scenario = self.scenario
+        runtime = scenario.runtime
+        scheduler = scenario.traffic_scheduler
+        settings = LoopSettings(
+            cancel_on_failure=scheduler.cancel_session_on_failure,
+            max_sessions=runtime.max_sessions,
+            warmup_sessions=runtime.warmup_sessions,
+            warmup_seconds=runtime.warmup_seconds,
+            benchmark_timeout_s=runtime.benchmark_timeout,
+            max_in_flight=scenario.client.max_in_flight,
+        )
+        if isinstance(scheduler, RateScheduler):
+            rng = RandomStreams(scenario.seed).stream("arrivals")
+            settings.rate_gaps = make_interval_sampler(scheduler.interval_generator, rng).sample
+        else:
+            assert isinstance(scheduler, ConcurrentScheduler)
+            settings.concurrency = ConcurrencyRamp(
+                scheduler.target_concurrent_sessions, scheduler.rampup_seconds
+            )
+        return settings
+
+    async def _run_with_target(
+        self, target: Target, num_workers: int, worker_cpus: list[list[int]]
+    ) -> None:
+        make_session = self._session_source(target)
+        worker_settings = msgspec.structs.replace(
+            WorkerSettings.from_client(
+                self.scenario.client, target.api_base, target.api_key, dry_run=self.dry_run
+            ),
+            model=target.model,
+        )
+        self.pool = WorkerPool(
+            worker_settings,
+            num_workers,
+            worker_cpus,
+            self._on_results,
+            on_fatal=self._on_fatal,
+        )
+        self.num_workers = num_workers
+        children_cpu = _children_cpu_s()
+        await self.pool.start(timeout=_WORKER_START_TIMEOUT_S)
+        try:
+            await self._drive(target, make_session)
+        finally:
+            await self.pool.stop(grace_s=0.0)
+        self.outcome.extra["worker_cpu_s"] = _children_cpu_s() - children_cpu
+
+    # ------------------------------------------------------------------------------ the run
+
+    async def _drive(self, target: Target, make_session: Callable[[int], SessionSpec]) -> None:
+        scenario = self.scenario
+        loop = asyncio.get_running_loop()
+        run_id = self.run_dir.name
+        # t0 lies just ahead of now, so set-up below never makes the first arrival late.
+        t0_ns = self.clock.now_ns() + _T0_LEAD_NS
+        t0_wall = datetime.now(UTC) + timedelta(microseconds=_T0_LEAD_NS / 1000)
+        trace = None
+        if scenario.trace_recorder.enabled:
+            trace = TraceWriter(
+                self.run_dir / "trace.jsonl", scenario.trace_recorder.include_content, t0_ns=t0_ns
+            )
+        metadata = run_metadata(
+            run_id=run_id,
+            scenario_hash=scenario_hash(scenario),
+            seed=scenario.seed,
+            t0_ns=t0_ns,
+            t0_wall=t0_wall,
+            target=describe(target),
+        )
+        writer = ResultWriter(
+            self.run_dir,
+            metadata,
+            t0_ns=t0_ns,
+            trace=trace,
+            on_error=lambda error: _call_soon(loop, self._on_write_error, error),
+        )
+        streaming = StreamingMetrics() if self._stream_metrics() else None
+        recorder = RunRecorder(
+            run_id,
+            target.model,
+            t0_ns,
+            writer,
+            self.tokenizer,
+            trace,
+            on_row=None if streaming is None else streaming.add,
+        )
+        traffic = TrafficLoop(
+            self._loop_settings(),
+            make_session,
+            self._submit,
+            recorder,
+            self.clock,
+            LoopTimers(loop, self.clock),
+        )
+        self.traffic = traffic
+        finished: asyncio.Future[None] = loop.create_future()
+        traffic.on_finish(lambda: _resolve(finished))
+        traffic.on_stop(self._on_stop)
+        progress = ProgressLine(
+            self._snapshot,
+            self.quiet,
+            self._progress_interval(),
+            periodic=None if streaming is None else streaming.snapshot,
+        )
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._on_signal)
+        cpu_start = time.process_time()
+        try:
+            progress.start()
+            traffic.start(t0_ns)
+            await finished
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+            progress.stop()
+            if self._drain_task is not None:
+                await self._drain_task
+            assert self.pool is not None
+            await self.pool.stop(grace_s=0.0)
+            if traffic.in_flight:
+                traffic.abandon_in_flight("worker_lost")
+            self.main_cpu_s = time.process_time() - cpu_start
+        self._finish(target, writer, t0_ns, t0_wall)
+
+    def _submit(self, item: WorkItem) -> int:
+        assert self.pool is not None
+        return self.pool.submit(item)
+
+    def _on_results(self, results: list[Result]) -> None:
+        if self.traffic is not None:
+            self.traffic.on_results(results)
+
+    def _stream_metrics(self) -> bool:
+        return any(evaluator.stream_metrics for evaluator in self.scenario.evaluators)
+
+    def _progress_interval(self) -> float:
+        for evaluator in self.scenario.evaluators:
+            if evaluator.stream_metrics:
+                return evaluator.stream_metrics_interval
+        return 5.0
+
+    def _snapshot(self) -> dict[str, float | int]:
+        traffic = self.traffic
+        assert traffic is not None
+        c = traffic.counters
+        queued = len(traffic.ready)
+        return {
+            "elapsed": (self.clock.now_ns() - traffic.t0_ns) / _NS,
+            "sessions_started": c.sessions_started,
+            "sessions_done": c.sessions_done,
+            "pending": sum(s.count(NodeState.PENDING) for s in traffic.sessions.values()),
+            "ready": queued,
+            "in_flight": len(traffic.in_flight),
+            "done": c.requests_done,
+            "failed": c.requests_failed,
+            "cancelled": c.requests_cancelled,
+            "lag_ms": c.last_dispatch_lag_ns / 1e6,
+        }
+
+    # --------------------------------------------------------------------------- stopping
+
+    def _on_stop(self, reason: str) -> None:
+        grace = self.scenario.runtime.post_timeout_grace_seconds
+        if grace >= 0 and self._drain_task is None:
+            self._drain_task = asyncio.get_running_loop().create_task(self._drain(grace))
+
+    async def _drain(self, grace_s: float) -> None:
+        assert self.pool is not None
+        await self.pool.stop(grace_s=grace_s)
+
+    def _on_signal(self) -> None:
+        self.signals += 1
+        self.outcome.interrupted = True
+        traffic = self.traffic
+        assert traffic is not None
+        if self.signals == 1:
+            traffic.stop("interrupted")
+        elif self._drain_task is None or self.signals >= 2:
+            task = asyncio.get_running_loop().create_task(self._drain(0.0))
+            self._drain_task = self._drain_task or task
+
+    def _on_write_error(self, error: RunAbortedError) -> None:
+        self.outcome.interrupted = True
+        self.outcome.extra["error"] = str(error)
+        if self.traffic is not None:
+            self.traffic.stop("write_error")
+
+    def _on_fatal(self, error: VeekshaError) -> None:
+        """The worker pool gave up (workers keep dying): stop, keep what was collected."""
+        self.outcome.interrupted = True
+        self.outcome.extra["error"] = str(error)
+        if self.traffic is not None:
+            self.traffic.stop("worker_failure")
+            self.traffic.abandon_in_flight("worker_lost")
+
+    # ---------------------------------------------------------------------------- results
+
+    def _finish(self, target: Target, writer: ResultWriter, t0_ns: int, t0_wall: datetime) -> None:
+        """Evaluate what was recorded, then finalise the Parquet files with the verdict."""
+        traffic = self.traffic
+        assert traffic is not None
+        outcome = self.outcome
+        counters = traffic.counters
+        outcome.stop_reason = traffic.stop_reason
+        outcome.requests = counters.requests_done
+        outcome.failed = counters.requests_failed
+        outcome.cancelled = counters.requests_cancelled
+        outcome.sessions = counters.sessions_done
+        extra = {
+            "interrupted": str(outcome.interrupted).lower(),
+            "stop_reason": outcome.stop_reason,
+        }
+        try:
+            writer.flush()
+            requests = load_requests(self.run_dir)
+            sessions = load_sessions(self.run_dir)
+            end_s = (self.clock.now_ns() - t0_ns) / _NS
+            start_ns = traffic.measured_start_ns
+            run_info = {
+                "run_id": self.run_dir.name,
+                "t0_wall_time": t0_wall.isoformat(),
+                "measured_window": [
+                    None if start_ns is None else (start_ns - t0_ns) / _NS,
+                    end_s,
+                ],
+                "interrupted": outcome.interrupted,
+                "stop_reason": outcome.stop_reason,
+                "main_cpu_s": self.main_cpu_s,
+                "num_workers": self.num_workers,
+                "target": describe(target),
+            }
+            evaluation = evaluate_run(self.run_dir, self.scenario, requests, sessions, run_info)
+            outcome.verdict = str(evaluation.verdict)
+            outcome.all_slos_met = evaluation.all_slos_met
+            extra["health_verdict"] = str(evaluation.verdict).lower()
+            if not self.quiet:
+                evaluation.render(Console(stderr=True))
+        finally:
+            writer.close(extra)
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds of every reaped child process so far (the workers, once stopped)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _call_soon(
+    loop: asyncio.AbstractEventLoop, callback: Callable[[RunAbortedError], None], error: Any
+) -> None:
+    """From the writer thread: run ``callback(error)`` on the event loop."""
+    loop.call_soon_threadsafe(callback, error)
