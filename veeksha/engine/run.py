@@ -34,7 +34,7 @@ from veeksha.engine.progress import ProgressLine
 from veeksha.engine.recorder import RunRecorder
 from veeksha.engine.target import Target, TargetContext, describe
 from veeksha.engine.timers import LoopTimers
-from veeksha.errors import RunAbortedError, VeekshaError
+from veeksha.errors import ConfigurationError, RunAbortedError, VeekshaError
 from veeksha.evaluate.exit_codes import run_exit_code
 from veeksha.evaluate.run import evaluate_run
 from veeksha.evaluate.streaming import StreamingMetrics
@@ -45,6 +45,7 @@ from veeksha.generate.spec import SessionSpec
 from veeksha.generate.tokenizer import make_tokenizer
 from veeksha.record.parquet import ResultWriter, run_metadata
 from veeksha.record.reader import load_requests, load_sessions
+from veeksha.record.run_folder import write_config
 from veeksha.record.trace import TraceWriter
 from veeksha.scenario.loader import scenario_hash
 from veeksha.scenario.models import ConcurrentScheduler, RateScheduler, Scenario
@@ -119,6 +120,15 @@ class _Run:
 
     async def execute(self) -> RunOutcome:
         runtime = self.scenario.runtime
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot create the run folder {self.run_dir}: {exc.strerror or exc}; "
+                "choose a writable output_dir (or --output-dir)"
+            ) from None
+        if not (self.run_dir / "config.yaml").exists():
+            write_config(self.run_dir, self.scenario)
         num_workers = (
             default_num_workers() if runtime.num_workers == "auto" else runtime.num_workers
         )
