@@ -121,8 +121,8 @@ class Worker:
             self._sender.send([WorkerReady(self.worker_id, os.getpid(), self._cpus)])
             receiver.start(loop)
             grace_s = await self._stopping
+            await self._finish(grace_s)  # still receiving: a second Stop(0) cuts the grace short
             receiver.stop()
-            await self._finish(grace_s)
         finally:
             if self._session is not None:
                 await self._session.close()
@@ -145,8 +145,12 @@ class Worker:
                     task = loop.create_task(self._run_item(msg, received_at))
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
-            elif isinstance(msg, Stop) and self._stopping is not None and not self._stopping.done():
-                self._stopping.set_result(msg.grace_s)
+            elif isinstance(msg, Stop) and self._stopping is not None:
+                if not self._stopping.done():
+                    self._stopping.set_result(msg.grace_s)
+                elif msg.grace_s <= 0:  # a second, immediate Stop (Ctrl-C twice): cancel now
+                    for task in list(self._tasks):
+                        task.cancel()
 
     async def _finish(self, grace_s: float) -> None:
         if self._tasks and grace_s > 0:

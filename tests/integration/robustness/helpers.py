@@ -1,0 +1,290 @@
+"""Shared tools of the robustness tests: run ``veeksha`` for real and audit what it left behind.
+
+``start_run`` launches ``veeksha run`` as a real subprocess (CI=true, no stdin, its own output
+folder) and returns a ``RunProcess`` that tracks every process the run started (workers,
+simulator), so a test can signal them and check that none survives. ``audit_run`` is the
+"nothing was lost" check every test ends with: the run folder reads back (finalised or partial),
+every node of every started session has exactly one row, every dispatched request is in the trace,
+and ``veeksha report`` works on it.
+
+Plots are skipped in the launched process (``plots=False`` swaps the PNG writer for a no-op; it is
+the slowest part of an evaluation and not what these tests are about); everything else is the real
+command line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pyarrow as pa
+
+from veeksha.record.reader import load_requests, load_sessions, read_metadata
+from veeksha.record.trace import read_trace
+
+_NO_PLOTS = (
+    "import veeksha.evaluate.run as r; r.write_plots = lambda *a, **k: []; "
+    "from veeksha.cli import main; main(prog_name='veeksha')"
+)
+_WITH_PLOTS = "from veeksha.cli import main; main(prog_name='veeksha')"
+
+
+def write_scenario(folder: Path, text: str, name: str = "scenario.yaml") -> Path:
+    """Write an inline YAML scenario (dedented) and return its path."""
+    path = folder / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def veeksha_cmd(*args: str, plots: bool = False) -> list[str]:
+    """The argv of ``veeksha ARGS...`` in this interpreter."""
+    return [sys.executable, "-c", _WITH_PLOTS if plots else _NO_PLOTS, *args]
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["CI"] = "true"
+    env.pop("OPENAI_API_BASE", None)
+    env.pop("OPENAI_API_KEY", None)
+    env.update(extra)
+    return env
+
+
+def run_cli(*args: str, timeout: float = 30, env: dict[str, str] | None = None) -> CliResult:
+    """Run ``veeksha ARGS`` to completion; its exit code and output."""
+    proc = subprocess.run(
+        veeksha_cmd(*args),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=timeout,
+        env=env or cli_env(),
+        check=False,
+    )
+    return CliResult(proc.returncode, proc.stdout.decode(), proc.stderr.decode())
+
+
+@dataclass
+class CliResult:
+    code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+    def assert_clean_error(self, code: int, *needles: str) -> str:
+        """Exit ``code``, no traceback, a short message naming every needle; the message."""
+        assert self.code == code, (self.code, self.output)
+        assert "Traceback" not in self.output, self.output
+        text = self.stderr.strip()
+        assert text, "no message on stderr"
+        for needle in needles:
+            assert needle in text, (needle, text)
+        return text
+
+
+@dataclass
+class RunProcess:
+    """A ``veeksha run`` subprocess and every process it started (tracked while it runs)."""
+
+    proc: subprocess.Popen[bytes]
+    output_dir: Path
+    descendants: dict[int, psutil.Process] = field(default_factory=dict)
+
+    def track(self) -> list[psutil.Process]:
+        """Record the current descendants (call this while the run is alive)."""
+        try:
+            children = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+        for child in children:
+            self.descendants.setdefault(child.pid, child)
+        return children
+
+    def workers(self) -> list[psutil.Process]:
+        return [p for p in self.track() if _cmdline_has(p, "veeksha.dispatch.worker")]
+
+    def simulators(self) -> list[psutil.Process]:
+        return [p for p in self.track() if _cmdline_has(p, "veeksha.simulator")]
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
+        """Poll ``predicate`` (tracking descendants) until true; fail after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.track()
+            if predicate():
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the run exited ({self.proc.returncode}) before {what}")
+            time.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    def wait_dispatching(self, requests: int = 1, timeout: float = 20) -> None:
+        """Wait until the run has recorded ``requests`` rows or trace lines on disk."""
+
+        def dispatched() -> bool:
+            folder = self.run_dir_or_none()
+            if folder is None or not (folder / "trace.jsonl").exists():
+                return False
+            return len(read_trace(folder / "trace.jsonl")) >= requests
+
+        self.wait_for(dispatched, timeout, f"{requests} dispatched requests")
+
+    def send(self, sig: int) -> None:
+        self.track()
+        self.proc.send_signal(sig)
+
+    def finish(self, timeout: float = 30) -> CliResult:
+        """Wait for the exit (tracking descendants meanwhile); its exit code and output."""
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None:
+            self.track()
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                out, err = self.proc.communicate()
+                raise AssertionError(f"veeksha run did not exit in {timeout} s: {err.decode()}")
+            time.sleep(0.05)
+        out, err = self.proc.communicate()
+        return CliResult(self.proc.returncode, out.decode(), err.decode())
+
+    def run_dir_or_none(self) -> Path | None:
+        folders = [p for p in self.output_dir.iterdir() if p.is_dir()]
+        return folders[0] if len(folders) == 1 else None
+
+    @property
+    def run_dir(self) -> Path:
+        folder = self.run_dir_or_none()
+        assert folder is not None, list(self.output_dir.iterdir())
+        return folder
+
+    def assert_no_survivors(self, within: float = 5.0) -> None:
+        """Every process the run started is gone (or a zombie) within ``within`` seconds."""
+        assert self.descendants, "no descendant process was ever seen"
+        deadline = time.monotonic() + within
+        alive = _alive(self.descendants.values())
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.1)
+            alive = _alive(alive)
+        described = [f"{p.pid} {' '.join(_cmdline(p))[:120]}" for p in alive]
+        for p in alive:  # never leave them to the next test
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        assert not alive, f"processes outlived the run: {described}"
+
+
+def start_run(
+    scenario: Path, output_dir: Path, *extra: str, env: dict[str, str] | None = None
+) -> RunProcess:
+    """Launch ``veeksha run SCENARIO --output-dir OUTPUT_DIR`` (no stdin, CI=true)."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        veeksha_cmd("run", str(scenario), "--output-dir", str(output_dir), *extra),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env or cli_env(),
+    )
+    return RunProcess(proc, output_dir)
+
+
+# --------------------------------------------------------------------------------- auditing
+
+
+@dataclass
+class Audit:
+    requests: pa.Table
+    sessions: pa.Table
+    metadata: dict[str, str]
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        return self.requests.to_pylist()
+
+    def kinds(self) -> Counter[tuple[str, str]]:
+        return Counter((r["status"], r["error_kind"] or "") for r in self.rows)
+
+
+def audit_run(run_dir: Path, *, finalised: bool = True, report: bool = True) -> Audit:
+    """Check that nothing was lost; return the tables for more specific assertions.
+
+    Finalised runs: every started session has a sessions row, and its ``num_nodes`` nodes each
+    have exactly one request row (dispatched or cancelled). Partial runs (killed): every row is
+    unique, and every session row's nodes are all there. In both, each dispatched row is in
+    trace.jsonl and ``veeksha report`` reads the folder.
+    """
+    requests = load_requests(run_dir)
+    sessions = load_sessions(run_dir)
+    metadata = read_metadata(run_dir)
+    assert metadata["partial"] == ("false" if finalised else "true"), metadata
+    rows = requests.select(["session_id", "node_id", "request_id", "dispatched_at"]).to_pylist()
+    keys = Counter((r["session_id"], r["node_id"]) for r in rows)
+    duplicated = {k: n for k, n in keys.items() if n > 1}
+    assert not duplicated, f"nodes with more than one row: {duplicated}"
+    ids = Counter(r["request_id"] for r in rows)
+    assert all(n == 1 for n in ids.values()), "a request id appears twice"
+    by_session: dict[int, set[int]] = {}
+    for session_id, node_id in keys:
+        by_session.setdefault(session_id, set()).add(node_id)
+    for s in sessions.select(["session_id", "num_nodes"]).to_pylist():
+        expected = set(range(s["num_nodes"]))
+        got = by_session.get(s["session_id"], set())
+        assert got == expected, (s, sorted(got))
+    if finalised:
+        session_ids = set(sessions.column("session_id").to_pylist())
+        assert session_ids == set(by_session), "a started session has no sessions row"
+        assert requests.num_rows == sum(sessions.column("num_nodes").to_pylist())
+    trace = run_dir / "trace.jsonl"
+    if trace.exists():
+        traced = {entry.request_id for entry in read_trace(trace)}
+        dispatched = {r["request_id"] for r in rows if r["dispatched_at"] is not None}
+        if finalised:
+            assert traced == dispatched, (len(traced), len(dispatched))
+        else:  # a killed run may have traced requests whose rows were in the lost last second
+            assert dispatched <= traced
+    if report:
+        result = run_cli("report", str(run_dir), "--no-plots", "--quiet")
+        assert "Traceback" not in result.output, result.output
+        assert result.code in (0, 3, 4, 5), result.output
+        assert (run_dir / "summary.json").exists()
+    return Audit(requests, sessions, metadata)
+
+
+def summary(run_dir: Path) -> dict[str, Any]:
+    return dict(json.loads((run_dir / "summary.json").read_text()))
+
+
+# ------------------------------------------------------------------------------- processes
+
+
+def _cmdline(p: psutil.Process) -> list[str]:
+    try:
+        return p.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return []
+
+
+def _cmdline_has(p: psutil.Process, needle: str) -> bool:
+    return any(needle in part for part in _cmdline(p))
+
+
+def _alive(processes: Any) -> list[psutil.Process]:
+    alive = []
+    for p in processes:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+        except psutil.NoSuchProcess:
+            continue
+    return alive

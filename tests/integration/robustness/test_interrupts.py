@@ -1,0 +1,118 @@
+"""Ctrl-C, SIGTERM and SIGKILL sent to a real ``veeksha run`` process mid-run.
+
+Each run is open-loop at 20 sessions/s of 4-turn chats against the built-in simulator with fixed
+timing (a request takes ~0.34 s), so at any moment requests are in flight, queued and pending.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.robustness.helpers import (
+    audit_run,
+    start_run,
+    summary,
+    write_scenario,
+)
+from veeksha.record.trace import read_trace
+
+_SCENARIO = """\
+    seed: 7
+    traffic_scheduler: {{type: rate, interval_generator: {{type: fixed, interval: 0.05}}}}
+    session_generator:
+      type: synthetic
+      session_graph:
+        type: linear
+        num_request_generator: {{type: fixed, value: 4}}
+        request_wait_generator: {{type: fixed, interval: 0.05}}
+      output_spec: {{text: {{output_length_generator: {{type: fixed, value: 30}}}}}}
+    client: {{request_timeout: 30}}
+    runtime:
+      max_sessions: -1
+      benchmark_timeout: 60
+      post_timeout_grace_seconds: {grace}
+      num_workers: 2
+    simulator: {{timing: fixed, ttft_ms: 50, itl_ms: 10, faults: {{never_ending_rate: {never}}}}}
+    evaluators: [{{type: performance, stream_metrics: false}}]
+"""
+_REQUEST_S = 0.05 + 29 * 0.010
+
+
+def _scenario(folder: Path, grace: float = 5, never: float = 0.0) -> Path:
+    return write_scenario(folder, _SCENARIO.format(grace=grace, never=never))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_one_signal_drains_in_flight_evaluates_and_exits_3(tmp_path: Path, sig: int) -> None:
+    run = start_run(_scenario(tmp_path), tmp_path / "out")
+    run.wait_dispatching(requests=20)
+    run.send(sig)
+    signalled = time.monotonic()
+    result = run.finish(timeout=30)
+    assert result.code == 3, result.output
+    assert "Traceback" not in result.output
+    # the drain took one request's time, not the 5 s grace; then evaluation and writing
+    assert time.monotonic() - signalled < 10
+    run.assert_no_survivors()
+
+    audit = audit_run(run.run_dir)
+    assert audit.metadata["interrupted"] == "true"
+    assert audit.metadata["stop_reason"] == "interrupted"
+    assert summary(run.run_dir)["run"]["interrupted"] is True
+    kinds = audit.kinds()
+    # every request in flight finished within the grace; nothing undispatched was sent after
+    assert set(kinds) <= {("ok", ""), ("cancelled", "cancelled")}, kinds
+    assert kinds["ok", ""] >= 20
+    assert kinds["cancelled", "cancelled"] >= 1  # later turns of the sessions in progress
+    cancelled = [r for r in audit.rows if r["status"] == "cancelled"]
+    assert all(r["dispatched_at"] is None for r in cancelled)
+
+
+def test_second_sigint_stops_at_once_and_leaves_readable_parquet(tmp_path: Path) -> None:
+    # every request streams forever: only the grace (30 s) or a second Ctrl-C ends them
+    run = start_run(_scenario(tmp_path, grace=30, never=1.0), tmp_path / "out")
+    run.wait_dispatching(requests=10)
+    run.send(signal.SIGINT)
+    time.sleep(0.5)
+    run.send(signal.SIGINT)
+    second = time.monotonic()
+    result = run.finish(timeout=30)
+    assert result.code == 3, result.output
+    assert "Traceback" not in result.output
+    assert time.monotonic() - second < 5, "the second Ctrl-C did not stop the run at once"
+    run.assert_no_survivors()
+
+    audit = audit_run(run.run_dir)
+    assert audit.metadata["interrupted"] == "true"
+    dispatched = [r for r in audit.rows if r["dispatched_at"] is not None]
+    assert len(dispatched) >= 10
+    assert {(r["status"], r["error_kind"]) for r in dispatched} == {("cancelled", "cancelled")}
+
+
+def test_sigkill_keeps_all_but_the_last_second_and_leaves_no_process(tmp_path: Path) -> None:
+    run = start_run(_scenario(tmp_path), tmp_path / "out")
+    run.wait_dispatching(requests=40)
+    time.sleep(1.5)  # a few writer ticks
+    run.track()
+    assert run.workers(), "no worker process found"
+    assert run.simulators(), "no simulator process found"
+    killed_at_ns = time.monotonic_ns()
+    run.send(signal.SIGKILL)
+    result = run.finish(timeout=10)
+    assert result.code == -signal.SIGKILL
+    run.assert_no_survivors(within=5)
+
+    audit = audit_run(run.run_dir, finalised=False)
+    t0_ns = int(audit.metadata["t0_monotonic_ns"])
+    killed_at = (killed_at_ns - t0_ns) / 1e9
+    traced = read_trace(run.run_dir / "trace.jsonl")
+    recorded = {r["request_id"] for r in audit.rows}
+    # a request dispatched well before the kill finished and reached a part within a tick (1 s)
+    old = [e.request_id for e in traced if e.dispatched_at < killed_at - 1.0 - _REQUEST_S - 0.5]
+    assert len(old) >= 20
+    missing = [i for i in old if i not in recorded]
+    assert not missing, f"{len(missing)} requests of earlier seconds have no row"
