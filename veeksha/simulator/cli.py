@@ -60,6 +60,9 @@ def load_config(path: Path | None = None, config_json: str | None = None, **over
     help="YAML with simulator settings (or a scenario with a simulator: section).",
 )
 @click.option("--config-json", hidden=True, default=None, help="Settings as JSON (internal).")
+@click.option(
+    "--parent-pid", type=int, hidden=True, default=None, help="Stop when this process dies."
+)
 def sim_server(
     host: str,
     port: int,
@@ -67,6 +70,7 @@ def sim_server(
     processes: int | None,
     config_path: Path | None,
     config_json: str | None,
+    parent_pid: int | None,
 ) -> None:
     """Serve the simulated OpenAI-compatible LLM server; prints its base URL, stops on Ctrl-C.
 
@@ -75,4 +79,4 @@ def sim_server(
     from veeksha.simulator.runner import serve
 
     config = load_config(config_path, config_json, preset=preset, processes=processes)
-    serve(config, host, port)
+    serve(config, host, port, parent_pid=parent_pid)

@@ -6,7 +6,10 @@
 
 The subprocess is ``python -m veeksha.simulator`` in its own session (process group): Ctrl-C in
 the terminal reaches the owner only, which stops the server with ``stop()``: SIGTERM, then
-SIGKILL to the whole group after a grace period, so no process is left behind.
+SIGKILL to the whole group after a grace period, so no process is left behind. If the owner dies
+without calling ``stop()`` (SIGKILL, a crash), the server notices (``--parent-pid``: the kernel
+sends it SIGTERM when the thread that started it exits) and stops too, unless ``die_with_owner``
+is False.
 """
 
 from __future__ import annotations
@@ -36,10 +39,17 @@ _URL = re.compile(r"(http://\S+/v1)")
 class SimulatorProcess:
     """Start, find and stop a simulator subprocess on a loopback port."""
 
-    def __init__(self, config: SimulatorConfig, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        config: SimulatorConfig,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        die_with_owner: bool = True,
+    ) -> None:
         self.config = config
         self.host = host
         self.port = port
+        self.die_with_owner = die_with_owner
         self.base_url: str | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._stderr: IO[bytes] | None = None
@@ -81,6 +91,8 @@ class SimulatorProcess:
             "--config-json",
             self.config.model_dump_json(),
         ]
+        if self.die_with_owner:  # a SIGKILLed owner must not leave the server running
+            cmd += ["--parent-pid", str(os.getpid())]
         self._proc = subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,

@@ -15,6 +15,7 @@ import contextlib
 import ctypes
 import gc
 import multiprocessing
+import os
 import signal
 import socket
 import sys
@@ -80,6 +81,14 @@ def _child(
     _run(config, sock, index, t0_ns)
 
 
+def _stop_with_parent(parent_pid: int) -> None:
+    """SIGTERM when the parent dies (Linux ``PR_SET_PDEATHSIG``); exit if it already has."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent_pid:  # it died before prctl took effect
+        sys.exit(1)
+
+
 def _announce(line: str) -> None:
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
@@ -91,8 +100,15 @@ def serve(
     port: int = 0,
     processes: int | None = None,
     announce: Callable[[str], None] = _announce,
+    parent_pid: int | None = None,
 ) -> None:
-    """Serve until SIGTERM/SIGINT with ``processes`` (default: ``config.processes``)."""
+    """Serve until SIGTERM/SIGINT with ``processes`` (default: ``config.processes``).
+
+    With ``parent_pid`` (the process that started this server), the server gets SIGTERM when
+    that parent dies, so a SIGKILLed ``veeksha run`` leaves no server behind.
+    """
+    if parent_pid is not None:
+        _stop_with_parent(parent_pid)
     count = processes or config.processes
     t0_ns = time.monotonic_ns()
     sock = make_socket(host, port, reuse_port=count > 1)
