@@ -9,9 +9,9 @@ its message on stderr and its exit code, never a traceback.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -128,20 +128,13 @@ def _split_run_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
     return positional, extra
 
 
-def _engine_runner() -> Callable[..., Any] | None:
-    """``veeksha.engine.run_benchmark`` if the traffic engine is built, else None."""
-    if importlib.util.find_spec("veeksha.engine") is None:
-        return None
-    runner = getattr(importlib.import_module("veeksha.engine"), "run_benchmark", None)
-    return runner if callable(runner) else None
-
-
 def _run(
     ctx: click.Context,
     path: str,
     overrides: Sequence[str],
     output_dir: Path | None,
     quiet: bool,
+    options: RunOptions,
 ) -> None:
     from veeksha.record.run_folder import create_run_folder, write_config
 
@@ -152,17 +145,35 @@ def _run(
     write_config(run_dir, scenario)
     if not quiet:
         click.echo(f"run folder: {run_dir}")
-    runner = _engine_runner()
-    if runner is None:
-        click.echo(
-            "veeksha: the traffic engine is not built yet: the scenario is valid and "
-            f"{run_dir / 'config.yaml'} was written, but no requests were sent.",
-            err=True,
-        )
-        return
-    result = runner(scenario, run_dir, quiet=quiet)
-    if isinstance(result, int) and not isinstance(result, bool) and result != 0:
+    from veeksha.engine import run_benchmark
+
+    result = run_benchmark(
+        scenario, run_dir, quiet=quiet, dry_run=options.dry_run, plots=options.plots
+    )
+    if result != 0:
         ctx.exit(result)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Switches of `run` and `benchmark` that are not scenario keys."""
+
+    dry_run: bool = False
+    plots: bool = True
+
+
+def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The options `run` and `benchmark` share, collected into ``options: RunOptions``."""
+    func = click.option(
+        "--no-plots", is_flag=True, help="Skip the PNG plots of the evaluation (faster)."
+    )(func)
+    func = click.option(
+        "--dry-run",
+        is_flag=True,
+        help="Send nothing: requests complete at once inside the workers. Checks a scenario's "
+        "shape and measures veeksha's own scheduling cost.",
+    )(func)
+    return func
 
 
 # ----------------------------------------------------------------------------------- commands
@@ -224,6 +235,7 @@ _EXTRA_ARGS = {"ignore_unknown_options": True, "allow_extra_args": False}
     help="Base folder of run folders (default: the scenario's output_dir).",
 )
 @click.option("--quiet", "-q", is_flag=True, help="Print only warnings and errors.")
+@_run_options
 @click.pass_context
 def run(
     ctx: click.Context,
@@ -231,6 +243,8 @@ def run(
     overrides: tuple[str, ...],
     output_dir: Path | None,
     quiet: bool,
+    dry_run: bool,
+    no_plots: bool,
 ) -> None:
     """Run the benchmark described by scenario FILE.
 
@@ -244,7 +258,14 @@ def run(
     if len(positional) != 1:
         got = " ".join(positional) or "none"
         raise click.UsageError(f"expected one scenario FILE, got: {got}")
-    _run(ctx, positional[0], [*overrides, *extra_args_to_overrides(extra)], output_dir, quiet)
+    _run(
+        ctx,
+        positional[0],
+        [*overrides, *extra_args_to_overrides(extra)],
+        output_dir,
+        quiet,
+        RunOptions(dry_run=dry_run, plots=not no_plots),
+    )
 
 
 @main.command(context_settings=_EXTRA_ARGS)
@@ -258,14 +279,22 @@ def run(
     help="Base folder of run folders (default: the scenario's output_dir).",
 )
 @click.option("--quiet", "-q", is_flag=True, help="Print only warnings and errors.")
+@_run_options
 @click.pass_context
 def benchmark(
-    ctx: click.Context, config: Path, args: tuple[str, ...], output_dir: Path | None, quiet: bool
+    ctx: click.Context,
+    config: Path,
+    args: tuple[str, ...],
+    output_dir: Path | None,
+    quiet: bool,
+    dry_run: bool,
+    no_plots: bool,
 ) -> None:
     """Alias of `run` for users of the public veeksha CLI: --config FILE [--a.b.c VALUE]..."""
     from veeksha.scenario.loader import extra_args_to_overrides
 
-    _run(ctx, str(config), extra_args_to_overrides(args), output_dir, quiet)
+    options = RunOptions(dry_run=dry_run, plots=not no_plots)
+    _run(ctx, str(config), extra_args_to_overrides(args), output_dir, quiet, options)
 
 
 if __name__ == "__main__":

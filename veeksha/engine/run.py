@@ -76,10 +76,14 @@ class RunOutcome:
 
 
 def run_benchmark(
-    scenario: Scenario, run_dir: Path, quiet: bool = False, dry_run: bool = False
+    scenario: Scenario,
+    run_dir: Path,
+    quiet: bool = False,
+    dry_run: bool = False,
+    plots: bool = True,
 ) -> int:
     """Run ``scenario`` into ``run_dir`` and return the process exit code."""
-    outcome = run_scenario(scenario, run_dir, quiet=quiet, dry_run=dry_run)
+    outcome = run_scenario(scenario, run_dir, quiet=quiet, dry_run=dry_run, plots=plots)
     return exit_code_for(outcome, scenario)
 
 
@@ -94,11 +98,21 @@ def exit_code_for(outcome: RunOutcome, scenario: Scenario) -> int:
 
 
 def run_scenario(
-    scenario: Scenario, run_dir: Path, quiet: bool = False, dry_run: bool = False
+    scenario: Scenario,
+    run_dir: Path,
+    quiet: bool = False,
+    dry_run: bool = False,
+    plots: bool = True,
 ) -> RunOutcome:
-    """Run ``scenario`` into ``run_dir`` on a uvloop event loop; returns what happened."""
+    """Run ``scenario`` into ``run_dir`` on a uvloop event loop; returns what happened.
+
+    ``dry_run`` sends nothing (workers complete each request at once); ``plots=False`` skips
+    the evaluation's PNGs.
+    """
+    run = _Run(scenario, Path(run_dir), quiet, dry_run)
+    run.plots = plots
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(_Run(scenario, Path(run_dir), quiet, dry_run).execute())
+        return runner.run(run.execute())
 
 
 class _Run:
@@ -117,6 +131,7 @@ class _Run:
         self._drain_task: asyncio.Task[None] | None = None
         self.num_workers = 0
         self.main_cpu_s = 0.0
+        self.plots = True
 
     async def execute(self) -> RunOutcome:
         runtime = self.scenario.runtime
@@ -386,7 +401,9 @@ class _Run:
                 "num_workers": self.num_workers,
                 "target": describe(target),
             }
-            evaluation = evaluate_run(self.run_dir, self.scenario, requests, sessions, run_info)
+            evaluation = evaluate_run(
+                self.run_dir, self.scenario, requests, sessions, run_info, plots=self.plots
+            )
             outcome.verdict = str(evaluation.verdict)
             outcome.all_slos_met = evaluation.all_slos_met
             extra["health_verdict"] = str(evaluation.verdict).lower()

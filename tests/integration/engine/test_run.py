@@ -23,7 +23,7 @@ from veeksha.scenario.loader import load_scenario_text
 def run(tmp_path: Path, text: str, name: str = "run") -> tuple[Path, pd.DataFrame, pd.DataFrame]:
     scenario = load_scenario_text(text, "test.yaml")
     run_dir = tmp_path / name
-    outcome = run_scenario(scenario, run_dir, quiet=True)
+    outcome = run_scenario(scenario, run_dir, quiet=True, plots=False)
     assert outcome.run_dir == run_dir
     requests = pd.read_parquet(run_dir / "requests.parquet")
     sessions = pd.read_parquet(run_dir / "sessions.parquet")
