@@ -1,0 +1,67 @@
+"""Run veeksha's own benchmarks against the simulator and append the figures to BENCHMARKS.md.
+
+    python -m benchmarks [NAME ...] [--quick] [--no-append] [--repeats N]
+
+NAMEs: startup cpu rate closed precision ttfc scale memory (default: all). ``--quick`` uses
+short runs and one repetition (under a minute; what CI runs, with ``--no-append``): it prints the
+figures and never fails on them, since a slow or busy machine must not break the build. See
+``benchmarks/figures.py`` for the definitions and ``benchmarks/harness.py`` for the method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from benchmarks.figures import FIGURES, Plan, Sample
+from benchmarks.harness import Simulator, machine
+from benchmarks.report import append, render
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the arguments, run the figures, print the table and append it (unless told not)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=(__doc__ or "").split("\n\n")[0]
+    )
+    parser.add_argument("names", nargs="*", metavar="NAME", help=f"of: {' '.join(FIGURES)}")
+    parser.add_argument("--quick", action="store_true", help="short runs, one repetition")
+    parser.add_argument("--no-append", action="store_true", help="print only")
+    parser.add_argument("--repeats", type=int, default=None, help="default 3; quick 1")
+    args = parser.parse_args(argv)
+    unknown = [n for n in args.names if n not in FIGURES]
+    if unknown:
+        parser.error(f"unknown figure(s) {unknown}; choose from {' '.join(FIGURES)}")
+    names = args.names or list(FIGURES)
+    repeats = args.repeats or (1 if args.quick else 3)
+    results: dict[str, list[Sample]] = {}
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="veeksha-bench-") as tmp, Simulator() as sim:
+        plan = Plan(quick=args.quick, workdir=Path(tmp), repeats=repeats)
+        # one figure after the other, repeated round-robin so drift spreads over all of them
+        for rep in range(repeats):
+            for name in names:
+                t = time.monotonic()
+                try:
+                    sample = FIGURES[name](plan, sim)
+                except Exception:  # noqa: BLE001 - one broken figure must not hide the others
+                    print(f"[{name}] failed:\n{traceback.format_exc()}", file=sys.stderr)
+                    continue
+                results.setdefault(name, []).append(sample)
+                values = ", ".join(f"{k}={v:.4g}" for k, v in sample.values.items())
+                print(f"[{name} #{rep + 1}] {values} ({time.monotonic() - t:.1f} s)", flush=True)
+    command = "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv)
+    text = render(results, machine(), command.strip(), args.quick)
+    print()
+    print(text)
+    print(f"total {time.monotonic() - started:.0f} s")
+    if not args.no_append:
+        append(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,328 @@
+"""The figures of issue 7, one function each: a real ``veeksha run`` against the simulator.
+
+Each function takes a ``Plan`` (quick or full sizes, the working folder) and returns one
+``Sample`` per repetition: named numbers, plus the simulator's CPU beside veeksha's. The table
+(``report``) takes medians and min–max over the samples. Definitions:
+
+cpu        CPU-s of veeksha's whole process tree (start-up and evaluation included) per 1,000
+           completed requests: single-request sessions at a constant 500 req/s, 128-token
+           prompts, 32 streamed output tokens, completions API. ``marginal`` subtracts the
+           start-up figure's CPU-s (a 2 s run at 10 req/s) measured in the same invocation.
+rate       the highest constant rate (of a ladder) whose achieved rate, counted by the server
+           per second (its /metrics counter polled every second; first and last second
+           dropped), is within 2 % of the target with a coefficient of variation ≤ 5 %.
+closed     requests/s with 64 concurrent single-request sessions (server counter, per second).
+precision  sent_at − ready_at (``generator_delay``) at 1,000 req/s: p50 and p99, µs.
+ttfc       measured TTFC minus the server's own time to first token (``server_ttft``: its first
+           token instant minus its arrival instant): mean and p99, ms; fixed timing, TTFT 50 ms,
+           inter-token 5 ms, 20 req/s.
+startup    a 2 s run at 10 req/s: CPU-s and peak RSS of the whole tree.
+scale      a dry run of linear sessions (3 turns, no think time, history inherited): sessions/s
+           from the first start to the last end, and the main process' RSS growth from a
+           quarter of the run to its end (flat means ~0).
+memory     RSS of the tree per 1,000 in-flight requests: concurrency C against a server holding
+           long streams, minus the same at concurrency 10, scaled to 1,000.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pyarrow.parquet as pq
+
+from benchmarks.harness import RunMeasure, Simulator, run_veeksha, scenario
+
+__all__ = ["FIGURES", "Plan", "Sample"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Sizes of one invocation."""
+
+    quick: bool
+    workdir: Path
+    repeats: int
+
+    def pick(self, quick: Any, full: Any) -> Any:
+        return quick if self.quick else full
+
+
+@dataclass
+class Sample:
+    """One repetition's numbers (name → value) and notes."""
+
+    values: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _rate(per_s: float) -> dict[str, Any]:
+    return {"type": "rate", "interval_generator": {"type": "fixed", "interval": 1.0 / per_s}}
+
+
+def _check(m: RunMeasure, what: str) -> None:
+    if m.exit_code not in (0, 3, 4):  # 3/4: health or SLO verdicts, still a complete run
+        raise RuntimeError(f"{what}: veeksha exited {m.exit_code}:\n{m.stderr}")
+
+
+def _requests(m: RunMeasure, *columns: str) -> Any:
+    table = pq.read_table(m.run_dir / "requests.parquet", columns=["phase", "status", *columns])
+    df = table.to_pandas()
+    return df[(df.phase == "measured") & (df.status == "ok")]
+
+
+def _q(values: Any, q: float) -> float:
+    return float(values.quantile(q))
+
+
+class _CounterPoll:
+    """Polls the server's request counter every second while veeksha runs."""
+
+    def __init__(self, sim: Simulator) -> None:
+        self.sim = sim
+        self.points: list[tuple[float, int]] = []
+
+    def __call__(self, proc: Any) -> None:
+        next_t = time.monotonic()
+        while proc.poll() is None:
+            with contextlib.suppress(OSError):
+                self.points.append((time.monotonic(), self.sim.requests_total()))
+            next_t += 1.0
+            time.sleep(max(0.0, next_t - time.monotonic()))
+
+    def per_second(self) -> list[float]:
+        """Per-second rates while traffic flowed: first and last active second dropped."""
+        rates = [
+            (c1 - c0) / (t1 - t0)
+            for (t0, c0), (t1, c1) in zip(self.points, self.points[1:], strict=False)
+        ]
+        active = [i for i, r in enumerate(rates) if r > 0]
+        if len(active) < 3:
+            return []
+        return rates[active[0] + 1 : active[-1]]
+
+
+# ------------------------------------------------------------------------------------- figures
+
+
+def fig_startup(plan: Plan, sim: Simulator) -> Sample:
+    spec = scenario(api_base=sim.base_url, scheduler=_rate(10), max_sessions=20)
+    cpu0 = sim.cpu_s()
+    m = run_veeksha(spec, plan.workdir, "startup")
+    _check(m, "startup")
+    return Sample(
+        {
+            "cpu_s": m.cpu_s,
+            "peak_rss_mb": m.peak_tree_rss_mb,
+            "wall_s": m.wall_s,
+            "sim_cpu_s": sim.cpu_s() - cpu0,
+        }
+    )
+
+
+def fig_cpu(plan: Plan, sim: Simulator) -> Sample:
+    rate = 500
+    n = rate * plan.pick(4, 20)
+    spec = scenario(api_base=sim.base_url, scheduler=_rate(rate), max_sessions=n)
+    cpu0 = sim.cpu_s()
+    m = run_veeksha(spec, plan.workdir, "cpu")
+    _check(m, "cpu")
+    done = len(_requests(m, "request_id"))
+    per_k = 1000.0 / max(done, 1)
+    return Sample(
+        {
+            "cpu_s_per_1000": m.cpu_s * per_k,
+            "requests": done,
+            "sim_cpu_s_per_1000": (sim.cpu_s() - cpu0) * per_k,
+        }
+    )
+
+
+def fig_rate(plan: Plan, sim: Simulator) -> Sample:
+    ladder = plan.pick([1000], [500, 1000, 1500, 2000, 2500])
+    seconds = plan.pick(3, 8)
+    best = 0.0
+    sample = Sample()
+    for rate in ladder:
+        poll = _CounterPoll(sim)
+        spec = scenario(api_base=sim.base_url, scheduler=_rate(rate), max_sessions=rate * seconds)
+        cpu0 = sim.cpu_s()
+        m = run_veeksha(spec, plan.workdir, f"rate{rate}", while_running=poll)
+        _check(m, f"rate {rate}")
+        rates = poll.per_second()
+        if not rates:
+            sample.notes.append(f"{rate}/s: too few seconds")
+            continue
+        mean = statistics.fmean(rates)
+        cv = statistics.pstdev(rates) / mean if mean else float("inf")
+        ok = abs(mean - rate) / rate <= 0.02 and cv <= 0.05
+        sample.values[f"achieved@{rate}"] = mean
+        sample.values[f"cv@{rate}"] = cv
+        sample.values[f"sim_cpu_share@{rate}"] = (sim.cpu_s() - cpu0) / max(m.wall_s, 1e-9)
+        if ok:
+            best = max(best, rate)
+        else:
+            break
+    sample.values["sustained_rate"] = best
+    return sample
+
+
+def fig_closed(plan: Plan, sim: Simulator) -> Sample:
+    poll = _CounterPoll(sim)
+    spec = scenario(
+        api_base=sim.base_url,
+        scheduler={"type": "concurrent", "target_concurrent_sessions": 64, "rampup_seconds": 0},
+        max_sessions=-1,
+        timeout_s=plan.pick(3, 8),
+    )
+    cpu0 = sim.cpu_s()
+    m = run_veeksha(spec, plan.workdir, "closed", while_running=poll)
+    _check(m, "closed")
+    rates = poll.per_second()
+    rps = statistics.median(rates) if rates else 0.0
+    return Sample(
+        {"requests_per_s": rps, "sim_cpu_share": (sim.cpu_s() - cpu0) / max(m.wall_s, 1e-9)}
+    )
+
+
+def fig_precision(plan: Plan, sim: Simulator) -> Sample:
+    rate = 1000
+    spec = scenario(
+        api_base=sim.base_url, scheduler=_rate(rate), max_sessions=rate * plan.pick(2, 5)
+    )
+    m = run_veeksha(spec, plan.workdir, "precision")
+    _check(m, "precision")
+    df = _requests(m, "generator_delay", "dispatch_lag")
+    return Sample(
+        {
+            "sent_minus_ready_p50_us": _q(df.generator_delay, 0.5) * 1e6,
+            "sent_minus_ready_p99_us": _q(df.generator_delay, 0.99) * 1e6,
+            "dispatch_lag_p50_us": _q(df.dispatch_lag, 0.5) * 1e6,
+            "dispatch_lag_p99_us": _q(df.dispatch_lag, 0.99) * 1e6,
+        }
+    )
+
+
+def fig_ttfc(plan: Plan, _sim: Simulator) -> Sample:
+    with Simulator(timing="fixed", ttft_ms=50.0, itl_ms=5.0) as slow:
+        rate = 20
+        spec = scenario(
+            api_base=slow.base_url, scheduler=_rate(rate), max_sessions=rate * plan.pick(3, 10)
+        )
+        m = run_veeksha(spec, plan.workdir, "ttfc")
+    _check(m, "ttfc")
+    df = _requests(m, "ttfc", "server_ttft")
+    bias = (df.ttfc - df.server_ttft) * 1e3
+    return Sample({"bias_mean_ms": float(bias.mean()), "bias_p99_ms": _q(bias, 0.99)})
+
+
+def fig_scale(plan: Plan, _sim: Simulator) -> Sample:
+    graph = {
+        "type": "linear",
+        "num_request_generator": {"type": "fixed", "value": 3},
+        "request_wait_generator": {"type": "fixed", "interval": 0},
+        "inherit_history": True,
+    }
+    n = plan.pick(5_000, 1_000_000)
+    spec = scenario(
+        api_base=None,
+        scheduler=_rate(1_000_000),
+        max_sessions=n,
+        graph=graph,
+        prompt_tokens=32,
+        output_tokens=8,
+        timeout_s=plan.pick(20, 60),
+    )
+    m = run_veeksha(spec, plan.workdir, "scale", dry_run=True)
+    _check(m, "scale")
+    table = pq.read_table(m.run_dir / "sessions.parquet").to_pandas()
+    starts = ["started_at"]
+    ends = ["ended_at"]
+    span = float(table[ends[0]].max() - table[starts[0]].min()) if starts and ends else 0.0
+    done = len(table)
+    # main RSS growth over the traffic part: a quarter of the samples to the 90 % point
+    main = [s[2] for s in m.rss_samples]
+    growth = main[int(len(main) * 0.9)] - main[len(main) // 4] if len(main) > 8 else 0.0
+    return Sample(
+        {
+            "sessions": done,
+            "sessions_per_s": done / span if span else 0.0,
+            "peak_main_rss_mb": m.peak_main_rss_mb,
+            "main_rss_growth_mb": growth,
+        }
+    )
+
+
+def fig_memory(plan: Plan, _sim: Simulator) -> Sample:
+    high = plan.pick(300, 1000)
+    rss = {}
+    with Simulator(timing="fixed", ttft_ms=0.0, itl_ms=50.0, max_num_seqs=4096) as slow:
+        for c in (10, high):
+            spec = scenario(
+                api_base=slow.base_url,
+                scheduler={
+                    "type": "concurrent",
+                    "target_concurrent_sessions": c,
+                    "rampup_seconds": 0,
+                },
+                max_sessions=-1,
+                output_tokens=2000,  # 100 s streams: nothing completes during the run
+                timeout_s=plan.pick(4, 6),
+                request_timeout_s=300,
+                post_timeout_grace_seconds=0,
+            )
+            probe = _InFlightRss(slow, c)
+            m = run_veeksha(spec, plan.workdir, f"memory{c}", while_running=probe)
+            _check(m, f"memory {c}")
+            rss[c] = probe.rss_mb()
+    per_k = (rss[high] - rss[10]) / (high - 10) * 1000
+    return Sample({"rss_mb_per_1000": per_k, f"tree_rss_mb@{high}": rss[high]})
+
+
+class _InFlightRss:
+    """Samples the tree's RSS while the server holds ``target`` running requests."""
+
+    def __init__(self, sim: Simulator, target: int) -> None:
+        self.url = sim.base_url.removesuffix("/v1") + "/metrics"
+        self.target = target
+        self.samples: list[float] = []
+
+    def _running(self) -> int:
+        with urllib.request.urlopen(self.url, timeout=5) as resp:
+            for line in resp.read().decode().splitlines():
+                if line.startswith("veeksha_sim_num_requests_running{"):
+                    return int(float(line.rsplit(" ", 1)[1]))
+        return 0
+
+    def __call__(self, proc: Any) -> None:
+        root = psutil.Process(proc.pid)
+        while proc.poll() is None:
+            try:
+                if self._running() >= self.target:
+                    procs = [root, *root.children(recursive=True)]
+                    self.samples.append(sum(p.memory_info().rss for p in procs) / 2**20)
+            except (OSError, psutil.NoSuchProcess):
+                pass
+            time.sleep(0.25)
+
+    def rss_mb(self) -> float:
+        return statistics.median(self.samples) if self.samples else float("nan")
+
+
+FIGURES: dict[str, Callable[[Plan, Simulator], Sample]] = {
+    "startup": fig_startup,
+    "cpu": fig_cpu,
+    "rate": fig_rate,
+    "closed": fig_closed,
+    "precision": fig_precision,
+    "ttfc": fig_ttfc,
+    "scale": fig_scale,
+    "memory": fig_memory,
+}

@@ -1,0 +1,312 @@
+"""What every figure needs: the simulator, a measured ``veeksha run`` subprocess, the machine.
+
+``run_veeksha`` writes a scenario (JSON is valid YAML) and runs ``python -m veeksha.cli run`` in
+a subprocess, so the whole process tree is measured from outside, start-up included:
+
+- CPU seconds from ``getrusage(RUSAGE_CHILDREN)`` around the child's ``wait``: the kernel adds a
+  reaped process' CPU, and that of every descendant it reaped (the workers), to its parent. The
+  simulator is this process' child too, but it is reaped only after the figures, so it never
+  counts as veeksha's.
+- peak RSS of the tree (sum over the live processes) from ``psutil``, sampled every 20 ms by a
+  thread, and the main process' own peak (``ru_maxrss`` of the root is not separable, so it is
+  sampled too).
+
+``Simulator`` is the built-in server in its own process group; ``cpu_s`` reads its CPU from
+/proc (all its processes), ``requests_total`` its own request counter from ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import re
+import resource
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from veeksha.scenario.simulator import SimulatorConfig
+from veeksha.simulator.process import SimulatorProcess
+
+__all__ = [
+    "ROOT",
+    "Machine",
+    "RunMeasure",
+    "Simulator",
+    "machine",
+    "run_veeksha",
+    "scenario",
+]
+
+ROOT = Path(__file__).resolve().parent.parent
+_SAMPLE_S = 0.02
+_REQUESTS_RE = re.compile(r"^veeksha_sim_requests_total\{[^}]*\}\s+(\d+)", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Where the figures were measured."""
+
+    cores: int
+    cpu: str
+    python: str
+    commit: str
+    date: str
+
+    def line(self) -> str:
+        """One Markdown line for BENCHMARKS.md."""
+        return (
+            f"Machine: {self.cores} cores, {self.cpu}, Python {self.python}. "
+            f"Commit: {self.commit}. Date: {self.date}."
+        )
+
+
+def machine() -> Machine:
+    """The machine, the interpreter, the commit (``+dirty`` with local changes) and now (UTC)."""
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    commit = _git("rev-parse", "--short", "HEAD") or "unknown"
+    if _git("status", "--porcelain", "--untracked-files=no", "--", "veeksha", "benchmarks"):
+        commit += "+dirty"
+    return Machine(
+        cores=len(os.sched_getaffinity(0)),
+        cpu=cpu,
+        python=platform.python_version(),
+        commit=commit,
+        date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    )
+
+
+def _git(*args: str) -> str:
+    try:
+        out = subprocess.run(
+            ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout.strip()
+
+
+class Simulator:
+    """The built-in simulator in its own processes, with its CPU and request counter."""
+
+    def __init__(self, **settings: Any) -> None:
+        settings.setdefault("preset", "fast")
+        self.config = SimulatorConfig.model_validate(settings)
+        self._proc = SimulatorProcess(self.config)
+        self.base_url = ""
+
+    def __enter__(self) -> Simulator:
+        self.base_url = self._proc.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._proc.stop()
+
+    def _procs(self) -> list[psutil.Process]:
+        pid = self._proc.pid
+        if pid is None:
+            return []
+        try:
+            root = psutil.Process(pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system) of every server process so far."""
+        total = 0.0
+        for proc in self._procs():
+            try:
+                t = proc.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            total += t.user + t.system
+        return total
+
+    def requests_total(self) -> int:
+        """Requests the server has received so far (its /metrics counter; one process)."""
+        url = self.base_url.removesuffix("/v1") + "/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            text = resp.read().decode()
+        return sum(int(m) for m in _REQUESTS_RE.findall(text))
+
+
+def scenario(
+    *,
+    api_base: str | None,
+    scheduler: dict[str, Any],
+    max_sessions: int,
+    graph: dict[str, Any] | None = None,
+    prompt_tokens: int = 128,
+    output_tokens: int = 32,
+    timeout_s: float = 120.0,
+    request_timeout_s: float = 60.0,
+    **runtime: Any,
+) -> dict[str, Any]:
+    """A benchmark scenario: completions API, fixed prompt and output lengths."""
+    client: dict[str, Any] = {
+        "type": "openai_completions",
+        "request_timeout": request_timeout_s,
+    }
+    if api_base is not None:
+        client["api_base"] = api_base
+        client["model"] = "veeksha-sim"
+    return {
+        "seed": 1,
+        "traffic_scheduler": scheduler,
+        "session_generator": {
+            "type": "synthetic",
+            "session_graph": graph or {"type": "single_request"},
+            "channels": [
+                {
+                    "type": "text",
+                    "body_length_generator": {"type": "fixed", "value": prompt_tokens},
+                }
+            ],
+            "output_spec": {
+                "text": {"output_length_generator": {"type": "fixed", "value": output_tokens}}
+            },
+        },
+        "client": client,
+        "runtime": {
+            "max_sessions": max_sessions,
+            "benchmark_timeout": timeout_s,
+            "post_timeout_grace_seconds": 5,
+            **runtime,
+        },
+        "trace_recorder": {"enabled": False},
+        "evaluators": [{"type": "performance", "stream_metrics": False}],
+    }
+
+
+@dataclass
+class RunMeasure:
+    """One ``veeksha run`` subprocess, measured from outside."""
+
+    run_dir: Path
+    exit_code: int
+    wall_s: float
+    cpu_s: float  # the whole tree, start-up and evaluation included
+    peak_tree_rss_mb: float
+    peak_main_rss_mb: float
+    rss_samples: list[tuple[float, float, float]] = field(default_factory=list)  # t, tree, main
+    stderr: str = ""
+
+
+class _RssSampler(threading.Thread):
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.samples: list[tuple[float, float, float]] = []
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        try:
+            root = psutil.Process(self.pid)
+        except psutil.NoSuchProcess:
+            return
+        t0 = time.monotonic()
+        while not self.stop_event.is_set():
+            try:
+                procs = [root, *root.children(recursive=True)]
+                main = root.memory_info().rss
+            except psutil.NoSuchProcess:
+                return
+            tree = 0
+            for proc in procs:
+                try:
+                    tree += proc.memory_info().rss
+                except psutil.NoSuchProcess:
+                    continue
+            self.samples.append((time.monotonic() - t0, tree / 2**20, main / 2**20))
+            self.stop_event.wait(_SAMPLE_S)
+
+
+def run_veeksha(
+    spec: dict[str, Any],
+    workdir: Path,
+    name: str,
+    *,
+    dry_run: bool = False,
+    extra_args: tuple[str, ...] = (),
+    while_running: Any = None,
+) -> RunMeasure:
+    """Run ``spec`` with ``veeksha run`` in a subprocess; its folder, CPU, RSS and wall time.
+
+    ``while_running(proc)`` (optional) is called in this thread once the child is started and
+    must return when the child exits (e.g. a per-second poll of the server's counter).
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / f"{name}.yaml"
+    path.write_text(json.dumps(spec, indent=1))
+    out = workdir / name
+    cmd = [sys.executable, "-m", "veeksha.cli", "run", str(path), "--output-dir", str(out), "-q"]
+    cmd += ["--no-plots"] if _has_no_plots() else []
+    if dry_run:
+        cmd.append("--dry-run")
+    cmd += list(extra_args)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
+    sampler = _RssSampler(proc.pid)
+    sampler.start()
+    stderr = b""
+    try:
+        if while_running is not None:
+            while_running(proc)
+        _, stderr = proc.communicate()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        sampler.stop_event.set()
+        sampler.join()
+    wall = time.monotonic() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    samples = sampler.samples
+    runs = sorted(p for p in out.iterdir() if p.is_dir()) if out.exists() else []
+    return RunMeasure(
+        run_dir=runs[-1] if runs else out,
+        exit_code=proc.returncode,
+        wall_s=wall,
+        cpu_s=cpu,
+        peak_tree_rss_mb=max((s[1] for s in samples), default=0.0),
+        peak_main_rss_mb=max((s[2] for s in samples), default=0.0),
+        rss_samples=samples,
+        stderr=stderr.decode(errors="replace")[-3000:],
+    )
+
+
+_NO_PLOTS: bool | None = None
+
+
+def _has_no_plots() -> bool:
+    """Whether this veeksha's ``run`` has ``--no-plots`` (plots are not what we measure)."""
+    global _NO_PLOTS  # noqa: PLW0603 - asked once per process
+    if _NO_PLOTS is None:
+        out = subprocess.run(
+            [sys.executable, "-m", "veeksha.cli", "run", "--help"],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=ROOT,
+        )
+        _NO_PLOTS = "--no-plots" in out.stdout
+    return _NO_PLOTS
