@@ -13,6 +13,7 @@ import contextlib
 import os
 import resource
 import signal
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ import msgspec
 import uvloop
 from rich.console import Console
 
+from veeksha import __version__
 from veeksha.clock import MonotonicClock
 from veeksha.dispatch.affinity import default_num_workers, plan_affinity
 from veeksha.dispatch.messages import Result, WorkItem
@@ -32,6 +34,7 @@ from veeksha.dispatch.settings import WorkerSettings
 from veeksha.engine.loop import LoopSettings, TrafficLoop
 from veeksha.engine.progress import ProgressLine
 from veeksha.engine.recorder import RunRecorder
+from veeksha.engine.runlog import RunLog
 from veeksha.engine.target import Target, TargetContext, describe
 from veeksha.engine.timers import LoopTimers
 from veeksha.errors import ConfigurationError, RunAbortedError, VeekshaError
@@ -84,6 +87,9 @@ def run_benchmark(
 ) -> int:
     """Run ``scenario`` into ``run_dir`` and return the process exit code."""
     outcome = run_scenario(scenario, run_dir, quiet=quiet, dry_run=dry_run, plots=plots)
+    if outcome.interrupted:  # even with --quiet: why the run ended early, and where its data is
+        why = outcome.extra.get("error") or f"the run was {outcome.stop_reason or 'interrupted'}"
+        sys.stderr.write(f"error: {why}\nresults collected so far: {run_dir}\n")
     return exit_code_for(outcome, scenario)
 
 
@@ -134,7 +140,6 @@ class _Run:
         self.plots = True
 
     async def execute(self) -> RunOutcome:
-        runtime = self.scenario.runtime
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -144,6 +149,23 @@ class _Run:
             ) from None
         if not (self.run_dir / "config.yaml").exists():
             write_config(self.run_dir, self.scenario)
+        self.log = RunLog(self.run_dir)
+        try:
+            await self._execute()
+        except VeekshaError as exc:
+            self.log.warning(f"run failed: {exc}")
+            raise
+        finally:
+            self.log.close()
+        return self.outcome
+
+    async def _execute(self) -> None:
+        runtime = self.scenario.runtime
+        log = self.log
+        log.info(
+            f"veeksha {__version__}: scenario {scenario_hash(self.scenario)}, "
+            f"seed {self.scenario.seed}{', dry run' if self.dry_run else ''}"
+        )
         num_workers = (
             default_num_workers() if runtime.num_workers == "auto" else runtime.num_workers
         )
@@ -151,9 +173,10 @@ class _Run:
         if plan.main_cpus:
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(0, plan.main_cpus)
+        log.info(f"main process on CPUs {plan.main_cpus or 'any'}; {num_workers} worker(s)")
         with TargetContext(self.scenario, dry_run=self.dry_run) as target:
+            log.info(f"target: {describe(target)}")
             await self._run_with_target(target, num_workers, plan.worker_cpus)
-        return self.outcome
 
     # --------------------------------------------------------------------------------- set-up
 
@@ -211,6 +234,7 @@ class _Run:
         self.num_workers = num_workers
         children_cpu = _children_cpu_s()
         await self.pool.start(timeout=_WORKER_START_TIMEOUT_S)
+        self.log.info(f"workers ready: pids {sorted(self.pool.worker_pids.values())}")
         try:
             await self._drive(target, make_session)
         finally:
@@ -273,7 +297,9 @@ class _Run:
             self.quiet,
             self._progress_interval(),
             periodic=None if streaming is None else streaming.snapshot,
+            log=self.log.info,
         )
+        self.log.info(f"t0 = {t0_wall.isoformat()}")
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal)
         cpu_start = time.process_time()
@@ -333,6 +359,8 @@ class _Run:
 
     def _on_stop(self, reason: str) -> None:
         grace = self.scenario.runtime.post_timeout_grace_seconds
+        in_flight = 0 if self.traffic is None else len(self.traffic.in_flight)
+        self.log.info(f"stopping ({reason}): {in_flight} in flight, grace {grace:g} s")
         if grace >= 0 and self._drain_task is None:
             self._drain_task = asyncio.get_running_loop().create_task(self._drain(grace))
 
@@ -407,6 +435,12 @@ class _Run:
             outcome.verdict = str(evaluation.verdict)
             outcome.all_slos_met = evaluation.all_slos_met
             extra["health_verdict"] = str(evaluation.verdict).lower()
+            self.log.info(
+                f"ended ({outcome.stop_reason}): {outcome.sessions} sessions, "
+                f"{outcome.requests} requests answered ({outcome.failed} failed), "
+                f"{outcome.cancelled} cancelled; health {evaluation.verdict}; "
+                f"SLOs met: {evaluation.all_slos_met}"
+            )
             if not self.quiet:
                 evaluation.render(Console(stderr=True))
         finally:

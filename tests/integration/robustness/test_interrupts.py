@@ -57,6 +57,7 @@ def test_one_signal_drains_in_flight_evaluates_and_exits_3(tmp_path: Path, sig: 
     assert "Traceback" not in result.output
     # the drain took one request's time, not the 5 s grace; then evaluation and writing
     assert time.monotonic() - signalled < 10
+    assert "the run was interrupted" in result.stderr, result.stderr
     run.assert_no_survivors()
 
     audit = audit_run(run.run_dir)
