@@ -18,6 +18,7 @@ from rich.text import Text
 __all__ = ["ProgressLine", "Snapshot"]
 
 Snapshot = Callable[[], dict[str, float | int]]
+_LIVE_REFRESH_S = 0.25
 
 
 def format_status(values: dict[str, float | int]) -> str:
@@ -32,7 +33,7 @@ def format_status(values: dict[str, float | int]) -> str:
 
 
 class ProgressLine:
-    """Periodic status output while a run is going."""
+    """Periodic status output while a run goes: terminal, plain lines, and the run log."""
 
     def __init__(
         self,
@@ -40,56 +41,61 @@ class ProgressLine:
         quiet: bool,
         interval_s: float = 5.0,
         periodic: Callable[[], str] | None = None,
+        log: Callable[[str], None] | None = None,
     ) -> None:
         self._snapshot = snapshot
-        self._periodic = periodic
-        self._periodic_every = interval_s
         self._quiet = quiet
+        self._interval_s = interval_s
+        self._periodic = periodic
+        self._log = log
         self._console = Console(stderr=True)
-        self._tty = self._console.is_terminal
-        self._interval_s = 0.25 if self._tty else interval_s
         self._live: Live | None = None
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        if self._quiet:
+        if self._quiet and self._log is None:
             return
-        if self._tty:
-            self._live = Live(Text(""), console=self._console, transient=False, auto_refresh=False)
+        if not self._quiet and self._console.is_terminal:
+            self._live = Live(Text(""), console=self._console, auto_refresh=False)
             self._live.start()
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        next_periodic = loop.time() + self._periodic_every
+        tick = _LIVE_REFRESH_S if self._live is not None else self._interval_s
+        next_report = loop.time() + self._interval_s
         while True:
-            await asyncio.sleep(self._interval_s)
-            self.show()
-            if self._periodic is not None and loop.time() >= next_periodic:
-                next_periodic += self._periodic_every
-                self._emit(self._periodic())
+            await asyncio.sleep(tick)
+            status = format_status(self._snapshot())
+            if self._live is not None:
+                self._live.update(Text(status), refresh=True)
+            if loop.time() < next_report:
+                continue
+            next_report += self._interval_s
+            lines = [status] if self._live is None else []
+            if self._periodic is not None:
+                lines.append(self._periodic())
+            for line in lines:
+                self._emit(line)
+            if self._log is not None:
+                self._log(status)
+                if self._periodic is not None:
+                    self._log(lines[-1])
 
     def _emit(self, line: str) -> None:
+        if self._quiet:
+            return
         if self._live is not None:
             self._live.console.print(line, highlight=False)
         else:
             sys.stderr.write(line + "\n")
             sys.stderr.flush()
 
-    def show(self) -> None:
-        if self._quiet:
-            return
-        line = format_status(self._snapshot())
-        if self._live is not None:
-            self._live.update(Text(line), refresh=True)
-        else:
-            self._emit(line)
-
     def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
             self._task = None
         if self._live is not None:
-            self.show()
+            self._live.update(Text(format_status(self._snapshot())), refresh=True)
             self._live.stop()
             self._live = None

@@ -1,0 +1,36 @@
+"""run.log: the run's own account of itself, one line per event (never per request).
+
+Set-up, target, workers, t0, periodic status lines, why the run stopped, counts, verdicts and
+errors. Secrets never reach it: targets are logged through ``Target.public_description``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+__all__ = ["RunLog"]
+
+
+class RunLog:
+    """A logger writing ``<run_dir>/run.log``; closed with the run."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.logger = logging.getLogger(f"veeksha.run.{run_dir.name}")
+        self.logger.setLevel(logging.INFO)
+        self.logger.propagate = False
+        self._handler = logging.FileHandler(run_dir / "run.log", encoding="utf-8")
+        self._handler.setFormatter(
+            logging.Formatter("%(asctime)s.%(msecs)03d %(levelname)s %(message)s", "%H:%M:%S")
+        )
+        self.logger.addHandler(self._handler)
+
+    def info(self, message: str) -> None:
+        self.logger.info(message)
+
+    def warning(self, message: str) -> None:
+        self.logger.warning(message)
+
+    def close(self) -> None:
+        self.logger.removeHandler(self._handler)
+        self._handler.close()
