@@ -8,6 +8,7 @@ its message on stderr and its exit code, never a traceback.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -128,27 +129,20 @@ def _split_run_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
     return positional, extra
 
 
-def _run(
-    ctx: click.Context,
-    path: str,
-    overrides: Sequence[str],
-    output_dir: Path | None,
-    quiet: bool,
-    options: RunOptions,
-) -> None:
+def _run(ctx: click.Context, path: str, overrides: Sequence[str], options: RunOptions) -> None:
     from veeksha.record.run_folder import create_run_folder, write_config
 
     scenario = _load(path, overrides)
-    if output_dir is not None:
-        scenario = scenario.model_copy(update={"output_dir": str(output_dir)})
+    if options.output_dir is not None:
+        scenario = scenario.model_copy(update={"output_dir": str(options.output_dir)})
     run_dir = create_run_folder(scenario.output_dir, scenario)
     write_config(run_dir, scenario)
-    if not quiet:
+    if not options.quiet:
         click.echo(f"run folder: {run_dir}")
     from veeksha.engine import run_benchmark
 
     result = run_benchmark(
-        scenario, run_dir, quiet=quiet, dry_run=options.dry_run, plots=options.plots
+        scenario, run_dir, quiet=options.quiet, dry_run=options.dry_run, plots=options.plots
     )
     if result != 0:
         ctx.exit(result)
@@ -158,22 +152,47 @@ def _run(
 class RunOptions:
     """Switches of `run` and `benchmark` that are not scenario keys."""
 
+    output_dir: Path | None = None
+    quiet: bool = False
     dry_run: bool = False
     plots: bool = True
 
 
 def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """The options `run` and `benchmark` share, collected into ``options: RunOptions``."""
-    func = click.option(
-        "--no-plots", is_flag=True, help="Skip the PNG plots of the evaluation (faster)."
-    )(func)
-    func = click.option(
-        "--dry-run",
-        is_flag=True,
-        help="Send nothing: requests complete at once inside the workers. Checks a scenario's "
-        "shape and measures veeksha's own scheduling cost.",
-    )(func)
-    return func
+    """The options `run` and `benchmark` share, handed to ``func`` as ``options: RunOptions``."""
+
+    @functools.wraps(func)
+    def wrapper(
+        *args: Any,
+        output_dir: Path | None,
+        quiet: bool,
+        dry_run: bool,
+        no_plots: bool,
+        **kwargs: Any,
+    ) -> Any:
+        options = RunOptions(output_dir, quiet, dry_run, plots=not no_plots)
+        return func(*args, options=options, **kwargs)
+
+    decorators = (
+        click.option(
+            "--output-dir",
+            type=click.Path(file_okay=False, path_type=Path),
+            help="Base folder of run folders (default: the scenario's output_dir).",
+        ),
+        click.option("--quiet", "-q", is_flag=True, help="Print only warnings and errors."),
+        click.option(
+            "--dry-run",
+            is_flag=True,
+            help="Send nothing: requests complete at once inside the workers. Checks a "
+            "scenario's shape and measures veeksha's own scheduling cost.",
+        ),
+        click.option(
+            "--no-plots", is_flag=True, help="Skip the PNG plots of the evaluation (faster)."
+        ),
+    )
+    for decorator in reversed(decorators):
+        wrapper = decorator(wrapper)
+    return wrapper
 
 
 # ----------------------------------------------------------------------------------- commands
@@ -229,22 +248,10 @@ _EXTRA_ARGS = {"ignore_unknown_options": True, "allow_extra_args": False}
 @main.command(context_settings=_EXTRA_ARGS)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="FILE [--KEY.PATH VALUE]...")
 @click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help=_SET_HELP)
-@click.option(
-    "--output-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Base folder of run folders (default: the scenario's output_dir).",
-)
-@click.option("--quiet", "-q", is_flag=True, help="Print only warnings and errors.")
 @_run_options
 @click.pass_context
 def run(
-    ctx: click.Context,
-    args: tuple[str, ...],
-    overrides: tuple[str, ...],
-    output_dir: Path | None,
-    quiet: bool,
-    dry_run: bool,
-    no_plots: bool,
+    ctx: click.Context, args: tuple[str, ...], overrides: tuple[str, ...], options: RunOptions
 ) -> None:
     """Run the benchmark described by scenario FILE.
 
@@ -258,14 +265,7 @@ def run(
     if len(positional) != 1:
         got = " ".join(positional) or "none"
         raise click.UsageError(f"expected one scenario FILE, got: {got}")
-    _run(
-        ctx,
-        positional[0],
-        [*overrides, *extra_args_to_overrides(extra)],
-        output_dir,
-        quiet,
-        RunOptions(dry_run=dry_run, plots=not no_plots),
-    )
+    _run(ctx, positional[0], [*overrides, *extra_args_to_overrides(extra)], options)
 
 
 @main.command(context_settings=_EXTRA_ARGS)
@@ -273,28 +273,13 @@ def run(
     "--config", "config", required=True, type=click.Path(path_type=Path), help="Scenario FILE."
 )
 @click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[--KEY.PATH VALUE]...")
-@click.option(
-    "--output-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Base folder of run folders (default: the scenario's output_dir).",
-)
-@click.option("--quiet", "-q", is_flag=True, help="Print only warnings and errors.")
 @_run_options
 @click.pass_context
-def benchmark(
-    ctx: click.Context,
-    config: Path,
-    args: tuple[str, ...],
-    output_dir: Path | None,
-    quiet: bool,
-    dry_run: bool,
-    no_plots: bool,
-) -> None:
+def benchmark(ctx: click.Context, config: Path, args: tuple[str, ...], options: RunOptions) -> None:
     """Alias of `run` for users of the public veeksha CLI: --config FILE [--a.b.c VALUE]..."""
     from veeksha.scenario.loader import extra_args_to_overrides
 
-    options = RunOptions(dry_run=dry_run, plots=not no_plots)
-    _run(ctx, str(config), extra_args_to_overrides(args), output_dir, quiet, options)
+    _run(ctx, str(config), extra_args_to_overrides(args), options)
 
 
 if __name__ == "__main__":
