@@ -18,6 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+from numpy.typing import NDArray
+
 from veeksha.clock import Clock
 from veeksha.dispatch.messages import Result, WorkItem
 from veeksha.engine.timers import Cancellable, Timers
@@ -68,7 +71,7 @@ class LoopSettings:
     warmup_seconds: float = 0.0
     benchmark_timeout_s: float = 0.0  # <= 0 disables
     max_in_flight: int | None = None
-    rate_gaps: Callable[[int], object] | None = None  # open loop when set
+    rate_gaps: Callable[[int], NDArray[np.float64]] | None = None  # open loop when set
     concurrency: ConcurrencyRamp | None = None  # closed loop when set
 
 
@@ -131,7 +134,7 @@ class TrafficLoop:
         """Begin the run at ``t0_ns`` (the first session arrives then)."""
         self.t0_ns = t0_ns
         if self.settings.rate_gaps is not None:
-            self._arrivals = RateArrivals(self.settings.rate_gaps, t0_ns)  # type: ignore[arg-type]
+            self._arrivals = RateArrivals(self.settings.rate_gaps, t0_ns)
             self._arrival_timer = self._timers.call_at_ns(t0_ns, self._on_arrival_timer)
         else:
             self._arrival_timer = self._timers.call_at_ns(t0_ns, self._on_ramp_timer)
@@ -186,8 +189,9 @@ class TrafficLoop:
                 request_id=request.request_id,
                 worker_id=request.worker_id,
                 status="cancelled" if error_kind == "cancelled" else "error",
-                received_at_ns=0,
-                sent_at_ns=0,
+                # like the pool's worker_lost results: the real send times are unknown
+                received_at_ns=request.dispatched_at_ns,
+                sent_at_ns=request.dispatched_at_ns,
                 completed_at_ns=now,
                 error_kind=error_kind,
                 error_message="no result before the run ended",

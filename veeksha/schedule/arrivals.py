@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+from numpy.typing import NDArray
 
 __all__ = ["ConcurrencyRamp", "RateArrivals"]
 
@@ -33,7 +34,7 @@ class RateArrivals:
     __slots__ = ("_batch", "_buffer", "_index", "_offset_s", "_sample_gaps", "t0_ns")
 
     def __init__(
-        self, sample_gaps: Callable[[int], np.ndarray], t0_ns: int, batch: int = 1024
+        self, sample_gaps: Callable[[int], NDArray[np.float64]], t0_ns: int, batch: int = 1024
     ) -> None:
         self._sample_gaps = sample_gaps
         self.t0_ns = t0_ns
