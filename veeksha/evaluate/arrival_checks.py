@@ -18,12 +18,12 @@ For fixed intervals, FAIL when a gap deviates from the interval by more than
 from __future__ import annotations
 
 import math
+import statistics as _stdlib_stats
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from scipy import stats
 
 from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
 from veeksha.evaluate.stats import Floats, column
@@ -88,7 +88,7 @@ def _dispatch_rate(data: HealthInput) -> Outcome:
     if starts.size < MIN_GAPS + 1:
         return Outcome(SKIP, f"{starts.size} measured sessions, need {MIN_GAPS + 1}", {})
     tol = data.thresholds.dispatch_rate_tolerance
-    z = float(stats.norm.ppf(1 - data.thresholds.arrival_ks_alpha / 2))
+    z = _stdlib_stats.NormalDist().inv_cdf(1 - data.thresholds.arrival_ks_alpha / 2)
     allowed = max(tol, z * _cv(data) / math.sqrt(starts.size - 1))
     statistics: dict[str, Any] = {"configured_rate": configured, "sessions": int(starts.size)}
     statistics |= {"tolerance": tol, "allowed_relative_error": allowed}
@@ -130,6 +130,8 @@ def _arrival_distribution(data: HealthInput) -> Outcome:
         ok = deviation.max() <= limit
         detail = f"max gap deviation {deviation.max() * 1000:.3f} ms (limit {limit * 1000:g} ms)"
         return Outcome(PASS if ok else FAIL, detail, statistics)
+    from scipy import stats  # ~2 CPU-s to import: only runs with a random arrival law pay it
+
     result = stats.kstest(gaps, dist.cdf)
     alpha = data.thresholds.arrival_ks_alpha
     statistics = {"distribution": cfg.interval_generator.type}

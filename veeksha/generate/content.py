@@ -55,7 +55,7 @@ def random_words(rng: np.random.Generator, n: int) -> str:
 def _word_starts(words: tuple[str, ...] | list[str]) -> NDArray[np.int64]:
     """Char offset of each word in ``" ".join(words)``, plus a sentinel ``len + 1``."""
     starts = np.zeros(len(words) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter((len(w) + 1 for w in words), np.int64, len(words)), out=starts[1:])
+    np.cumsum(np.fromiter(map(len, words), np.int64, len(words)) + 1, out=starts[1:])
     return starts
 
 

@@ -219,6 +219,8 @@ def mean_interval(cfg: IntervalConfig) -> float:
 
 def interval_distribution(cfg: IntervalConfig) -> Any | None:
     """The frozen ``scipy.stats`` distribution of the gaps (for KS checks); None for fixed."""
+    if not isinstance(cfg, PoissonInterval | GammaInterval):
+        return None  # before the import: scipy.stats costs ~2 CPU-s, fixed gaps never need it
     from scipy import stats  # imported here: scipy is slow to import and only checks need it
 
     if isinstance(cfg, PoissonInterval):
