@@ -45,14 +45,17 @@ def resolve_api_key(scenario: Scenario) -> str | None:
     return os.environ.get(client.api_key_env) or None
 
 
-def check_reachable(api_base: str, api_key: str | None, timeout_s: float = 5.0) -> None:
-    """GET {api_base}/models; a clear TargetError when nothing answers there."""
+def check_reachable(
+    api_base: str, api_key: str | None, timeout_s: float = 5.0, model: str | None = None
+) -> None:
+    """GET {api_base}/models; a clear TargetError when nothing answers there, or when the
+    server lists its models and ``model`` is not one of them (every request would fail)."""
     request = urllib.request.Request(api_base.rstrip("/") + "/models")
     if api_key:
         request.add_header("Authorization", f"Bearer {api_key}")
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            response.read()
+            served = _served_models(response.read())
     except urllib.error.HTTPError as exc:
         if exc.code in (401, 403):
             raise TargetError(
@@ -66,6 +69,21 @@ def check_reachable(api_base: str, api_key: str | None, timeout_s: float = 5.0) 
             f"cannot reach client.api_base {api_base}: {reason}. Is the server running? "
             "Fix client.api_base (or unset it to use the built-in simulator)"
         ) from None
+    else:
+        if model is not None and served and model not in served:
+            raise TargetError(
+                f"client.model {model!r} is not served by {api_base} (it serves "
+                f"{', '.join(repr(m) for m in served[:5])}): fix client.model"
+            )
+
+
+def _served_models(body: bytes) -> list[str]:
+    """Model ids of an OpenAI ``/models`` answer; empty when it is not one."""
+    try:
+        data = json.loads(body).get("data")
+        return [str(entry["id"]) for entry in data if isinstance(entry, dict) and "id" in entry]
+    except (ValueError, AttributeError, TypeError):
+        return []
 
 
 class TargetContext(AbstractContextManager["Target"]):
@@ -89,7 +107,7 @@ class TargetContext(AbstractContextManager["Target"]):
                     f"client.model is required with api_base {api_base}: set client.model to "
                     "the model the server serves"
                 )
-            check_reachable(api_base, api_key)
+            check_reachable(api_base, api_key, model=client.model)
             return Target(api_base.rstrip("/"), client.model, api_key, "endpoint")
         from veeksha.simulator.process import SimulatorProcess
 
