@@ -244,9 +244,15 @@ class ResultWriter:
                 return
 
     def _write_parts(self) -> None:
-        for table in (self._requests, self._sessions):
+        # Count the sessions first: each session's request rows were queued before its own row,
+        # so every session of this tick has its requests in this tick's (earlier) requests part,
+        # and a crash or write error between the two parts never leaves a session without them.
+        sessions = len(self._sessions.pending)
+        for table, count in (
+            (self._requests, len(self._requests.pending)),
+            (self._sessions, sessions),
+        ):
             pending = table.pending
-            count = len(pending)
             if not count:
                 continue
             batch = [pending.popleft() for _ in range(count)]

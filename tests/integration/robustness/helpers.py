@@ -211,7 +211,9 @@ class Audit:
         return Counter((r["status"], r["error_kind"] or "") for r in self.rows)
 
 
-def audit_run(run_dir: Path, *, finalised: bool = True, report: bool = True) -> Audit:
+def audit_run(
+    run_dir: Path, *, finalised: bool = True, report: bool = True, trace: bool = True
+) -> Audit:
     """Check that nothing was lost; return the tables for more specific assertions.
 
     Finalised runs: every started session has a sessions row, and its ``num_nodes`` nodes each
@@ -240,9 +242,9 @@ def audit_run(run_dir: Path, *, finalised: bool = True, report: bool = True) -> 
         session_ids = set(sessions.column("session_id").to_pylist())
         assert session_ids == set(by_session), "a started session has no sessions row"
         assert requests.num_rows == sum(sessions.column("num_nodes").to_pylist())
-    trace = run_dir / "trace.jsonl"
-    if trace.exists():
-        traced = {entry.request_id for entry in read_trace(trace)}
+    trace_file = run_dir / "trace.jsonl"
+    if trace and trace_file.exists():
+        traced = {entry.request_id for entry in read_trace(trace_file)}
         dispatched = {r["request_id"] for r in rows if r["dispatched_at"] is not None}
         if finalised:
             assert traced == dispatched, (len(traced), len(dispatched))
