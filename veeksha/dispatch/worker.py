@@ -21,6 +21,7 @@ import contextlib
 import contextvars
 import ctypes
 import email.utils
+import gc
 import os
 import signal
 import sys
@@ -33,6 +34,7 @@ import uvloop
 import zmq
 
 from veeksha.dispatch.channel import Receiver, Sender, bind_pull, connect_push, to_worker_decoder
+from veeksha.dispatch.http1 import ConnectFailed, Http1Pool
 from veeksha.dispatch.messages import Result, Stop, ToWorker, WorkerReady, WorkItem
 from veeksha.dispatch.openai import RequestBuilder, ResponseAccumulator, ResponseError, SSEParser
 from veeksha.dispatch.settings import WorkerSettings, WorkerSpawn
@@ -102,6 +104,7 @@ class Worker:
         self._flush_scheduled = False
         self._stopping: asyncio.Future[float] | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._http: Http1Pool | None = None
         self._sender: Sender | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -116,7 +119,15 @@ class Worker:
         self._sender = Sender(connect_push(ctx, self._results_address, _RESULTS_LINGER_MS))
         receiver: Receiver[ToWorker] = Receiver(work_sock, to_worker_decoder(), self._on_batch)
         if not self.settings.dry_run:
-            self._session = _make_session(self.settings)
+            if Http1Pool.supports(self.settings.endpoint):
+                self._http = Http1Pool(
+                    self.settings.endpoint,
+                    {"User-Agent": "veeksha", **self._headers},
+                    self.settings.max_connections,
+                )
+                await self._http.warm(_prewarm(self.settings.max_connections))
+            else:
+                self._session = _make_session(self.settings)
         try:
             self._sender.send([WorkerReady(self.worker_id, os.getpid(), self._cpus)])
             receiver.start(loop)
@@ -126,6 +137,8 @@ class Worker:
         finally:
             if self._session is not None:
                 await self._session.close()
+            if self._http is not None:
+                self._http.close()
             self._flush()
             work_sock.close(linger=0)
             self._sender.close()
@@ -207,10 +220,13 @@ class Worker:
             self._emit(result)
 
     async def _request(self, item: WorkItem, acc: ResponseAccumulator, state: _Attempt) -> None:
-        assert self._session is not None
         settings = self.settings
         body = self._builder.body(item.messages, item.max_tokens)
         state.started_at = time.monotonic_ns()
+        if self._http is not None:
+            await self._request_http1(self._http, body, acc, state)
+            return
+        assert self._session is not None
         while True:
             resp = await self._session.post(settings.endpoint, data=body, headers=self._headers)
             try:
@@ -234,11 +250,53 @@ class Worker:
             state.retries += 1
             await asyncio.sleep(delay)
 
+    async def _request_http1(
+        self, http: Http1Pool, body: bytes, acc: ResponseAccumulator, state: _Attempt
+    ) -> None:
+        slot = _sent_slot.get()
+        stream = self.settings.stream
+
+        def on_sent(t_ns: int) -> None:
+            if not slot[0]:
+                slot[0] = t_ns
+
+        while True:
+            exchange = _Exchange(acc, state, stream)
+            await http.request(body, exchange, on_sent)
+            status = exchange.status
+            if status >= 400:
+                after = exchange.headers.get(b"retry-after")
+                delay = self._retry_after(status, after.decode("latin-1") if after else None, state)
+                if delay is None:
+                    snippet = b"".join(exchange.body)[:_SNIPPET_BYTES]
+                    text = snippet.decode("utf-8", "replace").strip()
+                    raise _HttpError(status, f"HTTP {status}: {text}")
+                state.retries += 1
+                await asyncio.sleep(delay)
+                continue
+            if stream:
+                tail = exchange.parser.close()
+                if tail:
+                    acc.on_events(tail, state.completed_at)
+                if not acc.done and not acc.parts and acc.completion_tokens is None:
+                    raise ResponseError("malformed_response", "stream ended without any event")
+            else:
+                state.completed_at = time.monotonic_ns()
+                acc.on_body(b"".join(exchange.body), state.completed_at)
+            return
+
     def _retry_delay(self, resp: aiohttp.ClientResponse, retries: int) -> float | None:
         if resp.status not in _RETRY_STATUSES or retries >= self.settings.max_retries:
             return None
         backoff = min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**retries)
         after = _retry_after_s(resp.headers.get("Retry-After"))
+        return min(_BACKOFF_CAP_S, after) if after is not None else backoff
+
+    def _retry_after(self, status: int, header: str | None, state: _Attempt) -> float | None:
+        if status not in _RETRY_STATUSES or state.retries >= self.settings.max_retries:
+            return None
+        backoff = min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**state.retries)
+        after = _retry_after_s(header)
         return min(_BACKOFF_CAP_S, after) if after is not None else backoff
 
     def _result(
@@ -253,6 +311,9 @@ class Worker:
         error_message: str = "",
     ) -> Result:
         now = time.monotonic_ns()
+        key = self.settings.api_key
+        if key and key in error_message:  # a server (or proxy) that echoes the request headers
+            error_message = error_message.replace(key, "***")
         sent_at = slot[0] or state.started_at or received_at
         completed_at = state.completed_at or now
         first = acc.first_chunk_at_ns
@@ -287,6 +348,43 @@ class _Attempt:
         self.http_status = 0
         self.retries = 0
         self.completed_at = 0
+
+
+class _Exchange:
+    """One attempt's response as ``Http1Pool`` delivers it: SSE parsed read by read."""
+
+    __slots__ = ("acc", "body", "feed", "headers", "parser", "state", "status", "stream")
+
+    def __init__(self, acc: ResponseAccumulator, state: _Attempt, stream: bool) -> None:
+        self.acc = acc
+        self.state = state
+        self.stream = stream
+        self.status = 0
+        self.headers: dict[bytes, bytes] = {}
+        self.body: list[bytes] = []
+        self.parser = SSEParser()
+        self.feed = self.parser.feed
+
+    def on_head(self, status: int, headers: dict[bytes, bytes]) -> None:
+        self.status = status
+        self.state.http_status = status
+        self.headers = headers
+        if status >= 400 or not self.stream:
+            self.stream = False
+
+    def on_data(self, data: bytes, t_ns: int) -> None:
+        if not self.stream:
+            self.body.append(data)
+            return
+        self.state.completed_at = t_ns
+        events = self.feed(data)
+        if events:
+            self.acc.on_events(events, t_ns)
+
+
+def _prewarm(max_connections: int) -> int:
+    """Connections opened at start-up, so the first requests do not pay the TCP handshake."""
+    return min(max_connections, 8) if max_connections > 0 else 8
 
 
 async def _read_stream(
@@ -346,7 +444,7 @@ def _retry_after_s(value: str | None) -> float | None:
 
 
 def _classify(exc: BaseException) -> str:
-    if isinstance(exc, aiohttp.ClientConnectorError):
+    if isinstance(exc, aiohttp.ClientConnectorError | ConnectFailed):
         return "connection_refused"
     if isinstance(
         exc,
@@ -434,6 +532,8 @@ def main() -> int:
     except Exception as exc:  # noqa: BLE001 - reported to the pool, which raises it
         _report_start_failure(spawn, f"{type(exc).__name__}: {exc}")
         return 1
+    gc.collect()
+    gc.freeze()  # everything imported and built so far is never scanned again
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(worker.run())
     return 0
