@@ -97,6 +97,7 @@ class RunProcess:
     proc: subprocess.Popen[bytes]
     output_dir: Path
     descendants: dict[int, psutil.Process] = field(default_factory=dict)
+    cmdlines: dict[int, list[str]] = field(default_factory=dict)
 
     def track(self) -> list[psutil.Process]:
         """Record the current descendants (call this while the run is alive)."""
@@ -105,7 +106,9 @@ class RunProcess:
         except psutil.NoSuchProcess:
             return []
         for child in children:
-            self.descendants.setdefault(child.pid, child)
+            if child.pid not in self.descendants:
+                self.descendants[child.pid] = child
+                self.cmdlines[child.pid] = _cmdline(child)
         return children
 
     def workers(self) -> list[psutil.Process]:
