@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
 from veeksha.dispatch.messages import Result, WorkItem
 from veeksha.engine.loop import InFlight
+from veeksha.errors import RunAbortedError
 from veeksha.generate.tokenizer import TokenizerLike
 from veeksha.record.parquet import ResultWriter
 from veeksha.record.rows import RequestRecord, SessionRecord, request_row, session_row
@@ -101,9 +103,14 @@ class RunRecorder:
             think_time_total_s=sum(node.wait_after_ready_s for node in spec.nodes),
             status=session.status,
         )
-        self._writer.add_session(session_row(record, self.t0_ns))
+        with contextlib.suppress(RunAbortedError):  # see _add
+            self._writer.add_session(session_row(record, self.t0_ns))
 
     def _add(self, row: dict[str, Any]) -> None:
-        self._writer.add_request(row)
+        # After a write error the writer refuses rows. It has already reported the error through
+        # its on_error callback, which stops the run; raising here, in the middle of the loop's
+        # result handling, would leave a session half-updated and the run waiting for it forever.
+        with contextlib.suppress(RunAbortedError):
+            self._writer.add_request(row)
         if self._on_row is not None:
             self._on_row(row)

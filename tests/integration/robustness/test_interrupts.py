@@ -79,12 +79,11 @@ def test_second_sigint_stops_at_once_and_leaves_readable_parquet(tmp_path: Path)
     run.wait_dispatching(requests=10)
     run.send(signal.SIGINT)
     time.sleep(0.5)
+    second_ns = time.monotonic_ns()
     run.send(signal.SIGINT)
-    second = time.monotonic()
     result = run.finish(timeout=30)
     assert result.code == 3, result.output
     assert "Traceback" not in result.output
-    assert time.monotonic() - second < 5, "the second Ctrl-C did not stop the run at once"
     run.assert_no_survivors()
 
     audit = audit_run(run.run_dir)
@@ -92,6 +91,9 @@ def test_second_sigint_stops_at_once_and_leaves_readable_parquet(tmp_path: Path)
     dispatched = [r for r in audit.rows if r["dispatched_at"] is not None]
     assert len(dispatched) >= 10
     assert {(r["status"], r["error_kind"]) for r in dispatched} == {("cancelled", "cancelled")}
+    # cancelled at once, not after the grace (30 s) nor the pool's kill margin (5 s)
+    second = (second_ns - int(audit.metadata["t0_monotonic_ns"])) / 1e9
+    assert max(r["processed_at"] for r in dispatched) - second < 2.0
 
 
 def test_sigkill_keeps_all_but_the_last_second_and_leaves_no_process(tmp_path: Path) -> None:

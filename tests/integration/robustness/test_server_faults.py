@@ -85,7 +85,7 @@ def test_every_fault_becomes_a_typed_error_and_the_run_ends_on_time(tmp_path: Pa
     assert kinds["ok", "", 200] >= 50, kinds
     assert all(r["retries"] == 0 for r in rows)  # retries are off by default
     # benchmark_timeout (2.5 s after the first session) + grace (0.5 s) bounds every outcome
-    assert max(r["processed_at"] for r in rows) < 2.5 + 0.5 + 0.5
+    assert max(r["processed_at"] for r in rows) < 2.5 + 0.5 + 1.5
     # cancel_session_on_failure: nothing after a failed turn was sent
     first_failure: dict[int, int] = {}
     for r in sorted(rows, key=lambda r: (r["session_id"], r["node_id"])):
