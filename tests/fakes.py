@@ -45,6 +45,15 @@ class FakeTimers:
             heapq.heappop(self._heap)
         return self._heap[0][0] if self._heap else None
 
+    def step(self) -> bool:
+        """Fire the earliest timer only (moving the clock to it); False when there is none."""
+        if self.next_time() is None:
+            return False
+        when, _, _handle, callback = heapq.heappop(self._heap)
+        self.clock.now = max(self.clock.now, when)
+        callback()
+        return True
+
     def advance(self, to_ns: int) -> None:
         while (when := self.next_time()) is not None and when <= to_ns:
             _, _, _handle, callback = heapq.heappop(self._heap)

@@ -32,6 +32,7 @@ from veeksha.schedule.session_state import NodeState, SessionState
 __all__ = ["InFlight", "LoopCounters", "LoopSettings", "TrafficLoop", "TrafficSink"]
 
 _NS = 1_000_000_000
+_STARTS_PER_PASS = 256
 
 
 @dataclass(slots=True)
@@ -258,8 +259,12 @@ class TrafficLoop:
         arrivals = self._arrivals
         assert arrivals is not None
         now = self._clock.now_ns()
-        while self._can_start() and arrivals.peek_ns() <= now:
+        started = 0
+        # A burst (a late timer, or a rate beyond what one pass can start) is started in slices,
+        # so results are still handled in between; each session keeps its planned start time.
+        while self._can_start() and arrivals.peek_ns() <= now and started < _STARTS_PER_PASS:
             self._start_session(arrivals.pop_ns())
+            started += 1
         if self._can_start():
             self._arrival_timer = self._timers.call_at_ns(
                 arrivals.peek_ns(), self._on_arrival_timer

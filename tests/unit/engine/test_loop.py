@@ -284,3 +284,16 @@ def test_warmup_seconds_mark_early_sessions() -> None:
         "measured",
         "measured",
     ]
+
+
+def test_a_burst_starts_in_slices_with_planned_times() -> None:
+    h = Harness(
+        LoopSettings(cancel_on_failure=True, max_sessions=600, rate_gaps=fixed_gaps(0.0)),
+        lambda i: chain(i, 1),
+    )
+    h.loop.start(0)
+    h.timers.step()  # one timer pass: the first slice only
+    assert len(h.items) == 256
+    h.timers.advance(0)
+    assert len(h.items) == 600
+    assert {req.ready_at_ns for req, _ in h.rec.dispatched} == {0}
