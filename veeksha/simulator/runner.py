@@ -35,6 +35,7 @@ __all__ = ["ANNOUNCE", "make_socket", "serve"]
 ANNOUNCE = "veeksha sim-server listening on"
 _PR_SET_PDEATHSIG = 1
 _CHILD_READY_TIMEOUT_S = 60.0
+_BACKLOG = 4096
 
 
 def make_socket(host: str, port: int, reuse_port: bool) -> socket.socket:
@@ -45,7 +46,7 @@ def make_socket(host: str, port: int, reuse_port: bool) -> socket.socket:
     if reuse_port:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
-    sock.listen(4096)
+    sock.listen(_BACKLOG)
     sock.setblocking(False)
     return sock
 
@@ -53,7 +54,9 @@ def make_socket(host: str, port: int, reuse_port: bool) -> socket.socket:
 async def _serve(config: SimulatorConfig, sock: socket.socket, index: int, t0_ns: int) -> None:
     loop = asyncio.get_running_loop()
     app = SimServer(config, loop, process_index=index, t0_ns=t0_ns)
-    server = await loop.create_server(lambda: HttpConnection(app), sock=sock)
+    # create_server listens again, with a backlog of 100 unless told: a burst of new
+    # connections would then overflow the accept queue and wait 1 s for a SYN retransmit.
+    server = await loop.create_server(lambda: HttpConnection(app), sock=sock, backlog=_BACKLOG)
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     if index == 0:
