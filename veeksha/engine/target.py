@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import urllib.error
@@ -10,6 +11,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
+
+import psutil
 
 from veeksha.errors import ConfigurationError, TargetError
 from veeksha.scenario.models import Scenario
@@ -89,9 +92,12 @@ def _served_models(body: bytes) -> list[str]:
 class TargetContext(AbstractContextManager["Target"]):
     """Context manager resolving the scenario's target; starts and stops the simulator."""
 
-    def __init__(self, scenario: Scenario, dry_run: bool = False) -> None:
+    def __init__(
+        self, scenario: Scenario, dry_run: bool = False, simulator_cpus: list[int] | None = None
+    ) -> None:
         self._scenario = scenario
         self._dry_run = dry_run
+        self._simulator_cpus = simulator_cpus
         self._simulator: Any = None
 
     def __enter__(self) -> Target:
@@ -116,6 +122,8 @@ class TargetContext(AbstractContextManager["Target"]):
             config = config.model_copy(update={"model": client.model})
         self._simulator = SimulatorProcess(config)
         base = self._simulator.start()
+        if self._simulator_cpus:
+            _pin_tree(self._simulator.pid, self._simulator_cpus)
         model = config.model
         return Target(
             base.rstrip("/"),
@@ -134,6 +142,16 @@ class TargetContext(AbstractContextManager["Target"]):
         if self._simulator is not None:
             self._simulator.stop()
             self._simulator = None
+
+
+def _pin_tree(pid: int | None, cpus: list[int]) -> None:
+    """Pin a process and its children (the simulator) to ``cpus``, best effort."""
+    if pid is None:
+        return
+    with contextlib.suppress(psutil.Error, OSError):
+        root = psutil.Process(pid)
+        for process in (root, *root.children(recursive=True)):
+            process.cpu_affinity(cpus)
 
 
 def describe(target: Target) -> str:
