@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from veeksha import __version__
-from veeksha.errors import ScenarioError, VeekshaError
+from veeksha.errors import RunAbortedError, ScenarioError, VeekshaError
 
 if TYPE_CHECKING:
     from veeksha.scenario.models import Scenario
@@ -70,6 +70,11 @@ class LazyGroup(click.Group):
         except VeekshaError as exc:
             _report(exc)
             ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            # Only outside a run's traffic (set-up, evaluation): the run itself turns Ctrl-C
+            # into a clean stop. Processes it started are stopped on the way out.
+            click.echo("interrupted", err=True)
+            ctx.exit(RunAbortedError.exit_code)
 
 
 def _report(exc: VeekshaError) -> None:

@@ -138,6 +138,7 @@ class _Run:
         self._drain_task: asyncio.Task[None] | None = None
         self.num_workers = 0
         self.main_cpu_s = 0.0
+        self.children_cpu_start = 0.0
         self.plots = True
 
     async def execute(self) -> RunOutcome:
@@ -236,7 +237,7 @@ class _Run:
             on_fatal=self._on_fatal,
         )
         self.num_workers = num_workers
-        children_cpu = _children_cpu_s()
+        self.children_cpu_start = _children_cpu_s()
         await self.pool.start(timeout=_WORKER_START_TIMEOUT_S)
         self.log.info(f"workers ready: pids {sorted(self.pool.worker_pids.values())}")
         # Set-up objects (modules, models, the prompt corpus) never die: moved out of the
@@ -247,7 +248,6 @@ class _Run:
             await self._drive(target, make_session)
         finally:
             await self.pool.stop(grace_s=0.0)
-        self.outcome.extra["worker_cpu_s"] = _children_cpu_s() - children_cpu
 
     # ------------------------------------------------------------------------------ the run
 
@@ -434,6 +434,8 @@ class _Run:
                 "interrupted": outcome.interrupted,
                 "stop_reason": outcome.stop_reason,
                 "main_cpu_s": self.main_cpu_s,
+                # the workers were reaped by now; the simulator, if any, is not yet
+                "worker_cpu_s": _children_cpu_s() - self.children_cpu_start,
                 "num_workers": self.num_workers,
                 "target": describe(target),
             }
