@@ -35,6 +35,7 @@ import zmq
 
 from veeksha.dispatch.channel import Receiver, Sender, bind_pull, connect_push, to_worker_decoder
 from veeksha.dispatch.http1 import ConnectFailed, Http1Pool
+from veeksha.dispatch.inprocess import dry_result
 from veeksha.dispatch.messages import Result, Stop, ToWorker, WorkerReady, WorkItem
 from veeksha.dispatch.openai import RequestBuilder, ResponseAccumulator, ResponseError, SSEParser
 from veeksha.dispatch.settings import WorkerSettings, WorkerSpawn
@@ -153,7 +154,7 @@ class Worker:
                 if self._stopping is not None and self._stopping.done():
                     self._emit(_cancelled(msg, self.worker_id, received_at))
                 elif self.settings.dry_run:
-                    self._emit(_dry_result(msg, self.worker_id, received_at))
+                    self._emit(dry_result(msg, self.worker_id, received_at))
                 else:
                     task = loop.create_task(self._run_item(msg, received_at))
                     self._tasks.add(task)
@@ -473,25 +474,6 @@ def _cancelled(item: WorkItem, worker_id: int, now: int) -> Result:
         completed_at_ns=now,
         error_kind="cancelled",
         error_message="worker stopping",
-    )
-
-
-_DRY_WORD = "token"
-
-
-def _dry_result(item: WorkItem, worker_id: int, now: int) -> Result:
-    n = max(0, item.max_tokens)
-    return Result(
-        request_id=item.request_id,
-        worker_id=worker_id,
-        status="ok",
-        received_at_ns=now,
-        sent_at_ns=now,
-        completed_at_ns=now,
-        first_chunk_at_ns=now if n else None,
-        chunk_times_ns=[now] * n,
-        output_text=" ".join([_DRY_WORD] * n),
-        completion_tokens=n,
     )
 
 

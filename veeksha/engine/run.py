@@ -29,6 +29,7 @@ from rich.console import Console
 from veeksha import __version__
 from veeksha.clock import MonotonicClock
 from veeksha.dispatch.affinity import default_num_workers, plan_affinity
+from veeksha.dispatch.inprocess import InProcessPool
 from veeksha.dispatch.messages import Result, WorkItem
 from veeksha.dispatch.pool import WorkerPool
 from veeksha.dispatch.settings import WorkerSettings
@@ -113,8 +114,8 @@ def run_scenario(
 ) -> RunOutcome:
     """Run ``scenario`` into ``run_dir`` on a uvloop event loop; returns what happened.
 
-    ``dry_run`` sends nothing (workers complete each request at once); ``plots=False`` skips
-    the evaluation's PNGs.
+    ``dry_run`` sends nothing (each request completes at once inside this process, no workers:
+    ``veeksha.dispatch.inprocess``); ``plots=False`` skips the evaluation's PNGs.
     """
     run = _Run(scenario, Path(run_dir), quiet, dry_run)
     run.plots = plots
@@ -133,7 +134,7 @@ class _Run:
         self.clock = MonotonicClock()
         self.outcome = RunOutcome(run_dir)
         self.traffic: TrafficLoop | None = None
-        self.pool: WorkerPool | None = None
+        self.pool: WorkerPool | InProcessPool | None = None
         self.signals = 0
         self._drain_task: asyncio.Task[None] | None = None
         self.num_workers = 0
@@ -229,13 +230,17 @@ class _Run:
             ),
             model=target.model,
         )
-        self.pool = WorkerPool(
-            worker_settings,
-            num_workers,
-            worker_cpus,
-            self._on_results,
-            on_fatal=self._on_fatal,
-        )
+        if self.dry_run:  # nothing to send: answered in this process, no workers, no IPC
+            self.pool = InProcessPool(self._on_results)
+            num_workers = 0
+        else:
+            self.pool = WorkerPool(
+                worker_settings,
+                num_workers,
+                worker_cpus,
+                self._on_results,
+                on_fatal=self._on_fatal,
+            )
         self.num_workers = num_workers
         self.children_cpu_start = _children_cpu_s()
         await self.pool.start(timeout=_WORKER_START_TIMEOUT_S)
