@@ -50,6 +50,7 @@ from veeksha.generate.spec import SessionSpec
 from veeksha.generate.tokenizer import make_tokenizer
 from veeksha.record.parquet import ResultWriter, run_metadata
 from veeksha.record.reader import load_requests, load_sessions
+from veeksha.record.rows import warm_up as warm_up_rows
 from veeksha.record.run_folder import write_config
 from veeksha.record.trace import TraceWriter
 from veeksha.scenario.loader import scenario_hash
@@ -245,6 +246,7 @@ class _Run:
         self.children_cpu_start = _children_cpu_s()
         await self.pool.start(timeout=_WORKER_START_TIMEOUT_S)
         self.log.info(f"workers ready: pids {sorted(self.pool.worker_pids.values())}")
+        warm_up_rows()  # pyarrow's first conversion imports pandas: now, not mid-run
         # Set-up objects (modules, models, the prompt corpus) never die: moved out of the
         # collector's sight, so no full collection scans them mid-run (a 50-70 ms stall).
         gc.collect()

@@ -18,12 +18,15 @@ are not part of the shape: the session generator draws them from the graph's
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 
 from veeksha.generate.distributions import IntervalConfig, LengthSampler, make_length_sampler
 from veeksha.scenario.models import BranchingGraph, LinearGraph, SingleRequestGraph
+
+if TYPE_CHECKING:  # networkx (~0.1 s to import) is only for checks and tests, never a run
+    import networkx as nx
 
 __all__ = [
     "BranchingGraphGenerator",
@@ -76,6 +79,8 @@ class GraphShape:
 
     def to_networkx(self) -> nx.DiGraph:
         """The DAG as a networkx graph; edge ``(p, v)`` has ``history=True`` for a history edge."""
+        import networkx as nx  # lazily: see the TYPE_CHECKING import
+
         g = nx.DiGraph()
         g.add_nodes_from(range(len(self.parents)))
         for v, ps in enumerate(self.parents):
@@ -94,6 +99,8 @@ class GraphShape:
             hp = self.history_parents[v]
             if hp is not None and hp not in ps:
                 raise ValueError(f"node {v}: history parent {hp} is not one of its parents")
+        import networkx as nx  # lazily: see the TYPE_CHECKING import
+
         g = self.to_networkx()
         if not nx.is_directed_acyclic_graph(g):
             raise ValueError("graph has a cycle")

@@ -52,6 +52,7 @@ __all__ = [
     "session_status",
     "sessions_table",
     "sessions_table_from_columns",
+    "warm_up",
 ]
 
 MAX_ERROR_MESSAGE_CHARS = 2000
@@ -270,6 +271,16 @@ def requests_table_from_columns(columns: dict[str, list[Any]], t0_ns: int) -> pa
         for f in REQUESTS_SCHEMA
     ]
     return pa.Table.from_arrays(arrays, schema=REQUESTS_SCHEMA)
+
+
+def warm_up() -> None:
+    """Convert an empty batch of each table once, ahead of a run.
+
+    pyarrow imports pandas on its first conversion of Python values (~0.5 CPU-s, GIL held);
+    done during set-up, that import never stalls the event loop at the writer's first tick.
+    """
+    requests_table([], 0)
+    sessions_table([])
 
 
 def session_status(num_nodes: int, num_ok: int, num_error: int, num_cancelled: int) -> str:
