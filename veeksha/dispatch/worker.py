@@ -1,4 +1,4 @@
-"""One HTTP worker process: uvloop, one aiohttp session, one task per request.
+"""One HTTP worker process: uvloop, one keep-alive HTTP client, one task per request.
 
 Started by ``WorkerPool`` as ``python -m veeksha.dispatch.worker`` with a ``WorkerSpawn`` on its
 stdin (so the API key stays in memory). It ignores SIGINT (the parent stops it with ``Stop``),
@@ -26,9 +26,8 @@ import os
 import signal
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
-import aiohttp
 import msgspec
 import uvloop
 import zmq
@@ -40,6 +39,9 @@ from veeksha.dispatch.messages import Result, Stop, ToWorker, WorkerReady, WorkI
 from veeksha.dispatch.openai import RequestBuilder, ResponseAccumulator, ResponseError, SSEParser
 from veeksha.dispatch.settings import WorkerSettings, WorkerSpawn
 
+if TYPE_CHECKING:  # imported when needed: see veeksha.dispatch.aiohttp_client
+    import aiohttp
+
 __all__ = ["Worker", "main"]
 
 _SNIPPET_BYTES = 300
@@ -48,18 +50,8 @@ _BACKOFF_BASE_S = 0.25
 _BACKOFF_CAP_S = 10.0
 _RESULTS_LINGER_MS = 5_000
 
-# Set per request task; the write task aiohttp creates inherits it (see _TimedRequest).
+# Set per request task; the write task aiohttp creates inherits it (see aiohttp_client).
 _sent_slot: contextvars.ContextVar[list[int]] = contextvars.ContextVar("veeksha_sent_slot")
-
-
-class _TimedRequest(aiohttp.ClientRequest):
-    """Records when the request is written: aiohttp writes headers and body in ``write_bytes``."""
-
-    async def write_bytes(self, *args: Any, **kwargs: Any) -> None:
-        slot = _sent_slot.get(None)
-        if slot is not None and not slot[0]:
-            slot[0] = time.monotonic_ns()
-        await super().write_bytes(*args, **kwargs)
 
 
 class _HttpError(Exception):
@@ -128,7 +120,9 @@ class Worker:
                 )
                 await self._http.warm(_prewarm(self.settings.max_connections))
             else:
-                self._session = _make_session(self.settings)
+                from veeksha.dispatch import aiohttp_client
+
+                self._session = aiohttp_client.make_session(self.settings, _sent_slot)
         try:
             self._sender.send([WorkerReady(self.worker_id, os.getpid(), self._cpus)])
             receiver.start(loop)
@@ -228,18 +222,20 @@ class Worker:
             await self._request_http1(self._http, body, acc, state)
             return
         assert self._session is not None
+        from veeksha.dispatch.aiohttp_client import read_stream
+
         while True:
             resp = await self._session.post(settings.endpoint, data=body, headers=self._headers)
             try:
                 state.http_status = resp.status
                 if resp.status >= 400:
-                    delay = self._retry_delay(resp, state.retries)
+                    delay = self._retry_after(resp.status, resp.headers.get("Retry-After"), state)
                     if delay is None:
                         snippet = await resp.content.read(_SNIPPET_BYTES)
                         text = snippet.decode("utf-8", "replace").strip()
                         raise _HttpError(resp.status, f"HTTP {resp.status}: {text}")
                 elif settings.stream:
-                    await _read_stream(resp.content, acc, state)
+                    await read_stream(resp.content, acc, state)
                     return
                 else:
                     data = await resp.read()
@@ -285,13 +281,6 @@ class Worker:
                 state.completed_at = time.monotonic_ns()
                 acc.on_body(b"".join(exchange.body), state.completed_at)
             return
-
-    def _retry_delay(self, resp: aiohttp.ClientResponse, retries: int) -> float | None:
-        if resp.status not in _RETRY_STATUSES or retries >= self.settings.max_retries:
-            return None
-        backoff = min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**retries)
-        after = _retry_after_s(resp.headers.get("Retry-After"))
-        return min(_BACKOFF_CAP_S, after) if after is not None else backoff
 
     def _retry_after(self, status: int, header: str | None, state: _Attempt) -> float | None:
         if status not in _RETRY_STATUSES or state.retries >= self.settings.max_retries:
@@ -388,48 +377,6 @@ def _prewarm(max_connections: int) -> int:
     return min(max_connections, 8) if max_connections > 0 else 8
 
 
-async def _read_stream(
-    content: aiohttp.StreamReader, acc: ResponseAccumulator, state: _Attempt
-) -> None:
-    parser = SSEParser()
-    feed = parser.feed
-    on_events = acc.on_events
-    readany = content.readany
-    monotonic_ns = time.monotonic_ns
-    while True:
-        data = await readany()
-        if not data:
-            break
-        t = monotonic_ns()
-        state.completed_at = t
-        events = feed(data)
-        if events:
-            on_events(events, t)
-    tail = parser.close()
-    if tail:
-        on_events(tail, state.completed_at)
-    if not acc.done and not acc.parts and acc.completion_tokens is None:
-        raise ResponseError("malformed_response", "stream ended without any event")
-
-
-def _make_session(settings: WorkerSettings) -> aiohttp.ClientSession:
-    connector = aiohttp.TCPConnector(
-        limit=settings.max_connections,
-        limit_per_host=0,
-        keepalive_timeout=60,
-        enable_cleanup_closed=False,
-    )
-    return aiohttp.ClientSession(
-        connector=connector,
-        request_class=_TimedRequest,
-        cookie_jar=aiohttp.DummyCookieJar(),
-        timeout=aiohttp.ClientTimeout(total=None),
-        auto_decompress=False,
-        skip_auto_headers=("Accept-Encoding",),
-        headers={"User-Agent": "veeksha"},
-    )
-
-
 def _retry_after_s(value: str | None) -> float | None:
     if not value:
         return None
@@ -445,16 +392,15 @@ def _retry_after_s(value: str | None) -> float | None:
 
 
 def _classify(exc: BaseException) -> str:
-    if isinstance(exc, aiohttp.ClientConnectorError | ConnectFailed):
+    if isinstance(exc, ConnectFailed):
         return "connection_refused"
-    if isinstance(
-        exc,
-        aiohttp.ServerDisconnectedError
-        | aiohttp.ClientPayloadError
-        | aiohttp.ClientOSError
-        | aiohttp.ClientConnectionError
-        | ConnectionError,
-    ):
+    if "aiohttp" in sys.modules:  # only an https worker imported it
+        from veeksha.dispatch.aiohttp_client import error_kind
+
+        kind = error_kind(exc)
+        if kind is not None:
+            return kind
+    if isinstance(exc, ConnectionError):
         return "connection_reset"
     return "client_error"
 

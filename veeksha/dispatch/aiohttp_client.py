@@ -1,0 +1,91 @@
+"""The worker's aiohttp client, for ``https`` endpoints (plain http uses ``http1.Http1Pool``).
+
+Imported by the worker only when it needs it: aiohttp costs ~0.18 CPU-s to import, which a
+worker on a plain-http target (the built-in simulator, most local servers) never pays.
+
+``sent_at`` is taken when aiohttp starts writing the request (``write_bytes``) into the
+per-task slot the worker sets in ``sent_slot`` (a context variable the write task inherits).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import time
+from typing import Any
+
+import aiohttp
+
+from veeksha.dispatch.http1 import ConnectFailed
+from veeksha.dispatch.openai import ResponseAccumulator, ResponseError, SSEParser
+from veeksha.dispatch.settings import WorkerSettings
+
+__all__ = ["error_kind", "make_session", "read_stream"]
+
+
+def make_session(
+    settings: WorkerSettings, sent_slot: contextvars.ContextVar[list[int]]
+) -> aiohttp.ClientSession:
+    """One keep-alive session whose requests stamp ``sent_slot``'s slot when written."""
+
+    class TimedRequest(aiohttp.ClientRequest):
+        """Records when the request is written: aiohttp writes headers and body here."""
+
+        async def write_bytes(self, *args: Any, **kwargs: Any) -> None:
+            slot = sent_slot.get(None)
+            if slot is not None and not slot[0]:
+                slot[0] = time.monotonic_ns()
+            await super().write_bytes(*args, **kwargs)
+
+    connector = aiohttp.TCPConnector(
+        limit=settings.max_connections,
+        limit_per_host=0,
+        keepalive_timeout=60,
+        enable_cleanup_closed=False,
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        request_class=TimedRequest,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        timeout=aiohttp.ClientTimeout(total=None),
+        auto_decompress=False,
+        skip_auto_headers=("Accept-Encoding",),
+        headers={"User-Agent": "veeksha"},
+    )
+
+
+async def read_stream(content: aiohttp.StreamReader, acc: ResponseAccumulator, state: Any) -> None:
+    """Feed an SSE body to ``acc``, one timestamp per read; ``state.completed_at`` = last read."""
+    parser = SSEParser()
+    feed = parser.feed
+    on_events = acc.on_events
+    readany = content.readany
+    monotonic_ns = time.monotonic_ns
+    while True:
+        data = await readany()
+        if not data:
+            break
+        t = monotonic_ns()
+        state.completed_at = t
+        events = feed(data)
+        if events:
+            on_events(events, t)
+    tail = parser.close()
+    if tail:
+        on_events(tail, state.completed_at)
+    if not acc.done and not acc.parts and acc.completion_tokens is None:
+        raise ResponseError("malformed_response", "stream ended without any event")
+
+
+def error_kind(exc: BaseException) -> str | None:
+    """The ``error_kind`` of an aiohttp failure, or None when ``exc`` is not one."""
+    if isinstance(exc, aiohttp.ClientConnectorError | ConnectFailed):
+        return "connection_refused"
+    if isinstance(
+        exc,
+        aiohttp.ServerDisconnectedError
+        | aiohttp.ClientPayloadError
+        | aiohttp.ClientOSError
+        | aiohttp.ClientConnectionError,
+    ):
+        return "connection_reset"
+    return None
