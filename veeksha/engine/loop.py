@@ -33,6 +33,7 @@ __all__ = ["InFlight", "LoopCounters", "LoopSettings", "TrafficLoop", "TrafficSi
 
 _NS = 1_000_000_000
 _STARTS_PER_PASS = 256
+_READY, _IN_FLIGHT = NodeState.READY, NodeState.IN_FLIGHT  # enum lookups cost ~0.1 µs
 
 
 @dataclass(slots=True)
@@ -301,7 +302,7 @@ class TrafficLoop:
         cap = self.settings.max_in_flight
         limit = None if cap is None else max(0, cap - len(self.in_flight))
         for session, node_id in self.ready.pop_due(now, limit):
-            if session.states[node_id] != NodeState.READY:
+            if session.states[node_id] != _READY:
                 continue  # cancelled while queued
             self._dispatch(session, node_id, now)
         self._arm_dispatch_timer()
@@ -373,7 +374,7 @@ class TrafficLoop:
             if result.completion_tokens is not None
             else len(result.output_text.split())
         )
-        if session.states[request.node_id] != NodeState.IN_FLIGHT:
+        if session.states[request.node_id] != _IN_FLIGHT:
             return
         released = session.complete(
             request.node_id,

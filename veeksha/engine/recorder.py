@@ -88,7 +88,8 @@ class RunRecorder:
     def session_done(self, session: SessionState) -> None:
         spec = session.spec
         states = session.states
-        dispatched = sum(1 for s in states if s in (NodeState.OK, NodeState.FAILED))
+        num_ok = states.count(NodeState.OK)
+        num_error = states.count(NodeState.FAILED)
         record = SessionRecord(
             run_id=self.run_id,
             phase=session.phase,
@@ -96,10 +97,10 @@ class RunRecorder:
             started_at_ns=session.started_at_ns,
             ended_at_ns=session.ended_at_ns,
             num_nodes=len(spec.nodes),
-            num_requests=dispatched,
-            num_ok=session.count(NodeState.OK),
-            num_error=session.count(NodeState.FAILED),
-            num_cancelled=session.count(NodeState.CANCELLED),
+            num_requests=num_ok + num_error,
+            num_ok=num_ok,
+            num_error=num_error,
+            num_cancelled=states.count(NodeState.CANCELLED),
             think_time_total_s=sum(node.wait_after_ready_s for node in spec.nodes),
             status=session.status,
         )

@@ -39,7 +39,10 @@ class NodeState(IntEnum):
     CANCELLED = 5
 
 
-_TERMINAL = (NodeState.OK, NodeState.FAILED, NodeState.CANCELLED)
+# Members as module constants: an enum attribute lookup costs ~0.1 µs in Python 3.11, and the
+# hot path does several per request.
+_PENDING, _READY, _IN_FLIGHT, _OK, _FAILED, _CANCELLED = NodeState
+_TERMINAL = (_OK, _FAILED, _CANCELLED)
 
 
 class SessionState:
@@ -73,7 +76,7 @@ class SessionState:
         self.cancel_on_failure = cancel_on_failure
         self.phase = phase
         n = len(spec.nodes)
-        self.states = [NodeState.PENDING] * n
+        self.states = [_PENDING] * n
         self._unfinished_parents = [len(node.parents) for node in spec.nodes]
         self._completed_at: list[int] = [0] * n
         self.ready_at_ns: list[int | None] = [None] * n
@@ -100,9 +103,9 @@ class SessionState:
         """ok | error | cancelled | incomplete (some nodes never reached a terminal state)."""
         if not self.done:
             return "incomplete"
-        if NodeState.FAILED in self.states:
+        if _FAILED in self.states:
             return "error"
-        if NodeState.CANCELLED in self.states:
+        if _CANCELLED in self.states:
             return "cancelled"
         return "ok"
 
@@ -112,7 +115,7 @@ class SessionState:
         return cancelled
 
     def count(self, state: NodeState) -> int:
-        return sum(1 for s in self.states if s == state)
+        return self.states.count(state)
 
     def messages(self, node_id: int) -> Conversation:
         """The messages to send for a node: its history parent's conversation, then its prompt."""
@@ -132,13 +135,13 @@ class SessionState:
         """The session starts: its roots become ready at its start time."""
         ready = []
         for node_id in self.spec.roots:
-            self.states[node_id] = NodeState.READY
+            self.states[node_id] = _READY
             self.ready_at_ns[node_id] = self.started_at_ns
             ready.append((node_id, self.started_at_ns))
         return ready
 
     def mark_dispatched(self, node_id: int) -> None:
-        self.states[node_id] = NodeState.IN_FLIGHT
+        self.states[node_id] = _IN_FLIGHT
 
     def complete(
         self,
@@ -155,33 +158,40 @@ class SessionState:
         ``conversation_tokens`` is the node's whole prompt (history included) and
         ``answer_tokens`` its answer, so history children can account their inherited tokens.
         """
-        self._finish(node_id, NodeState.OK if ok else NodeState.FAILED, completed_at_ns)
-        if self.spec.children[node_id] and any(
-            self.spec.nodes[c].history_parent == node_id for c in self.spec.children[node_id]
-        ):
-            conversation = self.messages(node_id)
-            if ok:
-                conversation = (*conversation, ("assistant", answer))
-            self._conversation[node_id] = conversation
-            self._history_tokens[node_id] = conversation_tokens + (answer_tokens if ok else 0)
+        self._finish(node_id, _OK if ok else _FAILED, completed_at_ns)
+        nodes = self.spec.nodes
+        for child in self.spec.children[node_id]:
+            if nodes[child].history_parent == node_id:
+                self._keep_conversation(node_id, ok, answer, conversation_tokens, answer_tokens)
+                break
         if not ok and self.cancel_on_failure:
             self.cancel_pending(completed_at_ns)
             return []
         return self._release_children(node_id)
 
+    def _keep_conversation(
+        self, node_id: int, ok: bool, answer: str, conversation_tokens: int, answer_tokens: int
+    ) -> None:
+        """Store what a history child of ``node_id`` inherits."""
+        conversation = self.messages(node_id)
+        if ok:
+            conversation = (*conversation, ("assistant", answer))
+        self._conversation[node_id] = conversation
+        self._history_tokens[node_id] = conversation_tokens + (answer_tokens if ok else 0)
+
     def cancel_pending(self, at_ns: int) -> list[int]:
         """Cancel every node not yet dispatched (pending or ready); returns their ids."""
         cancelled = []
         for node_id, state in enumerate(self.states):
-            if state in (NodeState.PENDING, NodeState.READY):
-                self._finish(node_id, NodeState.CANCELLED, at_ns)
+            if state in (_PENDING, _READY):
+                self._finish(node_id, _CANCELLED, at_ns)
                 cancelled.append(node_id)
         return cancelled
 
     def cancel_node(self, node_id: int, at_ns: int) -> None:
         """Cancel one node (e.g. in flight when the run stopped)."""
         if self.states[node_id] not in _TERMINAL:
-            self._finish(node_id, NodeState.CANCELLED, at_ns)
+            self._finish(node_id, _CANCELLED, at_ns)
 
     # ---------------------------------------------------------------------------------- internals
 
@@ -190,7 +200,7 @@ class SessionState:
             raise ValueError(f"node {node_id} of session {self.session_id} already finished")
         self.states[node_id] = state
         self._completed_at[node_id] = at_ns
-        if state == NodeState.CANCELLED:
+        if state == _CANCELLED:
             self._cancelled_log.append(node_id)
         self._remaining -= 1
         if self._remaining == 0:
@@ -202,10 +212,10 @@ class SessionState:
         nodes = self.spec.nodes
         for child in self.spec.children[node_id]:
             self._unfinished_parents[child] -= 1
-            if self._unfinished_parents[child] == 0 and self.states[child] == NodeState.PENDING:
+            if self._unfinished_parents[child] == 0 and self.states[child] == _PENDING:
                 latest = max(self._completed_at[p] for p in nodes[child].parents)
                 wait_ns = round(nodes[child].wait_after_ready_s * 1_000_000_000)
-                self.states[child] = NodeState.READY
+                self.states[child] = _READY
                 self.ready_at_ns[child] = latest + wait_ns
                 ready.append((child, latest + wait_ns))
         return ready
