@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -104,14 +103,18 @@ class RunRecorder:
             think_time_total_s=sum(node.wait_after_ready_s for node in spec.nodes),
             status=session.status,
         )
-        with contextlib.suppress(RunAbortedError):  # see _add
+        try:  # noqa: SIM105 - see _add
             self._writer.add_session(session_row(record, self.t0_ns))
+        except RunAbortedError:
+            pass
 
     def _add(self, row: dict[str, Any]) -> None:
         # After a write error the writer refuses rows. It has already reported the error through
         # its on_error callback, which stops the run; raising here, in the middle of the loop's
         # result handling, would leave a session half-updated and the run waiting for it forever.
-        with contextlib.suppress(RunAbortedError):
+        try:  # noqa: SIM105 - hot path: no context manager per row
             self._writer.add_request(row)
+        except RunAbortedError:
+            pass
         if self._on_row is not None:
             self._on_row(row)

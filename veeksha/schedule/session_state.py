@@ -213,7 +213,13 @@ class SessionState:
         for child in self.spec.children[node_id]:
             self._unfinished_parents[child] -= 1
             if self._unfinished_parents[child] == 0 and self.states[child] == _PENDING:
-                latest = max(self._completed_at[p] for p in nodes[child].parents)
+                parents = nodes[child].parents
+                completed = self._completed_at
+                latest = (
+                    completed[parents[0]]
+                    if len(parents) == 1
+                    else max([completed[p] for p in parents])
+                )
                 wait_ns = round(nodes[child].wait_after_ready_s * 1_000_000_000)
                 self.states[child] = _READY
                 self.ready_at_ns[child] = latest + wait_ns
