@@ -78,7 +78,7 @@ class InProcessPool:
         """Bind to the running loop (nothing to spawn)."""
         self._loop = asyncio.get_running_loop()
 
-    def submit(self, item: WorkItem) -> int:
+    def submit(self, item: WorkItem, *, flush: bool = True) -> int:
         """Queue ``item`` for the next loop pass; returns the pseudo-worker's id (0)."""
         if self._stopping:
             raise RunAbortedError("the dry-run pool is stopping")
@@ -88,6 +88,9 @@ class InProcessPool:
             self._scheduled = True
             self._loop.call_soon(self._answer)
         return _WORKER_ID
+
+    def flush(self) -> None:
+        """Nothing to send: answers are batched per loop pass anyway."""
 
     async def stop(self, grace_s: float = 0.0) -> None:
         """Answer what is queued now; later submits raise. Idempotent."""

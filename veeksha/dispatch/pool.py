@@ -9,7 +9,9 @@ Lifecycle
     imports only the worker's modules, never the caller's ``__main__``; the ``WorkerSpawn``
     config, API key included, goes through its stdin) and waits until each has said
     ``WorkerReady``. ``submit`` hands a ``WorkItem`` to the ready worker with the fewest requests
-    in flight (ties: the lowest slot) and sends it at once. ``stop`` sends ``Stop(grace_s)`` to
+    in flight (ties: the lowest slot) and sends it at once, or, with ``flush=False``, keeps it
+    in that worker's outbox until ``flush``: the traffic loop flushes once per pass, so a pass's
+    items travel as one frame per worker. ``stop`` sends ``Stop(grace_s)`` to
     every worker, collects their last Results, reaps them and kills any straggler.
 
 Exactly one Result per submitted item
@@ -80,6 +82,7 @@ class _Handle:
         "cpus",
         "exited",
         "in_flight",
+        "outbox",
         "pid",
         "pidfd",
         "proc",
@@ -101,6 +104,7 @@ class _Handle:
         self.sender: Sender | None = None
         self.in_flight: dict[int, int] = {}  # request_id -> dispatched_at_ns
         self.backlog: list[WorkItem] = []  # submitted before the worker was ready
+        self.outbox: list[WorkItem] = []  # submitted with flush=False, sent by flush()
         self.start_error = ""
         loop = asyncio.get_running_loop()
         self.ready: asyncio.Future[None] = loop.create_future()
@@ -136,6 +140,7 @@ class WorkerPool:
         self._handles: dict[int, _Handle] = {}  # every worker ever spawned, by id
         self._live: list[_Handle] = []  # spawned, not exited
         self._ready: list[_Handle] = []  # live and ready, by slot
+        self._dirty: list[_Handle] = []  # handles with a non-empty outbox
         self._next_id = 0
         self._in_flight = 0
         self._idle: asyncio.Event | None = None
@@ -199,10 +204,13 @@ class WorkerPool:
             self._close()
             raise
 
-    def submit(self, item: WorkItem) -> int:
-        """Hand ``item`` to the least-loaded ready worker now; return that worker's id.
+    def submit(self, item: WorkItem, *, flush: bool = True) -> int:
+        """Hand ``item`` to the least-loaded ready worker; return that worker's id.
 
-        Never blocks. Raises ``RunAbortedError`` once the pool has failed or is stopping.
+        With ``flush`` (the default) it is sent at once; without, it waits in the worker's
+        outbox until ``flush()``, so the items of one event-loop pass travel as one zmq frame
+        per worker (one encode, one send). Never blocks. Raises ``RunAbortedError`` once the
+        pool has failed or is stopping.
         """
         if self._stopping or self.error is not None:
             raise self.error or RunAbortedError("the worker pool is stopping")
@@ -220,11 +228,23 @@ class WorkerPool:
             best = min(self._live, key=lambda h: len(h.in_flight))
         best.in_flight[item.request_id] = item.dispatched_at_ns
         self._in_flight += 1
-        if best.sender is not None:
+        if best.sender is None:
+            best.backlog.append(item)
+        elif flush:
             best.sender.send([item])
         else:
-            best.backlog.append(item)
+            if not best.outbox:
+                self._dirty.append(best)
+            best.outbox.append(item)
         return best.worker_id
+
+    def flush(self) -> None:
+        """Send every outbox (items submitted with ``flush=False``): one frame per worker."""
+        dirty, self._dirty = self._dirty, []
+        for h in dirty:
+            items, h.outbox = h.outbox, []
+            if h.sender is not None and items:  # (an exited worker's: _lose reports them)
+                h.sender.send(items)
 
     async def stop(self, grace_s: float = 0.0) -> None:
         """Stop every worker: in-flight requests get ``grace_s`` seconds, then are cancelled.
@@ -235,6 +255,7 @@ class WorkerPool:
         if self._closed or not self._started:
             return
         self._stopping = True
+        self.flush()  # items submitted before stop reach their worker ahead of Stop
         for h in list(self._live):
             if h.sender is not None:
                 h.sender.send([Stop(grace_s)])
@@ -358,6 +379,7 @@ class WorkerPool:
         if h.sender is not None:
             h.sender.close(0)
             h.sender = None
+        h.outbox = []  # never sent; still in in_flight, so _lose reports them
         how = _describe_exit(code)
         if not h.ready.done():
             why = h.start_error or "see its error output above"
@@ -423,6 +445,7 @@ class WorkerPool:
             return
         self.error = error
         self._stopping = True
+        self.flush()
         for h in self._live:
             if h.sender is not None:
                 h.sender.send([Stop(0.0)])

@@ -3,7 +3,8 @@
 Runs on one event loop in the main process, with no locks and no threads. It owns the session
 states and the ready queue; the arrival policy (open-loop rate or closed-loop concurrency) only
 decides when sessions start. Dispatching and recording are injected (``submit``, ``sink``) so the
-loop knows nothing of processes or files.
+loop knows nothing of processes or files; an optional ``flush`` is called once after each pass
+that submitted something, so a dispatcher may batch the pass's items.
 
 Timing vocabulary (all integer ns of CLOCK_MONOTONIC):
 - a session's start time is its *planned* time (the rate timeline, the ramp slot, or the end of
@@ -101,12 +102,16 @@ class TrafficLoop:
         sink: TrafficSink,
         clock: Clock,
         timers: Timers,
+        flush: Callable[[], None] | None = None,
     ) -> None:
         if (settings.rate_gaps is None) == (settings.concurrency is None):
             raise ValueError("exactly one of rate_gaps and concurrency must be set")
         self.settings = settings
         self._make_session = make_session
         self._submit = submit
+        self._flush = flush
+        self._unflushed = False  # submitted since the last flush
+        self._in_results = False  # inside on_results: flush once at its end
         self._sink = sink
         self._clock = clock
         self._timers = timers
@@ -203,15 +208,23 @@ class TrafficLoop:
         return lost
 
     def on_results(self, results: list[Result]) -> None:
-        """Results from the workers (called on the loop, in batches)."""
+        """Results from the workers (called on the loop, in batches).
+
+        Whatever the batch releases (children, closed-loop replacements) is dispatched as it
+        becomes due and flushed once, at the end: one frame per worker for the whole batch.
+        """
         now = self._clock.now_ns()
-        for result in results:
-            request = self.in_flight.pop(result.request_id, None)
-            if request is None:  # a late duplicate after abandon_in_flight
-                continue
-            self._handle_result(request, result, now)
-        if self.settings.concurrency is not None and not self.stopping:
-            self._fill_concurrency(now - self.t0_ns)
+        self._in_results = True
+        try:
+            for result in results:
+                request = self.in_flight.pop(result.request_id, None)
+                if request is None:  # a late duplicate after abandon_in_flight
+                    continue
+                self._handle_result(request, result, now)
+            if self.settings.concurrency is not None and not self.stopping:
+                self._fill_concurrency(now - self.t0_ns)
+        finally:
+            self._in_results = False
         self._dispatch_due()
         self._check_finished()
 
@@ -305,6 +318,9 @@ class TrafficLoop:
             if session.states[node_id] != _READY:
                 continue  # cancelled while queued
             self._dispatch(session, node_id, now)
+        if self._unflushed and not self._in_results and self._flush is not None:
+            self._unflushed = False
+            self._flush()  # the pass's items leave together (one frame per worker)
         self._arm_dispatch_timer()
 
     def _dispatch(self, session: SessionState, node_id: int, now: int) -> None:
@@ -320,6 +336,7 @@ class TrafficLoop:
         ready_at = session.ready_at_ns[node_id]
         assert ready_at is not None
         worker_id = self._submit(item)
+        self._unflushed = True
         session.mark_dispatched(node_id)
         request = InFlight(
             session=session,

@@ -302,6 +302,7 @@ class _Run:
             recorder,
             self.clock,
             LoopTimers(loop, self.clock),
+            flush=self._flush,
         )
         self.traffic = traffic
         finished: asyncio.Future[None] = loop.create_future()
@@ -337,7 +338,11 @@ class _Run:
 
     def _submit(self, item: WorkItem) -> int:
         assert self.pool is not None
-        return self.pool.submit(item)
+        return self.pool.submit(item, flush=False)
+
+    def _flush(self) -> None:
+        if self.pool is not None:
+            self.pool.flush()
 
     def _on_results(self, results: list[Result]) -> None:
         if self.traffic is not None:
