@@ -16,10 +16,10 @@ their Results once per event-loop iteration) and a receiver decodes a batch in o
 ``Receiver`` integrates a PULL socket with asyncio without threads or polling: a reader on the
 socket's ``zmq.FD``. That descriptor is *edge-triggered*: it signals that the socket's state may
 have changed, not that a message is there, and it signals again only after the socket has
-processed its pending commands. Every wake-up therefore receives with ``NOBLOCK`` until
-``zmq.Again`` (which also processes those commands), so no message can sit unseen behind a
-consumed edge; the same drain runs once right after registration for anything that arrived
-before. A spurious wake-up costs one failed ``recv``.
+processed its pending commands. Every wake-up therefore receives with ``NOBLOCK`` while
+``EVENTS`` reports ``POLLIN`` (reading ``EVENTS`` also processes those commands), so no message
+can sit unseen behind a consumed edge; the same drain runs once right after registration for
+anything that arrived before. A spurious wake-up costs one ``EVENTS`` query.
 """
 
 from __future__ import annotations
@@ -124,20 +124,26 @@ class Receiver(Generic[T]):
         loop.call_soon(self._on_readable)
 
     def drain(self) -> list[T]:
-        """Receive and decode everything buffered now, without waiting."""
-        recv = self.sock.recv
+        """Receive and decode everything buffered now, without waiting.
+
+        Asks ``EVENTS`` before each receive (which, like a receive, processes the socket's
+        pending commands) instead of receiving until ``zmq.Again``: an exception per wake-up
+        costs ~5 µs, the query ~1.5 µs.
+        """
+        sock = self.sock
+        recv = sock.recv
+        get = sock.get
         decode = self._decode
         out: list[T] = []
-        while True:
-            try:
-                frame = recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return out
-            except zmq.ZMQError as exc:
-                if exc.errno == zmq.ENOTSOCK:  # closed under us
-                    return out
+        try:
+            while int(get(zmq.EVENTS)) & zmq.POLLIN:
+                out.extend(decode(recv(zmq.NOBLOCK)))
+        except zmq.Again:  # raced with nothing: never expected, harmless
+            pass
+        except zmq.ZMQError as exc:
+            if exc.errno != zmq.ENOTSOCK:  # (closed under us: return what we have)
                 raise
-            out.extend(decode(frame))
+        return out
 
     def _on_readable(self) -> None:
         if self.sock.closed:
