@@ -287,7 +287,7 @@ class ResultWriter:
     def _to_table(self, table: _Table, batch: list[dict[str, Any]]) -> pa.Table:
         """The batch as one typed table.
 
-        Transposing Python rows into columns holds the GIL (about 2 µs a row), so it runs a
+        Transposing Python rows into columns holds the GIL (several µs a row), so it runs a
         slice at a time and this thread yields the GIL between slices: the event loop never waits
         more than one slice's worth. Each column then becomes an Arrow array in one C++ call.
         """

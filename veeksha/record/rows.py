@@ -221,8 +221,8 @@ def request_row(
 def request_columns(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
     """``request_row`` dicts transposed into one list per column (``requests_table``'s input).
 
-    Pure Python, about 2 µs a row; a writer thread may transpose a long batch in slices (and
-    ``extend`` the lists), yielding the GIL in between, then build one table from the whole.
+    Pure Python, 45 lookups per row (several µs); a writer thread may transpose a long batch in
+    slices (and ``extend`` the lists), yielding the GIL in between, then build one table.
     """
     return {name: [row.get(name) for row in rows] for name in _ROW_KEYS}
 
