@@ -295,13 +295,14 @@ class _Run:
             trace,
             on_row=None if streaming is None else streaming.add,
         )
+        timers = LoopTimers(loop, self.clock)
         traffic = TrafficLoop(
             self._loop_settings(),
             make_session,
             self._submit,
             recorder,
             self.clock,
-            LoopTimers(loop, self.clock),
+            timers,
             flush=self._flush,
         )
         self.traffic = traffic
@@ -333,6 +334,7 @@ class _Run:
             await self.pool.stop(grace_s=0.0)
             if traffic.in_flight:
                 traffic.abandon_in_flight("worker_lost")
+            timers.close()
             self.main_cpu_s = time.process_time() - cpu_start
         self._finish(target, writer, t0_ns, t0_wall)
 

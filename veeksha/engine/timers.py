@@ -148,7 +148,8 @@ class LoopTimers:
         return entry
 
     def close(self) -> None:
-        """Stop watching the descriptor and close it."""
+        """Stop watching the descriptor and close it; later timers fall back to loop timers."""
+        self.precise = False
         if self._fd >= 0:
             with contextlib.suppress(Exception):
                 self._loop.remove_reader(self._fd)
