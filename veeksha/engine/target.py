@@ -14,10 +14,11 @@ from typing import Any
 
 import psutil
 
+from veeksha.dispatch.settings import resolve_api_key
 from veeksha.errors import ConfigurationError, TargetError
 from veeksha.scenario.models import Scenario
 
-__all__ = ["Target", "TargetContext", "check_reachable", "describe", "resolve_api_key"]
+__all__ = ["Target", "TargetContext", "check_reachable", "describe"]
 
 
 @dataclass
@@ -38,14 +39,6 @@ class Target:
             "model": self.model,
             **self.description,
         }
-
-
-def resolve_api_key(scenario: Scenario) -> str | None:
-    """client.api_key, else the environment variable named by client.api_key_env."""
-    client = scenario.client
-    if client.api_key is not None:
-        return client.api_key.get_secret_value()
-    return os.environ.get(client.api_key_env) or None
 
 
 def check_reachable(
@@ -103,7 +96,7 @@ class TargetContext(AbstractContextManager["Target"]):
     def __enter__(self) -> Target:
         scenario = self._scenario
         client = scenario.client
-        api_key = resolve_api_key(scenario)
+        api_key = resolve_api_key(client)
         if self._dry_run:
             return Target("dry-run://", client.model or "dry-run", None, "dry_run")
         api_base = client.api_base or os.environ.get("OPENAI_API_BASE") or None
