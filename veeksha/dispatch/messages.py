@@ -43,13 +43,16 @@ class WorkItem(msgspec.Struct, tag="work", array_like=True, gc=False):
     """One request for a worker to send.
 
     ``messages`` is the whole conversation as (role, content) pairs, inherited history included;
-    completions clients flatten it into one prompt.
+    completions clients flatten it into one prompt. An item handed over ahead of its ready time
+    carries it in ``not_before_ns``: the worker holds it until then (a precise timer) and
+    releases it, reporting that moment as ``Result.released_at_ns``; 0 means send at once.
     """
 
     request_id: int
     messages: list[tuple[str, str]]
     max_tokens: int
     dispatched_at_ns: int
+    not_before_ns: int = 0
 
 
 class Stop(msgspec.Struct, tag="stop", array_like=True):
@@ -90,6 +93,7 @@ class Result(msgspec.Struct, tag="result", array_like=True, gc=False):
     cached_tokens: int | None = None
     retries: int = 0
     server_timings: dict[str, Any] | None = None
+    released_at_ns: int = 0  # a held item's release (its timer fired); 0 if not held
 
 
 ToWorker = WorkItem | Stop

@@ -102,7 +102,7 @@ class _Handle:
         self.pid = 0
         self.pidfd = -1
         self.sender: Sender | None = None
-        self.in_flight: dict[int, int] = {}  # request_id -> dispatched_at_ns
+        self.in_flight: dict[int, int] = {}  # request_id -> dispatched (or release) time
         self.backlog: list[WorkItem] = []  # submitted before the worker was ready
         self.outbox: list[WorkItem] = []  # submitted with flush=False, sent by flush()
         self.start_error = ""
@@ -226,7 +226,8 @@ class WorkerPool:
             if not self._live:
                 raise RunAbortedError("no worker process is running")
             best = min(self._live, key=lambda h: len(h.in_flight))
-        best.in_flight[item.request_id] = item.dispatched_at_ns
+        # (a held item's release time, should it be lost unanswered: see _lose)
+        best.in_flight[item.request_id] = max(item.dispatched_at_ns, item.not_before_ns)
         self._in_flight += 1
         if best.sender is None:
             best.backlog.append(item)
@@ -427,8 +428,8 @@ class WorkerPool:
                 request_id=request_id,
                 worker_id=h.worker_id,
                 status="error" if kind == "worker_lost" else "cancelled",
-                received_at_ns=dispatched_at,
-                sent_at_ns=dispatched_at,
+                received_at_ns=min(dispatched_at, now),
+                sent_at_ns=min(dispatched_at, now),
                 completed_at_ns=now,
                 error_kind=kind,
                 error_message=why,

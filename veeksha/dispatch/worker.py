@@ -6,6 +6,13 @@ dies with its parent (``PR_SET_PDEATHSIG``), pins itself to its CPUs, binds its 
 connects to the results socket and says ``WorkerReady``. Then, for every ``WorkItem``, it sends
 exactly one ``Result``, errors included; Results are flushed in one frame per loop iteration.
 
+An item handed over ahead of its ready time (``not_before_ns`` set) is held on a precise timer
+(``timerfd``, see ``veeksha.engine.timers``) and released at that time; its Result carries the
+release as ``released_at_ns``, and as ``received_at_ns`` (the worker takes it up then), so
+``ready ≤ dispatched ≤ received ≤ sent`` holds for every request. A ``Stop`` with a grace lets
+held items leave on time (they are due within the hand-over window) and counts them as in
+flight; a ``Stop`` without grace withdraws them: cancelled Results, never sent.
+
 Timestamps (monotonic ns): ``received_at`` when the item was decoded; ``sent_at`` when aiohttp
 starts writing the request to the socket (the first attempt's, when retrying); one timestamp per
 read of the response, shared by the SSE events of that read; ``completed_at`` at the last byte.
@@ -32,12 +39,14 @@ import msgspec
 import uvloop
 import zmq
 
+from veeksha.clock import MonotonicClock
 from veeksha.dispatch.channel import Receiver, Sender, bind_pull, connect_push, to_worker_decoder
 from veeksha.dispatch.http1 import ConnectFailed, Http1Pool
 from veeksha.dispatch.inprocess import dry_result
 from veeksha.dispatch.messages import Result, Stop, ToWorker, WorkerReady, WorkItem
 from veeksha.dispatch.openai import RequestBuilder, ResponseAccumulator, ResponseError, SSEParser
 from veeksha.dispatch.settings import WorkerSettings, WorkerSpawn
+from veeksha.engine.timers import Cancellable, LoopTimers
 
 if TYPE_CHECKING:  # imported when needed: see veeksha.dispatch.aiohttp_client
     import aiohttp
@@ -100,6 +109,10 @@ class Worker:
         self._http: Http1Pool | None = None
         self._sender: Sender | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._timers: LoopTimers | None = None
+        self._held: dict[int, tuple[WorkItem, Cancellable]] = {}  # by request id
+        self._released: dict[int, int] = {}  # release time of held items now in flight
+        self._all_released: asyncio.Future[None] | None = None  # set when _held empties
 
     # ------------------------------------------------------------------------------ lifecycle
 
@@ -107,6 +120,7 @@ class Worker:
         """Serve work items until ``Stop``; then finish or cancel what is in flight and return."""
         loop = self._loop = asyncio.get_running_loop()
         self._stopping = loop.create_future()
+        self._timers = LoopTimers(loop, MonotonicClock())
         ctx = zmq.Context()
         work_sock = bind_pull(ctx, self._work_address)
         self._sender = Sender(connect_push(ctx, self._results_address, _RESULTS_LINGER_MS))
@@ -130,6 +144,8 @@ class Worker:
             await self._finish(grace_s)  # still receiving: a second Stop(0) cuts the grace short
             receiver.stop()
         finally:
+            self._cancel_held()
+            self._timers.close()  # (pending release timers: cancelled just above)
             if self._session is not None:
                 await self._session.close()
             if self._http is not None:
@@ -141,26 +157,65 @@ class Worker:
 
     def _on_batch(self, batch: list[ToWorker]) -> None:
         received_at = time.monotonic_ns()
-        loop = self._loop
-        assert loop is not None
         for msg in batch:
             if type(msg) is WorkItem:
                 if self._stopping is not None and self._stopping.done():
                     self._emit(_cancelled(msg, self.worker_id, received_at))
-                elif self.settings.dry_run:
-                    self._emit(dry_result(msg, self.worker_id, received_at))
+                elif msg.not_before_ns > received_at:
+                    self._hold(msg)
                 else:
-                    task = loop.create_task(self._run_item(msg, received_at))
-                    self._tasks.add(task)
-                    task.add_done_callback(self._tasks.discard)
+                    self._start(msg, received_at)
             elif isinstance(msg, Stop) and self._stopping is not None:
+                if msg.grace_s <= 0:  # no grace: what is held is withdrawn, never sent
+                    self._cancel_held()
                 if not self._stopping.done():
                     self._stopping.set_result(msg.grace_s)
                 elif msg.grace_s <= 0:  # a second, immediate Stop (Ctrl-C twice): cancel now
                     for task in list(self._tasks):
                         task.cancel()
 
+    def _start(self, item: WorkItem, received_at: int) -> None:
+        if self.settings.dry_run:
+            self._emit(dry_result(item, self.worker_id, time.monotonic_ns()))
+            return
+        assert self._loop is not None
+        task = self._loop.create_task(self._run_item(item, received_at))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _hold(self, item: WorkItem) -> None:
+        assert self._timers is not None
+        request_id = item.request_id
+        timer = self._timers.call_at_ns(item.not_before_ns, lambda: self._release(request_id))
+        self._held[request_id] = (item, timer)
+
+    def _release(self, request_id: int) -> None:
+        held = self._held.pop(request_id, None)
+        if held is None:
+            return
+        released = self._released[request_id] = time.monotonic_ns()
+        self._start(held[0], released)  # taken up now: received_at is the release
+        if not self._held and self._all_released is not None and not self._all_released.done():
+            self._all_released.set_result(None)
+
+    def _cancel_held(self) -> None:
+        """Cancel every held item (never sent): one cancelled Result each."""
+        held, self._held = self._held, {}
+        now = time.monotonic_ns()
+        for item, timer in held.values():
+            timer.cancel()
+            self._emit(_cancelled(item, self.worker_id, now))
+
     async def _finish(self, grace_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        if self._held and grace_s > 0:
+            # handed over before the stop: released on time (they are due within the window)
+            self._all_released = loop.create_future()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._all_released, grace_s)
+        self._cancel_held()
+        grace_s = deadline - loop.time()
         if self._tasks and grace_s > 0:
             await asyncio.wait(set(self._tasks), timeout=grace_s)
         for task in list(self._tasks):
@@ -171,6 +226,10 @@ class Worker:
     # ------------------------------------------------------------------------------ results
 
     def _emit(self, result: Result) -> None:
+        if self._released:
+            released = self._released.pop(result.request_id, 0)
+            if released:
+                result.released_at_ns = released
         self._outbox.append(result)
         if not self._flush_scheduled and self._loop is not None:
             self._flush_scheduled = True

@@ -10,7 +10,10 @@ Timing vocabulary (all integer ns of CLOCK_MONOTONIC):
 - a session's start time is its *planned* time (the rate timeline, the ramp slot, or the end of
   the session whose slot it takes), never the moment a timer happened to fire;
 - a node's ready time is its session's start (roots) or its latest parent's completion plus its
-  think time; ``dispatched_at − ready_at`` is the generator's own lag and is recorded, not hidden.
+  think time; ``dispatched_at − ready_at`` is the generator's own lag and is recorded, not hidden;
+- with ``dispatch_ahead_ns`` a pass hands over everything that becomes ready within that window
+  (sessions start that much early, with their planned start time), and the dispatcher releases
+  each request at its ready time; ``dispatched_at`` is then that release, taken by the worker.
 """
 
 from __future__ import annotations
@@ -53,13 +56,16 @@ class InFlight:
 class TrafficSink(Protocol):
     """Where the loop reports what happened (the recorder, the trace, the progress display)."""
 
-    def dispatched(self, request: InFlight, item: WorkItem) -> None: ...
+    def dispatched(self, request: InFlight, item: WorkItem) -> None:
+        """Handed to the dispatcher; ``item.not_before_ns`` set: to be released then."""
 
     def request_done(self, request: InFlight, result: Result, processed_at_ns: int) -> None: ...
 
     def request_cancelled(
         self, session: SessionState, node_id: int, request_id: int, at_ns: int
-    ) -> None: ...
+    ) -> None:
+        """A node cancelled before it was sent; ``request_id`` may be that of a hand-over that
+        was withdrawn (see ``dispatch_ahead_ns``), whose ``dispatched`` was already reported."""
 
     def session_done(self, session: SessionState) -> None: ...
 
@@ -76,6 +82,9 @@ class LoopSettings:
     max_in_flight: int | None = None
     rate_gaps: Callable[[int], NDArray[np.float64]] | None = None  # open loop when set
     concurrency: ConcurrencyRamp | None = None  # closed loop when set
+    # Hand requests over up to this long before they are ready (WorkItem.not_before_ns); the
+    # dispatcher releases each at its ready time. 0: hand over when ready.
+    dispatch_ahead_ns: int = 0
 
 
 @dataclass(slots=True)
@@ -131,6 +140,12 @@ class TrafficLoop:
         self._dispatch_timer: Cancellable | None = None
         self._dispatch_wake_ns: int | None = None
         self._deadline_timer: Cancellable | None = None
+        self._deadline_ns: int | None = None  # nothing becomes due at or after it
+        ahead = settings.dispatch_ahead_ns if settings.max_in_flight is None else 0
+        self._ahead_ns = max(0, ahead)
+        # A pass hands over everything due within ``_ahead_ns`` and the next pass comes when the
+        # lead left drops to half of it: half a window of work per pass, never less lead.
+        self._refill_ns = self._ahead_ns // 2
         self._finished = False
         self._on_finish: list[Callable[[], None]] = []
         self._on_stop: list[Callable[[str], None]] = []
@@ -142,7 +157,9 @@ class TrafficLoop:
         self.t0_ns = t0_ns
         if self.settings.rate_gaps is not None:
             self._arrivals = RateArrivals(self.settings.rate_gaps, t0_ns)
-            self._arrival_timer = self._timers.call_at_ns(t0_ns, self._on_arrival_timer)
+            self._arrival_timer = self._timers.call_at_ns(
+                t0_ns - self._ahead_ns, self._on_arrival_timer
+            )
         else:
             self._arrival_timer = self._timers.call_at_ns(t0_ns, self._on_ramp_timer)
         self._check_finished()
@@ -192,13 +209,15 @@ class TrafficLoop:
         lost = list(self.in_flight.values())
         self.in_flight.clear()
         for request in lost:
+            # the release time if it was handed over ahead (and never after now)
+            released = min(max(request.dispatched_at_ns, request.ready_at_ns), now)
             result = Result(
                 request_id=request.request_id,
                 worker_id=request.worker_id,
                 status="cancelled" if error_kind == "cancelled" else "error",
                 # like the pool's worker_lost results: the real send times are unknown
-                received_at_ns=request.dispatched_at_ns,
-                sent_at_ns=request.dispatched_at_ns,
+                received_at_ns=released,
+                sent_at_ns=released,
                 completed_at_ns=now,
                 error_kind=error_kind,
                 error_message="no result before the run ended",
@@ -265,7 +284,7 @@ class TrafficLoop:
         self.measured_start_ns = start_ns
         timeout = self.settings.benchmark_timeout_s
         if timeout > 0:
-            deadline = start_ns + round(timeout * _NS)
+            deadline = self._deadline_ns = start_ns + round(timeout * _NS)
             self._deadline_timer = self._timers.call_at_ns(deadline, lambda: self.stop("timeout"))
 
     def _on_arrival_timer(self) -> None:
@@ -273,16 +292,18 @@ class TrafficLoop:
         arrivals = self._arrivals
         assert arrivals is not None
         now = self._clock.now_ns()
+        horizon = self._horizon(now)
         started = 0
         # A burst (a late timer, or a rate beyond what one pass can start) is started in slices,
         # so results are still handled in between; each session keeps its planned start time.
-        while self._can_start() and arrivals.peek_ns() <= now and started < _STARTS_PER_PASS:
+        while self._can_start() and arrivals.peek_ns() <= horizon and started < _STARTS_PER_PASS:
             self._start_session(arrivals.pop_ns())
             started += 1
-        if self._can_start():
-            self._arrival_timer = self._timers.call_at_ns(
-                arrivals.peek_ns(), self._on_arrival_timer
-            )
+        if self._can_start() and not self._past_deadline(arrivals.peek_ns()):
+            wake = arrivals.peek_ns() - self._ahead_ns
+            if wake > now:  # (else a burst goes on at once) no sooner than half a window on
+                wake = max(wake, now + self._refill_ns)
+            self._arrival_timer = self._timers.call_at_ns(wake, self._on_arrival_timer)
         self._dispatch_due()
         self._check_finished()
 
@@ -308,13 +329,23 @@ class TrafficLoop:
 
     # --------------------------------------------------------------------------------- dispatch
 
+    def _horizon(self, now: int) -> int:
+        """The latest ready time handed over in a pass at ``now``."""
+        horizon = now + self._ahead_ns
+        if self._deadline_ns is not None and horizon >= self._deadline_ns:
+            horizon = max(now, self._deadline_ns - 1)
+        return horizon
+
+    def _past_deadline(self, at_ns: int) -> bool:
+        return self._deadline_ns is not None and at_ns >= self._deadline_ns
+
     def _dispatch_due(self) -> None:
         if self.stopping:
             return
         now = self._clock.now_ns()
         cap = self.settings.max_in_flight
         limit = None if cap is None else max(0, cap - len(self.in_flight))
-        for session, node_id in self.ready.pop_due(now, limit):
+        for session, node_id in self.ready.pop_due(self._horizon(now), limit):
             if session.states[node_id] != _READY:
                 continue  # cancelled while queued
             self._dispatch(session, node_id, now)
@@ -327,14 +358,15 @@ class TrafficLoop:
         node = session.spec.nodes[node_id]
         request_id = self._next_request
         self._next_request += 1
+        ready_at = session.ready_at_ns[node_id]
+        assert ready_at is not None
         item = WorkItem(
             request_id=request_id,
             messages=list(session.messages(node_id)),
             max_tokens=node.max_tokens,
             dispatched_at_ns=now,
+            not_before_ns=ready_at if ready_at > now else 0,
         )
-        ready_at = session.ready_at_ns[node_id]
-        assert ready_at is not None
         worker_id = self._submit(item)
         self._unflushed = True
         session.mark_dispatched(node_id)
@@ -357,6 +389,10 @@ class TrafficLoop:
         wake = self.ready.next_time()
         if wake is None or self.stopping or (cap is not None and len(self.in_flight) >= cap):
             wake = None
+        elif self._ahead_ns:
+            # wake when the head is within the window, but no sooner than half a window from
+            # the last pass (so passes carry work in batches)
+            wake = max(wake - self._ahead_ns, min(wake, self._clock.now_ns() + self._refill_ns))
         if wake == self._dispatch_wake_ns:
             return
         if self._dispatch_timer is not None:
@@ -375,6 +411,17 @@ class TrafficLoop:
 
     def _handle_result(self, request: InFlight, result: Result, now: int) -> None:
         session = request.session
+        if result.released_at_ns:  # handed over ahead: released by the worker's timer
+            request.dispatched_at_ns = result.released_at_ns
+        elif request.dispatched_at_ns < request.ready_at_ns and result.status == "cancelled":
+            # handed over ahead and cancelled before its release (the run stopped): it was never
+            # dispatched, so it ends like a node cancelled in the ready queue
+            self.counters.requests_dispatched -= 1
+            session.cancel_node(request.node_id, now)
+            self._report_cancelled(session, now, request)
+            if session.done:
+                self._end_session(session)
+            return
         ok = result.status == "ok"
         self.counters.requests_done += 1
         if not ok:
@@ -413,11 +460,17 @@ class TrafficLoop:
             if self.settings.concurrency is not None and not self.stopping:
                 self._fill_concurrency(now - self.t0_ns, session.ended_at_ns or now)
 
-    def _report_cancelled(self, session: SessionState, now: int) -> None:
+    def _report_cancelled(
+        self, session: SessionState, now: int, withdrawn: InFlight | None = None
+    ) -> None:
+        """One row per node just cancelled; a ``withdrawn`` hand-over keeps its request id."""
         for node_id in session.take_cancelled():
             self.counters.requests_cancelled += 1
-            request_id = self._next_request
-            self._next_request += 1
+            if withdrawn is not None and node_id == withdrawn.node_id:
+                request_id = withdrawn.request_id
+            else:
+                request_id = self._next_request
+                self._next_request += 1
             self._sink.request_cancelled(session, node_id, request_id, now)
 
     def _end_session(self, session: SessionState) -> None:

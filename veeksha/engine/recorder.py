@@ -70,6 +70,7 @@ class RunRecorder:
     def request_cancelled(
         self, session: SessionState, node_id: int, request_id: int, at_ns: int
     ) -> None:
+        self._new_tokens.pop(request_id, None)  # (a hand-over withdrawn before its release)
         node = session.spec.nodes[node_id]
         record = RequestRecord(
             run_id=self.run_id,

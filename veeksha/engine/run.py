@@ -210,6 +210,8 @@ class _Run:
             warmup_seconds=runtime.warmup_seconds,
             benchmark_timeout_s=runtime.benchmark_timeout,
             max_in_flight=scenario.client.max_in_flight,
+            # a dry run answers at once in this process: nothing could hold an item until due
+            dispatch_ahead_ns=0 if self.dry_run else round(runtime.dispatch_ahead_ms * 1e6),
         )
         if isinstance(scheduler, RateScheduler):
             rng = RandomStreams(scenario.seed).stream("arrivals")

@@ -75,8 +75,19 @@ REQUESTS_SCHEMA = pa.schema(
         _col("model", _STR, "", "model name sent in the request"),
         _col("wait_after_ready", _F64, _S, "configured think time after the parents completed"),
         _col("ready_at", _F64, _T0, "dependencies and think time satisfied"),
-        _col("dispatched_at", _F64, _T0, "main process handed the request to a worker"),
-        _col("received_at", _F64, _T0, "worker received it from the main process"),
+        _col(
+            "dispatched_at",
+            _F64,
+            _T0,
+            "main process handed the request to a worker (handed over ahead of its ready time: "
+            "the worker released it)",
+        ),
+        _col(
+            "received_at",
+            _F64,
+            _T0,
+            "worker received it from the main process (handed over ahead: its release)",
+        ),
         _col("sent_at", _F64, _T0, "worker wrote the HTTP request"),
         _col(
             "first_chunk_at", _F64, _T0, "first content chunk arrived (non-streaming: completion)"
@@ -122,7 +133,13 @@ REQUESTS_SCHEMA = pa.schema(
         _col(
             "generator_delay", _F64, _S, "sent_at - ready_at: veeksha's own scheduling + IPC delay"
         ),
-        _col("dispatch_lag", _F64, _S, "dispatched_at - ready_at: the main loop's lateness"),
+        _col(
+            "dispatch_lag",
+            _F64,
+            _S,
+            "dispatched_at - ready_at: the dispatcher's lateness (main loop, or the worker's "
+            "release timer)",
+        ),
         _col("status", _STR, "", "ok | error | timeout | cancelled", nullable=False),
         _col("http_status", _I32, "", "HTTP status code; null when no response arrived"),
         _col(

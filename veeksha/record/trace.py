@@ -76,7 +76,8 @@ class TraceWriter:
             parents=node.parents,
             history_parent=node.history_parent,
             wait_after_ready=node.wait_after_ready_s,
-            dispatched_at=(item.dispatched_at_ns - self._t0_ns) / 1e9,
+            # (handed over ahead: when it was due to leave, its release time)
+            dispatched_at=(max(item.dispatched_at_ns, item.not_before_ns) - self._t0_ns) / 1e9,
         )
         if self.include_content:
             entry.target_prompt_tokens = node.prompt_tokens

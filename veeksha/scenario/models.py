@@ -520,6 +520,15 @@ class Runtime(StrictModel):
     pregenerate_sessions: bool = Field(
         False, description="Generate all sessions before t0 (needs max_sessions > 0)."
     )
+    dispatch_ahead_ms: float = Field(
+        20.0,
+        ge=0,
+        le=1000,
+        description=(
+            "Hand requests to their worker up to this many ms before they are ready; the worker"
+            " sends each at its ready time on a precise timer. 0 = hand over when ready."
+        ),
+    )
     num_dispatcher_threads: int | None = Field(None, description="Accepted and ignored.")
     num_completion_threads: int | None = Field(None, description="Accepted and ignored.")
     num_client_threads: int | None = Field(None, description="Accepted and ignored.")

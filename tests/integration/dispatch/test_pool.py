@@ -180,6 +180,47 @@ def test_stop_with_grace_cancels_what_is_left(harness: Harness) -> None:
         pool.submit(item("late"))
 
 
+def test_item_handed_over_ahead_is_sent_at_its_ready_time(chat_pool: Harness) -> None:
+    assert chat_pool.pool is not None
+    items = [item(f"ahead {i}") for i in range(3)]
+    for k, it in enumerate(items):
+        it.not_before_ns = it.dispatched_at_ns + (100 + 20 * k) * 1_000_000
+        chat_pool.pool.submit(it)
+    results = chat_pool.runner.run(chat_pool.collector.wait_for([it.request_id for it in items]))
+    for it, r in zip(items, results, strict=True):
+        assert r.status == "ok"
+        # held from the hand-over, never released early, taken up at the release
+        assert it.not_before_ns <= r.released_at_ns == r.received_at_ns <= r.sent_at_ns
+        assert r.released_at_ns - it.not_before_ns < 50_000_000  # (a loose bound: shared CPUs)
+        assert_ordered(r)
+
+
+def test_stop_without_grace_withdraws_held_items(harness: Harness) -> None:
+    pool = harness.start_pool(1)
+    held = item("never sent")
+    held.not_before_ns = held.dispatched_at_ns + 60 * 1_000_000_000
+    pool.submit(held)
+    harness.runner.run(asyncio.sleep(0.1))  # it reached the worker and waits on its timer
+    harness.runner.run(pool.stop(grace_s=0.0))
+    r = harness.collector.results[held.request_id]
+    assert (r.status, r.error_kind, r.released_at_ns) == ("cancelled", "cancelled", 0)
+    assert r.completed_at_ns < held.not_before_ns
+    assert harness.server.requests == []
+
+
+def test_stop_with_grace_still_sends_held_items_on_time(harness: Harness) -> None:
+    pool = harness.start_pool(1)
+    held = item("due soon")
+    held.not_before_ns = held.dispatched_at_ns + 300_000_000
+    pool.submit(held)
+    harness.runner.run(asyncio.sleep(0.1))
+    harness.runner.run(pool.stop(grace_s=5.0))
+    r = harness.collector.results[held.request_id]
+    assert r.status == "ok"
+    assert held.not_before_ns <= r.released_at_ns <= r.sent_at_ns
+    assert len(harness.server.requests) == 1
+
+
 def test_worker_that_cannot_start(harness: Harness) -> None:
     before = {p.pid for p in worker_children()}
     pool = WorkerPool(

@@ -297,3 +297,131 @@ def test_a_burst_starts_in_slices_with_planned_times() -> None:
     h.timers.advance(0)
     assert len(h.items) == 600
     assert {req.ready_at_ns for req, _ in h.rec.dispatched} == {0}
+
+
+# ------------------------------------------------------------------ dispatch ahead of ready time
+
+MS = 1_000_000
+
+
+def released(item: WorkItem, at_ns: int) -> Result:
+    """A worker's answer to an item it held until ``not_before_ns`` and released at ``at_ns``."""
+    return Result(
+        request_id=item.request_id,
+        worker_id=0,
+        status="ok",
+        received_at_ns=item.dispatched_at_ns,
+        sent_at_ns=at_ns,
+        completed_at_ns=at_ns + MS,
+        output_text="a b c",
+        released_at_ns=at_ns,
+    )
+
+
+def test_ahead_hands_sessions_over_in_batches_with_their_planned_ready_time() -> None:
+    h = Harness(
+        LoopSettings(
+            cancel_on_failure=True,
+            max_sessions=100,
+            rate_gaps=fixed_gaps(0.001),
+            dispatch_ahead_ns=20 * MS,
+        ),
+        lambda i: chain(i, 1),
+    )
+    t0 = S
+    h.loop.start(t0)
+    h.timers.advance(t0 + S)
+    assert len(h.items) == 100
+    ready = [req.ready_at_ns for req, _ in h.rec.dispatched]
+    assert ready == [t0 + i * MS for i in range(100)]  # the planned timeline, unchanged
+    assert [item.not_before_ns for item in h.items] == ready
+    leads = [r - item.dispatched_at_ns for r, item in zip(ready, h.items, strict=True)]
+    assert min(leads) >= 10 * MS  # never less than half the window ahead
+    assert max(leads) <= 20 * MS  # never more than the window
+    passes = len({item.dispatched_at_ns for item in h.items})
+    assert passes <= 11  # ~10 ms of arrivals per pass, not one pass per arrival
+    for item in h.items:
+        h.loop.on_results([released(item, item.not_before_ns + 30_000)])
+    # the recorded dispatch time is the worker's release, not the early hand-over
+    assert [req.dispatched_at_ns for req, _ in h.rec.done] == [r + 30_000 for r in ready]
+    assert h.loop.finished
+
+
+def test_ahead_hands_over_a_child_before_its_think_time_ends() -> None:
+    h = Harness(
+        LoopSettings(
+            cancel_on_failure=True,
+            max_sessions=1,
+            rate_gaps=fixed_gaps(1.0),
+            dispatch_ahead_ns=20 * MS,
+        ),
+        lambda i: chain(i, 3, wait_s=0.5),
+    )
+    h.loop.start(S)
+    h.timers.advance(S)
+    (first,) = h.items
+    h.clock.now = S + 100 * MS
+    h.complete(first, S + 100 * MS)
+    assert len(h.items) == 1  # the child is due at +600 ms: not yet within the window
+    h.timers.advance(S + 579 * MS)
+    assert len(h.items) == 1
+    h.timers.advance(S + 580 * MS)  # a whole window ahead
+    assert len(h.items) == 2
+    child = h.items[1]
+    assert child.not_before_ns == S + 600 * MS
+    assert child.dispatched_at_ns == S + 580 * MS
+
+
+def test_ahead_hands_over_at_once_what_is_already_due() -> None:
+    h = Harness(
+        LoopSettings(
+            cancel_on_failure=True,
+            max_sessions=1,
+            rate_gaps=fixed_gaps(1.0),
+            dispatch_ahead_ns=20 * MS,
+        ),
+        lambda i: chain(i, 2),
+    )
+    h.loop.start(S)
+    h.timers.advance(S)
+    h.clock.now = S + 50 * MS
+    h.complete(h.items[0], S + 50 * MS)
+    assert h.items[1].dispatched_at_ns == S + 50 * MS
+    assert h.items[1].not_before_ns == 0  # no think time: sent at once, nothing to hold
+
+
+def test_ahead_never_hands_over_work_due_after_the_timeout() -> None:
+    h = Harness(
+        LoopSettings(
+            cancel_on_failure=True,
+            max_sessions=-1,
+            benchmark_timeout_s=0.05,
+            rate_gaps=fixed_gaps(0.001),
+            dispatch_ahead_ns=20 * MS,
+        ),
+        lambda i: chain(i, 1),
+    )
+    h.loop.start(S)
+    h.timers.advance(S + S)
+    assert h.loop.stop_reason == "timeout"
+    assert [item.not_before_ns for item in h.items] == [S + i * MS for i in range(50)]
+
+
+def test_ahead_is_off_under_an_in_flight_cap() -> None:
+    h = Harness(
+        LoopSettings(
+            cancel_on_failure=True,
+            max_sessions=3,
+            rate_gaps=fixed_gaps(0.001),
+            max_in_flight=10,
+            dispatch_ahead_ns=20 * MS,
+        ),
+        lambda i: chain(i, 1),
+    )
+    h.loop.start(S)
+    h.timers.advance(S + S)
+    assert [(item.dispatched_at_ns, item.not_before_ns) for item in h.items] == [
+        (S, 0),
+        (S + MS, 0),
+        (S + 2 * MS, 0),
+    ]
