@@ -1,6 +1,6 @@
 """``InProcessPool``: the dry run's dispatcher, answering every request inside the main process.
 
-A dry run sends nothing, so the worker processes and the zmq hop only add cost to what a dry run
+A dry run sends nothing, so the worker processes and the IPC hop only add cost to what a dry run
 is for: measuring generation and scheduling, and checking a scenario's shape in seconds. This
 pool has ``WorkerPool``'s surface (``start``, ``submit``, ``stop``, ``in_flight``, ``error``,
 ``worker_pids``) and its contract: exactly one ``Result`` per submitted ``WorkItem``, delivered

@@ -1,8 +1,8 @@
 """``WorkerPool``: spawn, feed and supervise the HTTP worker processes.
 
-Everything here runs on the main process' event loop, in callbacks: the results socket's reader
-(see ``channel.Receiver``) and one reader per worker on its pidfd, which becomes readable when
-the process exits. No threads, no polling.
+Everything here runs on the main process' event loop, in callbacks: one reader per worker on its
+link (a Unix socket pair made before the spawn: see ``channel.Link``) and one on its pidfd, which
+becomes readable when the process exits. No threads, no polling, no files.
 
 Lifecycle
     ``start`` spawns every worker (``python -m veeksha.dispatch.worker``: a fresh interpreter that
@@ -41,28 +41,18 @@ import asyncio
 import collections
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 import msgspec
-import zmq
 
 import veeksha
-from veeksha.dispatch.channel import (
-    Receiver,
-    Sender,
-    bind_pull,
-    connect_push,
-    from_worker_decoder,
-)
+from veeksha.dispatch.channel import Link, from_worker_decoder, socket_pair
 from veeksha.dispatch.messages import FromWorker, Result, Stop, WorkerReady, WorkItem
 from veeksha.dispatch.settings import WorkerSettings, WorkerSpawn
 from veeksha.errors import ConfigurationError, RunAbortedError, VeekshaError
@@ -77,11 +67,11 @@ class _Handle:
     """The pool's view of one worker process."""
 
     __slots__ = (
-        "address",
         "backlog",
         "cpus",
         "exited",
         "in_flight",
+        "link",
         "outbox",
         "pid",
         "pidfd",
@@ -93,15 +83,15 @@ class _Handle:
         "worker_id",
     )
 
-    def __init__(self, worker_id: int, slot: int, cpus: list[int], address: str) -> None:
+    def __init__(self, worker_id: int, slot: int, cpus: list[int], link: Link[FromWorker]) -> None:
         self.worker_id = worker_id
         self.slot = slot
         self.cpus = cpus
-        self.address = address
+        self.link = link  # read from spawn on; closed once the process exited
         self.proc: subprocess.Popen[bytes] | None = None
         self.pid = 0
         self.pidfd = -1
-        self.sender: Sender | None = None
+        self.sender: Link[FromWorker] | None = None  # the link, once the worker is ready
         self.in_flight: dict[int, int] = {}  # request_id -> dispatched (or release) time
         self.backlog: list[WorkItem] = []  # submitted before the worker was ready
         self.outbox: list[WorkItem] = []  # submitted with flush=False, sent by flush()
@@ -145,9 +135,6 @@ class WorkerPool:
         self._in_flight = 0
         self._idle: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._ctx: zmq.Context[Any] | None = None
-        self._receiver: Receiver[FromWorker] | None = None
-        self._dir: str | None = None
         self._started = False
         self._running = False  # start() succeeded: deaths are replaced from now on
         self._stopping = False
@@ -181,11 +168,6 @@ class WorkerPool:
         self._started = True
         self._loop = asyncio.get_running_loop()
         self._idle = asyncio.Event()
-        self._dir = tempfile.mkdtemp(prefix="veeksha-ipc-")
-        self._ctx = zmq.Context()
-        sock = bind_pull(self._ctx, f"ipc://{self._dir}/results")
-        self._receiver = Receiver(sock, from_worker_decoder(), self._on_batch)
-        self._receiver.start(self._loop)
         try:
             handles = [self._spawn(slot) for slot in range(self.num_workers)]
             waits = [h.ready for h in handles]
@@ -208,7 +190,7 @@ class WorkerPool:
         """Hand ``item`` to the least-loaded ready worker; return that worker's id.
 
         With ``flush`` (the default) it is sent at once; without, it waits in the worker's
-        outbox until ``flush()``, so the items of one event-loop pass travel as one zmq frame
+        outbox until ``flush()``, so the items of one event-loop pass travel as one frame
         per worker (one encode, one send). Never blocks. Raises ``RunAbortedError`` once the
         pool has failed or is stopping.
         """
@@ -294,27 +276,36 @@ class WorkerPool:
     # ------------------------------------------------------------------------------- spawning
 
     def _spawn(self, slot: int) -> _Handle:
-        assert self._dir is not None
+        assert self._loop is not None
         worker_id = self._next_id
         self._next_id += 1
-        h = _Handle(worker_id, slot, self._worker_cpus[slot], f"ipc://{self._dir}/w{worker_id}")
+        ours, theirs = socket_pair()
+        link = Link(ours, from_worker_decoder(), self._on_batch)
+        h = _Handle(worker_id, slot, self._worker_cpus[slot], link)
         spawn = WorkerSpawn(
             worker_id=worker_id,
             parent_pid=os.getpid(),
             cpus=h.cpus,
-            work_address=h.address,
-            results_address=f"ipc://{self._dir}/results",
+            channel_fd=theirs.fileno(),
             settings=self.settings,
         )
         env = dict(os.environ)
         root = str(Path(veeksha.__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "veeksha.dispatch.worker"],
-            stdin=subprocess.PIPE,
-            env=env,
-            close_fds=True,
-        )
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "veeksha.dispatch.worker"],
+                stdin=subprocess.PIPE,
+                env=env,
+                close_fds=True,
+                pass_fds=(theirs.fileno(),),
+            )
+        except BaseException:
+            link.close()
+            raise
+        finally:
+            theirs.close()  # the child has its copy
+        link.start(self._loop)
         assert proc.stdin is not None
         try:
             proc.stdin.write(msgspec.msgpack.encode(spawn))
@@ -355,9 +346,8 @@ class WorkerPool:
         if msg.error:
             h.start_error = msg.error
             return
-        assert self._ctx is not None
         h.cpus = msg.cpus
-        h.sender = Sender(connect_push(self._ctx, h.address))
+        h.sender = h.link
         if h.backlog:
             h.sender.send(h.backlog)
             h.backlog = []
@@ -377,9 +367,12 @@ class WorkerPool:
             self._live.remove(h)
         if h in self._ready:
             self._ready.remove(h)
-        if h.sender is not None:
-            h.sender.close(0)
-            h.sender = None
+        # What it sent before exiting is in the socket: read it all now, then close the link.
+        batch = h.link.drain()
+        if batch:
+            self._on_batch(batch)
+        h.link.close()
+        h.sender = None
         h.outbox = []  # never sent; still in in_flight, so _lose reports them
         how = _describe_exit(code)
         if not h.ready.done():
@@ -394,11 +387,7 @@ class WorkerPool:
         h.exited.set_result(code)
         if self._stopping or not self._running:
             return
-        # Unexpected: take what it sent before dying, declare the rest lost, replace it.
-        if self._receiver is not None:
-            batch = self._receiver.drain()
-            if batch:
-                self._on_batch(batch)
+        # Unexpected: what it sent before dying was read above; the rest is lost. Replace it.
         self._lose(h, f"worker {h.worker_id} (pid {h.pid}) {how}")
         now = time.monotonic_ns()
         self._deaths.append(now)
@@ -480,17 +469,9 @@ class WorkerPool:
             return
         self._closed = True
         self._ready.clear()
-        if self._receiver is not None:
-            self._receiver.stop()
-            self._receiver.sock.close(linger=0)
         for h in self._handles.values():
-            if h.sender is not None:
-                h.sender.close(0)
-                h.sender = None
-        if self._ctx is not None:
-            self._ctx.term()
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
+            h.link.close()
+            h.sender = None
 
 
 def _describe_exit(code: int) -> str:

@@ -105,6 +105,5 @@ class WorkerSpawn(msgspec.Struct, kw_only=True):
     worker_id: int
     parent_pid: int
     cpus: list[int]
-    work_address: str
-    results_address: str
+    channel_fd: int  # the worker's end of its link to the main process (inherited)
     settings: WorkerSettings

@@ -2,9 +2,10 @@
 
 Started by ``WorkerPool`` as ``python -m veeksha.dispatch.worker`` with a ``WorkerSpawn`` on its
 stdin (so the API key stays in memory). It ignores SIGINT (the parent stops it with ``Stop``),
-dies with its parent (``PR_SET_PDEATHSIG``), pins itself to its CPUs, binds its work socket,
-connects to the results socket and says ``WorkerReady``. Then, for every ``WorkItem``, it sends
-exactly one ``Result``, errors included; Results are flushed in one frame per loop iteration.
+dies with its parent (``PR_SET_PDEATHSIG``), pins itself to its CPUs, opens its end of the link
+to the main process (a Unix socket it inherited: see ``channel``) and says ``WorkerReady``. Then,
+for every ``WorkItem``, it sends exactly one ``Result``, errors included; Results are flushed in
+one frame per loop iteration. If the main process closes the link, the worker stops at once.
 
 An item handed over ahead of its ready time (``not_before_ns`` set) is held on a precise timer
 (``timerfd``, see ``veeksha.engine.timers``) and released at that time; its Result carries the
@@ -31,16 +32,16 @@ import email.utils
 import gc
 import os
 import signal
+import socket
 import sys
 import time
 from typing import TYPE_CHECKING
 
 import msgspec
 import uvloop
-import zmq
 
 from veeksha.clock import MonotonicClock
-from veeksha.dispatch.channel import Receiver, Sender, bind_pull, connect_push, to_worker_decoder
+from veeksha.dispatch.channel import Link, encode_frame, to_worker_decoder
 from veeksha.dispatch.http1 import ConnectFailed, Http1Pool
 from veeksha.dispatch.inprocess import dry_result
 from veeksha.dispatch.messages import Result, Stop, ToWorker, WorkerReady, WorkItem
@@ -57,7 +58,7 @@ _SNIPPET_BYTES = 300
 _RETRY_STATUSES = (429, 503)
 _BACKOFF_BASE_S = 0.25
 _BACKOFF_CAP_S = 10.0
-_RESULTS_LINGER_MS = 5_000
+_RESULTS_LINGER_S = 5.0  # at exit, for the last Results to leave
 
 # Set per request task; the write task aiohttp creates inherits it (see aiohttp_client).
 _sent_slot: contextvars.ContextVar[list[int]] = contextvars.ContextVar("veeksha_sent_slot")
@@ -76,14 +77,12 @@ class Worker:
         self,
         worker_id: int,
         settings: WorkerSettings,
-        work_address: str,
-        results_address: str,
+        channel: socket.socket,
         cpus: list[int] | None = None,
     ) -> None:
         self.worker_id = worker_id
         self.settings = settings
-        self._work_address = work_address
-        self._results_address = results_address
+        self._channel = channel
         self._cpus = cpus or []
         self._builder = RequestBuilder(
             chat=settings.chat,
@@ -107,7 +106,7 @@ class Worker:
         self._stopping: asyncio.Future[float] | None = None
         self._session: aiohttp.ClientSession | None = None
         self._http: Http1Pool | None = None
-        self._sender: Sender | None = None
+        self._sender: Link[ToWorker] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timers: LoopTimers | None = None
         self._held: dict[int, tuple[WorkItem, Cancellable]] = {}  # by request id
@@ -121,10 +120,9 @@ class Worker:
         loop = self._loop = asyncio.get_running_loop()
         self._stopping = loop.create_future()
         self._timers = LoopTimers(loop, MonotonicClock())
-        ctx = zmq.Context()
-        work_sock = bind_pull(ctx, self._work_address)
-        self._sender = Sender(connect_push(ctx, self._results_address, _RESULTS_LINGER_MS))
-        receiver: Receiver[ToWorker] = Receiver(work_sock, to_worker_decoder(), self._on_batch)
+        link = self._sender = Link(
+            self._channel, to_worker_decoder(), self._on_batch, self._on_link_closed
+        )
         if not self.settings.dry_run:
             if Http1Pool.supports(self.settings.endpoint):
                 self._http = Http1Pool(
@@ -138,11 +136,10 @@ class Worker:
 
                 self._session = aiohttp_client.make_session(self.settings, _sent_slot)
         try:
-            self._sender.send([WorkerReady(self.worker_id, os.getpid(), self._cpus)])
-            receiver.start(loop)
+            link.send([WorkerReady(self.worker_id, os.getpid(), self._cpus)])
+            link.start(loop)
             grace_s = await self._stopping
             await self._finish(grace_s)  # still receiving: a second Stop(0) cuts the grace short
-            receiver.stop()
         finally:
             self._cancel_held()
             self._timers.close()  # (pending release timers: cancelled just above)
@@ -151,9 +148,13 @@ class Worker:
             if self._http is not None:
                 self._http.close()
             self._flush()
-            work_sock.close(linger=0)
-            self._sender.close()
-            ctx.term()  # waits (up to the linger) for the last Results to leave
+            link.flush_blocking(_RESULTS_LINGER_S)  # the last Results leave before we exit
+            link.close()
+
+    def _on_link_closed(self) -> None:
+        """The main process closed its end (or died): nobody will read Results; stop now."""
+        if self._stopping is not None and not self._stopping.done():
+            self._stopping.set_result(0.0)
 
     def _on_batch(self, batch: list[ToWorker]) -> None:
         received_at = time.monotonic_ns()
@@ -512,8 +513,7 @@ def main() -> int:
         worker = Worker(
             spawn.worker_id,
             spawn.settings,
-            spawn.work_address,
-            spawn.results_address,
+            socket.socket(fileno=spawn.channel_fd),
             sorted(os.sched_getaffinity(0)),
         )
     except Exception as exc:  # noqa: BLE001 - reported to the pool, which raises it
@@ -527,11 +527,11 @@ def main() -> int:
 
 
 def _report_start_failure(spawn: WorkerSpawn, error: str) -> None:
-    ctx = zmq.Context()
-    sender = Sender(connect_push(ctx, spawn.results_address, _RESULTS_LINGER_MS))
-    sender.send([WorkerReady(spawn.worker_id, os.getpid(), spawn.cpus, error=error)])
-    sender.close()
-    ctx.term()
+    with contextlib.suppress(OSError), socket.socket(fileno=spawn.channel_fd) as channel:
+        channel.settimeout(_RESULTS_LINGER_S)
+        channel.sendall(
+            encode_frame([WorkerReady(spawn.worker_id, os.getpid(), spawn.cpus, error=error)])
+        )
 
 
 if __name__ == "__main__":

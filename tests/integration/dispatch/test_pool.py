@@ -1,4 +1,4 @@
-"""Real worker processes, real zmq, a real HTTP server on loopback."""
+"""Real worker processes, real Unix socket links, a real HTTP server on loopback."""
 
 from __future__ import annotations
 
