@@ -160,6 +160,16 @@ def test_killed_worker_is_reported_and_replaced(harness: Harness) -> None:
     assert old_pid not in pool.worker_pids.values()
 
 
+def test_a_worker_whose_link_closes_stops_by_itself(harness: Harness) -> None:
+    pool = harness.start_pool(1)
+    (handle,) = pool._handles.values()  # (the link is internal to the pool)
+    pid = handle.pid
+    handle.link.close()  # as if the main process were gone (its end of the socket closed)
+    harness.runner.run(asyncio.wait_for(asyncio.shield(handle.exited), 10))
+    assert handle.exited.result() == 0  # it noticed, stopped cleanly and exited
+    assert_no_orphans([pid])
+
+
 def test_stop_with_grace_cancels_what_is_left(harness: Harness) -> None:
     pool = harness.start_pool(1)
     pids = list(pool.worker_pids.values())
