@@ -1,4 +1,9 @@
-"""The traffic loop's sink: turns loop events into Parquet rows, trace lines and live metrics."""
+"""The traffic loop's sink: turns loop events into Parquet rows, trace lines and live metrics.
+
+Rows go straight into the writer's column batches (``veeksha.record.columnar``), under the
+writer's lock: no dict per row. ``on_row`` (the streaming metrics) gets a small dict with
+``status``, ``ttfc`` and ``e2e`` (seconds; None when undefined).
+"""
 
 from __future__ import annotations
 
@@ -10,11 +15,13 @@ from veeksha.engine.loop import InFlight
 from veeksha.errors import RunAbortedError
 from veeksha.generate.tokenizer import TokenizerLike
 from veeksha.record.parquet import ResultWriter
-from veeksha.record.rows import RequestRecord, SessionRecord, request_row, session_row
 from veeksha.record.trace import TraceWriter
 from veeksha.schedule.session_state import NodeState, SessionState
 
 __all__ = ["RunRecorder"]
+
+_NS = 1e9
+_OK, _FAILED, _CANCELLED = NodeState.OK, NodeState.FAILED, NodeState.CANCELLED
 
 
 class RunRecorder:
@@ -51,71 +58,91 @@ class RunRecorder:
         session = request.session
         node = session.spec.nodes[request.node_id]
         new_tokens = self._new_tokens.pop(request.request_id, node.prompt_tokens)
-        record = RequestRecord(
-            run_id=self.run_id,
-            phase=session.phase,
-            session_id=session.session_id,
-            request_id=request.request_id,
-            node=node,
-            model=self.model,
-            ready_at_ns=request.ready_at_ns,
-            dispatched_at_ns=request.dispatched_at_ns,
-            processed_at_ns=processed_at_ns,
-            result=result,
-            prompt_tokens_new=new_tokens,
-            prompt_tokens_total=request.history_tokens + new_tokens,
-        )
-        self._add(request_row(record, self.t0_ns, self._tokenizer.count))
+        writer = self._writer
+        with writer.lock:  # the writer thread swaps the batch under this lock
+            writer.requests.add_result(
+                self.run_id,
+                session.phase,
+                session.session_id,
+                request.request_id,
+                node,
+                self.model,
+                request.ready_at_ns,
+                request.dispatched_at_ns,
+                processed_at_ns,
+                result,
+                new_tokens,
+                request.history_tokens + new_tokens,
+                self.t0_ns,
+                None,
+                self._tokenizer.count,
+            )
+        self._added()
+        if self._on_row is not None:
+            sent, first = result.sent_at_ns, result.first_chunk_at_ns
+            ok = result.status == "ok"
+            self._on_row(
+                {
+                    "status": result.status,
+                    "ttfc": (first - sent) / _NS if ok and first is not None else None,
+                    "e2e": (result.completed_at_ns - sent) / _NS if ok else None,
+                }
+            )
 
     def request_cancelled(
         self, session: SessionState, node_id: int, request_id: int, at_ns: int
     ) -> None:
         self._new_tokens.pop(request_id, None)  # (a hand-over withdrawn before its release)
         node = session.spec.nodes[node_id]
-        record = RequestRecord(
-            run_id=self.run_id,
-            phase=session.phase,
-            session_id=session.session_id,
-            request_id=request_id,
-            node=node,
-            model=self.model,
-            ready_at_ns=session.ready_at_ns[node_id],
-            processed_at_ns=at_ns,
-            cancel_reason="cancelled before it was sent",
-        )
-        self._add(request_row(record, self.t0_ns))
+        writer = self._writer
+        with writer.lock:
+            writer.requests.add_cancelled(
+                self.run_id,
+                session.phase,
+                session.session_id,
+                request_id,
+                node,
+                self.model,
+                session.ready_at_ns[node_id],
+                at_ns,
+                None,
+                None,
+                "cancelled before it was sent",
+                self.t0_ns,
+            )
+        self._added()
+        if self._on_row is not None:
+            self._on_row({"status": "cancelled"})
 
     def session_done(self, session: SessionState) -> None:
         spec = session.spec
         states = session.states
-        num_ok = states.count(NodeState.OK)
-        num_error = states.count(NodeState.FAILED)
-        record = SessionRecord(
-            run_id=self.run_id,
-            phase=session.phase,
-            session_id=session.session_id,
-            started_at_ns=session.started_at_ns,
-            ended_at_ns=session.ended_at_ns,
-            num_nodes=len(spec.nodes),
-            num_requests=num_ok + num_error,
-            num_ok=num_ok,
-            num_error=num_error,
-            num_cancelled=states.count(NodeState.CANCELLED),
-            think_time_total_s=sum(node.wait_after_ready_s for node in spec.nodes),
-            status=session.status,
-        )
-        try:  # noqa: SIM105 - see _add
-            self._writer.add_session(session_row(record, self.t0_ns))
-        except RunAbortedError:
-            pass
+        num_ok = states.count(_OK)
+        num_error = states.count(_FAILED)
+        num_cancelled = states.count(_CANCELLED)
+        writer = self._writer
+        with writer.lock:
+            writer.sessions.add(
+                self.run_id,
+                session.phase,
+                session.session_id,
+                session.started_at_ns,
+                session.ended_at_ns,
+                len(spec.nodes),
+                num_ok + num_error,
+                num_ok,
+                num_error,
+                num_cancelled,
+                sum(node.wait_after_ready_s for node in spec.nodes),
+                session.status,
+                self.t0_ns,
+            )
 
-    def _add(self, row: dict[str, Any]) -> None:
+    def _added(self) -> None:
         # After a write error the writer refuses rows. It has already reported the error through
         # its on_error callback, which stops the run; raising here, in the middle of the loop's
         # result handling, would leave a session half-updated and the run waiting for it forever.
         try:  # noqa: SIM105 - hot path: no context manager per row
-            self._writer.add_request(row)
+            self._writer.row_added()
         except RunAbortedError:
             pass
-        if self._on_row is not None:
-            self._on_row(row)

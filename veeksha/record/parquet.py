@@ -2,10 +2,14 @@
 
 Vocabulary:
 
-- *row*: a dict from ``veeksha.record.rows`` (``request_row``, ``session_row``). The event loop
-  hands it to ``ResultWriter.add_request``/``add_session``: one deque append, no I/O.
+- *row*: one request or session. The event loop appends it into the writer's current column
+  batch (``veeksha.record.columnar``): ``ResultWriter.requests``/``sessions`` give that batch to
+  a ``with writer.lock:`` block (the recorder's hot path, no dict per row); ``add_request`` and
+  ``add_session`` take a ``veeksha.record.rows`` dict instead. No I/O on the event loop.
 - *tick*: the single writer thread wakes every ``flush_interval_s`` (1 s), or sooner when
-  ``flush_rows`` rows are waiting, or when asked (``flush``/``close``).
+  ``flush_rows`` rows are waiting (``row_added``), or when asked (``flush``/``close``). It swaps
+  the current batches for empty ones under ``lock`` and converts them with numpy and
+  ``pa.Array.from_buffers``: a few ms per 100,000 rows, nothing per row in Python.
 - *part*: what one tick writes for one table: a complete small Parquet file,
   ``<run_dir>/parts/requests/part-000001.parquet``, written as ``.part-000001.parquet.tmp`` and
   renamed, so a part is either whole or absent. A SIGKILL loses at most the rows of the last tick.
@@ -22,7 +26,9 @@ raised as ``RunAbortedError`` by the next ``add_*``/``flush``/``close`` (and pas
 Example::
 
     writer = ResultWriter(run_dir, run_metadata(run_id=..., ...), trace=trace_writer)
-    writer.add_request(request_row(record, t0_ns))      # on the event loop, per request
+    with writer.lock:                                   # on the event loop, per request
+        writer.requests.add_result(...)                 # (or writer.add_request(row_dict))
+    writer.row_added()
     writer.flush()                                      # before evaluating the parts
     writer.close({"health_verdict": "pass", "interrupted": "false"})
 """
@@ -33,9 +39,8 @@ import contextlib
 import os
 import shutil
 import threading
-import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -45,13 +50,8 @@ import pyarrow.parquet as pq
 
 from veeksha import __version__
 from veeksha.errors import ConfigurationError, RunAbortedError
+from veeksha.record.columnar import RequestColumns, SessionColumns
 from veeksha.record.columns import REQUESTS_SCHEMA, SESSIONS_SCHEMA
-from veeksha.record.rows import (
-    request_columns,
-    requests_table_from_columns,
-    session_columns,
-    sessions_table_from_columns,
-)
 from veeksha.record.trace import TraceWriter
 
 __all__ = [
@@ -68,7 +68,6 @@ SESSIONS_FILE = "sessions.parquet"
 PARTS_DIR = "parts"
 _COMPRESSION = "zstd"
 _MERGE_ROWS = 65_536
-_SLICE_ROWS = 256
 
 # Key-value metadata of every Parquet file of a run (all values are strings).
 METADATA_KEYS = {
@@ -101,14 +100,14 @@ def run_metadata(
 
 
 class _Table:
-    """One output table: its pending rows, its parts folder and part counter."""
+    """One output table: its parts folder and part counter, batches that failed to write."""
 
     def __init__(self, name: str, schema: pa.Schema, parts: Path, final: Path) -> None:
         self.name = name
         self.schema = schema
         self.parts = parts
         self.final = final
-        self.pending: deque[dict[str, Any]] = deque()
+        self.unwritten: list[RequestColumns | SessionColumns] = []  # kept after a write error
         self.next_part = 1
 
     def part_paths(self) -> list[Path]:
@@ -153,6 +152,9 @@ class ResultWriter:
                     f"cannot create the results folder {table.parts}: {exc.strerror or exc}; "
                     "choose a writable output_dir"
                 ) from exc
+        self.lock = threading.Lock()
+        self.requests = RequestColumns()
+        self.sessions = SessionColumns()
         self._trace = trace
         self._interval = flush_interval_s
         self._flush_rows = flush_rows
@@ -173,21 +175,29 @@ class ResultWriter:
         """The write error that stopped the writer, if any."""
         return self._error
 
-    def add_request(self, row: dict[str, Any]) -> None:
-        """Queue one requests.parquet row (``rows.request_row``). O(1); raises RunAbortedError
+    def add_request(self, row: Mapping[str, Any]) -> None:
+        """Queue one requests.parquet row (a ``rows.request_row`` dict). Raises RunAbortedError
         once writing has failed."""
         if self._error is not None:
             raise self._error
-        pending = self._requests.pending
-        pending.append(row)
-        if len(pending) >= self._flush_rows:
-            self._wake.set()
+        with self.lock:
+            self.requests.add_row(row)
+        self.row_added()
 
-    def add_session(self, row: dict[str, Any]) -> None:
-        """Queue one sessions.parquet row (``rows.session_row``)."""
+    def add_session(self, row: Mapping[str, Any]) -> None:
+        """Queue one sessions.parquet row (a ``rows.session_row`` dict)."""
         if self._error is not None:
             raise self._error
-        self._sessions.pending.append(row)
+        with self.lock:
+            self.sessions.add_row(row)
+
+    def row_added(self) -> None:
+        """After appending to ``requests`` directly: raises RunAbortedError once writing has
+        failed, wakes the writer early when ``flush_rows`` rows are waiting."""
+        if self._error is not None:
+            raise self._error
+        if self.requests.rows >= self._flush_rows:
+            self._wake.set()
 
     def flush(self) -> None:
         """Block until every row added so far is in a part file (e.g. before evaluating)."""
@@ -251,62 +261,41 @@ class ResultWriter:
                 return
 
     def _write_parts(self) -> None:
-        # Count the sessions first: each session's request rows were queued before its own row,
-        # so every session of this tick has its requests in this tick's (earlier) requests part,
-        # and a crash or write error between the two parts never leaves a session without them.
-        sessions = len(self._sessions.pending)
-        for table, count in (
-            (self._requests, len(self._requests.pending)),
-            (self._sessions, sessions),
-        ):
-            pending = table.pending
-            if not count:
+        # Both batches are taken at once, under the lock: each session's request rows were
+        # appended before its own row, so every session of this tick has its requests in this
+        # tick's (earlier) requests part, and a crash or write error between the two parts never
+        # leaves a session without them.
+        with self.lock:
+            requests, self.requests = self.requests, RequestColumns()
+            sessions, self.sessions = self.sessions, SessionColumns()
+        for table, batch in ((self._requests, requests), (self._sessions, sessions)):
+            if not batch.rows:
                 continue
-            batch = [pending.popleft() for _ in range(count)]
             path = table.parts / f"part-{table.next_part:06d}.parquet"
             tmp = path.with_name(f".{path.name}.tmp")
             try:
-                data = self._to_table(table, batch)
+                if isinstance(batch, RequestColumns):
+                    data = batch.to_table(self._t0_ns)
+                else:
+                    data = batch.to_table()
                 pq.write_table(
                     data.replace_schema_metadata(self._metadata), tmp, compression=_COMPRESSION
                 )
                 tmp.replace(path)
             except (OSError, pa.ArrowException) as exc:
-                pending.extendleft(reversed(batch))  # kept in memory, never half-written
+                table.unwritten.append(batch)  # kept in memory, never half-written
+                if table is self._requests and sessions.rows:
+                    self._sessions.unwritten.append(sessions)
                 with contextlib.suppress(OSError):
                     tmp.unlink(missing_ok=True)
                 raise _WriteFailed(exc, path) from exc
             table.next_part += 1
-            self.rows_written[table.name] += count
+            self.rows_written[table.name] += batch.rows
         if self._trace is not None:
             try:
                 self._trace.flush()
             except OSError as exc:
                 raise _WriteFailed(exc, self._trace.path) from exc
-
-    def _to_table(self, table: _Table, batch: list[dict[str, Any]]) -> pa.Table:
-        """The batch as one typed table.
-
-        Transposing Python rows into columns holds the GIL (several µs a row), so it runs a
-        slice at a time and this thread yields the GIL between slices: the event loop never waits
-        more than one slice's worth. Each column then becomes an Arrow array in one C++ call.
-        """
-        requests = table is self._requests
-        transpose = request_columns if requests else session_columns
-        columns: dict[str, list[Any]] | None = None
-        for start in range(0, len(batch), _SLICE_ROWS):
-            part = transpose(batch[start : start + _SLICE_ROWS])
-            if columns is None:
-                columns = part
-            else:
-                for name, values in part.items():
-                    columns[name].extend(values)
-            time.sleep(0)  # releases the GIL: the event loop runs now if it was waiting
-        if columns is None:
-            columns = transpose([])
-        if requests:
-            return requests_table_from_columns(columns, self._t0_ns)
-        return sessions_table_from_columns(columns)
 
     def _fail(self, exc: BaseException, path: Path) -> RunAbortedError:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
@@ -344,12 +333,22 @@ class _WriteFailed(Exception):
         self.path = path
 
 
+def _read(path: Path, schema: pa.Schema) -> pa.Table:
+    """A part file as a table of ``schema`` (``ParquetFile.read``: unlike ``pq.read_table``, it
+    does not make pyarrow import pandas)."""
+    with pq.ParquetFile(path) as part:
+        table = part.read()
+    if not table.schema.equals(schema):
+        table = table.cast(schema)
+    return table
+
+
 def _chunks(paths: list[Path], schema: pa.Schema) -> Iterator[pa.Table]:
     """The parts' rows, regrouped into tables of about ``_MERGE_ROWS`` rows (bounded memory)."""
     group: list[pa.Table] = []
     rows = 0
     for path in paths:
-        part = pq.read_table(path, schema=schema)
+        part = _read(path, schema)
         group.append(part)
         rows += part.num_rows
         if rows >= _MERGE_ROWS:

@@ -1,10 +1,11 @@
 """Rows of requests.parquet and sessions.parquet, and their per-request metrics. Pure functions.
 
-The engine fills a ``RequestRecord`` (the node, its main-process timestamps, the worker's
-``Result`` or none for a request cancelled before it was sent) and calls ``request_row``, which
-returns the row as a dict of scalars in O(1): no per-chunk loop runs on the event loop. The two
-per-chunk columns, ``chunk_times`` and ``tbc``, are computed later in the writer thread, in bulk,
-by ``requests_table`` from the raw ``chunk_times_ns`` the row carries.
+A ``RequestRecord`` (the node, its main-process timestamps, the worker's ``Result`` or none for
+a request cancelled before it was sent) becomes a row dict with ``request_row``: the readable
+definition of every column. A run does not build these dicts: the recorder appends the same
+values straight into column buffers (``veeksha.record.columnar``, tested to give identical
+tables). The two per-chunk columns, ``chunk_times`` and ``tbc``, are computed in bulk when a
+batch becomes a table (``requests_table``), from the raw ``chunk_times_ns`` a row carries.
 
 Metric definitions (SCENARIO_REFERENCE.md; seconds; ``sent_at`` = the worker wrote the request):
 
@@ -31,13 +32,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from veeksha.dispatch.messages import Result
 from veeksha.generate.spec import NodeSpec
-from veeksha.record.columns import REQUESTS_SCHEMA, SERVER_TIMING_COLUMNS, SESSIONS_SCHEMA
+from veeksha.record.columnar import (
+    MAX_ERROR_MESSAGE_CHARS,
+    RequestColumns,
+    SessionColumns,
+    requests_from_rows,
+    sessions_from_rows,
+)
+from veeksha.record.columns import REQUESTS_SCHEMA, SERVER_TIMING_COLUMNS
 
 __all__ = [
     "MAX_ERROR_MESSAGE_CHARS",
@@ -46,16 +52,12 @@ __all__ = [
     "request_columns",
     "request_row",
     "requests_table",
-    "requests_table_from_columns",
-    "session_columns",
     "session_row",
     "session_status",
     "sessions_table",
-    "sessions_table_from_columns",
     "warm_up",
 ]
 
-MAX_ERROR_MESSAGE_CHARS = 2000
 _NS = 1e9
 # Columns request_row leaves to requests_table (computed in bulk from ``chunk_times_ns``).
 _LIST_COLUMNS = ("chunk_times", "tbc")
@@ -219,68 +221,27 @@ def request_row(
 
 
 def request_columns(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
-    """``request_row`` dicts transposed into one list per column (``requests_table``'s input).
-
-    Pure Python, 45 lookups per row (several µs); a writer thread may transpose a long batch in
-    slices (and ``extend`` the lists), yielding the GIL in between, then build one table.
-    """
+    """``request_row`` dicts transposed into one list per column (pure Python, for tests and
+    tools; the run records column-wise from the start, ``veeksha.record.columnar``)."""
     return {name: [row.get(name) for row in rows] for name in _ROW_KEYS}
 
 
 def requests_table(rows: Sequence[dict[str, Any]], t0_ns: int) -> pa.Table:
-    """A batch of ``request_row`` dicts as a table typed by REQUESTS_SCHEMA."""
-    return requests_table_from_columns(request_columns(rows), t0_ns)
+    """A batch of ``request_row`` dicts as a table typed by REQUESTS_SCHEMA.
 
-
-def requests_table_from_columns(columns: dict[str, list[Any]], t0_ns: int) -> pa.Table:
-    """The table of ``request_columns`` output, typed by REQUESTS_SCHEMA.
-
-    Each scalar column is converted by one ``pa.array`` call (C++, ~30 ns a value; the
-    row-wise ``Table.from_pylist`` transposes in Python, ~10x slower). Computes the per-chunk
-    columns in bulk: ``chunk_times`` (every row that reached a worker) and ``tbc`` (ok rows that
-    reached a worker) from each row's ``chunk_times_ns``.
+    Computes the per-chunk columns in bulk: ``chunk_times`` (every row that reached a worker)
+    and ``tbc`` (ok rows that reached a worker) from each row's ``chunk_times_ns``.
     """
-    raw = pa.array(columns["chunk_times_ns"], type=pa.list_(pa.int64()))
-    n = len(raw)
-    flat = raw.flatten().to_numpy()
-    offsets = raw.offsets.to_numpy()
-    lengths = np.diff(offsets)
-    if n:
-        offsets = offsets - offsets[0]  # a sliced array's offsets need not start at 0
-    chunk_times = pa.ListArray.from_arrays(
-        pa.array(offsets, pa.int32()),
-        pa.array((flat - t0_ns) / _NS, pa.float64()),
-        mask=raw.is_null(),
-    )
-    gaps = np.diff(flat) / _NS
-    if len(gaps):
-        keep = np.ones(len(gaps), dtype=bool)
-        boundaries = offsets[1:-1]
-        keep[boundaries[(boundaries >= 1) & (boundaries <= len(gaps))] - 1] = False
-        gaps = gaps[keep]
-    gap_offsets = np.concatenate(([0], np.cumsum(np.maximum(lengths - 1, 0))))
-    ok = pa.array([status == "ok" for status in columns["status"]], pa.bool_())
-    tbc = pa.ListArray.from_arrays(
-        pa.array(gap_offsets, pa.int32()),
-        pa.array(gaps, pa.float64()),
-        mask=pc.or_(pc.invert(ok), raw.is_null()),
-    )
-    computed = {"chunk_times": chunk_times, "tbc": tbc}
-    arrays = [
-        computed[f.name] if f.name in computed else pa.array(columns[f.name], f.type)
-        for f in REQUESTS_SCHEMA
-    ]
-    return pa.Table.from_arrays(arrays, schema=REQUESTS_SCHEMA)
+    return requests_from_rows(rows, t0_ns)
 
 
 def warm_up() -> None:
-    """Convert an empty batch of each table once, ahead of a run.
+    """Convert an empty batch of each table once, ahead of a run (loads the conversion code).
 
-    pyarrow imports pandas on its first conversion of Python values (~0.5 CPU-s, GIL held);
-    done during set-up, that import never stalls the event loop at the writer's first tick.
+    The conversion never calls ``pa.array`` on Python values, so pyarrow does not import pandas.
     """
-    requests_table([], 0)
-    sessions_table([])
+    RequestColumns().to_table(0)
+    SessionColumns().to_table()
 
 
 def session_status(num_nodes: int, num_ok: int, num_error: int, num_cancelled: int) -> str:
@@ -317,17 +278,6 @@ def session_row(rec: SessionRecord, t0_ns: int) -> dict[str, Any]:
     }
 
 
-def session_columns(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
-    """``session_row`` dicts transposed into one list per column (see ``request_columns``)."""
-    return {f.name: [row.get(f.name) for row in rows] for f in SESSIONS_SCHEMA}
-
-
 def sessions_table(rows: Sequence[dict[str, Any]]) -> pa.Table:
     """A batch of ``session_row`` dicts as a table typed by SESSIONS_SCHEMA."""
-    return sessions_table_from_columns(session_columns(rows))
-
-
-def sessions_table_from_columns(columns: dict[str, list[Any]]) -> pa.Table:
-    """The table of ``session_columns`` output, typed by SESSIONS_SCHEMA."""
-    arrays = [pa.array(columns[f.name], f.type) for f in SESSIONS_SCHEMA]
-    return pa.Table.from_arrays(arrays, schema=SESSIONS_SCHEMA)
+    return sessions_from_rows(rows)

@@ -1,0 +1,249 @@
+"""Column-wise recording gives exactly the rows of ``request_row``/``session_row`` (bit for bit)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import subprocess
+import sys
+from typing import Any
+
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.unit.record.builders import T0, make_node, make_record, make_result, ns
+from veeksha.record.columnar import (
+    RequestColumns,
+    SessionColumns,
+    _equals,
+    requests_from_rows,
+    sessions_from_rows,
+)
+from veeksha.record.columns import REQUESTS_SCHEMA, SESSIONS_SCHEMA
+from veeksha.record.rows import (
+    RequestRecord,
+    SessionRecord,
+    request_columns,
+    request_row,
+    session_row,
+    session_status,
+)
+
+
+def reference_requests(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What the rows are as Python values (the definition, independent of any Arrow path)."""
+    out = []
+    columns = request_columns(rows)
+    for i in range(len(rows)):
+        row = {name: columns[name][i] for name in columns}
+        chunks = row.pop("chunk_times_ns")
+        row["chunk_times"] = None if chunks is None else [(c - T0) / 1e9 for c in chunks]
+        row["tbc"] = (
+            None
+            if chunks is None or row["status"] != "ok"
+            else [(b - a) / 1e9 for a, b in itertools.pairwise(chunks)]
+        )
+        row["parents"] = None if row["parents"] is None else list(row["parents"])
+        out.append({name: row[name] for name in REQUESTS_SCHEMA.names})
+    return out
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal, NaN-free, bit for bit for floats."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b and not math.isnan(a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
+def assert_rows(table: pa.Table, expected: list[dict[str, Any]]) -> None:
+    assert table.schema.equals(REQUESTS_SCHEMA, check_metadata=True)
+    got = table.to_pylist()
+    assert len(got) == len(expected)
+    for row, want in zip(got, expected, strict=True):
+        for name in REQUESTS_SCHEMA.names:
+            assert same(row[name], want[name]), (name, row[name], want[name])
+
+
+def add_record(batch: RequestColumns, rec: RequestRecord, count: Any = None) -> None:
+    if rec.result is None:
+        batch.add_cancelled(
+            rec.run_id,
+            rec.phase,
+            rec.session_id,
+            rec.request_id,
+            rec.node,
+            rec.model,
+            rec.ready_at_ns,
+            rec.processed_at_ns,
+            rec.prompt_tokens_new,
+            rec.prompt_tokens_total,
+            rec.cancel_reason,
+            T0,
+        )
+    else:
+        batch.add_result(
+            rec.run_id,
+            rec.phase,
+            rec.session_id,
+            rec.request_id,
+            rec.node,
+            rec.model,
+            rec.ready_at_ns,
+            rec.dispatched_at_ns,
+            rec.processed_at_ns,
+            rec.result,
+            rec.prompt_tokens_new,
+            rec.prompt_tokens_total,
+            T0,
+            rec.output_tokens_counted,
+            count,
+        )
+
+
+def examples() -> list[RequestRecord]:
+    sim = {"arrival_ns": 1_000, "first_token_ns": 40_001_000, "queue_wait_s": 0.01}
+    return [
+        make_record(make_result()),
+        make_record(make_result(chunks=(1.4,), completed=1.5, tokens=1)),
+        make_record(make_result(chunks=(), completed=1.25, tokens=0), phase="warmup"),
+        make_record(
+            make_result(
+                chunks=(),
+                completed=1.1,
+                tokens=None,
+                status="error",
+                http_status=503,
+                error_kind="http_5xx",
+                error_message="Service Unavailable",
+            ),
+            output_tokens_counted=0,
+        ),
+        make_record(make_result(status="error", error_kind="connection_reset", tokens=None)),
+        make_record(make_result(chunks=(1.5,), completed=1.5, tokens=3), model="other"),
+        make_record(None, dispatched_at_ns=None, cancel_reason="parent request 0 failed"),
+        make_record(make_result(tokens=3, prompt_tokens=70, cached_tokens=48)),
+        make_record(make_result(tokens=None, output_text="a b c")),
+        make_record(make_result(tokens=None), output_tokens_counted=4),
+        make_record(
+            make_result(
+                server_timings={"queue_time": 0.01, "prefill_ms": 20, "ttft_s": 0.04},
+                error_message="x" * 5000,
+            )
+        ),
+        make_record(make_result(server_timings=sim)),
+        make_record(make_result(), node=make_node(0), ready_at_ns=None),
+        make_record(make_result(), node=make_node(2, parents=(0, 1), shared_prefix_tokens=4)),
+        make_record(make_result(http_status=200, retries=2, worker_id=5), session_id=2**40),
+        make_record(make_result(status="timeout", error_kind="timeout"), dispatched_at_ns=None),
+    ]
+
+
+def test_both_paths_give_request_row_exactly() -> None:
+    records = examples()
+    rows = [request_row(rec, T0, lambda text: len(text.split())) for rec in records]
+    expected = reference_requests(rows)
+    assert_rows(requests_from_rows(rows, T0), expected)
+    batch = RequestColumns()
+    for rec in records:
+        add_record(batch, rec, lambda text: len(text.split()))
+    assert len(batch) == len(records)
+    assert_rows(batch.to_table(T0), expected)
+
+
+def test_empty_batches_are_typed() -> None:
+    assert RequestColumns().to_table(T0).schema.equals(REQUESTS_SCHEMA, check_metadata=True)
+    assert SessionColumns().to_table().schema.equals(SESSIONS_SCHEMA, check_metadata=True)
+    assert RequestColumns().to_table(T0).num_rows == 0
+
+
+chunk_lists = st.lists(
+    st.tuples(
+        st.one_of(st.none(), st.lists(st.integers(0, 10**6), max_size=6).map(sorted)),
+        st.sampled_from(["ok", "error", "timeout"]),
+    ),
+    max_size=10,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(chunk_lists)
+def test_per_chunk_columns_match_per_row_gaps(lists: list[tuple[list[int] | None, str]]) -> None:
+    rows = []
+    for i, (chunks, status) in enumerate(lists):
+        if chunks is None:
+            rec = make_record(None, request_id=i)
+        else:
+            times = tuple(1.0 + c / 1e6 for c in chunks)
+            result = make_result(
+                chunks=times, completed=2.0, status=status, tokens=len(chunks), request_id=i
+            )
+            rec = make_record(result, request_id=i)
+        rows.append(request_row(rec, T0))
+    expected = reference_requests(rows)
+    assert_rows(requests_from_rows(rows, T0), expected)
+    batch = RequestColumns()
+    for row in rows:
+        batch.add_row(row)
+    assert_rows(batch.to_table(T0), expected)
+
+
+def test_sessions_both_paths() -> None:
+    records = [
+        SessionRecord("run-1", "measured", 3, ns(0.1), ns(2.5), 3, 3, 3, 0, 0, 0.5),
+        SessionRecord("run-1", "warmup", 4, ns(0.2), None, 3, 1, 0, 1, 2, 0.0),
+        SessionRecord("run-1", "measured", 2**40, None, None, 2, 0, 0, 0, 0, 0.0, "incomplete"),
+    ]
+    rows = [session_row(rec, T0) for rec in records]
+    batch = SessionColumns()
+    for rec in records:
+        status = rec.status or session_status(
+            rec.num_nodes, rec.num_ok, rec.num_error, rec.num_cancelled
+        )
+        batch.add(
+            rec.run_id,
+            rec.phase,
+            rec.session_id,
+            rec.started_at_ns,
+            rec.ended_at_ns,
+            rec.num_nodes,
+            rec.num_requests,
+            rec.num_ok,
+            rec.num_error,
+            rec.num_cancelled,
+            rec.think_time_total_s,
+            status,
+            T0,
+        )
+    for table in (batch.to_table(), sessions_from_rows(rows)):
+        assert table.schema.equals(SESSIONS_SCHEMA, check_metadata=True)
+        got = table.to_pylist()
+        for row, want in zip(got, rows, strict=True):
+            for name in SESSIONS_SCHEMA.names:
+                assert same(row[name], want[name]), (name, row[name], want[name])
+
+
+def test_equals_handles_offsets_and_nulls() -> None:
+    strings = pa.array(["ok", None, "okay", "", "ok", "ko"], pa.string())
+    assert _equals(strings, "ok").tolist() == [True, False, False, False, True, False]
+    assert _equals(strings.slice(1, 4), "ok").tolist() == [False, False, False, True]
+    assert _equals(strings, "").tolist() == [False, False, False, True, False, False]
+
+
+def test_recording_and_conversion_never_import_pandas() -> None:
+    code = (
+        "import sys\n"
+        "from tests.unit.record.test_columnar import examples, add_record\n"
+        "from veeksha.record.columnar import RequestColumns, SessionColumns\n"
+        "from tests.unit.record.builders import T0\n"
+        "b = RequestColumns()\n"
+        "[add_record(b, r) for r in examples()]\n"
+        "b.to_table(T0); SessionColumns().to_table()\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "False"

@@ -1,0 +1,597 @@
+"""Rows appended straight into column buffers, and those buffers as typed Arrow tables.
+
+The event loop records one request (or session) per call into a ``RequestColumns`` (or
+``SessionColumns``) batch: no dict per row, no transposition later. A row is two ``extend`` calls
+on ``array.array`` buffers laid out row-major: one of float64 (``_REQ_FLOATS``, NaN = null) and
+one of int64 (``_REQ_INTS``, ``NULL`` = null; strings as batch-local dictionary codes, booleans as
+0/1), plus the two list columns' values (``parents``, the raw ``chunk_times_ns``) appended flat.
+``to_table`` then turns the buffers into Arrow arrays with numpy (one strided copy per column) and
+``pa.Array.from_buffers``, in bulk, off the event loop: no Python loop per row, and no
+``pa.array`` on Python values (pyarrow imports pandas, ~0.5 CPU-s, on its first such call).
+
+The values are exactly those of ``veeksha.record.rows.request_row``/``session_row`` (the readable
+definition of every column; ``add_row`` takes such a dict), bit for bit: the same float
+expressions, evaluated in the same order. The only encoding choice: a NaN in a float column is
+stored as null (no column has a legitimate NaN: times, durations and ratios are finite).
+
+Memory: ~330 bytes per request row (41 eight-byte slots, parents and chunk times), no Python
+object per row.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from numpy.typing import NDArray
+
+from veeksha.dispatch.messages import Result
+from veeksha.generate.spec import NodeSpec
+from veeksha.record.columns import REQUESTS_SCHEMA, SERVER_TIMING_COLUMNS, SESSIONS_SCHEMA
+
+__all__ = ["NULL", "RequestColumns", "SessionColumns", "server_timings"]
+
+NULL = -(2**63)  # null in an int64 slot
+_NAN = float("nan")
+_NS = 1e9
+MAX_ERROR_MESSAGE_CHARS = 2000  # also rows.MAX_ERROR_MESSAGE_CHARS
+
+# Row layouts. Every REQUESTS_SCHEMA column is in exactly one of them, except chunk_times and tbc
+# (computed from chunk_times_ns); "parents" and "chunk_times_ns" hold the list lengths.
+_REQ_FLOATS = (
+    "wait_after_ready",
+    "ready_at",
+    "dispatched_at",
+    "received_at",
+    "sent_at",
+    "first_chunk_at",
+    "completed_at",
+    "processed_at",
+    "ttfc",
+    "tbc_mean",
+    "tpot",
+    "e2e",
+    "normalized_e2e",
+    "output_throughput",
+    "generator_delay",
+    "dispatch_lag",
+    *SERVER_TIMING_COLUMNS,
+)
+_REQ_INTS = (
+    "run_id",
+    "phase",
+    "session_id",
+    "node_id",
+    "request_id",
+    "parents",
+    "history_parent",
+    "worker_id",
+    "model",
+    "target_prompt_tokens",
+    "shared_prefix_tokens",
+    "prompt_tokens_new",
+    "prompt_tokens_total",
+    "cached_tokens",
+    "requested_output_tokens",
+    "output_tokens",
+    "usage_reported",
+    "status",
+    "http_status",
+    "error_kind",
+    "error_message",
+    "retries",
+    "chunk_times_ns",
+)
+_SES_FLOATS = ("started_at", "ended_at", "duration", "think_time_total")
+_SES_INTS = (
+    "run_id",
+    "phase",
+    "session_id",
+    "num_nodes",
+    "num_requests",
+    "num_ok",
+    "num_error",
+    "num_cancelled",
+    "status",
+)
+_SERVER_INDEX = {name: i for i, name in enumerate(SERVER_TIMING_COLUMNS)}
+
+# timings key → (index among the server columns, scale to seconds), as in rows._TIMING_KEYS
+_TIMING_KEYS: dict[str, tuple[int, float]] = {
+    key + suffix: (_SERVER_INDEX[column], scale)
+    for column, keys in SERVER_TIMING_COLUMNS.items()
+    for key in keys
+    for suffix, scale in (("", 1.0), ("_s", 1.0), ("_ms", 1e-3), ("_ns", 1e-9))
+}
+
+
+def server_timings(timings: Mapping[str, Any]) -> list[float | None]:
+    """The four server_* columns (in SERVER_TIMING_COLUMNS order) of a ``timings`` object."""
+    out: list[float | None] = [None] * len(SERVER_TIMING_COLUMNS)
+    for key, value in timings.items():
+        hit = _TIMING_KEYS.get(key)
+        if hit is not None and isinstance(value, int | float) and not isinstance(value, bool):
+            out[hit[0]] = value * hit[1]
+    ttft = _SERVER_INDEX["server_ttft"]
+    if out[ttft] is None:  # the built-in simulator gives the instants instead
+        arrival, first = timings.get("arrival_ns"), timings.get("first_token_ns")
+        if isinstance(arrival, int) and isinstance(first, int):
+            out[ttft] = (first - arrival) / _NS
+    return out
+
+
+class _Codes:
+    """Batch-local dictionary encoding of a string column's values."""
+
+    __slots__ = ("codes", "values")
+
+    def __init__(self) -> None:
+        self.codes: dict[str, int] = {}
+        self.values: list[str] = []
+
+    def code(self, value: str | None) -> int:
+        if value is None:
+            return NULL
+        code = self.codes.get(value)
+        if code is None:
+            code = self.codes[value] = len(self.values)
+            self.values.append(value)
+        return code
+
+    def decode(self, codes: NDArray[np.int64]) -> pa.Array:
+        encoded = [value.encode() for value in self.values]
+        offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
+        np.cumsum([len(b) for b in encoded], out=offsets[1:])
+        dictionary = pa.StringArray.from_buffers(
+            len(encoded), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))
+        )
+        return pc.take(dictionary, _ints(codes, pa.int32()))
+
+
+def _validity(valid: NDArray[np.bool_]) -> pa.Buffer | None:
+    if valid.all():
+        return None
+    return pa.py_buffer(np.packbits(valid, bitorder="little"))
+
+
+def _floats(values: NDArray[np.float64]) -> pa.Array:
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(
+        pa.float64(), len(values), [_validity(~np.isnan(values)), pa.py_buffer(values)]
+    )
+
+
+def _ints(values: NDArray[np.int64], type_: pa.DataType) -> pa.Array:
+    valid = values != NULL
+    dtype = np.int64 if type_ == pa.int64() else np.int32
+    data = np.where(valid, values, 0).astype(dtype)
+    return pa.Array.from_buffers(type_, len(data), [_validity(valid), pa.py_buffer(data)])
+
+
+def _bools(values: NDArray[np.int64]) -> pa.Array:
+    bits = pa.py_buffer(np.packbits(values == 1, bitorder="little"))
+    return pa.Array.from_buffers(pa.bool_(), len(values), [_validity(values != NULL), bits])
+
+
+def _list(
+    lengths: NDArray[np.int64], values: pa.Array, valid: NDArray[np.bool_] | None = None
+) -> pa.Array:
+    """A list array of ``values`` cut by ``lengths`` (NULL length: a null list)."""
+    if valid is None:
+        valid = lengths != NULL
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(np.where(lengths != NULL, lengths, 0), out=offsets[1:])
+    return pa.Array.from_buffers(
+        pa.list_(values.type),
+        len(lengths),
+        [_validity(valid), pa.py_buffer(offsets)],
+        children=[values],
+    )
+
+
+def _f(value: float | None) -> float:
+    return _NAN if value is None else value
+
+
+def _i(value: int | None) -> int:
+    return NULL if value is None else int(value)
+
+
+class RequestColumns:
+    """A batch of requests.parquet rows, appended column-wise (see the module docstring).
+
+    Not thread-safe: one thread appends; hand the whole batch to another thread (e.g. swap it
+    for a fresh one under a lock) before ``to_table``.
+    """
+
+    __slots__ = (
+        "_chunks",
+        "_error_kinds",
+        "_floats",
+        "_ints",
+        "_messages",
+        "_models",
+        "_parents",
+        "_phases",
+        "_run_ids",
+        "_statuses",
+        "_strings",
+        "rows",
+    )
+
+    def __init__(self) -> None:
+        self._floats = array("d")
+        self._ints = array("q")
+        self._parents = array("q")
+        self._chunks = array("q")
+        self._run_ids = _Codes()
+        self._phases = _Codes()
+        self._models = _Codes()
+        self._statuses = _Codes()
+        self._error_kinds = _Codes()
+        self._messages = _Codes()
+        self._strings = {
+            "run_id": self._run_ids,
+            "phase": self._phases,
+            "model": self._models,
+            "status": self._statuses,
+            "error_kind": self._error_kinds,
+            "error_message": self._messages,
+        }
+        self.rows = 0
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def add_result(
+        self,
+        run_id: str,
+        phase: str,
+        session_id: int,
+        request_id: int,
+        node: NodeSpec,
+        model: str,
+        ready: int | None,
+        dispatched: int | None,
+        processed: int | None,
+        res: Result,
+        prompt_tokens_new: int | None,
+        prompt_tokens_total: int | None,
+        t0_ns: int,
+        output_tokens_counted: int | None = None,
+        count_tokens: Callable[[str], int] | None = None,
+    ) -> None:
+        """One answered or failed request: ``rows.request_row`` of the same ``RequestRecord``."""
+        sent = res.sent_at_ns
+        completed = res.completed_at_ns
+        first = res.first_chunk_at_ns
+        chunks = res.chunk_times_ns
+        status = res.status
+        out = res.completion_tokens
+        usage = out is not None
+        if out is None:
+            out = output_tokens_counted
+            if out is None and count_tokens is not None:
+                out = count_tokens(res.output_text)
+        prompt_total = res.prompt_tokens
+        if prompt_total is None:
+            prompt_total = prompt_tokens_total
+        message = res.error_message
+        if len(message) > MAX_ERROR_MESSAGE_CHARS:
+            message = message[:MAX_ERROR_MESSAGE_CHARS]
+        ttfc = tbc_mean = tpot = e2e = normalized = throughput = _NAN
+        if status == "ok":
+            e2e = (completed - sent) / _NS
+            if first is not None:
+                ttfc = (first - sent) / _NS
+                if out is not None and out >= 2:
+                    tpot = (completed - first) / _NS / (out - 1)
+            if len(chunks) >= 2:
+                tbc_mean = (chunks[-1] - chunks[0]) / _NS / (len(chunks) - 1)
+            if out:
+                normalized = e2e / out
+            if out is not None and e2e > 0:
+                throughput = out / e2e
+        timings = res.server_timings
+        queue = prefill = server_ttft = decode = _NAN
+        if timings:
+            queue, prefill, server_ttft, decode = map(_f, server_timings(timings))
+        self._floats.extend(
+            (
+                node.wait_after_ready_s,
+                _NAN if ready is None else (ready - t0_ns) / _NS,
+                _NAN if dispatched is None else (dispatched - t0_ns) / _NS,
+                (res.received_at_ns - t0_ns) / _NS,
+                (sent - t0_ns) / _NS,
+                _NAN if first is None else (first - t0_ns) / _NS,
+                (completed - t0_ns) / _NS,
+                _NAN if processed is None else (processed - t0_ns) / _NS,
+                ttfc,
+                tbc_mean,
+                tpot,
+                e2e,
+                normalized,
+                throughput,
+                _NAN if ready is None else (sent - ready) / _NS,
+                _NAN if ready is None or dispatched is None else (dispatched - ready) / _NS,
+                queue,
+                prefill,
+                server_ttft,
+                decode,
+            )
+        )
+        parents = node.parents
+        history = node.history_parent
+        cached = res.cached_tokens
+        self._ints.extend(
+            (
+                self._run_ids.code(run_id),
+                self._phases.code(phase),
+                session_id,
+                node.node_id,
+                request_id,
+                len(parents),
+                NULL if history is None else history,
+                res.worker_id,
+                self._models.code(model),
+                node.prompt_tokens,
+                node.shared_prefix_tokens,
+                NULL if prompt_tokens_new is None else prompt_tokens_new,
+                NULL if prompt_total is None else prompt_total,
+                NULL if cached is None else cached,
+                node.max_tokens,
+                NULL if out is None else out,
+                usage,
+                self._statuses.code(status),
+                res.http_status or NULL,
+                self._error_kinds.code(res.error_kind),
+                self._messages.code(message),
+                res.retries,
+                len(chunks),
+            )
+        )
+        if parents:
+            self._parents.extend(parents)
+        self._chunks.extend(chunks)
+        self.rows += 1
+
+    def add_cancelled(
+        self,
+        run_id: str,
+        phase: str,
+        session_id: int,
+        request_id: int,
+        node: NodeSpec,
+        model: str,
+        ready: int | None,
+        processed: int | None,
+        prompt_tokens_new: int | None,
+        prompt_tokens_total: int | None,
+        reason: str,
+        t0_ns: int,
+    ) -> None:
+        """One request cancelled before a worker sent it (``request_row`` with no result)."""
+        self.add_row(
+            {
+                "run_id": run_id,
+                "phase": phase,
+                "session_id": session_id,
+                "node_id": node.node_id,
+                "request_id": request_id,
+                "parents": node.parents,
+                "history_parent": node.history_parent,
+                "model": model,
+                "wait_after_ready": node.wait_after_ready_s,
+                "ready_at": None if ready is None else (ready - t0_ns) / _NS,
+                "processed_at": None if processed is None else (processed - t0_ns) / _NS,
+                "target_prompt_tokens": node.prompt_tokens,
+                "shared_prefix_tokens": node.shared_prefix_tokens,
+                "prompt_tokens_new": prompt_tokens_new,
+                "requested_output_tokens": node.max_tokens,
+                "status": "cancelled",
+                "error_kind": "cancelled",
+                "error_message": reason,
+                "retries": 0,
+                "prompt_tokens_total": prompt_tokens_total,
+                "chunk_times_ns": None,
+            }
+        )
+
+    def add_row(self, row: Mapping[str, Any]) -> None:
+        """One ``rows.request_row`` dict (missing keys are nulls)."""
+        get = row.get
+        self._floats.extend(_f(get(name)) for name in _REQ_FLOATS)
+        strings = self._strings
+        ints = []
+        for name in _REQ_INTS:
+            value = get(name)
+            if name in strings:
+                ints.append(strings[name].code(value))
+            elif name in ("parents", "chunk_times_ns"):
+                ints.append(NULL if value is None else len(value))
+            else:
+                ints.append(_i(value))
+        self._ints.extend(ints)
+        parents, chunks = get("parents"), get("chunk_times_ns")
+        if parents:
+            self._parents.extend(parents)
+        if chunks:
+            self._chunks.extend(chunks)
+        self.rows += 1
+
+    def to_table(self, t0_ns: int) -> pa.Table:
+        """The batch as a table typed by REQUESTS_SCHEMA (``chunk_times``/``tbc`` computed)."""
+        n = self.rows
+        floats = np.frombuffer(self._floats, dtype=np.float64).reshape(n, len(_REQ_FLOATS))
+        ints = np.frombuffer(self._ints, dtype=np.int64).reshape(n, len(_REQ_INTS))
+        columns: dict[str, pa.Array] = {}
+        for j, name in enumerate(_REQ_FLOATS):
+            columns[name] = _floats(floats[:, j])
+        for j, name in enumerate(_REQ_INTS):
+            values = np.ascontiguousarray(ints[:, j])
+            if name in self._strings:
+                columns[name] = self._strings[name].decode(values)
+            elif name == "usage_reported":
+                columns[name] = _bools(values)
+            elif name == "parents":
+                parents = np.array(self._parents, dtype=np.int32)
+                columns[name] = _list(values, _ints(parents.astype(np.int64), pa.int32()))
+            elif name == "chunk_times_ns":
+                columns["chunk_times"], columns["tbc"] = _chunk_columns(
+                    values, np.frombuffer(self._chunks, dtype=np.int64), columns["status"], t0_ns
+                )
+            else:
+                columns[name] = _ints(values, REQUESTS_SCHEMA.field(name).type)
+        del floats, ints  # release the buffers' exports
+        return pa.Table.from_arrays(
+            [columns[f.name] for f in REQUESTS_SCHEMA], schema=REQUESTS_SCHEMA
+        )
+
+
+def _chunk_columns(
+    lengths: NDArray[np.int64], flat: NDArray[np.int64], status: pa.Array, t0_ns: int
+) -> tuple[pa.Array, pa.Array]:
+    """``chunk_times`` (rows that reached a worker) and ``tbc`` (ok rows among them)."""
+    reached = lengths != NULL
+    counts = np.where(reached, lengths, 0)
+    chunk_times = _list(lengths, _floats((flat - t0_ns) / _NS))
+    gaps = np.diff(flat) / _NS
+    if len(gaps):
+        keep = np.ones(len(gaps), dtype=bool)
+        boundaries = np.cumsum(counts)[:-1]  # index of each row's first chunk (rows 1..n-1)
+        keep[boundaries[(boundaries >= 1) & (boundaries <= len(gaps))] - 1] = False
+        gaps = gaps[keep]
+    gap_counts = np.maximum(counts - 1, 0)
+    tbc = _list(gap_counts, _floats(gaps), reached & _equals(status, "ok"))
+    return chunk_times, tbc
+
+
+def _equals(strings: pa.Array, value: str) -> NDArray[np.bool_]:
+    """Element-wise ``strings == value`` of a string array (nulls: False), numpy only."""
+    n = len(strings)
+    validity, offsets_buf, data_buf = strings.buffers()
+    offsets = np.frombuffer(offsets_buf, dtype=np.int32, count=n + 1 + strings.offset)[
+        strings.offset :
+    ]
+    lengths = np.diff(offsets)
+    target = value.encode()
+    result = lengths == len(target)
+    if target and result.any():
+        data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0)
+        starts = offsets[:-1][result]
+        match = np.ones(len(starts), dtype=bool)
+        for k, byte in enumerate(target):
+            match &= data[starts + k] == byte
+        result[result] = match
+    if validity is not None:
+        bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")
+        result &= bits[strings.offset : strings.offset + n].astype(bool)
+    return result
+
+
+class SessionColumns:
+    """A batch of sessions.parquet rows (see ``RequestColumns``)."""
+
+    __slots__ = ("_floats", "_ints", "_phases", "_run_ids", "_statuses", "_strings", "rows")
+
+    def __init__(self) -> None:
+        self._floats = array("d")
+        self._ints = array("q")
+        self._run_ids = _Codes()
+        self._phases = _Codes()
+        self._statuses = _Codes()
+        self._strings = {"run_id": self._run_ids, "phase": self._phases, "status": self._statuses}
+        self.rows = 0
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def add(
+        self,
+        run_id: str,
+        phase: str,
+        session_id: int,
+        started: int | None,
+        ended: int | None,
+        num_nodes: int,
+        num_requests: int,
+        num_ok: int,
+        num_error: int,
+        num_cancelled: int,
+        think_time_total_s: float,
+        status: str,
+        t0_ns: int,
+    ) -> None:
+        """One session: ``rows.session_row`` of the same ``SessionRecord`` (status resolved)."""
+        self._floats.extend(
+            (
+                _NAN if started is None else (started - t0_ns) / _NS,
+                _NAN if ended is None else (ended - t0_ns) / _NS,
+                _NAN if started is None or ended is None else (ended - started) / _NS,
+                think_time_total_s,
+            )
+        )
+        self._ints.extend(
+            (
+                self._run_ids.code(run_id),
+                self._phases.code(phase),
+                session_id,
+                num_nodes,
+                num_requests,
+                num_ok,
+                num_error,
+                num_cancelled,
+                self._statuses.code(status),
+            )
+        )
+        self.rows += 1
+
+    def add_row(self, row: Mapping[str, Any]) -> None:
+        """One ``rows.session_row`` dict (missing keys are nulls)."""
+        get = row.get
+        self._floats.extend(_f(get(name)) for name in _SES_FLOATS)
+        strings = self._strings
+        self._ints.extend(
+            strings[name].code(get(name)) if name in strings else _i(get(name))
+            for name in _SES_INTS
+        )
+        self.rows += 1
+
+    def to_table(self) -> pa.Table:
+        """The batch as a table typed by SESSIONS_SCHEMA."""
+        n = self.rows
+        floats = np.frombuffer(self._floats, dtype=np.float64).reshape(n, len(_SES_FLOATS))
+        ints = np.frombuffer(self._ints, dtype=np.int64).reshape(n, len(_SES_INTS))
+        columns: dict[str, pa.Array] = {}
+        for j, name in enumerate(_SES_FLOATS):
+            columns[name] = _floats(floats[:, j])
+        for j, name in enumerate(_SES_INTS):
+            values = np.ascontiguousarray(ints[:, j])
+            if name in self._strings:
+                columns[name] = self._strings[name].decode(values)
+            else:
+                columns[name] = _ints(values, SESSIONS_SCHEMA.field(name).type)
+        del floats, ints
+        return pa.Table.from_arrays(
+            [columns[f.name] for f in SESSIONS_SCHEMA], schema=SESSIONS_SCHEMA
+        )
+
+
+def requests_from_rows(rows: Sequence[Mapping[str, Any]], t0_ns: int) -> pa.Table:
+    """``request_row`` dicts as a typed table."""
+    batch = RequestColumns()
+    for row in rows:
+        batch.add_row(row)
+    return batch.to_table(t0_ns)
+
+
+def sessions_from_rows(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
+    """``session_row`` dicts as a typed table."""
+    batch = SessionColumns()
+    for row in rows:
+        batch.add_row(row)
+    return batch.to_table()
