@@ -20,7 +20,6 @@ object per row.
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -39,6 +38,7 @@ NULL = -(2**63)  # null in an int64 slot
 _NAN = float("nan")
 _NS = 1e9
 MAX_ERROR_MESSAGE_CHARS = 2000  # also rows.MAX_ERROR_MESSAGE_CHARS
+_SLICE_ROWS = 8192  # rows converted per GIL-holding slice
 
 # Row layouts. Every REQUESTS_SCHEMA column is in exactly one of them, except chunk_times and tbc
 # (computed from chunk_times_ns); "parents" and "chunk_times_ns" hold the list lengths.
@@ -61,16 +61,14 @@ _REQ_FLOATS = (
     "dispatch_lag",
     *SERVER_TIMING_COLUMNS,
 )
+_REQ_STRS = ("run_id", "phase", "model", "status", "error_kind", "error_message")
 _REQ_INTS = (
-    "run_id",
-    "phase",
     "session_id",
     "node_id",
     "request_id",
     "parents",
     "history_parent",
     "worker_id",
-    "model",
     "target_prompt_tokens",
     "shared_prefix_tokens",
     "prompt_tokens_new",
@@ -79,25 +77,13 @@ _REQ_INTS = (
     "requested_output_tokens",
     "output_tokens",
     "usage_reported",
-    "status",
     "http_status",
-    "error_kind",
-    "error_message",
     "retries",
     "chunk_times_ns",
 )
 _SES_FLOATS = ("started_at", "ended_at", "duration", "think_time_total")
-_SES_INTS = (
-    "run_id",
-    "phase",
-    "session_id",
-    "num_nodes",
-    "num_requests",
-    "num_ok",
-    "num_error",
-    "num_cancelled",
-    "status",
-)
+_SES_STRS = ("run_id", "phase", "status")
+_SES_INTS = ("session_id", "num_nodes", "num_requests", "num_ok", "num_error", "num_cancelled")
 _SERVER_INDEX = {name: i for i, name in enumerate(SERVER_TIMING_COLUMNS)}
 
 # timings key → (index among the server columns, scale to seconds), as in rows._TIMING_KEYS
@@ -124,32 +110,38 @@ def server_timings(timings: Mapping[str, Any]) -> list[float | None]:
     return out
 
 
-class _Codes:
-    """Batch-local dictionary encoding of a string column's values."""
+def _strings(values: list[str | None]) -> pa.Array:
+    """A string array of ``values`` (None: null) without ``pa.array``: dictionary-encoded in
+    C-speed passes (``dict.fromkeys``, ``map``), then expanded with ``take``."""
+    uniques = list(dict.fromkeys(values))
+    if len(uniques) == 1 and uniques[0] is not None:  # the usual case: run_id, model, phase
+        codes = np.zeros(len(values), dtype=np.int64)
+    else:
+        index = {value: (NULL if value is None else i) for i, value in enumerate(uniques)}
+        codes = np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
+    encoded = [b"" if value is None else value.encode() for value in uniques]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
+    np.cumsum([len(b) for b in encoded], out=offsets[1:])
+    dictionary = pa.StringArray.from_buffers(
+        len(encoded), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))
+    )
+    return pc.take(dictionary, _ints(codes, pa.int32()))
 
-    __slots__ = ("codes", "values")
 
-    def __init__(self) -> None:
-        self.codes: dict[str, int] = {}
-        self.values: list[str] = []
-
-    def code(self, value: str | None) -> int:
-        if value is None:
-            return NULL
-        code = self.codes.get(value)
-        if code is None:
-            code = self.codes[value] = len(self.values)
-            self.values.append(value)
-        return code
-
-    def decode(self, codes: NDArray[np.int64]) -> pa.Array:
-        encoded = [value.encode() for value in self.values]
-        offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
-        np.cumsum([len(b) for b in encoded], out=offsets[1:])
-        dictionary = pa.StringArray.from_buffers(
-            len(encoded), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))
-        )
-        return pc.take(dictionary, _ints(codes, pa.int32()))
+def _matrix(
+    values: Sequence[Any], width: int, dtype: type, pause: Callable[[], None] | None
+) -> NDArray[Any]:
+    """A row-major list of ``width`` slots per row as an (n, width) numpy array, converted a
+    slice at a time with ``pause()`` in between (the conversion holds the GIL)."""
+    n = len(values) // width
+    out: NDArray[Any] = np.empty((n, width), dtype=dtype)
+    flat = out.reshape(-1)
+    step = _SLICE_ROWS * width
+    for start in range(0, len(values), step):
+        flat[start : start + step] = values[start : start + step]
+        if pause is not None:
+            pause()
+    return out
 
 
 def _validity(valid: NDArray[np.bool_]) -> pa.Buffer | None:
@@ -208,40 +200,14 @@ class RequestColumns:
     for a fresh one under a lock) before ``to_table``.
     """
 
-    __slots__ = (
-        "_chunks",
-        "_error_kinds",
-        "_floats",
-        "_ints",
-        "_messages",
-        "_models",
-        "_parents",
-        "_phases",
-        "_run_ids",
-        "_statuses",
-        "_strings",
-        "rows",
-    )
+    __slots__ = ("_chunks", "_floats", "_ints", "_parents", "_strs", "rows")
 
     def __init__(self) -> None:
-        self._floats = array("d")
-        self._ints = array("q")
-        self._parents = array("q")
-        self._chunks = array("q")
-        self._run_ids = _Codes()
-        self._phases = _Codes()
-        self._models = _Codes()
-        self._statuses = _Codes()
-        self._error_kinds = _Codes()
-        self._messages = _Codes()
-        self._strings = {
-            "run_id": self._run_ids,
-            "phase": self._phases,
-            "model": self._models,
-            "status": self._statuses,
-            "error_kind": self._error_kinds,
-            "error_message": self._messages,
-        }
+        self._floats: list[float] = []  # _REQ_FLOATS per row, NaN = null
+        self._ints: list[int] = []  # _REQ_INTS per row, NULL = null
+        self._strs: list[str | None] = []  # _REQ_STRS per row
+        self._parents: list[int] = []  # every row's parents, flat
+        self._chunks: list[int] = []  # every row's chunk_times_ns, flat
         self.rows = 0
 
     def __len__(self) -> int:
@@ -300,63 +266,54 @@ class RequestColumns:
         queue = prefill = server_ttft = decode = _NAN
         if timings:
             queue, prefill, server_ttft, decode = map(_f, server_timings(timings))
-        self._floats.extend(
-            (
-                node.wait_after_ready_s,
-                _NAN if ready is None else (ready - t0_ns) / _NS,
-                _NAN if dispatched is None else (dispatched - t0_ns) / _NS,
-                (res.received_at_ns - t0_ns) / _NS,
-                (sent - t0_ns) / _NS,
-                _NAN if first is None else (first - t0_ns) / _NS,
-                (completed - t0_ns) / _NS,
-                _NAN if processed is None else (processed - t0_ns) / _NS,
-                ttfc,
-                tbc_mean,
-                tpot,
-                e2e,
-                normalized,
-                throughput,
-                _NAN if ready is None else (sent - ready) / _NS,
-                _NAN if ready is None or dispatched is None else (dispatched - ready) / _NS,
-                queue,
-                prefill,
-                server_ttft,
-                decode,
-            )
+        self._floats += (
+            node.wait_after_ready_s,
+            _NAN if ready is None else (ready - t0_ns) / _NS,
+            _NAN if dispatched is None else (dispatched - t0_ns) / _NS,
+            (res.received_at_ns - t0_ns) / _NS,
+            (sent - t0_ns) / _NS,
+            _NAN if first is None else (first - t0_ns) / _NS,
+            (completed - t0_ns) / _NS,
+            _NAN if processed is None else (processed - t0_ns) / _NS,
+            ttfc,
+            tbc_mean,
+            tpot,
+            e2e,
+            normalized,
+            throughput,
+            _NAN if ready is None else (sent - ready) / _NS,
+            _NAN if ready is None or dispatched is None else (dispatched - ready) / _NS,
+            queue,
+            prefill,
+            server_ttft,
+            decode,
         )
         parents = node.parents
         history = node.history_parent
         cached = res.cached_tokens
-        self._ints.extend(
-            (
-                self._run_ids.code(run_id),
-                self._phases.code(phase),
-                session_id,
-                node.node_id,
-                request_id,
-                len(parents),
-                NULL if history is None else history,
-                res.worker_id,
-                self._models.code(model),
-                node.prompt_tokens,
-                node.shared_prefix_tokens,
-                NULL if prompt_tokens_new is None else prompt_tokens_new,
-                NULL if prompt_total is None else prompt_total,
-                NULL if cached is None else cached,
-                node.max_tokens,
-                NULL if out is None else out,
-                usage,
-                self._statuses.code(status),
-                res.http_status or NULL,
-                self._error_kinds.code(res.error_kind),
-                self._messages.code(message),
-                res.retries,
-                len(chunks),
-            )
+        self._ints += (
+            session_id,
+            node.node_id,
+            request_id,
+            len(parents),
+            NULL if history is None else history,
+            res.worker_id,
+            node.prompt_tokens,
+            node.shared_prefix_tokens,
+            NULL if prompt_tokens_new is None else prompt_tokens_new,
+            NULL if prompt_total is None else prompt_total,
+            NULL if cached is None else cached,
+            node.max_tokens,
+            NULL if out is None else out,
+            usage,
+            res.http_status or NULL,
+            res.retries,
+            len(chunks),
         )
+        self._strs += (run_id, phase, model, status, res.error_kind, message)
         if parents:
-            self._parents.extend(parents)
-        self._chunks.extend(chunks)
+            self._parents += parents
+        self._chunks += chunks
         self.rows += 1
 
     def add_cancelled(
@@ -404,49 +361,51 @@ class RequestColumns:
     def add_row(self, row: Mapping[str, Any]) -> None:
         """One ``rows.request_row`` dict (missing keys are nulls)."""
         get = row.get
-        self._floats.extend(_f(get(name)) for name in _REQ_FLOATS)
-        strings = self._strings
+        self._floats += [_f(get(name)) for name in _REQ_FLOATS]
         ints = []
         for name in _REQ_INTS:
             value = get(name)
-            if name in strings:
-                ints.append(strings[name].code(value))
-            elif name in ("parents", "chunk_times_ns"):
+            if name in ("parents", "chunk_times_ns"):
                 ints.append(NULL if value is None else len(value))
             else:
                 ints.append(_i(value))
-        self._ints.extend(ints)
+        self._ints += ints
+        self._strs += [get(name) for name in _REQ_STRS]
         parents, chunks = get("parents"), get("chunk_times_ns")
         if parents:
-            self._parents.extend(parents)
+            self._parents += parents
         if chunks:
-            self._chunks.extend(chunks)
+            self._chunks += chunks
         self.rows += 1
 
-    def to_table(self, t0_ns: int) -> pa.Table:
-        """The batch as a table typed by REQUESTS_SCHEMA (``chunk_times``/``tbc`` computed)."""
-        n = self.rows
-        floats = np.frombuffer(self._floats, dtype=np.float64).reshape(n, len(_REQ_FLOATS))
-        ints = np.frombuffer(self._ints, dtype=np.int64).reshape(n, len(_REQ_INTS))
+    def to_table(self, t0_ns: int, pause: Callable[[], None] | None = None) -> pa.Table:
+        """The batch as a table typed by REQUESTS_SCHEMA (``chunk_times``/``tbc`` computed).
+
+        ``pause`` is called between the slices of the conversion (e.g. ``time.sleep(0)`` to let
+        another thread take the GIL).
+        """
+        floats = _matrix(self._floats, len(_REQ_FLOATS), np.float64, pause)
+        ints = _matrix(self._ints, len(_REQ_INTS), np.int64, pause)
         columns: dict[str, pa.Array] = {}
         for j, name in enumerate(_REQ_FLOATS):
             columns[name] = _floats(floats[:, j])
+        width = len(_REQ_STRS)
+        for j, name in enumerate(_REQ_STRS):
+            columns[name] = _strings(self._strs[j::width])
         for j, name in enumerate(_REQ_INTS):
             values = np.ascontiguousarray(ints[:, j])
-            if name in self._strings:
-                columns[name] = self._strings[name].decode(values)
-            elif name == "usage_reported":
+            if name == "usage_reported":
                 columns[name] = _bools(values)
             elif name == "parents":
-                parents = np.array(self._parents, dtype=np.int32)
-                columns[name] = _list(values, _ints(parents.astype(np.int64), pa.int32()))
+                parents = np.array(self._parents, dtype=np.int64)
+                columns[name] = _list(values, _ints(parents, pa.int32()))
             elif name == "chunk_times_ns":
+                flat = _matrix(self._chunks, 1, np.int64, pause).reshape(-1)
                 columns["chunk_times"], columns["tbc"] = _chunk_columns(
-                    values, np.frombuffer(self._chunks, dtype=np.int64), columns["status"], t0_ns
+                    values, flat, columns["status"], t0_ns
                 )
             else:
                 columns[name] = _ints(values, REQUESTS_SCHEMA.field(name).type)
-        del floats, ints  # release the buffers' exports
         return pa.Table.from_arrays(
             [columns[f.name] for f in REQUESTS_SCHEMA], schema=REQUESTS_SCHEMA
         )
@@ -496,15 +455,12 @@ def _equals(strings: pa.Array, value: str) -> NDArray[np.bool_]:
 class SessionColumns:
     """A batch of sessions.parquet rows (see ``RequestColumns``)."""
 
-    __slots__ = ("_floats", "_ints", "_phases", "_run_ids", "_statuses", "_strings", "rows")
+    __slots__ = ("_floats", "_ints", "_strs", "rows")
 
     def __init__(self) -> None:
-        self._floats = array("d")
-        self._ints = array("q")
-        self._run_ids = _Codes()
-        self._phases = _Codes()
-        self._statuses = _Codes()
-        self._strings = {"run_id": self._run_ids, "phase": self._phases, "status": self._statuses}
+        self._floats: list[float] = []
+        self._ints: list[int] = []
+        self._strs: list[str | None] = []
         self.rows = 0
 
     def __len__(self) -> int:
@@ -527,55 +483,37 @@ class SessionColumns:
         t0_ns: int,
     ) -> None:
         """One session: ``rows.session_row`` of the same ``SessionRecord`` (status resolved)."""
-        self._floats.extend(
-            (
-                _NAN if started is None else (started - t0_ns) / _NS,
-                _NAN if ended is None else (ended - t0_ns) / _NS,
-                _NAN if started is None or ended is None else (ended - started) / _NS,
-                think_time_total_s,
-            )
+        self._floats += (
+            _NAN if started is None else (started - t0_ns) / _NS,
+            _NAN if ended is None else (ended - t0_ns) / _NS,
+            _NAN if started is None or ended is None else (ended - started) / _NS,
+            think_time_total_s,
         )
-        self._ints.extend(
-            (
-                self._run_ids.code(run_id),
-                self._phases.code(phase),
-                session_id,
-                num_nodes,
-                num_requests,
-                num_ok,
-                num_error,
-                num_cancelled,
-                self._statuses.code(status),
-            )
-        )
+        self._ints += (session_id, num_nodes, num_requests, num_ok, num_error, num_cancelled)
+        self._strs += (run_id, phase, status)
         self.rows += 1
 
     def add_row(self, row: Mapping[str, Any]) -> None:
         """One ``rows.session_row`` dict (missing keys are nulls)."""
         get = row.get
-        self._floats.extend(_f(get(name)) for name in _SES_FLOATS)
-        strings = self._strings
-        self._ints.extend(
-            strings[name].code(get(name)) if name in strings else _i(get(name))
-            for name in _SES_INTS
-        )
+        self._floats += [_f(get(name)) for name in _SES_FLOATS]
+        self._ints += [_i(get(name)) for name in _SES_INTS]
+        self._strs += [get(name) for name in _SES_STRS]
         self.rows += 1
 
-    def to_table(self) -> pa.Table:
+    def to_table(self, pause: Callable[[], None] | None = None) -> pa.Table:
         """The batch as a table typed by SESSIONS_SCHEMA."""
-        n = self.rows
-        floats = np.frombuffer(self._floats, dtype=np.float64).reshape(n, len(_SES_FLOATS))
-        ints = np.frombuffer(self._ints, dtype=np.int64).reshape(n, len(_SES_INTS))
+        floats = _matrix(self._floats, len(_SES_FLOATS), np.float64, pause)
+        ints = _matrix(self._ints, len(_SES_INTS), np.int64, pause)
         columns: dict[str, pa.Array] = {}
         for j, name in enumerate(_SES_FLOATS):
             columns[name] = _floats(floats[:, j])
         for j, name in enumerate(_SES_INTS):
             values = np.ascontiguousarray(ints[:, j])
-            if name in self._strings:
-                columns[name] = self._strings[name].decode(values)
-            else:
-                columns[name] = _ints(values, SESSIONS_SCHEMA.field(name).type)
-        del floats, ints
+            columns[name] = _ints(values, SESSIONS_SCHEMA.field(name).type)
+        width = len(_SES_STRS)
+        for j, name in enumerate(_SES_STRS):
+            columns[name] = _strings(self._strs[j::width])
         return pa.Table.from_arrays(
             [columns[f.name] for f in SESSIONS_SCHEMA], schema=SESSIONS_SCHEMA
         )
