@@ -41,7 +41,7 @@ from veeksha.engine.target import Target, TargetContext, describe
 from veeksha.engine.timers import LoopTimers
 from veeksha.errors import ConfigurationError, RunAbortedError, VeekshaError
 from veeksha.evaluate.exit_codes import run_exit_code
-from veeksha.evaluate.run import evaluate_run
+from veeksha.evaluate.run import EVALUATION_COLUMNS, evaluate_run
 from veeksha.evaluate.streaming import StreamingMetrics
 from veeksha.generate.distributions import make_interval_sampler
 from veeksha.generate.rng import RandomStreams
@@ -436,7 +436,7 @@ class _Run:
         }
         try:
             writer.flush()
-            requests = load_requests(self.run_dir)
+            requests = load_requests(self.run_dir, EVALUATION_COLUMNS)
             sessions = load_sessions(self.run_dir)
             end_s = (self.clock.now_ns() - t0_ns) / _NS
             start_ns = traffic.measured_start_ns

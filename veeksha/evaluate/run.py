@@ -41,9 +41,34 @@ from veeksha.evaluate.report import render_summary
 from veeksha.evaluate.slo import SloResult, all_met, evaluate_slos, scenario_slos
 from veeksha.evaluate.stats import Floats, measured_rows
 from veeksha.evaluate.summary import compute_aggregates, summary_document
+from veeksha.record.columns import REQUESTS_SCHEMA, SERVER_TIMING_COLUMNS
 from veeksha.scenario.models import Scenario
 
-__all__ = ["Evaluation", "compute_evaluation", "evaluate_run"]
+__all__ = ["EVALUATION_COLUMNS", "Evaluation", "compute_evaluation", "evaluate_run"]
+
+#: The requests.parquet columns evaluation reads (``load_requests(run_dir, EVALUATION_COLUMNS)``):
+#: a table of only these evaluates exactly like the whole table. Leaving out the others (the
+#: per-chunk times above all) is what keeps the evaluation of a long run in bounded memory.
+EVALUATION_COLUMNS: tuple[str, ...] = tuple(
+    name
+    for name in REQUESTS_SCHEMA.names
+    if name
+    not in {
+        "request_id",
+        "history_parent",
+        "model",
+        "received_at",
+        "first_chunk_at",
+        "chunk_times",
+        "shared_prefix_tokens",
+        "cached_tokens",
+        "tbc_mean",
+        "http_status",
+        "error_message",
+        "retries",
+        *SERVER_TIMING_COLUMNS,
+    }
+)
 
 
 @dataclass(slots=True)

@@ -86,7 +86,10 @@ def measured_rows(table: pa.Table) -> pa.Table:
     """The rows of the measured phase (metrics and checks ignore warmup rows)."""
     if table.num_rows == 0:
         return table
-    return table.filter(pc.equal(table.column("phase"), MEASURED))
+    mask = pc.equal(table.column("phase"), MEASURED)
+    if pc.all(mask).as_py():  # no warmup: the table itself, not a copy of every column
+        return table
+    return table.filter(mask)
 
 
 def status_is(table: pa.Table, status: str) -> NDArray[np.bool_]:

@@ -18,9 +18,10 @@ from tests.unit.evaluate.builders import (
     session,
     sessions_table,
 )
-from veeksha.evaluate import ExitCode, StreamingMetrics, evaluate_run
+from veeksha.evaluate import ExitCode, StreamingMetrics, compute_evaluation, evaluate_run
 from veeksha.evaluate.exit_codes import run_exit_code
 from veeksha.evaluate.metrics import LATENCY_METRICS
+from veeksha.evaluate.run import EVALUATION_COLUMNS
 
 SUMMARY_KEYS = {
     "schema_version", "run", "requests", "latency", "throughput", "sessions", "errors",
@@ -161,3 +162,14 @@ def test_streaming_metrics_snapshot() -> None:
     assert "E2E p50 0.5 s p99 0.5 s" in line
     now[0] = 20.0
     assert stream.snapshot() == "last 5.0s: 0 req (0.0 req/s, 0 failed)"
+
+
+def test_evaluation_columns_evaluate_like_the_whole_table() -> None:
+    requests, sessions = _run_tables()
+    scen = scenario(evaluators=[{"type": "performance", "slos": SLOS}])
+    info = {"run_id": "r1", "measured_window": (0.0, 5.0)}
+    whole = compute_evaluation(scen, requests, sessions, info)
+    subset = compute_evaluation(scen, requests.select(list(EVALUATION_COLUMNS)), sessions, info)
+    assert subset.summary == whole.summary
+    assert subset.health.to_dict() == whole.health.to_dict()
+    assert "chunk_times" not in EVALUATION_COLUMNS
