@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
-from veeksha.evaluate.stats import Floats, column
+from veeksha.evaluate.stats import Floats, column, integers
 from veeksha.generate.distributions import interval_distribution, mean_interval
 from veeksha.scenario.models import GammaInterval, PoissonInterval, RateScheduler
 
@@ -39,9 +39,11 @@ def root_times(requests: pa.Table, name: str) -> Floats:
     """Per session, the earliest ``name`` (e.g. ready_at, sent_at) of its root requests, sorted."""
     if requests.num_rows == 0:
         return np.empty(0)
-    roots = requests.filter(pc.equal(pc.fill_null(pc.list_value_length(requests["parents"]), 0), 0))
-    grouped = roots.group_by("session_id").aggregate([(name, "min")])
-    values = column(grouped, f"{name}_min")
+    roots = integers(pc.list_value_length(requests["parents"])) == 0  # a null list counts 0
+    # per session, the minimum ignoring NaN (a pyarrow group_by would import pandas via acero)
+    ids, inverse = np.unique(integers(requests["session_id"])[roots], return_inverse=True)
+    values = np.full(len(ids), np.nan)
+    np.fmin.at(values, inverse, column(requests, name)[roots])
     return np.sort(values[~np.isnan(values)])
 
 

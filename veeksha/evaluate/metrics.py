@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from veeksha.evaluate.stats import Floats, column, describe, flat_list, status_is
+from veeksha.evaluate.stats import Floats, column, describe, flat_list, scalar, status_is
 
 __all__ = [
     "LATENCY_METRICS",
@@ -158,9 +158,9 @@ def error_rates(requests: pa.Table) -> dict[str, Any]:
     failed = counts["error"] + counts["timeout"]
     by_kind: dict[str, dict[str, Any]] = {}
     if total:
-        bad = requests.filter(pc.not_equal(requests.column("status"), "ok"))
-        kinds = pc.coalesce(bad.column("error_kind"), pa.scalar("unknown"))
-        kinds = pc.if_else(pc.equal(kinds, ""), pa.scalar("unknown"), kinds)
+        bad = requests.filter(pc.not_equal(requests.column("status"), scalar("ok")))
+        kinds = pc.coalesce(bad.column("error_kind"), scalar("unknown"))
+        kinds = pc.if_else(pc.equal(kinds, scalar("")), scalar("unknown"), kinds)
         for entry in pc.value_counts(kinds).to_pylist():
             count = int(entry["counts"])
             by_kind[entry["values"]] = {"count": count, "rate": count / total}

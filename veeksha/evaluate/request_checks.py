@@ -25,7 +25,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
-from veeksha.evaluate.stats import Floats, column, describe, status_is
+from veeksha.evaluate.stats import (
+    Floats,
+    column,
+    describe,
+    integers,
+    status_is,
+)
 
 __all__ = ["DEPENDENCIES", "OUTPUT_LENGTH", "PROMPT_LENGTH", "dependency_lateness"]
 
@@ -41,30 +47,28 @@ def dependency_lateness(requests: pa.Table) -> tuple[Floats, dict[str, int]]:
     counts = {"dispatched": 0, "violations": 0, "parent_not_completed": 0, "parents_missing": 0}
     if requests.num_rows == 0:
         return np.empty(0), counts
-    idx = pa.array(np.arange(requests.num_rows))
+    # Each edge (child row, parent node) looks its parent's row up by (session_id, node_id):
+    # a sort and a binary search in numpy (a pyarrow join would import pandas through acero).
+    n = requests.num_rows
     parents = requests.column("parents").combine_chunks()
-    owners = pc.list_parent_indices(parents)
-    edges = pa.table(
-        {
-            "row": pc.take(idx, owners),
-            "session_id": pc.take(requests.column("session_id"), owners),
-            "node_id": pc.list_flatten(parents),
-        }
-    )
-    done = requests.select(["session_id", "node_id", "completed_at"])
-    done = done.append_column("found", pa.array(np.ones(requests.num_rows, dtype=bool)))
-    joined = edges.join(done, ["session_id", "node_id"], join_type="left outer")
-    per_child = joined.group_by("row").aggregate(
-        [
-            ("completed_at", "max"),
-            ("completed_at", "count", pc.CountOptions(mode="only_null")),
-            ("found", "count", pc.CountOptions(mode="only_null")),
-        ]
-    )
-    rows = np.asarray(per_child.column("row").to_numpy(), dtype=np.int64)
-    latest = column(per_child, "completed_at_max")
-    not_completed = column(per_child, "completed_at_count") > 0
-    missing = column(per_child, "found_count") > 0
+    owners = integers(pc.list_parent_indices(parents))
+    parent_nodes = integers(pc.list_flatten(parents))
+    session = integers(requests.column("session_id"))
+    node = integers(requests.column("node_id"))
+    width = int(max(node.max(initial=0), parent_nodes.max(initial=0))) + 1
+    keys = session * width + node
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    edge_keys = session[owners] * width + parent_nodes
+    at = np.minimum(np.searchsorted(sorted_keys, edge_keys), n - 1)
+    found = sorted_keys[at] == edge_keys
+    parent_done = np.where(found, column(requests, "completed_at")[order[at]], np.nan)
+    rows = np.unique(owners)  # the children: rows with at least one parent
+    latest_all = np.full(n, np.nan)
+    np.fmax.at(latest_all, owners, parent_done)  # NaN only when no parent completed
+    latest = latest_all[rows]
+    not_completed = np.bincount(owners, weights=np.isnan(parent_done), minlength=n)[rows] > 0
+    missing = np.bincount(owners, weights=~found, minlength=n)[rows] > 0
     dispatched = column(requests, "dispatched_at")
     counts["dispatched"] = int((~np.isnan(dispatched)).sum())
     earliest = column(requests, "ready_at")  # roots: their ready time
@@ -115,7 +119,7 @@ def _prompt_length(data: HealthInput) -> Outcome:
     statistics = {"tolerance": tol, **_deviation_stats(deviation, tol)}
     outside = statistics["outside_tolerance"]
     usage = column(table, "usage_reported") > 0
-    roots = pc.fill_null(pc.list_value_length(table.column("parents")), 0).to_numpy() == 0
+    roots = integers(pc.list_value_length(table.column("parents"))) == 0  # null list: 0
     server = column(table, "prompt_tokens_total") - column(table, "target_prompt_tokens")
     server = server[usage & roots & ~np.isnan(server)]
     if server.size:

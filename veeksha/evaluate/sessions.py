@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from veeksha.evaluate.stats import column, describe
+from veeksha.evaluate.stats import column, describe, integers, scalar
 
 __all__ = ["SESSION_STATUSES", "session_ids", "session_metrics"]
 
@@ -60,5 +60,5 @@ def session_ids(sessions: pa.Table, status: str) -> np.ndarray:
     """Ids of the sessions with ``status``."""
     if sessions.num_rows == 0:
         return np.empty(0, dtype=np.int64)
-    rows = sessions.filter(pc.equal(sessions.column("status"), status))
-    return np.asarray(rows.column("session_id").to_numpy(), dtype=np.int64)
+    rows = sessions.filter(pc.equal(sessions.column("status"), scalar(status)))
+    return integers(rows.column("session_id"))

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from veeksha.evaluate.sessions import session_ids
-from veeksha.evaluate.stats import Floats, column, status_is
+from veeksha.evaluate.stats import Floats, column, integers, status_is
 from veeksha.scenario.models import SLO, Scenario
 
 __all__ = ["SloResult", "all_met", "evaluate_slos", "goodput", "request_meets", "scenario_slos"]
@@ -76,7 +76,7 @@ def all_met(results: list[SloResult]) -> bool | None:
 def _tbc_meets(requests: pa.Table, slo: SLO) -> NDArray[np.bool_]:
     gaps = requests.column("tbc")
     flat = column(pa.table({"v": pc.list_flatten(gaps)}), "v")
-    owner = np.asarray(pc.list_parent_indices(gaps).to_numpy(), dtype=np.int64)
+    owner = integers(pc.list_parent_indices(gaps))
     n = requests.num_rows
     total = np.bincount(owner, minlength=n)
     within = np.bincount(owner, weights=(flat <= slo.value).astype(float), minlength=n)
@@ -107,7 +107,7 @@ def goodput(
     good_requests = int(meets.sum())
     ok_sessions = session_ids(sessions, "ok")
     if requests.num_rows:
-        ids = np.asarray(requests.column("session_id").to_numpy(), dtype=np.int64)
+        ids = integers(requests.column("session_id"))
         bad = np.unique(ids[~meets])
         good_sessions = int((~np.isin(ok_sessions, bad)).sum())
     else:

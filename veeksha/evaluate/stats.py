@@ -26,8 +26,11 @@ __all__ = [
     "column",
     "describe",
     "flat_list",
+    "from_numpy",
+    "integers",
     "measured_rows",
     "percentile_key",
+    "scalar",
     "status_is",
 ]
 
@@ -63,12 +66,56 @@ def describe(values: Floats) -> dict[str, Any]:
     return stats
 
 
+# pyarrow imports pandas (~0.3-0.5 CPU-s) the first time it converts a Python or numpy value
+# (pa.scalar, pa.array, a Python value passed to a compute function) or makes a numpy array
+# (to_numpy, np.asarray). Evaluation needs none of it: these helpers go through buffers.
+
+
+def scalar(value: str | int | float) -> pa.Scalar:
+    """``pa.scalar(value)`` (string, int64 or float64) without pyarrow's Python conversion."""
+    if isinstance(value, str):
+        data = value.encode()
+        offsets = np.array([0, len(data)], dtype=np.int32)
+        return pa.StringArray.from_buffers(1, pa.py_buffer(offsets), pa.py_buffer(data))[0]
+    return from_numpy(np.array([value]))[0]
+
+
+def from_numpy(values: NDArray[Any]) -> pa.Array:
+    """A 1-d numeric or boolean numpy array as an Arrow array (no nulls), without ``pa.array``."""
+    values = np.ascontiguousarray(values)
+    if values.dtype == np.bool_:
+        bits = np.packbits(values, bitorder="little")
+        return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
+    type_ = pa.from_numpy_dtype(values.dtype)
+    return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])
+
+
+def _values(col: pa.Array | pa.ChunkedArray, type_: pa.DataType, dtype: Any) -> NDArray[Any]:
+    """``col`` cast to ``type_`` as a new numpy array, and its validity (None: no null)."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    if col.type != type_:
+        col = pc.cast(col, type_)
+    n, offset = len(col), col.offset
+    validity, data = col.buffers()[:2]
+    if n == 0 or data is None:
+        return np.zeros(n, dtype=dtype)
+    out = np.frombuffer(data, dtype=dtype, count=offset + n)[offset:].copy()
+    if col.null_count and validity is not None:
+        bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")
+        out[~bits[offset : offset + n].astype(bool)] = np.nan if out.dtype.kind == "f" else 0
+    return out
+
+
 def column(table: pa.Table, name: str) -> Floats:
     """Column ``name`` as a new float64 numpy array, NaN for null (ints and bools are cast)."""
-    col = table.column(name)
-    if not pa.types.is_floating(col.type):
-        col = pc.cast(col, pa.float64())
-    out: Floats = np.array(col.to_numpy(), dtype=np.float64)
+    out: Floats = _values(table.column(name), pa.float64(), np.float64)
+    return out
+
+
+def integers(col: pa.Array | pa.ChunkedArray) -> NDArray[np.int64]:
+    """An integer (or boolean) array as int64 numpy values (nulls become 0)."""
+    out: NDArray[np.int64] = _values(col, pa.int64(), np.int64)
     return out
 
 
@@ -86,7 +133,7 @@ def measured_rows(table: pa.Table) -> pa.Table:
     """The rows of the measured phase (metrics and checks ignore warmup rows)."""
     if table.num_rows == 0:
         return table
-    mask = pc.equal(table.column("phase"), MEASURED)
+    mask = pc.equal(table.column("phase"), scalar(MEASURED))
     if pc.all(mask).as_py():  # no warmup: the table itself, not a copy of every column
         return table
     return table.filter(mask)
@@ -96,5 +143,5 @@ def status_is(table: pa.Table, status: str) -> NDArray[np.bool_]:
     """Boolean mask of the rows whose ``status`` is ``status``."""
     if table.num_rows == 0:
         return np.zeros(0, dtype=bool)
-    mask = pc.equal(table.column("status"), status)
-    return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
+    mask = pc.fill_null(pc.equal(table.column("status"), scalar(status)), scalar(False))
+    return integers(mask) > 0

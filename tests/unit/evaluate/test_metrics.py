@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from tests.unit.evaluate.builders import request, requests_table, session, sessions_table
@@ -17,7 +18,15 @@ from veeksha.evaluate.metrics import (
     throughput,
 )
 from veeksha.evaluate.sessions import session_metrics
-from veeksha.evaluate.stats import describe, measured_rows, percentile_key
+from veeksha.evaluate.stats import (
+    column,
+    describe,
+    from_numpy,
+    integers,
+    measured_rows,
+    percentile_key,
+    scalar,
+)
 
 approx = pytest.approx
 
@@ -182,3 +191,22 @@ def test_session_metrics_count_unrecorded_sessions_as_incomplete() -> None:
 def test_describe_and_keys() -> None:
     assert percentile_key(99.9) == "p99_9"
     assert describe(np.array([np.nan, 1.0]))["count"] == 1
+
+
+def test_buffer_helpers_match_pyarrow_conversions() -> None:
+    values = pa.chunked_array([pa.array([1.5, None, 3.0]), pa.array([None, 4.0])])
+    got = column(pa.table({"v": values}), "v")
+    assert np.array_equal(got, np.array([1.5, np.nan, 3.0, np.nan, 4.0]), equal_nan=True)
+    sliced = pa.array([1, 2, None, 4], pa.int32()).slice(1, 3)
+    assert integers(sliced).tolist() == [2, 0, 4]
+    assert np.array_equal(
+        column(pa.table({"v": sliced}), "v"), np.array([2.0, np.nan, 4.0]), equal_nan=True
+    )
+    assert integers(pa.array([True, False, None])).tolist() == [1, 0, 0]
+    assert column(pa.table({"v": pa.array([], pa.float64())}), "v").size == 0
+    assert scalar("ok").equals(pa.scalar("ok"))
+    assert scalar(3).equals(pa.scalar(3))
+    assert scalar(2.5).equals(pa.scalar(2.5))
+    assert scalar(False).equals(pa.scalar(False))
+    assert from_numpy(np.array([True, False, True])).equals(pa.array([True, False, True]))
+    assert from_numpy(np.arange(3, dtype=np.int64)).equals(pa.array([0, 1, 2]))

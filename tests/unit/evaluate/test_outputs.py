@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from rich.console import Console
 
@@ -173,3 +176,26 @@ def test_evaluation_columns_evaluate_like_the_whole_table() -> None:
     assert subset.summary == whole.summary
     assert subset.health.to_dict() == whole.health.to_dict()
     assert "chunk_times" not in EVALUATION_COLUMNS
+
+
+def test_evaluation_never_imports_pandas(tmp_path: Path) -> None:
+    requests, sessions = _run_tables()  # built with from_pylist (pandas): saved, read back
+    pq.write_table(requests, tmp_path / "requests.parquet")
+    pq.write_table(sessions, tmp_path / "sessions.parquet")
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from tests.unit.evaluate.test_outputs import SLOS\n"
+        "from tests.unit.evaluate.builders import scenario\n"
+        "from veeksha.evaluate.run import evaluate_run\n"
+        "from veeksha.record.reader import load_requests, load_sessions\n"
+        f"run = Path({str(tmp_path)!r})\n"
+        "scen = scenario(evaluators=[{'type': 'performance', 'slos': SLOS}])\n"
+        "ev = evaluate_run(run, scen, load_requests(run), load_sessions(run), {}, plots=False)\n"
+        "assert ev.summary['requests']['total'] == 80\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "False"
