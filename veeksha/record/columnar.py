@@ -1,21 +1,27 @@
 """Rows appended straight into column buffers, and those buffers as typed Arrow tables.
 
 The event loop records one request (or session) per call into a ``RequestColumns`` (or
-``SessionColumns``) batch: no dict per row, no transposition later. A row is two ``extend`` calls
-on ``array.array`` buffers laid out row-major: one of float64 (``_REQ_FLOATS``, NaN = null) and
-one of int64 (``_REQ_INTS``, ``NULL`` = null; strings as batch-local dictionary codes, booleans as
-0/1), plus the two list columns' values (``parents``, the raw ``chunk_times_ns``) appended flat.
-``to_table`` then turns the buffers into Arrow arrays with numpy (one strided copy per column) and
-``pa.Array.from_buffers``, in bulk, off the event loop: no Python loop per row, and no
-``pa.array`` on Python values (pyarrow imports pandas, ~0.5 CPU-s, on its first such call).
+``SessionColumns``) batch: no dict per row, no transposition later. A row is three ``+=`` of a
+tuple onto Python lists laid out row-major: floats (``_REQ_FLOATS``, NaN = null), ints
+(``_REQ_INTS``, ``NULL`` = null, booleans as 0/1) and strings (``_REQ_STRS``), plus the two list
+columns' values (``parents``, the raw ``chunk_times_ns``) appended flat. ``add_result`` does no
+arithmetic: it stores the raw ns instants, and ``to_table`` derives the time and latency columns
+from them with numpy (``_derive``). ``to_table`` runs in the writer thread: lists become numpy
+matrices (a slice at a time, yielding the GIL in between), columns become Arrow arrays through
+``pa.Array.from_buffers``, strings are dictionary-encoded with C-speed passes; no ``pa.array`` on
+Python values (pyarrow imports pandas, ~0.3-0.5 CPU-s, on its first such call).
+
+Measured on the shared 2-core machine: ``add_result`` ~3 us a row (a ``request_row`` dict: ~6
+us), ``to_table`` a few us a row in the writer thread (the list-to-numpy conversion of ~50 values
+dominates).
 
 The values are exactly those of ``veeksha.record.rows.request_row``/``session_row`` (the readable
 definition of every column; ``add_row`` takes such a dict), bit for bit: the same float
 expressions, evaluated in the same order. The only encoding choice: a NaN in a float column is
 stored as null (no column has a legitimate NaN: times, durations and ratios are finite).
 
-Memory: ~330 bytes per request row (41 eight-byte slots, parents and chunk times), no Python
-object per row.
+Memory: the pending rows of one writer tick (up to ``flush_rows``) live as Python objects in the
+lists, ~1-2 kB a row; the writer swaps the batch out every second.
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ _REQ_FLOATS = (
     "dispatch_lag",
     *SERVER_TIMING_COLUMNS,
 )
+_RAW = ("ready", "dispatched", "processed", "received", "sent", "first", "completed")
 _REQ_STRS = ("run_id", "phase", "model", "status", "error_kind", "error_message")
 _REQ_INTS = (
     "session_id",
@@ -80,6 +87,9 @@ _REQ_INTS = (
     "http_status",
     "retries",
     "chunk_times_ns",
+    # add_result rows: the raw instants (ns) their float columns are derived from in bulk
+    *_RAW,
+    "derived",
 )
 _SES_FLOATS = ("started_at", "ended_at", "duration", "think_time_total")
 _SES_STRS = ("run_id", "phase", "status")
@@ -249,45 +259,15 @@ class RequestColumns:
         message = res.error_message
         if len(message) > MAX_ERROR_MESSAGE_CHARS:
             message = message[:MAX_ERROR_MESSAGE_CHARS]
-        ttfc = tbc_mean = tpot = e2e = normalized = throughput = _NAN
-        if status == "ok":
-            e2e = (completed - sent) / _NS
-            if first is not None:
-                ttfc = (first - sent) / _NS
-                if out is not None and out >= 2:
-                    tpot = (completed - first) / _NS / (out - 1)
-            if len(chunks) >= 2:
-                tbc_mean = (chunks[-1] - chunks[0]) / _NS / (len(chunks) - 1)
-            if out:
-                normalized = e2e / out
-            if out is not None and e2e > 0:
-                throughput = out / e2e
         timings = res.server_timings
-        queue = prefill = server_ttft = decode = _NAN
         if timings:
-            queue, prefill, server_ttft, decode = map(_f, server_timings(timings))
-        self._floats += (
-            node.wait_after_ready_s,
-            _NAN if ready is None else (ready - t0_ns) / _NS,
-            _NAN if dispatched is None else (dispatched - t0_ns) / _NS,
-            (res.received_at_ns - t0_ns) / _NS,
-            (sent - t0_ns) / _NS,
-            _NAN if first is None else (first - t0_ns) / _NS,
-            (completed - t0_ns) / _NS,
-            _NAN if processed is None else (processed - t0_ns) / _NS,
-            ttfc,
-            tbc_mean,
-            tpot,
-            e2e,
-            normalized,
-            throughput,
-            _NAN if ready is None else (sent - ready) / _NS,
-            _NAN if ready is None or dispatched is None else (dispatched - ready) / _NS,
-            queue,
-            prefill,
-            server_ttft,
-            decode,
-        )
+            self._floats += (
+                node.wait_after_ready_s,
+                *_DERIVED_NAN,
+                *map(_f, server_timings(timings)),
+            )
+        else:
+            self._floats += (node.wait_after_ready_s, *_DERIVED_NAN, *_NO_SERVER_TIMINGS)
         parents = node.parents
         history = node.history_parent
         cached = res.cached_tokens
@@ -309,6 +289,14 @@ class RequestColumns:
             res.http_status or NULL,
             res.retries,
             len(chunks),
+            NULL if ready is None else ready,
+            NULL if dispatched is None else dispatched,
+            NULL if processed is None else processed,
+            res.received_at_ns,
+            sent,
+            NULL if first is None else first,
+            completed,
+            1,
         )
         self._strs += (run_id, phase, model, status, res.error_kind, message)
         if parents:
@@ -367,6 +355,8 @@ class RequestColumns:
             value = get(name)
             if name in ("parents", "chunk_times_ns"):
                 ints.append(NULL if value is None else len(value))
+            elif name in _RAW or name == "derived":
+                ints.append(NULL if name in _RAW else 0)  # the dict gives the floats
             else:
                 ints.append(_i(value))
         self._ints += ints
@@ -386,21 +376,24 @@ class RequestColumns:
         """
         floats = _matrix(self._floats, len(_REQ_FLOATS), np.float64, pause)
         ints = _matrix(self._ints, len(_REQ_INTS), np.int64, pause)
+        flat = _matrix(self._chunks, 1, np.int64, pause).reshape(-1)
         columns: dict[str, pa.Array] = {}
-        for j, name in enumerate(_REQ_FLOATS):
-            columns[name] = _floats(floats[:, j])
         width = len(_REQ_STRS)
         for j, name in enumerate(_REQ_STRS):
             columns[name] = _strings(self._strs[j::width])
+        _derive(floats, ints, flat, _equals(columns["status"], "ok"), t0_ns)
+        for j, name in enumerate(_REQ_FLOATS):
+            columns[name] = _floats(floats[:, j])
         for j, name in enumerate(_REQ_INTS):
             values = np.ascontiguousarray(ints[:, j])
+            if name in _RAW or name == "derived":
+                continue
             if name == "usage_reported":
                 columns[name] = _bools(values)
             elif name == "parents":
                 parents = np.array(self._parents, dtype=np.int64)
                 columns[name] = _list(values, _ints(parents, pa.int32()))
             elif name == "chunk_times_ns":
-                flat = _matrix(self._chunks, 1, np.int64, pause).reshape(-1)
                 columns["chunk_times"], columns["tbc"] = _chunk_columns(
                     values, flat, columns["status"], t0_ns
                 )
@@ -409,6 +402,73 @@ class RequestColumns:
         return pa.Table.from_arrays(
             [columns[f.name] for f in REQUESTS_SCHEMA], schema=REQUESTS_SCHEMA
         )
+
+
+_FLOAT = {name: j for j, name in enumerate(_REQ_FLOATS)}
+_INT = {name: j for j, name in enumerate(_REQ_INTS)}
+# the float columns add_result leaves to _derive (NaN placeholders), in _REQ_FLOATS order
+_DERIVED_NAN = (_NAN,) * (len(_REQ_FLOATS) - 1 - len(SERVER_TIMING_COLUMNS))
+_NO_SERVER_TIMINGS = (_NAN,) * len(SERVER_TIMING_COLUMNS)
+
+
+def _derive(
+    floats: NDArray[np.float64],
+    ints: NDArray[np.int64],
+    flat: NDArray[np.int64],
+    ok: NDArray[np.bool_],
+    t0_ns: int,
+) -> None:
+    """Fill, in place, the float columns of ``add_result`` rows from their raw instants.
+
+    The same expressions as ``rows.request_row``, evaluated in the same order on the same
+    float64 values, hence the same bits: ``(a - b) / 1e9`` is an exact int64 difference
+    converted to float64 and divided, as in Python.
+    """
+    rows = np.flatnonzero(ints[:, _INT["derived"]] == 1)
+    if not len(rows):
+        return
+    raw = {name: ints[rows, _INT[name]] for name in _RAW}
+    known = {name: values != NULL for name, values in raw.items()}
+    ok = ok[rows]
+
+    def put(column: str, mask: NDArray[np.bool_], values: NDArray[np.float64]) -> None:
+        out = floats[rows, _FLOAT[column]]
+        out[mask] = values[mask]
+        floats[rows, _FLOAT[column]] = out
+
+    def since_t0(name: str) -> NDArray[np.float64]:
+        return (raw[name] - t0_ns) / _NS
+
+    for name in _RAW:
+        put(f"{name}_at" if name != "first" else "first_chunk_at", known[name], since_t0(name))
+    sent, completed, first, ready = raw["sent"], raw["completed"], raw["first"], raw["ready"]
+    put("generator_delay", known["ready"], (sent - ready) / _NS)
+    put("dispatch_lag", known["ready"] & known["dispatched"], (raw["dispatched"] - ready) / _NS)
+    out = ints[rows, _INT["output_tokens"]]
+    has_out = out != NULL
+    e2e = (completed - sent) / _NS
+    put("e2e", ok, e2e)
+    with_first = ok & known["first"]
+    put("ttfc", with_first, (first - sent) / _NS)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        put(
+            "tpot",
+            with_first & has_out & (out >= 2),
+            (completed - first) / _NS / (out - 1).astype(np.float64),
+        )
+        put("normalized_e2e", ok & has_out & (out != 0), e2e / out.astype(np.float64))
+        put("output_throughput", ok & has_out & (e2e > 0), out.astype(np.float64) / e2e)
+        counts = np.where(
+            ints[:, _INT["chunk_times_ns"]] == NULL, 0, ints[:, _INT["chunk_times_ns"]]
+        )
+        ends = np.cumsum(counts)
+        n_chunks = counts[rows]
+        many = ok & (n_chunks >= 2)
+        last = (
+            flat[np.where(many, ends[rows] - 1, 0)] if len(flat) else np.zeros(len(rows), np.int64)
+        )
+        head = flat[np.where(many, ends[rows] - n_chunks, 0)] if len(flat) else last
+        put("tbc_mean", many, (last - head) / _NS / (n_chunks - 1).astype(np.float64))
 
 
 def _chunk_columns(
