@@ -29,12 +29,23 @@ _WORKER_ID = 0
 _answers: dict[int, str] = {}  # max_tokens -> answer text (a few distinct lengths per run)
 
 
-def dry_result(item: WorkItem, worker_id: int, now: int) -> Result:
-    """The answer of a dry run: ``max_tokens`` words, all chunks at ``now``, usage reported."""
+def dry_result(
+    item: WorkItem, worker_id: int, now: int, chunks: dict[int, list[int]] | None = None
+) -> Result:
+    """The answer of a dry run: ``max_tokens`` words, all chunks at ``now``, usage reported.
+
+    ``chunks`` (max_tokens -> chunk times), kept by the caller for one ``now``, lets the results
+    of a batch share their chunk-time lists (read-only) instead of building one each.
+    """
     n = max(0, item.max_tokens)
     text = _answers.get(n)
     if text is None:
         text = _answers[n] = " ".join([DRY_WORD] * n)
+    times = None if chunks is None else chunks.get(n)
+    if times is None:
+        times = [now] * n
+        if chunks is not None:
+            chunks[n] = times
     return Result(
         request_id=item.request_id,
         worker_id=worker_id,
@@ -43,7 +54,7 @@ def dry_result(item: WorkItem, worker_id: int, now: int) -> Result:
         sent_at_ns=now,
         completed_at_ns=now,
         first_chunk_at_ns=now if n else None,
-        chunk_times_ns=[now] * n,
+        chunk_times_ns=times,
         output_text=text,
         completion_tokens=n,
     )
@@ -103,4 +114,5 @@ class InProcessPool:
             return
         batch, self._pending = self._pending, []
         now = time.monotonic_ns()
-        self._on_results([dry_result(item, _WORKER_ID, now) for item in batch])
+        chunks: dict[int, list[int]] = {}  # one shared (read-only) list per answer length
+        self._on_results([dry_result(item, _WORKER_ID, now, chunks) for item in batch])
