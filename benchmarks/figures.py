@@ -19,8 +19,9 @@ ttfc       measured TTFC minus the server's own time to first token (``server_tt
 startup    a 2 s run at 10 req/s: CPU-s and peak RSS of the whole tree.
 scale      a dry run of linear sessions (3 turns, no think time, history inherited), 1,000 kept
            alive (100,000 sessions; quick 5,000): sessions/s from the first start to the last
-           end, and the main process' RSS growth from a quarter of the run to 90 % of it (flat
-           means ~0).
+           end; the main process' peak RSS over the whole run (evaluation included) and over the
+           traffic alone (t0 to the last session's end), and its RSS growth during the traffic,
+           from a quarter of it to 90 % of it (flat means ~0).
 memory     RSS of the tree per 1,000 in-flight requests: concurrency C against a server holding
            long streams, minus the same at concurrency 10, scaled to 1,000.
 """
@@ -33,10 +34,12 @@ import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import psutil
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from benchmarks.harness import RunMeasure, Simulator, run_veeksha, scenario
@@ -243,21 +246,29 @@ def fig_scale(plan: Plan, _sim: Simulator) -> Sample:
         output_tokens=8,
         timeout_s=plan.pick(20, 60),
     )
+    launched = time.time()  # wall clock of the launch: the RSS samples' origin, within ms
     m = run_veeksha(spec, plan.workdir, "scale", dry_run=True)
     _check(m, "scale")
-    table = pq.read_table(m.run_dir / "sessions.parquet").to_pandas()
-    starts = ["started_at"]
-    ends = ["ended_at"]
-    span = float(table[ends[0]].max() - table[starts[0]].min()) if starts and ends else 0.0
-    done = len(table)
-    # main RSS growth over the traffic part: a quarter of the samples to the 90 % point
-    main = [s[2] for s in m.rss_samples]
-    growth = main[int(len(main) * 0.9)] - main[len(main) // 4] if len(main) > 8 else 0.0
+    path = m.run_dir / "sessions.parquet"
+    with pq.ParquetFile(path) as f:
+        table = f.read(columns=["started_at", "ended_at"])
+    first = float(pc.min(table.column("started_at")).as_py() or 0.0)
+    last = float(pc.max(table.column("ended_at")).as_py() or 0.0)
+    span = last - first
+    done = table.num_rows
+    # the traffic part of the samples: from t0 to the last session's end (the evaluation follows)
+    meta = pq.read_schema(path).metadata or {}
+    t0 = datetime.fromisoformat(meta[b"t0_wall_time"].decode()).timestamp() - launched
+    traffic = [s[2] for s in m.rss_samples if t0 <= s[0] <= t0 + last]
+    growth = (
+        traffic[int(len(traffic) * 0.9)] - traffic[len(traffic) // 4] if len(traffic) > 8 else 0.0
+    )
     return Sample(
         {
             "sessions": done,
             "sessions_per_s": done / span if span else 0.0,
             "peak_main_rss_mb": m.peak_main_rss_mb,
+            "traffic_peak_main_rss_mb": max(traffic, default=0.0),
             "main_rss_growth_mb": growth,
         }
     )
