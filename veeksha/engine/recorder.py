@@ -94,6 +94,8 @@ class RunRecorder:
     ) -> None:
         self._new_tokens.pop(request_id, None)  # (a hand-over withdrawn before its release)
         node = session.spec.nodes[node_id]
+        # a withdrawn hand-over (dispatch ahead) was counted by ``dispatched``: forget it
+        self._new_tokens.pop(request_id, None)
         writer = self._writer
         with writer.lock:
             writer.requests.add_cancelled(
