@@ -59,25 +59,26 @@ class RunRecorder:
         node = session.spec.nodes[request.node_id]
         new_tokens = self._new_tokens.pop(request.request_id, node.prompt_tokens)
         writer = self._writer
-        with writer.lock:  # the writer thread swaps the batch under this lock
-            writer.requests.add_result(
-                self.run_id,
-                session.phase,
-                session.session_id,
-                request.request_id,
-                node,
-                self.model,
-                request.ready_at_ns,
-                request.dispatched_at_ns,
-                processed_at_ns,
-                result,
-                new_tokens,
-                request.history_tokens + new_tokens,
-                self.t0_ns,
-                None,
-                self._tokenizer.count,
-            )
-        self._added()
+        if writer.error is None:  # after a write error, rows are refused
+            with writer.lock:  # the writer thread swaps the batch under this lock
+                writer.requests.add_result(
+                    self.run_id,
+                    session.phase,
+                    session.session_id,
+                    request.request_id,
+                    node,
+                    self.model,
+                    request.ready_at_ns,
+                    request.dispatched_at_ns,
+                    processed_at_ns,
+                    result,
+                    new_tokens,
+                    request.history_tokens + new_tokens,
+                    self.t0_ns,
+                    None,
+                    self._tokenizer.count,
+                )
+            self._added()
         if self._on_row is not None:
             sent, first = result.sent_at_ns, result.first_chunk_at_ns
             ok = result.status == "ok"
@@ -94,25 +95,24 @@ class RunRecorder:
     ) -> None:
         self._new_tokens.pop(request_id, None)  # (a hand-over withdrawn before its release)
         node = session.spec.nodes[node_id]
-        # a withdrawn hand-over (dispatch ahead) was counted by ``dispatched``: forget it
-        self._new_tokens.pop(request_id, None)
         writer = self._writer
-        with writer.lock:
-            writer.requests.add_cancelled(
-                self.run_id,
-                session.phase,
-                session.session_id,
-                request_id,
-                node,
-                self.model,
-                session.ready_at_ns[node_id],
-                at_ns,
-                None,
-                None,
-                "cancelled before it was sent",
-                self.t0_ns,
-            )
-        self._added()
+        if writer.error is None:  # after a write error, rows are refused
+            with writer.lock:
+                writer.requests.add_cancelled(
+                    self.run_id,
+                    session.phase,
+                    session.session_id,
+                    request_id,
+                    node,
+                    self.model,
+                    session.ready_at_ns[node_id],
+                    at_ns,
+                    None,
+                    None,
+                    "cancelled before it was sent",
+                    self.t0_ns,
+                )
+            self._added()
         if self._on_row is not None:
             self._on_row({"status": "cancelled"})
 
@@ -123,22 +123,23 @@ class RunRecorder:
         num_error = states.count(_FAILED)
         num_cancelled = states.count(_CANCELLED)
         writer = self._writer
-        with writer.lock:
-            writer.sessions.add(
-                self.run_id,
-                session.phase,
-                session.session_id,
-                session.started_at_ns,
-                session.ended_at_ns,
-                len(spec.nodes),
-                num_ok + num_error,
-                num_ok,
-                num_error,
-                num_cancelled,
-                sum(node.wait_after_ready_s for node in spec.nodes),
-                session.status,
-                self.t0_ns,
-            )
+        if writer.error is None:  # after a write error, rows are refused
+            with writer.lock:
+                writer.sessions.add(
+                    self.run_id,
+                    session.phase,
+                    session.session_id,
+                    session.started_at_ns,
+                    session.ended_at_ns,
+                    len(spec.nodes),
+                    num_ok + num_error,
+                    num_ok,
+                    num_error,
+                    num_cancelled,
+                    sum(node.wait_after_ready_s for node in spec.nodes),
+                    session.status,
+                    self.t0_ns,
+                )
 
     def _added(self) -> None:
         # After a write error the writer refuses rows. It has already reported the error through

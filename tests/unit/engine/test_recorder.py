@@ -9,6 +9,7 @@ from tests.unit.record.builders import T0, make_metadata, make_node, make_result
 from veeksha.dispatch.messages import WorkItem
 from veeksha.engine.loop import InFlight
 from veeksha.engine.recorder import RunRecorder
+from veeksha.errors import RunAbortedError
 from veeksha.generate.spec import SessionSpec
 from veeksha.generate.tokenizer import BuiltinTokenizer
 from veeksha.record.parquet import ResultWriter
@@ -76,3 +77,17 @@ def test_rows_and_streaming_callback(tmp_path: Path) -> None:
         T0,
     )
     assert sessions == [expected]
+
+
+def test_rows_are_refused_after_a_write_error(tmp_path: Path) -> None:
+    nodes = [make_node(0)]
+    state = SessionState(SessionSpec(4, nodes), ns(0.5), cancel_on_failure=False)
+    writer = ResultWriter(tmp_path, make_metadata(), t0_ns=T0)
+    recorder = RunRecorder("run-1", "m", T0, writer, BuiltinTokenizer())
+    writer._error = RunAbortedError("disk full")  # as the writer thread sets it on a failure
+    request = InFlight(state, 0, 7, ns(0.5), ns(0.8), 2, history_tokens=0)
+    recorder.request_done(request, make_result(), ns(2.0))  # no exception into the loop
+    recorder.request_cancelled(state, 0, 8, ns(2.0))
+    recorder.session_done(state)
+    assert len(writer.requests) == 0
+    assert len(writer.sessions) == 0
