@@ -9,7 +9,9 @@ Vocabulary:
 - *tick*: the single writer thread wakes every ``flush_interval_s`` (1 s), or sooner when
   ``flush_rows`` rows are waiting (``row_added``), or when asked (``flush``/``close``). It swaps
   the current batches for empty ones under ``lock`` and converts them with numpy and
-  ``pa.Array.from_buffers``: a few ms per 100,000 rows, nothing per row in Python.
+  ``pa.Array.from_buffers``: no Python code per row; converting the rows' ~50 Python values to
+  numpy costs a few µs a row (measured 3-6 on a busy 2-core machine), in slices of 8,192 rows
+  with the GIL released in between.
 - *part*: what one tick writes for one table: a complete small Parquet file,
   ``<run_dir>/parts/requests/part-000001.parquet``, written as ``.part-000001.parquet.tmp`` and
   renamed, so a part is either whole or absent. A SIGKILL loses at most the rows of the last tick.
