@@ -41,6 +41,7 @@ from veeksha.record.columnar import (
     RequestColumns,
     SessionColumns,
     requests_from_rows,
+    server_timings,
     sessions_from_rows,
 )
 from veeksha.record.columns import REQUESTS_SCHEMA, SERVER_TIMING_COLUMNS
@@ -109,24 +110,10 @@ class SessionRecord:
     status: str | None = None
 
 
-# timings key → (column, scale to seconds): every accepted spelling, resolved once.
-_TIMING_KEYS: dict[str, tuple[str, float]] = {
-    key + suffix: (column, scale)
-    for column, keys in SERVER_TIMING_COLUMNS.items()
-    for key in keys
-    for suffix, scale in (("", 1.0), ("_s", 1.0), ("_ms", 1e-3), ("_ns", 1e-9))
-}
-
-
 def _add_server_timings(row: dict[str, Any], timings: dict[str, Any]) -> None:
-    for key, value in timings.items():
-        hit = _TIMING_KEYS.get(key)
-        if hit is not None and isinstance(value, int | float) and not isinstance(value, bool):
-            row[hit[0]] = value * hit[1]
-    if "server_ttft" not in row:  # the built-in simulator gives the instants instead
-        arrival, first = timings.get("arrival_ns"), timings.get("first_token_ns")
-        if isinstance(arrival, int) and isinstance(first, int):
-            row["server_ttft"] = (first - arrival) / _NS
+    for column, value in zip(SERVER_TIMING_COLUMNS, server_timings(timings), strict=True):
+        if value is not None:
+            row[column] = value
 
 
 def request_row(
