@@ -248,7 +248,7 @@ class _Run:
         self.children_cpu_start = _children_cpu_s()
         await self.pool.start(timeout=_WORKER_START_TIMEOUT_S)
         self.log.info(f"workers ready: pids {sorted(self.pool.worker_pids.values())}")
-        warm_up_rows()  # pyarrow's first conversion imports pandas: now, not mid-run
+        warm_up_rows()  # loads the Arrow conversion code now, not at the writer's first tick
         # Set-up objects (modules, models, the prompt corpus) never die: moved out of the
         # collector's sight, so no full collection scans them mid-run (a 50-70 ms stall).
         gc.collect()
