@@ -143,7 +143,17 @@ class SSEParser:
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """Consume one read; return the payloads of the events it completed, in order."""
-        if self._pending:
+        if not self._pending:
+            if self._data is None and chunk[:6] == b"data: " and chunk[-2:] == b"\n\n":
+                # The shape every OpenAI server sends: whole ``data: X\n\n`` events, LF only.
+                # When the read's only newlines are the events' own, its payloads are the
+                # pieces between the ``\n\ndata: `` separators: two scans and one split
+                # instead of a loop over lines (same payloads as the general path below).
+                body = chunk[6:-2]
+                payloads = body.split(b"\n\ndata: ")
+                if body.count(b"\n") == 2 * len(payloads) - 2 and b"\r" not in body:
+                    return payloads
+        else:
             chunk = self._pending + chunk
         tail = b""
         if b"\r" in chunk:
@@ -179,38 +189,56 @@ class SSEParser:
 # ------------------------------------------------------------------------ response interpretation
 
 
-class _Delta(msgspec.Struct):
+# gc=False: decoded JSON cannot form reference cycles, and untracked structs are cheaper to make.
+class _Delta(msgspec.Struct, gc=False):
     content: str | None = None
 
 
-class _Choice(msgspec.Struct):
+class _Choice(msgspec.Struct, gc=False):
     delta: _Delta | None = None
     message: _Delta | None = None
     text: str | None = None
 
 
-class _PromptDetails(msgspec.Struct):
+class _TextChoice(msgspec.Struct, gc=False):
+    text: str | None = None
+
+
+class _PromptDetails(msgspec.Struct, gc=False):
     cached_tokens: int | None = None
 
 
-class _Usage(msgspec.Struct):
+class _Usage(msgspec.Struct, gc=False):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     prompt_tokens_details: _PromptDetails | None = None
 
 
-class _Chunk(msgspec.Struct):
+class _Chunk(msgspec.Struct, gc=False):
     choices: list[_Choice] | None = None
     usage: _Usage | None = None
     timings: dict[str, Any] | None = None
     error: Any = None
 
 
+class _TextChunk(msgspec.Struct, gc=False):
+    """A completions chunk: only ``text`` is read from a choice (fewer fields to fill)."""
+
+    choices: list[_TextChoice] | None = None
+    usage: _Usage | None = None
+    timings: dict[str, Any] | None = None
+    error: Any = None
+
+
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
+_decode_text_chunk = msgspec.json.Decoder(_TextChunk).decode
 
 
 class ResponseAccumulator:
-    """What one response said so far: text parts, chunk times, usage, server timings."""
+    """What one response said so far: text parts, chunk times, usage, server timings.
+
+    ``parts`` and ``chunk_times_ns`` are parallel lists (one entry per non-empty content chunk).
+    """
 
     __slots__ = (
         "cached_tokens",
@@ -241,17 +269,40 @@ class ResponseAccumulator:
 
     def on_events(self, events: list[bytes], t_ns: int) -> None:
         """Interpret the SSE payloads of one read, all stamped ``t_ns``."""
+        parts = self.parts
+        before = len(parts)
+        chat = self.chat
+        decode = _decode_chunk if chat else _decode_text_chunk
         for payload in events:
-            if payload == _DONE:
-                self.done = True
+            try:
+                chunk = decode(payload)
+            except msgspec.MsgspecError as exc:
+                if payload == _DONE:
+                    self.done = True
+                    continue
+                raise _malformed(payload, exc) from None
+            if chunk.usage is not None or chunk.timings is not None or chunk.error is not None:
+                text = self._absorb(chunk)
+            elif chunk.choices:  # the common chunk: one choice, content only
+                choice = chunk.choices[0]
+                if chat:
+                    assert type(choice) is _Choice
+                    delta = choice.delta if choice.delta is not None else choice.message
+                    text = delta.content if delta is not None else None
+                else:
+                    text = choice.text
+            else:
                 continue
-            chunk = _decode(payload)
-            text = self._absorb(chunk)
             if text:
-                self.parts.append(text)
+                parts.append(text)
+        added = len(parts) - before
+        if added:
+            if added == 1:
                 self.chunk_times_ns.append(t_ns)
-                if self.first_chunk_at_ns is None:
-                    self.first_chunk_at_ns = t_ns
+            else:
+                self.chunk_times_ns.extend([t_ns] * added)
+            if self.first_chunk_at_ns is None:
+                self.first_chunk_at_ns = t_ns
 
     def on_body(self, body: bytes, t_ns: int) -> None:
         """Interpret a whole non-streamed JSON response read at ``t_ns``."""
@@ -262,7 +313,7 @@ class ResponseAccumulator:
             self.parts.append(text)
             self.chunk_times_ns.append(t_ns)
 
-    def _absorb(self, chunk: _Chunk) -> str | None:
+    def _absorb(self, chunk: _Chunk | _TextChunk) -> str | None:
         if chunk.error is not None:
             raise _server_error(chunk.error)
         if chunk.usage is not None:
@@ -276,6 +327,9 @@ class ResponseAccumulator:
         if not chunk.choices:
             return None
         choice = chunk.choices[0]
+        if type(choice) is _TextChoice:
+            return choice.text
+        assert type(choice) is _Choice
         if not self.chat:
             return choice.text
         delta = choice.delta if choice.delta is not None else choice.message
@@ -286,8 +340,12 @@ def _decode(payload: bytes) -> _Chunk:
     try:
         return _decode_chunk(payload)
     except msgspec.MsgspecError as exc:
-        snippet = payload[:200].decode("utf-8", "replace")
-        raise ResponseError("malformed_response", f"{exc}: {snippet!r}") from None
+        raise _malformed(payload, exc) from None
+
+
+def _malformed(payload: bytes, exc: msgspec.MsgspecError) -> ResponseError:
+    snippet = payload[:200].decode("utf-8", "replace")
+    return ResponseError("malformed_response", f"{exc}: {snippet!r}")
 
 
 def _server_error(error: Any) -> ResponseError:
