@@ -129,8 +129,17 @@ class _Conn(asyncio.Protocol):
                 # simulator send one or a few SSE events per chunk). Parsed here in one loop;
                 # anything unusual (a partial chunk, an extension, the last chunk) goes on to
                 # the general parser from where this loop stopped.
-                pos = 0
                 n = len(data)
+                eol = data.find(b"\r\n")
+                if eol > 0:  # one whole chunk, the usual read of a token stream
+                    try:
+                        end = eol + 2 + int(data[:eol], 16)
+                    except ValueError:
+                        end = 0
+                    if end == n - 2 and end > eol + 2 and data[end:] == b"\r\n":
+                        exchange.on_data(data[eol + 2 : end], t)
+                        return
+                pos = 0
                 out = []
                 while True:
                     eol = data.find(b"\r\n", pos)

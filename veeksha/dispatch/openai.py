@@ -146,12 +146,12 @@ class SSEParser:
         if not self._pending:
             if self._data is None and chunk[:6] == b"data: " and chunk[-2:] == b"\n\n":
                 # The shape every OpenAI server sends: whole ``data: X\n\n`` events, LF only.
-                # When the read's only newlines are the events' own, its payloads are the
-                # pieces between the ``\n\ndata: `` separators: two scans and one split
+                # When the read's only line ends are the events' own, its payloads are the
+                # pieces between the ``\n\ndata: `` separators: one split and two memchr scans
                 # instead of a loop over lines (same payloads as the general path below).
-                body = chunk[6:-2]
-                payloads = body.split(b"\n\ndata: ")
-                if body.count(b"\n") == 2 * len(payloads) - 2 and b"\r" not in body:
+                payloads = chunk[6:-2].split(b"\n\ndata: ")
+                joined = payloads[0] if len(payloads) == 1 else b"".join(payloads)
+                if b"\n" not in joined and b"\r" not in joined:
                     return payloads
         else:
             chunk = self._pending + chunk
