@@ -211,6 +211,8 @@ class _Conn(asyncio.Protocol):
         for line in lines[1:]:
             name, _, value = line.partition(b":")
             headers[name.strip().lower()] = value.strip()
+        assert self._exchange is not None
+        self._exchange._payload = b""  # answered: no stale retry, so the request is not kept
         encoding = headers.get(b"transfer-encoding", b"").lower()
         conn = headers.get(b"connection", b"").lower()
         self._keep_alive = parts[0] != b"HTTP/1.0" and conn != b"close"

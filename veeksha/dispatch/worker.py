@@ -277,7 +277,6 @@ class Worker:
         assert self._loop is not None
         exchange.timer = self._loop.call_later(self.settings.request_timeout_s, exchange.on_timeout)
         self._exchanges.add(exchange)
-        exchange.body_bytes = body
         http.send(body, exchange)
 
     async def _run_item(self, item: WorkItem, received_at: int) -> None:
@@ -388,7 +387,7 @@ class Worker:
             sent_at,
             completed_at,
             first,
-            acc.chunk_times_ns,
+            acc.chunk_times_ns.tolist(),
             "".join(acc.parts),
             http_status,
             error_kind,
@@ -424,7 +423,6 @@ class _Exchange(Exchange):
     __slots__ = (
         "acc",
         "body",
-        "body_bytes",
         "completed_at",
         "feed",
         "finished",
@@ -461,7 +459,6 @@ class _Exchange(Exchange):
         self.feed = self.parser.feed
         self.headers: dict[bytes, bytes] | None = None
         self.body: list[bytes] | None = None
-        self.body_bytes = b""
         self.timer: asyncio.TimerHandle | None = None
         self.retry_timer: asyncio.TimerHandle | None = None
 
@@ -535,7 +532,8 @@ class _Exchange(Exchange):
 
     def _resend(self) -> None:
         self.retry_timer = None
-        self.http.send(self.body_bytes, self)
+        item = self.item  # the body is built again rather than held through every request
+        self.http.send(self.worker._builder.body(item.messages, item.max_tokens), self)
 
     # ------------------------------------------------------------------------ the worker's
 

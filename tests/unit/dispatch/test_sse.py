@@ -87,7 +87,7 @@ def test_chat_accumulation_with_shared_read_timestamps() -> None:
     acc.on_events(PAYLOADS[:2], 100)  # role-only chunk has no content: not a chunk
     acc.on_events(PAYLOADS[2:], 200)
     assert acc.output_text == "Hello"
-    assert acc.chunk_times_ns == [100, 200]
+    assert acc.chunk_times() == [100, 200]
     assert acc.first_chunk_at_ns == 100
     assert (acc.prompt_tokens, acc.completion_tokens, acc.cached_tokens) == (5, 2, 3)
     assert acc.server_timings == {"ttft_ms": 1.5}
@@ -100,7 +100,7 @@ def test_first_chunk_is_first_non_empty_content() -> None:
     acc.on_events([b'{"choices":[{"delta":{"content":null}}]}'], 20)
     acc.on_events([b'{"choices":[{"delta":{"content":"x"}}]}'], 30)
     assert acc.first_chunk_at_ns == 30
-    assert acc.chunk_times_ns == [30]
+    assert acc.chunk_times() == [30]
 
 
 def test_completions_text_and_unknown_fields_ignored() -> None:
@@ -117,7 +117,7 @@ def test_non_streamed_bodies() -> None:
     assert (chat.output_text, chat.first_chunk_at_ns, chat.completion_tokens) == ("hi", 9, 1)
     comp = ResponseAccumulator(chat=False)
     comp.on_body(b'{"choices":[{"text":"yo"}]}', 4)
-    assert (comp.output_text, comp.chunk_times_ns) == ("yo", [4])
+    assert (comp.output_text, comp.chunk_times()) == ("yo", [4])
 
 
 @pytest.mark.parametrize(
@@ -191,5 +191,15 @@ def test_one_read_of_many_completions_chunks_shares_its_timestamp() -> None:
     acc = ResponseAccumulator(chat=False)
     acc.on_events(SSEParser().feed(read + b"data: [DONE]\n\n"), 42)
     assert acc.output_text == "t0t1t2t3t4"
-    assert acc.chunk_times_ns == [42] * 5
+    assert acc.chunk_times() == [42] * 5
     assert (acc.first_chunk_at_ns, acc.completion_tokens, acc.done) == (42, 5, True)
+
+
+def test_long_streams_keep_text_and_times_compact() -> None:
+    acc = ResponseAccumulator(chat=True)
+    for i in range(300):
+        acc.on_events([json.dumps({"choices": [{"delta": {"content": f"<{i}>"}}]}).encode()], i)
+    assert acc.output_text == "".join(f"<{i}>" for i in range(300))
+    assert len(acc.parts) < 64
+    assert acc.chunk_times() == list(range(300))
+    assert acc.chunk_count == 300
