@@ -23,7 +23,8 @@ scale      a dry run of linear sessions (3 turns, no think time, history inherit
            traffic alone (t0 to the last session's end), and its RSS growth during the traffic,
            from a quarter of it to 90 % of it (flat means ~0).
 memory     RSS of the tree per 1,000 in-flight requests: concurrency C against a server holding
-           long streams, minus the same at concurrency 10, scaled to 1,000.
+           long streams, minus the same at concurrency 10, scaled to 1,000; also split into the
+           worker processes' part and the rest (main).
 """
 
 from __future__ import annotations
@@ -276,7 +277,8 @@ def fig_scale(plan: Plan, _sim: Simulator) -> Sample:
 
 def fig_memory(plan: Plan, _sim: Simulator) -> Sample:
     high = plan.pick(300, 1000)
-    rss = {}
+    rss: dict[int, float] = {}
+    workers: dict[int, float] = {}
     with Simulator(timing="fixed", ttft_ms=0.0, itl_ms=50.0, max_num_seqs=4096) as slow:
         for c in (10, high):
             spec = scenario(
@@ -296,17 +298,28 @@ def fig_memory(plan: Plan, _sim: Simulator) -> Sample:
             m = run_veeksha(spec, plan.workdir, f"memory{c}", while_running=probe)
             _check(m, f"memory {c}")
             rss[c] = probe.rss_mb()
+            workers[c] = probe.workers_mb()
     per_k = (rss[high] - rss[10]) / (high - 10) * 1000
-    return Sample({"rss_mb_per_1000": per_k, f"tree_rss_mb@{high}": rss[high]})
+    workers_per_k = (workers[high] - workers[10]) / (high - 10) * 1000
+    return Sample(
+        {
+            "rss_mb_per_1000": per_k,
+            "workers_rss_mb_per_1000": workers_per_k,
+            "main_rss_mb_per_1000": per_k - workers_per_k,
+            f"tree_rss_mb@{high}": rss[high],
+        }
+    )
 
 
 class _InFlightRss:
-    """Samples the tree's RSS while the server holds ``target`` running requests."""
+    """Samples the tree's RSS (and the workers' part of it) while the server holds ``target``
+    running requests."""
 
     def __init__(self, sim: Simulator, target: int) -> None:
         self.url = sim.base_url.removesuffix("/v1") + "/metrics"
         self.target = target
         self.samples: list[float] = []
+        self.worker_samples: list[float] = []
 
     def _running(self) -> int:
         with urllib.request.urlopen(self.url, timeout=5) as resp:
@@ -321,13 +334,25 @@ class _InFlightRss:
             try:
                 if self._running() >= self.target:
                     procs = [root, *root.children(recursive=True)]
-                    self.samples.append(sum(p.memory_info().rss for p in procs) / 2**20)
+                    rss = [(p.memory_info().rss, _is_worker(p)) for p in procs]
+                    self.samples.append(sum(r for r, _ in rss) / 2**20)
+                    self.worker_samples.append(sum(r for r, w in rss if w) / 2**20)
             except (OSError, psutil.NoSuchProcess):
                 pass
             time.sleep(0.25)
 
     def rss_mb(self) -> float:
         return statistics.median(self.samples) if self.samples else float("nan")
+
+    def workers_mb(self) -> float:
+        return statistics.median(self.worker_samples) if self.worker_samples else float("nan")
+
+
+def _is_worker(proc: Any) -> bool:
+    try:
+        return "veeksha.dispatch.worker" in proc.cmdline()
+    except (OSError, psutil.NoSuchProcess):
+        return False
 
 
 FIGURES: dict[str, Callable[[Plan, Simulator], Sample]] = {

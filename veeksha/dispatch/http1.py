@@ -2,41 +2,61 @@
 
 Why not aiohttp: per streamed request aiohttp costs ~0.6 CPU-ms in a worker (a writer task that
 sends the body one loop pass later, a ``StreamReader``, header multidicts, a task wake-up per
-read). Here a request is one ``transport.write`` of head and body (``sent_at`` is taken right
-before it) and the response is parsed inside ``data_received``: the body bytes of each read go
-synchronously to the exchange's ``on_data(data, t_ns)`` with the read's timestamp, so a streamed
-response wakes the request's coroutine once, at its end.
+read). Here a request is one ``transport.write`` of head and body (``Exchange.on_sent`` is called
+with the time right before it) and the response is parsed inside ``data_received``: the body
+bytes of each read go synchronously to the exchange's ``on_data(data, t_ns)`` with the read's
+timestamp, and the end of the response (or its failure) to ``on_end``. Nothing awaits: no task,
+no future, no coroutine per request; the caller is called back.
 
 Only what an OpenAI server sends is understood: a status line, headers, and a body framed by
 ``Content-Length``, ``Transfer-Encoding: chunked`` or the end of the connection. Plain ``http``
 only (``Http1Pool.supports``); the worker keeps aiohttp for ``https``.
 
-Errors: connecting raises ``ConnectFailed`` (an ``OSError``); a connection that
-breaks before its response is complete raises ``ConnectionResetError``; an exception raised by
-the exchange's ``on_data`` (a malformed event, an error inside the stream) is raised from
-``request``. A reused keep-alive connection that the server had closed before answering is
-retried once on a fresh connection, as browsers do. Cancellation closes the connection.
+Errors reach ``Exchange.on_end(exc)``: a connection that cannot be opened is ``ConnectFailed``
+(an ``OSError``); one that breaks before its response is complete, ``ConnectionResetError``; an
+exception raised by the exchange's own ``on_head``/``on_data`` (a malformed event, an error inside
+the stream) is handed back as is, and the connection is closed. A reused keep-alive connection
+that the server had closed before answering is retried once on a fresh connection, as browsers do.
+``Http1Pool.abort`` drops an exchange (timeout, cancellation): its connection is closed and it
+gets no further call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from typing import Protocol
+from collections import deque
 from urllib.parse import urlsplit
 
 __all__ = ["ConnectFailed", "Exchange", "Http1Pool"]
 
 _MAX_HEAD = 64 * 1024
+_monotonic_ns = time.monotonic_ns
 
 
-class Exchange(Protocol):
-    """Receives one response: its head, then its body bytes read by read."""
+class Exchange:
+    """One request's receiver; subclass it. The pool calls, in order: ``on_sent`` (once per
+    attempt), ``on_head``, ``on_data`` (per read with body bytes), then ``on_end`` exactly once.
+    """
 
-    def on_head(self, status: int, headers: dict[bytes, bytes]) -> None: ...
+    __slots__ = ("_conn", "_payload", "_stale_retried")
 
-    def on_data(self, data: bytes, t_ns: int) -> None: ...
+    def __init__(self) -> None:
+        self._conn: _Conn | None = None
+        self._payload = b""
+        self._stale_retried = False
+
+    def on_sent(self, t_ns: int) -> None:
+        """Called with the time right before the request is written."""
+
+    def on_head(self, status: int, headers: dict[bytes, bytes]) -> None:
+        """The status line and headers (names lower-cased)."""
+
+    def on_data(self, data: bytes, t_ns: int) -> None:
+        """The body bytes of one read (de-chunked), stamped with the read's time."""
+
+    def on_end(self, exc: BaseException | None) -> None:
+        """The response is complete (``exc`` None) or failed; called exactly once."""
 
 
 class ConnectFailed(OSError):
@@ -58,18 +78,18 @@ class _Conn(asyncio.Protocol):
         "_got_bytes",
         "_in_body",
         "_keep_alive",
+        "_pool",
+        "_reused",
         "_until_close",
         "closed",
-        "done",
-        "reused",
         "transport",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, pool: Http1Pool) -> None:
+        self._pool = pool
         self.transport: asyncio.Transport | None = None
         self.closed = False
-        self.reused = False
-        self.done: asyncio.Future[None] | None = None
+        self._reused = False
         self._exchange: Exchange | None = None
         self._reset()
 
@@ -89,30 +109,66 @@ class _Conn(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        if self.done is None or self.done.done():
+        if self._exchange is None:
             return
         if self._until_close and self._in_body:
             self._finish()  # the body was framed by the end of the connection
-            return
-        if self.reused and not self._got_bytes:
-            self.done.set_exception(_StaleConnection("keep-alive connection closed"))
+        elif self._reused and not self._got_bytes:
+            self._fail(_StaleConnection("keep-alive connection closed"))
         else:
-            self.done.set_exception(
-                ConnectionResetError("connection closed before the response ended")
-            )
+            self._fail(ConnectionResetError("connection closed before the response ended"))
 
     def data_received(self, data: bytes) -> None:
-        t = time.monotonic_ns()
-        if self.done is None or self.done.done():
+        t = _monotonic_ns()
+        exchange = self._exchange
+        if exchange is None:
             return  # nothing asked: a stray byte on an idle connection, dropped
-        self._got_bytes = True
         try:
+            if self._chunked and not self._buf and self._body_left == 0:
+                # The common read of a chunked stream: whole chunks (vLLM, SGLang and our
+                # simulator send one or a few SSE events per chunk). Parsed here in one loop;
+                # anything unusual (a partial chunk, an extension, the last chunk) goes on to
+                # the general parser from where this loop stopped.
+                n = len(data)
+                eol = data.find(b"\r\n")
+                if eol > 0:  # one whole chunk, the usual read of a token stream
+                    try:
+                        end = eol + 2 + int(data[:eol], 16)
+                    except ValueError:
+                        end = 0
+                    if end == n - 2 and end > eol + 2 and data[end:] == b"\r\n":
+                        exchange.on_data(data[eol + 2 : end], t)
+                        return
+                pos = 0
+                out = []
+                while True:
+                    eol = data.find(b"\r\n", pos)
+                    if eol < 0:
+                        break
+                    try:
+                        size = int(data[pos:eol], 16)
+                    except ValueError:
+                        break
+                    start = eol + 2
+                    end = start + size
+                    if size == 0 or end + 2 > n or data[end : end + 2] != b"\r\n":
+                        break
+                    out.append(data[start:end])
+                    pos = end + 2
+                    if pos == n:
+                        exchange.on_data(out[0] if len(out) == 1 else b"".join(out), t)
+                        return
+                if out:
+                    exchange.on_data(out[0] if len(out) == 1 else b"".join(out), t)
+                    if self._exchange is not exchange:
+                        return  # aborted from inside on_data
+                data = data[pos:]
+            self._got_bytes = True
             self._feed(data, t)
-        except Exception as exc:  # noqa: BLE001 - handed to the awaiting request
+        except Exception as exc:  # noqa: BLE001 - handed to the exchange
             self._keep_alive = False
-            if not self.done.done():
-                self.done.set_exception(exc)
-            self.close()
+            if self._exchange is exchange:
+                self._fail(exc)
 
     # ------------------------------------------------------------------------------- parsing
 
@@ -155,6 +211,8 @@ class _Conn(asyncio.Protocol):
         for line in lines[1:]:
             name, _, value = line.partition(b":")
             headers[name.strip().lower()] = value.strip()
+        assert self._exchange is not None
+        self._exchange._payload = b""  # answered: no stale retry, so the request is not kept
         encoding = headers.get(b"transfer-encoding", b"").lower()
         conn = headers.get(b"connection", b"").lower()
         self._keep_alive = parts[0] != b"HTTP/1.0" and conn != b"close"
@@ -204,6 +262,8 @@ class _Conn(asyncio.Protocol):
                     end = found + 4
                 if out:
                     self._deliver(b"".join(out), t)
+                    if self._exchange is None:
+                        return
                 self._buf = buf[end:]
                 self._finish()
                 return
@@ -214,29 +274,43 @@ class _Conn(asyncio.Protocol):
             self._deliver(out[0] if len(out) == 1 else b"".join(out), t)
 
     def _deliver(self, data: bytes, t: int) -> None:
-        assert self._exchange is not None
-        self._exchange.on_data(data, t)
+        if self._exchange is not None:
+            self._exchange.on_data(data, t)
+
+    # ---------------------------------------------------------------------------- exchanges
+
+    def start(self, payload: bytes, exchange: Exchange, reused: bool) -> None:
+        """Write one request for ``exchange`` (``on_sent`` first)."""
+        assert self.transport is not None
+        self._reused = reused
+        self._exchange = exchange
+        exchange._conn = self
+        exchange.on_sent(_monotonic_ns())
+        self.transport.write(payload)
 
     def _finish(self) -> None:
-        done = self.done
-        keep = self._keep_alive and not self._buf
+        exchange = self._exchange
+        keep = self._keep_alive and not self._buf and not self.closed
         self._reset()
         self._exchange = None
         if not keep:
             self.close()
-        if done is not None and not done.done():
-            done.set_result(None)
+        if exchange is not None:
+            exchange._conn = None
+            self._pool._ended(self if keep else None, exchange, None)
 
-    # ---------------------------------------------------------------------------- requesting
+    def _fail(self, exc: BaseException) -> None:
+        exchange = self._exchange
+        self._exchange = None
+        self.close()
+        if exchange is not None:
+            exchange._conn = None
+            self._pool._ended(None, exchange, exc)
 
-    def start(self, payload: bytes, exchange: Exchange, reused: bool) -> asyncio.Future[None]:
-        """Write one request; the future resolves when its response has been read."""
-        assert self.transport is not None
-        self.reused = reused
-        self.done = asyncio.get_running_loop().create_future()
-        self._exchange = exchange
-        self.transport.write(payload)
-        return self.done
+    def detach(self) -> None:
+        """Forget the current exchange and close (the caller gave up on it)."""
+        self._exchange = None
+        self.close()
 
     def close(self) -> None:
         self.closed = True
@@ -245,7 +319,11 @@ class _Conn(asyncio.Protocol):
 
 
 class Http1Pool:
-    """Keep-alive connections to one origin; ``request`` writes a payload built by ``head``."""
+    """Keep-alive connections to one origin; ``send`` POSTs a body for an ``Exchange``.
+
+    ``max_connections`` > 0 bounds the requests in progress (connecting included); the ones over
+    it wait in order and start when one ends.
+    """
 
     def __init__(
         self,
@@ -261,7 +339,10 @@ class Http1Pool:
         lines += [f"{name}: {value}" for name, value in headers.items()]
         self._prefix = ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
         self._idle: list[_Conn] = []
-        self._limit = asyncio.Semaphore(max_connections) if max_connections > 0 else None
+        self._limit = max_connections
+        self._active = 0
+        self._waiting: deque[Exchange] = deque()
+        self._connecting: dict[Exchange, asyncio.Task[None]] = {}
 
     @staticmethod
     def supports(url: str) -> bool:
@@ -280,55 +361,94 @@ class Http1Pool:
     async def _connect(self) -> _Conn:
         loop = asyncio.get_running_loop()
         try:
-            _, conn = await loop.create_connection(_Conn, self.host, self.port)
+            _, conn = await loop.create_connection(lambda: _Conn(self), self.host, self.port)
         except OSError as exc:
             raise ConnectFailed(
                 exc.errno, f"cannot connect to {self.host}:{self.port}: {exc}"
             ) from exc
         return conn
 
-    async def request(
-        self, body: bytes, exchange: Exchange, on_sent: Callable[[int], None]
-    ) -> None:
-        """POST ``body``; ``on_sent(t_ns)`` right before writing; returns at the response's end."""
-        payload = b"%d\r\n\r\n%b" % (len(body), body)
-        payload = self._prefix + payload
-        if self._limit is not None:
-            async with self._limit:
-                await self._request(payload, exchange, on_sent)
-        else:
-            await self._request(payload, exchange, on_sent)
+    # ------------------------------------------------------------------------------ requests
 
-    async def _request(
-        self, payload: bytes, exchange: Exchange, on_sent: Callable[[int], None]
-    ) -> None:
-        for _ in range(2):
-            conn = None
-            reused = True
-            while self._idle:
-                candidate = self._idle.pop()
-                if not candidate.closed:
-                    conn = candidate
-                    break
-            if conn is None:
-                conn = await self._connect()
-                reused = False
-            on_sent(time.monotonic_ns())
-            done = conn.start(payload, exchange, reused)
-            try:
-                await done
-            except _StaleConnection:
-                continue  # the server closed it while idle: once more on a fresh one
-            except BaseException:
-                conn.close()
-                raise
-            if not conn.closed:
-                self._idle.append(conn)
+    def send(self, body: bytes, exchange: Exchange) -> None:
+        """POST ``body``; the exchange is called back (see ``Exchange``); never raises."""
+        exchange._payload = b"%b%d\r\n\r\n%b" % (self._prefix, len(body), body)
+        exchange._stale_retried = False
+        if self._limit and self._active >= self._limit:
+            self._waiting.append(exchange)
             return
-        raise ConnectionResetError("the server closed the connection before answering")
+        self._active += 1
+        self._start(exchange)
+
+    def _start(self, exchange: Exchange) -> None:
+        idle = self._idle
+        while idle:
+            conn = idle.pop()
+            if not conn.closed:
+                conn.start(exchange._payload, exchange, True)
+                return
+        self._connecting[exchange] = asyncio.get_running_loop().create_task(
+            self._connect_and_start(exchange)
+        )
+
+    async def _connect_and_start(self, exchange: Exchange) -> None:
+        try:
+            conn = await self._connect()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - handed to the exchange
+            del self._connecting[exchange]
+            self._ended(None, exchange, exc)
+            return
+        del self._connecting[exchange]
+        conn.start(exchange._payload, exchange, False)
+
+    def _ended(self, conn: _Conn | None, exchange: Exchange, exc: BaseException | None) -> None:
+        if conn is not None:
+            self._idle.append(conn)
+        if type(exc) is _StaleConnection and not exchange._stale_retried:
+            exchange._stale_retried = True  # the server closed it while idle: once more, fresh
+            self._connecting[exchange] = asyncio.get_running_loop().create_task(
+                self._connect_and_start(exchange)
+            )
+            return
+        self._release()
+        if type(exc) is _StaleConnection:
+            exc = ConnectionResetError("the server closed the connection before answering")
+        exchange._payload = b""
+        exchange.on_end(exc)
+
+    def _release(self) -> None:
+        self._active -= 1
+        if self._waiting and self._active < self._limit:
+            self._active += 1
+            self._start(self._waiting.popleft())
+
+    def abort(self, exchange: Exchange) -> None:
+        """Give up on ``exchange`` (timeout, cancellation): close its connection; no more calls.
+
+        Does nothing when the exchange has already ended or was never sent.
+        """
+        conn = exchange._conn
+        if conn is not None:
+            exchange._conn = None
+            conn.detach()
+        elif exchange in self._connecting:
+            self._connecting.pop(exchange).cancel()
+        elif exchange in self._waiting:
+            self._waiting.remove(exchange)  # it held no slot
+            exchange._payload = b""
+            return
+        else:
+            return
+        exchange._payload = b""
+        self._release()
 
     def close(self) -> None:
-        """Close every idle connection."""
+        """Close every idle connection and cancel connections being opened."""
         for conn in self._idle:
             conn.close()
         self._idle.clear()
+        for task in self._connecting.values():
+            task.cancel()
+        self._connecting.clear()

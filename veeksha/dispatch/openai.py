@@ -26,6 +26,7 @@ Responses (``ResponseAccumulator``)
 
 from __future__ import annotations
 
+from array import array
 from typing import Any
 
 import msgspec
@@ -143,7 +144,17 @@ class SSEParser:
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """Consume one read; return the payloads of the events it completed, in order."""
-        if self._pending:
+        if not self._pending:
+            if self._data is None and chunk[:6] == b"data: " and chunk[-2:] == b"\n\n":
+                # The shape every OpenAI server sends: whole ``data: X\n\n`` events, LF only.
+                # When the read's only line ends are the events' own, its payloads are the
+                # pieces between the ``\n\ndata: `` separators: one split and two memchr scans
+                # instead of a loop over lines (same payloads as the general path below).
+                payloads = chunk[6:-2].split(b"\n\ndata: ")
+                joined = payloads[0] if len(payloads) == 1 else b"".join(payloads)
+                if b"\n" not in joined and b"\r" not in joined:
+                    return payloads
+        else:
             chunk = self._pending + chunk
         tail = b""
         if b"\r" in chunk:
@@ -179,38 +190,61 @@ class SSEParser:
 # ------------------------------------------------------------------------ response interpretation
 
 
-class _Delta(msgspec.Struct):
+# gc=False: decoded JSON cannot form reference cycles, and untracked structs are cheaper to make.
+class _Delta(msgspec.Struct, gc=False):
     content: str | None = None
 
 
-class _Choice(msgspec.Struct):
+class _Choice(msgspec.Struct, gc=False):
     delta: _Delta | None = None
     message: _Delta | None = None
     text: str | None = None
 
 
-class _PromptDetails(msgspec.Struct):
+class _TextChoice(msgspec.Struct, gc=False):
+    text: str | None = None
+
+
+class _PromptDetails(msgspec.Struct, gc=False):
     cached_tokens: int | None = None
 
 
-class _Usage(msgspec.Struct):
+class _Usage(msgspec.Struct, gc=False):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     prompt_tokens_details: _PromptDetails | None = None
 
 
-class _Chunk(msgspec.Struct):
+class _Chunk(msgspec.Struct, gc=False):
     choices: list[_Choice] | None = None
     usage: _Usage | None = None
     timings: dict[str, Any] | None = None
     error: Any = None
 
 
+class _TextChunk(msgspec.Struct, gc=False):
+    """A completions chunk: only ``text`` is read from a choice (fewer fields to fill)."""
+
+    choices: list[_TextChoice] | None = None
+    usage: _Usage | None = None
+    timings: dict[str, Any] | None = None
+    error: Any = None
+
+
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
+_JOIN_EVERY = 64
+_decode_text_chunk = msgspec.json.Decoder(_TextChunk).decode
 
 
 class ResponseAccumulator:
-    """What one response said so far: text parts, chunk times, usage, server timings."""
+    """What one response said so far: text parts, chunk times, usage, server timings.
+
+    Memory per held stream is kept small, since thousands may be in flight: ``chunk_times_ns``
+    is an ``array('q')`` (8 bytes a chunk instead of a list slot and an int object, ~40), and
+    ``parts`` is joined into one string every ``_JOIN_EVERY`` parts (an ASCII token then costs
+    its characters, not a ~55-byte str object and a list slot). ``chunk_count`` is the number
+    of non-empty content chunks; ``chunk_times()`` gives the times as a list.
+    """
 
     __slots__ = (
         "cached_tokens",
@@ -227,7 +261,7 @@ class ResponseAccumulator:
     def __init__(self, chat: bool) -> None:
         self.chat = chat
         self.parts: list[str] = []
-        self.chunk_times_ns: list[int] = []
+        self.chunk_times_ns = array("q")
         self.first_chunk_at_ns: int | None = None
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
@@ -239,19 +273,51 @@ class ResponseAccumulator:
     def output_text(self) -> str:
         return "".join(self.parts)
 
+    @property
+    def chunk_count(self) -> int:
+        return len(self.chunk_times_ns)
+
+    def chunk_times(self) -> list[int]:
+        return self.chunk_times_ns.tolist()
+
     def on_events(self, events: list[bytes], t_ns: int) -> None:
         """Interpret the SSE payloads of one read, all stamped ``t_ns``."""
+        parts = self.parts
+        before = len(parts)
+        chat = self.chat
+        decode = _decode_chunk if chat else _decode_text_chunk
         for payload in events:
-            if payload == _DONE:
-                self.done = True
+            try:
+                chunk = decode(payload)
+            except msgspec.MsgspecError as exc:
+                if payload == _DONE:
+                    self.done = True
+                    continue
+                raise _malformed(payload, exc) from None
+            if chunk.usage is not None or chunk.timings is not None or chunk.error is not None:
+                text = self._absorb(chunk)
+            elif chunk.choices:  # the common chunk: one choice, content only
+                choice = chunk.choices[0]
+                if chat:
+                    assert type(choice) is _Choice
+                    delta = choice.delta if choice.delta is not None else choice.message
+                    text = delta.content if delta is not None else None
+                else:
+                    text = choice.text
+            else:
                 continue
-            chunk = _decode(payload)
-            text = self._absorb(chunk)
             if text:
-                self.parts.append(text)
+                parts.append(text)
+        added = len(parts) - before
+        if added:
+            if added == 1:
                 self.chunk_times_ns.append(t_ns)
-                if self.first_chunk_at_ns is None:
-                    self.first_chunk_at_ns = t_ns
+            else:
+                self.chunk_times_ns.extend([t_ns] * added)
+            if self.first_chunk_at_ns is None:
+                self.first_chunk_at_ns = t_ns
+            if len(parts) >= _JOIN_EVERY:
+                parts[:] = ["".join(parts)]
 
     def on_body(self, body: bytes, t_ns: int) -> None:
         """Interpret a whole non-streamed JSON response read at ``t_ns``."""
@@ -262,7 +328,7 @@ class ResponseAccumulator:
             self.parts.append(text)
             self.chunk_times_ns.append(t_ns)
 
-    def _absorb(self, chunk: _Chunk) -> str | None:
+    def _absorb(self, chunk: _Chunk | _TextChunk) -> str | None:
         if chunk.error is not None:
             raise _server_error(chunk.error)
         if chunk.usage is not None:
@@ -276,6 +342,9 @@ class ResponseAccumulator:
         if not chunk.choices:
             return None
         choice = chunk.choices[0]
+        if type(choice) is _TextChoice:
+            return choice.text
+        assert type(choice) is _Choice
         if not self.chat:
             return choice.text
         delta = choice.delta if choice.delta is not None else choice.message
@@ -286,8 +355,12 @@ def _decode(payload: bytes) -> _Chunk:
     try:
         return _decode_chunk(payload)
     except msgspec.MsgspecError as exc:
-        snippet = payload[:200].decode("utf-8", "replace")
-        raise ResponseError("malformed_response", f"{exc}: {snippet!r}") from None
+        raise _malformed(payload, exc) from None
+
+
+def _malformed(payload: bytes, exc: msgspec.MsgspecError) -> ResponseError:
+    snippet = payload[:200].decode("utf-8", "replace")
+    return ResponseError("malformed_response", f"{exc}: {snippet!r}")
 
 
 def _server_error(error: Any) -> ResponseError:

@@ -1,4 +1,4 @@
-"""One HTTP worker process: uvloop, one keep-alive HTTP client, one task per request.
+"""One HTTP worker process: uvloop, one keep-alive HTTP client, callbacks (not tasks) per request.
 
 Started by ``WorkerPool`` as ``python -m veeksha.dispatch.worker`` with a ``WorkerSpawn`` on its
 stdin (so the API key stays in memory). It ignores SIGINT (the parent stops it with ``Stop``),
@@ -14,10 +14,15 @@ release as ``released_at_ns``, and as ``received_at_ns`` (the worker takes it up
 held items leave on time (they are due within the hand-over window) and counts them as in
 flight; a ``Stop`` without grace withdraws them: cancelled Results, never sent.
 
-Timestamps (monotonic ns): ``received_at`` when the item was decoded; ``sent_at`` when aiohttp
-starts writing the request to the socket (the first attempt's, when retrying); one timestamp per
-read of the response, shared by the SSE events of that read; ``completed_at`` at the last byte.
-Latencies measured from ``sent_at`` therefore include any retry back-off, as a user would see.
+Timestamps (monotonic ns): ``received_at`` when the item was decoded; ``sent_at`` right before
+the request is written to the socket (the first attempt's, when retrying); one timestamp per
+read of the response, shared by the SSE events of that read; ``completed_at`` at the last read
+that carried body bytes. Latencies measured from ``sent_at`` therefore include any retry back-off,
+as a user would see.
+
+Plain ``http`` (``Http1Pool``): a request is an ``_Exchange``, driven by callbacks from the
+connection's ``data_received``; no task, coroutine, future or context variable per request, and
+its timeout is one loop timer. ``https`` (aiohttp): one task per request (``_run_item``).
 
 Nothing is written to stdout/stderr per request.
 """
@@ -42,7 +47,7 @@ import uvloop
 
 from veeksha.clock import MonotonicClock
 from veeksha.dispatch.channel import Link, encode_frame, to_worker_decoder
-from veeksha.dispatch.http1 import ConnectFailed, Http1Pool
+from veeksha.dispatch.http1 import ConnectFailed, Exchange, Http1Pool
 from veeksha.dispatch.inprocess import dry_result
 from veeksha.dispatch.messages import Result, Stop, ToWorker, WorkerReady, WorkItem
 from veeksha.dispatch.openai import RequestBuilder, ResponseAccumulator, ResponseError, SSEParser
@@ -59,6 +64,8 @@ _RETRY_STATUSES = (429, 503)
 _BACKOFF_BASE_S = 0.25
 _BACKOFF_CAP_S = 10.0
 _RESULTS_LINGER_S = 5.0  # at exit, for the last Results to leave
+
+_monotonic_ns = time.monotonic_ns
 
 # Set per request task; the write task aiohttp creates inherits it (see aiohttp_client).
 _sent_slot: contextvars.ContextVar[list[int]] = contextvars.ContextVar("veeksha_sent_slot")
@@ -101,6 +108,8 @@ class Worker:
             headers["Authorization"] = f"Bearer {settings.api_key}"
         self._headers = headers
         self._tasks: set[asyncio.Task[None]] = set()
+        self._exchanges: set[_Exchange] = set()  # http1 requests in flight
+        self._drained: asyncio.Future[None] | None = None  # set when _exchanges empties
         self._outbox: list[Result] = []
         self._flush_scheduled = False
         self._stopping: asyncio.Future[float] | None = None
@@ -172,14 +181,17 @@ class Worker:
                 if not self._stopping.done():
                     self._stopping.set_result(msg.grace_s)
                 elif msg.grace_s <= 0:  # a second, immediate Stop (Ctrl-C twice): cancel now
-                    for task in list(self._tasks):
-                        task.cancel()
+                    self._cancel_all()
 
     def _start(self, item: WorkItem, received_at: int) -> None:
+        """Send ``item``; exactly one Result follows (``_emit``), whatever happens."""
         if self.settings.dry_run:
             self._emit(dry_result(item, self.worker_id, time.monotonic_ns()))
             return
-        assert self._loop is not None
+        if self._http is not None:
+            self._start_http1(self._http, item, received_at)
+            return
+        assert self._loop is not None  # aiohttp (https): a task per request
         task = self._loop.create_task(self._run_item(item, received_at))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -217,12 +229,22 @@ class Worker:
                 await asyncio.wait_for(self._all_released, grace_s)
         self._cancel_held()
         grace_s = deadline - loop.time()
-        if self._tasks and grace_s > 0:
-            await asyncio.wait(set(self._tasks), timeout=grace_s)
-        for task in list(self._tasks):
-            task.cancel()
+        if grace_s > 0:
+            pending: set[asyncio.Future[None]] = set(self._tasks)
+            if self._exchanges:
+                self._drained = loop.create_future()
+                pending.add(self._drained)
+            if pending:
+                await asyncio.wait(pending, timeout=grace_s)
+        self._cancel_all()
         if self._tasks:
             await asyncio.wait(set(self._tasks))
+
+    def _cancel_all(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for exchange in list(self._exchanges):
+            exchange.cancel()
 
     # ------------------------------------------------------------------------------ results
 
@@ -244,43 +266,60 @@ class Worker:
 
     # ------------------------------------------------------------------------------ requests
 
+    def _start_http1(self, http: Http1Pool, item: WorkItem, received_at: int) -> None:
+        exchange = _Exchange(self, http, item, received_at)
+        try:
+            body = self._builder.body(item.messages, item.max_tokens)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes this item's Result
+            exchange.finish("error", "client_error", _msg(exc))
+            return
+        exchange.started_at = _monotonic_ns()
+        assert self._loop is not None
+        exchange.timer = self._loop.call_later(self.settings.request_timeout_s, exchange.on_timeout)
+        self._exchanges.add(exchange)
+        http.send(body, exchange)
+
     async def _run_item(self, item: WorkItem, received_at: int) -> None:
         acc = ResponseAccumulator(self.settings.chat)
         slot = [0]
         _sent_slot.set(slot)
         state = _Attempt()
         result: Result | None = None
+
+        def make(status: str, kind: str = "", message: str = "") -> Result:
+            return self._result(
+                item,
+                received_at,
+                slot[0] or state.started_at or received_at,
+                state.completed_at,
+                acc,
+                state.http_status,
+                state.retries,
+                status,
+                kind,
+                message,
+            )
+
         try:
             async with asyncio.timeout(self.settings.request_timeout_s):
                 await self._request(item, acc, state)
-            result = self._result(item, received_at, slot, acc, state, "ok")
+            result = make("ok")
         except asyncio.CancelledError:
-            result = self._result(item, received_at, slot, acc, state, "cancelled", "cancelled")
+            result = make("cancelled", "cancelled", "cancelled")
         except TimeoutError:
-            msg = f"no complete response within {self.settings.request_timeout_s:g} s"
-            result = self._result(item, received_at, slot, acc, state, "timeout", "timeout", msg)
-        except _HttpError as exc:
-            kind = "http_4xx" if exc.status < 500 else "http_5xx"
-            result = self._result(item, received_at, slot, acc, state, "error", kind, str(exc))
-        except ResponseError as exc:
-            result = self._result(item, received_at, slot, acc, state, "error", exc.kind, str(exc))
+            result = make("timeout", "timeout", self._timeout_message())
         except Exception as exc:  # noqa: BLE001 - every failure becomes this item's Result
-            kind = _classify(exc)
-            result = self._result(item, received_at, slot, acc, state, "error", kind, _msg(exc))
+            result = make("error", *_failure(exc))
         finally:
             if result is None:  # BaseException other than cancellation: still one Result
-                result = self._result(
-                    item, received_at, slot, acc, state, "error", "client_error", "aborted"
-                )
+                result = make("error", "client_error", "aborted")
             self._emit(result)
 
     async def _request(self, item: WorkItem, acc: ResponseAccumulator, state: _Attempt) -> None:
+        """The aiohttp path (https)."""
         settings = self.settings
         body = self._builder.body(item.messages, item.max_tokens)
         state.started_at = time.monotonic_ns()
-        if self._http is not None:
-            await self._request_http1(self._http, body, acc, state)
-            return
         assert self._session is not None
         from veeksha.dispatch.aiohttp_client import read_stream
 
@@ -289,7 +328,8 @@ class Worker:
             try:
                 state.http_status = resp.status
                 if resp.status >= 400:
-                    delay = self._retry_after(resp.status, resp.headers.get("Retry-After"), state)
+                    after = resp.headers.get("Retry-After")
+                    delay = self._retry_after(resp.status, after, state.retries)
                     if delay is None:
                         snippet = await resp.content.read(_SNIPPET_BYTES)
                         text = snippet.decode("utf-8", "replace").strip()
@@ -307,45 +347,13 @@ class Worker:
             state.retries += 1
             await asyncio.sleep(delay)
 
-    async def _request_http1(
-        self, http: Http1Pool, body: bytes, acc: ResponseAccumulator, state: _Attempt
-    ) -> None:
-        slot = _sent_slot.get()
-        stream = self.settings.stream
+    def _timeout_message(self) -> str:
+        return f"no complete response within {self.settings.request_timeout_s:g} s"
 
-        def on_sent(t_ns: int) -> None:
-            if not slot[0]:
-                slot[0] = t_ns
-
-        while True:
-            exchange = _Exchange(acc, state, stream)
-            await http.request(body, exchange, on_sent)
-            status = exchange.status
-            if status >= 400:
-                after = exchange.headers.get(b"retry-after")
-                delay = self._retry_after(status, after.decode("latin-1") if after else None, state)
-                if delay is None:
-                    snippet = b"".join(exchange.body)[:_SNIPPET_BYTES]
-                    text = snippet.decode("utf-8", "replace").strip()
-                    raise _HttpError(status, f"HTTP {status}: {text}")
-                state.retries += 1
-                await asyncio.sleep(delay)
-                continue
-            if stream:
-                tail = exchange.parser.close()
-                if tail:
-                    acc.on_events(tail, state.completed_at)
-                if not acc.done and not acc.parts and acc.completion_tokens is None:
-                    raise ResponseError("malformed_response", "stream ended without any event")
-            else:
-                state.completed_at = time.monotonic_ns()
-                acc.on_body(b"".join(exchange.body), state.completed_at)
-            return
-
-    def _retry_after(self, status: int, header: str | None, state: _Attempt) -> float | None:
-        if status not in _RETRY_STATUSES or state.retries >= self.settings.max_retries:
+    def _retry_after(self, status: int, header: str | None, retries: int) -> float | None:
+        if status not in _RETRY_STATUSES or retries >= self.settings.max_retries:
             return None
-        backoff = min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**state.retries)
+        backoff = min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**retries)
         after = _retry_after_s(header)
         return min(_BACKOFF_CAP_S, after) if after is not None else backoff
 
@@ -353,44 +361,48 @@ class Worker:
         self,
         item: WorkItem,
         received_at: int,
-        slot: list[int],
+        sent_at: int,
+        completed_at: int,
         acc: ResponseAccumulator,
-        state: _Attempt,
+        http_status: int,
+        retries: int,
         status: str,
         error_kind: str = "",
         error_message: str = "",
     ) -> Result:
-        now = time.monotonic_ns()
-        key = self.settings.api_key
-        if key and key in error_message:  # a server (or proxy) that echoes the request headers
-            error_message = error_message.replace(key, "***")
-        sent_at = slot[0] or state.started_at or received_at
-        completed_at = state.completed_at or now
+        if error_message:
+            key = self.settings.api_key
+            if key and key in error_message:  # a server (or proxy) that echoes the headers
+                error_message = error_message.replace(key, "***")
+        if not completed_at:
+            completed_at = _monotonic_ns()
         first = acc.first_chunk_at_ns
-        if status == "ok" and first is None:
+        if first is None and status == "ok":
             first = completed_at
         return Result(
-            request_id=item.request_id,
-            worker_id=self.worker_id,
-            status=status,
-            received_at_ns=received_at,
-            sent_at_ns=sent_at,
-            completed_at_ns=completed_at,
-            first_chunk_at_ns=first,
-            chunk_times_ns=acc.chunk_times_ns,
-            output_text=acc.output_text,
-            http_status=state.http_status,
-            error_kind=error_kind,
-            error_message=error_message,
-            prompt_tokens=acc.prompt_tokens,
-            completion_tokens=acc.completion_tokens,
-            cached_tokens=acc.cached_tokens,
-            retries=state.retries,
-            server_timings=acc.server_timings,
+            item.request_id,
+            self.worker_id,
+            status,
+            received_at,
+            sent_at,
+            completed_at,
+            first,
+            acc.chunk_times_ns.tolist(),
+            "".join(acc.parts),
+            http_status,
+            error_kind,
+            error_message,
+            acc.prompt_tokens,
+            acc.completion_tokens,
+            acc.cached_tokens,
+            retries,
+            acc.server_timings,
         )
 
 
 class _Attempt:
+    """The aiohttp path's per-request state."""
+
     __slots__ = ("completed_at", "http_status", "retries", "started_at")
 
     def __init__(self) -> None:
@@ -400,36 +412,179 @@ class _Attempt:
         self.completed_at = 0
 
 
-class _Exchange:
-    """One attempt's response as ``Http1Pool`` delivers it: SSE parsed read by read."""
+class _Exchange(Exchange):
+    """One request on the ``Http1Pool`` path, from its WorkItem to its Result.
 
-    __slots__ = ("acc", "body", "feed", "headers", "parser", "state", "status", "stream")
+    ``Http1Pool`` calls ``on_sent``/``on_head``/``on_data``/``on_end`` per attempt; a 429/503
+    is retried after its back-off on a loop timer; ``on_timeout`` (the request's one timer) and
+    ``cancel`` abort it. ``finish`` emits the one Result and forgets the request.
+    """
 
-    def __init__(self, acc: ResponseAccumulator, state: _Attempt, stream: bool) -> None:
-        self.acc = acc
-        self.state = state
-        self.stream = stream
-        self.status = 0
-        self.headers: dict[bytes, bytes] = {}
-        self.body: list[bytes] = []
+    __slots__ = (
+        "acc",
+        "body",
+        "completed_at",
+        "feed",
+        "finished",
+        "headers",
+        "http",
+        "http_status",
+        "item",
+        "parser",
+        "received_at",
+        "retries",
+        "retry_timer",
+        "sent_at",
+        "started_at",
+        "stream",
+        "timer",
+        "worker",
+    )
+
+    def __init__(self, worker: Worker, http: Http1Pool, item: WorkItem, received_at: int) -> None:
+        super().__init__()
+        self.worker = worker
+        self.http = http
+        self.item = item
+        self.received_at = received_at
+        self.started_at = 0
+        self.sent_at = 0
+        self.completed_at = 0
+        self.http_status = 0
+        self.retries = 0
+        self.finished = False
+        self.stream = worker.settings.stream
+        self.acc = ResponseAccumulator(worker.settings.chat)
         self.parser = SSEParser()
         self.feed = self.parser.feed
+        self.headers: dict[bytes, bytes] | None = None
+        self.body: list[bytes] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.retry_timer: asyncio.TimerHandle | None = None
+
+    # ------------------------------------------------------------------ Http1Pool callbacks
+
+    def on_sent(self, t_ns: int) -> None:
+        if not self.sent_at:
+            self.sent_at = t_ns
 
     def on_head(self, status: int, headers: dict[bytes, bytes]) -> None:
-        self.status = status
-        self.state.http_status = status
-        self.headers = headers
+        self.http_status = status
         if status >= 400 or not self.stream:
             self.stream = False
+            self.headers = headers
+            self.body = []
 
     def on_data(self, data: bytes, t_ns: int) -> None:
-        if not self.stream:
+        self.completed_at = t_ns
+        if self.stream:
+            events = self.feed(data)
+            if events:
+                self.acc.on_events(events, t_ns)
+        else:
+            assert self.body is not None
             self.body.append(data)
+
+    def on_end(self, exc: BaseException | None) -> None:
+        try:
+            if exc is None:
+                self._ended()
+            else:
+                self.finish("error", *_failure(exc))
+        except Exception as error:  # noqa: BLE001 - every failure becomes this item's Result
+            self.finish("error", *_failure(error))
+
+    def _ended(self) -> None:
+        status = self.http_status
+        acc = self.acc
+        if status >= 400:
+            assert self.headers is not None
+            assert self.body is not None
+            after = self.headers.get(b"retry-after")
+            delay = self.worker._retry_after(
+                status, after.decode("latin-1") if after else None, self.retries
+            )
+            if delay is None:
+                snippet = b"".join(self.body)[:_SNIPPET_BYTES]
+                text = snippet.decode("utf-8", "replace").strip()
+                kind = "http_4xx" if status < 500 else "http_5xx"
+                self.finish("error", kind, f"HTTP {status}: {text}")
+                return
+            self.retries += 1
+            self.stream = self.worker.settings.stream
+            self.headers = self.body = None
+            loop = self.worker._loop
+            assert loop is not None
+            self.retry_timer = loop.call_later(delay, self._resend)
             return
-        self.state.completed_at = t_ns
-        events = self.feed(data)
-        if events:
-            self.acc.on_events(events, t_ns)
+        if self.stream:
+            tail = self.parser.close()
+            if tail:
+                acc.on_events(tail, self.completed_at)
+            if not acc.done and not acc.parts and acc.completion_tokens is None:
+                raise ResponseError("malformed_response", "stream ended without any event")
+        else:
+            assert self.body is not None
+            if not self.completed_at:
+                self.completed_at = _monotonic_ns()
+            acc.on_body(b"".join(self.body), self.completed_at)
+        self.finish("ok")
+
+    def _resend(self) -> None:
+        self.retry_timer = None
+        item = self.item  # the body is built again rather than held through every request
+        self.http.send(self.worker._builder.body(item.messages, item.max_tokens), self)
+
+    # ------------------------------------------------------------------------ the worker's
+
+    def on_timeout(self) -> None:
+        self.timer = None
+        self.http.abort(self)
+        self.finish("timeout", "timeout", self.worker._timeout_message())
+
+    def cancel(self) -> None:
+        self.http.abort(self)
+        self.finish("cancelled", "cancelled", "cancelled")
+
+    def finish(self, status: str, kind: str = "", message: str = "") -> None:
+        """Emit this request's Result (once) and forget it."""
+        if self.finished:
+            return
+        self.finished = True
+        worker = self.worker
+        exchanges = worker._exchanges
+        exchanges.discard(self)
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.retry_timer is not None:
+            self.retry_timer.cancel()
+            self.retry_timer = None
+        worker._emit(
+            worker._result(
+                self.item,
+                self.received_at,
+                self.sent_at or self.started_at or self.received_at,
+                self.completed_at,
+                self.acc,
+                self.http_status,
+                self.retries,
+                status,
+                kind,
+                message,
+            )
+        )
+        if not exchanges and worker._drained is not None and not worker._drained.done():
+            worker._drained.set_result(None)
+
+
+def _failure(exc: BaseException) -> tuple[str, str]:
+    """(error_kind, error_message) of an exception raised while requesting."""
+    if isinstance(exc, _HttpError):
+        return ("http_4xx" if exc.status < 500 else "http_5xx"), str(exc)
+    if isinstance(exc, ResponseError):
+        return exc.kind, str(exc)
+    return _classify(exc), _msg(exc)
 
 
 def _prewarm(max_connections: int) -> int:

@@ -87,7 +87,7 @@ def test_chat_accumulation_with_shared_read_timestamps() -> None:
     acc.on_events(PAYLOADS[:2], 100)  # role-only chunk has no content: not a chunk
     acc.on_events(PAYLOADS[2:], 200)
     assert acc.output_text == "Hello"
-    assert acc.chunk_times_ns == [100, 200]
+    assert acc.chunk_times() == [100, 200]
     assert acc.first_chunk_at_ns == 100
     assert (acc.prompt_tokens, acc.completion_tokens, acc.cached_tokens) == (5, 2, 3)
     assert acc.server_timings == {"ttft_ms": 1.5}
@@ -100,7 +100,7 @@ def test_first_chunk_is_first_non_empty_content() -> None:
     acc.on_events([b'{"choices":[{"delta":{"content":null}}]}'], 20)
     acc.on_events([b'{"choices":[{"delta":{"content":"x"}}]}'], 30)
     assert acc.first_chunk_at_ns == 30
-    assert acc.chunk_times_ns == [30]
+    assert acc.chunk_times() == [30]
 
 
 def test_completions_text_and_unknown_fields_ignored() -> None:
@@ -117,7 +117,7 @@ def test_non_streamed_bodies() -> None:
     assert (chat.output_text, chat.first_chunk_at_ns, chat.completion_tokens) == ("hi", 9, 1)
     comp = ResponseAccumulator(chat=False)
     comp.on_body(b'{"choices":[{"text":"yo"}]}', 4)
-    assert (comp.output_text, comp.chunk_times_ns) == ("yo", [4])
+    assert (comp.output_text, comp.chunk_times()) == ("yo", [4])
 
 
 @pytest.mark.parametrize(
@@ -142,3 +142,64 @@ def test_error_object_inside_a_stream(error: object, kind: str) -> None:
     with pytest.raises(ResponseError) as info:
         acc.on_events([json.dumps({"error": error}).encode()], 1)
     assert info.value.kind == kind
+
+
+# ------------------------------------------------------------------ fast path of whole events
+
+
+def general_path(reads: list[bytes]) -> list[bytes]:
+    """The payloads the line-by-line path gives: fed after a byte that disables the fast path."""
+    parser = SSEParser()
+    assert parser.feed(b":") == []  # a pending comment line: every later feed is general
+    out = parser.feed(b"\n")
+    for piece in reads:
+        out.extend(parser.feed(piece))
+    return out + parser.close()
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        b'data: {"a":1}\n\n',
+        b'data: {"a":1}\n\ndata: {"b":2}\n\ndata: [DONE]\n\n',
+        b"data: \n\n",  # an empty payload
+        b"data:  two spaces\n\n",
+        b"data: a\ndata: b\n\n",  # multi-line data: not the fast shape
+        b"data: a\n\n\ndata: b\n\n",  # a stray blank line
+        b"data: a\n\n: comment\n\ndata: b\n\n",
+        b"data: a\n\nevent: x\ndata: b\n\n",
+        b"data: a\r\n\r\ndata: b\r\n\r\n",
+        b"data: a\rb\n\n",
+        b"data: a\n\ndata:b\n\n",  # no space after the colon
+        b"data: a\n\ndata: b\n",  # the last event is not complete yet
+    ],
+)
+def test_fast_path_gives_the_general_paths_payloads(read: bytes) -> None:
+    assert feed_all(SSEParser(), [read]) == general_path([read])
+
+
+def test_fast_path_only_without_pending_bytes() -> None:
+    parser = SSEParser()
+    assert parser.feed(b"data: a") == []
+    assert parser.feed(b"b\n\ndata: c\n\n") == [b"ab", b"c"]
+
+
+def test_one_read_of_many_completions_chunks_shares_its_timestamp() -> None:
+    chunks = [{"choices": [{"text": f"t{i}", "index": 0, "logprobs": None}]} for i in range(5)]
+    chunks.append({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 5}})
+    read = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks)
+    acc = ResponseAccumulator(chat=False)
+    acc.on_events(SSEParser().feed(read + b"data: [DONE]\n\n"), 42)
+    assert acc.output_text == "t0t1t2t3t4"
+    assert acc.chunk_times() == [42] * 5
+    assert (acc.first_chunk_at_ns, acc.completion_tokens, acc.done) == (42, 5, True)
+
+
+def test_long_streams_keep_text_and_times_compact() -> None:
+    acc = ResponseAccumulator(chat=True)
+    for i in range(300):
+        acc.on_events([json.dumps({"choices": [{"delta": {"content": f"<{i}>"}}]}).encode()], i)
+    assert acc.output_text == "".join(f"<{i}>" for i in range(300))
+    assert len(acc.parts) < 64
+    assert acc.chunk_times() == list(range(300))
+    assert acc.chunk_count == 300
