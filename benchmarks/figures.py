@@ -25,6 +25,10 @@ scale      a dry run of linear sessions (3 turns, no think time, history inherit
 memory     RSS of the tree per 1,000 in-flight requests: concurrency C against a server holding
            long streams, minus the same at concurrency 10, scaled to 1,000; also split into the
            worker processes' part and the rest (main).
+
+``vm_steal_pct`` (precision, ttfc): the share of CPU time the hypervisor took from this virtual
+machine during the run (/proc/stat ``steal``): a vCPU taken away for a few ms shows up in the
+tails of the timing figures whatever the process on it does.
 """
 
 from __future__ import annotations
@@ -211,6 +215,7 @@ def fig_precision(plan: Plan, sim: Simulator) -> Sample:
             "sent_minus_ready_p99_us": _q(df.generator_delay, 0.99) * 1e6,
             "dispatch_lag_p50_us": _q(df.dispatch_lag, 0.5) * 1e6,
             "dispatch_lag_p99_us": _q(df.dispatch_lag, 0.99) * 1e6,
+            "vm_steal_pct": m.steal_pct,
         }
     )
 
@@ -225,7 +230,13 @@ def fig_ttfc(plan: Plan, _sim: Simulator) -> Sample:
     _check(m, "ttfc")
     df = _requests(m, "ttfc", "server_ttft")
     bias = (df.ttfc - df.server_ttft) * 1e3
-    return Sample({"bias_mean_ms": float(bias.mean()), "bias_p99_ms": _q(bias, 0.99)})
+    return Sample(
+        {
+            "bias_mean_ms": float(bias.mean()),
+            "bias_p99_ms": _q(bias, 0.99),
+            "vm_steal_pct": m.steal_pct,
+        }
+    )
 
 
 def fig_scale(plan: Plan, _sim: Simulator) -> Sample:

@@ -207,6 +207,24 @@ class RunMeasure:
     peak_main_rss_mb: float
     rss_samples: list[tuple[float, float, float]] = field(default_factory=list)  # t, tree, main
     stderr: str = ""
+    steal_pct: float = 0.0  # CPU time the hypervisor took from this VM during the run (all CPUs)
+
+
+def cpu_ticks() -> tuple[int, int]:
+    """(steal, total) jiffies of all CPUs from /proc/stat; (0, 0) where there is none."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    steal = fields[7] if len(fields) > 7 else 0
+    return steal, sum(fields[:8])
+
+
+def steal_pct(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """Share of CPU time stolen by the hypervisor between two ``cpu_ticks`` readings, in %."""
+    total = after[1] - before[1]
+    return 100.0 * (after[0] - before[0]) / total if total > 0 else 0.0
 
 
 class _RssSampler(threading.Thread):
@@ -262,6 +280,7 @@ def run_veeksha(
         cmd.append("--dry-run")
     cmd += list(extra_args)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    ticks = cpu_ticks()
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
     sampler = _RssSampler(proc.pid)
@@ -291,6 +310,7 @@ def run_veeksha(
         peak_main_rss_mb=max((s[2] for s in samples), default=0.0),
         rss_samples=samples,
         stderr=stderr.decode(errors="replace")[-3000:],
+        steal_pct=steal_pct(ticks, cpu_ticks()),
     )
 
 
