@@ -196,33 +196,29 @@ class Link(Generic[T]):
     def drain(self) -> list[T]:
         """Read and decode everything buffered now, without waiting; returns the messages."""
         out: list[T] = []
-        while not self.closed:
-            try:
-                data = self.sock.recv(_READ_BYTES)
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError:
-                data = b""
-            if not data:
-                self._eof()
-                break
-            self._frames(data, out)
+        while not self.closed and self._read_into(out):
+            pass
         return out
 
     def _on_readable(self) -> None:
+        out: list[T] = []
+        self._read_into(out)
+        if out:
+            self._on_batch(out)
+
+    def _read_into(self, out: list[T]) -> bool:
+        """One ``recv``: its whole frames decoded into ``out``; False if nothing more came."""
         try:
             data = self.sock.recv(_READ_BYTES)
         except (BlockingIOError, InterruptedError):
-            return
+            return False
         except OSError:
             data = b""
         if not data:
             self._eof()
-            return
-        out: list[T] = []
+            return False
         self._frames(data, out)
-        if out:
-            self._on_batch(out)
+        return True
 
     def _frames(self, data: bytes, out: list[T]) -> None:
         buf = self._buf

@@ -304,6 +304,13 @@ def test_a_burst_starts_in_slices_with_planned_times() -> None:
 MS = 1_000_000
 
 
+def ahead(make_session, **settings) -> Harness:  # type: ignore[no-untyped-def]
+    """A loop that hands requests over 20 ms ahead (cancel on failure)."""
+    return Harness(
+        LoopSettings(cancel_on_failure=True, dispatch_ahead_ns=20 * MS, **settings), make_session
+    )
+
+
 def released(item: WorkItem, at_ns: int) -> Result:
     """A worker's answer to an item it held until ``not_before_ns`` and released at ``at_ns``."""
     return Result(
@@ -319,15 +326,7 @@ def released(item: WorkItem, at_ns: int) -> Result:
 
 
 def test_ahead_hands_sessions_over_in_batches_with_their_planned_ready_time() -> None:
-    h = Harness(
-        LoopSettings(
-            cancel_on_failure=True,
-            max_sessions=100,
-            rate_gaps=fixed_gaps(0.001),
-            dispatch_ahead_ns=20 * MS,
-        ),
-        lambda i: chain(i, 1),
-    )
+    h = ahead(lambda i: chain(i, 1), max_sessions=100, rate_gaps=fixed_gaps(0.001))
     t0 = S
     h.loop.start(t0)
     h.timers.advance(t0 + S)
@@ -348,15 +347,7 @@ def test_ahead_hands_sessions_over_in_batches_with_their_planned_ready_time() ->
 
 
 def test_ahead_hands_over_a_child_before_its_think_time_ends() -> None:
-    h = Harness(
-        LoopSettings(
-            cancel_on_failure=True,
-            max_sessions=1,
-            rate_gaps=fixed_gaps(1.0),
-            dispatch_ahead_ns=20 * MS,
-        ),
-        lambda i: chain(i, 3, wait_s=0.5),
-    )
+    h = ahead(lambda i: chain(i, 3, wait_s=0.5), max_sessions=1, rate_gaps=fixed_gaps(1.0))
     h.loop.start(S)
     h.timers.advance(S)
     (first,) = h.items
@@ -373,15 +364,7 @@ def test_ahead_hands_over_a_child_before_its_think_time_ends() -> None:
 
 
 def test_ahead_hands_over_at_once_what_is_already_due() -> None:
-    h = Harness(
-        LoopSettings(
-            cancel_on_failure=True,
-            max_sessions=1,
-            rate_gaps=fixed_gaps(1.0),
-            dispatch_ahead_ns=20 * MS,
-        ),
-        lambda i: chain(i, 2),
-    )
+    h = ahead(lambda i: chain(i, 2), max_sessions=1, rate_gaps=fixed_gaps(1.0))
     h.loop.start(S)
     h.timers.advance(S)
     h.clock.now = S + 50 * MS
@@ -391,15 +374,11 @@ def test_ahead_hands_over_at_once_what_is_already_due() -> None:
 
 
 def test_ahead_never_hands_over_work_due_after_the_timeout() -> None:
-    h = Harness(
-        LoopSettings(
-            cancel_on_failure=True,
-            max_sessions=-1,
-            benchmark_timeout_s=0.05,
-            rate_gaps=fixed_gaps(0.001),
-            dispatch_ahead_ns=20 * MS,
-        ),
+    h = ahead(
         lambda i: chain(i, 1),
+        max_sessions=-1,
+        benchmark_timeout_s=0.05,
+        rate_gaps=fixed_gaps(0.001),
     )
     h.loop.start(S)
     h.timers.advance(S + S)
@@ -408,16 +387,7 @@ def test_ahead_never_hands_over_work_due_after_the_timeout() -> None:
 
 
 def test_ahead_is_off_under_an_in_flight_cap() -> None:
-    h = Harness(
-        LoopSettings(
-            cancel_on_failure=True,
-            max_sessions=3,
-            rate_gaps=fixed_gaps(0.001),
-            max_in_flight=10,
-            dispatch_ahead_ns=20 * MS,
-        ),
-        lambda i: chain(i, 1),
-    )
+    h = ahead(lambda i: chain(i, 1), max_sessions=3, rate_gaps=fixed_gaps(0.001), max_in_flight=10)
     h.loop.start(S)
     h.timers.advance(S + S)
     assert [(item.dispatched_at_ns, item.not_before_ns) for item in h.items] == [
