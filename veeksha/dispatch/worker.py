@@ -470,6 +470,8 @@ class _Exchange(Exchange):
 
     def on_head(self, status: int, headers: dict[bytes, bytes]) -> None:
         self.http_status = status
+        if status < 400:  # answered: nothing will resend it, so the prompt is not kept
+            self.item.messages.clear()  # (through a long stream: ~0.8 KB a 128-token prompt)
         if status >= 400 or not self.stream:
             self.stream = False
             self.headers = headers
