@@ -155,7 +155,7 @@ def fig_cpu(plan: Plan, sim: Simulator) -> Sample:
 
 
 def fig_rate(plan: Plan, sim: Simulator) -> Sample:
-    ladder = plan.pick([1000], [500, 1000, 1500, 2000, 2500])
+    ladder = plan.pick([1000], [500, 1000, 1500, 2000, 2500, 3000, 3500, 4000])
     seconds = plan.pick(3, 8)
     best = 0.0
     sample = Sample()
