@@ -381,7 +381,8 @@ class TrafficLoop:
         )
         self.in_flight[request_id] = request
         self.counters.requests_dispatched += 1
-        self.counters.last_dispatch_lag_ns = now - ready_at
+        if ready_at <= now:  # (handed over ahead: its lag is known once the worker released it)
+            self.counters.last_dispatch_lag_ns = now - ready_at
         self._sink.dispatched(request, item)
 
     def _arm_dispatch_timer(self) -> None:
@@ -413,6 +414,7 @@ class TrafficLoop:
         session = request.session
         if result.released_at_ns:  # handed over ahead: released by the worker's timer
             request.dispatched_at_ns = result.released_at_ns
+            self.counters.last_dispatch_lag_ns = result.released_at_ns - request.ready_at_ns
         elif request.dispatched_at_ns < request.ready_at_ns and result.status == "cancelled":
             # handed over ahead and cancelled before its release (the run stopped): it was never
             # dispatched, so it ends like a node cancelled in the ready queue

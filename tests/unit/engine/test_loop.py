@@ -395,3 +395,32 @@ def test_ahead_is_off_under_an_in_flight_cap() -> None:
         (S + MS, 0),
         (S + 2 * MS, 0),
     ]
+
+
+def test_ahead_a_hand_over_withdrawn_before_its_release_is_a_cancelled_node() -> None:
+    h = ahead(lambda i: chain(i, 1), max_sessions=2, rate_gaps=fixed_gaps(0.005))
+    h.loop.start(S)
+    h.timers.advance(S - 9 * MS)  # both handed over (S and S + 5 ms), neither due yet
+    first, second = h.items
+    h.loop.on_results([released(first, S + 20_000)])
+    assert h.loop.counters.last_dispatch_lag_ns == 20_000
+    h.loop.stop("interrupted")
+    # the worker withdrew the second one (a stop without grace): never released, never sent
+    h.loop.on_results(
+        [
+            Result(
+                request_id=second.request_id,
+                worker_id=0,
+                status="cancelled",
+                received_at_ns=h.clock.now,
+                sent_at_ns=h.clock.now,
+                completed_at_ns=h.clock.now,
+                error_kind="cancelled",
+            )
+        ]
+    )
+    assert [req.request_id for req, _ in h.rec.done] == [first.request_id]
+    assert h.rec.cancelled == [(1, 0)]  # recorded as a node cancelled before it was sent
+    assert h.loop.counters.requests_dispatched == 1
+    assert h.loop.finished
+    assert [s.status for s in h.rec.sessions] == ["ok", "cancelled"]
