@@ -34,7 +34,7 @@ import msgspec
 
 from veeksha.dispatch.messages import FromWorker, ToWorker
 
-__all__ = ["Link", "from_worker_decoder", "socket_pair", "to_worker_decoder"]
+__all__ = ["Link", "encode_frame", "from_worker_decoder", "socket_pair", "to_worker_decoder"]
 
 T = TypeVar("T")
 
