@@ -320,7 +320,8 @@ class TrafficLoop:
         next_ns = ramp.next_increase_ns(elapsed_ns)
         if next_ns is not None and self._can_start():
             self._arrival_timer = self._timers.call_at_ns(self.t0_ns + next_ns, self._on_ramp_timer)
-        self._dispatch_due()
+        if not self._in_results:  # (on_results dispatches once, after its whole batch)
+            self._dispatch_due()
 
     def _on_ramp_timer(self) -> None:
         self._arrival_timer = None
@@ -355,30 +356,22 @@ class TrafficLoop:
         self._arm_dispatch_timer()
 
     def _dispatch(self, session: SessionState, node_id: int, now: int) -> None:
-        node = session.spec.nodes[node_id]
+        # (positional arguments and no helper calls: this runs once per request)
         request_id = self._next_request
         self._next_request += 1
-        ready_at = session.ready_at_ns[node_id]
-        assert ready_at is not None
+        ready_at: int = session.ready_at_ns[node_id]  # type: ignore[assignment]  # set when ready
+        messages, history_tokens = session.outgoing(node_id)
         item = WorkItem(
-            request_id=request_id,
-            messages=list(session.messages(node_id)),
-            max_tokens=node.max_tokens,
-            dispatched_at_ns=now,
-            not_before_ns=ready_at if ready_at > now else 0,
+            request_id,
+            messages,
+            session.spec.nodes[node_id].max_tokens,
+            now,
+            ready_at if ready_at > now else 0,
         )
         worker_id = self._submit(item)
         self._unflushed = True
-        session.mark_dispatched(node_id)
-        request = InFlight(
-            session=session,
-            node_id=node_id,
-            request_id=request_id,
-            ready_at_ns=ready_at,
-            dispatched_at_ns=now,
-            worker_id=worker_id,
-            history_tokens=session.history_tokens(node_id),
-        )
+        session.states[node_id] = _IN_FLIGHT
+        request = InFlight(session, node_id, request_id, ready_at, now, worker_id, history_tokens)
         self.in_flight[request_id] = request
         self.counters.requests_dispatched += 1
         if ready_at <= now:  # (handed over ahead: its lag is known once the worker released it)

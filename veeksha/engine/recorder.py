@@ -13,7 +13,7 @@ from typing import Any
 from veeksha.dispatch.messages import Result, WorkItem
 from veeksha.engine.loop import InFlight
 from veeksha.errors import RunAbortedError
-from veeksha.generate.tokenizer import TokenizerLike
+from veeksha.generate.tokenizer import BuiltinTokenizer, TokenizerLike
 from veeksha.record.parquet import ResultWriter
 from veeksha.record.trace import TraceWriter
 from veeksha.schedule.session_state import NodeState, SessionState
@@ -44,20 +44,23 @@ class RunRecorder:
         self._tokenizer = tokenizer
         self._trace = trace
         self._on_row = on_row
-        # veeksha's own count of each dispatched request's new prompt part, by request id
-        self._new_tokens: dict[int, int] = {}
+        # The builtin tokenizer's prompts have exactly their target length (one token per word,
+        # built word by word), so its count of the new prompt part is the target: not recounted.
+        self._exact_prompts = isinstance(tokenizer, BuiltinTokenizer)
 
     def dispatched(self, request: InFlight, item: WorkItem) -> None:
-        session = request.session
-        node = session.spec.nodes[request.node_id]
-        self._new_tokens[request.request_id] = self._tokenizer.count(node.prompt)
         if self._trace is not None:
+            session = request.session
+            node = session.spec.nodes[request.node_id]
             self._trace.add(session.phase, session.session_id, node, item)
 
     def request_done(self, request: InFlight, result: Result, processed_at_ns: int) -> None:
         session = request.session
         node = session.spec.nodes[request.node_id]
-        new_tokens = self._new_tokens.pop(request.request_id, node.prompt_tokens)
+        # veeksha's own count of the new prompt part
+        new_tokens = (
+            node.prompt_tokens if self._exact_prompts else self._tokenizer.count(node.prompt)
+        )
         writer = self._writer
         if writer.error is None:  # after a write error, rows are refused
             with writer.lock:  # the writer thread swaps the batch under this lock
@@ -93,7 +96,6 @@ class RunRecorder:
     def request_cancelled(
         self, session: SessionState, node_id: int, request_id: int, at_ns: int
     ) -> None:
-        self._new_tokens.pop(request_id, None)  # (a hand-over withdrawn before its release)
         node = session.spec.nodes[node_id]
         writer = self._writer
         if writer.error is None:  # after a write error, rows are refused

@@ -129,6 +129,17 @@ class SessionState:
         parent = self.spec.nodes[node_id].history_parent
         return 0 if parent is None else self._history_tokens.get(parent, 0)
 
+    def outgoing(self, node_id: int) -> tuple[list[tuple[str, str]], int]:
+        """What a dispatch needs in one call: ``messages`` as a new list, ``history_tokens``."""
+        node = self.spec.nodes[node_id]
+        parent = node.history_parent
+        if parent is None:
+            return [("user", node.prompt)], 0
+        return (
+            [*self._conversation.get(parent, ()), ("user", node.prompt)],
+            self._history_tokens.get(parent, 0),
+        )
+
     # ------------------------------------------------------------------------------------ events
 
     def start(self) -> list[tuple[int, int]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,12 @@ from veeksha.schedule.session_state import SessionState
 
 
 def test_rows_and_streaming_callback(tmp_path: Path) -> None:
-    nodes = [make_node(0, prompt="a b c"), make_node(1, prompt="d e"), make_node(2)]
+    # (the builtin tokenizer's prompts hold exactly their target length: test_sessions)
+    nodes = [
+        make_node(0, prompt="a b c", prompt_tokens=3),
+        make_node(1, prompt="d e"),
+        make_node(2),
+    ]
     state = SessionState(SessionSpec(3, nodes), ns(0.5), cancel_on_failure=False)
     for node_id, _ in state.start():
         state.mark_dispatched(node_id)
@@ -34,7 +40,6 @@ def test_rows_and_streaming_callback(tmp_path: Path) -> None:
     # a hand-over withdrawn before it was sent: dispatched, then cancelled under the same id
     recorder.dispatched(InFlight(state, 1, 8, ns(0.6), ns(0.6), 2, 0), item)
     recorder.request_cancelled(state, 1, 8, ns(2.1))
-    assert recorder._new_tokens == {}
     state.complete(0, ns(1.5), True, answer="x", conversation_tokens=43, answer_tokens=3)
     state.cancel_node(1, ns(2.1))
     state.cancel_node(2, ns(2.1))
@@ -91,3 +96,32 @@ def test_rows_are_refused_after_a_write_error(tmp_path: Path) -> None:
     recorder.session_done(state)
     assert len(writer.requests) == 0
     assert len(writer.sessions) == 0
+
+
+class _CharTokenizer:
+    """A tokenizer whose prompts are not built to length: one token per character."""
+
+    def count(self, text: str) -> int:
+        return len(text)
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) for c in text]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return "".join(map(chr, ids))
+
+
+def test_other_tokenizers_count_the_prompt_sent(tmp_path: Path) -> None:
+    node = make_node(0, prompt="a b c", prompt_tokens=20)
+    state = SessionState(SessionSpec(1, [node]), ns(0.5), cancel_on_failure=False)
+    state.start()
+    state.mark_dispatched(0)
+    writer = ResultWriter(tmp_path, make_metadata(), t0_ns=T0)
+    recorder = RunRecorder("run-1", "m", T0, writer, _CharTokenizer())
+    request = InFlight(state, 0, 7, ns(0.5), ns(0.8), 2, history_tokens=0)
+    recorder.request_done(request, make_result(prompt_tokens=None), ns(2.0))
+    writer.close()
+    row = load_requests(tmp_path).to_pylist()[0]
+    assert row["target_prompt_tokens"] == 20
+    assert row["prompt_tokens_new"] == 5
+    assert row["prompt_tokens_total"] == 5
