@@ -21,7 +21,9 @@ scale      a dry run of linear sessions (3 turns, no think time, history inherit
            alive (100,000 sessions; quick 5,000): sessions/s from the first start to the last
            end; the main process' peak RSS over the whole run (evaluation included) and over the
            traffic alone (t0 to the last session's end), and its RSS growth during the traffic,
-           from a quarter of it to 90 % of it (flat means ~0).
+           from a quarter of it to 90 % of it (flat means ~0). ``python_floor_sessions_per_s``:
+           the same sessions pushed through the minimal data flow in bare CPython, measured
+           in the same repetition (``benchmarks.python_floor``: a lower bound, not veeksha).
 memory     RSS of the tree per 1,000 in-flight requests: concurrency C against a server holding
            long streams, minus the same at concurrency 10, scaled to 1,000; also split into the
            worker processes' part and the rest (main).
@@ -48,6 +50,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from benchmarks.harness import RunMeasure, Simulator, run_veeksha, scenario
+from benchmarks.python_floor import run_floor, scale_sessions
 
 __all__ = ["FIGURES", "Plan", "Sample"]
 
@@ -275,10 +278,13 @@ def fig_scale(plan: Plan, _sim: Simulator) -> Sample:
     growth = (
         traffic[int(len(traffic) * 0.9)] - traffic[len(traffic) // 4] if len(traffic) > 8 else 0.0
     )
+    specs, generation_s = scale_sessions(min(n, 100_000))  # (a rate: 100,000 are plenty)
+    floor_s = run_floor(specs) + generation_s
     return Sample(
         {
             "sessions": done,
             "sessions_per_s": done / span if span else 0.0,
+            "python_floor_sessions_per_s": len(specs) / floor_s,
             "peak_main_rss_mb": m.peak_main_rss_mb,
             "traffic_peak_main_rss_mb": max(traffic, default=0.0),
             "main_rss_growth_mb": growth,
