@@ -134,12 +134,13 @@ def _batch_values(batch: pa.Array, is_list: bool) -> Floats:
 
 
 def metric_sample(
-    requests: pa.Table | ColumnSource, metric: Metric, max_held: int = MAX_HELD_VALUES
+    requests: pa.Table | ColumnSource, metric: Metric, max_held: int | None = None
 ) -> Sample:
     """``metric``'s sample of the measured ``requests``: in memory up to ``max_held`` values,
     else streamed (the same aggregates either way, see ``veeksha.evaluate.sample``)."""
     source = ColumnSource.of(requests)
     name = metric.name
+    max_held = MAX_HELD_VALUES if max_held is None else max_held
 
     def chunks() -> Iterator[Floats]:
         return (_batch_values(batch, metric.is_list) for batch in source.batches(name))

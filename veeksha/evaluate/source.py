@@ -34,7 +34,8 @@ from veeksha.record.parquet import PARTS_DIR, REQUESTS_FILE, SESSIONS_FILE
 
 __all__ = ["ColumnSource", "release_memory", "requests_source", "sessions_source"]
 
-_BATCH_ROWS = 65_536
+#: Rows per batch of ``ColumnSource.batches``.
+BATCH_ROWS = 65_536
 
 
 class ColumnSource:
@@ -97,10 +98,10 @@ class ColumnSource:
             combined[np.flatnonzero(self._mask)[keep]] = True
         return ColumnSource(self.schema, files=self._files, table=self._table, mask=combined)
 
-    def batches(self, name: str, rows: int = _BATCH_ROWS) -> Iterator[pa.Array]:
+    def batches(self, name: str, rows: int | None = None) -> Iterator[pa.Array]:
         """Column ``name`` of the (filtered) rows, about ``rows`` unfiltered rows at a time."""
         start = 0
-        for batch in self._raw_batches(name, rows):
+        for batch in self._raw_batches(name, rows or BATCH_ROWS):
             n = len(batch)
             if self._mask is None:
                 yield batch
