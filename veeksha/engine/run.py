@@ -41,7 +41,8 @@ from veeksha.engine.target import Target, TargetContext, describe
 from veeksha.engine.timers import LoopTimers
 from veeksha.errors import ConfigurationError, RunAbortedError, VeekshaError
 from veeksha.evaluate.exit_codes import run_exit_code
-from veeksha.evaluate.run import EVALUATION_COLUMNS, evaluate_run
+from veeksha.evaluate.run import evaluate_run
+from veeksha.evaluate.source import release_memory, requests_source, sessions_source
 from veeksha.evaluate.streaming import StreamingMetrics
 from veeksha.generate.distributions import make_interval_sampler
 from veeksha.generate.rng import RandomStreams
@@ -49,7 +50,6 @@ from veeksha.generate.sessions import SessionGenerator
 from veeksha.generate.spec import SessionSpec
 from veeksha.generate.tokenizer import make_tokenizer
 from veeksha.record.parquet import ResultWriter, run_metadata
-from veeksha.record.reader import load_requests, load_sessions
 from veeksha.record.rows import warm_up as warm_up_rows
 from veeksha.record.run_folder import write_config
 from veeksha.record.trace import TraceWriter
@@ -436,8 +436,9 @@ class _Run:
         }
         try:
             writer.flush()
-            requests = load_requests(self.run_dir, EVALUATION_COLUMNS)
-            sessions = load_sessions(self.run_dir)
+            release_memory()  # what the traffic freed: the evaluation's peak adds to what is left
+            # read a column at a time from the files: bounded memory at any run size
+            requests, sessions = requests_source(self.run_dir), sessions_source(self.run_dir)
             end_s = (self.clock.now_ns() - t0_ns) / _NS
             start_ns = traffic.measured_start_ns
             run_info = {

@@ -10,6 +10,7 @@ from veeksha.evaluate.arrival_checks import ARRIVAL_DISTRIBUTION, DISPATCH_RATE
 from veeksha.evaluate.generator_checks import GENERATOR_SATURATION, LIFECYCLE_DELAYS
 from veeksha.evaluate.health import HealthCheck, HealthInput, HealthReport
 from veeksha.evaluate.request_checks import DEPENDENCIES, OUTPUT_LENGTH, PROMPT_LENGTH
+from veeksha.evaluate.source import release_memory
 
 __all__ = ["HEALTH_CHECKS", "run_health_checks"]
 
@@ -28,4 +29,8 @@ def run_health_checks(
     data: HealthInput, checks: tuple[HealthCheck, ...] = HEALTH_CHECKS
 ) -> HealthReport:
     """Run ``checks`` on ``data``; the report's verdict is PASS unless one FAILs."""
-    return HealthReport(tuple(check(data) for check in checks))
+    results = []
+    for check in checks:
+        results.append(check(data))
+        release_memory()  # each check's columns are gone: keep the next one's peak the only one
+    return HealthReport(tuple(results))

@@ -51,7 +51,7 @@ def _run_info(run_dir: Path) -> dict[str, Any]:
 def _evaluate(run_dir: Path, *, write: bool, plots: bool = True) -> Any:
     from veeksha.errors import ConfigurationError
     from veeksha.evaluate.run import compute_evaluation, evaluate_run
-    from veeksha.record.reader import load_requests, load_sessions
+    from veeksha.evaluate.source import requests_source, sessions_source
     from veeksha.record.run_folder import CONFIG_FILE
     from veeksha.scenario.loader import load_scenario
 
@@ -59,8 +59,8 @@ def _evaluate(run_dir: Path, *, write: bool, plots: bool = True) -> Any:
     if not config.exists():
         raise ConfigurationError(f"{run_dir} has no {CONFIG_FILE}; pass a veeksha run folder")
     scenario = load_scenario(config)
-    requests, sessions = load_requests(run_dir), load_sessions(run_dir)
-    info = _run_info(run_dir)
+    info = _run_info(run_dir)  # first: it says when run_dir holds no results
+    requests, sessions = requests_source(run_dir), sessions_source(run_dir)
     if write:
         return evaluate_run(run_dir, scenario, requests, sessions, info, plots=plots)
     return compute_evaluation(scenario, requests, sessions, info)

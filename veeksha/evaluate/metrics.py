@@ -20,7 +20,7 @@ completed at 1.5 and 3.0 s, 10 and 30 output tokens: window 2.0 s, 1.0 request/s
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,15 +28,35 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from veeksha.evaluate.stats import Floats, column, describe, flat_list, scalar, status_is
+from veeksha.evaluate.sample import (
+    ArraySample,
+    Sample,
+    StreamedSample,
+    percentile_fractions,
+    sample_of,
+)
+from veeksha.evaluate.source import ColumnSource
+from veeksha.evaluate.stats import (
+    CSV_PERCENTILES,
+    Floats,
+    column,
+    describe,
+    flat_list,
+    scalar,
+    status_is,
+)
 
 __all__ = [
     "LATENCY_METRICS",
+    "MAX_HELD_VALUES",
     "STATUSES",
+    "Digest",
     "Metric",
+    "digest",
     "error_rates",
     "latency_stats",
     "measured_window",
+    "metric_sample",
     "metric_samples",
     "prefill_buckets",
     "request_counts",
@@ -55,6 +75,7 @@ class Metric:
     unit: str
     description: str
     sample: Callable[[pa.Table], Floats]
+    is_list: bool = False
 
 
 def _scalar(name: str) -> Callable[[pa.Table], Floats]:
@@ -71,7 +92,7 @@ def _gaps(table: pa.Table) -> Floats:
 
 LATENCY_METRICS: tuple[Metric, ...] = (
     Metric("ttfc", "s", "time to first content chunk: first_chunk_at − sent_at", _scalar("ttfc")),
-    Metric("tbc", "s", "every gap between consecutive content chunks", _gaps),
+    Metric("tbc", "s", "every gap between consecutive content chunks", _gaps, is_list=True),
     Metric("tpot", "s", "(e2e − ttfc) / (output_tokens − 1), ≥ 2 tokens", _scalar("tpot")),
     Metric("e2e", "s", "end to end latency: completed_at − sent_at", _scalar("e2e")),
     Metric("normalized_e2e", "s/token", "e2e / output_tokens", _scalar("normalized_e2e")),
@@ -99,6 +120,81 @@ LATENCY_METRICS: tuple[Metric, ...] = (
 def metric_samples(requests: pa.Table) -> dict[str, Floats]:
     """The sample of every latency metric (``requests``: measured rows)."""
     return {m.name: m.sample(requests) for m in LATENCY_METRICS}
+
+
+#: A sample with more values than this is streamed from the Parquet file in passes
+#: (``StreamedSample``: 3,000,000 requests' TBC gaps would take 168 MB), not held in memory.
+MAX_HELD_VALUES = 4_000_000
+
+
+def _batch_values(batch: pa.Array, is_list: bool) -> Floats:
+    if is_list:
+        batch = pc.list_flatten(batch)
+    return column(pa.table({"v": batch}), "v")
+
+
+def metric_sample(
+    requests: pa.Table | ColumnSource, metric: Metric, max_held: int | None = None
+) -> Sample:
+    """``metric``'s sample of the measured ``requests``: in memory up to ``max_held`` values,
+    else streamed (the same aggregates either way, see ``veeksha.evaluate.sample``)."""
+    source = ColumnSource.of(requests)
+    name = metric.name
+    max_held = MAX_HELD_VALUES if max_held is None else max_held
+
+    def chunks() -> Iterator[Floats]:
+        return (_batch_values(batch, metric.is_list) for batch in source.batches(name))
+
+    if not metric.is_list and source.num_rows <= max_held:
+        return ArraySample.of(metric.sample(source))
+    streamed = StreamedSample(chunks)
+    if streamed.size > max_held:
+        return streamed
+    held = [values[~np.isnan(values)] for values in chunks()]
+    return ArraySample(np.concatenate(held) if held else np.empty(0))
+
+
+@dataclass(frozen=True, slots=True)
+class Digest:
+    """What the evaluation keeps of a metric's sample once the sample is dropped.
+
+    ``stats``: ``describe``; ``csv``: the ``CSV_PERCENTILES`` quantiles (empty without data);
+    ``quantiles``: fraction → quantile for the fractions asked (the SLOs'); ``cdf``: the
+    quantiles at ``cdf_points`` evenly spaced fractions when asked (plots), ``median`` likewise.
+    """
+
+    unit: str
+    stats: dict[str, Any]
+    csv: list[float]
+    quantiles: dict[float, float]
+    cdf: Floats | None = None
+    median: float | None = None
+
+    @property
+    def count(self) -> int:
+        return int(self.stats["count"])
+
+
+def digest(
+    values: Floats | Sample,
+    unit: str,
+    fractions: tuple[float, ...] = (),
+    cdf_points: int | None = None,
+) -> Digest:
+    """The ``Digest`` of a sample (an array is taken as a sample, NaN dropped)."""
+    sample = sample_of(values)
+    stats = sample.describe()
+    if sample.size == 0:
+        return Digest(unit, stats, [], {})
+    csv = sample.quantiles(percentile_fractions(CSV_PERCENTILES)).tolist()
+    asked: list[float] = (
+        sample.quantiles(np.array(fractions, dtype=np.float64)).tolist() if fractions else []
+    )
+    quantiles = {f: float(v) for f, v in zip(fractions, asked, strict=True)}
+    if cdf_points is None:
+        return Digest(unit, stats, csv, quantiles)
+    cdf = sample.quantiles(np.linspace(0, 1, min(cdf_points, sample.size)))
+    return Digest(unit, stats, csv, quantiles, cdf, sample.median())
 
 
 def latency_stats(samples: dict[str, Floats]) -> dict[str, dict[str, Any]]:

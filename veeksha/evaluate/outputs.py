@@ -18,12 +18,10 @@ import csv
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from veeksha.evaluate.jsonio import write_json
-from veeksha.evaluate.metrics import LATENCY_METRICS
+from veeksha.evaluate.metrics import LATENCY_METRICS, Digest
 from veeksha.evaluate.slo import SloResult, all_met
-from veeksha.evaluate.stats import CSV_PERCENTILES, Floats
+from veeksha.evaluate.stats import CSV_PERCENTILES
 
 __all__ = [
     "METRICS_DIR",
@@ -53,19 +51,19 @@ def write_slo(run_dir: Path, results: list[SloResult]) -> Path:
     return path
 
 
-def write_metric_csvs(run_dir: Path, samples: dict[str, Floats]) -> list[Path]:
-    """Write metrics/<metric>.csv for every latency metric; returns the paths."""
+def write_metric_csvs(run_dir: Path, digests: dict[str, Digest]) -> list[Path]:
+    """Write metrics/<metric>.csv for every latency metric (``digests``: their samples' digests,
+    which hold the ``CSV_PERCENTILES`` quantiles); returns the paths."""
     folder = run_dir / METRICS_DIR
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for metric in LATENCY_METRICS:
-        values = samples[metric.name]
+        quantiles = digests[metric.name].csv
         path = folder / f"{metric.name}.csv"
         with path.open("w", newline="", encoding="utf-8") as handle:
             writer = csv.writer(handle)
             writer.writerow(["percentile", "value", "unit"])
-            if values.size:
-                quantiles = np.percentile(values, CSV_PERCENTILES)
+            if quantiles:
                 for q, v in zip(CSV_PERCENTILES, quantiles, strict=True):
                     writer.writerow([f"{q:g}", repr(float(v)), metric.unit])
         paths.append(path)

@@ -21,10 +21,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from veeksha.evaluate.stats import Floats, column
+from veeksha.evaluate.stats import column
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+    from veeksha.evaluate.metrics import Digest
+    from veeksha.evaluate.source import ColumnSource
 
 __all__ = ["CDF_METRICS", "PLOTS_DIR", "write_plots"]
 
@@ -48,22 +51,22 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def _cdf(values: Floats, name: str, path: Path) -> Path:
-    probs = np.linspace(0, 1, min(CDF_POINTS, values.size))
-    xs = np.quantile(values, probs) * 1000
+def _cdf(digest: Digest, name: str, path: Path) -> Path:
+    assert digest.cdf is not None
+    assert digest.median is not None
+    probs = np.linspace(0, 1, min(CDF_POINTS, digest.count))
+    xs = digest.cdf * 1000
     fig = _figure()
     ax = fig.add_subplot()
     ax.plot(xs, probs, drawstyle="steps-post")
     ax.set_xlabel(f"{name.upper()} (ms)")
     ax.set_ylabel("fraction of samples")
-    ax.set_title(
-        f"{name.upper()} CDF ({values.size} samples, p50 {np.median(values) * 1000:.3g} ms)"
-    )
+    ax.set_title(f"{name.upper()} CDF ({digest.count} samples, p50 {digest.median * 1000:.3g} ms)")
     ax.grid(alpha=0.3)
     return _save(fig, path)
 
 
-def _timeline(requests: pa.Table, path: Path) -> Path | None:
+def _timeline(requests: pa.Table | ColumnSource, path: Path) -> Path | None:
     sent, done = column(requests, "sent_at"), column(requests, "completed_at")
     sent = sent[~np.isnan(sent)]
     if sent.size == 0:
@@ -87,7 +90,7 @@ def _timeline(requests: pa.Table, path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def _ttfc_vs_prompt(requests: pa.Table, path: Path) -> Path | None:
+def _ttfc_vs_prompt(requests: pa.Table | ColumnSource, path: Path) -> Path | None:
     ttfc, tokens = column(requests, "ttfc"), column(requests, "prompt_tokens_total")
     keep = ~np.isnan(ttfc) & ~np.isnan(tokens)
     if not keep.any():
@@ -104,14 +107,18 @@ def _ttfc_vs_prompt(requests: pa.Table, path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def write_plots(run_dir: Path, requests: pa.Table, samples: dict[str, Floats]) -> list[Path]:
-    """Draw every plot with data into ``run_dir/plots``; returns the files written."""
+def write_plots(
+    run_dir: Path, requests: pa.Table | ColumnSource, digests: dict[str, Digest]
+) -> list[Path]:
+    """Draw every plot with data into ``run_dir/plots``; returns the files written.
+
+    ``digests``: the metrics' digests, with their CDF for ``CDF_METRICS``."""
     folder = run_dir / PLOTS_DIR
     folder.mkdir(parents=True, exist_ok=True)
     written = [
-        _cdf(samples[name], name, folder / f"{name}_cdf.png")
+        _cdf(digests[name], name, folder / f"{name}_cdf.png")
         for name in CDF_METRICS
-        if samples[name].size
+        if digests[name].count
     ]
     for draw, name in ((_timeline, "timeline.png"), (_ttfc_vs_prompt, "ttfc_vs_prompt.png")):
         path = draw(requests, folder / name)

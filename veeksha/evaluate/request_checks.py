@@ -49,36 +49,48 @@ def dependency_lateness(requests: pa.Table) -> tuple[Floats, dict[str, int]]:
         return np.empty(0), counts
     # Each edge (child row, parent node) looks its parent's row up by (session_id, node_id):
     # a sort and a binary search in numpy (a pyarrow join would import pandas through acero).
+    # Every array here has a row's or an edge's length: each is dropped once used (3,000,000
+    # rows make 24 MB an array), which keeps the check's peak at a few of them.
     n = requests.num_rows
-    parents = requests.column("parents").combine_chunks()
+    parents = requests.column("parents")
     owners = integers(pc.list_parent_indices(parents))
     parent_nodes = integers(pc.list_flatten(parents))
+    del parents
+    keys = integers(requests.column("node_id"))
+    width = int(max(keys.max(initial=0), parent_nodes.max(initial=0))) + 1
     session = integers(requests.column("session_id"))
-    node = integers(requests.column("node_id"))
-    width = int(max(node.max(initial=0), parent_nodes.max(initial=0))) + 1
-    keys = session * width + node
-    order = np.argsort(keys, kind="stable")
-    sorted_keys = keys[order]
+    keys += session * width
     edge_keys = session[owners] * width + parent_nodes
-    at = np.minimum(np.searchsorted(sorted_keys, edge_keys), n - 1)
-    found = sorted_keys[at] == edge_keys
-    parent_done = np.where(found, column(requests, "completed_at")[order[at]], np.nan)
+    del session, parent_nodes
+    order = np.argsort(keys, kind="stable")
+    keys.sort(kind="stable")  # the sorted keys, in place
+    at = np.minimum(np.searchsorted(keys, edge_keys), n - 1)
+    found = keys[at] == edge_keys
+    del keys, edge_keys
+    parent_row = order[at]
+    del order, at
+    parent_done = np.where(found, column(requests, "completed_at")[parent_row], np.nan)
+    del parent_row
     rows = np.unique(owners)  # the children: rows with at least one parent
     latest_all = np.full(n, np.nan)
     np.fmax.at(latest_all, owners, parent_done)  # NaN only when no parent completed
     latest = latest_all[rows]
+    del latest_all
     not_completed = np.bincount(owners, weights=np.isnan(parent_done), minlength=n)[rows] > 0
     missing = np.bincount(owners, weights=~found, minlength=n)[rows] > 0
+    del owners, parent_done, found
     dispatched = column(requests, "dispatched_at")
     counts["dispatched"] = int((~np.isnan(dispatched)).sum())
     earliest = column(requests, "ready_at")  # roots: their ready time
     earliest[rows] = latest + column(requests, "wait_after_ready")[rows]
+    del latest
     sent_child = ~np.isnan(dispatched[rows])
     counts["parents_missing"] = int((missing & sent_child).sum())
     not_completed &= sent_child & ~missing
     counts["parent_not_completed"] = int(not_completed.sum())
     early = dispatched < earliest - _EPS
     counts["violations"] = int(np.nansum(early)) + counts["parent_not_completed"]
+    del early
     lateness = dispatched - earliest
     return lateness[~np.isnan(lateness)], counts
 

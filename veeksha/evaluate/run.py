@@ -35,20 +35,21 @@ from veeksha.evaluate.checks import run_health_checks
 from veeksha.evaluate.exit_codes import ExitCode, run_exit_code
 from veeksha.evaluate.health import FAIL, HealthInput, HealthReport, Status
 from veeksha.evaluate.jsonio import jsonable
+from veeksha.evaluate.metrics import Digest
 from veeksha.evaluate.outputs import write_metric_csvs, write_slo, write_summary
-from veeksha.evaluate.plots import write_plots
+from veeksha.evaluate.plots import CDF_METRICS, write_plots
 from veeksha.evaluate.report import render_summary
-from veeksha.evaluate.slo import SloResult, all_met, evaluate_slos, scenario_slos
-from veeksha.evaluate.stats import Floats, measured_rows
+from veeksha.evaluate.slo import SloResult, all_met, judge_slos, scenario_slos
+from veeksha.evaluate.source import ColumnSource, release_memory
+from veeksha.evaluate.stats import measured_rows
 from veeksha.evaluate.summary import compute_aggregates, summary_document
 from veeksha.record.columns import REQUESTS_SCHEMA, SERVER_TIMING_COLUMNS
 from veeksha.scenario.models import Scenario
 
 __all__ = ["EVALUATION_COLUMNS", "Evaluation", "compute_evaluation", "evaluate_run"]
 
-#: The requests.parquet columns evaluation reads (``load_requests(run_dir, EVALUATION_COLUMNS)``):
-#: a table of only these evaluates exactly like the whole table. Leaving out the others (the
-#: per-chunk times above all) is what keeps the evaluation of a long run in bounded memory.
+#: The requests.parquet columns evaluation reads: a table of only these evaluates exactly like the
+#: whole table. A run's evaluation reads them from the files one at a time (``ColumnSource``).
 EVALUATION_COLUMNS: tuple[str, ...] = tuple(
     name
     for name in REQUESTS_SCHEMA.names
@@ -76,13 +77,14 @@ class Evaluation:
     """The outcome of evaluating a run.
 
     ``verdict`` is the health verdict (PASS unless a check failed), ``all_slos_met`` None when the
-    scenario has no SLO, ``summary`` the content of summary.json, ``files`` what was written.
+    scenario has no SLO, ``summary`` the content of summary.json, ``digests`` what was kept of each
+    latency metric's sample (CSVs, plots), ``files`` what was written.
     """
 
     summary: dict[str, Any]
     health: HealthReport
     slos: list[SloResult]
-    samples: dict[str, Floats]
+    digests: dict[str, Digest]
     strict: bool = False
     files: list[Path] = field(default_factory=list)
 
@@ -115,29 +117,36 @@ class Evaluation:
 
 def compute_evaluation(
     scenario: Scenario,
-    requests: pa.Table,
-    sessions: pa.Table,
+    requests: pa.Table | ColumnSource,
+    sessions: pa.Table | ColumnSource,
     run_info: Mapping[str, Any] | None = None,
+    *,
+    cdf_metrics: tuple[str, ...] = (),
 ) -> Evaluation:
-    """Metrics, health checks and SLOs of a run, without writing anything."""
+    """Metrics, health checks and SLOs of a run, without writing anything.
+
+    ``requests`` and ``sessions`` are tables in memory or ``ColumnSource``s over the run's files
+    (the evaluation then reads a column at a time, its memory bounded whatever the run's size).
+    ``cdf_metrics``: the metrics whose CDF the digests keep (for the plots).
+    """
     info = jsonable(dict(run_info or {}))
     measured = measured_rows(requests)
     measured_sessions = measured_rows(sessions)
     slos = scenario_slos(scenario)
-    aggregates = compute_aggregates(measured, measured_sessions, slos)
-    slo_results = evaluate_slos(slos, aggregates.samples)
+    aggregates = compute_aggregates(measured, measured_sessions, slos, cdf_metrics)
+    slo_results = judge_slos(slos, aggregates.digests)
     health = run_health_checks(HealthInput(requests, measured, measured_sessions, scenario, info))
     summary = summary_document(aggregates, info, health, slo_results)
     return Evaluation(
-        summary, health, slo_results, aggregates.samples, scenario.health_checks.strict
+        summary, health, slo_results, aggregates.digests, scenario.health_checks.strict
     )
 
 
 def evaluate_run(
     run_dir: Path,
     scenario: Scenario,
-    requests: pa.Table,
-    sessions: pa.Table,
+    requests: pa.Table | ColumnSource,
+    sessions: pa.Table | ColumnSource,
     run_info: Mapping[str, Any] | None = None,
     *,
     plots: bool = True,
@@ -145,17 +154,19 @@ def evaluate_run(
     """Evaluate a run and write its evaluation files into ``run_dir`` (see the module docstring).
 
     ``requests`` and ``sessions`` are the run's whole tables (every phase; typed by
-    ``veeksha.record.columns``); ``plots=False`` skips the PNGs (the slowest part).
+    ``veeksha.record.columns``), in memory or as ``ColumnSource``s over the run's files (the
+    engine's and ``veeksha report``'s way: bounded memory); ``plots=False`` skips the PNGs.
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    evaluation = compute_evaluation(scenario, requests, sessions, run_info)
-    measured = measured_rows(requests)
+    cdf_metrics = CDF_METRICS if plots else ()
+    evaluation = compute_evaluation(scenario, requests, sessions, run_info, cdf_metrics=cdf_metrics)
     files = [write_summary(run_dir, evaluation.summary), write_slo(run_dir, evaluation.slos)]
     evaluation.health.write(run_dir)
     files += [run_dir / "health.json", run_dir / "health.txt"]
-    files += write_metric_csvs(run_dir, evaluation.samples)
+    files += write_metric_csvs(run_dir, evaluation.digests)
     if plots:
-        files += write_plots(run_dir, measured, evaluation.samples)
+        release_memory()
+        files += write_plots(run_dir, measured_rows(requests), evaluation.digests)
     evaluation.files = files
     return evaluation

@@ -17,6 +17,7 @@ Worked example: SLO p90 TBC ≤ 20 ms; a request with gaps 10, 15, 30 ms has 2/3
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -25,11 +26,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
+from veeksha.evaluate.metrics import Digest, digest
+from veeksha.evaluate.sample import Sample
 from veeksha.evaluate.sessions import session_ids
+from veeksha.evaluate.source import ColumnSource
 from veeksha.evaluate.stats import Floats, column, integers, status_is
 from veeksha.scenario.models import SLO, Scenario
 
-__all__ = ["SloResult", "all_met", "evaluate_slos", "goodput", "request_meets", "scenario_slos"]
+__all__ = [
+    "SloResult",
+    "all_met",
+    "evaluate_slos",
+    "goodput",
+    "judge_slos",
+    "request_meets",
+    "scenario_slos",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,19 +65,27 @@ def scenario_slos(scenario: Scenario) -> list[SLO]:
     return [slo for evaluator in scenario.evaluators for slo in evaluator.slos]
 
 
-def evaluate_slos(slos: list[SLO], samples: dict[str, Floats]) -> list[SloResult]:
-    """Judge each SLO on the metric samples of the measured phase (``metric_samples``)."""
+def judge_slos(slos: list[SLO], digests: Mapping[str, Digest]) -> list[SloResult]:
+    """Judge each SLO on the digests of the measured phase's samples, which hold the SLOs'
+    quantiles (``summary.metric_digests``)."""
     results = []
     for slo in slos:
-        values = samples[slo.metric]
-        observed = float(np.quantile(values, slo.percentile)) if values.size else None
+        found = digests[slo.metric]
+        observed = found.quantiles[slo.percentile] if found.count else None
         met = observed is not None and observed <= slo.value
         results.append(
-            SloResult(
-                slo.name, slo.metric, slo.percentile, slo.value, observed, int(values.size), met
-            )
+            SloResult(slo.name, slo.metric, slo.percentile, slo.value, observed, found.count, met)
         )
     return results
+
+
+def evaluate_slos(slos: list[SLO], samples: Mapping[str, Floats | Sample]) -> list[SloResult]:
+    """Judge each SLO on the metric samples of the measured phase (``metric_samples``)."""
+    digests: dict[str, Digest] = {
+        name: digest(samples[name], "s", tuple(s.percentile for s in slos if s.metric == name))
+        for name in {slo.metric for slo in slos}
+    }
+    return judge_slos(slos, digests)
 
 
 def all_met(results: list[SloResult]) -> bool | None:
@@ -73,18 +93,20 @@ def all_met(results: list[SloResult]) -> bool | None:
     return all(r.met for r in results) if results else None
 
 
-def _tbc_meets(requests: pa.Table, slo: SLO) -> NDArray[np.bool_]:
-    gaps = requests.column("tbc")
-    flat = column(pa.table({"v": pc.list_flatten(gaps)}), "v")
-    owner = integers(pc.list_parent_indices(gaps))
-    n = requests.num_rows
-    total = np.bincount(owner, minlength=n)
-    within = np.bincount(owner, weights=(flat <= slo.value).astype(float), minlength=n)
-    share = np.divide(within, total, out=np.ones(n), where=total > 0)
-    return np.asarray(share >= slo.percentile - 1e-12, dtype=bool)
+def _tbc_meets(requests: pa.Table | ColumnSource, slo: SLO) -> NDArray[np.bool_]:
+    parts = [np.empty(0, dtype=bool)]
+    for gaps in ColumnSource.of(requests).batches("tbc"):  # a batch of rows at a time
+        flat = column(pa.table({"v": pc.list_flatten(gaps)}), "v")
+        owner = integers(pc.list_parent_indices(gaps))
+        n = len(gaps)
+        total = np.bincount(owner, minlength=n)
+        within = np.bincount(owner, weights=(flat <= slo.value).astype(float), minlength=n)
+        share = np.divide(within, total, out=np.ones(n), where=total > 0)
+        parts.append(np.asarray(share >= slo.percentile - 1e-12, dtype=bool))
+    return np.concatenate(parts)
 
 
-def request_meets(requests: pa.Table, slos: list[SLO]) -> NDArray[np.bool_]:
+def request_meets(requests: pa.Table | ColumnSource, slos: list[SLO]) -> NDArray[np.bool_]:
     """Per row: an ok request meeting every SLO (see the module docstring)."""
     meets = status_is(requests, "ok")
     for slo in slos:
@@ -97,8 +119,8 @@ def request_meets(requests: pa.Table, slos: list[SLO]) -> NDArray[np.bool_]:
 
 
 def goodput(
-    requests: pa.Table,
-    sessions: pa.Table,
+    requests: pa.Table | ColumnSource,
+    sessions: pa.Table | ColumnSource,
     slos: list[SLO],
     window: tuple[float, float] | None,
 ) -> dict[str, Any]:

@@ -27,17 +27,19 @@ import pyarrow as pa
 
 from veeksha.evaluate.health import HealthReport
 from veeksha.evaluate.metrics import (
+    LATENCY_METRICS,
+    Digest,
+    digest,
     error_rates,
-    latency_stats,
     measured_window,
-    metric_samples,
+    metric_sample,
     prefill_buckets,
     request_counts,
     throughput,
 )
 from veeksha.evaluate.sessions import session_metrics
 from veeksha.evaluate.slo import SloResult, all_met, goodput
-from veeksha.evaluate.stats import Floats
+from veeksha.evaluate.source import ColumnSource, release_memory
 from veeksha.scenario.models import SLO
 
 __all__ = ["SCHEMA_VERSION", "Aggregates", "compute_aggregates", "summary_document"]
@@ -47,27 +49,56 @@ SCHEMA_VERSION = 1
 
 @dataclass(slots=True)
 class Aggregates:
-    """The metrics of the measured phase, and the samples they came from (for CSVs and plots)."""
+    """The metrics of the measured phase, and the digests of their samples (CSVs, SLOs, plots)."""
 
-    samples: dict[str, Floats]
+    digests: dict[str, Digest]
     window: tuple[float, float] | None
     sections: dict[str, Any]
 
 
-def compute_aggregates(requests: pa.Table, sessions: pa.Table, slos: list[SLO]) -> Aggregates:
+def metric_digests(
+    requests: pa.Table | ColumnSource, slos: list[SLO], cdf_metrics: tuple[str, ...] = ()
+) -> dict[str, Digest]:
+    """The digest of every latency metric, one sample at a time (each dropped before the next);
+    with the CDF of ``cdf_metrics`` (``plots.CDF_POINTS`` points)."""
+    from veeksha.evaluate.plots import CDF_POINTS
+
+    digests = {}
+    for metric in LATENCY_METRICS:
+        fractions = tuple(dict.fromkeys(s.percentile for s in slos if s.metric == metric.name))
+        points = CDF_POINTS if metric.name in cdf_metrics else None
+        sample = metric_sample(requests, metric)
+        digests[metric.name] = digest(sample, metric.unit, fractions, points)
+        del sample
+        release_memory()
+    return digests
+
+
+def compute_aggregates(
+    requests: pa.Table | ColumnSource,
+    sessions: pa.Table | ColumnSource,
+    slos: list[SLO],
+    cdf_metrics: tuple[str, ...] = (),
+) -> Aggregates:
     """Every metric section of summary.json from the measured rows."""
-    samples = metric_samples(requests)
+    digests = metric_digests(requests, slos, cdf_metrics)
     window = measured_window(requests)
     sections: dict[str, Any] = {
         "requests": request_counts(requests),
-        "latency": latency_stats(samples),
+        "latency": {name: {"unit": d.unit, **d.stats} for name, d in digests.items()},
         "throughput": throughput(requests, window),
-        "sessions": session_metrics(sessions, requests, window),
-        "errors": error_rates(requests),
-        "prefill": prefill_buckets(requests),
-        "goodput": goodput(requests, sessions, slos, window),
     }
-    return Aggregates(samples, window, sections)
+    steps = (
+        ("sessions", lambda: session_metrics(sessions, requests, window)),
+        ("errors", lambda: error_rates(requests)),
+        ("prefill", lambda: prefill_buckets(requests)),
+        ("goodput", lambda: goodput(requests, sessions, slos, window)),
+    )
+    for key, compute in steps:
+        release_memory()
+        sections[key] = compute()
+    release_memory()
+    return Aggregates(digests, window, sections)
 
 
 def summary_document(

@@ -1,0 +1,178 @@
+"""A run's results table read one column at a time: the evaluation's memory does not grow with it.
+
+``ColumnSource`` offers the part of ``pyarrow.Table``'s interface the evaluation uses
+(``num_rows``, ``column(name)``, ``source[name]``, ``filter(mask)``) over either a table in memory
+or the run folder's Parquet files (requests.parquet, or the ``parts/`` of a killed run). A file
+source reads a column from disk each time it is asked for one and keeps nothing: a 3,000,000-row
+run holds a few 24 MB columns at a time instead of all 28 (about 1 GB). ``filter`` keeps a row mask
+and applies it to every column read. ``batches(name)`` yields a column's values a slice of rows at
+a time, for samples too large to hold at once (``veeksha.evaluate.sample``).
+
+``release_memory()`` hands memory freed between two columns back to the operating system: the
+Arrow memory pool (mimalloc or jemalloc) and glibc's malloc both keep freed pages for reuse, which
+would otherwise count in the process' RSS after every large column.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from numpy.typing import NDArray
+
+from veeksha.evaluate.stats import integers, scalar
+from veeksha.record.columns import REQUESTS_SCHEMA, SESSIONS_SCHEMA
+from veeksha.record.parquet import PARTS_DIR, REQUESTS_FILE, SESSIONS_FILE
+
+__all__ = ["ColumnSource", "release_memory", "requests_source", "sessions_source"]
+
+#: Rows per batch of ``ColumnSource.batches``.
+BATCH_ROWS = 65_536
+
+
+class ColumnSource:
+    """A results table whose columns are read on demand (see the module docstring)."""
+
+    def __init__(
+        self,
+        schema: pa.Schema,
+        *,
+        files: list[Path] | None = None,
+        table: pa.Table | None = None,
+        mask: NDArray[np.bool_] | None = None,
+    ) -> None:
+        self.schema = schema
+        self._files = files or []
+        self._table = table
+        self._mask = mask
+        if mask is not None:
+            self.num_rows = int(mask.sum())
+        elif table is not None:
+            self.num_rows = table.num_rows
+        else:
+            self.num_rows = sum(_file_rows(path) for path in self._files)
+
+    @classmethod
+    def of(cls, table: pa.Table | ColumnSource) -> ColumnSource:
+        """``table`` itself when it is a source, else a source over the table in memory."""
+        return table if isinstance(table, ColumnSource) else cls(table.schema, table=table)
+
+    def _read(self, name: str) -> pa.ChunkedArray:
+        if self._table is not None:
+            return self._table.column(name)
+        type_ = self.schema.field(name).type
+        chunks: list[pa.Array] = []
+        for path in self._files:
+            with pq.ParquetFile(path) as file:
+                col = file.read(columns=[name], use_threads=False).column(0)
+            if col.type != type_:
+                col = col.cast(type_)
+            chunks += col.chunks
+        return pa.chunked_array(chunks, type=type_)
+
+    def column(self, name: str) -> pa.ChunkedArray:
+        """Column ``name`` of the (filtered) rows."""
+        col = self._read(name)
+        if self._mask is None:
+            return col
+        return col.filter(_bool_array(self._mask))
+
+    def __getitem__(self, name: str) -> pa.ChunkedArray:
+        return self.column(name)
+
+    def filter(self, mask: pa.Array | pa.ChunkedArray | NDArray[np.bool_]) -> ColumnSource:
+        """The rows where ``mask`` (over this source's rows; null counts as false) is true."""
+        keep = _to_numpy_mask(mask)
+        if self._mask is None:
+            combined = keep
+        else:
+            combined = np.zeros(self._mask.size, dtype=bool)
+            combined[np.flatnonzero(self._mask)[keep]] = True
+        return ColumnSource(self.schema, files=self._files, table=self._table, mask=combined)
+
+    def batches(self, name: str, rows: int | None = None) -> Iterator[pa.Array]:
+        """Column ``name`` of the (filtered) rows, about ``rows`` unfiltered rows at a time."""
+        start = 0
+        for batch in self._raw_batches(name, rows or BATCH_ROWS):
+            n = len(batch)
+            if self._mask is None:
+                yield batch
+            else:
+                yield batch.filter(_bool_array(self._mask[start : start + n]))
+            start += n
+
+    def _raw_batches(self, name: str, rows: int) -> Iterator[pa.Array]:
+        if self._table is not None:
+            for batch in self._table.select([name]).to_batches(max_chunksize=rows):
+                yield batch.column(0)
+            return
+        type_ = self.schema.field(name).type
+        for path in self._files:
+            with pq.ParquetFile(path) as file:
+                for batch in file.iter_batches(batch_size=rows, columns=[name], use_threads=False):
+                    col = batch.column(0)
+                    yield col if col.type == type_ else col.cast(type_)
+
+
+def _file_rows(path: Path) -> int:
+    with pq.ParquetFile(path) as file:
+        return int(file.metadata.num_rows)
+
+
+def _bool_array(mask: NDArray[np.bool_]) -> pa.Array:
+    bits = np.packbits(mask, bitorder="little")
+    return pa.Array.from_buffers(pa.bool_(), int(mask.size), [None, pa.py_buffer(bits)])
+
+
+def _to_numpy_mask(mask: pa.Array | pa.ChunkedArray | NDArray[np.bool_]) -> NDArray[np.bool_]:
+    if isinstance(mask, np.ndarray):
+        return mask.astype(bool, copy=False)
+    return integers(pc.fill_null(mask, scalar(False))) > 0
+
+
+def _source(run_dir: Path, final: str, name: str, schema: pa.Schema) -> ColumnSource:
+    path = run_dir / final
+    if path.exists():
+        return ColumnSource(schema, files=[path])
+    parts = sorted((run_dir / PARTS_DIR / name).glob("part-*.parquet"))
+    readable = []
+    for part in parts:
+        with contextlib.suppress(OSError, pa.ArrowException):  # the reader logs unreadable parts
+            _file_rows(part)
+            readable.append(part)
+    return ColumnSource(schema, files=readable)
+
+
+def requests_source(run_dir: str | os.PathLike[str]) -> ColumnSource:
+    """requests.parquet of ``run_dir`` (or its parts), read a column at a time."""
+    return _source(Path(run_dir), REQUESTS_FILE, "requests", REQUESTS_SCHEMA)
+
+
+def sessions_source(run_dir: str | os.PathLike[str]) -> ColumnSource:
+    """sessions.parquet of ``run_dir`` (or its parts), read a column at a time."""
+    return _source(Path(run_dir), SESSIONS_FILE, "sessions", SESSIONS_SCHEMA)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+    return trim
+
+
+def release_memory() -> None:
+    """Return the memory freed so far to the operating system (see the module docstring)."""
+    pa.default_memory_pool().release_unused()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
