@@ -193,6 +193,12 @@ def test_evaluation_never_imports_pandas(tmp_path: Path) -> None:
         "scen = scenario(evaluators=[{'type': 'performance', 'slos': SLOS}])\n"
         "ev = evaluate_run(run, scen, load_requests(run), load_sessions(run), {}, plots=False)\n"
         "assert ev.summary['requests']['total'] == 80\n"
+        # columns of no chunk (a list column of empty lists, flattened) or of several chunks
+        "import numpy as np, pyarrow as pa\n"
+        "from veeksha.evaluate.stats import from_numpy, integers\n"
+        "assert integers(pa.chunked_array([], pa.int64())).size == 0\n"
+        "parts = [from_numpy(np.array([1, 2])), from_numpy(np.array([3]))]\n"
+        "assert integers(pa.chunked_array(parts)).tolist() == [1, 2, 3]\n"
         "print('pandas' in sys.modules)\n"
     )
     out = subprocess.run(
