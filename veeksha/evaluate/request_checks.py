@@ -29,6 +29,7 @@ from veeksha.evaluate.stats import (
     Floats,
     column,
     describe,
+    int_column,
     integers,
     status_is,
 )
@@ -56,9 +57,9 @@ def dependency_lateness(requests: pa.Table) -> tuple[Floats, dict[str, int]]:
     owners = integers(pc.list_parent_indices(parents))
     parent_nodes = integers(pc.list_flatten(parents))
     del parents
-    keys = integers(requests.column("node_id"))
+    keys = int_column(requests, "node_id")
     width = int(max(keys.max(initial=0), parent_nodes.max(initial=0))) + 1
-    session = integers(requests.column("session_id"))
+    session = int_column(requests, "session_id")
     keys += session * width
     edge_keys = session[owners] * width + parent_nodes
     del session, parent_nodes
