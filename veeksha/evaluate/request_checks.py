@@ -23,12 +23,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from numpy.typing import NDArray
 
 from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
 from veeksha.evaluate.stats import (
     Floats,
     column,
     describe,
+    int_column,
     integers,
     status_is,
 )
@@ -47,31 +49,31 @@ def dependency_lateness(requests: pa.Table) -> tuple[Floats, dict[str, int]]:
     counts = {"dispatched": 0, "violations": 0, "parent_not_completed": 0, "parents_missing": 0}
     if requests.num_rows == 0:
         return np.empty(0), counts
-    # Each edge (child row, parent node) looks its parent's row up by (session_id, node_id):
-    # a sort and a binary search in numpy (a pyarrow join would import pandas through acero).
-    # Every array here has a row's or an edge's length: each is dropped once used (3,000,000
-    # rows make 24 MB an array), which keeps the check's peak at a few of them.
+    # Each edge (child row, parent node) looks its parent's row up by its key (session_id,
+    # node_id) with numpy (a pyarrow join would import pandas through acero). Every array here
+    # has a row's or an edge's length (3,000,000 rows: 24 MB an array): each is dropped once
+    # used, which keeps the check's peak at a few of them.
     n = requests.num_rows
     parents = requests.column("parents")
-    owners = integers(pc.list_parent_indices(parents))
+    owners = integers(pc.list_parent_indices(parents))  # nondecreasing
     parent_nodes = integers(pc.list_flatten(parents))
     del parents
-    keys = integers(requests.column("node_id"))
+    keys = int_column(requests, "node_id")
     width = int(max(keys.max(initial=0), parent_nodes.max(initial=0))) + 1
-    session = integers(requests.column("session_id"))
+    session = int_column(requests, "session_id")
     keys += session * width
     edge_keys = session[owners] * width + parent_nodes
     del session, parent_nodes
-    order = np.argsort(keys, kind="stable")
-    keys.sort(kind="stable")  # the sorted keys, in place
-    at = np.minimum(np.searchsorted(keys, edge_keys), n - 1)
-    found = keys[at] == edge_keys
+    parent_row = _parent_rows(keys, edge_keys)
     del keys, edge_keys
-    parent_row = order[at]
-    del order, at
-    parent_done = np.where(found, column(requests, "completed_at")[parent_row], np.nan)
+    found = parent_row < n
+    parent_done = column(requests, "completed_at")
+    parent_done = np.where(found, parent_done[np.minimum(parent_row, n - 1)], np.nan)
     del parent_row
-    rows = np.unique(owners)  # the children: rows with at least one parent
+    first = np.ones(owners.size, dtype=bool)
+    np.not_equal(owners[1:], owners[:-1], out=first[1:])
+    rows = owners[first]  # the children: rows with at least one parent, ascending
+    del first
     latest_all = np.full(n, np.nan)
     np.fmax.at(latest_all, owners, parent_done)  # NaN only when no parent completed
     latest = latest_all[rows]
@@ -91,8 +93,36 @@ def dependency_lateness(requests: pa.Table) -> tuple[Floats, dict[str, int]]:
     early = dispatched < earliest - _EPS
     counts["violations"] = int(np.nansum(early)) + counts["parent_not_completed"]
     del early
-    lateness = dispatched - earliest
+    lateness = np.subtract(dispatched, earliest, out=dispatched)
+    del earliest
     return lateness[~np.isnan(lateness)], counts
+
+
+#: Keys below this many times the rows are looked up in a table indexed by key (no sort): an
+#: int32 table of at most 8 bytes a row.
+_DIRECT_KEYS_PER_ROW = 2
+
+
+def _parent_rows(keys: NDArray[np.int64], edge_keys: NDArray[np.int64]) -> NDArray[np.integer]:
+    """For each of ``edge_keys``, the first row whose key it is; ``keys.size`` when none is.
+
+    Session and node ids are small counters, so the keys usually span a few times the rows: a
+    table indexed by key answers without sorting (and with less memory than the sort's index
+    arrays); other keys (negative, sparse) are sorted and searched.
+    """
+    n = keys.size
+    low = min(keys.min(initial=0), edge_keys.min(initial=0))
+    high = max(keys.max(initial=0), edge_keys.max(initial=0))
+    if low >= 0 and high < _DIRECT_KEYS_PER_ROW * max(n, 1) and n < np.iinfo(np.int32).max:
+        table = np.full(int(high) + 1, n, dtype=np.int32)
+        np.minimum.at(table, keys, np.arange(n, dtype=np.int32))
+        return table[edge_keys]
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    at = np.minimum(np.searchsorted(sorted_keys, edge_keys), max(n - 1, 0))
+    found = sorted_keys[at] == edge_keys
+    del sorted_keys
+    return np.where(found, order[at], n)
 
 
 def _dependencies(data: HealthInput) -> Outcome:

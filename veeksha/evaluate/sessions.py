@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from veeksha.evaluate.stats import column, describe, integers, scalar
+from veeksha.evaluate.stats import column, describe, int_column, scalar
 
 __all__ = ["SESSION_STATUSES", "session_ids", "session_metrics"]
 
@@ -61,4 +61,4 @@ def session_ids(sessions: pa.Table, status: str) -> np.ndarray:
     if sessions.num_rows == 0:
         return np.empty(0, dtype=np.int64)
     rows = sessions.filter(pc.equal(sessions.column("status"), scalar(status)))
-    return integers(rows.column("session_id"))
+    return int_column(rows, "session_id")

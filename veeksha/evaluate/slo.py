@@ -30,7 +30,7 @@ from veeksha.evaluate.metrics import Digest, digest
 from veeksha.evaluate.sample import Sample
 from veeksha.evaluate.sessions import session_ids
 from veeksha.evaluate.source import ColumnSource
-from veeksha.evaluate.stats import Floats, column, integers, status_is
+from veeksha.evaluate.stats import Floats, column, int_column, integers, status_is
 from veeksha.scenario.models import SLO, Scenario
 
 __all__ = [
@@ -129,7 +129,7 @@ def goodput(
     good_requests = int(meets.sum())
     ok_sessions = session_ids(sessions, "ok")
     if requests.num_rows:
-        ids = integers(requests.column("session_id"))
+        ids = int_column(requests, "session_id")
         bad = np.unique(ids[~meets])
         good_sessions = int((~np.isin(ok_sessions, bad)).sum())
     else:

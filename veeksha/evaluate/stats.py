@@ -11,12 +11,16 @@ read as float64 with NaN for null and the NaNs are dropped.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    from veeksha.evaluate.source import ColumnSource
 
 __all__ = [
     "CSV_PERCENTILES",
@@ -27,6 +31,7 @@ __all__ = [
     "describe",
     "flat_list",
     "from_numpy",
+    "int_column",
     "integers",
     "measured_rows",
     "percentile_key",
@@ -91,29 +96,59 @@ def from_numpy(values: NDArray[Any]) -> pa.Array:
 
 
 def _values(col: pa.Array | pa.ChunkedArray, type_: pa.DataType, dtype: Any) -> NDArray[Any]:
-    """``col`` cast to ``type_`` as a new numpy array, and its validity (None: no null)."""
+    """``col`` cast to ``type_`` as a new numpy array (nulls: NaN, or 0 for integers)."""
     if isinstance(col, pa.ChunkedArray):
-        if col.num_chunks != 1:  # (ChunkedArray.combine_chunks imports pandas: ~0.3 CPU-s)
-            parts = [_values(chunk, type_, dtype) for chunk in col.chunks]
-            return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
-        col = col.chunk(0)
-    if col.type != type_:
-        col = pc.cast(col, type_)
-    n, offset = len(col), col.offset
-    validity, data = col.buffers()[:2]
-    if n == 0 or data is None:
-        return np.zeros(n, dtype=dtype)
-    out = np.frombuffer(data, dtype=dtype, count=offset + n)[offset:].copy()
-    if col.null_count and validity is not None:
-        bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")
-        out[~bits[offset : offset + n].astype(bool)] = np.nan if out.dtype.kind == "f" else 0
+        return _filled(col.chunks, len(col), type_, dtype)
+    return _filled([col], len(col), type_, dtype)
+
+
+def _filled(chunks: Iterable[pa.Array], size: int, type_: pa.DataType, dtype: Any) -> NDArray[Any]:
+    """The ``size`` values of ``chunks`` copied into one numpy array, chunk by chunk: never a
+    combined Arrow copy of the whole column beside it."""
+    out = np.empty(size, dtype=dtype)
+    start = 0
+    for chunk in chunks:
+        col = chunk if chunk.type == type_ else pc.cast(chunk, type_)
+        n, offset = len(col), col.offset
+        validity, data = col.buffers()[:2]
+        part = out[start : start + n]
+        start += n
+        if n == 0:
+            continue
+        if data is None:  # all null
+            part[:] = 0
+            continue
+        part[:] = np.frombuffer(data, dtype=dtype, count=offset + n)[offset:]
+        if col.null_count and validity is not None:
+            bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")
+            part[~bits[offset : offset + n].astype(bool)] = np.nan if out.dtype.kind == "f" else 0
+    if start != size:
+        raise ValueError(f"expected {size} values, read {start}")
     return out
 
 
-def column(table: pa.Table, name: str) -> Floats:
-    """Column ``name`` as a new float64 numpy array, NaN for null (ints and bools are cast)."""
-    out: Floats = _values(table.column(name), pa.float64(), np.float64)
+def column(table: pa.Table | ColumnSource, name: str) -> Floats:
+    """Column ``name`` as a new float64 numpy array, NaN for null (ints and bools are cast).
+
+    From a ``ColumnSource`` the values are read a batch at a time into the array: the column is
+    never held in Arrow memory as well.
+    """
+    out: Floats = _filled(_chunks(table, name), table.num_rows, pa.float64(), np.float64)
     return out
+
+
+def int_column(table: pa.Table | ColumnSource, name: str) -> NDArray[np.int64]:
+    """Integer (or boolean) column ``name`` as int64 numpy values (nulls become 0), read like
+    ``column``."""
+    out: NDArray[np.int64] = _filled(_chunks(table, name), table.num_rows, pa.int64(), np.int64)
+    return out
+
+
+def _chunks(table: pa.Table | ColumnSource, name: str) -> Iterable[pa.Array]:
+    if isinstance(table, pa.Table):
+        chunks: list[pa.Array] = table.column(name).chunks
+        return chunks
+    return table.batches(name)
 
 
 def integers(col: pa.Array | pa.ChunkedArray) -> NDArray[np.int64]:

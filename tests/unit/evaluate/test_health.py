@@ -21,7 +21,12 @@ from veeksha.evaluate.arrival_checks import ARRIVAL_DISTRIBUTION, DISPATCH_RATE
 from veeksha.evaluate.checks import HEALTH_CHECKS, run_health_checks
 from veeksha.evaluate.generator_checks import GENERATOR_SATURATION, LIFECYCLE_DELAYS
 from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthInput
-from veeksha.evaluate.request_checks import DEPENDENCIES, OUTPUT_LENGTH, PROMPT_LENGTH
+from veeksha.evaluate.request_checks import (
+    DEPENDENCIES,
+    OUTPUT_LENGTH,
+    PROMPT_LENGTH,
+    _parent_rows,
+)
 from veeksha.evaluate.stats import measured_rows
 from veeksha.scenario.models import Scenario
 
@@ -295,3 +300,16 @@ def test_partial_rows_do_not_crash_the_checks() -> None:
     )
     report = run_health_checks(HealthInput(table, table, sessions_table([]), scenario()))
     assert report.verdict in (PASS, FAIL)
+
+
+def test_parent_rows_by_table_and_by_sort_agree() -> None:
+    # dense keys take the lookup table, the same keys shifted far away the sort: each edge finds
+    # the first row with its key (duplicates), or none (keys.size) when no row has it
+    rng = np.random.default_rng(7)
+    keys = rng.integers(0, 50, size=40)
+    edge_keys = rng.integers(0, 60, size=30)
+    first = {int(k): i for i, k in reversed(list(enumerate(keys)))}
+    expected = [first.get(int(k), keys.size) for k in edge_keys]
+    assert _parent_rows(keys, edge_keys).tolist() == expected
+    far = 10**12
+    assert _parent_rows(keys + far, edge_keys + far).tolist() == expected

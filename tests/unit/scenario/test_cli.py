@@ -203,3 +203,26 @@ def test_real_subprocess(files: dict[str, Path]) -> None:
         cwd=REPO,
     )
     assert good.returncode == 0, good.stderr
+
+
+_POOL_PROBE = (
+    "from veeksha import cli\n"
+    "cli.main(['--version'], standalone_mode=False)\n"
+    "import pyarrow as pa\n"
+    "print(pa.default_memory_pool().backend_name)\n"
+)
+
+
+@pytest.mark.parametrize(("env", "backend"), [(None, "system"), ("mimalloc", "mimalloc")])
+def test_commands_allocate_arrow_memory_with_malloc_unless_told(
+    env: str | None, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a fresh interpreter: Arrow picks its pool once, and this one's has long been picked
+    if env is None:
+        monkeypatch.delenv(cli.ARROW_POOL_ENV, raising=False)
+    else:
+        monkeypatch.setenv(cli.ARROW_POOL_ENV, env)
+    done = subprocess.run(
+        [sys.executable, "-c", _POOL_PROBE], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split()[-1] == backend
