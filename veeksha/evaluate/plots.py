@@ -11,30 +11,43 @@ thread. Files:
   an evenly strided subset).
 
 A plot without data is skipped (no empty image).
+
+Memory does not grow with the run beyond the two sorted time columns of the timeline: the columns
+are read a batch at a time (``ColumnSource.batches``) and every line drawn has a bounded number of
+points. The in-flight line is ``in_flight_envelope``: the exact count of requests in flight, its
+lowest and highest value in each of ``TIMELINE_BINS`` time bins, drawn as a vertical stroke at the
+bin's start. At 700 px wide a bin is a third of a pixel, so the image is the one the step line
+through every send and completion would give, without matplotlib holding millions of vertices.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
+from numpy.typing import NDArray
 
-from veeksha.evaluate.stats import column
+from veeksha.evaluate.source import ColumnSource
+from veeksha.evaluate.stats import Floats, column
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from veeksha.evaluate.metrics import Digest
-    from veeksha.evaluate.source import ColumnSource
 
-__all__ = ["CDF_METRICS", "PLOTS_DIR", "write_plots"]
+__all__ = ["CDF_METRICS", "PLOTS_DIR", "InFlight", "in_flight_envelope", "write_plots"]
 
 PLOTS_DIR = "plots"
 CDF_METRICS = ("ttfc", "tbc", "tpot", "e2e")
 CDF_POINTS = 2000
 SCATTER_POINTS = 20_000
+TIMELINE_BINS = 2000
+#: Values computed at a time when walking a sorted column.
+BLOCK = 65_536
 
 
 def _figure(rows: int = 1) -> Figure:
@@ -66,23 +79,127 @@ def _cdf(digest: Digest, name: str, path: Path) -> Path:
     return _save(fig, path)
 
 
-def _timeline(requests: pa.Table | ColumnSource, path: Path) -> Path | None:
-    sent, done = column(requests, "sent_at"), column(requests, "completed_at")
-    sent = sent[~np.isnan(sent)]
+def _float_batches(source: ColumnSource, name: str) -> Iterator[Floats]:
+    for batch in source.batches(name):
+        yield column(pa.Table.from_arrays([batch], names=[name]), name)
+
+
+def _finite(source: ColumnSource, name: str) -> Floats:
+    """The non-NaN values of column ``name``, read a batch at a time into one array."""
+    out = np.empty(source.num_rows)
+    size = 0
+    for batch in _float_batches(source, name):
+        values = batch[~np.isnan(batch)]
+        out[size : size + values.size] = values
+        size += values.size
+    return out[:size]
+
+
+def _aligned(source: ColumnSource, names: tuple[str, str]) -> Iterator[tuple[Floats, Floats]]:
+    """The two columns ``names`` batch by batch, cut to the same rows (their chunks may differ)."""
+    first, second = (_float_batches(source, name) for name in names)
+    a: Floats = np.empty(0)
+    b: Floats = np.empty(0)
+    while True:
+        while a.size == 0:
+            a = next(first, None)  # type: ignore[arg-type]
+            if a is None:
+                return
+        while b.size == 0:
+            b = next(second, None)  # type: ignore[arg-type]
+            if b is None:
+                return
+        n = min(a.size, b.size)
+        yield a[:n], b[:n]
+        a, b = a[n:], b[n:]
+
+
+@dataclass
+class InFlight:
+    """Requests in flight over time, per time bin: ``edges`` (bins + 1 times), and for each bin
+    the lowest (``low``) and highest (``high``) count in it and the count at its end (``end``).
+
+    A request is in flight from its send to its completion, ``[sent, completed)``: at a time when
+    several requests are sent or complete, only the count once all of them are counted is a
+    count, so a request sent and completed at the same instant (a dry run's) is never in flight.
+    """
+
+    edges: Floats
+    low: NDArray[np.int64]
+    high: NDArray[np.int64]
+    end: NDArray[np.int64]
+
+    def line(self) -> tuple[Floats, NDArray[np.int64]]:
+        """The points of the in-flight line: per bin, a vertical stroke at its start through the
+        count it starts from, its low, its high and its end, then level to the next bin."""
+        bins = self.low.size
+        start = np.concatenate([self.low[:1], self.end[:-1]])
+        ys = np.column_stack([start, self.low, self.high, self.end]).ravel()
+        xs = np.repeat(self.edges[:-1], 4)
+        return np.append(xs, self.edges[-1]), np.append(ys, self.end[bins - 1])
+
+
+def in_flight_envelope(sent: Floats, done: Floats, bins: int = TIMELINE_BINS) -> InFlight:
+    """The in-flight counts of requests sent at ``sent`` and completed at ``done`` (both sorted,
+    no NaN; ``sent`` not empty), in ``bins`` equal time bins from the first event to the last
+    (one bin when they are at the same time).
+
+    At each event time t the count is ``#(sent ≤ t) - #(done ≤ t)``; the work is done
+    ``BLOCK`` events at a time, so it needs no memory beyond the two columns.
+
+    >>> flight = in_flight_envelope(np.array([0.0, 1.0, 1.0]), np.array([2.0, 3.0]), bins=3)
+    >>> flight.low.tolist(), flight.high.tolist(), flight.end.tolist()
+    ([1, 1, 1], [1, 3, 3], [1, 3, 1])
+    """
+    first = min(sent[0], done[0]) if done.size else sent[0]
+    last = max(sent[-1], done[-1]) if done.size else sent[-1]
+    span = float(last - first)
+    bins = bins if span > 0 else 1
+    low = np.full(bins, np.iinfo(np.int64).max)
+    high = np.full(bins, np.iinfo(np.int64).min)
+    moved = np.zeros(bins, dtype=np.int64)  # sends minus completions in each bin
+    for times, sign in ((sent, 1), (done, -1)):
+        for at in range(0, times.size, BLOCK):
+            block = times[at : at + BLOCK]
+            counts = np.searchsorted(sent, block, side="right") - np.searchsorted(
+                done, block, side="right"
+            )
+            where = _bin_of(block, first, span, bins)
+            moved += sign * np.bincount(where, minlength=bins)
+            starts = np.flatnonzero(np.diff(where, prepend=-1))
+            np.minimum.at(low, where[starts], np.minimum.reduceat(counts, starts))
+            np.maximum.at(high, where[starts], np.maximum.reduceat(counts, starts))
+    end = np.cumsum(moved)
+    # The line enters each bin at the count the previous bin ended with.
+    low[1:] = np.minimum(low[1:], end[:-1])
+    high[1:] = np.maximum(high[1:], end[:-1])
+    edges = np.linspace(first, last, bins + 1) if span > 0 else np.array([first, last])
+    return InFlight(edges, low, high, end)
+
+
+def _bin_of(times: Floats, first: float, span: float, bins: int) -> NDArray[np.intp]:
+    if bins == 1:
+        return np.zeros(times.size, dtype=np.intp)
+    where = ((times - first) * (bins / span)).astype(np.intp)
+    return np.minimum(where, bins - 1, out=where)
+
+
+def _timeline(requests: ColumnSource, path: Path) -> Path | None:
+    sent = _finite(requests, "sent_at")
     if sent.size == 0:
         return None
-    done = done[~np.isnan(done)]
-    times = np.concatenate([sent, done])
-    steps = np.concatenate([np.ones(sent.size), -np.ones(done.size)])
-    order = np.lexsort((steps, times))  # at equal times, completions first
+    sent.sort()
+    done = _finite(requests, "completed_at")
+    done.sort()
+    flight = in_flight_envelope(sent, done)
     fig = _figure(rows=2)
     top, bottom = fig.subplots(2, 1, sharex=True)
-    top.step(times[order], np.cumsum(steps[order]), where="post")
+    top.plot(*flight.line())
     top.set_ylabel("requests in flight")
     top.grid(alpha=0.3)
-    span = max(float(times.max() - sent.min()), 1e-9)
+    span = max(float(flight.edges[-1] - sent[0]), 1e-9)
     bins = int(min(100, max(1, np.ceil(span))))
-    counts, edges = np.histogram(sent, bins=bins, range=(sent.min(), sent.min() + span))
+    counts, edges = np.histogram(sent, bins=bins, range=(sent[0], sent[0] + span))
     bottom.stairs(counts / (span / bins), edges)
     bottom.set_ylabel("requests sent per s")
     bottom.set_xlabel("time since t0 (s)")
@@ -90,16 +207,26 @@ def _timeline(requests: pa.Table | ColumnSource, path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def _ttfc_vs_prompt(requests: pa.Table | ColumnSource, path: Path) -> Path | None:
-    ttfc, tokens = column(requests, "ttfc"), column(requests, "prompt_tokens_total")
-    keep = ~np.isnan(ttfc) & ~np.isnan(tokens)
-    if not keep.any():
+def _ttfc_vs_prompt(requests: ColumnSource, path: Path) -> Path | None:
+    columns = ("ttfc", "prompt_tokens_total")
+    kept = sum(
+        int(np.count_nonzero(~np.isnan(ttfc) & ~np.isnan(tokens)))
+        for ttfc, tokens in _aligned(requests, columns)
+    )
+    if kept == 0:
         return None
-    ttfc, tokens = ttfc[keep], tokens[keep]
-    stride = max(1, ttfc.size // SCATTER_POINTS)
+    stride = max(1, kept // SCATTER_POINTS)
+    xs, ys = [], []
+    rank = 0  # kept points before this batch
+    for ttfc, tokens in _aligned(requests, columns):
+        keep = np.flatnonzero(~np.isnan(ttfc) & ~np.isnan(tokens))
+        chosen = keep[(-rank) % stride :: stride]
+        rank += keep.size
+        xs.append(tokens[chosen])
+        ys.append(ttfc[chosen])
     fig = _figure()
     ax = fig.add_subplot()
-    ax.scatter(tokens[::stride], ttfc[::stride] * 1000, s=4, alpha=0.5)
+    ax.scatter(np.concatenate(xs), np.concatenate(ys) * 1000, s=4, alpha=0.5)
     ax.set_xlabel("prompt tokens (history included)")
     ax.set_ylabel("TTFC (ms)")
     ax.set_title("TTFC vs prompt length")
@@ -120,8 +247,9 @@ def write_plots(
         for name in CDF_METRICS
         if digests[name].count
     ]
+    source = ColumnSource.of(requests)
     for draw, name in ((_timeline, "timeline.png"), (_ttfc_vs_prompt, "ttfc_vs_prompt.png")):
-        path = draw(requests, folder / name)
+        path = draw(source, folder / name)
         if path is not None:
             written.append(path)
     return written
