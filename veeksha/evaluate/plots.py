@@ -207,26 +207,31 @@ def _timeline(requests: ColumnSource, path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def _ttfc_vs_prompt(requests: ColumnSource, path: Path) -> Path | None:
-    columns = ("ttfc", "prompt_tokens_total")
+def _strided(source: ColumnSource, names: tuple[str, str], limit: int) -> tuple[Floats, Floats]:
+    """The rows where both columns ``names`` have a value, every ``kept // limit``-th of them
+    (``values[keep][::stride]`` on whole columns), found in two passes of batches."""
     kept = sum(
-        int(np.count_nonzero(~np.isnan(ttfc) & ~np.isnan(tokens)))
-        for ttfc, tokens in _aligned(requests, columns)
+        int(np.count_nonzero(~np.isnan(a) & ~np.isnan(b))) for a, b in _aligned(source, names)
     )
-    if kept == 0:
-        return None
-    stride = max(1, kept // SCATTER_POINTS)
-    xs, ys = [], []
-    rank = 0  # kept points before this batch
-    for ttfc, tokens in _aligned(requests, columns):
-        keep = np.flatnonzero(~np.isnan(ttfc) & ~np.isnan(tokens))
+    stride = max(1, kept // limit)
+    firsts, seconds = [np.empty(0)], [np.empty(0)]
+    rank = 0  # rows kept before this batch
+    for a, b in _aligned(source, names):
+        keep = np.flatnonzero(~np.isnan(a) & ~np.isnan(b))
         chosen = keep[(-rank) % stride :: stride]
         rank += keep.size
-        xs.append(tokens[chosen])
-        ys.append(ttfc[chosen])
+        firsts.append(a[chosen])
+        seconds.append(b[chosen])
+    return np.concatenate(firsts), np.concatenate(seconds)
+
+
+def _ttfc_vs_prompt(requests: ColumnSource, path: Path) -> Path | None:
+    ttfc, tokens = _strided(requests, ("ttfc", "prompt_tokens_total"), SCATTER_POINTS)
+    if ttfc.size == 0:
+        return None
     fig = _figure()
     ax = fig.add_subplot()
-    ax.scatter(np.concatenate(xs), np.concatenate(ys) * 1000, s=4, alpha=0.5)
+    ax.scatter(tokens, ttfc * 1000, s=4, alpha=0.5)
     ax.set_xlabel("prompt tokens (history included)")
     ax.set_ylabel("TTFC (ms)")
     ax.set_title("TTFC vs prompt length")

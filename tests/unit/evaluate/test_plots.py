@@ -1,0 +1,132 @@
+"""The plots' data: the timeline's in-flight counts against a count by hand, the scatter's subset
+against whole-column slicing, and the memory a large file source takes to plot."""
+
+from __future__ import annotations
+
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from veeksha.evaluate import plots, source
+from veeksha.evaluate.plots import in_flight_envelope
+from veeksha.evaluate.source import ColumnSource
+
+
+def _brute_force(sent: np.ndarray, done: np.ndarray, bins: int) -> tuple[list[int], ...]:
+    """Per bin: low, high and end of the in-flight count, walking every distinct event time.
+
+    Times are integers and the bins' width a power of two: a time's bin is exact."""
+    first = min(sent.min(), done.min(initial=np.inf))
+    last = max(sent.max(), done.max(initial=-np.inf))
+    width = (last - first) / bins
+    low, high, end = [], [], []
+    count = None
+    times = np.unique(np.concatenate([sent, done]))
+    for k in range(bins):
+        seen = [] if count is None else [count]
+        for t in times:
+            if min(int((t - first) // width), bins - 1) == k:
+                count = int((sent <= t).sum() - (done <= t).sum())
+                seen.append(count)
+        low.append(min(seen))
+        high.append(max(seen))
+        assert count is not None
+        end.append(count)
+    return low, high, end
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_in_flight_envelope_equals_count_by_hand(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(plots, "BLOCK", 7)  # many blocks, bins cut across them
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 60))
+    sent = rng.integers(0, 64, n).astype(float)
+    sent[0], sent[-1] = 0, 64  # ties, and a span of 64 in 8 bins of exactly 8
+    done = np.minimum(sent + rng.integers(0, 12, n), 64)  # some complete as they are sent
+    done = np.sort(done[rng.random(n) < 0.8])  # some never complete
+    sent.sort()
+    bins = 8
+    flight = in_flight_envelope(sent, done, bins=bins)
+    low, high, end = _brute_force(sent, done, bins)
+    assert flight.low.tolist() == low
+    assert flight.high.tolist() == high
+    assert flight.end.tolist() == end
+    assert flight.low.min() >= 0
+
+
+def test_in_flight_line_passes_through_every_bins_extremes() -> None:
+    flight = in_flight_envelope(np.array([0.0, 1.0, 1.0]), np.array([2.0, 3.0]), bins=3)
+    xs, ys = flight.line()
+    assert xs.tolist() == [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3]
+    assert ys.tolist() == [1, 1, 1, 1, 1, 1, 3, 3, 3, 1, 3, 1, 1]
+
+
+def test_in_flight_at_one_instant() -> None:
+    flight = in_flight_envelope(np.array([5.0, 5.0]), np.array([5.0]))
+    assert flight.edges.tolist() == [5.0, 5.0]
+    assert (flight.low.tolist(), flight.high.tolist(), flight.end.tolist()) == ([1], [1], [1])
+
+
+def test_scatter_subset_equals_slicing_whole_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(source, "BATCH_ROWS", 13)
+    rng = np.random.default_rng(0)
+    n = 1000
+    ttfc, tokens = rng.random(n), rng.integers(1, 100, n).astype(float)
+    ttfc[rng.random(n) < 0.2] = np.nan
+    tokens[rng.random(n) < 0.1] = np.nan
+    # the two columns chunked differently: batches must be cut to the same rows
+    table = pa.table(
+        {
+            "ttfc": pa.chunked_array([ttfc[:300], ttfc[300:]]),
+            "prompt_tokens_total": pa.chunked_array([tokens[:7], tokens[7:512], tokens[512:]]),
+        }
+    )
+    keep = ~np.isnan(ttfc) & ~np.isnan(tokens)
+    for limit in (1, 7, 100, 10_000):
+        got = plots._strided(ColumnSource.of(table), ("ttfc", "prompt_tokens_total"), limit)
+        stride = max(1, int(keep.sum()) // limit)
+        assert got[0].tolist() == ttfc[keep][::stride].tolist()
+        assert got[1].tolist() == tokens[keep][::stride].tolist()
+
+
+def test_plotting_a_large_file_holds_no_whole_column_but_the_sorted_times(
+    tmp_path: Path,
+) -> None:
+    n = 2_000_000
+    column_mb = n * 8 / 1e6
+    rng = np.random.default_rng(0)
+    sent = np.cumsum(rng.exponential(1e-4, n))
+    path = tmp_path / "requests.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "sent_at": sent,
+                "completed_at": sent + rng.exponential(0.5, n),
+                "ttfc": rng.exponential(0.05, n),
+                "prompt_tokens_total": rng.integers(1, 4000, n).astype(float),
+            }
+        ),
+        path,
+    )
+    requests = ColumnSource(pq.read_schema(path), files=[path])
+    small = ColumnSource.of(pq.read_table(path).slice(0, 100))
+    plots._timeline(small, tmp_path / "warm.png")  # matplotlib's imports and fonts are not traced
+    plots._ttfc_vs_prompt(small, tmp_path / "warm.png")
+
+    def peak_mb(draw: object, name: str) -> float:
+        tracemalloc.start()
+        try:
+            assert draw(requests, tmp_path / name) is not None  # type: ignore[operator]
+            return tracemalloc.get_traced_memory()[1] / 1e6
+        finally:
+            tracemalloc.stop()
+
+    # numpy's allocations are traced: the sorted send and completion times, little else
+    assert peak_mb(plots._timeline, "timeline.png") < 2 * column_mb + 8
+    assert peak_mb(plots._ttfc_vs_prompt, "ttfc_vs_prompt.png") < column_mb / 4
