@@ -38,6 +38,7 @@ from veeksha.evaluate.sample import (
 from veeksha.evaluate.source import ColumnSource
 from veeksha.evaluate.stats import (
     CSV_PERCENTILES,
+    PERCENTILES,
     Floats,
     column,
     describe,
@@ -183,18 +184,22 @@ def digest(
 ) -> Digest:
     """The ``Digest`` of a sample (an array is taken as a sample, NaN dropped)."""
     sample = sample_of(values)
-    stats = sample.describe()
     if sample.size == 0:
-        return Digest(unit, stats, [], {})
-    csv = sample.quantiles(percentile_fractions(CSV_PERCENTILES)).tolist()
-    asked: list[float] = (
-        sample.quantiles(np.array(fractions, dtype=np.float64)).tolist() if fractions else []
-    )
-    quantiles = {f: float(v) for f, v in zip(fractions, asked, strict=True)}
+        return Digest(unit, sample.describe(), [], {})
+    # every quantile in one call: a streamed sample selects them all in the same passes
+    groups = [
+        percentile_fractions(PERCENTILES),
+        percentile_fractions(CSV_PERCENTILES),
+        np.array(fractions, dtype=np.float64),
+        np.linspace(0, 1, 0 if cdf_points is None else min(cdf_points, sample.size)),
+    ]
+    found = np.split(sample.quantiles(np.concatenate(groups)), np.cumsum([g.size for g in groups]))
+    stats = sample.describe()  # its percentiles were among those selected
+    csv = found[1].tolist()
+    quantiles = {f: float(v) for f, v in zip(fractions, found[2].tolist(), strict=True)}
     if cdf_points is None:
         return Digest(unit, stats, csv, quantiles)
-    cdf = sample.quantiles(np.linspace(0, 1, min(cdf_points, sample.size)))
-    return Digest(unit, stats, csv, quantiles, cdf, sample.median())
+    return Digest(unit, stats, csv, quantiles, found[3], sample.median())
 
 
 def latency_stats(samples: dict[str, Floats]) -> dict[str, dict[str, Any]]:
@@ -287,12 +292,18 @@ def prefill_buckets(requests: pa.Table) -> list[dict[str, Any]]:
     ttfc = column(requests, "ttfc")
     tokens = column(requests, "prompt_tokens_total")
     keep = ~np.isnan(ttfc) & ~np.isnan(tokens)
-    ttfc, tokens = ttfc[keep], tokens[keep].astype(np.int64)
+    if not keep.all():
+        ttfc, tokens = ttfc[keep], tokens[keep]
+    del keep
+    tokens = tokens.astype(np.int64)
     bounds = sorted({_bucket_bounds(int(t)) for t in np.unique(tokens)})
+    bucket = np.full(tokens.size, -1, dtype=np.int16)  # the buckets do not overlap
+    for i, (low, high) in enumerate(bounds):
+        bucket[(tokens >= low) & (tokens < high)] = i
+    del tokens
     out = []
-    for low, high in bounds:
-        inside = (tokens >= low) & (tokens < high)
+    for i, (low, high) in enumerate(bounds):
         entry: dict[str, Any] = {"bucket": f"[{low}, {high})", "min_tokens": low}
         entry["max_tokens"] = high - 1
-        out.append(entry | {"unit": "s", **describe(ttfc[inside])})
+        out.append(entry | {"unit": "s", **describe(ttfc[bucket == i])})
     return out

@@ -61,9 +61,12 @@ def dependency_lateness(requests: pa.Table) -> tuple[Floats, dict[str, int]]:
     keys = int_column(requests, "node_id")
     width = int(max(keys.max(initial=0), parent_nodes.max(initial=0))) + 1
     session = int_column(requests, "session_id")
-    keys += session * width
-    edge_keys = session[owners] * width + parent_nodes
-    del session, parent_nodes
+    session *= width
+    keys += session
+    edge_keys = session[owners]
+    del session
+    edge_keys += parent_nodes
+    del parent_nodes
     parent_row = _parent_rows(keys, edge_keys)
     del keys, edge_keys
     found = parent_row < n
@@ -154,16 +157,20 @@ def _deviation_stats(deviation: Floats, tolerance: int) -> dict[str, Any]:
 def _prompt_length(data: HealthInput) -> Outcome:
     table = data.measured
     tol = data.thresholds.prompt_length_tolerance
-    deviation = column(table, "prompt_tokens_new") - column(table, "target_prompt_tokens")
+    deviation = column(table, "prompt_tokens_new")
+    deviation -= column(table, "target_prompt_tokens")
     deviation = deviation[~np.isnan(deviation)]
     if deviation.size == 0:
         return Outcome(SKIP, "no measured request with prompt token counts", {})
     statistics = {"tolerance": tol, **_deviation_stats(deviation, tol)}
+    del deviation
     outside = statistics["outside_tolerance"]
-    usage = column(table, "usage_reported") > 0
-    roots = integers(pc.list_value_length(table.column("parents"))) == 0  # null list: 0
-    server = column(table, "prompt_tokens_total") - column(table, "target_prompt_tokens")
-    server = server[usage & roots & ~np.isnan(server)]
+    server_rows = column(table, "usage_reported") > 0
+    server_rows &= integers(pc.list_value_length(table.column("parents"))) == 0  # roots
+    server = column(table, "prompt_tokens_total")
+    server -= column(table, "target_prompt_tokens")
+    server_rows &= ~np.isnan(server)
+    server = server[server_rows]
     if server.size:
         offset = float(np.median(server))
         statistics["server"] = {"template_offset": offset, **_deviation_stats(server - offset, tol)}

@@ -49,6 +49,7 @@ Chunks = Callable[[], Iterable[Floats]]
 _DIGIT = 16
 _BINS = 1 << _DIGIT
 _SIGN = np.uint64(1 << 63)
+_TOP_SHIFT = np.uint64(64 - _DIGIT)
 _LEAF = 128  # numpy's PW_BLOCKSIZE
 
 
@@ -108,11 +109,15 @@ class StreamedSample:
         self._chunks = chunks
         self._budget = budget
         count, low, high = 0, math.inf, -math.inf
+        top = np.zeros(_BINS, dtype=np.int64)
         for values in self._values():
             count += values.size
             if values.size:
                 low, high = min(low, float(values.min())), max(high, float(values.max()))
+                top += np.bincount((_keys(values) >> _TOP_SHIFT).astype(np.intp), minlength=_BINS)
         self._count, self._min, self._max = count, low, high
+        self._top = top  # the first selection pass, counted here: one pass fewer per selection
+        self._found: dict[int, float] = {}  # order statistics already selected, by rank
         self._mean: float | None = None
 
     def _values(self) -> Iterator[Floats]:
@@ -158,8 +163,7 @@ class StreamedSample:
         below = virtual < 0
         previous[below], following[below] = 0, 0
         lower, upper = previous.astype(np.intp), following.astype(np.intp)
-        wanted = np.unique(np.concatenate([lower, upper]))
-        found = _order_statistics(self._values, n, wanted, self._budget)
+        found = self._order_statistics(np.concatenate([lower, upper]))
         a = np.array([found[int(i)] for i in lower])
         b = np.array([found[int(i)] for i in upper])
         # numpy's _get_gamma after _get_indexes: the index above the last is stored as -1
@@ -173,8 +177,17 @@ class StreamedSample:
         """``np.median``: the middle value, or the mean of the two middle ones."""
         n = self._count
         middle = [n // 2 - 1, n // 2] if n % 2 == 0 else [n // 2]
-        found = _order_statistics(self._values, n, np.array(middle), self._budget)
+        found = self._order_statistics(np.array(middle))
         return float(np.mean(np.array([found[i] for i in middle])))
+
+    def _order_statistics(self, ranks: NDArray[np.intp]) -> dict[int, float]:
+        """The values at ``ranks``, selecting only those not selected before."""
+        missing = np.setdiff1d(ranks, np.fromiter(self._found, dtype=np.intp))
+        if missing.size:
+            self._found |= _order_statistics(
+                self._values, self._count, missing, self._budget, self._top
+            )
+        return self._found
 
 
 # ------------------------------------------------------------------------- pairwise summation
@@ -285,16 +298,28 @@ def _locate(keys: NDArray[np.uint64], ranges: list[_Range]) -> tuple[NDArray[np.
 
 
 def _order_statistics(
-    values: Callable[[], Iterator[Floats]], n: int, ranks: NDArray[Any], budget: int
+    values: Callable[[], Iterator[Floats]],
+    n: int,
+    ranks: NDArray[Any],
+    budget: int,
+    top: NDArray[np.int64] | None = None,
 ) -> dict[int, float]:
-    """The values at 0-based ``ranks`` of the sorted sample, in passes (module docstring)."""
+    """The values at 0-based ``ranks`` of the sorted sample, in passes (module docstring).
+
+    ``top``: the first pass's counts (of the keys' top ``_DIGIT`` bits) when already known.
+    """
     found: dict[int, float] = {}
     ranks = np.unique(np.asarray(ranks, dtype=np.intp))
     refine = [_Range(0, 64, 0, n, ranks)]
     collect: list[_Range] = []
     while refine:
         counts = np.zeros(len(refine) * _BINS, dtype=np.int64)
-        for chunk in values():
+        if top is not None:
+            counts, top = top.copy(), None
+            chunks: Iterable[Floats] = ()
+        else:
+            chunks = values()
+        for chunk in chunks:
             keys = _keys(chunk)
             at, inside = _locate(keys, refine)
             keys, at = keys[inside], at[inside]

@@ -53,12 +53,14 @@ class ColumnSource:
         self._files = files or []
         self._table = table
         self._mask = mask
+        # each file's footer, parsed once: a run's parts are read dozens of times
+        self._footers: dict[Path, pq.FileMetaData] = {}
         if mask is not None:
             self.num_rows = int(mask.sum())
         elif table is not None:
             self.num_rows = table.num_rows
         else:
-            self.num_rows = sum(_file_rows(path) for path in self._files)
+            self.num_rows = sum(self._footer(path).num_rows for path in self._files)
 
     @classmethod
     def of(cls, table: pa.Table | ColumnSource) -> ColumnSource:
@@ -71,7 +73,7 @@ class ColumnSource:
         type_ = self.schema.field(name).type
         chunks: list[pa.Array] = []
         for path in self._files:
-            with pq.ParquetFile(path) as file:
+            with self._open(path) as file:
                 col = file.read(columns=[name], use_threads=False).column(0)
             if col.type != type_:
                 col = col.cast(type_)
@@ -96,7 +98,9 @@ class ColumnSource:
         else:
             combined = np.zeros(self._mask.size, dtype=bool)
             combined[np.flatnonzero(self._mask)[keep]] = True
-        return ColumnSource(self.schema, files=self._files, table=self._table, mask=combined)
+        source = ColumnSource(self.schema, files=self._files, table=self._table, mask=combined)
+        source._footers = self._footers
+        return source
 
     def batches(self, name: str, rows: int | None = None) -> Iterator[pa.Array]:
         """Column ``name`` of the (filtered) rows, about ``rows`` unfiltered rows at a time."""
@@ -116,10 +120,20 @@ class ColumnSource:
             return
         type_ = self.schema.field(name).type
         for path in self._files:
-            with pq.ParquetFile(path) as file:
+            with self._open(path) as file:
                 for batch in file.iter_batches(batch_size=rows, columns=[name], use_threads=False):
                     col = batch.column(0)
                     yield col if col.type == type_ else col.cast(type_)
+
+    def _footer(self, path: Path) -> pq.FileMetaData:
+        footer = self._footers.get(path)
+        if footer is None:
+            with pq.ParquetFile(path) as file:
+                footer = self._footers[path] = file.metadata
+        return footer
+
+    def _open(self, path: Path) -> pq.ParquetFile:
+        return pq.ParquetFile(path, metadata=self._footer(path))
 
 
 def _file_rows(path: Path) -> int:

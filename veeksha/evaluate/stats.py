@@ -58,7 +58,10 @@ def percentile_key(q: float) -> str:
 
 def describe(values: Floats) -> dict[str, Any]:
     """count, mean, min, max, std and percentiles of ``values``; None for each with no data."""
-    values = values[~np.isnan(values)]
+    nan = np.isnan(values)
+    if nan.any():
+        values = values[~nan]
+    del nan
     stats: dict[str, Any] = {"count": int(values.size)}
     empty = values.size == 0
     stats["mean"] = None if empty else float(values.mean())

@@ -119,3 +119,20 @@ def test_run_from_files_in_batches_equals_in_memory(
     assert summary["latency"]["tbc"]["count"] > 2_000  # the streamed path had work to do
     assert summary["requests"]["error"] == 31
     assert summary["goodput"]["requests"] < summary["requests"]["ok"]
+
+
+def test_digest_of_streamed_sample_selects_all_quantiles_in_one_set_of_passes() -> None:
+    values = np.zeros(20_000)  # every order statistic needs 4 counting passes (module docstring)
+    passes = 0
+
+    def chunks() -> Iterator[np.ndarray]:
+        nonlocal passes
+        passes += 1
+        return (values[i : i + 4096] for i in range(0, values.size, 4096))
+
+    got = metrics_module.digest(StreamedSample(chunks, budget=1_000), "s", (0.99,), 50)
+    assert got.stats == describe(values)
+    assert got.csv == np.percentile(values, CSV_PERCENTILES).tolist()
+    assert np.array_equal(got.cdf, np.quantile(values, np.linspace(0, 1, 50)))
+    # sizing (with the first digit's counts), mean, std, then 3 counting passes for everything
+    assert passes == 6
