@@ -326,6 +326,7 @@ class ResultWriter:
             with pq.ParquetWriter(tmp, schema, compression=_COMPRESSION) as out:
                 for chunk in _chunks(table.part_paths(), table.schema):
                     out.write_table(chunk.replace_schema_metadata(metadata))
+                    del chunk  # not held while the next part is read
             tmp.replace(table.final)
         finally:
             with contextlib.suppress(OSError):
@@ -362,15 +363,17 @@ def read_table(
 
 
 def _chunks(paths: list[Path], schema: pa.Schema) -> Iterator[pa.Table]:
-    """The parts' rows, regrouped into tables of about ``_MERGE_ROWS`` rows (bounded memory)."""
+    """The parts' rows, small parts regrouped into tables of at most ``_MERGE_ROWS`` rows and a
+    larger part on its own (bounded memory: never two large parts at once, nor their copy)."""
     group: list[pa.Table] = []
     rows = 0
     for path in paths:
-        part = read_table(path, schema)
-        group.append(part)
-        rows += part.num_rows
-        if rows >= _MERGE_ROWS:
+        with pq.ParquetFile(path) as file:  # (the footer: the group goes before the part is read)
+            part_rows = file.metadata.num_rows
+        if group and rows + part_rows > _MERGE_ROWS:
             yield pa.concat_tables(group)
             group, rows = [], 0
+        group.append(read_table(path, schema))
+        rows += part_rows
     if group:
         yield pa.concat_tables(group)

@@ -142,10 +142,14 @@ def test_merge_regroups_many_parts_in_order(
     for start in range(0, 30, 3):
         add_requests(writer, start, 3)
         writer.flush()
+    add_requests(writer, 30, 8)  # a part larger than a group: written on its own
+    writer.flush()
+    add_requests(writer, 38, 3)
     writer.close()
     file = pq.ParquetFile(tmp_path / "requests.parquet")
-    assert file.metadata.num_row_groups == 4  # 9 + 9 + 9 + 3 rows
-    assert file.read().column("request_id").to_pylist() == list(range(30))
+    groups = [file.metadata.row_group(i).num_rows for i in range(file.metadata.num_row_groups)]
+    assert groups == [6, 6, 6, 6, 6, 8, 3]  # parts of 3 by two (a third would pass 7 rows)
+    assert file.read().column("request_id").to_pylist() == list(range(41))
 
 
 def test_write_error_raises_run_aborted_and_keeps_parts(tmp_path: Path) -> None:
