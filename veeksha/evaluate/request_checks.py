@@ -73,22 +73,29 @@ def dependency_lateness(requests: pa.Table) -> tuple[Floats, dict[str, int]]:
     parent_done = column(requests, "completed_at")
     parent_done = np.where(found, parent_done[np.minimum(parent_row, n - 1)], np.nan)
     del parent_row
-    first = np.ones(owners.size, dtype=bool)
-    np.not_equal(owners[1:], owners[:-1], out=first[1:])
-    rows = owners[first]  # the children: rows with at least one parent, ascending
-    del first
-    latest_all = np.full(n, np.nan)
-    np.fmax.at(latest_all, owners, parent_done)  # NaN only when no parent completed
-    latest = latest_all[rows]
-    del latest_all
-    not_completed = np.bincount(owners, weights=np.isnan(parent_done), minlength=n)[rows] > 0
-    missing = np.bincount(owners, weights=~found, minlength=n)[rows] > 0
-    del owners, parent_done, found
+    # per child (a run of equal owners): its latest parent completion (NaN only when none
+    # completed), whether a parent did not complete, whether a parent's row is missing
+    starts = np.flatnonzero(np.diff(owners, prepend=-1))
+    rows = owners[starts]  # the children: rows with at least one parent, ascending
+    del owners
+    if starts.size:
+        latest = np.fmax.reduceat(parent_done, starts)
+        not_completed = np.logical_or.reduceat(np.isnan(parent_done), starts)
+        missing = np.logical_or.reduceat(~found, starts)
+    else:
+        latest, not_completed, missing = np.empty(0), np.empty(0, bool), np.empty(0, bool)
+    del parent_done, found, starts
+    # the earliest a request may leave: children, their latest parent's completion plus their
+    # think time; roots, their ready time (the columns read one at a time, in place)
+    earliest = column(requests, "wait_after_ready")
+    earliest[rows] += latest
+    del latest
+    is_root = np.ones(n, dtype=bool)
+    is_root[rows] = False
+    np.copyto(earliest, column(requests, "ready_at"), where=is_root)
+    del is_root
     dispatched = column(requests, "dispatched_at")
     counts["dispatched"] = int((~np.isnan(dispatched)).sum())
-    earliest = column(requests, "ready_at")  # roots: their ready time
-    earliest[rows] = latest + column(requests, "wait_after_ready")[rows]
-    del latest
     sent_child = ~np.isnan(dispatched[rows])
     counts["parents_missing"] = int((missing & sent_child).sum())
     not_completed &= sent_child & ~missing

@@ -26,6 +26,7 @@ from veeksha.evaluate.request_checks import (
     OUTPUT_LENGTH,
     PROMPT_LENGTH,
     _parent_rows,
+    dependency_lateness,
 )
 from veeksha.evaluate.stats import measured_rows
 from veeksha.scenario.models import Scenario
@@ -313,3 +314,64 @@ def test_parent_rows_by_table_and_by_sort_agree() -> None:
     assert _parent_rows(keys, edge_keys).tolist() == expected
     far = 10**12
     assert _parent_rows(keys + far, edge_keys + far).tolist() == expected
+
+
+def _lateness_by_hand(rows: list[dict[str, Any]]) -> tuple[list[float], dict[str, int]]:
+    """``dependency_lateness`` spelled out row by row (the reference for the vectorised one)."""
+    by_key = {(r["session_id"], r["node_id"]): r for r in rows}
+    counts = {"dispatched": 0, "violations": 0, "parent_not_completed": 0, "parents_missing": 0}
+    lateness = []
+    for r in rows:
+        if np.isnan(r["dispatched_at"]):
+            continue
+        counts["dispatched"] += 1
+        found = [by_key.get((r["session_id"], p)) for p in r["parents"]]
+        if not r["parents"]:
+            earliest = r["ready_at"]
+        else:
+            done = [f["completed_at"] for f in found if f is not None]
+            done = [d for d in done if not np.isnan(d)]
+            earliest = max(done) + r["wait_after_ready"] if done else np.nan
+            if any(f is None for f in found):
+                counts["parents_missing"] += 1
+            elif len(done) < len(found):
+                counts["parent_not_completed"] += 1
+        if r["dispatched_at"] < earliest - 1e-6:
+            counts["violations"] += 1
+        if not np.isnan(r["dispatched_at"] - earliest):
+            lateness.append(r["dispatched_at"] - earliest)
+    counts["violations"] += counts["parent_not_completed"]
+    return lateness, counts
+
+
+def test_dependency_lateness_matches_a_row_by_row_count_on_random_dags() -> None:
+    rng = np.random.default_rng(7)
+    rows: list[dict[str, Any]] = []
+    for session_id in range(300):
+        size = int(rng.integers(1, 7))
+        for node in range(size):
+            picks = rng.integers(0, node, int(rng.integers(0, 3))) if node else []
+            parents = sorted({int(p) for p in picks})
+            if node and not parents and rng.random() < 0.7:
+                parents = [node - 1]
+            parents += [size + 5] if rng.random() < 0.03 else []  # a parent with no row
+            rows.append(
+                {
+                    "session_id": session_id,
+                    "node_id": node,
+                    "parents": parents,
+                    "ready_at": float(rng.random() * 10),
+                    "wait_after_ready": float(rng.choice([0.0, 0.25])),
+                    "dispatched_at": np.nan if rng.random() < 0.1 else float(rng.random() * 12),
+                    "completed_at": np.nan if rng.random() < 0.1 else float(rng.random() * 12),
+                }
+            )
+    rng.shuffle(rows)  # type: ignore[arg-type]
+    rows = [r for r in rows if rng.random() > 0.03]  # some rows lost (a killed run)
+    table = pa.table({k: [r[k] for r in rows] for k in rows[0]})
+    lateness, counts = dependency_lateness(table)
+    expected_lateness, expected_counts = _lateness_by_hand(rows)
+    assert counts == expected_counts
+    assert counts["parents_missing"] > 0
+    assert counts["parent_not_completed"] > 0
+    assert sorted(lateness.tolist()) == pytest.approx(sorted(expected_lateness))
