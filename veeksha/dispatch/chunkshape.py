@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import msgspec
 
-__all__ = ["ChunkShape"]
+__all__ = ["ChunkShape", "decode_str"]
 
-_decode_str = msgspec.json.Decoder(str).decode
+decode_str = msgspec.json.Decoder(str).decode
+"""A JSON string's text (msgspec, as inside a chunk's full decode)."""
+_decode_str = decode_str
 _PROBES = ("x", "y")
 
 
@@ -36,17 +38,18 @@ class ChunkShape:
     """The bytes before (``head``, with ``data: ``) and after (``tail``, with the blank line) the
     text of one stream's plain content chunks."""
 
-    __slots__ = ("_after", "_la", "_lb", "_lh", "_lt", "_sep", "head", "tail")
+    __slots__ = ("_after", "_la", "_lb", "_sep", "head", "head_len", "min_len", "tail", "tail_len")
 
     def __init__(self, before: bytes, after: bytes) -> None:
-        self.head = b"data: " + before
-        self.tail = after + b"\n\n"
+        self.head = b"data: " + before  # (ends with the text's opening quote)
+        self.tail = after + b"\n\n"  # (starts with its closing quote)
+        self.head_len = len(self.head)
+        self.tail_len = len(self.tail)
+        self.min_len = self.head_len + self.tail_len  # of one chunk (an empty text)
         self._after = after
         self._sep = self.tail + self.head
         self._lb = len(before)
         self._la = len(after)
-        self._lh = len(self.head)
-        self._lt = len(self.tail)
 
     @staticmethod
     def learn(payload: bytes, text: str) -> tuple[bytes, bytes, str] | None:
@@ -70,13 +73,7 @@ class ChunkShape:
         ``data`` starts with ``head`` at an event boundary. ``rest`` follows the last content
         chunk of this shape (other events, or an incomplete one), for the general path.
         """
-        lh = self._lh
         tail = self.tail
-        if data.endswith(tail) and len(data) >= lh + self._lt:  # one event, the usual read
-            raw = data[lh : -self._lt]
-            text = _plain(raw)
-            if text is not None:
-                return text, 1 if raw else 0, b""
         # Candidates from the SSE events' separator (cheaper to find than ``tail + head``);
         # whatever they are, the read is proven to start with exactly those chunks below.
         pieces = data[6:].split(b"\n\ndata: ")

@@ -32,7 +32,7 @@ from typing import Any
 
 import msgspec
 
-from veeksha.dispatch.chunkshape import ChunkShape
+from veeksha.dispatch.chunkshape import ChunkShape, decode_str
 
 __all__ = [
     "PROMPT_FALLBACK",
@@ -244,6 +244,7 @@ _JOIN_EVERY = 64
 _LEARN_TRIES = 3
 _PEEL_EVENTS = 4
 _pack_q = struct.Struct("=q").pack  # an array('q') item's bytes
+_decode_str = decode_str
 
 
 class ResponseAccumulator:
@@ -315,7 +316,24 @@ class ResponseAccumulator:
                 if data:
                     self._general(data, t_ns)
                 return
-        if data.startswith(shape.head) and parser.idle():
+        if data.startswith(shape.head) and not parser._pending and parser._data is None:
+            if data.endswith(shape.tail) and len(data) >= shape.min_len:
+                # The usual read of a token stream: one content chunk. The slice is its text
+                # with the quotes around it; it is that chunk's when it is one JSON string.
+                try:
+                    text = _decode_str(data[shape.head_len - 1 : 1 - shape.tail_len])
+                except (msgspec.MsgspecError, UnicodeDecodeError):
+                    pass  # (several chunks, or not a string)
+                else:
+                    if text:  # (_add, inline)
+                        parts = self.parts
+                        parts.append(text)
+                        self.chunk_times_ns.append(t_ns)
+                        if self.first_chunk_at_ns is None:
+                            self.first_chunk_at_ns = t_ns
+                        if len(parts) >= _JOIN_EVERY:
+                            parts[:] = ["".join(parts)]
+                    return
             found = shape.split(data)
             if found is not None:
                 text, n, data = found
