@@ -20,8 +20,11 @@ Responses (``ResponseAccumulator``)
     (chat) or ``choices[0].text`` (completions), ``usage`` (prompt, completion and cached prompt
     tokens), and the non-standard ``timings`` object of our simulator. Every event of one read
     shares that read's timestamp; a chunk counts (``chunk_times_ns``, ``first_chunk_at_ns``)
-    only when its content is non-empty. An ``error`` object inside a stream (as vLLM sends) is
-    raised as a ``ResponseError`` of kind ``http_4xx`` or ``http_5xx`` from its ``code``.
+    only when its content is non-empty. A stream is fed read by read (``feed``): after its
+    first content chunk, the plain content chunks are taken by their proven byte shape
+    (``veeksha.dispatch.chunkshape``) instead of a JSON decode each, with the same result. An
+    ``error`` object inside a stream (as vLLM sends) is raised as a ``ResponseError`` of kind
+    ``http_4xx`` or ``http_5xx`` from its ``code``.
 """
 
 from __future__ import annotations
