@@ -9,6 +9,7 @@ texts are also checked against the standard library's ``json.loads`` of each eve
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from typing import Any
@@ -282,3 +283,31 @@ def test_split_cuts_and_proves_several_chunks() -> None:
     assert shape.split(shape.head + b"xyz" + shape.tail) == ("xyz", 1, b"")
     assert shape.split(shape.head + b"x\\" + shape.tail) is None
     assert shape.split(shape.head + b"partial") is None
+
+
+class FakeContent:
+    """The part of aiohttp's StreamReader that ``read_stream`` uses."""
+
+    def __init__(self, reads: list[bytes]) -> None:
+        self.reads = list(reads)
+
+    async def readany(self) -> bytes:
+        return self.reads.pop(0) if self.reads else b""
+
+
+class State:
+    completed_at = 0
+
+
+@pytest.mark.parametrize("how", ["one", "events", "random"])
+def test_the_https_path_reads_the_same(how: str) -> None:
+    from veeksha.dispatch.aiohttp_client import read_stream
+
+    texts = ["a", ' "b"', "é\n", "😀"]
+    events = stream(True, list(texts), "ascii")
+    acc = ResponseAccumulator(chat=True)
+    asyncio.run(read_stream(FakeContent(cut(events, how)), acc, State()))  # type: ignore[arg-type]
+    assert acc.output_text == "".join(texts)
+    assert acc.chunk_count == 4
+    assert (acc.prompt_tokens, acc.completion_tokens, acc.cached_tokens) == (3, 4, 1)
+    assert acc.done
