@@ -319,7 +319,7 @@ class ResponseAccumulator:
                 if data:
                     self._general(data, t_ns)
                 return
-        if data.startswith(shape.head) and not parser._pending and parser._data is None:
+        if data.startswith(shape.head) and not parser._pending and parser._data is None:  # idle
             if data.endswith(shape.tail) and len(data) >= shape.min_len:
                 # The usual read of a token stream: one content chunk. The slice is its text
                 # with the quotes around it; it is that chunk's when it is one JSON string.
