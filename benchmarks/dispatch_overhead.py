@@ -32,14 +32,20 @@ PROMPT = " ".join(f"word{i % 50}" for i in range(128))
 
 
 def _cpu(pids: list[int]) -> float:
-    total = 0.0
+    return sum(_cpu_split(pids))
+
+
+def _cpu_split(pids: list[int]) -> tuple[float, float]:
+    """(user, system) CPU seconds of ``pids`` so far."""
+    user = system = 0.0
     for pid in pids:
         try:
             t = psutil.Process(pid).cpu_times()
         except psutil.NoSuchProcess:
             continue
-        total += t.user + t.system
-    return total
+        user += t.user
+        system += t.system
+    return user, system
 
 
 def _pct(values: list[int], q: float) -> float:
@@ -82,7 +88,7 @@ async def run(args: argparse.Namespace, api_base: str, sim_pid: int | None) -> N
     expected = args.requests
 
     worker_pids = list(pool.worker_pids.values())
-    cpu0_workers = _cpu(worker_pids)
+    cpu0_workers = _cpu_split(worker_pids)
     cpu0_main = time.process_time()
     cpu0_sim = _cpu([sim_pid]) if sim_pid else 0.0
     gap_ns = int(1e9 / args.rate)
@@ -101,7 +107,8 @@ async def run(args: argparse.Namespace, api_base: str, sim_pid: int | None) -> N
     loop.call_at(loop.time() + (t0 - time.monotonic_ns()) / 1e9, release, 0)
     await asyncio.wait_for(done.wait(), args.requests / args.rate + 60)
     elapsed = (time.monotonic_ns() - t0) / 1e9
-    cpu_workers = _cpu(worker_pids) - cpu0_workers
+    user, system = (b - a for a, b in zip(cpu0_workers, _cpu_split(worker_pids), strict=True))
+    cpu_workers = user + system
     cpu_main = time.process_time() - cpu0_main
     cpu_sim = (_cpu([sim_pid]) - cpu0_sim) if sim_pid else 0.0
     await pool.stop()
@@ -113,7 +120,10 @@ async def run(args: argparse.Namespace, api_base: str, sim_pid: int | None) -> N
         f"{args.workers} worker(s), {'chat' if args.chat else 'completions'}, "
         f"{'dry run' if args.dry_run else 'streaming'}"
     )
-    print(f"CPU-s per 1,000: workers {cpu_workers * per_k:.3f}, main {cpu_main * per_k:.3f},")
+    print(
+        f"CPU-s per 1,000: workers {cpu_workers * per_k:.3f} (user {user * per_k:.3f}, "
+        f"system {system * per_k:.3f}), main {cpu_main * per_k:.3f},"
+    )
     print(f"                 simulator {cpu_sim * per_k:.3f} (not veeksha)")
     rows = {
         "ready→dispatched": [dispatched_at[r.request_id] - ready_at[r.request_id] for r in ok],

@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 
 from veeksha.dispatch.http1 import ConnectFailed
-from veeksha.dispatch.openai import ResponseAccumulator, ResponseError, SSEParser
+from veeksha.dispatch.openai import ResponseAccumulator, ResponseError
 from veeksha.dispatch.settings import WorkerSettings
 
 __all__ = ["error_kind", "make_session", "read_stream"]
@@ -55,9 +55,7 @@ def make_session(
 
 async def read_stream(content: aiohttp.StreamReader, acc: ResponseAccumulator, state: Any) -> None:
     """Feed an SSE body to ``acc``, one timestamp per read; ``state.completed_at`` = last read."""
-    parser = SSEParser()
-    feed = parser.feed
-    on_events = acc.on_events
+    feed = acc.feed
     readany = content.readany
     monotonic_ns = time.monotonic_ns
     while True:
@@ -66,12 +64,8 @@ async def read_stream(content: aiohttp.StreamReader, acc: ResponseAccumulator, s
             break
         t = monotonic_ns()
         state.completed_at = t
-        events = feed(data)
-        if events:
-            on_events(events, t)
-    tail = parser.close()
-    if tail:
-        on_events(tail, state.completed_at)
+        feed(data, t)
+    acc.end(state.completed_at)
     if not acc.done and not acc.parts and acc.completion_tokens is None:
         raise ResponseError("malformed_response", "stream ended without any event")
 

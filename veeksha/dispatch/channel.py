@@ -82,7 +82,9 @@ class Link(Generic[T]):
         "_on_batch",
         "_on_closed",
         "_queue",
+        "_rbuf",
         "_reading",
+        "_rview",
         "_writing",
         "closed",
         "sock",
@@ -101,6 +103,10 @@ class Link(Generic[T]):
         self._on_batch = on_batch
         self._on_closed = on_closed
         self._buf = bytearray()  # the start of a frame whose end has not arrived
+        # Reads land in one buffer, reused: recv(256 KiB) allocated a fresh bytes object each
+        # time, above malloc's mmap threshold: mmap, page faults, mremap, munmap per read.
+        self._rbuf = bytearray(_READ_BYTES)
+        self._rview = memoryview(self._rbuf)
         self._queue: deque[memoryview] = deque()  # accepted by send, not yet by the kernel
         self._loop: asyncio.AbstractEventLoop | None = None
         self._reading = False
@@ -209,18 +215,18 @@ class Link(Generic[T]):
     def _read_into(self, out: list[T]) -> bool:
         """One ``recv``: its whole frames decoded into ``out``; False if nothing more came."""
         try:
-            data = self.sock.recv(_READ_BYTES)
+            n = self.sock.recv_into(self._rbuf)
         except (BlockingIOError, InterruptedError):
             return False
         except OSError:
-            data = b""
-        if not data:
+            n = 0
+        if not n:
             self._eof()
             return False
-        self._frames(data, out)
+        self._frames(self._rview[:n], out)  # (decoded messages do not refer to the buffer)
         return True
 
-    def _frames(self, data: bytes, out: list[T]) -> None:
+    def _frames(self, data: memoryview, out: list[T]) -> None:
         buf = self._buf
         if not buf:
             # the common case: the read holds whole frames; decode from it without copying

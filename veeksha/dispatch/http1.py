@@ -216,7 +216,7 @@ class _Conn(asyncio.Protocol):
         encoding = headers.get(b"transfer-encoding", b"").lower()
         conn = headers.get(b"connection", b"").lower()
         self._keep_alive = parts[0] != b"HTTP/1.0" and conn != b"close"
-        if b"chunked" in encoding:
+        if encoding.find(b"chunked") >= 0:  # (cheaper than `in`, which tries an int first)
             self._chunked = True
         elif b"content-length" in headers:
             self._body_left = int(headers[b"content-length"])

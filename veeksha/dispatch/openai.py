@@ -20,16 +20,22 @@ Responses (``ResponseAccumulator``)
     (chat) or ``choices[0].text`` (completions), ``usage`` (prompt, completion and cached prompt
     tokens), and the non-standard ``timings`` object of our simulator. Every event of one read
     shares that read's timestamp; a chunk counts (``chunk_times_ns``, ``first_chunk_at_ns``)
-    only when its content is non-empty. An ``error`` object inside a stream (as vLLM sends) is
-    raised as a ``ResponseError`` of kind ``http_4xx`` or ``http_5xx`` from its ``code``.
+    only when its content is non-empty. A stream is fed read by read (``feed``): after its
+    first content chunk, the plain content chunks are taken by their proven byte shape
+    (``veeksha.dispatch.chunkshape``) instead of a JSON decode each, with the same result. An
+    ``error`` object inside a stream (as vLLM sends) is raised as a ``ResponseError`` of kind
+    ``http_4xx`` or ``http_5xx`` from its ``code``.
 """
 
 from __future__ import annotations
 
+import struct
 from array import array
 from typing import Any
 
 import msgspec
+
+from veeksha.dispatch.chunkshape import ChunkShape, decode_str
 
 __all__ = [
     "PROMPT_FALLBACK",
@@ -152,12 +158,12 @@ class SSEParser:
                 # instead of a loop over lines (same payloads as the general path below).
                 payloads = chunk[6:-2].split(b"\n\ndata: ")
                 joined = payloads[0] if len(payloads) == 1 else b"".join(payloads)
-                if b"\n" not in joined and b"\r" not in joined:
+                if joined.find(b"\n") < 0 and joined.find(b"\r") < 0:  # (`in` costs more)
                     return payloads
         else:
             chunk = self._pending + chunk
         tail = b""
-        if b"\r" in chunk:
+        if chunk.find(b"\r") >= 0:
             if chunk[-1] == 13:  # a CR at the end may be the first half of a CRLF
                 chunk, tail = chunk[:-1], b"\r"
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
@@ -178,6 +184,10 @@ class SSEParser:
             # comments (':...') and other fields are ignored
         self._data = data
         return events
+
+    def idle(self) -> bool:
+        """Whether the next byte starts a new line of a new event (nothing is pending)."""
+        return not self._pending and self._data is None
 
     def close(self) -> list[bytes]:
         """End of stream: return a last event left without its blank line (lenient)."""
@@ -232,12 +242,23 @@ class _TextChunk(msgspec.Struct, gc=False):
 
 
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
-_JOIN_EVERY = 64
 _decode_text_chunk = msgspec.json.Decoder(_TextChunk).decode
+_JOIN_EVERY = 64
+_LEARN_TRIES = 3
+_PEEL_EVENTS = 4
+_pack_q = struct.Struct("=q").pack  # an array('q') item's bytes
+_decode_str = decode_str
 
 
 class ResponseAccumulator:
     """What one response said so far: text parts, chunk times, usage, server timings.
+
+    A streamed body is fed read by read (``feed``, then ``end``): its SSE events go through an
+    ``SSEParser`` and ``on_events``, except the runs of plain content chunks of the stream's
+    learned ``ChunkShape``, whose texts are taken without decoding each event (see
+    ``veeksha.dispatch.chunkshape``; the result is the same, the tests compare both paths).
+    The shape is learned from the first content chunk (at most ``_LEARN_TRIES`` attempts a
+    response) and proven by a full decode of the same chunk with another text.
 
     Memory per held stream is kept small, since thousands may be in flight: ``chunk_times_ns``
     is an ``array('q')`` (8 bytes a chunk instead of a list slot and an int object, ~40), and
@@ -247,6 +268,9 @@ class ResponseAccumulator:
     """
 
     __slots__ = (
+        "_parser",
+        "_shape",
+        "_tries",
         "cached_tokens",
         "chat",
         "chunk_times_ns",
@@ -268,6 +292,9 @@ class ResponseAccumulator:
         self.cached_tokens: int | None = None
         self.server_timings: dict[str, Any] | None = None
         self.done = False
+        self._parser = SSEParser()
+        self._shape: ChunkShape | None = None
+        self._tries = _LEARN_TRIES
 
     @property
     def output_text(self) -> str:
@@ -280,44 +307,150 @@ class ResponseAccumulator:
     def chunk_times(self) -> list[int]:
         return self.chunk_times_ns.tolist()
 
+    def feed(self, data: bytes, t_ns: int) -> None:
+        """Interpret one read of a streamed body, all its events stamped ``t_ns``."""
+        parser = self._parser
+        shape = self._shape
+        if shape is None:
+            if self._tries and parser.idle() and data[:6] == b"data: ":
+                data = self._peel(data, t_ns)
+                shape = self._shape
+            if shape is None or not data:
+                if data:
+                    self._general(data, t_ns)
+                return
+        if data.startswith(shape.head) and not parser._pending and parser._data is None:  # idle
+            if data.endswith(shape.tail) and len(data) >= shape.min_len:
+                # The usual read of a token stream: one content chunk. The slice is its text
+                # with the quotes around it; it is that chunk's when it is one JSON string.
+                try:
+                    text = _decode_str(data[shape.head_len - 1 : 1 - shape.tail_len])
+                except (msgspec.MsgspecError, UnicodeDecodeError):
+                    pass  # (several chunks, or not a string)
+                else:
+                    if text:  # (_add, inline)
+                        parts = self.parts
+                        parts.append(text)
+                        self.chunk_times_ns.append(t_ns)
+                        if self.first_chunk_at_ns is None:
+                            self.first_chunk_at_ns = t_ns
+                        if len(parts) >= _JOIN_EVERY:
+                            parts[:] = ["".join(parts)]
+                    return
+            found = shape.split(data)
+            if found is not None:
+                text, n, data = found
+                if n:
+                    self._add(text, n, t_ns)
+                if not data:
+                    return
+        self._general(data, t_ns)
+
+    def end(self, t_ns: int) -> None:
+        """The streamed body ended (its last read at ``t_ns``): an unterminated event counts."""
+        events = self._parser.close()
+        if events:
+            self.on_events(events, t_ns)
+
+    def _general(self, data: bytes, t_ns: int) -> None:
+        events = self._parser.feed(data)
+        if events:
+            self.on_events(events, t_ns)
+
+    def _peel(self, data: bytes, t_ns: int) -> bytes:
+        """Interpret the first events of ``data`` one by one while they are single ``data:``
+        lines, until a shape is learned (at most ``_PEEL_EVENTS``); return the rest."""
+        for _ in range(_PEEL_EVENTS):
+            end = data.find(b"\n")  # an event that is one line ``data: X``: its payload is X
+            payload = data[6:end]
+            if end < 0 or data[end + 1 : end + 2] != b"\n" or data[:6] != b"data: ":
+                break
+            if payload.find(b"\r") >= 0:
+                break
+            self.on_events([payload], t_ns)
+            data = data[end + 2 :]
+            if self._shape is not None or not self._tries:
+                break
+        return data
+
+    def _add(self, text: str, n: int, t_ns: int) -> None:
+        """``n`` non-empty content chunks of one read, their texts joined in ``text``."""
+        parts = self.parts
+        parts.append(text)
+        if n == 1:
+            self.chunk_times_ns.append(t_ns)
+        else:
+            self.chunk_times_ns.frombytes(_pack_q(t_ns) * n)
+        if self.first_chunk_at_ns is None:
+            self.first_chunk_at_ns = t_ns
+        if len(parts) >= _JOIN_EVERY:
+            parts[:] = ["".join(parts)]
+
+    def _learn(self, payload: bytes, text: str) -> None:
+        """Learn this stream's ``ChunkShape`` from a plain content chunk, proven by a decode."""
+        self._tries -= 1
+        found = ChunkShape.learn(payload, text)
+        if found is None:
+            return
+        before, after, probe = found
+        try:
+            chunk = (_decode_chunk if self.chat else _decode_text_chunk)(
+                before + probe.encode() + after
+            )
+        except msgspec.MsgspecError:
+            return
+        if (
+            chunk.usage is None
+            and chunk.timings is None
+            and chunk.error is None
+            and chunk.choices is not None
+            and len(chunk.choices) == 1
+            and self._absorb(chunk) == probe
+        ):
+            self._shape = ChunkShape(before, after)
+
     def on_events(self, events: list[bytes], t_ns: int) -> None:
         """Interpret the SSE payloads of one read, all stamped ``t_ns``."""
         parts = self.parts
         before = len(parts)
         chat = self.chat
         decode = _decode_chunk if chat else _decode_text_chunk
-        for payload in events:
-            try:
-                chunk = decode(payload)
-            except msgspec.MsgspecError as exc:
-                if payload == _DONE:
-                    self.done = True
-                    continue
-                raise _malformed(payload, exc) from None
-            if chunk.usage is not None or chunk.timings is not None or chunk.error is not None:
-                text = self._absorb(chunk)
-            elif chunk.choices:  # the common chunk: one choice, content only
-                choice = chunk.choices[0]
-                if chat:
-                    assert type(choice) is _Choice
-                    delta = choice.delta if choice.delta is not None else choice.message
-                    text = delta.content if delta is not None else None
+        try:
+            for payload in events:
+                try:
+                    chunk = decode(payload)
+                except msgspec.MsgspecError as exc:
+                    if payload == _DONE:
+                        self.done = True
+                        continue
+                    raise _malformed(payload, exc) from None
+                if chunk.usage is not None or chunk.timings is not None or chunk.error is not None:
+                    text = self._absorb(chunk)
+                elif chunk.choices:  # the common chunk: one choice, content only
+                    choice = chunk.choices[0]
+                    if chat:
+                        assert type(choice) is _Choice
+                        delta = choice.delta if choice.delta is not None else choice.message
+                        text = delta.content if delta is not None else None
+                    else:
+                        text = choice.text
+                    if text and self._tries and self._shape is None and len(chunk.choices) == 1:
+                        self._learn(payload, text)
                 else:
-                    text = choice.text
-            else:
-                continue
-            if text:
-                parts.append(text)
-        added = len(parts) - before
-        if added:
-            if added == 1:
-                self.chunk_times_ns.append(t_ns)
-            else:
-                self.chunk_times_ns.extend([t_ns] * added)
-            if self.first_chunk_at_ns is None:
-                self.first_chunk_at_ns = t_ns
-            if len(parts) >= _JOIN_EVERY:
-                parts[:] = ["".join(parts)]
+                    continue
+                if text:
+                    parts.append(text)
+        finally:  # (also when an event fails: the chunks before it keep their times)
+            added = len(parts) - before
+            if added:
+                if added == 1:
+                    self.chunk_times_ns.append(t_ns)
+                else:
+                    self.chunk_times_ns.frombytes(_pack_q(t_ns) * added)
+                if self.first_chunk_at_ns is None:
+                    self.first_chunk_at_ns = t_ns
+                if len(parts) >= _JOIN_EVERY:
+                    parts[:] = ["".join(parts)]
 
     def on_body(self, body: bytes, t_ns: int) -> None:
         """Interpret a whole non-streamed JSON response read at ``t_ns``."""

@@ -50,7 +50,7 @@ from veeksha.dispatch.channel import Link, encode_frame, to_worker_decoder
 from veeksha.dispatch.http1 import ConnectFailed, Exchange, Http1Pool
 from veeksha.dispatch.inprocess import dry_result
 from veeksha.dispatch.messages import Result, Stop, ToWorker, WorkerReady, WorkItem
-from veeksha.dispatch.openai import RequestBuilder, ResponseAccumulator, ResponseError, SSEParser
+from veeksha.dispatch.openai import RequestBuilder, ResponseAccumulator, ResponseError
 from veeksha.dispatch.settings import WorkerSettings, WorkerSpawn
 from veeksha.engine.timers import Cancellable, LoopTimers
 
@@ -430,7 +430,6 @@ class _Exchange(Exchange):
         "http",
         "http_status",
         "item",
-        "parser",
         "received_at",
         "retries",
         "retry_timer",
@@ -455,8 +454,7 @@ class _Exchange(Exchange):
         self.finished = False
         self.stream = worker.settings.stream
         self.acc = ResponseAccumulator(worker.settings.chat)
-        self.parser = SSEParser()
-        self.feed = self.parser.feed
+        self.feed = self.acc.feed
         self.headers: dict[bytes, bytes] | None = None
         self.body: list[bytes] | None = None
         self.timer: asyncio.TimerHandle | None = None
@@ -480,9 +478,7 @@ class _Exchange(Exchange):
     def on_data(self, data: bytes, t_ns: int) -> None:
         self.completed_at = t_ns
         if self.stream:
-            events = self.feed(data)
-            if events:
-                self.acc.on_events(events, t_ns)
+            self.feed(data, t_ns)
         else:
             assert self.body is not None
             self.body.append(data)
@@ -520,9 +516,7 @@ class _Exchange(Exchange):
             self.retry_timer = loop.call_later(delay, self._resend)
             return
         if self.stream:
-            tail = self.parser.close()
-            if tail:
-                acc.on_events(tail, self.completed_at)
+            acc.end(self.completed_at)
             if not acc.done and not acc.parts and acc.completion_tokens is None:
                 raise ResponseError("malformed_response", "stream ended without any event")
         else:
