@@ -27,9 +27,14 @@ scale      a dry run of linear sessions (3 turns, no think time, history inherit
            ``python_floor_sessions_per_s``: 100,000 of the same sessions pushed through the
            minimal data flow in bare CPython (``benchmarks.python_floor``: a lower bound, not
            veeksha), measured in the same repetition.
-memory     RSS of the tree per 1,000 in-flight requests: concurrency C against a server holding
-           long streams, minus the same at concurrency 10, scaled to 1,000; also split into the
-           worker processes' part and the rest (main).
+memory     RSS of the tree per 1,000 in-flight requests: one run whose concurrency ramps up to C
+           (1,000; quick 300) over 5 s against a server holding long streams; the tree's RSS is
+           sampled beside the server's count of running requests, and the least-squares slope
+           over the samples from C/10 to C running, scaled to 1,000, is the figure; also split
+           into the worker processes' part and the rest (main). ``burst_rss_mb_per_1000``: the
+           figure's method until 2026-11-25, two runs that open 10 and C streams at once, their
+           difference scaled to 1,000: it adds what opening C streams in one instant leaves
+           behind, and the few MB by which the main process' RSS differs between runs.
 
 ``vm_steal_pct`` (precision, ttfc): the share of CPU time the hypervisor took from this virtual
 machine during the run (/proc/stat ``steal``): a vCPU taken away for a few ms shows up in the
@@ -297,49 +302,55 @@ def fig_scale(plan: Plan, _sim: Simulator) -> Sample:
 
 def fig_memory(plan: Plan, _sim: Simulator) -> Sample:
     high = plan.pick(300, 1000)
-    rss: dict[int, float] = {}
-    workers: dict[int, float] = {}
+    rampup_s = plan.pick(3.0, 5.0)
     with Simulator(timing="fixed", ttft_ms=0.0, itl_ms=50.0, max_num_seqs=4096) as slow:
-        for c in (10, high):
-            spec = scenario(
-                api_base=slow.base_url,
-                scheduler={
-                    "type": "concurrent",
-                    "target_concurrent_sessions": c,
-                    "rampup_seconds": 0,
-                },
-                max_sessions=-1,
-                output_tokens=2000,  # 100 s streams: nothing completes during the run
-                timeout_s=plan.pick(4, 6),
-                request_timeout_s=300,
-                post_timeout_grace_seconds=0,
-            )
-            probe = _InFlightRss(slow, c)
-            m = run_veeksha(spec, plan.workdir, f"memory{c}", while_running=probe)
-            _check(m, f"memory {c}")
-            rss[c] = probe.rss_mb()
-            workers[c] = probe.workers_mb()
-    per_k = (rss[high] - rss[10]) / (high - 10) * 1000
-    workers_per_k = (workers[high] - workers[10]) / (high - 10) * 1000
+        ramp = _hold_streams(plan, slow, high, rampup_s, "memory")
+        tree, workers = ramp.per_1000(low=high // 10, high=high)
+        # the same at once (no ramp-up): two runs, at 10 and at C streams
+        at = {c: _hold_streams(plan, slow, c, 0.0, f"memory{c}").rss_at(c) for c in (10, high)}
     return Sample(
         {
-            "rss_mb_per_1000": per_k,
-            "workers_rss_mb_per_1000": workers_per_k,
-            "main_rss_mb_per_1000": per_k - workers_per_k,
-            f"tree_rss_mb@{high}": rss[high],
+            "rss_mb_per_1000": tree,
+            "workers_rss_mb_per_1000": workers,
+            "main_rss_mb_per_1000": tree - workers,
+            "burst_rss_mb_per_1000": (at[high] - at[10]) / (high - 10) * 1000,
+            f"tree_rss_mb@{high}": ramp.rss_at(high),
+            f"burst_tree_rss_mb@{high}": at[high],
         }
     )
 
 
-class _InFlightRss:
-    """Samples the tree's RSS (and the workers' part of it) while the server holds ``target``
-    running requests."""
+def _hold_streams(
+    plan: Plan, sim: Simulator, streams: int, rampup_s: float, name: str
+) -> _InFlightRss:
+    """A run that opens ``streams`` long streams (over ``rampup_s``), sampled by its probe."""
+    spec = scenario(
+        api_base=sim.base_url,
+        scheduler={
+            "type": "concurrent",
+            "target_concurrent_sessions": streams,
+            "rampup_seconds": rampup_s,
+        },
+        max_sessions=-1,
+        output_tokens=2000,  # 100 s streams: nothing completes during the run
+        timeout_s=rampup_s + plan.pick(2.0, 3.0),
+        request_timeout_s=300,
+        post_timeout_grace_seconds=0,
+    )
+    probe = _InFlightRss(sim)
+    m = run_veeksha(spec, plan.workdir, name, while_running=probe)
+    _check(m, name)
+    return probe
 
-    def __init__(self, sim: Simulator, target: int) -> None:
+
+class _InFlightRss:
+    """Samples the tree's RSS (and the workers' part of it) beside the number of requests the
+    server is running, while a ramp-up raises it: one process tree, so the slope of RSS over
+    requests in flight is free of the few MB by which a process' RSS differs between runs."""
+
+    def __init__(self, sim: Simulator) -> None:
         self.url = sim.base_url.removesuffix("/v1") + "/metrics"
-        self.target = target
-        self.samples: list[float] = []
-        self.worker_samples: list[float] = []
+        self.samples: list[tuple[int, float, float]] = []  # running, tree MB, workers MB
 
     def _running(self) -> int:
         with urllib.request.urlopen(self.url, timeout=5) as resp:
@@ -352,20 +363,32 @@ class _InFlightRss:
         root = psutil.Process(proc.pid)
         while proc.poll() is None:
             try:
-                if self._running() >= self.target:
-                    procs = [root, *root.children(recursive=True)]
-                    rss = [(p.memory_info().rss, _is_worker(p)) for p in procs]
-                    self.samples.append(sum(r for r, _ in rss) / 2**20)
-                    self.worker_samples.append(sum(r for r, w in rss if w) / 2**20)
+                before = self._running()
+                procs = [root, *root.children(recursive=True)]
+                rss = [(p.memory_info().rss, _is_worker(p)) for p in procs]
+                after = self._running()
+                if before == after:  # (no request started while the processes were read)
+                    tree = sum(r for r, _ in rss) / 2**20
+                    self.samples.append((after, tree, sum(r for r, w in rss if w) / 2**20))
             except (OSError, psutil.NoSuchProcess):
                 pass
-            time.sleep(0.25)
+            time.sleep(0.05)
 
-    def rss_mb(self) -> float:
-        return statistics.median(self.samples) if self.samples else float("nan")
+    def per_1000(self, low: int, high: int) -> tuple[float, float]:
+        """Least-squares slopes (MB per 1,000 in flight) of the tree's and the workers' RSS over
+        the samples with ``low`` to ``high`` requests running."""
+        points = [s for s in self.samples if low <= s[0] <= high]
+        if len(points) < 3 or len({s[0] for s in points}) < 2:
+            return float("nan"), float("nan")
+        running = [float(s[0]) for s in points]
+        tree = statistics.linear_regression(running, [s[1] for s in points]).slope
+        workers = statistics.linear_regression(running, [s[2] for s in points]).slope
+        return tree * 1000, workers * 1000
 
-    def workers_mb(self) -> float:
-        return statistics.median(self.worker_samples) if self.worker_samples else float("nan")
+    def rss_at(self, running: int) -> float:
+        """Median tree RSS (MB) of the samples with ``running`` requests running."""
+        at = [s[1] for s in self.samples if s[0] == running]
+        return statistics.median(at) if at else float("nan")
 
 
 def _is_worker(proc: Any) -> bool:
