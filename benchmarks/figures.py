@@ -24,7 +24,7 @@ scale      a dry run of linear sessions (3 turns, no think time, history inherit
            its RSS growth during the traffic, from a quarter of it to 90 % of it (flat means ~0).
            One repetition per invocation (``REPEATS``): a run is ~55 s of traffic, its own
            average, and three would take the invocation past 10 minutes.
-           ``python_floor_sessions_per_s``: 100,000 of the same sessions pushed through the
+           ``python_floor_sessions_per_s``: 200,000 of the same sessions pushed through the
            minimal data flow in bare CPython (``benchmarks.python_floor``: a lower bound, not
            veeksha), measured in the same repetition.
 memory     RSS of the tree per 1,000 in-flight requests: one run whose concurrency ramps up to C
@@ -57,7 +57,7 @@ import psutil
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from benchmarks.harness import RunMeasure, Simulator, run_veeksha, scenario
+from benchmarks.harness import RunMeasure, Simulator, run_veeksha, scale_scenario, scenario
 from benchmarks.python_floor import run_floor, scale_sessions
 
 __all__ = ["FIGURES", "REPEATS", "Plan", "Sample"]
@@ -251,24 +251,8 @@ def fig_ttfc(plan: Plan, _sim: Simulator) -> Sample:
 
 
 def fig_scale(plan: Plan, _sim: Simulator) -> Sample:
-    graph = {
-        "type": "linear",
-        "num_request_generator": {"type": "fixed", "value": 3},
-        "request_wait_generator": {"type": "fixed", "interval": 0},
-        "inherit_history": True,
-    }
     n = plan.pick(5_000, 1_000_000)
-    spec = scenario(
-        api_base=None,
-        # closed loop keeps 1,000 sessions alive: an open-loop rate beyond what the loop can
-        # start would start (and hold) every due session at once
-        scheduler={"type": "concurrent", "target_concurrent_sessions": 1000, "rampup_seconds": 0},
-        max_sessions=n,
-        graph=graph,
-        prompt_tokens=32,
-        output_tokens=8,
-        timeout_s=plan.pick(20, 600),
-    )
+    spec = scale_scenario(n, timeout_s=plan.pick(20, 600))
     launched = time.time()  # wall clock of the launch: the RSS samples' origin, within ms
     m = run_veeksha(spec, plan.workdir, "scale", dry_run=True)
     _check(m, "scale")
@@ -286,13 +270,14 @@ def fig_scale(plan: Plan, _sim: Simulator) -> Sample:
     growth = (
         traffic[int(len(traffic) * 0.9)] - traffic[len(traffic) // 4] if len(traffic) > 8 else 0.0
     )
-    specs, generation_s = scale_sessions(min(n, 100_000))  # (a rate: 100,000 are plenty)
-    floor_s = run_floor(specs) + generation_s
+    floor_n = min(n, 200_000)  # (a rate: 200,000 are plenty)
+    pool, generation_s = scale_sessions(floor_n)
+    floor_s = run_floor(pool, floor_n)[0] + generation_s
     return Sample(
         {
             "sessions": done,
             "sessions_per_s": done / span if span else 0.0,
-            "python_floor_sessions_per_s": len(specs) / floor_s,
+            "python_floor_sessions_per_s": floor_n / floor_s,
             "peak_main_rss_mb": m.peak_main_rss_mb,
             "traffic_peak_main_rss_mb": max(traffic, default=0.0),
             "main_rss_growth_mb": growth,

@@ -44,6 +44,7 @@ __all__ = [
     "Simulator",
     "machine",
     "run_veeksha",
+    "scale_scenario",
     "scenario",
 ]
 
@@ -193,6 +194,30 @@ def scenario(
         "trace_recorder": {"enabled": False},
         "evaluators": [{"type": "performance", "stream_metrics": False}],
     }
+
+
+def scale_scenario(sessions: int, timeout_s: float = 600.0) -> dict[str, Any]:
+    """The scale figure's scenario: linear 3-request sessions (no think time, history
+    inherited), 32-token prompts, 8 output tokens, 1,000 kept alive, no target (a dry run).
+
+    Closed loop keeps 1,000 sessions alive: an open-loop rate beyond what the loop can start
+    would start (and hold) every due session at once.
+    """
+    graph = {
+        "type": "linear",
+        "num_request_generator": {"type": "fixed", "value": 3},
+        "request_wait_generator": {"type": "fixed", "interval": 0},
+        "inherit_history": True,
+    }
+    return scenario(
+        api_base=None,
+        scheduler={"type": "concurrent", "target_concurrent_sessions": 1000, "rampup_seconds": 0},
+        max_sessions=sessions,
+        graph=graph,
+        prompt_tokens=32,
+        output_tokens=8,
+        timeout_s=timeout_s,
+    )
 
 
 @dataclass
