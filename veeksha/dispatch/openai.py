@@ -375,14 +375,18 @@ class ResponseAccumulator:
 
     def _add(self, text: str, n: int, t_ns: int) -> None:
         """``n`` non-empty content chunks of one read, their texts joined in ``text``."""
-        parts = self.parts
-        parts.append(text)
+        self.parts.append(text)
+        self._stamp(n, t_ns)
+
+    def _stamp(self, n: int, t_ns: int) -> None:
+        """``n`` non-empty chunks (their texts already in ``parts``) arrived at ``t_ns``."""
         if n == 1:
             self.chunk_times_ns.append(t_ns)
         else:
             self.chunk_times_ns.frombytes(_pack_q(t_ns) * n)
         if self.first_chunk_at_ns is None:
             self.first_chunk_at_ns = t_ns
+        parts = self.parts
         if len(parts) >= _JOIN_EVERY:
             parts[:] = ["".join(parts)]
 
@@ -443,14 +447,7 @@ class ResponseAccumulator:
         finally:  # (also when an event fails: the chunks before it keep their times)
             added = len(parts) - before
             if added:
-                if added == 1:
-                    self.chunk_times_ns.append(t_ns)
-                else:
-                    self.chunk_times_ns.frombytes(_pack_q(t_ns) * added)
-                if self.first_chunk_at_ns is None:
-                    self.first_chunk_at_ns = t_ns
-                if len(parts) >= _JOIN_EVERY:
-                    parts[:] = ["".join(parts)]
+                self._stamp(added, t_ns)
 
     def on_body(self, body: bytes, t_ns: int) -> None:
         """Interpret a whole non-streamed JSON response read at ``t_ns``."""
