@@ -20,7 +20,7 @@ completed at 1.5 and 3.0 s, 10 and 30 output tokens: window 2.0 s, 1.0 request/s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,7 +58,6 @@ __all__ = [
     "latency_stats",
     "measured_window",
     "metric_sample",
-    "metric_samples",
     "prefill_buckets",
     "request_counts",
     "throughput",
@@ -116,11 +115,6 @@ LATENCY_METRICS: tuple[Metric, ...] = (
         _scalar("dispatch_lag"),
     ),
 )
-
-
-def metric_samples(requests: pa.Table) -> dict[str, Floats]:
-    """The sample of every latency metric (``requests``: measured rows)."""
-    return {m.name: m.sample(requests) for m in LATENCY_METRICS}
 
 
 #: A sample with more values than this is streamed from the Parquet file in passes
@@ -202,9 +196,9 @@ def digest(
     return Digest(unit, stats, csv, quantiles, found[3], sample.median())
 
 
-def latency_stats(samples: dict[str, Floats]) -> dict[str, dict[str, Any]]:
-    """``describe`` of every metric's sample, with its unit: summary.json's ``latency``."""
-    return {m.name: {"unit": m.unit, **describe(samples[m.name])} for m in LATENCY_METRICS}
+def latency_stats(digests: Mapping[str, Digest]) -> dict[str, dict[str, Any]]:
+    """Every metric's statistics, with its unit: summary.json's ``latency``."""
+    return {name: {"unit": d.unit, **d.stats} for name, d in digests.items()}
 
 
 def measured_window(requests: pa.Table) -> tuple[float, float] | None:

@@ -26,17 +26,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
-from veeksha.evaluate.metrics import Digest, digest
-from veeksha.evaluate.sample import Sample
+from veeksha.evaluate.metrics import Digest
 from veeksha.evaluate.sessions import session_ids
 from veeksha.evaluate.source import ColumnSource
-from veeksha.evaluate.stats import Floats, column, int_column, integers, status_is
+from veeksha.evaluate.stats import column, int_column, integers, status_is
 from veeksha.scenario.models import SLO, Scenario
 
 __all__ = [
     "SloResult",
     "all_met",
-    "evaluate_slos",
     "goodput",
     "judge_slos",
     "request_meets",
@@ -77,15 +75,6 @@ def judge_slos(slos: list[SLO], digests: Mapping[str, Digest]) -> list[SloResult
             SloResult(slo.name, slo.metric, slo.percentile, slo.value, observed, found.count, met)
         )
     return results
-
-
-def evaluate_slos(slos: list[SLO], samples: Mapping[str, Floats | Sample]) -> list[SloResult]:
-    """Judge each SLO on the metric samples of the measured phase (``metric_samples``)."""
-    digests: dict[str, Digest] = {
-        name: digest(samples[name], "s", tuple(s.percentile for s in slos if s.metric == name))
-        for name in {slo.metric for slo in slos}
-    }
-    return judge_slos(slos, digests)
 
 
 def all_met(results: list[SloResult]) -> bool | None:

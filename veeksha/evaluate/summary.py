@@ -31,6 +31,7 @@ from veeksha.evaluate.metrics import (
     Digest,
     digest,
     error_rates,
+    latency_stats,
     measured_window,
     metric_sample,
     prefill_buckets,
@@ -85,7 +86,7 @@ def compute_aggregates(
     window = measured_window(requests)
     sections: dict[str, Any] = {
         "requests": request_counts(requests),
-        "latency": {name: {"unit": d.unit, **d.stats} for name, d in digests.items()},
+        "latency": latency_stats(digests),
         "throughput": throughput(requests, window),
     }
     steps = (

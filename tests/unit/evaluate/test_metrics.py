@@ -12,7 +12,6 @@ from veeksha.evaluate.metrics import (
     error_rates,
     latency_stats,
     measured_window,
-    metric_samples,
     prefill_buckets,
     request_counts,
     throughput,
@@ -27,12 +26,13 @@ from veeksha.evaluate.stats import (
     percentile_key,
     scalar,
 )
+from veeksha.evaluate.summary import metric_digests
 
 approx = pytest.approx
 
 
 def _stats(rows: list[dict]) -> dict:
-    return latency_stats(metric_samples(measured_rows(requests_table(rows))))
+    return latency_stats(metric_digests(measured_rows(requests_table(rows)), []))
 
 
 def test_worked_example_of_the_recorder() -> None:
@@ -113,7 +113,7 @@ def test_failed_requests_are_counted_not_dropped() -> None:
         "http_5xx": {"count": 1, "rate": 0.25},
         "timeout": {"count": 1, "rate": 0.25},
     }
-    stats = latency_stats(metric_samples(table))
+    stats = latency_stats(metric_digests(table, []))
     assert stats["ttfc"]["count"] == 1  # latencies of ok requests only
     assert stats["generator_delay"]["count"] == 3  # the generator's lag of every sent request
 
@@ -122,7 +122,7 @@ def test_warmup_rows_are_excluded() -> None:
     rows = [request(0, sent=0.0), request(1, sent=0.0, chunks=(9.0,), phase="warmup")]
     measured = measured_rows(requests_table(rows))
     assert measured.num_rows == 1
-    assert latency_stats(metric_samples(measured))["ttfc"]["max"] == approx(0.2)
+    assert latency_stats(metric_digests(measured, []))["ttfc"]["max"] == approx(0.2)
 
 
 def test_throughput_over_the_measured_window() -> None:
@@ -144,7 +144,7 @@ def test_throughput_over_the_measured_window() -> None:
 
 def test_zero_measured_rows() -> None:
     empty = requests_table([])
-    stats = latency_stats(metric_samples(empty))
+    stats = latency_stats(metric_digests(empty, []))
     assert all(s["count"] == 0 and s["p99"] is None for s in stats.values())
     assert measured_window(empty) is None
     assert throughput(empty, None)["requests_per_s"] is None

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.evaluate.builders import request, requests_table, session, sessions_table
-from veeksha.evaluate.metrics import metric_samples
-from veeksha.evaluate.slo import all_met, evaluate_slos, goodput, request_meets
+from veeksha.evaluate.slo import all_met, goodput, judge_slos, request_meets
+from veeksha.evaluate.summary import metric_digests
 from veeksha.scenario.models import SLO
 
 
@@ -23,10 +23,8 @@ ROWS = [
 
 
 def test_slos_met_and_unmet() -> None:
-    samples = metric_samples(requests_table(ROWS))
-    results = evaluate_slos(
-        [_slo("ttfc", 0.5, 0.25), _slo("ttfc", 1.0, 0.25), _slo("tbc", 0.75, 0.011)], samples
-    )
+    slos = [_slo("ttfc", 0.5, 0.25), _slo("ttfc", 1.0, 0.25), _slo("tbc", 0.75, 0.011)]
+    results = judge_slos(slos, metric_digests(requests_table(ROWS), slos))
     assert [r.met for r in results] == [True, False, True]
     assert results[0].observed == pytest.approx(0.2)
     assert results[1].observed == pytest.approx(0.3)
@@ -38,7 +36,8 @@ def test_slos_met_and_unmet() -> None:
 
 
 def test_an_slo_without_data_is_not_met() -> None:
-    results = evaluate_slos([_slo("e2e", 0.99, 1.0)], metric_samples(requests_table([])))
+    slos = [_slo("e2e", 0.99, 1.0)]
+    results = judge_slos(slos, metric_digests(requests_table([]), slos))
     assert results[0].observed is None
     assert results[0].met is False
 
