@@ -370,7 +370,7 @@ class TrafficLoop:
         )
         worker_id = self._submit(item)
         self._unflushed = True
-        session.states[node_id] = _IN_FLIGHT
+        session.mark_dispatched(node_id)
         request = InFlight(session, node_id, request_id, ready_at, now, worker_id, history_tokens)
         self.in_flight[request_id] = request
         self.counters.requests_dispatched += 1

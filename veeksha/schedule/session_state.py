@@ -124,13 +124,9 @@ class SessionState:
         inherited = () if parent is None else self._conversation.get(parent, ())
         return (*inherited, ("user", node.prompt))
 
-    def history_tokens(self, node_id: int) -> int:
-        """Tokens of the inherited conversation (0 without a history parent)."""
-        parent = self.spec.nodes[node_id].history_parent
-        return 0 if parent is None else self._history_tokens.get(parent, 0)
-
     def outgoing(self, node_id: int) -> tuple[list[tuple[str, str]], int]:
-        """What a dispatch needs in one call: ``messages`` as a new list, ``history_tokens``."""
+        """What a dispatch needs in one call: ``messages`` as a new list, and the tokens of the
+        inherited conversation (0 without a history parent)."""
         node = self.spec.nodes[node_id]
         parent = node.history_parent
         if parent is None:

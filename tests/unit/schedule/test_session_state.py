@@ -77,7 +77,7 @@ def test_failure_without_cancel_releases_children_without_answer() -> None:
     s.mark_dispatched(0)
     assert s.complete(0, S, False, conversation_tokens=3, answer_tokens=9) == [(1, S + S // 2)]
     assert s.messages(1) == (("user", "p0"), ("user", "p1"))
-    assert s.history_tokens(1) == 3  # a failed parent contributes no answer tokens
+    assert s.outgoing(1)[1] == 3  # a failed parent contributes no answer tokens
 
 
 def test_history_tokens_accumulate_along_the_chain() -> None:
@@ -87,9 +87,9 @@ def test_history_tokens_accumulate_along_the_chain() -> None:
     s = SessionState(spec, started_at_ns=0, cancel_on_failure=True)
     s.start()
     s.complete(0, 1, True, answer="x y", conversation_tokens=5, answer_tokens=2)
-    assert s.history_tokens(1) == 7
+    assert s.outgoing(1)[1] == 7
     s.complete(1, 2, True, answer="z", conversation_tokens=8, answer_tokens=1)
-    assert s.history_tokens(2) == 9
+    assert s.outgoing(2)[1] == 9
 
 
 def test_cancel_pending_at_run_end_and_double_finish_is_an_error() -> None:
