@@ -356,7 +356,7 @@ class TrafficLoop:
         self._arm_dispatch_timer()
 
     def _dispatch(self, session: SessionState, node_id: int, now: int) -> None:
-        # (positional arguments and no helper calls: this runs once per request)
+        # (positional arguments: this runs once per request)
         request_id = self._next_request
         self._next_request += 1
         ready_at: int = session.ready_at_ns[node_id]  # type: ignore[assignment]  # set when ready
