@@ -43,6 +43,7 @@ from veeksha.evaluate.stats import (
     column,
     describe,
     flat_list,
+    floats,
     scalar,
     status_is,
 )
@@ -125,7 +126,7 @@ MAX_HELD_VALUES = 4_000_000
 def _batch_values(batch: pa.Array, is_list: bool) -> Floats:
     if is_list:
         batch = pc.list_flatten(batch)
-    return column(pa.table({"v": batch}), "v")
+    return floats(batch)
 
 
 def metric_sample(

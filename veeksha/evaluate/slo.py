@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 from veeksha.evaluate.metrics import Digest
 from veeksha.evaluate.sessions import session_ids
 from veeksha.evaluate.source import ColumnSource
-from veeksha.evaluate.stats import column, int_column, integers, status_is
+from veeksha.evaluate.stats import column, floats, int_column, integers, status_is
 from veeksha.scenario.models import SLO, Scenario
 
 __all__ = [
@@ -85,7 +85,7 @@ def all_met(results: list[SloResult]) -> bool | None:
 def _tbc_meets(requests: pa.Table | ColumnSource, slo: SLO) -> NDArray[np.bool_]:
     parts = [np.empty(0, dtype=bool)]
     for gaps in ColumnSource.of(requests).batches("tbc"):  # a batch of rows at a time
-        flat = column(pa.table({"v": pc.list_flatten(gaps)}), "v")
+        flat = floats(pc.list_flatten(gaps))
         owner = integers(pc.list_parent_indices(gaps))
         n = len(gaps)
         total = np.bincount(owner, minlength=n)

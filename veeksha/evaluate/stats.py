@@ -30,6 +30,7 @@ __all__ = [
     "column",
     "describe",
     "flat_list",
+    "floats",
     "from_numpy",
     "int_column",
     "integers",
@@ -160,13 +161,19 @@ def integers(col: pa.Array | pa.ChunkedArray) -> NDArray[np.int64]:
     return out
 
 
+def floats(col: pa.Array | pa.ChunkedArray) -> Floats:
+    """A numeric array as float64 numpy values (nulls become NaN)."""
+    out: Floats = _values(col, pa.float64(), np.float64)
+    return out
+
+
 def flat_list(table: pa.Table, name: str) -> Floats:
     """Every value of list column ``name`` (e.g. all TBC gaps), nulls and NaNs dropped."""
     col = table.column(name)
     if col.num_chunks == 0 or table.num_rows == 0:
         return np.empty(0)
     flat = pc.list_flatten(col)
-    values = column(pa.table({"v": flat}), "v")
+    values = floats(flat)
     return values[~np.isnan(values)]
 
 
