@@ -135,7 +135,7 @@ class _CounterPoll:
 def fig_startup(plan: Plan, sim: Simulator) -> Sample:
     spec = scenario(api_base=sim.base_url, scheduler=_rate(10), max_sessions=20)
     cpu0 = sim.cpu_s()
-    m = run_veeksha(spec, plan.workdir, "startup")
+    m = run_veeksha(spec, plan.workdir, "startup", sample_rss=True)
     _check(m, "startup")
     return Sample(
         {
@@ -254,7 +254,7 @@ def fig_scale(plan: Plan, _sim: Simulator) -> Sample:
     n = plan.pick(5_000, 1_000_000)
     spec = scale_scenario(n, timeout_s=plan.pick(20, 600))
     launched = time.time()  # wall clock of the launch: the RSS samples' origin, within ms
-    m = run_veeksha(spec, plan.workdir, "scale", dry_run=True)
+    m = run_veeksha(spec, plan.workdir, "scale", dry_run=True, sample_rss=True)
     _check(m, "scale")
     path = m.run_dir / "sessions.parquet"
     with pq.ParquetFile(path) as f:
