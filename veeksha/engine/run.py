@@ -33,6 +33,7 @@ from veeksha.dispatch.inprocess import InProcessPool
 from veeksha.dispatch.messages import Result, WorkItem
 from veeksha.dispatch.pool import WorkerPool
 from veeksha.dispatch.settings import WorkerSettings
+from veeksha.engine.cpu_wait import CpuWait
 from veeksha.engine.loop import LoopSettings, TrafficLoop
 from veeksha.engine.progress import ProgressLine
 from veeksha.engine.recorder import RunRecorder
@@ -141,6 +142,9 @@ class _Run:
         self.num_workers = 0
         self.main_cpu_s = 0.0
         self.children_cpu_start = 0.0
+        # seconds the main process and the workers waited for a CPU during the traffic
+        self.main_cpu_wait_s: float | None = None
+        self.worker_cpu_wait_s: float | None = None
         self.plots = True
 
     async def execute(self) -> RunOutcome:
@@ -322,17 +326,21 @@ class _Run:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal)
         cpu_start = time.process_time()
+        assert self.pool is not None
+        main_wait, worker_wait = CpuWait([os.getpid()]), CpuWait(self.pool.worker_pids.values())
+        main_wait.start()
+        worker_wait.start()
         try:
             progress.start()
             traffic.start(t0_ns)
             await finished
         finally:
+            self.main_cpu_wait_s, self.worker_cpu_wait_s = main_wait.stop(), worker_wait.stop()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             progress.stop()
             if self._drain_task is not None:
                 await self._drain_task
-            assert self.pool is not None
             await self.pool.stop(grace_s=0.0)
             if traffic.in_flight:
                 traffic.abandon_in_flight("worker_lost")
@@ -453,6 +461,8 @@ class _Run:
                 "main_cpu_s": self.main_cpu_s,
                 # the workers were reaped by now; the simulator, if any, is not yet
                 "worker_cpu_s": _children_cpu_s() - self.children_cpu_start,
+                "main_cpu_wait_s": self.main_cpu_wait_s,
+                "worker_cpu_wait_s": self.worker_cpu_wait_s,
                 "num_workers": self.num_workers,
                 "target": describe(target),
             }

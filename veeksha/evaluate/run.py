@@ -14,6 +14,9 @@ measured phase, runs the health checks, judges the SLOs, writes every evaluation
     stop_reason     str    why the run stopped (e.g. max_sessions, timeout, SIGINT)
     worker_cpu_s    float  CPU seconds of all worker processes together
     main_cpu_s      float  CPU seconds of the main process
+    worker_cpu_wait_s float  seconds the workers' main threads waited for a CPU (run queue)
+                           during the traffic, summed; None where the kernel does not tell
+    main_cpu_wait_s float  the same for the main process
     num_workers     int    worker processes
     target          str    what was benchmarked (api base and model, or the simulator)
 

@@ -86,7 +86,13 @@ def test_linear_sessions_keep_order_think_time_and_exact_history(tmp_path: Path)
     assert meta[b"seed"] == b"7"
     assert json.loads(meta[b"target"])["kind"] == "simulator"
     assert meta[b"health_verdict"] in (b"pass", b"fail")
-    assert (run_dir / "summary.json").exists()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    # the run-queue wait of the main process and of the one worker, read from the kernel
+    assert 0.0 <= summary["run"]["main_cpu_wait_s"] < 30.0
+    assert 0.0 <= summary["run"]["worker_cpu_wait_s"] < 30.0
+    health = json.loads((run_dir / "health.json").read_text())
+    saturation = next(c for c in health["checks"] if c["name"] == "generator_saturation")
+    assert 0.0 <= saturation["statistics"]["worker_cpu_wait_share"] < 1.0
     assert (run_dir / "config.yaml").exists()
     trace = read_trace(run_dir / "trace.jsonl")
     assert len(trace) == len(requests)

@@ -19,7 +19,7 @@ from tests.unit.evaluate.builders import (
 )
 from veeksha.evaluate.arrival_checks import ARRIVAL_DISTRIBUTION, DISPATCH_RATE
 from veeksha.evaluate.checks import HEALTH_CHECKS, run_health_checks
-from veeksha.evaluate.generator_checks import GENERATOR_SATURATION, LIFECYCLE_DELAYS
+from veeksha.evaluate.generator_checks import CPU_WAIT_NOTE, GENERATOR_SATURATION, LIFECYCLE_DELAYS
 from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthInput
 from veeksha.evaluate.request_checks import (
     DEPENDENCIES,
@@ -238,6 +238,22 @@ def test_generator_saturation_passes_with_small_lag() -> None:
     assert result.statistics["p99_ms"] == pytest.approx(1.0)
     assert result.statistics["slope_ms_per_s"] == pytest.approx(0.0, abs=1e-6)
     assert result.statistics["worker_cpu_utilisation"] == pytest.approx(1.0 / 1.99, rel=1e-3)
+
+
+def test_generator_saturation_reports_the_workers_wait_and_names_it_on_failure() -> None:
+    small = _lagged(np.full(200, 0.001))
+    passed = GENERATOR_SATURATION(_input(small, run_info={"worker_cpu_wait_s": 0.1}))
+    assert passed.status == PASS
+    assert passed.statistics["worker_cpu_wait_share"] == pytest.approx(0.1 / 1.99, rel=1e-3)
+    assert "waited" not in passed.detail  # reported, not flagged: the lag is fine
+    large = _lagged(np.full(200, 0.05))
+    failed = GENERATOR_SATURATION(_input(large, run_info={"worker_cpu_wait_s": 0.1}))
+    assert failed.status == FAIL
+    assert "the workers waited for a CPU 5.0% of the time" in failed.detail
+    barely = GENERATOR_SATURATION(_input(large, run_info={"worker_cpu_wait_s": 0.01}))
+    assert barely.statistics["worker_cpu_wait_share"] < CPU_WAIT_NOTE
+    assert "waited" not in barely.detail
+    assert "worker_cpu_wait_share" not in GENERATOR_SATURATION(_input(large)).statistics
 
 
 def test_generator_saturation_fails_on_p99() -> None:
