@@ -28,6 +28,7 @@ import heapq
 import statistics
 import time
 from itertools import count
+from typing import Any
 
 from benchmarks.harness import scale_scenario
 from veeksha.dispatch.messages import Result, WorkItem
@@ -68,9 +69,10 @@ def run_floor(pool: list[SessionSpec], sessions: int, concurrency: int = 1000) -
     floats: list[float] = []
     strs: list[str] = []
     session_rows: list[object] = []
-    heap: list[tuple[int, int, int, list[object]]] = []
+    # a session's state is a bare list [spec, node states, conversation]: no class of its own
+    heap: list[tuple[int, int, int, list[Any]]] = []
     seq = count()
-    in_flight: dict[int, tuple[list[object], int]] = {}
+    in_flight: dict[int, tuple[list[Any], int]] = {}
     next_request = 0
     started = 0
     active = 0
@@ -79,13 +81,13 @@ def run_floor(pool: list[SessionSpec], sessions: int, concurrency: int = 1000) -
     while started < sessions or heap:
         while active < concurrency and started < sessions:
             spec = pool[started % len(pool)]
-            state: list[object] = [spec, [0] * len(spec.nodes), ()]  # spec, states, conversation
+            state: list[Any] = [spec, [0] * len(spec.nodes), ()]
             heapq.heappush(heap, (now, 0, next(seq), [state, 0]))
             started += 1
             active += 1
         now += 1
-        _, _, _, (state, node_id) = heapq.heappop(heap)  # type: ignore[misc]
-        spec, states, conversation = state  # type: ignore[misc]
+        _, _, _, (state, node_id) = heapq.heappop(heap)
+        spec, states, conversation = state
         node = spec.nodes[node_id]
         messages = [*conversation, ("user", node.prompt)]
         item = WorkItem(next_request, messages, node.max_tokens, now, 0)
@@ -104,7 +106,7 @@ def run_floor(pool: list[SessionSpec], sessions: int, concurrency: int = 1000) -
             output_text=answer,
             completion_tokens=item.max_tokens,
         )
-        state, node_id = in_flight.pop(result.request_id)  # type: ignore[assignment]
+        state, node_id = in_flight.pop(result.request_id)
         states[node_id] = 3
         state[2] = (*messages, ("assistant", result.output_text))
         ints += (spec.session_id, node_id, result.request_id, len(node.parents), _NULL, 0, 32, 0)
