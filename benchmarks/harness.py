@@ -296,7 +296,7 @@ def _statm_rss_pages(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/statm", "rb") as f:
             return int(f.read().split()[1])
-    except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+    except (OSError, IndexError, ValueError):
         return None
 
 
