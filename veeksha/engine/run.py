@@ -472,6 +472,12 @@ class _Run:
             outcome.verdict = str(evaluation.verdict)
             outcome.all_slos_met = evaluation.all_slos_met
             extra["health_verdict"] = str(evaluation.verdict).lower()
+            if self.worker_cpu_wait_s is not None:
+                main_wait = self.main_cpu_wait_s or 0.0
+                self.log.info(
+                    "waited for a CPU held by another process: workers"
+                    f" {self.worker_cpu_wait_s:.3f} s in all, main process {main_wait:.3f} s"
+                )
             self.log.info(
                 f"ended ({outcome.stop_reason}): {outcome.sessions} sessions, "
                 f"{outcome.requests} requests answered ({outcome.failed} failed), "

@@ -93,6 +93,9 @@ def test_linear_sessions_keep_order_think_time_and_exact_history(tmp_path: Path)
     health = json.loads((run_dir / "health.json").read_text())
     saturation = next(c for c in health["checks"] if c["name"] == "generator_saturation")
     assert 0.0 <= saturation["statistics"]["worker_cpu_wait_share"] < 1.0
+    log = (run_dir / "run.log").read_text()
+    assert "waited for a CPU held by another process: workers" in log
+    assert "ended (completed): 12 sessions" in log
     assert (run_dir / "config.yaml").exists()
     trace = read_trace(run_dir / "trace.jsonl")
     assert len(trace) == len(requests)
