@@ -1,6 +1,6 @@
 """Run veeksha's own benchmarks against the simulator and append the figures to BENCHMARKS.md.
 
-    python -m benchmarks [NAME ...] [--quick] [--no-append] [--repeats N]
+    python -m benchmarks [NAME ...] [--quick] [--no-append] [--repeats N] [--rates R,R,...]
 
 NAMEs: startup cpu rate closed precision ttfc scale memory (default: all). ``--quick`` uses
 short runs and one repetition (under a minute; what CI runs, with ``--no-append``): it prints the
@@ -31,6 +31,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="short runs, one repetition")
     parser.add_argument("--no-append", action="store_true", help="print only")
     parser.add_argument("--repeats", type=int, default=None, help="default 3; quick 1")
+    parser.add_argument(
+        "--rates",
+        type=_rates,
+        default=None,
+        help="the rate figure's ladder, e.g. 4000,6000,8000 (default 500 to 4,000 by 500)",
+    )
     args = parser.parse_args(argv)
     unknown = [n for n in args.names if n not in FIGURES]
     if unknown:
@@ -40,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, list[Sample]] = {}
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="veeksha-bench-") as tmp, Simulator() as sim:
-        plan = Plan(quick=args.quick, workdir=Path(tmp), repeats=repeats)
+        plan = Plan(quick=args.quick, workdir=Path(tmp), repeats=repeats, rates=args.rates)
         # one figure after the other, repeated round-robin so drift spreads over all of them
         for rep in range(repeats):
             for name in names:
@@ -63,6 +69,18 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_append:
         append(text)
     return 0
+
+
+def _rates(text: str) -> list[int]:
+    """``--rates``: comma-separated positive integers, ascending (the ladder stops at the first
+    rate that does not hold)."""
+    try:
+        rates = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from None
+    if not rates or min(rates) <= 0 or rates != sorted(rates):
+        raise argparse.ArgumentTypeError(f"want ascending positive rates, got {text!r}")
+    return rates
 
 
 if __name__ == "__main__":
