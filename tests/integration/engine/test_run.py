@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 
+from veeksha.engine.cpu_wait import run_delay_ns
 from veeksha.engine.run import run_scenario
 from veeksha.record.columns import REQUESTS_SCHEMA, SESSIONS_SCHEMA
 from veeksha.record.trace import read_trace
@@ -87,15 +88,16 @@ def test_linear_sessions_keep_order_think_time_and_exact_history(tmp_path: Path)
     assert json.loads(meta[b"target"])["kind"] == "simulator"
     assert meta[b"health_verdict"] in (b"pass", b"fail")
     summary = json.loads((run_dir / "summary.json").read_text())
-    # the run-queue wait of the main process and of the one worker, read from the kernel
-    assert 0.0 <= summary["run"]["main_cpu_wait_s"] < 30.0
-    assert 0.0 <= summary["run"]["worker_cpu_wait_s"] < 30.0
-    health = json.loads((run_dir / "health.json").read_text())
-    saturation = next(c for c in health["checks"] if c["name"] == "generator_saturation")
-    assert 0.0 <= saturation["statistics"]["worker_cpu_wait_share"] < 1.0
     log = (run_dir / "run.log").read_text()
-    assert "waited for a CPU held by another process: workers" in log
     assert "ended (completed): 12 sessions" in log
+    if run_delay_ns(os.getpid()) is not None:  # (Linux with schedstat)
+        # the run-queue wait of the main process and of the one worker, read from the kernel
+        assert 0.0 <= summary["run"]["main_cpu_wait_s"] < 30.0
+        assert 0.0 <= summary["run"]["worker_cpu_wait_s"] < 30.0
+        health = json.loads((run_dir / "health.json").read_text())
+        saturation = next(c for c in health["checks"] if c["name"] == "generator_saturation")
+        assert 0.0 <= saturation["statistics"]["worker_cpu_wait_share"] < 1.0
+        assert "waited for a CPU held by another process: workers" in log
     assert (run_dir / "config.yaml").exists()
     trace = read_trace(run_dir / "trace.jsonl")
     assert len(trace) == len(requests)
