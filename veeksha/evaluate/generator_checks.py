@@ -19,7 +19,8 @@ the likely cause of a failure. With the seconds the workers waited for a CPU whi
 time is reported as ``worker_cpu_wait_share`` and, in a failure's detail, named as a cause from
 ``CPU_WAIT_NOTE`` (1 %) up: other processes held the workers' CPUs. (The share sums every wait;
 many waits of ~25 µs behind a server on the same machine make 3-5 % with a lag p99 of 0.12 ms,
-so a passing run is not flagged for it.)
+so a passing run is not flagged for it.) A dry run (``num_workers`` 0) has no workers and no
+server: a failure says so instead of naming either.
 """
 
 from __future__ import annotations
@@ -116,7 +117,8 @@ def _saturation(data: HealthInput) -> Outcome:
         statistics["slope_ms_per_s"] = slope * 1000
     statistics["windows"] = windows
     cpu = data.run_info.get("worker_cpu_s")
-    workers = data.run_info.get("num_workers") or _worker_count(data)
+    dry_run = data.run_info.get("num_workers") == 0  # answered in the main process
+    workers = 0 if dry_run else data.run_info.get("num_workers") or _worker_count(data)
     window = data.run_info.get("measured_window")
     duration = (window[1] - window[0]) if window else span
     if cpu is not None and workers and duration > 0:
@@ -133,6 +135,9 @@ def _saturation(data: HealthInput) -> Outcome:
         detail = f"lag p99 {p99_ms:.3f} ms ≤ {limit_ms:g} ms"
         return Outcome(PASS, detail, statistics)
     utilisation = statistics.get("worker_cpu_utilisation")
+    if dry_run:
+        detail = "; ".join(reasons) + ": a dry run, answered in the main process at its own pace"
+        return Outcome(FAIL, detail, statistics)
     detail = "; ".join(reasons) + ": the generator, not the server, limited the load"
     if utilisation is not None:
         detail += f" (workers at {utilisation:.0%} CPU)"

@@ -256,6 +256,18 @@ def test_generator_saturation_reports_the_workers_wait_and_names_it_on_failure()
     assert "worker_cpu_wait_share" not in GENERATOR_SATURATION(_input(large)).statistics
 
 
+def test_generator_saturation_of_a_dry_run_names_no_worker_and_no_server() -> None:
+    late = _lagged(np.full(200, 0.05))
+    result = GENERATOR_SATURATION(
+        _input(late, run_info={"num_workers": 0, "worker_cpu_s": 0.0, "worker_cpu_wait_s": None})
+    )
+    assert result.status == FAIL
+    assert "dry run" in result.detail
+    assert "server" not in result.detail
+    assert "workers" not in result.detail
+    assert "worker_cpu_utilisation" not in result.statistics
+
+
 def test_generator_saturation_fails_on_p99() -> None:
     lags = np.full(200, 0.001)
     lags[::20] = 0.05
