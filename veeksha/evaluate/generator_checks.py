@@ -134,10 +134,10 @@ def _saturation(data: HealthInput) -> Outcome:
     if not reasons:
         detail = f"lag p99 {p99_ms:.3f} ms ≤ {limit_ms:g} ms"
         return Outcome(PASS, detail, statistics)
-    utilisation = statistics.get("worker_cpu_utilisation")
     if dry_run:
         detail = "; ".join(reasons) + ": a dry run, answered in the main process at its own pace"
         return Outcome(FAIL, detail, statistics)
+    utilisation = statistics.get("worker_cpu_utilisation")
     detail = "; ".join(reasons) + ": the generator, not the server, limited the load"
     if utilisation is not None:
         detail += f" (workers at {utilisation:.0%} CPU)"
