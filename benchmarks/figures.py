@@ -36,6 +36,10 @@ memory     RSS of the tree per 1,000 in-flight requests: one run whose concurren
            difference scaled to 1,000: it adds what opening C streams in one instant leaves
            behind, and the few MB by which the main process' RSS differs between runs.
 
+Only startup and scale sample RSS (``run_veeksha(sample_rss=True)``): the other figures run with
+no thread of the harness awake beside veeksha, since a sampler on a worker's CPU delays its
+release timers (BENCHMARKS.md, 2026-11-25 05:51).
+
 ``vm_steal_pct`` (precision, ttfc): the share of CPU time the hypervisor took from this virtual
 machine during the run (/proc/stat ``steal``): a vCPU taken away for a few ms shows up in the
 tails of the timing figures whatever the process on it does.
