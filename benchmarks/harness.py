@@ -330,8 +330,8 @@ def run_veeksha(
     ticks = cpu_ticks()
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
-    sampler = _RssSampler(proc.pid)
-    if sample_rss:
+    sampler = _RssSampler(proc.pid) if sample_rss else None
+    if sampler is not None:
         sampler.start()
     stderr = b""
     try:
@@ -342,13 +342,13 @@ def run_veeksha(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        sampler.stop_event.set()
-        if sample_rss:
+        if sampler is not None:
+            sampler.stop_event.set()
             sampler.join()
     wall = time.monotonic() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    samples = sampler.samples
+    samples = [] if sampler is None else sampler.samples
     runs = sorted(p for p in out.iterdir() if p.is_dir()) if out.exists() else []
     return RunMeasure(
         run_dir=runs[-1] if runs else out,
