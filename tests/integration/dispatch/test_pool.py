@@ -205,6 +205,20 @@ def test_item_handed_over_ahead_is_sent_at_its_ready_time(chat_pool: Harness) ->
         assert_ordered(r)
 
 
+def test_item_handed_over_ahead_that_arrives_late_is_recorded_late(chat_pool: Harness) -> None:
+    """A worker whose loop was busy takes an item up after its ready time: it is sent at once
+    and its arrival is its release, so dispatched_at is never before ready_at."""
+    assert chat_pool.pool is not None
+    late = item("arrived late")
+    late.not_before_ns = late.dispatched_at_ns - 5_000_000  # due before it could arrive
+    chat_pool.pool.submit(late)
+    (r,) = chat_pool.runner.run(chat_pool.collector.wait_for([late.request_id]))
+    assert r.status == "ok"
+    assert late.not_before_ns < late.dispatched_at_ns <= r.released_at_ns == r.received_at_ns
+    assert r.received_at_ns <= r.sent_at_ns
+    assert_ordered(r)
+
+
 def test_stop_without_grace_withdraws_held_items(harness: Harness) -> None:
     pool = harness.start_pool(1)
     held = item("never sent")
