@@ -4,7 +4,8 @@
 ``server.py`` with that behaviour as a subprocess, and ``hostile_run`` runs ``veeksha run``
 against it (3-turn linear chats with history, as a user's first try would be) and audits the run
 folder: one row per node, readable Parquet, ``veeksha report`` works, no traceback, no orphan
-process. Behaviours live in modules beside ``server.py``, one module per kind of misbehaviour.
+process, the API key (planted for every run) in no output in any form. Behaviours live in modules
+beside ``server.py``, one module per kind of misbehaviour.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -28,7 +30,13 @@ from tests.integration.robustness.helpers import (
 )
 from veeksha.record.trace import read_trace
 
-__all__ = ["HostileRun", "HostileServer", "hostile_run", "hostile_scenario"]
+__all__ = [
+    "HostileRun",
+    "HostileServer",
+    "assert_key_nowhere",
+    "hostile_run",
+    "hostile_scenario",
+]
 
 _ROOT = Path(__file__).resolve().parents[3]
 
@@ -160,9 +168,17 @@ def hostile_run(
     expect_code: int | tuple[int, ...] = 0,
     audit: bool = True,
 ) -> HostileRun:
-    """``veeksha run`` the scenario for real; check exit code, no traceback, no orphan; audit."""
+    """``veeksha run`` the scenario for real; check exit code, no traceback, no orphan, the API
+    key in no output; audit the folder.
+
+    A unique API key is planted through ``OPENAI_API_KEY`` (unless ``env`` brings its own), so
+    every hostile run also checks that the key reached no file of the run folder (raw bytes and
+    decoded Parquet) and no output of the command, whole or as a fragment.
+    """
+    env = dict(env or cli_env())
+    key = env.setdefault("OPENAI_API_KEY", f"sk-hostile-{uuid.uuid4().hex}")
     scenario = write_scenario(tmp_path, scenario_text)
-    run = start_run(scenario, tmp_path / "out", env=env or cli_env())
+    run = start_run(scenario, tmp_path / "out", env=env)
     result = run.finish(timeout=timeout)
     codes = (expect_code,) if isinstance(expect_code, int) else expect_code
     assert result.code in codes, (result.code, result.output)
@@ -171,4 +187,22 @@ def hostile_run(
         run.assert_no_survivors()
     run_dir = run.run_dir_or_none()
     checked = audit_run(run_dir) if audit and run_dir is not None else None
+    assert_key_nowhere(key, result.output, run_dir, checked)
     return HostileRun(result, run_dir, checked)
+
+
+def assert_key_nowhere(
+    key: str, output: str, run_dir: Path | None, audit: Audit | None = None
+) -> None:
+    """Neither ``key`` nor any 10-character piece of it is in the output or the run folder."""
+    pieces = {key[i : i + 10] for i in range(len(key) - 9)} if len(key) >= 10 else {key}
+    texts = {"the command's output": output}
+    if run_dir is not None:
+        for path in run_dir.rglob("*"):
+            if path.is_file():
+                texts[str(path)] = path.read_bytes().decode("latin-1")
+    if audit is not None:  # decoded, in case compression hid it
+        for name, table in (("requests", audit.requests), ("sessions", audit.sessions)):
+            texts[f"decoded {name}.parquet"] = json.dumps(table.to_pylist(), default=str)
+    leaks = [where for where, text in texts.items() if any(p in text for p in pieces)]
+    assert not leaks, f"the API key (or a piece of it) is in {leaks}"
