@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -37,6 +38,7 @@ HEADLINE: tuple[tuple[str, tuple[str, ...], float, str], ...] = (
 )
 _STYLE = {"PASS": "green", "FAIL": "bold red", "SKIP": "dim"}
 _LATENCY_COLUMNS = ("mean", "p50", "p90", "p99", "p99_9", "max")
+_LABEL_WIDTH = 17  # the longest metric name (output_throughput); a longer label takes two lines
 
 
 def headline_value(summary: dict[str, Any], path: tuple[str, ...], scale: float) -> float | None:
@@ -50,9 +52,40 @@ def headline_value(summary: dict[str, Any], path: tuple[str, ...], scale: float)
 
 
 def _num(value: float | None) -> str:
+    """A number in at most 7 characters: 4 significant digits; integers below 10,000 exactly
+    (thousands with a comma); from 10,000 on, a k/M/G/T suffix (``12.35k``, ``1.235M``)."""
     if value is None:
         return "-"
-    return f"{value:,.0f}" if abs(value) >= 1000 or value == int(value) else f"{value:.4g}"
+    rounded = float(f"{value:.4g}")
+    magnitude = abs(rounded)
+    if magnitude >= 10_000:
+        for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+            if magnitude >= scale:
+                text = f"{value / scale:.4g}"
+                return text + suffix if "e" not in text else f"{value:.3g}"
+    if magnitude >= 1000 or value == int(value):
+        return f"{value:,.0f}"
+    return f"{value:.4g}"
+
+
+#: Time units a latency row may be shown in (name, seconds per unit), largest first.
+_TIME_UNITS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6))
+
+
+def _display_unit(unit: str, typical: float | None) -> tuple[str, float]:
+    """The unit a latency row is shown in, and the factor from its stored unit.
+
+    Rows stored in seconds (``s``, ``s/token``) are shown in the largest of s, ms and µs in
+    which their median is at least 1 (µs at the smallest), so a value reads as a few digits
+    instead of ``0.0000…``; other units are shown as stored."""
+    base, slash, per = unit.partition("/")
+    if base != "s":
+        return unit, 1.0
+    for name, seconds in _TIME_UNITS:
+        if typical is not None and abs(typical) >= seconds:
+            return name + slash + per, 1 / seconds
+    name, seconds = _TIME_UNITS[-1]
+    return name + slash + per, 1 / seconds
 
 
 def _headline_table(summary: dict[str, Any]) -> Table:
@@ -66,17 +99,21 @@ def _headline_table(summary: dict[str, Any]) -> Table:
 
 
 def _latency_table(summary: dict[str, Any]) -> Table:
-    table = Table(title="latency (ok requests)", title_justify="left")
-    table.add_column("metric")
-    table.add_column("unit")
-    table.add_column("count", justify="right")
+    """One row per metric; its unit under its name (it fits 80 columns whole: see ``_num``)."""
+    table = Table(
+        title="latency (ok requests)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
+    )
+    table.add_column("metric (unit)", no_wrap=True)
+    table.add_column("count", justify="right", no_wrap=True)
     for name in _LATENCY_COLUMNS:
-        table.add_column(name, justify="right")
+        table.add_column(name.replace("_", "."), justify="right", no_wrap=True)
     for name, stats in summary.get("latency", {}).items():
-        seconds = stats["unit"] == "s"
-        scale = 1000 if seconds else 1
+        unit, scale = _display_unit(stats["unit"], stats.get("p50"))
         cells = [_num(None if stats.get(c) is None else stats[c] * scale) for c in _LATENCY_COLUMNS]
-        table.add_row(name, "ms" if seconds else stats["unit"], str(stats["count"]), *cells)
+        label = f"{name} ({unit})"
+        if len(label) > _LABEL_WIDTH:
+            label = f"{name}\n  ({unit})"
+        table.add_row(label, _num(stats["count"]), *cells)
     return table
 
 
@@ -96,7 +133,7 @@ def _health_table(health: dict[str, Any]) -> Table:
 def _slo_table(slos: Sequence[dict[str, Any]]) -> Table:
     table = Table(title="SLOs", title_justify="left")
     for name in ("slo", "metric", "observed", "threshold", "met"):
-        table.add_column(name)
+        table.add_column(name, overflow="fold", no_wrap=name != "slo")
     for slo in slos:
         observed = slo["observed"]
         met = "[green]met[/]" if slo["met"] else "[bold red]unmet[/]"

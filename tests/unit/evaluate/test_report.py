@@ -1,0 +1,133 @@
+"""The terminal report at 80 columns: every metric name and value readable, none cut short."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from veeksha.evaluate.report import _display_unit, _num, render_compare, render_summary
+
+_NAMES = (
+    "ttfc",
+    "tbc",
+    "tpot",
+    "e2e",
+    "normalized_e2e",
+    "output_throughput",
+    "generator_delay",
+    "dispatch_lag",
+)
+
+
+def _stats(unit: str, count: int, values: tuple[float, ...]) -> dict[str, object]:
+    keys = ("mean", "p50", "p90", "p99", "p99_9", "max")
+    return {"unit": unit, "count": count, **dict(zip(keys, values, strict=True))}
+
+
+def _summary() -> dict[str, object]:
+    """Wide-ranging values: microseconds to minutes, counts in the millions."""
+    latency = {}
+    for i, name in enumerate(_NAMES):
+        unit = "tokens/s" if name == "output_throughput" else "s/token" if "norm" in name else "s"
+        scale = 10.0 ** (i - 5)  # 1e-5 s ... 100 s
+        latency[name] = _stats(
+            unit, 12_345_678, (1.23456 * scale, scale, 3.3 * scale, 47.1 * scale, 93.9, 1234.5)
+        )
+    return {
+        "requests": {"ok": 12_345_678, "total": 12_400_000},
+        "errors": {"error_rate": 0.00443},
+        "throughput": {"window_s": 3600.5, "requests_per_s": 3429.4},
+        "latency": latency,
+        "slos": {
+            "all_met": False,
+            "results": [
+                {
+                    "name": "P99 time to first chunk under half a second for the chat tier",
+                    "metric": "ttfc",
+                    "percentile": 0.999,
+                    "observed": 0.61234,
+                    "threshold": 0.5,
+                    "met": False,
+                }
+            ],
+        },
+    }
+
+
+def _render(draw: object, width: int = 80) -> str:
+    out = io.StringIO()
+    console = Console(file=out, width=width, force_terminal=False, color_system=None)
+    draw(console)  # type: ignore[operator]
+    return out.getvalue()
+
+
+def test_the_report_at_80_columns_cuts_no_name_or_value() -> None:
+    summary = _summary()
+    text = _render(lambda console: render_summary(console, summary))
+    assert "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    for name in _NAMES:
+        assert name in text, name
+    latency = summary["latency"]
+    assert isinstance(latency, dict)
+    for name, stats in latency.items():
+        unit, scale = _display_unit(stats["unit"], stats["p50"])
+        row = text[text.index(name) :][:162]  # its line, and the next for a two-line label
+        assert f"({unit})" in row, (name, unit)
+        for key in ("mean", "p50", "p90", "p99", "p99_9", "max"):
+            assert _num(stats[key] * scale) in row, (name, key)
+    assert "12.35M" in text  # the count, by the documented suffix rule
+    joined = " ".join(text.split())  # the SLO's name may fold over lines, but all of it is there
+    for word in ("P99", "chat", "tier", "612.3", "ms"):
+        assert word in joined
+
+
+def test_compare_at_80_columns_cuts_no_value() -> None:
+    summary = _summary()
+    names = ["20261125T093514Z-614bbfbc0f", "20261125T093518Z-5d7f76a9dc"]
+    text = _render(lambda console: render_compare(console, names, [summary, summary]))
+    assert "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (None, "-"),
+        (0, "0"),
+        (7, "7"),
+        (0.0001234, "0.0001234"),
+        (12.3456, "12.35"),
+        (999.96, "1,000"),
+        (1234.4, "1,234"),
+        (9999, "9,999"),
+        (12_346, "12.35k"),
+        (999_999, "1M"),
+        (1_234_567, "1.235M"),
+        (-12_346, "-12.35k"),
+        (3e12, "3T"),
+        (4.5e16, "4.5e+16"),
+    ],
+)
+def test_numbers_take_at_most_a_few_characters(value: float | None, text: str) -> None:
+    assert _num(value) == text
+
+
+@pytest.mark.parametrize(
+    ("unit", "typical", "shown", "factor"),
+    [
+        ("s", 2.5, "s", 1.0),
+        ("s", 0.25, "ms", 1e3),
+        ("s", 0.00025, "µs", 1e6),
+        ("s", 1e-9, "µs", 1e6),
+        ("s", None, "µs", 1e6),
+        ("s/token", 0.004, "ms/token", 1e3),
+        ("tokens/s", 0.5, "tokens/s", 1.0),
+    ],
+)
+def test_a_latency_row_is_shown_in_the_unit_that_makes_its_median_readable(
+    unit: str, typical: float | None, shown: str, factor: float
+) -> None:
+    assert _display_unit(unit, typical) == (shown, pytest.approx(factor))
