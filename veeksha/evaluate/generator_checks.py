@@ -1,7 +1,8 @@
 """Health checks of veeksha's own timing: lifecycle delays and generator saturation.
 
-``lifecycle_delays`` (informative, PASS with data): distributions of ready → dispatched (the main
-loop), dispatched → sent (IPC and the worker) and completed → processed (the result's way back).
+``lifecycle_delays``: distributions of ready → dispatched (the main loop), dispatched → sent (IPC
+and the worker) and completed → processed (the result's way back); FAIL when any recorded
+request's timestamps break their documented order (``veeksha.evaluate.timestamp_order``).
 
 ``generator_saturation``: FAIL when the load generator, not the server, limited the offered load,
 so that an open-loop result never silently becomes a closed-loop one. Its lag is
@@ -31,6 +32,7 @@ import numpy as np
 
 from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
 from veeksha.evaluate.stats import Floats, column, describe
+from veeksha.evaluate.timestamp_order import order_violations
 
 __all__ = ["CPU_WAIT_NOTE", "GENERATOR_SATURATION", "LIFECYCLE_DELAYS", "WINDOWS", "lag_trend"]
 
@@ -50,15 +52,23 @@ def _lifecycle(data: HealthInput) -> Outcome:
         "dispatch_to_sent": ("sent_at", "dispatched_at"),
         "completed_to_processed": ("processed_at", "completed_at"),
     }
-    statistics = {name: _ms(describe(_span(data, *ends))) for name, ends in spans.items()}
-    if all(s["count"] == 0 for s in statistics.values()):
+    statistics: dict[str, Any] = {
+        name: _ms(describe(_span(data, *ends))) for name, ends in spans.items()
+    }
+    violations = order_violations(data.requests)  # every phase: order is a correctness property
+    statistics["order_violations"] = violations
+    broken = [f"{n} with {pair.replace('<=', ' after ')}" for pair, n in violations.items() if n]
+    if broken:
+        detail = "timestamps out of their documented order: " + "; ".join(broken)
+        return Outcome(FAIL, detail, statistics)
+    if all(s["count"] == 0 for k, s in statistics.items() if k != "order_violations"):
         return Outcome(SKIP, "no measured request was dispatched", statistics)
     parts = [
         f"{name.replace('_', ' ')} p99 {s['p99']:.3f} ms"
         for name, s in statistics.items()
-        if s["count"]
+        if name != "order_violations" and s["count"]
     ]
-    return Outcome(PASS, "; ".join(parts), statistics)
+    return Outcome(PASS, "; ".join(parts) + "; timestamps in order", statistics)
 
 
 def _span(data: HealthInput, end: str, start: str) -> Floats:

@@ -61,8 +61,6 @@ EVALUATION_COLUMNS: tuple[str, ...] = tuple(
         "request_id",
         "history_parent",
         "model",
-        "received_at",
-        "first_chunk_at",
         "chunk_times",
         "shared_prefix_tokens",
         "cached_tokens",

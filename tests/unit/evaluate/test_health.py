@@ -293,6 +293,42 @@ def test_lifecycle_delays_are_informative() -> None:
     assert result.statistics["dispatch_to_sent"]["unit"] == "ms"
 
 
+@pytest.mark.parametrize(
+    ("column", "value", "pair"),
+    [
+        ("dispatched_at", -0.002, "ready_at<=dispatched_at"),
+        ("received_at", 0.0005, "dispatched_at<=received_at"),
+        ("sent_at", 0.0009, "received_at<=sent_at"),
+        ("first_chunk_at", 0.0005, "sent_at<=first_chunk_at"),
+        ("completed_at", 0.05, "first_chunk_at<=completed_at"),
+        ("processed_at", 0.2, "completed_at<=processed_at"),
+    ],
+)
+def test_lifecycle_delays_fail_on_every_timestamp_out_of_order(
+    column: str, value: float, pair: str
+) -> None:
+    good = request(0, ready=0.0, dispatched=0.001, sent=0.003, chunks=(0.1, 0.3))
+    good["received_at"] = 0.002
+    bad = dict(good, session_id=1, request_id=1, phase="warmup")  # every phase is audited
+    bad[column] = value
+    result = LIFECYCLE_DELAYS(_input([good, bad]))
+    assert result.status == FAIL, result.detail
+    violations = result.statistics["order_violations"]
+    assert violations[pair] == 1
+    assert sum(violations.values()) == 1  # each case breaks exactly one inequality
+    assert pair.replace("<=", " after ") in result.detail
+
+
+def test_the_timestamp_audit_ignores_what_was_not_recorded() -> None:
+    sent_only = request(0, ready=0.0, sent=0.001, chunks=(), status="error")
+    sent_only["first_chunk_at"] = None
+    cancelled = request(1, unsent=True, status="cancelled")
+    result = LIFECYCLE_DELAYS(_input([sent_only, cancelled]))
+    assert result.status == PASS, result.detail
+    assert set(result.statistics["order_violations"].values()) == {0}
+    assert "timestamps in order" in result.detail
+
+
 def test_no_measured_rows_skips_every_check() -> None:
     report = run_health_checks(_input([]))
     assert {r.status for r in report.results} == {SKIP}
@@ -305,7 +341,8 @@ def test_verdict_and_files(tmp_path: Path) -> None:
     report = run_health_checks(_input(_chain(1.2)))
     assert [r.name for r in report.results] == [c.name for c in HEALTH_CHECKS]
     assert report.verdict == FAIL
-    assert report.failed == ["dependencies"]
+    # dispatched before its parent's completion + think time, and so before its own ready_at
+    assert report.failed == ["dependencies", "lifecycle_delays"]
     report.write(tmp_path)
     data = json.loads((tmp_path / "health.json").read_text())
     assert data["verdict"] == "FAIL"
