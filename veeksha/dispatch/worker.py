@@ -43,6 +43,7 @@ import signal
 import socket
 import sys
 import time
+import zlib
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -104,7 +105,12 @@ class Worker:
             prompt_fallback=settings.prompt_fallback,
             extra_params=settings.extra_params,
         )
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        # identity: no compressed answers (a server that compresses anyway is decoded)
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            "Accept-Encoding": "identity",
+        }
         if settings.stream:
             headers["Accept"] = "text/event-stream"
         if settings.api_key:
@@ -425,6 +431,12 @@ class _Exchange(Exchange):
     ``Http1Pool`` calls ``on_sent``/``on_head``/``on_data``/``on_end`` per attempt; a 429/503
     is retried after its back-off on a loop timer; ``on_timeout`` (the request's one timer) and
     ``cancel`` abort it. ``finish`` emits the one Result and forgets the request.
+
+    Answers veeksha did not ask for are still read, decided once per response in ``on_head``:
+    a ``200`` in ``application/json`` to a streamed request (a server that ignores ``stream``)
+    is taken as the whole answer, as a non-streamed one; a body compressed with gzip or deflate
+    despite ``Accept-Encoding: identity`` is decoded (a stream read by read, through ``feed``);
+    any other ``Content-Encoding`` on a 2xx is a ``malformed_response``.
     """
 
     __slots__ = (
@@ -436,6 +448,7 @@ class _Exchange(Exchange):
         "headers",
         "http",
         "http_status",
+        "inflate",
         "item",
         "received_at",
         "retries",
@@ -462,6 +475,7 @@ class _Exchange(Exchange):
         self.stream = worker.settings.stream
         self.acc = ResponseAccumulator(worker.settings.chat)
         self.feed = self.acc.feed
+        self.inflate: zlib._Decompress | None = None  # a compressed answer's decoder
         self.headers: dict[bytes, bytes] | None = None
         self.body: list[bytes] | None = None
         self.timer: asyncio.TimerHandle | None = None
@@ -477,10 +491,20 @@ class _Exchange(Exchange):
         self.http_status = status
         if status < 400:  # answered: nothing will resend it, so the prompt is not kept
             self.item.messages.clear()  # (through a long stream: ~0.8 KB a 128-token prompt)
+            if self.stream and headers.get(b"content-type", b"").startswith(b"application/json"):
+                self.stream = False  # stream: true ignored: the whole answer at once, as JSON
         if status >= 400 or not self.stream:
             self.stream = False
             self.headers = headers
             self.body = []
+        encoding = headers.get(b"content-encoding")
+        if encoding is not None and encoding.lower() != b"identity":
+            self.inflate = _decompressor(encoding)
+            if self.inflate is None and status < 400:  # (an error's snippet is kept as sent)
+                name = encoding.decode("latin-1")
+                raise ResponseError("malformed_response", f"answer compressed with {name}")
+            if self.stream:
+                self.feed = self._feed_inflated
 
     def on_data(self, data: bytes, t_ns: int) -> None:
         self.completed_at = t_ns
@@ -489,6 +513,29 @@ class _Exchange(Exchange):
         else:
             assert self.body is not None
             self.body.append(data)
+
+    def _feed_inflated(self, data: bytes, t_ns: int) -> None:
+        """``feed`` of a compressed stream: each read decoded as far as it goes."""
+        assert self.inflate is not None
+        try:
+            data = self.inflate.decompress(data)
+        except zlib.error as exc:
+            raise ResponseError("malformed_response", f"compressed stream: {exc}") from None
+        if data:
+            self.acc.feed(data, t_ns)
+
+    def _body(self) -> bytes:
+        """The whole (non-streamed or error) body, decoded if it was compressed."""
+        assert self.body is not None
+        body = b"".join(self.body)
+        if self.inflate is None:
+            return body
+        try:
+            return self.inflate.decompress(body) + self.inflate.flush()
+        except zlib.error as exc:
+            if self.http_status >= 400:
+                return body  # (its snippet as sent)
+            raise ResponseError("malformed_response", f"compressed body: {exc}") from None
 
     def on_end(self, exc: BaseException | None) -> None:
         try:
@@ -510,14 +557,15 @@ class _Exchange(Exchange):
                 status, after.decode("latin-1") if after else None, self.retries
             )
             if delay is None:
-                snippet = b"".join(self.body)[:_SNIPPET_BYTES]
+                snippet = self._body()[:_SNIPPET_BYTES]
                 text = snippet.decode("utf-8", "replace").strip()
                 kind = "http_4xx" if status < 500 else "http_5xx"
                 self.finish("error", kind, f"HTTP {status}: {text}")
                 return
             self.retries += 1
             self.stream = self.worker.settings.stream
-            self.headers = self.body = None
+            self.headers = self.body = self.inflate = None
+            self.feed = acc.feed
             loop = self.worker._loop
             assert loop is not None
             self.retry_timer = loop.call_later(delay, self._resend)
@@ -530,7 +578,7 @@ class _Exchange(Exchange):
             assert self.body is not None
             if not self.completed_at:
                 self.completed_at = _monotonic_ns()
-            acc.on_body(b"".join(self.body), self.completed_at)
+            acc.on_body(self._body(), self.completed_at)
         self.finish("ok")
 
     def _resend(self) -> None:
@@ -588,6 +636,14 @@ def _failure(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, ResponseError):
         return exc.kind, str(exc)
     return _classify(exc), _msg(exc)
+
+
+def _decompressor(encoding: bytes) -> zlib._Decompress | None:
+    """The decoder of a ``Content-Encoding`` veeksha did not ask for: gzip or deflate; None for
+    any other (br, zstd: not decoded)."""
+    if encoding.lower() in (b"gzip", b"x-gzip", b"deflate"):
+        return zlib.decompressobj(zlib.MAX_WBITS | 32)  # (either header: gzip or zlib)
+    return None
 
 
 def _prewarm(max_connections: int) -> int:
