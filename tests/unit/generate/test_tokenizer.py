@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from veeksha.errors import ConfigurationError
+from veeksha.errors import ConfigurationError, TargetError
 from veeksha.generate.tokenizer import (
     BuiltinTokenizer,
     HfTokenizerAdapter,
@@ -109,10 +109,10 @@ def test_server_tokenizer_counts_encodes_decodes() -> None:
     assert seen[-1] == {"model": "my-model", "tokens": ids}
 
 
-def test_server_tokenizer_errors_are_configuration_errors() -> None:
+def test_server_tokenizer_errors_are_target_errors() -> None:
     def check(base: str) -> str:
         tok = ServerTokenizer(base + "/missing", "m", timeout=5)
-        with pytest.raises(ConfigurationError, match="/tokenize"):
+        with pytest.raises(TargetError, match=r"answered HTTP 404.*/tokenize"):
             tok.count("ba")
         return "ok"
 
