@@ -111,8 +111,9 @@ async def _fault(req: Request, conn: Conn, fault: str) -> None:
 # ---------------------------------------------------------------------------- echoing the key
 
 #: How the key is quoted: as sent, JSON-escaped (``/`` as ``\\/``, as PHP and some proxies
-#: write it), URL-encoded, in an SSE ``error`` event, in an SSE event that is not JSON.
-echo_forms = ("raw", "json", "url", "url_plus", "stream_error", "malformed_event")
+#: write it), URL-encoded, in an SSE ``error`` event, in an SSE event that is not JSON, in a
+#: status line that is not HTTP.
+echo_forms = ("raw", "json", "url", "url_plus", "stream_error", "malformed_event", "status_line")
 
 
 def _pads(req: Request) -> tuple[str, int]:
@@ -153,6 +154,9 @@ async def echo_key(req: Request, conn: Conn) -> None:
     elif form == "stream_error":
         event = json.dumps({"error": {"message": padding + key, "code": 500}})
         await conn.send(STREAM_HEAD + chunk(f"data: {event}\n\n".encode()) + LAST_CHUNK)
-    else:
+    elif form == "malformed_event":
         event = f"data: {padding}{key}\n\n".encode()
         await conn.send(STREAM_HEAD + chunk(event) + LAST_CHUNK)
+    else:
+        await conn.send(f"SSH-2.0 {padding}{key}\r\n\r\n".encode())
+        conn.close()
