@@ -203,3 +203,11 @@ def test_a_body_that_is_not_json() -> None:
         with pytest.raises(ValueError):  # noqa: PT011 - json's own message
             fetch("GET", s.url).json()
         assert fetch("GET", s.url).json() == [[[1]]]
+
+
+def test_a_silent_tls_handshake_is_a_timeout() -> None:
+    """The TLS handshake keeps to the deadline too (a server that accepts and says nothing)."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        url = f"https://127.0.0.1:{silent.getsockname()[1]}/v1/models"
+        with pytest.raises(TargetError, match=r"no complete answer within 0\.3 s"):
+            fetch("GET", url, timeout_s=0.3)
