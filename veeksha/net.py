@@ -165,7 +165,7 @@ def _describe(exc: BaseException, redact: Redactor) -> str:
     if isinstance(exc, http.client.HTTPException):
         return f"the answer is not valid HTTP ({type(exc).__name__}: {_quote(str(exc), redact)})"
     if isinstance(exc, ConnectionRefusedError):
-        return "connection refused (nothing listens there)"
+        return "Connection refused (nothing listens there)"
     if isinstance(exc, ssl.SSLError):
         return f"TLS failed ({exc.reason or exc})"
     if isinstance(exc, socket.gaierror):

@@ -123,7 +123,7 @@ def test_what_the_server_sent_is_quoted_masked() -> None:
 def test_refused_and_not_http_urls() -> None:
     with socket.create_server(("127.0.0.1", 0)) as sock:
         port = sock.getsockname()[1]
-    with pytest.raises(TargetError, match="connection refused"):
+    with pytest.raises(TargetError, match="Connection refused"):
         fetch("GET", f"http://127.0.0.1:{port}/v1/models")
     with pytest.raises(TargetError, match="not an http"):
         fetch("GET", "ftp://127.0.0.1/v1/models")
