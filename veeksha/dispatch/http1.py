@@ -205,7 +205,8 @@ class _Conn(asyncio.Protocol):
         lines = head.split(b"\r\n")
         parts = lines[0].split(b" ", 2)
         if len(parts) < 2 or not parts[0].startswith(b"HTTP/"):
-            raise ConnectionResetError(f"not an HTTP response: {lines[0][:80]!r}")
+            # whole (it is at most _MAX_HEAD): the worker masks the key in it, then cuts it
+            raise ConnectionResetError(f"not an HTTP response: {lines[0]!r}")
         status = int(parts[1])
         headers: dict[bytes, bytes] = {}
         for line in lines[1:]:

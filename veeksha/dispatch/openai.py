@@ -36,6 +36,7 @@ from typing import Any
 import msgspec
 
 from veeksha.dispatch.chunkshape import ChunkShape, decode_str
+from veeksha.redact import READ_WINDOW
 
 __all__ = [
     "PROMPT_FALLBACK",
@@ -489,7 +490,7 @@ def _decode(payload: bytes) -> _Chunk:
 
 
 def _malformed(payload: bytes, exc: msgspec.MsgspecError) -> ResponseError:
-    snippet = payload[:200].decode("utf-8", "replace")
+    snippet = payload[:READ_WINDOW].decode("utf-8", "replace")  # cut after masking (the worker)
     return ResponseError("malformed_response", f"{exc}: {snippet!r}")
 
 
@@ -504,4 +505,4 @@ def _server_error(error: Any) -> ResponseError:
     except (TypeError, ValueError):
         status = 500
     kind = "http_4xx" if 400 <= status < 500 else "http_5xx"
-    return ResponseError(kind, f"error in response: {message[:300]}")
+    return ResponseError(kind, f"error in response: {message[:READ_WINDOW]}")  # (see _malformed)

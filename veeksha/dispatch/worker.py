@@ -57,13 +57,14 @@ from veeksha.dispatch.messages import Result, Stop, ToWorker, WorkerReady, WorkI
 from veeksha.dispatch.openai import RequestBuilder, ResponseAccumulator, ResponseError
 from veeksha.dispatch.settings import WorkerSettings, WorkerSpawn
 from veeksha.engine.timers import Cancellable, LoopTimers
+from veeksha.redact import READ_WINDOW, Redactor
 
 if TYPE_CHECKING:  # imported when needed: see veeksha.dispatch.aiohttp_client
     import aiohttp
 
 __all__ = ["Worker", "main"]
 
-_SNIPPET_BYTES = 300
+_MESSAGE_CHARS = 320  # an error_message's length: masked first (veeksha.redact), then cut
 _RETRY_STATUSES = (429, 503)
 _BACKOFF_BASE_S = 0.25
 _BACKOFF_CAP_S = 10.0
@@ -116,6 +117,7 @@ class Worker:
         if settings.api_key:
             headers["Authorization"] = f"Bearer {settings.api_key}"
         self._headers = headers
+        self._redact = Redactor(settings.api_key)  # for what servers echo back in errors
         self._tasks: set[asyncio.Task[None]] = set()
         self._exchanges: set[_Exchange] = set()  # http1 requests in flight
         self._drained: asyncio.Future[None] | None = None  # set when _exchanges empties
@@ -344,7 +346,7 @@ class Worker:
                     after = resp.headers.get("Retry-After")
                     delay = self._retry_after(resp.status, after, state.retries)
                     if delay is None:
-                        snippet = await resp.content.read(_SNIPPET_BYTES)
+                        snippet = await _read_window(resp.content)
                         text = snippet.decode("utf-8", "replace").strip()
                         raise _HttpError(resp.status, f"HTTP {resp.status}: {text}")
                 elif settings.stream:
@@ -383,10 +385,8 @@ class Worker:
         error_kind: str = "",
         error_message: str = "",
     ) -> Result:
-        if error_message:
-            key = self.settings.api_key
-            if key and key in error_message:  # a server (or proxy) that echoes the headers
-                error_message = error_message.replace(key, "***")
+        if error_message:  # a server (or proxy) may echo the key: masked before the cut
+            error_message = self._redact(error_message, _MESSAGE_CHARS)
         if not completed_at:
             completed_at = _monotonic_ns()
         first = acc.first_chunk_at_ns
@@ -557,7 +557,7 @@ class _Exchange(Exchange):
                 status, after.decode("latin-1") if after else None, self.retries
             )
             if delay is None:
-                snippet = self._body()[:_SNIPPET_BYTES]
+                snippet = self._body()[:READ_WINDOW]
                 text = snippet.decode("utf-8", "replace").strip()
                 kind = "http_4xx" if status < 500 else "http_5xx"
                 self.finish("error", kind, f"HTTP {status}: {text}")
@@ -644,6 +644,16 @@ def _decompressor(encoding: bytes) -> zlib._Decompress | None:
     if encoding.lower() in (b"gzip", b"x-gzip", b"deflate"):
         return zlib.decompressobj(zlib.MAX_WBITS | 32)  # (either header: gzip or zlib)
     return None
+
+
+async def _read_window(content: aiohttp.StreamReader) -> bytes:
+    """The start of an error body: up to ``READ_WINDOW`` bytes (``read(n)`` may return fewer)."""
+    parts: list[bytes] = []
+    size = 0
+    while size < READ_WINDOW and (data := await content.read(READ_WINDOW - size)):
+        parts.append(data)
+        size += len(data)
+    return b"".join(parts)
 
 
 def _prewarm(max_connections: int) -> int:

@@ -28,6 +28,7 @@ from numpy.typing import NDArray
 from veeksha.clock import Clock
 from veeksha.dispatch.messages import Result, WorkItem
 from veeksha.engine.timers import Cancellable, Timers
+from veeksha.errors import VeekshaError
 from veeksha.generate.spec import SessionSpec
 from veeksha.schedule.arrivals import ConcurrencyRamp, RateArrivals
 from veeksha.schedule.ready_queue import ReadyQueue
@@ -132,6 +133,7 @@ class TrafficLoop:
         self.measured_start_ns: int | None = None
         self.stopping = False
         self.stop_reason = ""
+        self.error: VeekshaError | None = None  # why a session could not be made, if it stopped
         self._next_session = 0
         self._warmup_started = 0
         self._next_request = 0
@@ -269,7 +271,12 @@ class TrafficLoop:
         index = self._next_session
         phase = self._phase_for(start_ns)
         self._next_session += 1
-        spec = self._make_session(index)
+        try:
+            spec = self._make_session(index)
+        except VeekshaError as exc:  # e.g. a server tokenizer that broke mid-run: stop cleanly
+            self.error = exc
+            self.stop("generator_error")
+            return
         session = SessionState(spec, start_ns, self.settings.cancel_on_failure, phase)
         self.sessions[spec.session_id] = session
         self.counters.sessions_started += 1

@@ -12,7 +12,7 @@ from typing import Any
 
 from veeksha.dispatch.messages import Result, WorkItem
 from veeksha.engine.loop import InFlight
-from veeksha.errors import RunAbortedError
+from veeksha.errors import RunAbortedError, VeekshaError
 from veeksha.generate.tokenizer import BuiltinTokenizer, TokenizerLike
 from veeksha.record.parquet import ResultWriter
 from veeksha.record.trace import TraceWriter
@@ -36,6 +36,7 @@ class RunRecorder:
         tokenizer: TokenizerLike,
         trace: TraceWriter | None = None,
         on_row: Callable[[dict[str, Any]], None] | None = None,
+        on_error: Callable[[VeekshaError], object] | None = None,
     ) -> None:
         self.run_id = run_id
         self.model = model
@@ -44,6 +45,7 @@ class RunRecorder:
         self._tokenizer = tokenizer
         self._trace = trace
         self._on_row = on_row
+        self._on_error = on_error
         # The builtin tokenizer's prompts have exactly their target length (one token per word,
         # built word by word), so its count of the new prompt part is the target: not recounted.
         self._exact_prompts = isinstance(tokenizer, BuiltinTokenizer)
@@ -57,9 +59,10 @@ class RunRecorder:
     def request_done(self, request: InFlight, result: Result, processed_at_ns: int) -> None:
         session = request.session
         node = session.spec.nodes[request.node_id]
-        # veeksha's own count of the new prompt part
-        new_tokens = (
-            node.prompt_tokens if self._exact_prompts else self._tokenizer.count(node.prompt)
+        # veeksha's own count of the new prompt part (and of the output, lacking the server's)
+        new_tokens = node.prompt_tokens if self._exact_prompts else self._count(node.prompt)
+        output_tokens = (
+            None if result.completion_tokens is not None else self._count(result.output_text)
         )
         writer = self._writer
         if writer.error is None:  # after a write error, rows are refused
@@ -76,10 +79,9 @@ class RunRecorder:
                     processed_at_ns,
                     result,
                     new_tokens,
-                    request.history_tokens + new_tokens,
+                    None if new_tokens is None else request.history_tokens + new_tokens,
                     self.t0_ns,
-                    None,
-                    self._tokenizer.count,
+                    output_tokens,
                 )
             self._added()
         if self._on_row is not None:
@@ -92,6 +94,16 @@ class RunRecorder:
                     "e2e": (result.completed_at_ns - sent) / _NS if ok else None,
                 }
             )
+
+    def _count(self, text: str) -> int | None:
+        """The tokenizer's count; None when it failed (a server tokenizer mid-run), which
+        ``on_error`` hears of (it stops the run): the row is written all the same."""
+        try:
+            return self._tokenizer.count(text)
+        except VeekshaError as exc:
+            if self._on_error is not None:
+                self._on_error(exc)
+            return None
 
     def request_cancelled(
         self, session: SessionState, node_id: int, request_id: int, at_ns: int

@@ -32,7 +32,7 @@ from veeksha.dispatch.affinity import default_num_workers, plan_affinity
 from veeksha.dispatch.inprocess import InProcessPool
 from veeksha.dispatch.messages import Result, WorkItem
 from veeksha.dispatch.pool import WorkerPool
-from veeksha.dispatch.settings import WorkerSettings
+from veeksha.dispatch.settings import WorkerSettings, resolve_api_key
 from veeksha.engine.cpu_wait import CpuWait
 from veeksha.engine.loop import LoopSettings, TrafficLoop
 from veeksha.engine.progress import ProgressLine
@@ -49,7 +49,7 @@ from veeksha.generate.distributions import make_interval_sampler
 from veeksha.generate.rng import RandomStreams
 from veeksha.generate.sessions import SessionGenerator
 from veeksha.generate.spec import SessionSpec
-from veeksha.generate.tokenizer import make_tokenizer
+from veeksha.generate.tokenizer import ServerTokenizer, make_tokenizer
 from veeksha.record.parquet import ResultWriter, run_metadata
 from veeksha.record.rows import warm_up as warm_up_rows
 from veeksha.record.run_folder import write_config
@@ -157,7 +157,7 @@ class _Run:
             ) from None
         if not (self.run_dir / "config.yaml").exists():
             write_config(self.run_dir, self.scenario)
-        self.log = RunLog(self.run_dir)
+        self.log = RunLog(self.run_dir, resolve_api_key(self.scenario.client))
         try:
             await self._execute()
         except VeekshaError as exc:
@@ -194,7 +194,11 @@ class _Run:
     def _session_source(self, target: Target) -> Callable[[int], SessionSpec]:
         scenario = self.scenario
         runtime = scenario.runtime
-        tokenizer = make_tokenizer(scenario.client.tokenizer, target.api_base, target.model)
+        tokenizer = make_tokenizer(
+            scenario.client.tokenizer, target.api_base, target.model, target.api_key
+        )
+        if isinstance(tokenizer, ServerTokenizer):  # a broken /tokenize: exit 2, nothing sent
+            tokenizer.check()
         self.tokenizer = tokenizer
         generator = SessionGenerator(scenario, tokenizer)
         if not runtime.pregenerate_sessions:
@@ -300,6 +304,7 @@ class _Run:
             self.tokenizer,
             trace,
             on_row=None if streaming is None else streaming.add,
+            on_error=lambda error: loop.call_soon(self._on_tokenizer_error, error),
         )
         timers = LoopTimers(loop, self.clock)
         traffic = TrafficLoop(
@@ -417,6 +422,13 @@ class _Run:
         if self.traffic is not None:
             self.traffic.stop("write_error")
 
+    def _on_tokenizer_error(self, error: VeekshaError) -> None:
+        """The tokenizer failed mid-run (a server tokenizer): stop, keep what was collected."""
+        self.outcome.interrupted = True
+        self.outcome.extra.setdefault("error", f"the tokenizer failed: {error}")
+        if self.traffic is not None:
+            self.traffic.stop("tokenizer_error")
+
     def _on_fatal(self, error: VeekshaError) -> None:
         """The worker pool gave up (workers keep dying): stop, keep what was collected."""
         self.outcome.interrupted = True
@@ -433,6 +445,9 @@ class _Run:
         assert traffic is not None
         outcome = self.outcome
         counters = traffic.counters
+        if traffic.error is not None:
+            outcome.interrupted = True
+            outcome.extra.setdefault("error", f"no more sessions could be made: {traffic.error}")
         outcome.stop_reason = traffic.stop_reason
         outcome.requests = counters.requests_done
         outcome.failed = counters.requests_failed

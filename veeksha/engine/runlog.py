@@ -1,7 +1,9 @@
 """run.log: the run's own account of itself, one line per event (never per request).
 
 Set-up, target, workers, t0, periodic status lines, why the run stopped, counts, verdicts and
-errors. Secrets never reach it: targets are logged through ``Target.public_description``.
+errors. Secrets never reach it: targets are logged through ``Target.public_description``, and
+every line is masked for the API key (``veeksha.redact``) in case a message quotes a server that
+echoed it.
 """
 
 from __future__ import annotations
@@ -9,13 +11,16 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from veeksha.redact import Redactor
+
 __all__ = ["RunLog"]
 
 
 class RunLog:
     """A logger writing ``<run_dir>/run.log``; closed with the run."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, secret: str | None = None) -> None:
+        self._redact = Redactor(secret)
         self.logger = logging.getLogger(f"veeksha.run.{run_dir.name}")
         self.logger.setLevel(logging.INFO)
         self.logger.propagate = False
@@ -26,10 +31,10 @@ class RunLog:
         self.logger.addHandler(self._handler)
 
     def info(self, message: str) -> None:
-        self.logger.info(message)
+        self.logger.info(self._redact(message))
 
     def warning(self, message: str) -> None:
-        self.logger.warning(message)
+        self.logger.warning(self._redact(message))
 
     def close(self) -> None:
         self.logger.removeHandler(self._handler)

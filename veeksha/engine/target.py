@@ -5,8 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import urllib.error
-import urllib.request
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -16,9 +14,12 @@ import psutil
 
 from veeksha.dispatch.settings import resolve_api_key
 from veeksha.errors import ConfigurationError, TargetError
+from veeksha.net import fetch, setup_timeout
 from veeksha.scenario.models import Scenario
 
-__all__ = ["Target", "TargetContext", "check_reachable", "describe"]
+__all__ = ["PROBE_TIMEOUT_S", "Target", "TargetContext", "check_reachable", "describe"]
+
+PROBE_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -42,44 +43,50 @@ class Target:
 
 
 def check_reachable(
-    api_base: str, api_key: str | None, timeout_s: float = 5.0, model: str | None = None
+    api_base: str, api_key: str | None, timeout_s: float | None = None, model: str | None = None
 ) -> None:
-    """GET {api_base}/models; a clear TargetError when nothing answers there, or when the
-    server lists its models and ``model`` is not one of them (every request would fail)."""
-    request = urllib.request.Request(api_base.rstrip("/") + "/models")
-    if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            served = _served_models(response.read())
-    except urllib.error.HTTPError as exc:
-        if exc.code in (401, 403):
-            raise TargetError(
-                f"{api_base} refused the credentials (HTTP {exc.code}): set client.api_key_env "
-                "to the environment variable holding a valid key"
-            ) from None
-        # Some servers have no /models; anything that answers HTTP is reachable.
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
+    """GET {api_base}/models; a clear TargetError when no HTTP answer comes from there (within
+    ``timeout_s``, the whole exchange: see ``veeksha.net``), when it refuses the key, when it
+    answers 2xx with something that is not JSON, or when it lists its models and ``model`` is
+    not one of them (every request would fail)."""
+    url = api_base.rstrip("/") + "/models"
+    answer = fetch(
+        "GET",
+        url,
+        api_key=api_key,
+        timeout_s=setup_timeout(PROBE_TIMEOUT_S) if timeout_s is None else timeout_s,
+        fix="Is an OpenAI-compatible server running there? Fix client.api_base (or unset it "
+        "to use the built-in simulator)",
+    )
+    if answer.status in (401, 403):
         raise TargetError(
-            f"cannot reach client.api_base {api_base}: {reason}. Is the server running? "
-            "Fix client.api_base (or unset it to use the built-in simulator)"
-        ) from None
-    else:
-        if model is not None and served and model not in served:
-            raise TargetError(
-                f"client.model {model!r} is not served by {api_base} (it serves "
-                f"{', '.join(repr(m) for m in served[:5])}): fix client.model"
-            )
-
-
-def _served_models(body: bytes) -> list[str]:
-    """Model ids of an OpenAI ``/models`` answer; empty when it is not one."""
+            f"{api_base} refused the credentials (HTTP {answer.status}): set client.api_key_env "
+            "to the environment variable holding a valid key"
+        )
+    if not answer.ok:  # some servers have no /models; anything that answers HTTP is reachable
+        return
     try:
-        data = json.loads(body).get("data")
-        return [str(entry["id"]) for entry in data if isinstance(entry, dict) and "id" in entry]
-    except (ValueError, AttributeError, TypeError):
+        served = _served_models(answer.json())
+    except ValueError:
+        kind = answer.headers.get("content-type") or "no content type"
+        raise TargetError(
+            f"GET {url} answered HTTP {answer.status} with something that is not JSON "
+            f"({' '.join(kind.split())[:60]}): is client.api_base the address of an "
+            "OpenAI-compatible API (usually ending in /v1)?"
+        ) from None
+    if model is not None and served and model not in served:
+        raise TargetError(
+            f"client.model {model!r} is not served by {api_base} (it serves "
+            f"{', '.join(repr(m) for m in served[:5])}): fix client.model"
+        )
+
+
+def _served_models(answer: Any) -> list[str]:
+    """Model ids of an OpenAI ``/models`` answer (decoded JSON); empty when it is not one."""
+    data = answer.get("data") if isinstance(answer, dict) else None
+    if not isinstance(data, list):
         return []
+    return [str(entry["id"]) for entry in data if isinstance(entry, dict) and "id" in entry]
 
 
 class TargetContext(AbstractContextManager["Target"]):

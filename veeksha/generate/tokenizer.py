@@ -13,21 +13,22 @@ with whitespace counts as the sum of its parts.
 
 from __future__ import annotations
 
-import json
-import urllib.request
 import zlib
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Protocol
 
-from veeksha.errors import ConfigurationError
+from veeksha.errors import ConfigurationError, TargetError
+from veeksha.net import fetch, origin, setup_timeout
+from veeksha.redact import READ_WINDOW, Redactor
 from veeksha.scenario.models import BuiltinTokenizer as BuiltinTokenizerConfig
 from veeksha.scenario.models import HfTokenizer as HfTokenizerConfig
 from veeksha.scenario.models import ServerTokenizer as ServerTokenizerConfig
 
 __all__ = [
     "BUILTIN_VOCAB",
+    "SERVER_TOKENIZER_TIMEOUT_S",
     "BuiltinTokenizer",
     "HfTokenizerAdapter",
     "ServerTokenizer",
@@ -36,6 +37,9 @@ __all__ = [
     "default_tokenize_endpoint",
     "make_tokenizer",
 ]
+
+SERVER_TOKENIZER_TIMEOUT_S = 30.0
+_QUOTED = 120  # characters of a failed answer quoted in the message
 
 _CONSONANTS = "bcdfghjklmnprstvwz"
 _VOWELS = "aeiou"
@@ -169,58 +173,92 @@ class ServerTokenizer:
 
     ``POST /tokenize {"model": m, "prompt": text}`` → ``{"tokens": [...], "count": N}``;
     ``POST /detokenize {"model": m, "tokens": [...]}`` → ``{"prompt": text}``. Synchronous
-    (urllib): only used while setting up and counting, never on the dispatch path.
+    (``veeksha.net.fetch``: each call whole within ``timeout`` seconds, default 30); the API key
+    goes with the calls only when ``make_tokenizer`` found the endpoint on the target's own
+    origin. Every failure is a :class:`~veeksha.errors.TargetError` (exit 2 at set-up, where
+    :meth:`check` calls both endpoints once); after one, every later call fails at once with
+    the same error, so a server that broke mid-run costs one deadline, not one per call.
     """
 
     name = "server"
 
-    def __init__(self, endpoint: str, model: str | None, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        model: str | None,
+        timeout: float | None = None,
+        api_key: str | None = None,
+    ) -> None:
         self.endpoint = endpoint
         self.model = model
-        self.timeout = timeout
+        self.timeout = setup_timeout(SERVER_TOKENIZER_TIMEOUT_S) if timeout is None else timeout
+        self._api_key = api_key
+        self._broken: TargetError | None = None
+
+    def __repr__(self) -> str:
+        return f"ServerTokenizer({self.endpoint!r}, {self.model!r})"
 
     def _post(self, url: str, body: dict[str, object]) -> dict[str, object]:
+        if self._broken is not None:
+            raise self._broken
+        try:
+            return self._call(url, body)
+        except TargetError as exc:
+            self._broken = exc
+            raise
+
+    def _call(self, url: str, body: dict[str, object]) -> dict[str, object]:
         if self.model is not None:
             body = {"model": self.model, **body}
-        request = urllib.request.Request(
-            url,
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
+        fix = "Check that the target offers /tokenize, or use client.tokenizer type builtin or hf"
+        answer = fetch(
+            "POST", url, json_body=body, api_key=self._api_key, timeout_s=self.timeout, fix=fix
         )
+        redact = Redactor(self._api_key)
+        if not answer.ok:
+            text = redact(answer.body[:READ_WINDOW].decode("utf-8", "replace"), _QUOTED)
+            raise TargetError(
+                " ".join(
+                    f"server tokenizer: POST {url} answered HTTP {answer.status} "
+                    f"{answer.reason}: {text!r}. {fix}".split()
+                )
+            )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                data = json.loads(response.read())
-        except (OSError, ValueError) as exc:
-            raise ConfigurationError(
-                f"server tokenizer at {url} failed: {exc}. Check that the target offers "
-                "/tokenize, or use client.tokenizer type builtin or hf."
-            ) from exc
+            data = answer.json()
+        except ValueError:
+            data = None
         if not isinstance(data, dict):
-            raise ConfigurationError(f"server tokenizer at {url} answered {data!r}")
+            text = redact(answer.body[:READ_WINDOW].decode("utf-8", "replace"), _QUOTED)
+            raise TargetError(
+                f"server tokenizer: POST {url} answered no JSON object ({text!r}). {fix}"
+            )
         return data
+
+    def check(self) -> None:
+        """Tokenize and detokenize a short text once (at set-up: a failure here is exit 2)."""
+        self.decode(self.encode("veeksha checks the tokenizer"))
 
     def encode(self, text: str) -> list[int]:
         tokens = self._post(self.endpoint, {"prompt": text}).get("tokens")
-        if not isinstance(tokens, list):
-            raise ConfigurationError(f"server tokenizer at {self.endpoint}: no 'tokens' list")
-        return [int(t) for t in tokens]
+        if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):
+            raise TargetError(f"server tokenizer at {self.endpoint}: no 'tokens' list of ints")
+        return tokens
 
     def count(self, text: str) -> int:
         data = self._post(self.endpoint, {"prompt": text})
         count = data.get("count")
-        if isinstance(count, int):
+        if type(count) is int:
             return count
         tokens = data.get("tokens")
         if not isinstance(tokens, list):
-            raise ConfigurationError(f"server tokenizer at {self.endpoint}: no count or tokens")
+            raise TargetError(f"server tokenizer at {self.endpoint}: no count or tokens")
         return len(tokens)
 
     def decode(self, ids: Sequence[int]) -> str:
         url = self.endpoint.rsplit("/", 1)[0] + "/detokenize"
         text = self._post(url, {"tokens": list(ids)}).get("prompt")
         if not isinstance(text, str):
-            raise ConfigurationError(f"server detokenizer at {url}: no 'prompt' text")
+            raise TargetError(f"server detokenizer at {url}: no 'prompt' text")
         return text
 
 
@@ -228,8 +266,10 @@ def make_tokenizer(
     cfg: BuiltinTokenizerConfig | HfTokenizerConfig | ServerTokenizerConfig,
     api_base: str | None = None,
     model: str | None = None,
+    api_key: str | None = None,
 ) -> TokenizerLike:
-    """The tokenizer of a ``client.tokenizer`` config (``api_base``/``model``: the target's)."""
+    """The tokenizer of a ``client.tokenizer`` config (``api_base``/``model``/``api_key``: the
+    target's; a server tokenizer gets the key only on the target's own origin)."""
     if isinstance(cfg, HfTokenizerConfig):
         return HfTokenizerAdapter(cfg.path)
     if isinstance(cfg, ServerTokenizerConfig):
@@ -241,5 +281,6 @@ def make_tokenizer(
                     "client.tokenizer.endpoint); the built-in simulator uses type builtin"
                 )
             endpoint = default_tokenize_endpoint(api_base)
-        return ServerTokenizer(endpoint, model)
+        same_server = api_base is not None and origin(endpoint) == origin(api_base)
+        return ServerTokenizer(endpoint, model, api_key=api_key if same_server else None)
     return BuiltinTokenizer()

@@ -148,7 +148,13 @@ REQUESTS_SCHEMA = pa.schema(
             "",
             "empty when ok; else e.g. http_5xx, timeout, worker_lost, cancelled",
         ),
-        _col("error_message", _STR, "", "human-readable cause of the failure; empty when ok"),
+        _col(
+            "error_message",
+            _STR,
+            "",
+            "human-readable cause of the failure (from a worker: at most 320 characters, the API "
+            "key masked as *** before the cut); empty when ok",
+        ),
         _col("retries", _I32, "", "retries before this outcome (client.max_retries)"),
         _col("server_queue_time", _F64, _S, "server-reported time waiting for a batch slot"),
         _col("server_prefill_time", _F64, _S, "server-reported prefill duration"),

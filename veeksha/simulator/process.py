@@ -23,12 +23,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from types import TracebackType
 from typing import IO, Any
 
 from veeksha.errors import TargetError
+from veeksha.net import fetch
 from veeksha.scenario.simulator import SimulatorConfig
 
 __all__ = ["SimulatorProcess"]
@@ -140,12 +139,15 @@ class SimulatorProcess:
         url = self.root_url + "/health"
         while True:
             try:
-                with urllib.request.urlopen(url, timeout=max(deadline - time.monotonic(), 0.1)):
+                answer = fetch("GET", url, timeout_s=max(deadline - time.monotonic(), 0.1))
+                if answer.ok:
                     return
-            except (urllib.error.URLError, OSError) as exc:
-                if time.monotonic() >= deadline:
-                    raise self._failure(f"not healthy at {url}: {exc}") from None
-                time.sleep(0.02)
+                problem = f"HTTP {answer.status}"
+            except TargetError as exc:
+                problem = str(exc)
+            if time.monotonic() >= deadline:
+                raise self._failure(f"not healthy at {url}: {problem}")
+            time.sleep(0.02)
 
     def stop(self, grace: float = 5.0) -> None:
         """SIGTERM, wait up to ``grace`` seconds, then SIGKILL the whole process group."""

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from veeksha.errors import ConfigurationError
+from veeksha.errors import ConfigurationError, TargetError
 from veeksha.generate.tokenizer import (
     BuiltinTokenizer,
     HfTokenizerAdapter,
@@ -80,7 +80,12 @@ async def _with_server(check: Callable[[str], Any]) -> tuple[Any, list[dict[str,
         seen.append(body)
         return web.json_response({"prompt": builtin.decode(body["tokens"])})
 
+    async def broken(request: web.Request) -> web.Response:
+        seen.append(await request.json())
+        return web.Response(status=500, text="upstream down")
+
     app = web.Application()
+    app.router.add_post("/broken/tokenize", broken)
     app.router.add_post("/tokenize", tokenize)
     app.router.add_post("/detokenize", detokenize)
     runner = web.AppRunner(app)
@@ -109,11 +114,46 @@ def test_server_tokenizer_counts_encodes_decodes() -> None:
     assert seen[-1] == {"model": "my-model", "tokens": ids}
 
 
-def test_server_tokenizer_errors_are_configuration_errors() -> None:
+def test_server_tokenizer_errors_are_target_errors() -> None:
     def check(base: str) -> str:
         tok = ServerTokenizer(base + "/missing", "m", timeout=5)
-        with pytest.raises(ConfigurationError, match="/tokenize"):
+        with pytest.raises(TargetError, match=r"answered HTTP 404.*/tokenize"):
             tok.count("ba")
         return "ok"
 
     assert asyncio.run(_with_server(check))[0] == "ok"
+
+
+def test_a_failed_server_tokenizer_fails_at_once_afterwards() -> None:
+    """One failure, one call: later calls (each result's count, mid-run) do not each wait."""
+
+    def check(base: str) -> list[str]:
+        tok = ServerTokenizer(base + "/broken/tokenize", "m", timeout=5)
+        errors = []
+        for _ in range(3):
+            with pytest.raises(TargetError) as info:
+                tok.count("ba")
+            errors.append(str(info.value))
+        return errors
+
+    errors, seen = asyncio.run(_with_server(check))
+    assert len(seen) == 1
+    assert len(set(errors)) == 1
+    assert "answered HTTP 500 Internal Server Error: 'upstream down'" in errors[0]
+
+
+def test_the_server_tokenizer_gets_the_key_only_on_the_targets_origin() -> None:
+    base = "http://127.0.0.1:8000/v1"
+    same = make_tokenizer(ServerConfig(), base, "m", "sk-k")
+    explicit_same = make_tokenizer(
+        ServerConfig(endpoint="http://127.0.0.1:8000/t"), base, "m", "sk-k"
+    )
+    other = make_tokenizer(
+        ServerConfig(endpoint="http://127.0.0.1:9000/tokenize"), base, "m", "sk-k"
+    )
+    assert isinstance(same, ServerTokenizer)
+    assert isinstance(explicit_same, ServerTokenizer)
+    assert isinstance(other, ServerTokenizer)
+    assert same._api_key == explicit_same._api_key == "sk-k"
+    assert other._api_key is None
+    assert "sk-k" not in repr(same)
