@@ -16,9 +16,12 @@ flight; a ``Stop`` without grace withdraws them: cancelled Results, never sent.
 
 Timestamps (monotonic ns): ``received_at`` when the item was decoded; ``sent_at`` right before
 the request is written to the socket (the first attempt's, when retrying); one timestamp per
-read of the response, shared by the SSE events of that read; ``completed_at`` at the last read
-that carried body bytes. Latencies measured from ``sent_at`` therefore include any retry back-off,
-as a user would see.
+read of the response, shared by the SSE events of that read; ``last_byte_at`` at the last read
+that carried response bytes (head or body). ``completed_at`` is when the request ended: for an
+answer, its last byte (``last_byte_at``); for a failure, the moment the worker saw it (the
+timeout's timer fired, the cancellation, the reset, the end of an error body), which may be long
+after the last byte (a server that stalls). Latencies measured from ``sent_at`` therefore include
+any retry back-off, as a user would see.
 
 Plain ``http`` (``Http1Pool``): a request is an ``_Exchange``, driven by callbacks from the
 connection's ``data_received``; no task, coroutine, future or context variable per request, and
@@ -291,7 +294,7 @@ class Worker:
                 item,
                 received_at,
                 slot[0] or state.started_at or received_at,
-                state.completed_at,
+                state.last_byte_at,
                 acc,
                 state.http_status,
                 state.retries,
@@ -325,6 +328,7 @@ class Worker:
 
         while True:
             resp = await self._session.post(settings.endpoint, data=body, headers=self._headers)
+            state.last_byte_at = time.monotonic_ns()  # the head came
             try:
                 state.http_status = resp.status
                 if resp.status >= 400:
@@ -339,8 +343,8 @@ class Worker:
                     return
                 else:
                     data = await resp.read()
-                    state.completed_at = time.monotonic_ns()
-                    acc.on_body(data, state.completed_at)
+                    state.last_byte_at = time.monotonic_ns()
+                    acc.on_body(data, state.last_byte_at)
                     return
             finally:
                 resp.release()
@@ -362,7 +366,7 @@ class Worker:
         item: WorkItem,
         received_at: int,
         sent_at: int,
-        completed_at: int,
+        last_byte_at: int,
         acc: ResponseAccumulator,
         http_status: int,
         retries: int,
@@ -370,12 +374,15 @@ class Worker:
         error_kind: str = "",
         error_message: str = "",
     ) -> Result:
+        """The Result of ``item``, built when it ended (``status``), not later.
+
+        ``completed_at``: an answer's last byte; a failure's end is now, when it is seen.
+        """
         if error_message:
             key = self.settings.api_key
             if key and key in error_message:  # a server (or proxy) that echoes the headers
                 error_message = error_message.replace(key, "***")
-        if not completed_at:
-            completed_at = _monotonic_ns()
+        completed_at = last_byte_at if status == "ok" and last_byte_at else _monotonic_ns()
         first = acc.first_chunk_at_ns
         if first is None and status == "ok":
             first = completed_at
@@ -397,19 +404,20 @@ class Worker:
             acc.cached_tokens,
             retries,
             acc.server_timings,
+            last_byte_at_ns=last_byte_at,
         )
 
 
 class _Attempt:
     """The aiohttp path's per-request state."""
 
-    __slots__ = ("completed_at", "http_status", "retries", "started_at")
+    __slots__ = ("http_status", "last_byte_at", "retries", "started_at")
 
     def __init__(self) -> None:
         self.started_at = 0
         self.http_status = 0
         self.retries = 0
-        self.completed_at = 0
+        self.last_byte_at = 0
 
 
 class _Exchange(Exchange):
@@ -423,13 +431,13 @@ class _Exchange(Exchange):
     __slots__ = (
         "acc",
         "body",
-        "completed_at",
         "feed",
         "finished",
         "headers",
         "http",
         "http_status",
         "item",
+        "last_byte_at",
         "received_at",
         "retries",
         "retry_timer",
@@ -448,7 +456,7 @@ class _Exchange(Exchange):
         self.received_at = received_at
         self.started_at = 0
         self.sent_at = 0
-        self.completed_at = 0
+        self.last_byte_at = 0
         self.http_status = 0
         self.retries = 0
         self.finished = False
@@ -467,6 +475,7 @@ class _Exchange(Exchange):
             self.sent_at = t_ns
 
     def on_head(self, status: int, headers: dict[bytes, bytes]) -> None:
+        self.last_byte_at = _monotonic_ns()  # (a body read, if any, comes after)
         self.http_status = status
         if status < 400:  # answered: nothing will resend it, so the prompt is not kept
             self.item.messages.clear()  # (through a long stream: ~0.8 KB a 128-token prompt)
@@ -476,7 +485,7 @@ class _Exchange(Exchange):
             self.body = []
 
     def on_data(self, data: bytes, t_ns: int) -> None:
-        self.completed_at = t_ns
+        self.last_byte_at = t_ns
         if self.stream:
             self.feed(data, t_ns)
         else:
@@ -516,14 +525,12 @@ class _Exchange(Exchange):
             self.retry_timer = loop.call_later(delay, self._resend)
             return
         if self.stream:
-            acc.end(self.completed_at)
+            acc.end(self.last_byte_at)
             if not acc.done and not acc.parts and acc.completion_tokens is None:
                 raise ResponseError("malformed_response", "stream ended without any event")
         else:
             assert self.body is not None
-            if not self.completed_at:
-                self.completed_at = _monotonic_ns()
-            acc.on_body(b"".join(self.body), self.completed_at)
+            acc.on_body(b"".join(self.body), self.last_byte_at)
         self.finish("ok")
 
     def _resend(self) -> None:
@@ -561,7 +568,7 @@ class _Exchange(Exchange):
                 self.item,
                 self.received_at,
                 self.sent_at or self.started_at or self.received_at,
-                self.completed_at,
+                self.last_byte_at,
                 self.acc,
                 self.http_status,
                 self.retries,

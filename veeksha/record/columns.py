@@ -92,7 +92,19 @@ REQUESTS_SCHEMA = pa.schema(
         _col(
             "first_chunk_at", _F64, _T0, "first content chunk arrived (non-streaming: completion)"
         ),
-        _col("completed_at", _F64, _T0, "last byte of the response (or the failure)"),
+        _col(
+            "completed_at",
+            _F64,
+            _T0,
+            "the request ended: ok, its last byte; failed, when the failure was seen (timeout: "
+            "when veeksha gave up; error: the reset, the end of the error body, ...)",
+        ),
+        _col(
+            "last_byte_at",
+            _F64,
+            _T0,
+            "last read that carried response bytes (head or body); null: none came",
+        ),
         _col("processed_at", _F64, _T0, "main process handled the result"),
         _col("chunk_times", pa.list_(_F64), _T0, "arrival time of every content chunk"),
         _col("target_prompt_tokens", _I32, _TOK, "requested length of the new prompt part"),
