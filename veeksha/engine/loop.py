@@ -437,8 +437,9 @@ class TrafficLoop:
             return
         released = session.complete(
             request.node_id,
-            result.completed_at_ns,
+            result.completed_at_ns,  # (a failure's: when it was seen, e.g. the give-up)
             ok,
+            cancelled=not ok and result.status == "cancelled",
             answer=result.output_text,
             conversation_tokens=conversation_tokens,
             answer_tokens=answer_tokens,

@@ -108,6 +108,10 @@ def test_a_stall_cancels_its_session_at_the_give_up(tmp_path: Path) -> None:
             assert 0 <= child["processed_at"] - first["completed_at"] < SLACK_S
         assert session["ended_at"] == pytest.approx(first["completed_at"], abs=1e-6)
         assert session["status"] == "error"
+        # one request went to the server; two were never sent
+        assert (session["num_requests"], session["num_ok"], session["num_error"]) == (1, 0, 1)
+        assert session["num_cancelled"] == 2
+        assert session["think_time_total"] == pytest.approx(first["wait_after_ready"])
     assert _checks(run)["generator_saturation"]["status"] == "PASS"
 
 
