@@ -10,9 +10,11 @@ one frame per loop iteration. If the main process closes the link, the worker st
 An item handed over ahead of its ready time (``not_before_ns`` set) is held on a precise timer
 (``timerfd``, see ``veeksha.engine.timers``) and released at that time; its Result carries the
 release as ``released_at_ns``, and as ``received_at_ns`` (the worker takes it up then), so
-``ready ≤ dispatched ≤ received ≤ sent`` holds for every request. A ``Stop`` with a grace lets
-held items leave on time (they are due within the hand-over window) and counts them as in
-flight; a ``Stop`` without grace withdraws them: cancelled Results, never sent.
+``ready ≤ dispatched ≤ received ≤ sent`` holds for every request. One that reaches the worker
+after its ready time (a slow hand-over) is released on arrival, and says so the same way. A
+``Stop`` with a grace lets held items leave on time (they are due within the hand-over window)
+and counts them as in flight; a ``Stop`` without grace withdraws them: cancelled Results, never
+sent.
 
 Timestamps (monotonic ns): ``received_at`` when the item was decoded; ``sent_at`` right before
 the request is written to the socket (the first attempt's, when retrying); one timestamp per
@@ -177,6 +179,8 @@ class Worker:
                 elif msg.not_before_ns > received_at:
                     self._hold(msg)
                 else:
+                    if msg.not_before_ns:  # handed over ahead but came late: released now
+                        self._released[msg.request_id] = received_at
                     self._start(msg, received_at)
             elif isinstance(msg, Stop) and self._stopping is not None:
                 if msg.grace_s <= 0:  # no grace: what is held is withdrawn, never sent

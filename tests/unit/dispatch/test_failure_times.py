@@ -157,3 +157,20 @@ def test_a_cancelled_request_ends_when_it_was_cancelled(worker: Worker) -> None:
     assert r.status == "cancelled"
     assert r.last_byte_at_ns == last
     assert r.completed_at_ns >= cancelled > last
+
+
+def test_a_hand_over_that_comes_after_its_ready_time_is_released_on_arrival() -> None:
+    left, right = socket.socketpair()
+    with left, right:
+        settings = WorkerSettings(endpoint="http://127.0.0.1:9/v1/chat/completions", dry_run=True)
+        worker = Worker(0, settings, left)
+        ready = time.monotonic_ns()
+        late = WorkItem(1, [("user", "hi")], 2, ready - 20_000_000, not_before_ns=ready)
+        on_time = WorkItem(2, [("user", "hi")], 2, ready)  # not handed over ahead
+        arrived = after(ready)
+        worker._on_batch([late, on_time])
+        by_id = {r.request_id: r for r in worker._outbox}
+    # the release is the arrival, after the ready time: never the early hand-over
+    assert by_id[1].released_at_ns >= arrived > ready
+    assert by_id[1].released_at_ns <= by_id[1].received_at_ns
+    assert by_id[2].released_at_ns == 0
