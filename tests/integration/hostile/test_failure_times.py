@@ -139,3 +139,25 @@ def test_an_http_error_ends_with_its_body(tmp_path: Path) -> None:
         # the error was seen when its body's last byte came
         assert 0 <= first["completed_at"] - first["last_byte_at"] < 0.05
     _assert_children_ready_from_the_failure(run, ("error", "http_5xx"))
+
+
+def test_closed_loop_replaces_a_stalled_session_from_the_give_up(tmp_path: Path) -> None:
+    # one session at a time: the next one takes the slot when the stalled one ended
+    with HostileServer(f"{_BEHAVIOURS}:stall", tmp_path) as server:
+        text = _scenario(server, cancel=True).replace(
+            "  type: rate\n",
+            "  type: concurrent\n  target_concurrent_sessions: 1\n  rampup_seconds: 0\n",
+            1,
+        )
+        text = text.replace("  interval_generator: {type: fixed, interval: 0.125}\n", "", 1)
+        run = hostile_run(tmp_path, text, expect_code=0)
+    sessions = sorted(_sessions(run).values(), key=lambda s: s["started_at"])
+    assert len(sessions) == 2
+    rows = _by_node(run)
+    earlier, later = sessions
+    assert later["started_at"] == pytest.approx(earlier["ended_at"], abs=1e-6)
+    assert earlier["ended_at"] == pytest.approx(rows[earlier["session_id"], 0]["completed_at"])
+    root = rows[later["session_id"], 0]
+    assert root["ready_at"] == pytest.approx(later["started_at"])
+    assert 0 <= root["dispatch_lag"] < SLACK_S
+    assert _checks(run)["generator_saturation"]["status"] == "PASS"
