@@ -124,7 +124,13 @@ class RunRecorder:
         num_ok = states.count(_OK)
         num_error = states.count(_FAILED)
         num_cancelled = states.count(_CANCELLED)  # never sent, or cancelled in flight
-        dispatched = session.dispatched()
+        if num_cancelled:
+            dispatched = session.dispatched()
+            num_requests = len(dispatched)
+            think_time = sum(nodes[i].wait_after_ready_s for i in dispatched)
+        else:  # every node was dispatched (and answered or failed)
+            num_requests = num_ok + num_error
+            think_time = sum(node.wait_after_ready_s for node in nodes)
         writer = self._writer
         if writer.error is None:  # after a write error, rows are refused
             with writer.lock:
@@ -135,11 +141,11 @@ class RunRecorder:
                     session.started_at_ns,
                     session.ended_at_ns,
                     len(nodes),
-                    len(dispatched),
+                    num_requests,
                     num_ok,
                     num_error,
                     num_cancelled,
-                    sum(nodes[i].wait_after_ready_s for i in dispatched),
+                    think_time,
                     session.status,
                     self.t0_ns,
                 )

@@ -183,8 +183,9 @@ class SessionState:
         """
         if cancelled:
             ok = False
+            self._finish(node_id, _CANCELLED, completed_at_ns)
+            self._cancelled_log.pop()  # (it has its row: not reported by take_cancelled)
             self._dispatched_cancelled.append(node_id)
-            self._finish(node_id, _CANCELLED, completed_at_ns, logged=False)
         else:
             self._finish(node_id, _OK if ok else _FAILED, completed_at_ns)
         nodes = self.spec.nodes
@@ -223,16 +224,22 @@ class SessionState:
 
     # ---------------------------------------------------------------------------------- internals
 
-    def _finish(self, node_id: int, state: NodeState, at_ns: int, logged: bool = True) -> None:
+    def _finish(self, node_id: int, state: NodeState, at_ns: int) -> None:
         if self.states[node_id] in _TERMINAL:
             raise ValueError(f"node {node_id} of session {self.session_id} already finished")
         self.states[node_id] = state
         self._completed_at[node_id] = at_ns
-        if state == _CANCELLED and logged:
+        if state == _CANCELLED:
             self._cancelled_log.append(node_id)
         self._remaining -= 1
-        if self._remaining == 0:  # (results may come in another order than their ends)
-            self.ended_at_ns = max(self._completed_at)
+        if self._remaining == 0:
+            # the latest end, not this one: results may come in another order than their ends
+            # (a loop, as max() of a short list costs ~1.5k instructions here)
+            latest = at_ns
+            for t in self._completed_at:
+                if t > latest:  # noqa: PLR1730 - hot path: max() costs a call
+                    latest = t
+            self.ended_at_ns = latest
             self._conversation.clear()
 
     def _release_children(self, node_id: int) -> list[tuple[int, int]]:
