@@ -96,8 +96,9 @@ REQUESTS_SCHEMA = pa.schema(
             "completed_at",
             _F64,
             _T0,
-            "the request ended: ok, its last byte; failed, when the failure was seen (timeout: "
-            "when veeksha gave up; error: the reset, the end of the error body, ...)",
+            "the request ended: ok, its last byte; else when veeksha saw it end (timeout: the "
+            "give-up; error: the reset, the end of the error body, ...; cancelled: its "
+            "cancellation)",
         ),
         _col(
             "last_byte_at",
