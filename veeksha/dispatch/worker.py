@@ -378,9 +378,10 @@ class Worker:
         error_kind: str = "",
         error_message: str = "",
     ) -> Result:
-        """The Result of ``item``, built when it ended (``status``), not later.
+        """The Result of ``item``, built the moment it ended as ``status``.
 
-        ``completed_at``: an answer's last byte; a failure's end is now, when it is seen.
+        Its ``completed_at`` is an answer's last byte (``last_byte_at``), or for a failure now:
+        the moment the worker saw it, however long after the last byte that was.
         """
         if error_message:
             key = self.settings.api_key
