@@ -54,7 +54,7 @@ def make_session(
 
 
 async def read_stream(content: aiohttp.StreamReader, acc: ResponseAccumulator, state: Any) -> None:
-    """Feed an SSE body to ``acc``, one timestamp per read; ``state.completed_at`` = last read."""
+    """Feed an SSE body to ``acc``, one timestamp per read; ``state.last_byte_at`` = last read."""
     feed = acc.feed
     readany = content.readany
     monotonic_ns = time.monotonic_ns
@@ -63,9 +63,9 @@ async def read_stream(content: aiohttp.StreamReader, acc: ResponseAccumulator, s
         if not data:
             break
         t = monotonic_ns()
-        state.completed_at = t
+        state.last_byte_at = t
         feed(data, t)
-    acc.end(state.completed_at)
+    acc.end(state.last_byte_at)
     if not acc.done and not acc.parts and acc.completion_tokens is None:
         raise ResponseError("malformed_response", "stream ended without any event")
 

@@ -8,9 +8,9 @@ through ``on_results`` from a loop callback, never from inside ``submit``.
 
 Timing: every item submitted during one event-loop pass is answered on the next pass, in one
 batch, with one clock reading ``now`` for the whole batch: ``received_at = sent_at =
-completed_at = now`` and ``max_tokens`` synthetic chunks all at ``now`` (the same ``Result`` a
-dry-run worker returns; see ``dry_result``). ``processed_at − dispatched_at`` is therefore the
-loop's own turnaround, the one latency a dry run has.
+completed_at = last_byte_at = now`` and ``max_tokens`` synthetic chunks all at ``now`` (the same
+``Result`` a dry-run worker returns; see ``dry_result``). ``processed_at − dispatched_at`` is
+therefore the loop's own turnaround, the one latency a dry run has.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ def dry_result(
         chunk_times_ns=times,
         output_text=text,
         completion_tokens=n,
+        last_byte_at_ns=now,
     )
 
 

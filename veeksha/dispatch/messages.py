@@ -74,7 +74,13 @@ class WorkerReady(msgspec.Struct, tag="ready", array_like=True):
 
 
 class Result(msgspec.Struct, tag="result", array_like=True, gc=False):
-    """The outcome of one ``WorkItem``: every timestamp the worker took, and what came back."""
+    """The outcome of one ``WorkItem``: every timestamp the worker took, and what came back.
+
+    ``completed_at_ns`` is when the request ended: an answer's last byte, or the moment a
+    failure was seen (a timeout's timer, a cancellation, a reset, the end of an error body).
+    ``last_byte_at_ns`` is the last read that carried response bytes (head or body), 0 when
+    none came; on a request that failed after a stall, the two are far apart.
+    """
 
     request_id: int
     worker_id: int
@@ -94,6 +100,7 @@ class Result(msgspec.Struct, tag="result", array_like=True, gc=False):
     retries: int = 0
     server_timings: dict[str, Any] | None = None
     released_at_ns: int = 0  # a held item's release (its timer fired); 0 if not held
+    last_byte_at_ns: int = 0  # the last read with response bytes; 0 if none came
 
 
 ToWorker = WorkItem | Stop

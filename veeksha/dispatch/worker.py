@@ -19,9 +19,12 @@ sent.
 
 Timestamps (monotonic ns): ``received_at`` when the item was decoded; ``sent_at`` right before
 the request is written to the socket (the first attempt's, when retrying); one timestamp per
-read of the response, shared by the SSE events of that read; ``completed_at`` at the last read
-that carried body bytes. Latencies measured from ``sent_at`` therefore include any retry back-off,
-as a user would see.
+read of the response, shared by the SSE events of that read; ``last_byte_at`` at the last read
+that carried response bytes (head or body). ``completed_at`` is when the request ended: for an
+answer, its last byte (``last_byte_at``); for a failure, the moment the worker saw it (the
+timeout's timer fired, the cancellation, the reset, the end of an error body), which may be long
+after the last byte (a server that stalls). Latencies measured from ``sent_at`` therefore include
+any retry back-off, as a user would see.
 
 Plain ``http`` (``Http1Pool``): a request is an ``_Exchange``, driven by callbacks from the
 connection's ``data_received``; no task, coroutine, future or context variable per request, and
@@ -306,7 +309,7 @@ class Worker:
                 item,
                 received_at,
                 slot[0] or state.started_at or received_at,
-                state.completed_at,
+                state.last_byte_at,
                 acc,
                 state.http_status,
                 state.retries,
@@ -340,6 +343,7 @@ class Worker:
 
         while True:
             resp = await self._session.post(settings.endpoint, data=body, headers=self._headers)
+            state.last_byte_at = time.monotonic_ns()  # the head came
             try:
                 state.http_status = resp.status
                 if resp.status >= 400:
@@ -354,8 +358,8 @@ class Worker:
                     return
                 else:
                     data = await resp.read()
-                    state.completed_at = time.monotonic_ns()
-                    acc.on_body(data, state.completed_at)
+                    state.last_byte_at = time.monotonic_ns()
+                    acc.on_body(data, state.last_byte_at)
                     return
             finally:
                 resp.release()
@@ -377,7 +381,7 @@ class Worker:
         item: WorkItem,
         received_at: int,
         sent_at: int,
-        completed_at: int,
+        last_byte_at: int,
         acc: ResponseAccumulator,
         http_status: int,
         retries: int,
@@ -385,10 +389,14 @@ class Worker:
         error_kind: str = "",
         error_message: str = "",
     ) -> Result:
+        """The Result of ``item``, built the moment it ended as ``status``.
+
+        Its ``completed_at`` is an answer's last byte (``last_byte_at``), or for a failure now:
+        the moment the worker saw it, however long after the last byte that was.
+        """
         if error_message:  # a server (or proxy) may echo the key: masked before the cut
             error_message = self._redact(error_message, _MESSAGE_CHARS)
-        if not completed_at:
-            completed_at = _monotonic_ns()
+        completed_at = last_byte_at if status == "ok" and last_byte_at else _monotonic_ns()
         first = acc.first_chunk_at_ns
         if first is None and status == "ok":
             first = completed_at
@@ -410,19 +418,20 @@ class Worker:
             acc.cached_tokens,
             retries,
             acc.server_timings,
+            last_byte_at_ns=last_byte_at,
         )
 
 
 class _Attempt:
     """The aiohttp path's per-request state."""
 
-    __slots__ = ("completed_at", "http_status", "retries", "started_at")
+    __slots__ = ("http_status", "last_byte_at", "retries", "started_at")
 
     def __init__(self) -> None:
         self.started_at = 0
         self.http_status = 0
         self.retries = 0
-        self.completed_at = 0
+        self.last_byte_at = 0
 
 
 class _Exchange(Exchange):
@@ -442,7 +451,6 @@ class _Exchange(Exchange):
     __slots__ = (
         "acc",
         "body",
-        "completed_at",
         "feed",
         "finished",
         "headers",
@@ -450,6 +458,7 @@ class _Exchange(Exchange):
         "http_status",
         "inflate",
         "item",
+        "last_byte_at",
         "received_at",
         "retries",
         "retry_timer",
@@ -468,7 +477,7 @@ class _Exchange(Exchange):
         self.received_at = received_at
         self.started_at = 0
         self.sent_at = 0
-        self.completed_at = 0
+        self.last_byte_at = 0
         self.http_status = 0
         self.retries = 0
         self.finished = False
@@ -488,6 +497,7 @@ class _Exchange(Exchange):
             self.sent_at = t_ns
 
     def on_head(self, status: int, headers: dict[bytes, bytes]) -> None:
+        self.last_byte_at = _monotonic_ns()  # (a body read, if any, comes after)
         self.http_status = status
         if status < 400:  # answered: nothing will resend it, so the prompt is not kept
             self.item.messages.clear()  # (through a long stream: ~0.8 KB a 128-token prompt)
@@ -507,7 +517,7 @@ class _Exchange(Exchange):
                 self.feed = self._feed_inflated
 
     def on_data(self, data: bytes, t_ns: int) -> None:
-        self.completed_at = t_ns
+        self.last_byte_at = t_ns
         if self.stream:
             self.feed(data, t_ns)
         else:
@@ -571,14 +581,12 @@ class _Exchange(Exchange):
             self.retry_timer = loop.call_later(delay, self._resend)
             return
         if self.stream:
-            acc.end(self.completed_at)
+            acc.end(self.last_byte_at)
             if not acc.done and not acc.parts and acc.completion_tokens is None:
                 raise ResponseError("malformed_response", "stream ended without any event")
         else:
             assert self.body is not None
-            if not self.completed_at:
-                self.completed_at = _monotonic_ns()
-            acc.on_body(self._body(), self.completed_at)
+            acc.on_body(self._body(), self.last_byte_at)
         self.finish("ok")
 
     def _resend(self) -> None:
@@ -616,7 +624,7 @@ class _Exchange(Exchange):
                 self.item,
                 self.received_at,
                 self.sent_at or self.started_at or self.received_at,
-                self.completed_at,
+                self.last_byte_at,
                 self.acc,
                 self.http_status,
                 self.retries,

@@ -415,15 +415,20 @@ class TrafficLoop:
         if result.released_at_ns:  # handed over ahead: released by the worker's timer
             request.dispatched_at_ns = result.released_at_ns
             self.counters.last_dispatch_lag_ns = result.released_at_ns - request.ready_at_ns
-        elif request.dispatched_at_ns < request.ready_at_ns and result.status == "cancelled":
-            # handed over ahead and cancelled before its release (the run stopped): it was never
-            # dispatched, so it ends like a node cancelled in the ready queue
-            self.counters.requests_dispatched -= 1
-            session.cancel_node(request.node_id, now)
-            self._report_cancelled(session, now, request)
-            if session.done:
-                self._end_session(session)
-            return
+        elif request.dispatched_at_ns < request.ready_at_ns:  # handed over ahead, no release
+            if result.status == "cancelled":
+                # cancelled before its release (the run stopped): it was never dispatched, so it
+                # ends like a node cancelled in the ready queue
+                self.counters.requests_dispatched -= 1
+                session.cancel_node(request.node_id, now)
+                self._report_cancelled(session, now, request)
+                if session.done:
+                    self._end_session(session)
+                return
+            if result.error_kind == "worker_lost" and result.completed_at_ns >= request.ready_at_ns:
+                # lost with its worker after its ready time: the worker's timer released it then
+                # (as the lost Result's sent_at assumes), not at the hand-over
+                request.dispatched_at_ns = request.ready_at_ns
         ok = result.status == "ok"
         self.counters.requests_done += 1
         if not ok:
@@ -444,8 +449,9 @@ class TrafficLoop:
             return
         released = session.complete(
             request.node_id,
-            result.completed_at_ns,
+            result.completed_at_ns,  # (a failure's: when it was seen, e.g. the give-up)
             ok,
+            cancelled=not ok and result.status == "cancelled",
             answer=result.output_text,
             conversation_tokens=conversation_tokens,
             answer_tokens=answer_tokens,

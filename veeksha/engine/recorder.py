@@ -131,11 +131,18 @@ class RunRecorder:
             self._on_row({"status": "cancelled"})
 
     def session_done(self, session: SessionState) -> None:
-        spec = session.spec
+        nodes = session.spec.nodes
         states = session.states
         num_ok = states.count(_OK)
         num_error = states.count(_FAILED)
-        num_cancelled = states.count(_CANCELLED)
+        num_cancelled = states.count(_CANCELLED)  # never sent, or cancelled in flight
+        if num_cancelled:
+            dispatched = session.dispatched()
+            num_requests = len(dispatched)
+            think_time = sum(nodes[i].wait_after_ready_s for i in dispatched)
+        else:  # every node was dispatched (and answered or failed)
+            num_requests = num_ok + num_error
+            think_time = sum(node.wait_after_ready_s for node in nodes)
         writer = self._writer
         if writer.error is None:  # after a write error, rows are refused
             with writer.lock:
@@ -145,12 +152,12 @@ class RunRecorder:
                     session.session_id,
                     session.started_at_ns,
                     session.ended_at_ns,
-                    len(spec.nodes),
-                    num_ok + num_error,
+                    len(nodes),
+                    num_requests,
                     num_ok,
                     num_error,
                     num_cancelled,
-                    sum(node.wait_after_ready_s for node in spec.nodes),
+                    think_time,
                     session.status,
                     self.t0_ns,
                 )

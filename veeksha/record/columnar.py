@@ -56,6 +56,7 @@ _REQ_FLOATS = (
     "sent_at",
     "first_chunk_at",
     "completed_at",
+    "last_byte_at",
     "processed_at",
     "ttfc",
     "tbc_mean",
@@ -67,7 +68,7 @@ _REQ_FLOATS = (
     "dispatch_lag",
     *SERVER_TIMING_COLUMNS,
 )
-_RAW = ("ready", "dispatched", "processed", "received", "sent", "first", "completed")
+_RAW = ("ready", "dispatched", "processed", "received", "sent", "first", "completed", "last_byte")
 _REQ_STRS = ("run_id", "phase", "model", "status", "error_kind", "error_message")
 _REQ_INTS = (
     "session_id",
@@ -296,6 +297,7 @@ class RequestColumns:
             sent,
             NULL if first is None else first,
             completed,
+            res.last_byte_at_ns or NULL,
             1,
         )
         self._strs += (run_id, phase, model, status, res.error_kind, message)

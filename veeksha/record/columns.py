@@ -92,7 +92,20 @@ REQUESTS_SCHEMA = pa.schema(
         _col(
             "first_chunk_at", _F64, _T0, "first content chunk arrived (non-streaming: completion)"
         ),
-        _col("completed_at", _F64, _T0, "last byte of the response (or the failure)"),
+        _col(
+            "completed_at",
+            _F64,
+            _T0,
+            "the request ended: ok, its last byte; else when veeksha saw it end (timeout: the "
+            "give-up; error: the reset, the end of the error body, ...; cancelled: its "
+            "cancellation)",
+        ),
+        _col(
+            "last_byte_at",
+            _F64,
+            _T0,
+            "last read that carried response bytes (head or body); null: none came",
+        ),
         _col("processed_at", _F64, _T0, "main process handled the result"),
         _col("chunk_times", pa.list_(_F64), _T0, "arrival time of every content chunk"),
         _col("target_prompt_tokens", _I32, _TOK, "requested length of the new prompt part"),
@@ -176,15 +189,34 @@ SESSIONS_SCHEMA = pa.schema(
         _col("session_id", _I64, "", "session id (matches requests.session_id)", nullable=False),
         _col("started_at", _F64, _T0, "the session arrived (its roots became ready)"),
         _col(
-            "ended_at", _F64, _T0, "its last request completed or was cancelled; null: never ended"
+            "ended_at",
+            _F64,
+            _T0,
+            "its last request ended (completed_at; never sent: when it was cancelled); null: "
+            "never ended",
         ),
         _col("duration", _F64, _S, "ended_at - started_at, think times included"),
         _col("num_nodes", _I32, "", "requests in the session graph"),
-        _col("num_requests", _I32, "", "requests recorded (dispatched or cancelled)"),
+        _col(
+            "num_requests",
+            _I32,
+            "",
+            "requests dispatched to a worker (rows with dispatched_at), whatever their outcome",
+        ),
         _col("num_ok", _I32, "", "requests with status ok"),
         _col("num_error", _I32, "", "requests with status error or timeout"),
-        _col("num_cancelled", _I32, "", "requests cancelled (never sent, or stopped by the run)"),
-        _col("think_time_total", _F64, _S, "sum of wait_after_ready over its dispatched requests"),
+        _col(
+            "num_cancelled",
+            _I32,
+            "",
+            "requests with status cancelled (never sent, or cancelled in flight by the run's end)",
+        ),
+        _col(
+            "think_time_total",
+            _F64,
+            _S,
+            "sum of wait_after_ready over its dispatched requests (those num_requests counts)",
+        ),
         _col("status", _STR, "", "ok | error | cancelled | incomplete", nullable=False),
     ]
 )

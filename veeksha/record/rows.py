@@ -174,6 +174,8 @@ def request_row(
     row["sent_at"] = (sent - t0_ns) / _NS
     row["first_chunk_at"] = None if first is None else (first - t0_ns) / _NS
     row["completed_at"] = (completed - t0_ns) / _NS
+    last_byte = res.last_byte_at_ns
+    row["last_byte_at"] = (last_byte - t0_ns) / _NS if last_byte else None
     row["chunk_times_ns"] = chunks
     row["prompt_tokens_total"] = rec.prompt_tokens_total if prompt_total is None else prompt_total
     row["cached_tokens"] = res.cached_tokens

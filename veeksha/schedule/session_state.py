@@ -5,9 +5,13 @@ nodes that became ready, with their ready times. No I/O, no clock.
 
 Vocabulary: a node is *pending* until every parent is terminal, then *ready* at
 ``max(parent completed_at) + wait_after_ready`` (roots: at the session's start), *in flight* once
-dispatched, and finally *ok*, *failed* or *cancelled*. With ``cancel_on_failure`` a failed node
-cancels every node of its session that was not yet dispatched; otherwise it counts as done for
-its children, which inherit its user message without an answer.
+dispatched, and finally *ok*, *failed* or *cancelled*. A node's ``completed_at`` is when its
+request ended: an answer's last byte, or the moment a failure was seen (a timeout's give-up),
+never an earlier last byte, so children wait from when their parent really ended. With
+``cancel_on_failure`` a failed node cancels every node of its session that was not yet
+dispatched; otherwise it counts as done for its children, which inherit its user message
+without an answer. A dispatched request cancelled by the run's end (``complete(...,
+cancelled=True)``) is *cancelled*, like the nodes that were never sent, but was *dispatched*.
 
 Worked example (linear a → b, wait 1 s, cancel on failure)::
 
@@ -52,6 +56,7 @@ class SessionState:
         "_cancelled_log",
         "_completed_at",
         "_conversation",
+        "_dispatched_cancelled",
         "_history_tokens",
         "_remaining",
         "_unfinished_parents",
@@ -81,6 +86,7 @@ class SessionState:
         self._completed_at: list[int] = [0] * n
         self.ready_at_ns: list[int | None] = [None] * n
         self._cancelled_log: list[int] = []
+        self._dispatched_cancelled: list[int] = []  # dispatched, then cancelled by the run
         # The conversation a node's children inherit: its messages plus its answer, and the
         # token count of that whole conversation (veeksha's count, used when usage is absent).
         self._conversation: dict[int, Conversation] = {}
@@ -116,6 +122,12 @@ class SessionState:
 
     def count(self, state: NodeState) -> int:
         return self.states.count(state)
+
+    def dispatched(self) -> list[int]:
+        """Nodes whose request was handed to a worker: ok, failed, or cancelled in flight (a
+        hand-over withdrawn before its release was never dispatched)."""
+        done = [i for i, state in enumerate(self.states) if state in (_OK, _FAILED)]
+        return done + self._dispatched_cancelled if self._dispatched_cancelled else done
 
     def messages(self, node_id: int) -> Conversation:
         """The messages to send for a node: its history parent's conversation, then its prompt."""
@@ -156,16 +168,26 @@ class SessionState:
         completed_at_ns: int,
         ok: bool,
         *,
+        cancelled: bool = False,
         answer: str = "",
         conversation_tokens: int = 0,
         answer_tokens: int = 0,
     ) -> list[tuple[int, int]]:
         """A dispatched node finished; returns children that became ready, with ready times.
 
-        ``conversation_tokens`` is the node's whole prompt (history included) and
+        ``completed_at_ns`` is when its request ended (for a failure, when it was seen).
+        ``cancelled``: not ok because the run cancelled it in flight (it has its row already,
+        so it is not reported by ``take_cancelled``); its children are treated as after a
+        failure. ``conversation_tokens`` is the node's whole prompt (history included) and
         ``answer_tokens`` its answer, so history children can account their inherited tokens.
         """
-        self._finish(node_id, _OK if ok else _FAILED, completed_at_ns)
+        if cancelled:
+            ok = False
+            self._finish(node_id, _CANCELLED, completed_at_ns)
+            self._cancelled_log.pop()  # (it has its row: not reported by take_cancelled)
+            self._dispatched_cancelled.append(node_id)
+        else:
+            self._finish(node_id, _OK if ok else _FAILED, completed_at_ns)
         nodes = self.spec.nodes
         for child in self.spec.children[node_id]:
             if nodes[child].history_parent == node_id:
@@ -211,7 +233,13 @@ class SessionState:
             self._cancelled_log.append(node_id)
         self._remaining -= 1
         if self._remaining == 0:
-            self.ended_at_ns = at_ns if self.ended_at_ns is None else max(self.ended_at_ns, at_ns)
+            # the latest end, not this one: results may come in another order than their ends
+            # (a loop, as max() of a short list costs ~1.5k instructions here)
+            latest = at_ns
+            for t in self._completed_at:
+                if t > latest:  # noqa: PLR1730 - hot path: max() costs a call
+                    latest = t
+            self.ended_at_ns = latest
             self._conversation.clear()
 
     def _release_children(self, node_id: int) -> list[tuple[int, int]]:

@@ -77,10 +77,11 @@ def test_rows_and_streaming_callback(tmp_path: Path) -> None:
     sessions = load_sessions(tmp_path).to_pylist()
     expected = session_row(
         SessionRecord(
-            "run-1", "measured", 3, ns(0.5), state.ended_at_ns, 3, 1, 1, 0, 2, 0.75, state.status
+            "run-1", "measured", 3, ns(0.5), state.ended_at_ns, 3, 1, 1, 0, 2, 0.25, state.status
         ),
         T0,
     )
+    # one request dispatched (node 0): its think time only, not the cancelled nodes'
     assert sessions == [expected]
 
 

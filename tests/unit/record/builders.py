@@ -38,8 +38,13 @@ def make_result(
     completed: float = 1.5,
     status: str = "ok",
     tokens: int | None = 3,
+    last_byte: float | str | None = "completed",
     **kw: Any,
 ) -> Result:
+    """A Result; its last byte came at ``completed`` unless ``last_byte`` says (None: none)."""
+    if last_byte == "completed":
+        last_byte = completed
+    assert not isinstance(last_byte, str)
     return Result(
         request_id=kw.pop("request_id", 7),
         worker_id=kw.pop("worker_id", 2),
@@ -50,6 +55,7 @@ def make_result(
         first_chunk_at_ns=ns(chunks[0]) if chunks else None,
         chunk_times_ns=[ns(c) for c in chunks],
         completion_tokens=tokens,
+        last_byte_at_ns=0 if last_byte is None else ns(last_byte),
         **kw,
     )
 

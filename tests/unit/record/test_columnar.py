@@ -138,6 +138,13 @@ def examples() -> list[RequestRecord]:
         make_record(make_result(), node=make_node(2, parents=(0, 1), shared_prefix_tokens=4)),
         make_record(make_result(http_status=200, retries=2, worker_id=5), session_id=2**40),
         make_record(make_result(status="timeout", error_kind="timeout"), dispatched_at_ns=None),
+        # a stall: the last byte long before the give-up; a failure before any byte
+        make_record(
+            make_result(status="timeout", error_kind="timeout", completed=6.0, last_byte=1.5)
+        ),
+        make_record(
+            make_result(chunks=(), status="error", error_kind="connection_refused", last_byte=None)
+        ),
     ]
 
 

@@ -226,3 +226,20 @@ def test_session_rows_and_status() -> None:
     assert (row["ended_at"], row["duration"], row["status"]) == (None, None, "incomplete")
     table = sessions_table([row])
     assert table.schema.equals(SESSIONS_SCHEMA, check_metadata=True)
+
+
+def test_a_failure_ends_when_seen_and_keeps_its_last_byte() -> None:
+    # a stall: chunks until 1.5 s, then nothing; veeksha gave up at 6 s
+    stalled = make_result(status="timeout", error_kind="timeout", completed=6.0, last_byte=1.5)
+    row = table_row(request_row(make_record(stalled), T0))
+    assert row["completed_at"] == pytest.approx(6.0)
+    assert row["last_byte_at"] == pytest.approx(1.5)
+    assert row["chunk_times"] == pytest.approx([1.2, 1.3, 1.5])
+    assert row["e2e"] is None  # latencies are for ok rows
+    refused = make_result(
+        chunks=(), status="error", error_kind="connection_refused", last_byte=None
+    )
+    row = table_row(request_row(make_record(refused), T0))
+    assert row["last_byte_at"] is None
+    ok = table_row(request_row(make_record(make_result()), T0))
+    assert ok["last_byte_at"] == ok["completed_at"]

@@ -103,3 +103,40 @@ def test_cancel_pending_at_run_end_and_double_finish_is_an_error() -> None:
     assert s.status == "cancelled"
     with pytest.raises(ValueError, match="already finished"):
         s.complete(0, 7, True)
+
+
+def test_children_are_ready_from_when_a_failed_parent_ended() -> None:
+    # the parent's last byte came at 0.1 s; it was given up (timeout) at 5 s: its end
+    spec = SessionSpec(session_id=1, nodes=[_node(0, (), None), _node(1, (0,), 0, 0.5)])
+    s = SessionState(spec, started_at_ns=0, cancel_on_failure=False)
+    s.start()
+    s.mark_dispatched(0)
+    assert s.complete(0, 5 * S, False) == [(1, 5 * S + S // 2)]
+
+
+def test_cancelled_in_flight_is_cancelled_and_dispatched_with_no_second_row() -> None:
+    s = SessionState(_diamond(), started_at_ns=0, cancel_on_failure=True)
+    s.start()
+    s.mark_dispatched(0)
+    s.complete(0, S, True, answer="a0")
+    s.mark_dispatched(1)
+    s.mark_dispatched(2)
+    s.cancel_pending(2 * S)  # the run stops: node 3 was never sent
+    assert s.take_cancelled() == [3]
+    s.complete(2, 4 * S, False, cancelled=True)  # cancelled in flight, handled first
+    s.complete(1, 3 * S, True, answer="a1")  # ended before it, handled after
+    assert s.take_cancelled() == []  # node 2 has its row already (its cancelled result)
+    assert s.states == [NodeState.OK, NodeState.OK, NodeState.CANCELLED, NodeState.CANCELLED]
+    assert sorted(s.dispatched()) == [0, 1, 2]
+    assert s.status == "cancelled"  # stopped by the run, nothing failed
+    assert s.ended_at_ns == 4 * S  # the latest end, not the last handled
+
+
+def test_a_withdrawn_hand_over_was_never_dispatched() -> None:
+    spec = SessionSpec(session_id=1, nodes=[_node(0, (), None)])
+    s = SessionState(spec, started_at_ns=S, cancel_on_failure=True)
+    s.start()
+    s.mark_dispatched(0)  # handed over ahead of its ready time, then withdrawn by a stop
+    s.cancel_node(0, S // 2)
+    assert s.take_cancelled() == [0]
+    assert s.dispatched() == []
