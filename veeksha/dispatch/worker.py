@@ -50,7 +50,12 @@ from veeksha.dispatch.channel import Link, encode_frame, to_worker_decoder
 from veeksha.dispatch.http1 import ConnectFailed, Exchange, Http1Pool
 from veeksha.dispatch.inprocess import dry_result
 from veeksha.dispatch.messages import Result, Stop, ToWorker, WorkerReady, WorkItem
-from veeksha.dispatch.openai import RequestBuilder, ResponseAccumulator, ResponseError
+from veeksha.dispatch.openai import (
+    RequestBuilder,
+    ResponseAccumulator,
+    ResponseError,
+    StreamOver,
+)
 from veeksha.dispatch.settings import WorkerSettings, WorkerSpawn
 from veeksha.engine.timers import Cancellable, LoopTimers
 
@@ -335,7 +340,11 @@ class Worker:
                         text = snippet.decode("utf-8", "replace").strip()
                         raise _HttpError(resp.status, f"HTTP {resp.status}: {text}")
                 elif settings.stream:
-                    await read_stream(resp.content, acc, state)
+                    try:
+                        await read_stream(resp.content, acc, state)
+                    except StreamOver:  # bytes after [DONE]: ignored; the answer ended there
+                        resp.close()  # (and the connection is not reused)
+                        state.completed_at = acc.done_at_ns
                     return
                 else:
                     data = await resp.read()
@@ -487,6 +496,9 @@ class _Exchange(Exchange):
         try:
             if exc is None:
                 self._ended()
+            elif type(exc) is StreamOver:  # bytes after [DONE]: ignored (the pool closed the
+                self.completed_at = self.acc.done_at_ns  # connection); the answer ended there
+                self.finish("ok")
             else:
                 self.finish("error", *_failure(exc))
         except Exception as error:  # noqa: BLE001 - every failure becomes this item's Result
