@@ -47,7 +47,7 @@ import uvloop
 
 from veeksha.clock import MonotonicClock
 from veeksha.dispatch.channel import Link, encode_frame, to_worker_decoder
-from veeksha.dispatch.http1 import ConnectFailed, Exchange, Http1Pool
+from veeksha.dispatch.http1 import ConnectFailed, Exchange, Http1Pool, MalformedResponse
 from veeksha.dispatch.inprocess import dry_result
 from veeksha.dispatch.messages import Result, Stop, ToWorker, WorkerReady, WorkItem
 from veeksha.dispatch.openai import (
@@ -66,6 +66,7 @@ __all__ = ["Worker", "main"]
 
 _SNIPPET_BYTES = 300
 _RETRY_STATUSES = (429, 503)
+_NO_ANSWER = (204, 205)  # 2xx without content (3xx are no answers either)
 _BACKOFF_BASE_S = 0.25
 _BACKOFF_CAP_S = 10.0
 _RESULTS_LINGER_S = 5.0  # at exit, for the last Results to leave
@@ -329,9 +330,14 @@ class Worker:
         from veeksha.dispatch.aiohttp_client import read_stream
 
         while True:
-            resp = await self._session.post(settings.endpoint, data=body, headers=self._headers)
+            resp = await self._session.post(
+                settings.endpoint, data=body, headers=self._headers, allow_redirects=False
+            )
             try:
                 state.http_status = resp.status
+                if resp.status < 400 and (resp.status >= 300 or resp.status in _NO_ANSWER):
+                    resp.close()
+                    raise ResponseError("malformed_response", _no_answer(resp.status))
                 if resp.status >= 400:
                     after = resp.headers.get("Retry-After")
                     delay = self._retry_after(resp.status, after, state.retries)
@@ -478,6 +484,8 @@ class _Exchange(Exchange):
     def on_head(self, status: int, headers: dict[bytes, bytes]) -> None:
         self.http_status = status
         if status < 400:  # answered: nothing will resend it, so the prompt is not kept
+            if status >= 300 or status in _NO_ANSWER:
+                raise ResponseError("malformed_response", _no_answer(status))
             self.item.messages.clear()  # (through a long stream: ~0.8 KB a 128-token prompt)
         if status >= 400 or not self.stream:
             self.stream = False
@@ -592,7 +600,16 @@ def _failure(exc: BaseException) -> tuple[str, str]:
         return ("http_4xx" if exc.status < 500 else "http_5xx"), str(exc)
     if isinstance(exc, ResponseError):
         return exc.kind, str(exc)
+    if isinstance(exc, MalformedResponse):
+        return "malformed_response", str(exc)
     return _classify(exc), _msg(exc)
+
+
+def _no_answer(status: int) -> str:
+    """Why a response with this (below 400) status is not an answer."""
+    if status >= 300:
+        return f"HTTP {status}: a redirect, not an answer (requests are not redirected)"
+    return f"HTTP {status}: a response without content, where an answer was expected"
 
 
 def _prewarm(max_connections: int) -> int:
