@@ -602,6 +602,12 @@ def _failure(exc: BaseException) -> tuple[str, str]:
         return exc.kind, str(exc)
     if isinstance(exc, MalformedResponse):
         return "malformed_response", str(exc)
+    if "aiohttp" in sys.modules:  # only an https worker imported it
+        from veeksha.dispatch.aiohttp_client import protocol_error
+
+        malformed = protocol_error(exc)
+        if malformed is not None:
+            return "malformed_response", malformed
     return _classify(exc), _msg(exc)
 
 
