@@ -149,7 +149,8 @@ async def bom_first(req: Request, conn: Conn) -> None:
 
 async def data_after_done(req: Request, conn: Conn) -> None:
     """Every answer goes on after ``data: [DONE]``: more events and garbage, in the [DONE]
-    chunk (``where=same``) or in a chunk of its own 50 ms later (``where=later``)."""
+    chunk (``where=same``) or in a chunk of their own 150 ms later (``where=later``), before
+    the last chunk."""
     if await _refused_reuse(req, conn):
         return
     if req.method != "POST":
@@ -161,8 +162,10 @@ async def data_after_done(req: Request, conn: Conn) -> None:
         events[-1] += after
         await stream_sse(conn, events)
     else:
-        await stream_sse(conn, events)
-        await conn.send(chunk(after), 0.05)  # (the stream already ended: stray bytes)
+        await conn.send(STREAM_HEAD)
+        for event in events:
+            await conn.send(chunk(event))
+        await conn.send(chunk(after) + LAST_CHUNK, 0.15)
     _mark(req, conn)
 
 

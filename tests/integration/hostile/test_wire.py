@@ -134,8 +134,8 @@ def test_the_stream_ends_at_done(tmp_path: Path, where: str) -> None:
     assert result.audit is not None
     assert result.audit.kinds() == {("ok", ""): 6}
     assert result.history_answers() == [ANSWER] * 6  # no "AFTER"
-    for row in result.rows:  # the answer ended at [DONE], not at the bytes after it
-        assert row["completed_at"] - row["chunk_times"][-1] < 0.04
+    for row in result.rows:  # the answer ended at [DONE], not at the bytes 150 ms after it
+        assert row["completed_at"] - row["chunk_times"][-1] < 0.1
 
 
 @pytest.mark.parametrize(
