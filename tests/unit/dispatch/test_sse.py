@@ -259,7 +259,7 @@ def test_a_line_over_the_limit_fails_the_response() -> None:
     assert info.value.kind == "malformed_response"
     assert str(info.value) == "an SSE line longer than 1,000 bytes (the limit of one event)"
     with pytest.raises(ResponseError):  # in one read (a whole ``data: X\n\n`` read is never
-        # checked: the worker's reads are at most 256 KiB)
+        # checked: a worker's read is at most 256,000 bytes)
         SSEParser(max_line=1000).feed(b"data: " + b"x" * 1000 + b"\r\n\r\n")
     parser = SSEParser(max_line=1000)
     parser.feed(b"data: " + b"x" * 900)
