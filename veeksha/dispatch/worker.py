@@ -613,7 +613,7 @@ def _failure(exc: BaseException) -> tuple[str, str]:
 
 def _no_answer(status: int) -> str:
     """Why a response with this (below 400) status is not an answer."""
-    if status >= 300:
+    if status >= 300 and status != 304:
         return f"HTTP {status}: a redirect, not an answer (requests are not redirected)"
     return f"HTTP {status}: a response without content, where an answer was expected"
 
