@@ -19,7 +19,7 @@ from veeksha.dispatch.http1 import ConnectFailed
 from veeksha.dispatch.openai import ResponseAccumulator, ResponseError
 from veeksha.dispatch.settings import WorkerSettings
 
-__all__ = ["error_kind", "make_session", "read_stream"]
+__all__ = ["error_kind", "make_session", "protocol_error", "read_stream"]
 
 
 def make_session(
@@ -68,6 +68,15 @@ async def read_stream(content: aiohttp.StreamReader, acc: ResponseAccumulator, s
     acc.end(state.last_byte_at)
     if not acc.done and not acc.parts and acc.completion_tokens is None:
         raise ResponseError("malformed_response", "stream ended without any event")
+
+
+def protocol_error(exc: BaseException) -> str | None:
+    """What was malformed, when ``exc`` is aiohttp's failure to parse a response head (a bad
+    status line, header or ``Content-Length``: the server's fault); else None."""
+    if type(exc) is not aiohttp.ClientResponseError:  # (raised by the parser: no raise_for_status)
+        return None
+    lines = (line.strip() for line in str(exc.message).splitlines())
+    return " ".join(line for line in lines if line.strip("^"))
 
 
 def error_kind(exc: BaseException) -> str | None:

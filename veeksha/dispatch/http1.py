@@ -9,16 +9,32 @@ timestamp, and the end of the response (or its failure) to ``on_end``. Nothing a
 no future, no coroutine per request; the caller is called back.
 
 Only what an OpenAI server sends is understood: a status line, headers, and a body framed by
-``Content-Length``, ``Transfer-Encoding: chunked`` or the end of the connection. Plain ``http``
-only (``Http1Pool.supports``); the worker keeps aiohttp for ``https``.
+``Content-Length``, ``Transfer-Encoding: chunked`` or the end of the connection. Interim ``1xx``
+responses (``100 Continue``, ``103 Early Hints``) are skipped; ``204`` and ``304`` have no body
+(RFC 9112). Plain ``http`` only (``Http1Pool.supports``); the worker keeps aiohttp for ``https``.
 
 Errors reach ``Exchange.on_end(exc)``: a connection that cannot be opened is ``ConnectFailed``
-(an ``OSError``); one that breaks before its response is complete, ``ConnectionResetError``; an
-exception raised by the exchange's own ``on_head``/``on_data`` (a malformed event, an error inside
-the stream) is handed back as is, and the connection is closed. A reused keep-alive connection
-that the server had closed before answering is retried once on a fresh connection, as browsers do.
-``Http1Pool.abort`` drops an exchange (timeout, cancellation): its connection is closed and it
-gets no further call.
+(an ``OSError``); one that breaks before its response is complete, ``ConnectionResetError``;
+bytes that are not a valid response (a status line that is not HTTP or has no numeric code, a
+header line without a colon, a ``Content-Length`` that is not a number, a chunk size that is not
+hexadecimal, a head or trailers over 64 KiB, a chunk-size line over 4 KiB), ``MalformedResponse``
+with a readable message. An exception raised by the exchange's own ``on_head``/``on_data`` (a
+malformed event, an error inside the stream) is handed back as is. After any error the
+connection is closed. A reused keep-alive connection that the server had closed before answering
+is retried once on a fresh connection, as browsers do. ``Http1Pool.abort`` drops an exchange
+(timeout, cancellation): its connection is closed and it gets no further call.
+
+A connection is reused only when its last response ended exactly where its framing said: bytes
+past the end of a response (after the last chunk, beyond ``Content-Length``) or bytes that
+arrive while it is idle close it, since what the server meant by them is unknown (a stray
+answer taken for the next request's would be a wrong answer recorded as right). The response
+itself stands. What this cannot catch: stray bytes that arrive after the next request was
+written on the connection are read as that request's response (every HTTP/1.1 client shares
+this limit).
+
+Parsing is linear in the bytes received: a head (or trailers) arriving in pieces is gathered in
+one buffer whose new bytes alone are searched for the blank line; chunk data is passed on as it
+comes, never buffered (only a chunk-size line cut by a read, at most 4 KiB, is joined again).
 """
 
 from __future__ import annotations
@@ -28,9 +44,12 @@ import time
 from collections import deque
 from urllib.parse import urlsplit
 
-__all__ = ["ConnectFailed", "Exchange", "Http1Pool"]
+__all__ = ["ConnectFailed", "Exchange", "Http1Pool", "MalformedResponse"]
 
-_MAX_HEAD = 64 * 1024
+_MAX_HEAD = 64 * 1024  # a response head, or a chunked body's trailers
+_MAX_CHUNK_LINE = 4096  # a chunk-size line with its extensions (as Go's net/http)
+_HEX_DIGITS = b"0123456789abcdefABCDEF"
+_NO_BODY = (204, 304)  # (and 1xx, which are interim here)
 _monotonic_ns = time.monotonic_ns
 
 
@@ -63,6 +82,10 @@ class ConnectFailed(OSError):
     """No connection could be opened (refused, unreachable, unresolvable)."""
 
 
+class MalformedResponse(Exception):
+    """The server's bytes are not a valid HTTP/1.1 response (the message says what and where)."""
+
+
 class _StaleConnection(ConnectionResetError):
     """A reused connection closed before any response byte (safe to retry)."""
 
@@ -75,6 +98,7 @@ class _Conn(asyncio.Protocol):
         "_buf",
         "_chunked",
         "_exchange",
+        "_gathered",
         "_got_bytes",
         "_in_body",
         "_keep_alive",
@@ -91,10 +115,13 @@ class _Conn(asyncio.Protocol):
         self.closed = False
         self._reused = False
         self._exchange: Exchange | None = None
+        self._gathered = bytearray()  # a head, or trailers, not complete yet
         self._reset()
 
     def _reset(self) -> None:
-        self._buf = b""
+        self._buf = b""  # an incomplete chunk-size line, or the CRLF after a chunk's data
+        if self._gathered:
+            self._gathered = bytearray()
         self._in_body = False
         self._chunked = False
         self._until_close = False
@@ -122,7 +149,8 @@ class _Conn(asyncio.Protocol):
         t = _monotonic_ns()
         exchange = self._exchange
         if exchange is None:
-            return  # nothing asked: a stray byte on an idle connection, dropped
+            self.close()  # nothing asked: bytes on an idle connection make it unusable
+            return
         try:
             if self._chunked and not self._buf and self._body_left == 0:
                 # The common read of a chunked stream: whole chunks (vLLM, SGLang and our
@@ -151,7 +179,7 @@ class _Conn(asyncio.Protocol):
                         break
                     start = eol + 2
                     end = start + size
-                    if size == 0 or end + 2 > n or data[end : end + 2] != b"\r\n":
+                    if size <= 0 or end + 2 > n or data[end : end + 2] != b"\r\n":
                         break
                     out.append(data[start:end])
                     pos = end + 2
@@ -173,61 +201,109 @@ class _Conn(asyncio.Protocol):
     # ------------------------------------------------------------------------------- parsing
 
     def _feed(self, data: bytes, t: int) -> None:
-        if not self._in_body:
-            buf = self._buf + data if self._buf else data
-            end = buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(buf) > _MAX_HEAD:
-                    raise ConnectionResetError("response head too large")
-                self._buf = buf
-                return
-            self._buf = b""
-            self._head(buf[:end])
-            data = buf[end + 4 :]
-            self._in_body = True
-            if not self._chunked and not self._until_close and self._body_left == 0:
-                self._finish()
-                return
+        while not self._in_body:  # (a loop: interim 1xx responses are skipped)
+            if self._gathered:
+                end = self._gather(data, "response head")
+                if end < 0:
+                    return
+                data = bytes(self._gathered)
+                self._gathered = bytearray()
+            else:
+                end = data.find(b"\r\n\r\n")
+                if end < 0:
+                    if data:
+                        self._gather(data, "response head")
+                    return
+                if end > _MAX_HEAD:
+                    raise _head_too_large("response head")
+            final = self._head(data[:end])
+            data = data[end + 4 :]
+            if final:
+                self._in_body = True
+                if not self._chunked and not self._until_close and self._body_left == 0:
+                    if data:
+                        self._keep_alive = False  # bytes past the end of the response
+                    self._finish()
+                    return
         if self._chunked:
             self._feed_chunked(data, t)
         elif self._until_close:
             if data:
                 self._deliver(data, t)
         else:
-            take = data[: self._body_left]
-            self._body_left -= len(take)
-            if take:
-                self._deliver(take, t)
-            if self._body_left == 0:
+            left = self._body_left
+            if len(data) > left:
+                self._keep_alive = False  # bytes past the end of the response
+                data = data[:left]
+            self._body_left = left - len(data)
+            if data:
+                self._deliver(data, t)
+            if self._body_left == 0 and self._exchange is not None:
                 self._finish()
 
-    def _head(self, head: bytes) -> None:
+    def _gather(self, data: bytes, what: str) -> int:
+        """Add ``data`` to a head (or trailers) arriving in pieces; the position of its end (the
+        first blank line) in ``_gathered``, or -1. Only the new bytes are searched."""
+        gathered = self._gathered
+        start = len(gathered) - 3 if len(gathered) > 3 else 0
+        gathered += data
+        end = gathered.find(b"\r\n\r\n", start)
+        if (end if end >= 0 else len(gathered)) > _MAX_HEAD:
+            raise _head_too_large(what)
+        return end
+
+    def _head(self, head: bytes) -> bool:
+        """Parse a status line and headers; False for an interim (1xx) response."""
         lines = head.split(b"\r\n")
         parts = lines[0].split(b" ", 2)
         if len(parts) < 2 or not parts[0].startswith(b"HTTP/"):
             # whole (it is at most _MAX_HEAD): the worker masks the key in it, then cuts it
-            raise ConnectionResetError(f"not an HTTP response: {lines[0]!r}")
-        status = int(parts[1])
+            raise MalformedResponse(f"not an HTTP response: status line {lines[0]!r}")
+        code = parts[1]
+        try:  # (3 characters from 100 to 599 that int() reads are 3 digits)
+            status = int(code) if len(code) == 3 else 0
+        except ValueError:
+            status = 0
+        if not 100 <= status <= 599:
+            raise MalformedResponse(f"invalid status code {code[:20]!r} in {lines[0]!r}")
         headers: dict[bytes, bytes] = {}
         for line in lines[1:]:
-            name, _, value = line.partition(b":")
+            name, colon, value = line.partition(b":")
+            if not colon:
+                raise MalformedResponse(f"invalid header line {line[:80]!r} (no colon)")
             headers[name.strip().lower()] = value.strip()
+        if status < 200:
+            if status == 101:
+                raise MalformedResponse("HTTP 101: the server switched protocols unasked")
+            return False  # interim (100 Continue, 103 Early Hints): the answer follows
         assert self._exchange is not None
         self._exchange._payload = b""  # answered: no stale retry, so the request is not kept
         encoding = headers.get(b"transfer-encoding", b"").lower()
         conn = headers.get(b"connection", b"").lower()
         self._keep_alive = parts[0] != b"HTTP/1.0" and conn != b"close"
-        if encoding.find(b"chunked") >= 0:  # (cheaper than `in`, which tries an int first)
+        if status in _NO_BODY:
+            pass  # no body, whatever the headers say
+        elif encoding.find(b"chunked") >= 0:  # (cheaper than `in`, which tries an int first)
             self._chunked = True
         elif b"content-length" in headers:
-            self._body_left = int(headers[b"content-length"])
+            length = headers[b"content-length"]
+            if not length.isdigit() or len(length) > 18:
+                raise MalformedResponse(f"invalid Content-Length {length[:40]!r}")
+            self._body_left = int(length)
         else:
             self._until_close = True
             self._keep_alive = False
-        assert self._exchange is not None
         self._exchange.on_head(status, headers)
+        return True
 
     def _feed_chunked(self, data: bytes, t: int) -> None:
+        if self._body_left == -2:  # in the trailers: gathered until their blank line
+            end = self._gather(data, "trailers")
+            if end >= 0:
+                if len(self._gathered) > end + 4:
+                    self._keep_alive = False  # bytes past the end of the response
+                self._finish()
+            return
         buf = self._buf + data if self._buf else data
         pos = 0
         out: list[bytes] = []
@@ -246,29 +322,39 @@ class _Conn(asyncio.Protocol):
             if self._body_left == -1:
                 if n - pos < 2:
                     break
+                if buf[pos] != 13 or buf[pos + 1] != 10:  # (CRLF)
+                    raise MalformedResponse(
+                        f"chunk data longer than its size: {buf[pos : pos + 20]!r} follows it"
+                    )
                 pos += 2
                 self._body_left = 0
                 continue
             eol = buf.find(b"\r\n", pos)
             if eol < 0:
+                if n - pos > _MAX_CHUNK_LINE:
+                    raise _chunk_line_too_long(buf[pos:])
                 break
-            size = int(buf[pos:eol].split(b";", 1)[0], 16)
-            if size == 0:  # last chunk, then optional trailers, then an empty line
-                if buf[eol + 2 : eol + 4] == b"\r\n":
-                    end = eol + 4
-                else:
-                    found = buf.find(b"\r\n\r\n", eol + 2)
-                    if found < 0:
-                        break  # the end of the body has not arrived yet
-                    end = found + 4
+            line = buf[pos:eol]
+            if line and len(line) <= 16 and not line.lstrip(_HEX_DIGITS):
+                size = int(line, 16)  # (the usual line: hexadecimal digits only)
+            else:
+                size = _chunk_size(line)  # extensions, spaces, or malformed
+            pos = eol + 2
+            if size == 0:  # the last chunk, then optional trailers, then an empty line
                 if out:
                     self._deliver(b"".join(out), t)
                     if self._exchange is None:
                         return
-                self._buf = buf[end:]
-                self._finish()
+                self._buf = b""
+                if buf[pos : pos + 2] == b"\r\n":  # no trailers
+                    if n > pos + 2:
+                        self._keep_alive = False  # bytes past the end of the response
+                    self._finish()
+                else:
+                    self._body_left = -2
+                    self._gathered = bytearray(b"\r\n")  # (so the blank line is found at once)
+                    self._feed_chunked(buf[pos:], t)
                 return
-            pos = eol + 2
             self._body_left = size
         self._buf = buf[pos:]
         if out:
@@ -291,7 +377,7 @@ class _Conn(asyncio.Protocol):
 
     def _finish(self) -> None:
         exchange = self._exchange
-        keep = self._keep_alive and not self._buf and not self.closed
+        keep = self._keep_alive and not self.closed
         self._reset()
         self._exchange = None
         if not keep:
@@ -317,6 +403,26 @@ class _Conn(asyncio.Protocol):
         self.closed = True
         if self.transport is not None:
             self.transport.close()
+
+
+def _chunk_size(line: bytes) -> int:
+    """The size in a chunk-size line (``1*HEXDIG [ext]``), or ``MalformedResponse``."""
+    if len(line) > _MAX_CHUNK_LINE:
+        raise _chunk_line_too_long(line)
+    digits = line.split(b";", 1)[0].strip(b" \t")
+    if not digits or len(digits) > 16 or digits.lstrip(_HEX_DIGITS):
+        raise MalformedResponse(f"invalid chunk size {line[:40]!r} in the chunked body")
+    return int(digits, 16)
+
+
+def _chunk_line_too_long(line: bytes) -> MalformedResponse:
+    return MalformedResponse(
+        f"a chunk-size line longer than {_MAX_CHUNK_LINE} bytes: {line[:40]!r}"
+    )
+
+
+def _head_too_large(what: str) -> MalformedResponse:
+    return MalformedResponse(f"{what} larger than {_MAX_HEAD // 1024} KiB")
 
 
 class Http1Pool:

@@ -32,7 +32,7 @@ ERROR_KINDS = (
     "connection_refused",  # nothing listening / connect failed
     "connection_reset",  # the connection broke before or during the response
     "timeout",  # request_timeout elapsed (status "timeout")
-    "malformed_response",  # unparseable SSE or JSON
+    "malformed_response",  # bytes that break HTTP/1.1, SSE, UTF-8 or JSON, or no answer (204, 3xx)
     "worker_lost",  # the worker process died with the request in flight
     "cancelled",  # never sent: cancelled by its session or by the run's end (status "cancelled")
     "client_error",  # anything else raised inside the worker

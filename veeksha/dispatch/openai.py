@@ -24,7 +24,11 @@ Responses (``ResponseAccumulator``)
     first content chunk, the plain content chunks are taken by their proven byte shape
     (``veeksha.dispatch.chunkshape``) instead of a JSON decode each, with the same result. An
     ``error`` object inside a stream (as vLLM sends) is raised as a ``ResponseError`` of kind
-    ``http_4xx`` or ``http_5xx`` from its ``code``.
+    ``http_4xx`` or ``http_5xx`` from its ``code``. The stream ends at ``[DONE]``: nothing after
+    it is read (``StreamOver`` says that something came). A UTF-8 byte order mark before the
+    first event is dropped (the SSE specification's rule). Bytes that are not JSON, or not
+    UTF-8, are the server's fault: ``ResponseError("malformed_response")`` with a readable
+    message and the first bytes of the event.
 """
 
 from __future__ import annotations
@@ -39,15 +43,20 @@ from veeksha.dispatch.chunkshape import ChunkShape, decode_str
 from veeksha.redact import READ_WINDOW
 
 __all__ = [
+    "MAX_EVENT_BYTES",
     "PROMPT_FALLBACK",
     "RequestBuilder",
     "ResponseAccumulator",
     "ResponseError",
     "SSEParser",
+    "StreamOver",
 ]
 
 PROMPT_FALLBACK = " Generate at least {n} tokens."
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+"""The longest SSE line or event data a response may send; longer fails the request."""
 _DONE = b"[DONE]"
+_BOM = b"\xef\xbb\xbf"  # UTF-8 byte order mark
 
 
 class ResponseError(Exception):
@@ -56,6 +65,12 @@ class ResponseError(Exception):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
+
+
+class StreamOver(Exception):
+    """Bytes came after the stream's ``[DONE]``: the answer is complete and they are ignored,
+    but the connection is in an unknown state (raised by ``ResponseAccumulator.feed``; the
+    caller ends the request as answered at ``done_at_ns`` and closes the connection)."""
 
 
 # ------------------------------------------------------------------------------------ requests
@@ -141,17 +156,28 @@ class SSEParser:
         p.feed(b'data: {"a"')          # → []
         p.feed(b': 1}\\n\\ndata: [DO')  # → [b'{"a": 1}']
         p.feed(b'NE]\\n\\n')             # → [b'[DONE]']
+
+    Work is linear in the bytes fed: a line not ended yet is kept as the list of its pieces,
+    each read's bytes are searched once for a line end, and the pieces are joined once, when the
+    line ends. A line, or an event's data, longer than ``max_line`` bytes (``MAX_EVENT_BYTES``,
+    16 MiB) raises ``ResponseError("malformed_response")`` instead of growing without bound.
+    (A read of whole ``data: X`` events takes the fast path unchecked: it cannot be longer than
+    the read, at most 256,000 bytes on uvloop.)
     """
 
-    __slots__ = ("_data", "_pending")
+    __slots__ = ("_data", "_data_size", "_max", "_pending", "_pending_size")
 
-    def __init__(self) -> None:
-        self._pending = b""
-        self._data: bytes | None = None
+    def __init__(self, max_line: int = 0) -> None:
+        self._pending: list[bytes] = []  # the unended line's pieces (only the last may end in CR)
+        self._pending_size = 0
+        self._data: list[bytes] | None = None  # the data lines of the event so far
+        self._data_size = 0  # their bytes, counted from the second line on
+        self._max = max_line or MAX_EVENT_BYTES
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """Consume one read; return the payloads of the events it completed, in order."""
-        if not self._pending:
+        pending = self._pending
+        if not pending:
             if self._data is None and chunk[:6] == b"data: " and chunk[-2:] == b"\n\n":
                 # The shape every OpenAI server sends: whole ``data: X\n\n`` events, LF only.
                 # When the read's only line ends are the events' own, its payloads are the
@@ -161,30 +187,61 @@ class SSEParser:
                 joined = payloads[0] if len(payloads) == 1 else b"".join(payloads)
                 if joined.find(b"\n") < 0 and joined.find(b"\r") < 0:  # (`in` costs more)
                     return payloads
+        elif chunk.find(b"\n") < 0 and chunk.find(b"\r") < 0 and pending[-1][-1:] != b"\r":
+            # The unended line goes on: keep the piece (joined once, when the line ends).
+            self._pending_size += len(chunk)
+            if self._pending_size > self._max:
+                raise self._too_long("line")
+            pending.append(chunk)
+            return []
         else:
-            chunk = self._pending + chunk
+            pending.append(chunk)
+            chunk = b"".join(pending)
+            self._pending = []
         tail = b""
         if chunk.find(b"\r") >= 0:
             if chunk[-1] == 13:  # a CR at the end may be the first half of a CRLF
                 chunk, tail = chunk[:-1], b"\r"
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         lines = chunk.split(b"\n")
-        self._pending = lines.pop() + tail
+        last = lines.pop() + tail
+        if last:
+            self._pending = [last]
+            self._pending_size = len(last)
+        if len(chunk) > self._max and max(len(last), max(map(len, lines), default=0)) > self._max:
+            raise self._too_long("line")
         events: list[bytes] = []
         data = self._data
         for line in lines:
             if not line:
                 if data is not None:
-                    events.append(data)
+                    events.append(data[0] if len(data) == 1 else b"\n".join(data))
                     data = None
-            elif line[:5] == b"data:":
+                continue
+            if line[:5] == b"data:":
                 value = line[6:] if line[5:6] == b" " else line[5:]
-                data = value if data is None else data + b"\n" + value
             elif line == b"data":
-                data = b"" if data is None else data + b"\n"
-            # comments (':...') and other fields are ignored
+                value = b""
+            else:
+                continue  # comments (':...') and other fields are ignored
+            if data is None:
+                data = [value]
+            else:  # a multi-line data field: its size is bounded too
+                size = (self._data_size if len(data) > 1 else len(data[0])) + 1 + len(value)
+                if size > self._max:
+                    self._data = None
+                    raise self._too_long("event")
+                self._data_size = size
+                data.append(value)
         self._data = data
         return events
+
+    def _too_long(self, what: str) -> ResponseError:
+        self._pending = []
+        return ResponseError(
+            "malformed_response",
+            f"an SSE {what} longer than {self._max:,} bytes (the limit of one event)",
+        )
 
     def idle(self) -> bool:
         """Whether the next byte starts a new line of a new event (nothing is pending)."""
@@ -193,7 +250,7 @@ class SSEParser:
     def close(self) -> list[bytes]:
         """End of stream: return a last event left without its blank line (lenient)."""
         events = self.feed(b"\n\n") if (self._pending or self._data is not None) else []
-        self._pending = b""
+        self._pending = []
         self._data = None
         return events
 
@@ -269,6 +326,7 @@ class ResponseAccumulator:
     """
 
     __slots__ = (
+        "_bom",
         "_parser",
         "_shape",
         "_tries",
@@ -277,6 +335,7 @@ class ResponseAccumulator:
         "chunk_times_ns",
         "completion_tokens",
         "done",
+        "done_at_ns",
         "first_chunk_at_ns",
         "parts",
         "prompt_tokens",
@@ -292,10 +351,12 @@ class ResponseAccumulator:
         self.completion_tokens: int | None = None
         self.cached_tokens: int | None = None
         self.server_timings: dict[str, Any] | None = None
-        self.done = False
+        self.done = False  # [DONE] seen (or the whole body of a non-streamed answer)
+        self.done_at_ns = 0  # the time of the read that carried it
         self._parser = SSEParser()
         self._shape: ChunkShape | None = None
         self._tries = _LEARN_TRIES
+        self._bom = 0  # bytes of a byte order mark taken at the stream's start; -1: past it
 
     @property
     def output_text(self) -> str:
@@ -313,6 +374,13 @@ class ResponseAccumulator:
         parser = self._parser
         shape = self._shape
         if shape is None:
+            if self._bom >= 0:  # the stream's first bytes
+                if data[0] != 0xEF and not self._bom:
+                    self._bom = -1  # (the usual start: no byte order mark)
+                else:
+                    data = self._skip_bom(data)
+                    if not data:
+                        return
             if self._tries and parser.idle() and data[:6] == b"data: ":
                 data = self._peel(data, t_ns)
                 shape = self._shape
@@ -349,14 +417,32 @@ class ResponseAccumulator:
 
     def end(self, t_ns: int) -> None:
         """The streamed body ended (its last read at ``t_ns``): an unterminated event counts."""
+        if self.done:
+            return
         events = self._parser.close()
         if events:
             self.on_events(events, t_ns)
 
     def _general(self, data: bytes, t_ns: int) -> None:
+        if self.done:  # (after [DONE] every read comes here: the shape is dropped then)
+            raise StreamOver
         events = self._parser.feed(data)
         if events:
             self.on_events(events, t_ns)
+
+    def _skip_bom(self, data: bytes) -> bytes:
+        """``data`` without the part of a UTF-8 byte order mark that starts the stream (the SSE
+        specification drops it), also when the mark comes split across reads."""
+        taken = self._bom
+        rest = _BOM[taken:]
+        if data[: len(rest)] == rest:
+            self._bom = -1
+            return data[len(rest) :]
+        if rest.startswith(data):  # still a part of the mark: wait for the next read
+            self._bom = taken + len(data)
+            return b""
+        self._bom = -1  # no mark: the bytes taken for one are the stream's own
+        return _BOM[:taken] + data if taken else data
 
     def _peel(self, data: bytes, t_ns: int) -> bytes:
         """Interpret the first events of ``data`` one by one while they are single ``data:``
@@ -425,10 +511,18 @@ class ResponseAccumulator:
                 try:
                     chunk = decode(payload)
                 except msgspec.MsgspecError as exc:
-                    if payload == _DONE:
+                    if payload == _DONE:  # the stream is over (later reads: see _general)
                         self.done = True
-                        continue
+                        self.done_at_ns = t_ns
+                        self._shape = None
+                        self._tries = 0
+                        parser = self._parser
+                        if payload is not events[-1] or parser._pending or parser._data is not None:
+                            raise StreamOver from None  # more in the same read
+                        break
                     raise _malformed(payload, exc) from None
+                except UnicodeDecodeError as exc:
+                    raise _not_utf8(payload, exc) from None
                 if chunk.usage is not None or chunk.timings is not None or chunk.error is not None:
                     text = self._absorb(chunk)
                 elif chunk.choices:  # the common chunk: one choice, content only
@@ -452,8 +546,11 @@ class ResponseAccumulator:
 
     def on_body(self, body: bytes, t_ns: int) -> None:
         """Interpret a whole non-streamed JSON response read at ``t_ns``."""
+        if body[:3] == _BOM:  # (JSON readers may ignore one: RFC 8259)
+            body = body[3:]
         text = self._absorb(_decode(body))
         self.done = True
+        self.done_at_ns = t_ns
         self.first_chunk_at_ns = t_ns
         if text:
             self.parts.append(text)
@@ -487,11 +584,21 @@ def _decode(payload: bytes) -> _Chunk:
         return _decode_chunk(payload)
     except msgspec.MsgspecError as exc:
         raise _malformed(payload, exc) from None
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(payload, exc) from None
 
 
 def _malformed(payload: bytes, exc: msgspec.MsgspecError) -> ResponseError:
     snippet = payload[:READ_WINDOW].decode("utf-8", "replace")  # cut after masking (the worker)
     return ResponseError("malformed_response", f"{exc}: {snippet!r}")
+
+
+def _not_utf8(payload: bytes, exc: UnicodeDecodeError) -> ResponseError:
+    bad = exc.object[exc.start : exc.end]
+    snippet = payload[:200].decode("utf-8", "replace")
+    return ResponseError(
+        "malformed_response", f"invalid UTF-8 in the response ({bad!r}: {exc.reason}): {snippet!r}"
+    )
 
 
 def _server_error(error: Any) -> ResponseError:

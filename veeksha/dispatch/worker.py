@@ -54,10 +54,15 @@ import uvloop
 
 from veeksha.clock import MonotonicClock
 from veeksha.dispatch.channel import Link, encode_frame, to_worker_decoder
-from veeksha.dispatch.http1 import ConnectFailed, Exchange, Http1Pool
+from veeksha.dispatch.http1 import ConnectFailed, Exchange, Http1Pool, MalformedResponse
 from veeksha.dispatch.inprocess import dry_result
 from veeksha.dispatch.messages import Result, Stop, ToWorker, WorkerReady, WorkItem
-from veeksha.dispatch.openai import RequestBuilder, ResponseAccumulator, ResponseError
+from veeksha.dispatch.openai import (
+    RequestBuilder,
+    ResponseAccumulator,
+    ResponseError,
+    StreamOver,
+)
 from veeksha.dispatch.settings import WorkerSettings, WorkerSpawn
 from veeksha.engine.timers import Cancellable, LoopTimers
 from veeksha.redact import READ_WINDOW, Redactor
@@ -69,6 +74,7 @@ __all__ = ["Worker", "main"]
 
 _MESSAGE_CHARS = 320  # an error_message's length: masked first (veeksha.redact), then cut
 _RETRY_STATUSES = (429, 503)
+_NO_ANSWER = (204, 205)  # 2xx without content (3xx are no answers either)
 _BACKOFF_BASE_S = 0.25
 _BACKOFF_CAP_S = 10.0
 _RESULTS_LINGER_S = 5.0  # at exit, for the last Results to leave
@@ -342,10 +348,15 @@ class Worker:
         from veeksha.dispatch.aiohttp_client import read_stream
 
         while True:
-            resp = await self._session.post(settings.endpoint, data=body, headers=self._headers)
+            resp = await self._session.post(
+                settings.endpoint, data=body, headers=self._headers, allow_redirects=False
+            )
             state.last_byte_at = time.monotonic_ns()  # the head came
             try:
                 state.http_status = resp.status
+                if resp.status < 400 and (resp.status >= 300 or resp.status in _NO_ANSWER):
+                    resp.close()
+                    raise ResponseError("malformed_response", _no_answer(resp.status))
                 if resp.status >= 400:
                     after = resp.headers.get("Retry-After")
                     delay = self._retry_after(resp.status, after, state.retries)
@@ -354,7 +365,11 @@ class Worker:
                         text = snippet.decode("utf-8", "replace").strip()
                         raise _HttpError(resp.status, f"HTTP {resp.status}: {text}")
                 elif settings.stream:
-                    await read_stream(resp.content, acc, state)
+                    try:
+                        await read_stream(resp.content, acc, state)
+                    except StreamOver:  # bytes after [DONE]: ignored; the answer ended there
+                        resp.close()  # (and the connection is not reused)
+                        state.last_byte_at = acc.done_at_ns  # (the rest is not the answer)
                     return
                 else:
                     data = await resp.read()
@@ -500,6 +515,8 @@ class _Exchange(Exchange):
         self.last_byte_at = _monotonic_ns()  # (a body read, if any, comes after)
         self.http_status = status
         if status < 400:  # answered: nothing will resend it, so the prompt is not kept
+            if status >= 300 or status in _NO_ANSWER:
+                raise ResponseError("malformed_response", _no_answer(status))
             self.item.messages.clear()  # (through a long stream: ~0.8 KB a 128-token prompt)
             if self.stream and headers.get(b"content-type", b"").startswith(b"application/json"):
                 self.stream = False  # stream: true ignored: the whole answer at once, as JSON
@@ -551,6 +568,9 @@ class _Exchange(Exchange):
         try:
             if exc is None:
                 self._ended()
+            elif type(exc) is StreamOver:  # bytes after [DONE]: ignored (the pool closed the
+                self.last_byte_at = self.acc.done_at_ns  # connection); the answer ended there
+                self.finish("ok")
             else:
                 self.finish("error", *_failure(exc))
         except Exception as error:  # noqa: BLE001 - every failure becomes this item's Result
@@ -643,6 +663,14 @@ def _failure(exc: BaseException) -> tuple[str, str]:
         return ("http_4xx" if exc.status < 500 else "http_5xx"), str(exc)
     if isinstance(exc, ResponseError):
         return exc.kind, str(exc)
+    if isinstance(exc, MalformedResponse):
+        return "malformed_response", str(exc)
+    if "aiohttp" in sys.modules:  # only an https worker imported it
+        from veeksha.dispatch.aiohttp_client import protocol_error
+
+        malformed = protocol_error(exc)
+        if malformed is not None:
+            return "malformed_response", malformed
     return _classify(exc), _msg(exc)
 
 
@@ -662,6 +690,13 @@ async def _read_window(content: aiohttp.StreamReader) -> bytes:
         parts.append(data)
         size += len(data)
     return b"".join(parts)
+
+
+def _no_answer(status: int) -> str:
+    """Why a response with this (below 400) status is not an answer."""
+    if status >= 300 and status != 304:
+        return f"HTTP {status}: a redirect, not an answer (requests are not redirected)"
+    return f"HTTP {status}: a response without content, where an answer was expected"
 
 
 def _prewarm(max_connections: int) -> int:

@@ -184,7 +184,7 @@ def test_the_fast_path_is_taken(chat: bool, how: str) -> None:
     for i, read in enumerate(reads):
         acc.feed(read, i)
     acc.end(len(reads))
-    assert acc._shape is not None
+    assert acc.done  # (and the shape, learned and used, dropped: the stream is over)
     # decoded in full: the role chunk, the first content chunk, finish, usage, [DONE]
     assert len(acc.decoded) == (5 if chat else 4)
     assert acc.output_text == "".join(f" w{i}" for i in range(40))

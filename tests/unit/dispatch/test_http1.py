@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import tracemalloc
 from typing import Any
 
 import pytest
 
-from veeksha.dispatch.http1 import ConnectFailed, Exchange, Http1Pool, _Conn
+from veeksha.dispatch.http1 import ConnectFailed, Exchange, Http1Pool, MalformedResponse, _Conn
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
@@ -225,3 +226,200 @@ def test_abort_closes_the_connection_and_stops_the_callbacks() -> None:
     assert queued.calls == []
     assert pool._active == 0
     pool.abort(ex)  # twice: nothing
+
+
+# ----------------------------------------------------------------- the server's malformed bytes
+
+
+def sent(pool: Http1Pool, conn: _Conn) -> Recorder:
+    ex = Recorder()
+    pool.send(b"{}", ex)
+    assert transport(conn).written
+    return ex
+
+
+@pytest.mark.parametrize(
+    ("response", "message"),
+    [
+        (b"SSH-2.0-OpenSSH_9.6\r\n\r\n", "not an HTTP response: status line b'SSH-2.0-"),
+        (b"HTTP/1.1 2xx OK\r\n\r\n", "invalid status code b'2xx' in b'HTTP/1.1 2xx OK'"),
+        (b"HTTP/1.1 20 OK\r\n\r\n", "invalid status code b'20'"),
+        (b"HTTP/1.1 +200 OK\r\n\r\n", "invalid status code b'+200'"),
+        (b"HTTP/1.1 600 Odd\r\n\r\n", "invalid status code b'600'"),
+        (b"HTTP/1.1 101 Switching\r\n\r\n", "HTTP 101: the server switched protocols unasked"),
+        (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "invalid header line b'no colon here'"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\n", "invalid Content-Length b'-5'"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 1e3\r\n\r\n", "invalid Content-Length b'1e3'"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n", "invalid Content-Length b'5, 5'"),
+        (HEAD + b"zz\r\ndata\r\n", "invalid chunk size b'zz' in the chunked body"),
+        (HEAD + b"0x5\r\nhello\r\n", "invalid chunk size b'0x5'"),
+        (HEAD + b"+5\r\nhello\r\n", "invalid chunk size b'+5'"),
+        (HEAD + b"1_0\r\n", "invalid chunk size b'1_0'"),
+        (HEAD + b"1" * 17 + b"\r\n", "invalid chunk size b'11111111111111111'"),
+        (HEAD + b"5\r\nhello!!\r\n", "chunk data longer than its size: b'!!\\r\\n' follows it"),
+        (HEAD + b"5" * 5000, "a chunk-size line longer than 4096 bytes"),
+        (HEAD + b"0\r\n" + b"X-T: " + b"v" * 70000, "trailers larger than 64 KiB"),
+        (b"HTTP/1.1 200 OK\r\n" + b"X: " + b"v" * 70000, "response head larger than 64 KiB"),
+    ],
+)
+def test_malformed_responses_fail_at_once_with_a_readable_message(
+    response: bytes, message: str
+) -> None:
+    pool, (conn,) = pool_with_idle()
+    ex = sent(pool, conn)
+    conn.data_received(response)
+    failure = ex.ended()
+    assert isinstance(failure, MalformedResponse)
+    assert str(failure).startswith(message), str(failure)
+    assert transport(conn).closed
+    assert pool._idle == []
+
+
+@pytest.mark.parametrize("size", [b"-6", b"-1", b"-0", b"0x2", b" -6"])
+def test_a_negative_or_odd_chunk_size_after_a_whole_chunk_does_not_loop(size: bytes) -> None:
+    """The fast path of whole chunks once went round forever on ``-6`` after a chunk (its end
+    pointed back at the previous chunk's CRLF), hanging the worker."""
+    pool, (conn,) = pool_with_idle()
+    ex = sent(pool, conn)
+    conn.data_received(HEAD)
+    conn.data_received(chunk(b"a") + size + b"\r\nxxxxxxxx\r\n")
+    assert isinstance(ex.ended(), MalformedResponse)
+    assert ex.body() == b"a"
+
+
+def test_a_huge_chunk_size_is_refused_and_extensions_with_spaces_are_not() -> None:
+    pool, (conn,) = pool_with_idle()
+    ex = sent(pool, conn)
+    conn.data_received(HEAD + b"5 ;name=value\r\nhello\r\n0000000000000000\r\n\r\n")
+    assert (ex.body(), ex.ended()) == (b"hello", None)
+
+
+# --------------------------------------------------------------------- interim and no body
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_interim_responses_are_skipped(split: bool) -> None:
+    pool, (conn,) = pool_with_idle()
+    ex = sent(pool, conn)
+    reads = [
+        b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n",
+        b"HTTP/1.1 100 Continue\r\n\r\n",
+        HEAD + chunk(b"data: a\n\n") + b"0\r\n\r\n",
+    ]
+    if not split:
+        reads = [b"".join(reads)]
+    for read in reads:
+        conn.data_received(read)
+    assert [c[0] for c in ex.calls] == ["sent", "head", "data", "end"]
+    assert (ex.calls[1], ex.body(), ex.ended()) == (("head", 200), b"data: a\n\n", None)
+    assert pool._idle == [conn]
+
+
+@pytest.mark.parametrize("status", [b"204 No Content", b"304 Not Modified"])
+def test_no_content_ends_at_its_head_whatever_its_headers_say(status: bytes) -> None:
+    pool, (conn,) = pool_with_idle()
+    ex = sent(pool, conn)
+    conn.data_received(b"HTTP/1.1 %b\r\nTransfer-Encoding: chunked\r\n\r\n" % status)
+    assert (ex.calls[1][0], ex.body(), ex.ended()) == ("head", b"", None)
+    assert pool._idle == [conn]  # (nothing came after it)
+
+
+# ------------------------------------------------------------------------ bytes past the end
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        HEAD + chunk(b"data: a\n\n") + b"0\r\n\r\nHTTP/1.1 200 OK\r\n",  # after the last chunk
+        HEAD + chunk(b"data: a\n\n") + b"0\r\nX-T: 1\r\n\r\nstray",  # after trailers
+        b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\ndata: a\n\nstray",  # past Content-Length
+        b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\nstray",
+        b"HTTP/1.1 204 No Content\r\n\r\nstray",
+    ],
+)
+@pytest.mark.parametrize("split", [False, True])
+def test_bytes_past_the_end_of_a_response_close_its_connection(
+    response: bytes, split: bool
+) -> None:
+    pool, (conn,) = pool_with_idle()
+    ex = sent(pool, conn)
+    reads = [response[:-3], response[-3:]] if split else [response]
+    for read in reads:
+        conn.data_received(read)
+    assert ex.ended() is None  # the response itself stands
+    assert ex.body() in (b"data: a\n\n", b"")
+    assert transport(conn).closed
+    assert pool._idle == []
+
+
+def test_bytes_on_an_idle_connection_close_it_and_the_next_request_takes_another() -> None:
+    pool, (stray, spare) = pool_with_idle(2)
+    pool._idle.remove(spare)
+    pool._idle.insert(0, spare)  # (the one with stray bytes is the next to be taken)
+    stray.data_received(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstray")
+    assert transport(stray).closed
+    ex = sent(pool, spare)
+    assert transport(stray).written == []
+    spare.data_received(HEAD + chunk(b"data: a\n\n") + b"0\r\n\r\n")
+    assert (ex.body(), ex.ended()) == (b"data: a\n\n", None)
+
+
+def test_trailers_one_byte_a_read() -> None:
+    pool, (conn,) = pool_with_idle()
+    ex = sent(pool, conn)
+    response = HEAD + chunk(b"data: a\n\n") + b"0\r\nX-One: 1\r\nX-Two: 2\r\n\r\n"
+    for i in range(len(response)):
+        conn.data_received(response[i : i + 1])
+    assert (ex.body(), ex.ended()) == (b"data: a\n\n", None)
+    assert pool._idle == [conn]
+
+
+# ------------------------------------------------------------------------- linear in the bytes
+
+
+def copied_per_read(conn: _Conn, reads: list[bytes]) -> int:
+    """The bytes each read allocated beyond what was live before it (tracemalloc's peak), summed."""
+    total = 0
+    tracemalloc.start()
+    try:
+        for read in reads:
+            tracemalloc.reset_peak()
+            before = tracemalloc.get_traced_memory()[0]
+            conn.data_received(read)
+            total += tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    return total
+
+
+def test_a_head_one_byte_a_read_costs_work_linear_in_its_size() -> None:
+    """A head of 30 KB and one of 60 KB, sent one byte a read: twice the bytes cost twice the
+    copying (each read's bytes are added to one buffer and only they are searched), not four
+    times (re-joining what came before on every read copies ~N²/2 bytes: 1.8 GB for 60 KB)."""
+
+    def copied(pads: int) -> tuple[int, int]:
+        pad = b"".join(b"X-Pad-%03d: %b\r\n" % (i, b"v" * 60) for i in range(pads))
+        head = HEAD[:-2] + pad + b"\r\n"
+        pool, (conn,) = pool_with_idle()
+        ex = sent(pool, conn)
+        total = copied_per_read(conn, [head[i : i + 1] for i in range(len(head))])
+        assert ex.calls[1] == ("head", 200)
+        return len(head), total
+
+    size, small = copied(425)
+    double, large = copied(850)
+    assert 60_000 < double < 64 * 1024
+    assert 1.9 < double / size < 2.1
+    assert large < 2.5 * small, (small, large)
+
+
+def test_a_large_chunk_is_passed_on_as_it_comes_not_gathered() -> None:
+    pool, (conn,) = pool_with_idle()
+    ex = sent(pool, conn)
+    data = b"data: " + b"x" * (4 << 20) + b"\n\n"
+    wire = HEAD + chunk(data) + b"0\r\n\r\n"
+    reads = [wire[i : i + 65536] for i in range(0, len(wire), 65536)]
+    copied = copied_per_read(conn, reads)
+    assert ex.body() == data
+    assert len([c for c in ex.calls if c[0] == "data"]) == len(reads)  # one part per read
+    assert copied < 2 * len(wire), copied
