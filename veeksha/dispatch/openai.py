@@ -36,6 +36,13 @@ from typing import Any
 import msgspec
 
 from veeksha.dispatch.chunkshape import ChunkShape, decode_str
+from veeksha.dispatch.numbers import (
+    MAX_COUNT,
+    Rejections,
+    raw_text,
+    raw_value,
+    sendable_timings,
+)
 
 __all__ = [
     "PROMPT_FALLBACK",
@@ -215,13 +222,14 @@ class _TextChoice(msgspec.Struct, gc=False):
     text: str | None = None
 
 
+# Usage counts are decoded as any JSON value and bounded by ``Rejections.count`` (untrusted input).
 class _PromptDetails(msgspec.Struct, gc=False):
-    cached_tokens: int | None = None
+    cached_tokens: Any = None
 
 
 class _Usage(msgspec.Struct, gc=False):
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
+    prompt_tokens: Any = None
+    completion_tokens: Any = None
     prompt_tokens_details: _PromptDetails | None = None
 
 
@@ -241,8 +249,20 @@ class _TextChunk(msgspec.Struct, gc=False):
     error: Any = None
 
 
+class _LenientChunk(msgspec.Struct, gc=False):
+    """A chunk whose usage, timings and error are kept raw: the second decode of a chunk whose
+    first failed on one of them (``_lenient``)."""
+
+    choices: list[_Choice] | None = None
+    usage: msgspec.Raw = msgspec.Raw()  # (empty: absent; msgspec takes no ``Raw | None``)
+    timings: msgspec.Raw = msgspec.Raw()
+    error: msgspec.Raw = msgspec.Raw()
+
+
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
 _decode_text_chunk = msgspec.json.Decoder(_TextChunk).decode
+_decode_lenient = msgspec.json.Decoder(_LenientChunk).decode
+_decode_fields = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
 _JOIN_EVERY = 64
 _LEARN_TRIES = 3
 _PEEL_EVENTS = 4
@@ -279,6 +299,7 @@ class ResponseAccumulator:
         "first_chunk_at_ns",
         "parts",
         "prompt_tokens",
+        "rejected",
         "server_timings",
     )
 
@@ -291,6 +312,7 @@ class ResponseAccumulator:
         self.completion_tokens: int | None = None
         self.cached_tokens: int | None = None
         self.server_timings: dict[str, Any] | None = None
+        self.rejected: Rejections | None = None  # the server's numbers not taken, and why
         self.done = False
         self._parser = SSEParser()
         self._shape: ChunkShape | None = None
@@ -306,6 +328,11 @@ class ResponseAccumulator:
 
     def chunk_times(self) -> list[int]:
         return self.chunk_times_ns.tolist()
+
+    @property
+    def rejected_numbers(self) -> str:
+        """The notes of the server's numbers not taken (``field=raw (why); ...``), or ''."""
+        return "" if self.rejected is None else self.rejected.text()
 
     def feed(self, data: bytes, t_ns: int) -> None:
         """Interpret one read of a streamed body, all its events stamped ``t_ns``."""
@@ -427,7 +454,7 @@ class ResponseAccumulator:
                     if payload == _DONE:
                         self.done = True
                         continue
-                    raise _malformed(payload, exc) from None
+                    chunk = self._lenient(payload, exc)
                 if chunk.usage is not None or chunk.timings is not None or chunk.error is not None:
                     text = self._absorb(chunk)
                 elif chunk.choices:  # the common chunk: one choice, content only
@@ -451,7 +478,11 @@ class ResponseAccumulator:
 
     def on_body(self, body: bytes, t_ns: int) -> None:
         """Interpret a whole non-streamed JSON response read at ``t_ns``."""
-        text = self._absorb(_decode(body))
+        try:
+            chunk = _decode_chunk(body)
+        except msgspec.MsgspecError as exc:
+            chunk = self._lenient(body, exc)
+        text = self._absorb(chunk)
         self.done = True
         self.first_chunk_at_ns = t_ns
         if text:
@@ -462,13 +493,9 @@ class ResponseAccumulator:
         if chunk.error is not None:
             raise _server_error(chunk.error)
         if chunk.usage is not None:
-            usage = chunk.usage
-            self.prompt_tokens = usage.prompt_tokens
-            self.completion_tokens = usage.completion_tokens
-            if usage.prompt_tokens_details is not None:
-                self.cached_tokens = usage.prompt_tokens_details.cached_tokens
+            self._usage(chunk.usage)
         if chunk.timings is not None:
-            self.server_timings = chunk.timings
+            self.server_timings = sendable_timings(chunk.timings)
         if not chunk.choices:
             return None
         choice = chunk.choices[0]
@@ -480,12 +507,91 @@ class ResponseAccumulator:
         delta = choice.delta if choice.delta is not None else choice.message
         return delta.content if delta is not None else None
 
+    def _usage(self, usage: _Usage) -> None:
+        """Take the usage counts that are counts (``Rejections.count``); note the others."""
+        prompt, completion = usage.prompt_tokens, usage.completion_tokens
+        details = usage.prompt_tokens_details
+        cached = None if details is None else details.cached_tokens
+        if (
+            type(prompt) is int
+            and type(completion) is int
+            and 0 <= prompt < MAX_COUNT
+            and 0 <= completion < MAX_COUNT
+            and (cached is None or (type(cached) is int and 0 <= cached <= prompt))
+        ):  # the usual usage: taken as it is
+            self.prompt_tokens, self.completion_tokens = prompt, completion
+            if details is not None:
+                self.cached_tokens = cached
+            return
+        rejected = self.rejected
+        if rejected is None:
+            rejected = self.rejected = Rejections()
+        self.prompt_tokens = rejected.count("prompt_tokens", prompt)
+        self.completion_tokens = rejected.count("completion_tokens", completion)
+        if details is not None:
+            cached = rejected.count("cached_tokens", cached)
+            if cached is not None and self.prompt_tokens is not None and cached > prompt:
+                rejected.add("cached_tokens", str(cached), f"more than prompt_tokens {prompt}")
+                cached = None
+            self.cached_tokens = cached
 
-def _decode(payload: bytes) -> _Chunk:
+    def _lenient(self, payload: bytes, exc: msgspec.MsgspecError) -> _Chunk:
+        """The chunk ``payload`` whose decode failed with ``exc``, when only its usage, timings
+        or error were at fault (a number msgspec cannot hold, a count that is not one, a usage
+        that is not an object): those are read leniently, what cannot be read is noted in
+        ``rejected``. Else the response is malformed (``ResponseError``)."""
+        try:
+            raw = _decode_lenient(payload)
+        except msgspec.MsgspecError:
+            raise _malformed(payload, exc) from None
+        rejected = self.rejected
+        if rejected is None:
+            rejected = self.rejected = Rejections()
+        chunk = _Chunk(choices=raw.choices)
+        if _given(raw.usage):
+            fields = _fields(raw.usage)
+            if fields is None:
+                rejected.add("usage", raw_text(raw_value(raw.usage)), "not an object")
+            else:
+                details = fields.get("prompt_tokens_details")
+                details_fields = None if details is None else _fields(details)
+                if details is not None and details_fields is None and _given(details):
+                    text = raw_text(raw_value(details))
+                    rejected.add("prompt_tokens_details", text, "not an object")
+                chunk.usage = _Usage(
+                    _raw_field(fields, "prompt_tokens"),
+                    _raw_field(fields, "completion_tokens"),
+                    None
+                    if details_fields is None
+                    else _PromptDetails(_raw_field(details_fields, "cached_tokens")),
+                )
+        if _given(raw.timings):
+            fields = _fields(raw.timings)
+            if fields is None:
+                rejected.add("timings", raw_text(raw_value(raw.timings)), "not an object")
+            else:
+                chunk.timings = {key: raw_value(value) for key, value in fields.items()}
+        if _given(raw.error):
+            chunk.error = raw_value(raw.error)
+        return chunk
+
+
+def _given(raw: msgspec.Raw) -> bool:
+    """Whether a raw member was given and is not ``null``."""
+    return len(raw) > 0 and bytes(raw) != b"null"
+
+
+def _fields(raw: msgspec.Raw) -> dict[str, msgspec.Raw] | None:
+    """The members of a raw JSON object (raw), or None if it is not an object."""
     try:
-        return _decode_chunk(payload)
-    except msgspec.MsgspecError as exc:
-        raise _malformed(payload, exc) from None
+        return _decode_fields(raw)
+    except msgspec.MsgspecError:
+        return None
+
+
+def _raw_field(fields: dict[str, msgspec.Raw], name: str) -> Any:
+    raw = fields.get(name)
+    return None if raw is None else raw_value(raw)
 
 
 def _malformed(payload: bytes, exc: msgspec.MsgspecError) -> ResponseError:

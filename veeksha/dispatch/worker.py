@@ -57,7 +57,7 @@ from veeksha.engine.timers import Cancellable, LoopTimers
 if TYPE_CHECKING:  # imported when needed: see veeksha.dispatch.aiohttp_client
     import aiohttp
 
-__all__ = ["Worker", "main"]
+__all__ = ["Worker", "main", "sendable"]
 
 _SNIPPET_BYTES = 300
 _RETRY_STATUSES = (429, 503)
@@ -262,7 +262,10 @@ class Worker:
         self._flush_scheduled = False
         if self._outbox and self._sender is not None:
             batch, self._outbox = self._outbox, []
-            self._sender.send(batch)
+            try:
+                self._sender.send(batch)
+            except Exception:  # noqa: BLE001 - a value the link cannot encode: see sendable
+                self._sender.send(sendable(batch))
 
     # ------------------------------------------------------------------------------ requests
 
@@ -397,6 +400,7 @@ class Worker:
             acc.cached_tokens,
             retries,
             acc.server_timings,
+            server_numbers_rejected=acc.rejected_numbers,
         )
 
 
@@ -619,6 +623,47 @@ def _classify(exc: BaseException) -> str:
 def _msg(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def sendable(batch: list[Result]) -> list[Result]:
+    """``batch`` with each Result the link cannot encode replaced by an error Result.
+
+    The frame of a batch is encoded as a whole: one Result holding a value msgpack cannot
+    carry (an integer beyond 64 bits, a lone surrogate in a text) failed the whole batch, and
+    the main process then waited for its requests forever. Each Result is tried alone here
+    (only after its batch failed); a failing one becomes ``client_error`` for its request,
+    naming the problem, with its timestamps and status code kept.
+    """
+    out = []
+    for result in batch:
+        try:
+            encode_frame([result])
+        except Exception as exc:  # noqa: BLE001 - whatever the value, the request gets a row
+            out.append(_unsendable(result, exc))
+        else:
+            out.append(result)
+    return out
+
+
+def _unsendable(result: Result, exc: BaseException) -> Result:
+    return Result(
+        request_id=result.request_id,
+        worker_id=result.worker_id,
+        status="error",
+        received_at_ns=result.received_at_ns,
+        sent_at_ns=result.sent_at_ns,
+        completed_at_ns=result.completed_at_ns,
+        http_status=result.http_status,
+        error_kind="client_error",
+        error_message=(
+            f"the {result.status} result of this request could not be sent to the main process"
+            f" ({_msg(exc)[:200]}); its answer is lost"
+        )
+        .encode("utf-8", "replace")
+        .decode(),
+        retries=result.retries,
+        released_at_ns=result.released_at_ns,
+    )
 
 
 def _cancelled(item: WorkItem, worker_id: int, now: int) -> Result:
