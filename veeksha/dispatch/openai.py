@@ -493,9 +493,24 @@ class ResponseAccumulator:
         if chunk.error is not None:
             raise _server_error(chunk.error)
         if chunk.usage is not None:
-            self._usage(chunk.usage)
-        if chunk.timings is not None:
-            self.server_timings = sendable_timings(chunk.timings)
+            usage = chunk.usage
+            prompt, completion = usage.prompt_tokens, usage.completion_tokens
+            details = usage.prompt_tokens_details
+            cached = None if details is None else details.cached_tokens
+            if (  # the usual usage, taken as it is (inline: once a response, on every response)
+                type(prompt) is int
+                and type(completion) is int
+                and 0 <= prompt < MAX_COUNT
+                and 0 <= completion < MAX_COUNT
+                and (cached is None or (type(cached) is int and 0 <= cached <= prompt))
+            ):
+                self.prompt_tokens, self.completion_tokens = prompt, completion
+                if details is not None:
+                    self.cached_tokens = cached
+            else:
+                self._usage(prompt, completion, details, cached)
+        if chunk.timings is not None:  # (a value the link cannot carry: worker.sendable)
+            self.server_timings = chunk.timings
         if not chunk.choices:
             return None
         choice = chunk.choices[0]
@@ -507,22 +522,11 @@ class ResponseAccumulator:
         delta = choice.delta if choice.delta is not None else choice.message
         return delta.content if delta is not None else None
 
-    def _usage(self, usage: _Usage) -> None:
-        """Take the usage counts that are counts (``Rejections.count``); note the others."""
-        prompt, completion = usage.prompt_tokens, usage.completion_tokens
-        details = usage.prompt_tokens_details
-        cached = None if details is None else details.cached_tokens
-        if (
-            type(prompt) is int
-            and type(completion) is int
-            and 0 <= prompt < MAX_COUNT
-            and 0 <= completion < MAX_COUNT
-            and (cached is None or (type(cached) is int and 0 <= cached <= prompt))
-        ):  # the usual usage: taken as it is
-            self.prompt_tokens, self.completion_tokens = prompt, completion
-            if details is not None:
-                self.cached_tokens = cached
-            return
+    def _usage(
+        self, prompt: Any, completion: Any, details: _PromptDetails | None, cached: Any
+    ) -> None:
+        """A usage with something else than counts: take the counts (``Rejections.count``),
+        note the others."""
         rejected = self.rejected
         if rejected is None:
             rejected = self.rejected = Rejections()
@@ -570,7 +574,8 @@ class ResponseAccumulator:
             if fields is None:
                 rejected.add("timings", raw_text(raw_value(raw.timings)), "not an object")
             else:
-                chunk.timings = {key: raw_value(value) for key, value in fields.items()}
+                timings = {key: raw_value(value) for key, value in fields.items()}
+                chunk.timings = sendable_timings(timings)  # (a RawText is not sendable)
         if _given(raw.error):
             chunk.error = raw_value(raw.error)
         return chunk

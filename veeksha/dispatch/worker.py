@@ -50,6 +50,7 @@ from veeksha.dispatch.channel import Link, encode_frame, to_worker_decoder
 from veeksha.dispatch.http1 import ConnectFailed, Exchange, Http1Pool
 from veeksha.dispatch.inprocess import dry_result
 from veeksha.dispatch.messages import Result, Stop, ToWorker, WorkerReady, WorkItem
+from veeksha.dispatch.numbers import sendable_timings
 from veeksha.dispatch.openai import RequestBuilder, ResponseAccumulator, ResponseError
 from veeksha.dispatch.settings import WorkerSettings, WorkerSpawn
 from veeksha.engine.timers import Cancellable, LoopTimers
@@ -382,7 +383,7 @@ class Worker:
         first = acc.first_chunk_at_ns
         if first is None and status == "ok":
             first = completed_at
-        return Result(
+        result = Result(
             item.request_id,
             self.worker_id,
             status,
@@ -400,8 +401,10 @@ class Worker:
             acc.cached_tokens,
             retries,
             acc.server_timings,
-            server_numbers_rejected=acc.rejected_numbers,
         )
+        if acc.rejected is not None:
+            result.server_numbers_rejected = acc.rejected.text()
+        return result
 
 
 class _Attempt:
@@ -626,23 +629,39 @@ def _msg(exc: BaseException) -> str:
 
 
 def sendable(batch: list[Result]) -> list[Result]:
-    """``batch`` with each Result the link cannot encode replaced by an error Result.
+    """``batch`` with each Result the link cannot encode repaired, or replaced by an error.
 
     The frame of a batch is encoded as a whole: one Result holding a value msgpack cannot
-    carry (an integer beyond 64 bits, a lone surrogate in a text) failed the whole batch, and
-    the main process then waited for its requests forever. Each Result is tried alone here
-    (only after its batch failed); a failing one becomes ``client_error`` for its request,
-    naming the problem, with its timestamps and status code kept.
+    carry (an integer beyond 64 bits in the server's ``timings``, a lone surrogate in a text)
+    failed the whole batch, and the main process then waited for its requests forever. Each
+    Result is tried alone here (only after its batch failed). Its ``timings`` values that
+    cannot be carried become their raw text (``numbers.sendable_timings``: the main process
+    rejects them if it reads them); a Result that still fails becomes ``client_error`` for its
+    request, naming the problem, with its timestamps and status code kept.
     """
     out = []
     for result in batch:
         try:
             encode_frame([result])
         except Exception as exc:  # noqa: BLE001 - whatever the value, the request gets a row
-            out.append(_unsendable(result, exc))
+            out.append(_repaired(result, exc))
         else:
             out.append(result)
     return out
+
+
+def _repaired(result: Result, exc: BaseException) -> Result:
+    if result.server_timings:
+        repaired = msgspec.structs.replace(
+            result, server_timings=sendable_timings(result.server_timings)
+        )
+        try:
+            encode_frame([repaired])
+        except Exception as again:  # noqa: BLE001 - not the timings: the request gets an error
+            exc = again
+        else:
+            return repaired
+    return _unsendable(result, exc)
 
 
 def _unsendable(result: Result, exc: BaseException) -> Result:

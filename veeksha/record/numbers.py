@@ -112,13 +112,19 @@ def server_timings(timings: Mapping[str, Any], e2e_s: float) -> tuple[list[float
         hit = _TIMING_KEYS.get(key)
         if hit is None or value is None:
             continue
-        index, scale = hit
-        seconds = _seconds(value, scale)
-        if seconds is not None and 0.0 <= seconds <= limit:
-            out[index] = seconds
-        else:
-            out[index] = None
-            notes = join_notes(notes, _timing_note(key, value, seconds, e2e_s))
+        kind = type(value)
+        seconds: float | None = None
+        if kind is float or kind is int:  # (not a bool)
+            try:
+                seconds = value * hit[1]
+            except OverflowError:  # an int beyond a float
+                pass
+            else:  # (NaN and the infinities fail the comparison too)
+                if 0.0 <= seconds <= limit:
+                    out[hit[0]] = seconds
+                    continue
+        out[hit[0]] = None
+        notes = join_notes(notes, _timing_note(key, value, seconds, e2e_s))
     if out[_TTFT] is None:  # the built-in simulator gives the instants instead
         arrival, first = timings.get("arrival_ns"), timings.get("first_token_ns")
         if type(arrival) is int and type(first) is int:
@@ -131,25 +137,11 @@ def server_timings(timings: Mapping[str, Any], e2e_s: float) -> tuple[list[float
     return out, notes
 
 
-def _seconds(value: Any, scale: float) -> float | None:
-    """``value`` × ``scale`` if it is a finite number (not a bool), else None."""
-    if type(value) is float:
-        seconds = value * scale
-    elif type(value) is int:
-        try:
-            seconds = value * scale
-        except OverflowError:  # (beyond a float)
-            return None
-    else:
-        return None
-    return seconds if math.isfinite(seconds) else None
-
-
 def _timing_note(key: str, value: Any, seconds: float | None, e2e_s: float) -> str:
     raw = value if type(value) is str else raw_text(value)
     if len(raw) > 40:
         raw = raw[:39] + "…"
-    if seconds is None:
+    if seconds is None or math.isnan(seconds):
         why = "not a number"
     elif seconds < 0:
         why = "negative"
