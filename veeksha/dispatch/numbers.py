@@ -1,19 +1,23 @@
 """Numbers from the server are untrusted input: bounded at the edge, never able to fail a request.
 
 A server's ``usage`` counts and ``timings`` values reach the worker as JSON, where nothing stops
-``18446744073709551617``, ``-5``, ``1e400`` or ``"fast"``. Left as they are, one such value made
-the worker's Result batch unencodable (msgpack takes integers in [-2^63, 2^64)), or overflowed
-the results writer, or wrapped around in an int32 column. Here, once per response:
+``18446744073709551617``, ``-5``, ``1e400`` or ``"fast"``. Left as they were, one such value
+made the worker's Result batch unencodable (msgpack takes integers in [-2^63, 2^64)), or
+overflowed the results writer, or wrapped around in an int32 column. Here, once per response:
 
 - ``Rejections.count(name, value)``: a usage count is an ``int`` in ``[0, MAX_COUNT)`` (it fits
   the int32 token columns) or it is rejected: None, and a note ``name=raw (why)`` naming the
-  field and its raw text (``completion_tokens=-5 (negative)``).
-- ``sendable_timings(timings)``: the ``timings`` object as the main process will read it; a
-  value that cannot cross the link (an integer beyond 64 bits, anywhere in it) is replaced by its
-  raw text, which the main process rejects if it reads that key (``veeksha.record.numbers``).
+  field and its raw text (``completion_tokens=-5 (negative)``). ``veeksha.dispatch.openai``
+  takes the usual usage inline and calls this only for the rest.
 - ``raw_value(raw)``: a JSON value msgspec cannot represent (``1e400``, an integer of thousands
-  of digits) as its raw text, for the tolerant second decode of a chunk
-  (``veeksha.dispatch.openai``), so that such a number costs its field, not the response.
+  of digits) as its raw text (``RawText``), for the lenient second decode of a chunk whose first
+  decode failed on its usage, timings or error (``ResponseAccumulator._lenient``): such a number
+  costs its field, not the response.
+- ``sendable_timings(timings)``: the ``timings`` object with each value the link cannot carry
+  (an integer beyond 64 bits anywhere in it, a ``RawText``) replaced by its raw text. Timings
+  travel as the server sent them; only a Result that fails to encode is repaired with this
+  (``veeksha.dispatch.worker.sendable``), so the common path pays nothing. The main process
+  rejects such a text if it reads that key (``veeksha.record.numbers``).
 
 The notes travel in ``Result.server_numbers_rejected`` (``; ``-separated) to the row's
 ``server_numbers_rejected`` column.

@@ -24,7 +24,11 @@ Responses (``ResponseAccumulator``)
     first content chunk, the plain content chunks are taken by their proven byte shape
     (``veeksha.dispatch.chunkshape``) instead of a JSON decode each, with the same result. An
     ``error`` object inside a stream (as vLLM sends) is raised as a ``ResponseError`` of kind
-    ``http_4xx`` or ``http_5xx`` from its ``code``.
+    ``http_4xx`` or ``http_5xx`` from its ``code``. The usage counts are untrusted input: a
+    count that is not an integer in [0, 2^31) is None and noted (``rejected``, see
+    ``veeksha.dispatch.numbers``); a chunk whose decode fails on its usage, timings or error (a
+    number beyond a double or of thousands of digits, a usage that is not an object) is decoded
+    again with those raw (``_lenient``), so such a number costs its field, not the response.
 """
 
 from __future__ import annotations
