@@ -87,12 +87,15 @@ def output_tokens(
 
     ``server``: the usage's completion_tokens (None: not reported or rejected by the worker);
     ``counted``: veeksha's count if already known, else ``count_tokens(text)`` is called when
-    needed (without either, the chunk count stands for the client's figure).
+    needed (without either, or if it fails, the chunk count stands for the client's figure).
     """
     if server is not None and output_plausible(server, chunks, requested):
         return server, True, ""
-    if counted is None:
-        counted = count_tokens(text) if count_tokens is not None else None
+    if counted is None and count_tokens is not None:
+        try:
+            counted = count_tokens(text)
+        except Exception:  # noqa: BLE001 - a text the tokenizer fails on costs its count only
+            counted = None
     if server is None:
         return counted, False, ""
     client = chunks if counted is None or counted < chunks else counted  # (a chunk: ≥ 1 token)

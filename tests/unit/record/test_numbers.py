@@ -81,6 +81,14 @@ def test_without_a_tokenizer_the_chunks_stand_for_the_client() -> None:
     )
 
 
+def test_a_tokenizer_that_fails_on_the_text_costs_only_the_count() -> None:
+    def failing(text: str) -> int:
+        raise ValueError("cannot tokenize")
+
+    assert output_tokens(1, 14, 14, "x", None, failing)[:2] == (14, False)
+    assert output_tokens(None, 3, 3, "x", None, failing) == (None, False, "")
+
+
 # --------------------------------------------------------------------------------- timings
 
 
