@@ -4,19 +4,19 @@ The worker has already bounded them (``veeksha.dispatch.numbers``: a usage count
 [0, 2^31) or null with a note). Here, once per row, in the main process:
 
 **Output tokens.** The server's ``completion_tokens`` s is taken when it is plausible for the
-answer the client received: c non-empty content chunks (each carried at least one token) and r
-requested tokens::
+answer the client received: c non-empty content chunks (a server sends a token or more a
+chunk) and r requested tokens::
 
     (1 - TOLERANCE) * c - SLACK  <=  s  <=  (1 + TOLERANCE) * max(r, c) + SLACK
 
 (TOLERANCE 0.25, SLACK 2 tokens). Otherwise veeksha counts the text it received with its own
-tokenizer (k; the client's figure is max(k, c), since every chunk held a token) and still takes
-s when it is within a factor ``FACTOR`` (2) of that figure, give or take SLACK: tokenizers
-differ, a proxy may split tokens across chunks, a server may ignore ``max_tokens``. Beyond that
-the row's ``output_tokens`` is the client's figure (so ``tpot``, ``normalized_e2e`` and
-``output_throughput`` are built on what the client saw), ``server_output_tokens`` keeps s,
-``usage_reported`` is false, and a note says why. Example: 14 chunks of text, s = 1, k = 14:
-1 < 0.75 * 14 - 2 = 8.5, and 1 < 14 / 2 - 2 = 5, so output_tokens = 14.
+tokenizer (k, the client's figure; c without a tokenizer) and still takes s when it is within a
+factor ``FACTOR`` (2) of k, give or take SLACK: tokenizers differ, a proxy may split tokens
+across chunks, a server may ignore ``max_tokens``. Beyond that the row's ``output_tokens`` is k
+(so ``tpot``, ``normalized_e2e`` and ``output_throughput`` are built on what the client saw),
+``server_output_tokens`` keeps s, ``usage_reported`` is false, and a note says why. Example:
+14 chunks of text, s = 1, k = 14: 1 < 0.75 * 14 - 2 = 8.5, and 1 < 14 / 2 - 2 = 5, so
+output_tokens = 14.
 
 **Server timings.** A ``timings`` value veeksha reads (``SERVER_TIMING_COLUMNS``, after its
 unit's scale) is a duration of the server's inside the client's request, so it must be a number
@@ -98,7 +98,8 @@ def output_tokens(
             counted = None
     if server is None:
         return counted, False, ""
-    client = chunks if counted is None or counted < chunks else counted  # (a chunk: ≥ 1 token)
+    # (not max(counted, chunks): a proxy that splits tokens across chunks sends more chunks)
+    client = chunks if counted is None else counted
     if client / FACTOR - SLACK <= server <= client * FACTOR + SLACK:
         return server, True, ""
     seen = f"{chunks} content chunks" if counted is None else f"{chunks} chunks, {counted} counted"

@@ -55,6 +55,11 @@ def test_one_token_for_fourteen_chunks_is_replaced_by_the_clients_count() -> Non
     )
 
 
+def test_a_proxy_that_splits_tokens_across_chunks_keeps_the_servers_figure() -> None:
+    text = "".join(f"word{i} " for i in range(100))  # 100 tokens sent in 700 chunks
+    assert output_tokens(100, 700, 100, text, None, words) == (100, True, "")
+
+
 def test_an_implausible_figure_that_agrees_with_the_count_is_kept() -> None:
     # a server that ignores max_tokens and sends several tokens a chunk: the text agrees
     text = " ".join(["w"] * 380)
@@ -63,7 +68,7 @@ def test_an_implausible_figure_that_agrees_with_the_count_is_kept() -> None:
 
 def test_a_huge_figure_is_replaced() -> None:
     out, usage, note = output_tokens(2**31 - 1, 14, 14, "a b c", None, words)
-    assert (out, usage) == (14, False)  # (every chunk held a token: at least 14)
+    assert (out, usage) == (3, False)
     assert note == "completion_tokens=2147483647 (disagrees: 14 chunks, 3 counted)"
 
 
