@@ -101,6 +101,8 @@ class Result(msgspec.Struct, tag="result", array_like=True, gc=False):
     server_timings: dict[str, Any] | None = None
     released_at_ns: int = 0  # a held item's release (its timer fired); 0 if not held
     last_byte_at_ns: int = 0  # the last read with response bytes; 0 if none came
+    # the server's numbers not taken (out of range, not a count): ``field=raw (why); ...``
+    server_numbers_rejected: str = ""
 
 
 ToWorker = WorkItem | Stop

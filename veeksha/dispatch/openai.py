@@ -24,11 +24,16 @@ Responses (``ResponseAccumulator``)
     first content chunk, the plain content chunks are taken by their proven byte shape
     (``veeksha.dispatch.chunkshape``) instead of a JSON decode each, with the same result. An
     ``error`` object inside a stream (as vLLM sends) is raised as a ``ResponseError`` of kind
-    ``http_4xx`` or ``http_5xx`` from its ``code``. The stream ends at ``[DONE]``: nothing after
-    it is read (``StreamOver`` says that something came). A UTF-8 byte order mark before the
-    first event is dropped (the SSE specification's rule). Bytes that are not JSON, or not
-    UTF-8, are the server's fault: ``ResponseError("malformed_response")`` with a readable
-    message and the first bytes of the event.
+    ``http_4xx`` or ``http_5xx`` from its ``code``. The usage counts are untrusted input: a
+    count that is not an integer in [0, 2^31) is None and noted (``rejected``, see
+    ``veeksha.dispatch.numbers``); a chunk whose decode fails on its usage, timings or error (a
+    number beyond a double or of thousands of digits, a usage that is not an object) is decoded
+    again with those raw (``_lenient``), so such a number costs its field, not the response.
+    The stream ends at ``[DONE]``: nothing after it is read (``StreamOver`` says that something
+    came). A UTF-8 byte order mark before the first event is dropped (the SSE specification's
+    rule). Bytes that are not JSON, or not UTF-8, are the server's fault:
+    ``ResponseError("malformed_response")`` with a readable message and the first bytes of the
+    event.
 """
 
 from __future__ import annotations
@@ -40,6 +45,13 @@ from typing import Any
 import msgspec
 
 from veeksha.dispatch.chunkshape import ChunkShape, decode_str
+from veeksha.dispatch.numbers import (
+    MAX_COUNT,
+    Rejections,
+    raw_text,
+    raw_value,
+    sendable_timings,
+)
 from veeksha.redact import READ_WINDOW
 
 __all__ = [
@@ -273,13 +285,14 @@ class _TextChoice(msgspec.Struct, gc=False):
     text: str | None = None
 
 
+# Usage counts are decoded as any JSON value and bounded by ``Rejections.count`` (untrusted input).
 class _PromptDetails(msgspec.Struct, gc=False):
-    cached_tokens: int | None = None
+    cached_tokens: Any = None
 
 
 class _Usage(msgspec.Struct, gc=False):
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
+    prompt_tokens: Any = None
+    completion_tokens: Any = None
     prompt_tokens_details: _PromptDetails | None = None
 
 
@@ -299,8 +312,20 @@ class _TextChunk(msgspec.Struct, gc=False):
     error: Any = None
 
 
+class _LenientChunk(msgspec.Struct, gc=False):
+    """A chunk whose usage, timings and error are kept raw: the second decode of a chunk whose
+    first failed on one of them (``_lenient``)."""
+
+    choices: list[_Choice] | None = None
+    usage: msgspec.Raw = msgspec.Raw()  # (empty: absent; msgspec takes no ``Raw | None``)
+    timings: msgspec.Raw = msgspec.Raw()
+    error: msgspec.Raw = msgspec.Raw()
+
+
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
 _decode_text_chunk = msgspec.json.Decoder(_TextChunk).decode
+_decode_lenient = msgspec.json.Decoder(_LenientChunk).decode
+_decode_fields = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
 _JOIN_EVERY = 64
 _LEARN_TRIES = 3
 _PEEL_EVENTS = 4
@@ -339,6 +364,7 @@ class ResponseAccumulator:
         "first_chunk_at_ns",
         "parts",
         "prompt_tokens",
+        "rejected",
         "server_timings",
     )
 
@@ -351,6 +377,7 @@ class ResponseAccumulator:
         self.completion_tokens: int | None = None
         self.cached_tokens: int | None = None
         self.server_timings: dict[str, Any] | None = None
+        self.rejected: Rejections | None = None  # the server's numbers not taken, and why
         self.done = False  # [DONE] seen (or the whole body of a non-streamed answer)
         self.done_at_ns = 0  # the time of the read that carried it
         self._parser = SSEParser()
@@ -368,6 +395,11 @@ class ResponseAccumulator:
 
     def chunk_times(self) -> list[int]:
         return self.chunk_times_ns.tolist()
+
+    @property
+    def rejected_numbers(self) -> str:
+        """The notes of the server's numbers not taken (``field=raw (why); ...``), or ''."""
+        return "" if self.rejected is None else self.rejected.text()
 
     def feed(self, data: bytes, t_ns: int) -> None:
         """Interpret one read of a streamed body, all its events stamped ``t_ns``."""
@@ -520,7 +552,7 @@ class ResponseAccumulator:
                         if payload is not events[-1] or parser._pending or parser._data is not None:
                             raise StreamOver from None  # more in the same read
                         break
-                    raise _malformed(payload, exc) from None
+                    chunk = self._lenient(payload, exc)
                 except UnicodeDecodeError as exc:
                     raise _not_utf8(payload, exc) from None
                 if chunk.usage is not None or chunk.timings is not None or chunk.error is not None:
@@ -548,7 +580,13 @@ class ResponseAccumulator:
         """Interpret a whole non-streamed JSON response read at ``t_ns``."""
         if body[:3] == _BOM:  # (JSON readers may ignore one: RFC 8259)
             body = body[3:]
-        text = self._absorb(_decode(body))
+        try:
+            chunk = _decode_chunk(body)
+        except msgspec.MsgspecError as exc:
+            chunk = self._lenient(body, exc)
+        except UnicodeDecodeError as exc:
+            raise _not_utf8(body, exc) from None
+        text = self._absorb(chunk)
         self.done = True
         self.done_at_ns = t_ns
         self.first_chunk_at_ns = t_ns
@@ -561,11 +599,22 @@ class ResponseAccumulator:
             raise _server_error(chunk.error)
         if chunk.usage is not None:
             usage = chunk.usage
-            self.prompt_tokens = usage.prompt_tokens
-            self.completion_tokens = usage.completion_tokens
-            if usage.prompt_tokens_details is not None:
-                self.cached_tokens = usage.prompt_tokens_details.cached_tokens
-        if chunk.timings is not None:
+            prompt, completion = usage.prompt_tokens, usage.completion_tokens
+            details = usage.prompt_tokens_details
+            cached = None if details is None else details.cached_tokens
+            if (  # the usual usage, taken as it is (inline: once a response, on every response)
+                type(prompt) is int
+                and type(completion) is int
+                and 0 <= prompt < MAX_COUNT
+                and 0 <= completion < MAX_COUNT
+                and (cached is None or (type(cached) is int and 0 <= cached <= prompt))
+            ):
+                self.prompt_tokens, self.completion_tokens = prompt, completion
+                if details is not None:
+                    self.cached_tokens = cached
+            else:
+                self._usage(prompt, completion, details, cached)
+        if chunk.timings is not None:  # (a value the link cannot carry: worker.sendable)
             self.server_timings = chunk.timings
         if not chunk.choices:
             return None
@@ -578,14 +627,81 @@ class ResponseAccumulator:
         delta = choice.delta if choice.delta is not None else choice.message
         return delta.content if delta is not None else None
 
+    def _usage(
+        self, prompt: Any, completion: Any, details: _PromptDetails | None, cached: Any
+    ) -> None:
+        """A usage with something else than counts: take the counts (``Rejections.count``),
+        note the others."""
+        rejected = self.rejected
+        if rejected is None:
+            rejected = self.rejected = Rejections()
+        self.prompt_tokens = rejected.count("prompt_tokens", prompt)
+        self.completion_tokens = rejected.count("completion_tokens", completion)
+        if details is not None:
+            cached = rejected.count("cached_tokens", cached)
+            if cached is not None and self.prompt_tokens is not None and cached > prompt:
+                rejected.add("cached_tokens", str(cached), f"more than prompt_tokens {prompt}")
+                cached = None
+            self.cached_tokens = cached
 
-def _decode(payload: bytes) -> _Chunk:
+    def _lenient(self, payload: bytes, exc: msgspec.MsgspecError) -> _Chunk:
+        """The chunk ``payload`` whose decode failed with ``exc``, when only its usage, timings
+        or error were at fault (a number msgspec cannot hold, a count that is not one, a usage
+        that is not an object): those are read leniently, what cannot be read is noted in
+        ``rejected``. Else the response is malformed (``ResponseError``)."""
+        try:
+            raw = _decode_lenient(payload)
+        except msgspec.MsgspecError:
+            raise _malformed(payload, exc) from None
+        rejected = self.rejected
+        if rejected is None:
+            rejected = self.rejected = Rejections()
+        chunk = _Chunk(choices=raw.choices)
+        if _given(raw.usage):
+            fields = _fields(raw.usage)
+            if fields is None:
+                rejected.add("usage", raw_text(raw_value(raw.usage)), "not an object")
+            else:
+                details = fields.get("prompt_tokens_details")
+                details_fields = None if details is None else _fields(details)
+                if details is not None and details_fields is None and _given(details):
+                    text = raw_text(raw_value(details))
+                    rejected.add("prompt_tokens_details", text, "not an object")
+                chunk.usage = _Usage(
+                    _raw_field(fields, "prompt_tokens"),
+                    _raw_field(fields, "completion_tokens"),
+                    None
+                    if details_fields is None
+                    else _PromptDetails(_raw_field(details_fields, "cached_tokens")),
+                )
+        if _given(raw.timings):
+            fields = _fields(raw.timings)
+            if fields is None:
+                rejected.add("timings", raw_text(raw_value(raw.timings)), "not an object")
+            else:
+                timings = {key: raw_value(value) for key, value in fields.items()}
+                chunk.timings = sendable_timings(timings)  # (a RawText is not sendable)
+        if _given(raw.error):
+            chunk.error = raw_value(raw.error)
+        return chunk
+
+
+def _given(raw: msgspec.Raw) -> bool:
+    """Whether a raw member was given and is not ``null``."""
+    return len(raw) > 0 and bytes(raw) != b"null"
+
+
+def _fields(raw: msgspec.Raw) -> dict[str, msgspec.Raw] | None:
+    """The members of a raw JSON object (raw), or None if it is not an object."""
     try:
-        return _decode_chunk(payload)
-    except msgspec.MsgspecError as exc:
-        raise _malformed(payload, exc) from None
-    except UnicodeDecodeError as exc:
-        raise _not_utf8(payload, exc) from None
+        return _decode_fields(raw)
+    except msgspec.MsgspecError:
+        return None
+
+
+def _raw_field(fields: dict[str, msgspec.Raw], name: str) -> Any:
+    raw = fields.get(name)
+    return None if raw is None else raw_value(raw)
 
 
 def _malformed(payload: bytes, exc: msgspec.MsgspecError) -> ResponseError:

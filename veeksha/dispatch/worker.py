@@ -57,6 +57,7 @@ from veeksha.dispatch.channel import Link, encode_frame, to_worker_decoder
 from veeksha.dispatch.http1 import ConnectFailed, Exchange, Http1Pool, MalformedResponse
 from veeksha.dispatch.inprocess import dry_result
 from veeksha.dispatch.messages import Result, Stop, ToWorker, WorkerReady, WorkItem
+from veeksha.dispatch.numbers import sendable_timings
 from veeksha.dispatch.openai import (
     RequestBuilder,
     ResponseAccumulator,
@@ -70,7 +71,7 @@ from veeksha.redact import READ_WINDOW, Redactor
 if TYPE_CHECKING:  # imported when needed: see veeksha.dispatch.aiohttp_client
     import aiohttp
 
-__all__ = ["Worker", "main"]
+__all__ = ["Worker", "main", "sendable"]
 
 _MESSAGE_CHARS = 320  # an error_message's length: masked first (veeksha.redact), then cut
 _RETRY_STATUSES = (429, 503)
@@ -286,7 +287,10 @@ class Worker:
         self._flush_scheduled = False
         if self._outbox and self._sender is not None:
             batch, self._outbox = self._outbox, []
-            self._sender.send(batch)
+            try:
+                self._sender.send(batch)
+            except Exception:  # noqa: BLE001 - a value the link cannot encode: see sendable
+                self._sender.send(sendable(batch))
 
     # ------------------------------------------------------------------------------ requests
 
@@ -415,7 +419,7 @@ class Worker:
         first = acc.first_chunk_at_ns
         if first is None and status == "ok":
             first = completed_at
-        return Result(
+        result = Result(
             item.request_id,
             self.worker_id,
             status,
@@ -435,6 +439,9 @@ class Worker:
             acc.server_timings,
             last_byte_at_ns=last_byte_at,
         )
+        if acc.rejected is not None:
+            result.server_numbers_rejected = acc.rejected.text()
+        return result
 
 
 class _Attempt:
@@ -735,6 +742,63 @@ def _classify(exc: BaseException) -> str:
 def _msg(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def sendable(batch: list[Result]) -> list[Result]:
+    """``batch`` with each Result the link cannot encode repaired, or replaced by an error.
+
+    The frame of a batch is encoded as a whole: one Result holding a value msgpack cannot
+    carry (an integer beyond 64 bits in the server's ``timings``, a lone surrogate in a text)
+    failed the whole batch, and the main process then waited for its requests forever. Each
+    Result is tried alone here (only after its batch failed). Its ``timings`` values that
+    cannot be carried become their raw text (``numbers.sendable_timings``: the main process
+    rejects them if it reads them); a Result that still fails becomes ``client_error`` for its
+    request, naming the problem, with its timestamps and status code kept.
+    """
+    out = []
+    for result in batch:
+        try:
+            encode_frame([result])
+        except Exception as exc:  # noqa: BLE001 - whatever the value, the request gets a row
+            out.append(_repaired(result, exc))
+        else:
+            out.append(result)
+    return out
+
+
+def _repaired(result: Result, exc: BaseException) -> Result:
+    if result.server_timings:
+        repaired = msgspec.structs.replace(
+            result, server_timings=sendable_timings(result.server_timings)
+        )
+        try:
+            encode_frame([repaired])
+        except Exception as again:  # noqa: BLE001 - not the timings: the request gets an error
+            exc = again
+        else:
+            return repaired
+    return _unsendable(result, exc)
+
+
+def _unsendable(result: Result, exc: BaseException) -> Result:
+    return Result(
+        request_id=result.request_id,
+        worker_id=result.worker_id,
+        status="error",
+        received_at_ns=result.received_at_ns,
+        sent_at_ns=result.sent_at_ns,
+        completed_at_ns=result.completed_at_ns,
+        http_status=result.http_status,
+        error_kind="client_error",
+        error_message=(
+            f"the {result.status} result of this request could not be sent to the main process"
+            f" ({_msg(exc)[:200]}); its answer is lost"
+        )
+        .encode("utf-8", "replace")
+        .decode(),
+        retries=result.retries,
+        released_at_ns=result.released_at_ns,
+    )
 
 
 def _cancelled(item: WorkItem, worker_id: int, now: int) -> Result:

@@ -82,6 +82,7 @@ class RunRecorder:
                     None if new_tokens is None else request.history_tokens + new_tokens,
                     self.t0_ns,
                     output_tokens,
+                    self._count,  # (when the server's figure is doubtful)
                 )
             self._added()
         if self._on_row is not None:

@@ -421,6 +421,7 @@ class _Run:
         self.outcome.extra["error"] = str(error)
         if self.traffic is not None:
             self.traffic.stop("write_error")
+            self.outcome.stop_reason = self.traffic.stop_reason
 
     def _on_tokenizer_error(self, error: VeekshaError) -> None:
         """The tokenizer failed mid-run (a server tokenizer): stop, keep what was collected."""
@@ -458,7 +459,13 @@ class _Run:
             "stop_reason": outcome.stop_reason,
         }
         try:
-            writer.flush()
+            try:
+                writer.flush()
+            except RunAbortedError as error:
+                if writer.io_error:  # the disk failed: the parts are what is kept
+                    raise
+                self._on_write_error(error)  # (a batch lost; the parts are evaluated, merged)
+                extra["interrupted"], extra["stop_reason"] = "true", outcome.stop_reason
             release_memory()  # what the traffic freed: the evaluation's peak adds to what is left
             # read a column at a time from the files: bounded memory at any run size
             requests, sessions = requests_source(self.run_dir), sessions_source(self.run_dir)

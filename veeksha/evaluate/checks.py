@@ -9,6 +9,7 @@ from __future__ import annotations
 from veeksha.evaluate.arrival_checks import ARRIVAL_DISTRIBUTION, DISPATCH_RATE
 from veeksha.evaluate.generator_checks import GENERATOR_SATURATION, LIFECYCLE_DELAYS
 from veeksha.evaluate.health import HealthCheck, HealthInput, HealthReport
+from veeksha.evaluate.number_checks import SERVER_NUMBERS
 from veeksha.evaluate.request_checks import DEPENDENCIES, OUTPUT_LENGTH, PROMPT_LENGTH
 from veeksha.evaluate.source import release_memory
 
@@ -20,6 +21,7 @@ HEALTH_CHECKS: tuple[HealthCheck, ...] = (
     DEPENDENCIES,
     PROMPT_LENGTH,
     OUTPUT_LENGTH,
+    SERVER_NUMBERS,
     LIFECYCLE_DELAYS,
     GENERATOR_SATURATION,
 )

@@ -68,6 +68,7 @@ EVALUATION_COLUMNS: tuple[str, ...] = tuple(
         "http_status",
         "error_message",
         "retries",
+        "server_output_tokens",
         *SERVER_TIMING_COLUMNS,
     }
 )

@@ -35,8 +35,16 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from veeksha.dispatch.messages import Result
+from veeksha.dispatch.numbers import raw_text
 from veeksha.generate.spec import NodeSpec
 from veeksha.record.columns import REQUESTS_SCHEMA, SERVER_TIMING_COLUMNS, SESSIONS_SCHEMA
+from veeksha.record.numbers import (
+    SLACK,
+    TOLERANCE,
+    join_notes,
+    output_tokens,
+    server_timings,
+)
 
 __all__ = ["NULL", "RequestColumns", "SessionColumns", "server_timings"]
 
@@ -69,7 +77,15 @@ _REQ_FLOATS = (
     *SERVER_TIMING_COLUMNS,
 )
 _RAW = ("ready", "dispatched", "processed", "received", "sent", "first", "completed", "last_byte")
-_REQ_STRS = ("run_id", "phase", "model", "status", "error_kind", "error_message")
+_REQ_STRS = (
+    "run_id",
+    "phase",
+    "model",
+    "status",
+    "error_kind",
+    "error_message",
+    "server_numbers_rejected",
+)
 _REQ_INTS = (
     "session_id",
     "node_id",
@@ -85,6 +101,7 @@ _REQ_INTS = (
     "requested_output_tokens",
     "output_tokens",
     "usage_reported",
+    "server_output_tokens",
     "http_status",
     "retries",
     "chunk_times_ns",
@@ -95,30 +112,8 @@ _REQ_INTS = (
 _SES_FLOATS = ("started_at", "ended_at", "duration", "think_time_total")
 _SES_STRS = ("run_id", "phase", "status")
 _SES_INTS = ("session_id", "num_nodes", "num_requests", "num_ok", "num_error", "num_cancelled")
-_SERVER_INDEX = {name: i for i, name in enumerate(SERVER_TIMING_COLUMNS)}
-
-# timings key → (index among the server columns, scale to seconds), as in rows._TIMING_KEYS
-_TIMING_KEYS: dict[str, tuple[int, float]] = {
-    key + suffix: (_SERVER_INDEX[column], scale)
-    for column, keys in SERVER_TIMING_COLUMNS.items()
-    for key in keys
-    for suffix, scale in (("", 1.0), ("_s", 1.0), ("_ms", 1e-3), ("_ns", 1e-9))
-}
-
-
-def server_timings(timings: Mapping[str, Any]) -> list[float | None]:
-    """The four server_* columns (in SERVER_TIMING_COLUMNS order) of a ``timings`` object."""
-    out: list[float | None] = [None] * len(SERVER_TIMING_COLUMNS)
-    for key, value in timings.items():
-        hit = _TIMING_KEYS.get(key)
-        if hit is not None and isinstance(value, int | float) and not isinstance(value, bool):
-            out[hit[0]] = value * hit[1]
-    ttft = _SERVER_INDEX["server_ttft"]
-    if out[ttft] is None:  # the built-in simulator gives the instants instead
-        arrival, first = timings.get("arrival_ns"), timings.get("first_token_ns")
-        if isinstance(arrival, int) and isinstance(first, int):
-            out[ttft] = (first - arrival) / _NS
-    return out
+_LOW = 1 - TOLERANCE  # of output_plausible (veeksha.record.numbers), inlined in add_result
+_HIGH = 1 + TOLERANCE
 
 
 def _strings(values: list[str | None]) -> pa.Array:
@@ -240,7 +235,7 @@ class RequestColumns:
         prompt_tokens_total: int | None,
         t0_ns: int,
         output_tokens_counted: int | None = None,
-        count_tokens: Callable[[str], int] | None = None,
+        count_tokens: Callable[[str], int | None] | None = None,
     ) -> None:
         """One answered or failed request: ``rows.request_row`` of the same ``RequestRecord``."""
         sent = res.sent_at_ns
@@ -248,12 +243,20 @@ class RequestColumns:
         first = res.first_chunk_at_ns
         chunks = res.chunk_times_ns
         status = res.status
-        out = res.completion_tokens
-        usage = out is not None
-        if out is None:
-            out = output_tokens_counted
-            if out is None and count_tokens is not None:
-                out = count_tokens(res.output_text)
+        server_out = out = res.completion_tokens
+        notes = res.server_numbers_rejected
+        n = len(chunks)
+        requested = node.max_tokens
+        if out is not None and (
+            _LOW * n - SLACK <= out <= _HIGH * (requested if requested > n else n) + SLACK
+        ):  # (output_plausible, inlined)
+            usage = True
+        else:
+            out, usage, note = output_tokens(
+                out, n, requested, res.output_text, output_tokens_counted, count_tokens
+            )
+            if note:
+                notes = join_notes(notes, note)
         prompt_total = res.prompt_tokens
         if prompt_total is None:
             prompt_total = prompt_tokens_total
@@ -262,11 +265,10 @@ class RequestColumns:
             message = message[:MAX_ERROR_MESSAGE_CHARS]
         timings = res.server_timings
         if timings:
-            self._floats += (
-                node.wait_after_ready_s,
-                *_DERIVED_NAN,
-                *map(_f, server_timings(timings)),
-            )
+            values, note = server_timings(timings, (completed - sent) / _NS)
+            if note:
+                notes = join_notes(notes, note)
+            self._floats += (node.wait_after_ready_s, *_DERIVED_NAN, *map(_f, values))
         else:
             self._floats += (node.wait_after_ready_s, *_DERIVED_NAN, *_NO_SERVER_TIMINGS)
         parents = node.parents
@@ -287,6 +289,7 @@ class RequestColumns:
             node.max_tokens,
             NULL if out is None else out,
             usage,
+            NULL if server_out is None else server_out,
             res.http_status or NULL,
             res.retries,
             len(chunks),
@@ -300,7 +303,7 @@ class RequestColumns:
             res.last_byte_at_ns or NULL,
             1,
         )
-        self._strs += (run_id, phase, model, status, res.error_kind, message)
+        self._strs += (run_id, phase, model, status, res.error_kind, message, notes)
         if parents:
             self._parents += parents
         self._chunks += chunks
@@ -376,13 +379,17 @@ class RequestColumns:
         ``pause`` is called between the slices of the conversion (e.g. ``time.sleep(0)`` to let
         another thread take the GIL).
         """
-        floats = _matrix(self._floats, len(_REQ_FLOATS), np.float64, pause)
-        ints = _matrix(self._ints, len(_REQ_INTS), np.int64, pause)
+        floats, misfits = _checked(self._floats, _REQ_FLOATS, np.float64, pause)
+        ints, int_misfits = _checked(self._ints, _REQ_INTS, np.int64, pause)
+        misfits += int_misfits + _int32_misfits(ints)
         flat = _matrix(self._chunks, 1, np.int64, pause).reshape(-1)
         columns: dict[str, pa.Array] = {}
         width = len(_REQ_STRS)
         for j, name in enumerate(_REQ_STRS):
-            columns[name] = _strings(self._strs[j::width])
+            strings = self._strs[j::width]
+            if misfits and name == "server_numbers_rejected":
+                strings = _noted(strings, misfits)
+            columns[name] = _strings(strings)
         _derive(floats, ints, flat, _equals(columns["status"], "ok"), t0_ns)
         for j, name in enumerate(_REQ_FLOATS):
             columns[name] = _floats(floats[:, j])
@@ -408,6 +415,62 @@ class RequestColumns:
 
 _FLOAT = {name: j for j, name in enumerate(_REQ_FLOATS)}
 _INT = {name: j for j, name in enumerate(_REQ_INTS)}
+# the int32 columns among _REQ_INTS (a value outside int32 would wrap around in the cast)
+_INT32 = np.array(
+    [
+        j
+        for j, name in enumerate(_REQ_INTS)
+        if name in REQUESTS_SCHEMA.names and REQUESTS_SCHEMA.field(name).type == pa.int32()
+    ]
+)
+
+
+def _checked(
+    values: list[Any], names: Sequence[str], dtype: type, pause: Callable[[], None] | None
+) -> tuple[NDArray[Any], list[tuple[int, str, Any]]]:
+    """``_matrix`` of a row layout, and the values that did not fit ``dtype`` (row, column,
+    value), stored as null: a value past int64 or float64 (a server's number that got this
+    far) costs its cell, never the batch."""
+    width = len(names)
+    try:
+        return _matrix(values, width, dtype, pause), []
+    except (OverflowError, TypeError, ValueError):
+        pass
+    null: Any = NULL if dtype is np.int64 else _NAN
+    misfits = []
+    clean = list(values)
+    for i, value in enumerate(clean):
+        try:
+            dtype(value)
+        except (OverflowError, TypeError, ValueError):
+            misfits.append((i // width, names[i % width], value))
+            clean[i] = null
+    return _matrix(clean, width, dtype, pause), misfits
+
+
+def _int32_misfits(ints: NDArray[np.int64]) -> list[tuple[int, str, Any]]:
+    """The values of int32 columns outside int32 (row, column, value), set to null in place."""
+    block = ints[:, _INT32]
+    bad = (block != NULL) & ((block < -(2**31)) | (block >= 2**31))
+    if not bad.any():
+        return []
+    misfits = []
+    for row, k in zip(*np.nonzero(bad), strict=True):
+        j = int(_INT32[k])
+        misfits.append((int(row), _REQ_INTS[j], int(ints[row, j])))
+        ints[row, j] = NULL
+    return misfits
+
+
+def _noted(notes: list[str | None], misfits: list[tuple[int, str, Any]]) -> list[str | None]:
+    """``notes`` (a batch's server_numbers_rejected) with a note for each misfit."""
+    notes = list(notes)
+    for row, name, value in misfits:
+        note = f"{name}={raw_text(value)} (does not fit the column)"
+        notes[row] = join_notes(notes[row] or "", note)
+    return notes
+
+
 # the float columns add_result leaves to _derive (NaN placeholders), in _REQ_FLOATS order
 _DERIVED_NAN = (_NAN,) * (len(_REQ_FLOATS) - 1 - len(SERVER_TIMING_COLUMNS))
 _NO_SERVER_TIMINGS = (_NAN,) * len(SERVER_TIMING_COLUMNS)

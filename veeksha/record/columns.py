@@ -129,12 +129,25 @@ REQUESTS_SCHEMA = pa.schema(
             "prompt tokens served from the server's prefix cache (usage)",
         ),
         _col("requested_output_tokens", _I32, _TOK, "output length requested (max tokens)"),
-        _col("output_tokens", _I32, _TOK, "output received (server usage, else veeksha's count)"),
+        _col(
+            "output_tokens",
+            _I32,
+            _TOK,
+            "output received: the server's usage when plausible, else veeksha's count "
+            "(docs/metrics.md, server numbers)",
+        ),
         _col(
             "usage_reported",
             pa.bool_(),
             "",
-            "the server reported usage (token counts are the server's)",
+            "output_tokens is the server's usage figure",
+        ),
+        _col(
+            "server_output_tokens",
+            _I32,
+            _TOK,
+            "usage.completion_tokens as the server reported it; null when absent or not a count "
+            "in [0, 2^31)",
         ),
         _col("ttfc", _F64, _S, "time to first content chunk: first_chunk_at - sent_at (ok rows)"),
         _col("tbc", pa.list_(_F64), _S, "gaps between consecutive content chunks (ok rows)"),
@@ -173,6 +186,13 @@ REQUESTS_SCHEMA = pa.schema(
         _col("server_prefill_time", _F64, _S, "server-reported prefill duration"),
         _col("server_ttft", _F64, _S, "server-reported time to first token"),
         _col("server_decode_time", _F64, _S, "server-reported decode duration"),
+        _col(
+            "server_numbers_rejected",
+            _STR,
+            "",
+            "the server's numbers veeksha did not take, as field=raw (why); ...; empty when it "
+            "took them all",
+        ),
     ]
 )
 

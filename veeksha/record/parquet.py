@@ -23,7 +23,10 @@ Every part and final file carries the schema of ``veeksha.record.columns`` (with
 run's key-value metadata (``METADATA_KEYS``; ``close`` adds e.g. the health verdict and
 ``interrupted``). A write error stops the writer thread, keeps the parts already written and is
 raised as ``RunAbortedError`` by the next ``add_*``/``flush``/``close`` (and passed to
-``on_error`` from the writer thread, e.g. to wake the event loop).
+``on_error`` from the writer thread, e.g. to wake the event loop). A failure that is not an
+``OSError`` (a batch that cannot be converted: a bug, since a value that does not fit its column
+is stored as null, ``veeksha.record.columnar``) says so instead of blaming the disk, and does not
+stop ``close`` from merging the parts already written (``io_error`` tells the two apart).
 
 Example::
 
@@ -179,6 +182,12 @@ class ResultWriter:
         """The write error that stopped the writer, if any."""
         return self._error
 
+    @property
+    def io_error(self) -> bool:
+        """Whether the writer stopped on an I/O error (disk full, files removed): then nothing
+        more can be written; otherwise (a conversion failure) the disk still works."""
+        return self._error is not None and isinstance(self._error.__cause__, OSError)
+
     def add_request(self, row: Mapping[str, Any]) -> None:
         """Queue one requests.parquet row (a ``rows.request_row`` dict). Raises RunAbortedError
         once writing has failed."""
@@ -219,6 +228,8 @@ class ResultWriter:
 
         ``extra_metadata`` (e.g. ``{"health_verdict": "pass", "interrupted": "true"}``) is added
         to the files' metadata. After a write error the parts are kept, nothing is merged, and
+        RunAbortedError is raised. After another failure (``io_error`` false: the rows of one
+        batch could not be converted) the parts already written are merged as usual, then
         RunAbortedError is raised. Idempotent.
         """
         if self._closed:
@@ -227,12 +238,12 @@ class ResultWriter:
         self._stopping = True
         self._wake.set()
         self._thread.join()
-        if self._trace is not None and self._error is None:
+        if self._trace is not None and not self.io_error:
             try:
                 self._trace.close()
             except OSError as exc:
                 self._fail(exc, self._trace.path)
-        if self._error is not None:
+        if self._error is not None and self.io_error:
             raise self._error
         metadata = dict(self._metadata)
         metadata.update({str(k): str(v) for k, v in (extra_metadata or {}).items()})
@@ -244,6 +255,8 @@ class ResultWriter:
             except (OSError, pa.ArrowException) as exc:
                 raise self._fail(exc, table.final) from exc
         shutil.rmtree(self.run_dir / PARTS_DIR, ignore_errors=True)
+        if self._error is not None:
+            raise self._error
 
     # ---- writer thread -----------------------------------------------------------------------
 
@@ -256,7 +269,7 @@ class ResultWriter:
             try:
                 self._write_parts()
             except _WriteFailed as failed:
-                self._fail(failed.cause, failed.path)
+                self._fail(failed.cause, failed.path, failed.rows)
             except Exception as exc:  # noqa: BLE001 - the event loop must hear of any failure
                 self._fail(exc, self.run_dir / PARTS_DIR)
             for done in waiters:
@@ -284,6 +297,12 @@ class ResultWriter:
                     data = batch.to_table(self._t0_ns, _yield_gil)
                 else:
                     data = batch.to_table(_yield_gil)
+            except Exception as exc:  # (not the disk: said so in _fail, the parts are kept)
+                table.unwritten.append(batch)
+                if table is self._requests and sessions.rows:
+                    self._sessions.unwritten.append(sessions)
+                raise _WriteFailed(exc, path, batch.rows) from exc
+            try:
                 pq.write_table(
                     data.replace_schema_metadata(self._metadata), tmp, compression=_COMPRESSION
                 )
@@ -303,14 +322,23 @@ class ResultWriter:
             except OSError as exc:
                 raise _WriteFailed(exc, self._trace.path) from exc
 
-    def _fail(self, exc: BaseException, path: Path) -> RunAbortedError:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    def _fail(self, exc: BaseException, path: Path, rows: int | None = None) -> RunAbortedError:
         parts = sum(len(t.part_paths()) for t in (self._requests, self._sessions))
-        error = RunAbortedError(
-            f"cannot write results to {path}: {reason}. The run stopped; the {parts} part files "
-            f"already written under {self.run_dir / PARTS_DIR} are kept and readable "
-            "(veeksha report, or veeksha.record.reader.load_requests)."
-        )
+        if isinstance(exc, OSError):
+            reason = exc.strerror or str(exc)
+            error = RunAbortedError(
+                f"cannot write results to {path}: {reason}. The run stopped; the {parts} part "
+                f"files already written under {self.run_dir / PARTS_DIR} are kept and readable "
+                "(veeksha report, or veeksha.record.reader.load_requests)."
+            )
+        else:  # not the disk: a batch that could not be converted (a bug)
+            what = "rows" if rows is None else f"{rows} rows"
+            error = RunAbortedError(
+                f"could not convert {what} to Parquet for {path.name} "
+                f"({type(exc).__name__}: {str(exc)[:300]}); this is a bug in veeksha, not a disk "
+                f"error: please report it. The run stopped; those rows are lost, the {parts} "
+                "part files written before are kept and finalised with the evaluation."
+            )
         error.__cause__ = exc
         self._error = error
         if self._on_error is not None:
@@ -338,10 +366,11 @@ def _yield_gil() -> None:
 
 
 class _WriteFailed(Exception):
-    def __init__(self, cause: BaseException, path: Path) -> None:
+    def __init__(self, cause: BaseException, path: Path, rows: int | None = None) -> None:
         super().__init__(str(cause))
         self.cause = cause
         self.path = path
+        self.rows = rows
 
 
 def read_table(

@@ -41,10 +41,10 @@ from veeksha.record.columnar import (
     RequestColumns,
     SessionColumns,
     requests_from_rows,
-    server_timings,
     sessions_from_rows,
 )
 from veeksha.record.columns import REQUESTS_SCHEMA, SERVER_TIMING_COLUMNS
+from veeksha.record.numbers import join_notes, output_tokens, server_timings
 
 __all__ = [
     "MAX_ERROR_MESSAGE_CHARS",
@@ -110,19 +110,22 @@ class SessionRecord:
     status: str | None = None
 
 
-def _add_server_timings(row: dict[str, Any], timings: dict[str, Any]) -> None:
-    for column, value in zip(SERVER_TIMING_COLUMNS, server_timings(timings), strict=True):
+def _add_server_timings(row: dict[str, Any], timings: dict[str, Any], e2e_s: float) -> str:
+    values, notes = server_timings(timings, e2e_s)
+    for column, value in zip(SERVER_TIMING_COLUMNS, values, strict=True):
         if value is not None:
             row[column] = value
+    return notes
 
 
 def request_row(
-    rec: RequestRecord, t0_ns: int, count_tokens: Callable[[str], int] | None = None
+    rec: RequestRecord, t0_ns: int, count_tokens: Callable[[str], int | None] | None = None
 ) -> dict[str, Any]:
     """The requests.parquet row of ``rec`` (plus raw ``chunk_times_ns`` for the writer).
 
     ``count_tokens`` counts the output text when neither the server's usage nor
-    ``rec.output_tokens_counted`` gives the output length (so it only runs when needed).
+    ``rec.output_tokens_counted`` gives the output length (so it only runs when needed), or
+    when the server's figure is implausible (``veeksha.record.numbers``).
     """
     node = rec.node
     res = rec.result
@@ -162,12 +165,17 @@ def request_row(
     first = res.first_chunk_at_ns
     chunks = res.chunk_times_ns
     status = res.status
-    out = res.completion_tokens
-    row["usage_reported"] = out is not None
-    if out is None:
-        out = rec.output_tokens_counted
-        if out is None and count_tokens is not None:
-            out = count_tokens(res.output_text)
+    server_out = res.completion_tokens
+    out, row["usage_reported"], note = output_tokens(
+        server_out,
+        len(chunks),
+        node.max_tokens,
+        res.output_text,
+        rec.output_tokens_counted,
+        count_tokens,
+    )
+    row["server_output_tokens"] = server_out
+    notes = join_notes(res.server_numbers_rejected, note)
     prompt_total = res.prompt_tokens
     row["worker_id"] = res.worker_id
     row["received_at"] = (res.received_at_ns - t0_ns) / _NS
@@ -190,7 +198,9 @@ def request_row(
     )
     row["retries"] = res.retries
     if res.server_timings:
-        _add_server_timings(row, res.server_timings)
+        note = _add_server_timings(row, res.server_timings, (completed - sent) / _NS)
+        notes = join_notes(notes, note)
+    row["server_numbers_rejected"] = notes
     if status != "ok":
         return row
 

@@ -129,9 +129,7 @@ def test_non_streamed_bodies() -> None:
     assert (comp.output_text, comp.chunk_times()) == ("yo", [4])
 
 
-@pytest.mark.parametrize(
-    "payload", [b"{not json", b'{"choices": 3}', b'{"usage": {"prompt_tokens": "x"}}', b"[1]"]
-)
+@pytest.mark.parametrize("payload", [b"{not json", b'{"choices": 3}', b"[1]"])
 def test_malformed_chunks(payload: bytes) -> None:
     with pytest.raises(ResponseError) as info:
         ResponseAccumulator(chat=True).on_events([payload], 1)
