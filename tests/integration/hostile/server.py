@@ -13,7 +13,7 @@ Run: ``python -m tests.integration.hostile.server MODULE:FUNCTION [key=value ...
 ``PORT`` on its first stdout line, then serves until killed. Every request it receives is logged
 as one JSON line (method, path, headers, body) to the file named by the ``log=`` option, so a
 test can see what veeksha sent (the ``Authorization`` header of a redirected probe, say).
-``HostileServer`` (in ``tests.integration.hostile``) starts and stops it from a test.
+``HostileServer`` (in ``tests.integration.hostile.harness``) starts and stops it from a test.
 """
 
 from __future__ import annotations

@@ -16,7 +16,12 @@ from typing import Any
 
 import pytest
 
-from tests.integration.hostile import HostileRun, HostileServer, hostile_run, hostile_scenario
+from tests.integration.hostile.harness import (
+    HostileRun,
+    HostileServer,
+    hostile_run,
+    hostile_scenario,
+)
 
 pytestmark = pytest.mark.timeout(90)
 

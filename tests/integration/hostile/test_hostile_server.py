@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.integration.hostile import HostileServer, hostile_run, hostile_scenario
+from tests.integration.hostile.harness import HostileServer, hostile_run, hostile_scenario
 
 
 def test_a_correct_behaviour_gives_a_clean_run(tmp_path: Path) -> None:

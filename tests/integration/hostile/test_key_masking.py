@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.hostile import HostileServer, hostile_run, hostile_scenario
 from tests.integration.hostile.behaviours_probe import echo_forms
+from tests.integration.hostile.harness import HostileServer, hostile_run, hostile_scenario
 from tests.integration.robustness.helpers import cli_env
 
 ECHO = "tests.integration.hostile.behaviours_probe:echo_key"

@@ -17,7 +17,12 @@ from typing import Any
 
 import pytest
 
-from tests.integration.hostile import HostileRun, HostileServer, hostile_run, hostile_scenario
+from tests.integration.hostile.harness import (
+    HostileRun,
+    HostileServer,
+    hostile_run,
+    hostile_scenario,
+)
 
 _BEHAVIOURS = "tests.integration.hostile.behaviours_numbers"
 _NO_HANG_S = 40  # hostile_run fails if the run is still going then (the deadline is 60 s)

@@ -13,7 +13,12 @@ from typing import Any
 
 import pytest
 
-from tests.integration.hostile import HostileRun, HostileServer, hostile_run, hostile_scenario
+from tests.integration.hostile.harness import (
+    HostileRun,
+    HostileServer,
+    hostile_run,
+    hostile_scenario,
+)
 from tests.integration.robustness.helpers import cli_env
 
 FAULTS = "tests.integration.hostile.behaviours_probe:setup_fault"

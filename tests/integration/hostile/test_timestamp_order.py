@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.hostile import HostileServer, hostile_run, hostile_scenario
+from tests.integration.hostile.harness import HostileServer, hostile_run, hostile_scenario
 
 _RUNS = 3
 

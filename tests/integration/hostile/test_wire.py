@@ -16,7 +16,12 @@ from typing import Any
 
 import pytest
 
-from tests.integration.hostile import HostileRun, HostileServer, hostile_run, hostile_scenario
+from tests.integration.hostile.harness import (
+    HostileRun,
+    HostileServer,
+    hostile_run,
+    hostile_scenario,
+)
 from veeksha.dispatch.messages import Result, WorkItem
 from veeksha.dispatch.settings import WorkerSettings
 from veeksha.dispatch.worker import Worker, _sent_slot
