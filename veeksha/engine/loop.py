@@ -90,7 +90,9 @@ class LoopSettings:
 
 @dataclass(slots=True)
 class LoopCounters:
-    """Live counts for the progress line and the run summary."""
+    """Live counts for the progress line and the run summary: ``requests_done`` counts the
+    answered and failed requests (``requests_failed`` the failed ones), ``requests_cancelled``
+    those cancelled before they were sent or while in flight."""
 
     sessions_started: int = 0
     sessions_done: int = 0
@@ -430,9 +432,12 @@ class TrafficLoop:
                 # (as the lost Result's sent_at assumes), not at the hand-over
                 request.dispatched_at_ns = request.ready_at_ns
         ok = result.status == "ok"
-        self.counters.requests_done += 1
-        if not ok:
-            self.counters.requests_failed += 1
+        if result.status == "cancelled":  # in flight when the run stopped: not answered
+            self.counters.requests_cancelled += 1
+        else:
+            self.counters.requests_done += 1
+            if not ok:
+                self.counters.requests_failed += 1
         self._sink.request_done(request, result, now)
         node = session.spec.nodes[request.node_id]
         conversation_tokens = (

@@ -95,6 +95,11 @@ def test_session_counts_agree_with_its_request_rows(tmp_path: Path) -> None:
     loop.on_results([_result(items[2], "ok", 2.7), _result(items[3], "cancelled", 2.6)])
     assert loop.finished
     writer.close()
+    # the live counts (progress line, the run's last line) agree: 3 answered or failed, 1 of
+    # them failed; the one cancelled in flight and the one never sent are cancelled, not failed
+    counters = loop.counters
+    assert (counters.requests_done, counters.requests_failed) == (3, 1)
+    assert counters.requests_cancelled == 2
 
     rows = {r["node_id"]: r for r in load_requests(tmp_path).to_pylist()}
     statuses = [rows[n]["status"] for n in range(5)]
