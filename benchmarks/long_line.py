@@ -27,7 +27,7 @@ import socket
 import time
 from typing import Any
 
-from benchmarks.worker_replay import _CountingTransport, _NoLoop
+from benchmarks.worker_replay import offline_worker
 from veeksha.dispatch.http1 import Http1Pool, _Conn
 from veeksha.dispatch.messages import WorkItem
 from veeksha.dispatch.openai import SSEParser
@@ -56,15 +56,8 @@ def _worker() -> tuple[Worker, Http1Pool, _Conn, list[socket.socket]]:
         max_tokens_param="max_tokens",
         request_timeout_s=3600,
     )
-    a, b = socket.socketpair()
-    worker = Worker(0, settings, a)
-    pool = Http1Pool(settings.endpoint, {"User-Agent": "veeksha"})
-    worker._http = pool
-    worker._loop = _NoLoop()  # type: ignore[assignment]
-    conn = _Conn(pool)
-    conn.connection_made(_CountingTransport())  # type: ignore[arg-type]
-    pool._idle.append(conn)
-    return worker, pool, conn, [a, b]
+    worker, pool, conn, sockets = offline_worker(settings)
+    return worker, pool, conn, list(sockets)
 
 
 def _one_response(reads: list[bytes]) -> tuple[float, Any]:

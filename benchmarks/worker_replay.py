@@ -107,6 +107,22 @@ class _CountingTransport:
         pass
 
 
+def offline_worker(
+    settings: WorkerSettings,
+) -> tuple[Worker, Http1Pool, _Conn, tuple[socket.socket, socket.socket]]:
+    """A ``Worker`` with one idle keep-alive connection whose transport only counts writes, and
+    no event loop: responses are fed to the connection's ``data_received`` by hand."""
+    a, b = socket.socketpair()
+    worker = Worker(0, settings, a)
+    pool = Http1Pool(settings.endpoint, {"User-Agent": "veeksha"})
+    worker._http = pool
+    worker._loop = _NoLoop()  # type: ignore[assignment]
+    conn = _Conn(pool)
+    conn.connection_made(_CountingTransport())  # type: ignore[arg-type]
+    pool._idle.append(conn)
+    return worker, pool, conn, (a, b)
+
+
 def replay(path: Path, responses: int, split: bool) -> list[Any]:
     """Feed the recorded response ``responses`` times; return the Results (the last 16 kept)."""
     saved = pickle.loads(path.read_bytes())
@@ -118,14 +134,7 @@ def replay(path: Path, responses: int, split: bool) -> list[Any]:
         chat=saved["chat"],
         max_tokens_param="max_tokens",
     )
-    a, b = socket.socketpair()
-    worker = Worker(0, settings, a)
-    pool = Http1Pool(settings.endpoint, {"User-Agent": "veeksha"})
-    worker._http = pool
-    worker._loop = _NoLoop()  # type: ignore[assignment]
-    conn = _Conn(pool)
-    conn.connection_made(_CountingTransport())  # type: ignore[arg-type]
-    pool._idle.append(conn)
+    worker, pool, conn, (a, b) = offline_worker(settings)
     last: list[Any] = []
     messages = [("user", PROMPT)]
     for i in range(responses):
