@@ -153,6 +153,10 @@ def _run(ctx: click.Context, path: str, overrides: Sequence[str], options: RunOp
     scenario = _load(path, overrides)
     if options.output_dir is not None:
         scenario = scenario.model_copy(update={"output_dir": str(options.output_dir)})
+    if scenario.session_generator.type == "trace":  # a bad trace: exit 2 before any folder
+        from veeksha.generate.traces import open_trace
+
+        open_trace(scenario)
     run_dir = create_run_folder(scenario.output_dir, scenario)
     write_config(run_dir, scenario)
     if not options.quiet:

@@ -86,6 +86,8 @@ class LoopSettings:
     # Hand requests over up to this long before they are ready (WorkItem.not_before_ns); the
     # dispatcher releases each at its ready time. 0: hand over when ready.
     dispatch_ahead_ns: int = 0
+    # Sessions that exist at all (all phases; a trace that does not wrap); None: no end.
+    session_limit: int | None = None
 
 
 @dataclass(slots=True)
@@ -255,6 +257,9 @@ class TrafficLoop:
 
     def _can_start(self) -> bool:
         if self.stopping:
+            return False
+        limit = self.settings.session_limit
+        if limit is not None and self._next_session >= limit:
             return False
         if self.settings.max_sessions < 0:
             return True

@@ -50,12 +50,19 @@ from veeksha.generate.rng import RandomStreams
 from veeksha.generate.sessions import SessionGenerator
 from veeksha.generate.spec import SessionSpec
 from veeksha.generate.tokenizer import ServerTokenizer, make_tokenizer
+from veeksha.generate.traces import OpenTrace, open_trace
 from veeksha.record.parquet import ResultWriter, run_metadata
 from veeksha.record.rows import warm_up as warm_up_rows
 from veeksha.record.run_folder import write_config
 from veeksha.record.trace import TraceWriter
 from veeksha.scenario.loader import scenario_hash
-from veeksha.scenario.models import ConcurrentScheduler, RateScheduler, Scenario
+from veeksha.scenario.models import (
+    ConcurrentScheduler,
+    RateScheduler,
+    Scenario,
+    TraceScheduler,
+    TraceSessionGenerator,
+)
 from veeksha.schedule.arrivals import ConcurrencyRamp
 from veeksha.schedule.session_state import NodeState
 
@@ -146,6 +153,7 @@ class _Run:
         self.main_cpu_wait_s: float | None = None
         self.worker_cpu_wait_s: float | None = None
         self.plots = True
+        self.trace: OpenTrace | None = None
 
     async def execute(self) -> RunOutcome:
         try:
@@ -200,11 +208,21 @@ class _Run:
         if isinstance(tokenizer, ServerTokenizer):  # a broken /tokenize: exit 2, nothing sent
             tokenizer.check()
         self.tokenizer = tokenizer
-        generator = SessionGenerator(scenario, tokenizer)
-        if not runtime.pregenerate_sessions:
-            return generator.session
+        make: Callable[[int], SessionSpec]
         total = runtime.max_sessions + runtime.warmup_sessions
-        sessions = [generator.session(i) for i in range(total)]
+        if isinstance(scenario.session_generator, TraceSessionGenerator):
+            self.trace = open_trace(scenario)
+            self.log.info(self.trace.describe())
+            trace_sessions = self.trace.sessions(scenario.seed, tokenizer)
+            make = trace_sessions.session
+            make(0)  # the first piece (and its row group) is read now, not after t0
+            if trace_sessions.limit is not None:
+                total = min(total, trace_sessions.limit)
+        else:
+            make = SessionGenerator(scenario, tokenizer).session
+        if not runtime.pregenerate_sessions:
+            return make
+        sessions = [make(i) for i in range(total)]
         return sessions.__getitem__
 
     def _loop_settings(self) -> LoopSettings:
@@ -221,7 +239,13 @@ class _Run:
             # a dry run answers at once in this process: nothing could hold an item until due
             dispatch_ahead_ns=0 if self.dry_run else round(runtime.dispatch_ahead_ms * 1e6),
         )
-        if isinstance(scheduler, RateScheduler):
+        if self.trace is not None:
+            limit = self.trace.hi - self.trace.lo
+            settings.session_limit = None if self.trace.wrap else limit
+        if isinstance(scheduler, TraceScheduler):
+            assert self.trace is not None
+            settings.rate_gaps = self.trace.timeline().sample
+        elif isinstance(scheduler, RateScheduler):
             rng = RandomStreams(scenario.seed).stream("arrivals")
             settings.rate_gaps = make_interval_sampler(scheduler.interval_generator, rng).sample
         else:
@@ -488,6 +512,8 @@ class _Run:
                 "num_workers": self.num_workers,
                 "target": describe(target),
             }
+            if self.trace is not None:
+                run_info["trace"] = self.trace.summary()
             evaluation = evaluate_run(
                 self.run_dir, self.scenario, requests, sessions, run_info, plots=self.plots
             )

@@ -9,6 +9,9 @@ sampling noise explains for n − 1 gaps: z · cv / √(n − 1), with z the two
 at ``arrival_ks_alpha`` and cv the gaps' coefficient of variation (1 for poisson, 1/√k for gamma,
 0 for fixed). So 20 poisson sessions are not failed for a 20% deviation that chance explains.
 
+With ``traffic_scheduler: {type: trace}`` both compare with the trace's own timestamps instead
+(``veeksha.evaluate.trace_arrivals``).
+
 ``arrival_distribution``: a Kolmogorov–Smirnov test of the inter-arrival gaps against the
 configured distribution (poisson → exponential, gamma → gamma); FAIL when p < arrival_ks_alpha.
 For fixed intervals, FAIL when a gap deviates from the interval by more than
@@ -27,8 +30,9 @@ import pyarrow.compute as pc
 
 from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
 from veeksha.evaluate.stats import Floats, column, integers
+from veeksha.evaluate.trace_arrivals import trace_arrival_timeline, trace_dispatch_rate
 from veeksha.generate.distributions import interval_distribution, mean_interval
-from veeksha.scenario.models import GammaInterval, PoissonInterval, RateScheduler
+from veeksha.scenario.models import GammaInterval, PoissonInterval, RateScheduler, TraceScheduler
 
 __all__ = ["ARRIVAL_DISTRIBUTION", "DISPATCH_RATE", "MIN_GAPS", "root_times"]
 
@@ -80,6 +84,8 @@ def _skip_reason(data: HealthInput) -> str | None:
 
 
 def _dispatch_rate(data: HealthInput) -> Outcome:
+    if isinstance(data.scenario.traffic_scheduler, TraceScheduler):
+        return trace_dispatch_rate(data)
     reason = _skip_reason(data)
     if reason:
         return Outcome(SKIP, reason, {})
@@ -109,6 +115,8 @@ def _dispatch_rate(data: HealthInput) -> Outcome:
 
 
 def _arrival_distribution(data: HealthInput) -> Outcome:
+    if isinstance(data.scenario.traffic_scheduler, TraceScheduler):
+        return trace_arrival_timeline(data)
     reason = _skip_reason(data)
     if reason:
         return Outcome(SKIP, reason, {})
@@ -152,6 +160,7 @@ DISPATCH_RATE = HealthCheck(
 )
 ARRIVAL_DISTRIBUTION = HealthCheck(
     "arrival_distribution",
-    "inter-arrival times follow the configured distribution (KS test; fixed: deviation)",
+    "inter-arrival times follow the configured distribution (KS test; fixed: deviation;"
+    " trace: the trace's own timestamps)",
     _arrival_distribution,
 )

@@ -82,7 +82,7 @@ class SessionGenerator:
         generator = scenario.session_generator
         if isinstance(generator, TraceSessionGenerator):
             raise ConfigurationError(
-                "session_generator type 'trace' is not supported yet; use type 'synthetic'"
+                "SessionGenerator makes synthetic sessions; traces are veeksha.generate.traces"
             )
         if len(generator.channels) != 1:
             raise ConfigurationError(

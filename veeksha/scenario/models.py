@@ -46,6 +46,7 @@ __all__ = [
     "PerformanceEvaluator",
     "PoissonInterval",
     "RateScheduler",
+    "RequestLogFlavor",
     "Runtime",
     "Scenario",
     "ServerTokenizer",
@@ -54,7 +55,10 @@ __all__ = [
     "SyntheticSessionGenerator",
     "TextChannel",
     "TextOutputSpec",
+    "TimedSyntheticSessionFlavor",
+    "TraceFlavor",
     "TraceRecorder",
+    "TraceScheduler",
     "TraceSessionGenerator",
     "UniformLength",
     "ZipfLength",
@@ -259,7 +263,27 @@ class ConcurrentScheduler(StrictModel):
     )
 
 
-TrafficScheduler = Annotated[RateScheduler | ConcurrentScheduler, Field(discriminator="type")]
+class TraceScheduler(StrictModel):
+    """Open loop at the trace's own arrival times (needs session_generator type trace)."""
+
+    type: Literal["trace"] = "trace"
+    speedup: float = Field(
+        1.0, gt=0, description="Time scale: 2.0 replays the trace twice as fast."
+    )
+    start_offset: float = Field(
+        0.0, ge=0, description="Trace seconds skipped from its first arrival."
+    )
+    max_duration: float | None = Field(
+        None, gt=0, description="Trace seconds replayed from start_offset (default: all)."
+    )
+    cancel_session_on_failure: bool = Field(
+        True, description="A failed request cancels the rest of its session."
+    )
+
+
+TrafficScheduler = Annotated[
+    RateScheduler | ConcurrentScheduler | TraceScheduler, Field(discriminator="type")
+]
 
 
 # --------------------------------------------------------------------------------- session graphs
@@ -371,13 +395,61 @@ class SyntheticSessionGenerator(StrictModel):
     )
 
 
+class RequestLogFlavor(StrictModel):
+    """Rows of input_length/output_length (aliases num_prefill_tokens/num_decode_tokens);
+    optional session_id (a linear chat) and timestamp/arrival_time (seconds)."""
+
+    type: Literal["request_log"] = "request_log"
+
+
+class TimedSyntheticSessionFlavor(StrictModel):
+    """Rows of session_id, new_input_length (or input_length), output_length and an optional
+    session_context {node_id, parent_nodes, history_parent, wait_after_ready}: any DAG; veeksha's
+    own trace.jsonl is one."""
+
+    type: Literal["timed_synthetic_session"] = "timed_synthetic_session"
+    corpus_file: str | None = Field(
+        None, description="Accepted and ignored: prompts come from the built-in corpus."
+    )
+    page_size: int | None = Field(
+        None, ge=1, description="Accepted and ignored (upstream's lineage prefix size)."
+    )
+
+    @model_validator(mode="after")
+    def _ignored(self) -> TimedSyntheticSessionFlavor:
+        for key in ("corpus_file", "page_size"):
+            if getattr(self, key) is not None:
+                warnings.warn(
+                    f"session_generator.flavor.{key} is ignored: prompts are built from the"
+                    " built-in corpus, exact in tokens",
+                    UserWarning,
+                    stacklevel=2,
+                )
+        return self
+
+
+TraceFlavor = Annotated[RequestLogFlavor | TimedSyntheticSessionFlavor, Field(discriminator="type")]
+
+
 class TraceSessionGenerator(StrictModel):
-    """Replay of recorded traces (not supported by `veeksha run` yet)."""
+    """Replay of a trace file (CSV, JSONL or a JSON array; docs/traces.md)."""
 
     type: Literal["trace"] = "trace"
-    trace_file: str = Field(..., description="Path of the trace to replay.")
-    flavor: str | None = Field(None, description="Trace format.")
-    wrap_mode: bool = Field(True, description="Start over at the end of the trace.")
+    trace_file: str = Field(..., description="Path of the trace (relative: to the current folder).")
+    flavor: TraceFlavor = Field(
+        default_factory=TimedSyntheticSessionFlavor,
+        description="What the rows are (a bare name is accepted: flavor: request_log).",
+    )
+    wrap_mode: bool = Field(
+        True,
+        description="At the end of the trace, start over (fresh session ids, reshuffled); "
+        "false: the run ends with the trace.",
+    )
+
+    @field_validator("flavor", mode="before")
+    @classmethod
+    def _bare_flavor_name(cls, value: Any) -> Any:
+        return {"type": value} if isinstance(value, str) else value
 
 
 SessionGenerator = Annotated[
@@ -665,4 +737,11 @@ class Scenario(StrictModel):
     def _model_with_api_base(self) -> Scenario:
         if self.client.api_base is not None and not self.client.model:
             raise ValueError("client.model is required when client.api_base is set")
+        if isinstance(self.traffic_scheduler, TraceScheduler) and not isinstance(
+            self.session_generator, TraceSessionGenerator
+        ):
+            raise ValueError(
+                "traffic_scheduler type 'trace' takes arrival times from a trace: set "
+                "session_generator type 'trace' too (or use type 'rate')"
+            )
         return self

@@ -65,8 +65,8 @@ def _run(folder: Path, text: str, *extra: str) -> CliResult:
         pytest.param(
             "session_generator: {type: trace, trace_file: /nonexistent/trace.jsonl}\n"
             "runtime: {max_sessions: 1}\n",
-            ["session_generator", "trace"],
-            id="trace-file",  # trace replay is a later issue: refused clearly until then
+            ["/nonexistent/trace.jsonl", "cannot read the trace", "check trace_file"],
+            id="trace-file",
         ),
     ],
 )

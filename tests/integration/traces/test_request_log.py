@@ -1,0 +1,120 @@
+"""Trace replay end to end: `veeksha run` against the built-in simulator with trace files the
+tests write; malformed traces exit 2 with file:line and leave no run folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from veeksha.cli import main
+from veeksha.engine.run import run_scenario
+from veeksha.scenario.loader import load_scenario_text
+from veeksha.simulator.process import SimulatorProcess
+
+SPEEDUP = 4.0
+
+
+def _write_log(path: Path) -> list[tuple[str, float, int, int]]:
+    """Six chats of 1-3 turns and single requests, one row unservable (output 0)."""
+    rows = []
+    for i in range(14):
+        session = f"chat{i % 6}" if i < 12 else f"single{i}"
+        rows.append((session, round(0.1 * i, 3), 5 + 3 * i, 2 + i % 5))
+    rows.append(("broken", 1.45, 10, 0))
+    path.write_text(
+        "session_id,timestamp,input_length,output_length\n"
+        + "".join(f"{s},{t},{i},{o}\n" for s, t, i, o in rows)
+    )
+    return rows
+
+
+def _scenario(trace: Path, sim: SimulatorProcess, out: Path) -> str:
+    return f"""
+seed: 3
+traffic_scheduler: {{type: trace, speedup: {SPEEDUP}}}
+session_generator:
+  type: trace
+  trace_file: {trace}
+  flavor: {{type: request_log}}
+  wrap_mode: false
+client: {{api_base: {sim.base_url}, model: veeksha-sim}}
+runtime: {{max_sessions: 1000, benchmark_timeout: 60, num_workers: 1}}
+output_dir: {out}
+"""
+
+
+def test_a_request_log_replays_its_chats_lengths_and_arrival_times(
+    tmp_path: Path, fast_simulator: SimulatorProcess
+) -> None:
+    trace = tmp_path / "log.csv"
+    rows = _write_log(trace)
+    scenario = load_scenario_text(_scenario(trace, fast_simulator, tmp_path), "t.yaml")
+    run_dir = tmp_path / "run"
+    outcome = run_scenario(scenario, run_dir, quiet=True, plots=False)
+    assert outcome.stop_reason == "completed"
+    requests = pd.read_parquet(run_dir / "requests.parquet")
+    sessions = pd.read_parquet(run_dir / "sessions.parquet")
+    # 6 chats + 2 singles; the session with an output length of 0 is not replayed
+    assert len(sessions) == 8
+    assert len(requests) == 14
+    assert (requests.status == "ok").all()
+    # sessions in order of arrival; each chat's turns in file order, with history
+    expected = {}
+    for session, _, prompt, output in rows[:-1]:
+        expected.setdefault(session, []).append((prompt, output))
+    got = {}
+    for sid, group in requests.sort_values(["session_id", "node_id"]).groupby("session_id"):
+        got[sid] = list(zip(group.prompt_tokens_new, group.requested_output_tokens, strict=True))
+        assert list(group.history_parent.iloc[1:]) == list(range(len(group) - 1))
+    assert sorted(got.values()) == sorted(expected.values())
+    assert (requests.prompt_tokens_new == requests.target_prompt_tokens).all()
+    # arrivals: the first row of each session, relative to the first, / speedup
+    starts = sorted({s: t for s, t, _, _ in reversed(rows[:-1])}.values())
+    planned = sorted(sessions.started_at)
+    assert planned == pytest.approx([(t - starts[0]) / SPEEDUP for t in starts], abs=1e-6)
+    health = json.loads((run_dir / "health.json").read_text())
+    checks = {c["name"]: c for c in health["checks"]}
+    for name in ("dispatch_rate", "arrival_distribution", "prompt_length", "output_length"):
+        assert checks[name]["status"] != "FAIL", checks[name]
+    assert checks["arrival_distribution"]["status"] == "PASS"
+    # the unservable row is reported, not dropped silently
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["run"]["trace"]["unservable_rows"] == 1
+    assert summary["run"]["trace"]["unservable_lines"] == [16]
+    assert "1 unservable row(s) not replayed" in (run_dir / "run.log").read_text()
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "flavor", "needles"),
+    [
+        ("a.jsonl", '{"input_length": 1, "output_length": 2}\n{bad\n', "request_log", [":2:"]),
+        ("a.csv", "input_length,output_length\n3,-1\n", "request_log", [":2:", "negative"]),
+        ("a.csv", "input_length\n3\n", "request_log", [":1:", "no column 'output_length'"]),
+        ("a.csv", "", "request_log", ["a.csv: the trace file is empty"]),
+        ("a.csv", "input_length,output_length\n3,1\n", "mooncake_v9", ["flavor", "request_log"]),
+    ],
+)
+def test_a_bad_trace_exits_2_with_file_and_line_and_no_run_folder(
+    tmp_path: Path, name: str, text: str, flavor: str, needles: list[str]
+) -> None:
+    trace = tmp_path / name
+    trace.write_text(text)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        f"session_generator: {{type: trace, trace_file: {trace}, flavor: {flavor}}}\n"
+        "runtime: {max_sessions: 1}\n"
+    )
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        main, ["run", str(scenario), "--output-dir", str(out)], env={"CI": "true"}
+    )
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in result.stderr, result.stderr
+    assert not out.exists() or not any(out.iterdir())

@@ -1,0 +1,116 @@
+"""The trace reader and the request_log flavor's validation: file:line errors, exit code 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.unit.generate.traces.helpers import trace_scenario, write_csv, write_jsonl
+from veeksha.generate.traces import TraceFileError, open_trace
+
+
+def _error(path: Path) -> str:
+    with pytest.raises(TraceFileError) as caught:
+        open_trace(trace_scenario(path))
+    assert caught.value.exit_code == 2
+    return str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        ("a.csv", "input_length\n5\n", ":1: no column 'output_length' or 'num_decode_tokens'"),
+        ("a.csv", "input_length,output_length\n1,2\n\n3,x\n", ":4: output_length = 'x' is not"),
+        ("a.csv", "input_length,output_length\n1,2\n3\n", ":3: 1 values where the header has 2"),
+        ("a.csv", "input_length,output_length\n1,2\n4,-2\n", ":3: output_length = -2 is negative"),
+        ("a.csv", "input_length,output_length\n", ":2: the trace has a header but no rows"),
+        ("a.csv", "", ": the trace file is empty"),
+        ("a.jsonl", '{"input_length": 1, "output_length": 2}\n{oops\n', ":2: malformed JSON"),
+        ("a.jsonl", '\n{"input_length": 5}\n', ":2: no 'output_length' or 'num_decode_tokens'"),
+        ("a.jsonl", '{"input_length": "many", "output_length": 2}\n', ":1: Expected `int"),
+        ("a.jsonl", "\n\n", ": the trace file is empty"),
+    ],
+)
+def test_bad_files_name_the_file_and_line(
+    tmp_path: Path, name: str, text: str, expected: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    message = _error(path)
+    assert message.startswith(str(path) + expected.split(":", 2)[0]) or str(path) in message
+    assert expected in message, message
+
+
+def test_a_missing_file_is_named(tmp_path: Path) -> None:
+    message = _error(tmp_path / "nope.csv")
+    assert "nope.csv: cannot read the trace" in message
+    assert "check trace_file" in message
+
+
+def test_aliases_csv_and_jsonl_read_the_same(tmp_path: Path) -> None:
+    csv = write_csv(tmp_path / "a.csv", "num_prefill_tokens,num_decode_tokens", ["5,3", "7,2"])
+    jsonl = write_jsonl(
+        tmp_path / "a.jsonl",
+        [
+            {"num_prefill_tokens": 5, "num_decode_tokens": 3},
+            {"input_length": 7, "output_length": 2},
+        ],
+    )
+    for path in (csv, jsonl):
+        trace = open_trace(trace_scenario(path))
+        assert (trace.prepared.sessions, trace.prepared.rows) == (2, 2)
+        rows = trace.table.rows(0, 2)[0]
+        assert rows.prompt_tokens.tolist() == [5, 7]
+        assert rows.output_tokens.tolist() == [3, 2]
+
+
+def test_unservable_rows_are_counted_with_their_lines(tmp_path: Path) -> None:
+    path = write_csv(tmp_path / "a.csv", "input_length,output_length", ["5,3", "0,3", "4,0", "2,2"])
+    prepared = open_trace(trace_scenario(path)).prepared
+    assert prepared.sessions == 2
+    assert (prepared.unservable_rows, prepared.unservable_lines) == (2, [3, 4])
+    assert "2 unservable row(s) not replayed" in prepared.describe()
+
+
+def test_a_trace_with_only_unservable_rows_is_refused(tmp_path: Path) -> None:
+    path = write_csv(tmp_path / "a.csv", "input_length,output_length", ["0,3"])
+    assert "no row can be served" in _error(path)
+
+
+def test_the_cache_is_reused_until_the_file_changes(tmp_path: Path) -> None:
+    path = write_csv(tmp_path / "a.csv", "input_length,output_length", ["5,3"])
+    first = open_trace(trace_scenario(path)).prepared
+    again = open_trace(trace_scenario(path)).prepared
+    assert (first.reused, again.reused, again.cache) == (False, True, first.cache)
+    write_csv(path, "input_length,output_length", ["5,3", "6,1"])
+    changed = open_trace(trace_scenario(path)).prepared
+    assert (changed.reused, changed.sessions) == (False, 2)
+
+
+def test_session_ids_group_rows_into_chats_in_order_of_arrival(tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path / "a.jsonl",
+        [
+            {"session_id": "b", "input_length": 5, "output_length": 3, "timestamp": 1.0},
+            {"session_id": 7, "input_length": 6, "output_length": 4, "timestamp": 0.5},
+            {"session_id": "b", "input_length": 7, "output_length": 2, "timestamp": 2.0},
+        ],
+    )
+    trace = open_trace(trace_scenario(path))
+    first, second = trace.table.rows(0, 2)[0], None
+    assert first.bounds.tolist() == [0, 1, 3]  # session "7" (earlier) first, then "b"
+    assert first.parents == [(), (), (0,)]
+    assert first.history == [None, None, 0]
+    assert second is None
+
+
+def test_session_id_on_some_rows_only_is_refused(tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path / "a.jsonl",
+        [
+            {"session_id": 1, "input_length": 5, "output_length": 3},
+            {"input_length": 5, "output_length": 3},
+        ],
+    )
+    assert ":2: this row has no session_id" in _error(path)

@@ -1,0 +1,107 @@
+"""Trace sessions: exact prompts, determinism, pieces across row groups, wrap, the timeline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.unit.generate.traces.helpers import trace_scenario, write_csv
+from veeksha.generate.tokenizer import BuiltinTokenizer
+from veeksha.generate.traces import open_trace, prepare
+from veeksha.generate.traces.sessions import PIECE
+
+TOK = BuiltinTokenizer()
+
+
+def _log(path: Path, n: int, timed: bool = True) -> Path:
+    rows = [(f"{0.5 * i:.3f}," if timed else "") + f"{1 + i % 37},{1 + i % 11}" for i in range(n)]
+    header = ("timestamp," if timed else "") + "input_length,output_length"
+    return write_csv(path, header, rows)
+
+
+def test_prompts_have_exactly_the_trace_lengths(tmp_path: Path) -> None:
+    trace = open_trace(trace_scenario(_log(tmp_path / "t.csv", 40)))
+    sessions = trace.sessions(7, TOK)
+    for i in range(40):
+        (node,) = sessions.session(i).nodes
+        assert TOK.count(node.prompt) == node.prompt_tokens == 1 + i % 37
+        assert node.max_tokens == 1 + i % 11
+        assert sessions.session(i).session_id == i
+
+
+def test_same_file_and_seed_same_sessions_whatever_the_access_order(tmp_path: Path) -> None:
+    trace = open_trace(trace_scenario(_log(tmp_path / "t.csv", 600)))
+    forward = [trace.sessions(3, TOK).session(i) for i in range(1200)]
+    backward = trace.sessions(3, TOK)
+    assert [backward.session(i) for i in reversed(range(1200))][::-1] == forward
+    other_seed = trace.sessions(4, TOK).session(5)
+    assert other_seed.nodes[0].prompt != forward[5].nodes[0].prompt
+
+
+def test_pieces_read_across_row_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prepare, "ROW_GROUP_ROWS", 100)
+    trace = open_trace(trace_scenario(_log(tmp_path / "t.csv", 3 * PIECE)))
+    assert trace.table.num_groups > 3
+    sessions = trace.sessions(1, TOK)
+    lengths = [sessions.session(i).nodes[0].prompt_tokens for i in range(3 * PIECE)]
+    assert lengths == [1 + i % 37 for i in range(3 * PIECE)]
+
+
+def test_wrap_starts_over_reshuffled_with_fresh_ids(tmp_path: Path) -> None:
+    n = 2 * PIECE + 10
+    trace = open_trace(trace_scenario(_log(tmp_path / "t.csv", n)))
+    sessions = trace.sessions(0, TOK)
+    first = [sessions.session(i).nodes[0].prompt_tokens for i in range(n)]
+    second = [sessions.session(n + i).nodes[0].prompt_tokens for i in range(n)]
+    assert sorted(first) == sorted(second)  # the same sessions...
+    assert first != second  # ...in another order
+    assert sessions.session(n + 3).session_id == n + 3
+    again = open_trace(trace_scenario(tmp_path / "t.csv")).sessions(0, TOK)
+    assert [again.session(n + i).nodes[0].prompt_tokens for i in range(n)] == second
+
+
+def test_without_wrap_the_trace_ends(tmp_path: Path) -> None:
+    path = _log(tmp_path / "t.csv", 5)
+    trace = open_trace(trace_scenario(path, generator={"wrap_mode": False}))
+    sessions = trace.sessions(0, TOK)
+    assert sessions.limit == 5
+    sessions.session(4)
+    with pytest.raises(IndexError):
+        sessions.session(5)
+
+
+def _timed(path: Path, **scheduler: object):  # type: ignore[no-untyped-def]
+    return open_trace(trace_scenario(path, traffic_scheduler={"type": "trace", **scheduler}))
+
+
+def test_the_timeline_is_the_trace_scaled(tmp_path: Path) -> None:
+    path = write_csv(
+        tmp_path / "t.csv",
+        "timestamp,input_length,output_length",
+        ["100.0,1,1", "100.5,1,1", "102.0,1,1", "102.0,1,1", "104.0,1,1"],
+    )
+    timeline = _timed(path, speedup=2.0).timeline()
+    assert timeline.offsets(5).tolist() == [0.0, 0.25, 1.0, 1.0, 2.0]
+    # wrap: the next pass repeats the slots after one mean gap (4 s / 4 gaps, scaled)
+    assert timeline.offsets(7).tolist()[5:] == [2.5, 2.75]
+
+
+def test_the_window_picks_sessions_by_trace_time(tmp_path: Path) -> None:
+    path = _log(tmp_path / "t.csv", 20)  # one session every 0.5 s
+    trace = _timed(path, start_offset=2.0, max_duration=3.0)
+    assert (trace.lo, trace.hi) == (4, 10)
+    assert trace.sessions(0, TOK).session(0).nodes[0].prompt_tokens == 1 + 4
+    assert np.allclose(trace.timeline().offsets(6), [0, 0.5, 1, 1.5, 2, 2.5])
+
+
+def test_the_trace_scheduler_needs_sorted_timestamps(tmp_path: Path) -> None:
+    untimed = _log(tmp_path / "u.csv", 3, timed=False)
+    with pytest.raises(Exception, match=r"u.csv:1: .*needs arrival times"):
+        _timed(untimed)
+    unsorted = write_csv(
+        tmp_path / "s.csv", "timestamp,input_length,output_length", ["1,1,1", "3,1,1", "2,1,1"]
+    )
+    with pytest.raises(Exception, match=r"s.csv:4: this row arrives before the row above"):
+        _timed(unsorted)

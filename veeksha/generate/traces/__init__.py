@@ -1,0 +1,134 @@
+"""Trace replay: sessions from a file instead of a graph generator (docs/traces.md).
+
+The package is one module per concept, and one per flavor:
+
+* ``reader.py``: the file (CSV, JSONL, JSON array) in typed batches, with line numbers;
+* ``flavor.py``: the flavor interface (rows → staged rows → linked session DAGs);
+* ``request_log.py``, ``timed_session.py``: the flavors;
+* ``prepare.py``: validation, grouping and the canonical Parquet cache beside the trace;
+* ``table.py``: random access to the cache, a row group at a time;
+* ``sessions.py``: SessionSpecs in pieces, wrap, and the trace's own arrival timeline.
+
+:func:`open_trace` is the one entry point for the engine (and for ``veeksha run``'s check before
+the run folder exists): everything after it sees ``SessionSpec`` objects, as from the synthetic
+generator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from veeksha.generate.tokenizer import TokenizerLike
+from veeksha.generate.traces.flavor import TraceFlavor
+from veeksha.generate.traces.prepare import PreparedTrace, prepare_file
+from veeksha.generate.traces.reader import TraceFileError
+from veeksha.generate.traces.request_log import RequestLogFlavor
+from veeksha.generate.traces.sessions import TraceSessions, TraceTimeline, window
+from veeksha.generate.traces.table import TraceTable
+from veeksha.scenario import models
+
+__all__ = [
+    "OpenTrace",
+    "PreparedTrace",
+    "TraceFileError",
+    "TraceFlavor",
+    "make_flavor",
+    "open_trace",
+]
+
+#: flavor settings model → its implementation (the one place a flavor is added)
+FLAVORS: dict[type, type[TraceFlavor]] = {
+    models.RequestLogFlavor: RequestLogFlavor,
+}
+
+
+def make_flavor(settings: object, path: Path) -> TraceFlavor:
+    """The flavor implementation of a ``session_generator.flavor`` model."""
+    cls = FLAVORS.get(type(settings))
+    if cls is None:
+        raise TraceFileError(path, None, f"flavor {settings!r} is not supported yet")
+    return cls(path)
+
+
+@dataclass
+class OpenTrace:
+    """A prepared trace and the window of it a scenario replays."""
+
+    prepared: PreparedTrace
+    table: TraceTable
+    lo: int
+    hi: int
+    wrap: bool
+    speedup: float | None  # set when the arrivals come from the trace
+
+    def sessions(self, seed: int, tokenizer: TokenizerLike) -> TraceSessions:
+        return TraceSessions(self.table, self.lo, self.hi, self.wrap, seed, tokenizer)
+
+    def timeline(self) -> TraceTimeline:
+        assert self.speedup is not None
+        return TraceTimeline(self.table, self.lo, self.hi, self.speedup, self.wrap)
+
+    def summary(self) -> dict[str, object]:
+        """What summary.json says of the trace."""
+        p = self.prepared
+        return {
+            "file": p.source,
+            "flavor": p.flavor,
+            "sessions": p.sessions,
+            "rows": p.rows,
+            "window": [self.lo, self.hi],
+            "wrap_mode": self.wrap,
+            "speedup": self.speedup,
+            "unservable_rows": p.unservable_rows,
+            "unservable_sessions": p.unservable_sessions,
+            "unservable_lines": p.unservable_lines,
+        }
+
+    def describe(self) -> str:
+        text = self.prepared.describe()
+        if (self.lo, self.hi) != (0, self.prepared.sessions):
+            text += f"; replaying sessions {self.lo} to {self.hi - 1}"
+        if self.prepared.reused:
+            text += f" (from the cache {self.prepared.cache})"
+        return text
+
+
+def open_trace(scenario: models.Scenario) -> OpenTrace:
+    """Prepare (or reuse) the scenario's trace and choose the replayed window.
+
+    Raises :class:`TraceFileError` (exit 2) for anything that would stop the replay.
+    """
+    generator = scenario.session_generator
+    assert isinstance(generator, models.TraceSessionGenerator)
+    path = Path(generator.trace_file)
+    flavor = make_flavor(generator.flavor, path)
+    prepared = prepare_file(path, flavor, generator.flavor.model_dump_json())
+    table = TraceTable(prepared)
+    scheduler = scenario.traffic_scheduler
+    speedup = None
+    lo, hi = 0, prepared.sessions
+    if isinstance(scheduler, models.TraceScheduler):
+        if not prepared.has_timestamps:
+            raise TraceFileError(
+                path,
+                1,
+                "traffic_scheduler type 'trace' needs arrival times, and this trace has none;"
+                " add a timestamp column (docs/traces.md) or use type 'rate'",
+            )
+        if prepared.unsorted_line is not None:
+            raise TraceFileError(
+                path,
+                prepared.unsorted_line,
+                "this row arrives before the row above it; sort the trace by its timestamps",
+            )
+        speedup = scheduler.speedup
+        lo, hi = window(table, scheduler.start_offset, scheduler.max_duration)
+        if hi <= lo:
+            raise TraceFileError(
+                path,
+                None,
+                f"no session starts within start_offset {scheduler.start_offset:g} s and"
+                f" max_duration {scheduler.max_duration} s of the first arrival; widen them",
+            )
+    return OpenTrace(prepared, table, lo, hi, generator.wrap_mode, speedup)

@@ -1,0 +1,110 @@
+"""The flavor interface: what a trace flavor turns the rows of a file into.
+
+A flavor knows one row shape (its :class:`~veeksha.generate.traces.reader.Field` list) and turns
+each batch of file rows into **staged rows** (:meth:`TraceFlavor.stage`, vectorised, one Arrow
+batch in, one out), then, if its rows are grouped into sessions, each session's rows into a DAG
+(:meth:`TraceFlavor.link`). Everything else (reading, grouping, caching, unservable rows, session
+blocks, wrap, arrival times) is shared, in ``prepare.py`` and ``sessions.py``.
+
+Staged columns (``STAGED``): ``line`` (int64, the file line), ``group`` (string, null when the row
+is a session of its own), ``ts`` (float64 seconds or null), ``prompt_tokens`` and
+``output_tokens`` (int64, validated ≥ 0). A flavor may add columns of its own for ``link``.
+
+Linked columns (``LINKED``), per row of a session in topological order: ``parents``
+(list<int32>, node indices within the session, all smaller than the row's own), ``history``
+(int32, one of the parents, or null), ``wait`` (float64, think time after the last parent).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from veeksha.generate.traces.arrow import mask as arrow_mask
+from veeksha.generate.traces.reader import LINE, Field, TraceFileError
+
+__all__ = ["LINKED", "STAGED", "TraceFlavor", "check_lengths", "first_bad"]
+
+STAGED = pa.schema(
+    [
+        ("line", pa.int64()),
+        ("group", pa.string()),
+        ("ts", pa.float64()),
+        ("prompt_tokens", pa.int64()),
+        ("output_tokens", pa.int64()),
+    ]
+)
+LINKED = pa.schema(
+    [
+        ("parents", pa.list_(pa.int32())),
+        ("history", pa.int32()),
+        ("wait", pa.float64()),
+    ]
+)
+
+
+class TraceFlavor(ABC):
+    """One trace row shape. Subclasses set ``name`` and ``fields`` and implement ``stage``;
+    grouped flavors override ``link`` (the default: each row is a session of one request,
+    grouped rows a linear chat in file order)."""
+
+    name: ClassVar[str]
+    fields: ClassVar[Sequence[Field]]
+    #: columns ``stage`` adds for ``link`` beyond ``STAGED``
+    extra: ClassVar[Sequence[tuple[str, pa.DataType]]] = ()
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @abstractmethod
+    def stage(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """Validate a batch of file rows (``fields`` + ``__line``) into staged rows; raise
+        :class:`TraceFileError` naming the first bad row's line."""
+
+    def link(self, session: pa.Table) -> pa.Table:
+        """One grouped session's staged rows (file order) → the same rows in topological order
+        with the ``LINKED`` columns. Default: a linear chat in file order, with history."""
+        n = session.num_rows
+        parents = pa.array([[]] + [[i - 1] for i in range(1, n)], pa.list_(pa.int32()))
+        history = pa.array([None, *range(n - 1)], pa.int32())
+        wait = pa.array(np.zeros(n), pa.float64())
+        return _with_links(session, parents, history, wait)
+
+    # ------------------------------------------------------------------------------ helpers
+
+    def error(self, line: int | None, message: str) -> TraceFileError:
+        return TraceFileError(self.path, line, message)
+
+
+def _with_links(table: pa.Table, parents: pa.Array, history: pa.Array, wait: pa.Array) -> pa.Table:
+    return (
+        table.append_column("parents", parents)
+        .append_column("history", history)
+        .append_column("wait", wait)
+    )
+
+
+def first_bad(mask: pa.Array | np.ndarray) -> int | None:
+    """Index of the first true value of ``mask`` (nulls count as false), or None."""
+    values = mask if isinstance(mask, np.ndarray) else arrow_mask(mask)
+    hits = np.flatnonzero(values)
+    return int(hits[0]) if hits.size else None
+
+
+def check_lengths(flavor: TraceFlavor, batch: pa.RecordBatch, names: Sequence[str]) -> None:
+    """Raise for the first negative value of the named integer columns of ``batch``."""
+    for name in names:
+        column = batch.column(name)
+        bad = first_bad(pc.less(column, 0))
+        if bad is not None:
+            line = batch.column(LINE)[bad].as_py()
+            value = column[bad].as_py()
+            raise flavor.error(
+                line, f"{name} = {value} is negative; token counts must be 0 or more"
+            )

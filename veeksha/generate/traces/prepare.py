@@ -1,0 +1,372 @@
+"""From a trace file to its canonical Parquet, once: validated, grouped, linked, cached.
+
+``prepare_trace`` reads the file in batches (``reader.py``), lets the flavor stage and (for
+grouped rows) link them (``flavor.py``), sets aside the rows that cannot be served, and writes
+the **canonical table** (``CANONICAL``), one row per request, sessions contiguous and numbered
+0, 1, … in replay order, in row groups of whole sessions. The table is cached beside the trace
+(``.<name>.<key>.veeksha.parquet``; if that folder is not writable, in
+``$XDG_CACHE_HOME/veeksha/traces``), keyed by the trace's real path, size, modification time,
+the flavor's settings and ``CACHE_VERSION``; a later run with the same file starts from it at
+once.
+
+Memory: a trace whose rows are sessions of their own (no ``session_id``) streams through in
+batches of ``BATCH_ROWS`` rows. A grouped trace (rows carry a session key) is held as Arrow
+columns (~40 bytes a row) while its sessions are put together, once, then written.
+
+Replay order: ungrouped, file order; grouped, by session start time (the earliest ``ts`` of the
+session's rows), ties and untimed traces by first appearance in the file.
+
+Unservable rows: a request needs at least one prompt token and one output token. Rows with a 0
+length are not replayed; a grouped session with such a row is not replayed at all (its DAG would
+be broken). They are counted, with their first lines, in ``PreparedTrace`` (and so in run.log and
+summary.json), never dropped silently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from veeksha.generate.traces.arrow import from_bools, from_numpy, mask, numbers
+from veeksha.generate.traces.flavor import STAGED, TraceFlavor
+from veeksha.generate.traces.reader import TraceFileError, read_batches
+
+__all__ = ["CACHE_VERSION", "CANONICAL", "PreparedTrace", "prepare_file"]
+
+CACHE_VERSION = 1
+ROW_GROUP_ROWS = 65_536
+_SHOWN_LINES = 10
+_META_KEY = b"veeksha.trace"
+
+CANONICAL = pa.schema(
+    [
+        ("session", pa.int64()),
+        ("line", pa.int64()),
+        ("start", pa.float64()),
+        ("prompt_tokens", pa.int32()),
+        ("output_tokens", pa.int32()),
+        ("parents", pa.list_(pa.int32())),
+        ("history", pa.int32()),
+        ("wait", pa.float64()),
+    ]
+)
+
+
+@dataclass
+class PreparedTrace:
+    """A trace's canonical table and what was learnt making it."""
+
+    cache: str
+    source: str
+    flavor: str
+    sessions: int
+    rows: int
+    #: first session of each row group, and the total as a sentinel
+    group_sessions: list[int] = field(default_factory=list)
+    has_timestamps: bool = False
+    #: line of the first session that starts before the one before it (ungrouped traces)
+    unsorted_line: int | None = None
+    unservable_rows: int = 0
+    unservable_sessions: int = 0
+    unservable_lines: list[int] = field(default_factory=list)
+    reused: bool = False
+
+    def describe(self) -> str:
+        text = (
+            f"{self.flavor} trace {self.source}: {self.rows} requests in {self.sessions} sessions"
+        )
+        if self.unservable_rows:
+            lines = ", ".join(map(str, self.unservable_lines))
+            text += (
+                f"; {self.unservable_rows} unservable row(s) not replayed"
+                f" ({self.unservable_sessions} session(s); a 0 prompt or output length;"
+                f" first lines {lines})"
+            )
+        return text
+
+
+def cache_key(source: Path, flavor_settings: str) -> str:
+    stat = source.stat()
+    text = f"{CACHE_VERSION}|{source.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{flavor_settings}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _cache_paths(source: Path, key: str) -> list[Path]:
+    name = f".{source.name}.{key}.veeksha.parquet"
+    home = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return [source.parent / name, Path(home) / "veeksha" / "traces" / name]
+
+
+def prepare_file(source: Path, flavor: TraceFlavor, flavor_settings: str) -> PreparedTrace:
+    """The canonical table of ``source`` read as ``flavor`` (cached; see module doc)."""
+    try:
+        key = cache_key(source, flavor_settings)
+    except OSError as exc:
+        raise TraceFileError(
+            source, None, f"cannot read the trace: {exc.strerror or exc}; check trace_file"
+        ) from None
+    candidates = _cache_paths(source, key)
+    for path in candidates:
+        found = _load_meta(path)
+        if found is not None:
+            found.reused = True
+            return found
+    errors: list[str] = []
+    for path in candidates:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        except OSError as exc:
+            errors.append(f"{path.parent}: {exc.strerror or exc}")
+            continue
+        os.close(fd)
+        try:
+            prepared = _convert(source, flavor, Path(tmp), str(path))
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        return prepared
+    raise TraceFileError(
+        source, None, f"no writable folder for the trace's cache ({'; '.join(errors)})"
+    )
+
+
+def read_meta(path: str | Path) -> PreparedTrace:
+    found = _load_meta(Path(path))
+    if found is None:
+        raise TraceFileError(path, None, "not a prepared trace; run it again to rebuild it")
+    return found
+
+
+def _load_meta(path: Path) -> PreparedTrace | None:
+    try:
+        meta = pq.read_metadata(path).metadata or {}
+        return PreparedTrace(**json.loads(meta[_META_KEY]))
+    except (OSError, KeyError, TypeError, ValueError, pa.ArrowException):
+        return None
+
+
+# ---------------------------------------------------------------------------------- convert
+
+
+def _convert(source: Path, flavor: TraceFlavor, tmp: Path, cache: str) -> PreparedTrace:
+    info = PreparedTrace(cache=cache, source=str(source), flavor=flavor.name, sessions=0, rows=0)
+    staged = (flavor.stage(batch) for batch in read_batches(source, flavor.fields))
+    first = next(staged)
+    grouped = first.column("group").null_count < first.num_rows
+    with pq.ParquetWriter(tmp, CANONICAL) as writer:
+        if grouped:
+            tables = _grouped(flavor, first, staged, info)
+        else:
+            tables = _ungrouped(flavor, first, staged, info)
+        for table in tables:
+            writer.write_table(table, row_group_size=max(1, table.num_rows))
+        info.group_sessions.append(info.sessions)
+        writer.add_key_value_metadata({_META_KEY: json.dumps(asdict(info)).encode()})
+    if info.sessions == 0:
+        raise TraceFileError(
+            source,
+            None,
+            f"no row can be served ({info.unservable_rows} with a 0 prompt or output length);"
+            " give rows with lengths of at least 1",
+        )
+    return info
+
+
+def _note_unservable(info: PreparedTrace, lines: np.ndarray, sessions: int) -> None:
+    info.unservable_rows += int(lines.size)
+    info.unservable_sessions += sessions
+    room = _SHOWN_LINES - len(info.unservable_lines)
+    if room > 0:
+        info.unservable_lines.extend(int(v) for v in lines[:room])
+
+
+def _servable(table: pa.Table | pa.RecordBatch) -> np.ndarray:
+    prompt = numbers(table.column("prompt_tokens"), np.int64)
+    output = numbers(table.column("output_tokens"), np.int64)
+    ok: np.ndarray = (prompt >= 1) & (output >= 1)
+    return ok
+
+
+def _mixed_group(flavor: TraceFlavor, batch: pa.RecordBatch, grouped: bool) -> None:
+    column = batch.column("group")
+    bad = pc.is_null(column) if grouped else pc.is_valid(column)
+    hits = np.flatnonzero(mask(bad))
+    if hits.size:
+        line = batch.column("line")[int(hits[0])].as_py()
+        has = "has no" if grouped else "has a"
+        raise flavor.error(
+            line,
+            f"this row {has} session_id where earlier rows differ; give it on every row or none",
+        )
+
+
+def _ungrouped(
+    flavor: TraceFlavor,
+    first: pa.RecordBatch,
+    rest: Iterator[pa.RecordBatch],
+    info: PreparedTrace,
+) -> Iterator[pa.Table]:
+    """Each row a session of one request, in file order, streamed."""
+    pending: list[pa.Table] = []
+    pending_rows = 0
+    last_ts = -np.inf
+    batch: pa.RecordBatch | None = first
+    while batch is not None:
+        _mixed_group(flavor, batch, grouped=False)
+        ok = _servable(batch)
+        lines = numbers(batch.column("line"), np.int64)
+        if not ok.all():
+            bad = ~ok
+            _note_unservable(info, lines[bad], int(bad.sum()))
+            batch = batch.filter(from_bools(ok))
+            lines = lines[ok]
+        n = batch.num_rows
+        if n:
+            ts = numbers(batch.column("ts"), np.float64, np.nan)
+            timed = ~np.isnan(ts)
+            if timed.any():
+                info.has_timestamps = True
+            if info.unsorted_line is None and timed.all():
+                prev = np.concatenate([[last_ts], ts[:-1]])
+                hits = np.flatnonzero(ts < prev)
+                if hits.size:
+                    info.unsorted_line = int(lines[hits[0]])
+                last_ts = float(ts[-1])
+            sessions = np.arange(info.sessions, info.sessions + n, dtype=np.int64)
+            empty = pa.ListArray.from_arrays(
+                from_numpy(np.zeros(n + 1, dtype=np.int32)), from_numpy(np.zeros(0, dtype=np.int32))
+            )
+            table = pa.Table.from_arrays(
+                [
+                    from_numpy(sessions),
+                    batch.column("line"),
+                    from_numpy(ts),
+                    pc.cast(batch.column("prompt_tokens"), pa.int32()),
+                    pc.cast(batch.column("output_tokens"), pa.int32()),
+                    empty,
+                    pa.nulls(n, pa.int32()),
+                    from_numpy(np.zeros(n)),
+                ],
+                schema=CANONICAL,
+            )
+            info.sessions += n
+            info.rows += n
+            pending.append(table)
+            pending_rows += n
+            if pending_rows >= ROW_GROUP_ROWS:
+                yield from _emit(pending, info, split=True)
+                pending, pending_rows = [], 0
+        batch = next(rest, None)
+    if pending:
+        yield from _emit(pending, info, split=True)
+
+
+def _emit(tables: list[pa.Table], info: PreparedTrace, split: bool = False) -> Iterator[pa.Table]:
+    """One row group of whole sessions (``split``: rows are sessions, cut every
+    ``ROW_GROUP_ROWS`` rows)."""
+    table = pa.concat_tables(tables).combine_chunks()
+    step = ROW_GROUP_ROWS if split else max(1, table.num_rows)
+    for offset in range(0, table.num_rows, step):
+        part = table.slice(offset, step)
+        info.group_sessions.append(int(part.column("session")[0].as_py()))
+        yield part
+
+
+def _grouped(
+    flavor: TraceFlavor,
+    first: pa.RecordBatch,
+    rest: Iterator[pa.RecordBatch],
+    info: PreparedTrace,
+) -> Iterator[pa.Table]:
+    """Rows grouped by session key: gathered, ordered, linked per session, written in groups."""
+    batches = [first]
+    _mixed_group(flavor, first, grouped=True)
+    for batch in rest:
+        _mixed_group(flavor, batch, grouped=True)
+        batches.append(batch)
+    table = pa.Table.from_batches(batches)
+    del batches
+    n = table.num_rows
+    codes_array = pc.dictionary_encode(table.column("group")).combine_chunks()
+    codes = numbers(codes_array.indices, np.int64)
+    groups = len(codes_array.dictionary)
+    order_in_file = np.arange(n, dtype=np.int64)
+    first_seen = np.full(groups, n, dtype=np.int64)
+    np.minimum.at(first_seen, codes, order_in_file)
+    ts = numbers(table.column("ts"), np.float64, np.nan)
+    start = np.full(groups, np.nan)
+    np.fmin.at(start, codes, ts)
+    if not np.isnan(start).all():
+        info.has_timestamps = True
+    # replay order: by start (untimed last), then by first appearance
+    rank_key = np.lexsort((first_seen, np.where(np.isnan(start), np.inf, start)))
+    rank = np.empty(groups, dtype=np.int64)
+    rank[rank_key] = np.arange(groups)
+    row_order = np.lexsort((order_in_file, rank[codes]))
+    table = table.take(from_numpy(row_order))
+    session_of_row = rank[codes][row_order]
+    row_start = start[codes][row_order]
+    del codes, order_in_file, ts
+    bounds = np.flatnonzero(np.diff(session_of_row)) + 1
+    bounds = np.concatenate([[0], bounds, [n]]).astype(np.int64)
+    pending: list[pa.Table] = []
+    pending_rows = 0
+    for s in range(len(bounds) - 1):
+        lo, hi = int(bounds[s]), int(bounds[s + 1])
+        session = table.slice(lo, hi - lo)
+        ok = _servable(session)
+        if not ok.all():
+            lines = numbers(session.column("line"), np.int64)
+            _note_unservable(info, lines[~ok], 1)
+            info.unservable_rows += int(ok.sum())  # the session's other rows go with it
+            continue
+        linked = flavor.link(session)
+        m = linked.num_rows
+        out = pa.Table.from_arrays(
+            [
+                from_numpy(np.full(m, info.sessions, dtype=np.int64)),
+                linked.column("line"),
+                from_numpy(np.full(m, row_start[lo])),
+                pc.cast(linked.column("prompt_tokens"), pa.int32()),
+                pc.cast(linked.column("output_tokens"), pa.int32()),
+                linked.column("parents"),
+                linked.column("history"),
+                linked.column("wait"),
+            ],
+            schema=CANONICAL,
+        )
+        info.sessions += 1
+        info.rows += m
+        pending.append(out)
+        pending_rows += m
+        if pending_rows >= ROW_GROUP_ROWS:
+            yield from _emit(pending, info)
+            pending, pending_rows = [], 0
+    if pending:
+        yield from _emit(pending, info)
+
+
+def staged_schema(flavor: TraceFlavor) -> pa.Schema:
+    """The schema a flavor's ``stage`` returns (``STAGED`` plus its extra columns)."""
+    schema = STAGED
+    for name, kind in flavor.extra:
+        schema = schema.append(pa.field(name, kind))
+    return schema
+
+
+def describe_settings(settings: dict[str, Any]) -> str:
+    return json.dumps(settings, sort_keys=True)

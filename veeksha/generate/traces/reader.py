@@ -1,0 +1,406 @@
+"""Reading a trace file in batches: CSV, JSONL or a JSON array, with line numbers.
+
+A flavor names the fields it reads (:class:`Field`: name, aliases, type); the reader returns
+them as Arrow record batches of at most ``BATCH_ROWS`` rows, plus ``__line``, the line of the
+file each row starts on, so every later error can say ``file:line``. Nothing else of the file is
+kept: a 10-million-row CSV is never 10 million Python objects.
+
+* **CSV** (``.csv``, ``.tsv``, or a file whose first byte is neither ``{`` nor ``[``): pyarrow's
+  streaming CSV reader, typed columns, one header line. Rows are numbered from line 2 (blank lines
+  are skipped and so shift the numbering; an error's line is found exactly by a second,
+  Python-level scan, paid only when there is an error).
+* **JSONL** (``.jsonl``, ``.ndjson``, or a first byte ``{``): one object per line, decoded with
+  msgspec into typed rows in batches; blank lines are skipped; exact line numbers.
+* **JSON array** (first byte ``[``): decoded whole (datasets, not logs), element ``i`` on the
+  line where it starts.
+
+Errors are :class:`TraceFileError` (exit 2): ``file:line: what is wrong; how to fix``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+
+from veeksha.errors import ConfigurationError
+from veeksha.generate.traces.arrow import from_numpy, mask
+
+__all__ = ["BATCH_ROWS", "LINE", "Field", "TraceFileError", "detect_format", "read_batches"]
+
+BATCH_ROWS = 65_536
+LINE = "__line"
+_CSV_BLOCK = 1 << 22
+
+_ARROW_TYPES: dict[type, pa.DataType] = {
+    int: pa.int64(),
+    float: pa.float64(),
+    str: pa.string(),
+}
+
+
+class TraceFileError(ConfigurationError):
+    """A trace file cannot be replayed: ``file:line: what is wrong; how to fix`` (exit 2)."""
+
+    def __init__(self, path: str | os.PathLike[str], line: int | None, message: str) -> None:
+        where = f"{path}:{line}" if line is not None else str(path)
+        super().__init__(f"{where}: {message}")
+        self.path = str(path)
+        self.line = line
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """A field a flavor reads: its name, other names it is accepted under, and its type.
+
+    ``kind`` is ``int``, ``float``, ``str`` (CSV: any text; JSON: a string or a number, kept as
+    text), or ``object`` (a JSON value: an object or list; in CSV, its JSON text).
+    """
+
+    name: str
+    kind: type = int
+    aliases: tuple[str, ...] = ()
+    required: bool = False
+    help: str = field(default="", compare=False)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases)
+
+
+def detect_format(path: Path) -> str:
+    """``csv``, ``jsonl`` or ``json`` (an array), from the extension, else the first byte."""
+    suffix = path.suffix.lower()
+    if suffix in (".csv", ".tsv"):
+        return "csv"
+    if suffix in (".jsonl", ".ndjson"):
+        return "jsonl"
+    first = _first_byte(path)
+    if first == b"[":
+        return "json"
+    if first == b"{":
+        return "jsonl"
+    if suffix == ".json":
+        raise TraceFileError(path, 1, "a .json trace must hold a JSON array or JSON lines")
+    return "csv"
+
+
+def _first_byte(path: Path) -> bytes:
+    with open(path, "rb") as file:
+        while chunk := file.read(4096):
+            stripped = chunk.lstrip()
+            if stripped:
+                return stripped[:1]
+    return b""
+
+
+def read_batches(path: Path, fields: Sequence[Field]) -> Iterator[pa.RecordBatch]:
+    """The file's rows as batches of the ``fields`` (canonical names) plus ``__line``.
+
+    Raises :class:`TraceFileError` for an unreadable or empty file, a malformed line, a value of
+    the wrong type or a required field missing from the header (CSV) or from a row (JSON).
+    """
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise TraceFileError(
+            path, None, f"cannot read the trace: {exc.strerror or exc}; check trace_file"
+        ) from None
+    if size == 0 or not _first_byte(path):
+        raise TraceFileError(path, None, "the trace file is empty; give a file with rows")
+    fmt = detect_format(path)
+    try:
+        if fmt == "csv":
+            yield from _csv_batches(path, fields)
+        else:
+            yield from _json_batches(path, fields, fmt)
+    except OSError as exc:
+        raise TraceFileError(
+            path, None, f"cannot read the trace: {exc.strerror or exc}; check trace_file"
+        ) from None
+
+
+# ------------------------------------------------------------------------------------------ CSV
+
+
+def _csv_batches(path: Path, fields: Sequence[Field]) -> Iterator[pa.RecordBatch]:
+    import pyarrow.csv as pacsv
+
+    delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
+    header = _csv_header(path, delimiter)
+    chosen = _choose_columns(path, fields, header)
+    types = {
+        source: _ARROW_TYPES.get(f.kind, pa.string()) for f, source in chosen.items() if source
+    }
+    try:
+        reader = pacsv.open_csv(
+            path,
+            read_options=pacsv.ReadOptions(block_size=_CSV_BLOCK),
+            parse_options=pacsv.ParseOptions(delimiter=delimiter),
+            convert_options=pacsv.ConvertOptions(
+                column_types=types,
+                include_columns=list(types),
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+    except pa.ArrowInvalid as exc:
+        raise _csv_error(path, fields, chosen, delimiter, str(exc)) from None
+    row = 0
+    while True:
+        try:
+            batch = reader.read_next_batch()
+        except StopIteration:
+            break
+        except pa.ArrowInvalid as exc:
+            raise _csv_error(path, fields, chosen, delimiter, str(exc)) from None
+        n = batch.num_rows
+        arrays = []
+        names = []
+        for f, source in chosen.items():
+            names.append(f.name)
+            if source is None:
+                arrays.append(pa.nulls(n, _ARROW_TYPES.get(f.kind, pa.string())))
+            else:
+                arrays.append(batch.column(source))
+        names.append(LINE)
+        arrays.append(from_numpy(np.arange(row + 2, row + 2 + n, dtype=np.int64)))
+        row += n
+        out = pa.RecordBatch.from_arrays(arrays, names=names)
+        for f, _ in chosen.items():
+            if f.required and out.column(f.name).null_count:
+                index = int(mask(out.column(f.name).is_null()).argmax())
+                line = _csv_line_of_row(path, delimiter, row - n + int(index))
+                raise TraceFileError(path, line, f"no value for {f.name!r}; every row needs one")
+        yield out
+    if row == 0:
+        raise TraceFileError(path, 2, "the trace has a header but no rows; add rows")
+
+
+def _csv_header(path: Path, delimiter: str) -> list[str]:
+    with open(path, newline="", encoding="utf-8", errors="replace") as file:
+        for line in csv.reader(file, delimiter=delimiter):
+            if line:
+                return [name.strip() for name in line]
+    raise TraceFileError(path, 1, "the trace file is empty; give a file with rows")
+
+
+def _choose_columns(
+    path: Path, fields: Sequence[Field], header: Sequence[str]
+) -> dict[Field, str | None]:
+    chosen: dict[Field, str | None] = {}
+    present = set(header)
+    for f in fields:
+        source = next((name for name in f.names if name in present), None)
+        if source is None and f.required:
+            names = " or ".join(repr(n) for n in f.names)
+            raise TraceFileError(
+                path,
+                1,
+                f"no column {names} (columns: {', '.join(header)}); add it to the header",
+            )
+        chosen[f] = source
+    return chosen
+
+
+def _csv_line_of_row(path: Path, delimiter: str, row: int) -> int:
+    """The line a data row (0-based, after the header) starts on, by a Python scan."""
+    with open(path, newline="", encoding="utf-8", errors="replace") as file:
+        reader = csv.reader(file, delimiter=delimiter)
+        seen_header = False
+        data_row = -1
+        start = 1
+        for record in reader:
+            if record:
+                if not seen_header:
+                    seen_header = True
+                else:
+                    data_row += 1
+                    if data_row == row:
+                        return start
+            start = reader.line_num + 1
+    return start
+
+
+def _csv_error(
+    path: Path,
+    fields: Sequence[Field],
+    chosen: dict[Field, str | None],
+    delimiter: str,
+    arrow_message: str,
+) -> TraceFileError:
+    """Find the first bad row with a Python scan and say what is wrong with it."""
+    with open(path, newline="", encoding="utf-8", errors="replace") as file:
+        reader = csv.reader(file, delimiter=delimiter)
+        header: list[str] | None = None
+        start = 1
+        for record in reader:
+            if not record:
+                start = reader.line_num + 1
+                continue
+            if header is None:
+                header = [name.strip() for name in record]
+                start = reader.line_num + 1
+                continue
+            if len(record) != len(header):
+                return TraceFileError(
+                    path,
+                    start,
+                    f"{len(record)} values where the header has {len(header)}; "
+                    "give one value per column",
+                )
+            for f, source in chosen.items():
+                if source is None:
+                    continue
+                text = record[header.index(source)].strip()
+                if f.kind is int:
+                    try:
+                        int(text)
+                    except ValueError:
+                        return TraceFileError(
+                            path, start, f"{source} = {text!r} is not an integer; write a count"
+                        )
+                elif f.kind is float:
+                    try:
+                        float(text)
+                    except ValueError:
+                        return TraceFileError(
+                            path, start, f"{source} = {text!r} is not a number; write one"
+                        )
+            start = reader.line_num + 1
+    return TraceFileError(path, None, f"cannot parse the CSV ({arrow_message}); check the file")
+
+
+# ----------------------------------------------------------------------------------------- JSON
+
+
+def _row_struct(fields: Sequence[Field]) -> tuple[type[msgspec.Struct], dict[str, str]]:
+    """A Struct with one optional attribute per accepted name (``f0``, ``f1``...: file names
+    need not be identifiers), and the attribute of each name."""
+    specs: list[tuple[str, Any, Any]] = []
+    attributes: dict[str, str] = {}
+    for f in fields:
+        kind: Any
+        if f.kind is str:
+            kind = str | int | float | None
+        elif f.kind is float:
+            kind = float | None
+        elif f.kind is int:
+            kind = int | None
+        else:
+            kind = Any
+        for name in f.names:
+            attributes[name] = f"f{len(attributes)}"
+            specs.append((attributes[name], kind, None))
+    rename = {attribute: name for name, attribute in attributes.items()}
+    return msgspec.defstruct("TraceRow", specs, rename=rename), attributes
+
+
+def _json_batches(path: Path, fields: Sequence[Field], fmt: str) -> Iterator[pa.RecordBatch]:
+    row_type, attributes = _row_struct(fields)
+    decoder = msgspec.json.Decoder(row_type)
+    rows: list[Any] = []
+    lines: list[int] = []
+    total = 0
+    if fmt == "json":
+        data = path.read_bytes()
+        try:
+            items = msgspec.json.decode(data, type=list[msgspec.Raw])
+        except msgspec.DecodeError as exc:
+            raise TraceFileError(path, None, f"not a JSON array: {exc}; check the file") from None
+        offset = 0
+        line = 1
+        for item in items:
+            at = data.find(bytes(item)[:1], offset) if len(item) else offset
+            line += data.count(b"\n", offset, at)
+            offset = at
+            rows.append(_decode(decoder, bytes(item), path, line))
+            lines.append(line)
+            if len(rows) >= BATCH_ROWS:
+                total += len(rows)
+                yield _to_batch(rows, lines, fields, attributes, path)
+                rows, lines = [], []
+    else:
+        with open(path, "rb") as file:
+            for number, raw in enumerate(file, start=1):
+                if not raw.strip():
+                    continue
+                rows.append(_decode(decoder, raw, path, number))
+                lines.append(number)
+                if len(rows) >= BATCH_ROWS:
+                    total += len(rows)
+                    yield _to_batch(rows, lines, fields, attributes, path)
+                    rows, lines = [], []
+    if rows:
+        total += len(rows)
+        yield _to_batch(rows, lines, fields, attributes, path)
+    if total == 0:
+        raise TraceFileError(path, None, "the trace holds no rows; add rows")
+
+
+def _decode(decoder: msgspec.json.Decoder[Any], raw: bytes, path: Path, line: int) -> Any:
+    try:
+        return decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise TraceFileError(path, line, f"{exc}; fix the value") from None
+    except msgspec.DecodeError as exc:
+        text = raw.decode("utf-8", "replace").strip()
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        raise TraceFileError(
+            path, line, f"malformed JSON ({exc}): {shown!r}; write one JSON object per line"
+        ) from None
+
+
+def _to_batch(
+    rows: list[Any],
+    lines: list[int],
+    fields: Sequence[Field],
+    attributes: dict[str, str],
+    path: Path,
+) -> pa.RecordBatch:
+    names: list[str] = []
+    arrays: list[pa.Array] = []
+    for f in fields:
+        values: list[Any] = [None] * len(rows)
+        for alias in reversed(f.names):  # the canonical name wins over an alias
+            attribute = attributes[alias]
+            got = [getattr(r, attribute) for r in rows]
+            values = [g if g is not None else v for g, v in zip(got, values, strict=True)]
+        if f.required:
+            for i, v in enumerate(values):
+                if v is None:
+                    names_text = " or ".join(repr(n) for n in f.names)
+                    raise TraceFileError(
+                        path, lines[i], f"no {names_text} in this row; every row needs one"
+                    )
+        if f.kind is str:
+            values = [v if v is None or isinstance(v, str) else str(v) for v in values]
+            arrays.append(pa.array(values, pa.string()))
+        elif f.kind is object:
+            encoded = msgspec.json.encode
+            arrays.append(
+                pa.array([None if v is None else encoded(v).decode() for v in values], pa.string())
+            )
+        else:
+            arrays.append(pa.array(values, _ARROW_TYPES[f.kind]))
+        names.append(f.name)
+    names.append(LINE)
+    arrays.append(pa.array(lines, pa.int64()))
+    return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def jsonl_text(rows: Sequence[dict[str, Any]]) -> str:
+    """Rows as JSON lines (for tests and the shipped example traces)."""
+    out = io.StringIO()
+    for row in rows:
+        out.write(msgspec.json.encode(row).decode())
+        out.write("\n")
+    return out.getvalue()

@@ -1,0 +1,56 @@
+"""The ``request_log`` flavor: one row per request, lengths only.
+
+Columns: ``input_length`` (alias ``num_prefill_tokens``) and ``output_length`` (alias
+``num_decode_tokens``), required; ``session_id`` (optional: rows sharing it form a linear chat, in
+file order, each turn carrying the conversation so far; without it, each row is a session of one
+request); ``timestamp`` or ``arrival_time`` (optional, seconds: arrival times for
+``traffic_scheduler: {type: trace}``; a grouped session arrives at its earliest row's time).
+
+Example (CSV)::
+
+    timestamp,input_length,output_length
+    0.0,512,128
+    0.4,90,300
+    0.9,2048,16
+    1.3,700,64
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from veeksha.generate.traces.flavor import TraceFlavor, check_lengths
+from veeksha.generate.traces.reader import LINE, Field
+
+__all__ = ["RequestLogFlavor"]
+
+TIMESTAMP = Field("timestamp", float, aliases=("arrival_time",))
+SESSION_ID = Field("session_id", str)
+
+
+class RequestLogFlavor(TraceFlavor):
+    """Rows of ``input_length``/``output_length`` (see module doc)."""
+
+    name = "request_log"
+    fields: ClassVar = (
+        Field("input_length", int, aliases=("num_prefill_tokens",), required=True),
+        Field("output_length", int, aliases=("num_decode_tokens",), required=True),
+        SESSION_ID,
+        TIMESTAMP,
+    )
+
+    def stage(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        check_lengths(self, batch, ("input_length", "output_length"))
+        return pa.RecordBatch.from_arrays(
+            [
+                batch.column(LINE),
+                batch.column("session_id"),
+                pc.cast(batch.column("timestamp"), pa.float64()),
+                batch.column("input_length"),
+                batch.column("output_length"),
+            ],
+            names=["line", "group", "ts", "prompt_tokens", "output_tokens"],
+        )

@@ -1,0 +1,263 @@
+"""TraceSessions: a prepared trace's sessions as SessionSpecs, in blocks, with wrap; and the
+trace's own arrival timeline.
+
+Vocabulary:
+
+* **window**: the sessions ``[lo, hi)`` replayed (all of them, or those starting within
+  ``traffic_scheduler.start_offset`` / ``max_duration`` of the trace's first arrival);
+* **pass**: one replay of the window. Pass 0 is the trace in order; with ``wrap_mode`` pass
+  ``p ≥ 1`` replays it again, reshuffled: its **pieces** (runs of ``PIECE`` consecutive trace
+  sessions) in a seeded random order, and the sessions of each piece in a seeded random order.
+  Shuffling pieces, not sessions, keeps the work per session O(1) and the memory bounded at any
+  trace size;
+* session ``i`` of the run is pass ``i // A``, position ``i % A`` (``A`` sessions per pass); its
+  ``session_id`` is ``i``, so wrapped sessions get fresh ids.
+
+Every session is a pure function of (prepared trace, window, seed, i): prompts are built by the
+text channel's ``PromptBuilder`` (exact token counts with the builtin tokenizer) from the
+``content`` stream keyed by (pass, piece), so wrapped passes send fresh prompt text.
+
+Arrival timeline (``TraceTimeline``): session ``k`` of pass 0 arrives ``(start_k − start_0) /
+speedup`` after t0; pass ``p`` repeats the same slots, shifted by ``p × (span + mean gap)``.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import OrderedDict
+from collections.abc import Iterator
+
+import numpy as np
+from numpy.typing import NDArray
+
+from veeksha.generate.content import PromptBuilder
+from veeksha.generate.rng import RandomStreams
+from veeksha.generate.spec import NodeSpec, SessionSpec
+from veeksha.generate.tokenizer import TokenizerLike
+from veeksha.generate.traces.table import SessionRows, TraceTable
+from veeksha.scenario.models import TextChannel
+
+__all__ = ["PIECE", "TraceSessions", "TraceTimeline", "window"]
+
+PIECE = 256
+_CACHED_PIECES = 4
+_NEVER_S = 1e6  # gap after the last session of a trace that does not wrap (~12 days)
+
+
+def window(table: TraceTable, start_offset: float, max_duration: float | None) -> tuple[int, int]:
+    """Sessions ``[lo, hi)`` starting within ``[t + start_offset, t + start_offset +
+    max_duration)`` of the first start ``t`` (trace seconds)."""
+    if start_offset <= 0 and max_duration is None:
+        return 0, table.sessions
+    lo = hi = None
+    origin = None
+    for group in range(table.num_groups):
+        first, starts = table.starts(group)
+        if origin is None:
+            origin = float(starts[0])
+        begin = origin + start_offset
+        end = np.inf if max_duration is None else begin + max_duration
+        if lo is None:
+            hits = np.flatnonzero(starts >= begin)
+            if hits.size:
+                lo = first + int(hits[0])
+        if lo is not None:
+            past = np.flatnonzero(starts >= end)
+            if past.size:
+                hi = first + int(past[0])
+                break
+    if lo is None:
+        return 0, 0
+    return lo, table.sessions if hi is None else max(lo, hi)
+
+
+class TraceTimeline:
+    """Gaps between consecutive session arrivals, in seconds, for ``RateArrivals`` (whose first
+    session arrives at t0 without a gap)."""
+
+    def __init__(self, table: TraceTable, lo: int, hi: int, speedup: float, wrap: bool) -> None:
+        self._table = table
+        self.lo, self.hi = lo, hi
+        self.speedup = speedup
+        self._scale = 1.0 / speedup
+        self._wrap = wrap
+        first: float | None = None
+        last: float | None = None
+        for chunk in self._pass_starts():
+            if chunk.size:
+                first = float(chunk[0]) if first is None else first
+                last = float(chunk[-1])
+        span = 0.0 if first is None or last is None else last - first
+        count = hi - lo
+        self.pass_gap_s = (span / (count - 1) if count > 1 and span > 0 else 1.0) * self._scale
+        self._chunks = self._gap_chunks()
+        self._buffer: NDArray[np.float64] = np.empty(0)
+
+    def _pass_starts(self) -> Iterator[NDArray[np.float64]]:
+        table = self._table
+        firsts = table.prepared.group_sessions
+        group = max(0, bisect_right(firsts, self.lo) - 1)
+        while group < table.num_groups and firsts[group] < self.hi:
+            first, starts = table.starts(group)
+            a = max(0, self.lo - first)
+            b = min(len(starts), self.hi - first)
+            yield np.asarray(starts[a:b], dtype=np.float64)
+            group += 1
+
+    def _gap_chunks(self) -> Iterator[NDArray[np.float64]]:
+        while True:
+            prev: float | None = None
+            for chunk in self._pass_starts():
+                if not chunk.size:
+                    continue
+                gaps = np.diff(chunk) if prev is None else np.diff(chunk, prepend=prev)
+                prev = float(chunk[-1])
+                yield gaps * self._scale
+            if not self._wrap:
+                while True:
+                    yield np.full(1024, _NEVER_S)
+            yield np.array([self.pass_gap_s])
+
+    def sample(self, n: int) -> NDArray[np.float64]:
+        """The next ``n`` gaps."""
+        parts = []
+        need = n
+        while need > 0:
+            if not self._buffer.size:
+                self._buffer = next(self._chunks)
+                continue
+            take = self._buffer[:need]
+            self._buffer = self._buffer[need:]
+            parts.append(take)
+            need -= take.size
+        return np.concatenate(parts) if parts else np.empty(0)
+
+    def offsets(self, n: int) -> NDArray[np.float64]:
+        """Planned arrival offsets (s after t0) of the first ``n`` sessions (a fresh copy)."""
+        if n <= 0:
+            return np.empty(0)
+        fresh = TraceTimeline(self._table, self.lo, self.hi, self.speedup, self._wrap)
+        return np.concatenate([[0.0], np.cumsum(fresh.sample(n - 1))])
+
+
+class TraceSessions:
+    """The sessions of a prepared trace (see module doc). Specs are shared with a small cache:
+    treat them as read-only."""
+
+    def __init__(
+        self,
+        table: TraceTable,
+        lo: int,
+        hi: int,
+        wrap: bool,
+        seed: int,
+        tokenizer: TokenizerLike,
+    ) -> None:
+        self.table = table
+        self.lo, self.hi = lo, hi
+        self.per_pass = hi - lo
+        self.wrap = wrap
+        self.limit: int | None = None if wrap else self.per_pass
+        self._streams = RandomStreams(seed)
+        self._prompts = PromptBuilder(TextChannel(), tokenizer, seed)
+        pieces = -(-self.per_pass // PIECE)
+        self._sizes = np.full(pieces, PIECE, dtype=np.int64)
+        if pieces:
+            self._sizes[-1] = self.per_pass - PIECE * (pieces - 1)
+        self._pass: tuple[int, NDArray[np.int64], list[int]] | None = None
+        self._cache: OrderedDict[tuple[int, int], list[SessionSpec]] = OrderedDict()
+
+    def session(self, index: int) -> SessionSpec:
+        """Session ``index`` of the run (``IndexError`` past the end of a trace that does not
+        wrap)."""
+        if index < 0 or (self.limit is not None and index >= self.limit) or not self.per_pass:
+            raise IndexError(f"session {index} is past the end of the trace")
+        p, pos = divmod(index, self.per_pass)
+        order, offsets = self._order(p)
+        k = bisect_right(offsets, pos) - 1
+        j = pos - offsets[k]
+        piece = self._cache.get((p, k))
+        if piece is None:
+            piece = self._piece(p, k, int(order[k]), index - j)
+            self._cache[(p, k)] = piece
+            while len(self._cache) > _CACHED_PIECES:
+                self._cache.popitem(last=False)
+        return piece[j]
+
+    def _order(self, p: int) -> tuple[NDArray[np.int64], list[int]]:
+        if self._pass is None or self._pass[0] != p:
+            count = len(self._sizes)
+            if p == 0:
+                order = np.arange(count, dtype=np.int64)
+            else:
+                order = self._streams.stream("trace_wrap", p).permutation(count)
+            offsets = np.concatenate([[0], np.cumsum(self._sizes[order])]).tolist()
+            self._pass = (p, order, offsets)
+        return self._pass[1], self._pass[2]
+
+    def _piece(self, p: int, k: int, source: int, first_index: int) -> list[SessionSpec]:
+        lo = self.lo + source * PIECE
+        hi = min(lo + PIECE, self.hi)
+        rows = _merge(self.table.rows(lo, hi))
+        count = hi - lo
+        if rows.parents is None:
+            roots = np.ones(len(rows.prompt_tokens), dtype=np.bool_)
+        else:
+            roots = np.fromiter((not ps for ps in rows.parents), np.bool_, len(rows.parents))
+        texts, _ = self._prompts.build(
+            rows.prompt_tokens, roots, self._streams.stream("content", "trace", p, k)
+        )
+        prompt_tokens = rows.prompt_tokens.tolist()
+        output_tokens = rows.output_tokens.tolist()
+        waits = rows.wait.tolist()
+        bounds = rows.bounds.tolist()
+        order = (
+            range(count)
+            if p == 0
+            else self._streams.stream("trace_wrap", p, "piece", k).permutation(count).tolist()
+        )
+        specs = []
+        for j, s in enumerate(order):
+            r0, r1 = bounds[s], bounds[s + 1]
+            nodes = [
+                NodeSpec(
+                    r - r0,
+                    () if rows.parents is None else rows.parents[r],
+                    None if rows.history is None else rows.history[r],
+                    waits[r],
+                    texts[r],
+                    prompt_tokens[r],
+                    output_tokens[r],
+                )
+                for r in range(r0, r1)
+            ]
+            specs.append(SessionSpec(first_index + j, nodes))
+        return specs
+
+
+def _merge(pieces: list[SessionRows]) -> SessionRows:
+    if len(pieces) == 1:
+        return pieces[0]
+    offsets = np.cumsum([0] + [int(p.bounds[-1]) for p in pieces])
+    bounds = np.concatenate(
+        [pieces[0].bounds[:1]] + [p.bounds[1:] + offsets[i] for i, p in enumerate(pieces)]
+    )
+    linked = any(p.parents is not None for p in pieces)
+
+    parents: list[tuple[int, ...]] = []
+    history: list[int | None] = []
+    for p in pieces:
+        n = int(p.bounds[-1])
+        parents.extend(p.parents if p.parents is not None else [()] * n)
+        history.extend(p.history if p.history is not None else [None] * n)
+
+    return SessionRows(
+        pieces[0].first,
+        bounds,
+        np.concatenate([p.start for p in pieces]),
+        np.concatenate([p.prompt_tokens for p in pieces]),
+        np.concatenate([p.output_tokens for p in pieces]),
+        parents if linked else None,
+        history if linked else None,
+        np.concatenate([p.wait for p in pieces]),
+    )

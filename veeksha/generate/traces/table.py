@@ -1,0 +1,102 @@
+"""Random access to a prepared trace's sessions, one row group at a time (bounded memory)."""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from veeksha.generate.traces.arrow import numbers
+from veeksha.generate.traces.prepare import PreparedTrace
+
+__all__ = ["SessionRows", "TraceTable"]
+
+
+@dataclass(slots=True)
+class SessionRows:
+    """The rows of consecutive sessions ``[first, first + len(bounds) - 1)`` as columns;
+    session ``first + k`` has rows ``bounds[k]:bounds[k + 1]``."""
+
+    first: int
+    bounds: np.ndarray
+    start: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    parents: list[tuple[int, ...]] | None  # None: every row is a root
+    history: list[int | None] | None
+    wait: np.ndarray
+
+
+class TraceTable:
+    """Reads the canonical table's row groups on demand, keeping the last two decoded."""
+
+    def __init__(self, prepared: PreparedTrace) -> None:
+        self.prepared = prepared
+        self._file = pq.ParquetFile(prepared.cache)
+        self._firsts = prepared.group_sessions
+        self._decoded: dict[int, SessionRows] = {}
+
+    @property
+    def sessions(self) -> int:
+        return self.prepared.sessions
+
+    def starts(self, group: int) -> tuple[int, np.ndarray]:
+        """(first session, start time of each session) of row group ``group``."""
+        table = self._file.read_row_group(group, columns=["session", "start"])
+        sessions = numbers(table.column("session"), np.int64)
+        first = np.flatnonzero(np.diff(sessions, prepend=sessions[0] - 1))
+        return int(sessions[0]), numbers(table.column("start"), np.float64, np.nan)[first]
+
+    @property
+    def num_groups(self) -> int:
+        return len(self._firsts) - 1
+
+    def rows(self, lo: int, hi: int) -> list[SessionRows]:
+        """The rows of sessions ``[lo, hi)``, one piece per row group they lie in."""
+        pieces = []
+        while lo < hi:
+            group = bisect_right(self._firsts, lo) - 1
+            rows = self._group(group)
+            end = min(hi, self._firsts[group + 1])
+            a, b = lo - rows.first, end - rows.first
+            r0, r1 = int(rows.bounds[a]), int(rows.bounds[b])
+            pieces.append(
+                SessionRows(
+                    lo,
+                    rows.bounds[a : b + 1] - r0,
+                    rows.start[r0:r1],
+                    rows.prompt_tokens[r0:r1],
+                    rows.output_tokens[r0:r1],
+                    None if rows.parents is None else rows.parents[r0:r1],
+                    None if rows.history is None else rows.history[r0:r1],
+                    rows.wait[r0:r1],
+                )
+            )
+            lo = end
+        return pieces
+
+    def _group(self, group: int) -> SessionRows:
+        rows = self._decoded.get(group)
+        if rows is None:
+            table = self._file.read_row_group(group)
+            sessions = numbers(table.column("session"), np.int64)
+            change = np.flatnonzero(np.diff(sessions)) + 1
+            bounds = np.concatenate([[0], change, [len(sessions)]]).astype(np.int64)
+            parents_col = table.column("parents").combine_chunks()
+            linked = len(parents_col.values) > 0
+            rows = SessionRows(
+                int(sessions[0]),
+                bounds,
+                numbers(table.column("start"), np.float64, np.nan),
+                numbers(table.column("prompt_tokens"), np.int64),
+                numbers(table.column("output_tokens"), np.int64),
+                [tuple(p) for p in parents_col.to_pylist()] if linked else None,
+                table.column("history").to_pylist() if linked else None,
+                numbers(table.column("wait"), np.float64),
+            )
+            if len(self._decoded) >= 2:
+                self._decoded.pop(next(iter(self._decoded)))
+            self._decoded[group] = rows
+        return rows
