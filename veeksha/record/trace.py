@@ -5,14 +5,16 @@ writer thread (``ResultWriter(..., trace=...)``) calls ``flush`` at every tick, 
 pending entries with msgspec in one batch and appends them with a single ``write`` call, so a
 killed process leaves whole lines only (all but the last second's).
 
-A line (``include_content`` adds the last three keys)::
+A line (``include_content`` adds ``messages``)::
 
     {"phase":"measured","session_id":3,"node_id":1,"request_id":17,"parents":[0],
      "history_parent":0,"wait_after_ready":0.8,"dispatched_at":12.5,
      "target_prompt_tokens":25,"requested_output_tokens":200,
      "messages":[["user","..."],["assistant","..."],["user","..."]]}
 
-``dispatched_at`` is seconds since the run's t0, as in requests.parquet.
+``dispatched_at`` is seconds since the run's t0, as in requests.parquet. The lengths are always
+written: they make the file a replayable trace (``flavor: timed_synthetic_session``,
+docs/traces.md).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ __all__ = ["TraceEntry", "TraceWriter", "read_trace"]
 
 
 class TraceEntry(msgspec.Struct, omit_defaults=True):
-    """One line of trace.jsonl; content fields are present only with ``include_content``."""
+    """One line of trace.jsonl; ``messages`` is present only with ``include_content``."""
 
     phase: str
     session_id: int
@@ -78,10 +80,10 @@ class TraceWriter:
             wait_after_ready=node.wait_after_ready_s,
             # (handed over ahead: when it was due to leave, its release time)
             dispatched_at=(max(item.dispatched_at_ns, item.not_before_ns) - self._t0_ns) / 1e9,
+            target_prompt_tokens=node.prompt_tokens,
+            requested_output_tokens=item.max_tokens,
         )
         if self.include_content:
-            entry.target_prompt_tokens = node.prompt_tokens
-            entry.requested_output_tokens = item.max_tokens
             entry.messages = item.messages
         return entry
 

@@ -638,7 +638,7 @@ class TraceRecorder(StrictModel):
 
     enabled: bool = Field(True, description="Write trace.jsonl.")
     include_content: bool = Field(
-        False, description="Also write prompt text, target tokens and history."
+        False, description="Also write the messages sent (prompt text and history)."
     )
 
 

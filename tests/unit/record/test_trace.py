@@ -36,6 +36,8 @@ def test_lines_without_content(tmp_path: Path) -> None:
             "history_parent": 0,
             "wait_after_ready": 0.25,
             "dispatched_at": 1.5,
+            "target_prompt_tokens": 20,
+            "requested_output_tokens": 3,
         },
         {
             "phase": "warmup",
@@ -46,6 +48,8 @@ def test_lines_without_content(tmp_path: Path) -> None:
             "history_parent": None,
             "wait_after_ready": 0.25,
             "dispatched_at": 0.25,
+            "target_prompt_tokens": 20,
+            "requested_output_tokens": 3,
         },
     ]
 

@@ -26,6 +26,7 @@ from veeksha.generate.traces.reader import TraceFileError
 from veeksha.generate.traces.request_log import RequestLogFlavor
 from veeksha.generate.traces.sessions import TraceSessions, TraceTimeline, window
 from veeksha.generate.traces.table import TraceTable
+from veeksha.generate.traces.timed_session import TimedSessionFlavor
 from veeksha.scenario import models
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
 #: flavor settings model → its implementation (the one place a flavor is added)
 FLAVORS: dict[type, type[TraceFlavor]] = {
     models.RequestLogFlavor: RequestLogFlavor,
+    models.TimedSyntheticSessionFlavor: TimedSessionFlavor,
 }
 
 

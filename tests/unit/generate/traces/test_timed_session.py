@@ -1,0 +1,134 @@
+"""The timed_synthetic_session flavor: DAGs from session_context, legacy chains, validation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.unit.generate.traces.helpers import trace_scenario, write_csv, write_jsonl
+from veeksha.generate.tokenizer import BuiltinTokenizer
+from veeksha.generate.traces import TraceFileError, open_trace
+
+TOK = BuiltinTokenizer()
+FLAVOR = "timed_synthetic_session"
+
+
+def row(session: Any, node: int, parents: list[int], history: int | None, **extra: Any) -> dict:
+    context = {
+        "node_id": node,
+        "parent_nodes": parents,
+        "history_parent": history,
+        "wait_after_ready": extra.pop("wait", 0.0),
+    }
+    return {
+        "session_id": session,
+        "new_input_length": extra.pop("new", 10 + node),
+        "output_length": extra.pop("out", 5),
+        "session_context": context,
+        **extra,
+    }
+
+
+def _sessions(path: Path) -> list:  # type: ignore[type-arg]
+    trace = open_trace(trace_scenario(path, FLAVOR))
+    sessions = trace.sessions(0, TOK)
+    return [sessions.session(i) for i in range(trace.prepared.sessions)]
+
+
+def test_a_dag_is_renumbered_in_topological_order(tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path / "t.jsonl",
+        [  # node ids 10, 30, 20: given out of order, renumbered 0, 1, 2 by readiness
+            row("s", 30, [10, 20], 20, wait=0.5, new=7),
+            row("s", 10, [], None, new=3),
+            row("s", 20, [10], 10, wait=1.5, new=5),
+        ],
+    )
+    (session,) = _sessions(path)
+    assert [n.prompt_tokens for n in session.nodes] == [3, 5, 7]
+    assert [n.parents for n in session.nodes] == [(), (0,), (0, 1)]
+    assert [n.history_parent for n in session.nodes] == [None, 0, 1]
+    assert [n.wait_after_ready_s for n in session.nodes] == [0.0, 1.5, 0.5]
+    assert session.children == [[1, 2], [2], []]
+
+
+def test_veeksha_trace_lines_are_a_valid_input(tmp_path: Path) -> None:
+    line = {"phase": "measured", "request_id": 9, "dispatched_at": 1.25}
+    path = write_jsonl(
+        tmp_path / "trace.jsonl",
+        [
+            {"session_id": 4, "node_id": 0, "parents": [], "history_parent": None,
+             "wait_after_ready": 0.0, "target_prompt_tokens": 12,
+             "requested_output_tokens": 3, **line},
+            {"session_id": 4, "node_id": 1, "parents": [0], "history_parent": 0,
+             "wait_after_ready": 0.75, "target_prompt_tokens": 8,
+             "requested_output_tokens": 6, **line},
+        ],
+    )  # fmt: skip
+    (session,) = _sessions(path)
+    assert [(n.parents, n.history_parent, n.wait_after_ready_s) for n in session.nodes] == [
+        ((), None, 0.0),
+        ((0,), 0, 0.75),
+    ]
+    assert [(n.prompt_tokens, n.max_tokens) for n in session.nodes] == [(12, 3), (8, 6)]
+
+
+def test_legacy_rows_form_a_chain_by_turn_index(tmp_path: Path) -> None:
+    path = write_csv(
+        tmp_path / "t.csv",
+        "session_id,turn_idx,input_length,new_input_length,output_length,"
+        "wait_after_previous_response_s",
+        ["a,1,50,20,5,2.5", "a,0,30,30,4,9", "b,0,7,7,1,"],
+    )
+    first, second = _sessions(path)
+    assert [n.prompt_tokens for n in first.nodes] == [30, 20]
+    assert [n.wait_after_ready_s for n in first.nodes] == [0.0, 2.5]
+    assert [n.history_parent for n in first.nodes] == [None, 0]
+    assert [n.prompt_tokens for n in second.nodes] == [7]
+
+
+def test_session_context_as_json_text_in_a_csv(tmp_path: Path) -> None:
+    context = (
+        '"{""node_id"": 1, ""parent_nodes"": [0], ""history_parent"": 0, ""wait_after_ready"": 2}"'
+    )
+    root = '"{""node_id"":0,""parent_nodes"":[],""history_parent"":null,""wait_after_ready"":0}"'
+    path = write_csv(
+        tmp_path / "t.csv",
+        "session_id,new_input_length,output_length,session_context",
+        [f"x,4,2,{root}", f"x,6,3,{context}"],
+    )
+    (session,) = _sessions(path)
+    assert [n.wait_after_ready_s for n in session.nodes] == [0.0, 2.0]
+
+
+@pytest.mark.parametrize(
+    ("rows", "expected"),
+    [
+        (
+            [row(1, 0, [], None), row(1, 0, [], None)],
+            ":2: node_id 0 appears twice in session 1 (first on line 1)",
+        ),
+        ([row(1, 0, [], None), row(1, 1, [7], 7)], ":2: node 1 has parent 7, which is not"),
+        ([row(1, 0, [], None), row(1, 1, [0], 3)], ":2: history_parent 3 of node 1 is not one"),
+        (
+            [row(1, 0, [], None), row(1, 1, [0, 2], 0), row(1, 2, [1], 1)],
+            ":2: node 1 is on a cycle",
+        ),
+        (
+            [row(1, 0, [], None), {"session_id": 1, "new_input_length": 3, "output_length": 1}],
+            ":2: some rows of this session give their topology",
+        ),
+        ([row(1, 0, [], None, wait=-1)], ":1: wait_after_ready = -1 must be 0 or more"),
+        ([{"session_id": 1, "output_length": 1}], ":1: no new_input_length (or input_length)"),
+    ],
+)
+def test_bad_topology_names_the_offending_row(
+    tmp_path: Path, rows: list[dict], expected: str
+) -> None:
+    path = write_jsonl(tmp_path / "t.jsonl", rows)
+    with pytest.raises(TraceFileError) as caught:
+        open_trace(trace_scenario(path, FLAVOR))
+    assert expected in str(caught.value), str(caught.value)
+    assert str(caught.value).startswith(str(path) + ":")

@@ -1,0 +1,316 @@
+"""The ``timed_synthetic_session`` flavor: sessions of any DAG, with think times.
+
+Columns: ``session_id`` (required), ``new_input_length`` (the new prompt tokens of the request;
+alias ``target_prompt_tokens``; without it, ``input_length`` is taken), ``output_length`` (alias
+``requested_output_tokens``), and the topology:
+
+* ``session_context``: ``{node_id, parent_nodes, history_parent, wait_after_ready}`` per row (a
+  JSON object; in CSV, its JSON text) giving any DAG; or the same keys at the top level of the
+  row, as veeksha's own trace.jsonl writes them (``node_id``, ``parents``, ``history_parent``,
+  ``wait_after_ready``), so a recorded run replays as itself;
+* legacy rows without either form a linear chat with history, ordered by ``turn_idx`` if given,
+  else by file order, with ``wait_after_previous_response_s`` as the think time.
+
+Optional ``timestamp`` (alias ``arrival_time``, or ``dispatched_at`` as in trace.jsonl):
+seconds; a session arrives at its earliest row.
+
+Checked per session, each error with the line of the offending row: a row with and a row
+without topology in one session, a node id given twice, a parent that is not a node of the
+session, a history parent that is not one of the node's parents, a negative think time, a
+cycle. Node ids need not be 0..n-1: nodes are renumbered in topological order (smallest id
+first among the ready ones, so veeksha's own ids are kept).
+
+Examples: docs/traces.md.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Any, ClassVar
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from veeksha.generate.traces.arrow import from_numpy, numbers
+from veeksha.generate.traces.flavor import TraceFlavor, check_lengths
+from veeksha.generate.traces.reader import LINE, Field
+
+__all__ = ["TimedSessionFlavor"]
+
+_NO_WAIT = float("nan")
+
+
+class TimedSessionFlavor(TraceFlavor):
+    """Rows of sessions with a DAG topology (see module doc)."""
+
+    name = "timed_synthetic_session"
+    fields: ClassVar = (
+        Field("session_id", str, required=True),
+        Field("new_input_length", int, aliases=("target_prompt_tokens",)),
+        Field("input_length", int),
+        Field("output_length", int, aliases=("requested_output_tokens",), required=True),
+        Field("session_context", object),
+        Field("node_id", int),
+        Field("parents", object, aliases=("parent_nodes",)),
+        Field("history_parent", int),
+        Field("wait_after_ready", float),
+        Field("turn_idx", int),
+        Field("wait_after_previous_response_s", float),
+        Field("timestamp", float, aliases=("arrival_time", "dispatched_at")),
+    )
+
+    def stage(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        prompt = pc.coalesce(batch.column("new_input_length"), batch.column("input_length"))
+        lines = numbers(batch.column(LINE), np.int64)
+        missing = np.flatnonzero(numbers(pc.is_null(prompt).cast(pa.int64()), np.int64))
+        if missing.size:
+            raise self.error(
+                int(lines[missing[0]]),
+                "no new_input_length (or input_length) in this row; every row needs one",
+            )
+        check_lengths(self, batch, ("new_input_length", "input_length", "output_length"))
+        contexts = batch.column("session_context").to_pylist()
+        top_nodes = batch.column("node_id").to_pylist()
+        top_parents = batch.column("parents").to_pylist()
+        top_history = batch.column("history_parent").to_pylist()
+        top_wait = batch.column("wait_after_ready").to_pylist()
+        nodes: list[int | None] = []
+        parents: list[str | None] = []
+        history: list[int | None] = []
+        waits: list[float | None] = []
+        for i, raw in enumerate(contexts):
+            line = int(lines[i])
+            if raw is not None:
+                context = self._context(raw, line)
+            elif top_nodes[i] is not None:
+                context = {
+                    "node_id": top_nodes[i],
+                    "parent_nodes": None if top_parents[i] is None else _json(top_parents[i]),
+                    "history_parent": top_history[i],
+                    "wait_after_ready": top_wait[i],
+                }
+            else:
+                nodes.append(None)
+                parents.append(None)
+                history.append(None)
+                waits.append(None)
+                continue
+            node, parent_list, hist, wait = self._topology(context, line)
+            nodes.append(node)
+            parents.append(msgspec.json.encode(parent_list).decode())
+            history.append(hist)
+            waits.append(wait)
+        legacy_wait = numbers(batch.column("wait_after_previous_response_s"), np.float64, 0.0)
+        if (legacy_wait < 0).any():
+            bad = int(np.flatnonzero(legacy_wait < 0)[0])
+            raise self.error(
+                int(lines[bad]), "wait_after_previous_response_s is negative; write 0 or more"
+            )
+        return pa.RecordBatch.from_arrays(
+            [
+                batch.column(LINE),
+                batch.column("session_id"),
+                pc.cast(batch.column("timestamp"), pa.float64()),
+                pc.cast(prompt, pa.int64()),
+                batch.column("output_length"),
+                pa.array(nodes, pa.int64()),
+                pa.array(parents, pa.string()),
+                pa.array(history, pa.int64()),
+                pa.array(waits, pa.float64()),
+                batch.column("turn_idx"),
+                from_numpy(legacy_wait),
+            ],
+            names=[
+                "line",
+                "group",
+                "ts",
+                "prompt_tokens",
+                "output_tokens",
+                "node",
+                "node_parents",
+                "node_history",
+                "node_wait",
+                "turn",
+                "turn_wait",
+            ],
+        )
+
+    # -------------------------------------------------------------------------- per row
+
+    def _context(self, raw: str, line: int) -> dict[str, Any]:
+        try:
+            value = msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            raise self.error(
+                line, f"session_context {raw[:40]!r} is not a JSON object; write one"
+            ) from None
+        if not isinstance(value, dict):
+            raise self.error(line, "session_context must be a JSON object")
+        missing = {"node_id", "parent_nodes"} - set(value)
+        if missing:
+            raise self.error(
+                line, f"session_context has no {', '.join(sorted(missing))}; add the key"
+            )
+        return value
+
+    def _topology(
+        self, context: dict[str, Any], line: int
+    ) -> tuple[int, list[int], int | None, float]:
+        node = _integer(context.get("node_id"))
+        if node is None:
+            raise self.error(line, f"node_id {context.get('node_id')!r} is not an integer")
+        raw_parents = context.get("parent_nodes")
+        if isinstance(raw_parents, str):
+            raw_parents = msgspec.json.decode(raw_parents)
+        raw_parents = raw_parents or []
+        if not isinstance(raw_parents, list):
+            raise self.error(line, "parent_nodes must be a list of node ids (or null)")
+        parent_list = [_integer(p) for p in raw_parents]
+        if any(p is None for p in parent_list):
+            raise self.error(line, f"parent_nodes {raw_parents!r} must be integers")
+        hist = context.get("history_parent")
+        history = None if hist is None else _integer(hist)
+        if hist is not None and history is None:
+            raise self.error(line, f"history_parent {hist!r} is not an integer")
+        wait_raw = context.get("wait_after_ready")
+        wait = 0.0 if wait_raw is None else float(wait_raw)
+        if math.isnan(wait) or wait < 0:
+            raise self.error(line, f"wait_after_ready = {wait_raw!r} must be 0 or more seconds")
+        return node, parent_list, history, wait  # type: ignore[return-value]
+
+    # --------------------------------------------------------------------------- per session
+
+    def link(self, session: pa.Table) -> pa.Table:
+        lines = session.column("line").to_pylist()
+        nodes = session.column("node").to_pylist()
+        with_context = [n is not None for n in nodes]
+        if any(with_context) and not all(with_context):
+            bad = with_context.index(not with_context[0])
+            raise self.error(
+                lines[bad],
+                "some rows of this session give their topology (session_context or node_id)"
+                " and others do not; give it on every row of a session or on none",
+            )
+        if not with_context[0]:
+            return self._linear(session)
+        parents = [msgspec.json.decode(p) for p in session.column("node_parents").to_pylist()]
+        history = session.column("node_history").to_pylist()
+        waits = session.column("node_wait").to_pylist()
+        row_of: dict[int, int] = {}
+        for r, node in enumerate(nodes):
+            if node in row_of:
+                raise self.error(
+                    lines[r],
+                    f"node_id {node} appears twice in session {session.column('group')[0]}"
+                    f" (first on line {lines[row_of[node]]}); give each node once",
+                )
+            row_of[node] = r
+        for r, node in enumerate(nodes):
+            for p in parents[r]:
+                if p not in row_of:
+                    raise self.error(
+                        lines[r],
+                        f"node {node} has parent {p}, which is not a node of its session;"
+                        " fix parent_nodes",
+                    )
+                if p == node:
+                    raise self.error(lines[r], f"node {node} is its own parent; fix parent_nodes")
+            if history[r] is not None and history[r] not in parents[r]:
+                raise self.error(
+                    lines[r],
+                    f"history_parent {history[r]} of node {node} is not one of its parent_nodes"
+                    f" {parents[r]}; add it to parent_nodes or fix history_parent",
+                )
+        order = self._topological(nodes, parents, lines)
+        local = {nodes[r]: i for i, r in enumerate(order)}
+        offsets = [0]
+        values: list[int] = []
+        for r in order:
+            values.extend(sorted(local[p] for p in parents[r]))
+            offsets.append(len(values))
+        ordered = session.take(from_numpy(np.asarray(order, dtype=np.int64)))
+        return self._linked(
+            ordered,
+            pa.ListArray.from_arrays(
+                from_numpy(np.asarray(offsets, dtype=np.int32)),
+                from_numpy(np.asarray(values, dtype=np.int32)),
+            ),
+            pa.array(
+                [None if history[r] is None else local[history[r]] for r in order], pa.int32()
+            ),
+            from_numpy(np.asarray([waits[r] for r in order], dtype=np.float64)),
+        )
+
+    def _topological(
+        self, nodes: list[int], parents: list[list[int]], lines: list[int]
+    ) -> list[int]:
+        """Rows in topological order, smallest node id first among the ready (Kahn)."""
+        row_of = {node: r for r, node in enumerate(nodes)}
+        waiting = [len(set(ps)) for ps in parents]
+        children: dict[int, list[int]] = {}
+        for r, ps in enumerate(parents):
+            for p in set(ps):
+                children.setdefault(row_of[p], []).append(r)
+        ready = [(nodes[r], r) for r in range(len(nodes)) if waiting[r] == 0]
+        heapq.heapify(ready)
+        order: list[int] = []
+        while ready:
+            _, r = heapq.heappop(ready)
+            order.append(r)
+            for c in children.get(r, ()):
+                waiting[c] -= 1
+                if waiting[c] == 0:
+                    heapq.heappush(ready, (nodes[c], c))
+        if len(order) < len(nodes):
+            stuck = min((r for r in range(len(nodes)) if waiting[r] > 0), key=lambda r: lines[r])
+            raise self.error(
+                lines[stuck],
+                f"node {nodes[stuck]} is on a cycle of parent_nodes; a session must be a DAG",
+            )
+        return order
+
+    def _linear(self, session: pa.Table) -> pa.Table:
+        turns = session.column("turn").to_pylist()
+        n = session.num_rows
+        order = list(range(n))
+        if any(t is not None for t in turns):
+            order.sort(key=lambda r: (turns[r] is None, turns[r] or 0))
+        ordered = session.take(from_numpy(np.asarray(order, dtype=np.int64)))
+        waits = numbers(ordered.column("turn_wait"), np.float64, 0.0)
+        waits[0] = 0.0
+        return self._linked(
+            ordered,
+            pa.ListArray.from_arrays(
+                from_numpy(np.asarray([0, *range(n)], dtype=np.int32)),
+                from_numpy(np.arange(n - 1, dtype=np.int32)),
+            ),
+            pa.array([None, *range(n - 1)], pa.int32()),
+            from_numpy(waits),
+        )
+
+    @staticmethod
+    def _linked(table: pa.Table, parents: pa.Array, history: pa.Array, wait: pa.Array) -> pa.Table:
+        return (
+            table.append_column("parents", parents)
+            .append_column("history", history)
+            .append_column("wait", wait)
+        )
+
+
+def _json(value: Any) -> Any:
+    return msgspec.json.decode(value) if isinstance(value, str) else value
+
+
+def _integer(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
