@@ -35,6 +35,9 @@ memory     RSS of the tree per 1,000 in-flight requests: one run whose concurren
            figure's method until 2026-11-25, two runs that open 10 and C streams at once, their
            difference scaled to 1,000: it adds what opening C streams in one instant leaves
            behind, and the few MB by which the main process' RSS differs between runs.
+trace      a 10,000,000-row request log replayed at its own timestamps: time to the first
+           request sent (cold: the trace converted first; warm: from its cache), rows/s, the
+           main process' peak RSS (``benchmarks/trace_replay.py``). Not in ``--quick``.
 
 Only startup and scale sample RSS (``run_veeksha(sample_rss=True)``): the other figures run with
 no thread of the harness awake beside veeksha, since a sampler on a worker's CPU delays its
@@ -63,8 +66,9 @@ import pyarrow.parquet as pq
 
 from benchmarks.harness import RunMeasure, Simulator, run_veeksha, scale_scenario, scenario
 from benchmarks.python_floor import run_floor, scale_sessions
+from benchmarks.trace_replay import fig_trace
 
-__all__ = ["FIGURES", "REPEATS", "Plan", "Sample"]
+__all__ = ["FIGURES", "REPEATS", "SLOW", "Plan", "Sample"]
 
 
 @dataclass(frozen=True)
@@ -389,7 +393,10 @@ def _is_worker(proc: Any) -> bool:
 
 
 #: Figures measured fewer times than ``--repeats`` asks (their one run is long).
-REPEATS: dict[str, int] = {"scale": 1}
+REPEATS: dict[str, int] = {"scale": 1, "trace": 1}
+
+#: Figures left out of ``--quick`` unless named (each takes well over a minute).
+SLOW: frozenset[str] = frozenset({"trace"})
 
 FIGURES: dict[str, Callable[[Plan, Simulator], Sample]] = {
     "startup": fig_startup,
@@ -400,4 +407,5 @@ FIGURES: dict[str, Callable[[Plan, Simulator], Sample]] = {
     "ttfc": fig_ttfc,
     "scale": fig_scale,
     "memory": fig_memory,
+    "trace": fig_trace,
 }

@@ -63,13 +63,14 @@ class OpenTrace:
     hi: int
     wrap: bool
     speedup: float | None  # set when the arrivals come from the trace
+    span_s: float = 0.0  # trace seconds from the window's first start to its last
 
     def sessions(self, seed: int, tokenizer: TokenizerLike) -> TraceSessions:
         return TraceSessions(self.table, self.lo, self.hi, self.wrap, seed, tokenizer)
 
     def timeline(self) -> TraceTimeline:
         assert self.speedup is not None
-        return TraceTimeline(self.table, self.lo, self.hi, self.speedup, self.wrap)
+        return TraceTimeline(self.table, self.lo, self.hi, self.span_s, self.speedup, self.wrap)
 
     def summary(self) -> dict[str, object]:
         """What summary.json says of the trace."""
@@ -109,7 +110,7 @@ def open_trace(scenario: models.Scenario) -> OpenTrace:
     table = TraceTable(prepared)
     scheduler = scenario.traffic_scheduler
     speedup = None
-    lo, hi = 0, prepared.sessions
+    lo, hi, span = 0, prepared.sessions, 0.0
     if isinstance(scheduler, models.TraceScheduler):
         if not prepared.has_timestamps:
             raise TraceFileError(
@@ -125,7 +126,8 @@ def open_trace(scenario: models.Scenario) -> OpenTrace:
                 "this row arrives before the row above it; sort the trace by its timestamps",
             )
         speedup = scheduler.speedup
-        lo, hi = window(table, scheduler.start_offset, scheduler.max_duration)
+        lo, hi, first, last = window(table, scheduler.start_offset, scheduler.max_duration)
+        span = last - first
         if hi <= lo:
             raise TraceFileError(
                 path,
@@ -133,4 +135,4 @@ def open_trace(scenario: models.Scenario) -> OpenTrace:
                 f"no session starts within start_offset {scheduler.start_offset:g} s and"
                 f" max_duration {scheduler.max_duration} s of the first arrival; widen them",
             )
-    return OpenTrace(prepared, table, lo, hi, generator.wrap_mode, speedup)
+    return OpenTrace(prepared, table, lo, hi, generator.wrap_mode, speedup, span)

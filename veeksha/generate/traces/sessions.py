@@ -44,50 +44,48 @@ _CACHED_PIECES = 4
 _NEVER_S = 1e6  # gap after the last session of a trace that does not wrap (~12 days)
 
 
-def window(table: TraceTable, start_offset: float, max_duration: float | None) -> tuple[int, int]:
+def window(
+    table: TraceTable, start_offset: float, max_duration: float | None
+) -> tuple[int, int, float, float]:
     """Sessions ``[lo, hi)`` starting within ``[t + start_offset, t + start_offset +
-    max_duration)`` of the first start ``t`` (trace seconds)."""
+    max_duration)`` of the first start ``t`` (trace seconds), and the first and last of their
+    starts. Reads the start column once when a window is asked for (not otherwise)."""
+    prepared = table.prepared
+    first_all = prepared.first_start or 0.0
     if start_offset <= 0 and max_duration is None:
-        return 0, table.sessions
+        return 0, table.sessions, first_all, prepared.last_start or first_all
+    begin = first_all + start_offset
+    end = np.inf if max_duration is None else begin + max_duration
     lo = hi = None
-    origin = None
+    first = last = begin
     for group in range(table.num_groups):
-        first, starts = table.starts(group)
-        if origin is None:
-            origin = float(starts[0])
-        begin = origin + start_offset
-        end = np.inf if max_duration is None else begin + max_duration
-        if lo is None:
-            hits = np.flatnonzero(starts >= begin)
-            if hits.size:
-                lo = first + int(hits[0])
-        if lo is not None:
-            past = np.flatnonzero(starts >= end)
-            if past.size:
-                hi = first + int(past[0])
-                break
-    if lo is None:
-        return 0, 0
-    return lo, table.sessions if hi is None else max(lo, hi)
+        offset, starts = table.starts(group)
+        inside = np.flatnonzero((starts >= begin) & (starts < end))
+        if inside.size:
+            if lo is None:
+                lo, first = offset + int(inside[0]), float(starts[inside[0]])
+            hi, last = offset + int(inside[-1]) + 1, float(starts[inside[-1]])
+        elif lo is not None and starts.size and starts[0] >= end:
+            break
+    if lo is None or hi is None:
+        return 0, 0, begin, begin
+    return lo, hi, first, last
 
 
 class TraceTimeline:
     """Gaps between consecutive session arrivals, in seconds, for ``RateArrivals`` (whose first
     session arrives at t0 without a gap)."""
 
-    def __init__(self, table: TraceTable, lo: int, hi: int, speedup: float, wrap: bool) -> None:
+    def __init__(
+        self, table: TraceTable, lo: int, hi: int, span_s: float, speedup: float, wrap: bool
+    ) -> None:
         self._table = table
         self.lo, self.hi = lo, hi
+        self.span_s = span_s
         self.speedup = speedup
         self._scale = 1.0 / speedup
         self._wrap = wrap
-        first: float | None = None
-        last: float | None = None
-        for chunk in self._pass_starts():
-            if chunk.size:
-                first = float(chunk[0]) if first is None else first
-                last = float(chunk[-1])
-        span = 0.0 if first is None or last is None else last - first
+        span = span_s
         count = hi - lo
         self.pass_gap_s = (span / (count - 1) if count > 1 and span > 0 else 1.0) * self._scale
         self._chunks = self._gap_chunks()
@@ -136,7 +134,7 @@ class TraceTimeline:
         """Planned arrival offsets (s after t0) of the first ``n`` sessions (a fresh copy)."""
         if n <= 0:
             return np.empty(0)
-        fresh = TraceTimeline(self._table, self.lo, self.hi, self.speedup, self._wrap)
+        fresh = TraceTimeline(self._table, self.lo, self.hi, self.span_s, self.speedup, self._wrap)
         return np.concatenate([[0.0], np.cumsum(fresh.sample(n - 1))])
 
 
