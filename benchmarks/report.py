@@ -41,8 +41,8 @@ TARGETS = (
     Target("scale", "sessions_per_s", "scale: linear sessions/s (dry run)", "sess/s", 50000, False),
     Target("scale", "peak_main_rss_mb", "scale: main-process peak RSS", "MB", 300, True),
     Target("memory", "rss_mb_per_1000", "RSS per 1,000 in-flight requests", "MB", 10, True),
-    Target("trace", "cold_first_send_s", "trace: first request sent, 10M rows, cold", "s", 5, True),
-    Target("trace", "warm_first_send_s", "trace: first request sent, 10M rows, cached", "s", 5, True),
+    Target("trace", "cold_first_send_s", "trace: first request sent, 10M, cold", "s", 5, True),
+    Target("trace", "warm_first_send_s", "trace: first request sent, 10M, cached", "s", 5, True),
     Target("trace", "cold_peak_main_rss_mb", "trace: main-process peak RSS", "MB", 300, True),
 )
 
