@@ -24,9 +24,9 @@ from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from veeksha.generate.traces.arrow import mask as arrow_mask
+from veeksha.generate.traces.arrow import numbers
 from veeksha.generate.traces.reader import LINE, Field, TraceFileError
 
 __all__ = ["LINKED", "STAGED", "TraceFlavor", "check_lengths", "first_bad"]
@@ -101,10 +101,11 @@ def check_lengths(flavor: TraceFlavor, batch: pa.RecordBatch, names: Sequence[st
     """Raise for the first negative value of the named integer columns of ``batch``."""
     for name in names:
         column = batch.column(name)
-        bad = first_bad(pc.less(column, 0))
-        if bad is not None:
+        values = numbers(column, np.int64)
+        if values.size and values.min() < 0:
+            bad = int(np.flatnonzero(values < 0)[0])
             line = batch.column(LINE)[bad].as_py()
-            value = column[bad].as_py()
             raise flavor.error(
-                line, f"{name} = {value} is negative; token counts must be 0 or more"
+                line,
+                f"{name} = {int(values[bad])} is negative; token counts must be 0 or more",
             )

@@ -43,24 +43,29 @@ from veeksha.generate.traces.arrow import from_bools, from_numpy, mask, numbers
 from veeksha.generate.traces.flavor import STAGED, TraceFlavor
 from veeksha.generate.traces.reader import TraceFileError, read_batches
 
-__all__ = ["CACHE_VERSION", "CANONICAL", "PreparedTrace", "prepare_file"]
+__all__ = ["CACHE_VERSION", "CANONICAL", "ROOTS_ONLY", "PreparedTrace", "prepare_file"]
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 ROW_GROUP_ROWS = 65_536
 _SHOWN_LINES = 10
 _META_KEY = b"veeksha.trace"
 
-CANONICAL = pa.schema(
+#: The columns of every trace; a trace of one-request sessions stops here (every row a root).
+ROOTS_ONLY = pa.schema(
     [
         ("session", pa.int64()),
         ("line", pa.int64()),
         ("start", pa.float64()),
         ("prompt_tokens", pa.int32()),
         ("output_tokens", pa.int32()),
-        ("parents", pa.list_(pa.int32())),
-        ("history", pa.int32()),
-        ("wait", pa.float64()),
     ]
+)
+#: Grouped traces add each node's parents (indices within its session), history parent and
+#: think time.
+CANONICAL = (
+    ROOTS_ONLY.append(pa.field("parents", pa.list_(pa.int32())))
+    .append(pa.field("history", pa.int32()))
+    .append(pa.field("wait", pa.float64()))
 )
 
 
@@ -137,7 +142,12 @@ def prepare_file(source: Path, flavor: TraceFlavor, flavor_settings: str) -> Pre
         os.close(fd)
         try:
             prepared = _convert(source, flavor, Path(tmp), str(path))
+            os.chmod(tmp, 0o644)  # (mkstemp makes it private; it is a copy of a readable trace)
             os.replace(tmp, path)
+            for stale in path.parent.glob(f".{source.name}.*.veeksha.parquet"):
+                if stale != path:  # an earlier version of this trace (or of its settings)
+                    with contextlib.suppress(OSError):
+                        stale.unlink()
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
@@ -174,7 +184,7 @@ def _convert(source: Path, flavor: TraceFlavor, tmp: Path, cache: str) -> Prepar
     # statistics only where they are read: ~2.5x faster to write than pyarrow's defaults
     with pq.ParquetWriter(
         tmp,
-        CANONICAL,
+        CANONICAL if grouped else ROOTS_ONLY,
         use_dictionary=False,
         write_statistics=["session"],
         column_encoding={"session": "DELTA_BINARY_PACKED", "line": "DELTA_BINARY_PACKED"},
@@ -262,9 +272,6 @@ def _ungrouped(
                     info.first_start = float(ts[0])
                 info.last_start = float(ts[-1])
             sessions = np.arange(info.sessions, info.sessions + n, dtype=np.int64)
-            empty = pa.ListArray.from_arrays(
-                from_numpy(np.zeros(n + 1, dtype=np.int32)), from_numpy(np.zeros(0, dtype=np.int32))
-            )
             table = pa.Table.from_arrays(
                 [
                     from_numpy(sessions),
@@ -272,11 +279,8 @@ def _ungrouped(
                     from_numpy(ts),
                     pc.cast(batch.column("prompt_tokens"), pa.int32()),
                     pc.cast(batch.column("output_tokens"), pa.int32()),
-                    empty,
-                    pa.nulls(n, pa.int32()),
-                    from_numpy(np.zeros(n)),
                 ],
-                schema=CANONICAL,
+                schema=ROOTS_ONLY,
             )
             info.sessions += n
             info.rows += n

@@ -84,17 +84,17 @@ class TraceTable:
             sessions = numbers(table.column("session"), np.int64)
             change = np.flatnonzero(np.diff(sessions)) + 1
             bounds = np.concatenate([[0], change, [len(sessions)]]).astype(np.int64)
-            parents_col = table.column("parents").combine_chunks()
-            linked = len(parents_col.values) > 0
+            linked = "parents" in table.column_names
+            parents_col = table.column("parents").combine_chunks() if linked else None
             rows = SessionRows(
                 int(sessions[0]),
                 bounds,
                 numbers(table.column("start"), np.float64, np.nan),
                 numbers(table.column("prompt_tokens"), np.int64),
                 numbers(table.column("output_tokens"), np.int64),
-                [tuple(p) for p in parents_col.to_pylist()] if linked else None,
+                None if parents_col is None else [tuple(p) for p in parents_col.to_pylist()],
                 table.column("history").to_pylist() if linked else None,
-                numbers(table.column("wait"), np.float64),
+                numbers(table.column("wait"), np.float64) if linked else np.zeros(len(sessions)),
             )
             if len(self._decoded) >= 2:
                 self._decoded.pop(next(iter(self._decoded)))
