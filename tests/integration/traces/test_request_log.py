@@ -118,3 +118,55 @@ def test_a_bad_trace_exits_2_with_file_and_line_and_no_run_folder(
     for needle in needles:
         assert needle in result.stderr, result.stderr
     assert not out.exists() or not any(out.iterdir())
+
+
+def _lengths_run(
+    tmp_path: Path, sim: SimulatorProcess, name: str, scheduler: str, runtime: str, wrap: bool
+) -> pd.DataFrame:
+    trace = tmp_path / "five.csv"
+    trace.write_text("input_length,output_length\n" + "".join(f"{i},{i}\n" for i in range(3, 8)))
+    text = f"""
+seed: 5
+traffic_scheduler: {scheduler}
+session_generator: {{type: trace, trace_file: {trace}, flavor: request_log, wrap_mode: {wrap}}}
+client: {{api_base: {sim.base_url}, model: veeksha-sim}}
+runtime: {runtime}
+"""
+    run_dir = tmp_path / name
+    outcome = run_scenario(load_scenario_text(text, "t.yaml"), run_dir, quiet=True, plots=False)
+    assert outcome.stop_reason == "completed"
+    return pd.read_parquet(run_dir / "requests.parquet").sort_values("session_id")
+
+
+def test_wrap_replays_the_trace_again_reshuffled_with_fresh_ids(
+    tmp_path: Path, fast_simulator: SimulatorProcess
+) -> None:
+    requests = _lengths_run(
+        tmp_path,
+        fast_simulator,
+        "wrap",
+        "{type: rate, interval_generator: {type: fixed, interval: 0.002}}",
+        "{max_sessions: 15, num_workers: 1}",
+        wrap=True,
+    )
+    assert list(requests.session_id) == list(range(15))
+    lengths = list(requests.target_prompt_tokens)
+    assert lengths[:5] == [3, 4, 5, 6, 7]  # the first pass in file order
+    for k in (5, 10):
+        assert sorted(lengths[k : k + 5]) == [3, 4, 5, 6, 7]  # each pass: all the rows again
+    assert lengths[5:10] != [3, 4, 5, 6, 7] or lengths[10:] != [3, 4, 5, 6, 7]
+
+
+def test_without_wrap_the_run_ends_with_the_trace(
+    tmp_path: Path, fast_simulator: SimulatorProcess
+) -> None:
+    requests = _lengths_run(
+        tmp_path,
+        fast_simulator,
+        "nowrap",
+        "{type: concurrent, target_concurrent_sessions: 2, rampup_seconds: 0}",
+        "{max_sessions: 100, num_workers: 1}",
+        wrap=False,
+    )
+    assert list(requests.target_prompt_tokens) == [3, 4, 5, 6, 7]
+    assert (requests.status == "ok").all()
