@@ -121,6 +121,8 @@ def prepare_file(source: Path, flavor: TraceFlavor, flavor_settings: str) -> Pre
     """The canonical table of ``source`` read as ``flavor`` (cached; see module doc)."""
     try:
         key = cache_key(source, flavor_settings)
+        if source.is_dir():
+            raise IsADirectoryError(21, "is a folder, not a trace file")
     except OSError as exc:
         raise TraceFileError(
             source, None, f"cannot read the trace: {exc.strerror or exc}; check trace_file"

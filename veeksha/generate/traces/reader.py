@@ -109,15 +109,12 @@ def read_batches(path: Path, fields: Sequence[Field]) -> Iterator[pa.RecordBatch
     the wrong type or a required field missing from the header (CSV) or from a row (JSON).
     """
     try:
+        if path.is_dir():
+            raise TraceFileError(path, None, "is a folder, not a trace file; check trace_file")
         size = path.stat().st_size
-    except OSError as exc:
-        raise TraceFileError(
-            path, None, f"cannot read the trace: {exc.strerror or exc}; check trace_file"
-        ) from None
-    if size == 0 or not _first_byte(path):
-        raise TraceFileError(path, None, "the trace file is empty; give a file with rows")
-    fmt = detect_format(path)
-    try:
+        if size == 0 or not _first_byte(path):
+            raise TraceFileError(path, None, "the trace file is empty; give a file with rows")
+        fmt = detect_format(path)
         if fmt == "csv":
             yield from _csv_batches(path, fields)
         else:
@@ -125,6 +122,10 @@ def read_batches(path: Path, fields: Sequence[Field]) -> Iterator[pa.RecordBatch
     except OSError as exc:
         raise TraceFileError(
             path, None, f"cannot read the trace: {exc.strerror or exc}; check trace_file"
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise TraceFileError(
+            path, None, f"not UTF-8 text ({exc.reason}); give a CSV or JSON lines file"
         ) from None
 
 

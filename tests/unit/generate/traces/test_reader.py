@@ -114,3 +114,7 @@ def test_session_id_on_some_rows_only_is_refused(tmp_path: Path) -> None:
         ],
     )
     assert ":2: this row has no session_id" in _error(path)
+
+
+def test_a_folder_is_not_a_trace(tmp_path: Path) -> None:
+    assert "is a folder, not a trace file" in _error(tmp_path)
