@@ -78,9 +78,16 @@ def test_a_request_log_replays_its_chats_lengths_and_arrival_times(
     assert planned == pytest.approx([(t - starts[0]) / SPEEDUP for t in starts], abs=1e-6)
     health = json.loads((run_dir / "health.json").read_text())
     checks = {c["name"]: c for c in health["checks"]}
-    for name in ("dispatch_rate", "arrival_distribution", "prompt_length", "output_length"):
-        assert checks[name]["status"] != "FAIL", checks[name]
-    assert checks["arrival_distribution"]["status"] == "PASS"
+    for name in ("prompt_length", "output_length"):
+        assert checks[name]["status"] == "PASS", checks[name]
+    # the arrival checks are judged against the trace (their verdicts depend on the machine's
+    # load: only what does not is asserted)
+    timeline = checks["arrival_distribution"]["statistics"]
+    assert timeline["sessions"] == 8
+    assert timeline["max_planned_deviation_s"] < 1e-6
+    rate = checks["dispatch_rate"]["statistics"]
+    expected_rate = 7 / ((starts[-1] - starts[0]) / SPEEDUP)
+    assert rate["trace_rate"] == pytest.approx(expected_rate)
     # the unservable row is reported, not dropped silently
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["run"]["trace"]["unservable_rows"] == 1

@@ -119,6 +119,13 @@ def open_trace(scenario: models.Scenario) -> OpenTrace:
                 "traffic_scheduler type 'trace' needs arrival times, and this trace has none;"
                 " add a timestamp column (docs/traces.md) or use type 'rate'",
             )
+        if prepared.untimed_line is not None:
+            raise TraceFileError(
+                path,
+                prepared.untimed_line,
+                "this session has no timestamp, and traffic_scheduler type 'trace' needs one"
+                " for every session; give every row a timestamp (or use type 'rate')",
+            )
         if prepared.unsorted_line is not None:
             raise TraceFileError(
                 path,

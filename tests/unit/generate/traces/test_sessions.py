@@ -105,3 +105,34 @@ def test_the_trace_scheduler_needs_sorted_timestamps(tmp_path: Path) -> None:
     )
     with pytest.raises(Exception, match=r"s.csv:4: this row arrives before the row above"):
         _timed(unsorted)
+
+
+def test_grouped_chats_span_row_groups_and_drop_unservable_sessions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(prepare, "ROW_GROUP_ROWS", 7)
+    rows = [f"{i % 13},{i},{1 + i % 5},{(i % 40) and 2}" for i in range(120)]  # row 0, 40, 80: 0
+    path = write_csv(tmp_path / "t.csv", "session_id,timestamp,input_length,output_length", rows)
+    trace = open_trace(trace_scenario(path))
+    prepared = trace.prepared
+    assert trace.table.num_groups > 5
+    # sessions 0, 1 and 2 (mod 13) hold the rows with output 0: not replayed, counted
+    assert prepared.sessions == 10
+    assert prepared.unservable_sessions == 3
+    assert prepared.unservable_lines == [2, 42, 82]
+    assert prepared.unservable_rows == sum(1 for i in range(120) if i % 13 in (0, 1, 2))
+    sessions = trace.sessions(0, TOK)
+    for k in range(10):
+        session = sessions.session(k)
+        sid = k + 3  # in order of arrival: session_id 3, 4, ...
+        expected = [1 + i % 5 for i in range(120) if i % 13 == sid]
+        assert [n.prompt_tokens for n in session.nodes] == expected
+        assert [n.parents for n in session.nodes] == [()] + [(j,) for j in range(len(expected) - 1)]
+
+
+def test_the_trace_scheduler_needs_a_timestamp_on_every_session(tmp_path: Path) -> None:
+    path = write_csv(
+        tmp_path / "t.csv", "timestamp,input_length,output_length", ["1,1,1", ",1,1", "2,1,1"]
+    )
+    with pytest.raises(Exception, match=r"t.csv:3: this session has no timestamp"):
+        _timed(path)
