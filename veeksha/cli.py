@@ -130,6 +130,14 @@ def _load(path: str | Path, overrides: Sequence[str]) -> Scenario:
     return scenario
 
 
+def _check_trace(scenario: Scenario) -> None:
+    """Read and check a trace scenario's trace (and cache it); raises ``TraceFileError``."""
+    if scenario.session_generator.type == "trace":
+        from veeksha.generate.traces import open_trace
+
+        open_trace(scenario)
+
+
 def _split_run_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
     """Separate positional arguments from veeksha-style ``--key.path VALUE`` pairs."""
     positional: list[str] = []
@@ -153,10 +161,7 @@ def _run(ctx: click.Context, path: str, overrides: Sequence[str], options: RunOp
     scenario = _load(path, overrides)
     if options.output_dir is not None:
         scenario = scenario.model_copy(update={"output_dir": str(options.output_dir)})
-    if scenario.session_generator.type == "trace":  # a bad trace: exit 2 before any folder
-        from veeksha.generate.traces import open_trace
-
-        open_trace(scenario)
+    _check_trace(scenario)  # a bad trace: exit 2 before any folder exists
     run_dir = create_run_folder(scenario.output_dir, scenario)
     write_config(run_dir, scenario)
     if not options.quiet:
@@ -226,13 +231,17 @@ def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
 def validate(files: tuple[Path, ...], overrides: tuple[str, ...]) -> None:
     """Check scenario FILEs; print every problem as file:line:col: key: message.
 
-    Exits 0 when all are valid, 2 when any is not.
+    A trace scenario's trace file is read and checked too (file:line: message). Exits 0 when
+    all are valid, 2 when any is not.
     """
+    from veeksha.errors import ConfigurationError
+
     failed = False
     for path in files:
         try:
-            _load(path, overrides)
-        except ScenarioError as exc:
+            scenario = _load(path, overrides)
+            _check_trace(scenario)
+        except (ScenarioError, ConfigurationError) as exc:
             _report(exc)
             failed = True
         else:

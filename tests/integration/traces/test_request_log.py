@@ -125,6 +125,10 @@ def test_a_bad_trace_exits_2_with_file_and_line_and_no_run_folder(
     for needle in needles:
         assert needle in result.stderr, result.stderr
     assert not out.exists() or not any(out.iterdir())
+    checked = CliRunner().invoke(main, ["validate", str(scenario)], env={"CI": "true"})
+    assert checked.exit_code == 2, checked.output
+    for needle in needles:
+        assert needle in checked.stderr, checked.stderr
 
 
 def _lengths_run(
