@@ -34,6 +34,7 @@ def test_schema_declares_draft_2020_12_and_discriminators() -> None:
     assert [b["$ref"].rsplit("/", 1)[-1] for b in scheduler["oneOf"]] == [
         "RateScheduler",
         "ConcurrentScheduler",
+        "TraceScheduler",
     ]
     # leaving type out selects the default kind; the others must name themselves
     assert "required" not in scheduler["oneOf"][0]
@@ -70,7 +71,7 @@ def _check_jsonschema(*files: Path) -> subprocess.CompletedProcess[str]:
 
 def test_samples_validate_with_check_jsonschema() -> None:
     files = [*SCENARIOS, *UPSTREAM_SAMPLES]
-    assert len(SCENARIOS) == 5
+    assert len(SCENARIOS) == 6
     done = _check_jsonschema(*files)
     assert done.returncode == 0, done.stdout + done.stderr
 
