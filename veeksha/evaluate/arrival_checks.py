@@ -155,7 +155,7 @@ def _arrival_distribution(data: HealthInput) -> Outcome:
 
 DISPATCH_RATE = HealthCheck(
     "dispatch_rate",
-    "observed session arrival rate vs the configured rate (rate traffic)",
+    "observed session arrival rate vs the configured rate (rate traffic; trace: the trace's)",
     _dispatch_rate,
 )
 ARRIVAL_DISTRIBUTION = HealthCheck(
