@@ -16,12 +16,13 @@ generator.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
 from veeksha.generate.tokenizer import TokenizerLike
 from veeksha.generate.traces.flavor import TraceFlavor
-from veeksha.generate.traces.prepare import PreparedTrace, prepare_file
+from veeksha.generate.traces.prepare import PreparedTrace, prepare_file, read_meta
 from veeksha.generate.traces.reader import TraceFileError
 from veeksha.generate.traces.request_log import RequestLogFlavor
 from veeksha.generate.traces.sessions import TraceSessions, TraceTimeline, window
@@ -97,6 +98,15 @@ class OpenTrace:
         return text
 
 
+@functools.lru_cache(maxsize=4)
+def _window(
+    cache: str, start_offset: float, max_duration: float | None
+) -> tuple[int, int, float, float]:
+    """``window`` of a prepared trace, kept: ``veeksha run`` opens the trace twice (the check
+    before the run folder, then the run), and a window reads every start time."""
+    return window(TraceTable(read_meta(cache)), start_offset, max_duration)
+
+
 def open_trace(scenario: models.Scenario) -> OpenTrace:
     """Prepare (or reuse) the scenario's trace and choose the replayed window.
 
@@ -133,7 +143,9 @@ def open_trace(scenario: models.Scenario) -> OpenTrace:
                 "this row arrives before the row above it; sort the trace by its timestamps",
             )
         speedup = scheduler.speedup
-        lo, hi, first, last = window(table, scheduler.start_offset, scheduler.max_duration)
+        lo, hi, first, last = _window(
+            prepared.cache, scheduler.start_offset, scheduler.max_duration
+        )
         span = last - first
         if hi <= lo:
             raise TraceFileError(
