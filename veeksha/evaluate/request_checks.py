@@ -7,10 +7,7 @@ never completed) must be 0. Lateness = dispatched_at − earliest (roots: dispat
 FAIL also when any request is later than ``late_threshold_s``. A parent whose row is missing (a
 killed run loses its last rows) is counted as ``parents_missing``, not as a violation.
 
-``prompt_length``: |prompt_tokens_new − target_prompt_tokens| ≤ ``prompt_length_tolerance`` for
-every measured request. When the server reports usage, the roots' server prompt counts are
-checked as well, after removing their median offset from the target (the chat template's
-constant overhead): |server − target − median offset| ≤ tolerance.
+``prompt_length``: in ``veeksha.evaluate.prompt_length`` (re-exported here).
 
 ``output_length``: |output_tokens − requested_output_tokens| ≤ ``output_length_tolerance`` for
 every measured ok request.
@@ -26,6 +23,7 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
+from veeksha.evaluate.prompt_length import PROMPT_LENGTH, deviation_stats
 from veeksha.evaluate.stats import (
     Floats,
     column,
@@ -152,41 +150,6 @@ def _dependencies(data: HealthInput) -> Outcome:
     return Outcome(FAIL if failed else PASS, detail, statistics)
 
 
-def _deviation_stats(deviation: Floats, tolerance: int) -> dict[str, Any]:
-    return {
-        "requests": int(deviation.size),
-        "outside_tolerance": int((np.abs(deviation) > tolerance).sum()),
-        "mean_deviation": float(deviation.mean()),
-        "max_abs_deviation": float(np.abs(deviation).max()),
-    }
-
-
-def _prompt_length(data: HealthInput) -> Outcome:
-    table = data.measured
-    tol = data.thresholds.prompt_length_tolerance
-    deviation = column(table, "prompt_tokens_new")
-    deviation -= column(table, "target_prompt_tokens")
-    deviation = deviation[~np.isnan(deviation)]
-    if deviation.size == 0:
-        return Outcome(SKIP, "no measured request with prompt token counts", {})
-    statistics = {"tolerance": tol, **_deviation_stats(deviation, tol)}
-    del deviation
-    outside = statistics["outside_tolerance"]
-    server_rows = column(table, "usage_reported") > 0
-    server_rows &= integers(pc.list_value_length(table.column("parents"))) == 0  # roots
-    server = column(table, "prompt_tokens_total")
-    server -= column(table, "target_prompt_tokens")
-    server_rows &= ~np.isnan(server)
-    server = server[server_rows]
-    if server.size:
-        offset = float(np.median(server))
-        statistics["server"] = {"template_offset": offset, **_deviation_stats(server - offset, tol)}
-        outside += statistics["server"]["outside_tolerance"]
-    detail = f"{outside} request(s) off target by more than {tol} tokens"
-    detail += f" (max {statistics['max_abs_deviation']:.0f})"
-    return Outcome(FAIL if outside else PASS, detail, statistics)
-
-
 def _output_length(data: HealthInput) -> Outcome:
     table = data.measured
     tol = data.thresholds.output_length_tolerance
@@ -195,7 +158,7 @@ def _output_length(data: HealthInput) -> Outcome:
     deviation = deviation[ok & ~np.isnan(deviation)]
     if deviation.size == 0:
         return Outcome(SKIP, "no measured ok request with output token counts", {})
-    statistics = {"tolerance": tol, **_deviation_stats(deviation, tol)}
+    statistics = {"tolerance": tol, **deviation_stats(deviation, tol)}
     outside = statistics["outside_tolerance"]
     detail = f"{outside} ok request(s) off the requested length by more than {tol} tokens"
     return Outcome(FAIL if outside else PASS, detail, statistics)
@@ -205,9 +168,6 @@ DEPENDENCIES = HealthCheck(
     "dependencies",
     "no request dispatched before max(parents' completed_at) + wait_after_ready, none too late",
     _dependencies,
-)
-PROMPT_LENGTH = HealthCheck(
-    "prompt_length", "actual vs target new prompt tokens within tolerance", _prompt_length
 )
 OUTPUT_LENGTH = HealthCheck(
     "output_length", "actual vs requested output tokens within tolerance", _output_length

@@ -18,6 +18,7 @@ from veeksha.generate.tokenizer import (
     default_tokenize_endpoint,
     make_tokenizer,
 )
+from veeksha.generate.server_tokenizer import PROBE_TEXT
 from veeksha.scenario.models import BuiltinTokenizer as BuiltinConfig
 from veeksha.scenario.models import HfTokenizer as HfConfig
 from veeksha.scenario.models import ServerTokenizer as ServerConfig
@@ -72,7 +73,7 @@ async def _with_server(check: Callable[[str], Any]) -> tuple[Any, list[dict[str,
     async def tokenize(request: web.Request) -> web.Response:
         body = await request.json()
         seen.append(body)
-        tokens = builtin.encode(body["prompt"])
+        tokens = builtin.encode(body["prompt"])  # (the vLLM shape only)
         return web.json_response({"tokens": tokens, "count": len(tokens), "max_model_len": 99})
 
     async def detokenize(request: web.Request) -> web.Response:
@@ -110,7 +111,9 @@ def test_server_tokenizer_counts_encodes_decodes() -> None:
     assert count == 4
     assert ids == BuiltinTokenizer().encode("ba be bi")
     assert text == "ba be bi"
-    assert seen[0] == {"model": "my-model", "prompt": "ba be bi"}
+    # the first call finds the request shape (vLLM's) with the probe text
+    assert seen[0] == {"model": "my-model", "prompt": PROBE_TEXT, "add_special_tokens": False}
+    assert seen[1] == {"model": "my-model", "prompt": "ba be bi", "add_special_tokens": False}
     assert seen[-1] == {"model": "my-model", "tokens": ids}
 
 

@@ -1,0 +1,116 @@
+"""The ``prompt_length`` health check: were prompts as long as intended, in whose count?
+
+Up to three comparisons, each judged against ``prompt_length_tolerance`` (tokens) on its own:
+
+``client count vs target``
+    every measured request: ``prompt_tokens_new - target_prompt_tokens`` (veeksha's tokenizer;
+    prompts built from a vocabulary, builtin or a calibrated server's, count their target).
+``server /tokenize vs target``
+    with a calibrated server tokenizer: a seeded sample of up to 32 sent prompts' new parts,
+    tokenized by the server after the run (``veeksha.engine.prompt_check``), less its
+    overhead, minus the target. From ``summary.json`` → ``run.server_tokenizer.verification``.
+``server usage vs expected``
+    the roots that the server reported usage for: ``prompt_tokens_total - target``, less the
+    median of those (the chat template's constant overhead). Roots only: a later turn's total
+    also holds each earlier turn's template tokens and its answer as the server re-tokenizes it.
+
+The detail names every comparison made, failing ones first, each with its own count and
+maximum, e.g. ``server usage vs expected: 8 of 10 off by more than 15 tokens (max 37); client
+count vs target: 0 of 30 (max 0)``. FAIL when any comparison has a request outside the
+tolerance; SKIP when no comparison has data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+
+from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
+from veeksha.evaluate.stats import Floats, column, integers
+
+__all__ = ["PROMPT_LENGTH", "deviation_stats"]
+
+CLIENT = "client count vs target"
+SERVER_TOKENIZE = "server /tokenize vs target"
+SERVER_USAGE = "server usage vs expected"
+
+
+def deviation_stats(deviation: Floats, tolerance: int) -> dict[str, Any]:
+    return {
+        "requests": int(deviation.size),
+        "outside_tolerance": int((np.abs(deviation) > tolerance).sum()),
+        "mean_deviation": float(deviation.mean()),
+        "max_abs_deviation": float(np.abs(deviation).max()),
+    }
+
+
+def _server_usage(data: HealthInput) -> Floats:
+    table = data.measured
+    rows = column(table, "usage_reported") > 0
+    rows &= integers(pc.list_value_length(table.column("parents"))) == 0  # roots
+    server = column(table, "prompt_tokens_total")
+    server -= column(table, "target_prompt_tokens")
+    rows &= ~np.isnan(server)
+    return server[rows]
+
+
+def _server_tokenize(data: HealthInput) -> tuple[Floats, str | None]:
+    info = data.run_info.get("server_tokenizer")
+    verification = info.get("verification") if isinstance(info, dict) else None
+    if not isinstance(verification, dict):
+        return np.empty(0), None
+    deviations = np.asarray(verification.get("deviations") or [], dtype=np.float64)
+    error = verification.get("error")
+    return deviations, str(error) if error else None
+
+
+def _describe(name: str, stats: dict[str, Any], tolerance: int) -> str:
+    outside, total = stats["outside_tolerance"], stats["requests"]
+    text = f"{name}: {outside} of {total}"
+    if outside:
+        text += f" off by more than {tolerance} tokens"
+    return text + f" (max {stats['max_abs_deviation']:.0f})"
+
+
+def _prompt_length(data: HealthInput) -> Outcome:
+    tol = data.thresholds.prompt_length_tolerance
+    statistics: dict[str, Any] = {"tolerance": tol}
+    parts: list[tuple[str, dict[str, Any]]] = []
+    client = column(data.measured, "prompt_tokens_new")
+    client -= column(data.measured, "target_prompt_tokens")
+    client = client[~np.isnan(client)]
+    if client.size:
+        stats = deviation_stats(client, tol)
+        statistics.update(stats)  # (top level: the client comparison, as before)
+        parts.append((CLIENT, stats))
+    del client
+    sampled, error = _server_tokenize(data)
+    if sampled.size:
+        stats = deviation_stats(sampled, tol)
+        statistics["server_tokenize"] = stats
+        parts.append((SERVER_TOKENIZE, stats))
+    if error:
+        statistics["server_tokenize_error"] = error
+    usage = _server_usage(data)
+    if usage.size:
+        offset = float(np.median(usage))
+        stats = deviation_stats(usage - offset, tol)
+        statistics["server"] = {"template_offset": offset, **stats}
+        parts.append((SERVER_USAGE, stats))
+    if not parts:
+        return Outcome(SKIP, "no measured request with prompt token counts", statistics)
+    parts.sort(key=lambda part: part[1]["outside_tolerance"] == 0)  # failing ones first
+    failed = any(stats["outside_tolerance"] for _, stats in parts)
+    detail = "; ".join(_describe(name, stats, tol) for name, stats in parts)
+    if error:
+        detail += f"; {SERVER_TOKENIZE}: not checked ({error})"
+    return Outcome(FAIL if failed else PASS, detail, statistics)
+
+
+PROMPT_LENGTH = HealthCheck(
+    "prompt_length",
+    "new prompt tokens vs target: client count, server /tokenize sample, server usage",
+    _prompt_length,
+)
