@@ -125,7 +125,7 @@ class ServerTokenizer:
         """Try the vLLM shape, then the llama.cpp one; returns the probe's ids."""
         answer = self._send(self.endpoint, self._tokenize_body(PROBE_TEXT, "vllm"))
         tokens = _nonempty_tokens(answer)
-        if tokens is None and (answer.ok or answer.status in (400, 422)):
+        if tokens is None and (answer.status in (400, 422) or _json_object(answer)):
             answer = self._send(self.endpoint, self._tokenize_body(PROBE_TEXT, "llama_cpp"))
             tokens = _nonempty_tokens(answer)
             if tokens is not None:
@@ -184,6 +184,14 @@ class ServerTokenizer:
                 f"server tokenizer: POST {url} answered no JSON object ({text!r}). {_FIX}"
             )
         return data
+
+
+def _json_object(answer: Answer) -> bool:
+    """Whether ``answer`` is a 2xx with a JSON object (another shape may be the right one)."""
+    try:
+        return answer.ok and isinstance(answer.json(), dict)
+    except ValueError:
+        return False
 
 
 def _nonempty_tokens(answer: Answer) -> list[int] | None:

@@ -115,8 +115,8 @@ class FaultConfig(BaseModel):
     )
     tokenize_mismatch: bool = Field(
         False,
-        description="/tokenize and /detokenize use the other tokenizer than the usage counts "
-        "(builtin ↔ subword): a server whose tokenize endpoint disagrees with its usage.",
+        description="/tokenize and /detokenize use another tokenizer than the usage counts "
+        "(subword for builtin, else builtin): a tokenize endpoint that disagrees with usage.",
     )
 
     @model_validator(mode="after")
@@ -149,10 +149,11 @@ class SimulatorConfig(BaseModel):
     model: str = Field("veeksha-sim", min_length=1, description="Model name the simulator serves.")
     processes: int = Field(1, ge=1, description="Server processes (SO_REUSEPORT).")
     seed: int = Field(0, ge=0, description="Seed of output text, output lengths and faults.")
-    tokenizer: Literal["builtin", "subword"] = Field(
+    tokenizer: Literal["builtin", "subword", "bytes"] = Field(
         "builtin",
-        description="Counts prompts and answers: builtin (veeksha's, one token a word) or "
-        "subword (its own: words split into syllable tokens, unlike builtin).",
+        description="Counts prompts and answers: builtin (veeksha's, one token a word), "
+        "subword (its own: words split into syllable tokens, unlike builtin) or bytes (one "
+        "token a byte; answers still count one a word).",
     )
     tokenize_api: Literal["vllm", "llama_cpp"] = Field(
         "vllm",

@@ -23,7 +23,7 @@ from veeksha.simulator.engine import BatchEngine, EngineParams, PrefixCache
 from veeksha.simulator.faults import Fault, FaultPicker
 from veeksha.simulator.generation import Generation
 from veeksha.simulator.http import HttpConnection, Request, response_head
-from veeksha.simulator.subword import SubwordTokenizer, subword_tokenizer
+from veeksha.simulator.subword import ByteTokenizer, SubwordTokenizer, subword_tokenizer
 from veeksha.simulator.timing import Driver, EngineDriver, FixedDriver
 from veeksha.simulator.wire import (
     ApiError,
@@ -82,7 +82,7 @@ class SimServer:
         self.t0_ns = time.monotonic_ns() if t0_ns is None else t0_ns
         self.stats = Stats()
         self.encode = msgspec.json.Encoder().encode
-        self.tokenizer: BuiltinTokenizer | SubwordTokenizer = BuiltinTokenizer()
+        self.tokenizer: BuiltinTokenizer | SubwordTokenizer | ByteTokenizer = BuiltinTokenizer()
         self._prompt_tokens: Tokenize | None = None  # None: the builtin tokenizer's words
         if config.tokenizer == "subword":
             subword = subword_tokenizer()
@@ -93,8 +93,13 @@ class SimServer:
             )
         else:
             self.text = OutputText(config.seed, str(process_index))
+            if config.tokenizer == "bytes":
+                self.tokenizer = ByteTokenizer()
+                self._prompt_tokens = self.tokenizer.encode
         # what /tokenize and /detokenize use: the usage's tokenizer, unless a fault swaps it
-        self.endpoint_tokenizer: BuiltinTokenizer | SubwordTokenizer = self.tokenizer
+        self.endpoint_tokenizer: BuiltinTokenizer | SubwordTokenizer | ByteTokenizer = (
+            self.tokenizer
+        )
         if config.faults.tokenize_mismatch:
             builtin = config.tokenizer == "builtin"
             self.endpoint_tokenizer = subword_tokenizer() if builtin else BuiltinTokenizer()

@@ -31,7 +31,7 @@ from string import ascii_lowercase
 
 from veeksha.generate.tokenizer import BUILTIN_VOCAB
 
-__all__ = ["SubwordTokenizer", "subword_tokenizer"]
+__all__ = ["ByteTokenizer", "SubwordTokenizer", "subword_tokenizer"]
 
 _PIECES = re.compile(r" ?[a-z]+| ?[^\sa-z]+|\s+(?!\S)|\s+")
 
@@ -110,3 +110,19 @@ class SubwordTokenizer:
 def subword_tokenizer() -> SubwordTokenizer:
     """The one shared instance (its tables are built once per process)."""
     return SubwordTokenizer()
+
+
+class ByteTokenizer:
+    """Every UTF-8 byte is one token (ids 0-255), as in byte-level models without merges: no
+    word of two letters or more is one token, so a vocabulary cannot be calibrated on it."""
+
+    name = "bytes"
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode())
+
+    def count(self, text: str) -> int:
+        return len(text.encode())
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", "replace")
