@@ -102,7 +102,7 @@ def test_prompts_are_exact_in_the_servers_tokens_and_nothing_waits_for_it(tmp_pa
 
 
 def test_builtin_prompts_fail_prompt_length_on_the_servers_usage(tmp_path: Path) -> None:
-    _, requests, checks = _run(tmp_path, "builtin", tokenizer="builtin")
+    _, _, checks = _run(tmp_path, "builtin", tokenizer="builtin")
     check = checks["prompt_length"]
     assert check["status"] == "FAIL"
     # the failing comparison leads the detail, with its own maximum; the client's passes
@@ -114,7 +114,7 @@ def test_builtin_prompts_fail_prompt_length_on_the_servers_usage(tmp_path: Path)
 
 def test_the_llama_cpp_shape_is_found_and_used(tmp_path: Path) -> None:
     llama = "{tokenizer: subword, tokenize_api: llama_cpp}"
-    run_dir, requests, checks = _run(tmp_path, "llama", simulator=llama)
+    run_dir, _, checks = _run(tmp_path, "llama", simulator=llama)
     assert "answers in the llama_cpp shape" in _log(run_dir)
     assert checks["prompt_length"]["status"] == "PASS", checks["prompt_length"]
     assert "server /tokenize vs target: 0 of 32" in checks["prompt_length"]["detail"]

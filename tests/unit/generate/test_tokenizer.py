@@ -11,6 +11,7 @@ import pytest
 from aiohttp import web
 
 from veeksha.errors import ConfigurationError, TargetError
+from veeksha.generate.server_tokenizer import PROBE_TEXT
 from veeksha.generate.tokenizer import (
     BuiltinTokenizer,
     HfTokenizerAdapter,
@@ -18,7 +19,6 @@ from veeksha.generate.tokenizer import (
     default_tokenize_endpoint,
     make_tokenizer,
 )
-from veeksha.generate.server_tokenizer import PROBE_TEXT
 from veeksha.scenario.models import BuiltinTokenizer as BuiltinConfig
 from veeksha.scenario.models import HfTokenizer as HfConfig
 from veeksha.scenario.models import ServerTokenizer as ServerConfig
