@@ -211,6 +211,28 @@ def test_prompt_length_uses_the_servers_count() -> None:
     assert result.statistics["server"]["outside_tolerance"] == 1
 
 
+def test_prompt_length_names_each_comparison_with_its_own_maximum() -> None:
+    rows = [request(i, prompt_new=100, target_prompt=100, prompt_total=100) for i in range(4)]
+    info = {"server_tokenizer": {"verification": {"sampled": 3, "deviations": [0, 40, -2]}}}
+    result = PROMPT_LENGTH(_input(rows, run_info=info))
+    assert result.status == FAIL
+    assert result.detail == (
+        "server /tokenize vs target: 1 of 3 off by more than 15 tokens (max 40); "
+        "client count vs target: 0 of 4 (max 0); server usage vs expected: 0 of 4 (max 0)"
+    )
+    assert result.statistics["server_tokenize"]["outside_tolerance"] == 1
+    assert result.statistics["max_abs_deviation"] == 0  # (the client's, as before)
+
+
+def test_prompt_length_says_when_the_server_could_not_be_asked() -> None:
+    rows = [request(i, prompt_new=100, target_prompt=100) for i in range(2)]
+    info = {"server_tokenizer": {"verification": {"deviations": [], "error": "POST x: reset"}}}
+    result = PROMPT_LENGTH(_input(rows, run_info=info))
+    assert result.status == PASS
+    assert result.detail.endswith("server /tokenize vs target: not checked (POST x: reset)")
+    assert result.statistics["server_tokenize_error"] == "POST x: reset"
+
+
 def test_output_length() -> None:
     rows = [
         request(0, output_tokens=100, requested=100),
