@@ -11,8 +11,12 @@ Up to three comparisons, each judged against ``prompt_length_tolerance`` (tokens
     overhead, minus the target. From ``summary.json`` → ``run.server_tokenizer.verification``.
 ``server usage vs expected``
     the roots that the server reported usage for: ``prompt_tokens_total - target``, less the
-    median of those (the chat template's constant overhead). Roots only: a later turn's total
-    also holds each earlier turn's template tokens and its answer as the server re-tokenizes it.
+    median of those (the chat template's constant overhead); and each history child whose
+    parent was answered, both with usage: ``total - (parent's total + parent's output +
+    target)``, less the median of those (the template tokens of the turn's two new messages,
+    constant per turn). Holds where the template adds the same tokens to every message and the
+    server re-tokenizes an answer to as many tokens as it generated (the simulator does, to
+    the token; a real server within a token or two, well inside the tolerance).
 
 The detail names every comparison made, failing ones first, each with its own count and
 maximum, e.g. ``server usage vs expected: 8 of 10 off by more than 15 tokens (max 37); client
@@ -25,10 +29,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
+from numpy.typing import NDArray
 
 from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
-from veeksha.evaluate.stats import Floats, column, integers
+from veeksha.evaluate.stats import Floats, column, first_rows, int_column, integers, status_is
 
 __all__ = ["PROMPT_LENGTH", "deviation_stats"]
 
@@ -54,6 +60,38 @@ def _server_usage(data: HealthInput) -> Floats:
     server -= column(table, "target_prompt_tokens")
     rows &= ~np.isnan(server)
     return server[rows]
+
+
+def _server_usage_turns(data: HealthInput) -> Floats:
+    """Per history child whose parent was answered with usage (both rows' usage reported):
+    its server total − (its parent's server total + the parent's output + its target)."""
+    table = data.measured
+    history = column(table, "history_parent")
+    children = np.flatnonzero(~np.isnan(history))
+    if children.size == 0:
+        return np.empty(0)
+    node = int_column(table, "node_id")
+    session = int_column(table, "session_id")
+    width = int(max(node.max(initial=0), np.nanmax(history))) + 1
+    keys = session * width + node
+    parents = first_rows(keys, session[children] * width + history[children].astype(np.int64))
+    del keys, node, session, history
+    found = parents < table.num_rows
+    children, parents = children[found], parents[found]
+    usage = column(table, "usage_reported") > 0
+    answered = status_is(table, "ok") if isinstance(table, pa.Table) else _ok(table)
+    valid = usage[children] & usage[parents] & answered[parents]
+    del usage, answered
+    total = column(table, "prompt_tokens_total")
+    turn = total[children] - total[parents]
+    del total
+    turn -= column(table, "output_tokens")[parents]
+    turn -= column(table, "target_prompt_tokens")[children]
+    return turn[valid & ~np.isnan(turn)]
+
+
+def _ok(table: Any) -> NDArray[np.bool_]:
+    return np.asarray(pc.equal(table.column("status"), "ok").to_numpy(zero_copy_only=False))
 
 
 def _server_tokenize(data: HealthInput) -> tuple[Floats, str | None]:
@@ -93,11 +131,19 @@ def _prompt_length(data: HealthInput) -> Outcome:
         parts.append((SERVER_TOKENIZE, stats))
     if error:
         statistics["server_tokenize_error"] = error
-    usage = _server_usage(data)
-    if usage.size:
-        offset = float(np.median(usage))
-        stats = deviation_stats(usage - offset, tol)
-        statistics["server"] = {"template_offset": offset, **stats}
+    roots, turns = _server_usage(data), _server_usage_turns(data)
+    if roots.size or turns.size:
+        root_offset = float(np.median(roots)) if roots.size else None
+        turn_offset = float(np.median(turns)) if turns.size else None
+        usage = np.concatenate([roots - (root_offset or 0.0), turns - (turn_offset or 0.0)])
+        stats = deviation_stats(usage, tol)
+        statistics["server"] = {
+            "template_offset": root_offset,
+            "turn_offset": turn_offset,
+            "roots": int(roots.size),
+            "turns": int(turns.size),
+            **stats,
+        }
         parts.append((SERVER_USAGE, stats))
     if not parts:
         return Outcome(SKIP, "no measured request with prompt token counts", statistics)

@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from numpy.typing import NDArray
 
 from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
 from veeksha.evaluate.prompt_length import PROMPT_LENGTH, deviation_stats
@@ -28,6 +27,7 @@ from veeksha.evaluate.stats import (
     Floats,
     column,
     describe,
+    first_rows,
     int_column,
     integers,
     status_is,
@@ -65,7 +65,7 @@ def dependency_lateness(requests: pa.Table) -> tuple[Floats, dict[str, int]]:
     del session
     edge_keys += parent_nodes
     del parent_nodes
-    parent_row = _parent_rows(keys, edge_keys)
+    parent_row = first_rows(keys, edge_keys)
     del keys, edge_keys
     found = parent_row < n
     parent_done = column(requests, "completed_at")
@@ -104,33 +104,6 @@ def dependency_lateness(requests: pa.Table) -> tuple[Floats, dict[str, int]]:
     lateness = np.subtract(dispatched, earliest, out=dispatched)
     del earliest
     return lateness[~np.isnan(lateness)], counts
-
-
-#: Keys below this many times the rows are looked up in a table indexed by key (no sort): an
-#: int32 table of at most 8 bytes a row.
-_DIRECT_KEYS_PER_ROW = 2
-
-
-def _parent_rows(keys: NDArray[np.int64], edge_keys: NDArray[np.int64]) -> NDArray[np.integer]:
-    """For each of ``edge_keys``, the first row whose key it is; ``keys.size`` when none is.
-
-    Session and node ids are small counters, so the keys usually span a few times the rows: a
-    table indexed by key answers without sorting (and with less memory than the sort's index
-    arrays); other keys (negative, sparse) are sorted and searched.
-    """
-    n = keys.size
-    low = min(keys.min(initial=0), edge_keys.min(initial=0))
-    high = max(keys.max(initial=0), edge_keys.max(initial=0))
-    if low >= 0 and high < _DIRECT_KEYS_PER_ROW * max(n, 1) and n < np.iinfo(np.int32).max:
-        table = np.full(int(high) + 1, n, dtype=np.int32)
-        np.minimum.at(table, keys, np.arange(n, dtype=np.int32))
-        return table[edge_keys]
-    order = np.argsort(keys, kind="stable")
-    sorted_keys = keys[order]
-    at = np.minimum(np.searchsorted(sorted_keys, edge_keys), max(n - 1, 0))
-    found = sorted_keys[at] == edge_keys
-    del sorted_keys
-    return np.where(found, order[at], n)
 
 
 def _dependencies(data: HealthInput) -> Outcome:

@@ -61,7 +61,6 @@ EVALUATION_COLUMNS: tuple[str, ...] = tuple(
     if name
     not in {
         "request_id",
-        "history_parent",
         "model",
         "chunk_times",
         "shared_prefix_tokens",
