@@ -21,13 +21,15 @@ Calls (``calibrate``), each a whole ``/tokenize`` or ``/detokenize`` exchange:
 
 1. ``tokenize("")`` (the overhead), ``tokenize(separator)`` until one is a single token,
    ``detokenize([separator])`` (its text as the server writes it back);
-2. ``tokenize(sep + " " + " ".join(candidates))``: the ids of every candidate in mid form;
-3. ``detokenize(id_1, sep, id_2, sep, …)``: split on the separator's text, each token's text;
-   walking the candidates along those texts gives the words that took exactly one token;
-4. **additivity**: ``tokenize`` of the kept words in a seeded random order must count one token
-   a word; a group that does not is halved and each half retried, down to single words, which
-   are dropped (2·log2(n) calls per offender); after a drop the rest is verified again in
-   another order (at most 3 rounds);
+2. ``tokenize(sep + " " + " ".join(batch))``: the ids of every candidate in mid form, in
+   batches of ``BATCH_WORDS`` (512) so no text exceeds a model's context;
+3. ``detokenize(id_1, sep, id_2, sep, …)`` of each batch: split on the separator's text, each
+   token's text; walking the candidates along those texts gives the words that took exactly
+   one token;
+4. **additivity**: ``tokenize`` of the kept words in a seeded random order, a batch at a time,
+   must count one token a word; a group that does not is halved and each half retried, down to
+   single words, which are dropped (2·log2(n) calls per offender); after a drop the rest is
+   verified again in another order (at most 3 rounds);
 5. **lead words**: up to ``LEAD_TRIES`` kept words, one call each, until ``LEAD_WORDS`` are one
    token at the start of a text (and after a ``"\\n"``, how the completions API joins turns).
 
@@ -56,6 +58,7 @@ from veeksha.errors import ConfigurationError
 from veeksha.generate.tokenizer import BUILTIN_VOCAB, Vocabulary
 
 __all__ = [
+    "BATCH_WORDS",
     "CACHE_ENV",
     "LEAD_TRIES",
     "LEAD_WORDS",
@@ -70,6 +73,9 @@ __all__ = [
 ]
 
 MIN_WORDS = 64
+#: Candidates per call: a text of 512 words is at most ~1,500 tokens, within any model's context
+#: (vLLM refuses to tokenize a text longer than the model's max_model_len).
+BATCH_WORDS = 512
 LEAD_WORDS = 16
 LEAD_TRIES = 48
 SEPARATORS = ("\n", "|", "#")
@@ -154,27 +160,34 @@ def calibrate(
     """The calibrated vocabulary of ``tokenizer`` (a server's; see the module docstring)."""
     server = _Counter(tokenizer)
     sep_id, sep_text, sep_written = _separator(server)
-    # 2-3: every candidate in mid form, then each token's text
-    ids = server.ids(f"{sep_text} " + " ".join(candidates))
-    if not ids or ids[0] != sep_id:
-        raise _too_few("the separator did not stay one token before the words")
-    ids = ids[1:]
-    interleaved: list[int] = []
-    for token in ids:
-        interleaved += (token, sep_id)
-    texts = [t.strip() for t in server.decode(interleaved[:-1]).split(sep_written)]
-    if len(texts) != len(ids):
-        raise _too_few(
-            f"its /detokenize gave {len(texts)} texts for {len(ids)} tokens between separators"
-        )
-    single = _single_token_words(candidates, ids, texts)
+    # 2-3: every candidate in mid form, then each token's text (a batch at a time)
+    single: dict[str, int] = {}
+    for start in range(0, len(candidates), BATCH_WORDS):
+        batch = candidates[start : start + BATCH_WORDS]
+        ids = server.ids(f"{sep_text} " + " ".join(batch))
+        if not ids or ids[0] != sep_id:
+            raise _too_few("the separator did not stay one token before the words")
+        ids = ids[1:]
+        interleaved: list[int] = []
+        for token in ids:
+            interleaved += (token, sep_id)
+        texts = [t.strip() for t in server.decode(interleaved[:-1]).split(sep_written)]
+        if len(texts) != len(ids):
+            raise _too_few(
+                f"its /detokenize gave {len(texts)} texts for {len(ids)} tokens between separators"
+            )
+        single.update(_single_token_words(batch, ids, texts, set(single.values())))
     # 4: additivity, in a seeded random order (again after dropping offenders: a word may
     # have hidden another's)
     order = list(single)
     rng = random.Random(_VERIFY_SEED)
     for _ in range(_VERIFY_ROUNDS):
         rng.shuffle(order)
-        additive = _additive(server, sep_text, order)
+        additive = [
+            word
+            for start in range(0, len(order), BATCH_WORDS)
+            for word in _additive(server, sep_text, order[start : start + BATCH_WORDS])
+        ]
         if len(additive) == len(order):
             break
         order = additive
@@ -224,11 +237,11 @@ def _separator(server: _Counter) -> tuple[int, str, str]:
 
 
 def _single_token_words(
-    candidates: Sequence[str], ids: Sequence[int], texts: Sequence[str]
+    candidates: Sequence[str], ids: Sequence[int], texts: Sequence[str], seen_ids: set[int]
 ) -> dict[str, int]:
-    """The candidates that took exactly one token (its id), walking the tokens' texts."""
+    """The candidates that took exactly one token (its id, not among ``seen_ids``), walking
+    the tokens' texts."""
     single: dict[str, int] = {}
-    seen_ids: set[int] = set()
     k = 0
     for word in candidates:
         start, acc = k, ""

@@ -192,11 +192,11 @@ def test_a_server_tokenizer_redirected_elsewhere_is_not_followed(tmp_path: Path)
 def test_a_server_tokenizer_that_breaks_after_set_up_never_touches_the_traffic(
     tmp_path: Path,
 ) -> None:
-    """/tokenize answers the calibration at set-up (23 calls on this server's builtin
+    """/tokenize answers the calibration at set-up (52 calls on this server's builtin
     tokenizer), then answers garbage: the traffic never calls it, so every request is sent and
     answered and the run ends normally (exit 0); the check after the run, whose sample meets
     the broken endpoint, says it could not be made instead of failing the run."""
-    with HostileServer(FAULTS, tmp_path, where="tokenize", fault="not_http", after=30) as server:
+    with HostileServer(FAULTS, tmp_path, where="tokenize", fault="not_http", after=60) as server:
         run = hostile_run(
             tmp_path,
             hostile_scenario(
@@ -210,7 +210,7 @@ def test_a_server_tokenizer_that_breaks_after_set_up_never_touches_the_traffic(
     assert run.audit.kinds() == {("ok", ""): 300}
     assert run.audit.metadata["stop_reason"] == "completed"
     calls = [r for r in received if r["path"] == "/tokenize"]
-    assert len(calls) == 31  # 30 answered, the 31st broken: the client asks no more
+    assert len(calls) == 61  # 60 answered, the 61st broken: the client asks no more
     assert run.run_dir is not None
     health = json.loads((run.run_dir / "health.json").read_text())
     (check,) = [c for c in health["checks"] if c["name"] == "prompt_length"]
