@@ -114,7 +114,7 @@ def render(out: dict[str, Any], repeats: int) -> str:
     lines.append(
         f"- one block of 256 sessions (default scenario): {out['block_builtin_s'] * 1000:.1f} ms "
         f"CPU with builtin prompts, {out['block_server_s'] * 1000:.1f} ms with the calibrated "
-        "vocabulary (its lead words: one string copy a body)"
+        "vocabulary (lead words at every 16th corpus word: no work a body)"
     )
     return "\n".join(lines) + "\n"
 

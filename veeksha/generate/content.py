@@ -20,8 +20,10 @@ Vocabulary:
   tokens of its body are the prefix's first tokens (``shared_prefix_tokens``). Non-root nodes
   never use it (their history already differs).
 * **lead word**: when the vocabulary names the words that are one token at a text's start
-  (``Vocabulary.lead``), every body and the shared prefix open with one of them (the body's
-  first word replaced by ``lead[head offset % len(lead)]``: no extra draw).
+  (``Vocabulary.lead``), every body and the shared prefix open with one of them: every
+  ``LEAD_STRIDE``-th corpus word is a lead word (the drawn word ``w`` replaced by
+  ``lead[w % len(lead)]``) and body windows start at those positions only (the drawn offset
+  rounded down), so bodies stay O(1) slices (and two roots start alike ≈ 1 in 2^34).
 
 With a vocabulary (builtin, calibrated server) every body has exactly its target count, by
 construction. With a tokenizer without one (hf) the words are re-counted and the body trimmed or
@@ -46,10 +48,11 @@ from veeksha.generate.tokenizer import (
 )
 from veeksha.scenario.models import TextChannel
 
-__all__ = ["CORPUS_WORDS", "HEAD_WORDS", "PromptBuilder", "random_words"]
+__all__ = ["CORPUS_WORDS", "HEAD_WORDS", "LEAD_STRIDE", "PromptBuilder", "random_words"]
 
 CORPUS_WORDS = 1 << 19
 HEAD_WORDS = 4
+LEAD_STRIDE = 16
 _PREFIX_CHUNK = 4096
 _FIT_ROUNDS = 8
 
@@ -80,6 +83,10 @@ def _corpus(seed: int, vocab: Vocabulary) -> tuple[str, NDArray[np.int64]]:
     words = vocab.words
     rng = RandomStreams(seed).stream("content", "corpus")
     idx = rng.integers(0, len(words), CORPUS_WORDS)
+    if vocab.lead:
+        position = {word: i for i, word in enumerate(words)}
+        leads = np.array([position[word] for word in vocab.lead], dtype=np.int64)
+        idx[::LEAD_STRIDE] = leads[idx[::LEAD_STRIDE] % len(leads)]
     half = " ".join(itemgetter(*idx.tolist())(words))
     lengths = (np.fromiter(map(len, words), np.int64, len(words)) + 1)[idx]
     starts = np.zeros(2 * len(lengths) + 1, dtype=np.int64)
@@ -165,6 +172,8 @@ class PromptBuilder:
         np.minimum(head, CORPUS_WORDS, out=head)
         tail = rest - head
         a = (u[1] * CORPUS_WORDS).astype(np.int64)
+        if self._lead:  # a body opens with a lead word (one token at a text's start)
+            a -= a % LEAD_STRIDE
         starts = self._starts
         text = self._text
         texts = [
@@ -174,13 +183,6 @@ class PromptBuilder:
         for i in np.flatnonzero(tail).tolist():
             offset = int(u[2, i] * CORPUS_WORDS)
             texts[i] = f"{texts[i]} {self._window(offset, int(tail[i]))}"
-        lead = self._lead
-        if lead:  # each body opens with a word that is one token at a text's start
-            for i, (body, offset) in enumerate(zip(texts, a.tolist(), strict=True)):
-                if body:
-                    space = body.find(" ")
-                    first = lead[offset % len(lead)]
-                    texts[i] = first if space < 0 else first + body[space:]
         shared = prefix_tokens.tolist()
         for i in np.flatnonzero(prefix_tokens).tolist():
             prefix = self.shared_prefix(shared[i])
