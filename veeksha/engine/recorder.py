@@ -13,7 +13,7 @@ from typing import Any
 from veeksha.dispatch.messages import Result, WorkItem
 from veeksha.engine.loop import InFlight
 from veeksha.errors import RunAbortedError, VeekshaError
-from veeksha.generate.tokenizer import BuiltinTokenizer, TokenizerLike
+from veeksha.generate.tokenizer import TokenizerLike
 from veeksha.record.parquet import ResultWriter
 from veeksha.record.trace import TraceWriter
 from veeksha.schedule.session_state import NodeState, SessionState
@@ -46,9 +46,12 @@ class RunRecorder:
         self._trace = trace
         self._on_row = on_row
         self._on_error = on_error
-        # The builtin tokenizer's prompts have exactly their target length (one token per word,
-        # built word by word), so its count of the new prompt part is the target: not recounted.
-        self._exact_prompts = isinstance(tokenizer, BuiltinTokenizer)
+        # Prompts built from a tokenizer's vocabulary (builtin, a calibrated server's) have
+        # exactly their target length, one token a word: their count is the target, not redone.
+        self._exact_prompts = getattr(tokenizer, "vocabulary", None) is not None
+        # A calibrated server tokenizer counts no text locally and the server is never called
+        # here: an answer without usage is counted by its content chunks (record/numbers.py).
+        self._counter = self._count if getattr(tokenizer, "counts_text", True) else None
 
     def dispatched(self, request: InFlight, item: WorkItem) -> None:
         if self._trace is not None:
@@ -61,8 +64,11 @@ class RunRecorder:
         node = session.spec.nodes[request.node_id]
         # veeksha's own count of the new prompt part (and of the output, lacking the server's)
         new_tokens = node.prompt_tokens if self._exact_prompts else self._count(node.prompt)
+        counter = self._counter
         output_tokens = (
-            None if result.completion_tokens is not None else self._count(result.output_text)
+            None
+            if result.completion_tokens is not None or counter is None
+            else counter(result.output_text)
         )
         writer = self._writer
         if writer.error is None:  # after a write error, rows are refused
@@ -82,7 +88,7 @@ class RunRecorder:
                     None if new_tokens is None else request.history_tokens + new_tokens,
                     self.t0_ns,
                     output_tokens,
-                    self._count,  # (when the server's figure is doubtful)
+                    counter,  # (when the server's figure is doubtful)
                 )
             self._added()
         if self._on_row is not None:

@@ -36,6 +36,7 @@ from veeksha.dispatch.settings import WorkerSettings, resolve_api_key
 from veeksha.engine.cpu_wait import CpuWait
 from veeksha.engine.loop import LoopSettings, TrafficLoop
 from veeksha.engine.progress import ProgressLine
+from veeksha.engine.prompt_check import server_tokenizer_info
 from veeksha.engine.recorder import RunRecorder
 from veeksha.engine.runlog import RunLog
 from veeksha.engine.target import Target, TargetContext, describe
@@ -45,6 +46,7 @@ from veeksha.evaluate.exit_codes import run_exit_code
 from veeksha.evaluate.run import evaluate_run
 from veeksha.evaluate.source import release_memory, requests_source, sessions_source
 from veeksha.evaluate.streaming import StreamingMetrics
+from veeksha.generate.calibration import CalibratedTokenizer, calibrated_tokenizer
 from veeksha.generate.distributions import make_interval_sampler
 from veeksha.generate.rng import RandomStreams
 from veeksha.generate.sessions import SessionGenerator
@@ -202,11 +204,12 @@ class _Run:
     def _session_source(self, target: Target) -> Callable[[int], SessionSpec]:
         scenario = self.scenario
         runtime = scenario.runtime
-        tokenizer = make_tokenizer(
-            scenario.client.tokenizer, target.api_base, target.model, target.api_key
-        )
-        if isinstance(tokenizer, ServerTokenizer):  # a broken /tokenize: exit 2, nothing sent
-            tokenizer.check()
+        config = scenario.client.tokenizer
+        tokenizer = make_tokenizer(config, target.api_base, target.model, target.api_key)
+        if isinstance(tokenizer, ServerTokenizer):  # calibrated before t0; a failure is exit 2
+            # (the built-in simulator's port changes every run: nothing to reuse)
+            use_cache = getattr(config, "cache", True) and target.kind != "simulator"
+            tokenizer = calibrated_tokenizer(tokenizer, use_cache, log=self.log.info)
         self.tokenizer = tokenizer
         make: Callable[[int], SessionSpec]
         total = runtime.max_sessions + runtime.warmup_sessions
@@ -220,6 +223,7 @@ class _Run:
                 total = min(total, trace_sessions.limit)
         else:
             make = SessionGenerator(scenario, tokenizer).session
+        self.make_session = make
         if not runtime.pregenerate_sessions:
             return make
         sessions = [make(i) for i in range(total)]
@@ -514,6 +518,11 @@ class _Run:
             }
             if self.trace is not None:
                 run_info["trace"] = self.trace.summary()
+            if isinstance(self.tokenizer, CalibratedTokenizer):  # (after the traffic, never in it)
+                info = server_tokenizer_info(
+                    self.tokenizer, requests, self.make_session, self.scenario.seed
+                )
+                run_info["server_tokenizer"] = info
             evaluation = evaluate_run(
                 self.run_dir, self.scenario, requests, sessions, run_info, plots=self.plots
             )

@@ -7,10 +7,7 @@ never completed) must be 0. Lateness = dispatched_at − earliest (roots: dispat
 FAIL also when any request is later than ``late_threshold_s``. A parent whose row is missing (a
 killed run loses its last rows) is counted as ``parents_missing``, not as a violation.
 
-``prompt_length``: |prompt_tokens_new − target_prompt_tokens| ≤ ``prompt_length_tolerance`` for
-every measured request. When the server reports usage, the roots' server prompt counts are
-checked as well, after removing their median offset from the target (the chat template's
-constant overhead): |server − target − median offset| ≤ tolerance.
+``prompt_length``: in ``veeksha.evaluate.prompt_length`` (re-exported here).
 
 ``output_length``: |output_tokens − requested_output_tokens| ≤ ``output_length_tolerance`` for
 every measured ok request.
@@ -23,13 +20,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from numpy.typing import NDArray
 
 from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
+from veeksha.evaluate.prompt_length import PROMPT_LENGTH, deviation_stats
 from veeksha.evaluate.stats import (
     Floats,
     column,
     describe,
+    first_rows,
     int_column,
     integers,
     status_is,
@@ -67,7 +65,7 @@ def dependency_lateness(requests: pa.Table) -> tuple[Floats, dict[str, int]]:
     del session
     edge_keys += parent_nodes
     del parent_nodes
-    parent_row = _parent_rows(keys, edge_keys)
+    parent_row = first_rows(keys, edge_keys)
     del keys, edge_keys
     found = parent_row < n
     parent_done = column(requests, "completed_at")
@@ -108,33 +106,6 @@ def dependency_lateness(requests: pa.Table) -> tuple[Floats, dict[str, int]]:
     return lateness[~np.isnan(lateness)], counts
 
 
-#: Keys below this many times the rows are looked up in a table indexed by key (no sort): an
-#: int32 table of at most 8 bytes a row.
-_DIRECT_KEYS_PER_ROW = 2
-
-
-def _parent_rows(keys: NDArray[np.int64], edge_keys: NDArray[np.int64]) -> NDArray[np.integer]:
-    """For each of ``edge_keys``, the first row whose key it is; ``keys.size`` when none is.
-
-    Session and node ids are small counters, so the keys usually span a few times the rows: a
-    table indexed by key answers without sorting (and with less memory than the sort's index
-    arrays); other keys (negative, sparse) are sorted and searched.
-    """
-    n = keys.size
-    low = min(keys.min(initial=0), edge_keys.min(initial=0))
-    high = max(keys.max(initial=0), edge_keys.max(initial=0))
-    if low >= 0 and high < _DIRECT_KEYS_PER_ROW * max(n, 1) and n < np.iinfo(np.int32).max:
-        table = np.full(int(high) + 1, n, dtype=np.int32)
-        np.minimum.at(table, keys, np.arange(n, dtype=np.int32))
-        return table[edge_keys]
-    order = np.argsort(keys, kind="stable")
-    sorted_keys = keys[order]
-    at = np.minimum(np.searchsorted(sorted_keys, edge_keys), max(n - 1, 0))
-    found = sorted_keys[at] == edge_keys
-    del sorted_keys
-    return np.where(found, order[at], n)
-
-
 def _dependencies(data: HealthInput) -> Outcome:
     lateness, counts = dependency_lateness(data.requests)
     if counts["dispatched"] == 0:
@@ -152,41 +123,6 @@ def _dependencies(data: HealthInput) -> Outcome:
     return Outcome(FAIL if failed else PASS, detail, statistics)
 
 
-def _deviation_stats(deviation: Floats, tolerance: int) -> dict[str, Any]:
-    return {
-        "requests": int(deviation.size),
-        "outside_tolerance": int((np.abs(deviation) > tolerance).sum()),
-        "mean_deviation": float(deviation.mean()),
-        "max_abs_deviation": float(np.abs(deviation).max()),
-    }
-
-
-def _prompt_length(data: HealthInput) -> Outcome:
-    table = data.measured
-    tol = data.thresholds.prompt_length_tolerance
-    deviation = column(table, "prompt_tokens_new")
-    deviation -= column(table, "target_prompt_tokens")
-    deviation = deviation[~np.isnan(deviation)]
-    if deviation.size == 0:
-        return Outcome(SKIP, "no measured request with prompt token counts", {})
-    statistics = {"tolerance": tol, **_deviation_stats(deviation, tol)}
-    del deviation
-    outside = statistics["outside_tolerance"]
-    server_rows = column(table, "usage_reported") > 0
-    server_rows &= integers(pc.list_value_length(table.column("parents"))) == 0  # roots
-    server = column(table, "prompt_tokens_total")
-    server -= column(table, "target_prompt_tokens")
-    server_rows &= ~np.isnan(server)
-    server = server[server_rows]
-    if server.size:
-        offset = float(np.median(server))
-        statistics["server"] = {"template_offset": offset, **_deviation_stats(server - offset, tol)}
-        outside += statistics["server"]["outside_tolerance"]
-    detail = f"{outside} request(s) off target by more than {tol} tokens"
-    detail += f" (max {statistics['max_abs_deviation']:.0f})"
-    return Outcome(FAIL if outside else PASS, detail, statistics)
-
-
 def _output_length(data: HealthInput) -> Outcome:
     table = data.measured
     tol = data.thresholds.output_length_tolerance
@@ -195,7 +131,7 @@ def _output_length(data: HealthInput) -> Outcome:
     deviation = deviation[ok & ~np.isnan(deviation)]
     if deviation.size == 0:
         return Outcome(SKIP, "no measured ok request with output token counts", {})
-    statistics = {"tolerance": tol, **_deviation_stats(deviation, tol)}
+    statistics = {"tolerance": tol, **deviation_stats(deviation, tol)}
     outside = statistics["outside_tolerance"]
     detail = f"{outside} ok request(s) off the requested length by more than {tol} tokens"
     return Outcome(FAIL if outside else PASS, detail, statistics)
@@ -205,9 +141,6 @@ DEPENDENCIES = HealthCheck(
     "dependencies",
     "no request dispatched before max(parents' completed_at) + wait_after_ready, none too late",
     _dependencies,
-)
-PROMPT_LENGTH = HealthCheck(
-    "prompt_length", "actual vs target new prompt tokens within tolerance", _prompt_length
 )
 OUTPUT_LENGTH = HealthCheck(
     "output_length", "actual vs requested output tokens within tolerance", _output_length

@@ -19,6 +19,8 @@ measured phase, runs the health checks, judges the SLOs, writes every evaluation
     main_cpu_wait_s float  the same for the main process
     num_workers     int    worker processes
     target          str    what was benchmarked (api base and model, or the simulator)
+    server_tokenizer dict  the calibrated server tokenizer and the check of a sample of prompts
+                           (``veeksha.engine.prompt_check``), judged by ``prompt_length``
 
 It works on partial runs (a killed run: rows without some timestamps, no session rows) and on runs
 with no measured request (checks SKIP, aggregates are null, nothing crashes).
@@ -59,7 +61,6 @@ EVALUATION_COLUMNS: tuple[str, ...] = tuple(
     if name
     not in {
         "request_id",
-        "history_parent",
         "model",
         "chunk_times",
         "shared_prefix_tokens",

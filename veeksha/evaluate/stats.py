@@ -29,6 +29,7 @@ __all__ = [
     "Floats",
     "column",
     "describe",
+    "first_rows",
     "flat_list",
     "floats",
     "from_numpy",
@@ -193,3 +194,30 @@ def status_is(table: pa.Table, status: str) -> NDArray[np.bool_]:
         return np.zeros(0, dtype=bool)
     mask = pc.fill_null(pc.equal(table.column("status"), scalar(status)), scalar(False))
     return integers(mask) > 0
+
+
+#: Keys below this many times the rows are looked up in a table indexed by key (no sort): an
+#: int32 table of at most 8 bytes a row.
+_DIRECT_KEYS_PER_ROW = 2
+
+
+def first_rows(keys: NDArray[np.int64], edge_keys: NDArray[np.int64]) -> NDArray[np.integer]:
+    """For each of ``edge_keys``, the first row whose key it is; ``keys.size`` when none is.
+
+    Session and node ids are small counters, so the keys usually span a few times the rows: a
+    table indexed by key answers without sorting (and with less memory than the sort's index
+    arrays); other keys (negative, sparse) are sorted and searched.
+    """
+    n = keys.size
+    low = min(keys.min(initial=0), edge_keys.min(initial=0))
+    high = max(keys.max(initial=0), edge_keys.max(initial=0))
+    if low >= 0 and high < _DIRECT_KEYS_PER_ROW * max(n, 1) and n < np.iinfo(np.int32).max:
+        table = np.full(int(high) + 1, n, dtype=np.int32)
+        np.minimum.at(table, keys, np.arange(n, dtype=np.int32))
+        return table[edge_keys]
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    at = np.minimum(np.searchsorted(sorted_keys, edge_keys), max(n - 1, 0))
+    found = sorted_keys[at] == edge_keys
+    del sorted_keys
+    return np.where(found, order[at], n)

@@ -1,7 +1,10 @@
 """The text channel: prompt bodies of a target token count, and the shared prefix.
 
-Words come from the builtin vocabulary (``BUILTIN_VOCAB``), one token each for the builtin
-tokenizer. Vocabulary:
+Words come from the tokenizer's ``Vocabulary`` (``veeksha.generate.tokenizer``): words that are
+one token each, so a text of n of them is n tokens. The builtin tokenizer's is the builtin word
+list; a server tokenizer's is calibrated against the server at start-up
+(``veeksha.generate.calibration``); other tokenizers (hf) use the builtin words and re-count.
+Vocabulary:
 
 * **corpus**: a fixed random sequence of ``CORPUS_WORDS`` vocabulary words, drawn once per seed
   from the ``content`` stream (sub-key ``"corpus"``) and stored twice over so any window of up to
@@ -16,10 +19,16 @@ tokenizer. Vocabulary:
   request uses it with ``shared_prefix_probability``: the first ``floor(shared_prefix_ratio × n)``
   tokens of its body are the prefix's first tokens (``shared_prefix_tokens``). Non-root nodes
   never use it (their history already differs).
+* **lead word**: when the vocabulary names the words that are one token at a text's start
+  (``Vocabulary.lead``), every body and the shared prefix open with one of them: every
+  ``LEAD_STRIDE``-th corpus word is a lead word (the drawn word ``w`` replaced by
+  ``lead[w % len(lead)]``) and body windows start at those positions only (the drawn offset
+  rounded down), so bodies stay O(1) slices (and two roots start alike ≈ 1 in 2^34).
 
-With the builtin tokenizer every body has exactly its target count. With any other tokenizer
-(hf, server) the words are re-counted and the body trimmed or padded until it has the target
-count, or as close as a few rounds get (merges at the seams can shift a token).
+With a vocabulary (builtin, calibrated server) every body has exactly its target count, by
+construction. With a tokenizer without one (hf) the words are re-counted and the body trimmed or
+padded until it has the target count, or as close as a few rounds get (merges at the seams can
+shift a token).
 """
 
 from __future__ import annotations
@@ -31,13 +40,19 @@ import numpy as np
 from numpy.typing import NDArray
 
 from veeksha.generate.rng import RandomStreams
-from veeksha.generate.tokenizer import BUILTIN_VOCAB, BuiltinTokenizer, TokenizerLike
+from veeksha.generate.tokenizer import (
+    BUILTIN_VOCAB,
+    BUILTIN_VOCABULARY,
+    TokenizerLike,
+    Vocabulary,
+)
 from veeksha.scenario.models import TextChannel
 
-__all__ = ["CORPUS_WORDS", "HEAD_WORDS", "PromptBuilder", "random_words"]
+__all__ = ["CORPUS_WORDS", "HEAD_WORDS", "LEAD_STRIDE", "PromptBuilder", "random_words"]
 
 CORPUS_WORDS = 1 << 19
 HEAD_WORDS = 4
+LEAD_STRIDE = 16
 _PREFIX_CHUNK = 4096
 _FIT_ROUNDS = 8
 
@@ -59,22 +74,21 @@ def _word_starts(words: tuple[str, ...] | list[str]) -> NDArray[np.int64]:
     return starts
 
 
-@lru_cache(maxsize=1)
-def _vocab_lengths() -> NDArray[np.int64]:
-    """Each builtin word's length plus its separating space."""
-    return np.fromiter(map(len, BUILTIN_VOCAB), np.int64, len(BUILTIN_VOCAB)) + 1
-
-
 @lru_cache(maxsize=4)
-def _corpus(seed: int) -> tuple[str, NDArray[np.int64]]:
+def _corpus(seed: int, vocab: Vocabulary) -> tuple[str, NDArray[np.int64]]:
     """The seed's corpus: CORPUS_WORDS random words, twice (so any window wraps without a
     seam), and each word's char offset. Built once per run, before t0: the offsets come from
     the vocabulary's word lengths in numpy, and the text is joined once, then doubled (half the
     CPU of joining and measuring a million Python strings)."""
+    words = vocab.words
     rng = RandomStreams(seed).stream("content", "corpus")
-    idx = rng.integers(0, len(BUILTIN_VOCAB), CORPUS_WORDS)
-    half = " ".join(itemgetter(*idx.tolist())(BUILTIN_VOCAB))
-    lengths = _vocab_lengths()[idx]
+    idx = rng.integers(0, len(words), CORPUS_WORDS)
+    if vocab.lead:
+        position = {word: i for i, word in enumerate(words)}
+        leads = np.array([position[word] for word in vocab.lead], dtype=np.int64)
+        idx[::LEAD_STRIDE] = leads[idx[::LEAD_STRIDE] % len(leads)]
+    half = " ".join(itemgetter(*idx.tolist())(words))
+    lengths = (np.fromiter(map(len, words), np.int64, len(words)) + 1)[idx]
     starts = np.zeros(2 * len(lengths) + 1, dtype=np.int64)
     np.cumsum(np.concatenate([lengths, lengths]), out=starts[1:])
     return half + " " + half, starts
@@ -86,9 +100,12 @@ class PromptBuilder:
     def __init__(self, channel: TextChannel, tokenizer: TokenizerLike, seed: int) -> None:
         self.channel = channel
         self.tokenizer = tokenizer
-        self.exact = isinstance(tokenizer, BuiltinTokenizer)
+        vocab: Vocabulary | None = getattr(tokenizer, "vocabulary", None)
+        self.exact = vocab is not None
+        self.vocabulary = vocab or BUILTIN_VOCABULARY
+        self._lead = self.vocabulary.lead
         self._streams = RandomStreams(seed)
-        self._text, self._starts = _corpus(seed)
+        self._text, self._starts = _corpus(seed, self.vocabulary)
         self._prefix_words: list[str] = []
         self._prefix_text = ""
         self._prefix_starts = np.zeros(1, dtype=np.int64)
@@ -100,8 +117,11 @@ class PromptBuilder:
         while len(self._prefix_words) < words:
             chunk = len(self._prefix_words) // _PREFIX_CHUNK
             rng = self._streams.stream("content", "shared_prefix", chunk)
-            idx = rng.integers(0, len(BUILTIN_VOCAB), _PREFIX_CHUNK).tolist()
-            self._prefix_words.extend(itemgetter(*idx)(BUILTIN_VOCAB))
+            vocab = self.vocabulary.words
+            idx = rng.integers(0, len(vocab), _PREFIX_CHUNK).tolist()
+            self._prefix_words.extend(itemgetter(*idx)(vocab))
+            if self._lead and chunk == 0:
+                self._prefix_words[0] = self._lead[0]
         self._prefix_text = " ".join(self._prefix_words)
         self._prefix_starts = _word_starts(self._prefix_words)
 
@@ -152,6 +172,8 @@ class PromptBuilder:
         np.minimum(head, CORPUS_WORDS, out=head)
         tail = rest - head
         a = (u[1] * CORPUS_WORDS).astype(np.int64)
+        if self._lead:  # a body opens with a lead word (one token at a text's start)
+            a -= a % LEAD_STRIDE
         starts = self._starts
         text = self._text
         texts = [

@@ -2,7 +2,8 @@
 
 ``make_tokenizer(cfg, api_base, model)`` builds the one a scenario's ``client.tokenizer`` names:
 ``builtin`` (below), ``hf`` (:class:`HfTokenizerAdapter`, a local tokenizer.json) or ``server``
-(:class:`ServerTokenizer`, the target's ``/tokenize``).
+(:class:`~veeksha.generate.server_tokenizer.ServerTokenizer`, the target's ``/tokenize``, which
+the engine turns into a :class:`~veeksha.generate.calibration.CalibratedTokenizer` at set-up).
 
 ``BuiltinTokenizer`` is deterministic and shipped with veeksha: one token per whitespace-separated
 word. Its vocabulary is a fixed list of pronounceable words (two-letter syllables, one or two of
@@ -15,31 +16,31 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Protocol
 
-from veeksha.errors import ConfigurationError, TargetError
-from veeksha.net import fetch, origin, setup_timeout
-from veeksha.redact import READ_WINDOW, Redactor
+from veeksha.errors import ConfigurationError
+from veeksha.generate.server_tokenizer import SERVER_TOKENIZER_TIMEOUT_S, ServerTokenizer
+from veeksha.net import origin
 from veeksha.scenario.models import BuiltinTokenizer as BuiltinTokenizerConfig
 from veeksha.scenario.models import HfTokenizer as HfTokenizerConfig
 from veeksha.scenario.models import ServerTokenizer as ServerTokenizerConfig
 
 __all__ = [
     "BUILTIN_VOCAB",
+    "BUILTIN_VOCABULARY",
     "SERVER_TOKENIZER_TIMEOUT_S",
     "BuiltinTokenizer",
     "HfTokenizerAdapter",
     "ServerTokenizer",
     "TokenizerLike",
+    "Vocabulary",
     "builtin_vocab",
     "default_tokenize_endpoint",
     "make_tokenizer",
 ]
-
-SERVER_TOKENIZER_TIMEOUT_S = 30.0
-_QUOTED = 120  # characters of a failed answer quoted in the message
 
 _CONSONANTS = "bcdfghjklmnprstvwz"
 _VOWELS = "aeiou"
@@ -63,6 +64,23 @@ def builtin_vocab() -> tuple[str, ...]:
 
 
 BUILTIN_VOCAB = builtin_vocab()
+
+
+@dataclass(frozen=True, slots=True)
+class Vocabulary:
+    """Words that are one token each in a tokenizer, whatever words surround them (joined by
+    single spaces), so a text of n of them is exactly n tokens.
+
+    ``lead``: the words that are also one token at the start of a text (and of a message);
+    None when every word is. Prompts built from a vocabulary (``veeksha.generate.content``)
+    open with a lead word.
+    """
+
+    words: tuple[str, ...]
+    lead: tuple[str, ...] | None = None
+
+
+BUILTIN_VOCABULARY = Vocabulary(BUILTIN_VOCAB)
 _UNKNOWN_BASE = len(BUILTIN_VOCAB)
 _UNKNOWN_SPACE = 1 << 20
 
@@ -83,6 +101,7 @@ class BuiltinTokenizer:
     __slots__ = ("_index",)
 
     name = "builtin"
+    vocabulary = BUILTIN_VOCABULARY
 
     def __init__(self) -> None:
         self._index = {word: i for i, word in enumerate(BUILTIN_VOCAB)}
@@ -168,100 +187,6 @@ def default_tokenize_endpoint(api_base: str) -> str:
     return base + "/tokenize"
 
 
-class ServerTokenizer:
-    """The target's own ``/tokenize`` (and ``/detokenize``) endpoints, vLLM style.
-
-    ``POST /tokenize {"model": m, "prompt": text}`` → ``{"tokens": [...], "count": N}``;
-    ``POST /detokenize {"model": m, "tokens": [...]}`` → ``{"prompt": text}``. Synchronous
-    (``veeksha.net.fetch``: each call whole within ``timeout`` seconds, default 30); the API key
-    goes with the calls only when ``make_tokenizer`` found the endpoint on the target's own
-    origin. Every failure is a :class:`~veeksha.errors.TargetError` (exit 2 at set-up, where
-    :meth:`check` calls both endpoints once); after one, every later call fails at once with
-    the same error, so a server that broke mid-run costs one deadline, not one per call.
-    """
-
-    name = "server"
-
-    def __init__(
-        self,
-        endpoint: str,
-        model: str | None,
-        timeout: float | None = None,
-        api_key: str | None = None,
-    ) -> None:
-        self.endpoint = endpoint
-        self.model = model
-        self.timeout = setup_timeout(SERVER_TOKENIZER_TIMEOUT_S) if timeout is None else timeout
-        self._api_key = api_key
-        self._broken: TargetError | None = None
-
-    def __repr__(self) -> str:
-        return f"ServerTokenizer({self.endpoint!r}, {self.model!r})"
-
-    def _post(self, url: str, body: dict[str, object]) -> dict[str, object]:
-        if self._broken is not None:
-            raise self._broken
-        try:
-            return self._call(url, body)
-        except TargetError as exc:
-            self._broken = exc
-            raise
-
-    def _call(self, url: str, body: dict[str, object]) -> dict[str, object]:
-        if self.model is not None:
-            body = {"model": self.model, **body}
-        fix = "Check that the target offers /tokenize, or use client.tokenizer type builtin or hf"
-        answer = fetch(
-            "POST", url, json_body=body, api_key=self._api_key, timeout_s=self.timeout, fix=fix
-        )
-        redact = Redactor(self._api_key)
-        if not answer.ok:
-            text = redact(answer.body[:READ_WINDOW].decode("utf-8", "replace"), _QUOTED)
-            raise TargetError(
-                " ".join(
-                    f"server tokenizer: POST {url} answered HTTP {answer.status} "
-                    f"{answer.reason}: {text!r}. {fix}".split()
-                )
-            )
-        try:
-            data = answer.json()
-        except ValueError:
-            data = None
-        if not isinstance(data, dict):
-            text = redact(answer.body[:READ_WINDOW].decode("utf-8", "replace"), _QUOTED)
-            raise TargetError(
-                f"server tokenizer: POST {url} answered no JSON object ({text!r}). {fix}"
-            )
-        return data
-
-    def check(self) -> None:
-        """Tokenize and detokenize a short text once (at set-up: a failure here is exit 2)."""
-        self.decode(self.encode("veeksha checks the tokenizer"))
-
-    def encode(self, text: str) -> list[int]:
-        tokens = self._post(self.endpoint, {"prompt": text}).get("tokens")
-        if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):
-            raise TargetError(f"server tokenizer at {self.endpoint}: no 'tokens' list of ints")
-        return tokens
-
-    def count(self, text: str) -> int:
-        data = self._post(self.endpoint, {"prompt": text})
-        count = data.get("count")
-        if type(count) is int:
-            return count
-        tokens = data.get("tokens")
-        if not isinstance(tokens, list):
-            raise TargetError(f"server tokenizer at {self.endpoint}: no count or tokens")
-        return len(tokens)
-
-    def decode(self, ids: Sequence[int]) -> str:
-        url = self.endpoint.rsplit("/", 1)[0] + "/detokenize"
-        text = self._post(url, {"tokens": list(ids)}).get("prompt")
-        if not isinstance(text, str):
-            raise TargetError(f"server detokenizer at {url}: no 'prompt' text")
-        return text
-
-
 def make_tokenizer(
     cfg: BuiltinTokenizerConfig | HfTokenizerConfig | ServerTokenizerConfig,
     api_base: str | None = None,
@@ -282,5 +207,10 @@ def make_tokenizer(
                 )
             endpoint = default_tokenize_endpoint(api_base)
         same_server = api_base is not None and origin(endpoint) == origin(api_base)
-        return ServerTokenizer(endpoint, model, api_key=api_key if same_server else None)
+        return ServerTokenizer(
+            endpoint,
+            model,
+            api_key=api_key if same_server else None,
+            format=None if cfg.format == "auto" else cfg.format,
+        )
     return BuiltinTokenizer()

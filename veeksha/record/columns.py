@@ -115,7 +115,13 @@ REQUESTS_SCHEMA = pa.schema(
             _TOK,
             "tokens of the new part taken from the shared prefix",
         ),
-        _col("prompt_tokens_new", _I32, _TOK, "actual new prompt part (veeksha's tokenizer)"),
+        _col(
+            "prompt_tokens_new",
+            _I32,
+            _TOK,
+            "actual new prompt part (veeksha's tokenizer; prompts from a vocabulary, builtin or "
+            "a calibrated server's, count their target)",
+        ),
         _col(
             "prompt_tokens_total",
             _I32,

@@ -474,11 +474,23 @@ class HfTokenizer(StrictModel):
 
 
 class ServerTokenizer(StrictModel):
-    """The target's own /tokenize endpoint (vLLM, SGLang, llama.cpp)."""
+    """The target's own /tokenize and /detokenize (vLLM, llama.cpp): a vocabulary of words that
+    are one server token each is calibrated once at start-up (cached across runs), so prompts are
+    exact in the server's tokens and nothing on the traffic path calls the server."""
 
     type: Literal["server"] = "server"
     endpoint: str | None = Field(
         None, description="URL of /tokenize; default: api_base without /v1, plus /tokenize."
+    )
+    format: Literal["auto", "vllm", "llama_cpp"] = Field(
+        "auto",
+        description='Request shape: vllm ({"prompt"}), llama_cpp ({"content"}); auto tries '
+        "vllm, then llama_cpp.",
+    )
+    cache: bool = Field(
+        True,
+        description="Reuse the calibration of an earlier run while the server tokenizes a "
+        "probe text the same ($VEEKSHA_CACHE_DIR, default ~/.cache/veeksha/tokenizers).",
     )
 
 

@@ -106,6 +106,18 @@ class FaultConfig(BaseModel):
     window_end_s: float | None = Field(
         None, ge=0, description="Faults only before this many seconds after start (null: no end)."
     )
+    tokenize_delay_ms: float = Field(
+        0.0, ge=0, description="Every /tokenize and /detokenize answer waits this long, ms."
+    )
+    tokenize_while_idle: bool = Field(
+        False,
+        description="/tokenize and /detokenize answer only while no generation is running.",
+    )
+    tokenize_mismatch: bool = Field(
+        False,
+        description="/tokenize and /detokenize use another tokenizer than the usage counts "
+        "(subword for builtin, else builtin): a tokenize endpoint that disagrees with usage.",
+    )
 
     @model_validator(mode="after")
     def _rates_sum_to_at_most_one(self) -> FaultConfig:
@@ -137,6 +149,17 @@ class SimulatorConfig(BaseModel):
     model: str = Field("veeksha-sim", min_length=1, description="Model name the simulator serves.")
     processes: int = Field(1, ge=1, description="Server processes (SO_REUSEPORT).")
     seed: int = Field(0, ge=0, description="Seed of output text, output lengths and faults.")
+    tokenizer: Literal["builtin", "subword", "bytes"] = Field(
+        "builtin",
+        description="Counts prompts and answers: builtin (veeksha's, one token a word), "
+        "subword (its own: words split into syllable tokens, unlike builtin) or bytes (one "
+        "token a byte; answers still count one a word).",
+    )
+    tokenize_api: Literal["vllm", "llama_cpp"] = Field(
+        "vllm",
+        description='/tokenize and /detokenize shape: vllm ({"prompt"} → {"tokens", "count"}) '
+        'or llama_cpp ({"content"} → {"tokens"}).',
+    )
 
     timing: Literal["fixed", "engine"] | None = Field(
         None,

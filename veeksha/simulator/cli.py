@@ -54,6 +54,18 @@ def load_config(path: Path | None = None, config_json: str | None = None, **over
 )
 @click.option("--processes", type=click.IntRange(min=1), default=None, help="Server processes.")
 @click.option(
+    "--tokenizer",
+    type=click.Choice(["builtin", "subword", "bytes"]),
+    default=None,
+    help="How it counts tokens (subword: its own, unlike veeksha's builtin one).",
+)
+@click.option(
+    "--tokenize-api",
+    type=click.Choice(["vllm", "llama_cpp"]),
+    default=None,
+    help="Shape of /tokenize and /detokenize.",
+)
+@click.option(
     "--config",
     "config_path",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -68,6 +80,8 @@ def sim_server(
     port: int,
     preset: str | None,
     processes: int | None,
+    tokenizer: str | None,
+    tokenize_api: str | None,
     config_path: Path | None,
     config_json: str | None,
     parent_pid: int | None,
@@ -78,5 +92,12 @@ def sim_server(
     """
     from veeksha.simulator.runner import serve
 
-    config = load_config(config_path, config_json, preset=preset, processes=processes)
+    config = load_config(
+        config_path,
+        config_json,
+        preset=preset,
+        processes=processes,
+        tokenizer=tokenizer,
+        tokenize_api=tokenize_api,
+    )
     serve(config, host, port, parent_pid=parent_pid)

@@ -1,8 +1,10 @@
 """The simulator's HTTP application: routes, the OpenAI endpoints, tokenize, health, metrics.
 
 Endpoints: ``POST /v1/chat/completions``, ``POST /v1/completions`` (streaming or not),
-``GET /v1/models``, ``POST /tokenize`` and ``POST /detokenize`` (vLLM-style; also under
-``/v1``), ``GET /health``, ``GET /metrics`` (Prometheus text). Every refusal is an OpenAI-style
+``GET /v1/models``, ``POST /tokenize`` and ``POST /detokenize`` (vLLM's shape, or llama.cpp's
+with ``tokenize_api: llama_cpp``; also under ``/v1``), ``GET /health``, ``GET /metrics``
+(Prometheus text). Prompts and answers are counted with the configured ``tokenizer`` (builtin,
+or the simulator's own ``subword``, ``veeksha.simulator.subword``). Every refusal is an OpenAI-style
 JSON error with its 4xx status; an unexpected exception becomes a 500, never a dead server.
 """
 
@@ -21,11 +23,13 @@ from veeksha.simulator.engine import BatchEngine, EngineParams, PrefixCache
 from veeksha.simulator.faults import Fault, FaultPicker
 from veeksha.simulator.generation import Generation
 from veeksha.simulator.http import HttpConnection, Request, response_head
+from veeksha.simulator.subword import ByteTokenizer, SubwordTokenizer, subword_tokenizer
 from veeksha.simulator.timing import Driver, EngineDriver, FixedDriver
 from veeksha.simulator.wire import (
     ApiError,
     OutputText,
     Templates,
+    Tokenize,
     chat_tokens,
     error_body,
     parse_generation,
@@ -34,6 +38,7 @@ from veeksha.simulator.wire import (
 __all__ = ["SimServer", "Stats", "engine_params"]
 
 _JSON = b"application/json"
+_IDLE_POLL_S = 0.005  # a tokenizer call held while generations run looks again this often
 _decode = msgspec.json.Decoder().decode
 
 
@@ -47,6 +52,7 @@ class Stats:
     prompt_tokens: int = 0
     generation_tokens: int = 0
     cancelled: int = 0
+    tokenize_delayed: int = 0
 
 
 def engine_params(config: SimulatorConfig) -> EngineParams:
@@ -76,8 +82,27 @@ class SimServer:
         self.t0_ns = time.monotonic_ns() if t0_ns is None else t0_ns
         self.stats = Stats()
         self.encode = msgspec.json.Encoder().encode
-        self.tokenizer = BuiltinTokenizer()
-        self.text = OutputText(config.seed, str(process_index))
+        self.tokenizer: BuiltinTokenizer | SubwordTokenizer | ByteTokenizer = BuiltinTokenizer()
+        self._prompt_tokens: Tokenize | None = None  # None: the builtin tokenizer's words
+        if config.tokenizer == "subword":
+            subword = subword_tokenizer()
+            self.tokenizer = subword
+            self._prompt_tokens = subword.encode
+            self.text = OutputText(
+                config.seed, str(process_index), subword.single_words(), subword.encode
+            )
+        else:
+            self.text = OutputText(config.seed, str(process_index))
+            if config.tokenizer == "bytes":
+                self.tokenizer = ByteTokenizer()
+                self._prompt_tokens = self.tokenizer.encode
+        # what /tokenize and /detokenize use: the usage's tokenizer, unless a fault swaps it
+        self.endpoint_tokenizer: BuiltinTokenizer | SubwordTokenizer | ByteTokenizer = (
+            self.tokenizer
+        )
+        if config.faults.tokenize_mismatch:
+            builtin = config.tokenizer == "builtin"
+            self.endpoint_tokenizer = subword_tokenizer() if builtin else BuiltinTokenizer()
         ttl = config.prefix_cache_ttl_s
         self.cache: PrefixCache | None = (
             PrefixCache(
@@ -172,9 +197,19 @@ class SimServer:
         config = self.config
         stats = self.stats
         stats.requests[kind] = stats.requests.get(kind, 0) + 1
-        req = parse_generation(
-            kind, request.body, config.model, config.default_max_tokens, config.max_model_len
-        )
+        if self._prompt_tokens is None:
+            req = parse_generation(
+                kind, request.body, config.model, config.default_max_tokens, config.max_model_len
+            )
+        else:
+            req = parse_generation(
+                kind,
+                request.body,
+                config.model,
+                config.default_max_tokens,
+                config.max_model_len,
+                self._prompt_tokens,
+            )
         fault = self.faults.pick(request.arrival_ns) if self.faults.enabled else None
         if fault is not None:
             stats.faults[fault.value] = stats.faults.get(fault.value, 0) + 1
@@ -215,15 +250,21 @@ class SimServer:
 
     def _tokenize(self, conn: HttpConnection, request: Request) -> None:
         body = self._json(request)
+        tok = self.endpoint_tokenizer
+        llama = self.config.tokenize_api == "llama_cpp"
+        if llama:  # llama.cpp: {"content"} → {"tokens"}; no content → no tokens, as it does
+            content = body.get("content")
+            ids = tok.encode(content) if isinstance(content, str) else []
+            self._tokenizer_reply(conn, {"tokens": ids})
+            return
         if "messages" in body:
-            text = " ".join(chat_tokens(body))
+            ids = chat_tokens(body, tok.encode)
         elif isinstance(body.get("prompt"), str):
-            text = body["prompt"]
+            ids = tok.encode(body["prompt"])
         else:
             raise ApiError(400, "'prompt' (a string) or 'messages' is required", param="prompt")
-        ids = self.tokenizer.encode(text)
         out = {"count": len(ids), "max_model_len": self.config.max_model_len, "tokens": ids}
-        self._reply(conn, self.encode(out))
+        self._tokenizer_reply(conn, out)
 
     def _detokenize(self, conn: HttpConnection, request: Request) -> None:
         body = self._json(request)
@@ -232,7 +273,25 @@ class SimServer:
             isinstance(i, int) and not isinstance(i, bool) for i in ids
         ):
             raise ApiError(400, "'tokens' must be a list of integers", param="tokens")
-        self._reply(conn, self.encode({"prompt": self.tokenizer.decode(ids)}))
+        key = "content" if self.config.tokenize_api == "llama_cpp" else "prompt"
+        self._tokenizer_reply(conn, {key: self.endpoint_tokenizer.decode(ids)})
+
+    def _tokenizer_reply(self, conn: HttpConnection, answer: dict[str, Any]) -> None:
+        """Answer a tokenizer call, after the configured faults (a delay, an idle engine)."""
+        faults = self.config.faults
+        body = self.encode(answer)
+        if not faults.tokenize_delay_ms and not faults.tokenize_while_idle:
+            self._reply(conn, body)
+            return
+        self.stats.tokenize_delayed += 1
+        self.loop.call_later(faults.tokenize_delay_ms / 1000, self._reply_when_idle, conn, body)
+
+    def _reply_when_idle(self, conn: HttpConnection, body: bytes) -> None:
+        slots = self.driver.slots
+        if self.config.faults.tokenize_while_idle and (slots.running or slots.waiting):
+            self.loop.call_later(_IDLE_POLL_S, self._reply_when_idle, conn, body)
+            return
+        self._reply(conn, body)
 
     def _health(self, conn: HttpConnection, request: Request) -> None:
         self._reply(conn, b"", b"text/plain")

@@ -11,12 +11,16 @@ Token accounting, with the builtin tokenizer (one token per whitespace-separated
 chat prompts count the words of every message's content (text parts of a content list
 included, no template tokens); completion prompts count the words of ``prompt`` (or the ids of
 a token-id prompt). The prompt's token sequence for the prefix cache is the concatenation of
-those words, in message order.
+those words, in message order. With the ``subword`` tokenizer (``veeksha.simulator.subword``)
+each content (or the prompt) is tokenized on its own and the ids concatenated, and answers use
+only words that are one subword token wherever they stand, so an answer of n tokens is n tokens
+again when a later turn sends it back.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -35,6 +39,8 @@ __all__ = [
 ]
 
 Kind = Literal["chat", "completion"]
+#: A text's prompt tokens (the builtin tokenizer's words, or the subword tokenizer's ids).
+Tokenize = Callable[[str], list[Any]]
 
 _decode = msgspec.json.Decoder().decode
 encode = msgspec.json.Encoder().encode
@@ -97,7 +103,11 @@ def _int(body: dict[str, Any], key: str, low: int) -> int | None:
     return value
 
 
-def chat_tokens(body: dict[str, Any]) -> list[Any]:
+def _split(text: str) -> list[Any]:
+    return text.split()
+
+
+def chat_tokens(body: dict[str, Any], tokenize: Tokenize = _split) -> list[Any]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "'messages' must be a non-empty list", param="messages")
@@ -107,11 +117,11 @@ def chat_tokens(body: dict[str, Any]) -> list[Any]:
             raise ApiError(400, f"messages[{i}] must be an object with a 'role'", param="messages")
         content = message.get("content")
         if isinstance(content, str):
-            tokens.extend(content.split())
+            tokens.extend(tokenize(content))
         elif isinstance(content, list):
             for part in content:
                 if isinstance(part, dict) and isinstance(part.get("text"), str):
-                    tokens.extend(part["text"].split())
+                    tokens.extend(tokenize(part["text"]))
         elif content is not None:
             raise ApiError(
                 400, f"messages[{i}].content must be a string or a list", param="messages"
@@ -119,12 +129,12 @@ def chat_tokens(body: dict[str, Any]) -> list[Any]:
     return tokens
 
 
-def _completion_tokens(body: dict[str, Any]) -> list[Any]:
+def _completion_tokens(body: dict[str, Any], tokenize: Tokenize = _split) -> list[Any]:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]
     if isinstance(prompt, str):
-        return prompt.split()
+        return tokenize(prompt)
     if isinstance(prompt, list) and all(
         isinstance(t, int) and not isinstance(t, bool) for t in prompt
     ):
@@ -137,7 +147,12 @@ def _completion_tokens(body: dict[str, Any]) -> list[Any]:
 
 
 def parse_generation(
-    kind: Kind, raw: bytes, model: str, default_max_tokens: int, max_model_len: int
+    kind: Kind,
+    raw: bytes,
+    model: str,
+    default_max_tokens: int,
+    max_model_len: int,
+    tokenize: Tokenize = _split,
 ) -> GenRequest:
     """Validate the body of ``/v1/chat/completions`` or ``/v1/completions``."""
     try:
@@ -156,7 +171,7 @@ def parse_generation(
             param="model",
             code="model_not_found",
         )
-    tokens = chat_tokens(body) if kind == "chat" else _completion_tokens(body)
+    tokens = chat_tokens(body, tokenize) if kind == "chat" else _completion_tokens(body, tokenize)
     n = _int(body, "n", 1)
     if n not in (None, 1):
         raise ApiError(400, "only n=1 is supported", param="n")
@@ -196,13 +211,20 @@ class OutputText:
     answer is ``n`` whitespace-separated vocabulary words and counts as exactly ``n`` tokens.
     """
 
-    __slots__ = ("_rng", "strs", "words")
+    __slots__ = ("_encode", "_rng", "strs", "words")
 
     SIZE = 1 << 16
 
-    def __init__(self, seed: int, stream: str = "") -> None:
+    def __init__(
+        self,
+        seed: int,
+        stream: str = "",
+        vocab: Sequence[str] = BUILTIN_VOCAB,
+        encode: Tokenize | None = None,
+    ) -> None:
         table = random.Random(f"veeksha-sim-words-{seed}")
-        self.strs = table.choices(BUILTIN_VOCAB, k=self.SIZE)
+        self._encode = encode  # the tokens of an answer's text (None: its words)
+        self.strs = table.choices(vocab, k=self.SIZE)
         self.words = [b" " + w.encode() for w in self.strs]
         self._rng = random.Random(f"veeksha-sim-lengths-{seed}-{stream}")
 
@@ -225,8 +247,13 @@ class OutputText:
             out[0] = out[0][1:]
         return out
 
-    def tokens(self, offset: int, n: int) -> list[str]:
+    def tokens(self, offset: int, n: int) -> list[Any]:
         """The first ``n`` words of the answer at ``offset``, as tokens."""
+        if self._encode is not None:
+            return self._encode(" ".join(self._words(offset, n)))
+        return self._words(offset, n)
+
+    def _words(self, offset: int, n: int) -> list[str]:
         strs = self.strs
         if offset + n <= self.SIZE:
             return strs[offset : offset + n]
@@ -234,7 +261,7 @@ class OutputText:
 
     def text(self, offset: int, n: int) -> str:
         """The answer's text: ``n`` words joined by single spaces."""
-        return " ".join(self.tokens(offset, n))
+        return " ".join(self._words(offset, n))
 
 
 class Templates:

@@ -25,8 +25,8 @@ from veeksha.evaluate.request_checks import (
     DEPENDENCIES,
     OUTPUT_LENGTH,
     PROMPT_LENGTH,
-    _parent_rows,
     dependency_lateness,
+    first_rows,
 )
 from veeksha.evaluate.stats import measured_rows
 from veeksha.scenario.models import Scenario
@@ -211,6 +211,51 @@ def test_prompt_length_uses_the_servers_count() -> None:
     assert result.statistics["server"]["outside_tolerance"] == 1
 
 
+def test_prompt_length_names_each_comparison_with_its_own_maximum() -> None:
+    rows = [request(i, prompt_new=100, target_prompt=100, prompt_total=100) for i in range(4)]
+    info = {"server_tokenizer": {"verification": {"sampled": 3, "deviations": [0, 40, -2]}}}
+    result = PROMPT_LENGTH(_input(rows, run_info=info))
+    assert result.status == FAIL
+    assert result.detail == (
+        "server /tokenize vs target: 1 of 3 off by more than 15 tokens (max 40); "
+        "client count vs target: 0 of 4 (max 0); server usage vs expected: 0 of 4 (max 0)"
+    )
+    assert result.statistics["server_tokenize"]["outside_tolerance"] == 1
+    assert result.statistics["max_abs_deviation"] == 0  # (the client's, as before)
+
+
+def test_prompt_length_checks_each_turn_against_its_parents_usage() -> None:
+    """A child's server total is its parent's total, the parent's answer and its own new part,
+    plus a constant per turn (here 4 template tokens); a turn off by 30 is caught."""
+
+    def session(sid: int, extra: int = 0) -> list[dict[str, Any]]:
+        root = request(sid, 0, prompt_new=100, target_prompt=100, prompt_total=103)
+        root["output_tokens"] = 10  # (the row's column)
+        child = request(sid, 1, parents=[0], prompt_new=50, target_prompt=50)
+        child["prompt_tokens_total"] = 103 + 10 + 50 + 4 + extra
+        return [root, child]
+
+    rows = [row for sid in range(5) for row in session(sid)]
+    result = PROMPT_LENGTH(_input(rows))
+    assert result.status == PASS
+    assert result.statistics["server"]["turn_offset"] == 4
+    assert result.statistics["server"]["turns"] == 5
+    result = PROMPT_LENGTH(_input([*rows, *session(9, extra=30)]))
+    assert result.status == FAIL
+    assert result.detail.startswith(
+        "server usage vs expected: 1 of 12 off by more than 15 tokens (max 30)"
+    )
+
+
+def test_prompt_length_says_when_the_server_could_not_be_asked() -> None:
+    rows = [request(i, prompt_new=100, target_prompt=100) for i in range(2)]
+    info = {"server_tokenizer": {"verification": {"deviations": [], "error": "POST x: reset"}}}
+    result = PROMPT_LENGTH(_input(rows, run_info=info))
+    assert result.status == PASS
+    assert result.detail.endswith("server /tokenize vs target: not checked (POST x: reset)")
+    assert result.statistics["server_tokenize_error"] == "POST x: reset"
+
+
 def test_output_length() -> None:
     rows = [
         request(0, output_tokens=100, requested=100),
@@ -376,9 +421,9 @@ def test_parent_rows_by_table_and_by_sort_agree() -> None:
     edge_keys = rng.integers(0, 60, size=30)
     first = {int(k): i for i, k in reversed(list(enumerate(keys)))}
     expected = [first.get(int(k), keys.size) for k in edge_keys]
-    assert _parent_rows(keys, edge_keys).tolist() == expected
+    assert first_rows(keys, edge_keys).tolist() == expected
     far = 10**12
-    assert _parent_rows(keys + far, edge_keys + far).tolist() == expected
+    assert first_rows(keys + far, edge_keys + far).tolist() == expected
 
 
 def _lateness_by_hand(rows: list[dict[str, Any]]) -> tuple[list[float], dict[str, int]]:

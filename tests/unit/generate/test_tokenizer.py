@@ -11,6 +11,7 @@ import pytest
 from aiohttp import web
 
 from veeksha.errors import ConfigurationError, TargetError
+from veeksha.generate.server_tokenizer import PROBE_TEXT
 from veeksha.generate.tokenizer import (
     BuiltinTokenizer,
     HfTokenizerAdapter,
@@ -72,7 +73,7 @@ async def _with_server(check: Callable[[str], Any]) -> tuple[Any, list[dict[str,
     async def tokenize(request: web.Request) -> web.Response:
         body = await request.json()
         seen.append(body)
-        tokens = builtin.encode(body["prompt"])
+        tokens = builtin.encode(body["prompt"])  # (the vLLM shape only)
         return web.json_response({"tokens": tokens, "count": len(tokens), "max_model_len": 99})
 
     async def detokenize(request: web.Request) -> web.Response:
@@ -84,7 +85,19 @@ async def _with_server(check: Callable[[str], Any]) -> tuple[Any, list[dict[str,
         seen.append(await request.json())
         return web.Response(status=500, text="upstream down")
 
+    async def llama_tokenize(request: web.Request) -> web.Response:
+        body = await request.json()
+        seen.append(body)  # llama.cpp: no "content", no tokens (and still 200)
+        return web.json_response({"tokens": builtin.encode(body.get("content", ""))})
+
+    async def llama_detokenize(request: web.Request) -> web.Response:
+        body = await request.json()
+        seen.append(body)
+        return web.json_response({"content": builtin.decode(body["tokens"])})
+
     app = web.Application()
+    app.router.add_post("/llama/tokenize", llama_tokenize)
+    app.router.add_post("/llama/detokenize", llama_detokenize)
     app.router.add_post("/broken/tokenize", broken)
     app.router.add_post("/tokenize", tokenize)
     app.router.add_post("/detokenize", detokenize)
@@ -110,7 +123,9 @@ def test_server_tokenizer_counts_encodes_decodes() -> None:
     assert count == 4
     assert ids == BuiltinTokenizer().encode("ba be bi")
     assert text == "ba be bi"
-    assert seen[0] == {"model": "my-model", "prompt": "ba be bi"}
+    # the first call finds the request shape (vLLM's) with the probe text
+    assert seen[0] == {"model": "my-model", "prompt": PROBE_TEXT, "add_special_tokens": False}
+    assert seen[1] == {"model": "my-model", "prompt": "ba be bi", "add_special_tokens": False}
     assert seen[-1] == {"model": "my-model", "tokens": ids}
 
 
@@ -157,3 +172,51 @@ def test_the_server_tokenizer_gets_the_key_only_on_the_targets_origin() -> None:
     assert same._api_key == explicit_same._api_key == "sk-k"
     assert other._api_key is None
     assert "sk-k" not in repr(same)
+
+
+def test_the_llama_cpp_shape_is_found_when_the_vllm_one_gives_no_tokens() -> None:
+    def check(base: str) -> tuple[str | None, list[int], str]:
+        tok = ServerTokenizer(base + "/llama/tokenize", "m", timeout=5)
+        ids = tok.encode("ba be")
+        return tok.format, ids, tok.decode(ids)
+
+    (form, ids, text), seen = asyncio.run(_with_server(check))
+    assert form == "llama_cpp"
+    assert ids == BuiltinTokenizer().encode("ba be")
+    assert text == "ba be"
+    assert seen[0] == {"model": "m", "prompt": PROBE_TEXT, "add_special_tokens": False}
+    assert seen[1] == {"content": PROBE_TEXT, "add_special": False}
+    assert seen[2] == {"content": "ba be", "add_special": False}
+    assert seen[3] == {"tokens": ids}
+
+
+def test_an_explicit_shape_is_used_without_probing() -> None:
+    def check(base: str) -> list[int]:
+        return ServerTokenizer(base + "/llama/tokenize", None, 5, format="llama_cpp").encode("ba")
+
+    ids, seen = asyncio.run(_with_server(check))
+    assert ids == [0]
+    assert seen == [{"content": "ba", "add_special": False}]
+
+
+def test_a_missing_endpoint_is_one_call_not_a_probe_of_each_shape() -> None:
+    def check(base: str) -> int:
+        tok = ServerTokenizer(base + "/missing/tokenize", "m", timeout=5)
+        with pytest.raises(TargetError, match=r"answered HTTP 404"):
+            tok.fingerprint()
+        with pytest.raises(TargetError, match=r"answered HTTP 404"):
+            tok.encode("ba")  # (at once: the first failure stands)
+        return tok.calls
+
+    calls, _ = asyncio.run(_with_server(check))
+    assert calls == 1
+
+
+def test_make_tokenizer_passes_the_shape() -> None:
+    auto = make_tokenizer(ServerConfig(), "http://h:1/v1", "m")
+    llama = make_tokenizer(ServerConfig(format="llama_cpp"), "http://h:1/v1", "m")
+    assert isinstance(auto, ServerTokenizer)
+    assert isinstance(llama, ServerTokenizer)
+    assert auto.format is None
+    assert llama.format == "llama_cpp"
+    assert llama.detokenize_endpoint == "http://h:1/detokenize"

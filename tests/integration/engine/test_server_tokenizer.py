@@ -1,0 +1,180 @@
+"""``client.tokenizer: server`` against the real simulator process with its own ``subword``
+tokenizer (unlike veeksha's builtin one): a vocabulary calibrated at start-up, prompts exact in
+the server's tokens, nothing on the traffic path waiting for a slow ``/tokenize``, both request
+shapes, the cache across runs, the post-run check, and exit 2 when nothing calibrates."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from tests.integration.robustness.helpers import cli_env, run_cli, write_scenario
+from veeksha.engine.run import run_scenario
+from veeksha.generate.calibration import CACHE_ENV
+from veeksha.scenario.loader import load_scenario_text
+from veeksha.scenario.simulator import SimulatorConfig
+from veeksha.simulator.process import SimulatorProcess
+
+SCENARIO = """
+seed: 11
+traffic_scheduler:
+  type: rate
+  interval_generator: {{type: poisson, arrival_rate: 25}}
+session_generator:
+  type: synthetic
+  session_graph:
+    type: linear
+    num_request_generator: {{type: uniform, min: 2, max: 3}}
+    request_wait_generator: {{type: fixed, interval: 0.02}}
+    inherit_history: true
+  channels:
+    - type: text
+      body_length_generator: {{type: uniform, min: 40, max: 200}}
+      shared_prefix_ratio: 0.3
+      shared_prefix_probability: 0.5
+  output_spec:
+    text:
+      output_length_generator: {{type: uniform, min: 5, max: 20}}
+client:
+  type: openai_chat_completions
+  {api_base}
+  tokenizer: {{type: {tokenizer}}}
+runtime: {{max_sessions: 16, benchmark_timeout: 30, num_workers: 1}}
+simulator: {simulator}
+# (a call on the traffic path would cost hundreds of ms; 50 ms leaves room for a busy machine)
+health_checks: {{max_dispatch_lag_p99_ms: 50}}
+"""
+
+# Answers take 45-120 ms, so at 25 sessions/s one is nearly always running; /tokenize answers
+# 5 ms late and only while none runs: a call from the traffic would hold the run up for as long
+# as requests are in flight (a dispatch lag of hundreds of ms at least)
+SLOW = (
+    "{tokenizer: subword, ttft_ms: 20, itl_ms: 5,"
+    " faults: {tokenize_delay_ms: 5, tokenize_while_idle: true}}"
+)
+
+
+def _run(
+    tmp_path: Path, name: str, tokenizer: str = "server", simulator: str = SLOW, api_base: str = ""
+) -> tuple[Path, pd.DataFrame, dict[str, Any]]:
+    text = SCENARIO.format(
+        tokenizer=tokenizer,
+        simulator=simulator,
+        api_base=f"api_base: {api_base}\n  model: veeksha-sim" if api_base else "",
+    )
+    run_dir = tmp_path / name
+    run_scenario(load_scenario_text(text, "test.yaml"), run_dir, quiet=True, plots=False)
+    health = json.loads((run_dir / "health.json").read_text())
+    checks = {check["name"]: check for check in health["checks"]}
+    return run_dir, pd.read_parquet(run_dir / "requests.parquet"), checks
+
+
+def _log(run_dir: Path) -> str:
+    return (run_dir / "run.log").read_text()
+
+
+def test_prompts_are_exact_in_the_servers_tokens_and_nothing_waits_for_it(tmp_path: Path) -> None:
+    run_dir, requests, checks = _run(tmp_path, "server")
+    assert (requests.status == "ok").all()
+    for name in ("dependencies", "generator_saturation", "prompt_length"):
+        assert checks[name]["status"] == "PASS", checks[name]
+    assert requests.dispatch_lag.quantile(0.99) < 0.05  # (a traffic-path call: far more)
+    detail = checks["prompt_length"]["detail"]
+    assert "server /tokenize vs target: 0 of 32 (max 0)" in detail
+    assert "server usage vs expected: 0 of" in detail
+    # the server's own usage: a root's prompt is its target, a child's is its parent's whole
+    # conversation plus the parent's answer plus its own new part, to the token
+    roots = requests[requests.history_parent.isna()]
+    assert (roots.prompt_tokens_total == roots.target_prompt_tokens).all()
+    done = requests.set_index(["session_id", "node_id"])
+    children = requests[requests.history_parent.notna()]
+    assert len(children) > 0
+    for row in children.itertuples():
+        parent = done.loc[(row.session_id, int(row.history_parent))]
+        expected = parent.prompt_tokens_total + parent.output_tokens + row.target_prompt_tokens
+        assert row.prompt_tokens_total == expected
+    log = _log(run_dir)
+    assert "answers in the vllm shape" in log
+    assert "calibrated 4" in log  # (4,1xx of 8,190 words are one subword token)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    info = summary["run"]["server_tokenizer"]
+    assert info["format"] == "vllm"
+    assert info["calibration"] == "calibrated"
+    assert info["verification"]["deviations"] == [0] * 32
+
+
+def test_builtin_prompts_fail_prompt_length_on_the_servers_usage(tmp_path: Path) -> None:
+    _, _, checks = _run(tmp_path, "builtin", tokenizer="builtin")
+    check = checks["prompt_length"]
+    assert check["status"] == "FAIL"
+    # the failing comparison leads the detail, with its own maximum; the client's passes
+    assert check["detail"].startswith("server usage vs expected: ")
+    assert "client count vs target: 0 of" in check["detail"]
+    assert check["statistics"]["server"]["max_abs_deviation"] > 15
+    assert check["statistics"]["max_abs_deviation"] == 0
+
+
+def test_the_llama_cpp_shape_is_found_and_used(tmp_path: Path) -> None:
+    llama = "{tokenizer: subword, tokenize_api: llama_cpp}"
+    run_dir, _, checks = _run(tmp_path, "llama", simulator=llama)
+    assert "answers in the llama_cpp shape" in _log(run_dir)
+    assert checks["prompt_length"]["status"] == "PASS", checks["prompt_length"]
+    assert "server /tokenize vs target: 0 of 32" in checks["prompt_length"]["detail"]
+
+
+def test_a_tokenize_endpoint_that_disagrees_with_the_usage_is_caught(tmp_path: Path) -> None:
+    """/tokenize counts with the builtin tokenizer, the usage with subword: every word
+    calibrates, the sample agrees with the targets, the server's usage does not."""
+    mismatch = "{tokenizer: subword, faults: {tokenize_mismatch: true}}"
+    _, _, checks = _run(tmp_path, "mismatch", simulator=mismatch)
+    check = checks["prompt_length"]
+    assert check["status"] == "FAIL"
+    assert check["detail"].startswith("server usage vs expected: ")
+    assert "server /tokenize vs target: 0 of 32 (max 0)" in check["detail"]
+
+
+def test_the_calibration_is_cached_reused_and_rebuilt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    with SimulatorProcess(SimulatorConfig(tokenizer="subword")) as sim:
+        assert sim.base_url is not None
+        base, port = sim.base_url, sim.base_url.rsplit(":", 1)[1].split("/")[0]
+        first, _, _ = _run(tmp_path, "first", api_base=base)
+        second, _, checks = _run(tmp_path, "second", api_base=base)
+        assert "calibrated 4" in _log(first)
+        assert "calibration reused from" in _log(second)
+        assert checks["prompt_length"]["status"] == "PASS"
+        # a cache that lies (every builtin word, under the right fingerprint): the prompts
+        # are no longer exact, and the check after the run sees it in the server's /tokenize
+        (cached,) = (tmp_path / "cache" / "tokenizers").glob("*.json")
+        data = json.loads(cached.read_text())
+        words = data["calibration"]["words"]
+        data["calibration"]["words"] = [*words, *(f"zz{w}" for w in words)][: 2 * len(words)]
+        data["calibration"]["ids"] = list(range(len(data["calibration"]["words"])))
+        cached.write_text(json.dumps(data))
+        _, _, stale = _run(tmp_path, "stale", api_base=base)
+        assert stale["prompt_length"]["status"] == "FAIL"
+        assert stale["prompt_length"]["detail"].startswith("server /tokenize vs target: ")
+    # the same address now serves another tokenizer: its fingerprint differs, so it is rebuilt
+    with SimulatorProcess(SimulatorConfig(tokenizer="builtin"), port=int(port)) as other:
+        assert other.base_url == base
+        rebuilt, _, checks = _run(tmp_path, "rebuilt", api_base=base)
+    assert "calibrated 8190 of 8190" in _log(rebuilt)
+    assert checks["prompt_length"]["status"] == "PASS"
+
+
+def test_a_server_tokenizer_on_which_nothing_calibrates_is_exit_2(tmp_path: Path) -> None:
+    text = SCENARIO.format(tokenizer="server", simulator="{tokenizer: bytes}", api_base="")
+    scenario = write_scenario(tmp_path, text)
+    result = run_cli("run", str(scenario), "--output-dir", str(tmp_path / "out"), env=cli_env())
+    assert result.code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "cannot calibrate a vocabulary on the server's tokenizer" in lines[0]
+    assert "use client.tokenizer type hf" in lines[0]
+    assert "Traceback" not in result.output

@@ -1,0 +1,208 @@
+"""The target's own tokenizer endpoints, called over HTTP at set-up and after the run.
+
+Two request shapes exist, both at the server's root (not under ``/v1``):
+
+========== =============================================== ==========================
+format     ``POST /tokenize``                              ``POST /detokenize``
+========== =============================================== ==========================
+vllm       ``{"model", "prompt", "add_special_tokens"}``   ``{"model", "tokens"}``
+           → ``{"tokens": [...], "count": N}``             → ``{"prompt": text}``
+llama_cpp  ``{"content", "add_special"}``                  ``{"tokens"}``
+           → ``{"tokens": [...]}``                         → ``{"content": text}``
+========== =============================================== ==========================
+
+SGLang serves the vLLM shape (its ``/tokenize`` and ``/detokenize`` follow vLLM's). TGI offers
+``POST /tokenize`` with ``{"inputs"}`` answering a list of ``{"id", "text"}`` and no
+``/detokenize``: use ``client.tokenizer`` type ``hf`` with the model's tokenizer.json for TGI.
+
+``format="auto"`` finds the shape with the first call (a fixed probe text): the vLLM shape,
+then, when that answer is a 400/422 or a 2xx without tokens (llama.cpp answers ``{"tokens": []}``
+to a body without ``content``), the llama.cpp shape. The probe's token ids are the server
+tokenizer's *fingerprint* (``veeksha.generate.calibration`` keys its cache on them).
+
+Synchronous on purpose (``veeksha.net.fetch``): these calls happen before t0 or after the run,
+never on the traffic loop. Every failure is a :class:`~veeksha.errors.TargetError` (exit 2 at
+set-up); after one, every later call fails at once with the same error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from veeksha.errors import TargetError
+from veeksha.net import Answer, fetch, setup_timeout
+from veeksha.redact import READ_WINDOW, Redactor
+
+__all__ = ["FORMATS", "PROBE_TEXT", "SERVER_TOKENIZER_TIMEOUT_S", "ServerTokenizer"]
+
+SERVER_TOKENIZER_TIMEOUT_S = 30.0
+#: The fixed text whose token ids fingerprint a server's tokenizer.
+PROBE_TEXT = "veeksha checks the tokenizer: 1234 naive words, zebra quartz; Ünïcode ok?"
+Format = Literal["vllm", "llama_cpp"]
+FORMATS: tuple[Format, ...] = ("vllm", "llama_cpp")
+_QUOTED = 120  # characters of a failed answer quoted in the message
+_FIX = "Check that the target offers /tokenize, or use client.tokenizer type builtin or hf"
+
+
+class ServerTokenizer:
+    """A client of the target's ``/tokenize`` and ``/detokenize`` (see the module docstring).
+
+    The API key goes with the calls only when ``make_tokenizer`` found the endpoint on the
+    target's own origin. ``format`` None finds the shape on the first call.
+    """
+
+    name = "server"
+
+    def __init__(
+        self,
+        endpoint: str,
+        model: str | None,
+        timeout: float | None = None,
+        api_key: str | None = None,
+        format: Format | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.detokenize_endpoint = endpoint.rsplit("/", 1)[0] + "/detokenize"
+        self.model = model
+        self.timeout = setup_timeout(SERVER_TOKENIZER_TIMEOUT_S) if timeout is None else timeout
+        self.format: Format | None = format
+        self.calls = 0
+        self._api_key = api_key
+        self._broken: TargetError | None = None
+
+    def __repr__(self) -> str:
+        return f"ServerTokenizer({self.endpoint!r}, {self.model!r}, {self.format!r})"
+
+    # ------------------------------------------------------------------------------ public API
+
+    def fingerprint(self) -> list[int]:
+        """The ids of ``PROBE_TEXT`` (finds the request shape first when it is not known)."""
+        if self.format is None:
+            return self._detect()
+        return self.encode(PROBE_TEXT)
+
+    def check(self) -> None:
+        """Tokenize and detokenize a short text once (at set-up: a failure here is exit 2)."""
+        self.decode(self.fingerprint())
+
+    def encode(self, text: str) -> list[int]:
+        if self.format is None:
+            self._detect()
+        return self._tokens(self._post(self.endpoint, self._tokenize_body(text)))
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        if self.format is None:
+            self._detect()
+        url = self.detokenize_endpoint
+        body: dict[str, object] = {"tokens": list(ids)}
+        key = "content" if self.format == "llama_cpp" else "prompt"
+        if self.format == "vllm" and self.model is not None:
+            body = {"model": self.model, **body}
+        text = self._post(url, body).get(key)
+        if not isinstance(text, str):
+            raise self._fail(f"server detokenizer at {url}: no {key!r} text in the answer")
+        return text
+
+    # ------------------------------------------------------------------------------- internals
+
+    def _tokenize_body(self, text: str, form: Format | None = None) -> dict[str, object]:
+        if (form or self.format) == "llama_cpp":
+            return {"content": text, "add_special": False}
+        body: dict[str, object] = {"prompt": text, "add_special_tokens": False}
+        return body if self.model is None else {"model": self.model, **body}
+
+    def _tokens(self, data: dict[str, Any]) -> list[int]:
+        tokens = data.get("tokens")
+        if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):
+            raise self._fail(f"server tokenizer at {self.endpoint}: no 'tokens' list of ints")
+        return tokens
+
+    def _detect(self) -> list[int]:
+        """Try the vLLM shape, then the llama.cpp one; returns the probe's ids."""
+        answer = self._send(self.endpoint, self._tokenize_body(PROBE_TEXT, "vllm"))
+        tokens = _nonempty_tokens(answer)
+        if tokens is None and (answer.status in (400, 422) or _json_object(answer)):
+            answer = self._send(self.endpoint, self._tokenize_body(PROBE_TEXT, "llama_cpp"))
+            tokens = _nonempty_tokens(answer)
+            if tokens is not None:
+                self.format = "llama_cpp"
+                return tokens
+            if answer.ok:
+                raise self._fail(
+                    f"server tokenizer: POST {self.endpoint} gave no tokens for a text in either "
+                    'the vLLM ({"prompt"}) or the llama.cpp ({"content"}) shape. ' + _FIX
+                )
+        if tokens is None:
+            self._json(self.endpoint, answer)  # raises: the answer says what went wrong
+            raise self._fail(f"server tokenizer at {self.endpoint}: no 'tokens' list of ints")
+        self.format = "vllm"
+        return tokens
+
+    def _fail(self, message: str) -> TargetError:
+        self._broken = TargetError(" ".join(message.split()))
+        return self._broken
+
+    def _send(self, url: str, body: dict[str, object]) -> Answer:
+        if self._broken is not None:
+            raise self._broken
+        self.calls += 1
+        try:
+            return fetch(
+                "POST",
+                url,
+                json_body=body,
+                api_key=self._api_key,
+                timeout_s=self.timeout,
+                fix=_FIX,
+            )
+        except TargetError as exc:
+            self._broken = exc
+            raise
+
+    def _post(self, url: str, body: dict[str, object]) -> dict[str, Any]:
+        return self._json(url, self._send(url, body))
+
+    def _json(self, url: str, answer: Answer) -> dict[str, Any]:
+        redact = Redactor(self._api_key)
+        if not answer.ok:
+            text = redact(answer.body[:READ_WINDOW].decode("utf-8", "replace"), _QUOTED)
+            raise self._fail(
+                f"server tokenizer: POST {url} answered HTTP {answer.status} "
+                f"{answer.reason}: {text!r}. {_FIX}"
+            )
+        try:
+            data = answer.json()
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            text = redact(answer.body[:READ_WINDOW].decode("utf-8", "replace"), _QUOTED)
+            raise self._fail(
+                f"server tokenizer: POST {url} answered no JSON object ({text!r}). {_FIX}"
+            )
+        return data
+
+
+def _json_object(answer: Answer) -> bool:
+    """Whether ``answer`` is a 2xx with a JSON object (another shape may be the right one)."""
+    try:
+        return answer.ok and isinstance(answer.json(), dict)
+    except ValueError:
+        return False
+
+
+def _nonempty_tokens(answer: Answer) -> list[int] | None:
+    """The answer's non-empty ``tokens`` list of ints, else None."""
+    if not answer.ok:
+        return None
+    try:
+        data = answer.json()
+    except ValueError:
+        return None
+    tokens = data.get("tokens") if isinstance(data, dict) else None
+    if isinstance(tokens, list) and tokens and all(type(t) is int for t in tokens):
+        return tokens
+    return None
