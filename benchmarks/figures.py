@@ -36,6 +36,13 @@ memory     RSS of the tree per 1,000 in-flight requests: one run whose concurren
            difference scaled to 1,000: it adds what opening C streams in one instant leaves
            behind, and the few MB by which the main process' RSS differs between runs.
 
+streams    many-stream fidelity (``benchmarks.streams``, which defines every value): 128
+           concurrent streams closed loop against the simulator's fixed timing (TTFT 50 ms,
+           5 ms a token, 64 tokens) and a light 20 req/s reference; TTFC bias (ttfc −
+           server_ttft) mean and p99, the TBC p99 against the server's own gaps, and where each
+           chunk's delay (client read − server write) goes. Quick: those two configurations,
+           3 s each; full: also 2 workers, pinning off, the simulator pinned to CPU 0.
+
 Only startup and scale sample RSS (``run_veeksha(sample_rss=True)``): the other figures run with
 no thread of the harness awake beside veeksha, since a sampler on a worker's CPU delays its
 release timers (BENCHMARKS.md, 2026-11-25 05:51).
@@ -63,6 +70,7 @@ import pyarrow.parquet as pq
 
 from benchmarks.harness import RunMeasure, Simulator, run_veeksha, scale_scenario, scenario
 from benchmarks.python_floor import run_floor, scale_sessions
+from benchmarks.streams import CONFIGS, QUICK, streams_figure
 
 __all__ = ["FIGURES", "REPEATS", "Plan", "Sample"]
 
@@ -388,6 +396,11 @@ def _is_worker(proc: Any) -> bool:
         return False
 
 
+def fig_streams(plan: Plan, _sim: Simulator) -> Sample:
+    configs = list(QUICK) if plan.quick else list(CONFIGS)
+    return Sample(streams_figure(plan.workdir, plan.pick(3.0, 6.0), configs))
+
+
 #: Figures measured fewer times than ``--repeats`` asks (their one run is long).
 REPEATS: dict[str, int] = {"scale": 1}
 
@@ -398,6 +411,7 @@ FIGURES: dict[str, Callable[[Plan, Simulator], Sample]] = {
     "closed": fig_closed,
     "precision": fig_precision,
     "ttfc": fig_ttfc,
+    "streams": fig_streams,
     "scale": fig_scale,
     "memory": fig_memory,
 }

@@ -9,9 +9,11 @@ was written, so a previous commit is probed the same way; veeksha itself has no 
 - ``_Conn.data_received``: per read, the request, the clock before and after the worker took it
   (its parsing included), its size, and the loop *pass* it belongs to. A pass is the run of reads
   from one wake-up of the loop: it opens at its first read and closes in a ``call_soon``
-  callback (after every I/O callback of that wake-up). At a pass's start and end the worker's
-  run-queue wait so far is read (``/proc/thread-self/schedstat``, field 2): the time it was
-  runnable while another process held its CPU.
+  callback (after every I/O callback of that wake-up, and after a callback the first read
+  scheduled itself, such as the parsing of ``Http1Pool(stamp_first=True)``). At a pass's start
+  and end the worker's run-queue wait so far is read (``/proc/thread-self/schedstat``, field
+  2): the time it was runnable while another process held its CPU. Per read also the thread's
+  CPU time, so the wait inside a pass splits into the worker's own work and preemption.
 - ``Http1Pool._ended``: per response, the request id, ``sent_at``, the client's chunk times and
   the server's ``timings`` (the simulator's ``arrival_ns`` and, with ``record_chunk_times``,
   ``chunk_ns``: when it wrote each content chunk).
@@ -57,17 +59,19 @@ def _install(out_dir: str) -> None:
     def data_received(self: http1._Conn, data: bytes) -> None:
         t = now()
         c = cpu()
-        if not state["open"]:
+        first = not state["open"]
+        if first:
             state["open"] = True
             state["start"] = t
             state["cpu"] = c
             state["rd"] = run_delay()
             state["index"] += 1
-            asyncio.get_running_loop().call_soon(close_pass)
         exchange = self._exchange
         item = getattr(exchange, "item", None)
         request_id = item.request_id if item is not None else -1
         received(self, data)
+        if first:  # (after the reader's own call_soon, if it made one: the pass ends after it)
+            asyncio.get_running_loop().call_soon(close_pass)
         reads.extend((request_id, t, now(), state["index"], len(data), c))
 
     ended = http1.Http1Pool._ended
