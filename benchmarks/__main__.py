@@ -2,8 +2,8 @@
 
     python -m benchmarks [NAME ...] [--quick] [--no-append] [--repeats N] [--rates R,R,...]
 
-NAMEs: startup cpu rate closed precision ttfc scale memory trace (default: all; ``--quick``
-leaves out trace unless named). ``--quick`` uses
+NAMEs: startup cpu rate closed precision ttfc streams scale memory trace (default: all;
+``--quick`` leaves out trace unless named). ``--quick`` uses
 short runs and one repetition (under a minute; what CI runs, with ``--no-append``): it prints the
 figures and never fails on them, since a slow or busy machine must not break the build. See
 ``benchmarks/figures.py`` for the definitions and ``benchmarks/harness.py`` for the method.

@@ -39,6 +39,13 @@ trace      a 10,000,000-row request log replayed at its own timestamps: time to 
            request sent (cold: the trace converted first; warm: from its cache), rows/s, the
            main process' peak RSS (``benchmarks/trace_replay.py``). Not in ``--quick``.
 
+streams    many-stream fidelity (``benchmarks.streams``, which defines every value): 128
+           concurrent streams closed loop against the simulator's fixed timing (TTFT 50 ms,
+           5 ms a token, 64 tokens) and a light 20 req/s reference; TTFC bias (ttfc −
+           server_ttft) mean and p99, the TBC p99 against the server's own gaps, and where each
+           chunk's delay (client read − server write) goes. Quick: those two configurations,
+           3 s each; full: also 2 workers, pinning off, the simulator pinned to CPU 0.
+
 Only startup and scale sample RSS (``run_veeksha(sample_rss=True)``): the other figures run with
 no thread of the harness awake beside veeksha, since a sampler on a worker's CPU delays its
 release timers (BENCHMARKS.md, 2026-11-25 05:51).
@@ -66,6 +73,7 @@ import pyarrow.parquet as pq
 
 from benchmarks.harness import RunMeasure, Simulator, run_veeksha, scale_scenario, scenario
 from benchmarks.python_floor import run_floor, scale_sessions
+from benchmarks.streams import CONFIGS, QUICK, streams_figure
 from benchmarks.trace_replay import fig_trace
 
 __all__ = ["FIGURES", "REPEATS", "SLOW", "Plan", "Sample"]
@@ -392,6 +400,11 @@ def _is_worker(proc: Any) -> bool:
         return False
 
 
+def fig_streams(plan: Plan, _sim: Simulator) -> Sample:
+    configs = list(QUICK) if plan.quick else list(CONFIGS)
+    return Sample(streams_figure(plan.workdir, plan.pick(3.0, 6.0), configs))
+
+
 #: Figures measured fewer times than ``--repeats`` asks (their one run is long).
 REPEATS: dict[str, int] = {"scale": 1, "trace": 1}
 
@@ -405,6 +418,7 @@ FIGURES: dict[str, Callable[[Plan, Simulator], Sample]] = {
     "closed": fig_closed,
     "precision": fig_precision,
     "ttfc": fig_ttfc,
+    "streams": fig_streams,
     "scale": fig_scale,
     "memory": fig_memory,
     "trace": fig_trace,

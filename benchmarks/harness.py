@@ -309,6 +309,8 @@ def run_veeksha(
     extra_args: tuple[str, ...] = (),
     while_running: Any = None,
     sample_rss: bool = False,
+    env: dict[str, str] | None = None,
+    root: Path = ROOT,
 ) -> RunMeasure:
     """Run ``spec`` with ``veeksha run`` in a subprocess; its folder, CPU and wall time, and
     with ``sample_rss`` its RSS every 20 ms (off by default: a sampler thread is one more thing
@@ -316,6 +318,9 @@ def run_veeksha(
 
     ``while_running(proc)`` (optional) is called in this thread once the child is started and
     must return when the child exits (e.g. a per-second poll of the server's counter).
+    ``env`` adds variables to the child's environment; ``root`` is the checkout whose veeksha
+    runs (another revision's worktree: it is put first on ``PYTHONPATH``, ahead of the
+    editable install, and its workers inherit that).
     """
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / f"{name}.yaml"
@@ -329,7 +334,13 @@ def run_veeksha(
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     ticks = cpu_ticks()
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
+    child_env = dict(os.environ, **(env or {}))
+    if root != ROOT:
+        paths = [p for p in child_env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        child_env["PYTHONPATH"] = os.pathsep.join([*paths, str(root)])
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=root, env=child_env
+    )
     sampler = _RssSampler(proc.pid) if sample_rss else None
     if sampler is not None:
         sampler.start()

@@ -3,9 +3,10 @@
 Why not aiohttp: per streamed request aiohttp costs ~0.6 CPU-ms in a worker (a writer task that
 sends the body one loop pass later, a ``StreamReader``, header multidicts, a task wake-up per
 read). Here a request is one ``transport.write`` of head and body (``Exchange.on_sent`` is called
-with the time right before it) and the response is parsed inside ``data_received``: the body
-bytes of each read go synchronously to the exchange's ``on_data(data, t_ns)`` with the read's
-timestamp, and the end of the response (or its failure) to ``on_end``. Nothing awaits: no task,
+with the time right before it) and the response is parsed from ``data_received``: the body
+bytes of each read go to the exchange's ``on_data(data, t_ns)`` with the read's timestamp (at
+once, or with ``stamp_first`` after the other reads of the same loop pass: ``Http1Pool``), and
+the end of the response (or its failure) to ``on_end``. Nothing awaits: no task,
 no future, no coroutine per request; the caller is called back.
 
 Only what an OpenAI server sends is understood: a status line, headers, and a body framed by
@@ -135,6 +136,8 @@ class _Conn(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._pool._pending:
+            self._pool._take_pending()  # (the bytes read before the end come first)
         self.closed = True
         if self._exchange is None:
             return
@@ -147,6 +150,16 @@ class _Conn(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         t = _monotonic_ns()
+        pending = self._pool._pending
+        if pending is None:
+            self._take(data, t)
+            return
+        if not pending:  # the first read of this loop pass: its bytes are taken after the last
+            self._pool._loop_call_soon(self._pool._take_pending)
+        pending.append((self, data, t))
+
+    def _take(self, data: bytes, t: int) -> None:
+        """Parse the bytes of one read, stamped ``t`` (the time of the read)."""
         exchange = self._exchange
         if exchange is None:
             self.close()  # nothing asked: bytes on an idle connection make it unusable
@@ -430,6 +443,15 @@ class Http1Pool:
 
     ``max_connections`` > 0 bounds the requests in progress (connecting included); the ones over
     it wait in order and start when one ends.
+
+    ``stamp_first`` (the worker's setting; call it on the running loop): a read's bytes are
+    stamped at once but parsed only after every connection made readable by the same wake-up of
+    the loop has been read (one ``call_soon`` a pass, which takes the reads in order). Without
+    it, each read is parsed, and its response possibly finished, before the next connection is
+    read, and a chunk's time includes the parsing of every read before it in that pass: at 128
+    streams that was about half the time between two reads (``benchmarks/streams.py``). A
+    connection that ends has its pending reads taken first. Off, ``data_received`` parses at
+    once (the unit tests and the replay benchmarks drive connections that way, without a loop).
     """
 
     def __init__(
@@ -437,6 +459,7 @@ class Http1Pool:
         url: str,
         headers: dict[str, str],
         max_connections: int = 0,
+        stamp_first: bool = False,
     ) -> None:
         parts = urlsplit(url)
         self.host = parts.hostname or "127.0.0.1"
@@ -450,6 +473,19 @@ class Http1Pool:
         self._active = 0
         self._waiting: deque[Exchange] = deque()
         self._connecting: dict[Exchange, asyncio.Task[None]] = {}
+        # reads of the current loop pass, not parsed yet (None: parsed as they come)
+        self._pending: list[tuple[_Conn, bytes, int]] | None = None
+        if stamp_first:
+            self._pending = []
+            self._loop_call_soon = asyncio.get_running_loop().call_soon
+
+    def _take_pending(self) -> None:
+        """Parse the reads stamped so far, in the order they were read."""
+        pending = self._pending
+        if pending:
+            self._pending = []
+            for conn, data, t in pending:
+                conn._take(data, t)
 
     @staticmethod
     def supports(url: str) -> bool:

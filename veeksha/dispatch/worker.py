@@ -19,7 +19,9 @@ sent.
 
 Timestamps (monotonic ns): ``received_at`` when the item was decoded; ``sent_at`` right before
 the request is written to the socket (the first attempt's, when retrying); one timestamp per
-read of the response, shared by the SSE events of that read; ``last_byte_at`` at the last read
+read of the response, shared by the SSE events of that read (every connection made readable by
+one wake-up of the loop is read and stamped before any of those reads is parsed:
+``Http1Pool(stamp_first=True)``); ``last_byte_at`` at the last read
 that carried response bytes (head or body). ``completed_at`` is when the request ended: for an
 answer, its last byte (``last_byte_at``); for a failure, the moment the worker saw it (the
 timeout's timer fired, the cancellation, the reset, the end of an error body), which may be long
@@ -159,6 +161,7 @@ class Worker:
                     self.settings.endpoint,
                     {"User-Agent": "veeksha", **self._headers},
                     self.settings.max_connections,
+                    stamp_first=True,
                 )
                 await self._http.warm(_prewarm(self.settings.max_connections))
             else:

@@ -54,6 +54,7 @@ __all__ = [
     "STATUSES",
     "Digest",
     "Metric",
+    "chunk_reads",
     "digest",
     "error_rates",
     "latency_stats",
@@ -245,6 +246,19 @@ def throughput(requests: pa.Table, window: tuple[float, float] | None) -> dict[s
     out["output_tokens_per_s"] = None if span is None else output_tokens / span
     out["total_tokens_per_s"] = None if span is None else (input_tokens + output_tokens) / span
     return out
+
+
+def chunk_reads(requests: pa.Table | ColumnSource, tbc_gaps: int) -> dict[str, Any]:
+    """How many TBC gaps of the ok requests are 0 because the two chunks came in one socket
+    read (``chunks_coalesced``): their count and share of ``tbc_gaps`` (None without gaps, or
+    for rows recorded before the column existed)."""
+    try:
+        values = column(requests, "chunks_coalesced")[status_is(requests, "ok")]
+    except (KeyError, IndexError, pa.ArrowInvalid):  # (a run recorded before the column)
+        return {"gaps": tbc_gaps, "coalesced": None, "coalesced_share": None}
+    coalesced = int(np.nansum(values))
+    share = coalesced / tbc_gaps if tbc_gaps else None
+    return {"gaps": tbc_gaps, "coalesced": coalesced, "coalesced_share": share}
 
 
 def error_rates(requests: pa.Table) -> dict[str, Any]:

@@ -8,6 +8,7 @@ Top-level keys (``docs/evaluation_outputs.md`` documents each field):
     requests        measured requests recorded, by status (``metrics.request_counts``)
     latency         ttfc, tbc, tpot, e2e, normalized_e2e, output_throughput, generator_delay,
                     dispatch_lag: {unit, count, mean, min, max, std, p50, p90, p95, p99, p99_9}
+    chunk_reads     TBC gaps, and how many of them are 0 because both chunks came in one read
     throughput      measured window and requests/s, input/output/total tokens/s
     sessions        outcomes, sessions/s, duration / requests_per_session / think_time
     errors          error and cancellation rates, by error kind
@@ -29,6 +30,7 @@ from veeksha.evaluate.health import HealthReport
 from veeksha.evaluate.metrics import (
     LATENCY_METRICS,
     Digest,
+    chunk_reads,
     digest,
     error_rates,
     latency_stats,
@@ -87,6 +89,7 @@ def compute_aggregates(
     sections: dict[str, Any] = {
         "requests": request_counts(requests),
         "latency": latency_stats(digests),
+        "chunk_reads": chunk_reads(requests, digests["tbc"].count),
         "throughput": throughput(requests, window),
     }
     steps = (

@@ -54,8 +54,9 @@ _NS = 1e9
 MAX_ERROR_MESSAGE_CHARS = 2000  # also rows.MAX_ERROR_MESSAGE_CHARS
 _SLICE_ROWS = 8192  # rows converted per GIL-holding slice
 
-# Row layouts. Every REQUESTS_SCHEMA column is in exactly one of them, except chunk_times and tbc
-# (computed from chunk_times_ns); "parents" and "chunk_times_ns" hold the list lengths.
+# Row layouts. Every REQUESTS_SCHEMA column is in exactly one of them, except chunk_times, tbc and
+# chunks_coalesced (computed from chunk_times_ns); "parents" and "chunk_times_ns" hold the list
+# lengths.
 _REQ_FLOATS = (
     "wait_after_ready",
     "ready_at",
@@ -403,9 +404,8 @@ class RequestColumns:
                 parents = np.array(self._parents, dtype=np.int64)
                 columns[name] = _list(values, _ints(parents, pa.int32()))
             elif name == "chunk_times_ns":
-                columns["chunk_times"], columns["tbc"] = _chunk_columns(
-                    values, flat, columns["status"], t0_ns
-                )
+                chunk_columns = _chunk_columns(values, flat, columns["status"], t0_ns)
+                columns["chunk_times"], columns["tbc"], columns["chunks_coalesced"] = chunk_columns
             else:
                 columns[name] = _ints(values, REQUESTS_SCHEMA.field(name).type)
         return pa.Table.from_arrays(
@@ -538,20 +538,27 @@ def _derive(
 
 def _chunk_columns(
     lengths: NDArray[np.int64], flat: NDArray[np.int64], status: pa.Array, t0_ns: int
-) -> tuple[pa.Array, pa.Array]:
-    """``chunk_times`` (rows that reached a worker) and ``tbc`` (ok rows among them)."""
+) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """``chunk_times`` (rows that reached a worker), ``tbc`` (ok rows among them) and
+    ``chunks_coalesced`` (rows that reached a worker: their gaps of exactly 0 ns, i.e. chunks
+    stamped with the time of the read before, which a worker does only for chunks of one read)."""
     reached = lengths != NULL
     counts = np.where(reached, lengths, 0)
     chunk_times = _list(lengths, _floats((flat - t0_ns) / _NS))
-    gaps = np.diff(flat) / _NS
+    steps = np.diff(flat)
+    gaps = steps / _NS
     if len(gaps):
         keep = np.ones(len(gaps), dtype=bool)
         boundaries = np.cumsum(counts)[:-1]  # index of each row's first chunk (rows 1..n-1)
         keep[boundaries[(boundaries >= 1) & (boundaries <= len(gaps))] - 1] = False
         gaps = gaps[keep]
+        steps = steps[keep]
     gap_counts = np.maximum(counts - 1, 0)
     tbc = _list(gap_counts, _floats(gaps), reached & _equals(status, "ok"))
-    return chunk_times, tbc
+    rows = np.repeat(np.arange(len(counts)), gap_counts)
+    same = np.bincount(rows[steps == 0], minlength=len(counts))
+    coalesced = _ints(np.where(reached, same, NULL), pa.int32())
+    return chunk_times, tbc, coalesced
 
 
 def _equals(strings: pa.Array, value: str) -> NDArray[np.bool_]:

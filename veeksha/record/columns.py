@@ -107,7 +107,20 @@ REQUESTS_SCHEMA = pa.schema(
             "last read that carried response bytes (head or body); null: none came",
         ),
         _col("processed_at", _F64, _T0, "main process handled the result"),
-        _col("chunk_times", pa.list_(_F64), _T0, "arrival time of every content chunk"),
+        _col(
+            "chunk_times",
+            pa.list_(_F64),
+            _T0,
+            "arrival time of every content chunk: the time of the socket read that brought it "
+            "(the chunks of one read share it)",
+        ),
+        _col(
+            "chunks_coalesced",
+            _I32,
+            "",
+            "content chunks that arrived in the same read as the chunk before them (their "
+            "chunk_times are equal, their tbc gap 0); null when never sent to a worker",
+        ),
         _col("target_prompt_tokens", _I32, _TOK, "requested length of the new prompt part"),
         _col(
             "shared_prefix_tokens",

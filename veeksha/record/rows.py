@@ -4,14 +4,18 @@ A ``RequestRecord`` (the node, its main-process timestamps, the worker's ``Resul
 a request cancelled before it was sent) becomes a row dict with ``request_row``: the readable
 definition of every column. A run does not build these dicts: the recorder appends the same
 values straight into column buffers (``veeksha.record.columnar``, tested to give identical
-tables). The two per-chunk columns, ``chunk_times`` and ``tbc``, are computed in bulk when a
-batch becomes a table (``requests_table``), from the raw ``chunk_times_ns`` a row carries.
+tables). The per-chunk columns, ``chunk_times``, ``tbc`` and ``chunks_coalesced``, are computed in
+bulk when a batch becomes a table (``requests_table``), from the raw ``chunk_times_ns`` a row
+carries.
 
 Metric definitions (SCENARIO_REFERENCE.md; seconds; ``sent_at`` = the worker wrote the request):
 
     ttfc   = first_chunk_at - sent_at
     e2e    = completed_at - sent_at
     tbc    = gaps between consecutive content chunks (a list per request)
+    chunks_coalesced = chunks stamped with the same time as the chunk before them (a worker
+             stamps every chunk of one socket read with that read's time, so these are the
+             chunks that shared a read with an earlier one; each has a tbc gap of 0)
     tpot   = (e2e - ttfc) / (output_tokens - 1)        null for fewer than 2 tokens
     normalized_e2e    = e2e / output_tokens           null for 0 tokens
     output_throughput = output_tokens / e2e           tokens/s
@@ -61,7 +65,7 @@ __all__ = [
 
 _NS = 1e9
 # Columns request_row leaves to requests_table (computed in bulk from ``chunk_times_ns``).
-_LIST_COLUMNS = ("chunk_times", "tbc")
+_LIST_COLUMNS = ("chunk_times", "tbc", "chunks_coalesced")
 # What ``request_columns`` takes from each row: the scalar columns and the raw chunk times.
 _ROW_KEYS = (*(f.name for f in REQUESTS_SCHEMA if f.name not in _LIST_COLUMNS), "chunk_times_ns")
 
@@ -228,8 +232,9 @@ def request_columns(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
 def requests_table(rows: Sequence[dict[str, Any]], t0_ns: int) -> pa.Table:
     """A batch of ``request_row`` dicts as a table typed by REQUESTS_SCHEMA.
 
-    Computes the per-chunk columns in bulk: ``chunk_times`` (every row that reached a worker)
-    and ``tbc`` (ok rows that reached a worker) from each row's ``chunk_times_ns``.
+    Computes the per-chunk columns in bulk: ``chunk_times`` and ``chunks_coalesced`` (every row
+    that reached a worker) and ``tbc`` (ok rows that reached a worker) from each row's
+    ``chunk_times_ns``.
     """
     return requests_from_rows(rows, t0_ns)
 

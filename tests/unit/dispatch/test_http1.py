@@ -423,3 +423,67 @@ def test_a_large_chunk_is_passed_on_as_it_comes_not_gathered() -> None:
     assert ex.body() == data
     assert len([c for c in ex.calls if c[0] == "data"]) == len(reads)  # one part per read
     assert copied < 2 * len(wire), copied
+
+
+# --------------------------------------------------------------------------------- stamp_first
+
+
+def stamp_first_pool(count: int) -> tuple[Http1Pool, list[_Conn], list[Recorder]]:
+    """A ``stamp_first`` pool (made on the running loop) with ``count`` requests sent."""
+    pool = Http1Pool("http://127.0.0.1:9/v1/completions", {}, stamp_first=True)
+    conns, exchanges = [], []
+    for _ in range(count):
+        conn = _Conn(pool)
+        conn.connection_made(FakeTransport(conn))  # type: ignore[arg-type]
+        pool._idle.append(conn)
+        ex = Recorder()
+        pool.send(b"{}", ex)
+        conns.append(conn)
+        exchanges.append(ex)
+    return pool, conns, exchanges
+
+
+def test_stamp_first_reads_every_connection_of_a_pass_before_parsing_any() -> None:
+    async def scenario() -> None:
+        pool, (a, b), (ex_a, ex_b) = stamp_first_pool(2)
+        a.data_received(HEAD + chunk(b"data: a\n\n"))
+        b.data_received(HEAD + chunk(b"data: b\n\n") + b"0\r\n\r\n")
+        assert ex_a.calls == ex_b.calls == [("sent",)]  # read and stamped, not parsed yet
+        await asyncio.sleep(0)  # the loop's next pass: both reads taken, in order
+        (read_a,) = [c for c in ex_a.calls if c[0] == "data"]
+        (read_b,) = [c for c in ex_b.calls if c[0] == "data"]
+        assert (read_a[1], read_b[1]) == (b"data: a\n\n", b"data: b\n\n")
+        assert read_a[2] < read_b[2]  # each with the time of its own read
+        assert ex_b.ended() is None
+        assert not [c for c in ex_a.calls if c[0] == "end"]
+        a.data_received(chunk(b"data: c\n\n") + b"0\r\n\r\n")  # a later pass: a new call_soon
+        await asyncio.sleep(0)
+        assert ex_a.body() == b"data: a\n\ndata: c\n\n"
+        assert ex_a.ended() is None
+        assert pool._idle == [b, a]
+
+    asyncio.run(scenario())
+
+
+def test_stamp_first_takes_pending_reads_before_the_connection_ends() -> None:
+    async def scenario() -> None:
+        _, (conn,), (ex,) = stamp_first_pool(1)
+        conn.data_received(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nall of it")
+        transport(conn).close()  # the end of a body framed by the connection's close
+        assert (ex.body(), ex.ended()) == (b"all of it", None)
+        await asyncio.sleep(0)
+        assert [c[0] for c in ex.calls] == ["sent", "head", "data", "end"]
+
+    asyncio.run(scenario())
+
+
+def test_stamp_first_drops_the_pending_reads_of_an_aborted_exchange() -> None:
+    async def scenario() -> None:
+        pool, (conn,), (ex,) = stamp_first_pool(1)
+        conn.data_received(HEAD + chunk(b"data: a\n\n"))
+        pool.abort(ex)  # (a timeout between the read and its parsing)
+        await asyncio.sleep(0)
+        assert ex.calls == [("sent",)]
+        assert conn.closed
+
+    asyncio.run(scenario())

@@ -69,6 +69,7 @@ def request(
         "completed_at": completed,
         "processed_at": completed,
         "chunk_times": list(chunks) if sent is not None else None,
+        "chunks_coalesced": sum(a == b for a, b in pairwise(chunks)) if sent is not None else None,
         "target_prompt_tokens": target_prompt,
         "prompt_tokens_new": prompt_new,
         "prompt_tokens_total": prompt_total,

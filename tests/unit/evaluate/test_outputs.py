@@ -27,8 +27,8 @@ from veeksha.evaluate.metrics import LATENCY_METRICS
 from veeksha.evaluate.run import EVALUATION_COLUMNS
 
 SUMMARY_KEYS = {
-    "schema_version", "run", "requests", "latency", "throughput", "sessions", "errors",
-    "prefill", "goodput", "health", "slos",
+    "schema_version", "run", "requests", "latency", "chunk_reads", "throughput", "sessions",
+    "errors", "prefill", "goodput", "health", "slos",
 }  # fmt: skip
 SLOS = [
     {"name": "fast first chunk", "metric": "ttfc", "percentile": 0.99, "value": 0.5},
@@ -42,9 +42,8 @@ def _run_tables() -> tuple[pa.Table, pa.Table]:
     rows, sessions = [], []
     for i, t in enumerate(starts.tolist()):
         rows.append(request(i, 0, ready=t, chunks=(t + 0.05, t + 0.06, t + 0.08)))
-        rows.append(
-            request(i, 1, parents=[0], ready=t + 0.1, wait=0.02, chunks=(t + 0.15, t + 0.2))
-        )
+        second = (t + 0.15, t + 0.2) if i else (t + 0.15, t + 0.15)  # (one read: coalesced)
+        rows.append(request(i, 1, parents=[0], ready=t + 0.1, wait=0.02, chunks=second))
         sessions.append(session(i, t, t + 0.2, num_requests=2, think_time_total=0.02))
     rows.append(request(99, ready=0.0, chunks=(0.1,), phase="warmup"))
     return requests_table(rows), sessions_table(sessions)
@@ -63,6 +62,7 @@ def test_evaluate_run_writes_every_file(tmp_path: Path) -> None:
     assert summary["requests"]["total"] == 80  # warmup excluded
     assert summary["latency"]["ttfc"]["p50"] == pytest.approx(0.05)
     assert summary["latency"]["tbc"]["count"] == 40 * 3
+    assert summary["chunk_reads"] == {"gaps": 120, "coalesced": 1, "coalesced_share": 1 / 120}
     assert summary["sessions"]["ok"] == 40
     assert summary["goodput"]["requests"] == 0  # no e2e within 10 ms
     assert summary["health"]["verdict"] == evaluation.verdict

@@ -44,6 +44,9 @@ def reference_requests(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if chunks is None or row["status"] != "ok"
             else [(b - a) / 1e9 for a, b in itertools.pairwise(chunks)]
         )
+        row["chunks_coalesced"] = (
+            None if chunks is None else sum(a == b for a, b in itertools.pairwise(chunks))
+        )
         row["parents"] = None if row["parents"] is None else list(row["parents"])
         out.append({name: row[name] for name in REQUESTS_SCHEMA.names})
     return out
@@ -254,3 +257,27 @@ def test_recording_and_conversion_never_import_pandas() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "False"
+
+
+def test_chunks_coalesced_counts_the_chunks_stamped_with_the_read_before() -> None:
+    """A worker stamps every chunk of one socket read with that read's time: a chunk whose time
+    equals the one before it came in the same read (three reads of 2, 1 and 3 chunks: 3)."""
+    reads = [1.25, 1.25, 1.5, 1.75, 1.75, 1.75]
+    cases = [
+        (make_result(chunks=tuple(reads), completed=2.0, tokens=6, request_id=0), 3),
+        (make_result(chunks=(1.25, 1.5), completed=2.0, tokens=2, request_id=1), 0),
+        (make_result(chunks=(1.25, 1.25), completed=2.0, status="error", request_id=2), 1),
+        (make_result(chunks=(), completed=2.0, tokens=0, request_id=3), 0),
+        (None, None),  # never sent: no reads to count
+    ]
+    rows = [request_row(make_record(res, request_id=i), T0) for i, (res, _) in enumerate(cases)]
+    for table in (requests_from_rows(rows, T0), _columns_of(rows).to_table(T0)):
+        assert table.column("chunks_coalesced").to_pylist() == [want for _, want in cases]
+    assert requests_from_rows(rows, T0).column("tbc").to_pylist()[0] == [0.0, 0.25, 0.25, 0, 0]
+
+
+def _columns_of(rows: list[dict[str, Any]]) -> RequestColumns:
+    batch = RequestColumns()
+    for row in rows:
+        batch.add_row(row)
+    return batch

@@ -1,0 +1,446 @@
+"""Many-stream fidelity: TTFC and TBC bias at 128 concurrent streams, and where the delay goes.
+
+    python -m benchmarks streams [--quick]              (one figure of the set)
+    python -m benchmarks.streams [--compare REV] [--repeats N] [--seconds S] [--quick]
+                                 [--configs NAME,...] [--no-append]
+
+The target is the built-in simulator with fixed timing (TTFT 50 ms, 5 ms between tokens,
+``record_chunk_times``: it reports when it wrote each content chunk, right before the write), 64
+streamed tokens a request, completions API. A full ``veeksha run`` drives it (``Config``):
+
+- ``128``: closed loop, 128 concurrent single-request sessions (~350 req/s, ~22,000 chunks/s
+  through the client), the default workers and pinning (on 2 cores: one worker, on CPU 1; the
+  main process on CPU 0);
+- ``128w2``: the same with 2 workers (both on CPU 1 with ``auto``); ``128off``: pinning off;
+  ``128sim0``: the simulator pinned to CPU 0 (the main process's), away from the worker;
+- ``light``: the reference, 20 req/s open loop.
+
+Clocks: one CLOCK_MONOTONIC for every process on Linux, so the server's write times and the
+client's read times are comparable. Per run:
+
+- ``ttfc_bias_*``: ttfc − server_ttft per request (requests.parquet; as the ``ttfc`` figure):
+  (first read − sent) − (first write − server arrival) = the first chunk's delay + the
+  request's way up (``upstream``: server arrival − sent, which holds the server's own wait to
+  read it);
+- ``tbc_p99_bias_ms``: the client's TBC p99 minus the server's p99 of the gaps between its
+  writes (the same chunks); ``tbc_p99_vs_itl_ms``: minus the nominal 5 ms;
+- ``coalesced_pct``: chunks that shared a read with the chunk before (``chunks_coalesced``).
+
+Where the delay of a chunk (client read time − server write time) goes, from the probe
+(``benchmarks/streams_probe``: in the workers only, per read and per loop pass; see there).
+For a chunk written at ``a`` and read in pass ``p`` (which started at ``P``; the previous pass
+ended at ``Q``), the parts add up to the delay exactly:
+
+- ``busy_ms``: ``Q − a`` when the chunk came while the loop was still in the previous pass;
+- ``wake_ms``: from ``max(a, Q)`` to ``P``: the kernel's path (loopback TCP, the wake-up, the
+  loop's poll), less the part spent runnable on a taken CPU: ``cpu_wait_ms`` (the worker's
+  run-queue wait between the two passes, from schedstat);
+- ``in_pass_ms``: from ``max(a, P)`` to the read: the reads (and their parsing) before it in
+  the same pass;
+- the stamp itself (the read to the clock reading, < 1 µs) is left in ``delay``.
+
+``--compare REV`` measures the same configurations with the veeksha of ``REV`` (``git
+archive`` into a temporary folder, run with it first on ``PYTHONPATH``) alternately with this
+checkout, in one invocation, and prints both side by side (the probe wraps the same two http1
+methods in both).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pyarrow.parquet as pq
+
+from benchmarks.harness import ROOT, RunMeasure, Simulator, machine, run_veeksha, scenario
+
+__all__ = ["CONFIGS", "Config", "measure", "streams_figure"]
+
+PROBE_PATH = Path(__file__).resolve().parent / "streams_probe"
+TTFT_MS = 50.0
+ITL_MS = 5.0
+TOKENS = 64
+LIGHT_RATE = 20.0
+
+
+@dataclass(frozen=True)
+class Config:
+    """One way of running the load: streams (0: the light open-loop reference), workers,
+    pinning, and whether the simulator is pinned to CPU 0."""
+
+    name: str
+    streams: int
+    workers: int | None = None
+    affinity: str | None = None
+    sim_cpu0: bool = False
+
+
+CONFIGS = {
+    c.name: c
+    for c in (
+        Config("128", 128),
+        Config("128w2", 128, workers=2),
+        Config("128off", 128, affinity="off"),
+        Config("128sim0", 128, sim_cpu0=True),
+        Config("light", 0),
+    )
+}
+QUICK = ("128", "light")
+
+
+def _spec(config: Config, base_url: str, seconds: float) -> dict[str, Any]:
+    runtime: dict[str, Any] = {}
+    if config.workers is not None:
+        runtime["num_workers"] = config.workers
+    if config.affinity is not None:
+        runtime["cpu_affinity"] = config.affinity
+    if config.streams:
+        scheduler = {
+            "type": "concurrent",
+            "target_concurrent_sessions": config.streams,
+            "rampup_seconds": 0,
+        }
+        return scenario(
+            api_base=base_url,
+            scheduler=scheduler,
+            max_sessions=-1,
+            output_tokens=TOKENS,
+            timeout_s=seconds,
+            **runtime,
+        )
+    interval = {"type": "fixed", "interval": 1 / LIGHT_RATE}
+    scheduler = {"type": "rate", "interval_generator": interval}
+    return scenario(
+        api_base=base_url,
+        scheduler=scheduler,
+        max_sessions=max(int(LIGHT_RATE * seconds), 10),
+        output_tokens=TOKENS,
+        **runtime,
+    )
+
+
+def measure(
+    config: Config, sim: Simulator, workdir: Path, seconds: float, root: Path = ROOT
+) -> dict[str, float]:
+    """One ``veeksha run`` of ``config`` (the veeksha of ``root``) with the probe; its figures."""
+    name = f"streams-{config.name}-{time.monotonic_ns()}"
+    probe_dir = workdir / f"{name}-probe"
+    probe_dir.mkdir(parents=True)
+    env = {"VEEKSHA_PROBE_DIR": str(probe_dir), "PYTHONPATH": str(PROBE_PATH)}
+    pinned = _pin(sim, [0] if config.sim_cpu0 else None)
+    try:
+        cpu0 = sim.cpu_s()
+        m = run_veeksha(_spec(config, sim.base_url, seconds), workdir, name, env=env, root=root)
+        sim_cpu = sim.cpu_s() - cpu0
+    finally:
+        _pin(sim, pinned)
+    if m.exit_code not in (0, 3, 4):
+        raise RuntimeError(f"streams {config.name}: veeksha exited {m.exit_code}:\n{m.stderr}")
+    values = _from_rows(m)
+    values.update(_from_probe(sorted(probe_dir.glob("probe-*.msgpack"))))
+    values["cpu_s"] = m.cpu_s
+    values["sim_cpu_s"] = sim_cpu
+    values["vm_steal_pct"] = m.steal_pct
+    return values
+
+
+def _pin(sim: Simulator, cpus: list[int] | None) -> list[int] | None:
+    """Pin the simulator's processes to ``cpus`` (None: leave them); their previous CPUs."""
+    if cpus is None:
+        return None
+    before: list[int] | None = None
+    for proc in sim._procs():
+        with contextlib.suppress(OSError):
+            before = before or proc.cpu_affinity()
+            proc.cpu_affinity(cpus)
+    return before
+
+
+def _from_rows(m: RunMeasure) -> dict[str, float]:
+    """The TTFC bias from requests.parquet (ttfc − server_ttft), and the run's CPU waits."""
+    table = pq.read_table(
+        m.run_dir / "requests.parquet", columns=["phase", "status", "ttfc", "server_ttft", "tbc"]
+    )
+    phase, status = table["phase"].to_pylist(), table["status"].to_pylist()
+    ok = np.array([p == "measured" and s == "ok" for p, s in zip(phase, status, strict=True)])
+    ttfc = table["ttfc"].to_numpy(zero_copy_only=False)[ok]
+    server = table["server_ttft"].to_numpy(zero_copy_only=False)[ok]
+    bias = (ttfc - server) * 1e3
+    gaps = np.array(
+        [g for row, k in zip(table["tbc"].to_pylist(), ok, strict=True) if k for g in row or ()]
+    )
+    out = {"requests": float(len(bias))}
+    if len(bias):
+        out["ttfc_bias_mean_ms"] = float(np.mean(bias))
+        out["ttfc_bias_p99_ms"] = float(np.percentile(bias, 99))
+        out["server_ttft_p99_late_ms"] = float(np.percentile(server, 99) * 1e3 - TTFT_MS)
+    if len(gaps):
+        out["tbc_p99_vs_itl_ms"] = float(np.percentile(gaps, 99) * 1e3 - ITL_MS)
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        run = json.loads((m.run_dir / "summary.json").read_text())["run"]
+        start, end = run["measured_window"]
+        window = float(end) - float(start or 0)
+        out["worker_cpu_s"] = float(run["worker_cpu_s"])
+        out["worker_cpu_wait_s"] = float(run["worker_cpu_wait_s"])
+        out["main_cpu_wait_s"] = float(run["main_cpu_wait_s"])
+        if window:
+            out["worker_cpu_wait_pct"] = 100 * out["worker_cpu_wait_s"] / window
+    return out
+
+
+def _from_probe(paths: list[Path]) -> dict[str, float]:
+    """Per-chunk delay and its parts (see the module docstring) from the workers' probes."""
+    names = ("delay", "busy", "wake", "cpu", "in_pass", "preempted", "first", "up", "cgap", "sgap")
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in names}
+    coalesced = chunks = skipped = reads_total = passes_total = 0
+    for path in paths:
+        doc = msgspec.msgpack.decode(path.read_bytes())
+        reads = np.frombuffer(doc["reads"], dtype=np.int64).reshape(-1, 6)
+        passes = np.frombuffer(doc["passes"], dtype=np.int64).reshape(-1, 5)
+        reads_total += len(reads)
+        passes_total += len(passes)
+        rows = [r for r in doc["responses"] if r[2] and len(r[2]) == len(r[3])]
+        skipped += len(doc["responses"]) - len(rows)
+        if not rows or not len(reads) or not len(passes):
+            continue
+        client = np.concatenate([np.asarray(r[2], dtype=np.int64) for r in rows])
+        server = np.concatenate([np.asarray(r[3], dtype=np.int64) for r in rows])
+        rid = np.concatenate([np.full(len(r[2]), r[0], dtype=np.int64) for r in rows])
+        starts = np.cumsum([0] + [len(r[2]) for r in rows])[:-1]
+        chunks += len(client)
+        same = np.diff(client) == 0
+        same[starts[1:] - 1] = False
+        coalesced += int(same.sum())
+        # the read of each chunk: the last read of its request that began at or before it
+        base = int(reads[:, 1].min())
+        key = (reads[:, 0] << 36) | (reads[:, 1] - base)
+        order = np.argsort(key)
+        found = np.searchsorted(key[order], (rid << 36) | (client - base), side="right") - 1
+        idx = order[np.clip(found, 0, None)]
+        good = (found >= 0) & (reads[idx, 0] == rid) & (reads[idx, 2] >= client)
+        pass_of = reads[idx, 3]
+        good &= (pass_of >= 0) & (pass_of < len(passes))
+        pass_of = np.clip(pass_of, 0, len(passes) - 1)
+        start = passes[pass_of, 0]
+        prev = np.clip(pass_of - 1, 0, None)
+        prev_end = np.where(pass_of > 0, passes[prev, 1], start)
+        run_wait = np.where(pass_of > 0, passes[pass_of, 2] - passes[prev, 3], 0)
+        a = server
+        busy = np.where(a < prev_end, prev_end - a, 0)
+        idle = np.where(a < start, start - np.maximum(a, prev_end), 0)
+        cpu = np.minimum(idle, np.maximum(run_wait, 0))
+        in_pass = reads[idx, 1] - np.maximum(a, start)
+        # the worker's own CPU time in the pass before this read (the rest: preempted)
+        own = np.minimum(np.maximum(reads[idx, 5] - passes[pass_of, 4], 0), np.maximum(in_pass, 0))
+        g = good
+        parts["delay"].append((client - a)[g])
+        parts["busy"].append(busy[g])
+        parts["wake"].append((idle - cpu)[g])
+        parts["cpu"].append(cpu[g])
+        parts["in_pass"].append(own[g])
+        parts["preempted"].append((in_pass - own)[g])
+        first = np.zeros(len(client), dtype=bool)
+        first[starts] = True
+        parts["first"].append((client - a)[first & g])
+        parts["up"].append(np.array([r[4] - r[1] for r in rows if r[4] and r[1]], dtype=np.int64))
+        gap_ok = ~first[1:]
+        parts["cgap"].append(np.diff(client)[gap_ok])
+        parts["sgap"].append(np.diff(server)[gap_ok])
+    cat = {k: np.concatenate(v) / 1e6 if v else np.zeros(0) for k, v in parts.items()}
+    out: dict[str, float] = {"probe_chunks": float(chunks), "probe_skipped": float(skipped)}
+    if chunks:
+        out["coalesced_pct"] = 100 * coalesced / chunks
+        out["reads_per_pass"] = reads_total / max(passes_total, 1)
+    if len(cat["delay"]):
+        out["delay_mean_ms"] = float(cat["delay"].mean())
+        out["delay_p99_ms"] = float(np.percentile(cat["delay"], 99))
+        for k in ("busy", "wake", "cpu", "in_pass", "preempted"):
+            out[f"{k}_ms"] = float(cat[k].mean())
+        out["wake_p99_ms"] = float(np.percentile(cat["wake"], 99))
+        out["cpu_p99_ms"] = float(np.percentile(cat["cpu"], 99))
+    if len(cat["first"]):
+        out["first_delay_mean_ms"] = float(cat["first"].mean())
+    if len(cat["up"]):
+        out["upstream_mean_ms"] = float(cat["up"].mean())
+        out["upstream_p99_ms"] = float(np.percentile(cat["up"], 99))
+    if len(cat["cgap"]):
+        out["tbc_p99_bias_ms"] = float(
+            np.percentile(cat["cgap"], 99) - np.percentile(cat["sgap"], 99)
+        )
+        out["server_gap_p99_ms"] = float(np.percentile(cat["sgap"], 99))
+    return out
+
+
+def streams_figure(
+    workdir: Path, seconds: float, configs: list[str], root: Path = ROOT
+) -> dict[str, float]:
+    """Every configuration once; values keyed ``<key>@<config>``."""
+    out: dict[str, float] = {}
+    with _fidelity_sim() as sim:
+        for name in configs:
+            config = CONFIGS[name]
+            secs = seconds if config.streams else max(seconds, 3.0)
+            for key, value in measure(config, sim, workdir, secs, root).items():
+                out[f"{key}@{name}"] = value
+    return out
+
+
+def _fidelity_sim() -> Simulator:
+    return Simulator(
+        timing="fixed",
+        ttft_ms=TTFT_MS,
+        itl_ms=ITL_MS,
+        max_num_seqs=1024,
+        record_chunk_times=True,
+    )
+
+
+# ------------------------------------------------------------------------------ side by side
+
+HEADLINE = (
+    ("ttfc_bias_mean_ms", "TTFC bias mean", 0.3),
+    ("ttfc_bias_p99_ms", "TTFC bias p99", 1.0),
+    ("tbc_p99_bias_ms", "TBC p99 bias (vs server gaps)", 0.5),
+    ("tbc_p99_vs_itl_ms", "TBC p99 − 5 ms", None),
+    ("delay_mean_ms", "chunk delay mean (read − write)", None),
+    ("delay_p99_ms", "chunk delay p99", None),
+    ("busy_ms", "  loop busy (previous pass)", None),
+    ("wake_ms", "  kernel + wake-up", None),
+    ("cpu_ms", "  CPU taken (run queue)", None),
+    ("in_pass_ms", "  reads before it, same pass", None),
+    ("preempted_ms", "  preempted within the pass", None),
+    ("first_delay_mean_ms", "first chunk delay mean", None),
+    ("upstream_mean_ms", "upstream (server arrival − sent)", None),
+    ("coalesced_pct", "chunks coalesced %", None),
+    ("reads_per_pass", "reads per loop pass", None),
+    ("worker_cpu_wait_pct", "worker run-queue wait %", None),
+    ("server_ttft_p99_late_ms", "server TTFT p99 − 50 ms", None),
+    ("cpu_s", "veeksha CPU-s (tree)", None),
+    ("sim_cpu_s", "simulator CPU-s", None),
+)
+
+
+def _med(samples: list[dict[str, float]], key: str) -> str:
+    values = [s[key] for s in samples if key in s and not np.isnan(s[key])]
+    if not values:
+        return "-"
+    med = statistics.median(values)
+    if len(values) == 1:
+        return f"{med:.3g}"
+    return f"{med:.3g} ({min(values):.3g}–{max(values):.3g})"
+
+
+def render(
+    results: dict[str, dict[str, list[dict[str, float]]]], configs: list[str], command: str
+) -> str:
+    """Markdown: for each configuration, each value's median (min–max) per revision."""
+    revisions = list(results)
+    lines = [
+        f"## Many-stream fidelity (issue 20 item 1) — {machine().date}",
+        "",
+        machine().line() + f" Command: `{command}`.",
+        "Simulator fixed timing (TTFT 50 ms, 5 ms a token, 64 tokens, its write time of every",
+        "chunk recorded), completions API; medians (min–max) of the repetitions, alternating.",
+        "",
+    ]
+    for name in configs:
+        header = " | ".join(revisions)
+        rule = "|---|---:|" + "---:|" * len(revisions)
+        lines += [f"**{name}**", "", f"| value | target | {header} |", rule]
+        for key, label, target in HEADLINE:
+            cells = [_med(results[rev].get(name, []), key) for rev in revisions]
+            if all(c == "-" for c in cells):
+                continue
+            bound = f"≤ {target:g}" if target is not None and name.startswith("128") else ""
+            lines.append(f"| {label} | {bound} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def _export(rev: str, into: Path) -> Path:
+    """The tree of ``rev`` (``git archive``), extracted into ``into``."""
+    data = subprocess.run(
+        ["git", "archive", "--format=tar", rev], cwd=ROOT, capture_output=True, check=True
+    ).stdout
+    into.mkdir(parents=True)
+    with tempfile.TemporaryFile() as f:
+        f.write(data)
+        f.seek(0)
+        with tarfile.open(fileobj=f) as tar:
+            tar.extractall(into, filter="data")
+    return into
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--compare", metavar="REV", help="also measure this git revision")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=None, help="default 8; quick 3")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--configs", default=None, help=f"of {','.join(CONFIGS)}")
+    parser.add_argument("--no-append", action="store_true")
+    args = parser.parse_args(argv)
+    configs = args.configs.split(",") if args.configs else list(QUICK if args.quick else CONFIGS)
+    unknown = [c for c in configs if c not in CONFIGS]
+    if unknown:
+        parser.error(f"unknown configuration(s) {unknown}; choose from {','.join(CONFIGS)}")
+    seconds = args.seconds or (3.0 if args.quick else 8.0)
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    results: dict[str, dict[str, list[dict[str, float]]]] = {}
+    with tempfile.TemporaryDirectory(prefix="veeksha-streams-") as tmp, _fidelity_sim() as sim:
+        roots = {f"this ({head})": ROOT}
+        if args.compare:
+            short = subprocess.run(
+                ["git", "rev-parse", "--short", args.compare],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+            roots = {f"{args.compare} ({short})": _export(args.compare, Path(tmp) / "rev"), **roots}
+        for rep in range(args.repeats):
+            for name in configs:
+                config = CONFIGS[name]
+                secs = seconds if config.streams else max(seconds, 3.0)
+                for label, root in roots.items():
+                    t = time.monotonic()
+                    values = measure(config, sim, Path(tmp), secs, root)
+                    results.setdefault(label, {}).setdefault(name, []).append(values)
+                    print(
+                        f"[{name} #{rep + 1} {label}] ttfc bias mean "
+                        f"{values.get('ttfc_bias_mean_ms', float('nan')):.3f} p99 "
+                        f"{values.get('ttfc_bias_p99_ms', float('nan')):.3f}, tbc p99 bias "
+                        f"{values.get('tbc_p99_bias_ms', float('nan')):.3f} ms "
+                        f"({time.monotonic() - t:.1f} s)",
+                        flush=True,
+                    )
+    command = "python -m benchmarks.streams " + " ".join(sys.argv[1:] if argv is None else argv)
+    text = render(results, configs, command.strip())
+    print()
+    print(text)
+    if not args.no_append:
+        with (ROOT / "BENCHMARKS.md").open("a") as f:
+            f.write("\n" + text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
