@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import uvloop
@@ -59,6 +59,9 @@ from veeksha.scenario.models import ConcurrentScheduler, RateScheduler, Scenario
 from veeksha.schedule.arrivals import ConcurrencyRamp
 from veeksha.schedule.session_state import NodeState
 
+if TYPE_CHECKING:
+    from veeksha.simulator.process import SimulatorProcess
+
 __all__ = ["RunOutcome", "run_benchmark", "run_scenario"]
 
 _NS = 1_000_000_000
@@ -88,9 +91,12 @@ def run_benchmark(
     quiet: bool = False,
     dry_run: bool = False,
     plots: bool = True,
+    simulator: SimulatorProcess | None = None,
 ) -> int:
     """Run ``scenario`` into ``run_dir`` and return the process exit code."""
-    outcome = run_scenario(scenario, run_dir, quiet=quiet, dry_run=dry_run, plots=plots)
+    outcome = run_scenario(
+        scenario, run_dir, quiet=quiet, dry_run=dry_run, plots=plots, simulator=simulator
+    )
     if outcome.interrupted:  # even with --quiet: why the run ended early, and where its data is
         why = outcome.extra.get("error") or f"the run was {outcome.stop_reason or 'interrupted'}"
         sys.stderr.write(f"error: {why}\nresults collected so far: {run_dir}\n")
@@ -113,14 +119,18 @@ def run_scenario(
     quiet: bool = False,
     dry_run: bool = False,
     plots: bool = True,
+    simulator: SimulatorProcess | None = None,
 ) -> RunOutcome:
     """Run ``scenario`` into ``run_dir`` on a uvloop event loop; returns what happened.
 
     ``dry_run`` sends nothing (each request completes at once inside this process, no workers:
-    ``veeksha.dispatch.inprocess``); ``plots=False`` skips the evaluation's PNGs.
+    ``veeksha.dispatch.inprocess``); ``plots=False`` skips the evaluation's PNGs. ``simulator``:
+    the built-in simulator already spawned for this run (``engine.target.spawn_simulator``),
+    used and stopped by the run.
     """
     run = _Run(scenario, Path(run_dir), quiet, dry_run)
     run.plots = plots
+    run.simulator = simulator
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(run.execute())
 
@@ -146,6 +156,7 @@ class _Run:
         self.main_cpu_wait_s: float | None = None
         self.worker_cpu_wait_s: float | None = None
         self.plots = True
+        self.simulator: SimulatorProcess | None = None
 
     async def execute(self) -> RunOutcome:
         try:
@@ -185,7 +196,7 @@ class _Run:
         # The built-in simulator shares the workers' CPUs, never the main process' one (it
         # would otherwise inherit the main process' pinning).
         spare = sorted({cpu for cpus in plan.worker_cpus for cpu in cpus} - set(plan.main_cpus))
-        with TargetContext(self.scenario, self.dry_run, spare or None) as target:
+        with TargetContext(self.scenario, self.dry_run, spare or None, self.simulator) as target:
             log.info(f"target: {describe(target)}")
             await self._run_with_target(target, num_workers, plan.worker_cpus)
 
@@ -234,7 +245,6 @@ class _Run:
     async def _run_with_target(
         self, target: Target, num_workers: int, worker_cpus: list[list[int]]
     ) -> None:
-        make_session = self._session_source(target)
         worker_settings = msgspec.structs.replace(
             WorkerSettings.from_client(
                 self.scenario.client, target.api_base, target.api_key, dry_run=self.dry_run
@@ -254,16 +264,26 @@ class _Run:
             )
         self.num_workers = num_workers
         self.children_cpu_start = _children_cpu_s()
-        await self.pool.start(timeout=_WORKER_START_TIMEOUT_S)
-        self.log.info(f"workers ready: pids {sorted(self.pool.worker_pids.values())}")
-        warm_up_rows()  # loads the Arrow conversion code now, not at the writer's first tick
-        # Set-up objects (modules, models, the prompt corpus) never die: moved out of the
-        # collector's sight, so no full collection scans them mid-run (a 50-70 ms stall).
-        gc.collect()
-        gc.freeze()
+        # The workers start up on the other core while this process makes the sessions' source.
+        starting = asyncio.ensure_future(self.pool.start(timeout=_WORKER_START_TIMEOUT_S))
         try:
+            await asyncio.sleep(0)  # (``start`` spawns every worker before it first waits)
+            make_session = self._session_source(target)
+            warm_up_rows()  # loads the Arrow conversion code now, not at the writer's first tick
+            # Set-up objects (modules, models, the prompt corpus) never die: moved out of the
+            # collector's sight, so no full collection scans them mid-run (a 50-70 ms stall).
+            # The command line turns the collector off for the set-up (veeksha.cli): on again.
+            gc.collect()
+            gc.freeze()
+            gc.enable()
+            await starting
+            self.log.info(f"workers ready: pids {sorted(self.pool.worker_pids.values())}")
             await self._drive(target, make_session)
         finally:
+            if not starting.done():  # the set-up failed while the workers started
+                starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError, VeekshaError):
+                await starting  # (its error, if it failed, is already on its way up)
             await self.pool.stop(grace_s=0.0)
 
     # ------------------------------------------------------------------------------ the run

@@ -63,6 +63,7 @@ async def _serve(config: SimulatorConfig, sock: socket.socket, index: int, t0_ns
     if index == 0:
         loop.add_signal_handler(signal.SIGINT, stop.set)
     gc.freeze()  # startup objects never need collecting again
+    gc.enable()  # (``python -m veeksha.simulator`` turns it off for the start-up)
     await stop.wait()
     server.close()  # open streams (a never-ending fault) are not waited for
 
