@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 import uvloop
-from rich.console import Console
 
 from veeksha import __version__
 from veeksha.clock import MonotonicClock
@@ -527,6 +526,8 @@ class _Run:
                 f"SLOs met: {evaluation.all_slos_met}"
             )
             if not self.quiet:
+                from rich.console import Console  # (a quiet run never loads rich)
+
                 evaluation.render(Console(stderr=True))
         finally:
             writer.close(extra)

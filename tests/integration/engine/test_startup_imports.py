@@ -31,7 +31,7 @@ def _fresh_modules(code: str) -> set[str]:
     return set(done.stdout.splitlines()[-1].split())
 
 
-def test_a_run_without_plots_never_imports_pandas_or_matplotlib(tmp_path: Path) -> None:
+def test_a_quiet_run_without_plots_never_imports_pandas_matplotlib_or_rich(tmp_path: Path) -> None:
     scenario = tmp_path / "s.yaml"
     scenario.write_text(_SCENARIO)
     # every process of the tree that writes to the run's stderr (main, workers) lists its imports
@@ -51,7 +51,12 @@ def test_a_run_without_plots_never_imports_pandas_or_matplotlib(tmp_path: Path) 
     # (the worker runs as __main__: its HTTP client is what only a worker imports)
     assert {"veeksha.engine.run", "veeksha.dispatch.http1", "pyarrow"} <= imported
     tops = {name.split(".")[0] for name in imported}
-    assert not tops & {"pandas", "matplotlib", "scipy"}
+    assert not tops & {
+        "pandas",
+        "matplotlib",
+        "scipy",
+        "rich",
+    }  # (rich: only a report, a live line)
 
 
 def test_a_worker_starts_without_numpy_arrow_or_the_scenario_models() -> None:
