@@ -34,7 +34,7 @@ from veeksha.dispatch.pool import WorkerPool
 from veeksha.dispatch.settings import WorkerSettings, resolve_api_key
 from veeksha.engine.cpu_wait import CpuWait
 from veeksha.engine.loop import LoopSettings, TrafficLoop
-from veeksha.engine.progress import ProgressLine
+from veeksha.engine.progress import ProgressLine, load_display
 from veeksha.engine.recorder import RunRecorder
 from veeksha.engine.runlog import RunLog
 from veeksha.engine.target import Target, TargetContext, describe
@@ -269,6 +269,7 @@ class _Run:
             await asyncio.sleep(0)  # (``start`` spawns every worker before it first waits)
             make_session = self._session_source(target)
             warm_up_rows()  # loads the Arrow conversion code now, not at the writer's first tick
+            load_display(self.quiet)  # (not in the lead before t0)
             # Set-up objects (modules, models, the prompt corpus) never die: moved out of the
             # collector's sight, so no full collection scans them mid-run (a 50-70 ms stall).
             # The command line turns the collector off for the set-up (veeksha.cli): on again.
