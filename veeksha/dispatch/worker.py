@@ -39,6 +39,7 @@ import asyncio
 import contextlib
 import contextvars
 import ctypes
+import email.utils
 import gc
 import os
 import signal
@@ -717,8 +718,6 @@ def _retry_after_s(value: str | None) -> float | None:
         return max(0.0, float(value))
     except ValueError:
         pass
-    import email.utils  # (an HTTP date here is rare: not among every worker's start-up imports)
-
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
