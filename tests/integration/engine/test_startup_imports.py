@@ -62,7 +62,7 @@ def test_a_quiet_run_without_plots_never_imports_pandas_matplotlib_or_rich(tmp_p
 def test_a_worker_starts_without_numpy_arrow_or_the_scenario_models() -> None:
     loaded = _fresh_modules("import veeksha.dispatch.worker")
     assert "veeksha.dispatch.worker" in loaded
-    heavy = {"numpy", "pyarrow", "pydantic", "pandas", "rich", "email", "veeksha.scenario.models"}
+    heavy = {"numpy", "pyarrow", "pydantic", "pandas", "rich", "veeksha.scenario.models"}
     assert not loaded & heavy
 
 
