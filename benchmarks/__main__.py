@@ -1,9 +1,13 @@
 """Run veeksha's own benchmarks against the simulator and append the figures to BENCHMARKS.md.
 
     python -m benchmarks [NAME ...] [--quick] [--no-append] [--repeats N] [--rates R,R,...]
+                         [--against REVISION]
 
-NAMEs: startup cpu rate closed precision ttfc streams scale memory trace (default: all;
-``--quick`` leaves out trace unless named). ``--quick`` uses
+NAMEs: imports startup cpu rate closed precision ttfc streams scale memory trace (default: all;
+``--quick`` leaves out trace unless named). ``--against REV`` measures that revision's
+``veeksha`` side by side in the same invocation (its package from ``git archive``, run by this
+interpreter): each repetition runs each figure for both, in alternating order, and the table
+shows both medians. ``--quick`` uses
 short runs and one repetition (under a minute; what CI runs, with ``--no-append``): it prints the
 figures and never fails on them, since a slow or busy machine must not break the build. See
 ``benchmarks/figures.py`` for the definitions and ``benchmarks/harness.py`` for the method.
@@ -19,7 +23,7 @@ import traceback
 from pathlib import Path
 
 from benchmarks.figures import FIGURES, REPEATS, SLOW, Plan, Sample
-from benchmarks.harness import Simulator, machine
+from benchmarks.harness import ROOT, Simulator, baseline_tree, machine
 from benchmarks.report import append, render
 
 
@@ -38,6 +42,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the rate figure's ladder, e.g. 4000,6000,8000 (default 500 to 4,000 by 500)",
     )
+    parser.add_argument(
+        "--against",
+        metavar="REVISION",
+        default=None,
+        help="also measure this git revision, alternating with this checkout (e.g. HEAD~1)",
+    )
     args = parser.parse_args(argv)
     unknown = [n for n in args.names if n not in FIGURES]
     if unknown:
@@ -45,31 +55,58 @@ def main(argv: list[str] | None = None) -> int:
     names = args.names or [n for n in FIGURES if not (args.quick and n in SLOW)]
     repeats = args.repeats or (1 if args.quick else 3)
     results: dict[str, list[Sample]] = {}
+    before: dict[str, list[Sample]] = {}
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="veeksha-bench-") as tmp, Simulator() as sim:
-        plan = Plan(quick=args.quick, workdir=Path(tmp), repeats=repeats, rates=args.rates)
-        # one figure after the other, repeated round-robin so drift spreads over all of them
+        trees = [("", ROOT, results)]
+        against = None
+        if args.against is not None:
+            tree, against = baseline_tree(args.against, Path(tmp) / "baseline")
+            trees.append((f" {against}", tree, before))
+        # one figure after the other, repeated round-robin so drift spreads over all of them;
+        # side by side, the two trees alternate which goes first
         for rep in range(repeats):
             for name in names:
                 if rep >= REPEATS.get(name, repeats):
                     continue
-                t = time.monotonic()
-                try:
-                    sample = FIGURES[name](plan, sim)
-                except Exception:  # noqa: BLE001 - one broken figure must not hide the others
-                    print(f"[{name}] failed:\n{traceback.format_exc()}", file=sys.stderr)
-                    continue
-                results.setdefault(name, []).append(sample)
-                values = ", ".join(f"{k}={v:.4g}" for k, v in sample.values.items())
-                print(f"[{name} #{rep + 1}] {values} ({time.monotonic() - t:.1f} s)", flush=True)
+                for label, root, into in trees if rep % 2 == 0 else trees[::-1]:
+                    plan = Plan(
+                        quick=args.quick,
+                        workdir=Path(tmp) / (label.strip() or "this"),
+                        repeats=repeats,
+                        rates=args.rates,
+                        root=root,
+                    )
+                    _measure(name, plan, sim, rep, label, into)
     command = "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv)
-    text = render(results, machine(), command.strip(), args.quick)
+    text = render(
+        results,
+        machine(),
+        command.strip(),
+        args.quick,
+        baseline=(against, before) if against else None,
+    )
     print()
     print(text)
     print(f"total {time.monotonic() - started:.0f} s")
     if not args.no_append:
         append(text)
     return 0
+
+
+def _measure(
+    name: str, plan: Plan, sim: Simulator, rep: int, label: str, into: dict[str, list[Sample]]
+) -> None:
+    """One repetition of one figure into ``into``; a failure is printed, not raised."""
+    t = time.monotonic()
+    try:
+        sample = FIGURES[name](plan, sim)
+    except Exception:  # noqa: BLE001 - one broken figure must not hide the others
+        print(f"[{name}{label}] failed:\n{traceback.format_exc()}", file=sys.stderr)
+        return
+    into.setdefault(name, []).append(sample)
+    values = ", ".join(f"{k}={v:.4g}" for k, v in sample.values.items())
+    print(f"[{name}{label} #{rep + 1}] {values} ({time.monotonic() - t:.1f} s)", flush=True)
 
 
 def _rates(text: str) -> list[int]:

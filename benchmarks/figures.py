@@ -8,6 +8,9 @@ cpu        CPU-s of veeksha's whole process tree (start-up and evaluation includ
            completed requests: single-request sessions at a constant 500 req/s, 128-token
            prompts, 32 streamed output tokens, completions API. ``marginal`` subtracts the
            start-up figure's CPU-s (a 2 s run at 10 req/s) measured in the same invocation.
+           Split by the run's own account (summary.json ``run``): ``main_cpu_s`` (the main
+           process from t0 to the drain's end), ``workers_cpu_s`` (all workers, start-up to
+           exit) and ``main_rest_cpu_s`` (the main process' start-up and evaluation).
 rate       the highest constant rate (of a ladder) whose achieved rate, counted by the server
            per second (its /metrics counter polled every second; first and last second
            dropped), is within 2 % of the target with a coefficient of variation ≤ 5 %.
@@ -16,7 +19,14 @@ precision  sent_at − ready_at (``generator_delay``) at 1,000 req/s: p50 and p9
 ttfc       measured TTFC minus the server's own time to first token (``server_ttft``: its first
            token instant minus its arrival instant): mean and p99, ms; fixed timing, TTFT 50 ms,
            inter-token 5 ms, 20 req/s.
-startup    a 2 s run at 10 req/s: CPU-s and peak RSS of the whole tree.
+startup    a 2 s run at 10 req/s (20 requests): CPU-s, wall time and peak RSS of the whole tree;
+           ``builtin_*``: the same run against the built-in simulator (no api_base), which
+           veeksha starts and stops, so its CPU is in the tree. Both split by the run's own
+           account as in ``cpu`` (``traffic_main_cpu_s``, ``workers_cpu_s``,
+           ``main_rest_cpu_s``: the main process' start-up and evaluation).
+imports    CPU-s of a fresh interpreter (no bytecode written) importing what each process of a
+           run imports when it starts (``IMPORTS``): the main process, a worker, the simulator;
+           ``python``: the bare interpreter's start, the floor under each.
 scale      a dry run of linear sessions (3 turns, no think time, history inherited), 1,000 kept
            alive (1,000,000 sessions, as issue 7 defines it; quick 5,000): sessions/s from the
            first start to the last end; the main process' peak RSS over the whole run
@@ -58,6 +68,7 @@ tails of the timing figures whatever the process on it does.
 from __future__ import annotations
 
 import contextlib
+import json
 import statistics
 import time
 import urllib.request
@@ -71,7 +82,15 @@ import psutil
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from benchmarks.harness import RunMeasure, Simulator, run_veeksha, scale_scenario, scenario
+from benchmarks.harness import (
+    ROOT,
+    RunMeasure,
+    Simulator,
+    python_cpu_s,
+    run_veeksha,
+    scale_scenario,
+    scenario,
+)
 from benchmarks.python_floor import run_floor, scale_sessions
 from benchmarks.streams import CONFIGS, QUICK, streams_figure
 from benchmarks.trace_replay import fig_trace
@@ -87,6 +106,7 @@ class Plan:
     workdir: Path
     repeats: int
     rates: list[int] | None = None  # the rate figure's ladder instead of the default one
+    root: Path = ROOT  # the source tree measured (another revision's: ``--against``)
 
     def pick(self, quick: Any, full: Any) -> Any:
         return quick if self.quick else full
@@ -152,14 +172,59 @@ class _CounterPoll:
 def fig_startup(plan: Plan, sim: Simulator) -> Sample:
     spec = scenario(api_base=sim.base_url, scheduler=_rate(10), max_sessions=20)
     cpu0 = sim.cpu_s()
-    m = run_veeksha(spec, plan.workdir, "startup", sample_rss=True)
+    m = run_veeksha(spec, plan.workdir, "startup", sample_rss=True, root=plan.root)
     _check(m, "startup")
+    sim_cpu = sim.cpu_s() - cpu0
+    # the same run against the built-in simulator: veeksha starts it, so it is in the tree
+    builtin = run_veeksha(
+        scenario(api_base=None, scheduler=_rate(10), max_sessions=20),
+        plan.workdir,
+        "startup_builtin",
+        root=plan.root,
+    )
+    _check(builtin, "startup (built-in simulator)")
     return Sample(
         {
             "cpu_s": m.cpu_s,
             "peak_rss_mb": m.peak_tree_rss_mb,
             "wall_s": m.wall_s,
-            "sim_cpu_s": sim.cpu_s() - cpu0,
+            "sim_cpu_s": sim_cpu,
+            "builtin_cpu_s": builtin.cpu_s,
+            "builtin_wall_s": builtin.wall_s,
+            **_cpu_parts(m, "traffic_"),
+        }
+    )
+
+
+#: What each process of a run imports when it starts (``imports``), as Python code, after the
+#: library settings ``veeksha`` commands make (``veeksha.cli.set_library_defaults``, where the
+#: revision has it; the workers and the simulator inherit them). ``{scenario}``: a scenario file.
+_DEFAULTS = "import veeksha.cli as c; getattr(c, 'set_library_defaults', lambda: None)()\n"
+IMPORTS: dict[str, str] = {
+    "python": "pass",
+    "main": _DEFAULTS + "import veeksha.engine.run\n"
+    "from veeksha.scenario.loader import load_scenario\n"
+    "load_scenario({scenario!r}, [])",
+    "worker": _DEFAULTS + "import veeksha.dispatch.worker",
+    "simulator": _DEFAULTS + "import veeksha.simulator.cli, veeksha.simulator.runner",
+}
+
+
+def fig_imports(plan: Plan, sim: Simulator) -> Sample:
+    """CPU-s of a fresh interpreter importing what each process of a run imports first (the
+    main process also loads the start-up figure's scenario)."""
+    path = plan.workdir / "imports.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        json.dumps(scenario(api_base=sim.base_url, scheduler=_rate(10), max_sessions=20))
+    )
+    repeats = plan.pick(3, 5)
+    return Sample(
+        {
+            f"{name}_import_cpu_s": python_cpu_s(
+                code.format(scenario=str(path)), plan.root, repeats
+            )
+            for name, code in IMPORTS.items()
         }
     )
 
@@ -169,17 +234,35 @@ def fig_cpu(plan: Plan, sim: Simulator) -> Sample:
     n = rate * plan.pick(4, 20)
     spec = scenario(api_base=sim.base_url, scheduler=_rate(rate), max_sessions=n)
     cpu0 = sim.cpu_s()
-    m = run_veeksha(spec, plan.workdir, "cpu")
+    m = run_veeksha(spec, plan.workdir, "cpu", root=plan.root)
     _check(m, "cpu")
     done = len(_requests(m, "request_id"))
     per_k = 1000.0 / max(done, 1)
+    parts = _cpu_parts(m, "")
     return Sample(
         {
             "cpu_s_per_1000": m.cpu_s * per_k,
             "requests": done,
             "sim_cpu_s_per_1000": (sim.cpu_s() - cpu0) * per_k,
+            **{f"{k}_per_1000": v * per_k for k, v in parts.items()},
         }
     )
+
+
+def _cpu_parts(m: RunMeasure, prefix: str) -> dict[str, float]:
+    """The tree's CPU-s split by the run's own account (summary.json ``run``): the main
+    process during the traffic (t0 to the end of the drain), the workers (start-up to exit),
+    and the rest: the main process' start-up (imports, scenario, sessions) and evaluation."""
+    try:
+        run = json.loads((m.run_dir / "summary.json").read_text())["run"]
+        main, workers = float(run["main_cpu_s"]), float(run["worker_cpu_s"])
+    except (OSError, KeyError, TypeError, ValueError):
+        return {}
+    return {
+        f"{prefix}main_cpu_s": main,
+        "workers_cpu_s": workers,
+        "main_rest_cpu_s": m.cpu_s - main - workers,
+    }
 
 
 def fig_rate(plan: Plan, sim: Simulator) -> Sample:
@@ -191,7 +274,7 @@ def fig_rate(plan: Plan, sim: Simulator) -> Sample:
         poll = _CounterPoll(sim)
         spec = scenario(api_base=sim.base_url, scheduler=_rate(rate), max_sessions=rate * seconds)
         cpu0 = sim.cpu_s()
-        m = run_veeksha(spec, plan.workdir, f"rate{rate}", while_running=poll)
+        m = run_veeksha(spec, plan.workdir, f"rate{rate}", while_running=poll, root=plan.root)
         _check(m, f"rate {rate}")
         rates = poll.per_second()
         if not rates:
@@ -220,7 +303,7 @@ def fig_closed(plan: Plan, sim: Simulator) -> Sample:
         timeout_s=plan.pick(3, 8),
     )
     cpu0 = sim.cpu_s()
-    m = run_veeksha(spec, plan.workdir, "closed", while_running=poll)
+    m = run_veeksha(spec, plan.workdir, "closed", while_running=poll, root=plan.root)
     _check(m, "closed")
     rates = poll.per_second()
     rps = statistics.median(rates) if rates else 0.0
@@ -234,7 +317,7 @@ def fig_precision(plan: Plan, sim: Simulator) -> Sample:
     spec = scenario(
         api_base=sim.base_url, scheduler=_rate(rate), max_sessions=rate * plan.pick(2, 5)
     )
-    m = run_veeksha(spec, plan.workdir, "precision")
+    m = run_veeksha(spec, plan.workdir, "precision", root=plan.root)
     _check(m, "precision")
     df = _requests(m, "generator_delay", "dispatch_lag")
     return Sample(
@@ -254,7 +337,7 @@ def fig_ttfc(plan: Plan, _sim: Simulator) -> Sample:
         spec = scenario(
             api_base=slow.base_url, scheduler=_rate(rate), max_sessions=rate * plan.pick(3, 10)
         )
-        m = run_veeksha(spec, plan.workdir, "ttfc")
+        m = run_veeksha(spec, plan.workdir, "ttfc", root=plan.root)
     _check(m, "ttfc")
     df = _requests(m, "ttfc", "server_ttft")
     bias = (df.ttfc - df.server_ttft) * 1e3
@@ -271,7 +354,7 @@ def fig_scale(plan: Plan, _sim: Simulator) -> Sample:
     n = plan.pick(5_000, 1_000_000)
     spec = scale_scenario(n, timeout_s=plan.pick(20, 600))
     launched = time.time()  # wall clock of the launch: the RSS samples' origin, within ms
-    m = run_veeksha(spec, plan.workdir, "scale", dry_run=True, sample_rss=True)
+    m = run_veeksha(spec, plan.workdir, "scale", dry_run=True, sample_rss=True, root=plan.root)
     _check(m, "scale")
     path = m.run_dir / "sessions.parquet"
     with pq.ParquetFile(path) as f:
@@ -340,7 +423,7 @@ def _hold_streams(
         post_timeout_grace_seconds=0,
     )
     probe = _InFlightRss(sim)
-    m = run_veeksha(spec, plan.workdir, name, while_running=probe)
+    m = run_veeksha(spec, plan.workdir, name, while_running=probe, root=plan.root)
     _check(m, name)
     return probe
 
@@ -412,6 +495,7 @@ REPEATS: dict[str, int] = {"scale": 1, "trace": 1}
 SLOW: frozenset[str] = frozenset({"trace"})
 
 FIGURES: dict[str, Callable[[Plan, Simulator], Sample]] = {
+    "imports": fig_imports,
     "startup": fig_startup,
     "cpu": fig_cpu,
     "rate": fig_rate,

@@ -11,6 +11,10 @@ a subprocess, so the whole process tree is measured from outside, start-up inclu
   thread, and the main process' own peak (``ru_maxrss`` of the root is not separable, so it is
   sampled too).
 
+Every run is measured with ``PYTHONDONTWRITEBYTECODE=1`` (no ``__pycache__`` is written, so
+each process compiles veeksha's modules when it starts), and from a source tree (``root``): this
+checkout, or another revision's package (``baseline_tree``) for figures side by side with it.
+
 ``Simulator`` is the built-in server in its own process group; ``cpu_s`` reads its CPU from
 /proc (all its processes), ``requests_total`` its own request counter from ``/metrics``.
 """
@@ -23,6 +27,7 @@ import os
 import platform
 import re
 import resource
+import statistics
 import subprocess
 import sys
 import threading
@@ -42,7 +47,9 @@ __all__ = [
     "Machine",
     "RunMeasure",
     "Simulator",
+    "baseline_tree",
     "machine",
+    "python_cpu_s",
     "run_veeksha",
     "scale_scenario",
     "scenario",
@@ -316,25 +323,30 @@ def run_veeksha(
     with ``sample_rss`` its RSS every 20 ms (off by default: a sampler thread is one more thing
     on the 2 cores, and the timing figures need none).
 
+    ``root`` is the source tree whose ``veeksha`` runs (``python -m`` puts the working folder
+    first on the path, and the workers and the built-in simulator inherit it): another
+    revision's tree (``baseline_tree``) measures that revision with the same interpreter.
+
     ``while_running(proc)`` (optional) is called in this thread once the child is started and
     must return when the child exits (e.g. a per-second poll of the server's counter).
-    ``env`` adds variables to the child's environment; ``root`` is the checkout whose veeksha
-    runs (another revision's worktree: it is put first on ``PYTHONPATH``, ahead of the
-    editable install, and its workers inherit that).
+    ``env`` adds variables to the child's environment (another ``root`` is also put on its
+    ``PYTHONPATH``, for processes started outside that folder).
     """
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / f"{name}.yaml"
     path.write_text(json.dumps(spec, indent=1))
     out = workdir / name
     cmd = [sys.executable, "-m", "veeksha.cli", "run", str(path), "--output-dir", str(out), "-q"]
-    cmd += ["--no-plots"] if _has_no_plots() else []
+    cmd += ["--no-plots"] if _has_no_plots(root) else []
     if dry_run:
         cmd.append("--dry-run")
     cmd += list(extra_args)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     ticks = cpu_ticks()
     start = time.monotonic()
-    child_env = dict(os.environ, **(env or {}))
+    # as on the machines the start-up figures are for: Python writes no bytecode, so every
+    # process of the tree compiles veeksha's modules from source
+    child_env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}
     if root != ROOT:
         paths = [p for p in child_env.get("PYTHONPATH", "").split(os.pathsep) if p]
         child_env["PYTHONPATH"] = os.pathsep.join([*paths, str(root)])
@@ -374,19 +386,51 @@ def run_veeksha(
     )
 
 
-_NO_PLOTS: bool | None = None
+_NO_PLOTS: dict[Path, bool] = {}
 
 
-def _has_no_plots() -> bool:
+def _has_no_plots(root: Path) -> bool:
     """Whether this veeksha's ``run`` has ``--no-plots`` (plots are not what we measure)."""
-    global _NO_PLOTS  # noqa: PLW0603 - asked once per process
-    if _NO_PLOTS is None:
+    if root not in _NO_PLOTS:  # asked once per tree
         out = subprocess.run(
             [sys.executable, "-m", "veeksha.cli", "run", "--help"],
             capture_output=True,
             text=True,
             check=False,
-            cwd=ROOT,
+            cwd=root,
         )
-        _NO_PLOTS = "--no-plots" in out.stdout
-    return _NO_PLOTS
+        _NO_PLOTS[root] = "--no-plots" in out.stdout
+    return _NO_PLOTS[root]
+
+
+def baseline_tree(revision: str, folder: Path) -> tuple[Path, str]:
+    """Another revision's ``veeksha`` package written into ``folder`` (``git archive``; no
+    worktree, no venv: the interpreter and its packages are this one's); the folder and the
+    revision's short hash. Raises ``RuntimeError`` when git does not know ``revision``."""
+    commit = _git("rev-parse", "--short", "--verify", f"{revision}^{{commit}}")
+    if not commit:
+        raise RuntimeError(f"git does not know the revision {revision!r}")
+    folder.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", commit, "veeksha"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True, timeout=60)
+    return folder, commit
+
+
+def python_cpu_s(code: str, root: Path = ROOT, repeats: int = 5) -> float:
+    """Median CPU-s (user + system) of a fresh interpreter running ``code`` in ``root``, as the
+    run's processes start: no bytecode written (``PYTHONDONTWRITEBYTECODE=1``), so each start
+    compiles veeksha's modules again, as on a machine where Python writes no bytecode."""
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    values = []
+    for _ in range(repeats):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run([sys.executable, "-c", code], cwd=root, env=env, check=True, timeout=60)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        values.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+    return statistics.median(values)

@@ -29,7 +29,7 @@ class Target:
 
 
 TARGETS = (
-    Target("cpu", "cpu_s_per_1000", "client CPU per 1,000 requests (tree)", "CPU-s", 0.6, True),
+    Target("cpu", "cpu_s_per_1000", "client CPU per 1,000 requests (tree)", "CPU-s", 0.3, True),
     Target("rate", "sustained_rate", "sustained open-loop rate", "req/s", 1500, False),
     Target("closed", "requests_per_s", "closed-loop throughput, 64 sessions", "req/s", 2000, False),
     Target("precision", "sent_minus_ready_p50_us", "dispatch precision p50", "µs", 100, True),
@@ -41,6 +41,15 @@ TARGETS = (
     Target("streams", "tbc_p99_bias_ms@128", "TBC p99 bias, 128 streams", "ms", 0.5, True),
     Target("startup", "cpu_s", "start-up CPU (2 s at 10 req/s)", "CPU-s", 1.5, True),
     Target("startup", "peak_rss_mb", "start-up peak RSS (tree)", "MB", 300, True),
+    Target(
+        "startup",
+        "builtin_cpu_s",
+        "start-up CPU, built-in simulator in the tree",
+        "CPU-s",
+        1.0,
+        True,
+    ),
+    Target("startup", "builtin_wall_s", "start-up wall, built-in simulator", "s", 2.5, True),
     Target("scale", "sessions_per_s", "scale: linear sessions/s (dry run)", "sess/s", 50000, False),
     Target("scale", "peak_main_rss_mb", "scale: main-process peak RSS", "MB", 300, True),
     Target("memory", "rss_mb_per_1000", "RSS per 1,000 in-flight requests", "MB", 10, True),
@@ -67,8 +76,15 @@ def _stats(samples: list[Sample], key: str) -> tuple[float, float, float] | None
     return statistics.median(values), min(values), max(values)
 
 
-def render(results: dict[str, list[Sample]], machine: Machine, command: str, quick: bool) -> str:
-    """The Markdown section: headline figures vs targets, then every measured value."""
+def render(
+    results: dict[str, list[Sample]],
+    machine: Machine,
+    command: str,
+    quick: bool,
+    baseline: tuple[str, dict[str, list[Sample]]] | None = None,
+) -> str:
+    """The Markdown section: headline figures vs targets, then every measured value; with a
+    ``baseline`` (its revision and samples, measured in the same invocation) both side by side."""
     title = "Load-generator figures" + (" (quick sizes)" if quick else "")
     lines = [
         f"## {title} — {machine.date}",
@@ -78,9 +94,22 @@ def render(results: dict[str, list[Sample]], machine: Machine, command: str, qui
         "tree measured from outside (start-up and evaluation included); the simulator (fast",
         "preset, its own process) shares the 2 cores and its CPU is shown beside.",
         "",
-        "| figure | median | min–max | target | met | runs |",
-        "|---|---:|---:|---:|:---:|---:|",
     ]
+    if baseline is None:
+        lines += [
+            "| figure | median | min–max | target | met | runs |",
+            "|---|---:|---:|---:|:---:|---:|",
+        ]
+    else:
+        rev = baseline[0]
+        lines[3:3] = [
+            f"Side by side with {rev}: both measured in this invocation, alternating, each",
+            "repetition running the two in turn (which goes first alternates).",
+        ]
+        lines += [
+            f"| figure | {rev} median (min–max) | this median (min–max) | target | met | runs |",
+            "|---|---:|---:|---:|:---:|---:|",
+        ]
     for t in TARGETS:
         samples = results.get(t.figure)
         if not samples:
@@ -90,11 +119,28 @@ def render(results: dict[str, list[Sample]], machine: Machine, command: str, qui
             continue
         med, lo, hi = st
         bound = "≤" if t.upper else "≥"
+        verdict = f"{bound} {_fmt(t.limit)} | {'yes' if t.met(med) else '**no**'}"
+        if baseline is None:
+            lines.append(
+                f"| {t.label} | {_fmt(med)} {t.unit} | {_fmt(lo)}–{_fmt(hi)} | {verdict}"
+                f" | {len(samples)} |"
+            )
+            continue
+        old = _stats(baseline[1].get(t.figure, []), t.key)
+        was = "—" if old is None else f"{_fmt(old[0])} ({_fmt(old[1])}–{_fmt(old[2])})"
         lines.append(
-            f"| {t.label} | {_fmt(med)} {t.unit} | {_fmt(lo)}–{_fmt(hi)} | {bound} {_fmt(t.limit)}"
-            f" | {'yes' if t.met(med) else '**no**'} | {len(samples)} |"
+            f"| {t.label} ({t.unit}) | {was} | {_fmt(med)} ({_fmt(lo)}–{_fmt(hi)}) | {verdict}"
+            f" | {len(samples)} |"
         )
     lines += ["", "All measured values (median, min–max):", ""]
+    lines += _values(results, "")
+    if baseline is not None:
+        lines += _values(baseline[1], f" ({baseline[0]})")
+    return "\n".join(lines) + "\n"
+
+
+def _values(results: dict[str, list[Sample]], label: str) -> list[str]:
+    lines = []
     for figure, samples in results.items():
         keys = sorted({k for s in samples for k in s.values})
         parts = []
@@ -104,8 +150,8 @@ def render(results: dict[str, list[Sample]], machine: Machine, command: str, qui
                 parts.append(f"{key} {_fmt(st[0])} ({_fmt(st[1])}–{_fmt(st[2])})")
         notes = sorted({n for s in samples for n in s.notes})
         tail = f" — {'; '.join(notes)}" if notes else ""
-        lines.append(f"- **{figure}**: " + "; ".join(parts) + tail)
-    return "\n".join(lines) + "\n"
+        lines.append(f"- **{figure}**{label}: " + "; ".join(parts) + tail)
+    return lines
 
 
 def append(text: str, path: Path = ROOT / "BENCHMARKS.md") -> None:

@@ -9,6 +9,7 @@ its message on stderr and its exit code, never a traceback.
 from __future__ import annotations
 
 import functools
+import gc
 import importlib
 import os
 import warnings
@@ -25,7 +26,7 @@ from veeksha.errors import RunAbortedError, ScenarioError, VeekshaError
 if TYPE_CHECKING:
     from veeksha.scenario.models import Scenario
 
-__all__ = ["LAZY_COMMANDS", "LazyGroup", "main"]
+__all__ = ["LAZY_COMMANDS", "LIBRARY_DEFAULTS", "LazyGroup", "main", "set_library_defaults"]
 
 # ---------------------------------------------------------------------------------------------
 # LAZY COMMANDS: command name → "module:attribute" of a click command, imported on first use.
@@ -42,6 +43,29 @@ LAZY_COMMANDS: dict[str, str] = {
 #: Arrow's allocator for the commands (``LazyGroup.main``); set it in the environment to choose
 #: another (mimalloc, jemalloc).
 ARROW_POOL_ENV = "ARROW_DEFAULT_MEMORY_POOL"
+
+#: Settings of the libraries veeksha's processes load, set (unless the environment already sets
+#: them) before any command imports them; the processes a command starts (workers, the built-in
+#: simulator) inherit them. Each is start-up CPU that buys veeksha nothing:
+#:
+#: - Arrow's allocator: its default (mimalloc) keeps tens of MB of freed pages resident whatever
+#:   release_unused asks, where malloc_trim returns malloc's (veeksha.evaluate.source): a
+#:   1,000,000-session run's peak, evaluation included, is about 70 MB lower.
+#: - pydantic's plugins: without this, building the first model scans the entry points of every
+#:   installed distribution for plugins (~30 ms); veeksha's models want none.
+#: - OpenBLAS' threads: importing numpy starts one BLAS thread per core and gives each a buffer
+#:   (~50 ms of CPU); veeksha does no linear algebra.
+LIBRARY_DEFAULTS: dict[str, str] = {
+    ARROW_POOL_ENV: "system",
+    "PYDANTIC_DISABLE_PLUGINS": "__all__",
+    "OPENBLAS_NUM_THREADS": "1",
+}
+
+
+def set_library_defaults() -> None:
+    """Put :data:`LIBRARY_DEFAULTS` into the environment where it does not set them."""
+    for name, value in LIBRARY_DEFAULTS.items():
+        os.environ.setdefault(name, value)
 
 
 class LazyGroup(click.Group):
@@ -70,11 +94,8 @@ class LazyGroup(click.Group):
         return command
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
-        # Arrow reads this once, when it first allocates: before any command imports pyarrow.
-        # Its default pool (mimalloc) keeps tens of MB of freed pages resident whatever
-        # release_unused asks, where malloc_trim returns malloc's (veeksha.evaluate.source):
-        # a 1,000,000-session run's peak, evaluation included, is about 70 MB lower.
-        os.environ.setdefault(ARROW_POOL_ENV, "system")
+        # read once, when each library loads: before any command imports one
+        set_library_defaults()
         return super().main(*args, **kwargs)
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -156,6 +177,10 @@ def _split_run_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
 
 
 def _run(ctx: click.Context, path: str, overrides: Sequence[str], options: RunOptions) -> None:
+    # Set-up (imports, models, the prompt corpus) makes objects that live as long as the
+    # process, and the collector's passes over them while they are made are wasted: ~150 passes,
+    # a quarter of the start-up's CPU. The engine collects once and turns it back on before t0.
+    gc.disable()
     from veeksha.record.run_folder import create_run_folder, write_config
 
     scenario = _load(path, overrides)
@@ -166,11 +191,24 @@ def _run(ctx: click.Context, path: str, overrides: Sequence[str], options: RunOp
     write_config(run_dir, scenario)
     if not options.quiet:
         click.echo(f"run folder: {run_dir}")
-    from veeksha.engine import run_benchmark
+    from veeksha.engine.target import spawn_simulator
 
-    result = run_benchmark(
-        scenario, run_dir, quiet=options.quiet, dry_run=options.dry_run, plots=options.plots
-    )
+    # the built-in simulator starts up on the other core while this process imports the engine
+    simulator = spawn_simulator(scenario, options.dry_run)
+    try:
+        from veeksha.engine import run_benchmark
+
+        result = run_benchmark(
+            scenario,
+            run_dir,
+            quiet=options.quiet,
+            dry_run=options.dry_run,
+            plots=options.plots,
+            simulator=simulator,
+        )
+    finally:
+        if simulator is not None:
+            simulator.stop()  # (the run stopped it already, unless it failed before its start)
     if result != 0:
         ctx.exit(result)
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.live import Live
-from rich.text import Text
+if TYPE_CHECKING:  # (rich is loaded only where a terminal shows the line)
+    from rich.live import Live
 
-__all__ = ["ProgressLine", "Snapshot"]
+__all__ = ["ProgressLine", "Snapshot", "load_display"]
 
 Snapshot = Callable[[], dict[str, float | int]]
 _LIVE_REFRESH_S = 0.25
@@ -30,6 +30,16 @@ def format_status(values: dict[str, float | int]) -> str:
         f" failed {values['failed']} cancelled {values['cancelled']}"
         f"  lag {values['lag_ms']:.2f} ms"
     )
+
+
+def load_display(quiet: bool) -> None:
+    """Import the terminal display (rich) now, unless ``quiet``: call it during the set-up, so
+    ``ProgressLine.start`` never imports it in the lead before t0 (tens of ms on a busy
+    machine would make the first arrivals late)."""
+    if not quiet:
+        import rich.console
+        import rich.live
+        import rich.text  # noqa: F401  (loaded for later)
 
 
 class ProgressLine:
@@ -48,16 +58,22 @@ class ProgressLine:
         self._interval_s = interval_s
         self._periodic = periodic
         self._log = log
-        self._console = Console(stderr=True)
         self._live: Live | None = None
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         if self._quiet and self._log is None:
             return
-        if not self._quiet and self._console.is_terminal:
-            self._live = Live(Text(""), console=self._console, auto_refresh=False)
-            self._live.start()
+        if not self._quiet:
+            from rich.console import Console
+
+            console = Console(stderr=True)
+            if console.is_terminal:
+                from rich.live import Live
+                from rich.text import Text
+
+                self._live = Live(Text(""), console=console, auto_refresh=False)
+                self._live.start()
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
@@ -68,7 +84,7 @@ class ProgressLine:
             await asyncio.sleep(tick)
             status = format_status(self._snapshot())
             if self._live is not None:
-                self._live.update(Text(status), refresh=True)
+                self._live.update(_text(status), refresh=True)
             if loop.time() < next_report:
                 continue
             next_report += self._interval_s
@@ -96,6 +112,12 @@ class ProgressLine:
             self._task.cancel()
             self._task = None
         if self._live is not None:
-            self._live.update(Text(format_status(self._snapshot())), refresh=True)
+            self._live.update(_text(format_status(self._snapshot())), refresh=True)
             self._live.stop()
             self._live = None
+
+
+def _text(line: str) -> Any:
+    from rich.text import Text  # (loaded by ``start`` already, with the live line)
+
+    return Text(line)

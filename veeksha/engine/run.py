@@ -20,11 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import uvloop
-from rich.console import Console
 
 from veeksha import __version__
 from veeksha.clock import MonotonicClock
@@ -35,7 +34,7 @@ from veeksha.dispatch.pool import WorkerPool
 from veeksha.dispatch.settings import WorkerSettings, resolve_api_key
 from veeksha.engine.cpu_wait import CpuWait
 from veeksha.engine.loop import LoopSettings, TrafficLoop
-from veeksha.engine.progress import ProgressLine
+from veeksha.engine.progress import ProgressLine, load_display
 from veeksha.engine.prompt_check import server_tokenizer_info
 from veeksha.engine.recorder import RunRecorder
 from veeksha.engine.runlog import RunLog
@@ -68,6 +67,9 @@ from veeksha.scenario.models import (
 from veeksha.schedule.arrivals import ConcurrencyRamp
 from veeksha.schedule.session_state import NodeState
 
+if TYPE_CHECKING:
+    from veeksha.simulator.process import SimulatorProcess
+
 __all__ = ["RunOutcome", "run_benchmark", "run_scenario"]
 
 _NS = 1_000_000_000
@@ -97,9 +99,12 @@ def run_benchmark(
     quiet: bool = False,
     dry_run: bool = False,
     plots: bool = True,
+    simulator: SimulatorProcess | None = None,
 ) -> int:
     """Run ``scenario`` into ``run_dir`` and return the process exit code."""
-    outcome = run_scenario(scenario, run_dir, quiet=quiet, dry_run=dry_run, plots=plots)
+    outcome = run_scenario(
+        scenario, run_dir, quiet=quiet, dry_run=dry_run, plots=plots, simulator=simulator
+    )
     if outcome.interrupted:  # even with --quiet: why the run ended early, and where its data is
         why = outcome.extra.get("error") or f"the run was {outcome.stop_reason or 'interrupted'}"
         sys.stderr.write(f"error: {why}\nresults collected so far: {run_dir}\n")
@@ -122,14 +127,18 @@ def run_scenario(
     quiet: bool = False,
     dry_run: bool = False,
     plots: bool = True,
+    simulator: SimulatorProcess | None = None,
 ) -> RunOutcome:
     """Run ``scenario`` into ``run_dir`` on a uvloop event loop; returns what happened.
 
     ``dry_run`` sends nothing (each request completes at once inside this process, no workers:
-    ``veeksha.dispatch.inprocess``); ``plots=False`` skips the evaluation's PNGs.
+    ``veeksha.dispatch.inprocess``); ``plots=False`` skips the evaluation's PNGs. ``simulator``:
+    the built-in simulator already spawned for this run (``engine.target.spawn_simulator``),
+    used and stopped by the run.
     """
     run = _Run(scenario, Path(run_dir), quiet, dry_run)
     run.plots = plots
+    run.simulator = simulator
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(run.execute())
 
@@ -156,6 +165,7 @@ class _Run:
         self.worker_cpu_wait_s: float | None = None
         self.plots = True
         self.trace: OpenTrace | None = None
+        self.simulator: SimulatorProcess | None = None
 
     async def execute(self) -> RunOutcome:
         try:
@@ -195,7 +205,7 @@ class _Run:
         # The built-in simulator shares the workers' CPUs, never the main process' one (it
         # would otherwise inherit the main process' pinning).
         spare = sorted({cpu for cpus in plan.worker_cpus for cpu in cpus} - set(plan.main_cpus))
-        with TargetContext(self.scenario, self.dry_run, spare or None) as target:
+        with TargetContext(self.scenario, self.dry_run, spare or None, self.simulator) as target:
             log.info(f"target: {describe(target)}")
             await self._run_with_target(target, num_workers, plan.worker_cpus)
 
@@ -262,7 +272,6 @@ class _Run:
     async def _run_with_target(
         self, target: Target, num_workers: int, worker_cpus: list[list[int]]
     ) -> None:
-        make_session = self._session_source(target)
         worker_settings = msgspec.structs.replace(
             WorkerSettings.from_client(
                 self.scenario.client, target.api_base, target.api_key, dry_run=self.dry_run
@@ -282,16 +291,27 @@ class _Run:
             )
         self.num_workers = num_workers
         self.children_cpu_start = _children_cpu_s()
-        await self.pool.start(timeout=_WORKER_START_TIMEOUT_S)
-        self.log.info(f"workers ready: pids {sorted(self.pool.worker_pids.values())}")
-        warm_up_rows()  # loads the Arrow conversion code now, not at the writer's first tick
-        # Set-up objects (modules, models, the prompt corpus) never die: moved out of the
-        # collector's sight, so no full collection scans them mid-run (a 50-70 ms stall).
-        gc.collect()
-        gc.freeze()
+        # The workers start up on the other core while this process makes the sessions' source.
+        starting = asyncio.ensure_future(self.pool.start(timeout=_WORKER_START_TIMEOUT_S))
         try:
+            await asyncio.sleep(0)  # (``start`` spawns every worker before it first waits)
+            make_session = self._session_source(target)
+            warm_up_rows()  # loads the Arrow conversion code now, not at the writer's first tick
+            load_display(self.quiet)  # (not in the lead before t0)
+            # Set-up objects (modules, models, the prompt corpus) never die: moved out of the
+            # collector's sight, so no full collection scans them mid-run (a 50-70 ms stall).
+            # The command line turns the collector off for the set-up (veeksha.cli): on again.
+            gc.collect()
+            gc.freeze()
+            gc.enable()
+            await starting
+            self.log.info(f"workers ready: pids {sorted(self.pool.worker_pids.values())}")
             await self._drive(target, make_session)
         finally:
+            if not starting.done():  # the set-up failed while the workers started
+                starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError, VeekshaError):
+                await starting  # (its error, if it failed, is already on its way up)
             await self.pool.stop(grace_s=0.0)
 
     # ------------------------------------------------------------------------------ the run
@@ -542,6 +562,8 @@ class _Run:
                 f"SLOs met: {evaluation.all_slos_met}"
             )
             if not self.quiet:
+                from rich.console import Console  # (a quiet run never loads rich)
+
                 evaluation.render(Console(stderr=True))
         finally:
             writer.close(extra)

@@ -8,7 +8,7 @@ import os
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -17,7 +17,17 @@ from veeksha.errors import ConfigurationError, TargetError
 from veeksha.net import fetch, setup_timeout
 from veeksha.scenario.models import Scenario
 
-__all__ = ["PROBE_TIMEOUT_S", "Target", "TargetContext", "check_reachable", "describe"]
+if TYPE_CHECKING:
+    from veeksha.simulator.process import SimulatorProcess
+
+__all__ = [
+    "PROBE_TIMEOUT_S",
+    "Target",
+    "TargetContext",
+    "check_reachable",
+    "describe",
+    "spawn_simulator",
+]
 
 PROBE_TIMEOUT_S = 5.0
 
@@ -93,12 +103,17 @@ class TargetContext(AbstractContextManager["Target"]):
     """Context manager resolving the scenario's target; starts and stops the simulator."""
 
     def __init__(
-        self, scenario: Scenario, dry_run: bool = False, simulator_cpus: list[int] | None = None
+        self,
+        scenario: Scenario,
+        dry_run: bool = False,
+        simulator_cpus: list[int] | None = None,
+        simulator: SimulatorProcess | None = None,
     ) -> None:
         self._scenario = scenario
         self._dry_run = dry_run
         self._simulator_cpus = simulator_cpus
-        self._simulator: Any = None
+        # a simulator spawned ahead (``spawn_simulator``) is used and stopped here
+        self._simulator: SimulatorProcess | None = simulator
 
     def __enter__(self) -> Target:
         scenario = self._scenario
@@ -106,7 +121,7 @@ class TargetContext(AbstractContextManager["Target"]):
         api_key = resolve_api_key(client)
         if self._dry_run:
             return Target("dry-run://", client.model or "dry-run", None, "dry_run")
-        api_base = client.api_base or os.environ.get("OPENAI_API_BASE") or None
+        api_base = _api_base(scenario)
         if api_base is not None:
             if not client.model:
                 raise ConfigurationError(
@@ -115,19 +130,15 @@ class TargetContext(AbstractContextManager["Target"]):
                 )
             check_reachable(api_base, api_key, model=client.model)
             return Target(api_base.rstrip("/"), client.model, api_key, "endpoint")
-        from veeksha.simulator.process import SimulatorProcess
-
-        config = scenario.simulator
-        if client.model:  # the simulator serves whatever model the scenario names
-            config = config.model_copy(update={"model": client.model})
-        self._simulator = SimulatorProcess(config)
-        base = self._simulator.start()
+        if self._simulator is None:
+            self._simulator = _simulator_process(scenario)
+            self._simulator.spawn()
+        base = self._simulator.wait_ready()
         if self._simulator_cpus:
             _pin_tree(self._simulator.pid, self._simulator_cpus)
-        model = config.model
         return Target(
             base.rstrip("/"),
-            model,
+            self._simulator.config.model,
             api_key,
             "simulator",
             {"simulator": self._simulator.config_dict()},
@@ -142,6 +153,31 @@ class TargetContext(AbstractContextManager["Target"]):
         if self._simulator is not None:
             self._simulator.stop()
             self._simulator = None
+
+
+def spawn_simulator(scenario: Scenario, dry_run: bool = False) -> SimulatorProcess | None:
+    """The built-in simulator the run of ``scenario`` will use, spawned now and not waited for
+    (None when the run has a target of its own, or sends nothing): hand it to
+    ``TargetContext``, which waits for it and stops it. Spawned before the caller's own set-up
+    (the engine's imports), its start-up runs beside that on the other core."""
+    if dry_run or _api_base(scenario) is not None:
+        return None
+    simulator = _simulator_process(scenario)
+    simulator.spawn()
+    return simulator
+
+
+def _api_base(scenario: Scenario) -> str | None:
+    return scenario.client.api_base or os.environ.get("OPENAI_API_BASE") or None
+
+
+def _simulator_process(scenario: Scenario) -> SimulatorProcess:
+    from veeksha.simulator.process import SimulatorProcess
+
+    config = scenario.simulator
+    if scenario.client.model:  # the simulator serves whatever model the scenario names
+        config = config.model_copy(update={"model": scenario.client.model})
+    return SimulatorProcess(config)
 
 
 def _pin_tree(pid: int | None, cpus: list[int]) -> None:

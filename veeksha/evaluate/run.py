@@ -31,10 +31,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from rich.console import Console
 
 from veeksha.evaluate.checks import run_health_checks
 from veeksha.evaluate.exit_codes import ExitCode, run_exit_code
@@ -43,13 +42,15 @@ from veeksha.evaluate.jsonio import jsonable
 from veeksha.evaluate.metrics import Digest
 from veeksha.evaluate.outputs import write_metric_csvs, write_slo, write_summary
 from veeksha.evaluate.plots import CDF_METRICS, write_plots
-from veeksha.evaluate.report import render_summary
 from veeksha.evaluate.slo import SloResult, all_met, judge_slos, scenario_slos
 from veeksha.evaluate.source import ColumnSource, release_memory
 from veeksha.evaluate.stats import measured_rows
 from veeksha.evaluate.summary import compute_aggregates, summary_document
 from veeksha.record.columns import REQUESTS_SCHEMA, SERVER_TIMING_COLUMNS
 from veeksha.scenario.models import Scenario
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["EVALUATION_COLUMNS", "Evaluation", "compute_evaluation", "evaluate_run"]
 
@@ -115,6 +116,8 @@ class Evaluation:
 
     def render(self, console: Console) -> None:
         """Print the terminal report: headline numbers, latency, health, SLOs."""
+        from veeksha.evaluate.report import render_summary  # (rich: only a report loads it)
+
         render_summary(console, self.summary, self.health.to_dict())
 
 

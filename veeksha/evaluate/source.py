@@ -37,6 +37,11 @@ __all__ = ["ColumnSource", "release_memory", "requests_source", "sessions_source
 #: Rows per batch of ``ColumnSource.batches``.
 BATCH_ROWS = 65_536
 
+#: A file source of at most this many rows keeps the columns it reads: the evaluation asks for
+#: each column ~15 times, and at this size opening the file costs more than the column's memory
+#: (at most a few MB for all columns together).
+SMALL_ROWS = 20_000
+
 
 class ColumnSource:
     """A results table whose columns are read on demand (see the module docstring)."""
@@ -61,6 +66,10 @@ class ColumnSource:
             self.num_rows = table.num_rows
         else:
             self.num_rows = sum(self._footer(path).num_rows for path in self._files)
+        # the columns read so far, unfiltered (small file sources only; shared by filters)
+        self._columns: dict[str, pa.ChunkedArray] | None = (
+            {} if mask is None and table is None and self.num_rows <= SMALL_ROWS else None
+        )
 
     @classmethod
     def of(cls, table: pa.Table | ColumnSource) -> ColumnSource:
@@ -70,6 +79,14 @@ class ColumnSource:
     def _read(self, name: str) -> pa.ChunkedArray:
         if self._table is not None:
             return self._table.column(name)
+        if self._columns is not None:
+            col = self._columns.get(name)
+            if col is None:
+                col = self._columns[name] = self._read_files(name)
+            return col
+        return self._read_files(name)
+
+    def _read_files(self, name: str) -> pa.ChunkedArray:
         type_ = self.schema.field(name).type
         chunks: list[pa.Array] = []
         for path in self._files:
@@ -100,6 +117,7 @@ class ColumnSource:
             combined[np.flatnonzero(self._mask)[keep]] = True
         source = ColumnSource(self.schema, files=self._files, table=self._table, mask=combined)
         source._footers = self._footers
+        source._columns = self._columns
         return source
 
     def batches(self, name: str, rows: int | None = None) -> Iterator[pa.Array]:
@@ -117,6 +135,11 @@ class ColumnSource:
         if self._table is not None:
             for batch in self._table.select([name]).to_batches(max_chunksize=rows):
                 yield batch.column(0)
+            return
+        if self._columns is not None:  # (small: the whole column, in slices)
+            whole = self._read(name).combine_chunks()
+            for start in range(0, len(whole), rows):
+                yield whole.slice(start, rows)
             return
         type_ = self.schema.field(name).type
         for path in self._files:

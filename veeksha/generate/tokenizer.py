@@ -19,14 +19,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from veeksha.errors import ConfigurationError
 from veeksha.generate.server_tokenizer import SERVER_TOKENIZER_TIMEOUT_S, ServerTokenizer
 from veeksha.net import origin
-from veeksha.scenario.models import BuiltinTokenizer as BuiltinTokenizerConfig
-from veeksha.scenario.models import HfTokenizer as HfTokenizerConfig
-from veeksha.scenario.models import ServerTokenizer as ServerTokenizerConfig
+
+if TYPE_CHECKING:
+    from veeksha.scenario.models import BuiltinTokenizer as BuiltinTokenizerConfig
+    from veeksha.scenario.models import HfTokenizer as HfTokenizerConfig
+    from veeksha.scenario.models import ServerTokenizer as ServerTokenizerConfig
 
 __all__ = [
     "BUILTIN_VOCAB",
@@ -195,9 +197,10 @@ def make_tokenizer(
 ) -> TokenizerLike:
     """The tokenizer of a ``client.tokenizer`` config (``api_base``/``model``/``api_key``: the
     target's; a server tokenizer gets the key only on the target's own origin)."""
-    if isinstance(cfg, HfTokenizerConfig):
+    # (by the type tag: the simulator imports this module, and needs no scenario models)
+    if cfg.type == "hf":
         return HfTokenizerAdapter(cfg.path)
-    if isinstance(cfg, ServerTokenizerConfig):
+    if cfg.type == "server":
         endpoint = cfg.endpoint
         if endpoint is None:
             if api_base is None:

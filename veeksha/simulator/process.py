@@ -75,9 +75,14 @@ class SimulatorProcess:
 
     def start(self, timeout: float = 30.0) -> str:
         """Spawn the server, wait for its address and a healthy ``/health``; the base URL."""
+        self.spawn()
+        return self.wait_ready(timeout)
+
+    def spawn(self) -> None:
+        """Start the server process and return at once (``wait_ready`` waits for it): its
+        start-up then runs beside whatever the caller does meanwhile."""
         if self._proc is not None:
             raise RuntimeError("the simulator is already started")
-        deadline = time.monotonic() + timeout
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115  (closed by stop())
         cmd = [
             sys.executable,
@@ -99,6 +104,16 @@ class SimulatorProcess:
             stderr=self._stderr,
             start_new_session=True,
         )
+
+    def wait_ready(self, timeout: float = 30.0) -> str:
+        """Wait (up to ``timeout`` seconds) for the spawned server's address and a healthy
+        ``/health``; the base URL. On failure the server is stopped and ``TargetError`` says
+        why."""
+        if self._proc is None:
+            raise RuntimeError("the simulator is not spawned")
+        if self.base_url is not None:
+            return self.base_url
+        deadline = time.monotonic() + timeout
         try:
             self.base_url = self._read_address(deadline)
             self._wait_healthy(deadline)

@@ -14,21 +14,22 @@ import asyncio
 import contextlib
 import ctypes
 import gc
-import multiprocessing
 import os
 import signal
 import socket
 import sys
 import time
 from collections.abc import Callable
-from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvloop
 
 from veeksha.scenario.simulator import SimulatorConfig
 from veeksha.simulator.http import HttpConnection
 from veeksha.simulator.server import SimServer
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
 
 __all__ = ["ANNOUNCE", "make_socket", "serve"]
 
@@ -62,6 +63,7 @@ async def _serve(config: SimulatorConfig, sock: socket.socket, index: int, t0_ns
     if index == 0:
         loop.add_signal_handler(signal.SIGINT, stop.set)
     gc.freeze()  # startup objects never need collecting again
+    gc.enable()  # (``python -m veeksha.simulator`` turns it off for the start-up)
     await stop.wait()
     server.close()  # open streams (a never-ending fault) are not waited for
 
@@ -116,10 +118,13 @@ def serve(
     t0_ns = time.monotonic_ns()
     sock = make_socket(host, port, reuse_port=count > 1)
     port = sock.getsockname()[1]
-    ctx = multiprocessing.get_context("spawn")
     children: list[Any] = []
     try:
         waits = []
+        if count > 1:  # (one process, the default, never loads multiprocessing)
+            import multiprocessing
+
+            ctx = multiprocessing.get_context("spawn")
         for index in range(1, count):
             receiver, sender = ctx.Pipe(duplex=False)
             child = ctx.Process(

@@ -226,3 +226,24 @@ def test_commands_allocate_arrow_memory_with_malloc_unless_told(
         [sys.executable, "-c", _POOL_PROBE], capture_output=True, text=True, check=True
     )
     assert done.stdout.split()[-1] == backend
+
+
+_DEFAULTS_PROBE = (
+    "import os, sys\n"
+    "from veeksha import cli\n"
+    "cli.main(['--version'], standalone_mode=False)\n"
+    "print(os.environ[sys.argv[1]])\n"
+)
+
+
+@pytest.mark.parametrize("name", sorted(cli.LIBRARY_DEFAULTS))
+def test_commands_set_the_library_defaults_unless_the_environment_does(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(name, raising=False)
+    probe = [sys.executable, "-c", _DEFAULTS_PROBE, name]
+    unset = subprocess.run(probe, capture_output=True, text=True, check=True)
+    assert unset.stdout.split()[-1] == cli.LIBRARY_DEFAULTS[name]
+    monkeypatch.setenv(name, "users-choice")
+    told = subprocess.run(probe, capture_output=True, text=True, check=True)
+    assert told.stdout.split()[-1] == "users-choice"

@@ -1,0 +1,77 @@
+"""What each process of a run loads when it starts: the traffic's modules, not the evaluation's
+heavy libraries (start-up CPU is a tracked figure: ``python -m benchmarks imports startup``)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+_SCENARIO = """
+traffic_scheduler:
+  type: rate
+  interval_generator: {type: fixed, interval: 0.02}
+session_generator:
+  type: synthetic
+  session_graph: {type: single_request}
+runtime: {max_sessions: 5, benchmark_timeout: 20}
+"""
+
+_IMPORTED = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", re.MULTILINE)
+
+
+def _fresh_modules(code: str) -> set[str]:
+    """Modules a fresh interpreter has loaded after running ``code``."""
+    probe = code + "\nimport sys\nprint(' '.join(sorted(sys.modules)))\n"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    return set(done.stdout.splitlines()[-1].split())
+
+
+def test_a_quiet_run_without_plots_never_imports_pandas_matplotlib_or_rich(tmp_path: Path) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(_SCENARIO)
+    # every process of the tree that writes to the run's stderr (main, workers) lists its imports
+    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
+    command = [sys.executable, "-m", "veeksha.cli", "run", str(scenario), "-q", "--no-plots"]
+    proc = subprocess.run(
+        [*command, "--output-dir", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert proc.returncode in (0, 4), proc.stderr[-3000:]
+    imported = set(_IMPORTED.findall(proc.stderr))
+    # (the worker runs as __main__: its HTTP client is what only a worker imports)
+    assert {"veeksha.engine.run", "veeksha.dispatch.http1", "pyarrow"} <= imported
+    tops = {name.split(".")[0] for name in imported}
+    assert not tops & {
+        "pandas",
+        "matplotlib",
+        "scipy",
+        "rich",
+    }  # (rich: only a report, a live line)
+
+
+def test_a_worker_starts_without_numpy_arrow_or_the_scenario_models() -> None:
+    loaded = _fresh_modules("import veeksha.dispatch.worker")
+    assert "veeksha.dispatch.worker" in loaded
+    heavy = {"numpy", "pyarrow", "pydantic", "pandas", "rich", "veeksha.scenario.models"}
+    assert not loaded & heavy
+
+
+def test_the_simulator_starts_without_numpy_arrow_or_the_scenario_models() -> None:
+    loaded = _fresh_modules(
+        "import veeksha.simulator.cli, veeksha.simulator.runner\n"
+        "from veeksha.simulator.cli import load_config\n"
+        "load_config(config_json='{\"processes\": 1}')\n"
+    )
+    assert "veeksha.simulator.server" in loaded
+    heavy = {"numpy", "pyarrow", "pandas", "rich", "multiprocessing", "veeksha.scenario.models"}
+    assert not loaded & heavy
