@@ -40,12 +40,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from veeksha.generate.traces.arrow import from_bools, from_numpy, mask, numbers
-from veeksha.generate.traces.flavor import STAGED, TraceFlavor
+from veeksha.generate.traces.flavor import CONTENT, STAGED, TraceFlavor
 from veeksha.generate.traces.reader import TraceFileError, read_batches
 
 __all__ = ["CACHE_VERSION", "CANONICAL", "PreparedTrace", "prepare_file"]
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 ROW_GROUP_ROWS = 65_536
 _SHOWN_LINES = 10
 _META_KEY = b"veeksha.trace"
@@ -60,6 +60,7 @@ CANONICAL = pa.schema(
         ("parents", pa.list_(pa.int32())),
         ("history", pa.int32()),
         ("wait", pa.float64()),
+        *((f.name, f.type) for f in CONTENT),
     ]
 )
 
@@ -82,6 +83,10 @@ class PreparedTrace:
     unservable_sessions: int = 0
     unservable_lines: list[int] = field(default_factory=list)
     reused: bool = False
+    #: tokens of one hash-id block (content flavors), sessions that warm up, notes for run.log
+    block_size: int = 0
+    warmup_sessions: int = 0
+    notes: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         text = (
@@ -94,6 +99,8 @@ class PreparedTrace:
                 f" ({self.unservable_sessions} session(s); a 0 prompt or output length;"
                 f" first lines {lines})"
             )
+        for note in self.notes:
+            text += f"; {note}"
         return text
 
 
@@ -175,6 +182,10 @@ def _convert(source: Path, flavor: TraceFlavor, tmp: Path, cache: str) -> Prepar
         for table in tables:
             writer.write_table(table, row_group_size=max(1, table.num_rows))
         info.group_sessions.append(info.sessions)
+        info.block_size = flavor.block_size
+        info.warmup_sessions = flavor.warmup_sessions
+        info.notes = ["flavor detected from the file"] if flavor.detected else []
+        info.notes += flavor.notes
         writer.add_key_value_metadata({_META_KEY: json.dumps(asdict(info)).encode()})
     if info.sessions == 0:
         raise TraceFileError(
@@ -260,6 +271,7 @@ def _ungrouped(
                     empty,
                     pa.nulls(n, pa.int32()),
                     from_numpy(np.zeros(n)),
+                    *_content(batch),
                 ],
                 schema=CANONICAL,
             )
@@ -273,6 +285,15 @@ def _ungrouped(
         batch = next(rest, None)
     if pending:
         yield from _emit(pending, info, split=True)
+
+
+def _content(table: pa.Table | pa.RecordBatch) -> list[pa.Array | pa.ChunkedArray]:
+    """The ``CONTENT`` columns of staged or linked rows (null where the flavor has none)."""
+    names = table.schema.names
+    return [
+        table.column(f.name) if f.name in names else pa.nulls(table.num_rows, f.type)
+        for f in CONTENT
+    ]
 
 
 def _emit(tables: list[pa.Table], info: PreparedTrace, split: bool = False) -> Iterator[pa.Table]:
@@ -346,6 +367,7 @@ def _grouped(
                 linked.column("parents"),
                 linked.column("history"),
                 linked.column("wait"),
+                *_content(linked),
             ],
             schema=CANONICAL,
         )
