@@ -10,8 +10,9 @@ Only the ``num_documents`` most frequent documents are replayed (ties: the first
 rows of other documents are left out and **counted in run.log** (the public veeksha project drops
 them silently). Before the rows, one warm-up request per replayed document (its text alone, 1
 output token) fills the server's cache; these sessions are the run's warmup phase (rows with
-``phase = warmup``, not in the metrics), arrive first (at the first row's time with the trace
-scheduler) and are added to ``runtime.warmup_sessions``.
+``phase = warmup``, not in the metrics), arrive first (with the trace scheduler, together,
+``WARMUP_LEAD_S`` = 1 trace second before the first row) and are added to
+``runtime.warmup_sessions``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ __all__ = ["RagFlavor"]
 
 _DOC_STRIDE = 1 << 24  # block ids of document d: d * _DOC_STRIDE + block
 _HASH_IDS = pa.list_(pa.int64())
+#: trace seconds between the warm-ups and the first row (their prefill is done before it)
+WARMUP_LEAD_S = 1.0
 
 
 class RagFlavor(TraceFlavor):
@@ -101,7 +104,8 @@ class RagFlavor(TraceFlavor):
             "hash_ids": hashes,
         }
         if warm:
-            start = columns["ts"][0] if columns["ts"] else None
+            first_ts = columns["ts"][0] if columns["ts"] else None
+            start = None if first_ts is None else first_ts - WARMUP_LEAD_S
             ordered = sorted(docs.values())
             warmups: dict[str, list[Any]] = {
                 "line": [line for _, _, line in ordered],
