@@ -81,17 +81,18 @@ class SharedPrefixes:
         return total
 
 
-def _root_prompts(data: HealthInput) -> tuple[np.ndarray, list[list[Segment]]] | None:
-    """Row indices of the first pass's root requests and their segments (None: no hash ids)."""
+def _root_prompts(data: HealthInput) -> tuple[np.ndarray, list[list[Segment]]] | str:
+    """Row indices of the first pass's root requests and their segments (or why there are
+    none)."""
     from veeksha.generate.traces import open_trace
 
     try:
         trace = open_trace(data.scenario)
     except VeekshaError:
-        return None
+        return "the trace can no longer be read"
     block_size = trace.prepared.block_size
     if not block_size:
-        return None
+        return "the trace has no hash ids"
     requests = data.requests
     roots = integers(pc.list_value_length(requests["parents"])) == 0
     sessions = integers(requests["session_id"])
@@ -120,8 +121,8 @@ def _prefix_sharing(data: HealthInput) -> Outcome:
     if not isinstance(data.scenario.session_generator, TraceSessionGenerator):
         return Outcome(SKIP, "not a trace replay", {})
     found = _root_prompts(data)
-    if found is None:
-        return Outcome(SKIP, "the trace has no hash ids", {})
+    if isinstance(found, str):
+        return Outcome(SKIP, found, {})
     rows, prompts = found
     cached_all = column(data.requests, "cached_tokens")
     cached = cached_all[rows] if rows.size else cached_all[:0]
