@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+from numpy.typing import NDArray
 
 from veeksha.generate.rng import RandomStreams
 from veeksha.generate.tokenizer import BUILTIN_VOCAB, BuiltinTokenizer, TokenizerLike
@@ -114,6 +116,19 @@ class TraceContent:
             parts.append(" ".join(words if left >= len(words) else words[:left]))
             left -= len(words)
         return " ".join(parts)
+
+    def corpus_targets(
+        self, content: ContentRows | None, prompt_tokens: NDArray[np.int64]
+    ) -> NDArray[np.int64]:
+        """The token targets of the corpus prompts: 0 for rows whose content replaces them (no
+        corpus text is fitted, with a tokenizer that costs a call per fit, only to be dropped)."""
+        if content is None:
+            return prompt_tokens
+        own = [
+            t is not None or h is not None
+            for t, h in zip(content.text, content.hash_ids, strict=True)
+        ]
+        return np.where(np.asarray(own, dtype=np.bool_), 0, prompt_tokens)
 
     def apply(
         self,

@@ -207,7 +207,9 @@ class TraceSessions:
         else:
             roots = np.fromiter((not ps for ps in rows.parents), np.bool_, len(rows.parents))
         texts, _ = self._prompts.build(
-            rows.prompt_tokens, roots, self._streams.stream("content", "trace", p, k)
+            self._content.corpus_targets(rows.content, rows.prompt_tokens),
+            roots,
+            self._streams.stream("content", "trace", p, k),
         )
         prompt_tokens = rows.prompt_tokens.tolist()
         output_tokens = rows.output_tokens.tolist()
