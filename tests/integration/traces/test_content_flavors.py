@@ -187,7 +187,9 @@ def test_a_public_trace_is_detected_and_replayed_at_its_own_times(
     assert list(requests.requested_output_tokens) == [2 + i % 3 for i in range(8)]
     sessions = pd.read_parquet(run_dir / "sessions.parquet").sort_values("session_id")
     assert np.allclose(sessions.started_at, [i * 0.125 for i in range(8)], atol=1e-6)
-    assert _checks(run_dir)["arrival_distribution"]["status"] == "PASS"
+    # judged against the trace's own times (its PASS also needs a send lag under 5 ms: wall clock)
+    timeline = _checks(run_dir)["arrival_distribution"]["statistics"]
+    assert timeline["max_planned_deviation_s"] <= 1e-6
     log = (run_dir / "run.log").read_text()
     assert f"{flavor} trace" in log
     assert "flavor detected from the file" in log
