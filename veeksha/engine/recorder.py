@@ -64,6 +64,9 @@ class RunRecorder:
         node = session.spec.nodes[request.node_id]
         # veeksha's own count of the new prompt part (and of the output, lacking the server's)
         new_tokens = node.prompt_tokens if self._exact_prompts else self._count(node.prompt)
+        if node.system is not None and new_tokens is not None and not self._exact_prompts:
+            system_tokens = self._count(node.system)  # a dataset's system message is new too
+            new_tokens = None if system_tokens is None else new_tokens + system_tokens
         counter = self._counter
         output_tokens = (
             None

@@ -12,6 +12,7 @@ from veeksha.evaluate.health import HealthCheck, HealthInput, HealthReport
 from veeksha.evaluate.number_checks import SERVER_NUMBERS
 from veeksha.evaluate.request_checks import DEPENDENCIES, OUTPUT_LENGTH, PROMPT_LENGTH
 from veeksha.evaluate.source import release_memory
+from veeksha.evaluate.trace_sharing import PREFIX_SHARING
 
 __all__ = ["HEALTH_CHECKS", "run_health_checks"]
 
@@ -22,6 +23,7 @@ HEALTH_CHECKS: tuple[HealthCheck, ...] = (
     PROMPT_LENGTH,
     OUTPUT_LENGTH,
     SERVER_NUMBERS,
+    PREFIX_SHARING,
     LIFECYCLE_DELAYS,
     GENERATOR_SATURATION,
 )

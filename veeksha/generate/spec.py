@@ -19,6 +19,7 @@ class NodeSpec:
     ``wait_after_ready_s`` is the think time: the node becomes ready this long after its last
     parent completes (roots: after the session starts, with no wait). ``history_parent`` is the
     one parent whose conversation (its history, prompt and received answer) precedes ``prompt``.
+    ``prompt_tokens`` counts ``system`` too when there is one.
     """
 
     node_id: int
@@ -29,6 +30,7 @@ class NodeSpec:
     prompt_tokens: int
     max_tokens: int
     shared_prefix_tokens: int = 0
+    system: str | None = None  # a system message before a root's prompt (dataset replay)
 
 
 @dataclass(slots=True)

@@ -26,8 +26,11 @@ from veeksha.scenario.simulator import SimulatorConfig
 
 __all__ = [
     "SLO",
+    "AutoFlavor",
+    "AzureLlmFlavor",
     "BranchingGraph",
     "BuiltinTokenizer",
+    "BurstGptFlavor",
     "ChatCompletionsClient",
     "Client",
     "CompletionsClient",
@@ -42,15 +45,18 @@ __all__ = [
     "InverseGaussianLength",
     "LengthGenerator",
     "LinearGraph",
+    "MooncakeFlavor",
     "OutputSpec",
     "PerformanceEvaluator",
     "PoissonInterval",
+    "RagFlavor",
     "RateScheduler",
     "RequestLogFlavor",
     "Runtime",
     "Scenario",
     "ServerTokenizer",
     "SessionGraph",
+    "SharedPrefixFlavor",
     "SingleRequestGraph",
     "SyntheticSessionGenerator",
     "TextChannel",
@@ -61,6 +67,7 @@ __all__ = [
     "TraceScheduler",
     "TraceSessionGenerator",
     "UniformLength",
+    "UntimedContentMultiTurnFlavor",
     "ZipfLength",
 ]
 
@@ -428,7 +435,77 @@ class TimedSyntheticSessionFlavor(StrictModel):
         return self
 
 
-TraceFlavor = Annotated[RequestLogFlavor | TimedSyntheticSessionFlavor, Field(discriminator="type")]
+class UntimedContentMultiTurnFlavor(StrictModel):
+    """Real conversations, one row each, in the ShareGPT shape: each user turn is a request with
+    the dataset's text, the reply's token count is its output length (docs/traces.md)."""
+
+    type: Literal["untimed_content_multi_turn"] = "untimed_content_multi_turn"
+    conversation_column: str = Field("conversations", description="The row's list of messages.")
+    role_key: str = Field("from", description="A message's role key.")
+    content_key: str = Field("value", description="A message's text key.")
+    user_role_value: str = Field("human", description="The user's role value.")
+    assistant_role_value: str = Field("gpt", description="The assistant's role value.")
+    system_role_value: str = Field("system", description="The system prompt's role value.")
+
+
+class SharedPrefixFlavor(StrictModel):
+    """Rows with hash_ids (Mooncake style): equal ids are identical token blocks across sessions,
+    so a prefix cache sees the trace's real sharing (docs/traces.md)."""
+
+    type: Literal["shared_prefix"] = "shared_prefix"
+    block_size: int = Field(512, ge=1, description="Tokens of one hash id's block.")
+
+
+class RagFlavor(StrictModel):
+    """Rows of doc_id, prompt_text, input_length (the document's tokens) and output_length: the
+    num_documents most frequent documents, each warmed up once before the measured run."""
+
+    type: Literal["rag"] = "rag"
+    num_documents: int = Field(16, ge=1, description="The most frequent documents replayed.")
+    block_size: int = Field(512, ge=1, description="Tokens of one document block.")
+
+
+class MooncakeFlavor(StrictModel):
+    """The Mooncake (FAST'25) trace: JSON lines of timestamp (ms), input_length, output_length,
+    hash_ids (blocks of block_size tokens) and an optional session_id."""
+
+    type: Literal["mooncake"] = "mooncake"
+    block_size: int = Field(512, ge=1, description="Tokens of one hash id's block.")
+
+
+class AzureLlmFlavor(StrictModel):
+    """The Azure LLM inference trace (2023, 2024): CSV of TIMESTAMP (a date and time),
+    ContextTokens, GeneratedTokens."""
+
+    type: Literal["azure_llm"] = "azure_llm"
+
+
+class BurstGptFlavor(StrictModel):
+    """The BurstGPT trace: CSV of Timestamp (s), Model, Request tokens, Response tokens, Total
+    tokens, Log Type; failed rows (0 response tokens) are counted and not replayed."""
+
+    type: Literal["burstgpt"] = "burstgpt"
+
+
+class AutoFlavor(StrictModel):
+    """The flavor told from the file's header or first line (docs/traces.md); when nothing is
+    distinctive, timed_synthetic_session."""
+
+    type: Literal["auto"] = "auto"
+
+
+TraceFlavor = Annotated[
+    RequestLogFlavor
+    | TimedSyntheticSessionFlavor
+    | UntimedContentMultiTurnFlavor
+    | SharedPrefixFlavor
+    | RagFlavor
+    | MooncakeFlavor
+    | AzureLlmFlavor
+    | BurstGptFlavor
+    | AutoFlavor,
+    Field(discriminator="type"),
+]
 
 
 class TraceSessionGenerator(StrictModel):
@@ -437,7 +514,7 @@ class TraceSessionGenerator(StrictModel):
     type: Literal["trace"] = "trace"
     trace_file: str = Field(..., description="Path of the trace (relative: to the current folder).")
     flavor: TraceFlavor = Field(
-        default_factory=TimedSyntheticSessionFlavor,
+        default_factory=AutoFlavor,
         description="What the rows are (a bare name is accepted: flavor: request_log).",
     )
     wrap_mode: bool = Field(

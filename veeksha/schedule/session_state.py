@@ -133,7 +133,10 @@ class SessionState:
         """The messages to send for a node: its history parent's conversation, then its prompt."""
         node = self.spec.nodes[node_id]
         parent = node.history_parent
-        inherited = () if parent is None else self._conversation.get(parent, ())
+        if parent is None:
+            inherited: Conversation = () if node.system is None else (("system", node.system),)
+        else:
+            inherited = self._conversation.get(parent, ())
         return (*inherited, ("user", node.prompt))
 
     def outgoing(self, node_id: int) -> tuple[list[tuple[str, str]], int]:
@@ -142,6 +145,8 @@ class SessionState:
         node = self.spec.nodes[node_id]
         parent = node.history_parent
         if parent is None:
+            if node.system is not None:
+                return [("system", node.system), ("user", node.prompt)], 0
             return [("user", node.prompt)], 0
         return (
             [*self._conversation.get(parent, ()), ("user", node.prompt)],

@@ -21,11 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from veeksha.generate.tokenizer import TokenizerLike
+from veeksha.generate.traces.conversations import ConversationFlavor
+from veeksha.generate.traces.detect import detect_flavor
 from veeksha.generate.traces.flavor import TraceFlavor
 from veeksha.generate.traces.prepare import PreparedTrace, prepare_file, read_meta
+from veeksha.generate.traces.public import AzureLlmFlavor, BurstGptFlavor
+from veeksha.generate.traces.rag import RagFlavor
 from veeksha.generate.traces.reader import TraceFileError
 from veeksha.generate.traces.request_log import RequestLogFlavor
 from veeksha.generate.traces.sessions import TraceSessions, TraceTimeline, window
+from veeksha.generate.traces.shared_prefix import MooncakeFlavor, SharedPrefixFlavor
 from veeksha.generate.traces.table import TraceTable
 from veeksha.generate.traces.timed_session import TimedSessionFlavor
 from veeksha.scenario import models
@@ -43,15 +48,26 @@ __all__ = [
 FLAVORS: dict[type, type[TraceFlavor]] = {
     models.RequestLogFlavor: RequestLogFlavor,
     models.TimedSyntheticSessionFlavor: TimedSessionFlavor,
+    models.UntimedContentMultiTurnFlavor: ConversationFlavor,
+    models.SharedPrefixFlavor: SharedPrefixFlavor,
+    models.MooncakeFlavor: MooncakeFlavor,
+    models.RagFlavor: RagFlavor,
+    models.AzureLlmFlavor: AzureLlmFlavor,
+    models.BurstGptFlavor: BurstGptFlavor,
 }
 
 
 def make_flavor(settings: object, path: Path) -> TraceFlavor:
     """The flavor implementation of a ``session_generator.flavor`` model."""
+    detected = isinstance(settings, models.AutoFlavor)
+    if detected:
+        settings = detect_flavor(path)
     cls = FLAVORS.get(type(settings))
     if cls is None:
         raise TraceFileError(path, None, f"flavor {settings!r} is not supported yet")
-    return cls(path)
+    flavor = cls(path, settings)
+    flavor.detected = detected
+    return flavor
 
 
 @dataclass

@@ -10,6 +10,12 @@ Staged columns (``STAGED``): ``line`` (int64, the file line), ``group`` (string,
 is a session of its own), ``ts`` (float64 seconds or null), ``prompt_tokens`` and
 ``output_tokens`` (int64, validated ≥ 0). A flavor may add columns of its own for ``link``.
 
+Content columns (optional, ``CONTENT``): a flavor that carries prompt text or token-block hashes
+adds them to its staged rows (``content.py`` builds the prompts from them): ``text`` (string: the
+request's own text), ``system`` (string: a system message before a root's text), ``reply``
+(string: the dataset's answer, whose token count is the output length) and ``hash_ids``
+(list<int64>: token blocks of ``block_size`` tokens, before ``text``).
+
 Linked columns (``LINKED``), per row of a session in topological order: ``parents``
 (list<int32>, node indices within the session, all smaller than the row's own), ``history``
 (int32, one of the parents, or null), ``wait`` (float64, think time after the last parent).
@@ -29,7 +35,7 @@ from veeksha.generate.traces.arrow import mask as arrow_mask
 from veeksha.generate.traces.arrow import numbers
 from veeksha.generate.traces.reader import LINE, Field, TraceFileError
 
-__all__ = ["LINKED", "STAGED", "TraceFlavor", "check_lengths", "first_bad"]
+__all__ = ["CONTENT", "LINKED", "STAGED", "TraceFlavor", "check_lengths", "first_bad"]
 
 STAGED = pa.schema(
     [
@@ -38,6 +44,14 @@ STAGED = pa.schema(
         ("ts", pa.float64()),
         ("prompt_tokens", pa.int64()),
         ("output_tokens", pa.int64()),
+    ]
+)
+CONTENT = pa.schema(
+    [
+        ("text", pa.string()),
+        ("system", pa.string()),
+        ("reply", pa.string()),
+        ("hash_ids", pa.list_(pa.int64())),
     ]
 )
 LINKED = pa.schema(
@@ -59,8 +73,17 @@ class TraceFlavor(ABC):
     #: columns ``stage`` adds for ``link`` beyond ``STAGED``
     extra: ClassVar[Sequence[tuple[str, pa.DataType]]] = ()
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, settings: object = None) -> None:
         self.path = path
+        self.settings = settings
+        #: tokens of one ``hash_ids`` block (content flavors with hash ids)
+        self.block_size = 0
+        #: sessions at the start of the trace that warm the server up (not measured)
+        self.warmup_sessions = 0
+        #: what run.log should say about the trace beyond its counts (e.g. rows left out)
+        self.notes: list[str] = []
+        #: chosen by ``flavor: {type: auto}`` from the file's names (said in run.log)
+        self.detected = False
 
     @abstractmethod
     def stage(self, batch: pa.RecordBatch) -> pa.RecordBatch:

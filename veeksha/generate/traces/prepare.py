@@ -41,17 +41,18 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from veeksha.generate.traces.arrow import from_bools, from_numpy, mask, numbers
-from veeksha.generate.traces.flavor import STAGED, TraceFlavor
+from veeksha.generate.traces.flavor import CONTENT, STAGED, TraceFlavor
 from veeksha.generate.traces.reader import TraceFileError, read_batches
 
 __all__ = ["CACHE_VERSION", "CANONICAL", "ROOTS_ONLY", "PreparedTrace", "prepare_file"]
 
-CACHE_VERSION = 4
+CACHE_VERSION = 5
 ROW_GROUP_ROWS = 65_536
 _SHOWN_LINES = 10
 _META_KEY = b"veeksha.trace"
 
-#: The columns of every trace; a trace of one-request sessions stops here (every row a root).
+#: The columns of every trace (the content ones null where the flavor has none); a trace of
+#: one-request sessions stops here (every row a root).
 ROOTS_ONLY = pa.schema(
     [
         ("session", pa.int64()),
@@ -59,6 +60,7 @@ ROOTS_ONLY = pa.schema(
         ("start", pa.float64()),
         ("prompt_tokens", pa.int32()),
         ("output_tokens", pa.int32()),
+        *((f.name, f.type) for f in CONTENT),
     ]
 )
 #: Grouped traces add each node's parents (indices within its session), history parent and
@@ -93,6 +95,10 @@ class PreparedTrace:
     unservable_sessions: int = 0
     unservable_lines: list[int] = field(default_factory=list)
     reused: bool = False
+    #: tokens of one hash-id block (content flavors), sessions that warm up, notes for run.log
+    block_size: int = 0
+    warmup_sessions: int = 0
+    notes: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         text = (
@@ -105,6 +111,8 @@ class PreparedTrace:
                 f" ({self.unservable_sessions} session(s); a 0 prompt or output length;"
                 f" first lines {lines})"
             )
+        for note in self.notes:
+            text += f"; {note}"
         return text
 
 
@@ -201,6 +209,10 @@ def _convert(source: Path, flavor: TraceFlavor, tmp: Path, cache: str) -> Prepar
         for table in tables:
             writer.write_table(table, row_group_size=max(1, table.num_rows))
         info.group_sessions.append(info.sessions)
+        info.block_size = flavor.block_size
+        info.warmup_sessions = flavor.warmup_sessions
+        info.notes = ["flavor detected from the file"] if flavor.detected else []
+        info.notes += flavor.notes
         writer.add_key_value_metadata({_META_KEY: json.dumps(asdict(info)).encode()})
     if info.sessions == 0:
         raise TraceFileError(
@@ -286,6 +298,7 @@ def _ungrouped(
                     from_numpy(ts),
                     pc.cast(batch.column("prompt_tokens"), pa.int32()),
                     pc.cast(batch.column("output_tokens"), pa.int32()),
+                    *_content(batch),
                 ],
                 schema=ROOTS_ONLY,
             )
@@ -299,6 +312,15 @@ def _ungrouped(
         batch = next(rest, None)
     if pending:
         yield from _emit(pending, info, split=True)
+
+
+def _content(table: pa.Table | pa.RecordBatch) -> list[pa.Array | pa.ChunkedArray]:
+    """The ``CONTENT`` columns of staged or linked rows (null where the flavor has none)."""
+    names = table.schema.names
+    return [
+        table.column(f.name) if f.name in names else pa.nulls(table.num_rows, f.type)
+        for f in CONTENT
+    ]
 
 
 def _emit(tables: list[pa.Table], info: PreparedTrace, split: bool = False) -> Iterator[pa.Table]:
@@ -375,6 +397,7 @@ def _grouped(
                 from_numpy(np.full(m, row_start[lo])),
                 pc.cast(linked.column("prompt_tokens"), pa.int32()),
                 pc.cast(linked.column("output_tokens"), pa.int32()),
+                *_content(linked),
                 linked.column("parents"),
                 linked.column("history"),
                 linked.column("wait"),
@@ -443,6 +466,7 @@ def _linear_sessions(
             from_numpy(row_start.astype(np.float64)),
             pc.cast(table.column("prompt_tokens"), pa.int32()),
             pc.cast(table.column("output_tokens"), pa.int32()),
+            *_content(table),
             parents,
             history,
             from_numpy(np.zeros(n)),

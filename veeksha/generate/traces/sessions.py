@@ -34,6 +34,7 @@ from veeksha.generate.content import PromptBuilder
 from veeksha.generate.rng import RandomStreams
 from veeksha.generate.spec import NodeSpec, SessionSpec
 from veeksha.generate.tokenizer import TokenizerLike
+from veeksha.generate.traces.content import ContentRows, TraceContent
 from veeksha.generate.traces.table import SessionRows, TraceTable
 from veeksha.scenario.models import TextChannel
 
@@ -158,6 +159,7 @@ class TraceSessions:
         self.limit: int | None = None if wrap else self.per_pass
         self._streams = RandomStreams(seed)
         self._prompts = PromptBuilder(TextChannel(), tokenizer, seed)
+        self._content = TraceContent(seed, tokenizer, table.prepared.block_size)
         pieces = -(-self.per_pass // PIECE)
         self._sizes = np.full(pieces, PIECE, dtype=np.int64)
         if pieces:
@@ -203,10 +205,13 @@ class TraceSessions:
         else:
             roots = np.fromiter((not ps for ps in rows.parents), np.bool_, len(rows.parents))
         texts, _ = self._prompts.build(
-            rows.prompt_tokens, roots, self._streams.stream("content", "trace", p, k)
+            self._content.corpus_targets(rows.content, rows.prompt_tokens),
+            roots,
+            self._streams.stream("content", "trace", p, k),
         )
         prompt_tokens = rows.prompt_tokens.tolist()
         output_tokens = rows.output_tokens.tolist()
+        systems = self._content.apply(rows.content, p, texts, prompt_tokens, output_tokens)
         waits = rows.wait.tolist()
         bounds = rows.bounds.tolist()
         order = (
@@ -226,6 +231,7 @@ class TraceSessions:
                     texts[r],
                     prompt_tokens[r],
                     output_tokens[r],
+                    system=systems[r],
                 )
                 for r in range(r0, r1)
             ]
@@ -258,4 +264,5 @@ def _merge(pieces: list[SessionRows]) -> SessionRows:
         parents if linked else None,
         history if linked else None,
         np.concatenate([p.wait for p in pieces]),
+        ContentRows.merge([p.content for p in pieces], [int(p.bounds[-1]) for p in pieces]),
     )

@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from veeksha.generate.traces.arrow import numbers
+from veeksha.generate.traces.content import ContentRows
 from veeksha.generate.traces.prepare import PreparedTrace
 
 __all__ = ["SessionRows", "TraceTable"]
@@ -27,6 +28,7 @@ class SessionRows:
     parents: list[tuple[int, ...]] | None  # None: every row is a root
     history: list[int | None] | None
     wait: np.ndarray
+    content: ContentRows | None = None  # None: prompts come from the corpus
 
 
 class TraceTable:
@@ -72,6 +74,7 @@ class TraceTable:
                     None if rows.parents is None else rows.parents[r0:r1],
                     None if rows.history is None else rows.history[r0:r1],
                     rows.wait[r0:r1],
+                    None if rows.content is None else rows.content.slice(r0, r1),
                 )
             )
             lo = end
@@ -95,6 +98,7 @@ class TraceTable:
                 None if parents_col is None else [tuple(p) for p in parents_col.to_pylist()],
                 table.column("history").to_pylist() if linked else None,
                 numbers(table.column("wait"), np.float64) if linked else np.zeros(len(sessions)),
+                ContentRows.of(table),
             )
             if len(self._decoded) >= 2:
                 self._decoded.pop(next(iter(self._decoded)))

@@ -1,0 +1,249 @@
+"""The content flavors and the public formats end to end against the built-in simulator: real
+dataset text and system messages on the wire, hash-id sharing seen in ``cached_tokens``, rag's
+document warm-ups, Mooncake / Azure / BurstGPT files (auto-detected) at their own times, and
+malformed files refused with file:line before any run folder exists."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from veeksha.cli import main
+from veeksha.engine.run import run_scenario
+from veeksha.evaluate.trace_sharing import SharedPrefixes, segments
+from veeksha.scenario.loader import load_scenario_text
+from veeksha.simulator.process import SimulatorProcess
+
+SIM_BLOCK = 16  # the fast simulator's prefix-cache block
+
+
+def _run(
+    tmp: Path,
+    sim: SimulatorProcess,
+    trace: Path,
+    flavor: str,
+    extra: str = "",
+    scheduler: str = "{type: concurrent, target_concurrent_sessions: 1}",
+) -> Path:
+    text = f"""
+seed: {zlib.crc32(trace.name.encode()) % 1000}
+traffic_scheduler: {scheduler}
+session_generator: {{type: trace, trace_file: {trace}, flavor: {flavor}, wrap_mode: false}}
+client: {{api_base: {sim.base_url}, model: veeksha-sim}}
+runtime: {{max_sessions: 1000, benchmark_timeout: 60, num_workers: 1}}
+output_dir: {tmp}
+{extra}
+"""
+    run_dir = tmp / "run"
+    outcome = run_scenario(load_scenario_text(text, "t.yaml"), run_dir, quiet=True, plots=False)
+    assert outcome.stop_reason == "completed"
+    return run_dir
+
+
+def _checks(run_dir: Path) -> dict[str, Any]:
+    health = json.loads((run_dir / "health.json").read_text())
+    return {c["name"]: c for c in health["checks"]}
+
+
+def test_mooncake_sharing_shows_in_cached_tokens_as_the_hash_ids_imply(
+    tmp_path: Path, fast_simulator: SimulatorProcess
+) -> None:
+    block = 32  # two simulator blocks per trace block
+    ids = [[0, 1, 2], [0, 1, 3], [4], [0, 1, 2, 5], [4, 6], [0, 7], [8, 9]]
+    rows = [
+        {"timestamp": 100 * i, "input_length": block * len(h), "output_length": 3, "hash_ids": h}
+        for i, h in enumerate(ids)
+    ]
+    trace = tmp_path / "mooncake_trace.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run_dir = _run(tmp_path, fast_simulator, trace, f"{{type: mooncake, block_size: {block}}}")
+    requests = pd.read_parquet(run_dir / "requests.parquet").sort_values("session_id")
+    assert (requests.status == "ok").all()
+    assert list(requests.prompt_tokens_new) == [r["input_length"] for r in rows]
+    seen = SharedPrefixes()
+    expected = []
+    for h in ids:
+        prompt = segments(h, block * len(h), block, None)
+        shared = min(seen.shared(prompt), block * len(h) - 1)
+        expected.append(shared // SIM_BLOCK * SIM_BLOCK)
+        seen.add(prompt)
+    assert expected == [0, 64, 0, 96, 32, 32, 0]
+    assert list(requests.cached_tokens) == expected
+    sharing = _checks(run_dir)["prefix_sharing"]
+    assert sharing["status"] == "PASS", sharing
+    assert sharing["statistics"]["over_implied"] == 0
+    assert sharing["statistics"]["hit_ratio"] == pytest.approx(1.0)
+
+
+def test_a_sharegpt_dataset_sends_its_own_text_with_live_history(
+    tmp_path: Path, fast_simulator: SimulatorProcess
+) -> None:
+    conversations = [
+        {
+            "id": "a",
+            "conversations": [
+                {"from": "gpt", "value": "a leading greeting"},
+                {"from": "system", "value": "answer briefly"},
+                {"from": "human", "value": "what is a prefix cache"},
+                {"from": "gpt", "value": "it keeps computed blocks"},
+                {"from": "human", "value": "and eviction"},
+                {"from": "gpt", "value": "least recently used first by default"},
+                {"from": "human", "value": "a question nobody answered"},
+            ],
+        },
+        {
+            "id": "b",
+            "conversations": [
+                {"from": "human", "value": "hi"},
+                {"from": "gpt", "value": "hello there"},
+            ],
+        },
+    ]
+    trace = tmp_path / "sharegpt.json"
+    trace.write_text(json.dumps(conversations, indent=1))
+    run_dir = _run(
+        tmp_path,
+        fast_simulator,
+        trace,
+        "auto",
+        "trace_recorder: {enabled: true, include_content: true}",
+    )
+    requests = pd.read_parquet(run_dir / "requests.parquet").sort_values(["session_id", "node_id"])
+    assert list(requests.prompt_tokens_new) == [5 + 2, 2, 1]  # the system message counts
+    assert list(requests.requested_output_tokens) == [4, 6, 2]  # the dataset's replies
+    assert list(requests.history_parent.fillna(-1)) == [-1, 0, -1]
+    lines = [json.loads(x) for x in (run_dir / "trace.jsonl").read_text().splitlines()]
+    sent = {(x["session_id"], x["node_id"]): x["messages"] for x in lines}
+    assert sent[(0, 0)] == [["system", "answer briefly"], ["user", "what is a prefix cache"]]
+    second = sent[(0, 1)]
+    assert second[:2] == sent[(0, 0)]
+    assert second[2][0] == "assistant"
+    assert second[3] == ["user", "and eviction"]
+    assert sent[(1, 0)] == [["user", "hi"]]
+    log = (run_dir / "run.log").read_text()
+    assert "untimed_content_multi_turn" in log
+    assert "flavor detected from the file" in log
+    assert "2 turn(s) not sent" in log
+
+
+def test_rag_warms_each_document_up_and_counts_the_rows_left_out(
+    tmp_path: Path, fast_simulator: SimulatorProcess
+) -> None:
+    trace = tmp_path / "rag.csv"
+    trace.write_text(
+        "doc_id,prompt_text,input_length,output_length\n"
+        "manual,how do I reset it,64,3\n"
+        "faq,is it free,48,2\n"
+        "manual,where is the fuse,64,4\n"
+        "rare,who wrote this,40,2\n"
+        "faq,can I share it,48,2\n"
+    )
+    run_dir = _run(tmp_path, fast_simulator, trace, "{type: rag, num_documents: 2, block_size: 16}")
+    requests = pd.read_parquet(run_dir / "requests.parquet").sort_values("session_id")
+    assert list(requests.phase) == ["warmup"] * 2 + ["measured"] * 4
+    assert list(requests.requested_output_tokens) == [1, 1, 3, 2, 4, 2]
+    # each question finds its document in the cache (the warm-up put it there)
+    questions = requests[requests.phase == "measured"]
+    assert list(questions.cached_tokens) == [64, 48, 64, 48]
+    assert (
+        "1 row(s) of 1 document(s) beyond the 2 most frequent" in (run_dir / "run.log").read_text()
+    )
+    assert _checks(run_dir)["prefix_sharing"]["status"] == "PASS"
+
+
+AZURE = (
+    "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+    + "".join(f"2023-11-16 18:15:{46 + i * 0.25:09.6f}0,{20 + i},{2 + i % 3}\n" for i in range(8))
+    + "2023-11-16 18:15:48.5000000,30,0\n"
+)
+BURSTGPT = (
+    "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+    + "".join(
+        f"{5 + i * 0.25},ChatGPT,{20 + i},{2 + i % 3},{22 + i},Conversation log\n" for i in range(8)
+    )
+    + "7.5,GPT-4,30,0,30,API log\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "flavor"),
+    [("azure.csv", AZURE, "azure_llm"), ("burst.csv", BURSTGPT, "burstgpt")],
+)
+def test_a_public_trace_is_detected_and_replayed_at_its_own_times(
+    tmp_path: Path, fast_simulator: SimulatorProcess, name: str, text: str, flavor: str
+) -> None:
+    trace = tmp_path / name
+    trace.write_text(text)
+    run_dir = _run(tmp_path, fast_simulator, trace, "auto", scheduler="{type: trace, speedup: 2.0}")
+    requests = pd.read_parquet(run_dir / "requests.parquet").sort_values("session_id")
+    assert list(requests.prompt_tokens_new) == [20 + i for i in range(8)]
+    assert list(requests.requested_output_tokens) == [2 + i % 3 for i in range(8)]
+    sessions = pd.read_parquet(run_dir / "sessions.parquet").sort_values("session_id")
+    assert np.allclose(sessions.started_at, [i * 0.125 for i in range(8)], atol=1e-6)
+    # judged against the trace's own times (its PASS also needs a send lag under 5 ms: wall clock)
+    timeline = _checks(run_dir)["arrival_distribution"]["statistics"]
+    assert timeline["max_planned_deviation_s"] <= 1e-6
+    log = (run_dir / "run.log").read_text()
+    assert f"{flavor} trace" in log
+    assert "flavor detected from the file" in log
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["run"]["trace"]["unservable_lines"] == [10]  # the failed request
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "flavor", "needles"),
+    [
+        (
+            "m.jsonl",
+            '{"timestamp": 0, "input_length": 600, "output_length": 2, "hash_ids": [0]}\n',
+            "mooncake",
+            [":1:", "does not fit 1 hash ids of block_size 512"],
+        ),
+        (
+            "m.jsonl",
+            '{"timestamp": 0, "input_length": 6, "output_length": 2, "hash_ids": [0]}\n'
+            '{"timestamp": 1, "input_length": 6, "output_length": 2, "hash_ids": [-3]}\n',
+            "mooncake",
+            [":2:", "block ids are 0 or more"],
+        ),
+        (
+            "c.jsonl",
+            '{"conversations": "hello"}\n',
+            "untimed_content_multi_turn",
+            [":1:", "not a list"],
+        ),
+        (
+            "a.csv",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,3,4\nyesterday,3,4\n",
+            "auto",
+            [":3:", "not a date and time"],
+        ),
+        ("r.csv", "doc_id,input_length,output_length\nd,3,4\n", "rag", [":1:", "'prompt_text'"]),
+    ],
+)
+def test_a_malformed_content_or_public_trace_exits_2_with_file_and_line(
+    tmp_path: Path, name: str, text: str, flavor: str, needles: list[str]
+) -> None:
+    trace = tmp_path / name
+    trace.write_text(text)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        f"session_generator: {{type: trace, trace_file: {trace}, flavor: {flavor}}}\n"
+        "runtime: {max_sessions: 1}\n"
+    )
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        main, ["run", str(scenario), "--output-dir", str(out)], env={"CI": "true"}
+    )
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in result.stderr, result.stderr
+    assert not out.exists() or not any(out.iterdir())

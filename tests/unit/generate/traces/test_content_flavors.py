@@ -1,0 +1,255 @@
+"""The content flavors and public formats: parsing, prompts from content, errors with file:line,
+determinism, wrap remapping, auto-detection."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.unit.generate.traces.helpers import trace_scenario, write_csv, write_jsonl
+from veeksha.evaluate.trace_sharing import SharedPrefixes, segments
+from veeksha.generate.spec import SessionSpec
+from veeksha.generate.tokenizer import BuiltinTokenizer
+from veeksha.generate.traces import TraceFileError, open_trace
+from veeksha.generate.traces.detect import detect_flavor
+
+TOK = BuiltinTokenizer()
+
+
+def _sessions(
+    path: Path, flavor: dict[str, Any], seed: int = 1, wrap: bool = False
+) -> list[SessionSpec]:
+    scenario = trace_scenario(path, generator={"flavor": flavor, "wrap_mode": wrap})
+    trace = open_trace(scenario)
+    made = trace.sessions(seed, TOK)
+    count = (trace.hi - trace.lo) * (2 if wrap else 1)
+    return [made.session(i) for i in range(count)]
+
+
+# ------------------------------------------------------------------------------- shared prefix
+
+
+def test_equal_hash_ids_are_identical_blocks_and_the_last_block_may_be_partial(
+    tmp_path: Path,
+) -> None:
+    rows = [
+        {"input_length": 20, "output_length": 2, "hash_ids": [7, 8, 9]},
+        {"input_length": 17, "output_length": 3, "hash_ids": [7, 8, 4]},
+        {"input_length": 5, "output_length": 1, "hash_ids": [8]},
+    ]
+    path = write_jsonl(tmp_path / "p.jsonl", rows)
+    a, b, c = (s.nodes[0] for s in _sessions(path, {"type": "shared_prefix", "block_size": 8}))
+    wa, wb, wc = a.prompt.split(), b.prompt.split(), c.prompt.split()
+    assert (len(wa), len(wb), len(wc)) == (20, 17, 5)
+    assert (a.prompt_tokens, b.prompt_tokens, c.prompt_tokens) == (20, 17, 5)
+    assert wa[:16] == wb[:16]  # ids 7, 8
+    assert wa[16:] != wb[16:]  # 9 vs 4 (partial blocks of 4 and 1 tokens)
+    assert wc == wa[8:13]  # id 8's block, cut at 5 tokens
+
+
+def test_blocks_follow_the_seed_and_a_wrapped_pass_remaps_the_ids(tmp_path: Path) -> None:
+    rows = [{"input_length": 8, "output_length": 2, "hash_ids": [1]} for _ in range(3)]
+    path = write_jsonl(tmp_path / "p.jsonl", rows)
+    first = _sessions(path, {"type": "shared_prefix", "block_size": 8}, seed=5, wrap=True)
+    again = _sessions(path, {"type": "shared_prefix", "block_size": 8}, seed=5, wrap=True)
+    other = _sessions(path, {"type": "shared_prefix", "block_size": 8}, seed=6)
+    prompts = [s.nodes[0].prompt for s in first]
+    assert prompts == [s.nodes[0].prompt for s in again]
+    assert len(set(prompts[:3])) == 1  # pass 0: one block id, one text
+    assert len(set(prompts[3:])) == 1  # pass 1: the same sharing ...
+    assert prompts[3] != prompts[0]  # ... under a fresh id
+    assert other[0].nodes[0].prompt != prompts[0]
+
+
+def test_a_session_adds_new_tokens_with_history_and_mooncake_derives_them(tmp_path: Path) -> None:
+    rows = [
+        {
+            "session_id": "s",
+            "timestamp": 0,
+            "input_length": 16,
+            "output_length": 4,
+            "hash_ids": [0, 1],
+        },
+        {
+            "session_id": "s",
+            "timestamp": 500,
+            "input_length": 30,
+            "output_length": 2,
+            "hash_ids": [0, 1, 2, 3],
+        },
+        {
+            "session_id": "t",
+            "timestamp": 250,
+            "input_length": 3,
+            "output_length": 2,
+            "hash_ids": [5],
+        },
+    ]
+    path = write_jsonl(tmp_path / "m.jsonl", rows)
+    s, t = _sessions(path, {"type": "mooncake", "block_size": 8})
+    assert [n.prompt_tokens for n in s.nodes] == [16, 30 - 16 - 4]
+    assert s.nodes[1].history_parent == 0
+    assert len(t.nodes) == 1
+    trace = open_trace(
+        trace_scenario(path, generator={"flavor": {"type": "mooncake", "block_size": 8}})
+    )
+    assert list(trace.table.starts(0)[1]) == [0.0, 0.25]  # milliseconds → seconds
+    rows[1]["new_input_length"] = 9
+    write_jsonl(path, rows)
+    s, _ = _sessions(path, {"type": "mooncake", "block_size": 8})
+    assert s.nodes[1].prompt_tokens == 9
+    path = write_jsonl(tmp_path / "p.jsonl", [*rows[:1], {**rows[1], "new_input_length": None}])
+    with pytest.raises(TraceFileError, match=r"p\.jsonl:2: a later turn of a session needs"):
+        _sessions(path, {"type": "shared_prefix", "block_size": 8})
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"input_length": 9, "output_length": 1, "hash_ids": [0]}, "does not fit 1 hash ids"),
+        ({"input_length": 8, "output_length": 1, "hash_ids": [0, 1]}, "more than 8 and at most 16"),
+        ({"input_length": 8, "output_length": 1, "hash_ids": []}, "hash_ids is empty"),
+        ({"input_length": 8, "output_length": 1, "hash_ids": "x"}, "not a list of integers"),
+        ({"input_length": 8, "output_length": 1}, "no 'hash_ids' in this row"),
+    ],
+)
+def test_bad_hash_ids_name_their_line(tmp_path: Path, row: dict[str, Any], message: str) -> None:
+    good = {"input_length": 8, "output_length": 1, "hash_ids": [0]}
+    path = write_jsonl(tmp_path / "p.jsonl", [good, row])
+    with pytest.raises(TraceFileError, match=rf"p\.jsonl:2: .*{message}"):
+        _sessions(path, {"type": "shared_prefix", "block_size": 8})
+
+
+def test_shared_prefixes_measure_the_longest_common_prefix_in_tokens() -> None:
+    seen = SharedPrefixes()
+    seen.add(segments([1, 2, 3], 20, 8, None))
+    assert seen.shared(segments([1, 2, 9], 24, 8, None)) == 16
+    assert seen.shared(segments([1, 2, 3], 24, 8, None)) == 20  # id 3: 4 tokens seen
+    assert seen.shared(segments([1, 2], 12, 8, None)) == 12
+    assert seen.shared(segments([2], 8, 8, None)) == 0
+    seen.add(segments([1], 8, 8, "why so"))
+    assert seen.shared(segments([1], 8, 8, "why so")) == 10
+    assert seen.shared(segments([1], 8, 8, "why not")) == 8
+
+
+# ------------------------------------------------------------------------------- conversations
+
+
+def test_conversations_with_configured_keys(tmp_path: Path) -> None:
+    rows = [
+        {
+            "messages": [
+                {"role": "assistant", "content": "welcome"},
+                {"role": "user", "content": "one"},
+                {"role": "user", "content": "two three"},
+                {"role": "assistant", "content": "four five six"},
+                {"role": "developer", "content": "be brief"},
+                {"role": "user", "content": "seven"},
+                {"role": "assistant", "content": "eight"},
+            ]
+        },
+        {"messages": [{"role": "assistant", "content": "only an answer"}]},
+    ]
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps(rows))
+    flavor = {
+        "type": "untimed_content_multi_turn",
+        "conversation_column": "messages",
+        "role_key": "role",
+        "content_key": "content",
+        "user_role_value": "user",
+        "assistant_role_value": "assistant",
+        "system_role_value": "developer",
+    }
+    (session,) = _sessions(path, flavor)
+    first, second = session.nodes
+    assert first.prompt == "one\n\ntwo three"
+    assert first.system == "be brief"
+    assert (first.prompt_tokens, first.max_tokens) == (3 + 2, 3)
+    assert (second.prompt, second.prompt_tokens, second.max_tokens) == ("seven", 1, 1)
+    assert second.system is None
+    trace = open_trace(trace_scenario(path, generator={"flavor": flavor}))
+    assert "2 turn(s) not sent" in trace.describe()  # both leading answers
+    assert "1 conversation(s) without a user turn" in trace.describe()
+
+
+def test_a_conversation_message_without_text_names_its_line(tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path / "c.jsonl",
+        [
+            {"conversations": [{"from": "human", "value": "a"}, {"from": "gpt", "value": "b"}]},
+            {"conversations": [{"from": "human"}]},
+        ],
+    )
+    with pytest.raises(TraceFileError, match=r"c\.jsonl:2: message 0 of conversations has no text"):
+        _sessions(path, {"type": "untimed_content_multi_turn"})
+
+
+# ------------------------------------------------------------------------------ public formats
+
+
+def test_azure_timestamps_with_or_without_an_offset_are_seconds(tmp_path: Path) -> None:
+    for stamp in ("2024-05-10 00:00:00.009329+00:00", "2024-05-10 00:00:00.0093290"):
+        path = write_csv(
+            tmp_path / "a.csv",
+            "TIMESTAMP,ContextTokens,GeneratedTokens",
+            [f"{stamp},3,4", "2024-05-10 00:00:01.509329" + stamp[26:] + ",5,6"],
+        )
+        trace = open_trace(trace_scenario(path, "azure_llm"))
+        starts = trace.table.starts(0)[1]
+        assert starts[1] - starts[0] == pytest.approx(1.5)
+
+
+def test_rag_keeps_the_most_frequent_documents_ties_by_first_seen(tmp_path: Path) -> None:
+    path = write_csv(
+        tmp_path / "r.csv",
+        "doc_id,prompt_text,input_length,output_length",
+        ["b,q1,8,1", "a,q2,8,1", "c,q3,8,1", "a,q4,8,1", "b,q5,8,1"],
+    )
+    sessions = _sessions(path, {"type": "rag", "num_documents": 2, "block_size": 8})
+    prompts = [s.nodes[0].prompt for s in sessions]
+    assert len(prompts) == 2 + 4  # 2 warm-ups (b, a), then the rows of b and a
+    doc_b, doc_a = prompts[0], prompts[1]
+    assert prompts[2:] == [f"{doc_b} q1", f"{doc_a} q2", f"{doc_a} q4", f"{doc_b} q5"]
+    trace = open_trace(
+        trace_scenario(path, generator={"flavor": {"type": "rag", "num_documents": 2}})
+    )
+    assert trace.prepared.warmup_sessions == 2
+    assert "1 row(s) of 1 document(s) beyond the 2 most frequent" in trace.describe()
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "flavor"),
+    [
+        ("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n", "azure_llm"),
+        (
+            "b.csv",
+            "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n",
+            "burstgpt",
+        ),
+        (
+            "m.jsonl",
+            '{"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": [0]}\n',
+            "mooncake",
+        ),
+        ("s.jsonl", '{"input_length": 1, "output_length": 1, "hash_ids": [0]}\n', "shared_prefix"),
+        ("c.json", '[{"conversations": []}]', "untimed_content_multi_turn"),
+        ("r.csv", "doc_id,prompt_text,input_length,output_length\n", "rag"),
+        ("l.csv", "input_length,output_length\n", "request_log"),
+        (
+            "t.jsonl",
+            '{"session_id": 1, "new_input_length": 3, "output_length": 1}\n',
+            "timed_synthetic_session",
+        ),
+        ("x.csv", "what,ever\n", "timed_synthetic_session"),
+    ],
+)
+def test_the_flavor_is_detected_from_the_header_or_first_row(
+    tmp_path: Path, name: str, text: str, flavor: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    assert detect_flavor(path).type == flavor  # type: ignore[attr-defined]
