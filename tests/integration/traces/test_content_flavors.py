@@ -30,7 +30,7 @@ def _run(
     trace: Path,
     flavor: str,
     extra: str = "",
-    scheduler: str = "{type: concurrent, target_concurrent_sessions: 1}",
+    scheduler: str = "{type: concurrent, target_concurrent_sessions: 1, rampup_seconds: 0}",
 ) -> Path:
     text = f"""
 seed: {zlib.crc32(trace.name.encode()) % 1000}
