@@ -13,9 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
-from veeksha.cli import main
+from tests.integration.traces.bad_trace import assert_refused
 from veeksha.engine.run import run_scenario
 from veeksha.evaluate.trace_sharing import SharedPrefixes, segments
 from veeksha.scenario.loader import load_scenario_text
@@ -231,19 +230,4 @@ def test_a_public_trace_is_detected_and_replayed_at_its_own_times(
 def test_a_malformed_content_or_public_trace_exits_2_with_file_and_line(
     tmp_path: Path, name: str, text: str, flavor: str, needles: list[str]
 ) -> None:
-    trace = tmp_path / name
-    trace.write_text(text)
-    scenario = tmp_path / "s.yaml"
-    scenario.write_text(
-        f"session_generator: {{type: trace, trace_file: {trace}, flavor: {flavor}}}\n"
-        "runtime: {max_sessions: 1}\n"
-    )
-    out = tmp_path / "out"
-    result = CliRunner().invoke(
-        main, ["run", str(scenario), "--output-dir", str(out)], env={"CI": "true"}
-    )
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.stderr
-    for needle in needles:
-        assert needle in result.stderr, result.stderr
-    assert not out.exists() or not any(out.iterdir())
+    assert_refused(tmp_path, name, text, flavor, needles)

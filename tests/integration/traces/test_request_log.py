@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
-from veeksha.cli import main
+from tests.integration.traces.bad_trace import assert_refused
 from veeksha.engine.run import run_scenario
 from veeksha.scenario.loader import load_scenario_text
 from veeksha.simulator.process import SimulatorProcess
@@ -108,27 +107,7 @@ def test_a_request_log_replays_its_chats_lengths_and_arrival_times(
 def test_a_bad_trace_exits_2_with_file_and_line_and_no_run_folder(
     tmp_path: Path, name: str, text: str, flavor: str, needles: list[str]
 ) -> None:
-    trace = tmp_path / name
-    trace.write_text(text)
-    scenario = tmp_path / "s.yaml"
-    scenario.write_text(
-        f"session_generator: {{type: trace, trace_file: {trace}, flavor: {flavor}}}\n"
-        "runtime: {max_sessions: 1}\n"
-    )
-    out = tmp_path / "out"
-    result = CliRunner().invoke(
-        main, ["run", str(scenario), "--output-dir", str(out)], env={"CI": "true"}
-    )
-    assert result.exit_code == 2, result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit)
-    assert "Traceback" not in result.stderr
-    for needle in needles:
-        assert needle in result.stderr, result.stderr
-    assert not out.exists() or not any(out.iterdir())
-    checked = CliRunner().invoke(main, ["validate", str(scenario)], env={"CI": "true"})
-    assert checked.exit_code == 2, checked.output
-    for needle in needles:
-        assert needle in checked.stderr, checked.stderr
+    assert_refused(tmp_path, name, text, flavor, needles)
 
 
 def _lengths_run(
