@@ -280,7 +280,7 @@ class TrafficLoop:
         self._next_session += 1
         try:
             spec = self._make_session(index)
-        except VeekshaError as exc:  # e.g. a server tokenizer that broke mid-run: stop cleanly
+        except VeekshaError as exc:  # e.g. a trace that cannot be read mid-run: stop cleanly
             self.error = exc
             self.stop("generator_error")
             return

@@ -12,7 +12,7 @@ from typing import Any
 
 from veeksha.dispatch.messages import Result, WorkItem
 from veeksha.engine.loop import InFlight
-from veeksha.errors import RunAbortedError, VeekshaError
+from veeksha.errors import RunAbortedError
 from veeksha.generate.tokenizer import TokenizerLike
 from veeksha.record.parquet import ResultWriter
 from veeksha.record.trace import TraceWriter
@@ -36,7 +36,6 @@ class RunRecorder:
         tokenizer: TokenizerLike,
         trace: TraceWriter | None = None,
         on_row: Callable[[dict[str, Any]], None] | None = None,
-        on_error: Callable[[VeekshaError], object] | None = None,
     ) -> None:
         self.run_id = run_id
         self.model = model
@@ -45,7 +44,6 @@ class RunRecorder:
         self._tokenizer = tokenizer
         self._trace = trace
         self._on_row = on_row
-        self._on_error = on_error
         # Prompts built from a tokenizer's vocabulary (builtin, a calibrated server's) have
         # exactly their target length, one token a word: their count is the target, not redone.
         self._exact_prompts = getattr(tokenizer, "vocabulary", None) is not None
@@ -106,14 +104,8 @@ class RunRecorder:
             )
 
     def _count(self, text: str) -> int | None:
-        """The tokenizer's count; None when it failed (a server tokenizer mid-run), which
-        ``on_error`` hears of (it stops the run): the row is written all the same."""
-        try:
-            return self._tokenizer.count(text)
-        except VeekshaError as exc:
-            if self._on_error is not None:
-                self._on_error(exc)
-            return None
+        """The tokenizer's count (local: a server tokenizer is never called during a run)."""
+        return self._tokenizer.count(text)
 
     def request_cancelled(
         self, session: SessionState, node_id: int, request_id: int, at_ns: int

@@ -354,7 +354,6 @@ class _Run:
             self.tokenizer,
             trace,
             on_row=None if streaming is None else streaming.add,
-            on_error=lambda error: loop.call_soon(self._on_tokenizer_error, error),
         )
         timers = LoopTimers(loop, self.clock)
         traffic = TrafficLoop(
@@ -472,13 +471,6 @@ class _Run:
         if self.traffic is not None:
             self.traffic.stop("write_error")
             self.outcome.stop_reason = self.traffic.stop_reason
-
-    def _on_tokenizer_error(self, error: VeekshaError) -> None:
-        """The tokenizer failed mid-run (a server tokenizer): stop, keep what was collected."""
-        self.outcome.interrupted = True
-        self.outcome.extra.setdefault("error", f"the tokenizer failed: {error}")
-        if self.traffic is not None:
-            self.traffic.stop("tokenizer_error")
 
     def _on_fatal(self, error: VeekshaError) -> None:
         """The worker pool gave up (workers keep dying): stop, keep what was collected."""
