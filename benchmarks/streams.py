@@ -53,7 +53,6 @@ import json
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from dataclasses import dataclass
@@ -64,7 +63,15 @@ import msgspec
 import numpy as np
 import pyarrow.parquet as pq
 
-from benchmarks.harness import ROOT, RunMeasure, Simulator, machine, run_veeksha, scenario
+from benchmarks.harness import (
+    ROOT,
+    RunMeasure,
+    Simulator,
+    baseline_tree,
+    machine,
+    run_veeksha,
+    scenario,
+)
 
 __all__ = ["CONFIGS", "Config", "measure", "streams_figure"]
 
@@ -369,20 +376,6 @@ def render(
     return "\n".join(lines) + "\n"
 
 
-def _export(rev: str, into: Path) -> Path:
-    """The tree of ``rev`` (``git archive``), extracted into ``into``."""
-    data = subprocess.run(
-        ["git", "archive", "--format=tar", rev], cwd=ROOT, capture_output=True, check=True
-    ).stdout
-    into.mkdir(parents=True)
-    with tempfile.TemporaryFile() as f:
-        f.write(data)
-        f.seek(0)
-        with tarfile.open(fileobj=f) as tar:
-            tar.extractall(into, filter="data")
-    return into
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--compare", metavar="REV", help="also measure this git revision")
@@ -408,14 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="veeksha-streams-") as tmp, _fidelity_sim() as sim:
         roots = {f"this ({head})": ROOT}
         if args.compare:
-            short = subprocess.run(
-                ["git", "rev-parse", "--short", args.compare],
-                cwd=ROOT,
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout.strip()
-            roots = {f"{args.compare} ({short})": _export(args.compare, Path(tmp) / "rev"), **roots}
+            tree, short = baseline_tree(args.compare, Path(tmp) / "rev")
+            roots = {f"{args.compare} ({short})": tree, **roots}
         for rep in range(args.repeats):
             for name in configs:
                 config = CONFIGS[name]
