@@ -1,0 +1,70 @@
+"""One point of an experiment: a normal run, in a normal run folder, started the way
+``veeksha run`` starts one.
+
+Sweeps, capacity probes and microbenchmark points all run through :func:`run_point`, so each is
+a run folder that ``veeksha report`` reads like any other, and the experiment layer learns about
+it only from the outputs it wrote (summary.json), never from inside the engine.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from veeksha.scenario.models import Scenario
+
+__all__ = ["PointResult", "read_summary", "run_point"]
+
+
+@dataclass(frozen=True)
+class PointResult:
+    """What one point left: its run folder, the exit code ``veeksha run`` would give, and the
+    summary.json the evaluation wrote (empty when the run wrote none)."""
+
+    run_dir: Path
+    exit_code: int
+    interrupted: bool
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def run_point(
+    scenario: Scenario,
+    output_dir: str | Path | None = None,
+    *,
+    quiet: bool = True,
+    plots: bool = True,
+    dry_run: bool = False,
+) -> PointResult:
+    """Run ``scenario`` into a new run folder below ``output_dir`` (default: the scenario's
+    ``output_dir``) and return what it left. The built-in simulator, when the scenario uses it,
+    is started for this run and stopped after it."""
+    from veeksha.engine.run import exit_code_for, run_scenario
+    from veeksha.engine.target import spawn_simulator
+    from veeksha.record.run_folder import create_run_folder, write_config
+
+    run_dir = create_run_folder(output_dir or scenario.output_dir, scenario)
+    write_config(run_dir, scenario)
+    simulator = spawn_simulator(scenario, dry_run)
+    try:
+        outcome = run_scenario(
+            scenario, run_dir, quiet=quiet, dry_run=dry_run, plots=plots, simulator=simulator
+        )
+    finally:
+        if simulator is not None:
+            simulator.stop()
+    return PointResult(
+        run_dir, exit_code_for(outcome, scenario), outcome.interrupted, read_summary(run_dir)
+    )
+
+
+def read_summary(run_dir: str | Path) -> dict[str, Any]:
+    """The summary.json of a run folder, or ``{}`` when the run wrote none (it failed early)."""
+    from veeksha.evaluate.outputs import SUMMARY_FILE
+
+    try:
+        loaded = json.loads((Path(run_dir) / SUMMARY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
