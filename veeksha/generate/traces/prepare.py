@@ -29,7 +29,9 @@ import hashlib
 import itertools
 import json
 import os
+import queue
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -194,11 +196,14 @@ def _convert(source: Path, flavor: TraceFlavor, tmp: Path, cache: str) -> Prepar
     first = next(staged)
     grouped = first.column("group").null_count < first.num_rows
     # no dictionaries (the columns are numbers), delta-coded session and line numbers,
-    # statistics only where they are read: ~2.5x faster to write than pyarrow's defaults
+    # statistics only where they are read, no compression (the cache is read back by this
+    # machine; snappy cost half the writing time for ~30 % of disk): ~4x faster to write than
+    # pyarrow's defaults
     with pq.ParquetWriter(
         tmp,
         CANONICAL if grouped else ROOTS_ONLY,
         use_dictionary=False,
+        compression="none",
         write_statistics=["session"],
         column_encoding={"session": "DELTA_BINARY_PACKED", "line": "DELTA_BINARY_PACKED"},
     ) as writer:
@@ -206,7 +211,9 @@ def _convert(source: Path, flavor: TraceFlavor, tmp: Path, cache: str) -> Prepar
             tables = _grouped(flavor, first, staged, info)
         else:
             tables = _ungrouped(flavor, first, staged, info)
-        for table in tables:
+        # the file is read and staged on a thread while this one writes: both release the GIL
+        # in Arrow's C++, so the conversion takes the longer of the two, not their sum
+        for table in _ahead(tables):
             writer.write_table(table, row_group_size=max(1, table.num_rows))
         info.group_sessions.append(info.sessions)
         info.block_size = flavor.block_size
@@ -222,6 +229,50 @@ def _convert(source: Path, flavor: TraceFlavor, tmp: Path, cache: str) -> Prepar
             " give rows with lengths of at least 1",
         )
     return info
+
+
+_AHEAD = 2  # row groups read ahead of the writer (each ~65k rows: a few MB)
+_DONE = object()
+
+
+def _ahead(tables: Iterator[pa.Table]) -> Iterator[pa.Table]:
+    """``tables``, made on a thread at most ``_AHEAD`` ahead of the consumer; the thread's
+    error (a bad row) is raised here, in order."""
+    handoff: queue.Queue[object] = queue.Queue(maxsize=_AHEAD)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for table in tables:
+                while not stop.is_set():
+                    try:
+                        handoff.put(table, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            handoff.put(_DONE)
+        except BaseException as exc:  # noqa: BLE001 (handed to the consumer, raised there)
+            handoff.put(exc)
+
+    thread = threading.Thread(target=produce, name="veeksha-trace-reader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = handoff.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            assert isinstance(item, pa.Table)
+            yield item
+    finally:
+        stop.set()
+        with contextlib.suppress(queue.Empty):
+            while True:
+                handoff.get_nowait()  # (frees a producer blocked on a full queue)
+        thread.join()
 
 
 def _note_unservable(info: PreparedTrace, lines: np.ndarray, sessions: int) -> None:

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.unit.generate.traces.helpers import trace_scenario, write_csv
+from tests.unit.generate.traces.helpers import trace_scenario, write_csv, write_jsonl
 from veeksha.generate.tokenizer import BuiltinTokenizer
-from veeksha.generate.traces import open_trace, prepare
+from veeksha.generate.traces import TraceFileError, open_trace, prepare, reader
 from veeksha.generate.traces.sessions import PIECE
 
 TOK = BuiltinTokenizer()
@@ -137,3 +137,36 @@ def test_the_trace_scheduler_needs_a_timestamp_on_every_session(tmp_path: Path) 
     )
     with pytest.raises(Exception, match=r"t.csv:3: this session has no timestamp"):
         _timed(path)
+
+
+def test_a_cold_and_a_warm_start_give_the_same_sessions_and_schedule(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # many row groups: the conversion hands them from its reading thread to the writer
+    monkeypatch.setattr(prepare, "ROW_GROUP_ROWS", 50)
+    scenario = trace_scenario(
+        _log(tmp_path / "t.csv", PIECE + 90), traffic_scheduler={"type": "trace"}
+    )
+    cold = open_trace(scenario)
+    warm = open_trace(scenario)
+    assert (cold.prepared.reused, warm.prepared.reused) == (False, True)
+    assert cold.table.num_groups > 5
+    n = 2 * (PIECE + 90)  # two passes: the wrap too
+    a, b = cold.sessions(5, TOK), warm.sessions(5, TOK)
+    assert [a.session(i) for i in range(n)] == [b.session(i) for i in range(n)]
+    assert cold.timeline().offsets(n).tolist() == warm.timeline().offsets(n).tolist()
+
+
+def test_a_bad_row_past_the_first_row_groups_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the bad row is read on the conversion's thread, many batches after the first
+    monkeypatch.setattr(prepare, "ROW_GROUP_ROWS", 10)
+    monkeypatch.setattr(prepare, "_AHEAD", 1)
+    monkeypatch.setattr(reader, "BATCH_ROWS", 10)
+    rows = [{"input_length": 1 + i % 7, "output_length": 1 + i % 5} for i in range(300)]
+    rows.append({"input_length": 4, "output_length": -1})
+    path = write_jsonl(tmp_path / "t.jsonl", rows)
+    with pytest.raises(TraceFileError, match=":301: output_length = -1 is negative"):
+        open_trace(trace_scenario(path))
+    assert not list(tmp_path.glob(".t.jsonl.*"))  # nothing half-made
