@@ -226,6 +226,8 @@ class _Run:
         if isinstance(scenario.session_generator, TraceSessionGenerator):
             self.trace = open_trace(scenario)
             self.log.info(self.trace.describe())
+            for warning in self.trace.prepared.warnings():
+                self.log.warning(warning)
             trace_sessions = self.trace.sessions(scenario.seed, tokenizer)
             make = trace_sessions.session
             make(0)  # the first piece (and its row group) is read now, not after t0

@@ -522,6 +522,12 @@ class TraceSessionGenerator(StrictModel):
         description="At the end of the trace, start over (fresh session ids, reshuffled); "
         "false: the run ends with the trace.",
     )
+    oversized: Literal["skip", "truncate", "send"] = Field(
+        "skip",
+        description="A request longer than client.max_model_len (prompt, history and output): "
+        "skip (its session is not replayed; counted), truncate (its output, then a lone "
+        "request's prompt, clipped to fit), send (sent as is; the server refuses it).",
+    )
 
     @field_validator("flavor", mode="before")
     @classmethod
@@ -619,6 +625,13 @@ class _OpenAIClientBase(StrictModel):
     )
     max_retries: int = Field(
         0, ge=0, description="Retries of 429/503 answers with backoff (recorded); 0 = off."
+    )
+    max_model_len: int | None = Field(
+        None,
+        ge=2,
+        description="The server's context window in tokens (vLLM's --max-model-len): a trace "
+        "request whose prompt, history and output exceed it is handled by "
+        "session_generator.oversized.",
     )
 
     @field_validator("additional_sampling_params", mode="before")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.integration.conftest import StartSimulator
 from tests.integration.traces.bad_trace import assert_refused
 from veeksha.engine.run import run_scenario
 from veeksha.scenario.loader import load_scenario_text
@@ -160,3 +161,39 @@ def test_without_wrap_the_run_ends_with_the_trace(
     )
     assert list(requests.target_prompt_tokens) == [3, 4, 5, 6, 7]
     assert (requests.status == "ok").all()
+
+
+def test_requests_longer_than_max_model_len_are_skipped_and_reported_or_sent(
+    tmp_path: Path, start_simulator: StartSimulator
+) -> None:
+    sim = start_simulator(max_model_len=40)
+    trace = tmp_path / "long.csv"
+    # a fitting single, an oversized single, a chat whose second turn overflows with its history
+    trace.write_text("session_id,input_length,output_length\ns1,10,5\ns2,30,20\nc,20,10\nc,8,5\n")
+
+    def run(oversized: str) -> tuple[pd.DataFrame, dict[str, object], str]:
+        text = f"""
+seed: 1
+traffic_scheduler: {{type: concurrent, target_concurrent_sessions: 3, rampup_seconds: 0}}
+session_generator: {{type: trace, trace_file: {trace}, wrap_mode: false, oversized: {oversized}}}
+client: {{api_base: {sim.base_url}, model: veeksha-sim, max_model_len: 40}}
+runtime: {{max_sessions: 10, num_workers: 1}}
+"""
+        run_dir = tmp_path / oversized
+        run_scenario(load_scenario_text(text, "t.yaml"), run_dir, quiet=True, plots=False)
+        summary = json.loads((run_dir / "summary.json").read_text())
+        requests = pd.read_parquet(run_dir / "requests.parquet")
+        return requests, summary["run"]["trace"], (run_dir / "run.log").read_text()
+
+    requests, trace_info, log = run("skip")
+    assert list(requests.target_prompt_tokens) == [10]
+    assert (requests.status == "ok").all()
+    assert trace_info["not_replayed"] == {"oversized": 3}
+    assert (trace_info["oversized_sessions"], trace_info["oversized_lines"]) == (2, [3, 5])
+    assert "WARNING trace: 3 not replayed: oversized" in log
+
+    requests, trace_info, _ = run("send")  # the server refuses them, as vLLM does
+    assert trace_info["not_replayed"] == {}
+    by_length = dict(zip(requests.target_prompt_tokens, requests.http_status, strict=True))
+    assert by_length[10] == 200
+    assert by_length[30] == 400

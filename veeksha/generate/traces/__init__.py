@@ -23,6 +23,7 @@ from pathlib import Path
 from veeksha.generate.tokenizer import TokenizerLike
 from veeksha.generate.traces.conversations import ConversationFlavor
 from veeksha.generate.traces.detect import detect_flavor
+from veeksha.generate.traces.fit import ContextLimit
 from veeksha.generate.traces.flavor import TraceFlavor
 from veeksha.generate.traces.prepare import PreparedTrace, prepare_file, read_meta
 from veeksha.generate.traces.public import AzureLlmFlavor, BurstGptFlavor
@@ -81,6 +82,8 @@ class OpenTrace:
     wrap: bool
     speedup: float | None  # set when the arrivals come from the trace
     span_s: float = 0.0  # trace seconds from the window's first start to its last
+    max_model_len: int | None = None  # client.max_model_len
+    oversized: str = "skip"  # session_generator.oversized
 
     def sessions(self, seed: int, tokenizer: TokenizerLike) -> TraceSessions:
         return TraceSessions(self.table, self.lo, self.hi, self.wrap, seed, tokenizer)
@@ -103,6 +106,11 @@ class OpenTrace:
             "unservable_rows": p.unservable_rows,
             "unservable_sessions": p.unservable_sessions,
             "unservable_lines": p.unservable_lines,
+            "max_model_len": self.max_model_len,
+            "oversized": self.oversized,
+            "oversized_sessions": p.oversized_sessions,
+            "oversized_lines": p.oversized_lines,
+            "not_replayed": p.not_replayed(),
         }
 
     def describe(self) -> str:
@@ -132,7 +140,11 @@ def open_trace(scenario: models.Scenario) -> OpenTrace:
     assert isinstance(generator, models.TraceSessionGenerator)
     path = Path(generator.trace_file)
     flavor = make_flavor(generator.flavor, path)
-    prepared = prepare_file(path, flavor, generator.flavor.model_dump_json())
+    max_model_len: int | None = getattr(scenario.client, "max_model_len", None)
+    limit = None
+    if max_model_len is not None and generator.oversized != "send":
+        limit = ContextLimit(max_model_len, truncate=generator.oversized == "truncate")
+    prepared = prepare_file(path, flavor, generator.flavor.model_dump_json(), limit)
     table = TraceTable(prepared)
     scheduler = scenario.traffic_scheduler
     speedup = None
@@ -170,4 +182,14 @@ def open_trace(scenario: models.Scenario) -> OpenTrace:
                 f"no session starts within start_offset {scheduler.start_offset:g} s and"
                 f" max_duration {scheduler.max_duration} s of the first arrival; widen them",
             )
-    return OpenTrace(prepared, table, lo, hi, generator.wrap_mode, speedup, span)
+    return OpenTrace(
+        prepared,
+        table,
+        lo,
+        hi,
+        generator.wrap_mode,
+        speedup,
+        span,
+        max_model_len,
+        generator.oversized,
+    )

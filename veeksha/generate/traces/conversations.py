@@ -156,3 +156,11 @@ class ConversationFlavor(TraceFlavor):
                 " not replayed"
             )
         self.notes = ["; ".join(parts)] if parts else []
+        self.dropped = {
+            reason: n
+            for reason, n in (
+                ("unanswered_turns", self.dropped_turns),
+                ("conversations_without_reply", self.dropped_conversations),
+            )
+            if n
+        }

@@ -72,6 +72,8 @@ class TraceFlavor(ABC):
     fields: ClassVar[Sequence[Field]]
     #: columns ``stage`` adds for ``link`` beyond ``STAGED``
     extra: ClassVar[Sequence[tuple[str, pa.DataType]]] = ()
+    #: the reason reported for rows with a 0 prompt or output length (summary.json)
+    unservable_reason: ClassVar[str] = "zero_length"
 
     def __init__(self, path: Path, settings: object = None) -> None:
         self.path = path
@@ -82,6 +84,8 @@ class TraceFlavor(ABC):
         self.warmup_sessions = 0
         #: what run.log should say about the trace beyond its counts (e.g. rows left out)
         self.notes: list[str] = []
+        #: rows of the file this flavor does not replay, by reason (summary.json, run.log)
+        self.dropped: dict[str, int] = {}
         #: chosen by ``flavor: {type: auto}`` from the file's names (said in run.log)
         self.detected = False
 

@@ -43,6 +43,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from veeksha.generate.traces.arrow import from_bools, from_numpy, mask, numbers
+from veeksha.generate.traces.fit import ContextLimit, fit_roots, fit_session, linear_contexts
 from veeksha.generate.traces.flavor import CONTENT, STAGED, TraceFlavor
 from veeksha.generate.traces.reader import TraceFileError, read_batches
 
@@ -96,6 +97,17 @@ class PreparedTrace:
     unservable_rows: int = 0
     unservable_sessions: int = 0
     unservable_lines: list[int] = field(default_factory=list)
+    #: why the unservable rows are (``zero_length``, or the flavor's word, e.g. burstgpt's
+    #: ``failed_request``)
+    unservable_reason: str = "zero_length"
+    #: rows longer than ``client.max_model_len`` not replayed (with their sessions' other rows)
+    oversized_rows: int = 0
+    oversized_sessions: int = 0
+    oversized_lines: list[int] = field(default_factory=list)
+    #: requests clipped to fit ``client.max_model_len`` (``oversized: truncate``)
+    truncated_rows: int = 0
+    #: rows the flavor could not use, by reason (e.g. rag's ``other_documents``)
+    dropped: dict[str, int] = field(default_factory=dict)
     reused: bool = False
     #: tokens of one hash-id block (content flavors), sessions that warm up, notes for run.log
     block_size: int = 0
@@ -117,6 +129,37 @@ class PreparedTrace:
             text += f"; {note}"
         return text
 
+    def not_replayed(self) -> dict[str, int]:
+        """Rows not replayed (or clipped: ``truncated``), by reason; only reasons that occur."""
+        counts = {self.unservable_reason: self.unservable_rows, "oversized": self.oversized_rows}
+        counts |= self.dropped
+        counts["truncated"] = self.truncated_rows
+        return {reason: n for reason, n in counts.items() if n}
+
+    def warnings(self) -> list[str]:
+        """One run.log line per reason a row was not replayed as the trace has it."""
+        why = {
+            "zero_length": "rows with a 0 prompt or output length",
+            "failed_request": "failed requests of the trace (0 output tokens)",
+            "oversized": "rows of sessions longer than client.max_model_len (oversized: skip)",
+            "truncated": "requests clipped to client.max_model_len (oversized: truncate)",
+            "other_documents": "rows of documents beyond the num_documents most frequent",
+            "unanswered_turns": "leading assistant turns or user turns without a reply",
+            "conversations_without_reply": "conversations without an answered user turn",
+        }
+        lines = {
+            self.unservable_reason: self.unservable_lines,
+            "oversized": self.oversized_lines,
+        }
+        out = []
+        for reason, n in self.not_replayed().items():
+            verb = "sent clipped" if reason == "truncated" else "not replayed"
+            text = f"trace: {n} {verb}: {reason} ({why.get(reason, reason)})"
+            if lines.get(reason):
+                text += f"; first lines {', '.join(map(str, lines[reason]))}"
+            out.append(text)
+        return out
+
 
 def cache_key(source: Path, flavor_settings: str) -> str:
     stat = source.stat()
@@ -130,10 +173,13 @@ def _cache_paths(source: Path, key: str) -> list[Path]:
     return [source.parent / name, Path(home) / "veeksha" / "traces" / name]
 
 
-def prepare_file(source: Path, flavor: TraceFlavor, flavor_settings: str) -> PreparedTrace:
-    """The canonical table of ``source`` read as ``flavor`` (cached; see module doc)."""
+def prepare_file(
+    source: Path, flavor: TraceFlavor, flavor_settings: str, limit: ContextLimit | None = None
+) -> PreparedTrace:
+    """The canonical table of ``source`` read as ``flavor`` (cached; see module doc), its
+    requests fitted into ``limit`` (``fit.py``)."""
     try:
-        key = cache_key(source, flavor_settings)
+        key = cache_key(source, f"{flavor_settings}|{limit}")
         if source.is_dir():
             raise IsADirectoryError(21, "is a folder, not a trace file")
     except OSError as exc:
@@ -156,7 +202,7 @@ def prepare_file(source: Path, flavor: TraceFlavor, flavor_settings: str) -> Pre
             continue
         os.close(fd)
         try:
-            prepared = _convert(source, flavor, Path(tmp), str(path))
+            prepared = _convert(source, flavor, Path(tmp), str(path), limit)
             os.chmod(tmp, 0o644)  # (mkstemp makes it private; it is a copy of a readable trace)
             os.replace(tmp, path)
             for stale in path.parent.glob(f".{source.name}.*.veeksha.parquet"):
@@ -190,8 +236,11 @@ def _load_meta(path: Path) -> PreparedTrace | None:
 # ---------------------------------------------------------------------------------- convert
 
 
-def _convert(source: Path, flavor: TraceFlavor, tmp: Path, cache: str) -> PreparedTrace:
+def _convert(
+    source: Path, flavor: TraceFlavor, tmp: Path, cache: str, limit: ContextLimit | None
+) -> PreparedTrace:
     info = PreparedTrace(cache=cache, source=str(source), flavor=flavor.name, sessions=0, rows=0)
+    info.unservable_reason = flavor.unservable_reason
     staged = (flavor.stage(batch) for batch in read_batches(source, flavor.fields))
     first = next(staged)
     grouped = first.column("group").null_count < first.num_rows
@@ -208,9 +257,9 @@ def _convert(source: Path, flavor: TraceFlavor, tmp: Path, cache: str) -> Prepar
         column_encoding={"session": "DELTA_BINARY_PACKED", "line": "DELTA_BINARY_PACKED"},
     ) as writer:
         if grouped:
-            tables = _grouped(flavor, first, staged, info)
+            tables = _grouped(flavor, first, staged, info, limit)
         else:
-            tables = _ungrouped(flavor, first, staged, info)
+            tables = _ungrouped(flavor, first, staged, info, limit)
         # the file is read and staged on a thread while this one writes: both release the GIL
         # in Arrow's C++, so the conversion takes the longer of the two, not their sum
         for table in _ahead(tables):
@@ -220,8 +269,17 @@ def _convert(source: Path, flavor: TraceFlavor, tmp: Path, cache: str) -> Prepar
         info.warmup_sessions = flavor.warmup_sessions
         info.notes = ["flavor detected from the file"] if flavor.detected else []
         info.notes += flavor.notes
+        info.dropped = dict(flavor.dropped)
         writer.add_key_value_metadata({_META_KEY: json.dumps(asdict(info)).encode()})
     if info.sessions == 0:
+        if info.oversized_rows:
+            raise TraceFileError(
+                source,
+                None,
+                f"no row can be served ({info.oversized_rows} longer than client.max_model_len,"
+                f" {info.unservable_rows} with a 0 prompt or output length); raise"
+                " max_model_len or set session_generator.oversized: truncate",
+            )
         raise TraceFileError(
             source,
             None,
@@ -283,6 +341,24 @@ def _note_unservable(info: PreparedTrace, lines: np.ndarray, sessions: int) -> N
         info.unservable_lines.extend(int(v) for v in lines[:room])
 
 
+def _note_oversized(info: PreparedTrace, lines: np.ndarray, sessions: int, rows: int) -> None:
+    info.oversized_rows += rows
+    info.oversized_sessions += sessions
+    room = _SHOWN_LINES - len(info.oversized_lines)
+    if room > 0:
+        info.oversized_lines.extend(int(v) for v in lines[:room])
+
+
+def _fixed(table: pa.Table | pa.RecordBatch) -> np.ndarray:
+    """Rows whose prompt cannot be clipped: text or hash-id blocks of the trace's own."""
+    names = table.schema.names
+    fixed = np.zeros(table.num_rows, dtype=np.bool_)
+    for name in ("text", "hash_ids"):
+        if name in names:
+            fixed |= mask(pc.is_valid(table.column(name)))
+    return fixed
+
+
 def _servable(table: pa.Table | pa.RecordBatch) -> np.ndarray:
     prompt = numbers(table.column("prompt_tokens"), np.int64)
     output = numbers(table.column("output_tokens"), np.int64)
@@ -308,6 +384,7 @@ def _ungrouped(
     first: pa.RecordBatch,
     rest: Iterator[pa.RecordBatch],
     info: PreparedTrace,
+    limit: ContextLimit | None,
 ) -> Iterator[pa.Table]:
     """Each row a session of one request, in file order, streamed."""
     pending: list[pa.Table] = []
@@ -323,6 +400,21 @@ def _ungrouped(
             _note_unservable(info, lines[bad], int(bad.sum()))
             batch = batch.filter(from_bools(ok))
             lines = lines[ok]
+        prompt_col: pa.Array = batch.column("prompt_tokens")
+        output_col: pa.Array = batch.column("output_tokens")
+        if limit is not None and batch.num_rows:
+            fits, prompt, output, clipped = fit_roots(
+                numbers(prompt_col, np.int64), numbers(output_col, np.int64), _fixed(batch), limit
+            )
+            info.truncated_rows += clipped
+            if clipped:
+                prompt_col, output_col = from_numpy(prompt), from_numpy(output)
+            if not fits.all():
+                _note_oversized(info, lines[~fits], int((~fits).sum()), int((~fits).sum()))
+                keep = from_bools(fits)
+                batch = batch.filter(keep)
+                prompt_col, output_col = prompt_col.filter(keep), output_col.filter(keep)
+                lines = lines[fits]
         n = batch.num_rows
         if n:
             ts = numbers(batch.column("ts"), np.float64, np.nan)
@@ -347,8 +439,8 @@ def _ungrouped(
                     from_numpy(sessions),
                     batch.column("line"),
                     from_numpy(ts),
-                    pc.cast(batch.column("prompt_tokens"), pa.int32()),
-                    pc.cast(batch.column("output_tokens"), pa.int32()),
+                    pc.cast(prompt_col, pa.int32()),
+                    pc.cast(output_col, pa.int32()),
                     *_content(batch),
                 ],
                 schema=ROOTS_ONLY,
@@ -390,6 +482,7 @@ def _grouped(
     first: pa.RecordBatch,
     rest: Iterator[pa.RecordBatch],
     info: PreparedTrace,
+    limit: ContextLimit | None,
 ) -> Iterator[pa.Table]:
     """Rows grouped by session key: gathered, ordered, linked per session, written in groups."""
     batches = [first]
@@ -426,7 +519,7 @@ def _grouped(
     if untimed.size and info.has_timestamps:
         info.untimed_line = int(table.column("line")[int(bounds[untimed[0]])].as_py())
     if type(flavor).link is TraceFlavor.link:  # linear chats: all sessions at once
-        yield from _linear_sessions(table, bounds, row_start, info)
+        yield from _linear_sessions(table, bounds, row_start, info, limit)
         return
     pending: list[pa.Table] = []
     pending_rows = 0
@@ -441,13 +534,29 @@ def _grouped(
             continue
         linked = flavor.link(session)
         m = linked.num_rows
+        prompt_col = pc.cast(linked.column("prompt_tokens"), pa.int32())
+        output_col = pc.cast(linked.column("output_tokens"), pa.int32())
+        if limit is not None:
+            prompt = prompt_col.to_pylist()
+            output = output_col.to_pylist()
+            fits, clipped = fit_session(
+                prompt, output, linked.column("history").to_pylist(), _fixed(linked).tolist(), limit
+            )
+            if not fits:
+                lines = numbers(linked.column("line"), np.int64)
+                _note_oversized(info, lines[:1], 1, m)
+                continue
+            if clipped:
+                info.truncated_rows += clipped
+                prompt_col = pa.array(prompt, pa.int32())
+                output_col = pa.array(output, pa.int32())
         out = pa.Table.from_arrays(
             [
                 from_numpy(np.full(m, info.sessions, dtype=np.int64)),
                 linked.column("line"),
                 from_numpy(np.full(m, row_start[lo])),
-                pc.cast(linked.column("prompt_tokens"), pa.int32()),
-                pc.cast(linked.column("output_tokens"), pa.int32()),
+                prompt_col,
+                output_col,
                 *_content(linked),
                 linked.column("parents"),
                 linked.column("history"),
@@ -475,7 +584,11 @@ def _note_start(info: PreparedTrace, start: float) -> None:
 
 
 def _linear_sessions(
-    table: pa.Table, bounds: np.ndarray, row_start: np.ndarray, info: PreparedTrace
+    table: pa.Table,
+    bounds: np.ndarray,
+    row_start: np.ndarray,
+    info: PreparedTrace,
+    limit: ContextLimit | None,
 ) -> Iterator[pa.Table]:
     """Every session a linear chat in file order, linked with numpy over the whole table
     (a Python step per session costs ~0.1 ms: minutes for millions of chats)."""
@@ -495,6 +608,16 @@ def _linear_sessions(
     if n == 0:
         return
     firsts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    prompt_col = pc.cast(table.column("prompt_tokens"), pa.int32())
+    output_col = pc.cast(table.column("output_tokens"), pa.int32())
+    if limit is not None:
+        table, row_start, sizes, prompt_col, output_col = _fit_linear(
+            table, row_start, sizes, firsts, info, limit
+        )
+        n = table.num_rows
+        if n == 0:
+            return
+        firsts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     session = np.repeat(np.arange(info.sessions, info.sessions + len(sizes)), sizes)
     local = np.arange(n, dtype=np.int64) - np.repeat(firsts, sizes)
     has_parent = local > 0
@@ -515,8 +638,8 @@ def _linear_sessions(
             from_numpy(session.astype(np.int64)),
             table.column("line"),
             from_numpy(row_start.astype(np.float64)),
-            pc.cast(table.column("prompt_tokens"), pa.int32()),
-            pc.cast(table.column("output_tokens"), pa.int32()),
+            prompt_col,
+            output_col,
             *_content(table),
             parents,
             history,
@@ -537,6 +660,51 @@ def _linear_sessions(
     edges = [*cuts.tolist(), n]
     for lo, hi in itertools.pairwise(edges):
         yield from _emit([full.slice(lo, hi - lo)], info)
+
+
+def _fit_linear(
+    table: pa.Table,
+    row_start: np.ndarray,
+    sizes: np.ndarray,
+    firsts: np.ndarray,
+    info: PreparedTrace,
+    limit: ContextLimit,
+) -> tuple[pa.Table, np.ndarray, np.ndarray, pa.Array, pa.Array]:
+    """Linear chats fitted into ``limit`` (``fit.py``): the kept rows, their starts, the
+    chats' sizes and the (clipped) lengths."""
+    prompt = numbers(table.column("prompt_tokens"), np.int64)
+    output = numbers(table.column("output_tokens"), np.int64)
+    over = linear_contexts(prompt, output, firsts) > limit.tokens
+    chat = np.repeat(np.arange(len(sizes)), sizes)
+    bad_chats = np.unique(chat[over])
+    keep_chat = np.ones(len(sizes), dtype=np.bool_)
+    if bad_chats.size:
+        fixed = _fixed(table)
+        lines = numbers(table.column("line"), np.int64)
+        for c in bad_chats.tolist():
+            lo, hi = int(firsts[c]), int(firsts[c]) + int(sizes[c])
+            p, o = prompt[lo:hi].tolist(), output[lo:hi].tolist()
+            history: list[int | None] = [None, *range(hi - lo - 1)]
+            fits, clipped = fit_session(p, o, history, fixed[lo:hi].tolist(), limit)
+            if fits:
+                prompt[lo:hi], output[lo:hi] = p, o
+                info.truncated_rows += clipped
+            else:
+                keep_chat[c] = False
+                first_over = lo + int(np.flatnonzero(over[lo:hi])[0])
+                _note_oversized(info, lines[first_over : first_over + 1], 1, hi - lo)
+    keep = np.repeat(keep_chat, sizes)
+    if not keep.all():
+        table = table.filter(from_bools(keep))
+        row_start, prompt, output = row_start[keep], prompt[keep], output[keep]
+        sizes = sizes[keep_chat]
+    return (
+        table,
+        row_start,
+        sizes,
+        from_numpy(prompt.astype(np.int32)),
+        from_numpy(output.astype(np.int32)),
+    )
 
 
 def staged_schema(flavor: TraceFlavor) -> pa.Schema:

@@ -92,6 +92,7 @@ class BurstGptFlavor(TraceFlavor):
     doc)."""
 
     name = "burstgpt"
+    unservable_reason = "failed_request"
     fields: ClassVar = (
         Field("Timestamp", float, required=True),
         Field("Request tokens", int, required=True),

@@ -70,6 +70,7 @@ class RagFlavor(TraceFlavor):
         order = sorted(counts, key=lambda d: (-counts[d], first[d][1]))[: self.num_documents]
         left_out = sum(counts.values()) - sum(counts[d] for d in order)
         if left_out:
+            self.dropped["other_documents"] = left_out
             self.notes = [
                 f"{left_out} row(s) of {len(counts) - len(order)} document(s) beyond the"
                 f" {len(order)} most frequent (num_documents) not replayed"

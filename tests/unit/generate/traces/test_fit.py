@@ -1,0 +1,111 @@
+"""client.max_model_len: oversized trace requests skipped (counted) or clipped to fit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.unit.generate.traces.helpers import trace_scenario, write_csv, write_jsonl
+from veeksha.generate.traces import TraceFileError, open_trace
+from veeksha.generate.traces.fit import ContextLimit, fit_session, linear_contexts
+
+
+def _open(path: Path, limit: int, oversized: str = "skip", flavor: str = "request_log"):  # type: ignore[no-untyped-def]
+    return open_trace(
+        trace_scenario(
+            path,
+            flavor,
+            generator={"oversized": oversized},
+            client={"type": "openai_completions", "max_model_len": limit},
+        )
+    )
+
+
+def _lengths(trace) -> list[tuple[int, int]]:  # type: ignore[no-untyped-def]
+    rows = trace.table.rows(0, trace.prepared.sessions)
+    return [
+        (int(p), int(o))
+        for piece in rows
+        for p, o in zip(piece.prompt_tokens, piece.output_tokens, strict=True)
+    ]
+
+
+def test_oversized_requests_are_skipped_and_counted_with_their_lines(tmp_path: Path) -> None:
+    path = write_csv(tmp_path / "a.csv", "input_length,output_length", ["5,3", "10,10", "2,2"])
+    trace = _open(path, 12)
+    assert _lengths(trace) == [(5, 3), (2, 2)]
+    p = trace.prepared
+    assert (p.oversized_rows, p.oversized_sessions, p.oversized_lines) == (1, 1, [3])
+    assert p.not_replayed() == {"oversized": 1}
+    (warning,) = p.warnings()
+    assert "1 not replayed: oversized" in warning
+    assert "first lines 3" in warning
+    assert trace.summary()["not_replayed"] == {"oversized": 1}
+
+
+def test_truncate_clips_the_output_then_a_corpus_prompt(tmp_path: Path) -> None:
+    path = write_csv(tmp_path / "a.csv", "input_length,output_length", ["5,3", "10,10", "15,3"])
+    trace = _open(path, 12, "truncate")
+    assert _lengths(trace) == [(5, 3), (10, 2), (11, 1)]
+    assert trace.prepared.not_replayed() == {"truncated": 2}
+
+
+def test_send_checks_nothing(tmp_path: Path) -> None:
+    path = write_csv(tmp_path / "a.csv", "input_length,output_length", ["5,3", "10,10"])
+    trace = _open(path, 12, "send")
+    assert _lengths(trace) == [(5, 3), (10, 10)]
+    assert trace.prepared.not_replayed() == {}
+
+
+def test_a_chat_is_judged_with_its_history(tmp_path: Path) -> None:
+    rows = ["a,5,3", "a,2,3", "b,4,1", "b,2,1", "c,6,6", "c,1,1"]
+    path = write_csv(tmp_path / "a.csv", "session_id,input_length,output_length", rows)
+    skipped = _open(path, 12)
+    assert _lengths(skipped) == [(4, 1), (2, 1)]  # a: 8 then 13 > 12; c: 12 then 14
+    assert (skipped.prepared.oversized_rows, skipped.prepared.oversized_sessions) == (4, 2)
+    assert skipped.prepared.oversized_lines == [3, 7]  # each chat's first request over
+    clipped = _open(path, 12, "truncate")
+    # a's second turn clipped to 2 output tokens; c's second turn has no room: c not replayed
+    assert _lengths(clipped) == [(5, 3), (2, 2), (4, 1), (2, 1)]
+    assert clipped.prepared.not_replayed() == {"oversized": 2, "truncated": 1}
+
+
+def test_a_dataset_prompt_is_never_cut(tmp_path: Path) -> None:
+    rows = [{"input_length": 20, "output_length": 5, "hash_ids": [0, 1]}]
+    rows.append({"input_length": 8, "output_length": 5, "hash_ids": [2]})
+    path = write_jsonl(tmp_path / "a.jsonl", rows)
+    trace = open_trace(
+        trace_scenario(
+            path,
+            "shared_prefix",
+            generator={
+                "oversized": "truncate",
+                "flavor": {"type": "shared_prefix", "block_size": 16},
+            },
+            client={"type": "openai_completions", "max_model_len": 12},
+        )
+    )
+    assert _lengths(trace) == [(8, 4)]
+    assert trace.prepared.not_replayed() == {"oversized": 1, "truncated": 1}
+
+
+def test_nothing_that_fits_is_refused_with_the_fix(tmp_path: Path) -> None:
+    path = write_csv(tmp_path / "a.csv", "input_length,output_length", ["50,3"])
+    with pytest.raises(TraceFileError, match=r"longer than client\.max_model_len"):
+        _open(path, 12)
+
+
+def test_dag_contexts_follow_the_history_parent() -> None:
+    prompt, output = [4, 5, 3], [4, 5, 3]
+    limit = ContextLimit(18, truncate=False)
+    # node 1: 8 + 10 = 18; node 2's history is node 0: 8 + 6 = 14
+    assert fit_session(prompt, output, [None, 0, 0], [False] * 3, limit) == (True, 0)
+    # node 2's history through node 1: 18 + 6 = 24
+    assert fit_session(prompt, output, [None, 0, 1], [False] * 3, limit) == (False, 0)
+
+
+def test_linear_contexts_restart_at_each_chat() -> None:
+    contexts = linear_contexts(np.array([1, 2, 3, 4]), np.array([1, 1, 1, 1]), np.array([0, 2]))
+    assert contexts.tolist() == [2, 5, 4, 9]

@@ -1,0 +1,100 @@
+"""Fitting trace requests into the server's context window (``client.max_model_len``).
+
+A request's **context** is what the server holds for it: its history (the prompts and outputs of
+its history chain), its own prompt and its requested output. A request whose context exceeds the
+limit is **oversized**; ``session_generator.oversized`` says what happens to it:
+
+* ``skip``: its session is not replayed (its history or its children would be broken), and its
+  rows are counted;
+* ``truncate``: its output is clipped to fit (at least 1 token); a request whose prompt alone
+  leaves no room is clipped too when it is a root whose prompt comes from the corpus (a root's
+  prompt of a dataset's text or of hash-id blocks is not cut), else its session is skipped as
+  above. Clipping a request shortens the history of the requests after it;
+* ``send``: nothing is checked here (the server answers 400).
+
+The check is vectorised for one-request sessions and linear chats (the common big traces); a
+Python step per session is paid only for the sessions that do not fit, and for DAG flavors
+(which link per session anyway).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = ["ContextLimit", "fit_roots", "fit_session", "linear_contexts"]
+
+
+@dataclass(frozen=True)
+class ContextLimit:
+    """``client.max_model_len`` and whether oversized requests are clipped (else skipped)."""
+
+    tokens: int
+    truncate: bool
+
+
+def fit_roots(
+    prompt: NDArray[np.int64],
+    output: NDArray[np.int64],
+    fixed: NDArray[np.bool_],
+    limit: ContextLimit,
+) -> tuple[NDArray[np.bool_], NDArray[np.int64], NDArray[np.int64], int]:
+    """One-request sessions: (kept, prompt, output, rows clipped). ``fixed``: the prompt cannot
+    be cut (text or hash-id blocks)."""
+    over = prompt + output > limit.tokens
+    if not over.any():
+        return np.ones(prompt.size, dtype=np.bool_), prompt, output, 0
+    if not limit.truncate:
+        return ~over, prompt, output, 0
+    room = limit.tokens - prompt
+    output = np.where(over, np.minimum(output, np.maximum(room, 1)), output)
+    cut = over & (room < 1)
+    keep = ~(cut & fixed)
+    prompt = np.where(cut & ~fixed, limit.tokens - 1, prompt)
+    return keep, prompt, output, int((over & keep).sum())
+
+
+def linear_contexts(
+    prompt: NDArray[np.int64], output: NDArray[np.int64], firsts: NDArray[np.int64]
+) -> NDArray[np.int64]:
+    """Each request's context in linear chats whose rows start at ``firsts`` (every row's
+    history is the row before it in its chat): a cumulative sum restarted at each chat."""
+    total = np.cumsum(prompt + output)
+    before = np.zeros(prompt.size, dtype=np.int64)
+    if firsts.size > 1:
+        starts = firsts[1:]
+        before[starts] = total[starts - 1]
+    before = np.maximum.accumulate(before)
+    contexts: NDArray[np.int64] = total - before
+    return contexts
+
+
+def fit_session(
+    prompt: list[int],
+    output: list[int],
+    history: list[int | None],
+    fixed: list[bool],
+    limit: ContextLimit,
+) -> tuple[bool, int]:
+    """One session's requests in topological order, clipped in place when ``limit.truncate``:
+    (whether it fits, requests clipped)."""
+    context: list[int] = []
+    clipped = 0
+    for r in range(len(prompt)):
+        h = history[r]
+        before = 0 if h is None else context[h]
+        if before + prompt[r] + output[r] > limit.tokens:
+            if not limit.truncate:
+                return False, 0
+            room = limit.tokens - before - prompt[r]
+            if room < 1:
+                if h is not None or fixed[r]:
+                    return False, 0
+                prompt[r] = limit.tokens - 1
+                room = 1
+            output[r] = min(output[r], room)
+            clipped += 1
+        context.append(before + prompt[r] + output[r])
+    return True, clipped
