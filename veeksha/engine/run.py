@@ -258,8 +258,8 @@ class _Run:
         if self.trace is not None:
             limit = self.trace.hi - self.trace.lo
             settings.session_limit = None if self.trace.wrap else limit
-            if self.trace.lo == 0:  # sessions that warm the server up (rag's documents)
-                settings.warmup_sessions += self.trace.prepared.warmup_sessions
+            # sessions that warm the server up (rag's documents), once, before the trace's own
+            settings.warmup_sessions += self.trace.warmup
         if isinstance(scheduler, TraceScheduler):
             assert self.trace is not None
             settings.rate_gaps = self.trace.timeline().sample

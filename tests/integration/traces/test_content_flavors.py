@@ -30,13 +30,16 @@ def _run(
     flavor: str,
     extra: str = "",
     scheduler: str = "{type: concurrent, target_concurrent_sessions: 1, rampup_seconds: 0}",
+    max_sessions: int = 0,
 ) -> Path:
+    """Run the trace to its end (``max_sessions``: that many measured sessions, wrapping)."""
+    wrap = "true" if max_sessions else "false"
     text = f"""
 seed: {zlib.crc32(trace.name.encode()) % 1000}
 traffic_scheduler: {scheduler}
-session_generator: {{type: trace, trace_file: {trace}, flavor: {flavor}, wrap_mode: false}}
+session_generator: {{type: trace, trace_file: {trace}, flavor: {flavor}, wrap_mode: {wrap}}}
 client: {{api_base: {sim.base_url}, model: veeksha-sim}}
-runtime: {{max_sessions: 1000, benchmark_timeout: 60, num_workers: 1}}
+runtime: {{max_sessions: {max_sessions or 1000}, benchmark_timeout: 60, num_workers: 1}}
 output_dir: {tmp}
 {extra}
 """
@@ -132,7 +135,7 @@ def test_a_sharegpt_dataset_sends_its_own_text_with_live_history(
     assert "2 turn(s) not sent" in log
 
 
-def test_rag_warms_each_document_up_and_counts_the_rows_left_out(
+def test_rag_warms_each_document_up_once_and_counts_the_rows_left_out(
     tmp_path: Path, fast_simulator: SimulatorProcess
 ) -> None:
     trace = tmp_path / "rag.csv"
@@ -144,13 +147,19 @@ def test_rag_warms_each_document_up_and_counts_the_rows_left_out(
         "rare,who wrote this,40,2\n"
         "faq,can I share it,48,2\n"
     )
-    run_dir = _run(tmp_path, fast_simulator, trace, "{type: rag, num_documents: 2, block_size: 16}")
+    # wrapped: the warm-ups run once, before the first pass, never in a later one
+    flavor = "{type: rag, num_documents: 2, block_size: 16}"
+    run_dir = _run(tmp_path, fast_simulator, trace, flavor, max_sessions=8)
     requests = pd.read_parquet(run_dir / "requests.parquet").sort_values("session_id")
-    assert list(requests.phase) == ["warmup"] * 2 + ["measured"] * 4
-    assert list(requests.requested_output_tokens) == [1, 1, 3, 2, 4, 2]
+    assert list(requests.phase) == ["warmup"] * 2 + ["measured"] * 8
+    outputs = list(requests.requested_output_tokens)
+    assert outputs[:6] == [1, 1, 3, 2, 4, 2]
+    assert sorted(outputs[6:]) == [2, 2, 3, 4]  # the second pass: the questions only
     # each question finds its document in the cache (the warm-up put it there)
     questions = requests[requests.phase == "measured"]
-    assert list(questions.cached_tokens) == [64, 48, 64, 48]
+    document = {3: 64, 4: 64, 2: 48}  # each question's document, by its output length
+    expected = [document[o] for o in questions.requested_output_tokens]
+    assert list(questions.cached_tokens) == expected  # the second pass too: same documents
     assert (
         "1 row(s) of 1 document(s) beyond the 2 most frequent" in (run_dir / "run.log").read_text()
     )

@@ -85,12 +85,27 @@ class OpenTrace:
     max_model_len: int | None = None  # client.max_model_len
     oversized: str = "skip"  # session_generator.oversized
 
+    @property
+    def warmup(self) -> int:
+        """Warm-up sessions (rag's) in the window: its first ones, replayed in pass 0 only."""
+        return max(0, min(self.prepared.warmup_sessions, self.hi) - self.lo)
+
     def sessions(self, seed: int, tokenizer: TokenizerLike) -> TraceSessions:
-        return TraceSessions(self.table, self.lo, self.hi, self.wrap, seed, tokenizer)
+        return TraceSessions(
+            self.table, self.lo, self.hi, self.wrap, seed, tokenizer, warmup=self.warmup
+        )
 
     def timeline(self) -> TraceTimeline:
         assert self.speedup is not None
-        return TraceTimeline(self.table, self.lo, self.hi, self.span_s, self.speedup, self.wrap)
+        return TraceTimeline(
+            self.table,
+            self.lo,
+            self.hi,
+            self.span_s,
+            self.speedup,
+            self.wrap,
+            warmup=self.warmup,
+        )
 
     def summary(self) -> dict[str, object]:
         """What summary.json says of the trace."""

@@ -11,14 +11,17 @@ Vocabulary:
   Shuffling pieces, not sessions, keeps the work per session O(1) and the memory bounded at any
   trace size;
 * session ``i`` of the run is pass ``i // A``, position ``i % A`` (``A`` sessions per pass); its
-  ``session_id`` is ``i``, so wrapped sessions get fresh ids.
+  ``session_id`` is ``i``, so wrapped sessions get fresh ids;
+* **warm-ups** (rag's document warm-ups: the first ``warmup`` sessions of the window) are in pass
+  0 only: passes ``p ≥ 1`` replay ``[lo + warmup, hi)``, so a wrapped run never measures them.
 
 Every session is a pure function of (prepared trace, window, seed, i): prompts are built by the
 text channel's ``PromptBuilder`` (exact token counts with the builtin tokenizer) from the
 ``content`` stream keyed by (pass, piece), so wrapped passes send fresh prompt text.
 
 Arrival timeline (``TraceTimeline``): session ``k`` of pass 0 arrives ``(start_k − start_0) /
-speedup`` after t0; pass ``p`` repeats the same slots, shifted by ``p × (span + mean gap)``.
+speedup`` after t0; pass ``p`` repeats the same slots (without the warm-ups'), one mean gap after
+the previous pass's last arrival.
 """
 
 from __future__ import annotations
@@ -78,10 +81,18 @@ class TraceTimeline:
     session arrives at t0 without a gap)."""
 
     def __init__(
-        self, table: TraceTable, lo: int, hi: int, span_s: float, speedup: float, wrap: bool
+        self,
+        table: TraceTable,
+        lo: int,
+        hi: int,
+        span_s: float,
+        speedup: float,
+        wrap: bool,
+        warmup: int = 0,
     ) -> None:
         self._table = table
         self.lo, self.hi = lo, hi
+        self.warmup = warmup
         self.span_s = span_s
         self.speedup = speedup
         self._scale = 1.0 / speedup
@@ -92,21 +103,22 @@ class TraceTimeline:
         self._chunks = self._gap_chunks()
         self._buffer: NDArray[np.float64] = np.empty(0)
 
-    def _pass_starts(self) -> Iterator[NDArray[np.float64]]:
+    def _pass_starts(self, lo: int) -> Iterator[NDArray[np.float64]]:
         table = self._table
         firsts = table.prepared.group_sessions
-        group = max(0, bisect_right(firsts, self.lo) - 1)
+        group = max(0, bisect_right(firsts, lo) - 1)
         while group < table.num_groups and firsts[group] < self.hi:
             first, starts = table.starts(group)
-            a = max(0, self.lo - first)
+            a = max(0, lo - first)
             b = min(len(starts), self.hi - first)
             yield np.asarray(starts[a:b], dtype=np.float64)
             group += 1
 
     def _gap_chunks(self) -> Iterator[NDArray[np.float64]]:
+        lo = self.lo
         while True:
             prev: float | None = None
-            for chunk in self._pass_starts():
+            for chunk in self._pass_starts(lo):
                 if not chunk.size:
                     continue
                 gaps = np.diff(chunk) if prev is None else np.diff(chunk, prepend=prev)
@@ -116,6 +128,7 @@ class TraceTimeline:
                 while True:
                     yield np.full(1024, _NEVER_S)
             yield np.array([self.pass_gap_s])
+            lo = self.lo + self.warmup  # later passes: no warm-ups
 
     def sample(self, n: int) -> NDArray[np.float64]:
         """The next ``n`` gaps."""
@@ -135,7 +148,9 @@ class TraceTimeline:
         """Planned arrival offsets (s after t0) of the first ``n`` sessions (a fresh copy)."""
         if n <= 0:
             return np.empty(0)
-        fresh = TraceTimeline(self._table, self.lo, self.hi, self.span_s, self.speedup, self._wrap)
+        fresh = TraceTimeline(
+            self._table, self.lo, self.hi, self.span_s, self.speedup, self._wrap, self.warmup
+        )
         return np.concatenate([[0.0], np.cumsum(fresh.sample(n - 1))])
 
 
@@ -151,28 +166,33 @@ class TraceSessions:
         wrap: bool,
         seed: int,
         tokenizer: TokenizerLike,
+        warmup: int = 0,
     ) -> None:
         self.table = table
         self.lo, self.hi = lo, hi
-        self.per_pass = hi - lo
-        self.wrap = wrap
-        self.limit: int | None = None if wrap else self.per_pass
+        self.first_pass = hi - lo
+        self.warmup = warmup
+        self.per_pass = hi - lo - warmup  # each later pass
+        self.wrap = wrap and self.per_pass > 0
+        self.limit: int | None = None if self.wrap else self.first_pass
         self._streams = RandomStreams(seed)
         self._prompts = PromptBuilder(TextChannel(), tokenizer, seed)
         self._content = TraceContent(seed, tokenizer, table.prepared.block_size)
-        pieces = -(-self.per_pass // PIECE)
-        self._sizes = np.full(pieces, PIECE, dtype=np.int64)
-        if pieces:
-            self._sizes[-1] = self.per_pass - PIECE * (pieces - 1)
+        self._sizes = _piece_sizes(self.first_pass)
+        self._later_sizes = _piece_sizes(self.per_pass)
         self._pass: tuple[int, NDArray[np.int64], list[int]] | None = None
         self._cache: OrderedDict[tuple[int, int], list[SessionSpec]] = OrderedDict()
 
     def session(self, index: int) -> SessionSpec:
         """Session ``index`` of the run (``IndexError`` past the end of a trace that does not
         wrap)."""
-        if index < 0 or (self.limit is not None and index >= self.limit) or not self.per_pass:
+        if index < 0 or (self.limit is not None and index >= self.limit) or not self.first_pass:
             raise IndexError(f"session {index} is past the end of the trace")
-        p, pos = divmod(index, self.per_pass)
+        if index < self.first_pass:
+            p, pos = 0, index
+        else:
+            p, pos = divmod(index - self.first_pass, self.per_pass)
+            p += 1
         order, offsets = self._order(p)
         k = bisect_right(offsets, pos) - 1
         j = pos - offsets[k]
@@ -186,17 +206,18 @@ class TraceSessions:
 
     def _order(self, p: int) -> tuple[NDArray[np.int64], list[int]]:
         if self._pass is None or self._pass[0] != p:
-            count = len(self._sizes)
+            sizes = self._sizes if p == 0 else self._later_sizes
+            count = len(sizes)
             if p == 0:
                 order = np.arange(count, dtype=np.int64)
             else:
                 order = self._streams.stream("trace_wrap", p).permutation(count)
-            offsets = np.concatenate([[0], np.cumsum(self._sizes[order])]).tolist()
+            offsets = np.concatenate([[0], np.cumsum(sizes[order])]).tolist()
             self._pass = (p, order, offsets)
         return self._pass[1], self._pass[2]
 
     def _piece(self, p: int, k: int, source: int, first_index: int) -> list[SessionSpec]:
-        lo = self.lo + source * PIECE
+        lo = self.lo + (0 if p == 0 else self.warmup) + source * PIECE
         hi = min(lo + PIECE, self.hi)
         rows = _merge(self.table.rows(lo, hi))
         count = hi - lo
@@ -211,7 +232,12 @@ class TraceSessions:
         )
         prompt_tokens = rows.prompt_tokens.tolist()
         output_tokens = rows.output_tokens.tolist()
-        systems = self._content.apply(rows.content, p, texts, prompt_tokens, output_tokens)
+        # a trace with warm-ups (rag's documents) keeps its blocks in every pass: the documents
+        # warmed up once are the same documents later passes ask about
+        blocks_pass = 0 if self.warmup else p
+        systems = self._content.apply(
+            rows.content, blocks_pass, texts, prompt_tokens, output_tokens
+        )
         waits = rows.wait.tolist()
         bounds = rows.bounds.tolist()
         order = (
@@ -237,6 +263,14 @@ class TraceSessions:
             ]
             specs.append(SessionSpec(first_index + j, nodes))
         return specs
+
+
+def _piece_sizes(count: int) -> NDArray[np.int64]:
+    pieces = -(-count // PIECE)
+    sizes = np.full(pieces, PIECE, dtype=np.int64)
+    if pieces:
+        sizes[-1] = count - PIECE * (pieces - 1)
+    return sizes
 
 
 def _merge(pieces: list[SessionRows]) -> SessionRows:

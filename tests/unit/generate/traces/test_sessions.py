@@ -170,3 +170,26 @@ def test_a_bad_row_past_the_first_row_groups_is_named(
     with pytest.raises(TraceFileError, match=":301: output_length = -1 is negative"):
         open_trace(trace_scenario(path))
     assert not list(tmp_path.glob(".t.jsonl.*"))  # nothing half-made
+
+
+def test_rag_warm_ups_are_in_the_first_pass_only(tmp_path: Path) -> None:
+    rows = ["0,a,q one,32,3", "1,b,q two,16,2", "2,a,q three,32,4", "3,b,q four,16,2"]
+    path = write_csv(
+        tmp_path / "r.csv", "timestamp,doc_id,prompt_text,input_length,output_length", rows
+    )
+    scenario = trace_scenario(
+        path,
+        "rag",
+        generator={"flavor": {"type": "rag", "num_documents": 2, "block_size": 16}},
+        traffic_scheduler={"type": "trace"},
+    )
+    trace = open_trace(scenario)
+    assert trace.warmup == 2
+    sessions = trace.sessions(0, TOK)
+    outputs = [sessions.session(i).nodes[0].max_tokens for i in range(10)]
+    assert outputs[:6] == [1, 1, 3, 2, 4, 2]
+    assert sorted(outputs[6:]) == [2, 2, 3, 4]  # the questions again, no warm-up
+    # warm-ups one trace second before the first row; the second pass one mean gap (0.8 s)
+    # after the first pass's last arrival, without the warm-ups' slots
+    offsets = trace.timeline().offsets(10).tolist()
+    assert offsets == pytest.approx([0, 0, 1, 2, 3, 4, 4.8, 5.8, 6.8, 7.8])
