@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.integration.conftest import StartSimulator
 from tests.integration.traces.bad_trace import assert_refused
 from veeksha.engine.run import run_scenario
 from veeksha.evaluate.trace_sharing import SharedPrefixes, segments
@@ -31,6 +32,7 @@ def _run(
     extra: str = "",
     scheduler: str = "{type: concurrent, target_concurrent_sessions: 1, rampup_seconds: 0}",
     max_sessions: int = 0,
+    tokenizer: str = "builtin",
 ) -> Path:
     """Run the trace to its end (``max_sessions``: that many measured sessions, wrapping)."""
     wrap = "true" if max_sessions else "false"
@@ -38,7 +40,7 @@ def _run(
 seed: {zlib.crc32(trace.name.encode()) % 1000}
 traffic_scheduler: {scheduler}
 session_generator: {{type: trace, trace_file: {trace}, flavor: {flavor}, wrap_mode: {wrap}}}
-client: {{api_base: {sim.base_url}, model: veeksha-sim}}
+client: {{api_base: {sim.base_url}, model: veeksha-sim, tokenizer: {{type: {tokenizer}}}}}
 runtime: {{max_sessions: {max_sessions or 1000}, benchmark_timeout: 60, num_workers: 1}}
 output_dir: {tmp}
 {extra}
@@ -82,6 +84,27 @@ def test_mooncake_sharing_shows_in_cached_tokens_as_the_hash_ids_imply(
     assert sharing["status"] == "PASS", sharing
     assert sharing["statistics"]["over_implied"] == 0
     assert sharing["statistics"]["hit_ratio"] == pytest.approx(1.0)
+
+
+def test_shared_prefix_blocks_are_exact_in_a_server_tokenizer(
+    tmp_path: Path, start_simulator: StartSimulator
+) -> None:
+    # the simulator's subword tokenizer splits most builtin words; the calibrated vocabulary
+    # (client.tokenizer: server) makes each block exactly block_size of its tokens, so its
+    # prefix cache sees the sharing the hash ids imply
+    sim = start_simulator(tokenizer="subword")
+    block = 32
+    ids = [[0, 1, 2], [0, 1, 3], [4], [0, 1, 2, 5]]
+    rows = [{"input_length": block * len(h), "output_length": 2, "hash_ids": h} for h in ids]
+    trace = tmp_path / "prefix.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    flavor = f"{{type: shared_prefix, block_size: {block}}}"
+    run_dir = _run(tmp_path, sim, trace, flavor, tokenizer="server")
+    requests = pd.read_parquet(run_dir / "requests.parquet").sort_values("session_id")
+    assert (requests.status == "ok").all()
+    # the server's own count (usage) of every prompt is the trace's length
+    assert list(requests.prompt_tokens_total) == [r["input_length"] for r in rows]
+    assert list(requests.cached_tokens) == [0, 64, 0, 96]
 
 
 def test_a_sharegpt_dataset_sends_its_own_text_with_live_history(

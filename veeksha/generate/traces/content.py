@@ -13,8 +13,17 @@ them with a piece of sessions, and ``TraceContent.apply`` turns them into what i
   give identical blocks in every session, so a server's prefix cache sees the trace's sharing;
   a wrapped pass keys its blocks by (pass, id), so its ids never collide with an earlier pass's.
 
-With the builtin tokenizer a block is exactly ``block_size`` tokens; with ``hf`` or ``server``
-tokenizers blocks are ``block_size`` words and the request's prompt length is recounted.
+A block is ``block_size`` words of a **vocabulary of one-token words** (``block_vocabulary``),
+so it is exactly ``block_size`` tokens of the configured tokenizer, whatever blocks surround it:
+
+* builtin: its own vocabulary (every word one token);
+* ``server``: the vocabulary calibrated on the server's ``/tokenize`` at start-up
+  (``veeksha.generate.calibration``); each block opens with a *lead word* (one token at a text's
+  start too), so the prompt's first block is exact as well;
+* ``hf``: the same calibration, run locally on the tokenizer.json (no server involved; ~0.3 s,
+  once per run); if fewer than 16 of the candidate words are one token of it, blocks fall
+  back to builtin words, whose token counts the tokenizer decides (the prompt length is then
+  recounted, and blocks are equal across sessions but not ``block_size`` tokens long).
 """
 
 from __future__ import annotations
@@ -28,13 +37,23 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from veeksha.errors import ConfigurationError
 from veeksha.generate.rng import RandomStreams
-from veeksha.generate.tokenizer import BUILTIN_VOCAB, BuiltinTokenizer, TokenizerLike
+from veeksha.generate.tokenizer import (
+    BUILTIN_VOCABULARY,
+    BuiltinTokenizer,
+    HfTokenizerAdapter,
+    TokenizerLike,
+    Vocabulary,
+)
 
-__all__ = ["ContentRows", "TraceContent", "word_counts"]
+__all__ = ["ContentRows", "TraceContent", "block_vocabulary", "word_counts"]
 
 _NAMES = ("text", "system", "reply", "hash_ids")
 _CACHED_BLOCKS = 2048
+#: one-token words enough for blocks (a block's words are drawn at random: a few dozen distinct
+#: words make distinct blocks; prompts need more, calibration.MIN_WORDS)
+_MIN_BLOCK_WORDS = 16
 
 
 def word_counts(column: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -78,6 +97,22 @@ class ContentRows:
         return cls(*columns)
 
 
+def block_vocabulary(tokenizer: TokenizerLike) -> tuple[Vocabulary, bool]:
+    """The vocabulary hash-id blocks are made of, and whether its words are one token each of
+    ``tokenizer`` (see module doc)."""
+    vocabulary: Vocabulary | None = getattr(tokenizer, "vocabulary", None)
+    if vocabulary is not None:  # builtin, calibrated server
+        return vocabulary, True
+    if isinstance(tokenizer, HfTokenizerAdapter):
+        from veeksha.generate.calibration import calibrate
+
+        try:
+            return calibrate(tokenizer, min_words=_MIN_BLOCK_WORDS).vocabulary, True
+        except ConfigurationError:
+            pass
+    return BUILTIN_VOCABULARY, False
+
+
 class TraceContent:
     """Builds the prompts of content rows (see module doc)."""
 
@@ -87,17 +122,21 @@ class TraceContent:
         self.block_size = block_size
         self._streams = RandomStreams(seed)
         self._blocks: OrderedDict[tuple[int, int], list[str]] = OrderedDict()
+        self._vocabulary: Vocabulary | None = None  # (calibrated at the first block)
 
     def block(self, p: int, hash_id: int) -> list[str]:
         """The words of hash id ``hash_id``'s block in pass ``p``."""
         key = (p, hash_id)
         words = self._blocks.get(key)
         if words is None:
+            if self._vocabulary is None:
+                self._vocabulary = block_vocabulary(self.tokenizer)[0]
+            vocab, lead = self._vocabulary.words, self._vocabulary.lead
             rng = self._streams.stream("trace_blocks", p, hash_id)
-            idx = rng.integers(0, len(BUILTIN_VOCAB), self.block_size).tolist()
-            words = (
-                list(itemgetter(*idx)(BUILTIN_VOCAB)) if len(idx) > 1 else [BUILTIN_VOCAB[idx[0]]]
-            )
+            idx = rng.integers(0, len(vocab), self.block_size).tolist()
+            words = list(itemgetter(*idx)(vocab)) if len(idx) > 1 else [vocab[idx[0]]]
+            if lead:  # one token at a text's start as well (the prompt's first block)
+                words[0] = lead[idx[0] % len(lead)]
             self._blocks[key] = words
             if len(self._blocks) > _CACHED_BLOCKS:
                 self._blocks.popitem(last=False)

@@ -64,6 +64,32 @@ def test_blocks_follow_the_seed_and_a_wrapped_pass_remaps_the_ids(tmp_path: Path
     assert other[0].nodes[0].prompt != prompts[0]
 
 
+@pytest.mark.parametrize("fixture", ["wordlevel_json", "bpe_json"])
+def test_blocks_are_exactly_block_size_tokens_of_an_hf_tokenizer(
+    tmp_path: Path, request: pytest.FixtureRequest, fixture: str
+) -> None:
+    from veeksha.generate.tokenizer import HfTokenizerAdapter
+
+    hf = HfTokenizerAdapter(str(request.getfixturevalue(fixture)))
+    rows = [
+        {"input_length": 20, "output_length": 2, "hash_ids": [7, 8, 9]},
+        {"input_length": 17, "output_length": 3, "hash_ids": [7, 8, 4]},
+        {"input_length": 5, "output_length": 1, "hash_ids": [8]},
+    ]
+    path = write_jsonl(tmp_path / "p.jsonl", rows)
+    scenario = trace_scenario(
+        path, generator={"flavor": {"type": "shared_prefix", "block_size": 8}}
+    )
+    made = open_trace(scenario).sessions(1, hf)
+    a, b, c = (made.session(i).nodes[0] for i in range(3))
+    ta, tb, tc = (hf.encode(n.prompt) for n in (a, b, c))
+    assert [len(ta), len(tb), len(tc)] == [20, 17, 5]  # the trace's lengths, in its tokens
+    assert (a.prompt_tokens, b.prompt_tokens, c.prompt_tokens) == (20, 17, 5)
+    assert ta[:16] == tb[:16]  # blocks 7 and 8: the same 16 tokens
+    assert ta[16:] != tb[16:]
+    assert hf.encode(a.prompt.split(" ", 8)[8])[:5] == tc  # block 8 alone opens c's prompt
+
+
 def test_a_session_adds_new_tokens_with_history_and_mooncake_derives_them(tmp_path: Path) -> None:
     rows = [
         {
