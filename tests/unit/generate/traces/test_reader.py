@@ -118,3 +118,17 @@ def test_session_id_on_some_rows_only_is_refused(tmp_path: Path) -> None:
 
 def test_a_folder_is_not_a_trace(tmp_path: Path) -> None:
     assert "is a folder, not a trace file" in _error(tmp_path)
+
+
+def test_a_bad_json_line_deep_in_a_big_file_is_named_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from veeksha.generate.traces import reader
+
+    monkeypatch.setattr(reader, "_JSONL_BLOCK", 256)  # many blocks, each decoded in one call
+    good = '{"input_length": 3, "output_length": 2}\n'
+    path = tmp_path / "a.jsonl"
+    path.write_text(good * 40 + "\n" + good * 10 + '{"input_length": 3, "output_length": "x"}\n')
+    assert ":52: Expected `int | null`" in _error(path)
+    path.write_text(good * 30 + "\n\n" + good * 20 + '{"input_length": 3,\n')
+    assert ":53: malformed JSON" in _error(path)
