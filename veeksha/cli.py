@@ -151,18 +151,20 @@ def _load(path: str | Path, overrides: Sequence[str]) -> Scenario:
     return scenario
 
 
-def _check_trace(scenario: Scenario) -> None:
-    """Read and check a trace scenario's trace (and cache it); raises ``TraceFileError``."""
+def _check_trace(scenario: Scenario) -> list[str]:
+    """Read and check a trace scenario's trace (and cache it); raises ``TraceFileError``.
+    Returns what run.log will warn of (rows not replayed as the trace has them)."""
     if scenario.session_generator.type == "trace":
         from veeksha.generate.traces import open_trace
 
-        open_trace(scenario)
+        return open_trace(scenario).prepared.warnings()
+    return []
 
 
 class _Background:
     """``func(*args)`` on a thread; ``result()`` waits and raises its error here."""
 
-    def __init__(self, func: Callable[..., None], *args: Any) -> None:
+    def __init__(self, func: Callable[..., object], *args: Any) -> None:
         import threading
 
         self._error: BaseException | None = None
@@ -305,7 +307,8 @@ def validate(files: tuple[Path, ...], overrides: tuple[str, ...]) -> None:
     for path in files:
         try:
             scenario = _load(path, overrides)
-            _check_trace(scenario)
+            for warning in _check_trace(scenario):
+                click.echo(f"warning: {path}: {warning}", err=True)
         except (ScenarioError, ConfigurationError) as exc:
             _report(exc)
             failed = True

@@ -109,3 +109,19 @@ def test_dag_contexts_follow_the_history_parent() -> None:
 def test_linear_contexts_restart_at_each_chat() -> None:
     contexts = linear_contexts(np.array([1, 2, 3, 4]), np.array([1, 1, 1, 1]), np.array([0, 2]))
     assert contexts.tolist() == [2, 5, 4, 9]
+
+
+def test_validate_warns_of_the_rows_a_run_would_not_replay(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from veeksha.cli import main
+
+    path = write_csv(tmp_path / "a.csv", "input_length,output_length", ["5,3", "10,10"])
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        f"session_generator: {{type: trace, trace_file: {path}}}\n"
+        "client: {type: openai_completions, max_model_len: 12}\n"
+    )
+    result = CliRunner().invoke(main, ["validate", str(scenario)], env={"CI": "true"})
+    assert result.exit_code == 0, result.output
+    assert f"warning: {scenario}: trace: 1 not replayed: oversized" in result.output
