@@ -213,7 +213,14 @@ def _run(ctx: click.Context, path: str, overrides: Sequence[str], options: RunOp
         scenario = scenario.model_copy(update={"output_dir": str(options.output_dir)})
     # A bad trace: exit 2 before any folder exists. A trace's first read (its conversion to
     # the Parquet cache, seconds for millions of rows, mostly in Arrow's C++ without the GIL)
-    # runs on a thread while this one imports the engine (~0.9 s).
+    # runs on a thread while this one imports the rest of the engine. What the thread imports
+    # is imported here first: two threads importing the same modules at once may see each
+    # other's half-made modules.
+    if scenario.session_generator.type == "trace":
+        import pyarrow.csv
+        import pyarrow.parquet  # noqa: F401
+
+        import veeksha.generate.traces  # noqa: F401
     checking = _Background(_check_trace, scenario)
     from veeksha.engine import run_benchmark
     from veeksha.engine.target import spawn_simulator
