@@ -10,7 +10,8 @@ the flavor's settings and ``CACHE_VERSION``; a later run with the same file star
 once.
 
 Memory: a trace whose rows are sessions of their own (no ``session_id``) streams through in
-batches of ``BATCH_ROWS`` rows. A grouped trace (rows carry a session key) is held as Arrow
+batches of ``BATCH_ROWS`` rows, read and staged on a thread at most ``_AHEAD`` row groups ahead
+of the writer (``_ahead``), so reading and writing overlap. A grouped trace (rows carry a session key) is held as Arrow
 columns (~40 bytes a row) while its sessions are put together, once, then written.
 
 Replay order: ungrouped, file order; grouped, by session start time (the earliest ``ts`` of the
@@ -18,7 +19,9 @@ session's rows), ties and untimed traces by first appearance in the file.
 
 Unservable rows: a request needs at least one prompt token and one output token. Rows with a 0
 length are not replayed; a grouped session with such a row is not replayed at all (its DAG would
-be broken). They are counted, with their first lines, in ``PreparedTrace`` (and so in run.log and
+be broken). With ``client.max_model_len``, requests that do not fit the context window are
+skipped with their sessions or clipped (``fit.py``; the limit is part of the cache's key). All
+are counted, by reason and with their first lines, in ``PreparedTrace`` (and so in run.log and
 summary.json), never dropped silently.
 """
 
