@@ -11,8 +11,9 @@ once.
 
 Memory: a trace whose rows are sessions of their own (no ``session_id``) streams through in
 batches of ``BATCH_ROWS`` rows, read and staged on a thread at most ``_AHEAD`` row groups ahead
-of the writer (``_ahead``), so reading and writing overlap. A grouped trace (rows carry a session key) is held as Arrow
-columns (~40 bytes a row) while its sessions are put together, once, then written.
+of the writer (``_ahead``), so reading and writing overlap. A grouped trace (rows carry a
+session key) is held as Arrow columns (~40 bytes a row) while its sessions are put together,
+once, then written.
 
 Replay order: ungrouped, file order; grouped, by session start time (the earliest ``ts`` of the
 session's rows), ties and untimed traces by first appearance in the file.
@@ -323,17 +324,19 @@ def _ahead(tables: Iterator[pa.Table]) -> Iterator[pa.Table]:
         while True:
             item = handoff.get()
             if item is _DONE:
-                return
+                break
             if isinstance(item, BaseException):
                 raise item
             assert isinstance(item, pa.Table)
             yield item
     finally:
+        # on an error or an interrupt the thread is not waited for (it may be grouping a whole
+        # trace): it stops at its next hand-over, and only reads the trace file
         stop.set()
         with contextlib.suppress(queue.Empty):
             while True:
                 handoff.get_nowait()  # (frees a producer blocked on a full queue)
-        thread.join()
+    thread.join()
 
 
 def _note_unservable(info: PreparedTrace, lines: np.ndarray, sessions: int) -> None:
