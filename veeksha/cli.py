@@ -221,19 +221,19 @@ def _run(ctx: click.Context, path: str, overrides: Sequence[str], options: RunOp
         import pyarrow.parquet  # noqa: F401
 
         import veeksha.generate.traces  # noqa: F401
-    checking = _Background(_check_trace, scenario)
-    from veeksha.engine import run_benchmark
     from veeksha.engine.target import spawn_simulator
-
-    checking.result()
-    run_dir = create_run_folder(scenario.output_dir, scenario)
-    write_config(run_dir, scenario)
-    if not options.quiet:
-        click.echo(f"run folder: {run_dir}")
 
     # the built-in simulator starts up on the other core while this process imports the engine
     simulator = spawn_simulator(scenario, options.dry_run)
     try:
+        checking = _Background(_check_trace, scenario)
+        from veeksha.engine import run_benchmark
+
+        checking.result()
+        run_dir = create_run_folder(scenario.output_dir, scenario)
+        write_config(run_dir, scenario)
+        if not options.quiet:
+            click.echo(f"run folder: {run_dir}")
         result = run_benchmark(
             scenario,
             run_dir,
