@@ -41,7 +41,6 @@ from veeksha.dispatch.inprocess import InProcessPool, dry_result
 from veeksha.dispatch.messages import WorkItem
 from veeksha.engine.loop import InFlight, LoopSettings, TrafficLoop
 from veeksha.engine.recorder import RunRecorder
-from veeksha.engine.timers import LoopTimers
 from veeksha.generate.spec import SessionSpec
 from veeksha.generate.tokenizer import BuiltinTokenizer
 from veeksha.record.columnar import RequestColumns, SessionColumns
@@ -49,6 +48,7 @@ from veeksha.record.parquet import ResultWriter, run_metadata
 from veeksha.schedule.arrivals import ConcurrencyRamp
 from veeksha.schedule.ready_queue import ReadyQueue
 from veeksha.schedule.session_state import SessionState
+from veeksha.timers import LoopTimers
 
 _CONCURRENCY = 1000
 _BATCH_ROWS = 8192

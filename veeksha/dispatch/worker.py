@@ -8,7 +8,7 @@ for every ``WorkItem``, it sends exactly one ``Result``, errors included; Result
 one frame per loop iteration. If the main process closes the link, the worker stops at once.
 
 An item handed over ahead of its ready time (``not_before_ns`` set) is held on a precise timer
-(``timerfd``, see ``veeksha.engine.timers``) and released at that time; its Result carries the
+(``timerfd``, see ``veeksha.timers``) and released at that time; its Result carries the
 release as ``released_at_ns``, and as ``received_at_ns`` (the worker takes it up then), so
 ``ready ≤ dispatched ≤ received ≤ sent`` holds for every request. An item that reaches the
 worker after its ready time (the worker's loop was busy) is sent at once, and its arrival is
@@ -67,8 +67,8 @@ from veeksha.dispatch.openai import (
     StreamOver,
 )
 from veeksha.dispatch.settings import WorkerSettings, WorkerSpawn
-from veeksha.engine.timers import Cancellable, LoopTimers
 from veeksha.redact import READ_WINDOW, Redactor
+from veeksha.timers import Cancellable, LoopTimers
 
 if TYPE_CHECKING:  # imported when needed: see veeksha.dispatch.aiohttp_client
     import aiohttp

@@ -27,12 +27,12 @@ from numpy.typing import NDArray
 
 from veeksha.clock import Clock
 from veeksha.dispatch.messages import Result, WorkItem
-from veeksha.engine.timers import Cancellable, Timers
 from veeksha.errors import VeekshaError
 from veeksha.generate.spec import SessionSpec
 from veeksha.schedule.arrivals import ConcurrencyRamp, RateArrivals
 from veeksha.schedule.ready_queue import ReadyQueue
 from veeksha.schedule.session_state import NodeState, SessionState
+from veeksha.timers import Cancellable, Timers
 
 __all__ = ["InFlight", "LoopCounters", "LoopSettings", "TrafficLoop", "TrafficSink"]
 

@@ -39,7 +39,6 @@ from veeksha.engine.prompt_check import server_tokenizer_info
 from veeksha.engine.recorder import RunRecorder
 from veeksha.engine.runlog import RunLog
 from veeksha.engine.target import Target, TargetContext, describe
-from veeksha.engine.timers import LoopTimers
 from veeksha.errors import ConfigurationError, RunAbortedError, VeekshaError
 from veeksha.evaluate.exit_codes import run_exit_code
 from veeksha.evaluate.run import evaluate_run
@@ -66,6 +65,7 @@ from veeksha.scenario.models import (
 )
 from veeksha.schedule.arrivals import ConcurrencyRamp
 from veeksha.schedule.session_state import NodeState
+from veeksha.timers import LoopTimers
 
 if TYPE_CHECKING:
     from veeksha.simulator.process import SimulatorProcess
