@@ -1,0 +1,86 @@
+"""A distribution-free confidence interval of a percentile, from order statistics.
+
+Vocabulary: a sample of ``n`` values sorted as x(1) ≤ … ≤ x(n); the true ``p`` quantile q_p of
+the distribution they came from. Whatever that distribution is (continuous), the number B of
+sample values below q_p is Binomial(n, p), so
+
+    P(x(l) ≤ q_p < x(u)) = P(l ≤ B ≤ u − 1) = F(u − 1) − F(l − 1)      (F: the Binomial(n, p) CDF)
+
+With equal tails at confidence 1 − α: l is the smallest rank with F(l) ≥ α/2 (so F(l − 1) <
+α/2) and u = 1 + the smallest rank with F(u − 1) ≥ 1 − α/2; the interval [x(l), x(u)] then
+covers q_p with probability at least 1 − α. When l < 1 the sample cannot bound q_p from below
+(the lower end is −∞); when u > n it cannot bound it from above (+∞).
+
+Worked example: p = 0.99 at 95 %: the upper end exists only from n = 368 values on (0.99^n must
+fall under 2.5 %), so 200 requests can never prove a p99 SLO met, only (perhaps) broken. For
+p = 0.9 and n = 50: l = 41, u = 50, the interval is [x(41), x(50)].
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy.stats import binom
+
+__all__ = ["QuantileInterval", "order_statistic_ranks", "quantile_interval"]
+
+
+@dataclass(frozen=True, slots=True)
+class QuantileInterval:
+    """A percentile's point estimate (numpy's linear interpolation, as the SLO evaluation) and
+    its confidence interval; ``low`` is −inf and ``high`` +inf where the sample cannot bound it.
+    """
+
+    percentile: float
+    confidence: float
+    samples: int
+    estimate: float
+    low: float
+    high: float
+
+    def to_dict(self) -> dict[str, float | int | None]:
+        """JSON-ready: unbounded ends as None."""
+        return {
+            "percentile": self.percentile,
+            "confidence": self.confidence,
+            "samples": self.samples,
+            "estimate": None if math.isnan(self.estimate) else self.estimate,
+            "ci_low": self.low if math.isfinite(self.low) else None,
+            "ci_high": self.high if math.isfinite(self.high) else None,
+        }
+
+
+def order_statistic_ranks(n: int, percentile: float, confidence: float) -> tuple[int, int]:
+    """The 1-based ranks (l, u) of the interval's ends in a sorted sample of ``n``; l may be 0
+    (no lower bound) and u may be n + 1 (no upper bound)."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if n <= 0:
+        return 0, 1
+    alpha = 1.0 - confidence
+    low = int(binom.ppf(alpha / 2, n, percentile))
+    high = int(binom.ppf(1 - alpha / 2, n, percentile)) + 1
+    # binom.ppf's rounding: make the defining inequalities hold exactly
+    while low > 0 and binom.cdf(low - 1, n, percentile) >= alpha / 2:
+        low -= 1
+    while high <= n and binom.cdf(high - 1, n, percentile) < 1 - alpha / 2:
+        high += 1
+    return low, min(high, n + 1)
+
+
+def quantile_interval(values: ArrayLike, percentile: float, confidence: float) -> QuantileInterval:
+    """The ``percentile`` quantile of ``values`` (NaN dropped) with its order-statistic interval
+    at ``confidence``; an empty sample gives NaN and (−inf, +inf)."""
+    sample = np.sort(np.asarray(values, dtype=np.float64))
+    sample = sample[~np.isnan(sample)]
+    n = int(sample.size)
+    if n == 0:
+        return QuantileInterval(percentile, confidence, 0, math.nan, -math.inf, math.inf)
+    low_rank, high_rank = order_statistic_ranks(n, percentile, confidence)
+    low = float(sample[low_rank - 1]) if low_rank >= 1 else -math.inf
+    high = float(sample[high_rank - 1]) if high_rank <= n else math.inf
+    estimate = float(np.quantile(sample, percentile))
+    return QuantileInterval(percentile, confidence, n, estimate, low, high)
