@@ -96,14 +96,14 @@ class _Issues:
         self.source = source
         self.found: list[ScenarioIssue] = []
 
-    def at(self, node: CommentedMap | None, key: str, message: str) -> None:
+    def at(self, node: CommentedMap | None, key: str, message: str, path: str = "") -> None:
         line = column = None
         if node is not None:
             if key in node:
                 line, column = (n + 1 for n in node.lc.key(key))
             else:
                 line, column = node.lc.line + 1, node.lc.col + 1
-        self.found.append(ScenarioIssue(self.source, line, column, key, message))
+        self.found.append(ScenarioIssue(self.source, line, column, path or key, message))
 
     def flag(self, key: str, message: str) -> None:
         flag = "--" + key.replace("_", "-")
@@ -232,6 +232,7 @@ def load_capacity_config(
     scenario, origin, node, scenario_file = _scenario(root, file.parent, overrides, issues)
     knob = knob_of(scenario)
     where = _Issues(scenario_file)
+    prefix = "benchmark_config." if origin == "<inline>" else ""
     if knob is None:
         held = node.get("traffic_scheduler") if node is not None else None
         where.at(
@@ -239,6 +240,7 @@ def load_capacity_config(
             "type",
             "a capacity search varies an arrival rate (type: rate) or a concurrency "
             "(type: concurrent); a trace scheduler replays the trace's own times",
+            f"{prefix}traffic_scheduler.type",
         )
     if not any(evaluator.slos for evaluator in scenario.evaluators):
         where.at(
@@ -247,6 +249,7 @@ def load_capacity_config(
             "no SLO: a capacity search needs evaluators[].slos to judge each probe, e.g. "
             "evaluators: [{type: performance, slos: [{name: p99 TTFC, metric: ttfc, "
             "percentile: 0.99, value: 0.5}]}]",
+            f"{prefix}evaluators",
         )
     issues.found += where.found
     if issues.found:
