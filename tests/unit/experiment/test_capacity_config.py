@@ -167,3 +167,11 @@ def test_bad_flags_and_the_public_form(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "missing.yaml" in result.output
     assert "cannot read" in result.output
+
+
+def test_the_shipped_search_file_is_valid() -> None:
+    shipped = Path(__file__).parents[3] / "scenarios" / "capacity_search.yaml"
+    config = load_capacity_config(shipped)
+    assert config.knob.path == "traffic_scheduler.interval_generator.arrival_rate"
+    assert config.scenario.client.api_base is None  # the built-in simulator, from a fresh clone
+    assert config.slos

@@ -273,6 +273,8 @@ def _conclusion(document: dict[str, Any]) -> str:
         return text + " (max_value passed: the capacity may be higher)"
     if ceiling is not None:
         text += f"; {ceiling['value']:g} is {ceiling['verdict']}"
-    if not document["converged"]:
+    if document["interrupted"]:
+        text += " (interrupted: the highest value that passed so far)"
+    elif not document["converged"]:
         text += " (not converged: max_iterations ran out)"
     return text
