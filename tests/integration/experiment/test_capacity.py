@@ -93,3 +93,45 @@ def test_the_search_finds_the_simulators_batch_limit(tmp_path: Path) -> None:
     assert (folder / "best").resolve() == (folder / document["best_run_dir"]).resolve()
     assert (folder / "capacity.png").stat().st_size > 0
     assert "capacity: 3 sessions" in result.output
+
+
+UNHEALTHY = """\
+output_dir: {out}
+start_value: 2
+max_value: 8
+precision: 0
+warmup_seconds: 0
+benchmark_config:
+  traffic_scheduler: {{type: concurrent, rampup_seconds: 0}}
+  session_generator:
+    type: synthetic
+    session_graph: {{type: single_request}}
+    channels: [{{type: text, body_length_generator: {{type: fixed, value: 8}}}}]
+    output_spec: {{text: {{output_length_generator: {{type: fixed, value: 2}}}}}}
+  runtime: {{max_sessions: 4, benchmark_timeout: 30, num_workers: 1}}
+  # no generator is that fast: every run fails generator_saturation
+  health_checks: {{max_dispatch_lag_p99_ms: 0.000001}}
+  evaluators: [{{slos: [{{name: p50 TTFC, metric: ttfc, percentile: 0.5, value: 10}}]}}]
+"""
+
+
+def test_an_unhealthy_probe_is_retried_once_and_never_judged(tmp_path: Path) -> None:
+    path = tmp_path / "search.yaml"
+    path.write_text(textwrap.dedent(UNHEALTHY.format(out=tmp_path / "out")), encoding="utf-8")
+    result = CliRunner().invoke(
+        cli.main, ["capacity-search", str(path), "--no-plots"], prog_name="veeksha"
+    )
+    assert result.exit_code == 4, result.output
+    (folder,) = (tmp_path / "out").iterdir()
+    document = json.loads((folder / "capacity.json").read_text())
+    (entry,) = document["history"]
+    assert (entry["value"], entry["verdict"], entry["all_slos_met"]) == (2, "unhealthy", None)
+    assert entry["slo_results"] == []
+    assert [(r["retry"], r["healthy"]) for r in entry["runs"]] == [(False, False), (True, False)]
+    assert "generator_saturation" in entry["runs"][0]["health"]
+    assert document["unhealthy_values"] == [2]
+    assert document["best_value"] is None
+    assert document["ceiling"] == {"value": 2, "verdict": "unhealthy"}
+    assert len(list((folder / "runs").iterdir())) == 2
+    assert not (folder / "best").exists()
+    assert "the first, 2, was unhealthy" in result.output

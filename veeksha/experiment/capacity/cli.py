@@ -46,8 +46,8 @@ def capacity_search(
     which every SLO of the scenario holds, each judged by a confidence interval.
 
     Writes <output_dir>/capacity-<UTC time>-<hash>/ with one run folder per probe, capacity.json
-    and capacity.png. Exit 0 when a capacity was found, 5 when no value met the SLOs, 2 for bad
-    input, 3 when interrupted.
+    and capacity.png. Exit 0 when a capacity was found, 5 when no value met the SLOs, 4 when the
+    first value could not be measured (unhealthy generator), 2 for bad input, 3 when interrupted.
     """
     if (file is None) == (config_file is None):
         raise click.UsageError("give the search file once: FILE or --config FILE")

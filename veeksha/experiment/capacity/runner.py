@@ -29,6 +29,7 @@ from veeksha.experiment.capacity.plot import PLOT_FILE, write_capacity_plot
 from veeksha.experiment.capacity.probe import ProbeRunner
 from veeksha.experiment.capacity.search import (
     PASS,
+    UNHEALTHY,
     SearchOutcome,
     SearchStep,
     Verdict,
@@ -54,10 +55,13 @@ class CapacityResult:
 
     @property
     def exit_code(self) -> int:
-        """0 a capacity was found, 3 interrupted, 5 no value met the SLOs."""
+        """0 a capacity was found, 3 interrupted; nothing passed: 4 when the first value was
+        unhealthy (no server result), else 5 (the SLOs were not met, or not provably)."""
         if self.interrupted:
             return RunAbortedError.exit_code
-        return 0 if self.outcome.best is not None else 5
+        if self.outcome.best is not None:
+            return 0
+        return 4 if self.outcome.ceiling_verdict == UNHEALTHY else 5
 
 
 def _create_folder(config: CapacityConfig) -> Path:
@@ -266,7 +270,10 @@ def _describe(index: int, knob: str, result: ValueResult) -> str:
 def _conclusion(document: dict[str, Any]) -> str:
     best = document["best_value"]
     if best is None:
-        return "no value met the SLOs (start_value failed or could not be judged)"
+        ceiling = document["ceiling"]
+        if ceiling is None:
+            return "no value was judged"
+        return f"no value met the SLOs: the first, {ceiling['value']:g}, was {ceiling['verdict']}"
     ceiling = document["ceiling"]
     text = f"capacity: {best:g} {document['unit']}"
     if document["reached_max_value"]:
