@@ -4,12 +4,13 @@ One panel per SLO: the estimate at every probed value (pooled runs), a vertical 
 confidence interval (an end the sample could not bound is drawn to the panel's edge, dashed),
 colour by the value's verdict (pass, fail, undecided; unhealthy values as a grey ✕ on the
 threshold: no server result), the threshold as a horizontal line, and the capacity found as a
-vertical line. matplotlib is imported only here, on an Agg canvas (no pyplot state).
+vertical line. The panel shows up to three times the threshold (the region that decides); an
+estimate beyond is a triangle at the top edge labelled with its value. matplotlib is imported
+only here, on an Agg canvas (no pyplot state).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -41,24 +42,37 @@ def write_capacity_plot(document: dict[str, Any], path: Path) -> Path | None:
             for h in history
             if h.get("slo_results")
         ]
-        finite = [
-            1000 * v
-            for _, _, r in points
-            for v in (r.get("estimate"), r.get("ci_low"), r.get("ci_high"))
-            if v is not None and math.isfinite(v)
-        ]
-        top = max([threshold_ms * 1.5, *(v * 1.1 for v in finite)])
+        # the panel shows up to 3x the threshold: the region that decides; beyond it a value is
+        # a triangle at the top edge, labelled with its estimate
+        top = 3 * threshold_ms
         for value, verdict, result in points:
             colour = _COLOURS.get(verdict, "tab:gray")
-            low, high = result.get("ci_low"), result.get("ci_high")
-            low_ms = 0.0 if low is None else 1000 * low
-            high_ms = top if high is None else 1000 * high
+            low, high, estimate = (
+                result.get("ci_low"),
+                result.get("ci_high"),
+                result.get("estimate"),
+            )
+            low_ms = 0.0 if low is None else min(1000 * low, top)
+            high_ms = top if high is None else min(1000 * high, top)
             style = "--" if high is None or low is None else "-"
             ax.vlines(value, low_ms, high_ms, colors=colour, linestyles=style, linewidth=2)
             ends = [end for end, given in ((low_ms, low), (high_ms, high)) if given is not None]
             ax.plot([value] * len(ends), ends, "_", color=colour, markersize=12)
-            if result.get("estimate") is not None:
-                ax.plot([value], [1000 * result["estimate"]], "o", color=colour)
+            if estimate is None:
+                continue
+            if 1000 * estimate <= top:
+                ax.plot([value], [1000 * estimate], "o", color=colour)
+            else:
+                ax.plot([value], [top], "^", color=colour, markersize=9, clip_on=False)
+                ax.annotate(
+                    f"{1000 * estimate:.0f} ms",
+                    (value, top),
+                    textcoords="offset points",
+                    xytext=(0, -14),
+                    ha="center",
+                    fontsize="small",
+                    color=colour,
+                )
         for h in history:
             if h["verdict"] == "unhealthy":
                 ax.plot([h["value"]], [threshold_ms], "x", color="tab:gray", markersize=9)
@@ -67,9 +81,9 @@ def write_capacity_plot(document: dict[str, Any], path: Path) -> Path | None:
             ax.axvline(best, color="tab:blue", linestyle=":", label=f"capacity {best:g}")
         ax.set_ylim(0, top)
         percent = f"p{100 * slo['percentile']:g}"
-        ax.set_title(f"{slo['name']}: {percent} {slo['metric']} ({slo['confidence']:.0%} interval)")
+        ax.set_title(f"{slo['name']} ({slo['confidence']:.0%} confidence intervals)")
         ax.set_ylabel(f"{percent} {slo['metric']} (ms)")
         ax.legend(loc="upper left", fontsize="small")
-    axes[-1].set_xlabel(knob)
+    axes[-1].set_xlabel(f"{knob} ({document.get('unit', '')})")
     fig.savefig(path, dpi=100)
     return path

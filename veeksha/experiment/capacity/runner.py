@@ -200,15 +200,29 @@ def run_capacity_search(
     """Run the search of ``config`` (see the module docstring); ``plots``: the probe runs' own
     plots (capacity.png is always drawn); ``echo`` receives one line per value."""
     say = echo or (lambda _line: None)
+    simulator, target, server = _start_server(config)  # before any folder: no half-made search
+    try:
+        return _search(config, simulator, target, server, plots, say)
+    finally:
+        if simulator is not None:
+            simulator.stop()
+
+
+def _search(
+    config: CapacityConfig,
+    simulator: Any,
+    target: tuple[str, str] | None,
+    server: dict[str, Any],
+    plots: bool,
+    say: Callable[[str], None],
+) -> CapacityResult:
     folder = _create_folder(config)
     _write_config(folder, config)
-    runs_dir = folder / "runs"
     slos = config.slos
     say(f"capacity search: {config.knob.path} from {config.start_value:g} to {config.max_value:g}")
     say(f"folder: {folder}")
-    simulator, target, server = _start_server(config)
     runner = ProbeRunner(
-        config.scenario, config.knob, slos, runs_dir, config.warmup_seconds, target, plots
+        config.scenario, config.knob, slos, folder / "runs", config.warmup_seconds, target, plots
     )
     results: list[ValueResult] = []
     entries: list[dict[str, Any]] = []
@@ -237,9 +251,8 @@ def run_capacity_search(
         outcome = search_capacity(config.settings, probe, observe)
     except (RunAbortedError, KeyboardInterrupt):
         interrupted = True
-    finally:
-        if simulator is not None:
-            simulator.stop()
+    if simulator is not None:
+        simulator.stop()  # before the plot: the server's CPU back to the machine
     document = write(interrupted)
     write_capacity_plot(document, folder / PLOT_FILE)
     best_dir = document["best_run_dir"]
