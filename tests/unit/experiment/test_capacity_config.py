@@ -99,6 +99,11 @@ def test_the_knob_of_each_scheduler(tmp_path: Path) -> None:
     probe = probe_scenario(config.scenario, config.knob, RunRequest(6), 0)
     assert probe.traffic_scheduler.target_concurrent_sessions == 6  # type: ignore[union-attr]
     assert probe.traffic_scheduler.rampup_seconds == 0  # type: ignore[union-attr]
+    ramped = load_capacity_config(
+        write(tmp_path, inline(concurrent.replace("rampup_seconds: 0", "rampup_seconds: 5")))
+    )
+    probe = probe_scenario(ramped.scenario, ramped.knob, RunRequest(6), 1.0)
+    assert probe.runtime.warmup_seconds == 5  # measured only once the ramp-up is over
 
 
 # ------------------------------------------------------------------------ bad input, via the CLI

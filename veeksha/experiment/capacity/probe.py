@@ -5,8 +5,9 @@ The probe's scenario is the searched scenario with
 - the knob set to the value (``knob``);
 - the client pointed at the search's one server (the built-in simulator the search started, or
   the scenario's own ``api_base``), so every probe measures the same server process;
-- a warmup of ``warmup_seconds`` when the scenario sets no warmup of its own (the first
-  seconds' sessions are untracked: the server reaches the load's steady state first);
+- a warmup of ``warmup_seconds`` (with a concurrent scheduler at least its ``rampup_seconds``:
+  the measured phase runs at the full concurrency) when the scenario sets no warmup of its own
+  (the first seconds' sessions are untracked: the server reaches the load's steady state first);
 - for the k-th extension of an undecided value: ``seed + k`` (new sessions, so the pooled runs
   are independent samples) and ``max_sessions`` and ``benchmark_timeout`` times 2^k (those that
   are set).
@@ -31,7 +32,7 @@ from veeksha.errors import RunAbortedError
 from veeksha.experiment.capacity.knob import Knob
 from veeksha.experiment.capacity.measure import ProbeRun, RunRequest
 from veeksha.experiment.point import run_point
-from veeksha.scenario.models import SLO, Scenario
+from veeksha.scenario.models import SLO, ConcurrentScheduler, Scenario
 
 __all__ = ["ProbeRunner", "probe_scenario", "read_slo_samples"]
 
@@ -50,6 +51,9 @@ def probe_scenario(
     probe = knob.apply(scenario, request.value)
     runtime = probe.runtime
     runtime_update: dict[str, object] = {}
+    traffic = probe.traffic_scheduler
+    if isinstance(traffic, ConcurrentScheduler):  # measure at full concurrency, after ramp-up
+        warmup_seconds = max(warmup_seconds, traffic.rampup_seconds)
     if runtime.warmup_sessions == 0 and runtime.warmup_seconds == 0 and warmup_seconds > 0:
         runtime_update["warmup_seconds"] = warmup_seconds
     if request.extension:
