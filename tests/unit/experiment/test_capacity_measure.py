@@ -120,3 +120,26 @@ def test_one_retry_per_value_and_healthy_runs_keep_their_verdict() -> None:
     result = measure_value(3, runner, judge_p90, max_extensions=3)
     assert result.verdict == UNDECIDED
     assert len(runner.requests) == 3
+
+
+def test_a_runs_samples_are_its_measured_values(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from veeksha.experiment.capacity.probe import read_slo_samples
+
+    table = pa.table(
+        {
+            "phase": ["warmup", "measured", "measured", "measured"],
+            "ttfc": [9.0, 0.1, None, 0.3],  # the failed request has no TTFC
+            "tbc": pa.array([[9.0], [0.01, 0.02], None, [0.03]], pa.list_(pa.float64())),
+        }
+    )
+    pq.write_table(table, tmp_path / "requests.parquet")
+    tbc = SLO(name="tbc", metric="tbc", percentile=0.5, value=1)
+    ttfc, gaps, again = read_slo_samples(tmp_path, [P90_TTFC, tbc, P90_TTFC])
+    assert ttfc.tolist() == [0.1, 0.3]
+    assert gaps.tolist() == [0.01, 0.02, 0.03]
+    assert again.tolist() == ttfc.tolist()
+    (missing,) = read_slo_samples(tmp_path / "nowhere", [P90_TTFC])
+    assert missing.size == 0
