@@ -135,3 +135,44 @@ def test_an_unhealthy_probe_is_retried_once_and_never_judged(tmp_path: Path) -> 
     assert len(list((folder / "runs").iterdir())) == 2
     assert not (folder / "best").exists()
     assert "the first, 2, was unhealthy" in result.output
+
+
+RATE = """\
+output_dir: {out}
+start_value: 12.5
+max_value: 12.5
+precision: 1
+warmup_seconds: 0
+benchmark_config: rate.yaml
+"""
+RATE_SCENARIO = """\
+traffic_scheduler: {type: rate, interval_generator: {type: poisson}}
+session_generator:
+  type: synthetic
+  session_graph: {type: single_request}
+  channels: [{type: text, body_length_generator: {type: fixed, value: 8}}]
+  output_spec: {text: {output_length_generator: {type: fixed, value: 2}}}
+runtime: {max_sessions: 12, benchmark_timeout: 30, num_workers: 1}
+health_checks: {max_dispatch_lag_p99_ms: 50}
+evaluators: [{slos: [{name: p50 E2E, metric: e2e, percentile: 0.5, value: 5}]}]
+"""
+
+
+def test_a_rate_search_sets_the_probes_arrival_rate(tmp_path: Path) -> None:
+    (tmp_path / "rate.yaml").write_text(RATE_SCENARIO, encoding="utf-8")
+    path = tmp_path / "search.yaml"
+    path.write_text(RATE.format(out=tmp_path / "out"), encoding="utf-8")
+    result = CliRunner().invoke(
+        cli.main, ["capacity-search", str(path), "--no-plots", "-q"], prog_name="veeksha"
+    )
+    assert result.exit_code == 0, result.output
+    (folder,) = (tmp_path / "out").iterdir()
+    document = json.loads((folder / "capacity.json").read_text())
+    assert document["searched_knob"] == "traffic_scheduler.interval_generator.arrival_rate"
+    assert [h["value"] for h in document["history"]] == [12.5]
+    assert document["reached_max_value"]  # max_value passed: the capacity may be higher
+    assert document["best_value"] == 12.5
+    for entry in document["history"]:
+        config = (folder / entry["run_dir"] / "config.yaml").read_text()
+        assert f"arrival_rate: {entry['value']}" in config
+    assert "capacity: 12.5" in result.output

@@ -8,7 +8,12 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from veeksha.experiment.capacity.order_stats import order_statistic_ranks, quantile_interval
+from veeksha.experiment.capacity.order_stats import (
+    EXACT_LIMIT,
+    binomial_cdf,
+    order_statistic_ranks,
+    quantile_interval,
+)
 
 
 def coverage(n: int, p: float, low: int, high: int) -> float:
@@ -74,3 +79,19 @@ def test_samples_too_small_to_bound_are_unbounded() -> None:
     empty = quantile_interval([], 0.9, 0.95)
     assert (empty.samples, empty.low, empty.high) == (0, -math.inf, math.inf)
     assert empty.to_dict()["estimate"] is None
+
+
+@pytest.mark.parametrize("n", [1, 7, 368, 5000])
+@pytest.mark.parametrize("p", [0.0, 0.5, 0.99, 1.0])
+def test_the_binomial_cdf_is_scipys(n: int, p: float) -> None:
+    expected = binom.cdf(np.arange(n + 1), n, p)
+    assert np.allclose(binomial_cdf(n, p), expected, rtol=0, atol=1e-9)
+
+
+def test_large_samples_use_the_normal_approximation_within_a_few_ranks() -> None:
+    n = EXACT_LIMIT * 3
+    low, high = order_statistic_ranks(n, 0.99, 0.95)
+    exact_low = int(binom.ppf(0.025, n, 0.99))
+    exact_high = int(binom.ppf(0.975, n, 0.99)) + 1
+    assert abs(low - exact_low) <= 3
+    assert abs(high - exact_high) <= 3
