@@ -122,7 +122,7 @@ def test_one_retry_per_value_and_healthy_runs_keep_their_verdict() -> None:
     assert len(runner.requests) == 3
 
 
-def test_a_runs_samples_are_its_measured_values(tmp_path: Path) -> None:
+def test_a_runs_samples_are_its_measured_values_and_failures(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -130,16 +130,29 @@ def test_a_runs_samples_are_its_measured_values(tmp_path: Path) -> None:
 
     table = pa.table(
         {
-            "phase": ["warmup", "measured", "measured", "measured"],
-            "ttfc": [9.0, 0.1, None, 0.3],  # the failed request has no TTFC
-            "tbc": pa.array([[9.0], [0.01, 0.02], None, [0.03]], pa.list_(pa.float64())),
+            "phase": ["warmup", "measured", "measured", "measured", "measured", "warmup"],
+            "status": ["ok", "ok", "timeout", "ok", "cancelled", "error"],
+            "ttfc": [9.0, 0.1, None, 0.3, None, None],  # failed requests have no TTFC
+            "tbc": pa.array(
+                [[9.0], [0.01, 0.02], None, [0.03], None, None], pa.list_(pa.float64())
+            ),
         }
     )
     pq.write_table(table, tmp_path / "requests.parquet")
     tbc = SLO(name="tbc", metric="tbc", percentile=0.5, value=1)
     ttfc, gaps, again = read_slo_samples(tmp_path, [P90_TTFC, tbc, P90_TTFC])
-    assert ttfc.tolist() == [0.1, 0.3]
-    assert gaps.tolist() == [0.01, 0.02, 0.03]
+    # the measured timeout met no objective; the cancelled request was never sent
+    assert ttfc.tolist() == [0.1, 0.3, float("inf")]
+    assert gaps.tolist() == [0.01, 0.02, 0.03, float("inf")]
     assert again.tolist() == ttfc.tolist()
     (missing,) = read_slo_samples(tmp_path / "nowhere", [P90_TTFC])
     assert missing.size == 0
+
+
+def test_failed_requests_break_a_percentile_they_reach() -> None:
+    answered = sample(60, 0.05, 0.2, 0.0)
+    shed = np.concatenate((answered, np.full(20, np.inf)))  # a quarter of the requests failed
+    judged = judge([P90_TTFC], [[shed]], 0.95)
+    assert judged.verdict == FAIL
+    assert judged.slos[0].to_dict()["estimate"] is None  # infinite: no number in JSON
+    assert judge([P90_TTFC], [[np.append(answered, np.inf)]], 0.95).verdict == PASS

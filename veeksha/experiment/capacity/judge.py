@@ -3,8 +3,9 @@
 An SLO says "the ``percentile`` quantile of ``metric`` is at most ``value``". A probe's requests
 are a sample; the SLO's percentile of the server at that load is unknown. For each SLO the judge
 takes the sample the run's own SLO evaluation takes (the measured phase's values of the metric,
-TBC over every gap; see ``veeksha.evaluate.slo``), pooled over every healthy run at the value,
-and its order-statistic confidence interval (``order_stats``):
+TBC over every gap; see ``veeksha.evaluate.slo``) and one infinite value per failed request
+(``probe.read_slo_samples``), pooled over every healthy run at the value, and its
+order-statistic confidence interval (``order_stats``):
 
 - ``pass`` when the interval's upper end is at most the threshold (met, with confidence),
 - ``fail`` when its lower end is above the threshold (broken, with confidence), or when no

@@ -56,12 +56,13 @@ class QuantileInterval:
     high: float
 
     def to_dict(self) -> dict[str, float | int | None]:
-        """JSON-ready: unbounded ends as None."""
+        """JSON-ready: unbounded ends, and an estimate that is no number (no data) or infinite
+        (failed requests), as None."""
         return {
             "percentile": self.percentile,
             "confidence": self.confidence,
             "samples": self.samples,
-            "estimate": None if math.isnan(self.estimate) else self.estimate,
+            "estimate": self.estimate if math.isfinite(self.estimate) else None,
             "ci_low": self.low if math.isfinite(self.low) else None,
             "ci_high": self.high if math.isfinite(self.high) else None,
         }
@@ -98,8 +99,9 @@ def order_statistic_ranks(n: int, percentile: float, confidence: float) -> tuple
 
 
 def quantile_interval(values: ArrayLike, percentile: float, confidence: float) -> QuantileInterval:
-    """The ``percentile`` quantile of ``values`` (NaN dropped) with its order-statistic interval
-    at ``confidence``; an empty sample gives NaN and (−inf, +inf)."""
+    """The ``percentile`` quantile of ``values`` (NaN dropped; +inf allowed: a failed request)
+    with its order-statistic interval at ``confidence``; an empty sample gives NaN and
+    (−inf, +inf)."""
     sample = np.sort(np.asarray(values, dtype=np.float64))
     sample = sample[~np.isnan(sample)]
     n = int(sample.size)
@@ -108,5 +110,8 @@ def quantile_interval(values: ArrayLike, percentile: float, confidence: float) -
     low_rank, high_rank = order_statistic_ranks(n, percentile, confidence)
     low = float(sample[low_rank - 1]) if low_rank >= 1 else -math.inf
     high = float(sample[high_rank - 1]) if high_rank <= n else math.inf
-    estimate = float(np.quantile(sample, percentile))
+    with np.errstate(invalid="ignore"):  # between two infinite values: inf − inf
+        estimate = float(np.quantile(sample, percentile))
+    if math.isnan(estimate):
+        estimate = math.inf
     return QuantileInterval(percentile, confidence, n, estimate, low, high)

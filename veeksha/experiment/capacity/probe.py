@@ -14,7 +14,10 @@ The probe's scenario is the searched scenario with
 
 It runs through :func:`veeksha.experiment.point.run_point` and is read only from its folder: the
 health verdict of summary.json and, per SLO, the measured phase's values of the SLO's metric in
-requests.parquet (the sample the run's own SLO evaluation judges: ok requests, TBC every gap).
+requests.parquet (the sample the run's own SLO evaluation judges: ok requests, TBC every gap),
+with every failed request (error, timeout) counted as one infinitely slow value: unlike the run's
+own SLO evaluation, which judges the answered requests only, a server that sheds load by
+failing requests does not pass a capacity probe.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
@@ -37,6 +41,8 @@ from veeksha.scenario.models import SLO, ConcurrentScheduler, Scenario
 __all__ = ["ProbeRunner", "probe_scenario", "read_slo_samples"]
 
 REQUESTS_FILE = "requests.parquet"
+#: Statuses of requests that got no (complete) answer: counted as infinitely slow.
+FAILED = ("error", "timeout")
 
 
 def probe_scenario(
@@ -72,21 +78,23 @@ def probe_scenario(
 
 
 def read_slo_samples(run_dir: Path, slos: Sequence[SLO]) -> tuple[NDArray[np.float64], ...]:
-    """Per SLO, the measured phase's values of its metric (NaN dropped, TBC flattened); empty
-    arrays when the run left no requests file."""
+    """Per SLO, the measured phase's values of its metric (NaN dropped, TBC flattened), plus one
+    +inf per measured request that failed (``FAILED``): a request that got no answer met no
+    latency objective. Empty arrays when the run left no requests file."""
     metrics = sorted({slo.metric for slo in slos})
     try:
-        table = pq.read_table(run_dir / REQUESTS_FILE, columns=["phase", *metrics])
+        table = pq.read_table(run_dir / REQUESTS_FILE, columns=["phase", "status", *metrics])
     except (OSError, ValueError):
         return tuple(np.empty(0) for _ in slos)
     measured = table.filter(pc.equal(table["phase"], "measured"))
+    failed = int(pc.sum(pc.is_in(measured["status"], pa.array(FAILED))).as_py() or 0)
     values: dict[str, NDArray[np.float64]] = {}
     for metric in metrics:
         column = measured[metric]
         if metric == "tbc":
             column = pc.list_flatten(column)
         array = column.to_numpy(zero_copy_only=False).astype(np.float64)
-        values[metric] = array[~np.isnan(array)]
+        values[metric] = np.concatenate((array[~np.isnan(array)], np.full(failed, np.inf)))
     return tuple(values[slo.metric] for slo in slos)
 
 
