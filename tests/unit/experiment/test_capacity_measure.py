@@ -36,8 +36,10 @@ def test_an_slo_passes_fails_or_stays_undecided_by_its_interval() -> None:
     assert interval.low <= 0.1 < interval.high
     # too few values to bound a p90 from above at 95 %, however fast
     assert judge([P90_TTFC], [[quick[:20]]], 0.95).verdict == UNDECIDED
-    # no successful request at all: not met, as the run's own SLO evaluation says
-    assert judge([P90_TTFC], [[np.empty(0)]], 0.95).verdict == FAIL
+    # nothing measured (the warmup took the whole run): nothing known
+    assert judge([P90_TTFC], [[np.empty(0)]], 0.95).verdict == UNDECIDED
+    # every request failed: each infinitely slow
+    assert judge([P90_TTFC], [[np.full(5, np.inf)]], 0.95).verdict == FAIL
 
 
 def test_runs_are_pooled_and_every_slo_must_pass() -> None:

@@ -8,10 +8,11 @@ TBC over every gap; see ``veeksha.evaluate.slo``) and one infinite value per fai
 order-statistic confidence interval (``order_stats``):
 
 - ``pass`` when the interval's upper end is at most the threshold (met, with confidence),
-- ``fail`` when its lower end is above the threshold (broken, with confidence), or when no
-  request succeeded at all (as the run's own SLO evaluation: an SLO without data is not met),
+- ``fail`` when its lower end is above the threshold (broken, with confidence; requests that
+  failed are infinitely slow, so a run whose requests all failed fails),
 - ``undecided`` otherwise: the interval straddles the threshold, or the sample is too small to
-  bound the percentile (a p99 needs 368 values before it can be proven met at 95 %).
+  bound the percentile (a p99 needs 368 values before it can be proven met at 95 %), or empty
+  (the run measured nothing: its warmup took it all).
 
 The probe passes when every SLO passes, fails when any fails, and is undecided otherwise. Each SLO
 is judged at the same confidence (no correction for several SLOs).
@@ -61,8 +62,6 @@ class Judgement:
 
 def slo_verdict(interval: QuantileInterval, threshold: float) -> Verdict:
     """``pass``, ``fail`` or ``undecided`` for an interval against a threshold."""
-    if interval.samples == 0:
-        return FAIL
     if interval.high <= threshold:
         return PASS
     if interval.low > threshold:
