@@ -30,6 +30,12 @@ def test_worked_examples_of_the_docstring() -> None:
     assert order_statistic_ranks(200, 0.99, 0.95)[1] == 201
 
 
+@pytest.mark.parametrize(("p", "first"), [(0.9, 36), (0.95, 72), (0.99, 368)])
+def test_the_smallest_sample_that_bounds_a_percentile_from_above(p: float, first: int) -> None:
+    assert order_statistic_ranks(first - 1, p, 0.95)[1] == first  # past the sample: unbounded
+    assert order_statistic_ranks(first, p, 0.95)[1] == first  # its largest value bounds it
+
+
 @pytest.mark.parametrize("p", [0.5, 0.9, 0.95, 0.99])
 @pytest.mark.parametrize("confidence", [0.9, 0.95, 0.99])
 def test_the_interval_covers_at_least_its_confidence_with_equal_tails(
