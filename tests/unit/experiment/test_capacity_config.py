@@ -180,3 +180,14 @@ def test_the_shipped_search_file_is_valid() -> None:
     assert config.knob.path == "traffic_scheduler.interval_generator.arrival_rate"
     assert config.scenario.client.api_base is None  # the built-in simulator, from a fresh clone
     assert config.slos
+
+
+def test_problems_of_the_search_and_its_scenario_file_are_reported_together(
+    tmp_path: Path,
+) -> None:
+    write(tmp_path, "seed: -1\n", "broken.yaml")
+    path = write(tmp_path, "start_value: 0\nbenchmark_config: broken.yaml\n")
+    result = CliRunner().invoke(cli.main, ["capacity-search", str(path)], prog_name="veeksha")
+    assert result.exit_code == 2
+    assert "search.yaml:1:1: start_value: must be greater than 0" in result.output
+    assert "broken.yaml:1:1: seed:" in result.output

@@ -179,7 +179,10 @@ def _scenario(
         raise ScenarioError(issues.found)
     if isinstance(node, str):
         path = Path(node) if Path(node).is_absolute() else base / node
-        scenario = load_scenario(path, overrides)
+        try:
+            scenario = load_scenario(path, overrides)
+        except ScenarioError as exc:
+            raise ScenarioError([*issues.found, *exc.issues]) from None
         scenario_root = YAML(typ="rt").load(path.read_text(encoding="utf-8"))
         return scenario, str(path), scenario_root, str(path)
     if not isinstance(node, CommentedMap):
