@@ -38,6 +38,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "report": "veeksha.evaluate.cli:report",
     "compare": "veeksha.evaluate.cli:compare",
     "sim-server": "veeksha.simulator.cli:sim_server",
+    "capacity-search": "veeksha.experiment.capacity.cli:capacity_search",
 }
 
 #: Arrow's allocator for the commands (``LazyGroup.main``); set it in the environment to choose

@@ -45,6 +45,7 @@ __all__ = [
     "dump_resolved_yaml",
     "extra_args_to_overrides",
     "load_scenario",
+    "load_scenario_node",
     "load_scenario_text",
     "resolved_dict",
     "scenario_hash",
@@ -74,7 +75,15 @@ def load_scenario(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
 
 def load_scenario_text(text: str, source_name: str, overrides: Sequence[str] = ()) -> Scenario:
     """Like :func:`load_scenario`, for text already read; ``source_name`` names it in errors."""
-    root = _parse_yaml(text, source_name)
+    return load_scenario_node(_parse_yaml(text, source_name), source_name, overrides)
+
+
+def load_scenario_node(
+    root: CommentedMap, source_name: str, overrides: Sequence[str] = ()
+) -> Scenario:
+    """Like :func:`load_scenario`, for a mapping ruamel already parsed (with its positions): a
+    scenario nested in another file (a capacity search's ``benchmark_config``) is reported at
+    its own lines of that file."""
     data = _plain(root)
     override_paths, issues = apply_overrides(data, overrides)
     with warnings.catch_warnings(record=True) as caught:

@@ -13,7 +13,9 @@ from veeksha.scenario.models import Scenario
 REPO = Path(__file__).resolve().parents[3]
 DATA = Path(__file__).resolve().parent / "data"
 UPSTREAM_SAMPLES = sorted(DATA.glob("upstream_*.yaml"))
-SCENARIOS = sorted((REPO / "scenarios").glob("*.yaml"))
+#: Files in scenarios/ that are not scenarios but experiments holding one (veeksha capacity-search).
+EXPERIMENT_FILES = ("capacity_search.yaml",)
+SCENARIOS = sorted(p for p in (REPO / "scenarios").glob("*.yaml") if p.name not in EXPERIMENT_FILES)
 
 
 def load(text: str, overrides: tuple[str, ...] = ()) -> Scenario:

@@ -1,0 +1,193 @@
+"""The capacity search file: keys, flags, the scenario inline or by path, the knob of each
+scheduler, a probe's scenario; and bad input through the CLI (exit 2, file:line, no traceback,
+no folder made)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from veeksha import cli
+from veeksha.experiment.capacity.config import load_capacity_config
+from veeksha.experiment.capacity.measure import RunRequest
+from veeksha.experiment.capacity.probe import probe_scenario
+
+SCENARIO = """\
+seed: 5
+traffic_scheduler: {type: rate, interval_generator: {type: gamma, arrival_rate: 1, cv: 2}}
+runtime: {max_sessions: 40, benchmark_timeout: 30}
+evaluators:
+  - type: performance
+    slos: [{name: p99 TTFC, metric: ttfc, percentile: 0.99, value: 0.5}]
+"""
+
+
+def write(folder: Path, text: str, name: str = "search.yaml") -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def inline(scenario: str = SCENARIO, **keys: object) -> str:
+    head = "".join(f"{key}: {value}\n" for key, value in keys.items())
+    return head + "benchmark_config:\n" + textwrap.indent(scenario, "  ")
+
+
+def test_public_keys_flags_and_a_scenario_by_path(tmp_path: Path) -> None:
+    (tmp_path / "scenarios").mkdir()
+    write(tmp_path / "scenarios", SCENARIO, "rate.yaml")
+    path = write(
+        tmp_path,
+        "output_dir: out\nstart_value: 2\nmax_value: 40\nprecision: 1\n"
+        "benchmark_config: scenarios/rate.yaml\n",
+    )
+    config = load_capacity_config(path, {"max_value": 20.0, "confidence": None})
+    assert (config.start_value, config.max_value, config.precision) == (2.0, 20.0, 1)
+    assert config.confidence == 0.95
+    assert config.benchmark_config == str(tmp_path / "scenarios" / "rate.yaml")
+    assert config.knob.path == "traffic_scheduler.interval_generator.arrival_rate"
+    assert not config.settings.integer
+    assert [s.name for s in config.slos] == ["p99 TTFC"]
+
+
+def test_the_public_wrapper_and_scenario_overrides(tmp_path: Path) -> None:
+    text = "capacity_search_config:\n" + textwrap.indent(inline(start_value=4), "  ")
+    config = load_capacity_config(write(tmp_path, text), overrides=["seed=9"])
+    assert config.start_value == 4
+    assert config.scenario.seed == 9
+
+
+def test_a_probe_scenario_sets_the_knob_warmup_target_and_extensions(tmp_path: Path) -> None:
+    config = load_capacity_config(write(tmp_path, inline()))
+    knob = config.knob
+    probe = probe_scenario(config.scenario, knob, RunRequest(7.5), 1.0, ("http://h:1/v1", "m"))
+    assert probe.traffic_scheduler.interval_generator.arrival_rate == 7.5  # type: ignore[union-attr]
+    assert probe.traffic_scheduler.interval_generator.cv == 2  # type: ignore[union-attr]
+    assert (probe.client.api_base, probe.client.model) == ("http://h:1/v1", "m")
+    assert probe.runtime.warmup_seconds == 1.0
+    assert (probe.seed, probe.runtime.max_sessions) == (5, 40)
+    extended = probe_scenario(config.scenario, knob, RunRequest(7.5, extension=2), 1.0)
+    assert (extended.seed, extended.runtime.max_sessions) == (7, 160)
+    assert extended.runtime.benchmark_timeout == 120
+    assert extended.client.api_base is None
+
+    own_warmup = SCENARIO.replace(
+        "benchmark_timeout: 30", "benchmark_timeout: 30, warmup_sessions: 3"
+    )
+    config = load_capacity_config(write(tmp_path, inline(own_warmup)))
+    probe = probe_scenario(config.scenario, config.knob, RunRequest(2), 1.0)
+    assert (probe.runtime.warmup_sessions, probe.runtime.warmup_seconds) == (3, 0)
+
+
+def test_the_knob_of_each_scheduler(tmp_path: Path) -> None:
+    fixed = SCENARIO.replace("{type: gamma, arrival_rate: 1, cv: 2}", "{type: fixed, interval: 1}")
+    config = load_capacity_config(write(tmp_path, inline(fixed)))
+    probe = probe_scenario(config.scenario, config.knob, RunRequest(4), 0)
+    assert probe.traffic_scheduler.interval_generator.interval == 0.25  # type: ignore[union-attr]
+
+    concurrent = SCENARIO.replace(
+        "{type: rate, interval_generator: {type: gamma, arrival_rate: 1, cv: 2}}",
+        "{type: concurrent, rampup_seconds: 0}",
+    )
+    config = load_capacity_config(write(tmp_path, inline(concurrent), "c.yaml"), {"precision": 2})
+    assert config.knob.path == "traffic_scheduler.target_concurrent_sessions"
+    assert config.settings.integer
+    assert config.settings.step == 1
+    probe = probe_scenario(config.scenario, config.knob, RunRequest(6), 0)
+    assert probe.traffic_scheduler.target_concurrent_sessions == 6  # type: ignore[union-attr]
+    assert probe.traffic_scheduler.rampup_seconds == 0  # type: ignore[union-attr]
+    ramped = load_capacity_config(
+        write(tmp_path, inline(concurrent.replace("rampup_seconds: 0", "rampup_seconds: 5")))
+    )
+    probe = probe_scenario(ramped.scenario, ramped.knob, RunRequest(6), 1.0)
+    assert probe.runtime.warmup_seconds == 5  # measured only once the ramp-up is over
+
+
+# ------------------------------------------------------------------------ bad input, via the CLI
+
+NO_SLO = SCENARIO.split("evaluators:", maxsplit=1)[0] + "evaluators: [{type: performance}]\n"
+TRACE = """\
+traffic_scheduler: {type: trace}
+session_generator: {type: trace, trace_file: t.jsonl}
+evaluators: [{slos: [{name: a, metric: ttfc, percentile: 0.5, value: 1}]}]
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "needles"),
+    [
+        (inline(NO_SLO), ["search.yaml:5:3: benchmark_config.evaluators: no SLO"]),
+        (inline(start_value=50, max_value=10), ["search.yaml:1:", "start_value", "max_value (10)"]),
+        (inline(start_value=-1), ["search.yaml:1:", "start_value", "greater than 0"]),
+        (inline(max_value=0), ["search.yaml:1:", "max_value", "greater than 0"]),
+        (inline(expansion_factor=1), ["search.yaml:1:", "expansion_factor", "greater than 1"]),
+        (inline(max_iterations=0), ["search.yaml:1:", "max_iterations"]),
+        (inline(precision="two"), ["search.yaml:1:", "precision", "must be a int"]),
+        (inline(confidence=1.5), ["search.yaml:1:", "confidence"]),
+        (inline(start_valu=3), ["search.yaml:1:", "start_valu", "unknown key"]),
+        (inline(TRACE), ["search.yaml:2:", "benchmark_config.traffic_scheduler.type", "trace"]),
+        (
+            inline(SCENARIO.replace("seed: 5", "seed: -5")),
+            ["search.yaml:2:", "benchmark_config.seed"],
+        ),
+        ("start_value: 1\n", ["search.yaml:1:", "benchmark_config", "missing"]),
+        ("- 1\n", ["search.yaml:1:", "mapping"]),
+    ],
+)
+def test_bad_input_exits_2_with_file_and_line(
+    tmp_path: Path, text: str, needles: list[str]
+) -> None:
+    path = write(tmp_path, text)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        cli.main, ["capacity-search", str(path), "--output-dir", str(out)], prog_name="veeksha"
+    )
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit)
+    for needle in needles:
+        assert needle in result.output, (needle, result.output)
+    assert not out.exists()  # nothing half-made
+
+
+def test_bad_flags_and_the_public_form(tmp_path: Path) -> None:
+    path = write(tmp_path, inline())
+    runner = CliRunner()
+    result = runner.invoke(
+        cli.main,
+        ["capacity-search", "--config", str(path), "--start-value", "500", "--max-value", "20"],
+        prog_name="veeksha",
+    )
+    assert result.exit_code == 2, result.output
+    assert "<--start-value>: start_value:" in result.output
+    result = runner.invoke(cli.main, ["capacity-search"], prog_name="veeksha")
+    assert result.exit_code == 2
+    assert "FILE or --config FILE" in result.output
+    result = runner.invoke(
+        cli.main, ["capacity-search", str(tmp_path / "missing.yaml")], prog_name="veeksha"
+    )
+    assert result.exit_code == 2
+    assert "missing.yaml" in result.output
+    assert "cannot read" in result.output
+
+
+def test_the_shipped_search_file_is_valid() -> None:
+    shipped = Path(__file__).parents[3] / "scenarios" / "capacity_search.yaml"
+    config = load_capacity_config(shipped)
+    assert config.knob.path == "traffic_scheduler.interval_generator.arrival_rate"
+    assert config.scenario.client.api_base is None  # the built-in simulator, from a fresh clone
+    assert config.slos
+
+
+def test_problems_of_the_search_and_its_scenario_file_are_reported_together(
+    tmp_path: Path,
+) -> None:
+    write(tmp_path, "seed: -1\n", "broken.yaml")
+    path = write(tmp_path, "start_value: 0\nbenchmark_config: broken.yaml\n")
+    result = CliRunner().invoke(cli.main, ["capacity-search", str(path)], prog_name="veeksha")
+    assert result.exit_code == 2
+    assert "search.yaml:1:1: start_value: must be greater than 0" in result.output
+    assert "broken.yaml:1:1: seed:" in result.output

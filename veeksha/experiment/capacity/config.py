@@ -1,0 +1,262 @@
+"""The capacity search file: the public veeksha keys, our extra keys, and the scenario.
+
+```yaml
+output_dir: capacity_output       # base folder (default capacity_search_output)
+start_value: 1                    # first value probed (> 0)
+max_value: 16                     # the search never probes above it (>= start_value)
+expansion_factor: 2               # geometric growth of the first phase (> 1)
+max_iterations: 20                # probes (values) at most, both phases
+precision: 0                      # decimal places of the value grid (a concurrency: integers)
+confidence: 0.95                  # of each SLO percentile's interval (veeksha's addition)
+max_extensions: 2                 # extra runs of an undecided value (veeksha's addition)
+warmup_seconds: 1.0               # per probe, when the scenario has no warmup (veeksha's addition)
+benchmark_config: scenario.yaml   # the scenario: a path (relative to this file) or a mapping
+```
+
+The keys may also sit under one top-level ``capacity_search_config:`` mapping (the public
+reference's layout). Command-line flags override the file's values. Every problem is reported
+at once, as ``file:line:column: key: message``, as the scenario loader does (exit 2).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap
+from ruamel.yaml.error import YAMLError
+
+from veeksha.errors import ScenarioError, ScenarioIssue
+from veeksha.experiment.capacity.knob import Knob, knob_of
+from veeksha.experiment.capacity.search import SearchSettings
+from veeksha.scenario.loader import load_scenario, load_scenario_node
+from veeksha.scenario.models import SLO, Scenario
+
+__all__ = ["CAPACITY_KEYS", "CapacityConfig", "load_capacity_config"]
+
+#: key → (default, kind, meaning); the file's keys besides ``benchmark_config``.
+CAPACITY_KEYS: dict[str, tuple[Any, type, str]] = {
+    "output_dir": ("capacity_search_output", str, "base folder of capacity search folders"),
+    "start_value": (1.0, float, "first value probed (> 0)"),
+    "max_value": (100.0, float, "highest value probed (>= start_value)"),
+    "expansion_factor": (2.0, float, "growth factor of the geometric phase (> 1)"),
+    "max_iterations": (20, int, "values probed at most, both phases (>= 1)"),
+    "precision": (2, int, "decimal places of the value grid (>= 0); a concurrency is an integer"),
+    "confidence": (0.95, float, "confidence of each SLO percentile's interval, in (0, 1)"),
+    "max_extensions": (2, int, "extra runs (2x, 4x... the requests) of an undecided value (>= 0)"),
+    "warmup_seconds": (1.0, float, "warmup per probe when the scenario sets none (>= 0)"),
+}
+_WRAPPER = "capacity_search_config"
+
+
+@dataclass(frozen=True)
+class CapacityConfig:
+    """A checked capacity search: the search keys, the scenario, its knob and SLOs."""
+
+    source: str
+    scenario: Scenario
+    knob: Knob
+    output_dir: str = "capacity_search_output"
+    start_value: float = 1.0
+    max_value: float = 100.0
+    expansion_factor: float = 2.0
+    max_iterations: int = 20
+    precision: int = 2
+    confidence: float = 0.95
+    max_extensions: int = 2
+    warmup_seconds: float = 1.0
+    benchmark_config: str = field(default="<inline>")
+
+    @property
+    def slos(self) -> list[SLO]:
+        return [slo for evaluator in self.scenario.evaluators for slo in evaluator.slos]
+
+    @property
+    def settings(self) -> SearchSettings:
+        return SearchSettings(
+            self.start_value,
+            self.max_value,
+            self.expansion_factor,
+            self.max_iterations,
+            self.precision,
+            self.knob.integer,
+        )
+
+    def search_keys(self) -> dict[str, Any]:
+        """The search keys as resolved (for capacity.json)."""
+        return {key: getattr(self, key) for key in CAPACITY_KEYS}
+
+
+class _Issues:
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.found: list[ScenarioIssue] = []
+
+    def at(self, node: CommentedMap | None, key: str, message: str, path: str = "") -> None:
+        line = column = None
+        if node is not None:
+            if key in node:
+                line, column = (n + 1 for n in node.lc.key(key))
+            else:
+                line, column = node.lc.line + 1, node.lc.col + 1
+        self.found.append(ScenarioIssue(self.source, line, column, path or key, message))
+
+    def flag(self, key: str, message: str) -> None:
+        flag = "--" + key.replace("_", "-")
+        self.found.append(ScenarioIssue(f"<{flag}>", None, None, key, message))
+
+
+def _read(path: Path) -> CommentedMap:
+    source = str(path)
+    try:
+        root = YAML(typ="rt").load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        issue = ScenarioIssue(source, None, None, "", f"cannot read the file: {exc.strerror}")
+        raise ScenarioError([issue]) from None
+    except (YAMLError, UnicodeDecodeError) as exc:
+        raise ScenarioError([ScenarioIssue(source, None, None, "", f"YAML error: {exc}")]) from None
+    if not isinstance(root, CommentedMap):
+        message = "a capacity search file is a mapping of keys (start_value, benchmark_config...)"
+        raise ScenarioError([ScenarioIssue(source, 1, 1, "", message)])
+    wrapped = root.get(_WRAPPER)
+    if len(root) == 1 and isinstance(wrapped, CommentedMap):
+        return wrapped
+    return root
+
+
+def _typed(value: Any, kind: type) -> Any:
+    if isinstance(value, bool):
+        raise ValueError
+    if kind is int:
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if not isinstance(value, int):
+            raise ValueError
+        return int(value)
+    if kind is float:
+        if not isinstance(value, int | float) or not math.isfinite(value):
+            raise ValueError
+        return float(value)
+    if not isinstance(value, str) or not value:
+        raise ValueError
+    return str(value)
+
+
+def _check_values(values: Mapping[str, Any], report: Any) -> None:
+    rules = (
+        ("start_value", lambda v: v > 0, "must be greater than 0"),
+        ("max_value", lambda v: v > 0, "must be greater than 0"),
+        ("expansion_factor", lambda v: v > 1, "must be greater than 1"),
+        ("max_iterations", lambda v: v >= 1, "must be at least 1"),
+        ("precision", lambda v: 0 <= v <= 6, "must be between 0 and 6 (decimal places)"),
+        ("confidence", lambda v: 0 < v < 1, "must be between 0 and 1, e.g. 0.95"),
+        ("max_extensions", lambda v: v >= 0, "must be 0 or more"),
+        ("warmup_seconds", lambda v: v >= 0, "must be 0 or more"),
+    )
+    for key, ok, message in rules:
+        if key in values and not ok(values[key]):
+            report(key, f"{message} (got {values[key]!r})")
+    start, top = values.get("start_value", 1.0), values.get("max_value", 100.0)
+    if start > 0 and top > 0 and start > top:
+        report(
+            "start_value",
+            f"start_value ({start:g}) must be at most max_value ({top:g}): lower start_value "
+            "or raise max_value",
+        )
+
+
+def _scenario(
+    root: CommentedMap, base: Path, overrides: Sequence[str], issues: _Issues
+) -> tuple[Scenario, str, CommentedMap | None, str]:
+    """The scenario, where it came from (path or <inline>), its YAML node and its file."""
+    node = root.get("benchmark_config")
+    if "benchmark_config" not in root or node is None:
+        issues.at(root, "benchmark_config", "missing: the scenario, a path or a mapping")
+        raise ScenarioError(issues.found)
+    if isinstance(node, str):
+        path = Path(node) if Path(node).is_absolute() else base / node
+        try:
+            scenario = load_scenario(path, overrides)
+        except ScenarioError as exc:
+            raise ScenarioError([*issues.found, *exc.issues]) from None
+        scenario_root = YAML(typ="rt").load(path.read_text(encoding="utf-8"))
+        return scenario, str(path), scenario_root, str(path)
+    if not isinstance(node, CommentedMap):
+        issues.at(root, "benchmark_config", "must be a scenario mapping or a path to one")
+        raise ScenarioError(issues.found)
+    try:
+        scenario = load_scenario_node(node, issues.source, overrides)
+    except ScenarioError as exc:
+        nested = [
+            replace(i, path=f"benchmark_config.{i.path}".rstrip("."))
+            if i.file == issues.source
+            else i
+            for i in exc.issues
+        ]
+        raise ScenarioError([*issues.found, *nested]) from None
+    return scenario, "<inline>", node, issues.source
+
+
+def load_capacity_config(
+    path: str | Path,
+    flags: Mapping[str, Any] | None = None,
+    overrides: Sequence[str] = (),
+) -> CapacityConfig:
+    """Read and check a capacity search file; ``flags`` (key → value, None = not given) override
+    its keys, ``overrides`` (``key.path=value``) its scenario. Raises ``ScenarioError`` listing
+    every problem (file:line:column)."""
+    file = Path(path)
+    root = _read(file)
+    issues = _Issues(str(file))
+    values: dict[str, Any] = {}
+    allowed = {*CAPACITY_KEYS, "benchmark_config"}
+    for key in root:
+        if key not in allowed:
+            issues.at(root, str(key), f"unknown key; allowed keys: {', '.join(sorted(allowed))}")
+    for key, (_default, kind, meaning) in CAPACITY_KEYS.items():
+        if key in root:
+            try:
+                values[key] = _typed(root[key], kind)
+            except ValueError:
+                issues.at(root, key, f"must be a {kind.__name__}: {meaning} (got {root[key]!r})")
+    given = {k: v for k, v in (flags or {}).items() if v is not None}
+    for key, value in given.items():
+        values[key] = value
+    _check_values(
+        values,
+        lambda key, message: (
+            issues.flag(key, message) if key in given else issues.at(root, key, message)
+        ),
+    )
+    scenario, origin, node, scenario_file = _scenario(root, file.parent, overrides, issues)
+    knob = knob_of(scenario)
+    where = _Issues(scenario_file)
+    prefix = "benchmark_config." if origin == "<inline>" else ""
+    if knob is None:
+        held = node.get("traffic_scheduler") if node is not None else None
+        where.at(
+            held if isinstance(held, CommentedMap) else node,
+            "type",
+            "a capacity search varies an arrival rate (type: rate) or a concurrency "
+            "(type: concurrent); a trace scheduler replays the trace's own times",
+            f"{prefix}traffic_scheduler.type",
+        )
+    if not any(evaluator.slos for evaluator in scenario.evaluators):
+        where.at(
+            node,
+            "evaluators",
+            "no SLO: a capacity search needs evaluators[].slos to judge each probe, e.g. "
+            "evaluators: [{type: performance, slos: [{name: p99 TTFC, metric: ttfc, "
+            "percentile: 0.99, value: 0.5}]}]",
+            f"{prefix}evaluators",
+        )
+    issues.found += where.found
+    if issues.found:
+        raise ScenarioError(issues.found)
+    assert knob is not None
+    known = {k: values[k] for k in CAPACITY_KEYS if k in values}
+    return CapacityConfig(str(file), scenario, knob, benchmark_config=origin, **known)

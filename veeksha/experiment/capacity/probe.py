@@ -1,0 +1,130 @@
+"""One probe run: the scenario at a knob value, run as a normal run folder, read back.
+
+The probe's scenario is the searched scenario with
+
+- the knob set to the value (``knob``);
+- the client pointed at the search's one server (the built-in simulator the search started, or
+  the scenario's own ``api_base``), so every probe measures the same server process;
+- a warmup of ``warmup_seconds`` (with a concurrent scheduler at least its ``rampup_seconds``:
+  the measured phase runs at the full concurrency) when the scenario sets no warmup of its own
+  (the first seconds' sessions are untracked: the server reaches the load's steady state first);
+- for the k-th extension of an undecided value: ``seed + k`` (new sessions, so the pooled runs
+  are independent samples) and ``max_sessions`` and ``benchmark_timeout`` times 2^k (those that
+  are set).
+
+It runs through :func:`veeksha.experiment.point.run_point` and is read only from its folder: the
+health verdict of summary.json and, per SLO, the measured phase's values of the SLO's metric in
+requests.parquet (the sample the run's own SLO evaluation judges: ok requests, TBC every gap),
+with every failed request (error, timeout) counted as one infinitely slow value: unlike the run's
+own SLO evaluation, which judges the answered requests only, a server that sheds load by
+failing requests does not pass a capacity probe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from numpy.typing import NDArray
+
+from veeksha.errors import RunAbortedError
+from veeksha.experiment.capacity.knob import Knob
+from veeksha.experiment.capacity.measure import ProbeRun, RunRequest
+from veeksha.experiment.point import run_point
+from veeksha.scenario.models import SLO, ConcurrentScheduler, Scenario
+
+__all__ = ["ProbeRunner", "probe_scenario", "read_slo_samples"]
+
+REQUESTS_FILE = "requests.parquet"
+#: Statuses of requests that got no (complete) answer: counted as infinitely slow.
+FAILED = ("error", "timeout")
+
+
+def probe_scenario(
+    scenario: Scenario,
+    knob: Knob,
+    request: RunRequest,
+    warmup_seconds: float,
+    target: tuple[str, str] | None = None,
+) -> Scenario:
+    """The scenario of one probe run (see the module docstring); ``target`` is (api_base,
+    model) of the shared server."""
+    probe = knob.apply(scenario, request.value)
+    runtime = probe.runtime
+    runtime_update: dict[str, object] = {}
+    traffic = probe.traffic_scheduler
+    if isinstance(traffic, ConcurrentScheduler):  # measure at full concurrency, after ramp-up
+        warmup_seconds = max(warmup_seconds, traffic.rampup_seconds)
+    if runtime.warmup_sessions == 0 and runtime.warmup_seconds == 0 and warmup_seconds > 0:
+        runtime_update["warmup_seconds"] = warmup_seconds
+    if request.extension:
+        factor = 2**request.extension
+        if runtime.max_sessions > 0:
+            runtime_update["max_sessions"] = runtime.max_sessions * factor
+        if runtime.benchmark_timeout > 0:
+            runtime_update["benchmark_timeout"] = runtime.benchmark_timeout * factor
+    update: dict[str, object] = {"runtime": runtime.model_copy(update=runtime_update)}
+    if request.extension:
+        update["seed"] = probe.seed + request.extension
+    if target is not None:
+        api_base, model = target
+        update["client"] = probe.client.model_copy(update={"api_base": api_base, "model": model})
+    return probe.model_copy(update=update)
+
+
+def read_slo_samples(run_dir: Path, slos: Sequence[SLO]) -> tuple[NDArray[np.float64], ...]:
+    """Per SLO, the measured phase's values of its metric (NaN dropped, TBC flattened), plus one
+    +inf per measured request that failed (``FAILED``): a request that got no answer met no
+    latency objective. Empty arrays when the run left no requests file."""
+    metrics = sorted({slo.metric for slo in slos})
+    try:
+        table = pq.read_table(run_dir / REQUESTS_FILE, columns=["phase", "status", *metrics])
+    except (OSError, ValueError):
+        return tuple(np.empty(0) for _ in slos)
+    measured = table.filter(pc.equal(table["phase"], "measured"))
+    failed = int(pc.sum(pc.is_in(measured["status"], pa.array(FAILED))).as_py() or 0)
+    values: dict[str, NDArray[np.float64]] = {}
+    for metric in metrics:
+        column = measured[metric]
+        if metric == "tbc":
+            column = pc.list_flatten(column)
+        array = column.to_numpy(zero_copy_only=False).astype(np.float64)
+        values[metric] = np.concatenate((array[~np.isnan(array)], np.full(failed, np.inf)))
+    return tuple(values[slo.metric] for slo in slos)
+
+
+@dataclass
+class ProbeRunner:
+    """Runs probes of one search into ``runs_dir`` (a callable for ``measure_value``)."""
+
+    scenario: Scenario
+    knob: Knob
+    slos: Sequence[SLO]
+    runs_dir: Path
+    warmup_seconds: float
+    target: tuple[str, str] | None = None
+    plots: bool = True
+
+    def __call__(self, request: RunRequest) -> ProbeRun:
+        scenario = probe_scenario(
+            self.scenario, self.knob, request, self.warmup_seconds, self.target
+        )
+        point = run_point(scenario, self.runs_dir, quiet=True, plots=self.plots)
+        if point.interrupted:
+            raise RunAbortedError(f"interrupted during the probe at {request.value:g}")
+        health = point.summary.get("health", {})
+        verdict = health.get("verdict") if isinstance(health, dict) else None
+        if verdict is None:
+            detail = f"the run wrote no summary.json (exit code {point.exit_code})"
+            return ProbeRun(request, point.run_dir, False, detail)
+        if verdict == "FAIL":
+            checks = health.get("checks", {})
+            failed = sorted(name for name, status in checks.items() if status == "FAIL")
+            return ProbeRun(request, point.run_dir, False, "health FAIL: " + ", ".join(failed))
+        samples = read_slo_samples(point.run_dir, self.slos)
+        return ProbeRun(request, point.run_dir, True, f"health {verdict}", samples)

@@ -1,0 +1,300 @@
+"""A whole capacity search: one server, the probes, capacity.json and the plot.
+
+``<output_dir>/capacity-<UTC time>-<hash>/`` holds ``capacity_config.yaml`` (the search keys and
+the resolved scenario, secrets redacted), ``runs/`` (one normal run folder per probe run),
+``capacity.json`` (rewritten after every value, so an interrupted search keeps its history),
+``capacity.png`` and ``best``, a link to the best passing run's folder.
+
+The built-in simulator, when the scenario uses it, is started once and every probe's client is
+pointed at it; a scenario with ``client.api_base`` measures that server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from veeksha.errors import ConfigurationError, RunAbortedError
+from veeksha.experiment.capacity.config import CapacityConfig
+from veeksha.experiment.capacity.judge import Judgement, judge
+from veeksha.experiment.capacity.measure import ProbeRun, ValueResult, measure_value
+from veeksha.experiment.capacity.plot import PLOT_FILE, write_capacity_plot
+from veeksha.experiment.capacity.probe import ProbeRunner
+from veeksha.experiment.capacity.search import (
+    PASS,
+    UNHEALTHY,
+    SearchOutcome,
+    SearchStep,
+    Verdict,
+    search_capacity,
+)
+from veeksha.scenario.loader import resolved_dict, scenario_hash
+
+__all__ = ["CAPACITY_FILE", "CapacityResult", "run_capacity_search"]
+
+CAPACITY_FILE = "capacity.json"
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class CapacityResult:
+    """What a search left: its folder, the search's outcome and the per-value results."""
+
+    folder: Path
+    outcome: SearchOutcome
+    values: list[ValueResult] = field(default_factory=list)
+    interrupted: bool = False
+    document: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        """0 a capacity was found, 3 interrupted; nothing passed: 4 when the first value was
+        unhealthy (no server result), else 5 (the SLOs were not met, or not provably)."""
+        if self.interrupted:
+            return RunAbortedError.exit_code
+        if self.outcome.best is not None:
+            return 0
+        return 4 if self.outcome.ceiling_verdict == UNHEALTHY else 5
+
+
+def _create_folder(config: CapacityConfig) -> Path:
+    keys = json.dumps(config.search_keys(), sort_keys=True, default=str)
+    digest = hashlib.sha256(f"{scenario_hash(config.scenario)}{keys}".encode()).hexdigest()[:10]
+    name = f"capacity-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{digest}"
+    base = Path(config.output_dir)
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        for attempt in range(1, 1000):
+            folder = base / (name if attempt == 1 else f"{name}-{attempt}")
+            try:
+                folder.mkdir()
+            except FileExistsError:
+                continue
+            return folder
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot create a capacity search folder in {str(base)!r}: {exc.strerror or exc}; "
+            "choose a writable output_dir (or --output-dir DIR)"
+        ) from None
+    raise ConfigurationError(f"too many capacity searches named {name!r} in {str(base)!r}")
+
+
+def _write_config(folder: Path, config: CapacityConfig) -> None:
+    from ruamel.yaml import YAML
+
+    yaml = YAML(typ="safe", pure=True)
+    yaml.default_flow_style = False
+    with (folder / "capacity_config.yaml").open("w", encoding="utf-8") as stream:
+        stream.write("# The capacity search as resolved; secrets are redacted.\n")
+        yaml.dump(
+            {**config.search_keys(), "benchmark_config": resolved_dict(config.scenario)}, stream
+        )
+
+
+def _relative(path: Path | None, folder: Path) -> str | None:
+    return None if path is None else os.path.relpath(path, folder)
+
+
+def _value_entry(result: ValueResult, phase: str, folder: Path) -> dict[str, Any]:
+    judgement = result.judgement
+    healthy = result.healthy_runs
+    return {
+        "value": result.value,
+        "phase": phase,
+        "verdict": result.verdict,
+        "all_slos_met": None if result.verdict not in ("pass", "fail") else result.verdict == PASS,
+        "run_dir": _relative(healthy[-1].run_dir if healthy else result.runs[-1].run_dir, folder),
+        "runs": [
+            {
+                "run_dir": _relative(run.run_dir, folder),
+                "extension": run.request.extension,
+                "retry": run.request.retry,
+                "healthy": run.healthy,
+                "health": run.health_detail,
+            }
+            for run in result.runs
+        ],
+        "slo_results": [] if judgement is None else [j.to_dict() for j in judgement.slos],
+    }
+
+
+def _document(
+    config: CapacityConfig,
+    folder: Path,
+    outcome: SearchOutcome,
+    entries: list[dict[str, Any]],
+    server: dict[str, Any],
+    interrupted: bool,
+) -> dict[str, Any]:
+    passed = [e["value"] for e in entries if e["verdict"] == PASS]
+    # an interrupted search has no outcome yet: its best is the highest value that passed
+    best = outcome.best if outcome.steps else max(passed, default=None)
+    best_entry = next(
+        (e for e in reversed(entries) if e["value"] == best and e["verdict"] == PASS), None
+    )
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "source": config.source,
+        "benchmark_config": config.benchmark_config,
+        "traffic_scheduler_type": config.knob.scheduler,
+        "searched_knob": config.knob.path,
+        "unit": "sessions" if config.knob.integer else "sessions/s",
+        **config.search_keys(),
+        "resolution": config.settings.step,
+        "server": server,
+        "slos": [
+            {
+                "name": slo.name,
+                "metric": slo.metric,
+                "percentile": slo.percentile,
+                "threshold": slo.value,
+                "confidence": config.confidence,
+            }
+            for slo in config.slos
+        ],
+        "iterations_run": len(entries),
+        "best_value": best,
+        "best_run_dir": None if best_entry is None else best_entry["run_dir"],
+        "ceiling": None
+        if outcome.ceiling is None
+        else {"value": outcome.ceiling, "verdict": outcome.ceiling_verdict},
+        "converged": outcome.converged,
+        "reached_max_value": outcome.reached_max,
+        "interrupted": interrupted,
+        "undecided_values": [e["value"] for e in entries if e["verdict"] == "undecided"],
+        "unhealthy_values": [e["value"] for e in entries if e["verdict"] == "unhealthy"],
+        "history": entries,
+        "plot": PLOT_FILE,
+    }
+
+
+def _start_server(config: CapacityConfig) -> tuple[Any, tuple[str, str] | None, dict[str, Any]]:
+    from veeksha.engine.target import spawn_simulator
+
+    simulator = spawn_simulator(config.scenario)
+    if simulator is None:
+        api_base = config.scenario.client.api_base or os.environ.get("OPENAI_API_BASE")
+        return None, None, {"kind": "endpoint", "api_base": api_base}
+    try:
+        base = simulator.wait_ready()
+    except BaseException:
+        simulator.stop()
+        raise
+    description = {"kind": "simulator", **simulator.config_dict()}
+    return simulator, (base, simulator.config.model), description
+
+
+def run_capacity_search(
+    config: CapacityConfig,
+    *,
+    plots: bool = True,
+    echo: Callable[[str], None] | None = None,
+) -> CapacityResult:
+    """Run the search of ``config`` (see the module docstring); ``plots``: the probe runs' own
+    plots (capacity.png is always drawn); ``echo`` receives one line per value."""
+    say = echo or (lambda _line: None)
+    simulator, target, server = _start_server(config)  # before any folder: no half-made search
+    try:
+        return _search(config, simulator, target, server, plots, say)
+    finally:
+        if simulator is not None:
+            simulator.stop()
+
+
+def _search(
+    config: CapacityConfig,
+    simulator: Any,
+    target: tuple[str, str] | None,
+    server: dict[str, Any],
+    plots: bool,
+    say: Callable[[str], None],
+) -> CapacityResult:
+    folder = _create_folder(config)
+    _write_config(folder, config)
+    slos = config.slos
+    say(f"capacity search: {config.knob.path} from {config.start_value:g} to {config.max_value:g}")
+    say(f"folder: {folder}")
+    runner = ProbeRunner(
+        config.scenario, config.knob, slos, folder / "runs", config.warmup_seconds, target, plots
+    )
+    results: list[ValueResult] = []
+    entries: list[dict[str, Any]] = []
+    outcome = SearchOutcome()
+
+    def judge_runs(runs: Sequence[ProbeRun]) -> Judgement:
+        return judge(slos, [run.samples for run in runs], config.confidence)
+
+    def write(interrupted: bool) -> dict[str, Any]:
+        document = _document(config, folder, outcome, entries, server, interrupted)
+        (folder / CAPACITY_FILE).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+        return document
+
+    def probe(value: float) -> Verdict:
+        result = measure_value(value, runner, judge_runs, config.max_extensions)
+        results.append(result)
+        return result.verdict
+
+    def observe(step: SearchStep) -> None:
+        entries.append(_value_entry(results[-1], step.phase, folder))
+        write(False)
+        say(_describe(len(entries), config.knob.path, results[-1]))
+
+    interrupted = False
+    try:
+        outcome = search_capacity(config.settings, probe, observe)
+    except (RunAbortedError, KeyboardInterrupt):
+        interrupted = True
+    if simulator is not None:
+        simulator.stop()  # before the plot: the server's CPU back to the machine
+    document = write(interrupted)
+    write_capacity_plot(document, folder / PLOT_FILE)
+    best_dir = document["best_run_dir"]
+    if best_dir is not None:
+        # a file system without links: capacity.json's best_run_dir says it
+        with contextlib.suppress(OSError):
+            (folder / "best").symlink_to(best_dir, target_is_directory=True)
+    say(_conclusion(document))
+    return CapacityResult(folder, outcome, results, interrupted, document)
+
+
+def _describe(index: int, knob: str, result: ValueResult) -> str:
+    parts = []
+    for judged in result.judgement.slos if result.judgement else ():
+        interval = judged.interval
+        low = "-inf" if interval.low == float("-inf") else f"{1000 * interval.low:.1f}"
+        high = "+inf" if interval.high == float("inf") else f"{1000 * interval.high:.1f}"
+        parts.append(
+            f"{judged.slo.name}: {1000 * interval.estimate:.1f} ms [{low}, {high}] vs "
+            f"{1000 * judged.slo.value:g} ms (n={interval.samples})"
+        )
+    runs = f"{len(result.runs)} run" + ("s" if len(result.runs) > 1 else "")
+    detail = "; ".join(parts) if parts else result.runs[-1].health_detail
+    name = knob.rsplit(".", 1)[-1]
+    return f"probe {index}: {name}={result.value:g} {result.verdict.upper()} ({runs}) {detail}"
+
+
+def _conclusion(document: dict[str, Any]) -> str:
+    best = document["best_value"]
+    if best is None:
+        ceiling = document["ceiling"]
+        if ceiling is None:
+            return "no value was judged"
+        return f"no value met the SLOs: the first, {ceiling['value']:g}, was {ceiling['verdict']}"
+    ceiling = document["ceiling"]
+    text = f"capacity: {best:g} {document['unit']}"
+    if document["reached_max_value"]:
+        return text + " (max_value passed: the capacity may be higher)"
+    if ceiling is not None:
+        text += f"; {ceiling['value']:g} is {ceiling['verdict']}"
+    if document["interrupted"]:
+        text += " (interrupted: the highest value that passed so far)"
+    elif not document["converged"]:
+        text += " (not converged: max_iterations ran out)"
+    return text
