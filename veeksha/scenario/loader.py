@@ -39,6 +39,7 @@ from veeksha.scenario.overrides import (
     extra_args_to_overrides,
     format_path,
 )
+from veeksha.scenario.phases import phase_issues
 
 __all__ = [
     "REDACTED",
@@ -81,6 +82,8 @@ def load_scenario_text(text: str, source_name: str, overrides: Sequence[str] = (
         warnings.simplefilter("always")
         try:
             scenario = Scenario.model_validate(data)
+            for parts, message in phase_issues(scenario):
+                issues.append(_issue_at(root, source_name, list(parts), message, override_paths))
         except ValidationError as exc:
             issues += _issues(exc, root, source_name, override_paths)
             scenario = None
@@ -287,6 +290,20 @@ def _message(
         secret = bool(parts) and tuple(parts[-2:]) in _SECRET_PATHS
         message += f" (got {REDACTED if secret else _shown(given)})"
     return message
+
+
+def _issue_at(
+    root: CommentedMap,
+    source: str,
+    parts: list[PathPart],
+    message: str,
+    override_paths: list[tuple[PathPart, ...]],
+) -> ScenarioIssue:
+    """An issue found after validation (between keys), placed like a validation error."""
+    if _from_override(root, parts, override_paths):
+        return ScenarioIssue(OVERRIDE_SOURCE, None, None, format_path(parts), message)
+    line, column = _position(root, parts)
+    return ScenarioIssue(source, line, column, format_path(parts), message)
 
 
 def _issues(
