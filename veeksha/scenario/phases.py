@@ -154,7 +154,6 @@ def phase_issues(scenario: Scenario) -> list[PhaseIssue]:
     if isinstance(base, TraceScheduler):
         return [(("phases",), "a trace scheduler replays the trace's own times: no phases")]
     seen: dict[str, int] = {}
-    other_stop = runtime.max_sessions > 0 or runtime.benchmark_timeout > 0
     for i, phase in enumerate(phases):
         at: tuple[PathPart, ...] = ("phases", i)
         if phase.name in seen:
@@ -165,20 +164,12 @@ def phase_issues(scenario: Scenario) -> list[PhaseIssue]:
         both = phase.duration is not None and phase.max_sessions is not None
         if both:
             issues.append((at, "give one of duration and max_sessions, not both"))
-        elif not (phase.duration is not None or phase.max_sessions is not None):
-            if i < len(phases) - 1:
-                issues.append(
-                    (at, "needs duration or max_sessions (only the last phase may be open-ended)")
-                )
-            elif not other_stop:
-                issues.append(
-                    (
-                        at,
-                        "the last phase is open-ended and the run has no other stop"
-                        " condition: give it duration or max_sessions, or set"
-                        " runtime.max_sessions or runtime.benchmark_timeout",
-                    )
-                )
+        elif phase.duration is None and phase.max_sessions is None and i < len(phases) - 1:
+            # (the last may be open: runtime.max_sessions or benchmark_timeout, one of which a
+            # valid runtime always has, then ends the run)
+            issues.append(
+                (at, "needs duration or max_sessions (only the last phase may be open-ended)")
+            )
         _, own = scheduler_of(base, phase)
         issues += [((*at, *path), message) for path, message in own]
     if phases[0].name == WARMUP and (runtime.warmup_sessions or runtime.warmup_seconds):
