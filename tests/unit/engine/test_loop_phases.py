@@ -46,7 +46,8 @@ def test_concurrency_target_changes_at_the_boundary_and_the_run_ends_with_the_la
     assert h.loop.timeline.finished
     for item in list(h.items):
         h.complete(item, h.clock.now)
-    assert h.loop.finished and len(h.items) == 3  # nothing starts after the last phase
+    assert h.loop.finished
+    assert len(h.items) == 3  # nothing starts after the last phase
 
 
 def test_drain_waits_for_every_session_and_records_its_length() -> None:

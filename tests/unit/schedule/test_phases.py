@@ -34,7 +34,8 @@ def test_fixed_rates_step_at_duration_boundaries_without_a_gap() -> None:
     got = drain_all(arrivals)
     assert [t for t, p in got if p == 0] == [0, S // 4, S // 2, 3 * S // 4]
     assert [t for t, p in got if p == 1] == [S + k * S // 8 for k in range(8)]
-    assert timeline.starts == [0, S] and timeline.finished
+    assert timeline.starts == [0, S]
+    assert timeline.finished
 
 
 def test_a_crossing_gap_is_rescaled_beyond_the_boundary() -> None:
@@ -62,7 +63,8 @@ def test_poisson_rates_per_phase_and_determinism() -> None:
     assert got == run()  # same seeds, same schedule
     for phase, rate in enumerate((4.0, 8.0, 16.0)):
         times = np.array([t for t, p in got if p == phase]) / S
-        assert times.min() >= phase * 200 and times.max() < (phase + 1) * 200
+        assert times.min() >= phase * 200
+        assert times.max() < (phase + 1) * 200
         observed = (times.size - 1) / (times.max() - times.min())
         assert abs(observed - rate) / rate < 0.05
     gaps = np.diff(np.array([t for t, _ in got]) / S)
@@ -104,7 +106,8 @@ def test_drain_stops_arrivals_until_resumed() -> None:
     arrivals = PhasedArrivals(timeline, lambda i: fixed(0.5), [0.5, 0.5], ["x", "x"])
     first = drain_all(arrivals)
     assert [t for t, _ in first] == [0, S // 2]
-    assert timeline.drain_pending and arrivals.peek_ns() is None
+    assert timeline.drain_pending
+    assert arrivals.peek_ns() is None
     assert timeline.phase_at(3 * S) == 0  # the drain belongs to the drained phase
     arrivals.resume(int(3.2 * S))  # every session ended at 3.2 s
     rest = drain_all(arrivals)
