@@ -180,6 +180,11 @@ def evaluate_run(
     files += write_metric_csvs(run_dir, evaluation.digests)
     if plots:
         release_memory()
-        files += write_plots(run_dir, measured_rows(requests), evaluation.digests)
+        boundaries = [
+            (str(w["name"]), float(w["start"]))
+            for w in evaluation.summary["run"].get("phases") or []
+            if scenario.phases and isinstance(w, dict) and w.get("start") is not None
+        ]
+        files += write_plots(run_dir, measured_rows(requests), evaluation.digests, boundaries)
     evaluation.files = files
     return evaluation

@@ -89,3 +89,12 @@ def test_three_phases_in_one_run(tmp_path: Path, fast_simulator: SimulatorProces
     # the headline leaves the warmup out
     assert summary["requests"]["total"] == int((requests.phase != "warmup").sum())
     assert summary["health"]["checks"]["dispatch_rate"] == "PASS"
+
+    # the plots of a multi-phase run mark its boundaries, on latency over time too
+    from veeksha.evaluate.run import evaluate_run
+    from veeksha.evaluate.source import requests_source, sessions_source
+
+    evaluation = evaluate_run(
+        run_dir, scenario, requests_source(run_dir), sessions_source(run_dir), summary["run"]
+    )
+    assert run_dir / "plots" / "latency_over_time.png" in evaluation.files
