@@ -60,7 +60,7 @@ class InFlight:
     dispatched_at_ns: int
     worker_id: int
     history_tokens: int
-    phase: str = "measured"  # the phase in force when it was released (``TrafficLoop``)
+    phase: str = "measured"  # the phase in force at its ready time (``TrafficLoop``)
 
 
 class TrafficSink(Protocol):
@@ -137,10 +137,12 @@ class TrafficLoop:
     """Drives one run: session starts, readiness, dispatch, completion, stop conditions.
 
     Phases (``veeksha.schedule.phases``): a session's phase is the one in force at its planned
-    start; a request's is the one in force when it is released (its ready time, or the moment
-    it is handed over when that is later), whatever phase its session started in. So each
-    phase's requests are those sent under its load. Nothing is handed over ahead beyond a
-    phase boundary that is not known yet (the boundary of a phase bounded by max_sessions).
+    start; a request's is the one in force at its ready time, when the schedule releases it
+    (a root: its session's planned start; a later node: its parents' end plus its think time),
+    whatever phase its session started in. So each phase's requests are those sent under its
+    load, and the generator's own lag never moves a request to another phase. Nothing is
+    handed over ahead beyond a phase boundary not known yet (the end of a phase bounded by
+    max_sessions).
     """
 
     def __init__(
@@ -195,6 +197,7 @@ class TrafficLoop:
         self._finished = False
         self._on_finish: list[Callable[[], None]] = []
         self._on_stop: list[Callable[[str], None]] = []
+        self._on_phase: list[Callable[[str, int], None]] = []
 
     # ------------------------------------------------------------------------------- public API
 
@@ -220,6 +223,8 @@ class TrafficLoop:
             self._ramp = self._phase_ramp(0, 0, 0)
             self._arrival_timer = self._timers.call_at_ns(t0_ns, self._on_ramp_timer)
         self._arm_phase_timer()
+        for callback in self._on_phase:
+            callback(self.phase_names[0], t0_ns)
         self._check_finished()
 
     def phase_windows(self, end_ns: int) -> list[dict[str, object]]:
@@ -251,6 +256,10 @@ class TrafficLoop:
             callback()
         else:
             self._on_finish.append(callback)
+
+    def on_phase(self, callback: Callable[[str, int], None]) -> None:
+        """Call ``callback(name, start_ns)`` as each phase begins (the first at t0)."""
+        self._on_phase.append(callback)
 
     def on_stop(self, callback: Callable[[str], None]) -> None:
         """Call ``callback(reason)`` when the run stops starting work (timeout, interrupt)."""
@@ -447,6 +456,8 @@ class TrafficLoop:
             from_target = 0 if drained else self._ramp.target
             self._ramp = self._phase_ramp(phase, start_ns - self.t0_ns, from_target)
         self._arm_phase_timer()
+        for callback in self._on_phase:
+            callback(self.phase_names[phase], start_ns)
 
     def _arm_phase_timer(self) -> None:
         """Closed loop: a timer at the end of a phase bounded by its duration (the open loop's
@@ -540,7 +551,7 @@ class TrafficLoop:
         worker_id = self._submit(item)
         self._unflushed = True
         session.mark_dispatched(node_id)
-        phase = self.phase_names[self.timeline.phase_at(ready_at if ready_at > now else now)]
+        phase = self.phase_names[self.timeline.phase_at(ready_at)]  # (see the class doc)
         request = InFlight(
             session, node_id, request_id, ready_at, now, worker_id, history_tokens, phase
         )

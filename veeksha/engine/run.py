@@ -373,6 +373,12 @@ class _Run:
         finished: asyncio.Future[None] = loop.create_future()
         traffic.on_finish(lambda: _resolve(finished))
         traffic.on_stop(self._on_stop)
+        if scenario.phases:
+            traffic.on_phase(
+                lambda name, at_ns: self.log.info(
+                    f"phase {name} begins at {(at_ns - t0_ns) / _NS:.3f} s"
+                )
+            )
         progress = ProgressLine(
             self._snapshot,
             self.quiet,

@@ -61,8 +61,8 @@ REQUESTS_SCHEMA = pa.schema(
             "phase",
             _STR,
             "",
-            "warmup | measured, or the name of a `phases:` phase: the phase in force when the"
-            " request was released (a cancelled, never-sent node: its session's); warmup rows"
+            "warmup | measured, or the name of a `phases:` phase: the phase in force at the"
+            " request's ready_at (a cancelled, never-sent node: its session's); warmup rows"
             " are excluded from metrics",
             nullable=False,
         ),

@@ -31,6 +31,7 @@ from pydantic import ValidationError
 from veeksha.scenario._walk import PathPart
 from veeksha.scenario.models import (
     ConcurrentScheduler,
+    FixedInterval,
     Phase,
     RateScheduler,
     Scenario,
@@ -170,8 +171,16 @@ def phase_issues(scenario: Scenario) -> list[PhaseIssue]:
             issues.append(
                 (at, "needs duration or max_sessions (only the last phase may be open-ended)")
             )
-        _, own = scheduler_of(base, phase)
+        scheduler, own = scheduler_of(base, phase)
         issues += [((*at, *path), message) for path, message in own]
+        burst = isinstance(scheduler, RateScheduler) and (
+            isinstance(scheduler.interval_generator, FixedInterval)
+            and scheduler.interval_generator.interval == 0
+        )
+        if burst and phase.max_sessions is None:
+            issues.append(
+                (at, "a fixed interval of 0 starts all its sessions at once: give max_sessions")
+            )
     if phases[0].name == WARMUP and (runtime.warmup_sessions or runtime.warmup_seconds):
         key = "warmup_sessions" if runtime.warmup_sessions else "warmup_seconds"
         issues.append(

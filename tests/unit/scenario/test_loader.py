@@ -149,3 +149,21 @@ def test_phase_errors_name_file_line_and_key(tmp_path) -> None:  # type: ignore[
     for want in expected:
         assert any(line.startswith(want) for line in lines), (want, lines)
     assert len(lines) == len(expected)  # the open last phase is fine: runtime ends the run
+
+
+def test_a_burst_phase_needs_a_session_count() -> None:
+    from veeksha.errors import ScenarioError
+    from veeksha.scenario.loader import load_scenario_text
+
+    text = (
+        "traffic_scheduler: {type: rate, interval_generator: {type: fixed, interval: 1}}\n"
+        "phases:\n"
+        "  - {name: a, duration: 2, interval: 0}\n"
+        "  - {name: b, max_sessions: 3, interval: 0}\n"
+    )
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario_text(text, "s.yaml")
+    assert [str(issue) for issue in caught.value.issues] == [
+        "s.yaml:3:5: phases[0]: a fixed interval of 0 starts all its sessions at once:"
+        " give max_sessions"
+    ]
