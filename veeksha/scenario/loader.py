@@ -355,6 +355,8 @@ def _dedupe(issues: list[ScenarioIssue]) -> list[ScenarioIssue]:
 def resolved_dict(scenario: Scenario, *, redact: bool = True) -> dict[str, Any]:
     """The fully resolved scenario (every default) as plain data; secrets become ``"***"``."""
     data: dict[str, Any] = scenario.model_dump(mode="json")
+    if not data.get("phases"):  # (a run without phases keeps the hash it always had)
+        data.pop("phases", None)
     for path in _SECRET_PATHS:
         holder: Any = data
         for part in path[:-1]:
