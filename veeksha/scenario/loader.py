@@ -355,8 +355,6 @@ def _dedupe(issues: list[ScenarioIssue]) -> list[ScenarioIssue]:
 def resolved_dict(scenario: Scenario, *, redact: bool = True) -> dict[str, Any]:
     """The fully resolved scenario (every default) as plain data; secrets become ``"***"``."""
     data: dict[str, Any] = scenario.model_dump(mode="json")
-    if not data.get("phases"):  # (a run without phases keeps the hash it always had)
-        data.pop("phases", None)
     for path in _SECRET_PATHS:
         holder: Any = data
         for part in path[:-1]:
@@ -381,6 +379,8 @@ def scenario_hash(scenario: Scenario) -> str:
     """A short, stable hex digest of the resolved scenario, without secrets or ``output_dir``
     (where results go does not change what is measured)."""
     data = resolved_dict(scenario)
+    if not data.get("phases"):  # (a run without phases keeps the hash it always had)
+        data.pop("phases", None)
     for path in _HASH_EXCLUDED:
         holder: Any = data
         for part in path[:-1]:
