@@ -228,27 +228,8 @@ class TrafficLoop:
         self._check_finished()
 
     def phase_windows(self, end_ns: int) -> list[dict[str, object]]:
-        """Each phase begun: name, start and end (seconds since t0; the last ends at
-        ``end_ns``), and for a drained phase when its arrivals stopped and how long the drain
-        lasted."""
-        timeline = self.timeline
-        starts = timeline.starts
-        drains = {drain.phase: drain for drain in timeline.drains}
-        windows: list[dict[str, object]] = []
-        for index, start in enumerate(starts):
-            end = starts[index + 1] if index + 1 < len(starts) else max(end_ns, start)
-            window: dict[str, object] = {
-                "name": self.phase_names[index],
-                "start": (start - self.t0_ns) / _NS,
-                "end": (end - self.t0_ns) / _NS,
-            }
-            drain = drains.get(index)
-            if drain is not None:
-                window["arrivals_end"] = (drain.ended_ns - self.t0_ns) / _NS
-                resumed = drain.resumed_ns if drain.resumed_ns is not None else end
-                window["drain_s"] = max(0, resumed - drain.ended_ns) / _NS
-            windows.append(window)
-        return windows
+        """Each phase begun, in seconds since t0 (``PhaseTimeline.windows``)."""
+        return self.timeline.windows(self.t0_ns, end_ns)
 
     def on_finish(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once every started session has ended and nothing more can start."""

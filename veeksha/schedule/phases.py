@@ -37,6 +37,7 @@ from veeksha.schedule.arrivals import RateArrivals
 __all__ = ["Drain", "PhaseBounds", "PhaseTimeline", "PhasedArrivals"]
 
 _NEVER = 1 << 62
+_S = 1e9
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +117,28 @@ class PhaseTimeline:
                 break
             end += following.duration_ns
         return index
+
+    def windows(self, t0_ns: int, end_ns: int) -> list[dict[str, object]]:
+        """Each phase begun: name, start and end (seconds since ``t0_ns``; the last ends at
+        ``end_ns``), and for a drained phase when its arrivals stopped (``arrivals_end``) and
+        how long the drain lasted (``drain_s``)."""
+        starts = self.starts
+        drains = {drain.phase: drain for drain in self.drains}
+        windows: list[dict[str, object]] = []
+        for index, start in enumerate(starts):
+            end = starts[index + 1] if index + 1 < len(starts) else max(end_ns, start)
+            window: dict[str, object] = {
+                "name": self.phases[index].name,
+                "start": (start - t0_ns) / _S,
+                "end": (end - t0_ns) / _S,
+            }
+            drain = drains.get(index)
+            if drain is not None:
+                window["arrivals_end"] = (drain.ended_ns - t0_ns) / _S
+                resumed = drain.resumed_ns if drain.resumed_ns is not None else end
+                window["drain_s"] = max(0, resumed - drain.ended_ns) / _S
+            windows.append(window)
+        return windows
 
     # ------------------------------------------------------------------------------- events
 
