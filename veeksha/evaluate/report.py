@@ -150,31 +150,33 @@ def _slo_table(slos: Sequence[dict[str, Any]]) -> Table:
 
 #: (column, key path in a phase's section, scale, unit) of the per-phase table.
 PHASE_COLUMNS: tuple[tuple[str, tuple[str, ...], float, str], ...] = (
-    ("sessions", ("sessions", "total"), 1, ""),
-    ("ok", ("requests", "ok"), 1, ""),
+    ("requests ok", ("requests", "ok"), 1, ""),
     ("req/s", ("throughput", "requests_per_s"), 1, ""),
-    ("TTFC p50", ("latency", "ttfc", "p50"), 1000, "ms"),
-    ("TTFC p99", ("latency", "ttfc", "p99"), 1000, "ms"),
-    ("E2E p99", ("latency", "e2e", "p99"), 1000, "ms"),
+    ("TTFC p99", ("latency", "ttfc", "p99"), 1000, ""),
+    ("E2E p99", ("latency", "e2e", "p99"), 1000, ""),
 )
 
 
 def _phase_table(phases: dict[str, Any]) -> Table:
-    """One row per measured phase: its window, counts, rate, latency, health and SLOs."""
-    table = Table(title="phases", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("phase", no_wrap=True)
-    table.add_column("window (s)", no_wrap=True)
+    """One row per measured phase: its start (and drain), requests, rate, latency, health and
+    SLOs."""
+    table = Table(
+        title="phases (times in s, latency in ms)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    table.add_column("phase", overflow="fold", min_width=7)
+    table.add_column("from", justify="right", no_wrap=True)
     for label, _, _, unit in PHASE_COLUMNS:
         table.add_column(f"{label} {unit}".rstrip(), justify="right", no_wrap=True)
-    table.add_column("health", no_wrap=True)
-    table.add_column("SLOs", no_wrap=True)
+    table.add_column("health", no_wrap=True, min_width=6)
+    table.add_column("SLOs", no_wrap=True, min_width=5)
     for name, section in phases.items():
         window = section.get("window") or {}
-        span = "-"
-        if window.get("start") is not None and window.get("end") is not None:
-            span = f"{window['start']:.1f}-{window['end']:.1f}"
-            if window.get("drain_s"):
-                span += f" (drain {window['drain_s']:.1f})"
+        span = "-" if window.get("start") is None else f"{window['start']:.1f}"
+        if window.get("drain_s"):
+            span += f"\n+{window['drain_s']:.1f} drain"
         cells = [_num(headline_value(section, path, scale)) for _, path, scale, _ in PHASE_COLUMNS]
         verdict = section.get("health", {}).get("verdict", "SKIP")
         met = section.get("slos", {}).get("all_met")
