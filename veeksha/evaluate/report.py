@@ -18,7 +18,7 @@ __all__ = ["HEADLINE", "PHASE_COLUMNS", "headline_value", "render_compare", "ren
 
 #: (label, key path in summary.json, scale, unit shown) of the headline numbers.
 HEADLINE: tuple[tuple[str, tuple[str, ...], float, str], ...] = (
-    ("requests ok", ("requests", "ok"), 1, ""),
+    ("ok", ("requests", "ok"), 1, ""),
     ("requests total", ("requests", "total"), 1, ""),
     ("error rate", ("errors", "error_rate"), 100, "%"),
     ("window", ("throughput", "window_s"), 1, "s"),
@@ -150,7 +150,7 @@ def _slo_table(slos: Sequence[dict[str, Any]]) -> Table:
 
 #: (column, key path in a phase's section, scale, unit) of the per-phase table.
 PHASE_COLUMNS: tuple[tuple[str, tuple[str, ...], float, str], ...] = (
-    ("requests ok", ("requests", "ok"), 1, ""),
+    ("ok", ("requests", "ok"), 1, ""),
     ("req/s", ("throughput", "requests_per_s"), 1, ""),
     ("TTFC p99", ("latency", "ttfc", "p99"), 1000, ""),
     ("E2E p99", ("latency", "e2e", "p99"), 1000, ""),
@@ -161,7 +161,7 @@ def _phase_table(phases: dict[str, Any]) -> Table:
     """One row per measured phase: its start (and drain), requests, rate, latency, health and
     SLOs."""
     table = Table(
-        title="phases (times in s, latency in ms)",
+        title="phases (ok: requests; times in s, latency in ms)",
         title_justify="left",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
@@ -175,13 +175,14 @@ def _phase_table(phases: dict[str, Any]) -> Table:
     for name, section in phases.items():
         window = section.get("window") or {}
         span = "-" if window.get("start") is None else f"{window['start']:.1f}"
+        label = name
         if window.get("drain_s"):
-            span += f"\n+{window['drain_s']:.1f} drain"
+            label += f"\n(drain {window['drain_s']:.1f})"
         cells = [_num(headline_value(section, path, scale)) for _, path, scale, _ in PHASE_COLUMNS]
         verdict = section.get("health", {}).get("verdict", "SKIP")
         met = section.get("slos", {}).get("all_met")
         slo = "-" if met is None else "[green]met[/]" if met else "[bold red]unmet[/]"
-        table.add_row(name, span, *cells, f"[{_STYLE.get(verdict, '')}]{verdict}[/]", slo)
+        table.add_row(label, span, *cells, f"[{_STYLE.get(verdict, '')}]{verdict}[/]", slo)
     return table
 
 
