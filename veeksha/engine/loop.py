@@ -18,8 +18,8 @@ Timing vocabulary (all integer ns of CLOCK_MONOTONIC):
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -29,12 +29,20 @@ from veeksha.clock import Clock
 from veeksha.dispatch.messages import Result, WorkItem
 from veeksha.errors import VeekshaError
 from veeksha.generate.spec import SessionSpec
-from veeksha.schedule.arrivals import ConcurrencyRamp, RateArrivals
+from veeksha.schedule.arrivals import ConcurrencyRamp
+from veeksha.schedule.phases import PhaseBounds, PhasedArrivals, PhaseTimeline
 from veeksha.schedule.ready_queue import ReadyQueue
 from veeksha.schedule.session_state import NodeState, SessionState
 from veeksha.timers import Cancellable, Timers
 
-__all__ = ["InFlight", "LoopCounters", "LoopSettings", "TrafficLoop", "TrafficSink"]
+__all__ = [
+    "InFlight",
+    "LoopCounters",
+    "LoopSettings",
+    "TrafficLoop",
+    "TrafficSink",
+    "default_phases",
+]
 
 _NS = 1_000_000_000
 _STARTS_PER_PASS = 256
@@ -52,6 +60,7 @@ class InFlight:
     dispatched_at_ns: int
     worker_id: int
     history_tokens: int
+    phase: str = "measured"  # the phase in force at its ready time (``TrafficLoop``)
 
 
 class TrafficSink(Protocol):
@@ -88,6 +97,15 @@ class LoopSettings:
     dispatch_ahead_ns: int = 0
     # Sessions that exist at all (all phases; a trace that does not wrap); None: no end.
     session_limit: int | None = None
+    # The run's phases; None: a warmup (from warmup_sessions / warmup_seconds), then measured.
+    phases: Sequence[PhaseBounds] | None = None
+    # Open loop per phase: phase i's gap sampler (default: rate_gaps), mean gap and scheduler
+    # key (equal keys of consecutive phases: one arrival process).
+    phase_gaps: Callable[[int], Callable[[int], NDArray[np.float64]]] | None = None
+    phase_mean_gaps: Sequence[float] = ()
+    phase_keys: Sequence[Hashable] = ()
+    # Closed loop per phase: (target, rampup seconds); default: concurrency's, for every phase.
+    phase_targets: Sequence[tuple[int, float]] = field(default_factory=tuple)
 
 
 @dataclass(slots=True)
@@ -105,8 +123,27 @@ class LoopCounters:
     last_dispatch_lag_ns: int = 0
 
 
+def default_phases(settings: LoopSettings) -> list[PhaseBounds]:
+    """The phases of a run that names none: a warmup (when set), then ``measured``."""
+    phases = []
+    if settings.warmup_sessions or settings.warmup_seconds:
+        duration = round(settings.warmup_seconds * _NS) or None
+        phases.append(PhaseBounds("warmup", duration, settings.warmup_sessions or None))
+    phases.append(PhaseBounds("measured"))
+    return phases
+
+
 class TrafficLoop:
-    """Drives one run: session starts, readiness, dispatch, completion, stop conditions."""
+    """Drives one run: session starts, readiness, dispatch, completion, stop conditions.
+
+    Phases (``veeksha.schedule.phases``): a session's phase is the one in force at its planned
+    start; a request's is the one in force at its ready time, when the schedule releases it
+    (a root: its session's planned start; a later node: its parents' end plus its think time),
+    whatever phase its session started in. So each phase's requests are those sent under its
+    load, and the generator's own lag never moves a request to another phase. Nothing is
+    handed over ahead beyond a phase boundary not known yet (the end of a phase bounded by
+    max_sessions).
+    """
 
     def __init__(
         self,
@@ -141,7 +178,12 @@ class TrafficLoop:
         self._next_session = 0
         self._warmup_started = 0
         self._next_request = 0
-        self._arrivals: RateArrivals | None = None
+        self.phases = list(settings.phases or default_phases(settings))
+        self.phase_names = [phase.name for phase in self.phases]
+        self.timeline = PhaseTimeline(self.phases, 0)  # (replaced at start, at t0)
+        self._ramp = settings.concurrency
+        self._phase_timer: Cancellable | None = None
+        self._arrivals: PhasedArrivals | None = None
         self._arrival_timer: Cancellable | None = None
         self._dispatch_timer: Cancellable | None = None
         self._dispatch_wake_ns: int | None = None
@@ -155,20 +197,39 @@ class TrafficLoop:
         self._finished = False
         self._on_finish: list[Callable[[], None]] = []
         self._on_stop: list[Callable[[str], None]] = []
+        self._on_phase: list[Callable[[str, int], None]] = []
 
     # ------------------------------------------------------------------------------- public API
 
     def start(self, t0_ns: int) -> None:
         """Begin the run at ``t0_ns`` (the first session arrives then)."""
         self.t0_ns = t0_ns
-        if self.settings.rate_gaps is not None:
-            self._arrivals = RateArrivals(self.settings.rate_gaps, t0_ns)
+        settings = self.settings
+        self.timeline = PhaseTimeline(self.phases, t0_ns)
+        self.timeline.on_begin.append(self._on_phase_begin)
+        if settings.rate_gaps is not None:
+            rate_gaps = settings.rate_gaps
+            n = len(self.phases)
+            self._arrivals = PhasedArrivals(
+                self.timeline,
+                settings.phase_gaps or (lambda _phase: rate_gaps),
+                settings.phase_mean_gaps or [1.0] * n,
+                settings.phase_keys or [0] * n,
+            )
             self._arrival_timer = self._timers.call_at_ns(
                 t0_ns - self._ahead_ns, self._on_arrival_timer
             )
         else:
+            self._ramp = self._phase_ramp(0, 0, 0)
             self._arrival_timer = self._timers.call_at_ns(t0_ns, self._on_ramp_timer)
+        self._arm_phase_timer()
+        for callback in self._on_phase:
+            callback(self.phase_names[0], t0_ns)
         self._check_finished()
+
+    def phase_windows(self, end_ns: int) -> list[dict[str, object]]:
+        """Each phase begun, in seconds since t0 (``PhaseTimeline.windows``)."""
+        return self.timeline.windows(self.t0_ns, end_ns)
 
     def on_finish(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once every started session has ended and nothing more can start."""
@@ -176,6 +237,10 @@ class TrafficLoop:
             callback()
         else:
             self._on_finish.append(callback)
+
+    def on_phase(self, callback: Callable[[str, int], None]) -> None:
+        """Call ``callback(name, start_ns)`` as each phase begins (the first at t0)."""
+        self._on_phase.append(callback)
 
     def on_stop(self, callback: Callable[[str], None]) -> None:
         """Call ``callback(reason)`` when the run stops starting work (timeout, interrupt)."""
@@ -195,7 +260,12 @@ class TrafficLoop:
             return
         self.stopping = True
         self.stop_reason = reason
-        for timer in (self._arrival_timer, self._dispatch_timer, self._deadline_timer):
+        for timer in (
+            self._arrival_timer,
+            self._dispatch_timer,
+            self._deadline_timer,
+            self._phase_timer,
+        ):
             if timer is not None:
                 timer.cancel()
         now = self._clock.now_ns()
@@ -258,6 +328,9 @@ class TrafficLoop:
     def _can_start(self) -> bool:
         if self.stopping:
             return False
+        timeline = self.timeline
+        if timeline.drain_pending or timeline.finished:
+            return False
         limit = self.settings.session_limit
         if limit is not None and self._next_session >= limit:
             return False
@@ -266,17 +339,9 @@ class TrafficLoop:
         measured = self.counters.sessions_started - self._warmup_started
         return measured < self.settings.max_sessions
 
-    def _phase_for(self, start_ns: int) -> str:
-        if self._next_session < self.settings.warmup_sessions:
-            return "warmup"
-        warmup_ns = round(self.settings.warmup_seconds * _NS)
-        if warmup_ns > 0 and start_ns < self.t0_ns + warmup_ns:
-            return "warmup"
-        return "measured"
-
-    def _start_session(self, start_ns: int) -> None:
+    def _start_session(self, start_ns: int, phase_index: int) -> None:
         index = self._next_session
-        phase = self._phase_for(start_ns)
+        phase = self.phase_names[phase_index]
         self._next_session += 1
         try:
             spec = self._make_session(index)
@@ -310,11 +375,15 @@ class TrafficLoop:
         started = 0
         # A burst (a late timer, or a rate beyond what one pass can start) is started in slices,
         # so results are still handled in between; each session keeps its planned start time.
-        while self._can_start() and arrivals.peek_ns() <= horizon and started < _STARTS_PER_PASS:
-            self._start_session(arrivals.pop_ns())
+        while started < _STARTS_PER_PASS and self._can_start():
+            at = arrivals.peek_ns()
+            if at is None or at > horizon:
+                break
+            self._start_session(*arrivals.pop())
             started += 1
-        if self._can_start() and not self._past_deadline(arrivals.peek_ns()):
-            wake = arrivals.peek_ns() - self._ahead_ns
+        at = arrivals.peek_ns() if self._can_start() else None
+        if at is not None and not self._past_deadline(at):
+            wake = at - self._ahead_ns
             if wake > now:  # (else a burst goes on at once) no sooner than half a window on
                 wake = max(wake, now + self._refill_ns)
             self._arrival_timer = self._timers.call_at_ns(wake, self._on_arrival_timer)
@@ -322,15 +391,21 @@ class TrafficLoop:
         self._check_finished()
 
     def _fill_concurrency(self, elapsed_ns: int, freed_at_ns: int = 0) -> None:
-        ramp = self.settings.concurrency
-        assert ramp is not None
-        allowed = ramp.allowed(elapsed_ns)
-        while self._can_start() and len(self.sessions) < allowed:
+        timeline = self.timeline
+        while self._can_start():
+            ramp = self._ramp  # (a phase that ends at a start changes it)
+            assert ramp is not None
+            if len(self.sessions) >= ramp.allowed(elapsed_ns):
+                break
             slot_ns = self.t0_ns + ramp.slot_open_ns(len(self.sessions) + 1)
-            self._start_session(max(slot_ns, freed_at_ns))
+            start_ns = max(slot_ns, freed_at_ns)
+            self._start_session(start_ns, timeline.start_session(start_ns))
+            timeline.advance_to(start_ns + 1)  # (a count bound ends just after its last start)
         if self._arrival_timer is not None:
             self._arrival_timer.cancel()
             self._arrival_timer = None
+        ramp = self._ramp
+        assert ramp is not None
         next_ns = ramp.next_increase_ns(elapsed_ns)
         if next_ns is not None and self._can_start():
             self._arrival_timer = self._timers.call_at_ns(self.t0_ns + next_ns, self._on_ramp_timer)
@@ -340,6 +415,73 @@ class TrafficLoop:
     def _on_ramp_timer(self) -> None:
         self._arrival_timer = None
         self._fill_concurrency(self._clock.now_ns() - self.t0_ns)
+        self._check_finished()
+
+    # ----------------------------------------------------------------------------------- phases
+
+    def _phase_ramp(self, phase: int, start_ns: int, from_target: int) -> ConcurrencyRamp:
+        """Phase ``phase``'s closed-loop target, ramping from ``from_target`` at ``start_ns``
+        (elapsed)."""
+        targets = self.settings.phase_targets
+        if targets:
+            target, rampup_s = targets[phase]
+        else:
+            base = self.settings.concurrency
+            assert base is not None
+            target, rampup_s = base.target, base.rampup_ns / _NS
+        return ConcurrencyRamp(target, rampup_s, start_ns, from_target)
+
+    def _on_phase_begin(self, phase: int, start_ns: int) -> None:
+        if self.settings.concurrency is not None and self._ramp is not None:
+            drained = bool(self.timeline.drains) and self.timeline.drains[-1].resumed_ns == start_ns
+            from_target = 0 if drained else self._ramp.target
+            self._ramp = self._phase_ramp(phase, start_ns - self.t0_ns, from_target)
+        self._arm_phase_timer()
+        for callback in self._on_phase:
+            callback(self.phase_names[phase], start_ns)
+
+    def _arm_phase_timer(self) -> None:
+        """Closed loop: a timer at the end of a phase bounded by its duration (the open loop's
+        arrivals find their boundaries themselves)."""
+        if self._phase_timer is not None:
+            self._phase_timer.cancel()
+            self._phase_timer = None
+        if self.settings.concurrency is None or self.stopping:
+            return
+        timeline = self.timeline
+        duration = self.phases[timeline.index].duration_ns
+        if duration is not None and not timeline.finished:
+            end = timeline.starts[timeline.index] + duration
+            self._phase_timer = self._timers.call_at_ns(end, lambda: self._on_phase_timer(end))
+
+    def _on_phase_timer(self, end_ns: int) -> None:
+        self._phase_timer = None
+        self.timeline.advance_to(end_ns)
+        if not self.timeline.drain_pending:
+            self._fill_concurrency(self._clock.now_ns() - self.t0_ns)
+        self._check_finished()
+
+    def _end_drain(self) -> None:
+        """Every session has ended during a drain: the next phase begins (not before the
+        drained phase's own end)."""
+        now = self._clock.now_ns()
+        at = max(now, self.timeline.drains[-1].ended_ns)
+        if at > now:
+            self._phase_timer = self._timers.call_at_ns(at, self._on_drain_timer)
+            return
+        if self._arrivals is not None:
+            self._arrivals.resume(now)
+            if self._arrival_timer is not None:
+                self._arrival_timer.cancel()
+            self._arrival_timer = self._timers.call_at_ns(now, self._on_arrival_timer)
+        else:
+            self.timeline.resume(now)
+            self._fill_concurrency(now - self.t0_ns)
+
+    def _on_drain_timer(self) -> None:
+        self._phase_timer = None
+        if self.timeline.drain_pending and not self.sessions and not self.in_flight:
+            self._end_drain()
         self._check_finished()
 
     # --------------------------------------------------------------------------------- dispatch
@@ -360,7 +502,12 @@ class TrafficLoop:
         now = self._clock.now_ns()
         cap = self.settings.max_in_flight
         limit = None if cap is None else max(0, cap - len(self.in_flight))
-        for session, node_id in self.ready.pop_due(self._horizon(now), limit):
+        horizon = self._horizon(now)
+        if self.timeline.end_unknown:  # nothing ahead beyond a boundary not known yet
+            arrivals = self._arrivals
+            at = None if arrivals is None else arrivals.peek_ns()
+            horizon = now if at is None else min(horizon, max(now, at - 1))
+        for session, node_id in self.ready.pop_due(horizon, limit):
             if session.states[node_id] != _READY:
                 continue  # cancelled while queued
             self._dispatch(session, node_id, now)
@@ -385,7 +532,10 @@ class TrafficLoop:
         worker_id = self._submit(item)
         self._unflushed = True
         session.mark_dispatched(node_id)
-        request = InFlight(session, node_id, request_id, ready_at, now, worker_id, history_tokens)
+        phase = self.phase_names[self.timeline.phase_at(ready_at)]  # (see the class doc)
+        request = InFlight(
+            session, node_id, request_id, ready_at, now, worker_id, history_tokens, phase
+        )
         self.in_flight[request_id] = request
         self.counters.requests_dispatched += 1
         if ready_at <= now:  # (handed over ahead: its lag is known once the worker released it)
@@ -500,8 +650,18 @@ class TrafficLoop:
     def _check_finished(self) -> None:
         if self._finished:
             return
+        if not self.sessions and not self.in_flight and not self.stopping:
+            if self.timeline.drain_pending and self._phase_timer is None:
+                self._end_drain()
+            if self.timeline.drain_pending:
+                return  # (the next phase begins at the drained phase's end)
         if not self.sessions and not self.in_flight and not self._can_start():
-            for timer in (self._arrival_timer, self._dispatch_timer, self._deadline_timer):
+            for timer in (
+                self._arrival_timer,
+                self._dispatch_timer,
+                self._deadline_timer,
+                self._phase_timer,
+            ):
                 if timer is not None:
                     timer.cancel()
             if not self.stop_reason:

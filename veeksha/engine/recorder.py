@@ -55,7 +55,7 @@ class RunRecorder:
         if self._trace is not None:
             session = request.session
             node = session.spec.nodes[request.node_id]
-            self._trace.add(session.phase, session.session_id, node, item)
+            self._trace.add(request.phase, session.session_id, node, item)
 
     def request_done(self, request: InFlight, result: Result, processed_at_ns: int) -> None:
         session = request.session
@@ -76,7 +76,7 @@ class RunRecorder:
             with writer.lock:  # the writer thread swaps the batch under this lock
                 writer.requests.add_result(
                     self.run_id,
-                    session.phase,
+                    request.phase,
                     session.session_id,
                     request.request_id,
                     node,

@@ -34,6 +34,7 @@ from veeksha.dispatch.pool import WorkerPool
 from veeksha.dispatch.settings import WorkerSettings, resolve_api_key
 from veeksha.engine.cpu_wait import CpuWait
 from veeksha.engine.loop import LoopSettings, TrafficLoop
+from veeksha.engine.phases import apply_phases
 from veeksha.engine.progress import ProgressLine, load_display
 from veeksha.engine.prompt_check import server_tokenizer_info
 from veeksha.engine.recorder import RunRecorder
@@ -255,11 +256,13 @@ class _Run:
             # a dry run answers at once in this process: nothing could hold an item until due
             dispatch_ahead_ns=0 if self.dry_run else round(runtime.dispatch_ahead_ms * 1e6),
         )
+        extra_warmup = 0
         if self.trace is not None:
             limit = self.trace.hi - self.trace.lo
             settings.session_limit = None if self.trace.wrap else limit
             # sessions that warm the server up (rag's documents), once, before the trace's own
-            settings.warmup_sessions += self.trace.warmup
+            extra_warmup = self.trace.warmup
+            settings.warmup_sessions += extra_warmup
         if isinstance(scheduler, TraceScheduler):
             assert self.trace is not None
             settings.rate_gaps = self.trace.timeline().sample
@@ -271,6 +274,7 @@ class _Run:
             settings.concurrency = ConcurrencyRamp(
                 scheduler.target_concurrent_sessions, scheduler.rampup_seconds
             )
+        apply_phases(settings, scenario, extra_warmup)
         return settings
 
     async def _run_with_target(
@@ -371,6 +375,12 @@ class _Run:
         finished: asyncio.Future[None] = loop.create_future()
         traffic.on_finish(lambda: _resolve(finished))
         traffic.on_stop(self._on_stop)
+        if scenario.phases:
+            traffic.on_phase(
+                lambda name, at_ns: self.log.info(
+                    f"phase {name} begins at {(at_ns - t0_ns) / _NS:.3f} s"
+                )
+            )
         progress = ProgressLine(
             self._snapshot,
             self.quiet,
@@ -532,6 +542,7 @@ class _Run:
                 "num_workers": self.num_workers,
                 "target": describe(target),
             }
+            run_info["phases"] = traffic.phase_windows(self.clock.now_ns())
             if self.trace is not None:
                 run_info["trace"] = self.trace.summary()
             if isinstance(self.tokenizer, CalibratedTokenizer):  # (after the traffic, never in it)

@@ -22,10 +22,10 @@ through every send and completion would give, without matplotlib holding million
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -184,7 +184,43 @@ def _bin_of(times: Floats, first: float, span: float, bins: int) -> NDArray[np.i
     return np.minimum(where, bins - 1, out=where)
 
 
-def _timeline(requests: ColumnSource, path: Path) -> Path | None:
+Boundaries = Sequence[tuple[str, float]]
+
+
+def _mark(ax: Any, boundaries: Boundaries, label: bool = False) -> None:
+    """A dashed line at each phase start (named on the top axes)."""
+    for name, start in boundaries:
+        ax.axvline(start, color="grey", linestyle="--", linewidth=0.8)
+        if label:
+            ax.annotate(
+                name,
+                (start, 1.0),
+                xycoords=("data", "axes fraction"),
+                xytext=(2, -2),
+                textcoords="offset points",
+                va="top",
+                fontsize=7,
+                color="grey",
+            )
+
+
+def _latency_over_time(requests: ColumnSource, path: Path, boundaries: Boundaries) -> Path | None:
+    fig = _figure(rows=2)
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    drawn = False
+    for ax, metric in ((top, "ttfc"), (bottom, "e2e")):
+        sent, value = _strided(requests, ("sent_at", metric), SCATTER_POINTS)
+        if sent.size:
+            drawn = True
+            ax.scatter(sent, value * 1000, s=4, alpha=0.5)
+        ax.set_ylabel(f"{metric.upper()} (ms)")
+        ax.grid(alpha=0.3)
+        _mark(ax, boundaries, label=ax is top)
+    bottom.set_xlabel("sent at, time since t0 (s)")
+    return _save(fig, path) if drawn else None
+
+
+def _timeline(requests: ColumnSource, path: Path, boundaries: Boundaries = ()) -> Path | None:
     sent = _finite(requests, "sent_at")
     if sent.size == 0:
         return None
@@ -204,6 +240,8 @@ def _timeline(requests: ColumnSource, path: Path) -> Path | None:
     bottom.set_ylabel("requests sent per s")
     bottom.set_xlabel("time since t0 (s)")
     bottom.grid(alpha=0.3)
+    _mark(top, boundaries, label=True)
+    _mark(bottom, boundaries)
     return _save(fig, path)
 
 
@@ -240,11 +278,16 @@ def _ttfc_vs_prompt(requests: ColumnSource, path: Path) -> Path | None:
 
 
 def write_plots(
-    run_dir: Path, requests: pa.Table | ColumnSource, digests: dict[str, Digest]
+    run_dir: Path,
+    requests: pa.Table | ColumnSource,
+    digests: dict[str, Digest],
+    boundaries: Boundaries = (),
 ) -> list[Path]:
     """Draw every plot with data into ``run_dir/plots``; returns the files written.
 
-    ``digests``: the metrics' digests, with their CDF for ``CDF_METRICS``."""
+    ``digests``: the metrics' digests, with their CDF for ``CDF_METRICS``; ``boundaries``:
+    (phase name, start in seconds since t0) of a multi-phase run's phases, marked on the
+    timeline and on ``latency_over_time.png`` (drawn only then)."""
     folder = run_dir / PLOTS_DIR
     folder.mkdir(parents=True, exist_ok=True)
     written = [
@@ -253,8 +296,8 @@ def write_plots(
         if digests[name].count
     ]
     source = ColumnSource.of(requests)
-    for draw, name in ((_timeline, "timeline.png"), (_ttfc_vs_prompt, "ttfc_vs_prompt.png")):
-        path = draw(source, folder / name)
-        if path is not None:
-            written.append(path)
-    return written
+    paths = [_timeline(source, folder / "timeline.png", boundaries)]
+    paths.append(_ttfc_vs_prompt(source, folder / "ttfc_vs_prompt.png"))
+    if boundaries:
+        paths.append(_latency_over_time(source, folder / "latency_over_time.png", boundaries))
+    return written + [path for path in paths if path is not None]

@@ -14,11 +14,11 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-__all__ = ["HEADLINE", "headline_value", "render_compare", "render_summary"]
+__all__ = ["HEADLINE", "PHASE_COLUMNS", "headline_value", "render_compare", "render_summary"]
 
 #: (label, key path in summary.json, scale, unit shown) of the headline numbers.
 HEADLINE: tuple[tuple[str, tuple[str, ...], float, str], ...] = (
-    ("requests ok", ("requests", "ok"), 1, ""),
+    ("ok", ("requests", "ok"), 1, ""),
     ("requests total", ("requests", "total"), 1, ""),
     ("error rate", ("errors", "error_rate"), 100, "%"),
     ("window", ("throughput", "window_s"), 1, "s"),
@@ -89,7 +89,8 @@ def _display_unit(unit: str, typical: float | None) -> tuple[str, float]:
 
 
 def _headline_table(summary: dict[str, Any]) -> Table:
-    table = Table(title="veeksha: measured phase", show_header=False, title_justify="left")
+    title = "veeksha: measured phases" if summary.get("phases") else "veeksha: measured phase"
+    table = Table(title=title, show_header=False, title_justify="left")
     table.add_column("metric")
     table.add_column("value", justify="right")
     for label, path, scale, unit in HEADLINE:
@@ -147,6 +148,44 @@ def _slo_table(slos: Sequence[dict[str, Any]]) -> Table:
     return table
 
 
+#: (column, key path in a phase's section, scale, unit) of the per-phase table.
+PHASE_COLUMNS: tuple[tuple[str, tuple[str, ...], float, str], ...] = (
+    ("ok", ("requests", "ok"), 1, ""),
+    ("req/s", ("throughput", "requests_per_s"), 1, ""),
+    ("TTFC p99", ("latency", "ttfc", "p99"), 1000, ""),
+    ("E2E p99", ("latency", "e2e", "p99"), 1000, ""),
+)
+
+
+def _phase_table(phases: dict[str, Any]) -> Table:
+    """One row per measured phase: its start (and drain), requests, rate, latency, health and
+    SLOs."""
+    table = Table(
+        title="phases (ok: requests; times in s, latency in ms)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    table.add_column("phase", overflow="fold", min_width=7)
+    table.add_column("from", justify="right", no_wrap=True)
+    for label, _, _, unit in PHASE_COLUMNS:
+        table.add_column(f"{label} {unit}".rstrip(), justify="right", no_wrap=True)
+    table.add_column("health", no_wrap=True, min_width=6)
+    table.add_column("SLOs", no_wrap=True, min_width=5)
+    for name, section in phases.items():
+        window = section.get("window") or {}
+        span = "-" if window.get("start") is None else f"{window['start']:.1f}"
+        label = name
+        if window.get("drain_s"):
+            label += f"\n(drain {window['drain_s']:.1f})"
+        cells = [_num(headline_value(section, path, scale)) for _, path, scale, _ in PHASE_COLUMNS]
+        verdict = section.get("health", {}).get("verdict", "SKIP")
+        met = section.get("slos", {}).get("all_met")
+        slo = "-" if met is None else "[green]met[/]" if met else "[bold red]unmet[/]"
+        table.add_row(label, span, *cells, f"[{_STYLE.get(verdict, '')}]{verdict}[/]", slo)
+    return table
+
+
 def render_summary(
     console: Console, summary: dict[str, Any], health: dict[str, Any] | None = None
 ) -> None:
@@ -157,6 +196,8 @@ def render_summary(
         console.print(f"[yellow]partial run ({reason}): numbers cover what was recorded[/]")
     console.print(_headline_table(summary))
     console.print(_latency_table(summary))
+    if summary.get("phases"):
+        console.print(_phase_table(summary["phases"]))
     console.print(_health_table(health or _checks_from_summary(summary)))
     slos = summary.get("slos", {}).get("results", [])
     if slos:

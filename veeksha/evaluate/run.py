@@ -41,6 +41,7 @@ from veeksha.evaluate.health import FAIL, HealthInput, HealthReport, Status
 from veeksha.evaluate.jsonio import jsonable
 from veeksha.evaluate.metrics import Digest
 from veeksha.evaluate.outputs import write_metric_csvs, write_slo, write_summary
+from veeksha.evaluate.phases import combine_arrival_checks, phase_sections
 from veeksha.evaluate.plots import CDF_METRICS, write_plots
 from veeksha.evaluate.slo import SloResult, all_met, judge_slos, scenario_slos
 from veeksha.evaluate.source import ColumnSource, release_memory
@@ -142,7 +143,13 @@ def compute_evaluation(
     aggregates = compute_aggregates(measured, measured_sessions, slos, cdf_metrics)
     slo_results = judge_slos(slos, aggregates.digests)
     health = run_health_checks(HealthInput(requests, measured, measured_sessions, scenario, info))
+    phases: dict[str, Any] = {}
+    if scenario.phases:  # each phase on its own, the run's arrival checks the phases' own
+        phases, reports = phase_sections(scenario, requests, sessions, slos, info)
+        health = combine_arrival_checks(health, reports)
     summary = summary_document(aggregates, info, health, slo_results)
+    if phases:
+        summary["phases"] = phases
     return Evaluation(
         summary, health, slo_results, aggregates.digests, scenario.health_checks.strict
     )
@@ -173,6 +180,11 @@ def evaluate_run(
     files += write_metric_csvs(run_dir, evaluation.digests)
     if plots:
         release_memory()
-        files += write_plots(run_dir, measured_rows(requests), evaluation.digests)
+        boundaries = [
+            (str(w["name"]), float(w["start"]))
+            for w in evaluation.summary["run"].get("phases") or []
+            if scenario.phases and isinstance(w, dict) and w.get("start") is not None
+        ]
+        files += write_plots(run_dir, measured_rows(requests), evaluation.digests, boundaries)
     evaluation.files = files
     return evaluation

@@ -26,6 +26,7 @@ __all__ = [
     "CSV_PERCENTILES",
     "MEASURED",
     "PERCENTILES",
+    "WARMUP",
     "Floats",
     "column",
     "describe",
@@ -44,6 +45,7 @@ __all__ = [
 Floats = NDArray[np.float64]
 
 MEASURED = "measured"
+WARMUP = "warmup"
 #: Percentiles of every aggregate (in percent), keyed by ``percentile_key``: p50 ... p99_9.
 PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0, 99.9)
 #: Rows of the per-metric CSVs in metrics/.
@@ -179,10 +181,11 @@ def flat_list(table: pa.Table, name: str) -> Floats:
 
 
 def measured_rows(table: pa.Table) -> pa.Table:
-    """The rows of the measured phase (metrics and checks ignore warmup rows)."""
+    """The rows of the measured phases: every phase but warmup (metrics and checks ignore
+    warmup rows)."""
     if table.num_rows == 0:
         return table
-    mask = pc.equal(table.column("phase"), scalar(MEASURED))
+    mask = pc.not_equal(table.column("phase"), scalar(WARMUP))
     if pc.all(mask).as_py():  # no warmup: the table itself, not a copy of every column
         return table
     return table.filter(mask)

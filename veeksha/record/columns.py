@@ -61,7 +61,9 @@ REQUESTS_SCHEMA = pa.schema(
             "phase",
             _STR,
             "",
-            "warmup | measured; warmup rows are excluded from metrics",
+            "warmup | measured, or the name of a `phases:` phase: the phase in force at the"
+            " request's ready_at (a cancelled, never-sent node: its session's); warmup rows"
+            " are excluded from metrics",
             nullable=False,
         ),
         _col("session_id", _I64, "", "session this request belongs to", nullable=False),
@@ -222,7 +224,7 @@ SESSIONS_SCHEMA = pa.schema(
             "phase",
             _STR,
             "",
-            "warmup | measured (the phase the session started in)",
+            "warmup | measured, or a `phases:` phase's name (the phase the session started in)",
             nullable=False,
         ),
         _col("session_id", _I64, "", "session id (matches requests.session_id)", nullable=False),

@@ -39,6 +39,7 @@ from veeksha.scenario.overrides import (
     extra_args_to_overrides,
     format_path,
 )
+from veeksha.scenario.phases import phase_issues
 
 __all__ = [
     "REDACTED",
@@ -90,6 +91,8 @@ def load_scenario_node(
         warnings.simplefilter("always")
         try:
             scenario = Scenario.model_validate(data)
+            for parts, message in phase_issues(scenario):
+                issues.append(_issue_at(root, source_name, list(parts), message, override_paths))
         except ValidationError as exc:
             issues += _issues(exc, root, source_name, override_paths)
             scenario = None
@@ -298,6 +301,20 @@ def _message(
     return message
 
 
+def _issue_at(
+    root: CommentedMap,
+    source: str,
+    parts: list[PathPart],
+    message: str,
+    override_paths: list[tuple[PathPart, ...]],
+) -> ScenarioIssue:
+    """An issue found after validation (between keys), placed like a validation error."""
+    if _from_override(root, parts, override_paths):
+        return ScenarioIssue(OVERRIDE_SOURCE, None, None, format_path(parts), message)
+    line, column = _position(root, parts)
+    return ScenarioIssue(source, line, column, format_path(parts), message)
+
+
 def _issues(
     exc: ValidationError,
     root: CommentedMap,
@@ -371,6 +388,8 @@ def scenario_hash(scenario: Scenario) -> str:
     """A short, stable hex digest of the resolved scenario, without secrets or ``output_dir``
     (where results go does not change what is measured)."""
     data = resolved_dict(scenario)
+    if not data.get("phases"):  # (a run without phases keeps the hash it always had)
+        data.pop("phases", None)
     for path in _HASH_EXCLUDED:
         holder: Any = data
         for part in path[:-1]:

@@ -48,6 +48,7 @@ __all__ = [
     "MooncakeFlavor",
     "OutputSpec",
     "PerformanceEvaluator",
+    "Phase",
     "PoissonInterval",
     "RagFlavor",
     "RateScheduler",
@@ -801,6 +802,44 @@ class HealthChecks(StrictModel):
     strict: bool = Field(False, description="A failed check makes `veeksha run` exit non-zero.")
 
 
+# ---------------------------------------------------------------------------------------- phases
+
+
+class Phase(StrictModel):
+    """One phase of a multi-phase run: a name, a length, and what the traffic does differently.
+
+    A phase needs exactly one of ``duration`` and ``max_sessions`` (the last phase may have
+    neither when runtime.max_sessions or runtime.benchmark_timeout ends the run). The overrides
+    change the traffic scheduler of the run for this phase only; which keys may change is
+    checked against the scheduler's type (``veeksha.scenario.phases``, docs/experiments.md).
+    """
+
+    name: str = Field(
+        ..., min_length=1, description="Unique label; `warmup` (first phase only) is untracked."
+    )
+    duration: float | None = Field(None, gt=0, description="Seconds the phase lasts.")
+    max_sessions: int | None = Field(None, ge=1, description="Sessions started in the phase.")
+    drain: bool = Field(
+        False,
+        description="At the phase's end, start nothing until every session started so far"
+        " has ended; the next phase starts then.",
+    )
+    arrival_rate: float | None = Field(
+        None, gt=0, description="rate scheduler: the interval generator's arrival_rate."
+    )
+    interval: float | None = Field(
+        None, ge=0, description="rate scheduler, fixed interval: seconds between sessions."
+    )
+    target_concurrent_sessions: int | None = Field(
+        None, ge=1, description="concurrent scheduler: the target of this phase."
+    )
+    traffic_scheduler: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Any other traffic_scheduler keys of the run's scheduler type, merged into it"
+        " for this phase (not type, cancel_session_on_failure).",
+    )
+
+
 # ----------------------------------------------------------------------------------- the scenario
 
 
@@ -834,6 +873,10 @@ class Scenario(StrictModel):
         description="The built-in server, used when client.api_base is absent.",
     )
     output_dir: str = Field("benchmark_output", description="Base folder of run folders.")
+    phases: list[Phase] = Field(
+        default_factory=list,
+        description="Phases of one run (warmup, then load steps); empty: warmup and measured.",
+    )
 
     @model_validator(mode="after")
     def _model_with_api_base(self) -> Scenario:

@@ -64,29 +64,42 @@ class RateArrivals:
 
 
 class ConcurrencyRamp:
-    """Closed-loop target: how many sessions may be active ``elapsed_ns`` after t0."""
+    """Closed-loop target: how many sessions may be active ``elapsed_ns`` after t0.
 
-    __slots__ = ("rampup_ns", "target")
+    A ramp starts at ``start_ns`` (elapsed) from ``from_target`` sessions (0 at the run's
+    start; the previous phase's target at a phase boundary) and grows linearly to ``target``
+    over ``rampup_s``; a lower target than ``from_target`` holds at once (no session is
+    cancelled: ended ones are not replaced until fewer than the target are active).
+    """
 
-    def __init__(self, target: int, rampup_s: float) -> None:
+    __slots__ = ("from_target", "rampup_ns", "start_ns", "target")
+
+    def __init__(
+        self, target: int, rampup_s: float, start_ns: int = 0, from_target: int = 0
+    ) -> None:
         if target < 1:
             raise ValueError("target must be at least 1")
         self.target = target
         self.rampup_ns = round(rampup_s * _NS)
+        self.start_ns = start_ns
+        self.from_target = min(from_target, target)
 
     def allowed(self, elapsed_ns: int) -> int:
-        """floor(target × t / rampup) during the ramp, then the target."""
-        if self.rampup_ns <= 0 or elapsed_ns >= self.rampup_ns:
+        """from + floor((target − from) × t / rampup) during the ramp, then the target."""
+        t = elapsed_ns - self.start_ns
+        if self.rampup_ns <= 0 or t >= self.rampup_ns:
             return self.target
-        if elapsed_ns <= 0:
-            return 0
-        return (self.target * elapsed_ns) // self.rampup_ns
+        if t <= 0:
+            return self.from_target
+        return self.from_target + ((self.target - self.from_target) * t) // self.rampup_ns
 
     def slot_open_ns(self, k: int) -> int:
-        """Elapsed time at which the k-th slot (1-based) opens: ceil(k × rampup / target)."""
-        if self.rampup_ns <= 0:
-            return 0
-        return -((-k * self.rampup_ns) // self.target)
+        """Elapsed time at which the k-th slot (1-based) opens:
+        start + ceil((k − from) × rampup / (target − from))."""
+        if self.rampup_ns <= 0 or k <= self.from_target:
+            return self.start_ns
+        steps = k - self.from_target
+        return self.start_ns - ((-steps * self.rampup_ns) // (self.target - self.from_target))
 
     def next_increase_ns(self, elapsed_ns: int) -> int | None:
         """Elapsed time of the next increase of ``allowed``, or None when the ramp is over."""

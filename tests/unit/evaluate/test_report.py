@@ -131,3 +131,32 @@ def test_a_latency_row_is_shown_in_the_unit_that_makes_its_median_readable(
     unit: str, typical: float | None, shown: str, factor: float
 ) -> None:
     assert _display_unit(unit, typical) == (shown, pytest.approx(factor))
+
+
+def test_the_phase_table_at_80_columns() -> None:
+    summary = _summary()
+
+    def phase(start: float, verdict: str, met: bool, drain: float | None = None) -> object:
+        window = {"start": start, "end": start + 60} | ({} if drain is None else {"drain_s": drain})
+        return {
+            "window": window,
+            "requests": {"ok": 1_234_567},
+            "throughput": {"requests_per_s": 20_576.1},
+            "latency": {"ttfc": {"p99": 0.04512}, "e2e": {"p99": 12.5}},
+            "health": {"verdict": verdict},
+            "slos": {"all_met": met},
+        }
+
+    summary["phases"] = {
+        "rate_4_per_s": phase(2.0, "PASS", True),
+        "rate_16": phase(62.0, "FAIL", False, drain=3.25),
+    }
+    text = _render(lambda console: render_summary(console, summary))
+    assert "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    table = text[text.index("phases (ok: requests; times in s, latency in ms)") :]
+    row = table[table.index("rate_16") :].splitlines()
+    expected = ["rate_16", "62.0", "1.235M", "20.58k", "45.12", "12.5k", "FAIL", "unmet"]
+    assert row[0].split() == expected
+    assert row[1].split() == ["(drain", "3.2)"]
+    assert table[table.index("rate_4_per_s") :].split()[:2] == ["rate_4_per_s", "2.0"]

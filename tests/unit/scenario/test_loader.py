@@ -112,3 +112,58 @@ def test_branching_sample_has_skip_connections() -> None:
     graph = scenario.session_generator.session_graph  # type: ignore[union-attr]
     assert graph.type == "branching"
     assert graph.connection_dist_generator.max == 2  # type: ignore[union-attr]
+
+
+# ---------------------------------------------------------------------------------- phases
+
+
+def test_phase_errors_name_file_line_and_key(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from veeksha.errors import ScenarioError
+    from veeksha.scenario.loader import load_scenario
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "traffic_scheduler: {type: rate, interval_generator: {type: poisson, arrival_rate: 4}}\n"
+        "runtime: {max_sessions: 10}\n"
+        "phases:\n"
+        "  - {name: a, duration: 2, max_sessions: 4}\n"
+        "  - {name: a, duration: 1, interval: 3}\n"
+        "  - {name: b, duration: 1, traffic_scheduler: {type: concurrent}}\n"
+        "  - {name: warmup, max_sessions: 20}\n"
+        "  - {name: open}\n",
+        encoding="utf-8",
+    )
+    try:
+        load_scenario(path)
+    except ScenarioError as exc:
+        lines = [str(issue) for issue in exc.issues]
+    else:
+        raise AssertionError("invalid phases were accepted")
+    expected = [
+        f"{path}:4:5: phases[0]: give one of duration and max_sessions, not both",
+        f"{path}:5:6: phases[1].name: phase names must be unique ('a' again)",
+        f"{path}:5:28: phases[1].interval: the interval generator is not fixed",
+        f"{path}:6:48: phases[2].traffic_scheduler.type: cannot change between phases",
+        f"{path}:7:6: phases[3].name: a warmup phase can only be the first phase",
+    ]
+    for want in expected:
+        assert any(line.startswith(want) for line in lines), (want, lines)
+    assert len(lines) == len(expected)  # the open last phase is fine: runtime ends the run
+
+
+def test_a_burst_phase_needs_a_session_count() -> None:
+    from veeksha.errors import ScenarioError
+    from veeksha.scenario.loader import load_scenario_text
+
+    text = (
+        "traffic_scheduler: {type: rate, interval_generator: {type: fixed, interval: 1}}\n"
+        "phases:\n"
+        "  - {name: a, duration: 2, interval: 0}\n"
+        "  - {name: b, max_sessions: 3, interval: 0}\n"
+    )
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario_text(text, "s.yaml")
+    assert [str(issue) for issue in caught.value.issues] == [
+        "s.yaml:3:5: phases[0]: a fixed interval of 0 starts all its sessions at once:"
+        " give max_sessions"
+    ]

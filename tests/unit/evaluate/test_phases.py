@@ -1,0 +1,81 @@
+"""Per-phase evaluation: each phase judged against its own rate, the run's arrival checks
+combined from the phases', the warmup out of the headline."""
+
+from __future__ import annotations
+
+from tests.unit.evaluate.builders import (
+    request,
+    requests_table,
+    scenario,
+    session,
+    sessions_table,
+)
+from veeksha.evaluate.run import compute_evaluation
+
+PHASES = [
+    {"name": "warmup", "duration": 1},
+    {"name": "slow", "duration": 10, "interval": 0.5},
+    {"name": "fast", "duration": 10, "interval": 0.25},
+]
+WINDOWS = [
+    {"name": "warmup", "start": 0.0, "end": 1.0},
+    {"name": "slow", "start": 1.0, "end": 11.0},
+    {"name": "fast", "start": 11.0, "end": 21.0},
+]
+
+
+def tables(fast_gap: float):  # type: ignore[no-untyped-def]
+    """Fixed gaps: warmup 0, 0.5; slow every 0.5 s from 1 s; fast every ``fast_gap`` from 11 s."""
+    starts = [("warmup", 0.0), ("warmup", 0.5)]
+    starts += [("slow", 1 + 0.5 * k) for k in range(20)]
+    starts += [("fast", 11 + fast_gap * k) for k in range(int(10 / fast_gap))]
+    requests = [
+        request(i, ready=t, chunks=(t + 0.01, t + 0.02), phase=phase)
+        for i, (phase, t) in enumerate(starts)
+    ]
+    sessions = [session(i, t, t + 0.02, phase=phase) for i, (phase, t) in enumerate(starts)]
+    return requests_table(requests), sessions_table(sessions)
+
+
+def evaluate(fast_gap: float):  # type: ignore[no-untyped-def]
+    cfg = scenario(
+        traffic_scheduler={"type": "rate", "interval_generator": {"type": "fixed", "interval": 1}},
+        phases=PHASES,
+        runtime={"max_sessions": -1, "benchmark_timeout": 60},
+        evaluators=[
+            {
+                "type": "performance",
+                "slos": [{"name": "ttfc", "metric": "ttfc", "percentile": 0.5, "value": 1}],
+            }
+        ],
+    )
+    requests, sessions = tables(fast_gap)
+    return compute_evaluation(cfg, requests, sessions, {"phases": WINDOWS})
+
+
+def test_each_phase_is_judged_against_its_own_rate() -> None:
+    evaluation = evaluate(0.25)
+    phases = evaluation.summary["phases"]
+    assert list(phases) == ["slow", "fast"]  # the warmup has no entry
+    assert phases["slow"]["requests"]["total"] == 20
+    assert phases["fast"]["requests"]["total"] == 40
+    assert phases["fast"]["window"] == {"start": 11.0, "end": 21.0}
+    assert phases["slow"]["health"]["checks"]["arrival_distribution"] == "PASS"
+    assert phases["fast"]["health"]["checks"]["arrival_distribution"] == "PASS"
+    assert phases["fast"]["slos"]["all_met"] is True
+    assert evaluation.summary["requests"]["total"] == 60  # the headline leaves the warmup out
+    checks = {r.name: r for r in evaluation.health.results}
+    assert checks["dispatch_rate"].status == "PASS"
+    assert set(checks["dispatch_rate"].statistics) == {"slow", "fast"}
+
+
+def test_a_phase_off_its_rate_fails_the_run() -> None:
+    evaluation = evaluate(0.5)  # the fast phase ran at the slow phase's rate
+    phases = evaluation.summary["phases"]
+    assert phases["slow"]["health"]["checks"]["arrival_distribution"] == "PASS"
+    assert phases["fast"]["health"]["checks"]["arrival_distribution"] == "FAIL"
+    assert phases["fast"]["health"]["verdict"] == "FAIL"
+    checks = {r.name: r for r in evaluation.health.results}
+    assert checks["arrival_distribution"].status == "FAIL"
+    assert checks["dispatch_rate"].status == "FAIL"
+    assert "fast: FAIL" in checks["dispatch_rate"].detail

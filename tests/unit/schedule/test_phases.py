@@ -1,0 +1,128 @@
+"""The phase timeline and the open-loop arrivals across phases (pure: times in, no clock)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from veeksha.schedule.arrivals import ConcurrencyRamp
+from veeksha.schedule.phases import PhaseBounds, PhasedArrivals, PhaseTimeline
+
+S = 1_000_000_000
+
+
+def fixed(seconds: float):  # type: ignore[no-untyped-def]
+    return lambda n: np.full(n, seconds)
+
+
+def exponential(rate: float, seed: int):  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(seed)
+    return lambda n: rng.exponential(1 / rate, n)
+
+
+def drain_all(arrivals: PhasedArrivals, limit: int = 10_000) -> list[tuple[int, int]]:
+    out = []
+    while len(out) < limit and arrivals.peek_ns() is not None:
+        out.append(arrivals.pop())
+    return out
+
+
+def test_fixed_rates_step_at_duration_boundaries_without_a_gap() -> None:
+    phases = [PhaseBounds("a", 1 * S), PhaseBounds("b", 1 * S)]
+    timeline = PhaseTimeline(phases, 0)
+    means = [0.25, 0.125]
+    arrivals = PhasedArrivals(timeline, lambda i: fixed(means[i]), means, ["4/s", "8/s"])
+    got = drain_all(arrivals)
+    assert [t for t, p in got if p == 0] == [0, S // 4, S // 2, 3 * S // 4]
+    assert [t for t, p in got if p == 1] == [S + k * S // 8 for k in range(8)]
+    assert timeline.starts == [0, S]
+    assert timeline.finished
+
+
+def test_a_crossing_gap_is_rescaled_beyond_the_boundary() -> None:
+    # 1 s gaps, the boundary at 2.5 s: the gap from 2 s to 3 s has 0.5 s beyond it,
+    # which at a 4 times higher rate is 0.125 s
+    phases = [PhaseBounds("slow", int(2.5 * S)), PhaseBounds("fast", 1 * S)]
+    timeline = PhaseTimeline(phases, 0)
+    means = [1.0, 0.25]
+    arrivals = PhasedArrivals(timeline, lambda i: fixed(means[i]), means, [1, 2])
+    times = [t for t, _ in drain_all(arrivals)]
+    assert times == [0, S, 2 * S, int(2.625 * S), int(2.875 * S), int(3.125 * S), int(3.375 * S)]
+
+
+def test_poisson_rates_per_phase_and_determinism() -> None:
+    def run() -> list[tuple[int, int]]:
+        phases = [PhaseBounds("a", 200 * S), PhaseBounds("b", 200 * S), PhaseBounds("c", 200 * S)]
+        rates = [4.0, 8.0, 16.0]
+        timeline = PhaseTimeline(phases, 0)
+        arrivals = PhasedArrivals(
+            timeline, lambda i: exponential(rates[i], i), [1 / r for r in rates], rates
+        )
+        return drain_all(arrivals)
+
+    got = run()
+    assert got == run()  # same seeds, same schedule
+    for phase, rate in enumerate((4.0, 8.0, 16.0)):
+        times = np.array([t for t, p in got if p == phase]) / S
+        assert times.min() >= phase * 200
+        assert times.max() < (phase + 1) * 200
+        observed = (times.size - 1) / (times.max() - times.min())
+        assert abs(observed - rate) / rate < 0.05
+    gaps = np.diff(np.array([t for t, _ in got]) / S)
+    assert gaps.max() < 10 / 4  # no gap at the boundaries (a 10-mean-gap gap: p ~ e^-10)
+
+
+def test_equal_schedulers_share_one_process() -> None:
+    # a warmup that changes nothing leaves the schedule of a run without phases
+    phases = [PhaseBounds("warmup", None, 3), PhaseBounds("measured")]
+    gaps = exponential(5.0, 7)
+    timeline = PhaseTimeline(phases, 0)
+    arrivals = PhasedArrivals(timeline, lambda i: gaps, [0.2, 0.2], ["same", "same"])
+    got = [arrivals.pop() for _ in range(6) if arrivals.peek_ns() is not None]
+    ref = np.concatenate([[0], np.cumsum(exponential(5.0, 7)(1024))])[:6]
+    assert [t for t, _ in got] == list(np.rint(ref * S).astype(np.int64))
+    assert [p for _, p in got] == [0, 0, 0, 1, 1, 1]
+    assert timeline.starts[1] == got[2][0] + 1  # just after the warmup's last session
+
+
+def test_count_bound_ends_just_after_the_last_session_and_requests_follow_it() -> None:
+    timeline = PhaseTimeline([PhaseBounds("a", None, 2), PhaseBounds("b", 5 * S)], 0)
+    assert timeline.end_unknown
+    assert timeline.start_session(0) == 0
+    assert timeline.start_session(S) == 0
+    assert not timeline.end_unknown
+    assert timeline.phase_at(S) == 0  # the last session's first request is still a's
+    assert timeline.phase_at(S + 1) == 1  # known ahead: b follows
+    assert timeline.start_session(2 * S) == 1
+    assert timeline.starts == [0, S + 1]
+    assert timeline.phase_at(S // 2) == 0  # a time of a past phase
+    timeline.advance_to(10 * S)
+    assert timeline.finished
+    assert timeline.phase_at(20 * S) == 1  # the last phase's sessions go on in it
+
+
+def test_drain_stops_arrivals_until_resumed() -> None:
+    phases = [PhaseBounds("a", 1 * S, drain=True), PhaseBounds("b", 1 * S)]
+    timeline = PhaseTimeline(phases, 0)
+    arrivals = PhasedArrivals(timeline, lambda i: fixed(0.5), [0.5, 0.5], ["x", "x"])
+    first = drain_all(arrivals)
+    assert [t for t, _ in first] == [0, S // 2]
+    assert timeline.drain_pending
+    assert arrivals.peek_ns() is None
+    assert timeline.phase_at(3 * S) == 0  # the drain belongs to the drained phase
+    arrivals.resume(int(3.2 * S))  # every session ended at 3.2 s
+    rest = drain_all(arrivals)
+    assert [t for t, _ in rest] == [int(3.2 * S), int(3.7 * S)]
+    assert {p for _, p in rest} == {1}
+    (drain,) = timeline.drains
+    assert (drain.phase, drain.ended_ns, drain.resumed_ns) == (0, S, int(3.2 * S))
+
+
+def test_concurrency_ramp_between_phase_targets() -> None:
+    # from 2 to 6 sessions over 4 s, starting 10 s into the run
+    ramp = ConcurrencyRamp(6, 4.0, start_ns=10 * S, from_target=2)
+    assert ramp.allowed(10 * S) == 2
+    assert ramp.allowed(11 * S) == 3
+    assert ramp.allowed(14 * S) == 6
+    assert [ramp.slot_open_ns(k) for k in (2, 3, 6)] == [10 * S, 11 * S, 14 * S]
+    lower = ConcurrencyRamp(2, 4.0, start_ns=10 * S, from_target=6)
+    assert lower.allowed(10 * S) == 2  # a lower target holds at once
