@@ -13,7 +13,10 @@ from veeksha.scenario.models import Scenario
 REPO = Path(__file__).resolve().parents[3]
 DATA = Path(__file__).resolve().parent / "data"
 UPSTREAM_SAMPLES = sorted(DATA.glob("upstream_*.yaml"))
-SCENARIOS = sorted((REPO / "scenarios").glob("*.yaml"))
+_ALL = sorted((REPO / "scenarios").glob("*.yaml"))
+#: The single-run scenarios of scenarios/; SWEEPS: those with !expand tags (docs/experiments.md).
+SCENARIOS = [p for p in _ALL if "!expand" not in p.read_text(encoding="utf-8")]
+SWEEPS = [p for p in _ALL if p not in SCENARIOS]
 
 
 def load(text: str, overrides: tuple[str, ...] = ()) -> Scenario:
