@@ -290,7 +290,7 @@ def run_sweep(
         table = write_outputs(sweep_dir, plots=plots)
     if interrupted:
         echo(f"sweep interrupted; resume with: veeksha run --resume {sweep_dir}")
-    codes = [None if c is None else int(c) for c in table["exit_code"].tolist()]
+    codes = [int(c) for c in table["exit_code"].dropna().tolist()]
     code = sweep_exit_code(codes, interrupted)
     return SweepRun(sweep_dir, code, interrupted)
 
