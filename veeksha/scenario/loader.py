@@ -39,6 +39,7 @@ from veeksha.scenario.overrides import (
     apply_overrides,
     extra_args_to_overrides,
     format_path,
+    parse_override,
 )
 from veeksha.scenario.tags import (
     EXPAND_TAG,
@@ -190,6 +191,7 @@ def _load_points(
         raise ScenarioError(_dedupe(include_issues))
     variants = expand(root, source_name, sources)
     sites = list({c.site: None for _, choices in variants for c in choices})
+    _refuse_swept_overrides(overrides, sites)
     paths = {format_path(site.path): site.path for site in sites}
     keys = list(paths)
     short = _short_names(keys, paths)
@@ -223,6 +225,32 @@ def _load_points(
             seen.add(message)
             warnings.warn(message, warning.category, stacklevel=stacklevel)
     return ScenarioSet(points, keys, short, _source_yaml(root), sites)
+
+
+def _refuse_swept_overrides(overrides: Sequence[str], sites: list[Any]) -> None:
+    """An override of a swept key (or of a section holding one) would give every point the same
+    value under different labels: refused, naming the tag."""
+    issues = []
+    for text in overrides:
+        try:
+            path = parse_override(text).path
+        except ScenarioError:
+            continue  # reported with the other override problems
+        for site in sites:
+            if tuple(site.path[: len(path)]) == tuple(path):
+                issues.append(
+                    ScenarioIssue(
+                        OVERRIDE_SOURCE,
+                        None,
+                        None,
+                        format_path(path),
+                        f"sets a key swept by {EXPAND_TAG} at {site.file}:{site.line}; edit "
+                        "the tag's list instead (or remove the tag)",
+                    )
+                )
+                break
+    if issues:
+        raise ScenarioError(issues)
 
 
 def _name_points(

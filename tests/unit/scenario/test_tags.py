@@ -189,3 +189,13 @@ def test_validate_lists_the_points_and_refuses_bad_tags_with_exit_2(tmp_path: Pa
     assert ran.exit_code == 2
     assert "Traceback" not in ran.output
     assert not (tmp_path / "out").exists()
+
+
+def test_an_override_of_a_swept_key_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, "s.yaml", TWO_TAGS)
+    for override in (f"{RATE}=3", "traffic_scheduler.interval_generator={type: fixed}"):
+        with pytest.raises(ScenarioError) as caught:
+            load_points(path, (override,))
+        (issue,) = caught.value.issues
+        assert str(issue).startswith("<--set>: traffic_scheduler.interval_generator")
+        assert f"swept by !expand at {path}:2" in str(issue)
