@@ -218,6 +218,9 @@ def _run(ctx: click.Context, path: str, overrides: Sequence[str], options: RunOp
         ctx.exit(result)
 
 
+_ERROR = ": error: "  # (a sweep point's failure line goes to stderr)
+
+
 def _run_sweep(
     ctx: click.Context,
     points: ScenarioSet,
@@ -241,7 +244,9 @@ def _run_sweep(
         quiet=options.quiet,
         plots=options.plots,
         dry_run=options.dry_run,
-        echo=lambda line: click.echo(line, err=line.startswith("sweep interrupted")),
+        echo=lambda line: click.echo(
+            line, err=line.startswith("sweep interrupted") or _ERROR in line
+        ),
     )
     if result.exit_code != 0:
         ctx.exit(result.exit_code)

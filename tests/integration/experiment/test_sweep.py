@@ -215,3 +215,18 @@ def test_compare_draws_both_sweeps_and_tabulates_changes_at_matching_values(
     mixed = runner.invoke(cli.main, ["compare", str(first), str(first / LABELS[0])])
     assert mixed.exit_code == 2
     assert "not both" in mixed.stderr
+
+
+def test_a_point_that_cannot_start_is_recorded_and_the_sweep_exits_2(tmp_path: Path) -> None:
+    (tmp_path / "one.yaml").write_text(
+        SWEEP.replace("!expand [0.05, 0.025, 0.0125]", "!expand [1]")
+    )
+    unreachable = ["--set", "client.api_base=http://127.0.0.1:9/v1", "--set", "client.model=m"]
+    done = _run("run", "one.yaml", "--output-dir", "out", "--no-plots", *unreachable, cwd=tmp_path)
+    assert done.returncode == 2
+    assert "[1/1] 000-interval=1: error: GET http://127.0.0.1:9/v1/models" in done.stderr
+    assert "Traceback" not in done.stderr
+    table = pd.read_parquet(_only_sweep(tmp_path / "out") / "sweep.parquet")
+    assert table["status"].tolist() == ["error"]
+    assert table["exit_code"].tolist() == [2]
+    assert "Connection refused" in table["error"][0]
