@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from veeksha.scenario.models import Scenario
+if TYPE_CHECKING:  # (a sweep's report reads points without building the scenario models)
+    from veeksha.scenario.models import Scenario
 
 __all__ = ["PointResult", "read_summary", "run_point"]
 

@@ -36,18 +36,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from veeksha.errors import ConfigurationError, VeekshaError
 from veeksha.evaluate.exit_codes import ExitCode
 from veeksha.experiment.point import read_summary, run_point
-from veeksha.scenario.loader import (
-    REDACTED,
-    ScenarioSet,
-    SweepPoint,
-    load_points_text,
-    resolved_dict,
-)
+
+if TYPE_CHECKING:  # (the scenario models are built only by what runs or loads points)
+    from veeksha.scenario.loader import ScenarioSet, SweepPoint
 
 __all__ = [
     "MANIFEST_FILE",
@@ -69,6 +65,7 @@ SOURCE_FILE = "sweep.yaml"
 MANIFEST_FILE = "sweep.json"
 POINT_FILE = "point.json"
 SUPERSEDED_DIR = "superseded"
+REDACTED = "***"  # (as veeksha.scenario.loader.REDACTED)
 _SECRET_OVERRIDES = ("client.api_key",)
 _SEVERITY = (
     ExitCode.INTERNAL_ERROR,
@@ -173,6 +170,8 @@ def read_manifest(sweep_dir: str | Path) -> dict[str, Any]:
 def load_sweep(sweep_dir: str | Path, overrides: Sequence[str] = ()) -> ScenarioSet:
     """The points of an existing sweep, from its sweep.yaml and the overrides it was started
     with (then ``overrides``: secrets, which sweep.json never holds, can be given again)."""
+    from veeksha.scenario.loader import load_points_text
+
     manifest = read_manifest(sweep_dir)
     source = Path(sweep_dir) / SOURCE_FILE
     try:
@@ -199,6 +198,8 @@ def is_complete(run_dir: str | Path) -> bool:
 def point_groups(points: Sequence[SweepPoint]) -> list[list[SweepPoint]]:
     """Consecutive points sharing the same resolved ``server`` section (the managed-server
     seam: one server lifecycle per group). Without a ``server`` section, one group."""
+    from veeksha.scenario.loader import resolved_dict
+
     groups: list[list[SweepPoint]] = []
     last: str | None = None
     for point in points:

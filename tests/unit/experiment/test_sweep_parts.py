@@ -93,3 +93,19 @@ def test_the_table_shows_every_state_a_point_folder_can_be_in(tmp_path: Path) ->
     assert table["error"].tolist()[3] == "unreachable"
     assert table["ttfc_p99_s"].tolist()[0] == 0.02
     assert [is_complete(f) for f in folders] == [True, False, False, False, False, False]
+
+
+def test_the_manifest_redacts_secrets_as_the_loader_does() -> None:
+    from veeksha.experiment import sweep
+    from veeksha.scenario import loader
+
+    assert sweep.REDACTED == loader.REDACTED
+
+
+def test_secrets_given_on_the_command_line_never_reach_the_sweep_folder(tmp_path: Path) -> None:
+    overrides = ["client.api_key=sk-never", "runtime.max_sessions=3"]
+    loaded = load_points_text(SWEEP, "s.yaml", overrides)
+    sweep_dir = create_sweep(loaded, tmp_path, overrides)
+    manifest = json.loads((sweep_dir / "sweep.json").read_text())
+    assert manifest["overrides"] == ["client.api_key=***", "runtime.max_sessions=3"]
+    assert not any("sk-never" in f.read_text() for f in sweep_dir.iterdir())
