@@ -389,8 +389,10 @@ def run(
 
     positional, extra = _split_run_args(args)
     if resume is not None:
-        if positional:
-            raise click.UsageError("--resume SWEEP_DIR takes no FILE (the sweep holds its own)")
+        if positional or options.output_dir is not None:
+            raise click.UsageError(
+                "--resume SWEEP_DIR takes no FILE and no --output-dir (the sweep holds its own)"
+            )
         from veeksha.experiment.sweep import load_sweep
 
         all_overrides = [*overrides, *extra_args_to_overrides(extra)]

@@ -126,7 +126,8 @@ class SweepPoint:
 @dataclass(frozen=True)
 class ScenarioSet:
     """Every scenario a file makes: one point for a plain file, one per combination of its
-    ``!expand`` values for a sweep (order: ``veeksha.scenario.tags``)."""
+    ``!expand`` values for a sweep (order: ``veeksha.scenario.tags``). ``source_yaml``: the
+    composed file (includes spliced, tags kept, secrets redacted), for a sweep only."""
 
     points: list[SweepPoint]
     swept_keys: list[str]
@@ -224,7 +225,8 @@ def _load_points(
         if message not in seen:
             seen.add(message)
             warnings.warn(message, warning.category, stacklevel=stacklevel)
-    return ScenarioSet(points, keys, short, _source_yaml(root), sites)
+    # (only a sweep writes its composed source: a single run's start-up skips the dump)
+    return ScenarioSet(points, keys, short, _source_yaml(root) if sites else "", sites)
 
 
 def _refuse_swept_overrides(overrides: Sequence[str], sites: list[Any]) -> None:
