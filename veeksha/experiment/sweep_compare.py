@@ -49,6 +49,12 @@ def _number(value: Any) -> float | None:
     return None if math.isnan(number) else number
 
 
+def _same_value(value: Any) -> Any:
+    """A swept value as matched across sweeps: 4 and 4.0 are the same rate."""
+    number = _number(value) if not isinstance(value, str) else None
+    return number if number is not None else str(value)
+
+
 def _change(base: Any, other: Any) -> float | None:
     a, b = _number(base), _number(other)
     if a is None or b is None or a == 0:
@@ -66,7 +72,7 @@ def matched_changes(
         if keys:
             mask = pd.Series(True, index=other.index)
             for key in keys:
-                mask &= other[key].astype(str) == str(row[key])
+                mask &= other[key].map(_same_value) == _same_value(row[key])
             found = other[mask]
         else:
             found = other[other["index"] == row["index"]]

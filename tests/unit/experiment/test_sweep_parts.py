@@ -109,3 +109,26 @@ def test_secrets_given_on_the_command_line_never_reach_the_sweep_folder(tmp_path
     manifest = json.loads((sweep_dir / "sweep.json").read_text())
     assert manifest["overrides"] == ["client.api_key=***", "runtime.max_sessions=3"]
     assert not any("sk-never" in f.read_text() for f in sweep_dir.iterdir())
+
+
+def test_compare_matches_points_on_equal_values_whatever_their_type() -> None:
+    import pandas as pd
+
+    from veeksha.experiment.sweep_compare import matched_changes
+
+    def table(rates: list[object], ttfc: list[float]) -> pd.DataFrame:
+        frame = pd.DataFrame({"index": range(len(rates)), "rate": rates, "ttfc_p50_s": ttfc})
+        frame["point"] = [f"rate={r}" for r in rates]
+        frame["health"] = ["PASS"] * len(rates)
+        for column in ("requests_per_s", "output_tokens_per_s", "ttfc_p99_s", "tpot_p50_s"):
+            frame[column] = 1.0
+        for column in ("tpot_p99_s", "e2e_p50_s", "e2e_p99_s", "error_rate"):
+            frame[column] = None
+        return frame
+
+    first = table([4, 8, 16], [0.01, 0.02, 0.04])
+    other = table([8.0, 4.0], [0.03, 0.01])
+    changes = matched_changes(first, other, ["rate"])
+    assert [c["matched"] for c in changes] == ["rate=4.0", "rate=8.0", None]
+    assert [c["ttfc_p50_s"] for c in changes] == [0.0, pytest.approx(0.5), None]
+    assert changes[0]["e2e_p99_s"] is None
