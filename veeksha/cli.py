@@ -24,6 +24,7 @@ from veeksha import __version__
 from veeksha.errors import RunAbortedError, ScenarioError, VeekshaError
 
 if TYPE_CHECKING:
+    from veeksha.scenario.loader import ScenarioSet
     from veeksha.scenario.models import Scenario
 
 __all__ = ["LAZY_COMMANDS", "LIBRARY_DEFAULTS", "LazyGroup", "main", "set_library_defaults"]
@@ -35,8 +36,8 @@ __all__ = ["LAZY_COMMANDS", "LIBRARY_DEFAULTS", "LazyGroup", "main", "set_librar
 # Only register modules that exist (a test imports every entry).
 # ---------------------------------------------------------------------------------------------
 LAZY_COMMANDS: dict[str, str] = {
-    "report": "veeksha.evaluate.cli:report",
-    "compare": "veeksha.evaluate.cli:compare",
+    "report": "veeksha.experiment.cli:report",
+    "compare": "veeksha.experiment.cli:compare",
     "sim-server": "veeksha.simulator.cli:sim_server",
     "capacity-search": "veeksha.experiment.capacity.cli:capacity_search",
 }
@@ -140,16 +141,16 @@ _SET_HELP = (
 )
 
 
-def _load(path: str | Path, overrides: Sequence[str]) -> Scenario:
-    """Load a scenario; print the models' warnings (ignored keys) as one line each."""
-    from veeksha.scenario.loader import load_scenario
+def _load_points(path: str | Path, overrides: Sequence[str]) -> ScenarioSet:
+    """Load a scenario file's points (one, or a sweep's); print the models' warnings."""
+    from veeksha.scenario.loader import load_points
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        scenario = load_scenario(path, overrides)
+        points = load_points(path, overrides)
     for warning in caught:
         click.echo(f"warning: {warning.message}", err=True)
-    return scenario
+    return points
 
 
 def _check_trace(scenario: Scenario) -> list[str]:
@@ -209,7 +210,11 @@ def _run(ctx: click.Context, path: str, overrides: Sequence[str], options: RunOp
     gc.disable()
     from veeksha.record.run_folder import create_run_folder, write_config
 
-    scenario = _load(path, overrides)
+    points = _load_points(path, overrides)
+    if points.is_sweep:
+        _run_sweep(ctx, points, overrides, options)
+        return
+    scenario = points.points[0].scenario
     if options.output_dir is not None:
         scenario = scenario.model_copy(update={"output_dir": str(options.output_dir)})
     # A bad trace: exit 2 before any folder exists. A trace's first read (its conversion to
@@ -248,6 +253,40 @@ def _run(ctx: click.Context, path: str, overrides: Sequence[str], options: RunOp
             simulator.stop()  # (the run stopped it already, unless it failed before its start)
     if result != 0:
         ctx.exit(result)
+
+
+_ERROR = ": error: "  # (a sweep point's failure line goes to stderr)
+
+
+def _run_sweep(
+    ctx: click.Context,
+    points: ScenarioSet,
+    overrides: Sequence[str],
+    options: RunOptions,
+    sweep_dir: Path | None = None,
+) -> None:
+    """Run (or, given ``sweep_dir``, resume) a sweep: ``veeksha.experiment.sweep``."""
+    from veeksha.experiment.sweep import create_sweep, run_sweep
+
+    for point in points.points:
+        _check_trace(point.scenario)  # a bad trace: exit 2 before any folder exists
+    if sweep_dir is None:
+        base = options.output_dir or Path(points.points[0].scenario.output_dir)
+        sweep_dir = create_sweep(points, base, overrides)
+    if not options.quiet:
+        click.echo(f"sweep folder: {sweep_dir} ({len(points.points)} points)")
+    result = run_sweep(
+        sweep_dir,
+        points,
+        quiet=options.quiet,
+        plots=options.plots,
+        dry_run=options.dry_run,
+        echo=lambda line: click.echo(
+            line, err=line.startswith("sweep interrupted") or _ERROR in line
+        ),
+    )
+    if result.exit_code != 0:
+        ctx.exit(result.exit_code)
 
 
 @dataclass(frozen=True)
@@ -306,22 +345,29 @@ def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
 def validate(files: tuple[Path, ...], overrides: tuple[str, ...]) -> None:
     """Check scenario FILEs; print every problem as file:line:col: key: message.
 
-    A trace scenario's trace file is read and checked too (file:line: message). Exits 0 when
-    all are valid, 2 when any is not.
+    A trace scenario's trace file is read and checked too (file:line: message). A sweep (a
+    FILE with !expand tags) lists its points, one line each, and every point is checked. Exits
+    0 when all are valid, 2 when any is not.
     """
     from veeksha.errors import ConfigurationError
 
     failed = False
     for path in files:
         try:
-            scenario = _load(path, overrides)
-            for warning in _check_trace(scenario):
-                click.echo(f"warning: {path}: {warning}", err=True)
+            points = _load_points(path, overrides)
+            for point in points.points:
+                for warning in _check_trace(point.scenario):
+                    click.echo(f"warning: {path}: {warning}", err=True)
         except (ScenarioError, ConfigurationError) as exc:
             _report(exc)
             failed = True
         else:
-            click.echo(f"{path}: ok")
+            if not points.is_sweep:
+                click.echo(f"{path}: ok")
+                continue
+            click.echo(f"{path}: ok, a sweep of {len(points.points)} points")
+            for point in points.points:
+                click.echo(f"  {point.index:3d}  {point.label}")
     if failed:
         raise click.exceptions.Exit(ScenarioError.exit_code)
 
@@ -355,20 +401,43 @@ _EXTRA_ARGS = {"ignore_unknown_options": True, "allow_extra_args": False}
 @main.command(context_settings=_EXTRA_ARGS)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="FILE [--KEY.PATH VALUE]...")
 @click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE", help=_SET_HELP)
+@click.option(
+    "--resume",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    metavar="SWEEP_DIR",
+    help="Resume an interrupted sweep: run its points that are not complete (no FILE).",
+)
 @_run_options
 @click.pass_context
 def run(
-    ctx: click.Context, args: tuple[str, ...], overrides: tuple[str, ...], options: RunOptions
+    ctx: click.Context,
+    args: tuple[str, ...],
+    overrides: tuple[str, ...],
+    resume: Path | None,
+    options: RunOptions,
 ) -> None:
     """Run the benchmark described by scenario FILE.
 
     Creates <output_dir>/<UTC time>-<scenario hash>/ holding config.yaml (the resolved scenario,
     secrets redacted) and the results. Keys can also be overridden veeksha-style:
-    --traffic_scheduler.interval_generator.arrival_rate 20.
+    --traffic_scheduler.interval_generator.arrival_rate 20. A FILE with !expand tags is a
+    sweep: one run per point in <output_dir>/sweep-<UTC time>-<hash>/ (docs/experiments.md).
     """
     from veeksha.scenario.loader import extra_args_to_overrides
 
     positional, extra = _split_run_args(args)
+    if resume is not None:
+        if positional or options.output_dir is not None:
+            raise click.UsageError(
+                "--resume SWEEP_DIR takes no FILE and no --output-dir (the sweep holds its own)"
+            )
+        from veeksha.experiment.sweep import load_sweep
+
+        all_overrides = [*overrides, *extra_args_to_overrides(extra)]
+        gc.disable()
+        points = load_sweep(resume, all_overrides)
+        _run_sweep(ctx, points, all_overrides, options, sweep_dir=resume)
+        return
     if len(positional) != 1:
         got = " ".join(positional) or "none"
         raise click.UsageError(f"expected one scenario FILE, got: {got}")

@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from veeksha.scenario.models import Scenario
+if TYPE_CHECKING:  # (a sweep's report reads points without building the scenario models)
+    from veeksha.scenario.models import Scenario
 
 __all__ = ["PointResult", "read_summary", "run_point"]
 
@@ -36,15 +37,21 @@ def run_point(
     quiet: bool = True,
     plots: bool = True,
     dry_run: bool = False,
+    run_dir: str | Path | None = None,
 ) -> PointResult:
     """Run ``scenario`` into a new run folder below ``output_dir`` (default: the scenario's
-    ``output_dir``) and return what it left. The built-in simulator, when the scenario uses it,
+    ``output_dir``) and return what it left; ``run_dir``: this folder instead (made if needed;
+    a sweep names its points' folders). The built-in simulator, when the scenario uses it,
     is started for this run and stopped after it."""
     from veeksha.engine.run import exit_code_for, run_scenario
     from veeksha.engine.target import spawn_simulator
     from veeksha.record.run_folder import create_run_folder, write_config
 
-    run_dir = create_run_folder(output_dir or scenario.output_dir, scenario)
+    if run_dir is None:
+        run_dir = create_run_folder(output_dir or scenario.output_dir, scenario)
+    else:
+        run_dir = Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
     write_config(run_dir, scenario)
     simulator = spawn_simulator(scenario, dry_run)
     try:

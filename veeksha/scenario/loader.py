@@ -14,12 +14,14 @@ with the source ``<--set>``. Secrets are never echoed.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import hashlib
 import io
 import json
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,6 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from veeksha.errors import ScenarioError, ScenarioIssue
 from veeksha.scenario._walk import Node, PathPart, aliases_of, allowed_keys, classify, tag_of
@@ -38,13 +39,27 @@ from veeksha.scenario.overrides import (
     apply_overrides,
     extra_args_to_overrides,
     format_path,
+    parse_override,
 )
 from veeksha.scenario.phases import phase_issues
+from veeksha.scenario.tags import (
+    EXPAND_TAG,
+    Choice,
+    Sources,
+    expand,
+    parse_document,
+    resolve_includes,
+)
 
 __all__ = [
     "REDACTED",
+    "ScenarioSet",
+    "SweepPoint",
     "dump_resolved_yaml",
     "extra_args_to_overrides",
+    "format_value",
+    "load_points",
+    "load_points_text",
     "load_scenario",
     "load_scenario_node",
     "load_scenario_text",
@@ -60,23 +75,28 @@ _HASH_EXCLUDED = (*_SECRET_PATHS, ("output_dir",))
 # ----------------------------------------------------------------------------------- loading
 
 
-def load_scenario(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
-    """Read, override and validate a scenario file; raise :class:`ScenarioError` listing every
-    problem. Warnings of the models (ignored keys) are re-issued as ``UserWarning``."""
+def _read(path: str | Path) -> str:
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise ScenarioError([_whole_file(source, "not a text file (UTF-8 expected)")]) from None
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise ScenarioError([_whole_file(source, f"cannot read the file: {reason}")]) from None
-    return load_scenario_text(text, source, overrides)
+
+
+def load_scenario(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
+    """Read, override and validate a scenario file; raise :class:`ScenarioError` listing every
+    problem. Warnings of the models (ignored keys) are re-issued as ``UserWarning``. ``!include``
+    is resolved; a file with ``!expand`` (a sweep) is refused: see :func:`load_points`."""
+    return load_scenario_text(_read(path), str(path), overrides)
 
 
 def load_scenario_text(text: str, source_name: str, overrides: Sequence[str] = ()) -> Scenario:
-    """Like :func:`load_scenario`, for text already read; ``source_name`` names it in errors."""
-    return load_scenario_node(_parse_yaml(text, source_name), source_name, overrides)
+    """Like :func:`load_scenario`, for text already read; ``source_name`` names it in errors
+    (and is the file ``!include`` paths are relative to)."""
+    return _one_scenario(_load_points(text, source_name, overrides, stacklevel=4))
 
 
 def load_scenario_node(
@@ -84,28 +104,219 @@ def load_scenario_node(
 ) -> Scenario:
     """Like :func:`load_scenario`, for a mapping ruamel already parsed (with its positions): a
     scenario nested in another file (a capacity search's ``benchmark_config``) is reported at
-    its own lines of that file."""
-    data = _plain(root)
-    override_paths, issues = apply_overrides(data, overrides)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            scenario = Scenario.model_validate(data)
-            for parts, message in phase_issues(scenario):
-                issues.append(_issue_at(root, source_name, list(parts), message, override_paths))
-        except ValidationError as exc:
-            issues += _issues(exc, root, source_name, override_paths)
-            scenario = None
-    if issues:
-        raise ScenarioError(_dedupe(issues))
-    assert scenario is not None
+    its own lines of that file; its ``!include`` paths are relative to that file."""
+    return _one_scenario(_load_points_node(root, source_name, overrides, stacklevel=3))
+
+
+def _one_scenario(loaded: ScenarioSet) -> Scenario:
+    """The one scenario of a file that must not be a sweep."""
+    if loaded.is_sweep:
+        first = loaded.sites[0]
+        raise ScenarioError(
+            [
+                ScenarioIssue(
+                    first.file,
+                    first.line,
+                    first.column,
+                    format_path(first.path),
+                    f"{EXPAND_TAG} makes a sweep of {len(loaded.points)} runs; one scenario is "
+                    "expected here (`veeksha run` and `veeksha validate` take sweeps)",
+                )
+            ]
+        )
+    return loaded.points[0].scenario
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One scenario of a file: its 0-based index, the value it takes at each swept key (the
+    key path of each ``!expand`` it went through) and the validated scenario."""
+
+    index: int
+    values: dict[str, Any]
+    label: str
+    scenario: Scenario
+
+
+@dataclass(frozen=True)
+class ScenarioSet:
+    """Every scenario a file makes: one point for a plain file, one per combination of its
+    ``!expand`` values for a sweep (order: ``veeksha.scenario.tags``). ``source_yaml``: the
+    composed file (includes spliced, tags kept, secrets redacted), for a sweep only."""
+
+    points: list[SweepPoint]
+    swept_keys: list[str]
+    short_names: dict[str, str]
+    source_yaml: str
+    sites: list[Any]
+
+    @property
+    def is_sweep(self) -> bool:
+        """Whether the file holds ``!expand`` tags."""
+        return bool(self.swept_keys)
+
+
+def load_points(path: str | Path, overrides: Sequence[str] = ()) -> ScenarioSet:
+    """Read a scenario file (``!include`` resolved, ``!expand`` expanded), apply ``overrides``
+    to every point and validate each; raise :class:`ScenarioError` listing every problem (a
+    problem of some points only names them)."""
+    return _load_points(_read(path), str(path), overrides, stacklevel=4)
+
+
+def load_points_text(text: str, source_name: str, overrides: Sequence[str] = ()) -> ScenarioSet:
+    """Like :func:`load_points`, for text already read."""
+    return _load_points(text, source_name, overrides, stacklevel=4)
+
+
+def _short_names(keys: list[str], paths: dict[str, tuple[PathPart, ...]]) -> dict[str, str]:
+    """Each swept key path → its shortest suffix that no other swept key shares."""
+    out: dict[str, str] = {}
+    for key in keys:
+        parts = [p for p in paths[key] if isinstance(p, str)] or [key]
+        for size in range(1, len(parts) + 1):
+            name = ".".join(parts[-size:])
+            others = [
+                ".".join([p for p in paths[k] if isinstance(p, str)][-size:])
+                for k in keys
+                if k != key
+            ]
+            if name not in others:
+                break
+        out[key] = name
+    return out
+
+
+def format_value(value: Any) -> str:
+    """A swept value as people write it: ``4``, ``0.5``, ``true``, ``{"type":"fixed"}``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, int | float | str):
+        return str(value)
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def _load_points(
+    text: str, source_name: str, overrides: Sequence[str], stacklevel: int
+) -> ScenarioSet:
+    return _load_points_node(_parse_yaml(text, source_name), source_name, overrides, stacklevel)
+
+
+def _load_points_node(
+    root: CommentedMap, source_name: str, overrides: Sequence[str], stacklevel: int
+) -> ScenarioSet:
+    sources = Sources()
+    include_issues = resolve_includes(root, source_name, sources)
+    if include_issues:
+        raise ScenarioError(_dedupe(include_issues))
+    variants = expand(root, source_name, sources)
+    sites = list({c.site: None for _, choices in variants for c in choices})
+    _refuse_swept_overrides(overrides, sites)
+    paths = {format_path(site.path): site.path for site in sites}
+    keys = list(paths)
+    short = _short_names(keys, paths)
+    issues_by_point: dict[ScenarioIssue, list[int]] = {}
+    points: list[SweepPoint] = []
+    caught_all: list[warnings.WarningMessage] = []
+    for index, (plain, choices) in enumerate(variants):
+        data = copy.deepcopy(plain)
+        override_paths, issues = apply_overrides(data, overrides)
+        chosen = {id(c.node): c.index for c in choices}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                scenario = Scenario.model_validate(data)
+                for parts, message in phase_issues(scenario):
+                    issues.append(
+                        _issue_at(
+                            root, source_name, list(parts), message, override_paths, sources, chosen
+                        )
+                    )
+            except ValidationError as exc:
+                issues += _issues(exc, root, source_name, override_paths, plain, sources, chosen)
+                scenario = None
+        caught_all += caught
+        for issue in issues:
+            issues_by_point.setdefault(issue, []).append(index)
+        if scenario is not None:
+            values = {format_path(c.site.path): c.value for c in choices}
+            label = ",".join(f"{short[k]}={format_value(v)}" for k, v in values.items())
+            points.append(SweepPoint(index, values, label, scenario))
+    if issues_by_point:
+        raise ScenarioError(_dedupe(_name_points(issues_by_point, variants, short)))
     seen: set[str] = set()
-    for warning in caught:
+    for warning in caught_all:
         message = f"{source_name}: {warning.message}"
         if message not in seen:
             seen.add(message)
-            warnings.warn(message, warning.category, stacklevel=2)
-    return scenario
+            warnings.warn(message, warning.category, stacklevel=stacklevel)
+    # (only a sweep writes its composed source: a single run's start-up skips the dump)
+    return ScenarioSet(points, keys, short, _source_yaml(root) if sites else "", sites)
+
+
+def _refuse_swept_overrides(overrides: Sequence[str], sites: list[Any]) -> None:
+    """An override of a swept key (or of a section holding one) would give every point the same
+    value under different labels: refused, naming the tag."""
+    issues = []
+    for text in overrides:
+        try:
+            path = parse_override(text).path
+        except ScenarioError:
+            continue  # reported with the other override problems
+        for site in sites:
+            if tuple(site.path[: len(path)]) == tuple(path):
+                issues.append(
+                    ScenarioIssue(
+                        OVERRIDE_SOURCE,
+                        None,
+                        None,
+                        format_path(path),
+                        f"sets a key swept by {EXPAND_TAG} at {site.file}:{site.line}; edit "
+                        "the tag's list instead (or remove the tag)",
+                    )
+                )
+                break
+    if issues:
+        raise ScenarioError(issues)
+
+
+def _name_points(
+    issues: dict[ScenarioIssue, list[int]], variants: list[Any], short: dict[str, str]
+) -> list[ScenarioIssue]:
+    """Issues of some points only (not all) say which points, by index and swept values."""
+    out: list[ScenarioIssue] = []
+    for issue, indexes in issues.items():
+        if len(indexes) == len(variants):
+            out.append(issue)
+            continue
+        named = []
+        for index in indexes[:3]:
+            choices: list[Choice] = list(variants[index][1])
+            values = ",".join(
+                f"{short[format_path(c.site.path)]}={format_value(c.value)}" for c in choices
+            )
+            named.append(f"{index} ({values})")
+        more = f" and {len(indexes) - 3} more" if len(indexes) > 3 else ""
+        message = f"{issue.message} [sweep point {', '.join(named)}{more}]"
+        out.append(ScenarioIssue(issue.file, issue.line, issue.column, issue.path, message))
+    return out
+
+
+def _source_yaml(root: CommentedMap) -> str:
+    """The composed file (includes spliced, ``!expand`` kept) as YAML, secrets redacted."""
+    tree = copy.deepcopy(root)
+    for path in _SECRET_PATHS:
+        holder: Any = tree
+        for part in path[:-1]:
+            holder = holder.get(part) if isinstance(holder, dict) else None
+        if isinstance(holder, dict) and holder.get(path[-1]) is not None:
+            holder[path[-1]] = REDACTED
+    stream = io.StringIO()
+    yaml = YAML(typ="rt")
+    yaml.width = 4096  # one line per flow value, as written
+    yaml.dump(tree, stream)
+    return stream.getvalue()
 
 
 def _whole_file(source: str, message: str, line: int | None = None) -> ScenarioIssue:
@@ -113,18 +324,7 @@ def _whole_file(source: str, message: str, line: int | None = None) -> ScenarioI
 
 
 def _parse_yaml(text: str, source: str) -> CommentedMap:
-    try:
-        root = YAML(typ="rt").load(text)
-    except MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        message = f"YAML syntax error: {exc.problem or exc.context}"
-        if exc.context and exc.problem and exc.context_mark is not None:
-            message += f" ({exc.context} at line {exc.context_mark.line + 1})"
-        line = None if mark is None else mark.line + 1
-        column = None if mark is None else mark.column + 1
-        raise ScenarioError([ScenarioIssue(source, line, column, "", message)]) from None
-    except YAMLError as exc:
-        raise ScenarioError([_whole_file(source, f"YAML error: {exc}")]) from None
+    root = parse_document(text, source)
     if root is None:
         raise ScenarioError(
             [_whole_file(source, "the file is empty: a scenario is a YAML mapping of sections")]
@@ -135,23 +335,6 @@ def _parse_yaml(text: str, source: str) -> CommentedMap:
             [_whole_file(source, f"the top level must be a mapping of sections, not {kind}", 1)]
         )
     return root
-
-
-def _plain(value: Any) -> Any:
-    """ruamel's round-trip containers and scalars → plain Python data."""
-    if isinstance(value, dict):
-        return {_plain(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, bool):
-        return bool(value)
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, str):
-        return str(value)
-    return value
 
 
 # ------------------------------------------------------------------------------ error mapping
@@ -191,10 +374,19 @@ def _user_path(
     return parts, parent, node, branch
 
 
-def _position(root: CommentedMap, parts: Sequence[PathPart]) -> tuple[int, int]:
-    """1-based line and column of the deepest existing key (or item) of a path."""
+def _position(
+    root: CommentedMap,
+    parts: Sequence[PathPart],
+    source: str = "",
+    sources: Sources | None = None,
+    chosen: dict[int, int] | None = None,
+) -> tuple[str, int, int]:
+    """The file, 1-based line and column of the deepest existing key (or item) of a path; an
+    ``!expand`` list is followed through the value the point chose (``chosen``: id → index)."""
     node: Any = root
     line, column = root.lc.line, root.lc.col
+    file = source
+    chosen = chosen or {}
     for part in parts:
         if isinstance(node, CommentedMap) and part in node:
             line, column = node.lc.key(part)
@@ -202,8 +394,15 @@ def _position(root: CommentedMap, parts: Sequence[PathPart]) -> tuple[int, int]:
             line, column = node.lc.item(part)
         else:
             break
+        if sources is not None:
+            file = sources.file_of(node, file)
         node = node[part]
-    return line + 1, column + 1
+        while id(node) in chosen and isinstance(node, CommentedSeq):
+            item = node[chosen[id(node)]]
+            if not isinstance(item, CommentedMap | CommentedSeq):
+                break
+            node = item
+    return file, line + 1, column + 1
 
 
 def _exists(root: Any, parts: Sequence[PathPart]) -> bool:
@@ -218,7 +417,7 @@ def _exists(root: Any, parts: Sequence[PathPart]) -> bool:
 
 
 def _from_override(
-    root: CommentedMap, parts: list[PathPart], override_paths: list[tuple[PathPart, ...]]
+    root: Any, parts: list[PathPart], override_paths: list[tuple[PathPart, ...]]
 ) -> bool:
     key = tuple(parts)
     for path in override_paths:
@@ -307,12 +506,14 @@ def _issue_at(
     parts: list[PathPart],
     message: str,
     override_paths: list[tuple[PathPart, ...]],
+    sources: Sources | None = None,
+    chosen: dict[int, int] | None = None,
 ) -> ScenarioIssue:
     """An issue found after validation (between keys), placed like a validation error."""
     if _from_override(root, parts, override_paths):
         return ScenarioIssue(OVERRIDE_SOURCE, None, None, format_path(parts), message)
-    line, column = _position(root, parts)
-    return ScenarioIssue(source, line, column, format_path(parts), message)
+    file, line, column = _position(root, parts, source, sources, chosen)
+    return ScenarioIssue(file, line, column, format_path(parts), message)
 
 
 def _issues(
@@ -320,6 +521,9 @@ def _issues(
     root: CommentedMap,
     source: str,
     override_paths: list[tuple[PathPart, ...]],
+    plain: Any,
+    sources: Sources | None = None,
+    chosen: dict[int, int] | None = None,
 ) -> list[ScenarioIssue]:
     """One issue per erroneous key path; failures of a plain union's branches are merged."""
     merged: dict[tuple[PathPart, ...], tuple[ScenarioIssue, int]] = {}
@@ -328,11 +532,11 @@ def _issues(
         parts, parent, node, branch = _user_path(err["loc"])
         message = _message(err, parts, parent, node)
         where = [*parts, "type"] if err["type"] == "union_tag_invalid" else parts
-        if _from_override(root, where, override_paths):
+        if _from_override(plain, where, override_paths):
             issue = ScenarioIssue(OVERRIDE_SOURCE, None, None, format_path(where), message)
         else:
-            line, column = _position(root, where)
-            issue = ScenarioIssue(source, line, column, format_path(where), message)
+            file, line, column = _position(root, where, source, sources, chosen)
+            issue = ScenarioIssue(file, line, column, format_path(where), message)
         key = tuple(parts)
         if branch:
             branches.add(key)

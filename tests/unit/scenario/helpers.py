@@ -15,7 +15,10 @@ DATA = Path(__file__).resolve().parent / "data"
 UPSTREAM_SAMPLES = sorted(DATA.glob("upstream_*.yaml"))
 #: Files in scenarios/ that are not scenarios but experiments holding one (veeksha capacity-search).
 EXPERIMENT_FILES = ("capacity_search.yaml",)
-SCENARIOS = sorted(p for p in (REPO / "scenarios").glob("*.yaml") if p.name not in EXPERIMENT_FILES)
+_ALL = sorted(p for p in (REPO / "scenarios").glob("*.yaml") if p.name not in EXPERIMENT_FILES)
+#: The single-run scenarios of scenarios/; SWEEPS: those with !expand tags (docs/experiments.md).
+SCENARIOS = [p for p in _ALL if "!expand" not in p.read_text(encoding="utf-8")]
+SWEEPS = [p for p in _ALL if p not in SCENARIOS]
 
 
 def load(text: str, overrides: tuple[str, ...] = ()) -> Scenario:

@@ -1,0 +1,232 @@
+"""Sweeps end to end through the real command line: `veeksha run` of an !expand file against the
+built-in simulator, Ctrl-C (SIGINT) in the middle and --resume, `report` rebuilding the table and
+`compare` of two sweeps.
+
+Two sweeps are made once for the module: ``swept`` (3 points of ~1.5 s, interrupted during its
+second point, then resumed) and ``dry`` (the same file with --dry-run: nothing is sent, so
+comparing the two shows a known direction)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from veeksha import cli
+
+SWEEP = """
+seed: 3
+traffic_scheduler:
+  type: rate
+  interval_generator: {type: fixed, interval: !expand [0.05, 0.025, 0.0125]}
+session_generator:
+  type: synthetic
+  session_graph: {type: single_request}
+  channels: [{type: text, body_length_generator: {type: fixed, value: 16}}]
+  output_spec: {text: {output_length_generator: {type: fixed, value: 4}}}
+runtime: {max_sessions: 8, benchmark_timeout: 30, num_workers: 1}
+simulator: {ttft_ms: 2, itl_ms: 1}
+"""
+INTERVALS = [0.05, 0.025, 0.0125]
+LABELS = [f"{i:03d}-interval={v}" for i, v in enumerate(INTERVALS)]
+_COMMAND = [sys.executable, "-m", "veeksha.cli"]
+_LIMIT = 180  # "it did not hang"
+
+
+def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*_COMMAND, *args],
+        capture_output=True,
+        text=True,
+        timeout=_LIMIT,
+        check=False,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def _only_sweep(out: Path) -> Path:
+    (found,) = out.glob("sweep-*")
+    return found
+
+
+def _wait_for(predicate: object, what: str) -> None:
+    deadline = time.monotonic() + _LIMIT
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """A sweep of 3 points of ~1.5 s each, SIGINT during the second point's traffic, resumed."""
+    folder = tmp_path_factory.mktemp("interrupted")
+    (folder / "sweep.yaml").write_text(SWEEP, encoding="utf-8")
+    slower = ["--set", "runtime.max_sessions=1000", "--set", "runtime.benchmark_timeout=1.5"]
+    proc = subprocess.Popen(
+        [*_COMMAND, "run", "sweep.yaml", "--output-dir", "out", "--no-plots", *slower],
+        cwd=folder,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        out = folder / "out"
+        _wait_for(lambda: list(out.glob("sweep-*")), "the sweep folder")
+        sweep_dir = _only_sweep(out)
+        second = sweep_dir / LABELS[1] / "run.log"
+        _wait_for((sweep_dir / LABELS[0] / "summary.json").exists, "point 0's summary")
+        _wait_for(lambda: second.exists() and "t0 =" in second.read_text(), "point 1's t0")
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=_LIMIT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    table = pd.read_parquet(sweep_dir / "sweep.parquet")
+    first_summary = sweep_dir / LABELS[0] / "summary.json"
+    stamp = first_summary.stat().st_mtime_ns
+    resumed = _run("run", "--resume", str(sweep_dir), "--no-plots", cwd=folder)
+    return {
+        "folder": folder,
+        "dir": sweep_dir,
+        "code": proc.returncode,
+        "stdout": stdout,
+        "stderr": stderr,
+        "table": table,
+        "stamp": stamp,
+        "resumed": resumed,
+    }
+
+
+@pytest.fixture(scope="module")
+def dry(swept: dict[str, object]) -> Path:
+    """The same sweep with --dry-run (no server, no plots)."""
+    folder = swept["folder"]
+    assert isinstance(folder, Path)
+    done = _run("run", "sweep.yaml", "--output-dir", "dry", "--dry-run", "--no-plots", cwd=folder)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return _only_sweep(folder / "dry")
+
+
+def test_a_sweep_writes_a_run_folder_per_point_and_a_table_of_their_summaries(
+    swept: dict[str, object],
+) -> None:
+    sweep_dir = swept["dir"]
+    assert isinstance(sweep_dir, Path)
+    for label in LABELS[:2]:
+        assert f"{label}: " in str(swept["stdout"])  # one progress line per point
+    assert (sweep_dir / "sweep.yaml").read_text().count("!expand [0.05, 0.025, 0.0125]") == 1
+    manifest = json.loads((sweep_dir / "sweep.json").read_text())
+    assert [p["folder"] for p in manifest["points"]] == LABELS
+    table = pd.read_parquet(sweep_dir / "sweep.parquet")
+    assert table["interval"].tolist() == INTERVALS
+    assert table["run_folder"].tolist() == LABELS
+    assert table["status"].tolist() == ["complete"] * 3
+    for _, row in table.iterrows():
+        summary = json.loads((sweep_dir / row["run_folder"] / "summary.json").read_text())
+        config = (sweep_dir / row["run_folder"] / "config.yaml").read_text()
+        assert f"interval: {row['interval']}" in config
+        assert row["requests_ok"] == summary["requests"]["ok"] > 0
+        assert row["requests_per_s"] == summary["throughput"]["requests_per_s"]
+        for metric in ("ttfc", "tpot", "e2e", "tbc"):
+            for stat in ("p50", "p90", "p99"):
+                assert row[f"{metric}_{stat}_s"] == summary["latency"][metric][stat]
+        assert row["health"] == summary["health"]["verdict"]
+        assert row["exit_code"] == 0  # (health_checks.strict is off: a FAIL is marked, exit 0)
+    # the achieved rate follows the swept interval
+    assert table["requests_per_s"].is_monotonic_increasing
+    assert not (sweep_dir / "plots").exists()  # (--no-plots: `veeksha report` draws them)
+
+
+def test_report_rebuilds_the_table_and_plots_from_the_run_folders(
+    swept: dict[str, object],
+) -> None:
+    sweep_dir = swept["dir"]
+    assert isinstance(sweep_dir, Path)
+    before = pd.read_parquet(sweep_dir / "sweep.parquet")
+    (sweep_dir / "sweep.parquet").unlink()
+    shown = CliRunner().invoke(cli.main, ["report", str(sweep_dir)], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    assert "interval=0.025" in shown.stdout
+    pd.testing.assert_frame_equal(pd.read_parquet(sweep_dir / "sweep.parquet"), before)
+    assert (sweep_dir / "plots" / "latency_throughput.png").stat().st_size > 10_000
+
+
+def test_sigint_keeps_the_finished_points_and_resume_runs_the_rest(
+    swept: dict[str, object],
+) -> None:
+    interrupted = swept
+    sweep_dir = interrupted["dir"]
+    assert isinstance(sweep_dir, Path)
+    assert interrupted["code"] == 3, interrupted["stderr"]
+    assert "Traceback" not in str(interrupted["stderr"])
+    assert f"veeksha run --resume out/{sweep_dir.name}" in str(interrupted["stderr"])
+    table = interrupted["table"]
+    assert isinstance(table, pd.DataFrame)
+    assert table["status"].tolist() == ["complete", "interrupted", "not_run"]
+    # the interrupted point wrote and evaluated what it had, as a run does
+    assert table["requests_ok"][1] > 0
+    resumed = interrupted["resumed"]
+    assert isinstance(resumed, subprocess.CompletedProcess)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"[1/3] {LABELS[0]}: complete, kept" in resumed.stdout
+    assert (sweep_dir / LABELS[0] / "summary.json").stat().st_mtime_ns == interrupted["stamp"]
+    assert [p.name for p in (sweep_dir / "superseded").iterdir()] == [f"{LABELS[1]}-1"]
+    after = pd.read_parquet(sweep_dir / "sweep.parquet")
+    assert after["status"].tolist() == ["complete"] * 3
+    assert after["window_s"].tolist() == pytest.approx([1.5] * 3, abs=0.4)  # each point whole
+
+
+def test_compare_draws_both_sweeps_and_tabulates_changes_at_matching_values(
+    swept: dict[str, object], dry: Path, tmp_path: Path
+) -> None:
+    first = swept["dir"]
+    assert isinstance(first, Path)
+    second = dry
+    plot = tmp_path / "cmp.png"
+    runner = CliRunner()
+    env = {"COLUMNS": "200"}
+    shown = runner.invoke(
+        cli.main, ["compare", str(first), str(second), "--plot", str(plot)], env=env
+    )
+    assert shown.exit_code == 0, shown.output
+    assert plot.stat().st_size > 10_000
+    assert "matched on interval" in shown.stdout
+    from veeksha.experiment.sweep_compare import matched_changes
+
+    changes = matched_changes(
+        pd.read_parquet(first / "sweep.parquet"),
+        pd.read_parquet(second / "sweep.parquet"),
+        ["interval"],
+    )
+    assert [c["matched"] for c in changes] == [c["point"] for c in changes]
+    # a dry run answers at once: TTFC falls by nearly all of it
+    assert all(c["ttfc_p50_s"] < -0.5 for c in changes)
+    mixed = runner.invoke(cli.main, ["compare", str(first), str(first / LABELS[0])])
+    assert mixed.exit_code == 2
+    assert "not both" in mixed.stderr
+
+
+def test_a_point_that_cannot_start_is_recorded_and_the_sweep_exits_2(tmp_path: Path) -> None:
+    (tmp_path / "one.yaml").write_text(
+        SWEEP.replace("!expand [0.05, 0.025, 0.0125]", "!expand [1]")
+    )
+    unreachable = ["--set", "client.api_base=http://127.0.0.1:9/v1", "--set", "client.model=m"]
+    done = _run("run", "one.yaml", "--output-dir", "out", "--no-plots", *unreachable, cwd=tmp_path)
+    assert done.returncode == 2
+    assert "[1/1] 000-interval=1: error: GET http://127.0.0.1:9/v1/models" in done.stderr
+    assert "Traceback" not in done.stderr
+    table = pd.read_parquet(_only_sweep(tmp_path / "out") / "sweep.parquet")
+    assert table["status"].tolist() == ["error"]
+    assert table["exit_code"].tolist() == [2]
+    assert "Connection refused" in table["error"][0]

@@ -1,0 +1,134 @@
+"""The pieces of a sweep that need no run: exit code, folder names, groups, the table's view of
+point folders in every state."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from veeksha.experiment.sweep import (
+    create_sweep,
+    is_complete,
+    point_folder,
+    point_groups,
+    sweep_exit_code,
+)
+from veeksha.experiment.sweep_table import sweep_table, value_columns
+from veeksha.scenario.loader import load_points_text
+
+SWEEP = "seed: 1\nclient: {model: !expand [a, b/c d, e]}\n"
+
+
+@pytest.mark.parametrize(
+    ("codes", "interrupted", "expected"),
+    [
+        ([0, 0], False, 0),
+        ([0, 5, 4], False, 4),
+        ([5, 3, None], False, 3),
+        ([3, 2], False, 2),
+        ([2, 1], False, 1),
+        ([0, 5], True, 3),
+        ([None], False, 0),
+    ],
+)
+def test_the_sweep_exits_with_its_most_severe_point(
+    codes: list[int | None], interrupted: bool, expected: int
+) -> None:
+    assert sweep_exit_code(codes, interrupted) == expected
+
+
+def test_point_folders_are_safe_names_that_show_the_point() -> None:
+    points = load_points_text(SWEEP, "s.yaml").points
+    assert [point_folder(p) for p in points] == ["000-model=a", "001-model=b_c_d", "002-model=e"]
+    long = load_points_text("client: {model: !expand ['" + "x" * 300 + "']}\n", "s.yaml")
+    assert len(point_folder(long.points[0])) == 104
+    # without a `server:` section every point shares one group (one server lifecycle)
+    assert [[p.index for p in g] for g in point_groups(points)] == [[0, 1, 2]]
+
+
+def test_a_value_column_never_takes_the_name_of_a_table_column() -> None:
+    manifest = {
+        "swept_keys": ["a.status", "b.rate"],
+        "short_names": {"a.status": "status", "b.rate": "rate"},
+    }
+    assert value_columns(manifest) == {"a.status": "a.status", "b.rate": "rate"}
+
+
+def _summary(interrupted: bool = False, stop: str = "completed", verdict: str = "PASS") -> dict:
+    return {
+        "run": {"interrupted": interrupted, "stop_reason": stop},
+        "requests": {"total": 4, "ok": 4},
+        "throughput": {"requests_per_s": 2.0, "window_s": 2.0},
+        "latency": {"ttfc": {"p50": 0.01, "p99": 0.02}},
+        "health": {"verdict": verdict},
+        "slos": {"all_met": False},
+    }
+
+
+def test_the_table_shows_every_state_a_point_folder_can_be_in(tmp_path: Path) -> None:
+    loaded = load_points_text("seed: !expand [1, 2, 3, 4, 5, 6]\n", "s.yaml")
+    sweep_dir = create_sweep(loaded, tmp_path)
+    folders = [sweep_dir / point_folder(p) for p in loaded.points]
+    for folder in folders[:5]:
+        folder.mkdir()
+    (folders[0] / "summary.json").write_text(json.dumps(_summary()))
+    (folders[1] / "summary.json").write_text(json.dumps(_summary(True, "interrupted")))
+    (folders[2] / "summary.json").write_text(json.dumps(_summary(True, "worker_failure", "FAIL")))
+    (folders[3] / "point.json").write_text(json.dumps({"error": "unreachable", "exit_code": 2}))
+    table = sweep_table(sweep_dir)
+    assert table["seed"].tolist() == [1, 2, 3, 4, 5, 6]
+    assert table["status"].tolist() == [
+        "complete",
+        "interrupted",
+        "aborted",
+        "error",
+        "incomplete",
+        "not_run",
+    ]
+    assert table["exit_code"].tolist()[:4] == [5, 3, 3, 2]
+    assert table["exit_code"].isna().tolist()[4:] == [True, True]
+    assert table["health"].tolist()[2] == "FAIL"
+    assert table["error"].tolist()[3] == "unreachable"
+    assert table["ttfc_p99_s"].tolist()[0] == 0.02
+    assert [is_complete(f) for f in folders] == [True, False, False, False, False, False]
+
+
+def test_the_manifest_redacts_secrets_as_the_loader_does() -> None:
+    from veeksha.experiment import sweep
+    from veeksha.scenario import loader
+
+    assert sweep.REDACTED == loader.REDACTED
+
+
+def test_secrets_given_on_the_command_line_never_reach_the_sweep_folder(tmp_path: Path) -> None:
+    overrides = ["client.api_key=sk-never", "runtime.max_sessions=3"]
+    loaded = load_points_text(SWEEP, "s.yaml", overrides)
+    sweep_dir = create_sweep(loaded, tmp_path, overrides)
+    manifest = json.loads((sweep_dir / "sweep.json").read_text())
+    assert manifest["overrides"] == ["client.api_key=***", "runtime.max_sessions=3"]
+    assert not any("sk-never" in f.read_text() for f in sweep_dir.iterdir())
+
+
+def test_compare_matches_points_on_equal_values_whatever_their_type() -> None:
+    import pandas as pd
+
+    from veeksha.experiment.sweep_compare import matched_changes
+
+    def table(rates: list[object], ttfc: list[float]) -> pd.DataFrame:
+        frame = pd.DataFrame({"index": range(len(rates)), "rate": rates, "ttfc_p50_s": ttfc})
+        frame["point"] = [f"rate={r}" for r in rates]
+        frame["health"] = ["PASS"] * len(rates)
+        for column in ("requests_per_s", "output_tokens_per_s", "ttfc_p99_s", "tpot_p50_s"):
+            frame[column] = 1.0
+        for column in ("tpot_p99_s", "e2e_p50_s", "e2e_p99_s", "error_rate"):
+            frame[column] = None
+        return frame
+
+    first = table([4, 8, 16], [0.01, 0.02, 0.04])
+    other = table([8.0, 4.0], [0.03, 0.01])
+    changes = matched_changes(first, other, ["rate"])
+    assert [c["matched"] for c in changes] == ["rate=4.0", "rate=8.0", None]
+    assert [c["ttfc_p50_s"] for c in changes] == [0.0, pytest.approx(0.5), None]
+    assert changes[0]["e2e_p99_s"] is None

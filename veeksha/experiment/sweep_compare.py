@@ -1,0 +1,164 @@
+"""Sweep against sweep: one plot of every sweep's curves, and the relative change of the
+headline metrics at matching swept values.
+
+Points match when their swept values are equal on the swept keys the sweeps share (by column
+name: ``arrival_rate`` matches ``arrival_rate``); sweeps with no swept key in common match by
+point index. A point of the first sweep with no match in another is listed as missing there. A
+change involving a point that failed a health check is marked ``!``: it is not a server result.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from veeksha.experiment.sweep_table import read_table, value_columns
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = ["COMPARED", "compare_sweeps", "matched_changes", "render_table"]
+
+#: Column → label of the metrics compared (latencies in seconds in the table, ms when shown).
+COMPARED = {
+    "requests_per_s": "req/s",
+    "output_tokens_per_s": "out tok/s",
+    "ttfc_p50_s": "TTFC p50",
+    "ttfc_p99_s": "TTFC p99",
+    "tpot_p50_s": "TPOT p50",
+    "tpot_p99_s": "TPOT p99",
+    "e2e_p50_s": "E2E p50",
+    "e2e_p99_s": "E2E p99",
+    "error_rate": "errors",
+}
+
+_LATENCY = {c for c in COMPARED if c.endswith(("_p50_s", "_p99_s"))}
+
+
+def _number(value: Any) -> float | None:
+    if value is None or value is pd.NA:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(number) else number
+
+
+def _same_value(value: Any) -> Any:
+    """A swept value as matched across sweeps: 4 and 4.0 are the same rate."""
+    number = _number(value) if not isinstance(value, str) else None
+    return number if number is not None else str(value)
+
+
+def _change(base: Any, other: Any) -> float | None:
+    a, b = _number(base), _number(other)
+    if a is None or b is None or a == 0:
+        return None
+    return (b - a) / a
+
+
+def matched_changes(
+    first: pd.DataFrame, other: pd.DataFrame, keys: Sequence[str]
+) -> list[dict[str, Any]]:
+    """One entry per point of ``first``: its label, the matching point of ``other`` (or None)
+    and the relative change (other - first) / first of each :data:`COMPARED` metric."""
+    rows = []
+    for _, row in first.iterrows():
+        if keys:
+            mask = pd.Series(True, index=other.index)
+            for key in keys:
+                mask &= other[key].map(_same_value) == _same_value(row[key])
+            found = other[mask]
+        else:
+            found = other[other["index"] == row["index"]]
+        match = None if found.empty else found.iloc[0]
+        entry: dict[str, Any] = {
+            "point": row["point"],
+            "matched": None if match is None else match["point"],
+            "health_failed": row["health"] == "FAIL"
+            or (match is not None and match["health"] == "FAIL"),
+        }
+        for column in COMPARED:
+            entry[column] = None if match is None else _change(row[column], match[column])
+        rows.append(entry)
+    return rows
+
+
+def _shown_change(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:+.1f}%"
+
+
+def compare_sweeps(console: Console, sweep_dirs: Sequence[Path], plot_path: Path) -> None:
+    """Write the curve plot of the sweeps and print each one's changes relative to the first."""
+    from rich.table import Table
+
+    from veeksha.experiment.sweep import read_manifest
+    from veeksha.experiment.sweep_plots import write_compare_plot
+
+    loaded = [(d.name, read_table(d), read_manifest(d)) for d in sweep_dirs]
+    name0, table0, manifest0 = loaded[0]
+    any_failed = False
+    for name, table, manifest in loaded[1:]:
+        theirs = set(value_columns(manifest).values())
+        keys = [c for c in value_columns(manifest0).values() if c in theirs]
+        shown = Table(title=f"{name} relative to {name0} (matched on {', '.join(keys) or 'index'})")
+        shown.add_column("point")
+        for label in COMPARED.values():
+            shown.add_column(label, justify="right")
+        for entry in matched_changes(table0, table, keys):
+            if entry["matched"] is None:
+                shown.add_row(str(entry["point"]), *(["missing"] + [""] * (len(COMPARED) - 1)))
+                continue
+            any_failed = any_failed or entry["health_failed"]
+            mark = " !" if entry["health_failed"] else ""
+            cells = [_shown_change(entry[c]) for c in COMPARED]
+            shown.add_row(f"{entry['point']}{mark}", *cells)
+        console.print(shown)
+    if any_failed:
+        console.print("! a point of this row failed a health check: not a server result")
+    path = write_compare_plot(plot_path, loaded)
+    console.print(f"wrote {path}")
+
+
+_SHOWN = {
+    "requests_per_s": "req/s",
+    "ttfc_p50_s": "TTFC p50 ms",
+    "ttfc_p99_s": "TTFC p99 ms",
+    "tpot_p99_s": "TPOT p99 ms",
+    "e2e_p99_s": "E2E p99 ms",
+}
+
+
+def _cell(value: Any) -> str:
+    return "-" if value is None or value is pd.NA else str(value)
+
+
+def render_table(console: Console, name: str, table: pd.DataFrame) -> None:
+    """The sweep's table as people read it: one line per point (all columns: sweep.parquet)."""
+    from rich.table import Table
+
+    shown = Table(title=f"sweep {name}")
+    for column in ("point", "status", "health", "SLOs", "exit", *_SHOWN.values()):
+        shown.add_column(column, justify="left" if column == "point" else "right", overflow="fold")
+    for _, row in table.iterrows():
+        cells = []
+        for column in _SHOWN:
+            value = _number(row[column])
+            scale = 1 if column == "requests_per_s" else 1000
+            cells.append("-" if value is None else f"{value * scale:.2f}")
+        slo = row["slo_met"]
+        slo_text = "-" if slo is None or slo is pd.NA else "met" if slo else "UNMET"
+        shown.add_row(
+            str(row["point"]),
+            str(row["status"]),
+            _cell(row["health"]),
+            slo_text,
+            _cell(row["exit_code"]),
+            *cells,
+        )
+    console.print(shown)

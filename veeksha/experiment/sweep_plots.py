@@ -1,0 +1,157 @@
+"""Latency-throughput curves of sweeps (PNG, matplotlib's Agg canvas, no pyplot state).
+
+``plots/latency_throughput.png`` of a sweep folder: TTFC, TPOT and E2E (rows) at p50 and p99
+(columns) against the achieved throughput (requests/s of ok requests over the measured window).
+One line per combination of the swept keys that are not the load knob (keys under
+``traffic_scheduler``): a rate sweep is one curve, a rate x prompt-length sweep one curve per
+prompt length. A sweep with no load key swept draws its points in sweep order. Points that failed
+a health check are drawn hollow and red, and the legend says so: they are not a server result.
+
+:func:`write_compare_plot` draws several sweeps' curves on the same axes (``veeksha compare``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from veeksha.experiment.sweep_table import value_columns
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+__all__ = ["CURVE_FILE", "PLOTS_DIR", "write_compare_plot", "write_sweep_plots"]
+
+PLOTS_DIR = "plots"
+CURVE_FILE = "latency_throughput.png"
+X_COLUMN = "requests_per_s"
+_PANELS = (("ttfc", "TTFC"), ("tpot", "TPOT"), ("e2e", "E2E"))
+_STATS = ("p50", "p99")
+_LOAD_PREFIX = "traffic_scheduler."
+_FAILED_LABEL = "health FAIL (not a server result)"
+_STYLES = ("-", "--", ":", "-.")
+
+
+def _figure() -> Figure:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    # fixed margins: the constrained layout engine took as much CPU as drawing the six panels
+    fig = Figure(figsize=(10, 10))
+    fig.subplots_adjust(left=0.08, right=0.98, top=0.92, bottom=0.11, hspace=0.42, wspace=0.22)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def curve_keys(manifest: Mapping[str, Any]) -> list[str]:
+    """The columns that split a sweep into curves: swept keys that are not the load knob."""
+    columns = value_columns(manifest)
+    return [c for k, c in columns.items() if not k.startswith(_LOAD_PREFIX)]
+
+
+def _curves(table: pd.DataFrame, keys: list[str]) -> list[tuple[str, pd.DataFrame]]:
+    if not keys:
+        return [("", table)]
+    out = []
+    for found, group in table.groupby(keys, sort=False, dropna=False):
+        values = found if isinstance(found, tuple) else (found,)
+        label = ", ".join(f"{k}={v}" for k, v in zip(keys, values, strict=True))
+        out.append((label, group))
+    return out
+
+
+def _draw(
+    grid: Any,
+    table: pd.DataFrame,
+    manifest: Mapping[str, Any],
+    prefix: str,
+    style: str,
+    failed_labelled: list[bool],
+) -> int:
+    """Draw one sweep's curves on the grid of axes; returns how many points were drawn."""
+    keys = curve_keys(manifest)
+    drawn = 0
+    by_load = not any(k.startswith(_LOAD_PREFIX) for k in manifest.get("swept_keys") or [])
+    for label, group in _curves(table, keys):
+        name = f"{prefix}{label}" if label else (prefix.rstrip(": ") or "sweep")
+        for row, (metric, _) in enumerate(_PANELS):
+            for col, stat in enumerate(_STATS):
+                axes: Axes = grid[row][col]
+                y_column = f"{metric}_{stat}_s"
+                data = group[[X_COLUMN, y_column, "health", "index"]].dropna(
+                    subset=[X_COLUMN, y_column]
+                )
+                data = data.sort_values("index" if by_load else X_COLUMN)
+                if data.empty:
+                    continue
+                x = data[X_COLUMN].astype(float)
+                y = data[y_column].astype(float) * 1000
+                failed = data["health"] == "FAIL"
+                good = [i for i, bad in enumerate(failed.tolist()) if not bad]
+                axes.plot(x, y, style, marker="o", markevery=good, label=name)
+                if failed.any():
+                    axes.scatter(
+                        x[failed],
+                        y[failed],
+                        s=90,
+                        facecolors="none",
+                        edgecolors="red",
+                        linewidths=1.6,
+                        zorder=5,
+                        label=None if failed_labelled[0] else _FAILED_LABEL,
+                    )
+                    if row == 0 and col == 0:
+                        failed_labelled[0] = True
+                if row == 0 and col == 0:
+                    drawn += len(data)
+    return drawn
+
+
+def _finish(fig: Figure, grid: Any, title: str) -> None:
+    for row, (_, shown) in enumerate(_PANELS):
+        for col, stat in enumerate(_STATS):
+            axes = grid[row][col]
+            axes.set_title(f"{shown} {stat}")
+            axes.set_xlabel("achieved throughput (requests/s)")
+            axes.set_ylabel(f"{shown} {stat} (ms)")
+            axes.grid(True, alpha=0.3)
+    handles, labels = grid[0][0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="lower center", ncols=min(3, len(labels)), fontsize=9)
+    fig.suptitle(title)
+
+
+def write_sweep_plots(
+    sweep_dir: str | Path, table: pd.DataFrame, manifest: Mapping[str, Any]
+) -> list[Path]:
+    """Write plots/latency_throughput.png of a sweep; nothing when no point has results."""
+    fig = _figure()
+    grid = fig.subplots(len(_PANELS), len(_STATS), squeeze=False)
+    if not _draw(grid, table, manifest, "", "-", [False]):
+        return []
+    _finish(fig, grid, f"{Path(sweep_dir).name}: latency against throughput")
+    out = Path(sweep_dir) / PLOTS_DIR
+    out.mkdir(exist_ok=True)
+    path = out / CURVE_FILE
+    fig.savefig(path, dpi=90)
+    return [path]
+
+
+def write_compare_plot(
+    path: str | Path, sweeps: Sequence[tuple[str, pd.DataFrame, Mapping[str, Any]]]
+) -> Path:
+    """One figure with every sweep's curves (line style per sweep), written to ``path``."""
+    fig = _figure()
+    grid = fig.subplots(len(_PANELS), len(_STATS), squeeze=False)
+    labelled = [False]
+    for number, (name, table, manifest) in enumerate(sweeps):
+        _draw(grid, table, manifest, f"{name}: ", _STYLES[number % len(_STYLES)], labelled)
+    _finish(fig, grid, "latency against throughput: " + " vs ".join(n for n, _, _ in sweeps))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    return path

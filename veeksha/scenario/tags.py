@@ -1,0 +1,354 @@
+"""The YAML tags of scenario files: ``!include`` splices a file, ``!expand`` makes a sweep.
+
+``!include PATH`` (a value anywhere: a section, a key's value, a list item) is replaced by the
+content of the YAML file at PATH, relative to the folder of the file that holds the tag. Included
+files may include others; a file that includes itself, directly or through others, is refused
+with every ``file:line`` of the cycle. Positions stay right: every mapping and list of the
+composed tree remembers the file it came from (:class:`Sources`), so an error inside an included
+file names that file and its line.
+
+``!expand [a, b, c]`` (a value anywhere, in any file) makes one scenario per value. Several tags
+make the Cartesian product, in document order with the FIRST tag outermost (it changes slowest)
+and the last innermost: ``rate: !expand [1, 2]`` then ``len: !expand [8, 16]`` gives
+(1, 8), (1, 16), (2, 8), (2, 16). A value of an ``!expand`` may hold further ``!expand`` tags;
+they apply only to the points that chose that value, right after it (nesting).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+from veeksha.errors import ScenarioError, ScenarioIssue
+from veeksha.scenario._walk import PathPart
+
+__all__ = [
+    "EXPAND_TAG",
+    "INCLUDE_TAG",
+    "MAX_POINTS",
+    "Choice",
+    "ExpandSite",
+    "Sources",
+    "expand",
+    "parse_document",
+    "resolve_includes",
+    "tag_name",
+]
+
+INCLUDE_TAG = "!include"
+EXPAND_TAG = "!expand"
+#: A sweep larger than this is refused (a typo such as a nested product, not an experiment).
+MAX_POINTS = 10_000
+_KNOWN = (INCLUDE_TAG, EXPAND_TAG)
+
+
+@dataclass
+class Sources:
+    """Which file each mapping and list of a composed tree came from (by object identity)."""
+
+    files: dict[int, str] = field(default_factory=dict)
+    _keep: list[Any] = field(default_factory=list)
+
+    def add(self, node: Any, file: str) -> None:
+        if id(node) not in self.files:
+            self.files[id(node)] = file
+            self._keep.append(node)  # ids stay unique while the tree lives
+
+    def file_of(self, node: Any, default: str) -> str:
+        return self.files.get(id(node), default)
+
+
+@dataclass(frozen=True)
+class ExpandSite:
+    """Where an ``!expand`` tag is: its file, 1-based line and column, and its key path in the
+    composed scenario."""
+
+    file: str
+    line: int
+    column: int
+    path: tuple[PathPart, ...]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The value one point takes at one ``!expand`` site (``index`` into the tag's list)."""
+
+    site: ExpandSite
+    index: int
+    value: Any
+    node: Any  # the tag's list, to follow the choice when locating errors
+
+
+def tag_name(node: Any) -> str | None:
+    """The explicit tag of a round-trip node (``!expand``), or None."""
+    tag = getattr(node, "tag", None)
+    value = getattr(tag, "value", None) if tag is not None else None
+    return value if isinstance(value, str) else None
+
+
+def parse_document(text: str, source: str) -> Any:
+    """Parse YAML text with round-trip positions; raise :class:`ScenarioError` at the error."""
+    try:
+        return YAML(typ="rt").load(text)
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        message = f"YAML syntax error: {exc.problem or exc.context}"
+        if exc.context and exc.problem and exc.context_mark is not None:
+            message += f" ({exc.context} at line {exc.context_mark.line + 1})"
+        line = None if mark is None else mark.line + 1
+        column = None if mark is None else mark.column + 1
+        raise ScenarioError([ScenarioIssue(source, line, column, "", message)]) from None
+    except YAMLError as exc:
+        raise ScenarioError([ScenarioIssue(source, None, None, "", f"YAML error: {exc}")]) from None
+
+
+def _value_position(parent: Any, key: Any) -> tuple[int, int]:
+    """1-based line and column of the value at ``key`` of a round-trip container."""
+    try:
+        if isinstance(parent, CommentedMap):
+            line, column = parent.lc.value(key)
+        else:
+            line, column = parent.lc.item(key)
+    except (KeyError, IndexError, TypeError, AttributeError):
+        line, column = parent.lc.line, parent.lc.col
+    return line + 1, column + 1
+
+
+def _children(node: Any) -> Iterator[tuple[Any, Any]]:
+    if isinstance(node, CommentedMap):
+        yield from list(node.items())
+    elif isinstance(node, CommentedSeq):
+        yield from list(enumerate(node))
+
+
+def _where(file: str, line: int, column: int) -> str:
+    return f"{file}:{line}:{column}"
+
+
+def resolve_includes(root: Any, source: str, sources: Sources) -> list[ScenarioIssue]:
+    """Replace every ``!include`` of ``root`` (read from ``source``) by the file it names, in
+    place; record each container's file in ``sources``. Returns the problems found (missing
+    file, cycle, bad tag value), each at its ``file:line:column``."""
+    issues: list[ScenarioIssue] = []
+    start = os.path.realpath(source)
+    _resolve(root, source, sources, [(start, source, None)], issues)
+    return issues
+
+
+def _resolve(
+    node: Any,
+    file: str,
+    sources: Sources,
+    chain: list[tuple[str, str, str | None]],
+    issues: list[ScenarioIssue],
+) -> None:
+    if not isinstance(node, CommentedMap | CommentedSeq):
+        return
+    sources.add(node, file)
+    for key, child in _children(node):
+        tag = tag_name(child)
+        if tag == INCLUDE_TAG:
+            line, column = _value_position(node, key)
+            loaded = _include(child, file, line, column, sources, chain, issues)
+            if loaded is not None:
+                node[key] = loaded
+            continue
+        if tag is not None and tag.startswith("!") and tag not in _KNOWN:
+            line, column = _value_position(node, key)
+            issues.append(
+                ScenarioIssue(
+                    file, line, column, "", f"unknown tag {tag}: veeksha knows !expand and !include"
+                )
+            )
+            continue
+        _resolve(child, file, sources, chain, issues)
+
+
+def _include(
+    node: Any,
+    file: str,
+    line: int,
+    column: int,
+    sources: Sources,
+    chain: list[tuple[str, str, str | None]],
+    issues: list[ScenarioIssue],
+) -> Any:
+    """The content of the file an ``!include`` names, its own includes resolved (None: refused,
+    with the issue added)."""
+    here = _where(file, line, column)
+    target = node.value if isinstance(node, TaggedScalar) else None
+    if not isinstance(target, str) or not target.strip():
+        issues.append(
+            ScenarioIssue(
+                file, line, column, "", "!include takes one file path, e.g. !include client.yaml"
+            )
+        )
+        return None
+    shown = os.path.normpath(os.path.join(os.path.dirname(file), target.strip()))
+    real = os.path.realpath(shown)
+    for index, (seen_real, seen_file, _site) in enumerate(chain):
+        if seen_real == real:
+            steps = [site for _, _, site in chain[index + 1 :] if site is not None]
+            path = " -> ".join([*steps, f"{here} !include {target}"])
+            issues.append(
+                ScenarioIssue(
+                    file,
+                    line,
+                    column,
+                    "",
+                    f"!include cycle: {path} comes back to {seen_file}, which is already being "
+                    "read; remove one of these includes",
+                )
+            )
+            return None
+    try:
+        text = Path(shown).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        reason = "not a text file (UTF-8 expected)"
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+    else:
+        reason = ""
+    if reason:
+        issues.append(
+            ScenarioIssue(
+                file,
+                line,
+                column,
+                "",
+                f"!include {target}: cannot read {shown!r} ({reason}); the path is relative to "
+                "the folder of the including file",
+            )
+        )
+        return None
+    try:
+        loaded = parse_document(text, shown)
+    except ScenarioError as exc:
+        issues.extend(exc.issues)
+        return None
+    if loaded is None:
+        issues.append(
+            ScenarioIssue(shown, None, None, "", f"the file is empty (included at {here})")
+        )
+        return None
+    if tag_name(loaded) == INCLUDE_TAG:
+        issues.append(
+            ScenarioIssue(shown, 1, 1, "", "a file cannot be only an !include; include the file")
+        )
+        return None
+    _resolve(loaded, shown, sources, [*chain, (real, shown, f"{here} !include {target}")], issues)
+    return loaded
+
+
+# ------------------------------------------------------------------------------------ expand
+
+
+def _plain_scalar(value: Any) -> Any:
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+Variant = tuple[Any, tuple[Choice, ...]]
+
+
+class _Expander:
+    def __init__(self, root_file: str, sources: Sources) -> None:
+        self.root_file = root_file
+        self.sources = sources
+        self.issues: list[ScenarioIssue] = []
+        self.seen: set[tuple[str, int, int]] = set()
+
+    def _issue(self, file: str, line: int, column: int, message: str) -> None:
+        if (file, line, column) not in self.seen:
+            self.seen.add((file, line, column))
+            self.issues.append(ScenarioIssue(file, line, column, "", message))
+
+    def variants(self, node: Any, path: tuple[PathPart, ...]) -> list[Variant]:
+        if isinstance(node, CommentedMap | CommentedSeq):
+            keys = list(node.keys()) if isinstance(node, CommentedMap) else list(range(len(node)))
+            per_child: list[list[Variant]] = []
+            for key in keys:
+                per_child.append(self.child_variants(node, key, path))
+            out: list[Variant] = []
+            for combo in itertools.product(*per_child):
+                choices = tuple(c for _, chosen in combo for c in chosen)
+                if isinstance(node, CommentedMap):
+                    pairs = zip(keys, combo, strict=True)
+                    out.append(({_plain_scalar(k): v for k, (v, _) in pairs}, choices))
+                else:
+                    out.append(([v for v, _ in combo], choices))
+                if len(out) > MAX_POINTS:
+                    break
+            return out
+        if isinstance(node, TaggedScalar):
+            return [(_plain_scalar(node.value), ())]
+        return [(_plain_scalar(node), ())]
+
+    def child_variants(self, parent: Any, key: Any, path: tuple[PathPart, ...]) -> list[Variant]:
+        child = parent[key]
+        here = (*path, _plain_scalar(key))
+        if tag_name(child) != EXPAND_TAG:
+            return self.variants(child, here)
+        file = self.sources.file_of(parent, self.root_file)
+        line, column = _value_position(parent, key)
+        if not isinstance(child, CommentedSeq):
+            shown = child.value if isinstance(child, TaggedScalar) else "a mapping"
+            self._issue(
+                file,
+                line,
+                column,
+                f"!expand takes a list of values, e.g. !expand [4, 8, 16] (got {shown!r})",
+            )
+            return [(None, ())]
+        if not child:
+            self._issue(
+                file,
+                line,
+                column,
+                "!expand of an empty list makes no run; give at least one value",
+            )
+            return [(None, ())]
+        site = ExpandSite(file, line, column, here)
+        out: list[Variant] = []
+        for index in range(len(child)):
+            for value, inner in self.variants(child[index], here):
+                out.append((value, (Choice(site, index, value, child), *inner)))
+        return out
+
+
+def expand(root: CommentedMap, root_file: str, sources: Sources) -> list[Variant]:
+    """Every point of the composed tree: its plain data and the choice it made at each
+    ``!expand`` (in the order of the module doc). Raises :class:`ScenarioError` for a bad tag
+    (not a list, empty) or more than :data:`MAX_POINTS` points."""
+    expander = _Expander(root_file, sources)
+    points = expander.variants(root, ())
+    if expander.issues:
+        raise ScenarioError(expander.issues)
+    if len(points) > MAX_POINTS:
+        raise ScenarioError(
+            [
+                ScenarioIssue(
+                    root_file,
+                    None,
+                    None,
+                    "",
+                    f"the !expand tags make more than {MAX_POINTS} runs; sweep fewer values",
+                )
+            ]
+        )
+    return points
