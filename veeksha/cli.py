@@ -12,6 +12,7 @@ import functools
 import gc
 import importlib
 import os
+import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -354,6 +355,9 @@ def validate(files: tuple[Path, ...], overrides: tuple[str, ...]) -> None:
     failed = False
     for path in files:
         try:
+            if _is_capacity_search(path):
+                _validate_capacity_search(path, overrides)
+                continue
             points = _load_points(path, overrides)
             for point in points.points:
                 for warning in _check_trace(point.scenario):
@@ -370,6 +374,28 @@ def validate(files: tuple[Path, ...], overrides: tuple[str, ...]) -> None:
                 click.echo(f"  {point.index:3d}  {point.label}")
     if failed:
         raise click.exceptions.Exit(ScenarioError.exit_code)
+
+
+_CAPACITY_SEARCH_KEY = re.compile(r"^(benchmark_config|capacity_search_config)\s*:", re.MULTILINE)
+
+
+def _is_capacity_search(path: Path) -> bool:
+    """Whether ``path`` is a capacity search file (``veeksha capacity-search``), not a scenario."""
+    try:
+        return bool(_CAPACITY_SEARCH_KEY.search(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError):
+        return False  # the scenario loader reports it
+
+
+def _validate_capacity_search(path: Path, overrides: Sequence[str]) -> None:
+    from veeksha.experiment.capacity.config import load_capacity_config
+
+    config = load_capacity_config(path, overrides=overrides)
+    _check_trace(config.scenario)
+    click.echo(
+        f"{path}: ok, a capacity search of {config.knob.path} from {config.start_value:g} "
+        f"to {config.max_value:g}"
+    )
 
 
 @main.command()

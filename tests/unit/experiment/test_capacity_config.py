@@ -191,3 +191,19 @@ def test_problems_of_the_search_and_its_scenario_file_are_reported_together(
     assert result.exit_code == 2
     assert "search.yaml:1:1: start_value: must be greater than 0" in result.output
     assert "broken.yaml:1:1: seed:" in result.output
+
+
+def test_validate_recognises_a_search_file_and_checks_it(tmp_path: Path) -> None:
+    shipped = Path(__file__).parents[3] / "scenarios" / "capacity_search.yaml"
+    runner = CliRunner()
+    result = runner.invoke(cli.main, ["validate", str(shipped)], prog_name="veeksha")
+    assert result.exit_code == 0, result.output
+    assert "ok, a capacity search of traffic_scheduler.interval_generator.arrival_rate" in (
+        result.output
+    )
+    bad = write(tmp_path, "start_value: 0\nbenchmark_config: broken.yaml\n")
+    write(tmp_path, "seed: -1\n", "broken.yaml")
+    result = runner.invoke(cli.main, ["validate", str(bad)], prog_name="veeksha")
+    assert result.exit_code == 2
+    assert "search.yaml:1:1: start_value: must be greater than 0" in result.output
+    assert "broken.yaml:1:1: seed:" in result.output
