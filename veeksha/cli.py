@@ -38,6 +38,8 @@ LAZY_COMMANDS: dict[str, str] = {
     "report": "veeksha.evaluate.cli:report",
     "compare": "veeksha.evaluate.cli:compare",
     "sim-server": "veeksha.simulator.cli:sim_server",
+    "prefill": "veeksha.experiment.microbench.cli:prefill",
+    "decode": "veeksha.experiment.microbench.cli:decode",
 }
 
 #: Arrow's allocator for the commands (``LazyGroup.main``); set it in the environment to choose
