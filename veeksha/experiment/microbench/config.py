@@ -16,7 +16,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from ruamel.yaml import YAML
@@ -48,6 +48,15 @@ class MicrobenchConfig(BaseModel):
         None, description="Server under test (…/v1); absent: the built-in simulator."
     )
     model: str | None = Field(None, description="Model name sent in each request.")
+    client_type: Literal["openai_chat_completions", "openai_completions"] = Field(
+        "openai_chat_completions",
+        description="API: openai_completions sends the prompt without a chat template.",
+    )
+    tokenizer: Literal["builtin", "server"] = Field(
+        "builtin",
+        description="Whose tokens the lengths count: builtin (exact against the simulator) or "
+        "server (the target's /tokenize, exact against vLLM, SGLang, llama.cpp).",
+    )
     input_lengths: list[int] | None = Field(None, description="Prompt lengths in tokens.")
     output_dir: str | None = Field(None, description="Base folder of result folders.")
     quick: bool = Field(False, description="Small defaults for the keys left unset (seconds).")

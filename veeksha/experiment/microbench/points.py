@@ -86,6 +86,8 @@ def point_scenario(config: MicrobenchConfig, spec: PointSpec) -> Scenario:
             },
         },
         "client": {
+            "type": config.client_type,
+            "tokenizer": {"type": config.tokenizer},
             "api_base": config.api_base,
             "model": config.model,
             "request_timeout": config.request_timeout,
