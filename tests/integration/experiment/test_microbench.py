@@ -22,6 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from veeksha.cli import main
+from veeksha.simulator.process import SimulatorProcess
 
 PREFILL_TOKENS_PER_S = 10_000.0
 DECODE_STEP_MS = 5.0
@@ -144,6 +145,11 @@ def test_a_batch_that_cannot_decode_together_fails_the_window_check(tmp_path: Pa
         ),
         (["prefill", "--samples_per_lenght", "3"], "did you mean 'samples_per_length'?"),
         (["prefill", "128"], "unexpected argument '128'"),
+        (["prefill", "--api_base", "http://127.0.0.1:9/v1", "--model", "m"], "127.0.0.1:9"),
+        (
+            ["decode", "--api_base", "http://127.0.0.1:9/v1"],
+            "<flags>: model: required with api_base",
+        ),
     ],
 )
 def test_bad_input_exits_2_before_anything_runs(
@@ -162,3 +168,27 @@ def test_a_bad_config_file_names_file_line_and_key(tmp_path: Path) -> None:
     code, output = _invoke("decode", "--config", str(path))
     assert code == 2
     assert f"{path}:4:3: simulator.decode_step: unknown key; did you mean" in output
+
+
+def test_an_endpoint_is_measured_as_it_is(tmp_path: Path, fast_simulator: SimulatorProcess) -> None:
+    assert fast_simulator.base_url is not None
+    code, output = _invoke(
+        "prefill",
+        "--api_base",
+        fast_simulator.base_url,
+        "--model",
+        "veeksha-sim",
+        "--input_lengths",
+        "16",
+        "32",
+        "--samples_per_length",
+        "2",
+        "--no_plots",
+        "--output_dir",
+        str(tmp_path),
+    )
+    assert code == 0, output
+    folder, doc = _results(tmp_path, "prefill")
+    assert doc["target"] == {"kind": "endpoint", "api_base": fast_simulator.base_url}
+    assert [p["samples"] for p in doc["points"]] == [2, 2]
+    assert not (folder / "prefill.png").exists()

@@ -94,6 +94,10 @@ class MicrobenchConfig(BaseModel):
             raise ValueError("input_lengths: give at least one length")
         if any(n < 1 for n in self.input_lengths):
             raise ValueError(f"input_lengths: every length must be >= 1 (got {self.input_lengths})")
+        if self.api_base is not None and not self.model:
+            raise ValueError(
+                f"model: required with api_base {self.api_base}: set it to the model it serves"
+            )
         return self
 
     def check_context(self, output_tokens: int) -> None:

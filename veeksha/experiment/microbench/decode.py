@@ -36,7 +36,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from veeksha.experiment.microbench.config import DecodeConfig
-from veeksha.experiment.microbench.points import PointSpec, load_rows, result_folder, run_points
+from veeksha.experiment.microbench.points import PointSpec, load_rows, run_points
 from veeksha.experiment.microbench.results import Check, fit_line, write_results
 from veeksha.experiment.point import PointResult
 
@@ -168,14 +168,8 @@ def _check(name: str, problems: list[str], good: str) -> Check:
 
 def run_decode(config: DecodeConfig, echo: Callable[[str], None]) -> tuple[Path, dict[str, Any]]:
     """Run the decode microbenchmark of ``config``; its result folder and results document."""
-    assert config.output_dir is not None
     specs = decode_specs(config)
-    folder = result_folder(config.output_dir, NAME)
-    echo(
-        f"decode: batch sizes {config.batch_sizes} x input lengths {config.input_lengths}"
-        f" -> {folder}"
-    )
-    server, done = run_points(config, specs, folder, echo)
+    folder, server, done = run_points(config, specs, NAME, echo)
     points = [(spec, result, load_rows(result.run_dir)) for spec, result in done]
     table, fits, checks = analyse_decode(points, folder)
     plot = f"{NAME}.png" if config.plots and table else None

@@ -14,12 +14,14 @@ microbenchmark reads its requests.parquet afterwards.
 from __future__ import annotations
 
 import datetime as dt
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from pydantic import ValidationError
 
 from veeksha.errors import ConfigurationError, RunAbortedError
 from veeksha.experiment.microbench.config import MicrobenchConfig
@@ -105,7 +107,11 @@ def point_scenario(config: MicrobenchConfig, spec: PointSpec) -> Scenario:
         "health_checks": {"max_dispatch_lag_p99_ms": DISPATCH_LAG_LIMIT_MS},
         "simulator": config.simulator.model_dump(),
     }
-    return Scenario.model_validate(data)
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:  # a combination of keys no scenario allows
+        problems = "; ".join(error["msg"].removeprefix("Value error, ") for error in exc.errors())
+        raise ConfigurationError(f"point {spec.index + 1}: {problems}") from None
 
 
 def result_folder(output_dir: str, name: str, now: dt.datetime | None = None) -> Path:
@@ -134,14 +140,21 @@ def result_folder(output_dir: str, name: str, now: dt.datetime | None = None) ->
 def run_points(
     config: MicrobenchConfig,
     specs: Sequence[PointSpec],
-    folder: Path,
+    name: str,
     echo: Callable[[str], None],
-) -> tuple[SharedServer, list[tuple[PointSpec, PointResult]]]:
-    """Run every point in order against one server; stop at the first interrupted one
-    (``RunAbortedError``, the points so far kept on disk)."""
+) -> tuple[Path, SharedServer, list[tuple[PointSpec, PointResult]]]:
+    """Start (or check) the server, then make the result folder and run every point in order
+    against that one server; the folder, the server and each point's result. Nothing is made
+    when the server cannot be used (``TargetError``, exit 2); an interrupted point stops the
+    series (``RunAbortedError``, the points so far kept on disk)."""
+    assert config.output_dir is not None
     scenarios = [point_scenario(config, spec) for spec in specs]
     done: list[tuple[PointSpec, PointResult]] = []
-    with shared_simulator(scenarios[0]) as (_, server):
+    with shared_simulator(scenarios[0]) as (first, server):
+        if not server.is_simulator:
+            _check_endpoint(first)
+        folder = result_folder(config.output_dir, name)
+        echo(f"{name}: {len(specs)} point(s) -> {folder}")
         for spec, scenario in zip(specs, scenarios, strict=True):
             result = run_point(
                 aim_at(scenario, server), folder / "points", plots=config.point_plots
@@ -150,7 +163,18 @@ def run_points(
             done.append((spec, result))
             if result.interrupted:
                 raise RunAbortedError(f"interrupted; the points so far are in {folder}")
-    return server, done
+    return folder, server, done
+
+
+def _check_endpoint(scenario: Scenario) -> None:
+    """The endpoint answers and serves the model: else exit 2 before any folder exists."""
+    from veeksha.dispatch.settings import resolve_api_key
+    from veeksha.engine.target import check_reachable
+
+    client = scenario.client
+    api_base = client.api_base or os.environ.get("OPENAI_API_BASE")
+    assert api_base is not None
+    check_reachable(api_base, resolve_api_key(client), model=client.model)
 
 
 def load_rows(run_dir: Path) -> pd.DataFrame:

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from veeksha.experiment.microbench.config import PrefillConfig
-from veeksha.experiment.microbench.points import PointSpec, load_rows, result_folder, run_points
+from veeksha.experiment.microbench.points import PointSpec, load_rows, run_points
 from veeksha.experiment.microbench.results import Check, fit_line, write_results
 from veeksha.experiment.point import PointResult
 
@@ -153,11 +153,8 @@ def _max_int(values: pd.Series) -> int | None:
 
 def run_prefill(config: PrefillConfig, echo: Callable[[str], None]) -> tuple[Path, dict[str, Any]]:
     """Run the prefill microbenchmark of ``config``; its result folder and results document."""
-    assert config.output_dir is not None
     specs = prefill_specs(config)
-    folder = result_folder(config.output_dir, NAME)
-    echo(f"prefill: {len(specs)} input lengths x {config.samples_per_length} -> {folder}")
-    server, done = run_points(config, specs, folder, echo)
+    folder, server, done = run_points(config, specs, NAME, echo)
     points = [(spec, result, load_rows(result.run_dir)) for spec, result in done]
     table, fit, checks, samples = analyse_prefill(points, folder)
     plot = f"{NAME}.png" if config.plots and table else None
