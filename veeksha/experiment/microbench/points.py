@@ -1,8 +1,9 @@
 """The points of a microbenchmark: one normal run each, started through ``run_point``.
 
-A point is a closed-loop scenario of single-request sessions, all started at once (concurrent
-scheduler, no ramp-up): ``concurrency`` sessions at a time, ``sessions`` in all, each a prompt of
-exactly ``input_length`` tokens asking for exactly ``output_length`` tokens (``ignore_eos``).
+A point is a closed loop of single-request sessions, ``concurrency`` at a time (concurrent
+scheduler, no ramp-up: the first ``concurrency`` start together, each later one when one ends),
+``sessions`` in all (after ``warmup_sessions`` untracked ones), each a prompt of exactly
+``input_length`` tokens asking for exactly ``output_length`` tokens (``ignore_eos``).
 Point ``index`` uses seed ``seed + index``, so no two points send the same prompts (a server's
 prefix cache finds nothing to reuse across points; within a point the prompts already differ).
 
