@@ -63,7 +63,7 @@ def test_quick_fills_only_the_keys_left_unset(tmp_path: Path) -> None:
 
 
 def test_a_context_limit_of_an_endpoint_is_only_checked_when_given() -> None:
-    endpoint = {"api_base": "http://127.0.0.1:9/v1", "input_lengths": ["500000"]}
+    endpoint = {"api_base": "http://127.0.0.1:9/v1", "model": "m", "input_lengths": ["500000"]}
     assert load_config(PrefillConfig, None, endpoint).input_lengths == [500000]
     with pytest.raises(ScenarioError, match="exceed the model context of 1000"):
         load_config(PrefillConfig, None, {**endpoint, "max_model_len": "1000"})
