@@ -41,6 +41,8 @@ LAZY_COMMANDS: dict[str, str] = {
     "compare": "veeksha.experiment.cli:compare",
     "sim-server": "veeksha.simulator.cli:sim_server",
     "capacity-search": "veeksha.experiment.capacity.cli:capacity_search",
+    "prefill": "veeksha.experiment.microbench.cli:prefill",
+    "decode": "veeksha.experiment.microbench.cli:decode",
 }
 
 #: Arrow's allocator for the commands (``LazyGroup.main``); set it in the environment to choose

@@ -1,0 +1,194 @@
+"""Truth tests of ``veeksha prefill`` and ``veeksha decode`` against the built-in simulator.
+
+The simulator's engine timing is known (docs/simulator.md): one request alone gets its first token
+after one step, ``decode_step_ms + decode_step_ms_per_seq + 1000 × L / prefill_tokens_per_s``; a
+batch of B decoding together emits a token every ``decode_step_ms + decode_step_ms_per_seq × B``.
+So the prefill fit must find ``1e6 / prefill_tokens_per_s`` ms per 1k tokens, and the decode fit
+``decode_step_ms_per_seq`` per sequence and ``decode_step_ms``.
+
+Tolerances (also in docs/microbench.md): the slopes within 10 % (prefill) and 15 % (decode);
+the intercepts from 1 ms below to 4 ms above the truth. The intercepts carry the HTTP round trip
+and the simulator's lateness on a shared machine (its next step starts when the late timer
+fires), both positive; the slopes do not, as long as that lateness does not grow with L or B.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from veeksha.cli import main
+from veeksha.simulator.process import SimulatorProcess
+
+PREFILL_TOKENS_PER_S = 10_000.0
+DECODE_STEP_MS = 5.0
+PER_SEQ_MS = 1.0
+
+TRUTH = f"""
+quick: true
+simulator:
+  preset: realistic
+  prefill_tokens_per_s: {PREFILL_TOKENS_PER_S}
+  decode_step_ms: {DECODE_STEP_MS}
+  decode_step_ms_per_seq: {PER_SEQ_MS}
+"""
+
+
+def _invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args), env={"OPENAI_API_BASE": None})
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    return result.exit_code, result.output
+
+
+def _results(base: Path, name: str) -> tuple[Path, dict]:
+    (folder,) = base.glob(f"*-{name}")
+    return folder, json.loads((folder / f"{name}_results.json").read_text())
+
+
+@pytest.fixture
+def truth_file(tmp_path: Path) -> Path:
+    path = tmp_path / "truth.yaml"
+    path.write_text(TRUTH)
+    return path
+
+
+def test_prefill_recovers_the_simulators_prefill_cost(tmp_path: Path, truth_file: Path) -> None:
+    code, output = _invoke("prefill", "--config", str(truth_file), "--output_dir", str(tmp_path))
+    assert code == 0, output
+    folder, doc = _results(tmp_path, "prefill")
+    assert doc["passed"]
+    assert {c["name"] for c in doc["checks"]} == {
+        "all_ok",
+        "healthy_points",
+        "sequential",
+        "exact_lengths",
+        "no_cache_hits",
+    }
+    assert [p["input_length"] for p in doc["points"]] == [128, 512, 1024]
+    assert all(
+        p["samples"] == 3 and p["server_prompt_tokens"] == p["input_length"] for p in doc["points"]
+    )
+    true_slope = 1e6 / PREFILL_TOKENS_PER_S  # ms per 1k tokens
+    true_intercept = DECODE_STEP_MS + PER_SEQ_MS
+    fit = doc["fit"]
+    assert fit["slope_ms_per_1k_tokens"] == pytest.approx(true_slope, rel=0.10)
+    assert true_intercept - 1 <= fit["intercept_ms"] <= true_intercept + 4
+    assert doc["target"]["kind"] == "simulator"
+    csv = pd.read_csv(folder / "prefill_results.csv")
+    assert csv["input_length"].tolist() == [128, 512, 1024]
+    assert (folder / "prefill.png").stat().st_size > 0
+    # every point is a normal run folder with its own rows
+    for point in doc["points"]:
+        rows = pd.read_parquet(folder / point["run_dir"] / "requests.parquet")
+        assert rows["phase"].tolist() == ["warmup", "measured", "measured", "measured"]
+
+
+def test_decode_recovers_the_simulators_step_cost(tmp_path: Path, truth_file: Path) -> None:
+    code, output = _invoke("decode", "--config", str(truth_file), "--output_dir", str(tmp_path))
+    assert code == 0, output
+    folder, doc = _results(tmp_path, "decode")
+    assert doc["passed"]
+    assert [p["batch_size"] for p in doc["points"]] == [1, 4, 16]
+    for point in doc["points"]:
+        # every request contributes the gaps of the common window, none outside it
+        assert point["tbc_samples"] >= point["batch_size"] * 4
+        assert point["tbc_p99_ms"] >= point["tbc_p50_ms"]
+    (fit,) = doc["fits"]
+    assert fit["slope_ms_per_seq"] == pytest.approx(PER_SEQ_MS, rel=0.15)
+    assert DECODE_STEP_MS - 1 <= fit["intercept_ms"] <= DECODE_STEP_MS + 4
+    assert pd.read_csv(folder / "decode_results.csv")["batch_size"].tolist() == [1, 4, 16]
+    assert (folder / "decode.png").stat().st_size > 0
+
+
+def test_a_batch_that_cannot_decode_together_fails_the_window_check(tmp_path: Path) -> None:
+    # two running slots for a batch of four: the last two start after the first two finished
+    code, output = _invoke(
+        "decode",
+        "--batch_sizes",
+        "4",
+        "--input_lengths",
+        "16",
+        "--output_length",
+        "8",
+        "--simulator.max_num_seqs",
+        "2",
+        "--no_plots",
+        "--output_dir",
+        str(tmp_path),
+    )
+    assert code == 4, output
+    assert "FAIL windows_overlap: B=4 L=16" in output
+    _, doc = _results(tmp_path, "decode")
+    assert not doc["passed"]
+    assert doc["plot"] is None
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["prefill", "--input_lengths", "128", "200000"],
+            "<flags>: input_lengths: [200000] plus 1 output token(s) exceed the model context "
+            "of 131072 tokens",
+        ),
+        (
+            ["decode", "--batch_sizes", "0", "4"],
+            "<flags>: batch_sizes: every batch size must be >= 1 (got [0, 4])",
+        ),
+        (
+            ["decode", "--input_lengths", "100", "--max_model_len", "300"],
+            "input_lengths: [100] plus 256 output token(s) exceed the model context of 300",
+        ),
+        (["prefill", "--samples_per_lenght", "3"], "did you mean 'samples_per_length'?"),
+        (["prefill", "128"], "unexpected argument '128'"),
+        (["prefill", "--api_base", "http://127.0.0.1:9/v1", "--model", "m"], "127.0.0.1:9"),
+        (
+            ["decode", "--api_base", "http://127.0.0.1:9/v1"],
+            "<flags>: model: required with api_base",
+        ),
+    ],
+)
+def test_bad_input_exits_2_before_anything_runs(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    code, output = _invoke(*args, "--output_dir", str(tmp_path / "out"))
+    assert code == 2
+    assert message in output
+    assert "Traceback" not in output
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_bad_config_file_names_file_line_and_key(tmp_path: Path) -> None:
+    path = tmp_path / "decode.yaml"
+    path.write_text("batch_sizes: [1, 2]\nsimulator:\n  preset: realistic\n  decode_step: 3\n")
+    code, output = _invoke("decode", "--config", str(path))
+    assert code == 2
+    assert f"{path}:4:3: simulator.decode_step: unknown key; did you mean" in output
+
+
+def test_an_endpoint_is_measured_as_it_is(tmp_path: Path, fast_simulator: SimulatorProcess) -> None:
+    assert fast_simulator.base_url is not None
+    code, output = _invoke(
+        "prefill",
+        "--api_base",
+        fast_simulator.base_url,
+        "--model",
+        "veeksha-sim",
+        "--input_lengths",
+        "16",
+        "32",
+        "--samples_per_length",
+        "2",
+        "--no_plots",
+        "--output_dir",
+        str(tmp_path),
+    )
+    assert code == 0, output
+    folder, doc = _results(tmp_path, "prefill")
+    assert doc["target"] == {"kind": "endpoint", "api_base": fast_simulator.base_url}
+    assert [p["samples"] for p in doc["points"]] == [2, 2]
+    assert not (folder / "prefill.png").exists()

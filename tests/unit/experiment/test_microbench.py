@@ -1,0 +1,174 @@
+"""The microbenchmarks' pure parts: flags, settings, the decode window, the checks, the fit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from veeksha.errors import ScenarioError
+from veeksha.experiment.microbench.config import (
+    DecodeConfig,
+    PrefillConfig,
+    load_config,
+    parse_flags,
+)
+from veeksha.experiment.microbench.decode import DecodeWindow, _fcfs_inversions, analyse_decode
+from veeksha.experiment.microbench.points import PointSpec, point_scenario
+from veeksha.experiment.microbench.prefill import analyse_prefill
+from veeksha.experiment.microbench.results import fit_line
+from veeksha.experiment.point import PointResult
+
+HEALTHY = {"health": {"verdict": "PASS"}}
+
+
+def test_flags_read_as_the_public_cli_writes_them() -> None:
+    flags = parse_flags(
+        [
+            "--input_lengths",
+            "128",
+            "256",
+            "--quick",
+            "--no_plots",
+            "--simulator.seed=3",
+            "--model",
+            "m",
+        ]
+    )
+    assert flags == {
+        "input_lengths": ["128", "256"],
+        "quick": True,
+        "plots": False,
+        "simulator": {"seed": "3"},
+        "model": "m",
+    }
+    assert parse_flags(["--batch-sizes", "8"]) == {"batch_sizes": "8"}
+
+
+def test_quick_fills_only_the_keys_left_unset(tmp_path: Path) -> None:
+    quick = load_config(PrefillConfig, None, {"quick": True})
+    assert quick.input_lengths == [128, 512, 1024]
+    assert quick.samples_per_length == 3
+    full = load_config(PrefillConfig, None, {})
+    assert full.input_lengths == [128, 256, 512, 1024]
+    assert full.simulator.preset == "realistic"
+    path = tmp_path / "d.yaml"
+    path.write_text("quick: true\nbatch_sizes: [2, 8]\nsimulator: {decode_step_ms: 3}\n")
+    decode = load_config(DecodeConfig, path, {"batch_sizes": "4", "simulator": {"seed": "1"}})
+    assert decode.batch_sizes == [4]  # a flag wins over the file
+    assert decode.output_length == 64  # --quick's
+    assert (decode.simulator.decode_step_ms, decode.simulator.seed) == (3.0, 1)
+
+
+def test_a_context_limit_of_an_endpoint_is_only_checked_when_given() -> None:
+    endpoint = {"api_base": "http://127.0.0.1:9/v1", "model": "m", "input_lengths": ["500000"]}
+    assert load_config(PrefillConfig, None, endpoint).input_lengths == [500000]
+    with pytest.raises(ScenarioError, match="exceed the model context of 1000"):
+        load_config(PrefillConfig, None, {**endpoint, "max_model_len": "1000"})
+
+
+def test_points_differ_in_seed_and_run_one_batch_at_once() -> None:
+    config = load_config(DecodeConfig, None, {"quick": True})
+    scenario = point_scenario(config, PointSpec(2, 128, 64, 16, 16))
+    assert scenario.seed == config.seed + 2
+    assert scenario.traffic_scheduler.target_concurrent_sessions == 16  # type: ignore[union-attr]
+    assert scenario.traffic_scheduler.rampup_seconds == 0  # type: ignore[union-attr]
+    assert scenario.runtime.max_sessions == 16
+
+
+def test_the_decode_window_holds_only_the_gaps_where_all_decode() -> None:
+    # request a: chunks every 10 ms from 0; b joins at 25 ms; a ends at 90 ms, b at 125 ms
+    a = np.arange(0, 100, 10, dtype=float) / 1000
+    b = np.arange(25, 130, 10, dtype=float) / 1000
+    window = DecodeWindow([a, b])
+    assert (window.start, window.end) == (0.025, 0.09)
+    # a: 30..90 → 6 gaps; b: 25..85 → 6 gaps
+    assert window.min_gaps == 6
+    assert np.allclose(window.gaps_s, 0.01)
+    late = DecodeWindow([a, a + 0.2])  # the second starts after the first ended
+    assert late.length_s < 0
+    assert late.min_gaps == 0
+
+
+def test_fcfs_allows_ties_within_a_step_but_not_inversions() -> None:
+    rows = pd.DataFrame({"sent_at": [0.0, 0.001, 0.002], "first_chunk_at": [0.010, 0.0301, 0.030]})
+    assert _fcfs_inversions(rows, tolerance_s=0.001) == 0  # same step, read in another order
+    rows.loc[2, "first_chunk_at"] = 0.005
+    assert _fcfs_inversions(rows, tolerance_s=0.001) == 2
+
+
+def _prefill_rows(length: int, ttfc_s: list[float], **overrides: object) -> pd.DataFrame:
+    sent = np.arange(len(ttfc_s), dtype=float)
+    rows = pd.DataFrame(
+        {
+            "status": "ok",
+            "sent_at": sent,
+            "completed_at": sent + np.array(ttfc_s),
+            "ttfc": ttfc_s,
+            "prompt_tokens_total": length,
+            "cached_tokens": 0,
+        }
+    )
+    for key, value in overrides.items():
+        rows[key] = value
+    return rows
+
+
+def test_prefill_analysis_fits_medians_and_names_each_broken_check(tmp_path: Path) -> None:
+    def point(
+        i: int, length: int, rows: pd.DataFrame
+    ) -> tuple[PointSpec, PointResult, pd.DataFrame]:
+        spec = PointSpec(i, length, 1, 1, 3, 1)
+        return spec, PointResult(tmp_path / f"p{i}", 0, False, HEALTHY), rows
+
+    truth = [0.005 + 0.05 * n / 1000 for n in (128, 1024)]  # 5 ms + 50 ms per 1k
+    good = [
+        point(0, 128, _prefill_rows(128, [truth[0], truth[0], 9.0])),  # one outlier: medians
+        point(1, 1024, _prefill_rows(1024, [truth[1]] * 3)),
+    ]
+    table, fit, checks, _ = analyse_prefill(good, tmp_path)
+    assert fit is not None
+    assert fit["slope_ms_per_1k_tokens"] == pytest.approx(50)
+    assert fit["intercept_ms"] == pytest.approx(5)
+    assert all(c.passed for c in checks)
+    assert table[0]["run_dir"] == "p0"
+    overlapping = _prefill_rows(128, [0.5, 2.0, 0.5])  # the second ends after the third starts
+    bad = [
+        point(0, 128, overlapping),
+        point(1, 1024, _prefill_rows(1024, [0.1] * 3, cached_tokens=16, prompt_tokens_total=1030)),
+    ]
+    _, _, checks, _ = analyse_prefill(bad, tmp_path)
+    failed = {c.name: c.detail for c in checks if not c.passed}
+    assert set(failed) == {"sequential", "exact_lengths", "no_cache_hits"}
+    assert failed["exact_lengths"] == "L=1024: 3 prompt(s) of [1030] tokens"
+
+
+def test_decode_analysis_fits_tbc_against_batch(tmp_path: Path) -> None:
+    points = []
+    for i, batch in enumerate((1, 2, 4)):
+        step = (5 + 0.5 * batch) / 1000
+        times = [np.arange(20) * step + 0.001 * k for k in range(batch)]
+        rows = pd.DataFrame(
+            {
+                "status": "ok",
+                "sent_at": [0.0001 * k for k in range(batch)],
+                "first_chunk_at": [t[0] for t in times],
+                "chunk_times": times,
+            }
+        )
+        spec = PointSpec(i, 128, 20, batch, batch)
+        points.append((spec, PointResult(tmp_path / f"p{i}", 0, False, HEALTHY), rows))
+    table, fits, checks = analyse_decode(points, tmp_path)
+    assert [p["tbc_p50_ms"] for p in table] == pytest.approx([5.5, 6.0, 7.0])
+    assert fits[0]["slope_ms_per_seq"] == pytest.approx(0.5)
+    assert fits[0]["intercept_ms"] == pytest.approx(5.0)
+    assert all(c.passed for c in checks)
+
+
+def test_a_line_needs_two_distinct_x() -> None:
+    assert fit_line([1, 1], [2, 3]) is None
+    fit = fit_line([1, 2, 3], [3, 5, 7])
+    assert fit is not None
+    assert (fit.slope, fit.intercept, fit.r2) == pytest.approx((2, 1, 1))

@@ -1,0 +1,108 @@
+"""``veeksha prefill`` and ``veeksha decode``: parse the flags (or ``--config FILE``) and delegate.
+
+Exit codes: 0 when every check of the measurement held, 4 when one failed (the results are
+written all the same, the failure named), 2 for bad input (nothing run), 3 when interrupted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from veeksha.evaluate.exit_codes import ExitCode
+from veeksha.experiment.microbench.config import (
+    DecodeConfig,
+    MicrobenchConfig,
+    PrefillConfig,
+    load_config,
+    parse_flags,
+)
+
+__all__ = ["decode", "prefill"]
+
+_SETTINGS = {"ignore_unknown_options": True, "allow_extra_args": False}
+
+
+def _keys_help(kind: type[MicrobenchConfig]) -> str:
+    lines = []
+    for name, info in kind.model_fields.items():
+        default = (kind.FULL | {"simulator": "{preset: realistic}"}).get(name, info.default)
+        quick = kind.QUICK.get(name)
+        extra = f" (--quick: {quick})" if quick is not None and quick != default else ""
+        lines.append(f"--{name}: {info.description} Default: {default}{extra}.")
+    return "\b\nKeys (flags, or keys of the --config YAML file):\n" + "\n".join(lines)
+
+
+def _report(name: str, folder: Path, document: dict[str, Any]) -> None:
+    click.echo(f"{name} results: {folder / (name + '_results.json')}")
+    for line in _figures(name, document):
+        click.echo(f"  {line}")
+    for check in document["checks"]:
+        mark = "ok  " if check["passed"] else "FAIL"
+        click.echo(f"  {mark} {check['name']}: {check['detail']}")
+
+
+def _figures(name: str, document: dict[str, Any]) -> list[str]:
+    if name == "prefill":
+        lines = [
+            f"L={p['input_length']}: TTFC p50 {_num(p['ttfc_p50_ms'])} ms ({p['samples']} samples)"
+            for p in document["points"]
+        ]
+        fit = document.get("fit")
+        if fit:
+            lines.append(
+                f"fit: {fit['slope_ms_per_1k_tokens']:.2f} ms per 1k tokens, "
+                f"intercept {fit['intercept_ms']:.2f} ms (r2 {fit['r2']:.3f})"
+            )
+        return lines
+    lines = [
+        f"B={p['batch_size']} L={p['input_length']}: TBC p50 {_num(p['tbc_p50_ms'])} ms, "
+        f"p99 {_num(p['tbc_p99_ms'])} ms ({p['tbc_samples']} gaps in {p['window_s']:.2f} s)"
+        for p in document["points"]
+    ]
+    lines += [
+        f"fit L={f['input_length']}: {f['intercept_ms']:.3f} ms + {f['slope_ms_per_seq']:.4f} "
+        "ms per sequence"
+        for f in document.get("fits", [])
+    ]
+    return lines
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _finish(ctx: click.Context, name: str, folder: Path, document: dict[str, Any]) -> None:
+    _report(name, folder, document)
+    if not document["passed"]:
+        ctx.exit(ExitCode.HEALTH_FAILED)
+
+
+@click.command(context_settings=_SETTINGS, epilog=_keys_help(PrefillConfig))
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="YAML FILE of keys.")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[--KEY VALUE...]")
+@click.pass_context
+def prefill(ctx: click.Context, config_file: Path | None, args: tuple[str, ...]) -> None:
+    """TTFT against prompt length: one request at a time at each input length, 1 output token;
+    the fitted slope (ms per 1k prompt tokens) and intercept (docs/microbench.md)."""
+    from veeksha.experiment.microbench.prefill import run_prefill
+
+    config = load_config(PrefillConfig, config_file, parse_flags(args))
+    folder, document = run_prefill(config, click.echo)
+    _finish(ctx, "prefill", folder, document)
+
+
+@click.command(context_settings=_SETTINGS, epilog=_keys_help(DecodeConfig))
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="YAML FILE of keys.")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[--KEY VALUE...]")
+@click.pass_context
+def decode(ctx: click.Context, config_file: Path | None, args: tuple[str, ...]) -> None:
+    """Time between chunks against batch size: each batch decoding together, measured in its
+    common decode window; TBC p50/p99 per batch size (docs/microbench.md)."""
+    from veeksha.experiment.microbench.decode import run_decode
+
+    config = load_config(DecodeConfig, config_file, parse_flags(args))
+    folder, document = run_decode(config, click.echo)
+    _finish(ctx, "decode", folder, document)

@@ -1,0 +1,309 @@
+"""The settings of ``veeksha prefill`` and ``veeksha decode``: flags, a YAML file, or both.
+
+The keys are the flags of the public veeksha CLI (``--api_base``, ``--model``,
+``--input_lengths 128 256``, ``--batch_sizes``, ``--samples_per_length``, ``--output_dir``,
+``--quick``); a YAML file given with ``--config FILE`` holds the same keys, and flags given
+beside it win. ``--quick`` fills the keys left unset with small values (each command in seconds
+against the built-in simulator); keys set explicitly always win. Dotted flags reach inside the
+``simulator`` mapping: ``--simulator.decode_step_ms 4``.
+
+Every problem is reported at once, as ``file:line:column: key: message`` for the file's keys and
+``<flags>: key: message`` for the flags' (exit 2), as the scenario loader does.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap
+from ruamel.yaml.error import YAMLError
+
+from veeksha.errors import ScenarioError, ScenarioIssue
+from veeksha.scenario.simulator import SimulatorConfig
+
+__all__ = ["DecodeConfig", "MicrobenchConfig", "PrefillConfig", "load_config", "parse_flags"]
+
+FLAGS_SOURCE = "<flags>"
+
+
+def _realistic() -> SimulatorConfig:
+    return SimulatorConfig.model_validate({"preset": "realistic"})
+
+
+class MicrobenchConfig(BaseModel):
+    """Keys both microbenchmarks share."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: the keys ``--quick`` fills when unset, and their values; then the full defaults
+    QUICK: ClassVar[dict[str, Any]] = {}
+    FULL: ClassVar[dict[str, Any]] = {}
+
+    api_base: str | None = Field(
+        None, description="Server under test (…/v1); absent: the built-in simulator."
+    )
+    model: str | None = Field(None, description="Model name sent in each request.")
+    client_type: Literal["openai_chat_completions", "openai_completions"] = Field(
+        "openai_chat_completions",
+        description="API: openai_completions sends the prompt without a chat template.",
+    )
+    tokenizer: Literal["builtin", "server"] = Field(
+        "builtin",
+        description="Whose tokens the lengths count: builtin (exact against the simulator) or "
+        "server (the target's /tokenize, exact against vLLM, SGLang, llama.cpp).",
+    )
+    input_lengths: list[int] | None = Field(None, description="Prompt lengths in tokens.")
+    output_dir: str | None = Field(None, description="Base folder of result folders.")
+    quick: bool = Field(False, description="Small defaults for the keys left unset (seconds).")
+    seed: int = Field(42, ge=0, description="Seed of the prompts (point i uses seed + i).")
+    max_model_len: int | None = Field(
+        None,
+        ge=2,
+        description="The server's context (prompt + output tokens); default for the built-in "
+        "simulator: simulator.max_model_len; for an endpoint: unchecked.",
+    )
+    num_workers: int = Field(1, ge=1, description="HTTP worker processes of each point.")
+    request_timeout: float = Field(300.0, gt=0, description="Seconds per request.")
+    plots: bool = Field(True, description="Draw the plot (--no_plots: false).")
+    point_plots: bool = Field(False, description="Also draw each point run's own plots.")
+    simulator: SimulatorConfig = Field(
+        default_factory=_realistic,
+        description="The built-in simulator (default preset realistic), used without api_base.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        filled = dict(data)
+        defaults = cls.QUICK if filled.get("quick") in (True, "true", "True", "1") else cls.FULL
+        for key, value in defaults.items():
+            if filled.get(key) is None:
+                filled[key] = value
+        return filled
+
+    @model_validator(mode="after")
+    def _check_lengths(self) -> MicrobenchConfig:
+        if not self.input_lengths:
+            raise ValueError("input_lengths: give at least one length")
+        if any(n < 1 for n in self.input_lengths):
+            raise ValueError(f"input_lengths: every length must be >= 1 (got {self.input_lengths})")
+        if self.api_base is not None and not self.model:
+            raise ValueError(
+                f"model: required with api_base {self.api_base}: set it to the model it serves"
+            )
+        return self
+
+    def check_context(self, output_tokens: int) -> None:
+        """Every input length plus ``output_tokens`` must fit the context (``context_limit``)."""
+        limit = self.context_limit()
+        too_long = [n for n in self.input_lengths or () if limit and n + output_tokens > limit]
+        if too_long:
+            raise ValueError(
+                f"input_lengths: {too_long} plus {output_tokens} output token(s) exceed the "
+                f"model context of {limit} tokens; use shorter lengths (or set max_model_len "
+                "to the server's context)"
+            )
+
+    def context_limit(self) -> int | None:
+        """The context the lengths must fit in: ``max_model_len``, else the simulator's when it
+        is the target; None (unchecked) for an endpoint without ``max_model_len``."""
+        if self.max_model_len is not None:
+            return self.max_model_len
+        return self.simulator.max_model_len if self.api_base is None else None
+
+
+class PrefillConfig(MicrobenchConfig):
+    """``veeksha prefill``: single requests, one at a time, at each input length."""
+
+    QUICK: ClassVar[dict[str, Any]] = {
+        "input_lengths": [128, 512, 1024],
+        "samples_per_length": 3,
+        "output_dir": "prefill_output",
+    }
+    FULL: ClassVar[dict[str, Any]] = {
+        "input_lengths": [128, 256, 512, 1024],
+        "samples_per_length": 10,
+        "output_dir": "prefill_output",
+    }
+
+    samples_per_length: int | None = Field(None, ge=1, description="Requests at each input length.")
+
+    @model_validator(mode="after")
+    def _fits(self) -> PrefillConfig:
+        self.check_context(1)
+        return self
+
+
+class DecodeConfig(MicrobenchConfig):
+    """``veeksha decode``: a batch decoding together, at each batch size and input length."""
+
+    QUICK: ClassVar[dict[str, Any]] = {
+        "input_lengths": [128],
+        "batch_sizes": [1, 4, 16],
+        "output_length": 64,
+        "output_dir": "decode_output",
+    }
+    FULL: ClassVar[dict[str, Any]] = {
+        "input_lengths": [128],
+        "batch_sizes": [1, 2, 4, 8, 16, 32],
+        "output_length": 256,
+        "output_dir": "decode_output",
+    }
+
+    batch_sizes: list[int] | None = Field(None, description="Requests decoding together.")
+    output_length: int | None = Field(
+        None, ge=8, description="Output tokens of every request (long enough to overlap)."
+    )
+
+    @model_validator(mode="after")
+    def _check_batches(self) -> DecodeConfig:
+        if not self.batch_sizes:
+            raise ValueError("batch_sizes: give at least one batch size")
+        if any(b < 1 for b in self.batch_sizes):
+            raise ValueError(f"batch_sizes: every batch size must be >= 1 (got {self.batch_sizes})")
+        self.check_context(self.output_length or 0)
+        return self
+
+
+Config = TypeVar("Config", bound=MicrobenchConfig)
+
+
+def parse_flags(args: Sequence[str]) -> dict[str, Any]:
+    """``--key v [v ...]`` pairs as a nested mapping: a key with several values is a list, one
+    value a scalar, none ``True`` (``--no_x``: ``x: false``); dots nest (``--simulator.seed 1``).
+    Dashes in keys read as underscores. Values stay text: the model types them."""
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--") or len(arg) == 2:
+            raise ScenarioError([ScenarioIssue(FLAGS_SOURCE, None, None, "", _stray(arg))])
+        key, eq, inline = arg[2:].partition("=")
+        values: list[str] = [inline] if eq else []
+        i += 1
+        while not eq and i < len(args) and not args[i].startswith("--"):
+            values.append(args[i])
+            i += 1
+        key = key.replace("-", "_")
+        value: Any = values if len(values) > 1 else values[0] if values else True
+        if not values and key.startswith("no_"):
+            key, value = key[3:], False
+        holder = out
+        *parents, last = key.split(".")
+        for part in parents:
+            holder = holder.setdefault(part, {})
+        holder[last] = value
+    return out
+
+
+def _stray(arg: str) -> str:
+    return f"unexpected argument {arg!r}: flags are --key VALUE (e.g. --input_lengths 128 256)"
+
+
+def load_config(kind: type[Config], path: str | Path | None, flags: dict[str, Any]) -> Config:
+    """The config of ``kind`` from the YAML file at ``path`` (if any) with ``flags`` on top;
+    raise :class:`ScenarioError` listing every problem."""
+    source = str(path) if path is not None else FLAGS_SOURCE
+    root: CommentedMap = CommentedMap()
+    if path is not None:
+        root = _read_yaml(source)
+    data: dict[str, Any] = _plain(root)
+    # a flag replaces the file's value; the simulator mapping merges key by key
+    for key, value in flags.items():
+        if key == "simulator" and isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    # lists given as one flag value are one-element lists
+    for key in ("input_lengths", "batch_sizes"):
+        if isinstance(flags.get(key), str):
+            data[key] = [flags[key]]
+    try:
+        return kind.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(_issues(exc, kind, root, source, flags)) from None
+
+
+def _read_yaml(source: str) -> CommentedMap:
+    def problem(message: str, line: int | None = None) -> ScenarioError:
+        return ScenarioError([ScenarioIssue(source, line, None, "", message)])
+
+    try:
+        text = Path(source).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise problem(f"cannot read the file: {reason}") from None
+    try:
+        loaded = YAML(typ="rt", pure=True).load(text)
+    except YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = None if mark is None else mark.line + 1
+        raise problem(f"YAML syntax error: {getattr(exc, 'problem', exc)}", line) from None
+    if loaded is None:
+        return CommentedMap()
+    if not isinstance(loaded, CommentedMap):
+        raise problem("expected a mapping of keys (input_lengths: [...], ...)")
+    return loaded
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _issues(
+    exc: ValidationError,
+    kind: type[MicrobenchConfig],
+    root: CommentedMap,
+    source: str,
+    flags: dict[str, Any],
+) -> list[ScenarioIssue]:
+    issues: list[ScenarioIssue] = []
+    seen: set[str] = set()
+    for err in exc.errors():
+        loc = [str(part) for part in err["loc"]]
+        message = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            near = difflib.get_close_matches(loc[-1], _keys(kind, loc[:-1]), n=1)
+            message = "unknown key" + (f"; did you mean {near[0]!r}?" if near else "")
+        elif loc and "input" in err and not isinstance(err["input"], dict | list):
+            message += f" (got {err['input']!r})"
+        path = ".".join(loc)
+        if not loc and ": " in message:  # a check of the whole config names its key
+            path, _, message = message.partition(": ")
+            loc = path.split(".")
+        if path in seen:
+            continue
+        seen.add(path)
+        if loc and loc[0] in flags:
+            issues.append(ScenarioIssue(FLAGS_SOURCE, None, None, path, message))
+        else:
+            line, column = _position(root, loc)
+            issues.append(ScenarioIssue(source, line, column, path, message))
+    return issues
+
+
+def _keys(kind: type[BaseModel], parents: list[str]) -> list[str]:
+    if parents == ["simulator"]:
+        return list(SimulatorConfig.model_fields)
+    return list(kind.model_fields) if not parents else []
+
+
+def _position(root: Any, loc: list[str]) -> tuple[int | None, int | None]:
+    node, line, column = root, None, None
+    for part in loc:
+        if not isinstance(node, CommentedMap) or part not in node:
+            break
+        line, column = node.lc.key(part)
+        node = node[part]
+    return (None, None) if line is None else (line + 1, (column or 0) + 1)

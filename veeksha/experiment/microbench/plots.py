@@ -1,0 +1,113 @@
+"""The microbenchmarks' PNG plots, drawn with matplotlib's Agg canvas (imported only here).
+
+- ``prefill.png``: every TTFC sample against its input length, the per-length medians, and the
+  fitted line with its slope (ms per 1k tokens) and intercept;
+- ``decode.png``: TBC p50 (solid) and p99 (dashed) against batch size, one colour per input
+  length, with the fitted p50 line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["decode_plot", "prefill_plot"]
+
+
+def _figure() -> Figure:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4.2), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def prefill_plot(
+    samples: dict[int, list[float]],
+    table: list[dict[str, Any]],
+    fit: dict[str, Any] | None,
+    path: Path,
+) -> Path:
+    """TTFC (ms) against input length (tokens), with the fit."""
+    fig = _figure()
+    ax = fig.add_subplot()
+    for length, values in samples.items():
+        ax.scatter([length] * len(values), values, s=12, alpha=0.4, color="tab:blue")
+    usable = [p for p in table if p["ttfc_p50_ms"] is not None]
+    ax.plot(
+        [p["input_length"] for p in usable],
+        [p["ttfc_p50_ms"] for p in usable],
+        "o",
+        color="tab:blue",
+        label="median",
+    )
+    if fit is not None:
+        xs = np.array([0, max(p["input_length"] for p in usable)], dtype=float)
+        slope, intercept = fit["slope_ms_per_1k_tokens"], fit["intercept_ms"]
+        ax.plot(
+            xs,
+            intercept + slope * xs / 1000,
+            "--",
+            color="tab:orange",
+            label=f"fit: {intercept:.2f} ms + {slope:.2f} ms per 1k tokens",
+        )
+    ax.set_xlabel("input length (tokens)")
+    ax.set_ylabel("TTFC (ms)")
+    ax.set_title("prefill: time to first chunk against prompt length")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left")
+    fig.savefig(path, dpi=100, format="png")
+    return path
+
+
+def decode_plot(table: list[dict[str, Any]], fits: list[dict[str, Any]], path: Path) -> Path:
+    """TBC p50 and p99 (ms) against batch size, per input length, with the p50 fits."""
+    fig = _figure()
+    ax = fig.add_subplot()
+    colours = ["tab:blue", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:olive"]
+    lengths = list(dict.fromkeys(p["input_length"] for p in table))
+    for i, length in enumerate(lengths):
+        colour = colours[i % len(colours)]
+        rows = sorted(
+            (p for p in table if p["input_length"] == length and p["tbc_p50_ms"] is not None),
+            key=lambda p: p["batch_size"],
+        )
+        batch = [p["batch_size"] for p in rows]
+        ax.plot(
+            batch, [p["tbc_p50_ms"] for p in rows], "o-", color=colour, label=f"p50, L={length}"
+        )
+        ax.plot(
+            batch,
+            [p["tbc_p99_ms"] for p in rows],
+            "s--",
+            color=colour,
+            alpha=0.6,
+            label=f"p99, L={length}",
+        )
+        fit = next((f for f in fits if f["input_length"] == length), None)
+        if fit is not None and batch:
+            xs = np.array([0, max(batch)], dtype=float)
+            ax.plot(
+                xs,
+                fit["intercept_ms"] + fit["slope_ms_per_seq"] * xs,
+                ":",
+                color=colour,
+                label=f"fit: {fit['intercept_ms']:.2f} ms + {fit['slope_ms_per_seq']:.3f} ms/seq",
+            )
+    ax.set_xlabel("batch size (requests decoding together)")
+    ax.set_ylabel("TBC in the common decode window (ms)")
+    ax.set_title("decode: time between chunks against batch size")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", fontsize="small")
+    fig.savefig(path, dpi=100, format="png")
+    return path

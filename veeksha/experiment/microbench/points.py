@@ -1,0 +1,188 @@
+"""The points of a microbenchmark: one normal run each, started through ``run_point``.
+
+A point is a closed loop of single-request sessions, ``concurrency`` at a time (concurrent
+scheduler, no ramp-up: the first ``concurrency`` start together, each later one when one ends),
+``sessions`` in all (after ``warmup_sessions`` untracked ones), each a prompt of exactly
+``input_length`` tokens asking for exactly ``output_length`` tokens (``ignore_eos``).
+Point ``index`` uses seed ``seed + index``, so no two points send the same prompts (a server's
+prefix cache finds nothing to reuse across points; within a point the prompts already differ).
+
+The points run one after the other against one server (``shared_simulator``); each leaves a run
+folder below ``<result folder>/points/`` that ``veeksha report`` reads like any other, and the
+microbenchmark reads its requests.parquet afterwards.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from pydantic import ValidationError
+
+from veeksha.errors import ConfigurationError, RunAbortedError
+from veeksha.experiment.microbench.config import MicrobenchConfig
+from veeksha.experiment.point import PointResult, run_point
+from veeksha.experiment.shared_server import SharedServer, aim_at, shared_simulator
+from veeksha.scenario.models import Scenario
+
+__all__ = ["PointSpec", "load_rows", "point_scenario", "result_folder", "run_points"]
+
+#: the points' generator-saturation limit (p99 of sent - ready), ms
+DISPATCH_LAG_LIMIT_MS = 100.0
+
+#: columns of requests.parquet the microbenchmarks read
+ROW_COLUMNS = [
+    "phase",
+    "request_id",
+    "status",
+    "sent_at",
+    "first_chunk_at",
+    "completed_at",
+    "chunk_times",
+    "ttfc",
+    "target_prompt_tokens",
+    "prompt_tokens_total",
+    "cached_tokens",
+    "output_tokens",
+    "requested_output_tokens",
+]
+
+
+@dataclass(frozen=True)
+class PointSpec:
+    """One point: its sessions, how many run at once, their prompt and output lengths."""
+
+    index: int
+    input_length: int
+    output_length: int
+    concurrency: int
+    sessions: int
+    warmup_sessions: int = 0
+
+
+def point_scenario(config: MicrobenchConfig, spec: PointSpec) -> Scenario:
+    """The scenario of one point (validated like any scenario file)."""
+    total = spec.sessions + spec.warmup_sessions
+    data: dict[str, Any] = {
+        "seed": config.seed + spec.index,
+        "traffic_scheduler": {
+            "type": "concurrent",
+            "target_concurrent_sessions": spec.concurrency,
+            "rampup_seconds": 0,
+        },
+        "session_generator": {
+            "type": "synthetic",
+            "session_graph": {"type": "single_request"},
+            "channels": [
+                {
+                    "type": "text",
+                    "body_length_generator": {"type": "fixed", "value": spec.input_length},
+                }
+            ],
+            "output_spec": {
+                "text": {"output_length_generator": {"type": "fixed", "value": spec.output_length}}
+            },
+        },
+        "client": {
+            "type": config.client_type,
+            "tokenizer": {"type": config.tokenizer},
+            "api_base": config.api_base,
+            "model": config.model,
+            "request_timeout": config.request_timeout,
+            "ignore_eos": True,
+        },
+        "runtime": {
+            "max_sessions": spec.sessions,
+            "warmup_sessions": spec.warmup_sessions,
+            "benchmark_timeout": config.request_timeout * total + 60,
+            "num_workers": config.num_workers,
+        },
+        "trace_recorder": {"enabled": False},
+        # one-at-a-time and all-at-once points on a shared machine: a late send only delays
+        # the next request (TTFC and TBC count from the send), so only a gross lag fails
+        "health_checks": {"max_dispatch_lag_p99_ms": DISPATCH_LAG_LIMIT_MS},
+        "simulator": config.simulator.model_dump(),
+    }
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:  # a combination of keys no scenario allows
+        problems = "; ".join(error["msg"].removeprefix("Value error, ") for error in exc.errors())
+        raise ConfigurationError(f"point {spec.index + 1}: {problems}") from None
+
+
+def result_folder(output_dir: str, name: str, now: dt.datetime | None = None) -> Path:
+    """A new folder ``<output_dir>/<UTC time>-<name>/`` (``-2``, ``-3``... when taken)."""
+    stamp = (now or dt.datetime.now(dt.UTC)).strftime("%Y%m%dT%H%M%SZ")
+    base = Path(output_dir)
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        for attempt in range(1, 100):
+            candidate = base / (f"{stamp}-{name}" + ("" if attempt == 1 else f"-{attempt}"))
+            try:
+                candidate.mkdir()
+            except FileExistsError:
+                continue
+            return candidate
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot create a result folder in {str(base)!r}: {exc.strerror or exc}; choose a "
+            "writable folder with --output_dir DIR"
+        ) from None
+    raise ConfigurationError(
+        f"too many {name} results in {str(base)!r}; choose another --output_dir"
+    )
+
+
+def run_points(
+    config: MicrobenchConfig,
+    specs: Sequence[PointSpec],
+    name: str,
+    echo: Callable[[str], None],
+) -> tuple[Path, SharedServer, list[tuple[PointSpec, PointResult]]]:
+    """Start (or check) the server, then make the result folder and run every point in order
+    against that one server; the folder, the server and each point's result. Nothing is made
+    when the server cannot be used (``TargetError``, exit 2); an interrupted point stops the
+    series (``RunAbortedError``, the points so far kept on disk)."""
+    assert config.output_dir is not None
+    scenarios = [point_scenario(config, spec) for spec in specs]
+    done: list[tuple[PointSpec, PointResult]] = []
+    with shared_simulator(scenarios[0]) as (first, server):
+        if not server.is_simulator:
+            _check_endpoint(first)
+        folder = result_folder(config.output_dir, name)
+        echo(f"{name}: {len(specs)} point(s) -> {folder}")
+        for spec, scenario in zip(specs, scenarios, strict=True):
+            result = run_point(
+                aim_at(scenario, server), folder / "points", plots=config.point_plots
+            )
+            echo(f"  point {spec.index + 1}/{len(specs)}: {result.run_dir.name}")
+            done.append((spec, result))
+            if result.interrupted:
+                raise RunAbortedError(f"interrupted; the points so far are in {folder}")
+    return folder, server, done
+
+
+def _check_endpoint(scenario: Scenario) -> None:
+    """The endpoint answers and serves the model: else exit 2 before any folder exists."""
+    from veeksha.dispatch.settings import resolve_api_key
+    from veeksha.engine.target import check_reachable
+
+    client = scenario.client
+    api_base = client.api_base or os.environ.get("OPENAI_API_BASE")
+    assert api_base is not None
+    check_reachable(api_base, resolve_api_key(client), model=client.model)
+
+
+def load_rows(run_dir: Path) -> pd.DataFrame:
+    """The measured rows of a point's requests.parquet (warmup rows left out)."""
+    path = run_dir / "requests.parquet"
+    try:
+        rows = pd.read_parquet(path, columns=ROW_COLUMNS)
+    except (OSError, ValueError) as exc:
+        raise RunAbortedError(f"point {run_dir} left no readable requests.parquet: {exc}") from None
+    return rows[rows["phase"] == "measured"].reset_index(drop=True)

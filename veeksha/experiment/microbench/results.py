@@ -1,0 +1,85 @@
+"""What a microbenchmark leaves: ``<name>_results.json`` and ``<name>_results.csv``.
+
+The JSON is the whole result (``RESULTS_VERSION``, the target, the settings, one entry per point,
+the fit, the checks, ``passed``); the CSV is its ``points`` table, one row per point, for
+spreadsheets and ``veeksha diff``. Both are documented field by field in docs/microbench.md.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["RESULTS_VERSION", "Check", "LineFit", "fit_line", "write_results"]
+
+RESULTS_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Check:
+    """One self-check of the measurement: its name, whether it held, and what was seen."""
+
+    name: str
+    passed: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class LineFit:
+    """``y = intercept + slope × x`` by least squares, with its coefficient of determination."""
+
+    slope: float
+    intercept: float
+    r2: float
+    points: int
+
+
+def fit_line(x: Sequence[float], y: Sequence[float]) -> LineFit | None:
+    """Least-squares line through (x, y); None with fewer than two distinct x."""
+    xs = np.asarray(x, dtype=float)
+    ys = np.asarray(y, dtype=float)
+    if len(xs) < 2 or np.ptp(xs) == 0:
+        return None
+    slope, intercept = np.polyfit(xs, ys, 1)
+    residual = float(np.sum((ys - (intercept + slope * xs)) ** 2))
+    total = float(np.sum((ys - ys.mean()) ** 2))
+    r2 = 1.0 - residual / total if total > 0 else 1.0
+    return LineFit(float(slope), float(intercept), r2, len(xs))
+
+
+def write_results(
+    folder: Path,
+    name: str,
+    body: dict[str, Any],
+    points: Sequence[dict[str, Any]],
+    checks: Sequence[Check],
+) -> dict[str, Any]:
+    """Write ``<name>_results.json`` (``body`` plus points and checks) and the points as
+    ``<name>_results.csv``; the JSON document."""
+    document = {
+        "benchmark": name,
+        "version": RESULTS_VERSION,
+        "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        **body,
+        "points": list(points),
+        "checks": [asdict(check) for check in checks],
+        "passed": all(check.passed for check in checks),
+    }
+    (folder / f"{name}_results.json").write_text(
+        json.dumps(document, indent=2, default=str) + "\n", encoding="utf-8"
+    )
+    columns = [
+        k for k, v in (points[0] if points else {}).items() if not isinstance(v, dict | list)
+    ]
+    with (folder / f"{name}_results.csv").open("w", newline="", encoding="utf-8") as out:
+        writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(points)
+    return document

@@ -1,0 +1,70 @@
+"""One built-in simulator for a whole experiment: started once, every point's client aimed at it.
+
+An experiment of many points (a microbenchmark, a capacity search) would otherwise start and stop
+a simulator per point, paying its start-up each time and losing its state (prefix cache, process
+warm-up) between points. :func:`shared_simulator` starts the simulator the scenario would use
+(``scenario.simulator``, serving ``client.model`` when set), yields the scenario rewritten to
+point at it, and stops it on the way out. A scenario with a target of its own
+(``client.api_base`` or ``OPENAI_API_BASE``) is yielded unchanged and nothing is started.
+
+>>> with shared_simulator(scenario) as (aimed, server):  # doctest: +SKIP
+...     for point in points:
+...         run_point(point_of(aimed))
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from veeksha.scenario.models import Scenario
+
+__all__ = ["SharedServer", "aim_at", "shared_simulator"]
+
+
+@dataclass(frozen=True)
+class SharedServer:
+    """The experiment's target: where it is and what it is (for the experiment's results)."""
+
+    api_base: str | None
+    model: str | None
+    description: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_simulator(self) -> bool:
+        return self.description.get("kind") == "simulator"
+
+
+def aim_at(scenario: Scenario, server: SharedServer) -> Scenario:
+    """``scenario`` with its client pointed at ``server`` (unchanged for an endpoint)."""
+    if not server.is_simulator:
+        return scenario
+    client = scenario.client.model_copy(update={"api_base": server.api_base, "model": server.model})
+    return scenario.model_copy(update={"client": client})
+
+
+@contextmanager
+def shared_simulator(scenario: Scenario) -> Iterator[tuple[Scenario, SharedServer]]:
+    """Start the built-in simulator ``scenario`` would use (unless it has a target of its own),
+    yield the scenario aimed at it and the server's description; stop it on exit."""
+    from veeksha.engine.target import spawn_simulator
+
+    simulator = spawn_simulator(scenario)
+    if simulator is None:
+        api_base = scenario.client.api_base or os.environ.get("OPENAI_API_BASE")
+        server = SharedServer(
+            api_base, scenario.client.model, {"kind": "endpoint", "api_base": api_base}
+        )
+        yield scenario, server
+        return
+    try:
+        base = simulator.wait_ready()
+        server = SharedServer(
+            base, simulator.config.model, {"kind": "simulator", **simulator.config_dict()}
+        )
+        yield aim_at(scenario, server), server
+    finally:
+        simulator.stop()
