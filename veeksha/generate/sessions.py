@@ -31,6 +31,7 @@ from itertools import chain
 import numpy as np
 
 from veeksha.errors import ConfigurationError
+from veeksha.generate.clients import ClientPicker
 from veeksha.generate.content import PromptBuilder
 from veeksha.generate.distributions import (
     FixedStairSampler,
@@ -98,6 +99,8 @@ class SessionGenerator:
         wait = self._graphs.wait_config
         self._waits = make_interval_sampler(wait) if wait is not None else None
         self._prompts = PromptBuilder(channel, tokenizer, scenario.seed)
+        names = [name for name, _ in scenario.client_entries()]
+        self._clients = ClientPicker(generator.client_selection, names)
         samplers = [*self._graphs.samplers, self._bodies, self._outputs]
         self._stairs = [s for s in samplers if isinstance(s, FixedStairSampler)]
         self._positions: dict[int, tuple[int, ...]] = {0: tuple(0 for _ in self._stairs)}
@@ -208,6 +211,8 @@ class SessionGenerator:
             )
         )
         first = block * BLOCK_SESSIONS
+        if not self._clients.single:
+            self._clients.assign(nodes, first, sizes.tolist(), streams, block)
         ends = np.cumsum(sizes).tolist()
         starts = [0, *ends[:-1]]
         if graphs.chain:

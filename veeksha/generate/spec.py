@@ -31,6 +31,7 @@ class NodeSpec:
     max_tokens: int
     shared_prefix_tokens: int = 0
     system: str | None = None  # a system message before a root's prompt (dataset replay)
+    client: int = 0  # index into the scenario's clients (``Scenario.client_entries``)
 
 
 @dataclass(slots=True)

@@ -84,6 +84,8 @@ def load_scenario_text(text: str, source_name: str, overrides: Sequence[str] = (
         except ValidationError as exc:
             issues += _issues(exc, root, source_name, override_paths)
             scenario = None
+    if scenario is not None:
+        issues += _cross_issues(scenario, root, source_name, override_paths)
     if issues:
         raise ScenarioError(_dedupe(issues))
     assert scenario is not None
@@ -94,6 +96,24 @@ def load_scenario_text(text: str, source_name: str, overrides: Sequence[str] = (
             seen.add(message)
             warnings.warn(message, warning.category, stacklevel=2)
     return scenario
+
+
+def _cross_issues(
+    scenario: Scenario,
+    root: CommentedMap,
+    source: str,
+    override_paths: list[tuple[PathPart, ...]],
+) -> list[ScenarioIssue]:
+    """The scenario's cross-section problems (``Scenario.problems``), at their keys' lines."""
+    issues = []
+    for path, message in scenario.problems():
+        where = list(path)
+        if _from_override(root, where, override_paths):
+            issues.append(ScenarioIssue(OVERRIDE_SOURCE, None, None, format_path(where), message))
+        else:
+            line, column = _position(root, where)
+            issues.append(ScenarioIssue(source, line, column, format_path(where), message))
+    return issues
 
 
 def _whole_file(source: str, message: str, line: int | None = None) -> ScenarioIssue:

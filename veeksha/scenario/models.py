@@ -33,6 +33,7 @@ __all__ = [
     "BurstGptFlavor",
     "ChatCompletionsClient",
     "Client",
+    "ClientSelection",
     "CompletionsClient",
     "ConcurrentScheduler",
     "FixedInterval",
@@ -45,6 +46,9 @@ __all__ = [
     "InverseGaussianLength",
     "LengthGenerator",
     "LinearGraph",
+    "NamedChatCompletionsClient",
+    "NamedClient",
+    "NamedCompletionsClient",
     "MooncakeFlavor",
     "OutputSpec",
     "PerformanceEvaluator",
@@ -52,6 +56,7 @@ __all__ = [
     "RagFlavor",
     "RateScheduler",
     "RequestLogFlavor",
+    "RoundRobinClients",
     "Runtime",
     "Scenario",
     "ServerTokenizer",
@@ -68,6 +73,7 @@ __all__ = [
     "TraceSessionGenerator",
     "UniformLength",
     "UntimedContentMultiTurnFlavor",
+    "WeightedClients",
     "ZipfLength",
 ]
 
@@ -387,6 +393,30 @@ class OutputSpec(StrictModel):
     )
 
 
+class RoundRobinClients(StrictModel):
+    """Node ``j`` of session ``i`` goes to client ``(i + j) mod n`` (in ``clients:`` order)."""
+
+    type: Literal["round_robin"] = "round_robin"
+
+
+class WeightedClients(StrictModel):
+    """Each node draws its client with these weights (the ``clients`` random stream)."""
+
+    type: Literal["weighted"] = "weighted"
+    weights: dict[str, Annotated[float, Field(ge=0)]] = Field(
+        ..., min_length=1, description="Client name → relative weight (unnamed clients: 0)."
+    )
+
+    @model_validator(mode="after")
+    def _some_weight(self) -> WeightedClients:
+        if sum(self.weights.values()) <= 0:
+            raise ValueError("weights: at least one client needs a weight above 0")
+        return self
+
+
+ClientSelection = Annotated[RoundRobinClients | WeightedClients, Field(discriminator="type")]
+
+
 class SyntheticSessionGenerator(StrictModel):
     """Sessions generated from a graph shape, content channels and an output spec."""
 
@@ -399,6 +429,10 @@ class SyntheticSessionGenerator(StrictModel):
     )
     output_spec: OutputSpec = Field(
         default_factory=OutputSpec, description="What each request asks the server to produce."
+    )
+    client_selection: ClientSelection = Field(
+        default_factory=RoundRobinClients,
+        description="Which of several clients serves each node (one client: all of them).",
     )
 
 
@@ -652,6 +686,37 @@ class CompletionsClient(_OpenAIClientBase):
 
 Client = Annotated[ChatCompletionsClient | CompletionsClient, Field(discriminator="type")]
 
+_CLIENT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+DEFAULT_CLIENT = "default"  # the name of the one client of a scenario with ``client:``
+
+
+class _Named(StrictModel):
+    name: str = Field(
+        ...,
+        pattern=_CLIENT_NAME,
+        max_length=64,
+        description="How nodes, rows and the summary name this client (letters, digits, _.-).",
+    )
+
+    @model_validator(mode="after")
+    def _model_with_api_base(self) -> _Named:
+        if getattr(self, "api_base", None) is not None and not getattr(self, "model", None):
+            raise ValueError(f"client {self.name!r}: model is required when api_base is set")
+        return self
+
+
+class NamedChatCompletionsClient(ChatCompletionsClient, _Named):
+    """One of several targets (``clients:``): a chat-completions client with a name."""
+
+
+class NamedCompletionsClient(CompletionsClient, _Named):
+    """One of several targets (``clients:``): a completions client with a name."""
+
+
+NamedClient = Annotated[
+    NamedChatCompletionsClient | NamedCompletionsClient, Field(discriminator="type")
+]
+
 
 # ---------------------------------------------------------------------------------------- runtime
 
@@ -804,6 +869,11 @@ class Scenario(StrictModel):
     client: Client = Field(
         default_factory=ChatCompletionsClient, description="How requests are sent."
     )
+    clients: list[NamedClient] | None = Field(
+        None,
+        min_length=1,
+        description="Several targets in one run, each with a name (instead of client).",
+    )
     runtime: Runtime = Field(
         default_factory=Runtime, description="Stop conditions, workers, CPU affinity, warmup."
     )
@@ -821,6 +891,32 @@ class Scenario(StrictModel):
         description="The built-in server, used when client.api_base is absent.",
     )
     output_dir: str = Field("benchmark_output", description="Base folder of run folders.")
+
+    @field_validator("clients", mode="before")
+    @classmethod
+    def _default_client_type(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [
+                {"type": "openai_chat_completions", **item}
+                if isinstance(item, dict) and "type" not in item
+                else item
+                for item in value
+            ]
+        return value
+
+    def client_entries(self) -> list[tuple[str, ChatCompletionsClient | CompletionsClient]]:
+        """Every client of the run as (name, client), in order: ``clients:``, or the one
+        ``client:`` named ``default``. A node's client index points into this list."""
+        if self.clients:
+            return [(c.name, c) for c in self.clients]
+        return [(DEFAULT_CLIENT, self.client)]
+
+    def problems(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """Mistakes that span sections, as (key path, message): the loader gives each its
+        file and line (``veeksha.scenario.loader``)."""
+        from veeksha.scenario.crosscheck import scenario_problems
+
+        return scenario_problems(self)
 
     @model_validator(mode="after")
     def _model_with_api_base(self) -> Scenario:
