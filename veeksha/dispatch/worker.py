@@ -194,6 +194,10 @@ class Worker:
     def _builder(self) -> RequestBuilder:
         return self._routes[0].builder
 
+    @property
+    def _headers(self) -> dict[str, str]:
+        return self._routes[0].headers
+
     # ------------------------------------------------------------------------------ lifecycle
 
     async def run(self) -> None:
@@ -342,7 +346,7 @@ class Worker:
     def _start_http1(self, route: _Route, item: WorkItem, received_at: int) -> None:
         http = route.http
         assert http is not None
-        exchange = _Exchange(self, route, http, item, received_at)
+        exchange = _Exchange(self, http, item, received_at, route)
         try:
             body = route.builder.body(item.messages, item.max_tokens)
         except Exception as exc:  # noqa: BLE001 - every failure becomes this item's Result
@@ -536,11 +540,16 @@ class _Exchange(Exchange):
     )
 
     def __init__(
-        self, worker: Worker, route: _Route, http: Http1Pool, item: WorkItem, received_at: int
+        self,
+        worker: Worker,
+        http: Http1Pool,
+        item: WorkItem,
+        received_at: int,
+        route: _Route | None = None,
     ) -> None:
         super().__init__()
         self.worker = worker
-        self.route = route
+        self.route = route = worker._routes[0] if route is None else route
         self.http = http
         self.item = item
         self.received_at = received_at
@@ -638,7 +647,10 @@ class _Exchange(Exchange):
             assert self.body is not None
             after = self.headers.get(b"retry-after")
             delay = _retry_after(
-                self.route.settings, status, after.decode("latin-1") if after else None, self.retries
+                self.route.settings,
+                status,
+                after.decode("latin-1") if after else None,
+                self.retries,
             )
             if delay is None:
                 snippet = self._body()[:READ_WINDOW]

@@ -375,12 +375,14 @@ class TrafficLoop:
         self._next_request += 1
         ready_at: int = session.ready_at_ns[node_id]  # type: ignore[assignment]  # set when ready
         messages, history_tokens = session.outgoing(node_id)
+        node = session.spec.nodes[node_id]
         item = WorkItem(
             request_id,
             messages,
-            session.spec.nodes[node_id].max_tokens,
+            node.max_tokens,
             now,
             ready_at if ready_at > now else 0,
+            node.client,
         )
         worker_id = self._submit(item)
         self._unflushed = True

@@ -274,12 +274,16 @@ class _Run:
     async def _run_with_target(
         self, target: Target, num_workers: int, worker_cpus: list[list[int]]
     ) -> None:
-        worker_settings = msgspec.structs.replace(
-            WorkerSettings.from_client(
-                self.scenario.client, target.api_base, target.api_key, dry_run=self.dry_run
-            ),
-            model=target.model,
-        )
+        configs = dict(self.scenario.client_entries())
+        worker_settings, *more_settings = [
+            msgspec.structs.replace(
+                WorkerSettings.from_client(
+                    configs[client.name], client.api_base, client.api_key, dry_run=self.dry_run
+                ),
+                model=client.model,
+            )
+            for client in target.clients
+        ]
         if self.dry_run:  # nothing to send: answered in this process, no workers, no IPC
             self.pool = InProcessPool(self._on_results)
             num_workers = 0
@@ -290,6 +294,7 @@ class _Run:
                 worker_cpus,
                 self._on_results,
                 on_fatal=self._on_fatal,
+                more_settings=more_settings,
             )
         self.num_workers = num_workers
         self.children_cpu_start = _children_cpu_s()
@@ -354,6 +359,7 @@ class _Run:
             self.tokenizer,
             trace,
             on_row=None if streaming is None else streaming.add,
+            clients=[(client.name, client.model) for client in target.clients],
         )
         timers = LoopTimers(loop, self.clock)
         traffic = TrafficLoop(

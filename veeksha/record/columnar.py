@@ -82,6 +82,7 @@ _REQ_STRS = (
     "run_id",
     "phase",
     "model",
+    "client",
     "status",
     "error_kind",
     "error_message",
@@ -237,6 +238,7 @@ class RequestColumns:
         t0_ns: int,
         output_tokens_counted: int | None = None,
         count_tokens: Callable[[str], int | None] | None = None,
+        client: str = "default",
     ) -> None:
         """One answered or failed request: ``rows.request_row`` of the same ``RequestRecord``."""
         sent = res.sent_at_ns
@@ -304,7 +306,7 @@ class RequestColumns:
             res.last_byte_at_ns or NULL,
             1,
         )
-        self._strs += (run_id, phase, model, status, res.error_kind, message, notes)
+        self._strs += (run_id, phase, model, client, status, res.error_kind, message, notes)
         if parents:
             self._parents += parents
         self._chunks += chunks
@@ -324,6 +326,7 @@ class RequestColumns:
         prompt_tokens_total: int | None,
         reason: str,
         t0_ns: int,
+        client: str = "default",
     ) -> None:
         """One request cancelled before a worker sent it (``request_row`` with no result)."""
         self.add_row(
@@ -336,6 +339,7 @@ class RequestColumns:
                 "parents": node.parents,
                 "history_parent": node.history_parent,
                 "model": model,
+                "client": client,
                 "wait_after_ready": node.wait_after_ready_s,
                 "ready_at": None if ready is None else (ready - t0_ns) / _NS,
                 "processed_at": None if processed is None else (processed - t0_ns) / _NS,

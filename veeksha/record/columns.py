@@ -73,6 +73,12 @@ REQUESTS_SCHEMA = pa.schema(
         ),
         _col("worker_id", _I32, "", "worker process that sent it; null when never dispatched"),
         _col("model", _STR, "", "model name sent in the request"),
+        _col(
+            "client",
+            _STR,
+            "",
+            "name of the client (target) that sent it: clients[].name, or default",
+        ),
         _col("wait_after_ready", _F64, _S, "configured think time after the parents completed"),
         _col("ready_at", _F64, _T0, "dependencies and think time satisfied"),
         _col(

@@ -94,6 +94,7 @@ class RequestRecord:
     prompt_tokens_total: int | None = None
     output_tokens_counted: int | None = None
     cancel_reason: str = "cancelled before it was sent"
+    client: str = "default"
 
 
 @dataclass(slots=True)
@@ -145,6 +146,7 @@ def request_row(
         "parents": node.parents,
         "history_parent": node.history_parent,
         "model": rec.model,
+        "client": rec.client,
         "wait_after_ready": node.wait_after_ready_s,
         "ready_at": None if ready is None else (ready - t0_ns) / _NS,
         "dispatched_at": None if dispatched is None else (dispatched - t0_ns) / _NS,
