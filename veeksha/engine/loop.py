@@ -29,16 +29,47 @@ from veeksha.clock import Clock
 from veeksha.dispatch.messages import Result, WorkItem
 from veeksha.engine.timers import Cancellable, Timers
 from veeksha.errors import VeekshaError
-from veeksha.generate.spec import SessionSpec
+from veeksha.generate.spec import NodeSpec, SessionSpec
 from veeksha.schedule.arrivals import ConcurrencyRamp, RateArrivals
 from veeksha.schedule.ready_queue import ReadyQueue
 from veeksha.schedule.session_state import NodeState, SessionState
+from veeksha.schedule.slots import SlotPool, node_rounds, progress_key
 
 __all__ = ["InFlight", "LoopCounters", "LoopSettings", "TrafficLoop", "TrafficSink"]
 
 _NS = 1_000_000_000
 _STARTS_PER_PASS = 256
 _READY, _IN_FLIGHT = NodeState.READY, NodeState.IN_FLIGHT  # enum lookups cost ~0.1 µs
+
+
+def _nodes_of(session: SessionState) -> list[NodeSpec]:
+    return session.spec.nodes
+
+
+def _still_ready(entry: tuple[SessionState, int]) -> bool:
+    return entry[0].states[entry[1]] == _READY
+
+
+def _fifo_key(session: SessionState, node_id: int) -> tuple[int, ...]:
+    return (session.ready_at_ns[node_id] or 0,)
+
+
+def _progress_key(session: SessionState, node_id: int) -> tuple[int, ...]:
+    done = [state >= NodeState.OK for state in session.states]
+    rounds = node_rounds(session.spec.nodes)
+    key = progress_key(rounds, done, node_id, session.started_at_ns, False)
+    return (*key, session.ready_at_ns[node_id] or 0)
+
+
+def _node_key(session: SessionState, node_id: int) -> tuple[int, ...]:
+    return (-session.spec.nodes[node_id].priority, session.ready_at_ns[node_id] or 0)
+
+
+_KEYS: dict[str, Callable[[SessionState, int], tuple[int, ...]]] = {
+    "fifo": _fifo_key,
+    "progress": _progress_key,
+    "node": _node_key,
+}
 
 
 @dataclass(slots=True)
@@ -52,6 +83,7 @@ class InFlight:
     dispatched_at_ns: int
     worker_id: int
     history_tokens: int
+    queue_wait_ns: int = 0  # ready → slot of its client (0: it never waited for one)
 
 
 class TrafficSink(Protocol):
@@ -88,6 +120,10 @@ class LoopSettings:
     dispatch_ahead_ns: int = 0
     # Sessions that exist at all (all phases; a trace that does not wrap); None: no end.
     session_limit: int | None = None
+    # In-flight slots per client (NodeSpec.client), None: uncapped; and how requests waiting
+    # for a slot are ordered (schedule/slots.py). None: no client is capped.
+    client_caps: list[int | None] | None = None
+    priority: str = "fifo"
 
 
 @dataclass(slots=True)
@@ -147,7 +183,14 @@ class TrafficLoop:
         self._dispatch_wake_ns: int | None = None
         self._deadline_timer: Cancellable | None = None
         self._deadline_ns: int | None = None  # nothing becomes due at or after it
-        ahead = settings.dispatch_ahead_ns if settings.max_in_flight is None else 0
+        caps = settings.client_caps
+        capped = caps is not None and any(cap is not None for cap in caps)
+        # the pre-departure pool (schedule/slots.py); None: no client has a cap
+        self.slots: SlotPool[tuple[SessionState, int]] | None = (
+            SlotPool(caps) if caps is not None and capped else None
+        )
+        self._keys = _KEYS[settings.priority]
+        ahead = settings.dispatch_ahead_ns if settings.max_in_flight is None and not capped else 0
         self._ahead_ns = max(0, ahead)
         # A pass hands over everything due within ``_ahead_ns`` and the next pass comes when the
         # lead left drops to half of it: half a window of work per pass, never less lead.
@@ -200,6 +243,8 @@ class TrafficLoop:
                 timer.cancel()
         now = self._clock.now_ns()
         self.ready.drain()
+        if self.slots is not None:
+            self.slots.drain()
         for session in list(self.sessions.values()):
             session.cancel_pending(now)
             self._report_cancelled(session, now)
@@ -358,18 +403,37 @@ class TrafficLoop:
         if self.stopping:
             return
         now = self._clock.now_ns()
-        cap = self.settings.max_in_flight
-        limit = None if cap is None else max(0, cap - len(self.in_flight))
-        for session, node_id in self.ready.pop_due(self._horizon(now), limit):
-            if session.states[node_id] != _READY:
-                continue  # cancelled while queued
-            self._dispatch(session, node_id, now)
+        if self.slots is not None:
+            self._dispatch_slotted(self.slots, now)
+        else:
+            cap = self.settings.max_in_flight
+            limit = None if cap is None else max(0, cap - len(self.in_flight))
+            for session, node_id in self.ready.pop_due(self._horizon(now), limit):
+                if session.states[node_id] != _READY:
+                    continue  # cancelled while queued
+                self._dispatch(session, node_id, now)
         if self._unflushed and not self._in_results and self._flush is not None:
             self._unflushed = False
             self._flush()  # the pass's items leave together (one frame per worker)
         self._arm_dispatch_timer()
 
-    def _dispatch(self, session: SessionState, node_id: int, now: int) -> None:
+    def _dispatch_slotted(self, slots: SlotPool[tuple[SessionState, int]], now: int) -> None:
+        """A pass with capped clients: what is due takes its client's slot or waits in the
+        pool; then freed slots go to the waiting requests, by the priority policy."""
+        nodes_of = _nodes_of
+        for session, node_id in self.ready.pop_due(now):
+            if session.states[node_id] != _READY:
+                continue  # cancelled while queued
+            client = nodes_of(session)[node_id].client
+            if not slots.capped(client) or slots.offer(
+                client, self._keys(session, node_id), (session, node_id)
+            ):
+                self._dispatch(session, node_id, now)
+        for _client, (session, node_id) in slots.take(_still_ready):
+            ready_at: int = session.ready_at_ns[node_id]  # type: ignore[assignment]
+            self._dispatch(session, node_id, now, now - ready_at)
+
+    def _dispatch(self, session: SessionState, node_id: int, now: int, waited: int = 0) -> None:
         # (positional arguments: this runs once per request)
         request_id = self._next_request
         self._next_request += 1
@@ -387,7 +451,9 @@ class TrafficLoop:
         worker_id = self._submit(item)
         self._unflushed = True
         session.mark_dispatched(node_id)
-        request = InFlight(session, node_id, request_id, ready_at, now, worker_id, history_tokens)
+        request = InFlight(
+            session, node_id, request_id, ready_at, now, worker_id, history_tokens, waited
+        )
         self.in_flight[request_id] = request
         self.counters.requests_dispatched += 1
         if ready_at <= now:  # (handed over ahead: its lag is known once the worker released it)
@@ -395,7 +461,7 @@ class TrafficLoop:
         self._sink.dispatched(request, item)
 
     def _arm_dispatch_timer(self) -> None:
-        cap = self.settings.max_in_flight
+        cap = None if self.slots is not None else self.settings.max_in_flight
         wake = self.ready.next_time()
         if wake is None or self.stopping or (cap is not None and len(self.in_flight) >= cap):
             wake = None
@@ -421,6 +487,10 @@ class TrafficLoop:
 
     def _handle_result(self, request: InFlight, result: Result, now: int) -> None:
         session = request.session
+        if self.slots is not None:
+            client = session.spec.nodes[request.node_id].client
+            if self.slots.capped(client):
+                self.slots.release(client)
         if result.released_at_ns:  # handed over ahead: released by the worker's timer
             request.dispatched_at_ns = result.released_at_ns
             self.counters.last_dispatch_lag_ns = result.released_at_ns - request.ready_at_ns

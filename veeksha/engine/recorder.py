@@ -95,6 +95,7 @@ class RunRecorder:
                     output_tokens,
                     counter,  # (when the server's figure is doubtful)
                     name,
+                    request.queue_wait_ns,
                 )
             self._added()
         if self._on_row is not None:

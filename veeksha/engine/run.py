@@ -34,6 +34,7 @@ from veeksha.dispatch.pool import WorkerPool
 from veeksha.dispatch.settings import WorkerSettings, resolve_api_key
 from veeksha.engine.cpu_wait import CpuWait
 from veeksha.engine.loop import LoopSettings, TrafficLoop
+from veeksha.engine.pools import client_pools
 from veeksha.engine.progress import ProgressLine, load_display
 from veeksha.engine.prompt_check import server_tokenizer_info
 from veeksha.engine.recorder import RunRecorder
@@ -154,6 +155,13 @@ class _Run:
         self.clock = MonotonicClock()
         self.outcome = RunOutcome(run_dir)
         self.traffic: TrafficLoop | None = None
+        entries = self.scenario.client_entries()
+        # the status line shows each client's pools when there are several, or caps
+        self._client_names: list[str] | None = (
+            [name for name, _ in entries]
+            if len(entries) > 1 or any(c.max_in_flight is not None for _, c in entries)
+            else None
+        )
         self.pool: WorkerPool | InProcessPool | None = None
         self.signals = 0
         self._drain_task: asyncio.Task[None] | None = None
@@ -249,7 +257,8 @@ class _Run:
             warmup_sessions=runtime.warmup_sessions,
             warmup_seconds=runtime.warmup_seconds,
             benchmark_timeout_s=runtime.benchmark_timeout,
-            max_in_flight=scenario.client.max_in_flight,
+            client_caps=[client.max_in_flight for _, client in scenario.client_entries()],
+            priority=runtime.priority,
             # a dry run answers at once in this process: nothing could hold an item until due
             dispatch_ahead_ns=0 if self.dry_run else round(runtime.dispatch_ahead_ms * 1e6),
         )
@@ -434,7 +443,10 @@ class _Run:
         assert traffic is not None
         c = traffic.counters
         queued = len(traffic.ready)
-        return {
+        pools: dict[str, int] = {}
+        if self._client_names is not None:
+            pools = client_pools(traffic, self._client_names)
+        return pools | {
             "elapsed": (self.clock.now_ns() - traffic.t0_ns) / _NS,
             "sessions_started": c.sessions_started,
             "sessions_done": c.sessions_done,

@@ -32,6 +32,8 @@ class NodeSpec:
     shared_prefix_tokens: int = 0
     system: str | None = None  # a system message before a root's prompt (dataset replay)
     client: int = 0  # index into the scenario's clients (``Scenario.client_entries``)
+    priority: int = 0  # runtime.priority: node: higher first
+    round: int = -1  # agent round (agent_rounds graphs); -1: the node's depth in the graph
 
 
 @dataclass(slots=True)

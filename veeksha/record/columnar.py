@@ -76,6 +76,7 @@ _REQ_FLOATS = (
     "generator_delay",
     "dispatch_lag",
     *SERVER_TIMING_COLUMNS,
+    "queue_wait",  # (last: add_result appends it after the server timings)
 )
 _RAW = ("ready", "dispatched", "processed", "received", "sent", "first", "completed", "last_byte")
 _REQ_STRS = (
@@ -239,6 +240,7 @@ class RequestColumns:
         output_tokens_counted: int | None = None,
         count_tokens: Callable[[str], int | None] | None = None,
         client: str = "default",
+        queue_wait_ns: int = 0,
     ) -> None:
         """One answered or failed request: ``rows.request_row`` of the same ``RequestRecord``."""
         sent = res.sent_at_ns
@@ -274,6 +276,7 @@ class RequestColumns:
             self._floats += (node.wait_after_ready_s, *_DERIVED_NAN, *map(_f, values))
         else:
             self._floats += (node.wait_after_ready_s, *_DERIVED_NAN, *_NO_SERVER_TIMINGS)
+        self._floats.append(queue_wait_ns / _NS)
         parents = node.parents
         history = node.history_parent
         cached = res.cached_tokens
@@ -476,7 +479,7 @@ def _noted(notes: list[str | None], misfits: list[tuple[int, str, Any]]) -> list
 
 
 # the float columns add_result leaves to _derive (NaN placeholders), in _REQ_FLOATS order
-_DERIVED_NAN = (_NAN,) * (len(_REQ_FLOATS) - 1 - len(SERVER_TIMING_COLUMNS))
+_DERIVED_NAN = (_NAN,) * (len(_REQ_FLOATS) - 2 - len(SERVER_TIMING_COLUMNS))
 _NO_SERVER_TIMINGS = (_NAN,) * len(SERVER_TIMING_COLUMNS)
 
 

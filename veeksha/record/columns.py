@@ -189,7 +189,14 @@ REQUESTS_SCHEMA = pa.schema(
             _F64,
             _S,
             "dispatched_at - ready_at: the dispatcher's lateness (main loop, or the worker's "
-            "release timer)",
+            "release timer), queue_wait included",
+        ),
+        _col(
+            "queue_wait",
+            _F64,
+            _S,
+            "ready_at to the moment its client's in-flight slot was free (client max_in_flight);"
+            " 0 when it never waited for one, null when never dispatched",
         ),
         _col("status", _STR, "", "ok | error | timeout | cancelled", nullable=False),
         _col("http_status", _I32, "", "HTTP status code; null when no response arrived"),

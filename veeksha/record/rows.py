@@ -95,6 +95,7 @@ class RequestRecord:
     output_tokens_counted: int | None = None
     cancel_reason: str = "cancelled before it was sent"
     client: str = "default"
+    queue_wait_ns: int = 0  # ready → its client's slot (rows of dispatched requests)
 
 
 @dataclass(slots=True)
@@ -147,6 +148,7 @@ def request_row(
         "history_parent": node.history_parent,
         "model": rec.model,
         "client": rec.client,
+        "queue_wait": None if res is None else (rec.queue_wait_ns or 0) / _NS,
         "wait_after_ready": node.wait_after_ready_s,
         "ready_at": None if ready is None else (ready - t0_ns) / _NS,
         "dispatched_at": None if dispatched is None else (dispatched - t0_ns) / _NS,

@@ -755,6 +755,12 @@ class Runtime(StrictModel):
             " sends each at its ready time on a precise timer. 0 = hand over when ready."
         ),
     )
+    priority: Literal["fifo", "progress", "node"] = Field(
+        "fifo",
+        description="Order of ready requests waiting for a capped client's slot: fifo (ready "
+        "time), progress (re-prompts, further sessions, older sessions, lower rounds first) "
+        "or node (the nodes' priority field, higher first).",
+    )
     num_dispatcher_threads: int | None = Field(None, description="Accepted and ignored.")
     num_completion_threads: int | None = Field(None, description="Accepted and ignored.")
     num_client_threads: int | None = Field(None, description="Accepted and ignored.")
