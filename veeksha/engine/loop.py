@@ -40,6 +40,7 @@ __all__ = ["InFlight", "LoopCounters", "LoopSettings", "TrafficLoop", "TrafficSi
 _NS = 1_000_000_000
 _STARTS_PER_PASS = 256
 _READY, _IN_FLIGHT = NodeState.READY, NodeState.IN_FLIGHT  # enum lookups cost ~0.1 µs
+_TOOL = "tool"
 
 
 def _nodes_of(session: SessionState) -> list[NodeSpec]:
@@ -424,9 +425,12 @@ class TrafficLoop:
         for session, node_id in self.ready.pop_due(now):
             if session.states[node_id] != _READY:
                 continue  # cancelled while queued
-            client = nodes_of(session)[node_id].client
-            if not slots.capped(client) or slots.offer(
-                client, self._keys(session, node_id), (session, node_id)
+            node = nodes_of(session)[node_id]
+            client = node.client
+            if (
+                node.kind == _TOOL
+                or not slots.capped(client)
+                or slots.offer(client, self._keys(session, node_id), (session, node_id))
             ):
                 self._dispatch(session, node_id, now)
         for _client, (session, node_id) in slots.take(_still_ready):
@@ -438,8 +442,11 @@ class TrafficLoop:
         request_id = self._next_request
         self._next_request += 1
         ready_at: int = session.ready_at_ns[node_id]  # type: ignore[assignment]  # set when ready
-        messages, history_tokens = session.outgoing(node_id)
         node = session.spec.nodes[node_id]
+        if node.kind == _TOOL:
+            self._call_tool(session, node_id, request_id, ready_at, now)
+            return
+        messages, history_tokens = session.outgoing(node_id)
         item = WorkItem(
             request_id,
             messages,
@@ -459,6 +466,34 @@ class TrafficLoop:
         if ready_at <= now:  # (handed over ahead: its lag is known once the worker released it)
             self.counters.last_dispatch_lag_ns = now - ready_at
         self._sink.dispatched(request, item)
+
+    def _call_tool(
+        self, session: SessionState, node_id: int, request_id: int, ready_at: int, now: int
+    ) -> None:
+        """A tool node: no request; it ends ``latency_s`` after it starts (its ready time, or
+        now if that is past) with its result (the node's ``prompt``), answered here."""
+        node = session.spec.nodes[node_id]
+        start = max(ready_at, now)
+        end = start + round(node.latency_s * _NS)
+        session.mark_dispatched(node_id)
+        request = InFlight(session, node_id, request_id, ready_at, start, -1, 0)
+        self.in_flight[request_id] = request
+        self.counters.requests_dispatched += 1
+        self._sink.dispatched(request, WorkItem(request_id, [], node.max_tokens, start))
+        result = Result(
+            request_id,
+            -1,
+            "ok",
+            start,
+            start,
+            end,
+            end,
+            output_text=node.prompt,
+            prompt_tokens=0,
+            completion_tokens=node.max_tokens,
+            last_byte_at_ns=end,
+        )
+        self._timers.call_at_ns(end, lambda: self.on_results([result]))
 
     def _arm_dispatch_timer(self) -> None:
         cap = None if self.slots is not None else self.settings.max_in_flight
@@ -488,9 +523,9 @@ class TrafficLoop:
     def _handle_result(self, request: InFlight, result: Result, now: int) -> None:
         session = request.session
         if self.slots is not None:
-            client = session.spec.nodes[request.node_id].client
-            if self.slots.capped(client):
-                self.slots.release(client)
+            done = session.spec.nodes[request.node_id]
+            if done.kind != _TOOL and self.slots.capped(done.client):
+                self.slots.release(done.client)
         if result.released_at_ns:  # handed over ahead: released by the worker's timer
             request.dispatched_at_ns = result.released_at_ns
             self.counters.last_dispatch_lag_ns = result.released_at_ns - request.ready_at_ns

@@ -34,6 +34,12 @@ class NodeSpec:
     client: int = 0  # index into the scenario's clients (``Scenario.client_entries``)
     priority: int = 0  # runtime.priority: node: higher first
     round: int = -1  # agent round (agent_rounds graphs); -1: the node's depth in the graph
+    agent: str | None = None  # the speaking agent (agent_rounds graphs)
+    # agent_rounds: the earlier nodes whose answers precede the prompt (see
+    # generate/agent_rounds.py); None: the history parent's conversation instead
+    transcript: tuple[int, ...] | None = None
+    kind: str = "llm"  # llm | tool (no request: latency_s, then ``prompt`` is its result)
+    latency_s: float = 0.0
 
 
 @dataclass(slots=True)

@@ -84,6 +84,8 @@ _REQ_STRS = (
     "phase",
     "model",
     "client",
+    "kind",
+    "agent",
     "status",
     "error_kind",
     "error_message",
@@ -111,6 +113,7 @@ _REQ_INTS = (
     # add_result rows: the raw instants (ns) their float columns are derived from in bulk
     *_RAW,
     "derived",
+    "round",  # (after derived: add_result appends it last)
 )
 _SES_FLOATS = ("started_at", "ended_at", "duration", "think_time_total")
 _SES_STRS = ("run_id", "phase", "status")
@@ -286,7 +289,7 @@ class RequestColumns:
             request_id,
             len(parents),
             NULL if history is None else history,
-            res.worker_id,
+            res.worker_id if res.worker_id >= 0 else NULL,
             node.prompt_tokens,
             node.shared_prefix_tokens,
             NULL if prompt_tokens_new is None else prompt_tokens_new,
@@ -308,8 +311,20 @@ class RequestColumns:
             completed,
             res.last_byte_at_ns or NULL,
             1,
+            NULL if node.round < 0 else node.round,
         )
-        self._strs += (run_id, phase, model, client, status, res.error_kind, message, notes)
+        self._strs += (
+            run_id,
+            phase,
+            model,
+            client,
+            node.kind,
+            node.agent,
+            status,
+            res.error_kind,
+            message,
+            notes,
+        )
         if parents:
             self._parents += parents
         self._chunks += chunks
@@ -343,6 +358,9 @@ class RequestColumns:
                 "history_parent": node.history_parent,
                 "model": model,
                 "client": client,
+                "kind": node.kind,
+                "agent": node.agent,
+                "round": None if node.round < 0 else node.round,
                 "wait_after_ready": node.wait_after_ready_s,
                 "ready_at": None if ready is None else (ready - t0_ns) / _NS,
                 "processed_at": None if processed is None else (processed - t0_ns) / _NS,

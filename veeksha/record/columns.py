@@ -79,6 +79,14 @@ REQUESTS_SCHEMA = pa.schema(
             "",
             "name of the client (target) that sent it: clients[].name, or default",
         ),
+        _col(
+            "kind",
+            _STR,
+            "",
+            "llm (a request) | tool (no request: a tool call's latency; left out of metrics)",
+        ),
+        _col("agent", _STR, "", "the speaking agent (agent_rounds graphs); null otherwise"),
+        _col("round", _I32, "", "the agent round (agent_rounds graphs); null otherwise"),
         _col("wait_after_ready", _F64, _S, "configured think time after the parents completed"),
         _col("ready_at", _F64, _T0, "dependencies and think time satisfied"),
         _col(

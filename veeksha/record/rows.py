@@ -148,6 +148,9 @@ def request_row(
         "history_parent": node.history_parent,
         "model": rec.model,
         "client": rec.client,
+        "kind": node.kind,
+        "agent": node.agent,
+        "round": None if node.round < 0 else node.round,
         "queue_wait": None if res is None else (rec.queue_wait_ns or 0) / _NS,
         "wait_after_ready": node.wait_after_ready_s,
         "ready_at": None if ready is None else (ready - t0_ns) / _NS,
@@ -185,7 +188,7 @@ def request_row(
     row["server_output_tokens"] = server_out
     notes = join_notes(res.server_numbers_rejected, note)
     prompt_total = res.prompt_tokens
-    row["worker_id"] = res.worker_id
+    row["worker_id"] = res.worker_id if res.worker_id >= 0 else None  # (-1: a tool node)
     row["received_at"] = (res.received_at_ns - t0_ns) / _NS
     row["sent_at"] = (sent - t0_ns) / _NS
     row["first_chunk_at"] = None if first is None else (first - t0_ns) / _NS

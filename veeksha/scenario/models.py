@@ -26,6 +26,8 @@ from veeksha.scenario.simulator import SimulatorConfig
 
 __all__ = [
     "SLO",
+    "Agent",
+    "AgentRoundsGraph",
     "AutoFlavor",
     "AzureLlmFlavor",
     "BranchingGraph",
@@ -351,10 +353,69 @@ class BranchingGraph(StrictModel):
         True, description="Exactly one parent per non-root node is its history parent."
     )
     single_root: bool = Field(True, description="Layer 0 has exactly one node.")
+    tool_probability: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Share of non-root nodes that are tool calls (no request; docs/agents.md).",
+    )
+    tool_latency_generator: IntervalGenerator = Field(
+        default_factory=lambda: FixedInterval(type="fixed", interval=0.05),
+        description="A tool call's duration in seconds; its result has the node's prompt length.",
+    )
+
+
+_AGENT_ID = r"^[A-Za-z][A-Za-z0-9_-]*$"
+
+
+class Agent(StrictModel):
+    """One agent of an ``agent_rounds`` graph: it speaks once per round."""
+
+    id: str = Field(..., pattern=_AGENT_ID, max_length=64, description="Unique agent name.")
+    role: str = Field("participant", description="Free text, recorded (e.g. moderator).")
+    kind: Literal["llm", "tool"] = Field(
+        "llm",
+        description="llm: a request to its client; tool: no request, a latency and a result of "
+        "result_length tokens (docs/agents.md).",
+    )
+    client: str | None = Field(
+        None, description="Name of the client serving it (null: the first client)."
+    )
+    priority: int = Field(0, description="runtime.priority node: higher first.")
+    prompt_length_generator: LengthGenerator | None = Field(
+        None, description="New prompt tokens per turn (null: the channel's body lengths)."
+    )
+    output_length_generator: LengthGenerator | None = Field(
+        None, description="Answer tokens per turn (null: output_spec's)."
+    )
+    latency_generator: IntervalGenerator | None = Field(
+        None, description="tool: the call's duration in seconds (null: fixed 0)."
+    )
+    result_length_generator: LengthGenerator | None = Field(
+        None, description="tool: tokens of its result (null: output_spec's lengths)."
+    )
+    speak_after_within_round: list[str] = Field(
+        default_factory=list, description="Agents of the same round it waits for (their ids)."
+    )
+
+
+class AgentRoundsGraph(StrictModel):
+    """Rounds of agents: each round every agent speaks once, after the agents it names in
+    ``speak_after_within_round``; round r+1 starts when round r has ended and sees its
+    transcript."""
+
+    type: Literal["agent_rounds"] = "agent_rounds"
+    agents: list[Agent] = Field(..., min_length=1, description="The agents, in speaking order.")
+    rounds: int = Field(3, ge=1, le=10_000, description="Rounds per session.")
+    request_wait_generator: IntervalGenerator = Field(
+        default_factory=lambda: FixedInterval(type="fixed", interval=0.0),
+        description="Think time after a turn's parents completed.",
+    )
 
 
 SessionGraph = Annotated[
-    SingleRequestGraph | LinearGraph | BranchingGraph, Field(discriminator="type")
+    SingleRequestGraph | LinearGraph | BranchingGraph | AgentRoundsGraph,
+    Field(discriminator="type"),
 ]
 
 
