@@ -530,3 +530,25 @@ def test_a_stop_forgets_requests_waiting_for_a_slot_and_cancels_them() -> None:
     assert sorted(h.rec.cancelled) == [(1, 0), (2, 0)]
     h.complete(h.items[0], S)
     assert h.loop.finished
+
+
+def test_a_tool_node_sends_nothing_and_ends_after_its_latency() -> None:
+    def session(i: int) -> SessionSpec:
+        spec = chain(i, 3)
+        tool = spec.nodes[1]
+        tool.kind, tool.latency_s, tool.prompt, tool.max_tokens = "tool", 0.5, "result text", 2
+        return spec
+
+    h = capped(session, [1], sessions=1)
+    h.start()
+    h.clock.now = S
+    h.complete(h.items[0], S)
+    assert len(h.items) == 1  # the tool went to no worker (and took no slot)
+    request, item = h.rec.dispatched[1]
+    assert (request.worker_id, item.messages) == (-1, [])
+    h.timers.advance(S + S // 2)
+    _, result = h.rec.done[1]
+    assert (result.status, result.sent_at_ns, result.completed_at_ns) == ("ok", S, S + S // 2)
+    assert result.output_text == "result text"
+    assert len(h.items) == 2  # its child is sent once the tool ended
+    assert h.items[1].messages[-2:] == [("user", "result text"), ("user", "s0 t2")]

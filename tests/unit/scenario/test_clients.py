@@ -105,3 +105,30 @@ def test_simulator_models_inherit_the_section_and_a_preset_refills_timing() -> N
     assert (big.model, big.max_num_seqs, big.ttft_ms, big.models) == ("big", 2, 3.0, {})
     slow = config.for_model("slow")
     assert (slow.timing, slow.decode_step_ms) == ("engine", 6.0)
+
+
+AGENTS = """
+clients: [{name: x}]
+session_generator:
+  session_graph:
+    type: agent_rounds
+    agents:
+      - {id: a, speak_after_within_round: [%s]}
+      - {id: b, client: %s, speak_after_within_round: [%s]}
+"""
+
+
+def test_agent_mistakes_are_refused_at_their_lines() -> None:
+    waits_itself = only_issue(AGENTS % ("a", "x", ""))
+    assert (waits_itself.line, waits_itself.path) == (
+        7,
+        "session_generator.session_graph.agents[0].speak_after_within_round[0]",
+    )
+    assert "waits on itself" in waits_itself.message
+    unknown = only_issue(AGENTS % ("c", "x", ""))
+    assert "unknown agent 'c'" in unknown.message
+    circle = only_issue(AGENTS % ("b", "x", "a"))
+    assert circle.line == 7
+    assert "a -> b -> a" in circle.message
+    client = only_issue(AGENTS % ("", "nope", ""))
+    assert (client.line, client.path) == (8, "session_generator.session_graph.agents[1].client")
