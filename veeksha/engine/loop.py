@@ -58,7 +58,9 @@ def _fifo_key(session: SessionState, node_id: int) -> tuple[int, ...]:
 def _progress_key(session: SessionState, node_id: int) -> tuple[int, ...]:
     done = [state >= NodeState.OK for state in session.states]
     rounds = node_rounds(session.spec.nodes)
-    key = progress_key(rounds, done, node_id, session.started_at_ns, False)
+    attempts = session.attempts
+    reprompt = attempts is not None and node_id in attempts
+    key = progress_key(rounds, done, node_id, session.started_at_ns, reprompt)
     return (*key, session.ready_at_ns[node_id] or 0)
 
 
@@ -85,6 +87,8 @@ class InFlight:
     worker_id: int
     history_tokens: int
     queue_wait_ns: int = 0  # ready → slot of its client (0: it never waited for one)
+    attempt: int = 0  # 0: the node's first request; n: its n-th re-prompt
+    valid: bool | None = None  # its answer passed the node's validation (None: none/no answer)
 
 
 class TrafficSink(Protocol):
@@ -459,7 +463,15 @@ class TrafficLoop:
         self._unflushed = True
         session.mark_dispatched(node_id)
         request = InFlight(
-            session, node_id, request_id, ready_at, now, worker_id, history_tokens, waited
+            session,
+            node_id,
+            request_id,
+            ready_at,
+            now,
+            worker_id,
+            history_tokens,
+            waited,
+            session.attempts.get(node_id, 0) if session.attempts else 0,
         )
         self.in_flight[request_id] = request
         self.counters.requests_dispatched += 1
@@ -544,6 +556,11 @@ class TrafficLoop:
                 # (as the lost Result's sent_at assumes), not at the hand-over
                 request.dispatched_at_ns = request.ready_at_ns
         ok = result.status == "ok"
+        node = session.spec.nodes[request.node_id]
+        note = None
+        if ok and node.validation is not None:
+            note = node.validation(result.output_text)
+            request.valid = note is None
         if result.status == "cancelled":  # in flight when the run stopped: not answered
             self.counters.requests_cancelled += 1
         else:
@@ -551,7 +568,6 @@ class TrafficLoop:
             if not ok:
                 self.counters.requests_failed += 1
         self._sink.request_done(request, result, now)
-        node = session.spec.nodes[request.node_id]
         conversation_tokens = (
             result.prompt_tokens
             if result.prompt_tokens is not None
@@ -563,6 +579,12 @@ class TrafficLoop:
             else len(result.output_text.split())
         )
         if session.states[request.node_id] != _IN_FLIGHT:
+            return
+        if note is not None and request.attempt < node.max_reprompts and not self.stopping:
+            ready_at = session.reprompt(
+                request.node_id, result.output_text, note, answer_tokens, result.completed_at_ns
+            )
+            self.ready.push(ready_at, (session, request.node_id))
             return
         released = session.complete(
             request.node_id,

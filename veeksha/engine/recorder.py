@@ -96,6 +96,8 @@ class RunRecorder:
                     counter,  # (when the server's figure is doubtful)
                     name,
                     request.queue_wait_ns,
+                    request.attempt,
+                    request.valid,
                 )
             self._added()
         if self._on_row is not None:
@@ -135,6 +137,7 @@ class RunRecorder:
                     "cancelled before it was sent",
                     self.t0_ns,
                     name,
+                    session.attempts.get(node_id, 0) if session.attempts else 0,
                 )
             self._added()
         if self._on_row is not None:

@@ -32,6 +32,7 @@ from veeksha.generate.distributions import (
 )
 from veeksha.generate.rng import RandomStreams
 from veeksha.generate.spec import NodeSpec, SessionSpec
+from veeksha.generate.validation import AnswerCheck
 from veeksha.scenario.models import Agent, AgentRoundsGraph, FixedInterval, LengthGenerator
 
 __all__ = ["AgentLayout", "AgentRoundsSessions", "agent_order", "agent_rounds_layout"]
@@ -125,6 +126,9 @@ class AgentRoundsSessions:
             for agent in agents
         ]
         self._clients = [0 if a.client is None else client_index[a.client] for a in agents]
+        self._checks = [
+            None if a.validation is None else AnswerCheck.of(a.validation) for a in agents
+        ]
         self._waits = make_interval_sampler(graph.request_wait_generator)
         self._fixed_zero_wait = (
             isinstance(graph.request_wait_generator, FixedInterval)
@@ -191,6 +195,8 @@ class AgentRoundsSessions:
                         transcript=node.transcript,
                         kind=agent.kind,
                         latency_s=latency_list[k] if tool else 0.0,
+                        validation=self._checks[node.agent],
+                        max_reprompts=agent.max_reprompts,
                     )
                 )
                 k += 1

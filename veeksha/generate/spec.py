@@ -7,6 +7,7 @@ topological order (every parent id is smaller than its child's id).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 __all__ = ["NodeSpec", "SessionSpec"]
@@ -40,6 +41,10 @@ class NodeSpec:
     transcript: tuple[int, ...] | None = None
     kind: str = "llm"  # llm | tool (no request: latency_s, then ``prompt`` is its result)
     latency_s: float = 0.0
+    # a check of the answer (None: none): returns None when it passes, else the re-prompt's
+    # note; a failing answer is re-sent up to max_reprompts times
+    validation: Callable[[str], str | None] | None = None
+    max_reprompts: int = 0
 
 
 @dataclass(slots=True)

@@ -113,7 +113,9 @@ _REQ_INTS = (
     # add_result rows: the raw instants (ns) their float columns are derived from in bulk
     *_RAW,
     "derived",
-    "round",  # (after derived: add_result appends it last)
+    "round",  # (after derived: add_result appends these last)
+    "attempt",
+    "valid",
 )
 _SES_FLOATS = ("started_at", "ended_at", "duration", "think_time_total")
 _SES_STRS = ("run_id", "phase", "status")
@@ -244,6 +246,8 @@ class RequestColumns:
         count_tokens: Callable[[str], int | None] | None = None,
         client: str = "default",
         queue_wait_ns: int = 0,
+        attempt: int = 0,
+        valid: bool | None = None,
     ) -> None:
         """One answered or failed request: ``rows.request_row`` of the same ``RequestRecord``."""
         sent = res.sent_at_ns
@@ -312,6 +316,8 @@ class RequestColumns:
             res.last_byte_at_ns or NULL,
             1,
             NULL if node.round < 0 else node.round,
+            attempt,
+            NULL if valid is None else int(valid),
         )
         self._strs += (
             run_id,
@@ -345,6 +351,7 @@ class RequestColumns:
         reason: str,
         t0_ns: int,
         client: str = "default",
+        attempt: int = 0,
     ) -> None:
         """One request cancelled before a worker sent it (``request_row`` with no result)."""
         self.add_row(
@@ -361,6 +368,7 @@ class RequestColumns:
                 "kind": node.kind,
                 "agent": node.agent,
                 "round": None if node.round < 0 else node.round,
+                "attempt": attempt,
                 "wait_after_ready": node.wait_after_ready_s,
                 "ready_at": None if ready is None else (ready - t0_ns) / _NS,
                 "processed_at": None if processed is None else (processed - t0_ns) / _NS,
@@ -423,7 +431,7 @@ class RequestColumns:
             values = np.ascontiguousarray(ints[:, j])
             if name in _RAW or name == "derived":
                 continue
-            if name == "usage_reported":
+            if name in ("usage_reported", "valid"):
                 columns[name] = _bools(values)
             elif name == "parents":
                 parents = np.array(self._parents, dtype=np.int64)

@@ -87,6 +87,19 @@ REQUESTS_SCHEMA = pa.schema(
         ),
         _col("agent", _STR, "", "the speaking agent (agent_rounds graphs); null otherwise"),
         _col("round", _I32, "", "the agent round (agent_rounds graphs); null otherwise"),
+        _col(
+            "attempt",
+            _I32,
+            "",
+            "0: the node's first request; n: its n-th re-prompt (its answer failed validation)",
+            nullable=False,
+        ),
+        _col(
+            "valid",
+            pa.bool_(),
+            "",
+            "the answer passed the node's validation; null: no validation, or no answer",
+        ),
         _col("wait_after_ready", _F64, _S, "configured think time after the parents completed"),
         _col("ready_at", _F64, _T0, "dependencies and think time satisfied"),
         _col(

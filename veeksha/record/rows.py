@@ -96,6 +96,8 @@ class RequestRecord:
     cancel_reason: str = "cancelled before it was sent"
     client: str = "default"
     queue_wait_ns: int = 0  # ready → its client's slot (rows of dispatched requests)
+    attempt: int = 0
+    valid: bool | None = None
 
 
 @dataclass(slots=True)
@@ -151,6 +153,8 @@ def request_row(
         "kind": node.kind,
         "agent": node.agent,
         "round": None if node.round < 0 else node.round,
+        "attempt": rec.attempt,
+        "valid": rec.valid,
         "queue_wait": None if res is None else (rec.queue_wait_ns or 0) / _NS,
         "wait_after_ready": node.wait_after_ready_s,
         "ready_at": None if ready is None else (ready - t0_ns) / _NS,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import warnings
 from typing import Annotated, Any, Literal
 
@@ -368,6 +369,40 @@ class BranchingGraph(StrictModel):
 _AGENT_ID = r"^[A-Za-z][A-Za-z0-9_-]*$"
 
 
+class RegexValidation(StrictModel):
+    """The answer must contain a match of ``pattern`` (Python ``re.search``)."""
+
+    type: Literal["regex"] = "regex"
+    pattern: str = Field(..., min_length=1, description="A Python regular expression.")
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        return value
+
+
+class JsonValidation(StrictModel):
+    """The answer must parse as JSON."""
+
+    type: Literal["json"] = "json"
+
+
+class ChoicesValidation(StrictModel):
+    """The answer (stripped) must be one of ``choices``."""
+
+    type: Literal["choices"] = "choices"
+    choices: list[str] = Field(..., min_length=1, description="The accepted answers.")
+
+
+Validation = Annotated[
+    RegexValidation | JsonValidation | ChoicesValidation, Field(discriminator="type")
+]
+
+
 class Agent(StrictModel):
     """One agent of an ``agent_rounds`` graph: it speaks once per round."""
 
@@ -397,6 +432,10 @@ class Agent(StrictModel):
     speak_after_within_round: list[str] = Field(
         default_factory=list, description="Agents of the same round it waits for (their ids)."
     )
+    validation: Validation | None = Field(
+        None, description="A check of its answers; a failing answer is re-sent (re-prompt)."
+    )
+    max_reprompts: int = Field(2, ge=0, le=100, description="Re-prompts per turn at most.")
 
 
 class AgentRoundsGraph(StrictModel):

@@ -113,6 +113,13 @@ class FaultConfig(BaseModel):
         False,
         description="/tokenize and /detokenize answer only while no generation is running.",
     )
+    invalid_answer_probability: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Share of answers whose first word is INVALID (seeded): answers that fail "
+        "a validation such as pattern '^(?!INVALID)' (docs/agents.md, re-prompts).",
+    )
     tokenize_mismatch: bool = Field(
         False,
         description="/tokenize and /detokenize use another tokenizer than the usage counts "

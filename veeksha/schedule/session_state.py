@@ -60,7 +60,9 @@ class SessionState:
         "_dispatched_cancelled",
         "_history_tokens",
         "_remaining",
+        "_retry",
         "_unfinished_parents",
+        "attempts",
         "cancel_on_failure",
         "ended_at_ns",
         "phase",
@@ -98,6 +100,9 @@ class SessionState:
         self._answers: dict[int, tuple[str, int]] | None = (
             {} if n and spec.nodes[0].transcript is not None else None
         )
+        # re-prompts: a node's attempts so far (absent: its first) and what its next one sends
+        self.attempts: dict[int, int] | None = None
+        self._retry: dict[int, tuple[list[tuple[str, str]], int]] = {}
 
     # ----------------------------------------------------------------------------------- queries
 
@@ -148,6 +153,9 @@ class SessionState:
         """What a dispatch needs in one call: ``messages`` as a new list, and the tokens of the
         inherited conversation (0 without a history parent)."""
         node = self.spec.nodes[node_id]
+        if self.attempts and node_id in self._retry:
+            messages, tokens = self._retry[node_id]
+            return list(messages), tokens
         if node.transcript is not None:
             return self._transcript(node_id)
         parent = node.history_parent
@@ -196,6 +204,21 @@ class SessionState:
             self.ready_at_ns[node_id] = self.started_at_ns
             ready.append((node_id, self.started_at_ns))
         return ready
+
+    def reprompt(self, node_id: int, answer: str, note: str, answer_tokens: int, at_ns: int) -> int:
+        """Node ``node_id`` (in flight) answered ``answer``, which failed its validation: it is
+        ready again at ``at_ns`` to send what it sent, the answer (``assistant``) and the
+        ``note`` (``user``). Returns its ready time."""
+        messages, tokens = self.outgoing(node_id)
+        messages += [("assistant", answer), ("user", note)]
+        node = self.spec.nodes[node_id]
+        self._retry[node_id] = (messages, tokens + node.prompt_tokens + answer_tokens)
+        if self.attempts is None:
+            self.attempts = {}
+        self.attempts[node_id] = self.attempts.get(node_id, 0) + 1
+        self.states[node_id] = _READY
+        self.ready_at_ns[node_id] = at_ns
+        return at_ns
 
     def mark_dispatched(self, node_id: int) -> None:
         self.states[node_id] = _IN_FLIGHT

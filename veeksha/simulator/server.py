@@ -11,6 +11,7 @@ JSON error with its 4xx status; an unexpected exception becomes a 500, never a d
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -144,6 +145,8 @@ class SimServer:
             )
         self.instant = config.instant
         self.faults = FaultPicker(config.faults, config.seed * 1009 + process_index, self.t0_ns)
+        self._invalid_share = config.faults.invalid_answer_probability
+        self._invalid_rng = random.Random(config.seed * 7919 + process_index)
         self._model_json = self.encode(config.model)
         self._rid_prefix = f"sim{process_index}x{self.t0_ns % 1_000_000:06d}x"
         self._counter = 0
@@ -168,6 +171,10 @@ class SimServer:
                 self.by_model[name] = SimServer(
                     config.for_model(name), loop, process_index=process_index, t0_ns=self.t0_ns
                 )
+
+    def invalid_answer(self) -> bool:
+        """Whether the next answer is an invalid one (a seeded draw per answer)."""
+        return self._invalid_share > 0 and self._invalid_rng.random() < self._invalid_share
 
     # ------------------------------------------------------------------ plumbing
     def handle(self, conn: HttpConnection, request: Request) -> None:

@@ -20,7 +20,7 @@ clients:
   - {name: big, model: m-big, max_in_flight: 1}
 simulator:
   models:
-    m-big: {ttft_ms: 4, itl_ms: 1}
+    m-big: {ttft_ms: 4, itl_ms: 1, faults: {invalid_answer_probability: 0.3}}
 traffic_scheduler: {type: concurrent, target_concurrent_sessions: 3, rampup_seconds: 0}
 session_generator:
   session_graph:
@@ -28,16 +28,24 @@ session_generator:
     rounds: 3
     agents:
       - {id: pro, client: small}
-      - {id: con, client: big}
+      - id: con
+        client: big
+        validation: {type: regex, pattern: '^(?!INVALID)'}
+        max_reprompts: 3
       - id: search
         kind: tool
         latency_generator: {type: fixed, interval: 0.03}
         result_length_generator: {type: fixed, value: 5}
         speak_after_within_round: [pro, con]
-      - {id: judge, role: moderator, client: big, speak_after_within_round: [search]}
+      - id: judge
+        role: moderator
+        client: big
+        speak_after_within_round: [search]
+        validation: {type: regex, pattern: '^(?!INVALID)'}
+        max_reprompts: 3
   channels: [{body_length_generator: {type: fixed, value: 6}}]
   output_spec: {text: {output_length_generator: {type: fixed, value: 4}}}
-runtime: {max_sessions: 3, benchmark_timeout: 60, num_workers: 1, priority: progress}
+runtime: {max_sessions: 4, benchmark_timeout: 60, num_workers: 1, priority: progress}
 trace_recorder: {enabled: true, include_content: true}
 """
 
@@ -51,7 +59,9 @@ def debate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame
 
 def test_every_turn_is_answered_and_flagged(debate: tuple[Path, pd.DataFrame]) -> None:
     _, rows = debate
-    assert len(rows) == 3 * 3 * 4
+    first = rows[rows.attempt == 0]
+    assert len(first) == 4 * 3 * 4  # one first attempt per node
+    assert len(first.groupby(["session_id", "node_id"])) == len(first)
     assert (rows.status == "ok").all()
     assert sorted(set(zip(rows.agent, rows.kind, strict=True))) == [
         ("con", "llm"),
@@ -66,11 +76,15 @@ def test_the_moderator_speaks_after_both_participants_and_the_tool(
     debate: tuple[Path, pd.DataFrame],
 ) -> None:
     _, rows = debate
-    for (_session, _round), turn in rows.groupby(["session_id", "round"]):
+    last = rows.sort_values("attempt").groupby(["session_id", "node_id"]).tail(1)
+    for (_session, _round), turn in last.groupby(["session_id", "round"]):
         by = turn.set_index("agent")
         before = max(by.loc["pro"].completed_at, by.loc["con"].completed_at)
         assert by.loc["search"].sent_at >= before
-        assert by.loc["judge"].sent_at >= by.loc["search"].completed_at
+        judge_first = rows[
+            (rows.session_id == _session) & (rows["round"] == _round) & (rows.agent == "judge")
+        ].sent_at.min()
+        assert judge_first >= by.loc["search"].completed_at
     # a round starts when the previous one has ended
     ends = rows.groupby(["session_id", "round"]).completed_at.max()
     starts = rows.groupby(["session_id", "round"]).sent_at.min()
@@ -117,3 +131,36 @@ def test_the_judge_is_sent_the_merged_transcript(debate: tuple[Path, pd.DataFram
     # the transcript holds the answers actually received: the round-0 judge's answer is the
     # text the simulator sent (its 4 words)
     assert len(messages[3][1].split()) == 4
+
+
+def test_invalid_answers_are_reprompted_and_linked_to_their_node(
+    debate: tuple[Path, pd.DataFrame],
+) -> None:
+    run_dir, rows = debate
+    checked = rows[rows.agent.isin(["con", "judge"])]
+    assert checked.valid.notna().all()
+    assert rows[rows.agent == "pro"].valid.isna().all()  # no validation there
+    invalid = int((~checked.valid.astype(bool)).sum())
+    # the simulator's injected rate (0.3) on m-big, within a generous band for ~40 answers
+    assert 0.1 < invalid / len(checked) < 0.55
+    for (_session, _node), attempts in checked.groupby(["session_id", "node_id"]):
+        attempts = attempts.sort_values("attempt")
+        assert attempts.attempt.tolist() == list(range(len(attempts)))
+        assert len(attempts) <= 4  # max_reprompts: 3
+        # every attempt but the last failed; the last passed unless the re-prompts ran out
+        assert not attempts.valid.iloc[:-1].astype(bool).any()
+        assert attempts.valid.iloc[-1] or len(attempts) == 4
+        # each re-prompt left after the failed answer it answers
+        assert (attempts.sent_at.iloc[1:].values >= attempts.completed_at.iloc[:-1].values).all()
+    assert (rows.attempt > 0).sum() == invalid - ((checked.attempt == 3) & ~checked.valid).sum()
+    text = (run_dir / "trace.jsonl").read_text(encoding="utf-8")
+    lines = [json.loads(line) for line in text.splitlines()]
+    again = [
+        r
+        for r in lines
+        if len(r["messages"]) > 1
+        and r["messages"][-2][0] == "assistant"
+        and r["messages"][-2][1].startswith("INVALID")
+    ]
+    assert len(again) == (rows.attempt > 0).sum()
+    assert all(r["messages"][-1][1].startswith("Your answer does not have") for r in again)

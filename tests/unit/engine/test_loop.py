@@ -552,3 +552,44 @@ def test_a_tool_node_sends_nothing_and_ends_after_its_latency() -> None:
     assert result.output_text == "result text"
     assert len(h.items) == 2  # its child is sent once the tool ended
     assert h.items[1].messages[-2:] == [("user", "result text"), ("user", "s0 t2")]
+
+
+def test_a_failing_answer_is_reprompted_with_the_note_up_to_max_reprompts() -> None:
+    def session(i: int) -> SessionSpec:
+        spec = chain(i, 2)
+        spec.nodes[0].validation = lambda text: None if text == "good" else "say good"
+        spec.nodes[0].max_reprompts = 2
+        return spec
+
+    h = Harness(
+        LoopSettings(cancel_on_failure=True, max_sessions=1, rate_gaps=fixed_gaps(0.0)), session
+    )
+    h.start()
+    h.clock.now = S
+    h.complete(h.items[0], S, text="bad")
+    assert len(h.items) == 2
+    retry = h.items[1]
+    assert retry.messages == [("user", "s0 t0"), ("assistant", "bad"), ("user", "say good")]
+    assert [r.attempt for r, _ in h.rec.dispatched] == [0, 1]
+    assert h.rec.done[0][0].valid is False
+    h.clock.now = 2 * S
+    h.complete(retry, 2 * S, text="worse")
+    h.clock.now = 3 * S
+    h.complete(h.items[2], 3 * S, text="still bad")  # third attempt: no more re-prompts
+    assert [r.attempt for r, _ in h.rec.dispatched] == [0, 1, 2, 0]
+    assert h.items[3].messages[0] == ("user", "s0 t0")  # the child inherits the first prompt
+    assert h.rec.done[2][0].valid is False
+
+
+def test_progress_sends_a_reprompt_before_other_sessions() -> None:
+    def session(i: int) -> SessionSpec:
+        spec = two_clients(i, 1, 0)
+        spec.nodes[0].validation = lambda text: None if text == "good" else "again"
+        spec.nodes[0].max_reprompts = 1
+        return spec
+
+    h = capped(session, [1], priority="progress", sessions=3)
+    h.start()
+    h.clock.now = S
+    h.complete(h.items[0], S, text="bad")  # sessions 1 and 2 have waited since 0
+    assert [(r.session.session_id, r.attempt) for r, _ in h.rec.dispatched] == [(0, 0), (0, 1)]
