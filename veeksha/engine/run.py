@@ -241,6 +241,7 @@ class _Run:
                 total = min(total, trace_sessions.limit)
         else:
             make = SessionGenerator(scenario, tokenizer).session
+            make(0)  # the first block (256 sessions) is made now, not in the loop at t0
         self.make_session = make
         if not runtime.pregenerate_sessions:
             return make

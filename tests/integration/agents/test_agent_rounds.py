@@ -143,8 +143,8 @@ def test_invalid_answers_are_reprompted_and_linked_to_their_node(
     invalid = int((~checked.valid.astype(bool)).sum())
     # the simulator's injected rate (0.3) on m-big, within a generous band for ~40 answers
     assert 0.1 < invalid / len(checked) < 0.55
-    for (_session, _node), attempts in checked.groupby(["session_id", "node_id"]):
-        attempts = attempts.sort_values("attempt")
+    for (_session, _node), group in checked.groupby(["session_id", "node_id"]):
+        attempts = group.sort_values("attempt")
         assert attempts.attempt.tolist() == list(range(len(attempts)))
         assert len(attempts) <= 4  # max_reprompts: 3
         # every attempt but the last failed; the last passed unless the re-prompts ran out
@@ -164,3 +164,50 @@ def test_invalid_answers_are_reprompted_and_linked_to_their_node(
     ]
     assert len(again) == (rows.attempt > 0).sum()
     assert all(r["messages"][-1][1].startswith("Your answer does not have") for r in again)
+
+
+def test_summary_has_client_agent_and_round_sections(debate: tuple[Path, pd.DataFrame]) -> None:
+    run_dir, rows = debate
+    summary = json.loads((run_dir / "summary.json").read_text())
+    llm = rows[rows.kind == "llm"]
+    clients = summary["clients"]
+    assert set(clients) == {"small", "big"}
+    for name, section in clients.items():
+        assert section["requests"] == int((llm.client == name).sum())
+        assert section["queue_wait_s"]["max"] == pytest.approx(
+            llm[llm.client == name].queue_wait.max()
+        )
+        assert 0 < section["cap_utilisation"] <= 1
+    assert clients["big"]["max_in_flight"] == 1
+    agents = summary["agents"]
+    assert agents["search"]["call_s"]["p50"] == pytest.approx(0.03, abs=1e-6)
+    assert agents["judge"]["turns"] == 4 * 3
+    assert agents["judge"]["reprompts"] + agents["con"]["reprompts"] == (rows.attempt > 0).sum()
+    assert set(summary["rounds"]) == {"0", "1", "2"}
+    assert sum(r["requests"] for r in summary["rounds"].values()) == len(llm)
+
+
+def test_the_shipped_debate_scenario_runs(tmp_path: Path) -> None:
+    from veeksha.scenario.loader import load_scenario
+
+    root = Path(__file__).resolve().parents[3]
+    scenario = load_scenario(
+        root / "scenarios" / "multi_agent_debate.yaml", ["runtime.max_sessions=2"]
+    )
+    run_scenario(scenario, tmp_path / "run", quiet=True, plots=False)
+    rows = pd.read_parquet(tmp_path / "run" / "requests.parquet")
+    assert (rows.status == "ok").all()
+    assert len(rows[rows.attempt == 0]) == 2 * 4 * 5
+    assert set(rows.client) == {"small", "big"}
+    last = rows.sort_values("attempt").groupby(["session_id", "node_id"]).tail(1)
+    for _, turn in last.groupby(["session_id", "round"]):
+        by = turn.set_index("agent")
+        participants = by.loc[["pro", "con", "checker"]].completed_at.max()
+        assert (
+            rows[
+                (rows.session_id == by.session_id.iloc[0])
+                & (rows["round"] == by["round"].iloc[0])
+                & (rows.agent == "moderator")
+            ].sent_at.min()
+            >= participants
+        )
