@@ -195,7 +195,9 @@ class TrafficLoop:
             SlotPool(caps) if caps is not None and capped else None
         )
         self._keys = _KEYS[settings.priority]
-        ahead = settings.dispatch_ahead_ns if settings.max_in_flight is None and not capped else 0
+        # (a client's slot is taken at the hand-over: a request handed over ahead holds it up
+        # to dispatch_ahead_ns before it is on the wire, so the wire never holds more)
+        ahead = settings.dispatch_ahead_ns if settings.max_in_flight is None else 0
         self._ahead_ns = max(0, ahead)
         # A pass hands over everything due within ``_ahead_ns`` and the next pass comes when the
         # lead left drops to half of it: half a window of work per pass, never less lead.
@@ -426,20 +428,18 @@ class TrafficLoop:
         """A pass with capped clients: what is due takes its client's slot or waits in the
         pool; then freed slots go to the waiting requests, by the priority policy."""
         nodes_of = _nodes_of
-        for session, node_id in self.ready.pop_due(now):
+        for session, node_id in self.ready.pop_due(self._horizon(now)):
             if session.states[node_id] != _READY:
                 continue  # cancelled while queued
             node = nodes_of(session)[node_id]
             client = node.client
-            if (
-                node.kind == _TOOL
-                or not slots.capped(client)
-                or slots.offer(client, self._keys(session, node_id), (session, node_id))
-            ):
-                self._dispatch(session, node_id, now)
+            if node.kind == _TOOL or not slots.capped(client) or slots.try_take(client):
+                self._dispatch(session, node_id, now)  # (handed over ahead if not yet due)
+            else:
+                slots.wait(client, self._keys(session, node_id), (session, node_id))
         for _client, (session, node_id) in slots.take(_still_ready):
             ready_at: int = session.ready_at_ns[node_id]  # type: ignore[assignment]
-            self._dispatch(session, node_id, now, now - ready_at)
+            self._dispatch(session, node_id, now, max(0, now - ready_at))
 
     def _dispatch(self, session: SessionState, node_id: int, now: int, waited: int = 0) -> None:
         # (positional arguments: this runs once per request)

@@ -55,14 +55,23 @@ class SlotPool(Generic[T]):
     def offer(self, client: int, key: tuple[Any, ...], item: T) -> bool:
         """A ready item of a capped client: True if it took a free slot (send it now, and
         ``release`` when it is done), else it waits for ``take``."""
+        if self.try_take(client):
+            return True
+        self.wait(client, key, item)
+        return False
+
+    def try_take(self, client: int) -> bool:
+        """Take a free slot of ``client`` if one is free and nothing waits for it."""
         cap = self.caps[client]
         assert cap is not None
-        heap = self._heaps[client]
-        if not heap and self.in_flight[client] < cap:
+        if not self._heaps[client] and self.in_flight[client] < cap:
             self._taken(client)
             return True
-        heapq.heappush(heap, (key, next(self._seq), item))
         return False
+
+    def wait(self, client: int, key: tuple[Any, ...], item: T) -> None:
+        """``item`` waits in its client's heap (``try_take`` found no slot)."""
+        heapq.heappush(self._heaps[client], (key, next(self._seq), item))
 
     def release(self, client: int) -> None:
         """A request of a capped client ended (or never went): its slot is free."""
