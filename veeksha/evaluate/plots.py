@@ -257,4 +257,9 @@ def write_plots(
         path = draw(source, folder / name)
         if path is not None:
             written.append(path)
+    from veeksha.evaluate.pool_plot import draw_pools
+
+    pools = draw_pools(source, folder / "pools.png")
+    if pools is not None:
+        written.append(pools)
     return written
