@@ -137,6 +137,11 @@ def run_scenario(
     the built-in simulator already spawned for this run (``engine.target.spawn_simulator``),
     used and stopped by the run.
     """
+    problems = scenario.problems()  # (a loaded scenario has none: the loader reports them)
+    if problems:
+        path, message = problems[0]
+        where = ".".join(str(part) for part in path)
+        raise ConfigurationError(f"{where}: {message}")
     run = _Run(scenario, Path(run_dir), quiet, dry_run)
     run.plots = plots
     run.simulator = simulator

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from veeksha.errors import ConfigurationError
 from veeksha.generate.content import PromptBuilder
 from veeksha.generate.distributions import (
     LengthSampler,
@@ -33,6 +34,7 @@ from veeksha.generate.distributions import (
 from veeksha.generate.rng import RandomStreams
 from veeksha.generate.spec import NodeSpec, SessionSpec
 from veeksha.generate.validation import AnswerCheck
+from veeksha.scenario.crosscheck import unknown_client
 from veeksha.scenario.models import Agent, AgentRoundsGraph, FixedInterval, LengthGenerator
 
 __all__ = ["AgentLayout", "AgentRoundsSessions", "agent_order", "agent_rounds_layout"]
@@ -106,7 +108,18 @@ class AgentRoundsSessions:
         streams: RandomStreams,
     ) -> None:
         self.graph = graph
-        self.layout = agent_rounds_layout(graph)
+        names = list(client_index)
+        for agent in graph.agents:  # (a loaded scenario was checked: scenario/crosscheck.py)
+            if agent.client is not None and agent.client not in client_index:
+                raise ConfigurationError(
+                    f"agent {agent.id!r}: {unknown_client(agent.client, names)}"
+                )
+        try:
+            self.layout = agent_rounds_layout(graph)
+        except (KeyError, ValueError) as exc:
+            raise ConfigurationError(
+                f"session_graph.agents: {exc} (check speak_after_within_round)"
+            ) from None
         self._prompts = prompts
         self._streams = streams
         agents = graph.agents

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from veeksha.scenario.models import Scenario
 
-__all__ = ["Problem", "scenario_problems"]
+__all__ = ["Problem", "agent_cycle", "scenario_problems", "unknown_client"]
 
 Problem = tuple[tuple[str | int, ...], str]
 

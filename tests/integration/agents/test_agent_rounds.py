@@ -194,7 +194,8 @@ def test_the_shipped_debate_scenario_runs(tmp_path: Path) -> None:
     scenario = load_scenario(
         root / "scenarios" / "multi_agent_debate.yaml", ["runtime.max_sessions=2"]
     )
-    run_scenario(scenario, tmp_path / "run", quiet=True, plots=False)
+    run_scenario(scenario, tmp_path / "run", quiet=True, plots=True)
+    assert (tmp_path / "run" / "plots" / "pools.png").stat().st_size > 0
     rows = pd.read_parquet(tmp_path / "run" / "requests.parquet")
     assert (rows.status == "ok").all()
     assert len(rows[rows.attempt == 0]) == 2 * 4 * 5

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import functools
 import operator
+from pathlib import Path
+
+import pytest
 
 from veeksha.generate.sessions import SessionGenerator
 from veeksha.generate.tokenizer import BuiltinTokenizer
@@ -132,3 +135,15 @@ def test_agent_mistakes_are_refused_at_their_lines() -> None:
     assert "a -> b -> a" in circle.message
     client = only_issue(AGENTS % ("", "nope", ""))
     assert (client.line, client.path) == (8, "session_generator.session_graph.agents[1].client")
+
+
+def test_a_scenario_built_in_code_is_checked_before_a_run(tmp_path: Path) -> None:
+    from veeksha.engine.run import run_scenario
+    from veeksha.errors import ConfigurationError
+    from veeksha.scenario.models import Scenario
+
+    scenario = Scenario.model_validate({"client": {}, "clients": [{"name": "a"}]})
+    assert [path for path, _ in scenario.problems()] == [("clients",)]
+    with pytest.raises(ConfigurationError, match="not both"):
+        run_scenario(scenario, tmp_path / "run", quiet=True)
+    assert not (tmp_path / "run").exists()
