@@ -191,6 +191,15 @@ class Worker:
         self._routes[0].http = pool
 
     @property
+    def _session(self) -> aiohttp.ClientSession | None:
+        """Client 0's aiohttp session (https)."""
+        return self._routes[0].session
+
+    @_session.setter
+    def _session(self, session: aiohttp.ClientSession | None) -> None:
+        self._routes[0].session = session
+
+    @property
     def _builder(self) -> RequestBuilder:
         return self._routes[0].builder
 
@@ -266,7 +275,7 @@ class Worker:
             self._start_http1(route, item, received_at)
             return
         assert self._loop is not None  # aiohttp (https): a task per request
-        task = self._loop.create_task(self._run_item(route, item, received_at))
+        task = self._loop.create_task(self._run_item(item, received_at, route))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -359,7 +368,11 @@ class Worker:
         self._exchanges.add(exchange)
         http.send(body, exchange)
 
-    async def _run_item(self, route: _Route, item: WorkItem, received_at: int) -> None:
+    async def _run_item(
+        self, item: WorkItem, received_at: int, route: _Route | None = None
+    ) -> None:
+        if route is None:
+            route = self._routes[0]
         acc = ResponseAccumulator(route.settings.chat)
         slot = [0]
         _sent_slot.set(slot)

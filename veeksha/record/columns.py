@@ -92,7 +92,6 @@ REQUESTS_SCHEMA = pa.schema(
             _I32,
             "",
             "0: the node's first request; n: its n-th re-prompt (its answer failed validation)",
-            nullable=False,
         ),
         _col(
             "valid",
