@@ -592,3 +592,23 @@ def test_progress_sends_a_reprompt_before_other_sessions() -> None:
     h.clock.now = S
     h.complete(h.items[0], S, text="bad")  # sessions 1 and 2 have waited since 0
     assert [(r.session.session_id, r.attempt) for r, _ in h.rec.dispatched] == [(0, 0), (0, 1)]
+
+
+def test_the_status_line_shows_each_clients_pools() -> None:
+    from veeksha.engine.pools import client_pools, format_pools
+
+    h = capped(lambda i: two_clients(i, 2, i % 2), [1, None], sessions=4)
+    h.start()
+    pools = client_pools(h.loop, ["a", "b"])
+    # a: sessions 0 and 2 (cap 1): one in flight, one waiting; their second turns pending
+    assert pools == {
+        "a.pending": 2,
+        "a.waiting": 1,
+        "a.in_flight": 1,
+        "b.pending": 2,
+        "b.waiting": 0,
+        "b.in_flight": 2,
+    }
+    assert format_pools(pools) == (
+        " | a pending 2 waiting 1 in flight 1 | b pending 2 waiting 0 in flight 2"
+    )
