@@ -82,6 +82,7 @@ import psutil
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from benchmarks.agents import fig_agents
 from benchmarks.harness import (
     ROOT,
     RunMeasure,
@@ -506,4 +507,5 @@ FIGURES: dict[str, Callable[[Plan, Simulator], Sample]] = {
     "scale": fig_scale,
     "memory": fig_memory,
     "trace": fig_trace,
+    "agents": fig_agents,
 }

@@ -53,6 +53,7 @@ class WorkItem(msgspec.Struct, tag="work", array_like=True, gc=False):
     max_tokens: int
     dispatched_at_ns: int
     not_before_ns: int = 0
+    client: int = 0  # which of the run's clients sends it (the worker's route)
 
 
 class Stop(msgspec.Struct, tag="stop", array_like=True):

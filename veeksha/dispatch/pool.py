@@ -114,12 +114,14 @@ class WorkerPool:
         on_fatal: Callable[[VeekshaError], None] | None = None,
         max_deaths: int = 3,
         death_window_s: float = 10.0,
+        more_settings: list[WorkerSettings] | None = None,
     ) -> None:
         if num_workers < 1:
             raise ValueError("num_workers must be at least 1")
         if worker_cpus and len(worker_cpus) != num_workers:
             raise ValueError("worker_cpus needs one entry per worker (or none)")
         self.settings = settings
+        self.more_settings = more_settings or []  # clients 1, 2, … (WorkItem.client)
         self.num_workers = num_workers
         self._worker_cpus = worker_cpus or [[] for _ in range(num_workers)]
         self._on_results = on_results
@@ -288,6 +290,7 @@ class WorkerPool:
             cpus=h.cpus,
             channel_fd=theirs.fileno(),
             settings=self.settings,
+            more_settings=self.more_settings,
         )
         env = dict(os.environ)
         root = str(Path(veeksha.__file__).resolve().parent.parent)

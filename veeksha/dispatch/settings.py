@@ -107,3 +107,4 @@ class WorkerSpawn(msgspec.Struct, kw_only=True):
     cpus: list[int]
     channel_fd: int  # the worker's end of its link to the main process (inherited)
     settings: WorkerSettings
+    more_settings: list[WorkerSettings] = []  # clients 1, 2, … of a run with several clients

@@ -94,21 +94,15 @@ class _HttpError(Exception):
         self.status = status
 
 
-class Worker:
-    """The event-loop side of one worker process (usable in-process by tests)."""
+class _Route:
+    """Where the requests of one client go: its settings, body builder, headers and HTTP
+    client (``WorkItem.client`` indexes the worker's routes; one client: one route)."""
 
-    def __init__(
-        self,
-        worker_id: int,
-        settings: WorkerSettings,
-        channel: socket.socket,
-        cpus: list[int] | None = None,
-    ) -> None:
-        self.worker_id = worker_id
+    __slots__ = ("builder", "headers", "http", "redact", "session", "settings")
+
+    def __init__(self, settings: WorkerSettings) -> None:
         self.settings = settings
-        self._channel = channel
-        self._cpus = cpus or []
-        self._builder = RequestBuilder(
+        self.builder = RequestBuilder(
             chat=settings.chat,
             model=settings.model,
             stream=settings.stream,
@@ -128,22 +122,90 @@ class Worker:
             headers["Accept"] = "text/event-stream"
         if settings.api_key:
             headers["Authorization"] = f"Bearer {settings.api_key}"
-        self._headers = headers
-        self._redact = Redactor(settings.api_key)  # for what servers echo back in errors
+        self.headers = headers
+        self.redact = Redactor(settings.api_key)  # for what servers echo back in errors
+        self.http: Http1Pool | None = None
+        self.session: aiohttp.ClientSession | None = None
+
+    async def open(self) -> None:
+        settings = self.settings
+        if Http1Pool.supports(settings.endpoint):
+            self.http = Http1Pool(
+                settings.endpoint,
+                {"User-Agent": "veeksha", **self.headers},
+                settings.max_connections,
+                stamp_first=True,
+            )
+            await self.http.warm(_prewarm(settings.max_connections))
+        else:
+            from veeksha.dispatch import aiohttp_client
+
+            self.session = aiohttp_client.make_session(settings, _sent_slot)
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+        if self.http is not None:
+            self.http.close()
+
+
+class Worker:
+    """The event-loop side of one worker process (usable in-process by tests).
+
+    ``settings`` is client 0's; ``more`` are the other clients' (``clients:``), in order.
+    """
+
+    def __init__(
+        self,
+        worker_id: int,
+        settings: WorkerSettings,
+        channel: socket.socket,
+        cpus: list[int] | None = None,
+        more: list[WorkerSettings] | None = None,
+    ) -> None:
+        self.worker_id = worker_id
+        self.settings = settings
+        self._channel = channel
+        self._cpus = cpus or []
+        self._routes = [_Route(s) for s in (settings, *(more or ()))]
         self._tasks: set[asyncio.Task[None]] = set()
         self._exchanges: set[_Exchange] = set()  # http1 requests in flight
         self._drained: asyncio.Future[None] | None = None  # set when _exchanges empties
         self._outbox: list[Result] = []
         self._flush_scheduled = False
         self._stopping: asyncio.Future[float] | None = None
-        self._session: aiohttp.ClientSession | None = None
-        self._http: Http1Pool | None = None
         self._sender: Link[ToWorker] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timers: LoopTimers | None = None
         self._held: dict[int, tuple[WorkItem, Cancellable]] = {}  # by request id
         self._released: dict[int, int] = {}  # release time of held items now in flight
         self._all_released: asyncio.Future[None] | None = None  # set when _held empties
+
+    @property
+    def _http(self) -> Http1Pool | None:
+        """Client 0's plain-http pool (None: https, or not open yet)."""
+        return self._routes[0].http
+
+    @_http.setter
+    def _http(self, pool: Http1Pool | None) -> None:  # (benchmarks/worker_replay.py)
+        self._routes[0].http = pool
+
+    @property
+    def _session(self) -> aiohttp.ClientSession | None:
+        """Client 0's aiohttp session (https)."""
+        return self._routes[0].session
+
+    @_session.setter
+    def _session(self, session: aiohttp.ClientSession | None) -> None:
+        self._routes[0].session = session
+
+    @property
+    def _builder(self) -> RequestBuilder:
+        return self._routes[0].builder
+
+    @property
+    def _headers(self) -> dict[str, str]:
+        return self._routes[0].headers
 
     # ------------------------------------------------------------------------------ lifecycle
 
@@ -156,18 +218,8 @@ class Worker:
             self._channel, to_worker_decoder(), self._on_batch, self._on_link_closed
         )
         if not self.settings.dry_run:
-            if Http1Pool.supports(self.settings.endpoint):
-                self._http = Http1Pool(
-                    self.settings.endpoint,
-                    {"User-Agent": "veeksha", **self._headers},
-                    self.settings.max_connections,
-                    stamp_first=True,
-                )
-                await self._http.warm(_prewarm(self.settings.max_connections))
-            else:
-                from veeksha.dispatch import aiohttp_client
-
-                self._session = aiohttp_client.make_session(self.settings, _sent_slot)
+            for route in self._routes:
+                await route.open()
         try:
             link.send([WorkerReady(self.worker_id, os.getpid(), self._cpus)])
             link.start(loop)
@@ -176,10 +228,8 @@ class Worker:
         finally:
             self._cancel_held()
             self._timers.close()  # (pending release timers: cancelled just above)
-            if self._session is not None:
-                await self._session.close()
-            if self._http is not None:
-                self._http.close()
+            for route in self._routes:
+                await route.close()
             self._flush()
             link.flush_blocking(_RESULTS_LINGER_S)  # the last Results leave before we exit
             link.close()
@@ -216,11 +266,16 @@ class Worker:
         if self.settings.dry_run:
             self._emit(dry_result(item, self.worker_id, time.monotonic_ns()))
             return
-        if self._http is not None:
-            self._start_http1(self._http, item, received_at)
+        try:
+            route = self._routes[item.client]
+        except IndexError:
+            self._emit(_unroutable(item, self.worker_id, time.monotonic_ns()))
+            return
+        if route.http is not None:
+            self._start_http1(route, item, received_at)
             return
         assert self._loop is not None  # aiohttp (https): a task per request
-        task = self._loop.create_task(self._run_item(item, received_at))
+        task = self._loop.create_task(self._run_item(item, received_at, route))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -297,21 +352,28 @@ class Worker:
 
     # ------------------------------------------------------------------------------ requests
 
-    def _start_http1(self, http: Http1Pool, item: WorkItem, received_at: int) -> None:
-        exchange = _Exchange(self, http, item, received_at)
+    def _start_http1(self, route: _Route, item: WorkItem, received_at: int) -> None:
+        http = route.http
+        assert http is not None
+        exchange = _Exchange(self, http, item, received_at, route)
         try:
-            body = self._builder.body(item.messages, item.max_tokens)
+            body = route.builder.body(item.messages, item.max_tokens)
         except Exception as exc:  # noqa: BLE001 - every failure becomes this item's Result
             exchange.finish("error", "client_error", _msg(exc))
             return
         exchange.started_at = _monotonic_ns()
         assert self._loop is not None
-        exchange.timer = self._loop.call_later(self.settings.request_timeout_s, exchange.on_timeout)
+        timeout_s = route.settings.request_timeout_s
+        exchange.timer = self._loop.call_later(timeout_s, exchange.on_timeout)
         self._exchanges.add(exchange)
         http.send(body, exchange)
 
-    async def _run_item(self, item: WorkItem, received_at: int) -> None:
-        acc = ResponseAccumulator(self.settings.chat)
+    async def _run_item(
+        self, item: WorkItem, received_at: int, route: _Route | None = None
+    ) -> None:
+        if route is None:
+            route = self._routes[0]
+        acc = ResponseAccumulator(route.settings.chat)
         slot = [0]
         _sent_slot.set(slot)
         state = _Attempt()
@@ -319,6 +381,7 @@ class Worker:
 
         def make(status: str, kind: str = "", message: str = "") -> Result:
             return self._result(
+                route,
                 item,
                 received_at,
                 slot[0] or state.started_at or received_at,
@@ -332,13 +395,13 @@ class Worker:
             )
 
         try:
-            async with asyncio.timeout(self.settings.request_timeout_s):
-                await self._request(item, acc, state)
+            async with asyncio.timeout(route.settings.request_timeout_s):
+                await self._request(route, item, acc, state)
             result = make("ok")
         except asyncio.CancelledError:
             result = make("cancelled", "cancelled", "cancelled")
         except TimeoutError:
-            result = make("timeout", "timeout", self._timeout_message())
+            result = make("timeout", "timeout", _timeout_message(route.settings))
         except Exception as exc:  # noqa: BLE001 - every failure becomes this item's Result
             result = make("error", *_failure(exc))
         finally:
@@ -346,17 +409,20 @@ class Worker:
                 result = make("error", "client_error", "aborted")
             self._emit(result)
 
-    async def _request(self, item: WorkItem, acc: ResponseAccumulator, state: _Attempt) -> None:
+    async def _request(
+        self, route: _Route, item: WorkItem, acc: ResponseAccumulator, state: _Attempt
+    ) -> None:
         """The aiohttp path (https)."""
-        settings = self.settings
-        body = self._builder.body(item.messages, item.max_tokens)
+        settings = route.settings
+        body = route.builder.body(item.messages, item.max_tokens)
         state.started_at = time.monotonic_ns()
-        assert self._session is not None
+        session = route.session
+        assert session is not None
         from veeksha.dispatch.aiohttp_client import read_stream
 
         while True:
-            resp = await self._session.post(
-                settings.endpoint, data=body, headers=self._headers, allow_redirects=False
+            resp = await session.post(
+                settings.endpoint, data=body, headers=route.headers, allow_redirects=False
             )
             state.last_byte_at = time.monotonic_ns()  # the head came
             try:
@@ -366,7 +432,7 @@ class Worker:
                     raise ResponseError("malformed_response", _no_answer(resp.status))
                 if resp.status >= 400:
                     after = resp.headers.get("Retry-After")
-                    delay = self._retry_after(resp.status, after, state.retries)
+                    delay = _retry_after(settings, resp.status, after, state.retries)
                     if delay is None:
                         snippet = await _read_window(resp.content)
                         text = snippet.decode("utf-8", "replace").strip()
@@ -388,18 +454,9 @@ class Worker:
             state.retries += 1
             await asyncio.sleep(delay)
 
-    def _timeout_message(self) -> str:
-        return f"no complete response within {self.settings.request_timeout_s:g} s"
-
-    def _retry_after(self, status: int, header: str | None, retries: int) -> float | None:
-        if status not in _RETRY_STATUSES or retries >= self.settings.max_retries:
-            return None
-        backoff = min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**retries)
-        after = _retry_after_s(header)
-        return min(_BACKOFF_CAP_S, after) if after is not None else backoff
-
     def _result(
         self,
+        route: _Route,
         item: WorkItem,
         received_at: int,
         sent_at: int,
@@ -417,7 +474,7 @@ class Worker:
         the moment the worker saw it, however long after the last byte that was.
         """
         if error_message:  # a server (or proxy) may echo the key: masked before the cut
-            error_message = self._redact(error_message, _MESSAGE_CHARS)
+            error_message = route.redact(error_message, _MESSAGE_CHARS)
         completed_at = last_byte_at if status == "ok" and last_byte_at else _monotonic_ns()
         first = acc.first_chunk_at_ns
         if first is None and status == "ok":
@@ -487,6 +544,7 @@ class _Exchange(Exchange):
         "received_at",
         "retries",
         "retry_timer",
+        "route",
         "sent_at",
         "started_at",
         "stream",
@@ -494,9 +552,17 @@ class _Exchange(Exchange):
         "worker",
     )
 
-    def __init__(self, worker: Worker, http: Http1Pool, item: WorkItem, received_at: int) -> None:
+    def __init__(
+        self,
+        worker: Worker,
+        http: Http1Pool,
+        item: WorkItem,
+        received_at: int,
+        route: _Route | None = None,
+    ) -> None:
         super().__init__()
         self.worker = worker
+        self.route = route = worker._routes[0] if route is None else route
         self.http = http
         self.item = item
         self.received_at = received_at
@@ -506,8 +572,8 @@ class _Exchange(Exchange):
         self.http_status = 0
         self.retries = 0
         self.finished = False
-        self.stream = worker.settings.stream
-        self.acc = ResponseAccumulator(worker.settings.chat)
+        self.stream = route.settings.stream
+        self.acc = ResponseAccumulator(route.settings.chat)
         self.feed = self.acc.feed
         self.inflate: zlib._Decompress | None = None  # a compressed answer's decoder
         self.headers: dict[bytes, bytes] | None = None
@@ -593,8 +659,11 @@ class _Exchange(Exchange):
             assert self.headers is not None
             assert self.body is not None
             after = self.headers.get(b"retry-after")
-            delay = self.worker._retry_after(
-                status, after.decode("latin-1") if after else None, self.retries
+            delay = _retry_after(
+                self.route.settings,
+                status,
+                after.decode("latin-1") if after else None,
+                self.retries,
             )
             if delay is None:
                 snippet = self._body()[:READ_WINDOW]
@@ -603,7 +672,7 @@ class _Exchange(Exchange):
                 self.finish("error", kind, f"HTTP {status}: {text}")
                 return
             self.retries += 1
-            self.stream = self.worker.settings.stream
+            self.stream = self.route.settings.stream
             self.headers = self.body = self.inflate = None
             self.feed = acc.feed
             loop = self.worker._loop
@@ -622,14 +691,14 @@ class _Exchange(Exchange):
     def _resend(self) -> None:
         self.retry_timer = None
         item = self.item  # the body is built again rather than held through every request
-        self.http.send(self.worker._builder.body(item.messages, item.max_tokens), self)
+        self.http.send(self.route.builder.body(item.messages, item.max_tokens), self)
 
     # ------------------------------------------------------------------------ the worker's
 
     def on_timeout(self) -> None:
         self.timer = None
         self.http.abort(self)
-        self.finish("timeout", "timeout", self.worker._timeout_message())
+        self.finish("timeout", "timeout", _timeout_message(self.route.settings))
 
     def cancel(self) -> None:
         self.http.abort(self)
@@ -651,6 +720,7 @@ class _Exchange(Exchange):
             self.retry_timer = None
         worker._emit(
             worker._result(
+                self.route,
                 self.item,
                 self.received_at,
                 self.sent_at or self.started_at or self.received_at,
@@ -665,6 +735,20 @@ class _Exchange(Exchange):
         )
         if not exchanges and worker._drained is not None and not worker._drained.done():
             worker._drained.set_result(None)
+
+
+def _timeout_message(settings: WorkerSettings) -> str:
+    return f"no complete response within {settings.request_timeout_s:g} s"
+
+
+def _retry_after(
+    settings: WorkerSettings, status: int, header: str | None, retries: int
+) -> float | None:
+    if status not in _RETRY_STATUSES or retries >= settings.max_retries:
+        return None
+    backoff = min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**retries)
+    after = _retry_after_s(header)
+    return min(_BACKOFF_CAP_S, after) if after is not None else backoff
 
 
 def _failure(exc: BaseException) -> tuple[str, str]:
@@ -804,6 +888,19 @@ def _unsendable(result: Result, exc: BaseException) -> Result:
     )
 
 
+def _unroutable(item: WorkItem, worker_id: int, now: int) -> Result:
+    return Result(
+        request_id=item.request_id,
+        worker_id=worker_id,
+        status="error",
+        received_at_ns=now,
+        sent_at_ns=now,
+        completed_at_ns=now,
+        error_kind="client_error",
+        error_message=f"no client {item.client} in this worker",
+    )
+
+
 def _cancelled(item: WorkItem, worker_id: int, now: int) -> Result:
     return Result(
         request_id=item.request_id,
@@ -849,6 +946,7 @@ def main() -> int:
             spawn.settings,
             socket.socket(fileno=spawn.channel_fd),
             sorted(os.sched_getaffinity(0)),
+            spawn.more_settings,
         )
     except Exception as exc:  # noqa: BLE001 - reported to the pool, which raises it
         _report_start_failure(spawn, f"{type(exc).__name__}: {exc}")

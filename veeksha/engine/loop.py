@@ -28,11 +28,12 @@ from numpy.typing import NDArray
 from veeksha.clock import Clock
 from veeksha.dispatch.messages import Result, WorkItem
 from veeksha.errors import VeekshaError
-from veeksha.generate.spec import SessionSpec
+from veeksha.generate.spec import NodeSpec, SessionSpec
 from veeksha.schedule.arrivals import ConcurrencyRamp
 from veeksha.schedule.phases import PhaseBounds, PhasedArrivals, PhaseTimeline
 from veeksha.schedule.ready_queue import ReadyQueue
 from veeksha.schedule.session_state import NodeState, SessionState
+from veeksha.schedule.slots import SlotPool, node_rounds, progress_key
 from veeksha.timers import Cancellable, Timers
 
 __all__ = [
@@ -47,6 +48,39 @@ __all__ = [
 _NS = 1_000_000_000
 _STARTS_PER_PASS = 256
 _READY, _IN_FLIGHT = NodeState.READY, NodeState.IN_FLIGHT  # enum lookups cost ~0.1 µs
+_TOOL = "tool"
+
+
+def _nodes_of(session: SessionState) -> list[NodeSpec]:
+    return session.spec.nodes
+
+
+def _still_ready(entry: tuple[SessionState, int]) -> bool:
+    return entry[0].states[entry[1]] == _READY
+
+
+def _fifo_key(session: SessionState, node_id: int) -> tuple[int, ...]:
+    return (session.ready_at_ns[node_id] or 0,)
+
+
+def _progress_key(session: SessionState, node_id: int) -> tuple[int, ...]:
+    done = [state >= NodeState.OK for state in session.states]
+    rounds = node_rounds(session.spec.nodes)
+    attempts = session.attempts
+    reprompt = attempts is not None and node_id in attempts
+    key = progress_key(rounds, done, node_id, session.started_at_ns, reprompt)
+    return (*key, session.ready_at_ns[node_id] or 0)
+
+
+def _node_key(session: SessionState, node_id: int) -> tuple[int, ...]:
+    return (-session.spec.nodes[node_id].priority, session.ready_at_ns[node_id] or 0)
+
+
+_KEYS: dict[str, Callable[[SessionState, int], tuple[int, ...]]] = {
+    "fifo": _fifo_key,
+    "progress": _progress_key,
+    "node": _node_key,
+}
 
 
 @dataclass(slots=True)
@@ -61,6 +95,9 @@ class InFlight:
     worker_id: int
     history_tokens: int
     phase: str = "measured"  # the phase in force at its ready time (``TrafficLoop``)
+    queue_wait_ns: int = 0  # ready → slot of its client (0: it never waited for one)
+    attempt: int = 0  # 0: the node's first request; n: its n-th re-prompt
+    valid: bool | None = None  # its answer passed the node's validation (None: none/no answer)
 
 
 class TrafficSink(Protocol):
@@ -106,6 +143,10 @@ class LoopSettings:
     phase_keys: Sequence[Hashable] = ()
     # Closed loop per phase: (target, rampup seconds); default: concurrency's, for every phase.
     phase_targets: Sequence[tuple[int, float]] = field(default_factory=tuple)
+    # In-flight slots per client (NodeSpec.client), None: uncapped; and how requests waiting
+    # for a slot are ordered (schedule/slots.py). None: no client is capped.
+    client_caps: list[int | None] | None = None
+    priority: str = "fifo"
 
 
 @dataclass(slots=True)
@@ -189,6 +230,15 @@ class TrafficLoop:
         self._dispatch_wake_ns: int | None = None
         self._deadline_timer: Cancellable | None = None
         self._deadline_ns: int | None = None  # nothing becomes due at or after it
+        caps = settings.client_caps
+        capped = caps is not None and any(cap is not None for cap in caps)
+        # the pre-departure pool (schedule/slots.py); None: no client has a cap
+        self.slots: SlotPool[tuple[SessionState, int]] | None = (
+            SlotPool(caps) if caps is not None and capped else None
+        )
+        self._keys = _KEYS[settings.priority]
+        # (a client's slot is taken at the hand-over: a request handed over ahead holds it up
+        # to dispatch_ahead_ns before it is on the wire, so the wire never holds more)
         ahead = settings.dispatch_ahead_ns if settings.max_in_flight is None else 0
         self._ahead_ns = max(0, ahead)
         # A pass hands over everything due within ``_ahead_ns`` and the next pass comes when the
@@ -270,6 +320,8 @@ class TrafficLoop:
                 timer.cancel()
         now = self._clock.now_ns()
         self.ready.drain()
+        if self.slots is not None:
+            self.slots.drain()
         for session in list(self.sessions.values()):
             session.cancel_pending(now)
             self._report_cancelled(session, now)
@@ -500,41 +552,77 @@ class TrafficLoop:
         if self.stopping:
             return
         now = self._clock.now_ns()
-        cap = self.settings.max_in_flight
-        limit = None if cap is None else max(0, cap - len(self.in_flight))
         horizon = self._horizon(now)
         if self.timeline.end_unknown:  # nothing ahead beyond a boundary not known yet
             arrivals = self._arrivals
             at = None if arrivals is None else arrivals.peek_ns()
             horizon = now if at is None else min(horizon, max(now, at - 1))
-        for session, node_id in self.ready.pop_due(horizon, limit):
-            if session.states[node_id] != _READY:
-                continue  # cancelled while queued
-            self._dispatch(session, node_id, now)
+        if self.slots is not None:
+            self._dispatch_slotted(self.slots, now, horizon)
+        else:
+            cap = self.settings.max_in_flight
+            limit = None if cap is None else max(0, cap - len(self.in_flight))
+            for session, node_id in self.ready.pop_due(horizon, limit):
+                if session.states[node_id] != _READY:
+                    continue  # cancelled while queued
+                self._dispatch(session, node_id, now)
         if self._unflushed and not self._in_results and self._flush is not None:
             self._unflushed = False
             self._flush()  # the pass's items leave together (one frame per worker)
         self._arm_dispatch_timer()
 
-    def _dispatch(self, session: SessionState, node_id: int, now: int) -> None:
+    def _dispatch_slotted(
+        self, slots: SlotPool[tuple[SessionState, int]], now: int, horizon: int
+    ) -> None:
+        """A pass with capped clients: what is due takes its client's slot or waits in the
+        pool; then freed slots go to the waiting requests, by the priority policy."""
+        nodes_of = _nodes_of
+        for session, node_id in self.ready.pop_due(horizon):
+            if session.states[node_id] != _READY:
+                continue  # cancelled while queued
+            node = nodes_of(session)[node_id]
+            client = node.client
+            if node.kind == _TOOL or not slots.capped(client) or slots.try_take(client):
+                self._dispatch(session, node_id, now)  # (handed over ahead if not yet due)
+            else:
+                slots.wait(client, self._keys(session, node_id), (session, node_id))
+        for _client, (session, node_id) in slots.take(_still_ready):
+            ready_at: int = session.ready_at_ns[node_id]  # type: ignore[assignment]
+            self._dispatch(session, node_id, now, max(0, now - ready_at))
+
+    def _dispatch(self, session: SessionState, node_id: int, now: int, waited: int = 0) -> None:
         # (positional arguments: this runs once per request)
         request_id = self._next_request
         self._next_request += 1
         ready_at: int = session.ready_at_ns[node_id]  # type: ignore[assignment]  # set when ready
+        node = session.spec.nodes[node_id]
+        if node.kind == _TOOL:
+            self._call_tool(session, node_id, request_id, ready_at, now)
+            return
         messages, history_tokens = session.outgoing(node_id)
         item = WorkItem(
             request_id,
             messages,
-            session.spec.nodes[node_id].max_tokens,
+            node.max_tokens,
             now,
             ready_at if ready_at > now else 0,
+            node.client,
         )
         worker_id = self._submit(item)
         self._unflushed = True
         session.mark_dispatched(node_id)
         phase = self.phase_names[self.timeline.phase_at(ready_at)]  # (see the class doc)
         request = InFlight(
-            session, node_id, request_id, ready_at, now, worker_id, history_tokens, phase
+            session,
+            node_id,
+            request_id,
+            ready_at,
+            now,
+            worker_id,
+            history_tokens,
+            phase,
+            waited,
+            session.attempts.get(node_id, 0) if session.attempts else 0,
         )
         self.in_flight[request_id] = request
         self.counters.requests_dispatched += 1
@@ -542,8 +630,37 @@ class TrafficLoop:
             self.counters.last_dispatch_lag_ns = now - ready_at
         self._sink.dispatched(request, item)
 
+    def _call_tool(
+        self, session: SessionState, node_id: int, request_id: int, ready_at: int, now: int
+    ) -> None:
+        """A tool node: no request; it ends ``latency_s`` after it starts (its ready time, or
+        now if that is past) with its result (the node's ``prompt``), answered here."""
+        node = session.spec.nodes[node_id]
+        start = max(ready_at, now)
+        end = start + round(node.latency_s * _NS)
+        session.mark_dispatched(node_id)
+        phase = self.phase_names[self.timeline.phase_at(ready_at)]
+        request = InFlight(session, node_id, request_id, ready_at, start, -1, 0, phase)
+        self.in_flight[request_id] = request
+        self.counters.requests_dispatched += 1
+        self._sink.dispatched(request, WorkItem(request_id, [], node.max_tokens, start))
+        result = Result(
+            request_id,
+            -1,
+            "ok",
+            start,
+            start,
+            end,
+            end,
+            output_text=node.prompt,
+            prompt_tokens=0,
+            completion_tokens=node.max_tokens,
+            last_byte_at_ns=end,
+        )
+        self._timers.call_at_ns(end, lambda: self.on_results([result]))
+
     def _arm_dispatch_timer(self) -> None:
-        cap = self.settings.max_in_flight
+        cap = None if self.slots is not None else self.settings.max_in_flight
         wake = self.ready.next_time()
         if wake is None or self.stopping or (cap is not None and len(self.in_flight) >= cap):
             wake = None
@@ -569,6 +686,10 @@ class TrafficLoop:
 
     def _handle_result(self, request: InFlight, result: Result, now: int) -> None:
         session = request.session
+        if self.slots is not None:
+            done = session.spec.nodes[request.node_id]
+            if done.kind != _TOOL and self.slots.capped(done.client):
+                self.slots.release(done.client)
         if result.released_at_ns:  # handed over ahead: released by the worker's timer
             request.dispatched_at_ns = result.released_at_ns
             self.counters.last_dispatch_lag_ns = result.released_at_ns - request.ready_at_ns
@@ -587,6 +708,11 @@ class TrafficLoop:
                 # (as the lost Result's sent_at assumes), not at the hand-over
                 request.dispatched_at_ns = request.ready_at_ns
         ok = result.status == "ok"
+        node = session.spec.nodes[request.node_id]
+        note = None
+        if ok and node.validation is not None:
+            note = node.validation(result.output_text)
+            request.valid = note is None
         if result.status == "cancelled":  # in flight when the run stopped: not answered
             self.counters.requests_cancelled += 1
         else:
@@ -594,7 +720,6 @@ class TrafficLoop:
             if not ok:
                 self.counters.requests_failed += 1
         self._sink.request_done(request, result, now)
-        node = session.spec.nodes[request.node_id]
         conversation_tokens = (
             result.prompt_tokens
             if result.prompt_tokens is not None
@@ -606,6 +731,12 @@ class TrafficLoop:
             else len(result.output_text.split())
         )
         if session.states[request.node_id] != _IN_FLIGHT:
+            return
+        if note is not None and request.attempt < node.max_reprompts and not self.stopping:
+            ready_at = session.reprompt(
+                request.node_id, result.output_text, note, answer_tokens, result.completed_at_ns
+            )
+            self.ready.push(ready_at, (session, request.node_id))
             return
         released = session.complete(
             request.node_id,

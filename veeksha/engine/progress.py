@@ -12,6 +12,8 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from veeksha.engine.pools import format_pools
+
 if TYPE_CHECKING:  # (rich is loaded only where a terminal shows the line)
     from rich.live import Live
 
@@ -28,7 +30,7 @@ def format_status(values: dict[str, float | int]) -> str:
         f" / {values['sessions_done']} done  requests pending {values['pending']}"
         f" ready {values['ready']} in flight {values['in_flight']} done {values['done']}"
         f" failed {values['failed']} cancelled {values['cancelled']}"
-        f"  lag {values['lag_ms']:.2f} ms"
+        f"  lag {values['lag_ms']:.2f} ms" + format_pools(values)
     )
 
 

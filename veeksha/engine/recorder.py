@@ -36,9 +36,12 @@ class RunRecorder:
         tokenizer: TokenizerLike,
         trace: TraceWriter | None = None,
         on_row: Callable[[dict[str, Any]], None] | None = None,
+        clients: list[tuple[str, str]] | None = None,
     ) -> None:
         self.run_id = run_id
         self.model = model
+        # (name, model) of each client, by the nodes' client index
+        self._clients = clients or [("default", model)]
         self.t0_ns = t0_ns
         self._writer = writer
         self._tokenizer = tokenizer
@@ -73,6 +76,7 @@ class RunRecorder:
         )
         writer = self._writer
         if writer.error is None:  # after a write error, rows are refused
+            name, model = self._clients[node.client]
             with writer.lock:  # the writer thread swaps the batch under this lock
                 writer.requests.add_result(
                     self.run_id,
@@ -80,7 +84,7 @@ class RunRecorder:
                     session.session_id,
                     request.request_id,
                     node,
-                    self.model,
+                    model,
                     request.ready_at_ns,
                     request.dispatched_at_ns,
                     processed_at_ns,
@@ -90,6 +94,10 @@ class RunRecorder:
                     self.t0_ns,
                     output_tokens,
                     counter,  # (when the server's figure is doubtful)
+                    name,
+                    request.queue_wait_ns,
+                    request.attempt,
+                    request.valid,
                 )
             self._added()
         if self._on_row is not None:
@@ -113,6 +121,7 @@ class RunRecorder:
         node = session.spec.nodes[node_id]
         writer = self._writer
         if writer.error is None:  # after a write error, rows are refused
+            name, model = self._clients[node.client]
             with writer.lock:
                 writer.requests.add_cancelled(
                     self.run_id,
@@ -120,13 +129,15 @@ class RunRecorder:
                     session.session_id,
                     request_id,
                     node,
-                    self.model,
+                    model,
                     session.ready_at_ns[node_id],
                     at_ns,
                     None,
                     None,
                     "cancelled before it was sent",
                     self.t0_ns,
+                    name,
+                    session.attempts.get(node_id, 0) if session.attempts else 0,
                 )
             self._added()
         if self._on_row is not None:

@@ -35,6 +35,7 @@ from veeksha.dispatch.settings import WorkerSettings, resolve_api_key
 from veeksha.engine.cpu_wait import CpuWait
 from veeksha.engine.loop import LoopSettings, TrafficLoop
 from veeksha.engine.phases import apply_phases
+from veeksha.engine.pools import client_pools
 from veeksha.engine.progress import ProgressLine, load_display
 from veeksha.engine.prompt_check import server_tokenizer_info
 from veeksha.engine.recorder import RunRecorder
@@ -137,6 +138,11 @@ def run_scenario(
     the built-in simulator already spawned for this run (``engine.target.spawn_simulator``),
     used and stopped by the run.
     """
+    problems = scenario.problems()  # (a loaded scenario has none: the loader reports them)
+    if problems:
+        path, message = problems[0]
+        where = ".".join(str(part) for part in path)
+        raise ConfigurationError(f"{where}: {message}")
     run = _Run(scenario, Path(run_dir), quiet, dry_run)
     run.plots = plots
     run.simulator = simulator
@@ -155,6 +161,13 @@ class _Run:
         self.clock = MonotonicClock()
         self.outcome = RunOutcome(run_dir)
         self.traffic: TrafficLoop | None = None
+        entries = self.scenario.client_entries()
+        # the status line shows each client's pools when there are several, or caps
+        self._client_names: list[str] | None = (
+            [name for name, _ in entries]
+            if len(entries) > 1 or any(c.max_in_flight is not None for _, c in entries)
+            else None
+        )
         self.pool: WorkerPool | InProcessPool | None = None
         self.signals = 0
         self._drain_task: asyncio.Task[None] | None = None
@@ -236,6 +249,7 @@ class _Run:
                 total = min(total, trace_sessions.limit)
         else:
             make = SessionGenerator(scenario, tokenizer).session
+            make(0)  # the first block (256 sessions) is made now, not in the loop at t0
         self.make_session = make
         if not runtime.pregenerate_sessions:
             return make
@@ -252,7 +266,8 @@ class _Run:
             warmup_sessions=runtime.warmup_sessions,
             warmup_seconds=runtime.warmup_seconds,
             benchmark_timeout_s=runtime.benchmark_timeout,
-            max_in_flight=scenario.client.max_in_flight,
+            client_caps=[client.max_in_flight for _, client in scenario.client_entries()],
+            priority=runtime.priority,
             # a dry run answers at once in this process: nothing could hold an item until due
             dispatch_ahead_ns=0 if self.dry_run else round(runtime.dispatch_ahead_ms * 1e6),
         )
@@ -280,12 +295,16 @@ class _Run:
     async def _run_with_target(
         self, target: Target, num_workers: int, worker_cpus: list[list[int]]
     ) -> None:
-        worker_settings = msgspec.structs.replace(
-            WorkerSettings.from_client(
-                self.scenario.client, target.api_base, target.api_key, dry_run=self.dry_run
-            ),
-            model=target.model,
-        )
+        configs = dict(self.scenario.client_entries())
+        worker_settings, *more_settings = [
+            msgspec.structs.replace(
+                WorkerSettings.from_client(
+                    configs[client.name], client.api_base, client.api_key, dry_run=self.dry_run
+                ),
+                model=client.model,
+            )
+            for client in target.clients
+        ]
         if self.dry_run:  # nothing to send: answered in this process, no workers, no IPC
             self.pool = InProcessPool(self._on_results)
             num_workers = 0
@@ -296,6 +315,7 @@ class _Run:
                 worker_cpus,
                 self._on_results,
                 on_fatal=self._on_fatal,
+                more_settings=more_settings,
             )
         self.num_workers = num_workers
         self.children_cpu_start = _children_cpu_s()
@@ -360,6 +380,7 @@ class _Run:
             self.tokenizer,
             trace,
             on_row=None if streaming is None else streaming.add,
+            clients=[(client.name, client.model) for client in target.clients],
         )
         timers = LoopTimers(loop, self.clock)
         traffic = TrafficLoop(
@@ -440,7 +461,10 @@ class _Run:
         assert traffic is not None
         c = traffic.counters
         queued = len(traffic.ready)
-        return {
+        pools: dict[str, int] = {}
+        if self._client_names is not None:
+            pools = client_pools(traffic, self._client_names)
+        return pools | {
             "elapsed": (self.clock.now_ns() - traffic.t0_ns) / _NS,
             "sessions_started": c.sessions_started,
             "sessions_done": c.sessions_done,

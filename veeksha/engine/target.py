@@ -15,13 +15,20 @@ import psutil
 from veeksha.dispatch.settings import resolve_api_key
 from veeksha.errors import ConfigurationError, TargetError
 from veeksha.net import fetch, setup_timeout
-from veeksha.scenario.models import Scenario
+from veeksha.scenario.models import (
+    DEFAULT_CLIENT,
+    ChatCompletionsClient,
+    CompletionsClient,
+    Scenario,
+)
+from veeksha.scenario.simulator import SimulatorModel
 
 if TYPE_CHECKING:
     from veeksha.simulator.process import SimulatorProcess
 
 __all__ = [
     "PROBE_TIMEOUT_S",
+    "ClientTarget",
     "Target",
     "TargetContext",
     "check_reachable",
@@ -33,23 +40,56 @@ PROBE_TIMEOUT_S = 5.0
 
 
 @dataclass
+class ClientTarget:
+    """Where one client's requests go (``Scenario.client_entries``, in order)."""
+
+    name: str
+    api_base: str
+    model: str
+    api_key: str | None
+    kind: str  # "simulator" | "endpoint" | "dry_run"
+
+    def public_description(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "api_base": self.api_base,
+            "model": self.model,
+        }
+
+
+@dataclass
 class Target:
-    """Where requests go, resolved: base URL (…/v1), model, API key, and what it is."""
+    """Where requests go, resolved: base URL (…/v1), model, API key, and what it is.
+
+    These are the first client's; ``clients`` holds every client's (one, named ``default``,
+    for a scenario with a single ``client:``).
+    """
 
     api_base: str
     model: str
     api_key: str | None
     kind: str  # "simulator" | "endpoint" | "dry_run"
     description: dict[str, Any] = field(default_factory=dict)
+    clients: list[ClientTarget] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.clients:
+            self.clients = [
+                ClientTarget(DEFAULT_CLIENT, self.api_base, self.model, self.api_key, self.kind)
+            ]
 
     def public_description(self) -> dict[str, Any]:
         """What may be written to outputs: never the API key."""
-        return {
+        out = {
             "kind": self.kind,
             "api_base": self.api_base,
             "model": self.model,
             **self.description,
         }
+        if len(self.clients) > 1 or self.clients[0].name != DEFAULT_CLIENT:
+            out["clients"] = [client.public_description() for client in self.clients]
+        return out
 
 
 def check_reachable(
@@ -117,32 +157,49 @@ class TargetContext(AbstractContextManager["Target"]):
 
     def __enter__(self) -> Target:
         scenario = self._scenario
-        client = scenario.client
-        api_key = resolve_api_key(client)
+        entries = scenario.client_entries()
         if self._dry_run:
-            return Target("dry-run://", client.model or "dry-run", None, "dry_run")
-        api_base = _api_base(scenario)
-        if api_base is not None:
+            clients = [
+                ClientTarget(name, "dry-run://", client.model or "dry-run", None, "dry_run")
+                for name, client in entries
+            ]
+            first = clients[0]
+            return Target(first.api_base, first.model, None, "dry_run", clients=clients)
+        resolved: list[ClientTarget | None] = []
+        for name, client in entries:
+            api_key = resolve_api_key(client)
+            api_base = _client_api_base(client)
+            if api_base is None:
+                resolved.append(None)  # served by the built-in simulator
+                continue
+            label = "client" if name == DEFAULT_CLIENT and not scenario.clients else name
             if not client.model:
                 raise ConfigurationError(
-                    f"client.model is required with api_base {api_base}: set client.model to "
+                    f"{label}: model is required with api_base {api_base}: set its model to "
                     "the model the server serves"
                 )
             check_reachable(api_base, api_key, model=client.model)
-            return Target(api_base.rstrip("/"), client.model, api_key, "endpoint")
-        if self._simulator is None:
-            self._simulator = _simulator_process(scenario)
-            self._simulator.spawn()
-        base = self._simulator.wait_ready()
-        if self._simulator_cpus:
-            _pin_tree(self._simulator.pid, self._simulator_cpus)
-        return Target(
-            base.rstrip("/"),
-            self._simulator.config.model,
-            api_key,
-            "simulator",
-            {"simulator": self._simulator.config_dict()},
-        )
+            resolved.append(
+                ClientTarget(name, api_base.rstrip("/"), client.model, api_key, "endpoint")
+            )
+        description: dict[str, Any] = {}
+        if any(target is None for target in resolved):
+            if self._simulator is None:
+                self._simulator = _simulator_process(scenario)
+                self._simulator.spawn()
+            base = self._simulator.wait_ready().rstrip("/")
+            if self._simulator_cpus:
+                _pin_tree(self._simulator.pid, self._simulator_cpus)
+            description = {"simulator": self._simulator.config_dict()}
+            default_model = self._simulator.config.model
+            for i, (name, client) in enumerate(entries):
+                if resolved[i] is None:
+                    model = client.model or default_model
+                    key = resolve_api_key(client)
+                    resolved[i] = ClientTarget(name, base, model, key, "simulator")
+        clients = [target for target in resolved if target is not None]
+        first = clients[0]
+        return Target(first.api_base, first.model, first.api_key, first.kind, description, clients)
 
     def __exit__(
         self,
@@ -160,24 +217,42 @@ def spawn_simulator(scenario: Scenario, dry_run: bool = False) -> SimulatorProce
     (None when the run has a target of its own, or sends nothing): hand it to
     ``TargetContext``, which waits for it and stops it. Spawned before the caller's own set-up
     (the engine's imports), its start-up runs beside that on the other core."""
-    if dry_run or _api_base(scenario) is not None:
+    if dry_run or not _simulated(scenario):
         return None
     simulator = _simulator_process(scenario)
     simulator.spawn()
     return simulator
 
 
-def _api_base(scenario: Scenario) -> str | None:
-    return scenario.client.api_base or os.environ.get("OPENAI_API_BASE") or None
+def _client_api_base(client: ChatCompletionsClient | CompletionsClient) -> str | None:
+    return client.api_base or os.environ.get("OPENAI_API_BASE") or None
+
+
+def _simulated(scenario: Scenario) -> list[str]:
+    """The models the built-in simulator must serve (empty: every client has its endpoint):
+    each client without an endpoint names its model, or takes ``simulator.model``."""
+    models = [
+        client.model or scenario.simulator.model
+        for _, client in scenario.client_entries()
+        if _client_api_base(client) is None
+    ]
+    return list(dict.fromkeys(models))
 
 
 def _simulator_process(scenario: Scenario) -> SimulatorProcess:
     from veeksha.simulator.process import SimulatorProcess
 
     config = scenario.simulator
-    if scenario.client.model:  # the simulator serves whatever model the scenario names
-        config = config.model_copy(update={"model": scenario.client.model})
-    return SimulatorProcess(config)
+    models = _simulated(scenario) or [config.model]
+    # the simulator serves whatever models the clients name: the first as its ``model``
+    # (unless simulator.models describes it), the others as ``models`` entries (their own
+    # settings if simulator.models has them, else the simulator section's)
+    primary = config.model if models[0] in config.models else models[0]
+    extra = dict(config.models)
+    for name in models:
+        if name != primary:
+            extra.setdefault(name, SimulatorModel())
+    return SimulatorProcess(config.model_copy(update={"model": primary, "models": extra}))
 
 
 def _pin_tree(pid: int | None, cpus: list[int]) -> None:

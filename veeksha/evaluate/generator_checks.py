@@ -6,7 +6,9 @@ request's timestamps break their documented order (``veeksha.evaluate.timestamp_
 
 ``generator_saturation``: FAIL when the load generator, not the server, limited the offered load,
 so that an open-loop result never silently becomes a closed-loop one. Its lag is
-``generator_delay = sent_at − ready_at`` of the measured requests. FAIL when
+``generator_delay = sent_at − ready_at`` of the measured requests, less their ``queue_wait`` (the
+time a request waited for its client's ``max_in_flight`` slot is the configured cap's, not the
+generator's). FAIL when
 
 - its p99 exceeds ``max_dispatch_lag_p99_ms``, or
 - it grows over the run (a backlog building up): the requests are split by ready time into
@@ -108,6 +110,8 @@ def lag_trend(ready: Floats, lag: Floats) -> tuple[float | None, list[dict[str, 
 def _saturation(data: HealthInput) -> Outcome:
     t = data.measured
     ready, lag = column(t, "ready_at"), column(t, "generator_delay")
+    if "queue_wait" in t.schema.names:  # waiting for a client's slot is the cap, not veeksha
+        lag = lag - np.nan_to_num(column(t, "queue_wait"))
     keep = ~np.isnan(ready) & ~np.isnan(lag)
     if not keep.all():
         ready, lag = ready[keep], lag[keep]

@@ -300,4 +300,7 @@ def write_plots(
     paths.append(_ttfc_vs_prompt(source, folder / "ttfc_vs_prompt.png"))
     if boundaries:
         paths.append(_latency_over_time(source, folder / "latency_over_time.png", boundaries))
+    from veeksha.evaluate.pool_plot import draw_pools
+
+    paths.append(draw_pools(source, folder / "pools.png"))
     return written + [path for path in paths if path is not None]

@@ -14,6 +14,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from veeksha.evaluate.group_report import render_groups
+
 __all__ = ["HEADLINE", "PHASE_COLUMNS", "headline_value", "render_compare", "render_summary"]
 
 #: (label, key path in summary.json, scale, unit shown) of the headline numbers.
@@ -198,6 +200,7 @@ def render_summary(
     console.print(_latency_table(summary))
     if summary.get("phases"):
         console.print(_phase_table(summary["phases"]))
+    render_groups(console, summary)
     console.print(_health_table(health or _checks_from_summary(summary)))
     slos = summary.get("slos", {}).get("results", [])
     if slos:

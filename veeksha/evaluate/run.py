@@ -37,6 +37,7 @@ import pyarrow as pa
 
 from veeksha.evaluate.checks import run_health_checks
 from veeksha.evaluate.exit_codes import ExitCode, run_exit_code
+from veeksha.evaluate.groups import group_sections
 from veeksha.evaluate.health import FAIL, HealthInput, HealthReport, Status
 from veeksha.evaluate.jsonio import jsonable
 from veeksha.evaluate.metrics import Digest
@@ -150,6 +151,7 @@ def compute_evaluation(
     summary = summary_document(aggregates, info, health, slo_results)
     if phases:
         summary["phases"] = phases
+    summary |= group_sections(scenario, requests)  # several clients, agents (evaluate/groups)
     return Evaluation(
         summary, health, slo_results, aggregates.digests, scenario.health_checks.strict
     )

@@ -181,11 +181,15 @@ def flat_list(table: pa.Table, name: str) -> Floats:
 
 
 def measured_rows(table: pa.Table) -> pa.Table:
-    """The rows of the measured phases: every phase but warmup (metrics and checks ignore
-    warmup rows)."""
+    """The LLM rows of the measured phases: every phase but warmup (metrics and checks ignore
+    warmup rows and tool rows: ``kind`` tool)."""
     if table.num_rows == 0:
         return table
     mask = pc.not_equal(table.column("phase"), scalar(WARMUP))
+    if "kind" in table.schema.names:  # tool rows are no LLM requests: out of every metric
+        kind = table.column("kind")  # (null: a row of a table built without it)
+        llm = pc.or_kleene(pc.is_null(kind), pc.not_equal(kind, scalar("tool")))
+        mask = pc.and_(mask, llm)
     if pc.all(mask).as_py():  # no warmup: the table itself, not a copy of every column
         return table
     return table.filter(mask)

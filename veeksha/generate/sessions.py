@@ -29,11 +29,15 @@ from collections.abc import Iterator
 from itertools import chain
 
 import numpy as np
+from numpy.typing import NDArray
 
 from veeksha.errors import ConfigurationError
+from veeksha.generate.agent_rounds import AgentRoundsSessions
+from veeksha.generate.clients import ClientPicker
 from veeksha.generate.content import PromptBuilder
 from veeksha.generate.distributions import (
     FixedStairSampler,
+    IntervalSampler,
     make_interval_sampler,
     make_length_sampler,
 )
@@ -41,7 +45,13 @@ from veeksha.generate.graphs import GraphShape, chain_tables, make_graph_generat
 from veeksha.generate.rng import RandomStreams
 from veeksha.generate.spec import NodeSpec, SessionSpec
 from veeksha.generate.tokenizer import TokenizerLike
-from veeksha.scenario.models import Scenario, TraceSessionGenerator
+from veeksha.scenario.models import (
+    AgentRoundsGraph,
+    BranchingGraph,
+    Scenario,
+    SingleRequestGraph,
+    TraceSessionGenerator,
+)
 
 __all__ = ["BLOCK_SESSIONS", "SessionGenerator"]
 
@@ -92,12 +102,30 @@ class SessionGenerator:
         channel = generator.channels[0]
         self.scenario = scenario
         self.streams = RandomStreams(scenario.seed)
-        self._graphs = make_graph_generator(generator.session_graph)
+        names = [name for name, _ in scenario.client_entries()]
+        self._agents: AgentRoundsSessions | None = None
+        graph = generator.session_graph
+        if isinstance(graph, AgentRoundsGraph):
+            self._agents = AgentRoundsSessions(
+                graph,
+                PromptBuilder(channel, tokenizer, scenario.seed),
+                channel.body_length_generator,
+                generator.output_spec.text.output_length_generator,
+                {name: i for i, name in enumerate(names)},
+                self.streams,
+            )
+            graph = SingleRequestGraph()  # (the samplers below are not used)
+        self._graphs = make_graph_generator(graph)
+        self._tools: tuple[float, IntervalSampler] | None = None
+        if isinstance(graph, BranchingGraph) and graph.tool_probability > 0:
+            latency = make_interval_sampler(graph.tool_latency_generator)
+            self._tools = (graph.tool_probability, latency)
         self._bodies = make_length_sampler(channel.body_length_generator)
         self._outputs = make_length_sampler(generator.output_spec.text.output_length_generator)
         wait = self._graphs.wait_config
         self._waits = make_interval_sampler(wait) if wait is not None else None
         self._prompts = PromptBuilder(channel, tokenizer, scenario.seed)
+        self._clients = ClientPicker(generator.client_selection, names)
         samplers = [*self._graphs.samplers, self._bodies, self._outputs]
         self._stairs = [s for s in samplers if isinstance(s, FixedStairSampler)]
         self._positions: dict[int, tuple[int, ...]] = {0: tuple(0 for _ in self._stairs)}
@@ -137,7 +165,11 @@ class SessionGenerator:
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            sessions = self._generate(block)
+            if self._agents is not None:
+                first = block * BLOCK_SESSIONS
+                sessions = self._agents.block(block, first, BLOCK_SESSIONS)
+            else:
+                sessions = self._generate(block)
         finally:
             if gc_was_enabled:
                 gc.enable()
@@ -155,6 +187,20 @@ class SessionGenerator:
             known += 1
         for sampler, position in zip(self._stairs, self._positions[block], strict=True):
             sampler.position = position
+
+    def _mix_tools(self, nodes: list[NodeSpec], roots: NDArray[np.bool_], block: int) -> None:
+        """Make a share of the non-root nodes tool calls (their own ``tools`` stream)."""
+        assert self._tools is not None
+        probability, latency = self._tools
+        rng = self.streams.stream("tools", "block", block)
+        picks = np.flatnonzero((rng.random(len(nodes)) < probability) & ~roots).tolist()
+        latency.rng = self.streams.stream("tool_latency", "block", block)
+        for k, seconds in zip(picks, latency.sample(len(picks)).tolist(), strict=True):
+            node = nodes[k]
+            node.kind = "tool"
+            node.latency_s = seconds
+            node.max_tokens = node.prompt_tokens  # its result: the node's text
+            node.shared_prefix_tokens = 0
 
     def _generate(self, block: int) -> list[SessionSpec]:
         streams = self.streams
@@ -208,6 +254,10 @@ class SessionGenerator:
             )
         )
         first = block * BLOCK_SESSIONS
+        if self._tools is not None:
+            self._mix_tools(nodes, roots, block)
+        if not self._clients.single:
+            self._clients.assign(nodes, first, sizes.tolist(), streams, block)
         ends = np.cumsum(sizes).tolist()
         starts = [0, *ends[:-1]]
         if graphs.chain:

@@ -7,6 +7,7 @@ topological order (every parent id is smaller than its child's id).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 __all__ = ["NodeSpec", "SessionSpec"]
@@ -31,6 +32,19 @@ class NodeSpec:
     max_tokens: int
     shared_prefix_tokens: int = 0
     system: str | None = None  # a system message before a root's prompt (dataset replay)
+    client: int = 0  # index into the scenario's clients (``Scenario.client_entries``)
+    priority: int = 0  # runtime.priority: node: higher first
+    round: int = -1  # agent round (agent_rounds graphs); -1: the node's depth in the graph
+    agent: str | None = None  # the speaking agent (agent_rounds graphs)
+    # agent_rounds: the earlier nodes whose answers precede the prompt (see
+    # generate/agent_rounds.py); None: the history parent's conversation instead
+    transcript: tuple[int, ...] | None = None
+    kind: str = "llm"  # llm | tool (no request: latency_s, then ``prompt`` is its result)
+    latency_s: float = 0.0
+    # a check of the answer (None: none): returns None when it passes, else the re-prompt's
+    # note; a failing answer is re-sent up to max_reprompts times
+    validation: Callable[[str], str | None] | None = None
+    max_reprompts: int = 0
 
 
 @dataclass(slots=True)

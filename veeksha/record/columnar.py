@@ -76,12 +76,16 @@ _REQ_FLOATS = (
     "generator_delay",
     "dispatch_lag",
     *SERVER_TIMING_COLUMNS,
+    "queue_wait",  # (last: add_result appends it after the server timings)
 )
 _RAW = ("ready", "dispatched", "processed", "received", "sent", "first", "completed", "last_byte")
 _REQ_STRS = (
     "run_id",
     "phase",
     "model",
+    "client",
+    "kind",
+    "agent",
     "status",
     "error_kind",
     "error_message",
@@ -109,6 +113,9 @@ _REQ_INTS = (
     # add_result rows: the raw instants (ns) their float columns are derived from in bulk
     *_RAW,
     "derived",
+    "round",  # (after derived: add_result appends these last)
+    "attempt",
+    "valid",
 )
 _SES_FLOATS = ("started_at", "ended_at", "duration", "think_time_total")
 _SES_STRS = ("run_id", "phase", "status")
@@ -237,6 +244,10 @@ class RequestColumns:
         t0_ns: int,
         output_tokens_counted: int | None = None,
         count_tokens: Callable[[str], int | None] | None = None,
+        client: str = "default",
+        queue_wait_ns: int = 0,
+        attempt: int = 0,
+        valid: bool | None = None,
     ) -> None:
         """One answered or failed request: ``rows.request_row`` of the same ``RequestRecord``."""
         sent = res.sent_at_ns
@@ -272,6 +283,7 @@ class RequestColumns:
             self._floats += (node.wait_after_ready_s, *_DERIVED_NAN, *map(_f, values))
         else:
             self._floats += (node.wait_after_ready_s, *_DERIVED_NAN, *_NO_SERVER_TIMINGS)
+        self._floats.append(queue_wait_ns / _NS)
         parents = node.parents
         history = node.history_parent
         cached = res.cached_tokens
@@ -281,7 +293,7 @@ class RequestColumns:
             request_id,
             len(parents),
             NULL if history is None else history,
-            res.worker_id,
+            res.worker_id if res.worker_id >= 0 else NULL,
             node.prompt_tokens,
             node.shared_prefix_tokens,
             NULL if prompt_tokens_new is None else prompt_tokens_new,
@@ -303,8 +315,22 @@ class RequestColumns:
             completed,
             res.last_byte_at_ns or NULL,
             1,
+            NULL if node.round < 0 else node.round,
+            attempt,
+            NULL if valid is None else int(valid),
         )
-        self._strs += (run_id, phase, model, status, res.error_kind, message, notes)
+        self._strs += (
+            run_id,
+            phase,
+            model,
+            client,
+            node.kind,
+            node.agent,
+            status,
+            res.error_kind,
+            message,
+            notes,
+        )
         if parents:
             self._parents += parents
         self._chunks += chunks
@@ -324,6 +350,8 @@ class RequestColumns:
         prompt_tokens_total: int | None,
         reason: str,
         t0_ns: int,
+        client: str = "default",
+        attempt: int = 0,
     ) -> None:
         """One request cancelled before a worker sent it (``request_row`` with no result)."""
         self.add_row(
@@ -336,6 +364,11 @@ class RequestColumns:
                 "parents": node.parents,
                 "history_parent": node.history_parent,
                 "model": model,
+                "client": client,
+                "kind": node.kind,
+                "agent": node.agent,
+                "round": None if node.round < 0 else node.round,
+                "attempt": attempt,
                 "wait_after_ready": node.wait_after_ready_s,
                 "ready_at": None if ready is None else (ready - t0_ns) / _NS,
                 "processed_at": None if processed is None else (processed - t0_ns) / _NS,
@@ -398,7 +431,7 @@ class RequestColumns:
             values = np.ascontiguousarray(ints[:, j])
             if name in _RAW or name == "derived":
                 continue
-            if name == "usage_reported":
+            if name in ("usage_reported", "valid"):
                 columns[name] = _bools(values)
             elif name == "parents":
                 parents = np.array(self._parents, dtype=np.int64)
@@ -472,7 +505,7 @@ def _noted(notes: list[str | None], misfits: list[tuple[int, str, Any]]) -> list
 
 
 # the float columns add_result leaves to _derive (NaN placeholders), in _REQ_FLOATS order
-_DERIVED_NAN = (_NAN,) * (len(_REQ_FLOATS) - 1 - len(SERVER_TIMING_COLUMNS))
+_DERIVED_NAN = (_NAN,) * (len(_REQ_FLOATS) - 2 - len(SERVER_TIMING_COLUMNS))
 _NO_SERVER_TIMINGS = (_NAN,) * len(SERVER_TIMING_COLUMNS)
 
 

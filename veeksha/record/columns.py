@@ -75,6 +75,32 @@ REQUESTS_SCHEMA = pa.schema(
         ),
         _col("worker_id", _I32, "", "worker process that sent it; null when never dispatched"),
         _col("model", _STR, "", "model name sent in the request"),
+        _col(
+            "client",
+            _STR,
+            "",
+            "name of the client (target) that sent it: clients[].name, or default",
+        ),
+        _col(
+            "kind",
+            _STR,
+            "",
+            "llm (a request) | tool (no request: a tool call's latency; left out of metrics)",
+        ),
+        _col("agent", _STR, "", "the speaking agent (agent_rounds graphs); null otherwise"),
+        _col("round", _I32, "", "the agent round (agent_rounds graphs); null otherwise"),
+        _col(
+            "attempt",
+            _I32,
+            "",
+            "0: the node's first request; n: its n-th re-prompt (its answer failed validation)",
+        ),
+        _col(
+            "valid",
+            pa.bool_(),
+            "",
+            "the answer passed the node's validation; null: no validation, or no answer",
+        ),
         _col("wait_after_ready", _F64, _S, "configured think time after the parents completed"),
         _col("ready_at", _F64, _T0, "dependencies and think time satisfied"),
         _col(
@@ -185,7 +211,14 @@ REQUESTS_SCHEMA = pa.schema(
             _F64,
             _S,
             "dispatched_at - ready_at: the dispatcher's lateness (main loop, or the worker's "
-            "release timer)",
+            "release timer), queue_wait included",
+        ),
+        _col(
+            "queue_wait",
+            _F64,
+            _S,
+            "ready_at to the moment its client's in-flight slot was free (client max_in_flight);"
+            " 0 when it never waited for one, null when never dispatched",
         ),
         _col("status", _STR, "", "ok | error | timeout | cancelled", nullable=False),
         _col("http_status", _I32, "", "HTTP status code; null when no response arrived"),

@@ -94,6 +94,10 @@ class RequestRecord:
     prompt_tokens_total: int | None = None
     output_tokens_counted: int | None = None
     cancel_reason: str = "cancelled before it was sent"
+    client: str = "default"
+    queue_wait_ns: int = 0  # ready → its client's slot (rows of dispatched requests)
+    attempt: int = 0
+    valid: bool | None = None
 
 
 @dataclass(slots=True)
@@ -145,6 +149,13 @@ def request_row(
         "parents": node.parents,
         "history_parent": node.history_parent,
         "model": rec.model,
+        "client": rec.client,
+        "kind": node.kind,
+        "agent": node.agent,
+        "round": None if node.round < 0 else node.round,
+        "attempt": rec.attempt,
+        "valid": rec.valid,
+        "queue_wait": None if res is None else (rec.queue_wait_ns or 0) / _NS,
         "wait_after_ready": node.wait_after_ready_s,
         "ready_at": None if ready is None else (ready - t0_ns) / _NS,
         "dispatched_at": None if dispatched is None else (dispatched - t0_ns) / _NS,
@@ -181,7 +192,7 @@ def request_row(
     row["server_output_tokens"] = server_out
     notes = join_notes(res.server_numbers_rejected, note)
     prompt_total = res.prompt_tokens
-    row["worker_id"] = res.worker_id
+    row["worker_id"] = res.worker_id if res.worker_id >= 0 else None  # (-1: a tool node)
     row["received_at"] = (res.received_at_ns - t0_ns) / _NS
     row["sent_at"] = (sent - t0_ns) / _NS
     row["first_chunk_at"] = None if first is None else (first - t0_ns) / _NS

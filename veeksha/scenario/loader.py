@@ -227,7 +227,8 @@ def _load_points_node(
             warnings.simplefilter("always")
             try:
                 scenario = Scenario.model_validate(data)
-                for parts, message in phase_issues(scenario):
+                # mistakes spanning keys: phases, and sections naming each other (clients)
+                for parts, message in [*phase_issues(scenario), *scenario.problems()]:
                     issues.append(
                         _issue_at(
                             root, source_name, list(parts), message, override_paths, sources, chosen

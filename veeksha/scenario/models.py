@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import warnings
 from typing import Annotated, Any, Literal
 
@@ -26,6 +27,8 @@ from veeksha.scenario.simulator import SimulatorConfig
 
 __all__ = [
     "SLO",
+    "Agent",
+    "AgentRoundsGraph",
     "AutoFlavor",
     "AzureLlmFlavor",
     "BranchingGraph",
@@ -33,6 +36,7 @@ __all__ = [
     "BurstGptFlavor",
     "ChatCompletionsClient",
     "Client",
+    "ClientSelection",
     "CompletionsClient",
     "ConcurrentScheduler",
     "FixedInterval",
@@ -46,6 +50,9 @@ __all__ = [
     "LengthGenerator",
     "LinearGraph",
     "MooncakeFlavor",
+    "NamedChatCompletionsClient",
+    "NamedClient",
+    "NamedCompletionsClient",
     "OutputSpec",
     "PerformanceEvaluator",
     "Phase",
@@ -53,6 +60,7 @@ __all__ = [
     "RagFlavor",
     "RateScheduler",
     "RequestLogFlavor",
+    "RoundRobinClients",
     "Runtime",
     "Scenario",
     "ServerTokenizer",
@@ -69,6 +77,7 @@ __all__ = [
     "TraceSessionGenerator",
     "UniformLength",
     "UntimedContentMultiTurnFlavor",
+    "WeightedClients",
     "ZipfLength",
 ]
 
@@ -346,10 +355,107 @@ class BranchingGraph(StrictModel):
         True, description="Exactly one parent per non-root node is its history parent."
     )
     single_root: bool = Field(True, description="Layer 0 has exactly one node.")
+    tool_probability: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Share of non-root nodes that are tool calls (no request; docs/agents.md).",
+    )
+    tool_latency_generator: IntervalGenerator = Field(
+        default_factory=lambda: FixedInterval(type="fixed", interval=0.05),
+        description="A tool call's duration in seconds; its result has the node's prompt length.",
+    )
+
+
+_AGENT_ID = r"^[A-Za-z][A-Za-z0-9_-]*$"
+
+
+class RegexValidation(StrictModel):
+    """The answer must contain a match of ``pattern`` (Python ``re.search``)."""
+
+    type: Literal["regex"] = "regex"
+    pattern: str = Field(..., min_length=1, description="A Python regular expression.")
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        return value
+
+
+class JsonValidation(StrictModel):
+    """The answer must parse as JSON."""
+
+    type: Literal["json"] = "json"
+
+
+class ChoicesValidation(StrictModel):
+    """The answer (stripped) must be one of ``choices``."""
+
+    type: Literal["choices"] = "choices"
+    choices: list[str] = Field(..., min_length=1, description="The accepted answers.")
+
+
+Validation = Annotated[
+    RegexValidation | JsonValidation | ChoicesValidation, Field(discriminator="type")
+]
+
+
+class Agent(StrictModel):
+    """One agent of an ``agent_rounds`` graph: it speaks once per round."""
+
+    id: str = Field(..., pattern=_AGENT_ID, max_length=64, description="Unique agent name.")
+    role: str = Field("participant", description="Free text, recorded (e.g. moderator).")
+    kind: Literal["llm", "tool"] = Field(
+        "llm",
+        description="llm: a request to its client; tool: no request, a latency and a result of "
+        "result_length tokens (docs/agents.md).",
+    )
+    client: str | None = Field(
+        None, description="Name of the client serving it (null: the first client)."
+    )
+    priority: int = Field(0, description="runtime.priority node: higher first.")
+    prompt_length_generator: LengthGenerator | None = Field(
+        None, description="New prompt tokens per turn (null: the channel's body lengths)."
+    )
+    output_length_generator: LengthGenerator | None = Field(
+        None, description="Answer tokens per turn (null: output_spec's)."
+    )
+    latency_generator: IntervalGenerator | None = Field(
+        None, description="tool: the call's duration in seconds (null: fixed 0)."
+    )
+    result_length_generator: LengthGenerator | None = Field(
+        None, description="tool: tokens of its result (null: output_spec's lengths)."
+    )
+    speak_after_within_round: list[str] = Field(
+        default_factory=list, description="Agents of the same round it waits for (their ids)."
+    )
+    validation: Validation | None = Field(
+        None, description="A check of its answers; a failing answer is re-sent (re-prompt)."
+    )
+    max_reprompts: int = Field(2, ge=0, le=100, description="Re-prompts per turn at most.")
+
+
+class AgentRoundsGraph(StrictModel):
+    """Rounds of agents: each round every agent speaks once, after the agents it names in
+    ``speak_after_within_round``; round r+1 starts when round r has ended and sees its
+    transcript."""
+
+    type: Literal["agent_rounds"] = "agent_rounds"
+    agents: list[Agent] = Field(..., min_length=1, description="The agents, in speaking order.")
+    rounds: int = Field(3, ge=1, le=10_000, description="Rounds per session.")
+    request_wait_generator: IntervalGenerator = Field(
+        default_factory=lambda: FixedInterval(type="fixed", interval=0.0),
+        description="Think time after a turn's parents completed.",
+    )
 
 
 SessionGraph = Annotated[
-    SingleRequestGraph | LinearGraph | BranchingGraph, Field(discriminator="type")
+    SingleRequestGraph | LinearGraph | BranchingGraph | AgentRoundsGraph,
+    Field(discriminator="type"),
 ]
 
 
@@ -388,6 +494,30 @@ class OutputSpec(StrictModel):
     )
 
 
+class RoundRobinClients(StrictModel):
+    """Node ``j`` of session ``i`` goes to client ``(i + j) mod n`` (in ``clients:`` order)."""
+
+    type: Literal["round_robin"] = "round_robin"
+
+
+class WeightedClients(StrictModel):
+    """Each node draws its client with these weights (the ``clients`` random stream)."""
+
+    type: Literal["weighted"] = "weighted"
+    weights: dict[str, Annotated[float, Field(ge=0)]] = Field(
+        ..., min_length=1, description="Client name → relative weight (unnamed clients: 0)."
+    )
+
+    @model_validator(mode="after")
+    def _some_weight(self) -> WeightedClients:
+        if sum(self.weights.values()) <= 0:
+            raise ValueError("weights: at least one client needs a weight above 0")
+        return self
+
+
+ClientSelection = Annotated[RoundRobinClients | WeightedClients, Field(discriminator="type")]
+
+
 class SyntheticSessionGenerator(StrictModel):
     """Sessions generated from a graph shape, content channels and an output spec."""
 
@@ -400,6 +530,10 @@ class SyntheticSessionGenerator(StrictModel):
     )
     output_spec: OutputSpec = Field(
         default_factory=OutputSpec, description="What each request asks the server to produce."
+    )
+    client_selection: ClientSelection = Field(
+        default_factory=RoundRobinClients,
+        description="Which of several clients serves each node (one client: all of them).",
     )
 
 
@@ -666,6 +800,37 @@ class CompletionsClient(_OpenAIClientBase):
 
 Client = Annotated[ChatCompletionsClient | CompletionsClient, Field(discriminator="type")]
 
+_CLIENT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+DEFAULT_CLIENT = "default"  # the name of the one client of a scenario with ``client:``
+
+
+class _Named(StrictModel):
+    name: str = Field(
+        ...,
+        pattern=_CLIENT_NAME,
+        max_length=64,
+        description="How nodes, rows and the summary name this client (letters, digits, _.-).",
+    )
+
+    @model_validator(mode="after")
+    def _model_with_api_base(self) -> _Named:
+        if getattr(self, "api_base", None) is not None and not getattr(self, "model", None):
+            raise ValueError(f"client {self.name!r}: model is required when api_base is set")
+        return self
+
+
+class NamedChatCompletionsClient(ChatCompletionsClient, _Named):
+    """One of several targets (``clients:``): a chat-completions client with a name."""
+
+
+class NamedCompletionsClient(CompletionsClient, _Named):
+    """One of several targets (``clients:``): a completions client with a name."""
+
+
+NamedClient = Annotated[
+    NamedChatCompletionsClient | NamedCompletionsClient, Field(discriminator="type")
+]
+
 
 # ---------------------------------------------------------------------------------------- runtime
 
@@ -703,6 +868,12 @@ class Runtime(StrictModel):
             "Hand requests to their worker up to this many ms before they are ready; the worker"
             " sends each at its ready time on a precise timer. 0 = hand over when ready."
         ),
+    )
+    priority: Literal["fifo", "progress", "node"] = Field(
+        "fifo",
+        description="Order of ready requests waiting for a capped client's slot: fifo (ready "
+        "time), progress (re-prompts, further sessions, older sessions, lower rounds first) "
+        "or node (the nodes' priority field, higher first).",
     )
     num_dispatcher_threads: int | None = Field(None, description="Accepted and ignored.")
     num_completion_threads: int | None = Field(None, description="Accepted and ignored.")
@@ -856,6 +1027,11 @@ class Scenario(StrictModel):
     client: Client = Field(
         default_factory=ChatCompletionsClient, description="How requests are sent."
     )
+    clients: list[NamedClient] | None = Field(
+        None,
+        min_length=1,
+        description="Several targets in one run, each with a name (instead of client).",
+    )
     runtime: Runtime = Field(
         default_factory=Runtime, description="Stop conditions, workers, CPU affinity, warmup."
     )
@@ -877,6 +1053,32 @@ class Scenario(StrictModel):
         default_factory=list,
         description="Phases of one run (warmup, then load steps); empty: warmup and measured.",
     )
+
+    @field_validator("clients", mode="before")
+    @classmethod
+    def _default_client_type(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [
+                {"type": "openai_chat_completions", **item}
+                if isinstance(item, dict) and "type" not in item
+                else item
+                for item in value
+            ]
+        return value
+
+    def client_entries(self) -> list[tuple[str, ChatCompletionsClient | CompletionsClient]]:
+        """Every client of the run as (name, client), in order: ``clients:``, or the one
+        ``client:`` named ``default``. A node's client index points into this list."""
+        if self.clients:
+            return [(c.name, c) for c in self.clients]
+        return [(DEFAULT_CLIENT, self.client)]
+
+    def problems(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """Mistakes that span sections, as (key path, message): the loader gives each its
+        file and line (``veeksha.scenario.loader``)."""
+        from veeksha.scenario.crosscheck import scenario_problems
+
+        return scenario_problems(self)
 
     @model_validator(mode="after")
     def _model_with_api_base(self) -> Scenario:

@@ -72,13 +72,17 @@ def _complete_model(model: type[BaseModel], schema: dict[str, Any]) -> None:
             prop["description"] = f"Another spelling of `{name}`. " + prop.get("description", "")
             properties[alias] = prop
             schema.setdefault("dependentSchemas", {})[alias] = {"not": {"required": [name]}}
-    for name, tag in _default_tags(model).items():
+    tags = _default_tags(model)
+    if model is Scenario:  # items of clients: without type, a chat-completions client
+        tags = {**tags, "clients": "openai_chat_completions"}
+    for name, tag in tags.items():
         prop = properties.get(name, {})
-        union = prop.get("items", prop)
-        mapping = union.get("discriminator", {}).get("mapping", {})
-        for branch in union.get("oneOf", []):
-            if branch.get("$ref") != mapping.get(tag):
-                branch["required"] = ["type"]
+        for option in [prop, *prop.get("anyOf", [])]:
+            union = option.get("items", option)
+            mapping = union.get("discriminator", {}).get("mapping", {})
+            for branch in union.get("oneOf", []):
+                if branch.get("$ref") != mapping.get(tag):
+                    branch["required"] = ["type"]
 
 
 def scenario_schema() -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["PRESETS", "FaultConfig", "SimulatorConfig"]
+__all__ = ["PRESETS", "FaultConfig", "SimulatorConfig", "SimulatorModel"]
 
 FAULT_KINDS = (
     "http_500",
@@ -113,6 +113,13 @@ class FaultConfig(BaseModel):
         False,
         description="/tokenize and /detokenize answer only while no generation is running.",
     )
+    invalid_answer_probability: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Share of answers whose first word is INVALID (seeded): answers that fail "
+        "a validation such as pattern '^(?!INVALID)' (docs/agents.md, re-prompts).",
+    )
     tokenize_mismatch: bool = Field(
         False,
         description="/tokenize and /detokenize use another tokenizer than the usage counts "
@@ -136,6 +143,27 @@ class FaultConfig(BaseModel):
     def any(self) -> bool:
         """Whether any fault can happen at all."""
         return any(self.rate(kind) > 0 for kind in FAULT_KINDS)
+
+
+class SimulatorModel(BaseModel):
+    """One more model the simulator serves (``simulator.models: {name: {...}}``): each key left
+    out is the ``simulator:`` section's; ``preset`` refills the timing keys left out here."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    preset: Literal["fast", "realistic"] | None = Field(None, description="As simulator.preset.")
+    timing: Literal["fixed", "engine"] | None = Field(None, description="As simulator.timing.")
+    ttft_ms: float | None = Field(None, ge=0, description="As simulator.ttft_ms.")
+    itl_ms: float | None = Field(None, ge=0, description="As simulator.itl_ms.")
+    max_num_seqs: int | None = Field(None, ge=1, description="This model's running slots.")
+    prefill_tokens_per_s: float | None = Field(None, ge=0, description="As simulator's.")
+    decode_step_ms: float | None = Field(None, ge=0, description="As simulator's.")
+    decode_step_ms_per_seq: float | None = Field(None, ge=0, description="As simulator's.")
+    prefix_cache_tokens: int | None = Field(None, ge=0, description="As simulator's.")
+    max_model_len: int | None = Field(None, ge=2, description="As simulator's.")
+    default_max_tokens: int | None = Field(None, ge=1, description="As simulator's.")
+    tokens_per_chunk: int | None = Field(None, ge=1, description="As simulator's.")
+    faults: FaultConfig | None = Field(None, description="This model's faults (whole section).")
 
 
 class SimulatorConfig(BaseModel):
@@ -211,6 +239,11 @@ class SimulatorConfig(BaseModel):
         False, description="timings also lists the write time (ns) of every content chunk."
     )
     faults: FaultConfig = Field(FaultConfig.model_validate({}), description="Fault injection.")
+    models: dict[str, SimulatorModel] = Field(
+        default_factory=dict,
+        description="More models served by the same process, each with its own engine "
+        "(its own slots, cache and timing): name → the keys that differ from this section.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -226,6 +259,27 @@ class SimulatorConfig(BaseModel):
             if merged.get(key) is None:
                 merged[key] = value
         return merged
+
+    def served_models(self) -> list[str]:
+        """Every model name the simulator answers to: ``model`` first, then ``models``."""
+        return [self.model, *(name for name in self.models if name != self.model)]
+
+    def for_model(self, name: str) -> SimulatorConfig:
+        """The effective config of one served model (``model`` itself: this one, models
+        dropped)."""
+        base = self.model_dump()
+        base["models"] = {}
+        base["model"] = name
+        extra = self.models.get(name)
+        if extra is not None:
+            changes = extra.model_dump(exclude_none=True)
+            preset = changes.get("preset")
+            if preset is not None:  # the model's preset fills what the model leaves out
+                for key in PRESETS[preset]:
+                    if key not in changes:
+                        base[key] = None
+            base.update(changes)
+        return SimulatorConfig.model_validate(base)
 
     @property
     def instant(self) -> bool:

@@ -53,13 +53,16 @@ class SessionState:
     """Progress of one session through its DAG; yields ready nodes as parents complete."""
 
     __slots__ = (
+        "_answers",
         "_cancelled_log",
         "_completed_at",
         "_conversation",
         "_dispatched_cancelled",
         "_history_tokens",
         "_remaining",
+        "_retry",
         "_unfinished_parents",
+        "attempts",
         "cancel_on_failure",
         "ended_at_ns",
         "phase",
@@ -93,6 +96,13 @@ class SessionState:
         self._history_tokens: dict[int, int] = {}
         self._remaining = n
         self.ended_at_ns: int | None = None
+        # agent_rounds: each answered node's answer and its tokens, for the transcripts
+        self._answers: dict[int, tuple[str, int]] | None = (
+            {} if n and spec.nodes[0].transcript is not None else None
+        )
+        # re-prompts: a node's attempts so far (absent: its first) and what its next one sends
+        self.attempts: dict[int, int] | None = None
+        self._retry: dict[int, tuple[list[tuple[str, str]], int]] = {}
 
     # ----------------------------------------------------------------------------------- queries
 
@@ -143,6 +153,11 @@ class SessionState:
         """What a dispatch needs in one call: ``messages`` as a new list, and the tokens of the
         inherited conversation (0 without a history parent)."""
         node = self.spec.nodes[node_id]
+        if self.attempts and node_id in self._retry:
+            messages, tokens = self._retry[node_id]
+            return list(messages), tokens
+        if node.transcript is not None:
+            return self._transcript(node_id)
         parent = node.history_parent
         if parent is None:
             if node.system is not None:
@@ -152,6 +167,32 @@ class SessionState:
             [*self._conversation.get(parent, ()), ("user", node.prompt)],
             self._history_tokens.get(parent, 0),
         )
+
+    def _transcript(self, node_id: int) -> tuple[list[tuple[str, str]], int]:
+        """An agent's messages: the answers of its transcript, its own as ``assistant`` and the
+        others' as ``user`` with the speaker's name, then its prompt (a failed turn, or one
+        with no answer, is left out); and veeksha's token count of what precedes the prompt
+        (each other speaker's name counted as one token)."""
+        nodes = self.spec.nodes
+        node = nodes[node_id]
+        me = node.agent
+        answers = self._answers or {}
+        messages: list[tuple[str, str]] = []
+        tokens = 0
+        for earlier in node.transcript or ():
+            answer = answers.get(earlier)
+            if answer is None or not answer[0]:
+                continue
+            text, count = answer
+            speaker = nodes[earlier].agent
+            if speaker == me:
+                messages.append(("assistant", text))
+                tokens += count
+            else:
+                messages.append(("user", f"{speaker}: {text}"))
+                tokens += count + 1
+        messages.append(("user", node.prompt))
+        return messages, tokens
 
     # ------------------------------------------------------------------------------------ events
 
@@ -163,6 +204,21 @@ class SessionState:
             self.ready_at_ns[node_id] = self.started_at_ns
             ready.append((node_id, self.started_at_ns))
         return ready
+
+    def reprompt(self, node_id: int, answer: str, note: str, answer_tokens: int, at_ns: int) -> int:
+        """Node ``node_id`` (in flight) answered ``answer``, which failed its validation: it is
+        ready again at ``at_ns`` to send what it sent, the answer (``assistant``) and the
+        ``note`` (``user``). Returns its ready time."""
+        messages, tokens = self.outgoing(node_id)
+        messages += [("assistant", answer), ("user", note)]
+        node = self.spec.nodes[node_id]
+        self._retry[node_id] = (messages, tokens + node.prompt_tokens + answer_tokens)
+        if self.attempts is None:
+            self.attempts = {}
+        self.attempts[node_id] = self.attempts.get(node_id, 0) + 1
+        self.states[node_id] = _READY
+        self.ready_at_ns[node_id] = at_ns
+        return at_ns
 
     def mark_dispatched(self, node_id: int) -> None:
         self.states[node_id] = _IN_FLIGHT
@@ -194,6 +250,8 @@ class SessionState:
         else:
             self._finish(node_id, _OK if ok else _FAILED, completed_at_ns)
         nodes = self.spec.nodes
+        if self._answers is not None and ok:
+            self._answers[node_id] = (answer, answer_tokens)
         for child in self.spec.children[node_id]:
             if nodes[child].history_parent == node_id:
                 self._keep_conversation(node_id, ok, answer, conversation_tokens, answer_tokens)
@@ -208,7 +266,9 @@ class SessionState:
     ) -> None:
         """Store what a history child of ``node_id`` inherits."""
         conversation = self.messages(node_id)
-        if ok:
+        if self.spec.nodes[node_id].kind == "tool":  # its result, as the user's message
+            conversation = (*conversation[:-1], ("user", answer))
+        elif ok:
             conversation = (*conversation, ("assistant", answer))
         self._conversation[node_id] = conversation
         self._history_tokens[node_id] = conversation_tokens + (answer_tokens if ok else 0)
@@ -246,6 +306,8 @@ class SessionState:
                     latest = t
             self.ended_at_ns = latest
             self._conversation.clear()
+            if self._answers is not None:
+                self._answers.clear()
 
     def _release_children(self, node_id: int) -> list[tuple[int, int]]:
         ready = []

@@ -39,6 +39,9 @@ _LAST_CHUNK = b"0\r\n\r\n"
 _MID_STREAM = (Fault.DISCONNECT, Fault.STALL, Fault.MALFORMED_SSE)
 
 
+INVALID_WORD = b"INVALID"  # an invalid answer's first word (faults.invalid_answer_probability)
+
+
 class Generation:
     """The life of one completion request; the drivers' ``Sink``."""
 
@@ -52,6 +55,7 @@ class Generation:
         "conn",
         "fault",
         "first_ns",
+        "invalid",
         "last_ns",
         "offset",
         "req",
@@ -78,6 +82,7 @@ class Generation:
         self.tpl = tpl
         exact = req.ignore_eos or req.min_tokens >= req.max_tokens
         length, self.offset = server.text.draw(req.max_tokens, req.min_tokens, exact, req.seed)
+        self.invalid = server.invalid_answer()  # (faults.invalid_answer_probability)
         cache = server.cache
         hashes = chain_hashes(req.tokens, cache.block_size) if cache is not None else []
         self.seq = SeqState(len(req.tokens), length, hashes, arrival_ns, owner=self)
@@ -153,6 +158,8 @@ class Generation:
         if count - sent < k and not last:
             return
         words = self.server.text.slice(self.offset, sent, count)
+        if self.invalid and sent == 0 and words:
+            words[0] = INVALID_WORD
         prefix, suffix = self.tpl.prefix, self.tpl.suffix
         stop = len(words) if last else len(words) - len(words) % k
         if k == 1:
@@ -312,6 +319,8 @@ class Generation:
                 body = b'{"id": "malformed", "choices": ['
             else:
                 text = server.text.text(self.offset, seq.generated)
+                if self.invalid and text:
+                    text = " ".join([INVALID_WORD.decode(), *text.split(" ")[1:]])
                 body = self.tpl.body(text, finish, use, timings)
             head = response_head(
                 200, b"application/json", length=len(body), keep_alive=self.conn.keep_alive

@@ -11,6 +11,7 @@ JSON error with its 4xx status; an unexpected exception becomes a 500, never a d
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +41,22 @@ __all__ = ["SimServer", "Stats", "engine_params"]
 _JSON = b"application/json"
 _IDLE_POLL_S = 0.005  # a tokenizer call held while generations run looks again this often
 _decode = msgspec.json.Decoder().decode
+
+
+class _ModelOnly(msgspec.Struct):
+    model: str = ""
+
+
+_decode_model = msgspec.json.Decoder(_ModelOnly).decode
+
+
+def _model_named(body: bytes) -> str:
+    """The ``model`` a generation request names ("" when it cannot be read: the default
+    model's server then reports what is wrong)."""
+    try:
+        return _decode_model(body).model
+    except msgspec.DecodeError:
+        return ""
 
 
 @dataclass(slots=True)
@@ -128,6 +145,8 @@ class SimServer:
             )
         self.instant = config.instant
         self.faults = FaultPicker(config.faults, config.seed * 1009 + process_index, self.t0_ns)
+        self._invalid_share = config.faults.invalid_answer_probability
+        self._invalid_rng = random.Random(config.seed * 7919 + process_index)
         self._model_json = self.encode(config.model)
         self._rid_prefix = f"sim{process_index}x{self.t0_ns % 1_000_000:06d}x"
         self._counter = 0
@@ -143,6 +162,19 @@ class SimServer:
             (b"GET", b"/metrics"): self._metrics,
         }
         self._paths = {path for _, path in self._routes}
+        # More models (``config.models``): each its own server object (engine, cache, text,
+        # faults) on this loop; a generation request goes to the one its body names.
+        self.by_model: dict[str, SimServer] = {}
+        if config.models:
+            self.by_model = {config.model: self}
+            for name in config.served_models()[1:]:
+                self.by_model[name] = SimServer(
+                    config.for_model(name), loop, process_index=process_index, t0_ns=self.t0_ns
+                )
+
+    def invalid_answer(self) -> bool:
+        """Whether the next answer is an invalid one (a seeded draw per answer)."""
+        return self._invalid_share > 0 and self._invalid_rng.random() < self._invalid_share
 
     # ------------------------------------------------------------------ plumbing
     def handle(self, conn: HttpConnection, request: Request) -> None:
@@ -194,6 +226,11 @@ class SimServer:
         self._generate(conn, request, "completion")
 
     def _generate(self, conn: HttpConnection, request: Request, kind: Any) -> None:
+        if self.by_model:
+            served = self.by_model.get(_model_named(request.body), self)
+            if served is not self:
+                served._generate(conn, request, kind)
+                return
         config = self.config
         stats = self.stats
         stats.requests[kind] = stats.requests.get(kind, 0) + 1
@@ -238,15 +275,18 @@ class SimServer:
 
     # ------------------------------------------------------------------ other endpoints
     def _models(self, conn: HttpConnection, request: Request) -> None:
-        model = {
-            "id": self.config.model,
-            "object": "model",
-            "created": int(time.time()),
-            "owned_by": "veeksha",
-            "root": self.config.model,
-            "max_model_len": self.config.max_model_len,
-        }
-        self._reply(conn, self.encode({"object": "list", "data": [model]}))
+        models = [
+            {
+                "id": server.config.model,
+                "object": "model",
+                "created": int(time.time()),
+                "owned_by": "veeksha",
+                "root": server.config.model,
+                "max_model_len": server.config.max_model_len,
+            }
+            for server in (self.by_model.values() if self.by_model else (self,))
+        ]
+        self._reply(conn, self.encode({"object": "list", "data": models}))
 
     def _tokenize(self, conn: HttpConnection, request: Request) -> None:
         body = self._json(request)

@@ -21,7 +21,9 @@ KEY = "sk-worker-0123456789abcdefghijklmnopq"
 def _message(worker: Worker, message: str) -> str:
     item = WorkItem(request_id=1, messages=[], max_tokens=1, dispatched_at_ns=0)
     acc = ResponseAccumulator(True)
-    result = worker._result(item, 1, 2, 3, acc, 500, 0, "error", "http_5xx", message)
+    result = worker._result(
+        worker._routes[0], item, 1, 2, 3, acc, 500, 0, "error", "http_5xx", message
+    )
     return result.error_message
 
 

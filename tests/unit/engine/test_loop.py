@@ -424,3 +424,191 @@ def test_ahead_a_hand_over_withdrawn_before_its_release_is_a_cancelled_node() ->
     assert h.loop.counters.requests_dispatched == 1
     assert h.loop.finished
     assert [s.status for s in h.rec.sessions] == ["ok", "cancelled"]
+
+
+# ----------------------------------------------------------------- per-client caps and priority
+
+
+def two_clients(session_id: int, turns: int, client: int, priority: int = 0) -> SessionSpec:
+    spec = chain(session_id, turns)
+    for node in spec.nodes:
+        node.client = client
+        node.priority = priority
+    return spec
+
+
+def capped(make, caps, priority="fifo", sessions=4):  # type: ignore[no-untyped-def]
+    return Harness(
+        LoopSettings(
+            cancel_on_failure=True,
+            max_sessions=sessions,
+            rate_gaps=fixed_gaps(0.0),
+            client_caps=caps,
+            priority=priority,
+            dispatch_ahead_ns=20_000_000,
+        ),
+        make,
+    )
+
+
+def in_flight_by_client(h: Harness) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for request in h.loop.in_flight.values():
+        client = request.session.spec.nodes[request.node_id].client
+        counts[client] = counts.get(client, 0) + 1
+    return counts
+
+
+def test_a_capped_client_waits_without_blocking_an_uncapped_one() -> None:
+    h = capped(lambda i: two_clients(i, 1, i % 2), [1, None])
+    h.start()
+    # sessions 0 and 2 on client 0 (cap 1), 1 and 3 on client 1 (no cap): one waits
+    assert sorted(item.client for item in h.items) == [0, 1, 1]
+    assert h.loop.slots is not None
+    assert h.loop.slots.waiting(0) == 1
+    first = next(item for item in h.items if item.client == 0)
+    h.clock.now = 3 * S
+    h.complete(first, 3 * S)
+    assert len(h.items) == 4
+    late = h.rec.dispatched[-1][0]
+    assert late.session.session_id == 2
+    assert late.queue_wait_ns == 3 * S  # ready at 0, slot at 3 s
+    assert [r.queue_wait_ns for r, _ in h.rec.dispatched[:3]] == [0, 0, 0]
+
+
+def test_caps_are_never_exceeded_as_requests_come_and_go() -> None:
+    h = capped(lambda i: two_clients(i, 3, i % 2), [2, 1], sessions=8)
+    h.start()
+    t = 0
+    while h.loop.in_flight:
+        counts = in_flight_by_client(h)
+        assert counts.get(0, 0) <= 2
+        assert counts.get(1, 0) <= 1
+        t += S
+        h.clock.now = t
+        oldest = min(h.loop.in_flight.values(), key=lambda r: r.request_id)
+        item = next(i for i in h.items if i.request_id == oldest.request_id)
+        h.complete(item, t)
+    assert len(h.items) == 24
+    assert h.loop.finished
+    assert h.loop.slots is not None
+    assert h.loop.slots.peak == [2, 1]
+
+
+def test_fifo_gives_a_freed_slot_to_the_earliest_ready() -> None:
+    h = capped(lambda i: two_clients(i, 2, 0), [1], sessions=3)
+    h.start()
+    assert [item.request_id for item in h.items] == [0]  # session 0's root; 1 and 2 wait
+    h.clock.now = S
+    h.complete(h.items[0], S)  # session 0's second turn becomes ready at 1 s: behind 1 and 2
+    assert [r.session.session_id for r, _ in h.rec.dispatched] == [0, 1]
+
+
+def test_progress_gives_a_freed_slot_to_the_session_further_along() -> None:
+    h = capped(lambda i: two_clients(i, 2, 0), [1], priority="progress", sessions=3)
+    h.start()
+    h.clock.now = S
+    h.complete(h.items[0], S)
+    # session 0 completed its first round: its second turn goes before the others' first
+    assert [(r.session.session_id, r.node_id) for r, _ in h.rec.dispatched] == [(0, 0), (0, 1)]
+
+
+def test_node_priority_gives_a_freed_slot_to_the_highest_priority() -> None:
+    h = capped(lambda i: two_clients(i, 1, 0, priority=i), [1], priority="node", sessions=4)
+    h.start()
+    for k in range(1, 4):
+        h.clock.now = k * S
+        h.complete(h.items[-1], k * S)
+    assert [r.session.session_id for r, _ in h.rec.dispatched] == [0, 3, 2, 1]
+
+
+def test_a_stop_forgets_requests_waiting_for_a_slot_and_cancels_them() -> None:
+    h = capped(lambda i: two_clients(i, 1, 0), [1], sessions=3)
+    h.start()
+    h.loop.stop("interrupted")
+    assert sorted(h.rec.cancelled) == [(1, 0), (2, 0)]
+    h.complete(h.items[0], S)
+    assert h.loop.finished
+
+
+def test_a_tool_node_sends_nothing_and_ends_after_its_latency() -> None:
+    def session(i: int) -> SessionSpec:
+        spec = chain(i, 3)
+        tool = spec.nodes[1]
+        tool.kind, tool.latency_s, tool.prompt, tool.max_tokens = "tool", 0.5, "result text", 2
+        return spec
+
+    h = capped(session, [1], sessions=1)
+    h.start()
+    h.clock.now = S
+    h.complete(h.items[0], S)
+    assert len(h.items) == 1  # the tool went to no worker (and took no slot)
+    request, item = h.rec.dispatched[1]
+    assert (request.worker_id, item.messages) == (-1, [])
+    h.timers.advance(S + S // 2)
+    _, result = h.rec.done[1]
+    assert (result.status, result.sent_at_ns, result.completed_at_ns) == ("ok", S, S + S // 2)
+    assert result.output_text == "result text"
+    assert len(h.items) == 2  # its child is sent once the tool ended
+    assert h.items[1].messages[-2:] == [("user", "result text"), ("user", "s0 t2")]
+
+
+def test_a_failing_answer_is_reprompted_with_the_note_up_to_max_reprompts() -> None:
+    def session(i: int) -> SessionSpec:
+        spec = chain(i, 2)
+        spec.nodes[0].validation = lambda text: None if text == "good" else "say good"
+        spec.nodes[0].max_reprompts = 2
+        return spec
+
+    h = Harness(
+        LoopSettings(cancel_on_failure=True, max_sessions=1, rate_gaps=fixed_gaps(0.0)), session
+    )
+    h.start()
+    h.clock.now = S
+    h.complete(h.items[0], S, text="bad")
+    assert len(h.items) == 2
+    retry = h.items[1]
+    assert retry.messages == [("user", "s0 t0"), ("assistant", "bad"), ("user", "say good")]
+    assert [r.attempt for r, _ in h.rec.dispatched] == [0, 1]
+    assert h.rec.done[0][0].valid is False
+    h.clock.now = 2 * S
+    h.complete(retry, 2 * S, text="worse")
+    h.clock.now = 3 * S
+    h.complete(h.items[2], 3 * S, text="still bad")  # third attempt: no more re-prompts
+    assert [r.attempt for r, _ in h.rec.dispatched] == [0, 1, 2, 0]
+    assert h.items[3].messages[0] == ("user", "s0 t0")  # the child inherits the first prompt
+    assert h.rec.done[2][0].valid is False
+
+
+def test_progress_sends_a_reprompt_before_other_sessions() -> None:
+    def session(i: int) -> SessionSpec:
+        spec = two_clients(i, 1, 0)
+        spec.nodes[0].validation = lambda text: None if text == "good" else "again"
+        spec.nodes[0].max_reprompts = 1
+        return spec
+
+    h = capped(session, [1], priority="progress", sessions=3)
+    h.start()
+    h.clock.now = S
+    h.complete(h.items[0], S, text="bad")  # sessions 1 and 2 have waited since 0
+    assert [(r.session.session_id, r.attempt) for r, _ in h.rec.dispatched] == [(0, 0), (0, 1)]
+
+
+def test_the_status_line_shows_each_clients_pools() -> None:
+    from veeksha.engine.pools import client_pools, format_pools
+
+    h = capped(lambda i: two_clients(i, 2, i % 2), [1, None], sessions=4)
+    h.start()
+    pools = client_pools(h.loop, ["a", "b"])
+    # a: sessions 0 and 2 (cap 1): one in flight, one waiting; their second turns pending
+    assert pools == {
+        "a.pending": 2,
+        "a.waiting": 1,
+        "a.in_flight": 1,
+        "b.pending": 2,
+        "b.waiting": 0,
+        "b.in_flight": 2,
+    }
+    assert format_pools(pools) == (
+        " | a pending 2 waiting 1 in flight 1 | b pending 2 waiting 0 in flight 2"
+    )

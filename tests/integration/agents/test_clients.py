@@ -1,0 +1,108 @@
+"""Several clients in one run: routing, per-model simulator engines, caps, queue waits."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from veeksha.engine.run import run_scenario
+from veeksha.scenario.loader import load_scenario_text
+
+TWO_MODELS = """
+seed: 3
+clients:
+  - {name: small, model: m-small, max_in_flight: 2}
+  - {name: big, model: m-big, type: openai_completions, max_in_flight: 1}
+simulator:
+  models:
+    m-big: {ttft_ms: 30, itl_ms: 1}
+traffic_scheduler: {type: concurrent, target_concurrent_sessions: 6, rampup_seconds: 0}
+session_generator:
+  session_graph:
+    type: linear
+    num_request_generator: {type: fixed, value: 3}
+    request_wait_generator: {type: fixed, interval: 0}
+  channels: [{body_length_generator: {type: fixed, value: 12}}]
+  output_spec: {text: {output_length_generator: {type: fixed, value: 6}}}
+runtime: {max_sessions: 8, benchmark_timeout: 60, num_workers: 1}
+"""
+
+
+@pytest.fixture(scope="module")
+def two_models(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
+    run_dir = tmp_path_factory.mktemp("clients") / "run"
+    run_scenario(load_scenario_text(TWO_MODELS, "two.yaml"), run_dir, quiet=True, plots=False)
+    return pd.read_parquet(run_dir / "requests.parquet")
+
+
+def max_overlap(rows: pd.DataFrame) -> int:
+    """Most requests on the wire at once, from their sent and completed times."""
+    events = sorted(
+        [(t, 1) for t in rows.sent_at] + [(t, -1) for t in rows.completed_at],
+        key=lambda e: (e[0], e[1]),  # an end before a start at the same instant
+    )
+    level = peak = 0
+    for _, step in events:
+        level += step
+        peak = max(peak, level)
+    return peak
+
+
+def test_each_node_goes_to_its_client_and_model(two_models: pd.DataFrame) -> None:
+    rows = two_models
+    assert (rows.status == "ok").all()
+    assert len(rows) == 24
+    assert set(zip(rows.client, rows.model, strict=True)) == {
+        ("small", "m-small"),
+        ("big", "m-big"),
+    }
+    # round robin: node j of session i goes to client (i + j) mod 2
+    expected = ((rows.session_id + rows.node_id) % 2).map({0: "small", 1: "big"})
+    assert (rows.client == expected).all()
+
+
+def test_each_model_is_its_own_engine_in_the_simulator(two_models: pd.DataFrame) -> None:
+    rows = two_models
+    big, small = rows[rows.client == "big"], rows[rows.client == "small"]
+    assert (big.ttfc >= 0.03).all()  # m-big's own timing (simulator.models)
+    assert small.ttfc.median() < 0.03  # m-small: the section's (fast) timing
+
+
+def test_caps_per_client_hold_and_waits_are_recorded(two_models: pd.DataFrame) -> None:
+    rows = two_models
+    assert max_overlap(rows[rows.client == "big"]) <= 1
+    assert max_overlap(rows[rows.client == "small"]) <= 2
+    assert (rows.queue_wait >= 0).all()
+    assert (rows.queue_wait <= rows.dispatch_lag + 1e-6).all()
+    # six sessions start at once against a cap of one: the big client's requests queued
+    assert rows[rows.client == "big"].queue_wait.max() > 0.02
+
+
+def test_a_node_naming_an_unknown_client_exits_2_with_its_line(tmp_path: Path) -> None:
+    scenario = tmp_path / "bad.yaml"
+    scenario.write_text(
+        TWO_MODELS.replace(
+            "session_generator:\n",
+            "session_generator:\n  client_selection: {type: weighted, weights: {huge: 1}}\n",
+        )
+    )
+    veeksha = Path(sys.executable).parent / "veeksha"
+    proc = subprocess.run(
+        [str(veeksha), "run", str(scenario), "--output-dir", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "CI": "true"},
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert f"{scenario}:11:" in proc.stderr
+    assert "unknown client 'huge'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,137 @@
+"""Per-client, per-agent and per-round sections of summary.json (several clients, agents).
+
+``clients``: for each client (``Scenario.client_entries``; written when there are several or
+one has ``max_in_flight``): its model, measured LLM requests (ok ones), output throughput over
+the measured window, TTFC, E2E and queue-wait distributions (seconds), its cap and the cap's
+utilisation (the mean of its requests in flight, from dispatch to the result's processing,
+from the first dispatch to the last processed result, divided by the cap). ``agents`` and
+``rounds`` (``agent_rounds`` graphs): per agent and per round, E2E and TTFC distributions
+(LLM rows), re-prompts, and a tool's call time.
+
+Read from the rows' columns (``client``, ``agent``, ``round``, ``kind``, ``attempt``) with
+numpy and Arrow only: no pandas.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from veeksha.evaluate.source import ColumnSource
+from veeksha.evaluate.stats import MEASURED, column, integers, scalar, status_is
+from veeksha.scenario.models import AgentRoundsGraph, Scenario, SyntheticSessionGenerator
+
+__all__ = ["group_sections"]
+
+_KEYS = ("count", "mean", "p50", "p90", "p99", "max")
+
+
+def group_sections(scenario: Scenario, requests: pa.Table | ColumnSource) -> dict[str, Any]:
+    """The ``clients``, ``agents`` and ``rounds`` sections (empty when none applies)."""
+    entries = scenario.client_entries()
+    graph = None
+    generator = scenario.session_generator
+    if isinstance(generator, SyntheticSessionGenerator) and isinstance(
+        generator.session_graph, AgentRoundsGraph
+    ):
+        graph = generator.session_graph
+    several = len(entries) > 1 or any(c.max_in_flight is not None for _, c in entries)
+    if (not several and graph is None) or requests.num_rows == 0:
+        return {}
+    names = set(requests.schema.names)
+    if not {"client", "kind"} <= names:
+        return {}
+    measured = _is(requests, "phase", MEASURED)
+    llm = measured & ~_is(requests, "kind", "tool")
+    ok = status_is(requests, "ok")
+    sent, done = column(requests, "sent_at"), column(requests, "completed_at")
+    ttfc, e2e = column(requests, "ttfc"), column(requests, "e2e")
+    out: dict[str, Any] = {}
+    if several:
+        window = _window(sent[llm], done[llm])
+        out["clients"] = {}
+        queue = column(requests, "queue_wait")
+        dispatched, processed = column(requests, "dispatched_at"), column(requests, "processed_at")
+        tokens = column(requests, "output_tokens")
+        for name, client in entries:
+            rows = llm & _is(requests, "client", name)
+            good = rows & ok
+            held = np.nansum(processed[rows] - dispatched[rows])
+            cap = client.max_in_flight
+            span = _window(dispatched[llm], processed[llm])  # (the slots' own time line)
+            out["clients"][name] = {
+                "model": client.model,
+                "requests": int(rows.sum()),
+                "ok": int(good.sum()),
+                "output_tokens_per_s": None
+                if window is None
+                else float(np.nansum(tokens[good])) / window,
+                "ttfc_s": _stats(ttfc[good]),
+                "e2e_s": _stats(e2e[good]),
+                "queue_wait_s": _stats(queue[rows]),
+                "max_in_flight": cap,
+                "cap_utilisation": None
+                if cap is None or span is None
+                else float(held) / (span * cap),
+            }
+    if graph is not None:
+        attempt = integers(requests.column("attempt"))
+        agents: dict[str, Any] = {}
+        for agent in graph.agents:
+            rows = measured & _is(requests, "agent", agent.id)
+            good = rows & ok
+            entry: dict[str, Any] = {
+                "kind": agent.kind,
+                "turns": int((rows & (attempt == 0)).sum()),
+            }
+            if agent.kind == "tool":
+                entry["call_s"] = _stats(done[good] - sent[good])
+            else:
+                entry |= {
+                    "reprompts": int((rows & (attempt > 0)).sum()),
+                    "ttfc_s": _stats(ttfc[good]),
+                    "e2e_s": _stats(e2e[good]),
+                }
+            agents[agent.id] = entry
+        out["agents"] = agents
+        rounds = integers(requests.column("round"))
+        out["rounds"] = {
+            str(r): {
+                "requests": int((llm & (rounds == r)).sum()),
+                "ttfc_s": _stats(ttfc[llm & ok & (rounds == r)]),
+                "e2e_s": _stats(e2e[llm & ok & (rounds == r)]),
+            }
+            for r in range(graph.rounds)
+        }
+    return out
+
+
+def _is(table: pa.Table | ColumnSource, name: str, value: str) -> np.ndarray:
+    col = table.column(name)
+    mask = pc.and_kleene(pc.is_valid(col), pc.equal(col, scalar(value)))  # (null: False)
+    return integers(mask) > 0
+
+
+def _stats(values: np.ndarray) -> dict[str, float | int | None]:
+    values = values[~np.isnan(values)]
+    if values.size == 0:
+        return {"count": 0} | dict.fromkeys(_KEYS[1:])
+    p50, p90, p99 = np.percentile(values, [50, 90, 99]).tolist()
+    return {
+        "count": int(values.size),
+        "mean": float(values.mean()),
+        "p50": p50,
+        "p90": p90,
+        "p99": p99,
+        "max": float(values.max()),
+    }
+
+
+def _window(sent: np.ndarray, done: np.ndarray) -> float | None:
+    if sent.size == 0 or np.isnan(sent).all() or np.isnan(done).all():
+        return None
+    span = float(np.nanmax(done) - np.nanmin(sent))
+    return span if span > 0 else None

@@ -1,0 +1,129 @@
+"""Checks that span sections of a scenario (a name defined in one place, used in another).
+
+Each problem is a key path and a message; the loader turns the path into the file and line of
+that key (``veeksha.scenario.loader``), so a node naming an unknown client is reported where it
+is written.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from veeksha.scenario.models import Scenario
+
+__all__ = ["Problem", "agent_cycle", "scenario_problems", "unknown_client"]
+
+Problem = tuple[tuple[str | int, ...], str]
+
+
+def scenario_problems(scenario: Scenario) -> list[Problem]:
+    """Every cross-section mistake of ``scenario`` (empty: none)."""
+    problems: list[Problem] = []
+    if scenario.clients is not None and "client" in scenario.model_fields_set:
+        problems.append(
+            (
+                ("clients",),
+                "give either client: (one target) or clients: (several, each with a name), "
+                "not both: move the client section into clients as an item with a name",
+            )
+        )
+    names = [name for name, _ in scenario.client_entries()]
+    seen: set[str] = set()
+    for index, name in enumerate(names):
+        if name in seen:
+            problems.append(
+                (("clients", index, "name"), f"client name {name!r} is used twice: rename one")
+            )
+        seen.add(name)
+    problems += _selection_problems(scenario, names)
+    problems += _agent_problems(scenario, names)
+    return problems
+
+
+def unknown_client(name: str, names: list[str]) -> str:
+    """The message for a reference to a client that does not exist."""
+    return f"unknown client {name!r}; the clients are: {', '.join(repr(n) for n in names)}"
+
+
+def _selection_problems(scenario: Scenario, names: list[str]) -> list[Problem]:
+    from veeksha.scenario.models import SyntheticSessionGenerator, WeightedClients
+
+    generator = scenario.session_generator
+    if not isinstance(generator, SyntheticSessionGenerator):
+        return []
+    selection = generator.client_selection
+    if not isinstance(selection, WeightedClients):
+        return []
+    path = ("session_generator", "client_selection", "weights")
+    return [
+        ((*path, name), unknown_client(name, names))
+        for name in selection.weights
+        if name not in names
+    ]
+
+
+def _agent_problems(scenario: Scenario, names: list[str]) -> list[Problem]:
+    from veeksha.scenario.models import AgentRoundsGraph, SyntheticSessionGenerator
+
+    generator = scenario.session_generator
+    if not isinstance(generator, SyntheticSessionGenerator):
+        return []
+    graph = generator.session_graph
+    if not isinstance(graph, AgentRoundsGraph):
+        return []
+    path = ("session_generator", "session_graph", "agents")
+    problems: list[Problem] = []
+    ids = [agent.id for agent in graph.agents]
+    for i, agent in enumerate(graph.agents):
+        if ids.index(agent.id) != i:
+            problems.append(((*path, i, "id"), f"agent id {agent.id!r} is used twice"))
+        if agent.client is not None and agent.client not in names:
+            problems.append(((*path, i, "client"), unknown_client(agent.client, names)))
+        for j, other in enumerate(agent.speak_after_within_round):
+            where = (*path, i, "speak_after_within_round", j)
+            if other == agent.id:
+                problems.append((where, f"agent {agent.id!r} waits on itself"))
+            elif other not in ids:
+                known = ", ".join(repr(n) for n in ids)
+                problems.append((where, f"unknown agent {other!r}; the agents are: {known}"))
+    if not problems:
+        cycle = agent_cycle({a.id: a.speak_after_within_round for a in graph.agents})
+        if cycle:
+            first = ids.index(cycle[0])
+            problems.append(
+                (
+                    (*path, first, "speak_after_within_round"),
+                    "the agents wait on each other in a circle within a round: "
+                    + " -> ".join([*cycle, cycle[0]]),
+                )
+            )
+    return problems
+
+
+def agent_cycle(after: dict[str, list[str]]) -> list[str]:
+    """A circle of agents each waiting on the next (empty: none), found by depth-first search
+    in declaration order (so the report is deterministic)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    stack: list[str] = []
+
+    def visit(agent: str) -> list[str]:
+        state[agent] = 1
+        stack.append(agent)
+        for other in after.get(agent, ()):
+            if state.get(other) == 1:
+                return stack[stack.index(other) :]
+            if other not in state:
+                found = visit(other)
+                if found:
+                    return found
+        stack.pop()
+        state[agent] = 2
+        return []
+
+    for agent in after:
+        if agent not in state:
+            found = visit(agent)
+            if found:
+                return found
+    return []
