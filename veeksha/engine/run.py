@@ -68,6 +68,7 @@ from veeksha.schedule.arrivals import ConcurrencyRamp
 from veeksha.schedule.session_state import NodeState
 
 if TYPE_CHECKING:
+    from veeksha.server.managed import ManagedServer
     from veeksha.simulator.process import SimulatorProcess
 
 __all__ = ["RunOutcome", "run_benchmark", "run_scenario"]
@@ -128,17 +129,20 @@ def run_scenario(
     dry_run: bool = False,
     plots: bool = True,
     simulator: SimulatorProcess | None = None,
+    server: ManagedServer | None = None,
 ) -> RunOutcome:
     """Run ``scenario`` into ``run_dir`` on a uvloop event loop; returns what happened.
 
     ``dry_run`` sends nothing (each request completes at once inside this process, no workers:
     ``veeksha.dispatch.inprocess``); ``plots=False`` skips the evaluation's PNGs. ``simulator``:
     the built-in simulator already spawned for this run (``engine.target.spawn_simulator``),
-    used and stopped by the run.
+    used and stopped by the run. ``server``: the scenario's managed server, already running
+    and shared with other runs (``veeksha.server.managed``): used, left running.
     """
     run = _Run(scenario, Path(run_dir), quiet, dry_run)
     run.plots = plots
     run.simulator = simulator
+    run.server = server
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(run.execute())
 
@@ -166,6 +170,7 @@ class _Run:
         self.plots = True
         self.trace: OpenTrace | None = None
         self.simulator: SimulatorProcess | None = None
+        self.server: ManagedServer | None = None
 
     async def execute(self) -> RunOutcome:
         try:
@@ -205,7 +210,9 @@ class _Run:
         # The built-in simulator shares the workers' CPUs, never the main process' one (it
         # would otherwise inherit the main process' pinning).
         spare = sorted({cpu for cpus in plan.worker_cpus for cpu in cpus} - set(plan.main_cpus))
-        with TargetContext(self.scenario, self.dry_run, spare or None, self.simulator) as target:
+        with TargetContext(
+            self.scenario, self.dry_run, spare or None, self.simulator, self.server, self.run_dir
+        ) as target:
             log.info(f"target: {describe(target)}")
             await self._run_with_target(target, num_workers, plan.worker_cpus)
 

@@ -7,6 +7,7 @@ import json
 import os
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ from veeksha.net import fetch, setup_timeout
 from veeksha.scenario.models import Scenario
 
 if TYPE_CHECKING:
+    from veeksha.server.managed import ManagedServer
     from veeksha.simulator.process import SimulatorProcess
 
 __all__ = [
@@ -39,7 +41,7 @@ class Target:
     api_base: str
     model: str
     api_key: str | None
-    kind: str  # "simulator" | "endpoint" | "dry_run"
+    kind: str  # "simulator" | "endpoint" | "managed" | "dry_run"
     description: dict[str, Any] = field(default_factory=dict)
 
     def public_description(self) -> dict[str, Any]:
@@ -108,12 +110,18 @@ class TargetContext(AbstractContextManager["Target"]):
         dry_run: bool = False,
         simulator_cpus: list[int] | None = None,
         simulator: SimulatorProcess | None = None,
+        server: ManagedServer | None = None,
+        run_dir: Path | None = None,
     ) -> None:
         self._scenario = scenario
         self._dry_run = dry_run
         self._simulator_cpus = simulator_cpus
         # a simulator spawned ahead (``spawn_simulator``) is used and stopped here
         self._simulator: SimulatorProcess | None = simulator
+        # a managed server already running (shared by several runs) is used, never stopped here
+        self.server: ManagedServer | None = server
+        self._own_server: ManagedServer | None = None
+        self._run_dir = run_dir
 
     def __enter__(self) -> Target:
         scenario = self._scenario
@@ -121,6 +129,8 @@ class TargetContext(AbstractContextManager["Target"]):
         api_key = resolve_api_key(client)
         if self._dry_run:
             return Target("dry-run://", client.model or "dry-run", None, "dry_run")
+        if scenario.server is not None:
+            return self._managed(api_key)
         api_base = _api_base(scenario)
         if api_base is not None:
             if not client.model:
@@ -144,12 +154,32 @@ class TargetContext(AbstractContextManager["Target"]):
             {"simulator": self._simulator.config_dict()},
         )
 
+    def _managed(self, api_key: str | None) -> Target:
+        """The scenario's managed server: the one given, or one started now for this run."""
+        from veeksha.server.managed import SERVER_LOG, ManagedServer
+
+        server = self.server
+        if server is None:
+            log_dir = self._run_dir if self._run_dir is not None else Path.cwd()
+            server = ManagedServer.for_scenario(self._scenario, log_dir / SERVER_LOG)
+            self._own_server = self.server = server
+            server.start()
+            if server.config.type == "veeksha_sim" and self._simulator_cpus:
+                _pin_tree(server.pid, self._simulator_cpus)
+        elif not server.running:
+            raise TargetError(f"the managed server given to the run is not running: {server.argv}")
+        description = {"server": server.describe()}
+        return Target(server.api_base, server.model, api_key, "managed", description)
+
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._own_server is not None:
+            self._own_server.stop()
+            self._own_server = None
         if self._simulator is not None:
             self._simulator.stop()
             self._simulator = None
@@ -160,7 +190,7 @@ def spawn_simulator(scenario: Scenario, dry_run: bool = False) -> SimulatorProce
     (None when the run has a target of its own, or sends nothing): hand it to
     ``TargetContext``, which waits for it and stops it. Spawned before the caller's own set-up
     (the engine's imports), its start-up runs beside that on the other core."""
-    if dry_run or _api_base(scenario) is not None:
+    if dry_run or _api_base(scenario) is not None or scenario.server is not None:
         return None
     simulator = _simulator_process(scenario)
     simulator.spawn()

@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from veeksha.scenario.server import ManagedServerConfig, ServerMetricsConfig
 from veeksha.scenario.simulator import SimulatorConfig
 
 __all__ = [
@@ -821,9 +822,29 @@ class Scenario(StrictModel):
         description="The built-in server, used when client.api_base is absent.",
     )
     output_dir: str = Field("benchmark_output", description="Base folder of run folders.")
+    server: ManagedServerConfig | None = Field(
+        None,
+        description="A server veeksha starts for the run and stops after it (docs/server.md).",
+    )
+    server_metrics: ServerMetricsConfig = Field(
+        default_factory=ServerMetricsConfig,
+        description="Scraping the server's Prometheus /metrics during the run.",
+    )
 
     @model_validator(mode="after")
     def _model_with_api_base(self) -> Scenario:
+        if self.server is not None and self.client.api_base is not None:
+            raise ValueError(
+                "client.api_base and server are both set: the managed server's address becomes "
+                "the api_base; remove client.api_base"
+            )
+        server = self.server
+        if (
+            server is not None
+            and server.type == "command"
+            and not (server.model or self.client.model)
+        ):
+            raise ValueError("server type 'command' needs server.model or client.model")
         if self.client.api_base is not None and not self.client.model:
             raise ValueError("client.model is required when client.api_base is set")
         if isinstance(self.traffic_scheduler, TraceScheduler) and not isinstance(
