@@ -66,6 +66,7 @@ from veeksha.scenario.models import (
 )
 from veeksha.schedule.arrivals import ConcurrencyRamp
 from veeksha.schedule.session_state import NodeState
+from veeksha.server.watch import ServerWatch
 
 if TYPE_CHECKING:
     from veeksha.server.managed import ManagedServer
@@ -171,6 +172,7 @@ class _Run:
         self.trace: OpenTrace | None = None
         self.simulator: SimulatorProcess | None = None
         self.server: ManagedServer | None = None
+        self.server_metrics: dict[str, Any] | None = None  # what the scraper did (ServerWatch)
 
     async def execute(self) -> RunOutcome:
         try:
@@ -383,6 +385,9 @@ class _Run:
             periodic=None if streaming is None else streaming.snapshot,
             log=self.log.info,
         )
+        watch = ServerWatch.for_run(
+            scenario, target, self.run_dir, t0_ns, metadata, self.log.warning
+        )
         self.log.info(f"t0 = {t0_wall.isoformat()}")
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal)
@@ -393,6 +398,8 @@ class _Run:
         worker_wait.start()
         try:
             progress.start()
+            if watch is not None:
+                watch.start()
             traffic.start(t0_ns)
             await finished
         finally:
@@ -400,6 +407,8 @@ class _Run:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             progress.stop()
+            if watch is not None:
+                self.server_metrics = watch.stop()
             if self._drain_task is not None:
                 await self._drain_task
             await self.pool.stop(grace_s=0.0)
@@ -536,6 +545,7 @@ class _Run:
                 "worker_cpu_wait_s": self.worker_cpu_wait_s,
                 "num_workers": self.num_workers,
                 "target": describe(target),
+                "server_metrics": self.server_metrics,
             }
             if self.trace is not None:
                 run_info["trace"] = self.trace.summary()

@@ -1,0 +1,54 @@
+"""Prometheus answers into samples: names kept as exposed, labels as sorted JSON, known names
+mapped to canonical ones, anything else refused as a whole."""
+
+from __future__ import annotations
+
+import pytest
+
+from veeksha.server.metric_names import CANONICAL, canonical_name
+from veeksha.server.scraper import parse_metrics
+
+VLLM = """# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="m",engine="0"} 3.0
+# TYPE vllm:request_success_total counter
+vllm:request_success_total{model_name="m",finished_reason="stop"} 7.0
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{model_name="m",le="0.1"} 2.0
+vllm:time_to_first_token_seconds_bucket{model_name="m",le="+Inf"} 7.0
+vllm:time_to_first_token_seconds_sum{model_name="m"} 1.5
+vllm:time_to_first_token_seconds_count{model_name="m"} 7.0
+some_other_metric 42
+"""
+
+
+def test_samples_keep_their_exposed_names_kinds_and_sorted_labels() -> None:
+    samples = parse_metrics(VLLM)
+    assert samples[0] == (
+        "vllm:num_requests_waiting", '{"engine":"0","model_name":"m"}', 3.0, "gauge", "waiting"
+    )  # fmt: skip
+    assert samples[1][0] == "vllm:request_success_total"
+    assert samples[1][3:] == ("counter", "finished")
+    names = [s[0] for s in samples if s[3] == "histogram"]
+    assert names == [
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:time_to_first_token_seconds_sum",
+        "vllm:time_to_first_token_seconds_count",
+    ]
+    assert samples[-1] == ("some_other_metric", "{}", 42.0, "unknown", None)
+
+
+@pytest.mark.parametrize("text", ["<html>404</html>", '{"data": []}', "a b c"])
+def test_garbage_is_refused(text: str) -> None:
+    with pytest.raises(ValueError):  # noqa: PT011  (the parser's own messages vary)
+        parse_metrics(text)
+
+
+def test_every_engine_has_its_queue_metrics_named() -> None:
+    for prefix in ("vllm:", "sglang:", "llamacpp:", "tgi_"):
+        for canonical in ("running", "waiting"):
+            assert any(m.startswith(prefix) for m in CANONICAL[canonical])
+    assert canonical_name("sglang:num_queue_reqs") == "waiting"
+    assert canonical_name("tgi_request_success") == "finished"
+    assert canonical_name("llamacpp:kv_cache_usage_ratio") == "kv_usage"
+    assert canonical_name("process_cpu_seconds_total") is None

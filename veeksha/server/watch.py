@@ -1,0 +1,68 @@
+"""``ServerWatch``: what veeksha watches of the server while a run goes: its Prometheus metrics
+(``MetricsScraper``) and, for a managed server on this host, its GPUs (``GpuSampler``), both into
+server_metrics.parquet. The run starts it at t0 and stops it when the traffic ends; nothing of
+it runs on the event loop."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from veeksha.record.server_metrics import ServerMetricsWriter
+from veeksha.server.scraper import MetricsScraper
+
+if TYPE_CHECKING:
+    from veeksha.engine.target import Target
+    from veeksha.scenario.models import Scenario
+
+__all__ = ["ServerWatch", "metrics_url"]
+
+
+def metrics_url(api_base: str) -> str:
+    """The default metrics address: the api_base's server root + ``/metrics``."""
+    parts = urlsplit(api_base)
+    return f"{parts.scheme}://{parts.netloc}/metrics"
+
+
+class ServerWatch:
+    """The scraper (and GPU sampler) of one run, writing one server_metrics.parquet."""
+
+    def __init__(self, writer: ServerMetricsWriter, scraper: MetricsScraper) -> None:
+        self._writer = writer
+        self._scraper = scraper
+
+    @classmethod
+    def for_run(
+        cls,
+        scenario: Scenario,
+        target: Target,
+        run_dir: Path,
+        t0_ns: int,
+        metadata: dict[str, str],
+        warn: Callable[[str], None],
+    ) -> ServerWatch | None:
+        """The watch of a run, or None (disabled, or a dry run: no server)."""
+        config = scenario.server_metrics
+        if not config.enabled or target.kind == "dry_run":
+            return None
+        writer = ServerMetricsWriter(run_dir, metadata)
+        url = config.url or metrics_url(target.api_base)
+        scraper = MetricsScraper(url, target.api_key, config.interval, t0_ns, writer, warn)
+        return cls(writer, scraper)
+
+    def start(self) -> None:
+        self._scraper.start()
+
+    def stop(self) -> dict[str, Any]:
+        """Stop sampling, finalise server_metrics.parquet; what happened (for summary.json)."""
+        status = self._scraper.stop()
+        status["rows"] = self._writer.rows
+        self._writer.close(
+            {
+                f"server_metrics_{key}": "" if value is None else str(value)
+                for key, value in status.items()
+            }
+        )
+        return status
