@@ -100,3 +100,26 @@ def test_a_failing_metrics_url_costs_one_warning_and_the_file_says_why(
     assert log.count("server metrics: GET") == 1
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["run"]["server_metrics"]["status"] == "failed"
+
+
+def test_the_summary_report_and_plot_show_the_servers_view(queued_run: Path) -> None:
+    summary = json.loads((queued_run / "summary.json").read_text())
+    server = summary["server"]
+    assert server["running_peak"] == 2
+    assert server["waiting_peak"] >= 5
+    assert 0 < server["waiting_mean"] < server["waiting_peak"]
+    assert server["finished"] == 40
+    assert server["preemptions"] == 0
+    assert 0 < server["kv_usage_peak"] <= 1
+    assert 0 <= server["prefix_hit_rate"] < 1
+    assert summary["health"]["checks"]["server_agreement"] == "PASS"
+    assert (queued_run / "plots" / "server_timeline.png").stat().st_size > 10_000
+    from rich.console import Console
+
+    from veeksha.evaluate.report import render_summary
+
+    console = Console(width=100, record=True)
+    render_summary(console, summary)
+    text = console.export_text()
+    assert "server's view" in text
+    assert "requests finished" in text
