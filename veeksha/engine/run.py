@@ -385,9 +385,7 @@ class _Run:
             periodic=None if streaming is None else streaming.snapshot,
             log=self.log.info,
         )
-        watch = ServerWatch.for_run(
-            scenario, target, self.run_dir, t0_ns, metadata, self.log.warning
-        )
+        watch = ServerWatch.for_run(scenario, target, self.run_dir, t0_ns, metadata, self.log)
         self.log.info(f"t0 = {t0_wall.isoformat()}")
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal)

@@ -5,12 +5,12 @@ it runs on the event loop."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 from veeksha.record.server_metrics import ServerMetricsWriter
+from veeksha.server.gpu import GpuSampler
 from veeksha.server.scraper import MetricsScraper
 
 if TYPE_CHECKING:
@@ -18,6 +18,14 @@ if TYPE_CHECKING:
     from veeksha.scenario.models import Scenario
 
 __all__ = ["ServerWatch", "metrics_url"]
+
+
+class Log(Protocol):
+    """Where the watch says what it skipped or what failed (the run's RunLog)."""
+
+    def info(self, message: str) -> None: ...
+
+    def warning(self, message: str) -> None: ...
 
 
 def metrics_url(api_base: str) -> str:
@@ -29,9 +37,15 @@ def metrics_url(api_base: str) -> str:
 class ServerWatch:
     """The scraper (and GPU sampler) of one run, writing one server_metrics.parquet."""
 
-    def __init__(self, writer: ServerMetricsWriter, scraper: MetricsScraper) -> None:
+    def __init__(
+        self,
+        writer: ServerMetricsWriter,
+        scraper: MetricsScraper | None,
+        gpu: GpuSampler | None = None,
+    ) -> None:
         self._writer = writer
         self._scraper = scraper
+        self._gpu = gpu
 
     @classmethod
     def for_run(
@@ -41,7 +55,7 @@ class ServerWatch:
         run_dir: Path,
         t0_ns: int,
         metadata: dict[str, str],
-        warn: Callable[[str], None],
+        log: Log,
     ) -> ServerWatch | None:
         """The watch of a run, or None (disabled, or a dry run: no server)."""
         config = scenario.server_metrics
@@ -49,15 +63,29 @@ class ServerWatch:
             return None
         writer = ServerMetricsWriter(run_dir, metadata)
         url = config.url or metrics_url(target.api_base)
-        scraper = MetricsScraper(url, target.api_key, config.interval, t0_ns, writer, warn)
-        return cls(writer, scraper)
+        scraper = MetricsScraper(url, target.api_key, config.interval, t0_ns, writer, log.warning)
+        gpu = None
+        if config.gpu:
+            program = GpuSampler.find()
+            if target.kind != "managed":
+                log.info("GPU sampling skipped: the server is not a managed server on this host")
+            elif program is None:
+                log.info("GPU sampling skipped: nvidia-smi is not on PATH")
+            else:
+                gpu = GpuSampler(program, config.interval, t0_ns, writer)
+        return cls(writer, scraper, gpu)
 
     def start(self) -> None:
-        self._scraper.start()
+        if self._scraper is not None:
+            self._scraper.start()
+        if self._gpu is not None:
+            self._gpu.start()
 
     def stop(self) -> dict[str, Any]:
         """Stop sampling, finalise server_metrics.parquet; what happened (for summary.json)."""
-        status = self._scraper.stop()
+        status: dict[str, Any] = {} if self._scraper is None else self._scraper.stop()
+        if self._gpu is not None:
+            status["gpu_samples"] = self._gpu.stop()
         status["rows"] = self._writer.rows
         self._writer.close(
             {

@@ -4,6 +4,7 @@ checked against the run's rows; a /metrics that fails never stops the run."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -65,6 +66,7 @@ def test_the_simulators_queue_shows_in_the_scraped_rows(queued_run: Path) -> Non
     assert (waiting.canonical == "waiting").all()
     assert json.loads(waiting.labels.iloc[0]) == {"engine": "0", "model_name": "veeksha-sim"}
     assert waiting.t.is_monotonic_increasing
+    assert "GPU sampling skipped: nvidia-smi is not on PATH" in (queued_run / "run.log").read_text()
     finished = rows[rows.canonical == "finished"].groupby("t").value.sum()
     assert finished.iloc[-1] - finished.iloc[0] == 40  # every request the run sent, no other
     buckets = rows[rows.metric == "vllm:time_to_first_token_seconds_bucket"]
@@ -123,3 +125,52 @@ def test_the_summary_report_and_plot_show_the_servers_view(queued_run: Path) -> 
     text = console.export_text()
     assert "server's view" in text
     assert "requests finished" in text
+
+
+FAKE_NVIDIA_SMI = """#!/bin/sh
+# a stand-in for nvidia-smi --query-gpu=... --format=csv,noheader,nounits -lms=N
+case "$*" in *--query-gpu=index,utilization.gpu,memory.used,memory.total,power.draw*) ;;
+  *) echo "unexpected arguments: $*" >&2; exit 9 ;; esac
+n=0
+while true; do
+  n=$((n + 1))
+  echo "0, $((40 + n % 50)), 20480, 81920, 250.5"
+  echo "1, 7, 1024, 81920, [N/A]"
+  sleep 0.05
+done
+"""
+
+
+def test_gpus_are_sampled_with_nvidia_smi_for_a_managed_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "nvidia-smi"
+    fake.write_text(FAKE_NVIDIA_SMI)
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    text = QUEUED.replace("max_sessions: 40", "max_sessions: 8").replace("0.2}", "0.1}")
+    outcome = run_scenario(
+        load_scenario_text(text, "s.yaml"), tmp_path / "run", plots=False, quiet=True
+    )
+    assert outcome.requests == 8
+    rows = pd.read_parquet(tmp_path / "run" / SERVER_METRICS_FILE)
+    gpu = rows[rows.metric.str.startswith("gpu:")]
+    assert set(gpu.metric) == {
+        "gpu:utilization",
+        "gpu:memory_used",
+        "gpu:memory_total",
+        "gpu:power",
+    }
+    power = gpu[gpu.metric == "gpu:power"]
+    assert set(power.labels) == {'{"gpu": "0"}'}  # GPU 1's [N/A] is left out
+    assert (power.value == 250.5).all()
+    used = gpu[(gpu.metric == "gpu:memory_used") & (gpu.labels == '{"gpu": "1"}')]
+    assert len(used) >= 3
+    assert (gpu.kind == "gauge").all()
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert 41 <= summary["server"]["utilization_gpu0_peak"] <= 89
+    assert summary["run"]["server_metrics"]["gpu_samples"] >= 6
+    assert "GPU sampling skipped" not in (tmp_path / "run" / "run.log").read_text()
+    assert summary["health"]["checks"]["server_agreement"] == "PASS", summary["health"]

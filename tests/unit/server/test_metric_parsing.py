@@ -52,3 +52,19 @@ def test_every_engine_has_its_queue_metrics_named() -> None:
     assert canonical_name("tgi_request_success") == "finished"
     assert canonical_name("llamacpp:kv_cache_usage_ratio") == "kv_usage"
     assert canonical_name("process_cpu_seconds_total") is None
+
+
+def test_nvidia_smi_lines_become_gpu_gauges_without_unreadable_fields() -> None:
+    from veeksha.server.gpu import parse_line
+
+    assert parse_line("3, 97, 70000, 81920, 612.25\n") == [
+        ("gpu:utilization", '{"gpu": "3"}', 97.0, "gauge", None),
+        ("gpu:memory_used", '{"gpu": "3"}', 70000.0, "gauge", None),
+        ("gpu:memory_total", '{"gpu": "3"}', 81920.0, "gauge", None),
+        ("gpu:power", '{"gpu": "3"}', 612.25, "gauge", None),
+    ]
+    assert [s[0] for s in parse_line("0, [N/A], 1, 2, [Not Supported]")] == [
+        "gpu:memory_used",
+        "gpu:memory_total",
+    ]
+    assert parse_line("NVIDIA-SMI has failed") == []
