@@ -20,8 +20,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from veeksha.errors import TargetError
 from veeksha.net import fetch
 from veeksha.record.server_metrics import Sample, ServerMetricsWriter
@@ -36,6 +34,9 @@ _MAX_BODY = 16 * 1024 * 1024
 
 def parse_metrics(text: str) -> list[Sample]:
     """The samples of a Prometheus text answer; ``ValueError`` when it is not one."""
+    # (loaded by ServerWatch.for_run before t0, and only when scraping: ~30 ms of start-up)
+    from prometheus_client.parser import text_string_to_metric_families
+
     samples: list[Sample] = []
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

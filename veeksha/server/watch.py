@@ -61,6 +61,8 @@ class ServerWatch:
         config = scenario.server_metrics
         if not config.enabled or target.kind == "dry_run":
             return None
+        import prometheus_client.parser  # noqa: F401  (now, before t0: not on the scraper's first tick)
+
         writer = ServerMetricsWriter(run_dir, metadata)
         url = config.url or metrics_url(target.api_base)
         scraper = MetricsScraper(url, target.api_key, config.interval, t0_ns, writer, log.warning)
