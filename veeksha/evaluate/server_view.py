@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from veeksha.evaluate.stats import column
 from veeksha.record.server_metrics import SERVER_METRICS_FILE
 from veeksha.server.metric_names import CANONICAL, RATIOS
 
@@ -87,10 +88,11 @@ def load_server_view(run_dir: Path) -> ServerView | None:
     path = Path(run_dir) / SERVER_METRICS_FILE
     if not path.exists():
         return None
-    table = pq.read_table(path)
+    with pq.ParquetFile(path) as file:  # (not pq.read_table: it loads pandas)
+        table = file.read()
     status = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
-    gpu = pc.fill_null(pc.starts_with(table["metric"], "gpu:"), False)
-    scrape_times = np.unique(table.filter(pc.invert(gpu))["t"].to_numpy())
+    gpu = pc.starts_with(table["metric"], "gpu:")  # (metric is never null)
+    scrape_times = np.unique(column(table.filter(pc.invert(gpu)), "t"))
     view = ServerView(scrape_times=scrape_times, status=status)
     named = table.filter(pc.is_valid(table["canonical"])).to_pylist()
     # canonical → t → [best rank, values of the best-ranked name there]

@@ -20,8 +20,12 @@ import shutil
 import threading
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from veeksha.record.columnar import _floats, _strings
+from veeksha.record.parquet import read_table
 
 __all__ = ["SERVER_METRICS_FILE", "SERVER_METRICS_SCHEMA", "Sample", "ServerMetricsWriter"]
 
@@ -86,9 +90,17 @@ class ServerMetricsWriter:
             self._columns = ([], [], [], [], [], [])
             number = self._next
             self._next += 1
-        table = pa.Table.from_arrays(
-            [pa.array(column) for column in columns], schema=SERVER_METRICS_SCHEMA
-        )
+        ts, metrics, labels, values, kinds, canonical = columns
+        # (no pa.array: it loads pandas, which a run never needs)
+        arrays = [
+            _floats(np.array(ts, dtype=np.float64)),
+            _strings(metrics),  # type: ignore[arg-type]
+            _strings(labels),  # type: ignore[arg-type]
+            _floats(np.array(values, dtype=np.float64)),
+            _strings(kinds),  # type: ignore[arg-type]
+            _strings(canonical),
+        ]
+        table = pa.Table.from_arrays(arrays, schema=SERVER_METRICS_SCHEMA)
         self._parts.mkdir(parents=True, exist_ok=True)
         tmp = self._parts / f".part-{number:06d}.parquet.tmp"
         pq.write_table(table, tmp, compression="zstd")
@@ -103,7 +115,7 @@ class ServerMetricsWriter:
         tmp = final.with_name(final.name + ".tmp")
         with pq.ParquetWriter(tmp, schema, compression="zstd") as out:
             for part in sorted(self._parts.glob("part-*.parquet")):
-                out.write_table(pq.read_table(part).cast(schema))
+                out.write_table(read_table(part, SERVER_METRICS_SCHEMA).cast(schema))
         tmp.rename(final)
         shutil.rmtree(self._parts, ignore_errors=True)
         return final
