@@ -70,6 +70,7 @@ class MetricsScraper:
         self.scrapes = 0
         self.failed = 0
         self.error: str | None = None
+        self.write_error: str | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -124,8 +125,12 @@ class MetricsScraper:
             return
         t = (time.monotonic_ns() - self._t0_ns) / _NS
         self._writer.add(t, samples)
-        if self.scrapes % _FLUSH_EVERY == 0:
-            self._writer.flush()
+        if self.scrapes % _FLUSH_EVERY == 0 and self.write_error is None:
+            try:
+                self._writer.flush()
+            except OSError as exc:  # (kept in memory; close tries once more)
+                self.write_error = str(exc)
+                self._warn(f"server metrics: cannot write a part of server_metrics.parquet: {exc}")
 
     def _failed(self, why: str) -> None:
         self.failed += 1

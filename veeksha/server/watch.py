@@ -41,8 +41,10 @@ class ServerWatch:
         self,
         writer: ServerMetricsWriter,
         scraper: MetricsScraper | None,
-        gpu: GpuSampler | None = None,
+        gpu: GpuSampler | None,
+        log: Log,
     ) -> None:
+        self._log = log
         self._writer = writer
         self._scraper = scraper
         self._gpu = gpu
@@ -75,7 +77,7 @@ class ServerWatch:
                 log.info("GPU sampling skipped: nvidia-smi is not on PATH")
             else:
                 gpu = GpuSampler(program, config.interval, t0_ns, writer)
-        return cls(writer, scraper, gpu)
+        return cls(writer, scraper, gpu, log)
 
     def start(self) -> None:
         if self._scraper is not None:
@@ -89,10 +91,14 @@ class ServerWatch:
         if self._gpu is not None:
             status["gpu_samples"] = self._gpu.stop()
         status["rows"] = self._writer.rows
-        self._writer.close(
-            {
-                f"server_metrics_{key}": "" if value is None else str(value)
-                for key, value in status.items()
-            }
-        )
+        try:
+            self._writer.close(
+                {
+                    f"server_metrics_{key}": "" if value is None else str(value)
+                    for key, value in status.items()
+                }
+            )
+        except OSError as exc:  # (the disk: the run's own files say so; these are extras)
+            status["write_error"] = str(exc)
+            self._log.warning(f"server metrics: cannot write server_metrics.parquet: {exc}")
         return status
