@@ -11,9 +11,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from veeksha.scenario.models import Scenario
+
+if TYPE_CHECKING:
+    from veeksha.server.managed import ManagedServer
 
 __all__ = ["PointResult", "read_summary", "run_point"]
 
@@ -36,10 +39,13 @@ def run_point(
     quiet: bool = True,
     plots: bool = True,
     dry_run: bool = False,
+    server: ManagedServer | None = None,
 ) -> PointResult:
     """Run ``scenario`` into a new run folder below ``output_dir`` (default: the scenario's
     ``output_dir``) and return what it left. The built-in simulator, when the scenario uses it,
-    is started for this run and stopped after it."""
+    is started for this run and stopped after it. ``server``: the scenario's managed server,
+    already running and shared by the points whose ``server_identity`` is the same
+    (``veeksha.server.managed``); without it a ``server:`` section starts one for this run."""
     from veeksha.engine.run import exit_code_for, run_scenario
     from veeksha.engine.target import spawn_simulator
     from veeksha.record.run_folder import create_run_folder, write_config
@@ -49,7 +55,13 @@ def run_point(
     simulator = spawn_simulator(scenario, dry_run)
     try:
         outcome = run_scenario(
-            scenario, run_dir, quiet=quiet, dry_run=dry_run, plots=plots, simulator=simulator
+            scenario,
+            run_dir,
+            quiet=quiet,
+            dry_run=dry_run,
+            plots=plots,
+            simulator=simulator,
+            server=server,
         )
     finally:
         if simulator is not None:

@@ -17,6 +17,7 @@ import pytest
 
 from veeksha.engine.run import run_scenario
 from veeksha.errors import ConfigurationError, TargetError
+from veeksha.experiment.point import run_point
 from veeksha.scenario.loader import load_scenario_text
 from veeksha.scenario.server import CommandServer
 from veeksha.server.managed import SERVER_LOG, ManagedServer, server_identity
@@ -104,13 +105,15 @@ def test_runs_given_a_running_server_share_it_and_leave_it_running(tmp_path: Pat
     with ManagedServer.for_scenario(scenario, tmp_path / SERVER_LOG) as server:
         pid = server.pid
         assert pid is not None
-        for name in ("a", "b"):
-            run_dir = tmp_path / name
-            outcome = run_scenario(scenario, run_dir, quiet=True, plots=False, server=server)
-            assert outcome.requests == 4
-            assert not (tmp_path / name / SERVER_LOG).exists()
-            assert server.running
-            assert server.pid == pid
+        outcome = run_scenario(scenario, tmp_path / "a", quiet=True, plots=False, server=server)
+        assert outcome.requests == 4
+        point = run_point(scenario, tmp_path / "b", plots=False, server=server)  # the sweep seam
+        assert point.exit_code == 0
+        assert point.summary["requests"]["total"] == 4
+        for run_dir in (tmp_path / "a", *(tmp_path / "b").iterdir()):
+            assert not (run_dir / SERVER_LOG).exists()
+        assert server.running
+        assert server.pid == pid
     assert _gone(pid)
     assert server_identity(scenario) == server_identity(scenario.model_copy())
     other = scenario.model_copy(update={"server": CommandServer(command=["x"], model="m")})
