@@ -120,7 +120,10 @@ def test_runs_given_a_running_server_share_it_and_leave_it_running(tmp_path: Pat
     assert server_identity(other) != server_identity(scenario)
 
 
-def test_sigkill_of_veeksha_mid_run_leaves_no_server(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_sigkill_or_ctrl_c_of_veeksha_mid_run_leaves_no_server(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
     scenario = tmp_path / "s.yaml"
     scenario.write_text(QUICK.format(sessions=100000, timeout=300))
     out = tmp_path / "o"
@@ -143,8 +146,9 @@ def test_sigkill_of_veeksha_mid_run_leaves_no_server(tmp_path: Path) -> None:
         assert log is not None, "the run never started"
         pid = _server_pid(log)
         assert psutil.pid_exists(pid)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
+        proc.send_signal(sig)
+        code = proc.wait(60)
+        assert code == (-signal.SIGKILL if sig == signal.SIGKILL else 3)  # 3: interrupted
         assert _gone(pid)
         assert _group_gone(pid)
     finally:
