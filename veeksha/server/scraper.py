@@ -4,8 +4,9 @@ The thread scrapes at ``t0 + k × interval`` (an absolute schedule: a slow scrap
 itself), once more when stopped (so counters have a value at both ends of the run), parses each
 answer with ``prometheus_client``'s text parser and hands the samples to the
 ``ServerMetricsWriter``. Blocking HTTP is fine there: the event loop never waits for it. Its
-only cost to the traffic is the GIL while one answer is parsed (about a millisecond for a vLLM
-answer, once an interval).
+only cost to the traffic is the GIL while an answer is parsed (~20 µs of CPU a line, measured
+by ``benchmarks/server_metrics.py``): released after each metric family, so the event loop waits
+at most one family's parse (a histogram: ~0.5 ms), once an interval.
 
 A scrape that fails (no answer, an HTTP error, a body that is not Prometheus text) costs one
 warning (the first), and the run goes on; the file's metadata says how many failed and why
@@ -32,8 +33,12 @@ _FLUSH_EVERY = 10  # scrapes per Parquet part
 _MAX_BODY = 16 * 1024 * 1024
 
 
-def parse_metrics(text: str) -> list[Sample]:
-    """The samples of a Prometheus text answer; ``ValueError`` when it is not one."""
+def parse_metrics(text: str, pause: Callable[[], None] | None = None) -> list[Sample]:
+    """The samples of a Prometheus text answer; ``ValueError`` when it is not one.
+
+    ``pause()`` runs after each metric family: the scraper releases the GIL there, so the event
+    loop never waits for more than one family's parse (the parser costs ~20 µs a line: a
+    whole vLLM answer, ~1,000 lines, would otherwise hold the GIL for ~20 ms)."""
     # (loaded by ServerWatch.for_run before t0, and only when scraping: ~30 ms of start-up)
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -43,7 +48,13 @@ def parse_metrics(text: str) -> list[Sample]:
             labels = json.dumps(sample.labels, sort_keys=True, separators=(",", ":"))
             value = float(sample.value)
             samples.append((sample.name, labels, value, family.type, canonical_name(sample.name)))
+        if pause is not None:
+            pause()
     return samples
+
+
+def _yield_gil() -> None:
+    time.sleep(0)  # releases the GIL: the event loop runs now if it was waiting
 
 
 class MetricsScraper:
@@ -78,7 +89,8 @@ class MetricsScraper:
     def stop(self) -> dict[str, Any]:
         """Stop the thread after one last scrape; what happened (for the file's metadata)."""
         self._stop.set()
-        self._thread.join()
+        if self._thread.ident is not None:  # (never started: the run failed before t0)
+            self._thread.join()
         self.scrape()
         return self.status()
 
@@ -117,7 +129,7 @@ class MetricsScraper:
             )
             if not answer.ok:
                 raise ValueError(f"HTTP {answer.status} {answer.reason}".strip())
-            samples = parse_metrics(answer.body.decode("utf-8", errors="replace"))
+            samples = parse_metrics(answer.body.decode("utf-8", errors="replace"), _yield_gil)
             if not samples:
                 raise ValueError("the answer holds no metrics")
         except (TargetError, ValueError, UnicodeError) as exc:
