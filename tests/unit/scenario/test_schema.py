@@ -71,7 +71,7 @@ def _check_jsonschema(*files: Path) -> subprocess.CompletedProcess[str]:
 
 def test_samples_validate_with_check_jsonschema() -> None:
     files = [*SCENARIOS, *UPSTREAM_SAMPLES]
-    assert len(SCENARIOS) == 6
+    assert len(SCENARIOS) == 7
     done = _check_jsonschema(*files)
     assert done.returncode == 0, done.stdout + done.stderr
 
