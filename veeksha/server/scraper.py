@@ -24,6 +24,7 @@ from typing import Any
 from veeksha.errors import TargetError
 from veeksha.net import fetch
 from veeksha.record.server_metrics import Sample, ServerMetricsWriter
+from veeksha.redact import Redactor
 from veeksha.server.metric_names import canonical_name
 
 __all__ = ["MetricsScraper", "parse_metrics"]
@@ -71,6 +72,7 @@ class MetricsScraper:
     ) -> None:
         self.url = url
         self._api_key = api_key
+        self._redact = Redactor(api_key)  # (a parser error quotes the body: it may echo the key)
         self._interval_ns = round(interval_s * _NS)
         self._timeout_s = min(max(interval_s, 0.5), 5.0)
         self._t0_ns = t0_ns
@@ -147,7 +149,7 @@ class MetricsScraper:
     def _failed(self, why: str) -> None:
         self.failed += 1
         if self.error is None:
-            self.error = f"GET {self.url}: {why}"[:500]
+            self.error = self._redact(f"GET {self.url}: {why}", limit=500)
             self._warn(
                 f"server metrics: {self.error}; the run goes on without them (set "
                 "server_metrics.url, or server_metrics.enabled: false)"

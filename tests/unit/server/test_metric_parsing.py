@@ -3,6 +3,8 @@ mapped to canonical ones, anything else refused as a whole."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from veeksha.server.metric_names import CANONICAL, canonical_name
@@ -68,3 +70,27 @@ def test_nvidia_smi_lines_become_gpu_gauges_without_unreadable_fields() -> None:
         "gpu:memory_total",
     ]
     assert parse_line("NVIDIA-SMI has failed") == []
+
+
+def test_a_scrape_error_quoting_the_key_is_masked(tmp_path: Path) -> None:
+    from veeksha.record.server_metrics import ServerMetricsWriter
+    from veeksha.server.scraper import MetricsScraper
+
+    warnings: list[str] = []
+    scraper = MetricsScraper(
+        "http://127.0.0.1:1/metrics",
+        "sk-very-secret-1234",
+        1.0,
+        0,
+        ServerMetricsWriter(tmp_path, {}),
+        warnings.append,
+    )
+    scraper.scrape()  # (nothing listens there: a failure, counted)
+    scraper.error = None
+    scraper._failed("invalid metric name: Bearer sk-very-secret-1234 echoed")
+    assert scraper.error is not None
+    assert "sk-very-secret" not in scraper.error
+    assert "Bearer ***" in scraper.error
+    assert len(warnings) == 2
+    assert "sk-very-secret" not in warnings[1]
+    assert scraper.status()["status"] == "failed"
