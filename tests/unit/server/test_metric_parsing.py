@@ -86,7 +86,8 @@ def test_a_scrape_error_quoting_the_key_is_masked(tmp_path: Path) -> None:
         warnings.append,
     )
     scraper.scrape()  # (nothing listens there: a failure, counted)
-    scraper.error = None
+    scraper.error = None  # a second failing scrape, whose error quotes a body echoing the key
+    scraper.scrapes += 1
     scraper._failed("invalid metric name: Bearer sk-very-secret-1234 echoed")
     assert scraper.error is not None
     assert "sk-very-secret" not in scraper.error
