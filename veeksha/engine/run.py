@@ -405,11 +405,12 @@ class _Run:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             progress.stop()
-            if watch is not None:
-                self.server_metrics = watch.stop()
-            if self._drain_task is not None:
-                await self._drain_task
-            await self.pool.stop(grace_s=0.0)
+            try:
+                if self._drain_task is not None:
+                    await self._drain_task
+                await self.pool.stop(grace_s=0.0)
+            finally:  # (the watch's last scrape after the drain: every answer counted)
+                self.server_metrics = None if watch is None else watch.stop()
             if traffic.in_flight:
                 traffic.abandon_in_flight("worker_lost")
             timers.close()
