@@ -53,7 +53,8 @@ def _parse_cpu_us(text: str, repeats: int = 200) -> float:
 
 
 def measure(repeats: int) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+    # (before the runs: a run pins this process to one CPU)
+    out: dict[str, Any] = {"machine": machine().line()}
     with SimulatorProcess(SimulatorConfig()) as sim:
         fetch(
             "POST",
@@ -86,7 +87,7 @@ def render(out: dict[str, Any], repeats: int) -> str:
         "",
         "`python -m benchmarks.server_metrics`",
         "",
-        machine().line(),
+        out["machine"],
         "",
         f"- parsing one /metrics answer of the simulator ({out['lines']} lines, vLLM names with"
         f" two histograms): {out['parse_us']:.0f} µs CPU; ten times that answer:"
