@@ -67,9 +67,11 @@ from veeksha.scenario.models import (
 )
 from veeksha.schedule.arrivals import ConcurrencyRamp
 from veeksha.schedule.session_state import NodeState
+from veeksha.server.watch import ServerWatch
 from veeksha.timers import LoopTimers
 
 if TYPE_CHECKING:
+    from veeksha.server.managed import ManagedServer
     from veeksha.simulator.process import SimulatorProcess
 
 __all__ = ["RunOutcome", "run_benchmark", "run_scenario"]
@@ -130,13 +132,15 @@ def run_scenario(
     dry_run: bool = False,
     plots: bool = True,
     simulator: SimulatorProcess | None = None,
+    server: ManagedServer | None = None,
 ) -> RunOutcome:
     """Run ``scenario`` into ``run_dir`` on a uvloop event loop; returns what happened.
 
     ``dry_run`` sends nothing (each request completes at once inside this process, no workers:
     ``veeksha.dispatch.inprocess``); ``plots=False`` skips the evaluation's PNGs. ``simulator``:
     the built-in simulator already spawned for this run (``engine.target.spawn_simulator``),
-    used and stopped by the run.
+    used and stopped by the run. ``server``: the scenario's managed server, already running
+    and shared with other runs (``veeksha.server.managed``): used, left running.
     """
     problems = scenario.problems()  # (a loaded scenario has none: the loader reports them)
     if problems:
@@ -146,6 +150,7 @@ def run_scenario(
     run = _Run(scenario, Path(run_dir), quiet, dry_run)
     run.plots = plots
     run.simulator = simulator
+    run.server = server
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(run.execute())
 
@@ -180,6 +185,8 @@ class _Run:
         self.plots = True
         self.trace: OpenTrace | None = None
         self.simulator: SimulatorProcess | None = None
+        self.server: ManagedServer | None = None
+        self.server_metrics: dict[str, Any] | None = None  # what the scraper did (ServerWatch)
 
     async def execute(self) -> RunOutcome:
         try:
@@ -219,7 +226,9 @@ class _Run:
         # The built-in simulator shares the workers' CPUs, never the main process' one (it
         # would otherwise inherit the main process' pinning).
         spare = sorted({cpu for cpus in plan.worker_cpus for cpu in cpus} - set(plan.main_cpus))
-        with TargetContext(self.scenario, self.dry_run, spare or None, self.simulator) as target:
+        with TargetContext(
+            self.scenario, self.dry_run, spare or None, self.simulator, self.server, self.run_dir
+        ) as target:
             log.info(f"target: {describe(target)}")
             await self._run_with_target(target, num_workers, plan.worker_cpus)
 
@@ -409,6 +418,7 @@ class _Run:
             periodic=None if streaming is None else streaming.snapshot,
             log=self.log.info,
         )
+        watch = ServerWatch.for_run(scenario, target, self.run_dir, t0_ns, metadata, self.log)
         self.log.info(f"t0 = {t0_wall.isoformat()}")
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal)
@@ -419,6 +429,8 @@ class _Run:
         worker_wait.start()
         try:
             progress.start()
+            if watch is not None:
+                watch.start()
             traffic.start(t0_ns)
             await finished
         finally:
@@ -426,9 +438,12 @@ class _Run:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             progress.stop()
-            if self._drain_task is not None:
-                await self._drain_task
-            await self.pool.stop(grace_s=0.0)
+            try:
+                if self._drain_task is not None:
+                    await self._drain_task
+                await self.pool.stop(grace_s=0.0)
+            finally:  # (the watch's last scrape after the drain: every answer counted)
+                self.server_metrics = None if watch is None else watch.stop()
             if traffic.in_flight:
                 traffic.abandon_in_flight("worker_lost")
             timers.close()
@@ -565,6 +580,7 @@ class _Run:
                 "worker_cpu_wait_s": self.worker_cpu_wait_s,
                 "num_workers": self.num_workers,
                 "target": describe(target),
+                "server_metrics": self.server_metrics,
             }
             run_info["phases"] = traffic.phase_windows(self.clock.now_ns())
             if self.trace is not None:

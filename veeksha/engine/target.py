@@ -7,6 +7,7 @@ import json
 import os
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ from veeksha.scenario.models import (
 from veeksha.scenario.simulator import SimulatorModel
 
 if TYPE_CHECKING:
+    from veeksha.server.managed import ManagedServer
     from veeksha.simulator.process import SimulatorProcess
 
 __all__ = [
@@ -69,7 +71,7 @@ class Target:
     api_base: str
     model: str
     api_key: str | None
-    kind: str  # "simulator" | "endpoint" | "dry_run"
+    kind: str  # "simulator" | "endpoint" | "managed" | "dry_run"
     description: dict[str, Any] = field(default_factory=dict)
     clients: list[ClientTarget] = field(default_factory=list)
 
@@ -148,12 +150,18 @@ class TargetContext(AbstractContextManager["Target"]):
         dry_run: bool = False,
         simulator_cpus: list[int] | None = None,
         simulator: SimulatorProcess | None = None,
+        server: ManagedServer | None = None,
+        run_dir: Path | None = None,
     ) -> None:
         self._scenario = scenario
         self._dry_run = dry_run
         self._simulator_cpus = simulator_cpus
         # a simulator spawned ahead (``spawn_simulator``) is used and stopped here
         self._simulator: SimulatorProcess | None = simulator
+        # a managed server already running (shared by several runs) is used, never stopped here
+        self.server: ManagedServer | None = server
+        self._own_server: ManagedServer | None = None
+        self._run_dir = run_dir
 
     def __enter__(self) -> Target:
         scenario = self._scenario
@@ -165,10 +173,15 @@ class TargetContext(AbstractContextManager["Target"]):
             ]
             first = clients[0]
             return Target(first.api_base, first.model, None, "dry_run", clients=clients)
+        managed = self._managed() if scenario.server is not None else None
         resolved: list[ClientTarget | None] = []
         for name, client in entries:
             api_key = resolve_api_key(client)
             api_base = _client_api_base(client)
+            if api_base is None and managed is not None:  # served by the managed server
+                model = client.model or managed.model
+                resolved.append(ClientTarget(name, managed.api_base, model, api_key, "managed"))
+                continue
             if api_base is None:
                 resolved.append(None)  # served by the built-in simulator
                 continue
@@ -182,7 +195,7 @@ class TargetContext(AbstractContextManager["Target"]):
             resolved.append(
                 ClientTarget(name, api_base.rstrip("/"), client.model, api_key, "endpoint")
             )
-        description: dict[str, Any] = {}
+        description: dict[str, Any] = {} if managed is None else {"server": managed.describe()}
         if any(target is None for target in resolved):
             if self._simulator is None:
                 self._simulator = _simulator_process(scenario)
@@ -201,12 +214,31 @@ class TargetContext(AbstractContextManager["Target"]):
         first = clients[0]
         return Target(first.api_base, first.model, first.api_key, first.kind, description, clients)
 
+    def _managed(self) -> ManagedServer:
+        """The scenario's managed server: the one given, or one started now for this run."""
+        from veeksha.server.managed import SERVER_LOG, ManagedServer
+
+        server = self.server
+        if server is None:
+            log_dir = self._run_dir if self._run_dir is not None else Path.cwd()
+            server = ManagedServer.for_scenario(self._scenario, log_dir / SERVER_LOG)
+            self._own_server = self.server = server
+            server.start()
+            if server.config.type == "veeksha_sim" and self._simulator_cpus:
+                _pin_tree(server.pid, self._simulator_cpus)
+        elif not server.running:
+            raise TargetError(f"the managed server given to the run is not running: {server.argv}")
+        return server
+
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._own_server is not None:
+            self._own_server.stop()
+            self._own_server = None
         if self._simulator is not None:
             self._simulator.stop()
             self._simulator = None
@@ -217,7 +249,7 @@ def spawn_simulator(scenario: Scenario, dry_run: bool = False) -> SimulatorProce
     (None when the run has a target of its own, or sends nothing): hand it to
     ``TargetContext``, which waits for it and stops it. Spawned before the caller's own set-up
     (the engine's imports), its start-up runs beside that on the other core."""
-    if dry_run or not _simulated(scenario):
+    if dry_run or scenario.server is not None or not _simulated(scenario):
         return None
     simulator = _simulator_process(scenario)
     simulator.spawn()

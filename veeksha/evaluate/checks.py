@@ -11,6 +11,7 @@ from veeksha.evaluate.generator_checks import GENERATOR_SATURATION, LIFECYCLE_DE
 from veeksha.evaluate.health import HealthCheck, HealthInput, HealthReport
 from veeksha.evaluate.number_checks import SERVER_NUMBERS
 from veeksha.evaluate.request_checks import DEPENDENCIES, OUTPUT_LENGTH, PROMPT_LENGTH
+from veeksha.evaluate.server_checks import SERVER_AGREEMENT
 from veeksha.evaluate.source import release_memory
 from veeksha.evaluate.trace_sharing import PREFIX_SHARING
 
@@ -26,6 +27,7 @@ HEALTH_CHECKS: tuple[HealthCheck, ...] = (
     PREFIX_SHARING,
     LIFECYCLE_DELAYS,
     GENERATOR_SATURATION,
+    SERVER_AGREEMENT,
 )
 
 

@@ -63,7 +63,9 @@ def _evaluate(run_dir: Path, *, write: bool, plots: bool = True) -> Any:
     requests, sessions = requests_source(run_dir), sessions_source(run_dir)
     if write:
         return evaluate_run(run_dir, scenario, requests, sessions, info, plots=plots)
-    return compute_evaluation(scenario, requests, sessions, info)
+    from veeksha.evaluate.server_view import load_server_view
+
+    return compute_evaluation(scenario, requests, sessions, info, server=load_server_view(run_dir))
 
 
 @click.command()

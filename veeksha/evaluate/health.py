@@ -18,12 +18,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import pyarrow as pa
 
 from veeksha.evaluate.jsonio import jsonable, write_json
 from veeksha.scenario.models import HealthChecks, Scenario
+
+if TYPE_CHECKING:
+    from veeksha.evaluate.server_view import ServerView
 
 __all__ = [
     "FAIL",
@@ -52,6 +55,7 @@ class HealthInput:
     sessions: pa.Table
     scenario: Scenario
     run_info: Mapping[str, Any] = field(default_factory=dict)
+    server: ServerView | None = None  # the server's own metrics (server_metrics.parquet)
 
     @property
     def thresholds(self) -> HealthChecks:

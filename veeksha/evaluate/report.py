@@ -133,6 +133,37 @@ def _health_table(health: dict[str, Any]) -> Table:
     return table
 
 
+_SERVER_ROWS = (
+    ("running (peak / mean)", "running_peak", "running_mean", ""),
+    ("waiting (peak / mean)", "waiting_peak", "waiting_mean", ""),
+    ("KV cache usage (peak)", "kv_usage_peak", None, "%"),
+    ("prefix-cache hit rate", "prefix_hit_rate", None, "%"),
+    ("preemptions", "preemptions", None, ""),
+    ("requests finished", "finished", None, ""),
+)
+
+
+def _server_table(server: dict[str, Any]) -> Table:
+    """The server's own view (summary.json's ``server``): its queue, KV cache, prefix cache."""
+    title = f"server's view ({server.get('scrapes', 0)} scrapes of its metrics)"
+    table = Table(title=title, title_justify="left", show_header=False)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for label, key, mean_key, unit in _SERVER_ROWS:
+        value = server.get(key)
+        if value is None:
+            continue
+        scale = 100.0 if unit == "%" else 1.0
+        text = f"{_num(value * scale)}{unit}"
+        if mean_key is not None and server.get(mean_key) is not None:
+            text += f" / {_num(server[mean_key])}"
+        table.add_row(label, text)
+    for key, value in server.items():
+        if key.endswith("_peak") and "_gpu" in key and value is not None:
+            table.add_row(f"{key.removesuffix('_peak').replace('_', ' ')} (peak)", _num(value))
+    return table
+
+
 def _slo_table(slos: Sequence[dict[str, Any]]) -> Table:
     table = Table(title="SLOs", title_justify="left")
     for name in ("slo", "metric", "observed", "threshold", "met"):
@@ -201,6 +232,8 @@ def render_summary(
     if summary.get("phases"):
         console.print(_phase_table(summary["phases"]))
     render_groups(console, summary)
+    if summary.get("server"):
+        console.print(_server_table(summary["server"]))
     console.print(_health_table(health or _checks_from_summary(summary)))
     slos = summary.get("slos", {}).get("results", [])
     if slos:

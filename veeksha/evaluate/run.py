@@ -44,6 +44,8 @@ from veeksha.evaluate.metrics import Digest
 from veeksha.evaluate.outputs import write_metric_csvs, write_slo, write_summary
 from veeksha.evaluate.phases import combine_arrival_checks, phase_sections
 from veeksha.evaluate.plots import CDF_METRICS, write_plots
+from veeksha.evaluate.server_plot import write_server_plot
+from veeksha.evaluate.server_view import ServerView, load_server_view
 from veeksha.evaluate.slo import SloResult, all_met, judge_slos, scenario_slos
 from veeksha.evaluate.source import ColumnSource, release_memory
 from veeksha.evaluate.stats import measured_rows
@@ -130,12 +132,15 @@ def compute_evaluation(
     run_info: Mapping[str, Any] | None = None,
     *,
     cdf_metrics: tuple[str, ...] = (),
+    server: ServerView | None = None,
 ) -> Evaluation:
     """Metrics, health checks and SLOs of a run, without writing anything.
 
     ``requests`` and ``sessions`` are tables in memory or ``ColumnSource``s over the run's files
     (the evaluation then reads a column at a time, its memory bounded whatever the run's size).
-    ``cdf_metrics``: the metrics whose CDF the digests keep (for the plots).
+    ``cdf_metrics``: the metrics whose CDF the digests keep (for the plots). ``server``: the
+    server's own metrics (``load_server_view``), for summary.json's ``server`` section and the
+    ``server_agreement`` check.
     """
     info = jsonable(dict(run_info or {}))
     measured = measured_rows(requests)
@@ -143,7 +148,9 @@ def compute_evaluation(
     slos = scenario_slos(scenario)
     aggregates = compute_aggregates(measured, measured_sessions, slos, cdf_metrics)
     slo_results = judge_slos(slos, aggregates.digests)
-    health = run_health_checks(HealthInput(requests, measured, measured_sessions, scenario, info))
+    health = run_health_checks(
+        HealthInput(requests, measured, measured_sessions, scenario, info, server)
+    )
     phases: dict[str, Any] = {}
     if scenario.phases:  # each phase on its own, the run's arrival checks the phases' own
         phases, reports = phase_sections(scenario, requests, sessions, slos, info)
@@ -152,6 +159,8 @@ def compute_evaluation(
     if phases:
         summary["phases"] = phases
     summary |= group_sections(scenario, requests)  # several clients, agents (evaluate/groups)
+    if server is not None:
+        summary["server"] = jsonable(server.section())
     return Evaluation(
         summary, health, slo_results, aggregates.digests, scenario.health_checks.strict
     )
@@ -175,7 +184,10 @@ def evaluate_run(
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     cdf_metrics = CDF_METRICS if plots else ()
-    evaluation = compute_evaluation(scenario, requests, sessions, run_info, cdf_metrics=cdf_metrics)
+    server = load_server_view(run_dir)
+    evaluation = compute_evaluation(
+        scenario, requests, sessions, run_info, cdf_metrics=cdf_metrics, server=server
+    )
     files = [write_summary(run_dir, evaluation.summary), write_slo(run_dir, evaluation.slos)]
     evaluation.health.write(run_dir)
     files += [run_dir / "health.json", run_dir / "health.txt"]
@@ -188,5 +200,7 @@ def evaluate_run(
             if scenario.phases and isinstance(w, dict) and w.get("start") is not None
         ]
         files += write_plots(run_dir, measured_rows(requests), evaluation.digests, boundaries)
+        if server is not None:
+            files += write_server_plot(run_dir, requests, server)
     evaluation.files = files
     return evaluation

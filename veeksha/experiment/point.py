@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # (a sweep's report reads points without building the scenario models)
     from veeksha.scenario.models import Scenario
+    from veeksha.server.managed import ManagedServer
 
 __all__ = ["PointResult", "read_summary", "run_point"]
 
@@ -38,11 +39,14 @@ def run_point(
     plots: bool = True,
     dry_run: bool = False,
     run_dir: str | Path | None = None,
+    server: ManagedServer | None = None,
 ) -> PointResult:
     """Run ``scenario`` into a new run folder below ``output_dir`` (default: the scenario's
     ``output_dir``) and return what it left; ``run_dir``: this folder instead (made if needed;
     a sweep names its points' folders). The built-in simulator, when the scenario uses it,
-    is started for this run and stopped after it."""
+    is started for this run and stopped after it. ``server``: the scenario's managed server,
+    already running and shared by the points whose ``server_identity`` is the same
+    (``veeksha.server.managed``); without it a ``server:`` section starts one for this run."""
     from veeksha.engine.run import exit_code_for, run_scenario
     from veeksha.engine.target import spawn_simulator
     from veeksha.record.run_folder import create_run_folder, write_config
@@ -56,7 +60,13 @@ def run_point(
     simulator = spawn_simulator(scenario, dry_run)
     try:
         outcome = run_scenario(
-            scenario, run_dir, quiet=quiet, dry_run=dry_run, plots=plots, simulator=simulator
+            scenario,
+            run_dir,
+            quiet=quiet,
+            dry_run=dry_run,
+            plots=plots,
+            simulator=simulator,
+            server=server,
         )
     finally:
         if simulator is not None:

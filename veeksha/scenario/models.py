@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from veeksha.scenario.server import ManagedServerConfig, ServerMetricsConfig
 from veeksha.scenario.simulator import SimulatorConfig
 
 __all__ = [
@@ -1053,6 +1054,14 @@ class Scenario(StrictModel):
         default_factory=list,
         description="Phases of one run (warmup, then load steps); empty: warmup and measured.",
     )
+    server: ManagedServerConfig | None = Field(
+        None,
+        description="A server veeksha starts for the run and stops after it (docs/server.md).",
+    )
+    server_metrics: ServerMetricsConfig = Field(
+        default_factory=ServerMetricsConfig,
+        description="Scraping the server's Prometheus /metrics during the run.",
+    )
 
     @field_validator("clients", mode="before")
     @classmethod
@@ -1082,6 +1091,18 @@ class Scenario(StrictModel):
 
     @model_validator(mode="after")
     def _model_with_api_base(self) -> Scenario:
+        if self.server is not None and self.client.api_base is not None:
+            raise ValueError(
+                "client.api_base and server are both set: the managed server's address becomes "
+                "the api_base; remove client.api_base"
+            )
+        server = self.server
+        if (
+            server is not None
+            and server.type == "command"
+            and not (server.model or self.client.model)
+        ):
+            raise ValueError("server type 'command' needs server.model or client.model")
         if self.client.api_base is not None and not self.client.model:
             raise ValueError("client.model is required when client.api_base is set")
         if isinstance(self.traffic_scheduler, TraceScheduler) and not isinstance(

@@ -134,6 +134,7 @@ class Generation:
         self._done = True
         self.server.stats.cancelled += 1
         self.server.stats.generation_tokens += self.seq.generated
+        self.server.stats.vllm.ended("abort", None, None)
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
@@ -184,6 +185,9 @@ class Generation:
         seq = self.seq
         server = self.server
         server.stats.generation_tokens += seq.generated
+        ttft_ns = (self.first_ns or now_ns) - seq.arrival_ns
+        reason = "length" if seq.generated >= self.req.max_tokens else "stop"
+        server.stats.vllm.ended(reason, ttft_ns / 1e9, (now_ns - seq.arrival_ns) / 1e9)
         cache = server.cache
         if cache is not None:
             tokens = self.req.tokens + server.text.tokens(self.offset, seq.generated)

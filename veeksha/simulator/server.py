@@ -26,6 +26,7 @@ from veeksha.simulator.generation import Generation
 from veeksha.simulator.http import HttpConnection, Request, response_head
 from veeksha.simulator.subword import ByteTokenizer, SubwordTokenizer, subword_tokenizer
 from veeksha.simulator.timing import Driver, EngineDriver, FixedDriver
+from veeksha.simulator.vllm_metrics import VllmCounters, vllm_lines
 from veeksha.simulator.wire import (
     ApiError,
     OutputText,
@@ -70,6 +71,7 @@ class Stats:
     generation_tokens: int = 0
     cancelled: int = 0
     tokenize_delayed: int = 0
+    vllm: VllmCounters = field(default_factory=VllmCounters)
 
 
 def engine_params(config: SimulatorConfig) -> EngineParams:
@@ -387,4 +389,24 @@ class SimServer:
         lines += [
             f'veeksha_sim_faults_total{{{label},kind="{k}"}} {v}' for k, v in s.faults.items()
         ]
+        lines += vllm_lines(
+            f'model_name="{self.config.model}",engine="{self.process_index}"',
+            s.vllm,
+            running=len(slots.running),
+            waiting=len(slots.waiting),
+            kv_usage=self._kv_usage(),
+            cache_queries=queries,
+            cache_hits=hits,
+            prompt_tokens=s.prompt_tokens,
+            generation_tokens=s.generation_tokens,
+        )
         return "\n".join(lines) + "\n"
+
+    def _kv_usage(self) -> float:
+        """KV blocks the running sequences hold over the KV capacity (docs: vllm_metrics)."""
+        config = self.config
+        block = config.prefix_cache_block_size
+        capacity = config.prefix_cache_tokens or (config.max_num_seqs or 1) * config.max_model_len
+        running = self.driver.slots.running
+        held = sum(-(-(seq.prompt_tokens + seq.generated) // block) for seq in running)
+        return min(held * block / capacity, 1.0) if capacity else 0.0

@@ -132,6 +132,7 @@ client:
 runtime: {{max_sessions: {sessions}, benchmark_timeout: 60, num_workers: 1}}
 trace_recorder: {{enabled: true, include_content: true}}
 evaluators: [{{type: performance, stream_metrics: false}}]
+server_metrics: {{enabled: false}}  # (the tests count every request the run sends)
 {extra}
 """
 

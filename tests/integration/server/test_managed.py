@@ -1,0 +1,214 @@
+"""Managed servers: started, used, logged and stopped by veeksha, and never left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import pytest
+
+from veeksha.engine.run import run_scenario
+from veeksha.errors import ConfigurationError, TargetError
+from veeksha.experiment.point import run_point
+from veeksha.scenario.loader import load_scenario_text
+from veeksha.scenario.server import CommandServer
+from veeksha.server.managed import SERVER_LOG, ManagedServer, server_identity
+
+TINY = str(Path(__file__).with_name("tiny_server.py"))
+VEEKSHA = str(Path(sys.executable).parent / "veeksha")
+
+QUICK = """
+server: {{type: veeksha_sim}}
+traffic_scheduler:
+  type: rate
+  interval_generator: {{type: poisson, arrival_rate: 50}}
+session_generator:
+  type: synthetic
+  session_graph: {{type: single_request}}
+  output_spec: {{text: {{output_length_generator: {{type: fixed, value: 4}}}}}}
+runtime: {{max_sessions: {sessions}, benchmark_timeout: {timeout}, num_workers: 1}}
+trace_recorder: {{enabled: false}}
+evaluators: [{{type: performance, stream_metrics: false}}]
+"""
+
+
+def _gone(pid: int, within_s: float = 20.0) -> bool:
+    """Whether process ``pid`` is gone (or a zombie) within a generous "it did not hang" limit."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _group_gone(pgid: int) -> bool:
+    return all(_gone(p.pid) for p in psutil.process_iter() if _pgid(p.pid) == pgid)
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+def _server_pid(log: Path) -> int:
+    found = re.search(r"server pid (\d+)", log.read_text())
+    assert found, log.read_text()
+    return int(found.group(1))
+
+
+def test_managed_sim_scenario_runs_logs_its_server_reports_its_view_and_stops_it(
+    tmp_path: Path,
+) -> None:
+    scenario = Path(__file__).parents[3] / "scenarios" / "managed_sim.yaml"
+    quick = ["runtime.max_sessions=10", "simulator.decode_step_ms=2", "server_metrics.interval=0.2"]
+    proc = subprocess.run(
+        [VEEKSHA, "run", str(scenario), "--output-dir", str(tmp_path / "o")]
+        + [arg for setting in quick for arg in ("--set", setting)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert proc.returncode in (0, 4), proc.stderr  # (4: a health check failed on a busy host)
+    assert "server's view" in proc.stderr
+    (run_dir,) = (tmp_path / "o").iterdir()
+    requests = pd.read_parquet(run_dir / "requests.parquet")
+    assert len(requests) == 10
+    assert (requests.status == "ok").all()
+    assert (run_dir / "plots" / "server_timeline.png").exists()
+    log = (run_dir / SERVER_LOG).read_text()
+    assert "veeksha sim-server listening on" in log
+    assert "[veeksha] stopped" in log
+    assert _gone(_server_pid(run_dir / SERVER_LOG))
+    target = json.loads(json.loads((run_dir / "summary.json").read_text())["run"]["target"])
+    assert target["kind"] == "managed"
+    assert target["server"]["type"] == "veeksha_sim"
+
+
+def test_runs_given_a_running_server_share_it_and_leave_it_running(tmp_path: Path) -> None:
+    scenario = load_scenario_text(QUICK.format(sessions=4, timeout=30), "s.yaml")
+    with ManagedServer.for_scenario(scenario, tmp_path / SERVER_LOG) as server:
+        pid = server.pid
+        assert pid is not None
+        outcome = run_scenario(scenario, tmp_path / "a", quiet=True, plots=False, server=server)
+        assert outcome.requests == 4
+        point = run_point(scenario, tmp_path / "b", plots=False, server=server)  # the sweep seam
+        assert point.exit_code == 0
+        assert point.summary["requests"]["total"] == 4
+        for run_dir in (tmp_path / "a", *(tmp_path / "b").iterdir()):
+            assert not (run_dir / SERVER_LOG).exists()
+        assert server.running
+        assert server.pid == pid
+    assert _gone(pid)
+    assert server_identity(scenario) == server_identity(scenario.model_copy())
+    other = scenario.model_copy(update={"server": CommandServer(command=["x"], model="m")})
+    assert server_identity(other) != server_identity(scenario)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_sigkill_or_ctrl_c_of_veeksha_mid_run_leaves_no_server(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(QUICK.format(sessions=100000, timeout=300))
+    out = tmp_path / "o"
+    proc = subprocess.Popen(
+        [VEEKSHA, "run", str(scenario), "-q", "--no-plots", "--output-dir", str(out)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        log = None
+        while time.monotonic() < deadline:  # until requests flow (the run's t0 is past)
+            logs = list(out.glob(f"*/{SERVER_LOG}"))
+            runlog = list(out.glob("*/run.log"))
+            if logs and runlog and "t0 =" in runlog[0].read_text():
+                log = logs[0]
+                break
+            time.sleep(0.05)
+        assert log is not None, "the run never started"
+        pid = _server_pid(log)
+        assert psutil.pid_exists(pid)
+        proc.send_signal(sig)
+        code = proc.wait(60)
+        assert code == (-signal.SIGKILL if sig == signal.SIGKILL else 3)  # 3: interrupted
+        assert _gone(pid)
+        assert _group_gone(pid)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _server(tmp_path: Path, *command: str, **settings: object) -> ManagedServer:
+    config = CommandServer(command=list(command), model="tiny", **settings)  # type: ignore[arg-type]
+    return ManagedServer(config, tmp_path / SERVER_LOG, "tiny", api_key="sk-secret-key-123")
+
+
+def test_a_program_that_does_not_exist_is_a_configuration_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match=r"'no-such-server-xyz' was not found.*command"):
+        _server(tmp_path, "no-such-server-xyz", "--port", "{port}").start()
+
+
+def test_a_server_that_exits_at_once_fails_with_its_last_lines(tmp_path: Path) -> None:
+    script = "import sys; print('loading sk-secret-key-123'); print('boom: no GPU'); sys.exit(3)"
+    server = _server(tmp_path, sys.executable, "-c", script)
+    with pytest.raises(TargetError, match=r"exited with code 3 before it was ready") as caught:
+        server.start()
+    assert "boom: no GPU" in str(caught.value)
+    assert "sk-secret-key-123" not in str(caught.value)
+    assert "sk-secret-key-123" not in (tmp_path / SERVER_LOG).read_text()
+    assert "loading ***" in (tmp_path / SERVER_LOG).read_text()
+
+
+def test_a_server_never_ready_is_stopped_with_its_children(tmp_path: Path) -> None:
+    # /health is 404 and /v1/models would do, but ready_path insists on /health
+    server = _server(
+        tmp_path,
+        sys.executable,
+        TINY,
+        "{port}",
+        "--no-health",
+        "--child",
+        "--ignore-term",
+        ready_path="/health",
+        ready_timeout=1.0,
+        stop_timeout=0.2,
+    )
+    with pytest.raises(TargetError, match=r"not ready within 1 s \(GET /health: HTTP 404\)"):
+        server.start()
+    log = (tmp_path / SERVER_LOG).read_text()
+    child = int(re.search(r"child pid (\d+)", log).group(1))  # type: ignore[union-attr]
+    assert _gone(_server_pid(tmp_path / SERVER_LOG))
+    assert _gone(child)
+
+
+def test_ready_falls_back_to_models_and_stop_kills_the_process_group(tmp_path: Path) -> None:
+    server = _server(tmp_path, sys.executable, TINY, "{port}", "--no-health", "--child")
+    with server:
+        assert server.api_base.endswith(f":{server.port}/v1")
+        pid = server.pid
+        assert pid is not None
+        log = (tmp_path / SERVER_LOG).read_text()
+        child = int(re.search(r"child pid (\d+)", log).group(1))  # type: ignore[union-attr]
+        assert psutil.pid_exists(child)
+        assert os.getpgid(child) == pid
+    assert _gone(pid)
+    assert _gone(child)

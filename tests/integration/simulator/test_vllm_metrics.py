@@ -1,0 +1,69 @@
+"""The simulator's /metrics under vLLM's names, read with the Prometheus parser."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.integration.conftest import StartSimulator
+from tests.integration.simulator.helpers import chat, words
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def _one(samples: dict, name: str, **labels: str) -> float:
+    want = {"model_name": "veeksha-sim", "engine": "0", **labels}
+    return samples[(name, tuple(sorted(want.items())))]
+
+
+def test_vllm_series_follow_the_engine_queue_and_count_every_request(
+    start_simulator: StartSimulator,
+) -> None:
+    sim = start_simulator(max_num_seqs=2, itl_ms=20, prefix_cache_tokens=4096)
+
+    async def run() -> tuple[str, str]:
+        async with asyncio.timeout(10), aiohttp.ClientSession() as session:
+            body = chat(words(64, "vllm-metrics"), max_tokens=5, stream=False, ignore_eos=True)
+            url = f"{sim.base_url}/chat/completions"
+
+            async def one() -> None:
+                async with session.post(url, json=body) as resp:
+                    await resp.read()
+
+            tasks = [asyncio.create_task(one()) for _ in range(5)]
+            await asyncio.sleep(0.03)
+            async with session.get(f"{sim.root_url}/metrics") as resp:
+                during = await resp.text()
+            await asyncio.gather(*tasks)
+            async with session.get(f"{sim.root_url}/metrics") as resp:
+                after = await resp.text()
+            return during, after
+
+    during, after = (_samples(text) for text in asyncio.run(run()))
+    assert _one(during, "vllm:num_requests_running") == 2
+    assert _one(during, "vllm:num_requests_waiting") == 3
+    assert 0 < _one(during, "vllm:kv_cache_usage_perc") <= 1
+    assert _one(during, "vllm:gpu_cache_usage_perc") == _one(during, "vllm:kv_cache_usage_perc")
+    assert _one(after, "vllm:num_requests_running") == 0
+    assert _one(after, "vllm:num_requests_waiting") == 0
+    assert _one(after, "vllm:kv_cache_usage_perc") == 0
+    assert _one(after, "vllm:request_success_total", finished_reason="length") == 5
+    assert _one(after, "vllm:request_success_total", finished_reason="stop") == 0
+    assert _one(after, "vllm:generation_tokens_total") == 25
+    assert _one(after, "vllm:time_to_first_token_seconds_count") == 5
+    assert _one(after, "vllm:time_to_first_token_seconds_bucket", le="+Inf") == 5
+    assert _one(after, "vllm:e2e_request_latency_seconds_count") == 5
+    # the last two waited behind two whole answers (5 tokens × 20 ms each): TTFT above 0.08 s
+    assert _one(after, "vllm:time_to_first_token_seconds_bucket", le="0.08") <= 3
+    queries = _one(after, "vllm:prefix_cache_queries_total")
+    assert queries > 0
+    assert 0 < _one(after, "vllm:prefix_cache_hits_total") < queries  # one prompt: later ones hit
+    assert _one(after, "vllm:num_preemptions_total") == 0

@@ -1,0 +1,61 @@
+"""The server_agreement check: the server's finished count against the bounds of veeksha's rows."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from veeksha.evaluate.health import HealthInput
+from veeksha.evaluate.server_checks import SERVER_AGREEMENT
+from veeksha.evaluate.server_view import ServerView
+from veeksha.scenario.models import Scenario
+
+# 4 ok requests inside the scrapes, one failed, one sent before the first scrape (warm-up)
+ROWS = pa.table(
+    {
+        "sent_at": [0.1, 0.2, 0.3, 0.4, 0.5, -0.5],
+        "completed_at": [0.6, 0.7, 0.8, 0.9, None, 0.2],
+        "status": ["ok", "ok", "ok", "ok", "error", "ok"],
+        "retries": [0, 0, 0, 1, 0, 0],
+    }
+)
+
+
+def _check(finished: tuple[float, float], kind: str = "managed", processes: int = 1) -> tuple:
+    view = ServerView(series={"finished": (np.array([-0.1, 2.0]), np.array(finished))})
+    scenario = Scenario.model_validate(
+        {"server": {"type": "veeksha_sim"}, "simulator": {"processes": processes}}
+    )
+    info = {"target": json.dumps({"kind": kind})}
+    result = SERVER_AGREEMENT(HealthInput(ROWS, ROWS, ROWS, scenario, info, view))
+    return result.status, result.detail, result.statistics
+
+
+@pytest.mark.parametrize("finished", [4, 5, 7])
+def test_counts_within_the_rows_bounds_pass(finished: int) -> None:
+    status, _, stats = _check((10, 10 + finished))
+    assert status == "PASS"
+    assert (stats["ours_at_least"], stats["ours_at_most"]) == (4, 7)
+
+
+@pytest.mark.parametrize("finished", [3, 8])
+def test_counts_outside_fail_when_veeksha_owns_the_server(finished: int) -> None:
+    status, detail, _ = _check((10, 10 + finished))
+    assert status == "FAIL"
+    assert "disagree" in detail
+
+
+def test_another_servers_count_is_only_reported() -> None:
+    status, detail, _ = _check((0, 100), kind="endpoint")
+    assert status == "SKIP"
+    assert "other clients may share it" in detail
+    assert _check((0, 100), processes=2)[0] == "SKIP"
+
+
+def test_no_finished_count_is_a_skip() -> None:
+    scenario = Scenario()
+    result = SERVER_AGREEMENT(HealthInput(ROWS, ROWS, ROWS, scenario, {}, ServerView()))
+    assert result.status == "SKIP"

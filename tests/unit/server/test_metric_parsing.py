@@ -1,0 +1,97 @@
+"""Prometheus answers into samples: names kept as exposed, labels as sorted JSON, known names
+mapped to canonical ones, anything else refused as a whole."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from veeksha.server.metric_names import CANONICAL, canonical_name
+from veeksha.server.scraper import parse_metrics
+
+VLLM = """# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="m",engine="0"} 3.0
+# TYPE vllm:request_success_total counter
+vllm:request_success_total{model_name="m",finished_reason="stop"} 7.0
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{model_name="m",le="0.1"} 2.0
+vllm:time_to_first_token_seconds_bucket{model_name="m",le="+Inf"} 7.0
+vllm:time_to_first_token_seconds_sum{model_name="m"} 1.5
+vllm:time_to_first_token_seconds_count{model_name="m"} 7.0
+some_other_metric 42
+"""
+
+
+def test_samples_keep_their_exposed_names_kinds_and_sorted_labels() -> None:
+    samples = parse_metrics(VLLM)
+    assert samples[0] == (
+        "vllm:num_requests_waiting", '{"engine":"0","model_name":"m"}', 3.0, "gauge", "waiting"
+    )  # fmt: skip
+    assert samples[1][0] == "vllm:request_success_total"
+    assert samples[1][3:] == ("counter", "finished")
+    names = [s[0] for s in samples if s[3] == "histogram"]
+    assert names == [
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:time_to_first_token_seconds_sum",
+        "vllm:time_to_first_token_seconds_count",
+    ]
+    assert samples[-1] == ("some_other_metric", "{}", 42.0, "unknown", None)
+
+
+@pytest.mark.parametrize("text", ["<html>404</html>", '{"data": []}', "a b c"])
+def test_garbage_is_refused(text: str) -> None:
+    with pytest.raises(ValueError):  # noqa: PT011  (the parser's own messages vary)
+        parse_metrics(text)
+
+
+def test_every_engine_has_its_queue_metrics_named() -> None:
+    for prefix in ("vllm:", "sglang:", "llamacpp:", "tgi_"):
+        for canonical in ("running", "waiting"):
+            assert any(m.startswith(prefix) for m in CANONICAL[canonical])
+    assert canonical_name("sglang:num_queue_reqs") == "waiting"
+    assert canonical_name("tgi_request_success") == "finished"
+    assert canonical_name("llamacpp:kv_cache_usage_ratio") == "kv_usage"
+    assert canonical_name("process_cpu_seconds_total") is None
+
+
+def test_nvidia_smi_lines_become_gpu_gauges_without_unreadable_fields() -> None:
+    from veeksha.server.gpu import parse_line
+
+    assert parse_line("3, 97, 70000, 81920, 612.25\n") == [
+        ("gpu:utilization", '{"gpu": "3"}', 97.0, "gauge", None),
+        ("gpu:memory_used", '{"gpu": "3"}', 70000.0, "gauge", None),
+        ("gpu:memory_total", '{"gpu": "3"}', 81920.0, "gauge", None),
+        ("gpu:power", '{"gpu": "3"}', 612.25, "gauge", None),
+    ]
+    assert [s[0] for s in parse_line("0, [N/A], 1, 2, [Not Supported]")] == [
+        "gpu:memory_used",
+        "gpu:memory_total",
+    ]
+    assert parse_line("NVIDIA-SMI has failed") == []
+
+
+def test_a_scrape_error_quoting_the_key_is_masked(tmp_path: Path) -> None:
+    from veeksha.record.server_metrics import ServerMetricsWriter
+    from veeksha.server.scraper import MetricsScraper
+
+    warnings: list[str] = []
+    scraper = MetricsScraper(
+        "http://127.0.0.1:1/metrics",
+        "sk-very-secret-1234",
+        1.0,
+        0,
+        ServerMetricsWriter(tmp_path, {}),
+        warnings.append,
+    )
+    scraper.scrape()  # (nothing listens there: a failure, counted)
+    scraper.error = None  # a second failing scrape, whose error quotes a body echoing the key
+    scraper.scrapes += 1
+    scraper._failed("invalid metric name: Bearer sk-very-secret-1234 echoed")
+    assert scraper.error is not None
+    assert "sk-very-secret" not in scraper.error
+    assert "Bearer ***" in scraper.error
+    assert len(warnings) == 2
+    assert "sk-very-secret" not in warnings[1]
+    assert scraper.status()["status"] == "failed"

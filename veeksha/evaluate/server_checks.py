@@ -1,0 +1,82 @@
+"""The health check comparing the server's view with veeksha's: ``server_agreement``.
+
+The server's count of finished requests (``finished``: vLLM's ``request_success_total``, SGLang's
+and TGI's equivalents) changes between the first scrape (just before t0) and the last (after the
+traffic) by the number of requests it finished in between. veeksha's rows bound that number:
+
+- at least every request answered ``ok`` that was sent after the first scrape and complete
+  before the last (the server finished each of them in between);
+- at most every request sent (with its retries): failed, cancelled and abandoned requests may or
+  may not have reached the server's count, and so may requests in flight at either scrape.
+
+Outside those bounds the two views disagree: another client shares the server, the scrape
+reached another server (``server_metrics.url``), or requests were lost or duplicated on the way.
+Judged only when veeksha owns the server (a managed server or the built-in simulator with one
+process); otherwise SKIP, with the numbers in the detail.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
+from veeksha.evaluate.stats import column, status_is
+
+__all__ = ["SERVER_AGREEMENT"]
+
+
+def _owned(data: HealthInput) -> tuple[bool, str]:
+    try:
+        kind = json.loads(data.run_info.get("target") or "{}").get("kind")
+    except (ValueError, AttributeError):
+        kind = None
+    simulated = kind == "simulator" or (
+        kind == "managed" and getattr(data.scenario.server, "type", None) == "veeksha_sim"
+    )
+    if simulated and data.scenario.simulator.processes > 1:
+        return False, "each of the simulator's processes counts only its own requests"
+    if kind in ("simulator", "managed"):
+        return True, ""
+    return False, "veeksha does not own this server: other clients may share it"
+
+
+def _agreement(data: HealthInput) -> Outcome:
+    view = data.server
+    if view is None or "finished" not in view.series:
+        return Outcome(SKIP, "the server's metrics hold no count of finished requests", {})
+    times, _ = view.series["finished"]
+    if times.size < 2:
+        return Outcome(SKIP, "fewer than two scrapes of the server's metrics", {})
+    first, last = float(times[0]), float(times[-1])
+    server = view.delta("finished")
+    requests = data.requests
+    sent = column(requests, "sent_at")
+    done = column(requests, "completed_at")
+    inside = status_is(requests, "ok") & (sent >= first) & ~np.isnan(done) & (done <= last)
+    retries = (
+        np.nan_to_num(column(requests, "retries"))
+        if "retries" in requests.schema.names
+        else np.zeros(sent.size)
+    )
+    reached = ~np.isnan(sent)
+    low = int(np.count_nonzero(inside))
+    high = int(np.count_nonzero(reached) + retries[reached].sum())
+    stats = {"server_finished": server, "ours_at_least": low, "ours_at_most": high,
+             "first_scrape_t": first, "last_scrape_t": last}  # fmt: skip
+    detail = f"the server finished {server:g} requests; veeksha's rows say {low} to {high}"
+    owned, why = _owned(data)
+    if server is not None and low <= server <= high:
+        return Outcome(PASS, detail, stats)
+    if not owned:
+        return Outcome(SKIP, f"{detail} (not judged: {why})", stats)
+    return Outcome(FAIL, detail + ": the two views disagree", stats)
+
+
+SERVER_AGREEMENT = HealthCheck(
+    "server_agreement",
+    "The server's count of finished requests over the run lies within what veeksha sent and "
+    "saw answered.",
+    _agreement,
+)

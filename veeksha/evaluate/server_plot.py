@@ -1,0 +1,75 @@
+"""``plots/server_timeline.png``: the server's view and veeksha's on one time axis.
+
+Three panels sharing the x axis (seconds since t0): the server's running and waiting requests
+(from its /metrics) over veeksha's requests in flight (sent → completed, ``in_flight_envelope``);
+the server's KV-cache usage (and GPU utilisation, when sampled); the TTFC of each request at the
+time it was sent (at most ``SCATTER_POINTS``, evenly strided). A queue that builds in the server
+while TTFC climbs reads at a glance.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from veeksha.evaluate.plots import (
+    PLOTS_DIR,
+    SCATTER_POINTS,
+    _figure,
+    _finite,
+    _save,
+    _strided,
+    in_flight_envelope,
+)
+from veeksha.evaluate.server_view import ServerView
+from veeksha.evaluate.source import ColumnSource
+
+__all__ = ["SERVER_PLOT", "write_server_plot"]
+
+SERVER_PLOT = "server_timeline.png"
+
+
+def write_server_plot(
+    run_dir: Path, requests: pa.Table | ColumnSource, view: ServerView
+) -> list[Path]:
+    """Draw the aligned timeline (nothing when the server's metrics hold no queue series)."""
+    if "running" not in view.series and "waiting" not in view.series:
+        return []
+    source = ColumnSource.of(requests)
+    fig = _figure(rows=3)
+    queue, usage, ttfc = fig.subplots(3, 1, sharex=True)
+    sent = _finite(source, "sent_at")
+    if sent.size:
+        sent.sort()
+        done = _finite(source, "completed_at")
+        done.sort()
+        queue.plot(*in_flight_envelope(sent, done).line(), label="veeksha: in flight", alpha=0.6)
+    for name in ("running", "waiting"):
+        if name in view.series:
+            queue.step(*view.series[name], where="post", label=f"server: {name}")
+    queue.set_ylabel("requests")
+    queue.legend(loc="upper right", fontsize="small")
+    queue.grid(alpha=0.3)
+    if "kv_usage" in view.series:
+        times, values = view.series["kv_usage"]
+        usage.step(times, values * 100, where="post", label="server: KV cache")
+    for key, (times, values) in sorted(view.gpu.items()):
+        if key.startswith("utilization"):
+            usage.step(times, values, where="post", label=f"{key.replace('_', ' ')}", alpha=0.6)
+    usage.set_ylabel("usage (%)")
+    if usage.has_data():
+        usage.legend(loc="upper right", fontsize="small")
+    usage.grid(alpha=0.3)
+    sent_at, first = _strided(source, ("sent_at", "ttfc"), SCATTER_POINTS)
+    if sent_at.size:
+        ttfc.scatter(sent_at, first * 1000, s=4, alpha=0.5)
+    ttfc.set_ylabel("TTFC (ms)")
+    ttfc.set_xlabel("time since t0 (s) of the request's send, or the server's scrape")
+    ttfc.grid(alpha=0.3)
+    if view.scrape_times.size:
+        ttfc.set_xlim(min(float(np.min(view.scrape_times)), 0.0), None)
+    folder = run_dir / PLOTS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    return [_save(fig, folder / SERVER_PLOT)]

@@ -1,0 +1,123 @@
+"""The server's view of a run, from server_metrics.parquet: the summary's ``server`` section,
+the aligned timeline plot and the health check that compares the server's count of finished
+requests with veeksha's.
+
+``ServerView`` holds one time series per canonical name (``veeksha.server.metric_names``): at each
+scrape, the first of the canonical name's metric names present, summed over its label sets (the
+ratios kv_usage and prefix_hit_rate: their largest). Counters are read as their change from the
+first scrape (just before t0) to the last (after the traffic).
+
+The summary's ``server`` section (null values where the server does not export the metric)::
+
+    scrapes, first_t, last_t          how many scrapes, when the first and last were (s since t0)
+    running_peak, running_mean        requests the server was running (mean over scrapes)
+    waiting_peak, waiting_mean        requests queued in the server
+    kv_usage_peak                     largest KV-cache usage seen, 0-1
+    prefix_hit_rate                   prefix-cache hits / queries over the run (tokens), as the
+                                      server saw it (SGLang: its own hit-rate gauge at the end)
+    preemptions                       preemptions during the run
+    finished                          requests the server finished during the run
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from veeksha.evaluate.stats import column
+from veeksha.record.server_metrics import SERVER_METRICS_FILE
+from veeksha.server.metric_names import CANONICAL, RATIOS
+
+__all__ = ["ServerView", "load_server_view"]
+
+
+@dataclass
+class ServerView:
+    """Canonical series of the server's metrics: name → (times, values), plus the GPU series
+    (``gpu:*`` metrics, one per metric and GPU index)."""
+
+    series: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    gpu: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    scrape_times: np.ndarray = field(default_factory=lambda: np.empty(0))
+    status: dict[str, str] = field(default_factory=dict)
+
+    def delta(self, name: str) -> float | None:
+        """A counter's change from the first scrape to the last (None: not exported)."""
+        if name not in self.series:
+            return None
+        values = self.series[name][1]
+        return float(values[-1] - values[0])
+
+    def section(self) -> dict[str, Any]:
+        """The summary.json ``server`` section."""
+        times = self.scrape_times
+        out: dict[str, Any] = {
+            "scrapes": int(times.size),
+            "first_t": float(times[0]) if times.size else None,
+            "last_t": float(times[-1]) if times.size else None,
+            "status": self.status.get("server_metrics_status"),
+        }
+        for name in ("running", "waiting"):
+            values = self.series.get(name, (None, None))[1]
+            out[f"{name}_peak"] = None if values is None else float(values.max())
+            out[f"{name}_mean"] = None if values is None else float(values.mean())
+        kv = self.series.get("kv_usage", (None, None))[1]
+        out["kv_usage_peak"] = None if kv is None else float(kv.max())
+        hits, queries = self.delta("prefix_hits"), self.delta("prefix_queries")
+        if hits is not None and queries:
+            out["prefix_hit_rate"] = hits / queries
+        elif "prefix_hit_rate" in self.series:
+            out["prefix_hit_rate"] = float(self.series["prefix_hit_rate"][1][-1])
+        else:
+            out["prefix_hit_rate"] = None
+        out["preemptions"] = self.delta("preemptions")
+        out["finished"] = self.delta("finished")
+        for key, (_, values) in sorted(self.gpu.items()):
+            out[f"{key}_peak"] = float(values.max())
+        return out
+
+
+def load_server_view(run_dir: Path) -> ServerView | None:
+    """The view of ``run_dir``'s server_metrics.parquet; None without the file."""
+    path = Path(run_dir) / SERVER_METRICS_FILE
+    if not path.exists():
+        return None
+    with pq.ParquetFile(path) as file:  # (not pq.read_table: it loads pandas)
+        table = file.read()
+    status = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    gpu = pc.starts_with(table["metric"], "gpu:")  # (metric is never null)
+    scrape_times = np.unique(column(table.filter(pc.invert(gpu)), "t"))
+    view = ServerView(scrape_times=scrape_times, status=status)
+    named = table.filter(pc.is_valid(table["canonical"])).to_pylist()
+    # canonical → t → [best rank, values of the best-ranked name there]
+    best: dict[str, dict[float, tuple[int, list[float]]]] = {}
+    for row in named:
+        canonical = row["canonical"]
+        metrics = CANONICAL.get(canonical, ())
+        rank = metrics.index(row["metric"]) if row["metric"] in metrics else len(metrics)
+        at = best.setdefault(canonical, {})
+        held = at.get(row["t"])
+        if held is None or rank < held[0]:
+            at[row["t"]] = (rank, [row["value"]])
+        elif rank == held[0]:
+            held[1].append(row["value"])
+    for canonical, at in best.items():
+        times = np.array(sorted(at))
+        reduce = max if canonical in RATIOS else sum
+        values = np.array([float(reduce(at[t][1])) for t in times])
+        view.series[canonical] = (times, values)
+    gpu_rows: dict[str, tuple[list[float], list[float]]] = {}
+    for row in table.filter(gpu).to_pylist():
+        index = json.loads(row["labels"]).get("gpu", "0")
+        key = f"{row['metric'].removeprefix('gpu:')}_gpu{index}"
+        times_values = gpu_rows.setdefault(key, ([], []))
+        times_values[0].append(row["t"])
+        times_values[1].append(row["value"])
+    view.gpu = {key: (np.array(ts), np.array(vs)) for key, (ts, vs) in gpu_rows.items()}
+    return view

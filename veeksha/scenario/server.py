@@ -1,0 +1,155 @@
+"""Settings of a managed server (the `server:` section) and of the server-metrics scraper (the
+`server_metrics:` section). See docs/server.md.
+
+A managed server is a process veeksha starts before the run, waits for, points the client at
+and stops after the run. ``type: command`` runs any argv; the other types build the command
+line of a known engine from ``model``, ``host``, ``port`` and ``args`` (the command line each
+type builds is in ``veeksha.server.commands`` and docs/server.md).
+
+Kept here, beside the other scenario models, so the scenario package imports nothing from the
+runtime.
+
+>>> VllmServer(model="Qwen/Qwen2.5-0.5B").ready_timeout
+600.0
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = [
+    "CommandServer",
+    "LlamaCppServer",
+    "ManagedServerConfig",
+    "ServerMetricsConfig",
+    "SglangServer",
+    "SimulatorServer",
+    "VllmServer",
+]
+
+
+class _ServerBase(BaseModel):
+    """What every managed server has: where it listens, how it is judged ready and stopped."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Environment variables added to veeksha's for it."
+    )
+    cwd: str | None = Field(None, description="Working folder of the server (default: veeksha's).")
+    host: str = Field("127.0.0.1", description="Address it listens on ({host} in the command).")
+    port: int = Field(
+        0, ge=0, le=65535, description="Port it listens on ({port}); 0 picks a free one."
+    )
+    ready_path: str | None = Field(
+        None,
+        description="Path answering 2xx once the server is ready (default: /health, "
+        "else /v1/models when /health is 404).",
+    )
+    ready_timeout: float = Field(600.0, gt=0, description="Seconds to wait for it to be ready.")
+    stop_signal: str = Field("SIGTERM", description="Signal asking it to stop.")
+    stop_timeout: float = Field(
+        30.0, ge=0, description="Seconds between the stop signal and SIGKILL of its process group."
+    )
+
+    @field_validator("stop_signal")
+    @classmethod
+    def _known_signal(cls, value: str) -> str:
+        name = value.upper()
+        if not name.startswith("SIG"):
+            name = "SIG" + name
+        if not isinstance(getattr(signal, name, None), signal.Signals):
+            raise ValueError(f"{value!r} is not a signal name (e.g. SIGTERM, SIGINT)")
+        return name
+
+    @field_validator("ready_path")
+    @classmethod
+    def _absolute_path(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            raise ValueError(f"{value!r} must start with / (e.g. /health)")
+        return value
+
+
+class CommandServer(_ServerBase):
+    """Any server, started with the argv ``command`` (``{host}`` and ``{port}`` replaced)."""
+
+    type: Literal["command"] = "command"
+    command: list[str] = Field(
+        ..., min_length=1, description="argv of the server; {host} and {port} are replaced."
+    )
+    model: str | None = Field(
+        None, description="Model it serves (default: client.model, which is then required)."
+    )
+
+
+class _EngineServer(_ServerBase):
+    model: str = Field(..., description="Model to serve (what the engine's CLI takes).")
+    args: list[str] = Field(
+        default_factory=list, description="Extra arguments appended to the command line."
+    )
+    executable: str | None = Field(
+        None,
+        description="The program to run instead of the engine's usual one (sglang: the "
+        "Python that has sglang installed).",
+    )
+
+
+class VllmServer(_EngineServer):
+    """vLLM: ``vllm serve MODEL --host HOST --port PORT ARGS...``."""
+
+    type: Literal["vllm"] = "vllm"
+
+
+class SglangServer(_EngineServer):
+    """SGLang: ``python3 -m sglang.launch_server --model-path MODEL --host HOST --port PORT
+    --enable-metrics ARGS...``."""
+
+    type: Literal["sglang"] = "sglang"
+
+
+class LlamaCppServer(_EngineServer):
+    """llama.cpp: ``llama-server -m MODEL --host HOST --port PORT --metrics ARGS...``
+    (``model``: the path of a GGUF file)."""
+
+    type: Literal["llama_cpp"] = "llama_cpp"
+
+
+class SimulatorServer(_ServerBase):
+    """The built-in simulator as a managed server: ``veeksha sim-server`` with the scenario's
+    ``simulator:`` settings (``python -m veeksha.simulator``, the same command)."""
+
+    type: Literal["veeksha_sim"] = "veeksha_sim"
+    args: list[str] = Field(
+        default_factory=list, description="Extra arguments of veeksha sim-server."
+    )
+    ready_timeout: float = Field(60.0, gt=0, description="Seconds to wait for it to be ready.")
+    stop_timeout: float = Field(
+        5.0, ge=0, description="Seconds between the stop signal and SIGKILL of its process group."
+    )
+
+
+ManagedServerConfig = Annotated[
+    CommandServer | VllmServer | SglangServer | LlamaCppServer | SimulatorServer,
+    Field(discriminator="type"),
+]
+
+
+class ServerMetricsConfig(BaseModel):
+    """The Prometheus scraper: ``url`` read every ``interval`` seconds during the run, on a
+    thread of its own, into server_metrics.parquet."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+    enabled: bool = Field(True, description="Scrape the server's metrics during the run.")
+    interval: float = Field(1.0, gt=0, description="Seconds between scrapes.")
+    url: str | None = Field(
+        None, description="Metrics URL (default: the api_base without /v1, plus /metrics)."
+    )
+    gpu: bool = Field(
+        True,
+        description="Sample GPU utilisation, memory and power with nvidia-smi (managed "
+        "servers on this host only).",
+    )

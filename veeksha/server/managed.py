@@ -1,0 +1,276 @@
+"""``ManagedServer``: the server under test started, waited for, logged and stopped by veeksha.
+
+>>> with ManagedServer.for_scenario(scenario, Path("sweep/server.log")) as server:  # doctest: +SKIP
+...     for point in points:  # several runs, one server lifecycle
+...         run_scenario(point, folder_of(point), server=server)
+
+A run given a running ``ManagedServer`` (``run_scenario(..., server=...)``) uses it and leaves
+it running; a run whose scenario has a ``server:`` section and is given none starts its own,
+logging into its run folder's server.log, and stops it after the run. Runs may share a server
+when :func:`server_identity` is equal for their scenarios (the experiment layer's grouping key).
+
+The process tree: veeksha → supervisor (``veeksha.server.supervise``, in a session of its own)
+→ the server, in a process group of its own. The supervisor stops the server's whole group when
+veeksha closes its stdin or dies (the kernel closes it then), so no server outlives veeksha,
+whatever kills it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from veeksha.errors import ConfigurationError, TargetError
+from veeksha.net import fetch
+from veeksha.redact import Redactor
+from veeksha.server.commands import server_argv
+from veeksha.server.logpump import LogPump
+
+if TYPE_CHECKING:
+    from veeksha.scenario.models import Scenario
+    from veeksha.scenario.server import ManagedServerConfig
+    from veeksha.scenario.simulator import SimulatorConfig
+
+__all__ = ["SERVER_LOG", "ManagedServer", "server_identity"]
+
+SERVER_LOG = "server.log"
+_POLL_S = (0.05, 0.1, 0.2, 0.5)  # between readiness probes: quick at first, then calmer
+_PROBE_TIMEOUT_S = 2.0
+
+
+def server_identity(scenario: Scenario) -> str | None:
+    """A key equal for scenarios whose managed servers are the same (the resolved ``server:``
+    section and, for the simulator, its settings); None without a ``server:`` section."""
+    if scenario.server is None:
+        return None
+    resolved = {"server": scenario.server.model_dump(mode="json")}
+    if scenario.server.type == "veeksha_sim":
+        resolved["simulator"] = _simulator_settings(scenario).model_dump(mode="json")
+    return json.dumps(resolved, sort_keys=True)
+
+
+def _simulator_settings(scenario: Scenario) -> SimulatorConfig:
+    config = scenario.simulator
+    if scenario.client.model:  # the simulator serves whatever model the scenario names
+        config = config.model_copy(update={"model": scenario.client.model})
+    return config
+
+
+class ManagedServer:
+    """One managed server process: ``start()`` (spawn, wait until ready), ``api_base``,
+    ``stop()``. A context manager: started on entry, stopped on exit."""
+
+    def __init__(
+        self,
+        config: ManagedServerConfig,
+        log_path: Path,
+        model: str,
+        api_key: str | None = None,
+        simulator: SimulatorConfig | None = None,
+    ) -> None:
+        self.config = config
+        self.log_path = Path(log_path)
+        self.model = model
+        self.host = config.host
+        self.port = config.port
+        self._redact = Redactor(api_key)
+        self._simulator = simulator
+        self._supervisor: subprocess.Popen[bytes] | None = None
+        self._log: LogPump | None = None
+        self.argv: list[str] = []
+
+    @classmethod
+    def for_scenario(cls, scenario: Scenario, log_path: Path) -> ManagedServer:
+        """The server of ``scenario``'s ``server:`` section (not started)."""
+        from veeksha.dispatch.settings import resolve_api_key
+
+        config = scenario.server
+        if config is None:
+            raise ConfigurationError("the scenario has no server: section")
+        simulator = _simulator_settings(scenario)
+        model = scenario.client.model or getattr(config, "model", None) or simulator.model
+        return cls(config, log_path, model, resolve_api_key(scenario.client), simulator)
+
+    # ----------------------------------------------------------------------------- addresses
+
+    @property
+    def root_url(self) -> str:
+        """``http://host:port`` as a client reaches it (a wildcard address: via loopback)."""
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(self.host, self.host)
+        shown = f"[{host}]" if ":" in host else host
+        return f"http://{shown}:{self.port}"
+
+    @property
+    def api_base(self) -> str:
+        return self.root_url + "/v1"
+
+    @property
+    def pid(self) -> int | None:
+        """The server's pid (also its process group id) once it started."""
+        return None if self._log is None else self._log.server_pid
+
+    @property
+    def supervisor_pid(self) -> int | None:
+        return None if self._supervisor is None else self._supervisor.pid
+
+    @property
+    def running(self) -> bool:
+        return self._supervisor is not None and self._supervisor.poll() is None
+
+    def describe(self) -> dict[str, object]:
+        """What a run's metadata says about it (argv masked)."""
+        return {
+            "type": self.config.type,
+            "argv": [self._redact(arg) for arg in self.argv],
+            "pid": self.pid,
+            "log": str(self.log_path),
+        }
+
+    # ---------------------------------------------------------------------------- lifecycle
+
+    def start(self) -> str:
+        """Spawn the server and wait until it is ready; its api_base. On failure it is
+        stopped and ``TargetError`` (exit 2) says why, with the last lines of its log."""
+        if self._supervisor is not None:
+            raise RuntimeError("the server is already started")
+        config = self.config
+        if self.port == 0:
+            self.port = _free_port(self.host)
+        self.argv = server_argv(config, self.host, self.port, self._simulator)
+        env = {**os.environ, **config.env}
+        cwd = config.cwd
+        if cwd is not None and not Path(cwd).is_dir():
+            raise ConfigurationError(f"server.cwd {cwd!r} is not a folder: fix server.cwd")
+        program = self.argv[0]
+        if shutil.which(program, path=env.get("PATH")) is None and not (
+            os.sep in program and os.access(Path(cwd or ".") / program, os.X_OK)
+        ):
+            key = "server.command[0]" if config.type == "command" else "server.executable"
+            raise ConfigurationError(
+                f"server: the program {program!r} was not found (PATH or the path given): "
+                f"install it or fix {key}"
+            )
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._supervisor = subprocess.Popen(
+            [
+                sys.executable,
+                "-I",
+                "-m",
+                "veeksha.server.supervise",
+                config.stop_signal,
+                repr(config.stop_timeout),
+                "--",
+                *self.argv,
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+        assert self._supervisor.stdout is not None
+        self._log = LogPump(self._supervisor.stdout, self.log_path, self._redact)
+        self._log.note(f"starting: {' '.join(self.argv)}")
+        self._log.start()
+        try:
+            self._wait_ready(time.monotonic() + config.ready_timeout)
+        except BaseException:
+            self.stop()
+            raise
+        self._log.note(f"ready at {self.root_url}")
+        return self.api_base
+
+    def _wait_ready(self, deadline: float) -> None:
+        paths = [self.config.ready_path] if self.config.ready_path else ["/health", "/v1/models"]
+        problem = "no answer yet"
+        for attempt in range(1 << 30):
+            if not self.running:
+                raise self._failure(self._exit_text() + " before it was ready")
+            try:
+                answer = fetch("GET", self.root_url + paths[0], timeout_s=_PROBE_TIMEOUT_S)
+            except TargetError as exc:
+                problem = str(exc)
+            else:
+                if answer.ok:
+                    return
+                problem = f"GET {paths[0]}: HTTP {answer.status}"
+                if answer.status == 404 and len(paths) > 1:  # no /health: try the next path
+                    paths.pop(0)
+                    continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._failure(
+                    f"was not ready within {self.config.ready_timeout:g} s ({problem}); raise "
+                    "server.ready_timeout if it needs longer, or fix server.ready_path"
+                )
+            time.sleep(min(_POLL_S[min(attempt, len(_POLL_S) - 1)], left))
+
+    def _exit_text(self) -> str:
+        assert self._supervisor is not None
+        code = self._supervisor.wait()
+        if code == 127 and self.pid is None:
+            return "could not be started"
+        return f"exited with code {code}"
+
+    def _failure(self, what: str) -> TargetError:
+        assert self._log is not None
+        if self._supervisor is not None and self._supervisor.poll() is not None:
+            self._log.finish()  # (the output is complete: its last lines are all there)
+        tail = self._log.tail()
+        return TargetError(
+            f"the managed server ({' '.join(self._redact(a) for a in self.argv)}) {what}; "
+            f"its log: {self.log_path}"
+            + (f"; last lines:\n{tail}" if tail else " (it wrote nothing)")
+        )
+
+    def stop(self) -> int | None:
+        """Stop the server (stop_signal to its process group, SIGKILL after stop_timeout);
+        its supervisor's exit code (the server's), None when it was not started."""
+        supervisor, self._supervisor = self._supervisor, None
+        if supervisor is None:
+            return None
+        if supervisor.stdin is not None:  # closing it is the stop request
+            with contextlib.suppress(OSError):
+                supervisor.stdin.close()
+        try:
+            code = supervisor.wait(self.config.stop_timeout + 10.0)
+        except subprocess.TimeoutExpired:  # (the supervisor itself is stuck: force it)
+            for group in (self.pid, supervisor.pid):
+                if group is not None:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(group, signal.SIGKILL)
+            code = supervisor.wait()
+        if self._log is not None:
+            self._log.close(f"stopped (exit code {code})")
+        return code
+
+    def __enter__(self) -> ManagedServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _free_port(host: str) -> int:
+    """A port free on ``host`` now (the server binds it right after)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])

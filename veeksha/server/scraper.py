@@ -1,0 +1,156 @@
+"""``MetricsScraper``: the server's Prometheus ``/metrics``, read on a thread of its own.
+
+The thread scrapes at ``t0 + k × interval`` (an absolute schedule: a slow scrape delays only
+itself), once more when stopped (so counters have a value at both ends of the run), parses each
+answer with ``prometheus_client``'s text parser and hands the samples to the
+``ServerMetricsWriter``. Blocking HTTP is fine there: the event loop never waits for it. Its
+only cost to the traffic is the GIL while an answer is parsed (~20 µs of CPU a line, measured
+by ``benchmarks/server_metrics.py``): released after each metric family, so the event loop waits
+at most one family's parse (a histogram: ~0.5 ms), once an interval.
+
+A scrape that fails (no answer, an HTTP error, a body that is not Prometheus text) costs one
+warning (the first), and the run goes on; the file's metadata says how many failed and why
+(``status``: what :meth:`MetricsScraper.stop` returns).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from veeksha.errors import TargetError
+from veeksha.net import fetch
+from veeksha.record.server_metrics import Sample, ServerMetricsWriter
+from veeksha.redact import Redactor
+from veeksha.server.metric_names import canonical_name
+
+__all__ = ["MetricsScraper", "parse_metrics"]
+
+_NS = 1_000_000_000
+_FLUSH_EVERY = 10  # scrapes per Parquet part
+_MAX_BODY = 16 * 1024 * 1024
+
+
+def parse_metrics(text: str, pause: Callable[[], None] | None = None) -> list[Sample]:
+    """The samples of a Prometheus text answer; ``ValueError`` when it is not one.
+
+    ``pause()`` runs after each metric family: the scraper releases the GIL there, so the event
+    loop never waits for more than one family's parse (the parser costs ~20 µs a line: a
+    whole vLLM answer, ~1,000 lines, would otherwise hold the GIL for ~20 ms)."""
+    # (loaded by ServerWatch.for_run before t0, and only when scraping: ~30 ms of start-up)
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples: list[Sample] = []
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = json.dumps(sample.labels, sort_keys=True, separators=(",", ":"))
+            value = float(sample.value)
+            samples.append((sample.name, labels, value, family.type, canonical_name(sample.name)))
+        if pause is not None:
+            pause()
+    return samples
+
+
+def _yield_gil() -> None:
+    time.sleep(0)  # releases the GIL: the event loop runs now if it was waiting
+
+
+class MetricsScraper:
+    """Scrapes ``url`` every ``interval_s`` into ``writer`` until ``stop()``."""
+
+    def __init__(
+        self,
+        url: str,
+        api_key: str | None,
+        interval_s: float,
+        t0_ns: int,
+        writer: ServerMetricsWriter,
+        warn: Callable[[str], None],
+    ) -> None:
+        self.url = url
+        self._api_key = api_key
+        self._redact = Redactor(api_key)  # (a parser error quotes the body: it may echo the key)
+        self._interval_ns = round(interval_s * _NS)
+        self._timeout_s = min(max(interval_s, 0.5), 5.0)
+        self._t0_ns = t0_ns
+        self._writer = writer
+        self._warn = warn
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="server-metrics", daemon=True)
+        self.scrapes = 0
+        self.failed = 0
+        self.error: str | None = None
+        self.write_error: str | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> dict[str, Any]:
+        """Stop the thread after one last scrape; what happened (for the file's metadata)."""
+        self._stop.set()
+        if self._thread.ident is not None:  # (never started: the run failed before t0)
+            self._thread.join()
+        self.scrape()
+        return self.status()
+
+    def status(self) -> dict[str, Any]:
+        ok = self.scrapes - self.failed
+        state = "ok" if not self.failed else ("failed" if not ok else "partial")
+        return {
+            "url": self.url,
+            "status": state,
+            "scrapes": self.scrapes,
+            "failed": self.failed,
+            "error": self.error,
+        }
+
+    def _run(self) -> None:
+        due = self._t0_ns
+        while True:
+            self.scrape()
+            now = time.monotonic_ns()
+            due += self._interval_ns
+            if due <= now:  # (a scrape took longer than the interval: the next one is now)
+                due = now + self._interval_ns - (now - due) % self._interval_ns
+            if self._stop.wait((due - now) / _NS):
+                return
+
+    def scrape(self) -> None:
+        """One scrape into the writer; a failure is counted (and warned about once)."""
+        self.scrapes += 1
+        try:
+            answer = fetch(
+                "GET",
+                self.url,
+                api_key=self._api_key,
+                timeout_s=self._timeout_s,
+                max_body=_MAX_BODY,
+            )
+            if not answer.ok:
+                raise ValueError(f"HTTP {answer.status} {answer.reason}".strip())
+            samples = parse_metrics(answer.body.decode("utf-8", errors="replace"), _yield_gil)
+            if not samples:
+                raise ValueError("the answer holds no metrics")
+        except (TargetError, ValueError, UnicodeError) as exc:
+            self._failed(str(exc))
+            return
+        t = (time.monotonic_ns() - self._t0_ns) / _NS
+        self._writer.add(t, samples)
+        if self.scrapes % _FLUSH_EVERY == 0 and self.write_error is None:
+            try:
+                self._writer.flush()
+            except OSError as exc:  # (kept in memory; close tries once more)
+                self.write_error = str(exc)
+                self._warn(f"server metrics: cannot write a part of server_metrics.parquet: {exc}")
+
+    def _failed(self, why: str) -> None:
+        self.failed += 1
+        if self.error is None:
+            self.error = self._redact(f"GET {self.url}: {why}", limit=500)
+            self._warn(
+                f"server metrics: {self.error}; the run goes on without them (set "
+                "server_metrics.url, or server_metrics.enabled: false)"
+            )

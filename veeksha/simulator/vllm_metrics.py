@@ -1,0 +1,133 @@
+"""The simulator's ``/metrics`` under vLLM's names, from its own engine model.
+
+So that a scraper built for vLLM reads the simulator unchanged (and the tests exercise it end to
+end), ``/metrics`` carries, besides the simulator's own ``veeksha_sim_*`` series, these vLLM
+series, each labelled ``model_name`` (and ``engine``: the simulator process that answered):
+
+=====================================  =========  ==================================================
+``vllm:num_requests_running``          gauge      sequences holding one of ``max_num_seqs`` slots
+``vllm:num_requests_waiting``          gauge      sequences queued for a slot
+``vllm:kv_cache_usage_perc``           gauge      KV blocks of the running sequences (prompt and
+``vllm:gpu_cache_usage_perc``                     generated tokens) over the KV capacity, 0-1; the
+                                                  capacity is ``prefix_cache_tokens`` (else
+                                                  ``max_num_seqs × max_model_len``); both names
+``vllm:prefix_cache_queries_total``    counter    prompt tokens looked up in the prefix cache
+``vllm:prefix_cache_hits_total``       counter    of them, tokens found there
+``vllm:num_preemptions_total``         counter    always 0: the simulator never preempts
+``vllm:prompt_tokens_total``           counter    prompt tokens received
+``vllm:generation_tokens_total``       counter    tokens generated (counted when a request ends)
+``vllm:request_success_total``         counter    requests ended, by ``finished_reason``: ``stop``,
+                                                  ``length`` (hit max_tokens), ``abort`` (client
+                                                  went away)
+``vllm:time_to_first_token_seconds``   histogram  arrival → first token, per finished request
+``vllm:e2e_request_latency_seconds``   histogram  arrival → last token, per finished request
+=====================================  =========  ==================================================
+
+Generated on request only: nothing is computed per token, and per request only two histogram
+observations (a bisect each) when it ends. With ``processes > 1`` each process answers with its
+own numbers (the one the scrape's connection reached).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+__all__ = ["Histogram", "VllmCounters", "vllm_lines"]
+
+#: vLLM's buckets of time_to_first_token_seconds (the e2e histogram uses the same, plus longer).
+TTFT_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+)  # fmt: skip
+E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0)
+
+
+@dataclass(slots=True)
+class Histogram:
+    """Cumulative-on-output Prometheus histogram: per-bucket counts, sum and count."""
+
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+    count: int = 0
+
+    def __post_init__(self) -> None:
+        self.counts = [0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+        self.count += 1
+
+    def lines(self, name: str, labels: str) -> list[str]:
+        out = [f"# TYPE {name} histogram"]
+        running = 0
+        for bound, n in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            running += n
+            le = "+Inf" if bound == float("inf") else repr(bound)
+            out.append(f'{name}_bucket{{{labels},le="{le}"}} {running}')
+        out.append(f"{name}_sum{{{labels}}} {self.total}")
+        out.append(f"{name}_count{{{labels}}} {self.count}")
+        return out
+
+
+@dataclass(slots=True)
+class VllmCounters:
+    """What the vLLM series need beyond the simulator's own stats."""
+
+    finished: dict[str, int] = field(default_factory=dict)
+    ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
+    e2e: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS))
+
+    def ended(self, reason: str, ttft_s: float | None, e2e_s: float | None) -> None:
+        """A request ended (``stop``, ``length`` or ``abort``); its times if it answered."""
+        self.finished[reason] = self.finished.get(reason, 0) + 1
+        if ttft_s is not None:
+            self.ttft.observe(ttft_s)
+        if e2e_s is not None:
+            self.e2e.observe(e2e_s)
+
+
+def vllm_lines(
+    labels: str,
+    counters: VllmCounters,
+    *,
+    running: int,
+    waiting: int,
+    kv_usage: float,
+    cache_queries: int,
+    cache_hits: int,
+    prompt_tokens: int,
+    generation_tokens: int,
+) -> list[str]:
+    """The vLLM-named exposition lines (``labels``: ``model_name="m",engine="0"``)."""
+    lines = [
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.",
+        "# TYPE vllm:num_requests_running gauge",
+        f"vllm:num_requests_running{{{labels}}} {float(running)}",
+        "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
+        "# TYPE vllm:num_requests_waiting gauge",
+        f"vllm:num_requests_waiting{{{labels}}} {float(waiting)}",
+        "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.",
+        "# TYPE vllm:kv_cache_usage_perc gauge",
+        f"vllm:kv_cache_usage_perc{{{labels}}} {kv_usage}",
+        "# TYPE vllm:gpu_cache_usage_perc gauge",
+        f"vllm:gpu_cache_usage_perc{{{labels}}} {kv_usage}",
+        "# TYPE vllm:prefix_cache_queries_total counter",
+        f"vllm:prefix_cache_queries_total{{{labels}}} {float(cache_queries)}",
+        "# TYPE vllm:prefix_cache_hits_total counter",
+        f"vllm:prefix_cache_hits_total{{{labels}}} {float(cache_hits)}",
+        "# TYPE vllm:num_preemptions_total counter",
+        f"vllm:num_preemptions_total{{{labels}}} 0.0",
+        "# TYPE vllm:prompt_tokens_total counter",
+        f"vllm:prompt_tokens_total{{{labels}}} {float(prompt_tokens)}",
+        "# TYPE vllm:generation_tokens_total counter",
+        f"vllm:generation_tokens_total{{{labels}}} {float(generation_tokens)}",
+        "# TYPE vllm:request_success_total counter",
+    ]
+    for reason in ("stop", "length", "abort"):
+        count = float(counters.finished.get(reason, 0))
+        lines.append(f'vllm:request_success_total{{{labels},finished_reason="{reason}"}} {count}')
+    lines += counters.ttft.lines("vllm:time_to_first_token_seconds", labels)
+    lines += counters.e2e.lines("vllm:e2e_request_latency_seconds", labels)
+    return lines
