@@ -40,6 +40,7 @@ from veeksha.engine.progress import ProgressLine, load_display
 from veeksha.engine.prompt_check import server_tokenizer_info
 from veeksha.engine.recorder import RunRecorder
 from veeksha.engine.runlog import RunLog
+from veeksha.engine.server_watch import ServerWatch
 from veeksha.engine.target import Target, TargetContext, describe
 from veeksha.errors import ConfigurationError, RunAbortedError, VeekshaError
 from veeksha.evaluate.exit_codes import run_exit_code
@@ -67,7 +68,6 @@ from veeksha.scenario.models import (
 )
 from veeksha.schedule.arrivals import ConcurrencyRamp
 from veeksha.schedule.session_state import NodeState
-from veeksha.server.watch import ServerWatch
 from veeksha.timers import LoopTimers
 
 if TYPE_CHECKING:
