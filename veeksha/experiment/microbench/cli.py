@@ -13,19 +13,20 @@ import click
 
 from veeksha.evaluate.exit_codes import ExitCode
 from veeksha.experiment.microbench.config import (
+    BenchConfig,
     DecodeConfig,
-    MicrobenchConfig,
     PrefillConfig,
     load_config,
     parse_flags,
 )
+from veeksha.experiment.microbench.stress_config import StressConfig
 
-__all__ = ["decode", "prefill"]
+__all__ = ["decode", "prefill", "stress"]
 
 _SETTINGS = {"ignore_unknown_options": True, "allow_extra_args": False}
 
 
-def _keys_help(kind: type[MicrobenchConfig]) -> str:
+def _keys_help(kind: type[BenchConfig]) -> str:
     lines = []
     for name, info in kind.model_fields.items():
         default = (kind.FULL | {"simulator": "{preset: realistic}"}).get(name, info.default)
@@ -40,7 +41,7 @@ def _report(name: str, folder: Path, document: dict[str, Any]) -> None:
     for line in _figures(name, document):
         click.echo(f"  {line}")
     for check in document["checks"]:
-        mark = "ok  " if check["passed"] else "FAIL"
+        mark = "ok  " if check["passed"] else "WARN" if check.get("warning") else "FAIL"
         click.echo(f"  {mark} {check['name']}: {check['detail']}")
 
 
@@ -57,6 +58,16 @@ def _figures(name: str, document: dict[str, Any]) -> list[str]:
                 f"intercept {fit['intercept_ms']:.2f} ms (r2 {fit['r2']:.3f})"
             )
         return lines
+    if name == "stress":
+        unit = "c" if document["traffic"] == "concurrency" else "rps"
+        return [
+            f"{unit}={p['level']:g}: {_num(p['output_tokens_per_s'])} output tokens/s, "
+            f"{_num(p['requests_per_s'])} requests/s, TTFC p50/p99 {_num(p['ttfc_p50_ms'])}/"
+            f"{_num(p['ttfc_p99_ms'])} ms, E2E p50/p99 {_num(p['e2e_p50_ms'])}/"
+            f"{_num(p['e2e_p99_ms'])} ms, {_num(p['interactivity_p50'])} tokens/s per user "
+            f"({p['samples']} requests)"
+            for p in document["points"]
+        ]
     lines = [
         f"B={p['batch_size']} L={p['input_length']}: TBC p50 {_num(p['tbc_p50_ms'])} ms, "
         f"p99 {_num(p['tbc_p99_ms'])} ms ({p['tbc_samples']} gaps in {p['window_s']:.2f} s)"
@@ -106,3 +117,18 @@ def decode(ctx: click.Context, config_file: Path | None, args: tuple[str, ...]) 
     config = load_config(DecodeConfig, config_file, parse_flags(args))
     folder, document = run_decode(config, click.echo)
     _finish(ctx, "decode", folder, document)
+
+
+@click.command(context_settings=_SETTINGS, epilog=_keys_help(StressConfig))
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="YAML FILE of keys.")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[--KEY VALUE...]")
+@click.pass_context
+def stress(ctx: click.Context, config_file: Path | None, args: tuple[str, ...]) -> None:
+    """Throughput against latency as the load rises: one timed point per concurrency or rate
+    level (manual, range or auto); throughput, TTFC/E2E p50/p99 and interactivity per level
+    (docs/microbench.md)."""
+    from veeksha.experiment.microbench.stress import run_stress
+
+    config = load_config(StressConfig, config_file, parse_flags(args))
+    folder, document = run_stress(config, click.echo)
+    _finish(ctx, "stress", folder, document)
