@@ -1,0 +1,79 @@
+"""``veeksha stress`` and ``veeksha diff`` end to end against the built-in simulator.
+
+Truth for stress: with ``max_num_seqs: 2`` the simulator runs at most two requests at once and
+queues the rest, so the output throughput doubles from concurrency 1 to 2 and then stays flat
+while TTFC grows with the queue. Truth for diff: prefill's slope is ``1e6 /
+prefill_tokens_per_s`` ms per 1k tokens, so doubling the simulator's prefill speed halves it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from veeksha.cli import main
+
+
+def _invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args), env={"OPENAI_API_BASE": None})
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    return result.exit_code, result.output
+
+
+def _results(base: Path, name: str) -> tuple[Path, dict]:
+    (folder,) = base.glob(f"*-{name}")
+    return folder, json.loads((folder / f"{name}_results.json").read_text())
+
+
+def test_stress_throughput_stops_growing_at_the_servers_batch_limit(tmp_path: Path) -> None:
+    code, output = _invoke(
+        "stress",
+        "--quick",
+        "--concurrencies",
+        "1",
+        "2",
+        "4",
+        "--point_duration",
+        "2",
+        "--warmup_duration",
+        "0.5",
+        "--output_length",
+        "16",
+        "--simulator.max_num_seqs",
+        "2",
+        "--output_dir",
+        str(tmp_path),
+    )
+    assert code == 0, output
+    folder, doc = _results(tmp_path, "stress")
+    assert doc["passed"]
+    assert doc["traffic"] == "concurrency"
+    one, two, four = doc["points"]
+    assert [p["level"] for p in doc["points"]] == [1, 2, 4]
+    assert two["output_tokens_per_s"] > 1.6 * one["output_tokens_per_s"]
+    assert four["output_tokens_per_s"] == pytest.approx(two["output_tokens_per_s"], rel=0.12)
+    assert four["ttfc_p50_ms"] > two["ttfc_p50_ms"] + 50  # the queue, not the engine
+    assert all(p["samples"] >= 10 and p["health"] == "PASS" for p in doc["points"])
+    assert (folder / "stress_results.csv").read_text().startswith("level,samples,")
+    assert (folder / "stress.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["stress", "--concurrencies", "0", "4"], "concurrencies: every level must be > 0"),
+        (["stress", "--rates", "2", "--concurrencies", "2"], "not both"),
+        (["stress", "--mode", "sideways"], "<flags>: mode:"),
+    ],
+)
+def test_bad_stress_input_exits_2_before_anything_runs(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    code, output = _invoke(*args, "--output_dir", str(tmp_path / "out"))
+    assert code == 2
+    assert message in output
+    assert "Traceback" not in output
+    assert not (tmp_path / "out").exists()
