@@ -77,3 +77,55 @@ def test_bad_stress_input_exits_2_before_anything_runs(
     assert message in output
     assert "Traceback" not in output
     assert not (tmp_path / "out").exists()
+
+
+def _prefill(base: Path, tokens_per_s: int) -> None:
+    code, output = _invoke(
+        "prefill",
+        "--input_lengths",
+        "256",
+        "2048",
+        "--samples_per_length",
+        "2",
+        "--no_plots",
+        "--simulator.prefill_tokens_per_s",
+        str(tokens_per_s),
+        "--output_dir",
+        str(base),
+    )
+    assert code == 0, output
+
+
+def test_diff_of_two_prefill_speeds_finds_the_ratio_of_their_slopes(tmp_path: Path) -> None:
+    _prefill(tmp_path / "slow", 10_000)
+    _prefill(tmp_path / "fast", 20_000)
+    (tmp_path / "stray.json").write_text("{}")  # not a results file: ignored
+    code, output = _invoke(
+        "diff",
+        str(tmp_path / "slow"),  # the output_dir: its result folder is one level down
+        str(tmp_path / "fast"),
+        "--labels",
+        "slow",
+        "fast",
+        "--output_dir",
+        str(tmp_path / "diff"),
+    )
+    assert code == 0, output
+    (folder,) = (tmp_path / "diff").glob("*-diff")
+    doc = json.loads((folder / "diff.json").read_text())
+    assert doc["benchmarks"] == ["prefill"]
+    slope = next(c for c in doc["changes"] if c["metric"] == "slope_ms_per_1k_tokens")
+    # the slope is 1e6 / prefill_tokens_per_s: twice the speed, half the slope
+    assert slope["b"] / slope["a"] == pytest.approx(0.5, rel=0.10)
+    assert slope["change"] == pytest.approx(-0.5, abs=0.05)
+    assert {c["point"] for c in doc["changes"]} == {"fit", "L=256", "L=2048"}
+    assert "slope_ms_per_1k_tokens" in output
+    assert (folder / "diff_prefill.png").stat().st_size > 0
+    assert (folder / "diff.csv").read_text().startswith("benchmark,point,metric,a,b,change")
+    # nothing comparable: the prefill results against a folder without results
+    (tmp_path / "empty").mkdir()
+    code, output = _invoke("diff", str(tmp_path / "slow"), str(tmp_path / "empty"))
+    assert code == 2
+    assert "nothing comparable" in output
+    assert "has no results" in output
+    assert "Traceback" not in output

@@ -21,7 +21,7 @@ from veeksha.experiment.microbench.config import (
 )
 from veeksha.experiment.microbench.stress_config import StressConfig
 
-__all__ = ["decode", "prefill", "stress"]
+__all__ = ["decode", "diff", "prefill", "stress"]
 
 _SETTINGS = {"ignore_unknown_options": True, "allow_extra_args": False}
 
@@ -132,3 +132,69 @@ def stress(ctx: click.Context, config_file: Path | None, args: tuple[str, ...]) 
     config = load_config(StressConfig, config_file, parse_flags(args))
     folder, document = run_stress(config, click.echo)
     _finish(ctx, "stress", folder, document)
+
+
+@click.command()
+@click.argument("dir_a", type=click.Path(path_type=Path))
+@click.argument("dir_b", type=click.Path(path_type=Path))
+@click.option(
+    "--labels", nargs=2, default=None, metavar="A B", help="Names of the two sides (default: A, B)."
+)
+@click.option(
+    "--output_dir",
+    "--output-dir",
+    default="diff_output",
+    show_default=True,
+    help="Base folder of the diff's folder.",
+)
+@click.option("--plots/--no_plots", default=True, help="Draw the plots.")
+def diff(
+    dir_a: Path, dir_b: Path, labels: tuple[str, str] | None, output_dir: str, plots: bool
+) -> None:
+    """Compare the prefill, decode and stress results in two folders (searched one level down
+    too): overlaid plots per benchmark found in both, and a table of relative changes
+    (B - A) / A, printed and written as diff.csv and diff.json (docs/microbench.md)."""
+    import csv
+    import json
+
+    from veeksha.experiment.microbench.diff import compare
+    from veeksha.experiment.microbench.points import result_folder
+
+    names = labels or ("A", "B")
+    pairs, changes, notes = compare(dir_a, dir_b)
+    folder = result_folder(output_dir, "diff")
+    drawn: dict[str, str] = {}
+    if plots:
+        from veeksha.experiment.microbench.diff_plots import diff_plot
+
+        for name, results in pairs.items():
+            drawn[name] = diff_plot(name, results, names, folder / f"diff_{name}.png").name
+    rows = [change.as_dict() for change in changes]
+    document = {
+        "labels": list(names),
+        "a": str(dir_a),
+        "b": str(dir_b),
+        "benchmarks": list(pairs),
+        "notes": notes,
+        "plots": drawn,
+        "changes": rows,
+    }
+    (folder / "diff.json").write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    with (folder / "diff.csv").open("w", newline="", encoding="utf-8") as out:
+        writer = csv.DictWriter(
+            out, fieldnames=["benchmark", "point", "metric", "a", "b", "change"]
+        )
+        writer.writeheader()
+        writer.writerows(rows)
+    for note in notes:
+        click.echo(f"note: {note}")
+    click.echo(
+        f"{'benchmark':<9} {'point':<14} {'metric':<24} {names[0]:>12} {names[1]:>12} change"
+    )
+    for row in rows:
+        change = "-" if row["change"] is None else f"{row['change'] * 100:+.1f} %"
+        click.echo(
+            f"{row['benchmark']:<9} {row['point']:<14} {row['metric']:<24} "
+            f"{_num(row['a']):>12} {_num(row['b']):>12} {change}"
+        )
+    click.echo(f"diff: {folder}")
