@@ -46,6 +46,8 @@ def diff_plot(
     name: str, results: tuple[dict[str, Any], dict[str, Any]], labels: tuple[str, str], path: Path
 ) -> Path:
     """Draw the two results of benchmark ``name`` into ``path``."""
+    from matplotlib.ticker import FormatStrFormatter
+
     fig = _figure(2 if name == "stress" else 1)
     axes = fig.subplots(1, 2) if name == "stress" else [fig.subplots()]
     for document, label, (colour, style) in zip(results, labels, _STYLES, strict=True):
@@ -100,6 +102,8 @@ def diff_plot(
     else:
         _finish(axes[0], "output throughput (tokens/s)", "latency (ms)", "stress: latency")
         axes[1].set_xscale("log", base=2)
-        _finish(axes[1], "load level", "output throughput (tokens/s)", "stress: throughput")
+        axes[1].xaxis.set_major_formatter(FormatStrFormatter("%g"))
+        unit = "concurrency" if results[0].get("traffic") == "concurrency" else "rate (requests/s)"
+        _finish(axes[1], unit, "output throughput (tokens/s)", "stress: throughput")
     fig.savefig(path, dpi=100, format="png")
     return path

@@ -117,6 +117,8 @@ def decode_plot(table: list[dict[str, Any]], fits: list[dict[str, Any]], path: P
 
 def stress_plot(table: list[dict[str, Any]], traffic: str, path: Path) -> Path:
     """Latency against output throughput, and throughput against the load level."""
+    from matplotlib.ticker import FormatStrFormatter
+
     fig = _figure(12)
     curve, load = fig.subplots(1, 2)
     rows = [p for p in table if p["output_tokens_per_s"] is not None]
@@ -149,6 +151,7 @@ def stress_plot(table: list[dict[str, Any]], traffic: str, path: Path) -> Path:
         label="input tokens/s",
     )
     load.set_xscale("log", base=2)
+    load.xaxis.set_major_formatter(FormatStrFormatter("%g"))
     load.set_xlabel(
         "concurrency (requests in flight)"
         if traffic == "concurrency"
