@@ -123,6 +123,7 @@ def test_checks_name_each_offending_level_and_a_drop_only_warns() -> None:
         ({"concurrencies": ["0", "4"]}, "concurrencies: every level must be > 0"),
         ({"concurrencies": "2", "rates": "3"}, "give concurrencies or rates, not both"),
         ({"mode": "range", "rates": "3"}, "concurrencies and rates are for mode manual"),
+        ({"traffic": "rate"}, "traffic: rate in manual mode takes its levels from rates"),
         ({"mode": "range", "min_level": "8", "max_level": "2"}, "is below min_level"),
         ({"input_length": "131000", "output_length": "128"}, "exceed the model context"),
     ],
@@ -141,3 +142,17 @@ def test_the_list_given_sets_the_traffic() -> None:
         3.0,
     )
     assert load_config(StressConfig, None, {"mode": "auto"}).traffic == "concurrency"
+
+
+def test_a_rate_point_is_a_timed_open_loop_run() -> None:
+    from veeksha.experiment.microbench.points import point_scenario
+    from veeksha.experiment.microbench.stress import _spec
+
+    config = load_config(StressConfig, None, {"quick": True, "rates": ["2.5", "5"]})
+    scenario = point_scenario(config, _spec(config, 1, 5.0))
+    traffic = scenario.traffic_scheduler
+    assert traffic.type == "rate"
+    assert traffic.interval_generator.arrival_rate == 5.0  # type: ignore[union-attr]
+    runtime = scenario.runtime
+    assert (runtime.max_sessions, runtime.warmup_seconds, runtime.benchmark_timeout) == (-1, 1, 3)
+    assert scenario.seed == config.seed + 1

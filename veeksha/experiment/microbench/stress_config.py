@@ -88,8 +88,11 @@ class StressConfig(BenchConfig):
             raise ValueError("rates: give concurrencies or rates, not both")
         given: Literal["concurrency", "rate"] = "rate" if self.rates is not None else "concurrency"
         if self.mode == "manual":
-            if self.traffic is not None and self.traffic != given and self.rates is None:
-                raise ValueError("rates: traffic rate in manual mode needs rates: [r1, r2, ...]")
+            if self.traffic is not None and self.traffic != given:
+                wanted = "rates" if self.traffic == "rate" else "concurrencies"
+                raise ValueError(
+                    f"traffic: {self.traffic} in manual mode takes its levels from {wanted}"
+                )
             self.traffic = given
             if self.rates is None and self.concurrencies is None:
                 self.concurrencies = list(
