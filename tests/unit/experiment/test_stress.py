@@ -115,6 +115,10 @@ def test_checks_name_each_offending_level_and_a_drop_only_warns() -> None:
     drop = checks["monotone_throughput"]
     assert (drop.passed, drop.warning) == (False, True)
     assert "c=4: 150.0 tokens/s < 200.0 at c=2" in drop.detail
+    empty = point(1, 0, samples=0) | {"output_tokens_per_s": None}  # a point with no rows
+    checks = {c.name: c for c in stress_checks([empty, point(2, 50)], 20, "c")}
+    assert checks["monotone_throughput"].passed
+    assert not checks["enough_samples"].passed
 
 
 @pytest.mark.parametrize(

@@ -129,12 +129,13 @@ def stress_checks(table: list[dict[str, Any]], min_samples: int, unit: str) -> l
     best: dict[str, Any] | None = None
     for point in sorted(table, key=lambda p: p["level"]):
         value = point["output_tokens_per_s"] or 0.0
-        if best is not None and value < (1 - MONOTONE_SLACK) * best["output_tokens_per_s"]:
+        top = (best or {}).get("output_tokens_per_s") or 0.0
+        if best is not None and value < (1 - MONOTONE_SLACK) * top:
             drops.append(
                 f"{unit}={_fmt(point['level'])}: {value:.1f} tokens/s < "
-                f"{best['output_tokens_per_s']:.1f} at {unit}={_fmt(best['level'])}"
+                f"{top:.1f} at {unit}={_fmt(best['level'])}"
             )
-        if best is None or value > (best["output_tokens_per_s"] or 0.0):
+        if best is None or value > top:
             best = point
     return [
         Check(
