@@ -49,13 +49,16 @@ def test_stress_throughput_stops_growing_at_the_servers_batch_limit(tmp_path: Pa
     )
     assert code == 0, output
     folder, doc = _results(tmp_path, "stress")
-    assert doc["passed"]
+    assert doc["passed"], output
     assert doc["traffic"] == "concurrency"
     one, two, four = doc["points"]
+    seen = json.dumps(doc["points"], indent=1)
     assert [p["level"] for p in doc["points"]] == [1, 2, 4]
-    assert two["output_tokens_per_s"] > 1.6 * one["output_tokens_per_s"]
-    assert four["output_tokens_per_s"] == pytest.approx(two["output_tokens_per_s"], rel=0.12)
-    assert four["ttfc_p50_ms"] > two["ttfc_p50_ms"] + 50  # the queue, not the engine
+    assert two["output_tokens_per_s"] > 1.6 * one["output_tokens_per_s"], seen
+    # flat: twice the load, at most 25 % more (a closed loop of 2 leaves a slot idle for each
+    # HTTP round trip, which the queue at 4 hides: on a busy machine c=2 reads a little low)
+    assert 0.9 <= four["output_tokens_per_s"] / two["output_tokens_per_s"] <= 1.25, seen
+    assert four["ttfc_p50_ms"] > two["ttfc_p50_ms"] + 50, seen  # the queue, not the engine
     assert all(p["samples"] >= 10 and p["health"] == "PASS" for p in doc["points"])
     assert (folder / "stress_results.csv").read_text().startswith("level,samples,")
     assert (folder / "stress.png").stat().st_size > 0

@@ -170,7 +170,11 @@ def result_folder(output_dir: str, name: str, now: dt.datetime | None = None) ->
 
 @contextmanager
 def serving(
-    config: BenchConfig, first: PointSpec, name: str, echo: Callable[[str], None]
+    config: BenchConfig,
+    first: PointSpec,
+    name: str,
+    echo: Callable[[str], None],
+    total: int | None = None,
 ) -> Iterator[tuple[Path, SharedServer, Callable[[PointSpec], PointResult]]]:
     """Start (or check) the server with the scenario of ``first``, make the result folder, and
     yield it, the server and a function running one point against that server (in its own
@@ -186,7 +190,8 @@ def serving(
         def run(spec: PointSpec) -> PointResult:
             scenario = aim_at(point_scenario(config, spec), server)
             result = run_point(scenario, folder / "points", plots=config.point_plots)
-            echo(f"  point {spec.index + 1}: {result.run_dir.name}")
+            of = f"/{total}" if total else ""
+            echo(f"  point {spec.index + 1}{of}: {result.run_dir.name}")
             if result.interrupted:
                 raise RunAbortedError(f"interrupted; the points so far are in {folder}")
             return result
@@ -204,7 +209,7 @@ def run_points(
     folder, the server and each point's result."""
     for spec in specs:  # every point's scenario is valid before anything starts
         point_scenario(config, spec)
-    with serving(config, specs[0], name, echo) as (folder, server, run):
+    with serving(config, specs[0], name, echo, len(specs)) as (folder, server, run):
         echo(f"{name}: {len(specs)} point(s) -> {folder}")
         done = [(spec, run(spec)) for spec in specs]
     return folder, server, done

@@ -185,7 +185,8 @@ def run_stress(config: StressConfig, echo: Callable[[str], None]) -> tuple[Path,
         planned = [log_spaced(config.min_level, config.min_level, 1, integer)[0]]
     table: list[dict[str, Any]] = []
     first = _spec(config, 0, planned[0])
-    with serving(config, first, NAME, echo) as (folder, server, run):
+    total = None if config.mode == "auto" else len(planned)
+    with serving(config, first, NAME, echo, total) as (folder, server, run):
         echo(f"{NAME} ({config.mode}, {config.traffic}) -> {folder}")
 
         def measure(level: float) -> float:
