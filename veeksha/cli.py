@@ -43,6 +43,8 @@ LAZY_COMMANDS: dict[str, str] = {
     "capacity-search": "veeksha.experiment.capacity.cli:capacity_search",
     "prefill": "veeksha.experiment.microbench.cli:prefill",
     "decode": "veeksha.experiment.microbench.cli:decode",
+    "stress": "veeksha.experiment.microbench.cli:stress",
+    "diff": "veeksha.experiment.microbench.cli:diff",
 }
 
 #: Arrow's allocator for the commands (``LazyGroup.main``); set it in the environment to choose

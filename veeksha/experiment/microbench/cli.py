@@ -13,19 +13,20 @@ import click
 
 from veeksha.evaluate.exit_codes import ExitCode
 from veeksha.experiment.microbench.config import (
+    BenchConfig,
     DecodeConfig,
-    MicrobenchConfig,
     PrefillConfig,
     load_config,
     parse_flags,
 )
+from veeksha.experiment.microbench.stress_config import StressConfig
 
-__all__ = ["decode", "prefill"]
+__all__ = ["decode", "diff", "prefill", "stress"]
 
 _SETTINGS = {"ignore_unknown_options": True, "allow_extra_args": False}
 
 
-def _keys_help(kind: type[MicrobenchConfig]) -> str:
+def _keys_help(kind: type[BenchConfig]) -> str:
     lines = []
     for name, info in kind.model_fields.items():
         default = (kind.FULL | {"simulator": "{preset: realistic}"}).get(name, info.default)
@@ -40,7 +41,7 @@ def _report(name: str, folder: Path, document: dict[str, Any]) -> None:
     for line in _figures(name, document):
         click.echo(f"  {line}")
     for check in document["checks"]:
-        mark = "ok  " if check["passed"] else "FAIL"
+        mark = "ok  " if check["passed"] else "WARN" if check.get("warning") else "FAIL"
         click.echo(f"  {mark} {check['name']}: {check['detail']}")
 
 
@@ -57,6 +58,16 @@ def _figures(name: str, document: dict[str, Any]) -> list[str]:
                 f"intercept {fit['intercept_ms']:.2f} ms (r2 {fit['r2']:.3f})"
             )
         return lines
+    if name == "stress":
+        unit = "c" if document["traffic"] == "concurrency" else "rps"
+        return [
+            f"{unit}={p['level']:g}: {_num(p['output_tokens_per_s'])} output tokens/s, "
+            f"{_num(p['requests_per_s'])} requests/s, TTFC p50/p99 {_num(p['ttfc_p50_ms'])}/"
+            f"{_num(p['ttfc_p99_ms'])} ms, E2E p50/p99 {_num(p['e2e_p50_ms'])}/"
+            f"{_num(p['e2e_p99_ms'])} ms, {_num(p['interactivity_p50'])} tokens/s per user "
+            f"({p['samples']} requests)"
+            for p in document["points"]
+        ]
     lines = [
         f"B={p['batch_size']} L={p['input_length']}: TBC p50 {_num(p['tbc_p50_ms'])} ms, "
         f"p99 {_num(p['tbc_p99_ms'])} ms ({p['tbc_samples']} gaps in {p['window_s']:.2f} s)"
@@ -106,3 +117,84 @@ def decode(ctx: click.Context, config_file: Path | None, args: tuple[str, ...]) 
     config = load_config(DecodeConfig, config_file, parse_flags(args))
     folder, document = run_decode(config, click.echo)
     _finish(ctx, "decode", folder, document)
+
+
+@click.command(context_settings=_SETTINGS, epilog=_keys_help(StressConfig))
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="YAML FILE of keys.")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[--KEY VALUE...]")
+@click.pass_context
+def stress(ctx: click.Context, config_file: Path | None, args: tuple[str, ...]) -> None:
+    """Throughput against latency as the load rises: one timed point per concurrency or rate
+    level (manual, range or auto); throughput, TTFC/E2E p50/p99 and interactivity per level
+    (docs/microbench.md)."""
+    from veeksha.experiment.microbench.stress import run_stress
+
+    config = load_config(StressConfig, config_file, parse_flags(args))
+    folder, document = run_stress(config, click.echo)
+    _finish(ctx, "stress", folder, document)
+
+
+@click.command()
+@click.argument("dir_a", type=click.Path(path_type=Path))
+@click.argument("dir_b", type=click.Path(path_type=Path))
+@click.option(
+    "--labels", nargs=2, default=None, metavar="A B", help="Names of the two sides (default: A, B)."
+)
+@click.option(
+    "--output_dir",
+    "--output-dir",
+    default="diff_output",
+    show_default=True,
+    help="Base folder of the diff's folder.",
+)
+@click.option("--plots/--no_plots", default=True, help="Draw the plots.")
+def diff(
+    dir_a: Path, dir_b: Path, labels: tuple[str, str] | None, output_dir: str, plots: bool
+) -> None:
+    """Compare the prefill, decode and stress results in two folders (searched one level down
+    too): overlaid plots per benchmark found in both, and a table of relative changes
+    (B - A) / A, printed and written as diff.csv and diff.json (docs/microbench.md)."""
+    import csv
+    import json
+
+    from veeksha.experiment.microbench.diff import compare
+    from veeksha.experiment.microbench.points import result_folder
+
+    names = labels or ("A", "B")
+    pairs, changes, notes = compare(dir_a, dir_b)
+    folder = result_folder(output_dir, "diff")
+    drawn: dict[str, str] = {}
+    if plots:
+        from veeksha.experiment.microbench.diff_plots import diff_plot
+
+        for name, results in pairs.items():
+            drawn[name] = diff_plot(name, results, names, folder / f"diff_{name}.png").name
+    rows = [change.as_dict() for change in changes]
+    document = {
+        "labels": list(names),
+        "a": str(dir_a),
+        "b": str(dir_b),
+        "benchmarks": list(pairs),
+        "notes": notes,
+        "plots": drawn,
+        "changes": rows,
+    }
+    (folder / "diff.json").write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    with (folder / "diff.csv").open("w", newline="", encoding="utf-8") as out:
+        writer = csv.DictWriter(
+            out, fieldnames=["benchmark", "point", "metric", "a", "b", "change"]
+        )
+        writer.writeheader()
+        writer.writerows(rows)
+    for note in notes:
+        click.echo(f"note: {note}")
+    click.echo(
+        f"{'benchmark':<9} {'point':<14} {'metric':<24} {names[0]:>12} {names[1]:>12} change"
+    )
+    for row in rows:
+        change = "-" if row["change"] is None else f"{row['change'] * 100:+.1f} %"
+        click.echo(
+            f"{row['benchmark']:<9} {row['point']:<14} {row['metric']:<24} "
+            f"{_num(row['a']):>12} {_num(row['b']):>12} {change}"
+        )
+    click.echo(f"diff: {folder}")

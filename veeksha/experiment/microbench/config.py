@@ -26,17 +26,27 @@ from ruamel.yaml.error import YAMLError
 from veeksha.errors import ScenarioError, ScenarioIssue
 from veeksha.scenario.simulator import SimulatorConfig
 
-__all__ = ["DecodeConfig", "MicrobenchConfig", "PrefillConfig", "load_config", "parse_flags"]
+__all__ = [
+    "BenchConfig",
+    "DecodeConfig",
+    "MicrobenchConfig",
+    "PrefillConfig",
+    "load_config",
+    "parse_flags",
+]
 
 FLAGS_SOURCE = "<flags>"
+
+#: keys holding lists: one value after the flag is a one-element list
+LIST_KEYS = ("input_lengths", "batch_sizes", "concurrencies", "rates", "labels")
 
 
 def _realistic() -> SimulatorConfig:
     return SimulatorConfig.model_validate({"preset": "realistic"})
 
 
-class MicrobenchConfig(BaseModel):
-    """Keys both microbenchmarks share."""
+class BenchConfig(BaseModel):
+    """Keys every microbenchmark shares (prefill, decode, stress)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -57,7 +67,6 @@ class MicrobenchConfig(BaseModel):
         description="Whose tokens the lengths count: builtin (exact against the simulator) or "
         "server (the target's /tokenize, exact against vLLM, SGLang, llama.cpp).",
     )
-    input_lengths: list[int] | None = Field(None, description="Prompt lengths in tokens.")
     output_dir: str | None = Field(None, description="Base folder of result folders.")
     quick: bool = Field(False, description="Small defaults for the keys left unset (seconds).")
     seed: int = Field(42, ge=0, description="Seed of the prompts (point i uses seed + i).")
@@ -89,15 +98,32 @@ class MicrobenchConfig(BaseModel):
         return filled
 
     @model_validator(mode="after")
+    def _check_model(self) -> BenchConfig:
+        if self.api_base is not None and not self.model:
+            raise ValueError(
+                f"model: required with api_base {self.api_base}: set it to the model it serves"
+            )
+        return self
+
+    def context_limit(self) -> int | None:
+        """The context the lengths must fit in: ``max_model_len``, else the simulator's when it
+        is the target; None (unchecked) for an endpoint without ``max_model_len``."""
+        if self.max_model_len is not None:
+            return self.max_model_len
+        return self.simulator.max_model_len if self.api_base is None else None
+
+
+class MicrobenchConfig(BenchConfig):
+    """Keys of the microbenchmarks that measure several prompt lengths (prefill, decode)."""
+
+    input_lengths: list[int] | None = Field(None, description="Prompt lengths in tokens.")
+
+    @model_validator(mode="after")
     def _check_lengths(self) -> MicrobenchConfig:
         if not self.input_lengths:
             raise ValueError("input_lengths: give at least one length")
         if any(n < 1 for n in self.input_lengths):
             raise ValueError(f"input_lengths: every length must be >= 1 (got {self.input_lengths})")
-        if self.api_base is not None and not self.model:
-            raise ValueError(
-                f"model: required with api_base {self.api_base}: set it to the model it serves"
-            )
         return self
 
     def check_context(self, output_tokens: int) -> None:
@@ -110,13 +136,6 @@ class MicrobenchConfig(BaseModel):
                 f"model context of {limit} tokens; use shorter lengths (or set max_model_len "
                 "to the server's context)"
             )
-
-    def context_limit(self) -> int | None:
-        """The context the lengths must fit in: ``max_model_len``, else the simulator's when it
-        is the target; None (unchecked) for an endpoint without ``max_model_len``."""
-        if self.max_model_len is not None:
-            return self.max_model_len
-        return self.simulator.max_model_len if self.api_base is None else None
 
 
 class PrefillConfig(MicrobenchConfig):
@@ -172,7 +191,7 @@ class DecodeConfig(MicrobenchConfig):
         return self
 
 
-Config = TypeVar("Config", bound=MicrobenchConfig)
+Config = TypeVar("Config", bound=BenchConfig)
 
 
 def parse_flags(args: Sequence[str]) -> dict[str, Any]:
@@ -221,8 +240,11 @@ def load_config(kind: type[Config], path: str | Path | None, flags: dict[str, An
             data[key] = {**data[key], **value}
         else:
             data[key] = value
+    # the simulator keys given refine the default preset (realistic), not the fast one
+    if isinstance(data.get("simulator"), dict):
+        data["simulator"] = {"preset": "realistic", **data["simulator"]}
     # lists given as one flag value are one-element lists
-    for key in ("input_lengths", "batch_sizes"):
+    for key in LIST_KEYS:
         if isinstance(flags.get(key), str):
             data[key] = [flags[key]]
     try:
@@ -263,7 +285,7 @@ def _plain(value: Any) -> Any:
 
 def _issues(
     exc: ValidationError,
-    kind: type[MicrobenchConfig],
+    kind: type[BenchConfig],
     root: CommentedMap,
     source: str,
     flags: dict[str, Any],

@@ -3,7 +3,9 @@
 - ``prefill.png``: every TTFC sample against its input length, the per-length medians, and the
   fitted line with its slope (ms per 1k tokens) and intercept;
 - ``decode.png``: TBC p50 (solid) and p99 (dashed) against batch size, one colour per input
-  length, with the fitted p50 line.
+  length, with the fitted p50 line;
+- ``stress.png``: left, TTFC and E2E (p50 solid, p99 dashed) against output throughput (the
+  throughput–latency curve); right, output and input throughput against the load level.
 """
 
 from __future__ import annotations
@@ -16,14 +18,14 @@ import numpy as np
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["decode_plot", "prefill_plot"]
+__all__ = ["decode_plot", "prefill_plot", "stress_plot"]
 
 
-def _figure() -> Figure:
+def _figure(width: float = 7) -> Figure:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(7, 4.2), layout="constrained")
+    fig = Figure(figsize=(width, 4.2), layout="constrained")
     FigureCanvasAgg(fig)
     return fig
 
@@ -109,5 +111,56 @@ def decode_plot(table: list[dict[str, Any]], fits: list[dict[str, Any]], path: P
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", fontsize="small")
+    fig.savefig(path, dpi=100, format="png")
+    return path
+
+
+def stress_plot(table: list[dict[str, Any]], traffic: str, path: Path) -> Path:
+    """Latency against output throughput, and throughput against the load level."""
+    from matplotlib.ticker import FormatStrFormatter
+
+    fig = _figure(12)
+    curve, load = fig.subplots(1, 2)
+    rows = [p for p in table if p["output_tokens_per_s"] is not None]
+    throughput = [p["output_tokens_per_s"] for p in rows]
+    for key, colour in (("ttfc", "tab:blue"), ("e2e", "tab:red")):
+        for stat, style in (("p50", "o-"), ("p99", "s--")):
+            values = [p[f"{key}_{stat}_ms"] for p in rows]
+            curve.plot(throughput, values, style, color=colour, label=f"{key.upper()} {stat}")
+    for p in rows:
+        curve.annotate(
+            f"{p['level']:g}",
+            (p["output_tokens_per_s"], p["e2e_p50_ms"] or 0),
+            textcoords="offset points",
+            xytext=(3, 3),
+            fontsize="x-small",
+        )
+    curve.set_xlabel("output throughput (tokens/s)")
+    curve.set_ylabel("latency (ms)")
+    curve.set_title("latency against throughput (labels: load level)")
+    curve.set_ylim(bottom=0)
+    curve.grid(alpha=0.3)
+    curve.legend(loc="upper left", fontsize="small")
+    levels = [p["level"] for p in rows]
+    load.plot(levels, throughput, "o-", color="tab:blue", label="output tokens/s")
+    load.plot(
+        levels,
+        [p["input_tokens_per_s"] for p in rows],
+        "s--",
+        color="tab:green",
+        label="input tokens/s",
+    )
+    load.set_xscale("log", base=2)
+    load.xaxis.set_major_formatter(FormatStrFormatter("%g"))
+    load.set_xlabel(
+        "concurrency (requests in flight)"
+        if traffic == "concurrency"
+        else "offered rate (requests/s)"
+    )
+    load.set_ylabel("throughput (tokens/s)")
+    load.set_title("throughput against load")
+    load.set_ylim(bottom=0)
+    load.grid(alpha=0.3)
+    load.legend(loc="upper left", fontsize="small")
     fig.savefig(path, dpi=100, format="png")
     return path

@@ -3,7 +3,10 @@
 A point is a closed loop of single-request sessions, ``concurrency`` at a time (concurrent
 scheduler, no ramp-up: the first ``concurrency`` start together, each later one when one ends),
 ``sessions`` in all (after ``warmup_sessions`` untracked ones), each a prompt of exactly
-``input_length`` tokens asking for exactly ``output_length`` tokens (``ignore_eos``).
+``input_length`` tokens asking for exactly ``output_length`` tokens (``ignore_eos``). A timed
+point (``duration_s``, ``veeksha stress``) starts sessions for ``warmup_s`` untracked seconds and
+then ``duration_s`` measured ones, with no session count; with ``rate`` set its sessions arrive
+open-loop, Poisson at ``rate`` per second, instead of the closed loop.
 Point ``index`` uses seed ``seed + index``, so no two points send the same prompts (a server's
 prefix cache finds nothing to reuse across points; within a point the prompts already differ).
 
@@ -16,7 +19,8 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,12 +29,19 @@ import pandas as pd
 from pydantic import ValidationError
 
 from veeksha.errors import ConfigurationError, RunAbortedError
-from veeksha.experiment.microbench.config import MicrobenchConfig
+from veeksha.experiment.microbench.config import BenchConfig
 from veeksha.experiment.point import PointResult, run_point
 from veeksha.experiment.shared_server import SharedServer, aim_at, shared_simulator
 from veeksha.scenario.models import Scenario
 
-__all__ = ["PointSpec", "load_rows", "point_scenario", "result_folder", "run_points"]
+__all__ = [
+    "PointSpec",
+    "load_rows",
+    "point_scenario",
+    "result_folder",
+    "run_points",
+    "serving",
+]
 
 #: the points' generator-saturation limit (p99 of sent - ready), ms
 DISPATCH_LAG_LIMIT_MS = 100.0
@@ -50,6 +61,9 @@ ROW_COLUMNS = [
     "cached_tokens",
     "output_tokens",
     "requested_output_tokens",
+    "ready_at",
+    "e2e",
+    "tpot",
 ]
 
 
@@ -63,18 +77,39 @@ class PointSpec:
     concurrency: int
     sessions: int
     warmup_sessions: int = 0
+    rate: float | None = None
+    duration_s: float | None = None
+    warmup_s: float = 0.0
 
 
-def point_scenario(config: MicrobenchConfig, spec: PointSpec) -> Scenario:
+def point_scenario(config: BenchConfig, spec: PointSpec) -> Scenario:
     """The scenario of one point (validated like any scenario file)."""
     total = spec.sessions + spec.warmup_sessions
+    traffic: dict[str, Any] = {
+        "type": "concurrent",
+        "target_concurrent_sessions": spec.concurrency,
+        "rampup_seconds": 0,
+    }
+    if spec.rate is not None:
+        traffic = {
+            "type": "rate",
+            "interval_generator": {"type": "poisson", "arrival_rate": spec.rate},
+        }
+    runtime: dict[str, Any] = {
+        "max_sessions": spec.sessions,
+        "warmup_sessions": spec.warmup_sessions,
+        "benchmark_timeout": config.request_timeout * total + 60,
+        "num_workers": config.num_workers,
+    }
+    if spec.duration_s is not None:
+        runtime |= {
+            "max_sessions": -1,
+            "warmup_seconds": spec.warmup_s,
+            "benchmark_timeout": spec.duration_s,
+        }
     data: dict[str, Any] = {
         "seed": config.seed + spec.index,
-        "traffic_scheduler": {
-            "type": "concurrent",
-            "target_concurrent_sessions": spec.concurrency,
-            "rampup_seconds": 0,
-        },
+        "traffic_scheduler": traffic,
         "session_generator": {
             "type": "synthetic",
             "session_graph": {"type": "single_request"},
@@ -96,12 +131,7 @@ def point_scenario(config: MicrobenchConfig, spec: PointSpec) -> Scenario:
             "request_timeout": config.request_timeout,
             "ignore_eos": True,
         },
-        "runtime": {
-            "max_sessions": spec.sessions,
-            "warmup_sessions": spec.warmup_sessions,
-            "benchmark_timeout": config.request_timeout * total + 60,
-            "num_workers": config.num_workers,
-        },
+        "runtime": runtime,
         "trace_recorder": {"enabled": False},
         # one-at-a-time and all-at-once points on a shared machine: a late send only delays
         # the next request (TTFC and TBC count from the send), so only a gross lag fails
@@ -138,32 +168,50 @@ def result_folder(output_dir: str, name: str, now: dt.datetime | None = None) ->
     )
 
 
+@contextmanager
+def serving(
+    config: BenchConfig,
+    first: PointSpec,
+    name: str,
+    echo: Callable[[str], None],
+    total: int | None = None,
+) -> Iterator[tuple[Path, SharedServer, Callable[[PointSpec], PointResult]]]:
+    """Start (or check) the server with the scenario of ``first``, make the result folder, and
+    yield it, the server and a function running one point against that server (in its own
+    run folder below ``<folder>/points/``). Nothing is made when the server cannot be used
+    (``TargetError``, exit 2); an interrupted point stops the series (``RunAbortedError``, the
+    points so far kept on disk)."""
+    assert config.output_dir is not None
+    with shared_simulator(point_scenario(config, first)) as (aimed, server):
+        if not server.is_simulator:
+            _check_endpoint(aimed)
+        folder = result_folder(config.output_dir, name)
+
+        def run(spec: PointSpec) -> PointResult:
+            scenario = aim_at(point_scenario(config, spec), server)
+            result = run_point(scenario, folder / "points", plots=config.point_plots)
+            of = f"/{total}" if total else ""
+            echo(f"  point {spec.index + 1}{of}: {result.run_dir.name}")
+            if result.interrupted:
+                raise RunAbortedError(f"interrupted; the points so far are in {folder}")
+            return result
+
+        yield folder, server, run
+
+
 def run_points(
-    config: MicrobenchConfig,
+    config: BenchConfig,
     specs: Sequence[PointSpec],
     name: str,
     echo: Callable[[str], None],
 ) -> tuple[Path, SharedServer, list[tuple[PointSpec, PointResult]]]:
-    """Start (or check) the server, then make the result folder and run every point in order
-    against that one server; the folder, the server and each point's result. Nothing is made
-    when the server cannot be used (``TargetError``, exit 2); an interrupted point stops the
-    series (``RunAbortedError``, the points so far kept on disk)."""
-    assert config.output_dir is not None
-    scenarios = [point_scenario(config, spec) for spec in specs]
-    done: list[tuple[PointSpec, PointResult]] = []
-    with shared_simulator(scenarios[0]) as (first, server):
-        if not server.is_simulator:
-            _check_endpoint(first)
-        folder = result_folder(config.output_dir, name)
+    """Run every point of ``specs`` in order against one server (:func:`serving`); the result
+    folder, the server and each point's result."""
+    for spec in specs:  # every point's scenario is valid before anything starts
+        point_scenario(config, spec)
+    with serving(config, specs[0], name, echo, len(specs)) as (folder, server, run):
         echo(f"{name}: {len(specs)} point(s) -> {folder}")
-        for spec, scenario in zip(specs, scenarios, strict=True):
-            result = run_point(
-                aim_at(scenario, server), folder / "points", plots=config.point_plots
-            )
-            echo(f"  point {spec.index + 1}/{len(specs)}: {result.run_dir.name}")
-            done.append((spec, result))
-            if result.interrupted:
-                raise RunAbortedError(f"interrupted; the points so far are in {folder}")
+        done = [(spec, run(spec)) for spec in specs]
     return folder, server, done
 
 
@@ -178,11 +226,13 @@ def _check_endpoint(scenario: Scenario) -> None:
     check_reachable(api_base, resolve_api_key(client), model=client.model)
 
 
-def load_rows(run_dir: Path) -> pd.DataFrame:
-    """The measured rows of a point's requests.parquet (warmup rows left out)."""
+def load_rows(run_dir: Path, *, warmup: bool = False) -> pd.DataFrame:
+    """The measured rows of a point's requests.parquet (warmup rows too with ``warmup``)."""
     path = run_dir / "requests.parquet"
     try:
         rows = pd.read_parquet(path, columns=ROW_COLUMNS)
     except (OSError, ValueError) as exc:
         raise RunAbortedError(f"point {run_dir} left no readable requests.parquet: {exc}") from None
+    if warmup:
+        return rows
     return rows[rows["phase"] == "measured"].reset_index(drop=True)

@@ -24,11 +24,13 @@ RESULTS_VERSION = 1
 
 @dataclass(frozen=True)
 class Check:
-    """One self-check of the measurement: its name, whether it held, and what was seen."""
+    """One self-check of the measurement: its name, whether it held, and what was seen. A
+    ``warning`` check that fails is reported but does not fail the result."""
 
     name: str
     passed: bool
     detail: str
+    warning: bool = False
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,7 @@ def write_results(
         **body,
         "points": list(points),
         "checks": [asdict(check) for check in checks],
-        "passed": all(check.passed for check in checks),
+        "passed": all(check.passed or check.warning for check in checks),
     }
     (folder / f"{name}_results.json").write_text(
         json.dumps(document, indent=2, default=str) + "\n", encoding="utf-8"

@@ -1,0 +1,162 @@
+"""``veeksha stress``'s pure parts: the levels, the auto search's stopping rule, the figures of a
+point from its rows, the checks, the settings."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from veeksha.errors import ScenarioError
+from veeksha.experiment.microbench.config import load_config
+from veeksha.experiment.microbench.stress import analyse_point, stress_checks
+from veeksha.experiment.microbench.stress_config import StressConfig
+from veeksha.experiment.microbench.stress_levels import auto_levels, log_spaced
+
+
+def _saturating(knee: float, per_level: float = 100.0) -> tuple[list[float], object]:
+    """A fake point function: throughput grows linearly up to ``knee``, then stays flat."""
+    calls: list[float] = []
+
+    def measure(level: float) -> float:
+        calls.append(level)
+        return per_level * min(level, knee)
+
+    return calls, measure
+
+
+def test_auto_doubles_until_the_gain_falls_under_the_threshold_then_fills_the_knee() -> None:
+    calls, measure = _saturating(knee=6)
+    levels = auto_levels(
+        measure, start=1, max_level=1024, threshold=0.10, fill_points=2, integer=True
+    )
+    # 100, 200, 400, 600 (+50 %), 600 at 16 (+0 %): stop at 16; knee in (4, 16): 6.35, 10.08
+    assert calls == [1, 2, 4, 8, 16, 6, 10]
+    assert levels == calls
+
+
+def test_auto_stops_on_a_gain_just_under_the_threshold_not_above() -> None:
+    gains = {1: 100.0, 2: 111.0, 4: 121.0}  # +11 % goes on, +9 % stops
+    calls: list[float] = []
+
+    def measure(level: float) -> float:
+        calls.append(level)
+        return gains[int(level)]
+
+    auto_levels(measure, start=1, max_level=64, threshold=0.10, fill_points=0, integer=True)
+    assert calls == [1, 2, 4]
+
+
+def test_auto_never_passes_max_level_and_fills_nothing_unsaturated() -> None:
+    _, measure = _saturating(knee=1e9)
+    levels = auto_levels(
+        measure, start=0.5, max_level=5, threshold=0.1, fill_points=3, integer=False
+    )
+    assert levels == [0.5, 1.0, 2.0, 4.0]
+
+
+def test_levels_are_log_spaced_and_whole_for_a_concurrency() -> None:
+    assert log_spaced(1, 64, 7, integer=True) == [1, 2, 4, 8, 16, 32, 64]
+    assert log_spaced(1, 4, 6, integer=True) == [1, 2, 3, 4]  # rounded duplicates dropped
+    assert log_spaced(2, 8, 3, integer=False) == [2, 4, 8]
+
+
+def _rows() -> pd.DataFrame:
+    # window [1, 3): a warmup request decoding across its start, two measured ones, one late
+    return pd.DataFrame(
+        {
+            "phase": ["warmup", "measured", "measured", "measured"],
+            "status": ["ok", "ok", "ok", "error"],
+            "ready_at": [0.0, 1.0, 2.0, 2.9],
+            "first_chunk_at": [0.5, 1.1, 2.1, None],
+            "completed_at": [1.5, 2.0, 3.5, 3.0],
+            "chunk_times": [
+                np.array([0.5, 1.0, 1.5]),  # 2 in the window
+                np.array([1.1, 1.5, 2.0]),  # 3
+                np.array([2.1, 2.8, 3.5]),  # 2
+                None,
+            ],
+            "output_tokens": [6, 3, 3, None],  # the warmup one: 2 tokens per chunk
+            "prompt_tokens_total": [100, 100, 100, 100],
+            "ttfc": [0.5, 0.1, 0.1, None],
+            "e2e": [1.5, 1.0, 1.5, None],
+            "tpot": [0.5, 0.45, 0.7, None],
+        }
+    )
+
+
+def test_a_point_counts_throughput_inside_its_steady_window_only() -> None:
+    point = analyse_point(4, _rows(), 2.0, "points/x", "PASS")
+    assert point["window_s"] == 2.0
+    assert point["output_tokens_per_s"] == pytest.approx((2 * 2 + 3 + 2) / 2)
+    assert point["input_tokens_per_s"] == pytest.approx(200 / 2)  # two prefills in the window
+    assert point["requests_per_s"] == pytest.approx(2 / 2)  # the warmup one counts too
+    assert (point["samples"], point["failed"]) == (2, 1)
+    assert point["e2e_p50_ms"] == pytest.approx(1250)
+    assert point["interactivity_p50"] == pytest.approx(1 / 0.575)
+
+
+def test_checks_name_each_offending_level_and_a_drop_only_warns() -> None:
+    def point(level: float, throughput: float, samples: int = 30, failed: int = 0) -> dict:
+        return {
+            "level": level,
+            "output_tokens_per_s": throughput,
+            "samples": samples,
+            "failed": failed,
+            "health": "PASS",
+        }
+
+    checks = {c.name: c for c in stress_checks([point(1, 100), point(2, 190)], 20, "c")}
+    assert all(c.passed for c in checks.values())
+    table = [point(1, 100, samples=5), point(2, 200, failed=2), point(4, 150)]
+    checks = {c.name: c for c in stress_checks(table, 20, "c")}
+    assert checks["enough_samples"].detail == "below 20 measured ok requests: c=1: 5"
+    assert checks["no_failures"].detail == "failed requests: c=2: 2"
+    drop = checks["monotone_throughput"]
+    assert (drop.passed, drop.warning) == (False, True)
+    assert "c=4: 150.0 tokens/s < 200.0 at c=2" in drop.detail
+    empty = point(1, 0, samples=0) | {"output_tokens_per_s": None}  # a point with no rows
+    checks = {c.name: c for c in stress_checks([empty, point(2, 50)], 20, "c")}
+    assert checks["monotone_throughput"].passed
+    assert not checks["enough_samples"].passed
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({"concurrencies": ["0", "4"]}, "concurrencies: every level must be > 0"),
+        ({"concurrencies": "2", "rates": "3"}, "give concurrencies or rates, not both"),
+        ({"mode": "range", "rates": "3"}, "concurrencies and rates are for mode manual"),
+        ({"traffic": "rate"}, "traffic: rate in manual mode takes its levels from rates"),
+        ({"mode": "range", "min_level": "8", "max_level": "2"}, "is below min_level"),
+        ({"input_length": "131000", "output_length": "128"}, "exceed the model context"),
+    ],
+)
+def test_bad_settings_are_named(flags: dict, message: str) -> None:
+    with pytest.raises(ScenarioError, match=message):
+        load_config(StressConfig, None, flags)
+
+
+def test_the_list_given_sets_the_traffic() -> None:
+    assert load_config(StressConfig, None, {"rates": ["2", "4"]}).traffic == "rate"
+    quick = load_config(StressConfig, None, {"quick": True})
+    assert (quick.traffic, quick.concurrencies, quick.point_duration) == (
+        "concurrency",
+        [1, 2, 4, 8],
+        3.0,
+    )
+    assert load_config(StressConfig, None, {"mode": "auto"}).traffic == "concurrency"
+
+
+def test_a_rate_point_is_a_timed_open_loop_run() -> None:
+    from veeksha.experiment.microbench.points import point_scenario
+    from veeksha.experiment.microbench.stress import _spec
+
+    config = load_config(StressConfig, None, {"quick": True, "rates": ["2.5", "5"]})
+    scenario = point_scenario(config, _spec(config, 1, 5.0))
+    traffic = scenario.traffic_scheduler
+    assert traffic.type == "rate"
+    assert traffic.interval_generator.arrival_rate == 5.0  # type: ignore[union-attr]
+    runtime = scenario.runtime
+    assert (runtime.max_sessions, runtime.warmup_seconds, runtime.benchmark_timeout) == (-1, 1, 3)
+    assert scenario.seed == config.seed + 1
