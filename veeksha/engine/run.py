@@ -191,7 +191,9 @@ class _Run:
             ) from None
         if not (self.run_dir / "config.yaml").exists():
             write_config(self.run_dir, self.scenario)
-        self.log = RunLog(self.run_dir, resolve_api_key(self.scenario.client))
+        self.log = RunLog(
+            self.run_dir, [resolve_api_key(c) for _, c in self.scenario.client_entries()]
+        )
         try:
             await self._execute()
         except VeekshaError as exc:
