@@ -356,7 +356,10 @@ class _Run:
         trace = None
         if scenario.trace_recorder.enabled:
             trace = TraceWriter(
-                self.run_dir / "trace.jsonl", scenario.trace_recorder.include_content, t0_ns=t0_ns
+                self.run_dir / "trace.jsonl",
+                scenario.trace_recorder.include_content,
+                t0_ns=t0_ns,
+                clients=[name for name, _ in scenario.client_entries()],
             )
         metadata = run_metadata(
             run_id=run_id,
