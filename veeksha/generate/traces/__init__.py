@@ -34,6 +34,7 @@ from veeksha.generate.traces.sessions import TraceSessions, TraceTimeline, windo
 from veeksha.generate.traces.shared_prefix import MooncakeFlavor, SharedPrefixFlavor
 from veeksha.generate.traces.table import TraceTable
 from veeksha.generate.traces.timed_session import TimedSessionFlavor
+from veeksha.generate.validation import NodeChecks
 from veeksha.scenario import models
 
 __all__ = [
@@ -86,6 +87,7 @@ class OpenTrace:
     oversized: str = "skip"  # session_generator.oversized
     #: client name → index (``Scenario.client_entries``), for rows that name their client
     clients: dict[str, int] | None = None
+    checks: NodeChecks | None = None  # session_generator.validation
 
     @property
     def warmup(self) -> int:
@@ -102,6 +104,7 @@ class OpenTrace:
             tokenizer,
             warmup=self.warmup,
             clients=self.clients,
+            checks=self.checks,
         )
 
     def timeline(self) -> TraceTimeline:
@@ -227,4 +230,5 @@ def open_trace(scenario: models.Scenario) -> OpenTrace:
         max_model_len,
         generator.oversized,
         clients,
+        NodeChecks.of(generator),
     )

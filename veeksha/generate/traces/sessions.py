@@ -40,6 +40,7 @@ from veeksha.generate.spec import NodeSpec, SessionSpec
 from veeksha.generate.tokenizer import TokenizerLike
 from veeksha.generate.traces.content import ContentRows, TraceContent
 from veeksha.generate.traces.table import SessionRows, TraceTable
+from veeksha.generate.validation import NodeChecks
 from veeksha.scenario.models import TextChannel
 
 __all__ = ["PIECE", "TraceSessions", "TraceTimeline", "window"]
@@ -169,10 +170,12 @@ class TraceSessions:
         tokenizer: TokenizerLike,
         warmup: int = 0,
         clients: dict[str, int] | None = None,
+        checks: NodeChecks | None = None,
     ) -> None:
         self.table = table
         #: client name → index (``Scenario.client_entries``) for rows that name their client
         self._clients = clients or {}
+        self._checks = checks  # the trace generator's validation, on a share of the nodes
         self.lo, self.hi = lo, hi
         self.first_pass = hi - lo
         self.warmup = warmup
@@ -271,6 +274,9 @@ class TraceSessions:
                 for r in range(r0, r1)
             ]
             specs.append(SessionSpec(first_index + j, nodes))
+        if self._checks is not None:
+            every = [node for spec in specs for node in spec.nodes]
+            self._checks.apply(every, self._streams.stream("validation", "trace", p, k))
         return specs
 
 
