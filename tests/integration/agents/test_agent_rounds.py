@@ -216,3 +216,21 @@ def test_the_shipped_debate_scenario_runs(tmp_path: Path) -> None:
             ].sent_at.min()
             >= participants
         )
+
+
+def test_the_report_prints_the_client_agent_and_round_tables(
+    debate: tuple[Path, pd.DataFrame],
+) -> None:
+    from click.testing import CliRunner
+
+    from veeksha.cli import main
+
+    run_dir, _ = debate
+    result = CliRunner().invoke(main, ["report", str(run_dir), "--no-plots"], env={"CI": "true"})
+    assert result.exit_code in (0, 3, 4, 5), result.output
+    text = result.output
+    for title in ("clients (ms)", "agents (ms)", "rounds (ms)"):
+        assert title in text, text
+    summary = json.loads((run_dir / "summary.json").read_text())
+    judge_turns = summary["agents"]["judge"]["turns"]
+    assert any(line.split()[:3] == ["judge", "llm", str(judge_turns)] for line in text.splitlines())
