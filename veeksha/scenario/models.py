@@ -441,7 +441,9 @@ class Agent(StrictModel):
         "result_length tokens (docs/agents.md).",
     )
     client: str | None = Field(
-        None, description="Name of the client serving it (null: the first client)."
+        None,
+        description="Name of the client serving it (null: its role's client in role_clients, "
+        "else the first client).",
     )
     priority: int = Field(0, description="runtime.priority node: higher first.")
     prompt_length_generator: LengthGenerator | None = Field(
@@ -473,6 +475,10 @@ class AgentRoundsGraph(StrictModel):
     type: Literal["agent_rounds"] = "agent_rounds"
     agents: list[Agent] = Field(..., min_length=1, description="The agents, in speaking order.")
     rounds: int = Field(3, ge=1, le=10_000, description="Rounds per session.")
+    role_clients: dict[str, str] = Field(
+        default_factory=dict,
+        description="Role → client name: the client of the agents of that role that name none.",
+    )
     request_wait_generator: IntervalGenerator = Field(
         default_factory=lambda: FixedInterval(type="fixed", interval=0.0),
         description="Think time after a turn's parents completed.",
