@@ -21,6 +21,8 @@ from veeksha.schedule.session_state import NodeState, SessionState
 __all__ = ["RunRecorder"]
 
 _NS = 1e9
+_TOOL = "tool"
+_NO_CLIENT: tuple[None, None] = (None, None)  # a tool row's client and model: no request went
 _OK, _FAILED, _CANCELLED = NodeState.OK, NodeState.FAILED, NodeState.CANCELLED
 
 
@@ -76,7 +78,7 @@ class RunRecorder:
         )
         writer = self._writer
         if writer.error is None:  # after a write error, rows are refused
-            name, model = self._clients[node.client]
+            name, model = _NO_CLIENT if node.kind == _TOOL else self._clients[node.client]
             with writer.lock:  # the writer thread swaps the batch under this lock
                 writer.requests.add_result(
                     self.run_id,
@@ -121,7 +123,7 @@ class RunRecorder:
         node = session.spec.nodes[node_id]
         writer = self._writer
         if writer.error is None:  # after a write error, rows are refused
-            name, model = self._clients[node.client]
+            name, model = _NO_CLIENT if node.kind == _TOOL else self._clients[node.client]
             with writer.lock:
                 writer.requests.add_cancelled(
                     self.run_id,

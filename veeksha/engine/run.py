@@ -198,7 +198,9 @@ class _Run:
             ) from None
         if not (self.run_dir / "config.yaml").exists():
             write_config(self.run_dir, self.scenario)
-        self.log = RunLog(self.run_dir, resolve_api_key(self.scenario.client))
+        self.log = RunLog(
+            self.run_dir, [resolve_api_key(c) for _, c in self.scenario.client_entries()]
+        )
         try:
             await self._execute()
         except VeekshaError as exc:
@@ -363,7 +365,10 @@ class _Run:
         trace = None
         if scenario.trace_recorder.enabled:
             trace = TraceWriter(
-                self.run_dir / "trace.jsonl", scenario.trace_recorder.include_content, t0_ns=t0_ns
+                self.run_dir / "trace.jsonl",
+                scenario.trace_recorder.include_content,
+                t0_ns=t0_ns,
+                clients=[name for name, _ in scenario.client_entries()],
             )
         metadata = run_metadata(
             run_id=run_id,

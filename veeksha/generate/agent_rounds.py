@@ -109,11 +109,11 @@ class AgentRoundsSessions:
     ) -> None:
         self.graph = graph
         names = list(client_index)
-        for agent in graph.agents:  # (a loaded scenario was checked: scenario/crosscheck.py)
-            if agent.client is not None and agent.client not in client_index:
-                raise ConfigurationError(
-                    f"agent {agent.id!r}: {unknown_client(agent.client, names)}"
-                )
+        chosen = [a.client or graph.role_clients.get(a.role) for a in graph.agents]
+        for agent, client in zip(graph.agents, chosen, strict=True):
+            # (a loaded scenario was checked: scenario/crosscheck.py)
+            if client is not None and client not in client_index:
+                raise ConfigurationError(f"agent {agent.id!r}: {unknown_client(client, names)}")
         try:
             self.layout = agent_rounds_layout(graph)
         except (KeyError, ValueError) as exc:
@@ -138,7 +138,7 @@ class AgentRoundsSessions:
             make_interval_sampler(agent.latency_generator) if agent.latency_generator else None
             for agent in agents
         ]
-        self._clients = [0 if a.client is None else client_index[a.client] for a in agents]
+        self._clients = [0 if c is None else client_index[c] for c in chosen]
         self._checks = [
             None if a.validation is None else AnswerCheck.of(a.validation) for a in agents
         ]

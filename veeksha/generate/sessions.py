@@ -45,6 +45,7 @@ from veeksha.generate.graphs import GraphShape, chain_tables, make_graph_generat
 from veeksha.generate.rng import RandomStreams
 from veeksha.generate.spec import NodeSpec, SessionSpec
 from veeksha.generate.tokenizer import TokenizerLike
+from veeksha.generate.validation import NodeChecks
 from veeksha.scenario.models import (
     AgentRoundsGraph,
     BranchingGraph,
@@ -116,6 +117,7 @@ class SessionGenerator:
             )
             graph = SingleRequestGraph()  # (the samplers below are not used)
         self._graphs = make_graph_generator(graph)
+        self._checks = NodeChecks.of(graph)
         self._tools: tuple[float, IntervalSampler] | None = None
         if isinstance(graph, BranchingGraph) and graph.tool_probability > 0:
             latency = make_interval_sampler(graph.tool_latency_generator)
@@ -256,6 +258,8 @@ class SessionGenerator:
         first = block * BLOCK_SESSIONS
         if self._tools is not None:
             self._mix_tools(nodes, roots, block)
+        if self._checks is not None:
+            self._checks.apply(nodes, streams.stream("validation", "block", block))
         if not self._clients.single:
             self._clients.assign(nodes, first, sizes.tolist(), streams, block)
         ends = np.cumsum(sizes).tolist()

@@ -5,14 +5,20 @@ frameworks do: the failed answer as ``assistant``, then the note as ``user``).
 
 >>> AnswerCheck.of(RegexValidation(pattern="^yes|no$"))("maybe") is not None
 True
+
+:class:`NodeChecks` puts a graph's or a trace's ``validation`` on a share of its LLM nodes.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
+import numpy as np
+
+from veeksha.generate.spec import NodeSpec
 from veeksha.scenario.models import (
     ChoicesValidation,
     JsonValidation,
@@ -20,7 +26,7 @@ from veeksha.scenario.models import (
     Validation,
 )
 
-__all__ = ["AnswerCheck"]
+__all__ = ["AnswerCheck", "NodeChecks"]
 
 
 class AnswerCheck:
@@ -57,3 +63,49 @@ def _json_note(text: str) -> str | None:
     except ValueError as exc:
         return f"Your answer is not valid JSON ({exc.args[0]}). Answer again with JSON only."
     return None
+
+
+class _Checked(Protocol):
+    """The keys of a graph or a trace generator that put a validation on its nodes."""
+
+    @property
+    def validation(self) -> Validation | None: ...
+    @property
+    def max_reprompts(self) -> int: ...
+    @property
+    def validation_probability(self) -> float: ...
+
+
+class NodeChecks:
+    """``validation`` / ``max_reprompts`` / ``validation_probability`` of a linear, branching
+    or single-request graph, or of a trace: each LLM node is checked with that probability
+    (a draw per node from the caller's ``validation`` stream, so the choice never reshuffles
+    lengths, content or arrivals; probability 1 draws nothing)."""
+
+    __slots__ = ("_check", "_max", "_probability")
+
+    def __init__(self, check: AnswerCheck, max_reprompts: int, probability: float) -> None:
+        self._check = check
+        self._max = max_reprompts
+        self._probability = probability
+
+    @classmethod
+    def of(cls, config: _Checked) -> NodeChecks | None:
+        """The checks ``config`` asks for, or None (no validation, or a 0 share)."""
+        if config.validation is None or config.validation_probability <= 0:
+            return None
+        return cls(
+            AnswerCheck.of(config.validation), config.max_reprompts, config.validation_probability
+        )
+
+    def apply(self, nodes: Sequence[NodeSpec], rng: np.random.Generator) -> None:
+        """Give the chosen LLM nodes of ``nodes`` the check (tool nodes are never checked)."""
+        if self._probability >= 1:
+            chosen: Sequence[bool] = [True] * len(nodes)
+        else:
+            chosen = (rng.random(len(nodes)) < self._probability).tolist()
+        check, most = self._check, self._max
+        for node, pick in zip(nodes, chosen, strict=True):
+            if pick and node.kind == "llm":
+                node.validation = check
+                node.max_reprompts = most

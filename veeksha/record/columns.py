@@ -74,12 +74,13 @@ REQUESTS_SCHEMA = pa.schema(
             "history_parent", _I32, "", "node whose conversation precedes this prompt; null: none"
         ),
         _col("worker_id", _I32, "", "worker process that sent it; null when never dispatched"),
-        _col("model", _STR, "", "model name sent in the request"),
+        _col("model", _STR, "", "model name sent in the request; null for a tool row"),
         _col(
             "client",
             _STR,
             "",
-            "name of the client (target) that sent it: clients[].name, or default",
+            "name of the client (target) that sent it: clients[].name, or default; null for"
+            " a tool row (no request went to any client)",
         ),
         _col(
             "kind",

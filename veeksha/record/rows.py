@@ -85,7 +85,7 @@ class RequestRecord:
     session_id: int
     request_id: int
     node: NodeSpec
-    model: str
+    model: str | None  # (None: a tool row, no request)
     ready_at_ns: int | None = None
     dispatched_at_ns: int | None = None
     processed_at_ns: int | None = None
@@ -94,7 +94,7 @@ class RequestRecord:
     prompt_tokens_total: int | None = None
     output_tokens_counted: int | None = None
     cancel_reason: str = "cancelled before it was sent"
-    client: str = "default"
+    client: str | None = "default"
     queue_wait_ns: int = 0  # ready → its client's slot (rows of dispatched requests)
     attempt: int = 0
     valid: bool | None = None

@@ -14,7 +14,9 @@ A line (``include_content`` adds ``messages``)::
 
 ``dispatched_at`` is seconds since the run's t0, as in requests.parquet. The lengths are always
 written: they make the file a replayable trace (``flavor: timed_synthetic_session``,
-docs/traces.md).
+docs/traces.md). A run with several clients adds ``client`` (the name of the client that served
+the request) and a node with a priority adds ``priority``, so the replay goes to the same
+clients in the same order.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ class TraceEntry(msgspec.Struct, omit_defaults=True):
     dispatched_at: float
     target_prompt_tokens: int | None = None
     requested_output_tokens: int | None = None
+    client: str | None = None
+    priority: int | None = None
     messages: list[tuple[str, str]] | None = None
 
 
@@ -54,8 +58,17 @@ class TraceWriter:
     used alone); ``add`` may run concurrently on the event loop.
     """
 
-    def __init__(self, path: str | os.PathLike[str], include_content: bool, *, t0_ns: int) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        include_content: bool,
+        *,
+        t0_ns: int,
+        clients: list[str] | None = None,
+    ) -> None:
         self.path = Path(path)
+        # client names by index, written only when there are several
+        self._clients = clients if clients is not None and len(clients) > 1 else None
         self.include_content = include_content
         self._t0_ns = t0_ns
         self._pending: deque[tuple[str, int, NodeSpec, WorkItem]] = deque()
@@ -83,6 +96,10 @@ class TraceWriter:
             target_prompt_tokens=node.prompt_tokens,
             requested_output_tokens=item.max_tokens,
         )
+        if self._clients is not None and node.kind == "llm":
+            entry.client = self._clients[node.client]
+        if node.priority:
+            entry.priority = node.priority
         if self.include_content:
             entry.messages = item.messages
         return entry

@@ -75,6 +75,11 @@ def _agent_problems(scenario: Scenario, names: list[str]) -> list[Problem]:
     path = ("session_generator", "session_graph", "agents")
     problems: list[Problem] = []
     ids = [agent.id for agent in graph.agents]
+    problems += [
+        (("session_generator", "session_graph", "role_clients", role), unknown_client(name, names))
+        for role, name in graph.role_clients.items()
+        if name not in names
+    ]
     for i, agent in enumerate(graph.agents):
         if ids.index(agent.id) != i:
             problems.append(((*path, i, "id"), f"agent id {agent.id!r} is used twice"))

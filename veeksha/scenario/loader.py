@@ -569,6 +569,8 @@ def _dedupe(issues: list[ScenarioIssue]) -> list[ScenarioIssue]:
 def resolved_dict(scenario: Scenario, *, redact: bool = True) -> dict[str, Any]:
     """The fully resolved scenario (every default) as plain data; secrets become ``"***"``."""
     data: dict[str, Any] = scenario.model_dump(mode="json")
+    if data.get("clients"):  # (the unused default client: the file must load again)
+        data.pop("client", None)
     for path in _SECRET_PATHS:
         holder: Any = data
         for part in path[:-1]:

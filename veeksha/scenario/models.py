@@ -307,10 +307,64 @@ TrafficScheduler = Annotated[
 # --------------------------------------------------------------------------------- session graphs
 
 
+class RegexValidation(StrictModel):
+    """The answer must contain a match of ``pattern`` (Python ``re.search``)."""
+
+    type: Literal["regex"] = "regex"
+    pattern: str = Field(..., min_length=1, description="A Python regular expression.")
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        return value
+
+
+class JsonValidation(StrictModel):
+    """The answer must parse as JSON."""
+
+    type: Literal["json"] = "json"
+
+
+class ChoicesValidation(StrictModel):
+    """The answer (stripped) must be one of ``choices``."""
+
+    type: Literal["choices"] = "choices"
+    choices: list[str] = Field(..., min_length=1, description="The accepted answers.")
+
+
+Validation = Annotated[
+    RegexValidation | JsonValidation | ChoicesValidation, Field(discriminator="type")
+]
+
+
+def _validation() -> Any:
+    return Field(None, description="A check of the nodes' answers; a failing one is re-sent.")
+
+
+def _max_reprompts() -> Any:
+    return Field(2, ge=0, le=100, description="Re-prompts per node at most.")
+
+
+def _validation_probability() -> Any:
+    return Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="Share of the LLM nodes checked (drawn from the validation random stream).",
+    )
+
+
 class SingleRequestGraph(StrictModel):
     """One node, no edges."""
 
     type: Literal["single_request"] = "single_request"
+    validation: Validation | None = _validation()
+    max_reprompts: int = _max_reprompts()
+    validation_probability: float = _validation_probability()
 
 
 class LinearGraph(StrictModel):
@@ -325,6 +379,9 @@ class LinearGraph(StrictModel):
         description="Think time before each non-root turn, after its parent completes.",
     )
     inherit_history: bool = Field(True, description="Each turn carries the conversation so far.")
+    validation: Validation | None = _validation()
+    max_reprompts: int = _max_reprompts()
+    validation_probability: float = _validation_probability()
 
 
 class BranchingGraph(StrictModel):
@@ -366,43 +423,12 @@ class BranchingGraph(StrictModel):
         default_factory=lambda: FixedInterval(type="fixed", interval=0.05),
         description="A tool call's duration in seconds; its result has the node's prompt length.",
     )
+    validation: Validation | None = _validation()
+    max_reprompts: int = _max_reprompts()
+    validation_probability: float = _validation_probability()
 
 
 _AGENT_ID = r"^[A-Za-z][A-Za-z0-9_-]*$"
-
-
-class RegexValidation(StrictModel):
-    """The answer must contain a match of ``pattern`` (Python ``re.search``)."""
-
-    type: Literal["regex"] = "regex"
-    pattern: str = Field(..., min_length=1, description="A Python regular expression.")
-
-    @field_validator("pattern")
-    @classmethod
-    def _compiles(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"not a regular expression: {exc}") from None
-        return value
-
-
-class JsonValidation(StrictModel):
-    """The answer must parse as JSON."""
-
-    type: Literal["json"] = "json"
-
-
-class ChoicesValidation(StrictModel):
-    """The answer (stripped) must be one of ``choices``."""
-
-    type: Literal["choices"] = "choices"
-    choices: list[str] = Field(..., min_length=1, description="The accepted answers.")
-
-
-Validation = Annotated[
-    RegexValidation | JsonValidation | ChoicesValidation, Field(discriminator="type")
-]
 
 
 class Agent(StrictModel):
@@ -416,7 +442,9 @@ class Agent(StrictModel):
         "result_length tokens (docs/agents.md).",
     )
     client: str | None = Field(
-        None, description="Name of the client serving it (null: the first client)."
+        None,
+        description="Name of the client serving it (null: its role's client in role_clients, "
+        "else the first client).",
     )
     priority: int = Field(0, description="runtime.priority node: higher first.")
     prompt_length_generator: LengthGenerator | None = Field(
@@ -448,6 +476,10 @@ class AgentRoundsGraph(StrictModel):
     type: Literal["agent_rounds"] = "agent_rounds"
     agents: list[Agent] = Field(..., min_length=1, description="The agents, in speaking order.")
     rounds: int = Field(3, ge=1, le=10_000, description="Rounds per session.")
+    role_clients: dict[str, str] = Field(
+        default_factory=dict,
+        description="Role → client name: the client of the agents of that role that name none.",
+    )
     request_wait_generator: IntervalGenerator = Field(
         default_factory=lambda: FixedInterval(type="fixed", interval=0.0),
         description="Think time after a turn's parents completed.",
@@ -664,6 +696,10 @@ class TraceSessionGenerator(StrictModel):
         "skip (its session is not replayed; counted), truncate (its output, then a lone "
         "request's prompt, clipped to fit), send (sent as is; the server refuses it).",
     )
+
+    validation: Validation | None = _validation()
+    max_reprompts: int = _max_reprompts()
+    validation_probability: float = _validation_probability()
 
     @field_validator("flavor", mode="before")
     @classmethod

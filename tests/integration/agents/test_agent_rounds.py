@@ -98,6 +98,8 @@ def test_tool_rows_carry_their_latency_and_no_request(debate: tuple[Path, pd.Dat
     tools = rows[rows.kind == "tool"]
     assert ((tools.completed_at - tools.sent_at) - 0.03).abs().max() < 1e-6
     assert tools.worker_id.isna().all()
+    assert tools.client.isna().all()  # no request went to any client
+    assert tools.model.isna().all()
     assert (tools.output_tokens == 5).all()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["requests"]["total"] == len(rows) - len(tools)  # no LLM metric counts them
@@ -178,6 +180,7 @@ def test_summary_has_client_agent_and_round_sections(debate: tuple[Path, pd.Data
             llm[llm.client == name].queue_wait.max()
         )
         assert 0 < section["cap_utilisation"] <= 1
+    assert sum(c["requests"] for c in clients.values()) == len(llm)  # no tool row counted
     assert clients["big"]["max_in_flight"] == 1
     agents = summary["agents"]
     assert agents["search"]["call_s"]["p50"] == pytest.approx(0.03, abs=1e-6)
@@ -199,7 +202,8 @@ def test_the_shipped_debate_scenario_runs(tmp_path: Path) -> None:
     rows = pd.read_parquet(tmp_path / "run" / "requests.parquet")
     assert (rows.status == "ok").all()
     assert len(rows[rows.attempt == 0]) == 2 * 4 * 5
-    assert set(rows.client) == {"small", "big"}
+    assert set(rows.client.dropna()) == {"small", "big"}
+    assert rows[rows.client.isna()].kind.eq("tool").all()
     last = rows.sort_values("attempt").groupby(["session_id", "node_id"]).tail(1)
     for _, turn in last.groupby(["session_id", "round"]):
         by = turn.set_index("agent")
@@ -212,3 +216,21 @@ def test_the_shipped_debate_scenario_runs(tmp_path: Path) -> None:
             ].sent_at.min()
             >= participants
         )
+
+
+def test_the_report_prints_the_client_agent_and_round_tables(
+    debate: tuple[Path, pd.DataFrame],
+) -> None:
+    from click.testing import CliRunner
+
+    from veeksha.cli import main
+
+    run_dir, _ = debate
+    result = CliRunner().invoke(main, ["report", str(run_dir), "--no-plots"], env={"CI": "true"})
+    assert result.exit_code in (0, 3, 4, 5), result.output
+    text = result.output
+    for title in ("clients (ms)", "agents (ms)", "rounds (ms)"):
+        assert title in text, text
+    summary = json.loads((run_dir / "summary.json").read_text())
+    judge_turns = summary["agents"]["judge"]["turns"]
+    assert any(line.split()[:3] == ["judge", "llm", str(judge_turns)] for line in text.splitlines())

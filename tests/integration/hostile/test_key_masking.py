@@ -109,3 +109,38 @@ def test_a_set_up_call_that_echoes_the_key_is_quoted_masked(
     for path in run.run_dir.rglob("*"):
         if path.is_file():
             assert not _leaks(path.read_bytes(), fragments), path
+
+
+def test_every_clients_key_is_masked(tmp_path: Path) -> None:
+    """Two clients with different keys (one written in the scenario, one from a variable),
+    both echoed back by the server: neither key reaches any file of the run folder (run.log,
+    config.yaml, summary.json, trace.jsonl, Parquet raw and decoded) nor the command's output."""
+    key_a, key_b = _key(), _key()
+    requests = 2 * len(echo_forms)
+    with HostileServer(ECHO, tmp_path, lo=280, hi=280) as server:
+        base = hostile_scenario(server.base_url, sessions=requests, turns=1, rate=250)
+        head, _, rest = base.partition("client:\n")
+        rest = rest.split("\n", 3)[3]  # (the single client's three lines)
+        clients = (
+            "clients:\n"
+            f"  - {{name: a, api_base: {server.base_url}, model: m, api_key: '{key_a}'}}\n"
+            f"  - {{name: b, api_base: {server.base_url}, model: m, api_key_env: KEY_B}}\n"
+        )
+        run = hostile_run(tmp_path, head + clients + rest, env=cli_env(KEY_B=key_b), timeout=120)
+        received = server.received()
+    sent = {r["headers"]["authorization"] for r in received if r["method"] == "POST"}
+    assert sent == {f"Bearer {key_a}", f"Bearer {key_b}"}  # both keys were sent and echoed
+    assert run.audit is not None
+    assert run.run_dir is not None
+    assert {r["client"] for r in run.rows} == {"a", "b"}
+    files = [p for p in run.run_dir.rglob("*") if p.is_file()]
+    names = {p.name for p in files}
+    assert {"requests.parquet", "run.log", "config.yaml", "summary.json", "trace.jsonl"} <= names
+    for key in (key_a, key_b):
+        fragments = _fragments(key)
+        leaked = {str(p): _leaks(p.read_bytes(), fragments) for p in files}
+        assert not any(leaked.values()), {p: f for p, f in leaked.items() if f}
+        for table in (run.audit.requests, run.audit.sessions):
+            assert not _leaks(json.dumps(table.to_pylist(), default=str).encode(), fragments)
+        assert not _leaks(run.result.output.encode(), fragments)
+    assert any("***" in r["error_message"] for r in run.rows if r["client"] == "b")

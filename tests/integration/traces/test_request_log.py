@@ -103,6 +103,12 @@ def test_a_request_log_replays_its_chats_lengths_and_arrival_times(
         ("a.csv", "input_length\n3\n", "request_log", [":1:", "no column 'output_length'"]),
         ("a.csv", "", "request_log", ["a.csv: the trace file is empty"]),
         ("a.csv", "input_length,output_length\n3,1\n", "mooncake_v9", ["flavor", "request_log"]),
+        (
+            "a.csv",
+            "input_length,output_length,client\n3,1,default\n3,1,big\n",
+            "request_log",
+            ["a.csv:3:", "client 'big' is not a client of the scenario"],
+        ),
     ],
 )
 def test_a_bad_trace_exits_2_with_file_and_line_and_no_run_folder(

@@ -89,3 +89,61 @@ def test_a_recorded_run_replays_as_the_same_sessions(
     recorded_starts = np.array(sorted(starts.values()))
     replayed_starts = np.sort(pd.read_parquet(second / "sessions.parquet").started_at.to_numpy())
     assert np.abs(replayed_starts - (recorded_starts - recorded_starts[0])).max() < 1e-6
+
+
+CLIENTS = """
+clients:
+  - {name: small, model: m-small}
+  - {name: big, model: m-big}
+runtime: {max_sessions: 3, benchmark_timeout: 60, num_workers: 1, priority: node}
+"""
+AGENTS = """
+seed: 5
+traffic_scheduler: {type: rate, interval_generator: {type: fixed, interval: 0.02}}
+session_generator:
+  session_graph:
+    type: agent_rounds
+    rounds: 2
+    agents:
+      - {id: pro, client: big, priority: 2}
+      - {id: con, client: small, speak_after_within_round: [pro]}
+  channels: [{body_length_generator: {type: uniform, min: 3, max: 20}}]
+  output_spec: {text: {output_length_generator: {type: fixed, value: 3}}}
+"""
+AGENTS_REPLAY = """
+seed: 6
+traffic_scheduler: {{type: trace, speedup: 1.0}}
+session_generator:
+  type: trace
+  trace_file: {trace}
+  flavor: {{type: timed_synthetic_session}}
+  wrap_mode: false
+"""
+
+
+def _routes(run_dir: Path) -> list[tuple[int, int, str | None, int | None, int | None]]:
+    """(session rank, node, client, priority, prompt length) of every trace.jsonl line."""
+    entries = read_trace(run_dir / "trace.jsonl")
+    ranks = {s: r for r, s in enumerate(sorted({e.session_id for e in entries}))}
+    return sorted(
+        (ranks[e.session_id], e.node_id, e.client, e.priority, e.target_prompt_tokens)
+        for e in entries
+    )
+
+
+def test_a_recorded_multi_client_run_replays_to_the_same_clients(tmp_path: Path) -> None:
+    first = tmp_path / "recorded"
+    run_scenario(load_scenario_text(AGENTS + CLIENTS, "a.yaml"), first, quiet=True, plots=False)
+    replay = AGENTS_REPLAY.format(trace=first / "trace.jsonl") + CLIENTS
+    second = tmp_path / "replayed"
+    run_scenario(load_scenario_text(replay, "b.yaml"), second, quiet=True, plots=False)
+    recorded = _routes(first)
+    assert len(recorded) == 3 * 2 * 2
+    assert {(r[2], r[3]) for r in recorded} == {("big", 2), ("small", None)}
+    assert _routes(second) == recorded
+    rows = pd.read_parquet(second / "requests.parquet")
+    assert (rows.status == "ok").all()
+    assert set(zip(rows.client, rows.model, strict=True)) == {
+        ("big", "m-big"),
+        ("small", "m-small"),
+    }

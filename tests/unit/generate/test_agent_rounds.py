@@ -123,3 +123,13 @@ session_generator:
     assert {n.latency_s for n in tools} == {0.25}
     again = SessionGenerator(scenario(text), BuiltinTokenizer())
     assert [n.kind for n in again.session(7).nodes] == [n.kind for n in gen.session(7).nodes]
+
+
+def test_an_agent_without_a_client_takes_its_roles_client() -> None:
+    text = "clients: [{name: x}, {name: y}, {name: z}]\n" + DEBATE.replace(
+        "rounds: 2\n", "rounds: 2\n    role_clients: {moderator: z, participant: y}\n"
+    ).replace("{id: a}", "{id: a, client: x}")
+    spec = SessionGenerator(scenario(text), BuiltinTokenizer()).session(0)
+    by_agent = {n.agent: n.client for n in spec.nodes}
+    # mod: its role's (z); a: its own (x); b: the participant role's (y)
+    assert (by_agent["mod"], by_agent["a"], by_agent["b"]) == (2, 0, 1)

@@ -147,3 +147,17 @@ def test_a_scenario_built_in_code_is_checked_before_a_run(tmp_path: Path) -> Non
     with pytest.raises(ConfigurationError, match="not both"):
         run_scenario(scenario, tmp_path / "run", quiet=True)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_role_naming_an_unknown_client_is_refused_at_its_line() -> None:
+    text = (
+        "clients: [{name: x}]\n"
+        "session_generator:\n"
+        "  session_graph:\n"
+        "    type: agent_rounds\n"
+        "    role_clients: {moderator: x, judge: nope}\n"
+        "    agents: [{id: a}]\n"
+    )
+    issue = only_issue(text)
+    assert (issue.line, issue.path) == (5, "session_generator.session_graph.role_clients.judge")
+    assert "unknown client 'nope'" in issue.message

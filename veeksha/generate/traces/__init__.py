@@ -34,6 +34,7 @@ from veeksha.generate.traces.sessions import TraceSessions, TraceTimeline, windo
 from veeksha.generate.traces.shared_prefix import MooncakeFlavor, SharedPrefixFlavor
 from veeksha.generate.traces.table import TraceTable
 from veeksha.generate.traces.timed_session import TimedSessionFlavor
+from veeksha.generate.validation import NodeChecks
 from veeksha.scenario import models
 
 __all__ = [
@@ -84,6 +85,9 @@ class OpenTrace:
     span_s: float = 0.0  # trace seconds from the window's first start to its last
     max_model_len: int | None = None  # client.max_model_len
     oversized: str = "skip"  # session_generator.oversized
+    #: client name → index (``Scenario.client_entries``), for rows that name their client
+    clients: dict[str, int] | None = None
+    checks: NodeChecks | None = None  # session_generator.validation
 
     @property
     def warmup(self) -> int:
@@ -92,7 +96,15 @@ class OpenTrace:
 
     def sessions(self, seed: int, tokenizer: TokenizerLike) -> TraceSessions:
         return TraceSessions(
-            self.table, self.lo, self.hi, self.wrap, seed, tokenizer, warmup=self.warmup
+            self.table,
+            self.lo,
+            self.hi,
+            self.wrap,
+            seed,
+            tokenizer,
+            warmup=self.warmup,
+            clients=self.clients,
+            checks=self.checks,
         )
 
     def timeline(self) -> TraceTimeline:
@@ -160,6 +172,16 @@ def open_trace(scenario: models.Scenario) -> OpenTrace:
     if max_model_len is not None and generator.oversized != "send":
         limit = ContextLimit(max_model_len, truncate=generator.oversized == "truncate")
     prepared = prepare_file(path, flavor, generator.flavor.model_dump_json(), limit)
+    clients = {name: i for i, (name, _) in enumerate(scenario.client_entries())}
+    for name, line in sorted(prepared.clients.items(), key=lambda item: item[1]):
+        if name not in clients:
+            raise TraceFileError(
+                path,
+                line,
+                f"client {name!r} is not a client of the scenario (they are:"
+                f" {', '.join(repr(n) for n in clients)}); name one of them or add it to"
+                " clients:",
+            )
     table = TraceTable(prepared)
     scheduler = scenario.traffic_scheduler
     speedup = None
@@ -207,4 +229,6 @@ def open_trace(scenario: models.Scenario) -> OpenTrace:
         span,
         max_model_len,
         generator.oversized,
+        clients,
+        NodeChecks.of(generator),
     )

@@ -16,6 +16,11 @@ request's own text), ``system`` (string: a system message before a root's text),
 (string: the dataset's answer, whose token count is the output length) and ``hash_ids``
 (list<int64>: token blocks of ``block_size`` tokens, before ``text``).
 
+Routing columns (optional, ``ROUTING``): ``client`` (string: the name of the scenario's client
+that serves the request; null or empty: the first) and ``priority`` (int64: the node's priority for
+``runtime.priority: node``, null: 0). A client name the scenario does not have is exit 2 at the
+first row naming it (``open_trace``).
+
 Linked columns (``LINKED``), per row of a session in topological order: ``parents``
 (list<int32>, node indices within the session, all smaller than the row's own), ``history``
 (int32, one of the parents, or null), ``wait`` (float64, think time after the last parent).
@@ -35,7 +40,7 @@ from veeksha.generate.traces.arrow import mask as arrow_mask
 from veeksha.generate.traces.arrow import numbers
 from veeksha.generate.traces.reader import LINE, Field, TraceFileError
 
-__all__ = ["CONTENT", "LINKED", "STAGED", "TraceFlavor", "check_lengths", "first_bad"]
+__all__ = ["CONTENT", "LINKED", "ROUTING", "STAGED", "TraceFlavor", "check_lengths", "first_bad"]
 
 STAGED = pa.schema(
     [
@@ -54,6 +59,7 @@ CONTENT = pa.schema(
         ("hash_ids", pa.list_(pa.int64())),
     ]
 )
+ROUTING = pa.schema([("client", pa.string()), ("priority", pa.int64())])
 LINKED = pa.schema(
     [
         ("parents", pa.list_(pa.int32())),

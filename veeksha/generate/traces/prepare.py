@@ -48,12 +48,12 @@ import pyarrow.parquet as pq
 
 from veeksha.generate.traces.arrow import from_bools, from_numpy, mask, numbers
 from veeksha.generate.traces.fit import ContextLimit, fit_roots, fit_session, linear_contexts
-from veeksha.generate.traces.flavor import CONTENT, STAGED, TraceFlavor
+from veeksha.generate.traces.flavor import CONTENT, ROUTING, STAGED, TraceFlavor
 from veeksha.generate.traces.reader import TraceFileError, read_batches
 
 __all__ = ["CACHE_VERSION", "CANONICAL", "ROOTS_ONLY", "PreparedTrace", "prepare_file"]
 
-CACHE_VERSION = 5
+CACHE_VERSION = 6
 ROW_GROUP_ROWS = 65_536
 _SHOWN_LINES = 10
 _META_KEY = b"veeksha.trace"
@@ -68,6 +68,7 @@ ROOTS_ONLY = pa.schema(
         ("prompt_tokens", pa.int32()),
         ("output_tokens", pa.int32()),
         *((f.name, f.type) for f in CONTENT),
+        *((f.name, f.type) for f in ROUTING),
     ]
 )
 #: Grouped traces add each node's parents (indices within its session), history parent and
@@ -117,6 +118,8 @@ class PreparedTrace:
     block_size: int = 0
     warmup_sessions: int = 0
     notes: list[str] = field(default_factory=list)
+    #: client names the rows give (``client`` column), each with the first line naming it
+    clients: dict[str, int] = field(default_factory=dict)
 
     def describe(self) -> str:
         text = (
@@ -464,12 +467,24 @@ def _ungrouped(
 
 
 def _content(table: pa.Table | pa.RecordBatch) -> list[pa.Array | pa.ChunkedArray]:
-    """The ``CONTENT`` columns of staged or linked rows (null where the flavor has none)."""
+    """The ``CONTENT`` and ``ROUTING`` columns of staged or linked rows (null where the flavor
+    has none)."""
     names = table.schema.names
     return [
         table.column(f.name) if f.name in names else pa.nulls(table.num_rows, f.type)
-        for f in CONTENT
+        for f in (*CONTENT, *ROUTING)
     ]
+
+
+def _note_clients(info: PreparedTrace, table: pa.Table) -> None:
+    """Remember each client name of ``table``'s rows with the first line naming it."""
+    column = table.column("client")
+    if column.null_count == table.num_rows:
+        return
+    for name in pc.unique(column).to_pylist():
+        if name and name not in info.clients:  # (empty or null: the first client)
+            at = pc.index(column, name).as_py()
+            info.clients[name] = int(table.column("line")[at].as_py())
 
 
 def _emit(tables: list[pa.Table], info: PreparedTrace, split: bool = False) -> Iterator[pa.Table]:
@@ -477,6 +492,7 @@ def _emit(tables: list[pa.Table], info: PreparedTrace, split: bool = False) -> I
     ``ROW_GROUP_ROWS`` rows)."""
     table = pa.concat_tables(tables).combine_chunks()
     step = ROW_GROUP_ROWS if split else max(1, table.num_rows)
+    _note_clients(info, table)
     for offset in range(0, table.num_rows, step):
         part = table.slice(offset, step)
         info.group_sessions.append(int(part.column("session")[0].as_py()))

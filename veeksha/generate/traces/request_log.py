@@ -4,7 +4,9 @@ Columns: ``input_length`` (alias ``num_prefill_tokens``) and ``output_length`` (
 ``num_decode_tokens``), required; ``session_id`` (optional: rows sharing it form a linear chat, in
 file order, each turn carrying the conversation so far; without it, each row is a session of one
 request); ``timestamp`` or ``arrival_time`` (optional, seconds: arrival times for
-``traffic_scheduler: {type: trace}``; a grouped session arrives at its earliest row's time).
+``traffic_scheduler: {type: trace}``; a grouped session arrives at its earliest row's time);
+``client`` (optional: the name of the scenario's client that serves the row; empty: the first)
+and ``priority`` (optional integer: the row's priority for ``runtime.priority: node``; empty: 0).
 
 Example (CSV)::
 
@@ -29,6 +31,8 @@ __all__ = ["RequestLogFlavor"]
 
 TIMESTAMP = Field("timestamp", float, aliases=("arrival_time",))
 SESSION_ID = Field("session_id", str)
+CLIENT = Field("client", str)
+PRIORITY = Field("priority", int)
 
 
 class RequestLogFlavor(TraceFlavor):
@@ -40,6 +44,8 @@ class RequestLogFlavor(TraceFlavor):
         Field("output_length", int, aliases=("num_decode_tokens",), required=True),
         SESSION_ID,
         TIMESTAMP,
+        CLIENT,
+        PRIORITY,
     )
 
     def stage(self, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -51,6 +57,8 @@ class RequestLogFlavor(TraceFlavor):
                 pc.cast(batch.column("timestamp"), pa.float64()),
                 batch.column("input_length"),
                 batch.column("output_length"),
+                batch.column("client"),
+                pc.cast(batch.column("priority"), pa.int64()),
             ],
-            names=["line", "group", "ts", "prompt_tokens", "output_tokens"],
+            names=["line", "group", "ts", "prompt_tokens", "output_tokens", "client", "priority"],
         )

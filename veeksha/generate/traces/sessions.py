@@ -29,6 +29,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -39,6 +40,7 @@ from veeksha.generate.spec import NodeSpec, SessionSpec
 from veeksha.generate.tokenizer import TokenizerLike
 from veeksha.generate.traces.content import ContentRows, TraceContent
 from veeksha.generate.traces.table import SessionRows, TraceTable
+from veeksha.generate.validation import NodeChecks
 from veeksha.scenario.models import TextChannel
 
 __all__ = ["PIECE", "TraceSessions", "TraceTimeline", "window"]
@@ -167,8 +169,13 @@ class TraceSessions:
         seed: int,
         tokenizer: TokenizerLike,
         warmup: int = 0,
+        clients: dict[str, int] | None = None,
+        checks: NodeChecks | None = None,
     ) -> None:
         self.table = table
+        #: client name → index (``Scenario.client_entries``) for rows that name their client
+        self._clients = clients or {}
+        self._checks = checks  # the trace generator's validation, on a share of the nodes
         self.lo, self.hi = lo, hi
         self.first_pass = hi - lo
         self.warmup = warmup
@@ -240,6 +247,9 @@ class TraceSessions:
         )
         waits = rows.wait.tolist()
         bounds = rows.bounds.tolist()
+        index = self._clients
+        clients = [index[c] if c else 0 for c in rows.client] if rows.client else None
+        priorities = rows.priority
         order = (
             range(count)
             if p == 0
@@ -258,10 +268,15 @@ class TraceSessions:
                     prompt_tokens[r],
                     output_tokens[r],
                     system=systems[r],
+                    client=0 if clients is None else clients[r],
+                    priority=(0 if priorities is None else priorities[r]) or 0,
                 )
                 for r in range(r0, r1)
             ]
             specs.append(SessionSpec(first_index + j, nodes))
+        if self._checks is not None:
+            every = [node for spec in specs for node in spec.nodes]
+            self._checks.apply(every, self._streams.stream("validation", "trace", p, k))
         return specs
 
 
@@ -299,4 +314,16 @@ def _merge(pieces: list[SessionRows]) -> SessionRows:
         history if linked else None,
         np.concatenate([p.wait for p in pieces]),
         ContentRows.merge([p.content for p in pieces], [int(p.bounds[-1]) for p in pieces]),
+        _merged([p.client for p in pieces], [int(p.bounds[-1]) for p in pieces]),
+        _merged([p.priority for p in pieces], [int(p.bounds[-1]) for p in pieces]),
     )
+
+
+def _merged(parts: list[list[Any] | None], sizes: list[int]) -> list[Any] | None:
+    """Consecutive pieces' optional column as one (pieces without it give Nones)."""
+    if all(part is None for part in parts):
+        return None
+    out: list[Any] = []
+    for part, size in zip(parts, sizes, strict=True):
+        out.extend([None] * size if part is None else part)
+    return out

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from veeksha.generate.traces.arrow import numbers
@@ -29,6 +31,8 @@ class SessionRows:
     history: list[int | None] | None
     wait: np.ndarray
     content: ContentRows | None = None  # None: prompts come from the corpus
+    client: list[str | None] | None = None  # None: every row's client is the first
+    priority: list[int | None] | None = None  # None: every row's priority is 0
 
 
 class TraceTable:
@@ -75,6 +79,8 @@ class TraceTable:
                     None if rows.history is None else rows.history[r0:r1],
                     rows.wait[r0:r1],
                     None if rows.content is None else rows.content.slice(r0, r1),
+                    None if rows.client is None else rows.client[r0:r1],
+                    None if rows.priority is None else rows.priority[r0:r1],
                 )
             )
             lo = end
@@ -99,8 +105,17 @@ class TraceTable:
                 table.column("history").to_pylist() if linked else None,
                 numbers(table.column("wait"), np.float64) if linked else np.zeros(len(sessions)),
                 ContentRows.of(table),
+                _given(table, "client"),
+                _given(table, "priority"),
             )
             if len(self._decoded) >= 2:
                 self._decoded.pop(next(iter(self._decoded)))
             self._decoded[group] = rows
         return rows
+
+
+def _given(table: pa.Table, name: str) -> list[Any] | None:
+    """The optional column ``name`` as a list, or None when no row gives it."""
+    if name not in table.column_names or table.column(name).null_count == table.num_rows:
+        return None
+    return table.column(name).to_pylist()

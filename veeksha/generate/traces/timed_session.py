@@ -11,6 +11,11 @@ alias ``target_prompt_tokens``; without it, ``input_length`` is taken), ``output
 * legacy rows without either form a linear chat with history, ordered by ``turn_idx`` if given,
   else by file order, with ``wait_after_previous_response_s`` as the think time.
 
+Optional ``client`` (the name of the scenario's client that serves the row; null: the first) and
+``priority`` (an integer for ``runtime.priority: node``; null: 0): columns of the row, or keys of
+its ``session_context`` (which win), as veeksha's own trace.jsonl writes them for a run with
+several clients, so a recorded run replays to the same clients.
+
 Optional ``timestamp`` (alias ``arrival_time``, or ``dispatched_at`` as in trace.jsonl):
 seconds; a session arrives at its earliest row.
 
@@ -37,6 +42,7 @@ import pyarrow.compute as pc
 from veeksha.generate.traces.arrow import from_numpy, numbers
 from veeksha.generate.traces.flavor import TraceFlavor, check_lengths
 from veeksha.generate.traces.reader import LINE, Field
+from veeksha.generate.traces.request_log import CLIENT, PRIORITY
 
 __all__ = ["TimedSessionFlavor"]
 
@@ -60,6 +66,8 @@ class TimedSessionFlavor(TraceFlavor):
         Field("turn_idx", int),
         Field("wait_after_previous_response_s", float),
         Field("timestamp", float, aliases=("arrival_time", "dispatched_at")),
+        CLIENT,
+        PRIORITY,
     )
 
     def stage(self, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -81,10 +89,13 @@ class TimedSessionFlavor(TraceFlavor):
         parents: list[str | None] = []
         history: list[int | None] = []
         waits: list[float | None] = []
+        clients: list[str | None] = batch.column("client").to_pylist()
+        priorities: list[int | None] = batch.column("priority").to_pylist()
         for i, raw in enumerate(contexts):
             line = int(lines[i])
             if raw is not None:
                 context = self._context(raw, line)
+                clients[i], priorities[i] = self._routing(context, line, clients[i], priorities[i])
             elif top_nodes[i] is not None:
                 context = {
                     "node_id": top_nodes[i],
@@ -122,6 +133,8 @@ class TimedSessionFlavor(TraceFlavor):
                 pa.array(waits, pa.float64()),
                 batch.column("turn_idx"),
                 from_numpy(legacy_wait),
+                pa.array(clients, pa.string()),
+                pa.array(priorities, pa.int64()),
             ],
             names=[
                 "line",
@@ -135,6 +148,8 @@ class TimedSessionFlavor(TraceFlavor):
                 "node_wait",
                 "turn",
                 "turn_wait",
+                "client",
+                "priority",
             ],
         )
 
@@ -155,6 +170,22 @@ class TimedSessionFlavor(TraceFlavor):
                 line, f"session_context has no {', '.join(sorted(missing))}; add the key"
             )
         return value
+
+    def _routing(
+        self, context: dict[str, Any], line: int, client: str | None, priority: int | None
+    ) -> tuple[str | None, int | None]:
+        """The row's client and priority, ``session_context``'s keys winning over columns."""
+        if context.get("client") is not None:
+            client = context["client"]
+            if not isinstance(client, str) or not client:
+                raise self.error(line, f"client {client!r} must be a client's name (a string)")
+        if context.get("priority") is not None:
+            priority = _integer(context["priority"])
+            if priority is None:
+                raise self.error(
+                    line, f"priority {context['priority']!r} is not an integer; write one"
+                )
+        return client, priority
 
     def _topology(
         self, context: dict[str, Any], line: int
