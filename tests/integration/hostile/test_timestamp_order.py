@@ -44,7 +44,11 @@ def test_the_timestamp_order_holds_with_a_busy_worker_and_cpu_hogs(tmp_path: Pat
         folder = tmp_path / f"run{attempt}"
         folder.mkdir()
         with HostileServer(behaviour, folder, mb=4) as server:
-            scenario = hostile_scenario(server.base_url, sessions=8, rate=16, output_tokens=4)
+            # (a generous timeout: every row must be an answer, also on a machine the hogs and
+            # other work keep busy; a 4 MB answer under that load took more than 5 s once)
+            scenario = hostile_scenario(
+                server.base_url, sessions=8, rate=16, output_tokens=4, request_timeout=30.0
+            )
             run = hostile_run(folder, scenario.replace("seed: 7", f"seed: {attempt}"))
         assert run.run_dir is not None
         health = json.loads((run.run_dir / "health.json").read_text())
