@@ -331,9 +331,9 @@ class _Run:
         self.children_cpu_start = _children_cpu_s()
         # The workers start up on the other core while this process makes the sessions' source.
         starting = asyncio.ensure_future(self.pool.start(timeout=_WORKER_START_TIMEOUT_S))
-        self.watch = ServerWatch.prepare(self.scenario, target, self.log)  # (its imports too)
         try:
             await asyncio.sleep(0)  # (``start`` spawns every worker before it first waits)
+            self.watch = ServerWatch.prepare(self.scenario, target, self.log)  # (its imports too)
             make_session = self._session_source(target)
             warm_up_rows()  # loads the Arrow conversion code now, not at the writer's first tick
             load_display(self.quiet)  # (not in the lead before t0)

@@ -88,7 +88,7 @@ class ServerWatch:
 
     def wait_ready(self, timeout_s: float = _STOP_TIMEOUT_S) -> None:
         """Wait (before t0) until the process can scrape at once: its first scrape is at t0."""
-        if not self._ready.wait(timeout_s):
+        if not self._ready.wait(timeout_s) and self._process.poll() is None:
             self._log.warning(
                 f"server metrics: the server watch's process was not ready within {timeout_s:g} s"
             )
@@ -124,6 +124,7 @@ class ServerWatch:
                 self._log.warning(str(message["warning"]))
             elif "status" in message:
                 self._status = dict(message["status"])
+        self._ready.set()  # (it exited: nothing to wait for; stop() says why)
 
     def stop(self) -> dict[str, Any]:
         """One last scrape, server_metrics.parquet finalised; what happened (for summary.json)."""
