@@ -289,7 +289,14 @@ def run_sweep(
         for group in point_groups(points.points):
             todo = not all(is_complete(sweep_dir / point_folder(p)) for p in group)
             log = sweep_dir / f"server-{group[0].index + 1}.log"
-            with group_context(group, log, start=todo and not dry_run) as server:
+            with contextlib.ExitStack() as stack:
+                server, failure = None, None
+                try:
+                    server = stack.enter_context(
+                        group_context(group, log, start=todo and not dry_run)
+                    )
+                except VeekshaError as exc:  # recorded as each point's error, like a point's own
+                    failure = exc
                 for point in group:
                     run_dir = sweep_dir / point_folder(point)
                     if is_complete(run_dir):
@@ -298,7 +305,16 @@ def run_sweep(
                         continue
                     _supersede(run_dir)
                     if _run_one(
-                        sweep_dir, run_dir, point, total, quiet, plots, dry_run, echo, server
+                        sweep_dir,
+                        run_dir,
+                        point,
+                        total,
+                        quiet,
+                        plots,
+                        dry_run,
+                        echo,
+                        server,
+                        failure,
                     ):
                         interrupted = True
                         break
@@ -325,9 +341,11 @@ def _run_one(
     dry_run: bool,
     echo: Callable[[str], None],
     server: ManagedServer | None = None,
+    failure: VeekshaError | None = None,
 ) -> bool:
-    """Run one point into ``run_dir`` (with its group's managed server); print its progress
-    line. True when Ctrl-C stopped it."""
+    """Run one point into ``run_dir`` (with its group's managed server; ``failure``: why that
+    server could not start, the point's error); print its progress line. True when Ctrl-C
+    stopped it."""
     from veeksha.experiment.sweep_table import progress_line
 
     scenario = point.scenario.model_copy(update={"output_dir": str(sweep_dir)})
@@ -336,6 +354,8 @@ def _run_one(
     info: dict[str, Any] = {"index": point.index, "label": point.label, "values": point.values}
     _write_json(run_dir / POINT_FILE, info)
     try:
+        if failure is not None:
+            raise failure
         result = run_point(
             scenario, run_dir=run_dir, quiet=True, plots=plots, dry_run=dry_run, server=server
         )

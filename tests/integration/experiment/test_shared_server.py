@@ -139,3 +139,33 @@ def test_a_capacity_searchs_probes_share_its_managed_server(tmp_path: Path) -> N
     assert not list((folder / "runs").glob("*/server.log"))
     document = json.loads((folder / "capacity.json").read_text())
     assert document["server"]["kind"] == "managed"
+
+
+def test_a_group_whose_server_cannot_start_is_each_points_error_and_exit_2(
+    tmp_path: Path,
+) -> None:
+    text = SWEEP.replace("ITL", "1").replace("INTERVAL", "!expand [0.02, 0.01]")
+    text = text.replace(
+        "server: {type: veeksha_sim}",
+        "server: {type: command, command: [no-such-server-xyz, '{port}'], model: m}",
+    )
+    (tmp_path / "sweep.yaml").write_text(text, encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, "-m", "veeksha.cli", "run", "sweep.yaml", "--output-dir", "out"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,  # "it did not hang"
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "'no-such-server-xyz' was not found" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    (sweep_dir,) = (tmp_path / "out").glob("sweep-*")
+    assert not list(sweep_dir.glob("*/summary.json"))  # no point ran
+    infos = [json.loads(p.read_text()) for p in sorted(sweep_dir.glob("*/point.json"))]
+    assert len(infos) == 2
+    assert all("no-such-server-xyz" in info["error"] for info in infos)
+    assert all(info["exit_code"] == 2 for info in infos)
+    assert proc.stderr.count("'no-such-server-xyz' was not found") == 2  # one line per point
