@@ -187,6 +187,7 @@ class _Run:
         self.simulator: SimulatorProcess | None = None
         self.server: ManagedServer | None = None
         self.server_metrics: dict[str, Any] | None = None  # what the scraper did (ServerWatch)
+        self.watch: ServerWatch | None = None  # its process starts with the workers
 
     async def execute(self) -> RunOutcome:
         try:
@@ -334,6 +335,7 @@ class _Run:
         starting = asyncio.ensure_future(self.pool.start(timeout=_WORKER_START_TIMEOUT_S))
         try:
             await asyncio.sleep(0)  # (``start`` spawns every worker before it first waits)
+            self.watch = ServerWatch.prepare(self.scenario, target, self.log)  # (its imports too)
             make_session = self._session_source(target)
             warm_up_rows()  # loads the Arrow conversion code now, not at the writer's first tick
             load_display(self.quiet)  # (not in the lead before t0)
@@ -345,12 +347,17 @@ class _Run:
             gc.enable()
             await starting
             self.log.info(f"workers ready: pids {sorted(self.pool.worker_pids.values())}")
+            if self.watch is not None:  # (started with the workers: ready by now, usually)
+                self.watch.wait_ready()
             await self._drive(target, make_session)
         finally:
             if not starting.done():  # the set-up failed while the workers started
                 starting.cancel()
             with contextlib.suppress(asyncio.CancelledError, VeekshaError):
                 await starting  # (its error, if it failed, is already on its way up)
+            if self.watch is not None:  # (the set-up failed before the run began)
+                self.watch.abort()
+                self.watch = None
             await self.pool.stop(grace_s=0.0)
 
     # ------------------------------------------------------------------------------ the run
@@ -423,7 +430,9 @@ class _Run:
             periodic=None if streaming is None else streaming.snapshot,
             log=self.log.info,
         )
-        watch = ServerWatch.for_run(scenario, target, self.run_dir, t0_ns, metadata, self.log)
+        watch = self.watch
+        if watch is not None:
+            watch.begin(self.run_dir, t0_ns, metadata)
         self.log.info(f"t0 = {t0_wall.isoformat()}")
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal)
@@ -434,8 +443,6 @@ class _Run:
         worker_wait.start()
         try:
             progress.start()
-            if watch is not None:
-                watch.start()
             traffic.start(t0_ns)
             await finished
         finally:
@@ -448,6 +455,7 @@ class _Run:
                     await self._drain_task
                 await self.pool.stop(grace_s=0.0)
             finally:  # (the watch's last scrape after the drain: every answer counted)
+                self.watch = None
                 self.server_metrics = None if watch is None else watch.stop()
             if traffic.in_flight:
                 traffic.abandon_in_flight("worker_lost")

@@ -1,23 +1,32 @@
 """``ServerWatch``: what veeksha watches of the server while a run goes: its Prometheus metrics
 (``MetricsScraper``) and, for a managed server on this host, its GPUs (``GpuSampler``), both into
-server_metrics.parquet. The run starts it at t0 and stops it when the traffic ends; nothing of
-it runs on the event loop."""
+server_metrics.parquet, in a process of their own (``veeksha.server.watch_process``): parsing a
+vLLM answer costs ~40 ms of CPU, which the main process' event loop never pays. The run starts
+it before t0 and stops it when the traffic ends."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import subprocess
+import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
-from veeksha.record.server_metrics import ServerMetricsWriter
+import msgspec
+
 from veeksha.server.gpu import GpuSampler
-from veeksha.server.scraper import MetricsScraper
+from veeksha.server.watch_process import WatchSettings, die_with_parent
 
 if TYPE_CHECKING:
     from veeksha.engine.target import Target
     from veeksha.scenario.models import Scenario
 
 __all__ = ["ServerWatch", "metrics_url"]
+
+_STOP_TIMEOUT_S = 30.0  # its last scrape (≤ 5 s) and the file's close: generous
 
 
 class Log(Protocol):
@@ -35,39 +44,37 @@ def metrics_url(api_base: str) -> str:
 
 
 class ServerWatch:
-    """The scraper (and GPU sampler) of one run, writing one server_metrics.parquet."""
+    """The server watch of one run: its process (``veeksha.server.watch_process``: the scraper,
+    the GPU sampler and server_metrics.parquet), started by :meth:`prepare` before t0, given the
+    run by :meth:`begin`, stopped by :meth:`stop` after the drain. Its warnings reach the run's
+    log as they come (a thread that only waits on the process' output)."""
 
-    def __init__(
-        self,
-        writer: ServerMetricsWriter,
-        scraper: MetricsScraper | None,
-        gpu: GpuSampler | None,
-        log: Log,
-    ) -> None:
+    def __init__(self, url: str, api_key: str | None, interval_s: float, gpu: str | None, log: Log):
         self._log = log
-        self._writer = writer
-        self._scraper = scraper
+        self._url = url
+        self._api_key = api_key
+        self._interval_s = interval_s
         self._gpu = gpu
+        self._status: dict[str, Any] | None = None
+        self._ready = threading.Event()
+        self._process = subprocess.Popen(
+            [sys.executable, "-I", "-m", "veeksha.server.watch_process"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,  # (Ctrl-C is veeksha's: it stops the watch after the drain)
+            preexec_fn=die_with_parent,  # noqa: PLW1509  (only prctl: fork-safe)
+        )
+        self._reader = threading.Thread(target=self._read, name="server-watch", daemon=True)
+        self._reader.start()
 
     @classmethod
-    def for_run(
-        cls,
-        scenario: Scenario,
-        target: Target,
-        run_dir: Path,
-        t0_ns: int,
-        metadata: dict[str, str],
-        log: Log,
-    ) -> ServerWatch | None:
-        """The watch of a run, or None (disabled, or a dry run: no server)."""
+    def prepare(cls, scenario: Scenario, target: Target, log: Log) -> ServerWatch | None:
+        """The watch of a run, its process starting now (before t0), or None (disabled, or a
+        dry run: no server)."""
         config = scenario.server_metrics
         if not config.enabled or target.kind == "dry_run":
             return None
-        import prometheus_client.parser  # noqa: F401  (now, before t0: not on the scraper's first tick)
-
-        writer = ServerMetricsWriter(run_dir, metadata)
         url = config.url or metrics_url(target.api_base)
-        scraper = MetricsScraper(url, target.api_key, config.interval, t0_ns, writer, log.warning)
         gpu = None
         if config.gpu:
             program = GpuSampler.find()
@@ -76,29 +83,81 @@ class ServerWatch:
             elif program is None:
                 log.info("GPU sampling skipped: nvidia-smi is not on PATH")
             else:
-                gpu = GpuSampler(program, config.interval, t0_ns, writer)
-        return cls(writer, scraper, gpu, log)
+                gpu = program
+        return cls(url, target.api_key, config.interval, gpu, log)
 
-    def start(self) -> None:
-        if self._scraper is not None:
-            self._scraper.start()
-        if self._gpu is not None:
-            self._gpu.start()
+    def wait_ready(self, timeout_s: float = _STOP_TIMEOUT_S) -> None:
+        """Wait (before t0) until the process can scrape at once: its first scrape is at t0."""
+        if not self._ready.wait(timeout_s) and self._process.poll() is None:
+            self._log.warning(
+                f"server metrics: the server watch's process was not ready within {timeout_s:g} s"
+            )
+
+    def begin(self, run_dir: Path, t0_ns: int, metadata: dict[str, str]) -> None:
+        """Watch this run from t0 (the process scrapes at t0 + k × interval)."""
+        settings = WatchSettings(
+            self._url,
+            self._api_key,
+            self._interval_s,
+            t0_ns,
+            str(run_dir),
+            metadata,
+            self._gpu,
+        )
+        assert self._process.stdin is not None
+        try:
+            self._process.stdin.write(msgspec.json.encode(settings) + b"\n")
+            self._process.stdin.flush()
+        except OSError:  # (it died: stop() says so)
+            pass
+
+    def _read(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if "ready" in message:
+                self._ready.set()
+            elif "warning" in message:
+                self._log.warning(str(message["warning"]))
+            elif "status" in message:
+                self._status = dict(message["status"])
+        self._ready.set()  # (it exited: nothing to wait for; stop() says why)
 
     def stop(self) -> dict[str, Any]:
-        """Stop sampling, finalise server_metrics.parquet; what happened (for summary.json)."""
-        status: dict[str, Any] = {} if self._scraper is None else self._scraper.stop()
-        if self._gpu is not None:
-            status["gpu_samples"] = self._gpu.stop()
-        status["rows"] = self._writer.rows
+        """One last scrape, server_metrics.parquet finalised; what happened (for summary.json)."""
+        process = self._process
+        if process.stdin is not None:  # closing it is the stop request
+            with contextlib.suppress(OSError):
+                process.stdin.close()
         try:
-            self._writer.close(
-                {
-                    f"server_metrics_{key}": "" if value is None else str(value)
-                    for key, value in status.items()
-                }
-            )
-        except OSError as exc:  # (the disk: the run's own files say so; these are extras)
-            status["write_error"] = str(exc)
-            self._log.warning(f"server metrics: cannot write server_metrics.parquet: {exc}")
-        return status
+            code = process.wait(_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            code = process.wait()
+        self._close_output()
+        if self._status is None:
+            error = f"the server watch's process exited with code {code} before it reported"
+            self._log.warning(f"server metrics: {error}")
+            return {"url": self._url, "status": "failed", "error": error, "rows": 0}
+        return self._status
+
+    def abort(self) -> None:
+        """Stop the process of a watch that never began (the set-up failed before t0)."""
+        if self._process.poll() is None and self._status is None:
+            with contextlib.suppress(OSError):
+                if self._process.stdin is not None:
+                    self._process.stdin.close()
+            try:
+                self._process.wait(_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        self._close_output()
+
+    def _close_output(self) -> None:
+        self._reader.join()
+        if self._process.stdout is not None:
+            self._process.stdout.close()

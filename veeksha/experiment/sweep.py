@@ -19,9 +19,10 @@ incomplete point's old folder is kept under ``superseded/``.
 The exit code of a sweep is the most severe of its points' exit codes, severity in the order
 1, 2, 3, 4, 5 (``veeksha.evaluate.exit_codes``); 3 when the sweep was interrupted.
 
-Seam for managed servers: consecutive points whose resolved ``server`` section is the same form
-one group (:func:`point_groups`), run inside :func:`group_context`; a managed server started and
-stopped once per group goes there.
+Managed servers: consecutive points whose managed servers are the same (``server_identity``) form
+one group (:func:`point_groups`) and share one server lifecycle (:func:`group_context`): started
+before the group's first point, logging into the sweep folder's ``server-N.log`` (N: the group's
+first point), stopped after its last.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from veeksha.experiment.point import read_summary, run_point
 
 if TYPE_CHECKING:  # (the scenario models are built only by what runs or loads points)
     from veeksha.scenario.loader import ScenarioSet, SweepPoint
+    from veeksha.server.managed import ManagedServer
 
 __all__ = [
     "MANIFEST_FILE",
@@ -196,14 +198,15 @@ def is_complete(run_dir: str | Path) -> bool:
 
 
 def point_groups(points: Sequence[SweepPoint]) -> list[list[SweepPoint]]:
-    """Consecutive points sharing the same resolved ``server`` section (the managed-server
-    seam: one server lifecycle per group). Without a ``server`` section, one group."""
-    from veeksha.scenario.loader import resolved_dict
+    """Consecutive points whose managed servers are the same (``server_identity``: the resolved
+    ``server`` section and, for the simulator, its settings): one server lifecycle per group.
+    Without a ``server`` section, one group."""
+    from veeksha.server.managed import server_identity
 
     groups: list[list[SweepPoint]] = []
     last: str | None = None
     for point in points:
-        key = json.dumps(resolved_dict(point.scenario).get("server"), sort_keys=True)
+        key = server_identity(point.scenario)
         if not groups or key != last:
             groups.append([])
         groups[-1].append(point)
@@ -212,9 +215,21 @@ def point_groups(points: Sequence[SweepPoint]) -> list[list[SweepPoint]]:
 
 
 @contextlib.contextmanager
-def group_context(points: Sequence[SweepPoint]) -> Iterator[None]:
-    """What surrounds one group of points; nothing yet (a managed server will start here)."""
-    yield
+def group_context(
+    points: Sequence[SweepPoint], log_path: Path, *, start: bool = True
+) -> Iterator[ManagedServer | None]:
+    """The managed server of one group of points (None without a ``server`` section, or when
+    ``start`` is false: a dry run, or every point of the group is complete): started before
+    the group's first point, logging into ``log_path``, stopped after its last point, also on
+    Ctrl-C and errors."""
+    from veeksha.server.managed import ManagedServer
+
+    scenario = points[0].scenario
+    if scenario.server is None or not start:
+        yield None
+        return
+    with ManagedServer.for_scenario(scenario, log_path) as server:
+        yield server
 
 
 def sweep_exit_code(codes: Sequence[int | None], interrupted: bool) -> int:
@@ -272,7 +287,16 @@ def run_sweep(
     total = len(points.points)
     try:
         for group in point_groups(points.points):
-            with group_context(group):
+            todo = not all(is_complete(sweep_dir / point_folder(p)) for p in group)
+            log = sweep_dir / f"server-{group[0].index + 1}.log"
+            with contextlib.ExitStack() as stack:
+                server, failure = None, None
+                try:
+                    server = stack.enter_context(
+                        group_context(group, log, start=todo and not dry_run)
+                    )
+                except VeekshaError as exc:  # recorded as each point's error, like a point's own
+                    failure = exc
                 for point in group:
                     run_dir = sweep_dir / point_folder(point)
                     if is_complete(run_dir):
@@ -280,7 +304,18 @@ def run_sweep(
                             echo(f"[{point.index + 1}/{total}] {run_dir.name}: complete, kept")
                         continue
                     _supersede(run_dir)
-                    if _run_one(sweep_dir, run_dir, point, total, quiet, plots, dry_run, echo):
+                    if _run_one(
+                        sweep_dir,
+                        run_dir,
+                        point,
+                        total,
+                        quiet,
+                        plots,
+                        dry_run,
+                        echo,
+                        server,
+                        failure,
+                    ):
                         interrupted = True
                         break
             if interrupted:
@@ -305,8 +340,12 @@ def _run_one(
     plots: bool,
     dry_run: bool,
     echo: Callable[[str], None],
+    server: ManagedServer | None = None,
+    failure: VeekshaError | None = None,
 ) -> bool:
-    """Run one point into ``run_dir``; print its progress line. True when Ctrl-C stopped it."""
+    """Run one point into ``run_dir`` (with its group's managed server; ``failure``: why that
+    server could not start, the point's error); print its progress line. True when Ctrl-C
+    stopped it."""
     from veeksha.experiment.sweep_table import progress_line
 
     scenario = point.scenario.model_copy(update={"output_dir": str(sweep_dir)})
@@ -315,7 +354,11 @@ def _run_one(
     info: dict[str, Any] = {"index": point.index, "label": point.label, "values": point.values}
     _write_json(run_dir / POINT_FILE, info)
     try:
-        result = run_point(scenario, run_dir=run_dir, quiet=True, plots=plots, dry_run=dry_run)
+        if failure is not None:
+            raise failure
+        result = run_point(
+            scenario, run_dir=run_dir, quiet=True, plots=plots, dry_run=dry_run, server=server
+        )
     except VeekshaError as exc:
         info.update(error=str(exc), exit_code=exc.exit_code)
         _write_json(run_dir / POINT_FILE, info)

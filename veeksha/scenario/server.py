@@ -138,8 +138,8 @@ ManagedServerConfig = Annotated[
 
 
 class ServerMetricsConfig(BaseModel):
-    """The Prometheus scraper: ``url`` read every ``interval`` seconds during the run, on a
-    thread of its own, into server_metrics.parquet."""
+    """The Prometheus scraper: ``url`` read every ``interval`` seconds during the run, in a
+    process of its own, into server_metrics.parquet."""
 
     model_config = ConfigDict(extra="forbid", validate_default=True)
 

@@ -1,12 +1,11 @@
 """``MetricsScraper``: the server's Prometheus ``/metrics``, read on a thread of its own.
 
-The thread scrapes at ``t0 + k × interval`` (an absolute schedule: a slow scrape delays only
-itself), once more when stopped (so counters have a value at both ends of the run), parses each
-answer with ``prometheus_client``'s text parser and hands the samples to the
-``ServerMetricsWriter``. Blocking HTTP is fine there: the event loop never waits for it. Its
-only cost to the traffic is the GIL while an answer is parsed (~20 µs of CPU a line, measured
-by ``benchmarks/server_metrics.py``): released after each metric family, so the event loop waits
-at most one family's parse (a histogram: ~0.5 ms), once an interval.
+The thread scrapes at once, then at ``t0 + k × interval`` (an absolute schedule: a slow scrape
+delays only itself), once more when stopped (so counters have a value at both ends of the run),
+parses each answer with ``prometheus_client``'s text parser and hands the samples to the
+``ServerMetricsWriter``. It runs in the server watch's process (``veeksha.server.watch_process``),
+never in veeksha's main one: parsing costs ~20-40 µs of CPU a line (a vLLM answer: ~30 ms), GIL
+the traffic's event loop would otherwise wait for (``benchmarks/server_metrics.py``).
 
 A scrape that fails (no answer, an HTTP error, a body that is not Prometheus text) costs one
 warning (the first), and the run goes on; the file's metadata says how many failed and why

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import psutil
+import pyarrow.parquet as pq
 import pytest
 
 from veeksha.engine.run import run_scenario
@@ -146,11 +147,20 @@ def test_sigkill_or_ctrl_c_of_veeksha_mid_run_leaves_no_server(
         assert log is not None, "the run never started"
         pid = _server_pid(log)
         assert psutil.pid_exists(pid)
+        (watch,) = [  # the server watch's process (scraping is on by default)
+            child
+            for child in psutil.Process(proc.pid).children()
+            if "veeksha.server.watch_process" in child.cmdline()
+        ]
         proc.send_signal(sig)
         code = proc.wait(60)
         assert code == (-signal.SIGKILL if sig == signal.SIGKILL else 3)  # 3: interrupted
         assert _gone(pid)
         assert _group_gone(pid)
+        assert _gone(watch.pid)
+        # it saw veeksha go and finalised the file (its last scrape may find the server gone)
+        meta = pq.read_schema(log.parent / "server_metrics.parquet").metadata
+        assert meta[b"server_metrics_status"] in (b"ok", b"partial")
     finally:
         if proc.poll() is None:
             proc.kill()

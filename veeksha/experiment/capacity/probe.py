@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +38,9 @@ from veeksha.experiment.capacity.knob import Knob
 from veeksha.experiment.capacity.measure import ProbeRun, RunRequest
 from veeksha.experiment.point import run_point
 from veeksha.scenario.models import SLO, ConcurrentScheduler, Scenario
+
+if TYPE_CHECKING:
+    from veeksha.server.managed import ManagedServer
 
 __all__ = ["ProbeRunner", "probe_scenario", "read_slo_samples"]
 
@@ -109,12 +113,18 @@ class ProbeRunner:
     warmup_seconds: float
     target: tuple[str, str] | None = None
     plots: bool = True
+    server: ManagedServer | None = None  # the search's managed server, shared by its probes
 
     def __call__(self, request: RunRequest) -> ProbeRun:
+        from veeksha.server.managed import server_identity
+
         scenario = probe_scenario(
             self.scenario, self.knob, request, self.warmup_seconds, self.target
         )
-        point = run_point(scenario, self.runs_dir, quiet=True, plots=self.plots)
+        server = self.server
+        if server is not None and server_identity(scenario) != server_identity(self.scenario):
+            server = None  # (the knob changes the server itself: the probe starts its own)
+        point = run_point(scenario, self.runs_dir, quiet=True, plots=self.plots, server=server)
         if point.interrupted:
             raise RunAbortedError(f"interrupted during the probe at {request.value:g}")
         health = point.summary.get("health", {})

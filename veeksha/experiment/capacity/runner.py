@@ -6,7 +6,10 @@ the resolved scenario, secrets redacted), ``runs/`` (one normal run folder per p
 ``capacity.png`` and ``best``, a link to the best passing run's folder.
 
 The built-in simulator, when the scenario uses it, is started once and every probe's client is
-pointed at it; a scenario with ``client.api_base`` measures that server.
+pointed at it; a scenario with ``client.api_base`` measures that server. A scenario with a
+``server:`` section: its managed server is started once (logging into the search folder's
+server.log) and every probe runs against it (a knob that changes the server itself makes each
+probe start its own).
 """
 
 from __future__ import annotations
@@ -221,9 +224,36 @@ def _search(
     slos = config.slos
     say(f"capacity search: {config.knob.path} from {config.start_value:g} to {config.max_value:g}")
     say(f"folder: {folder}")
-    runner = ProbeRunner(
-        config.scenario, config.knob, slos, folder / "runs", config.warmup_seconds, target, plots
-    )
+    with contextlib.ExitStack() as stack:
+        managed = None
+        if config.scenario.server is not None:  # one server lifecycle for every probe
+            from veeksha.server.managed import SERVER_LOG, ManagedServer
+
+            managed = ManagedServer.for_scenario(config.scenario, folder / SERVER_LOG)
+            stack.enter_context(managed)
+            server = {"kind": "managed", **managed.describe(), "log": SERVER_LOG}
+        runner = ProbeRunner(
+            config.scenario,
+            config.knob,
+            slos,
+            folder / "runs",
+            config.warmup_seconds,
+            target,
+            plots,
+            managed,
+        )
+        return _probe_all(config, folder, simulator, runner, server, say)
+
+
+def _probe_all(
+    config: CapacityConfig,
+    folder: Path,
+    simulator: Any,
+    runner: ProbeRunner,
+    server: dict[str, Any],
+    say: Callable[[str], None],
+) -> CapacityResult:
+    slos = config.slos
     results: list[ValueResult] = []
     entries: list[dict[str, Any]] = []
     outcome = SearchOutcome()
@@ -253,6 +283,8 @@ def _search(
         interrupted = True
     if simulator is not None:
         simulator.stop()  # before the plot: the server's CPU back to the machine
+    if runner.server is not None:
+        runner.server.stop()  # (likewise; the search's exit stops it again: a no-op)
     document = write(interrupted)
     write_capacity_plot(document, folder / PLOT_FILE)
     best_dir = document["best_run_dir"]

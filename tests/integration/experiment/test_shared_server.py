@@ -1,0 +1,171 @@
+"""A sweep's managed servers: points with the same resolved ``server:`` share one server
+lifecycle (started once, logged into the sweep folder's server-N.log); points whose servers
+differ get one each; a capacity search's probes share its managed server. Through the real
+command line, against the simulator as a managed server."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SWEEP = """
+seed: 5
+server: {type: veeksha_sim}
+server_metrics: {enabled: false}
+simulator: {ttft_ms: 2, itl_ms: ITL}
+traffic_scheduler:
+  type: rate
+  interval_generator: {type: fixed, interval: INTERVAL}
+session_generator:
+  type: synthetic
+  session_graph: {type: single_request}
+  output_spec: {text: {output_length_generator: {type: fixed, value: 3}}}
+runtime: {max_sessions: 4, benchmark_timeout: 30, num_workers: 1}
+trace_recorder: {enabled: false}
+"""
+
+
+def _sweep(folder: Path, itl: str, interval: str) -> Path:
+    (folder / "sweep.yaml").write_text(
+        SWEEP.replace("ITL", itl).replace("INTERVAL", interval), encoding="utf-8"
+    )
+    command = [sys.executable, "-m", "veeksha.cli", "run", "sweep.yaml", "--output-dir", "out"]
+    proc = subprocess.run(
+        [*command, "--no-plots"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=180,  # "it did not hang"
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert proc.returncode in (0, 4), proc.stderr
+    (sweep_dir,) = (folder / "out").glob("sweep-*")
+    return sweep_dir
+
+
+def _point_server_pids(sweep_dir: Path) -> list[int]:
+    pids = []
+    for summary in sorted(sweep_dir.glob("*/summary.json")):
+        target = json.loads(json.loads(summary.read_text())["run"]["target"])
+        assert target["kind"] == "managed"
+        pids.append(int(target["server"]["pid"]))
+    return pids
+
+
+def _log_pids(sweep_dir: Path) -> list[int]:
+    logs = sorted(sweep_dir.glob("server-*.log"))
+    pids = []
+    for log in logs:
+        text = log.read_text()
+        assert "[veeksha] stopped" in text
+        found = re.search(r"server pid (\d+)", text)
+        assert found, text
+        pids.append(int(found.group(1)))
+    return pids
+
+
+@pytest.mark.parametrize(
+    ("itl", "interval", "servers"),
+    [
+        ("1", "!expand [0.02, 0.01]", 1),  # the points differ in traffic only: one server
+        ("!expand [1, 2]", "0.02", 2),  # they differ in the simulator's settings: two
+    ],
+)
+def test_points_with_the_same_server_share_one_lifecycle(
+    tmp_path: Path, itl: str, interval: str, servers: int
+) -> None:
+    sweep_dir = _sweep(tmp_path, itl, interval)
+    point_pids = _point_server_pids(sweep_dir)
+    assert len(point_pids) == 2
+    assert len(set(point_pids)) == servers
+    assert sorted(set(_log_pids(sweep_dir))) == sorted(set(point_pids))
+    assert not list(sweep_dir.glob("*/server.log"))  # no point started a server of its own
+
+
+SEARCH = """\
+output_dir: {out}
+start_value: 1
+max_value: 2
+max_iterations: 2
+precision: 0
+warmup_seconds: 0
+benchmark_config:
+  seed: 7
+  server: {{type: veeksha_sim}}
+  server_metrics: {{enabled: false}}
+  simulator: {{ttft_ms: 2, itl_ms: 1}}
+  traffic_scheduler: {{type: concurrent, rampup_seconds: 0}}
+  session_generator:
+    type: synthetic
+    session_graph: {{type: single_request}}
+    output_spec: {{text: {{output_length_generator: {{type: fixed, value: 3}}}}}}
+  runtime: {{max_sessions: 6, benchmark_timeout: 30, num_workers: 1}}
+  trace_recorder: {{enabled: false}}
+  evaluators:
+    - type: performance
+      stream_metrics: false
+      slos: [{{name: p90 TTFC, metric: ttfc, percentile: 0.9, value: 10}}]
+"""
+
+
+def test_a_capacity_searchs_probes_share_its_managed_server(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from veeksha import cli
+
+    path = tmp_path / "search.yaml"
+    path.write_text(SEARCH.format(out=tmp_path / "out"), encoding="utf-8")
+    result = CliRunner().invoke(
+        cli.main, ["capacity-search", "--config", str(path), "--no-plots"], prog_name="veeksha"
+    )
+    assert result.exit_code in (0, 5), result.output
+    (folder,) = (tmp_path / "out").iterdir()
+    runs = sorted((folder / "runs").iterdir())
+    assert len(runs) >= 2
+    pids = {
+        json.loads(json.loads((run / "summary.json").read_text())["run"]["target"])["server"]["pid"]
+        for run in runs
+    }
+    assert len(pids) == 1
+    log = (folder / "server.log").read_text()
+    assert f"server pid {pids.pop()}" in log
+    assert "[veeksha] stopped" in log
+    assert not list((folder / "runs").glob("*/server.log"))
+    document = json.loads((folder / "capacity.json").read_text())
+    assert document["server"]["kind"] == "managed"
+
+
+def test_a_group_whose_server_cannot_start_is_each_points_error_and_exit_2(
+    tmp_path: Path,
+) -> None:
+    text = SWEEP.replace("ITL", "1").replace("INTERVAL", "!expand [0.02, 0.01]")
+    text = text.replace(
+        "server: {type: veeksha_sim}",
+        "server: {type: command, command: [no-such-server-xyz, '{port}'], model: m}",
+    )
+    (tmp_path / "sweep.yaml").write_text(text, encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, "-m", "veeksha.cli", "run", "sweep.yaml", "--output-dir", "out"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,  # "it did not hang"
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "'no-such-server-xyz' was not found" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    (sweep_dir,) = (tmp_path / "out").glob("sweep-*")
+    assert not list(sweep_dir.glob("*/summary.json"))  # no point ran
+    infos = [json.loads(p.read_text()) for p in sorted(sweep_dir.glob("*/point.json"))]
+    assert len(infos) == 2
+    assert all("no-such-server-xyz" in info["error"] for info in infos)
+    assert all(info["exit_code"] == 2 for info in infos)
+    assert proc.stderr.count("'no-such-server-xyz' was not found") == 2  # one line per point
