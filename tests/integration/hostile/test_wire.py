@@ -164,7 +164,9 @@ async def aiohttp_results(base_url: str, count: int) -> list[Result]:
     from veeksha.dispatch import aiohttp_client
 
     a, b = socket.socketpair()
-    settings = WorkerSettings(endpoint=f"{base_url}/chat/completions", request_timeout_s=5)
+    # (20 s: in one loaded fresh-clone run both requests of bad_chunk_size timed out at 5 s;
+    # alone they pass in 4 s. A longer limit tells a stalled machine from a missed parse error)
+    settings = WorkerSettings(endpoint=f"{base_url}/chat/completions", request_timeout_s=20)
     worker = Worker(0, settings, a)
     worker._loop = asyncio.get_running_loop()
     worker._session = aiohttp_client.make_session(settings, _sent_slot)
