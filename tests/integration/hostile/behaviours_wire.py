@@ -76,14 +76,19 @@ async def header_without_colon(req: Request, conn: Conn) -> None:
 
 
 async def bad_chunk_size(req: Request, conn: Conn) -> None:
-    """After two good chunks, a chunk whose size line is the option ``size`` (``zz``)."""
+    """After two good chunks, a chunk whose size line is the option ``size`` (``zz``); in a
+    write of its own unless the option ``joined`` is set (then all in one write)."""
     if not _broken(req):
         await default(req, conn)
         return
     events = sse_events(req)
-    await conn.send(STREAM_HEAD + chunk(events[0]) + chunk(events[1]))
-    size = req.option("size", "zz").encode()
-    await conn.send(b"%b\r\n%b\r\n" % (size, events[2]))
+    good = STREAM_HEAD + chunk(events[0]) + chunk(events[1])
+    bad = b"%b\r\n%b\r\n" % (req.option("size", "zz").encode(), events[2])
+    if req.option("joined", ""):
+        await conn.send(good + bad)
+    else:
+        await conn.send(good)
+        await conn.send(bad, 0.05)
     await asyncio.sleep(30)  # then nothing: only the parse can end this request quickly
 
 

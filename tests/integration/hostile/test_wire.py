@@ -164,8 +164,6 @@ async def aiohttp_results(base_url: str, count: int) -> list[Result]:
     from veeksha.dispatch import aiohttp_client
 
     a, b = socket.socketpair()
-    # (20 s: in one loaded fresh-clone run both requests of bad_chunk_size timed out at 5 s;
-    # alone they pass in 4 s. A longer limit tells a stalled machine from a missed parse error)
     settings = WorkerSettings(endpoint=f"{base_url}/chat/completions", request_timeout_s=20)
     worker = Worker(0, settings, a)
     worker._loop = asyncio.get_running_loop()
@@ -188,7 +186,7 @@ async def aiohttp_results(base_url: str, count: int) -> list[Result]:
         ("invalid_utf8", {}, "invalid UTF-8 in the response (b'\\xff': invalid start byte)"),
         ("status_2xx", {}, "Bad status line: Invalid status code: b'HTTP/1.1 2xx OK'"),
         ("header_without_colon", {}, "Invalid header token: b'this is no header'"),
-        ("bad_chunk_size", {"size": "-6"}, "Invalid character in chunk size: b'-6'"),
+        ("bad_chunk_size", {"size": "-6", "joined": "1"}, "Invalid character in chunk size: b'-6'"),
         ("no_content", {}, "HTTP 204: a response without content"),
         ("bad_content_length", {"length": "-5"}, "Invalid character in Content-Length"),
         ("long_line", {"mb": 20}, "an SSE line longer than 16,777,216 bytes"),
@@ -202,7 +200,10 @@ def test_the_aiohttp_path_reads_the_same(
     """What aiohttp's own parser catches is filed as the server's fault too; the SSE rules
     (UTF-8, the line limit, the byte order mark) are the same objects' on both paths. Not on
     this path: stray bytes on an idle connection (aiohttp keeps them for the next response),
-    a chunk size ``zz`` and a head that never ends (aiohttp waits: a timeout)."""
+    a chunk size ``zz`` and a head that never ends (aiohttp waits: a timeout), and a bad chunk
+    size that arrives in a later read than the good chunks: aiohttp 3.14's C parser keeps it
+    unparsed and the request ends as a timeout (our own http path files it as malformed, see
+    above), so here the whole answer comes in one write."""
     with HostileServer(WIRE + behaviour, tmp_path, **options) as server:
         first, second = asyncio.run(aiohttp_results(server.base_url, 2))
     if message:
