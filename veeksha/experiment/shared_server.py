@@ -15,7 +15,7 @@ point at it, and stops it on the way out. A scenario with a target of its own
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +32,15 @@ class SharedServer:
     api_base: str | None
     model: str | None
     description: dict[str, Any] = field(default_factory=dict)
+    # stops the simulator ahead of the context's exit (a no-op for an endpoint; idempotent)
+    stop: Callable[[], None] = field(default=lambda: None, compare=False, repr=False)
+
+    @property
+    def target(self) -> tuple[str, str] | None:
+        """(api_base, model) of a started simulator, None for an endpoint of the scenario's."""
+        if not self.is_simulator or self.api_base is None or self.model is None:
+            return None
+        return self.api_base, self.model
 
     @property
     def is_simulator(self) -> bool:
@@ -63,7 +72,10 @@ def shared_simulator(scenario: Scenario) -> Iterator[tuple[Scenario, SharedServe
     try:
         base = simulator.wait_ready()
         server = SharedServer(
-            base, simulator.config.model, {"kind": "simulator", **simulator.config_dict()}
+            base,
+            simulator.config.model,
+            {"kind": "simulator", **simulator.config_dict()},
+            simulator.stop,
         )
         yield aim_at(scenario, server), server
     finally:

@@ -38,6 +38,7 @@ from veeksha.experiment.capacity.search import (
     Verdict,
     search_capacity,
 )
+from veeksha.experiment.shared_server import SharedServer, shared_simulator
 from veeksha.scenario.loader import resolved_dict, scenario_hash
 
 __all__ = ["CAPACITY_FILE", "CapacityResult", "run_capacity_search"]
@@ -178,22 +179,6 @@ def _document(
     }
 
 
-def _start_server(config: CapacityConfig) -> tuple[Any, tuple[str, str] | None, dict[str, Any]]:
-    from veeksha.engine.target import spawn_simulator
-
-    simulator = spawn_simulator(config.scenario)
-    if simulator is None:
-        api_base = config.scenario.client.api_base or os.environ.get("OPENAI_API_BASE")
-        return None, None, {"kind": "endpoint", "api_base": api_base}
-    try:
-        base = simulator.wait_ready()
-    except BaseException:
-        simulator.stop()
-        raise
-    description = {"kind": "simulator", **simulator.config_dict()}
-    return simulator, (base, simulator.config.model), description
-
-
 def run_capacity_search(
     config: CapacityConfig,
     *,
@@ -203,22 +188,18 @@ def run_capacity_search(
     """Run the search of ``config`` (see the module docstring); ``plots``: the probe runs' own
     plots (capacity.png is always drawn); ``echo`` receives one line per value."""
     say = echo or (lambda _line: None)
-    simulator, target, server = _start_server(config)  # before any folder: no half-made search
-    try:
-        return _search(config, simulator, target, server, plots, say)
-    finally:
-        if simulator is not None:
-            simulator.stop()
+    # the server first, before any folder: a simulator that cannot start leaves no half-made search
+    with shared_simulator(config.scenario) as (_aimed, shared):
+        return _search(config, shared, plots, say)
 
 
 def _search(
     config: CapacityConfig,
-    simulator: Any,
-    target: tuple[str, str] | None,
-    server: dict[str, Any],
+    shared: SharedServer,
     plots: bool,
     say: Callable[[str], None],
 ) -> CapacityResult:
+    server = dict(shared.description)
     folder = _create_folder(config)
     _write_config(folder, config)
     slos = config.slos
@@ -238,17 +219,17 @@ def _search(
             slos,
             folder / "runs",
             config.warmup_seconds,
-            target,
+            shared.target,
             plots,
             managed,
         )
-        return _probe_all(config, folder, simulator, runner, server, say)
+        return _probe_all(config, folder, shared.stop, runner, server, say)
 
 
 def _probe_all(
     config: CapacityConfig,
     folder: Path,
-    simulator: Any,
+    stop_simulator: Callable[[], None],
     runner: ProbeRunner,
     server: dict[str, Any],
     say: Callable[[str], None],
@@ -281,8 +262,7 @@ def _probe_all(
         outcome = search_capacity(config.settings, probe, observe)
     except (RunAbortedError, KeyboardInterrupt):
         interrupted = True
-    if simulator is not None:
-        simulator.stop()  # before the plot: the server's CPU back to the machine
+    stop_simulator()  # before the plot: the server's CPU back to the machine
     if runner.server is not None:
         runner.server.stop()  # (likewise; the search's exit stops it again: a no-op)
     document = write(interrupted)
