@@ -37,7 +37,13 @@ from numpy.typing import NDArray
 
 from veeksha.experiment.microbench.config import DecodeConfig
 from veeksha.experiment.microbench.points import PointSpec, load_rows, run_points
-from veeksha.experiment.microbench.results import Check, fit_line, write_results
+from veeksha.experiment.microbench.results import (
+    Check,
+    PointChecks,
+    check,
+    fit_line,
+    write_results,
+)
 from veeksha.experiment.point import PointResult
 
 __all__ = ["MIN_WINDOW_GAPS", "DecodeWindow", "analyse_decode", "decode_specs", "run_decode"]
@@ -93,8 +99,7 @@ def analyse_decode(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[Check]]:
     """Per-point figures, the fit per input length and the checks from the measured rows."""
     table: list[dict[str, Any]] = []
-    short: list[str] = []
-    unhealthy: list[str] = []
+    per_point = PointChecks()
     no_window: list[str] = []
     unordered: list[str] = []
     for spec, result, rows in points:
@@ -125,10 +130,7 @@ def analyse_decode(
             }
         )
         where = f"B={spec.concurrency} L={spec.input_length}"
-        if len(ok) < spec.sessions:
-            short.append(f"{where}: {len(ok)}/{spec.sessions} ok")
-        if verdict != "PASS":
-            unhealthy.append(f"{where}: {verdict}")
+        per_point.note(where, len(ok), spec.sessions, verdict)
         if not window.length_s > 0 or window.min_gaps < MIN_WINDOW_GAPS:
             no_window.append(
                 f"{where}: window {max(window.length_s, 0) * 1000:.1f} ms, "
@@ -154,16 +156,11 @@ def analyse_decode(
                 }
             )
     checks = [
-        _check("all_ok", short, "every request of every point succeeded"),
-        _check("healthy_points", unhealthy, "every point's health verdict is PASS"),
-        _check("windows_overlap", no_window, "every batch decoded together in a common window"),
-        _check("fcfs_order", unordered, "first chunks came in the order the requests were sent"),
+        *per_point.checks(),
+        check("windows_overlap", no_window, "every batch decoded together in a common window"),
+        check("fcfs_order", unordered, "first chunks came in the order the requests were sent"),
     ]
     return table, fits, checks
-
-
-def _check(name: str, problems: list[str], good: str) -> Check:
-    return Check(name, not problems, "; ".join(problems) if problems else good)
 
 
 def run_decode(config: DecodeConfig, echo: Callable[[str], None]) -> tuple[Path, dict[str, Any]]:

@@ -29,7 +29,13 @@ import pandas as pd
 
 from veeksha.experiment.microbench.config import PrefillConfig
 from veeksha.experiment.microbench.points import PointSpec, load_rows, run_points
-from veeksha.experiment.microbench.results import Check, fit_line, write_results
+from veeksha.experiment.microbench.results import (
+    Check,
+    PointChecks,
+    check,
+    fit_line,
+    write_results,
+)
 from veeksha.experiment.point import PointResult
 
 __all__ = ["analyse_prefill", "prefill_specs", "run_prefill"]
@@ -67,8 +73,7 @@ def analyse_prefill(
     points' measured rows."""
     table: list[dict[str, Any]] = []
     samples: dict[int, list[float]] = {}
-    short: list[str] = []
-    unhealthy: list[str] = []
+    per_point = PointChecks()
     overlaps: list[str] = []
     wrong_length: list[str] = []
     cached: list[str] = []
@@ -94,10 +99,7 @@ def analyse_prefill(
             }
         )
         where = f"L={spec.input_length}"
-        if len(ok) < spec.sessions:
-            short.append(f"{where}: {len(ok)}/{spec.sessions} ok")
-        if verdict != "PASS":
-            unhealthy.append(f"{where}: {verdict}")
+        per_point.note(where, len(ok), spec.sessions, verdict)
         ordered = rows.sort_values("sent_at")
         sent = ordered["sent_at"].to_numpy(dtype=float)
         done = ordered["completed_at"].to_numpy(dtype=float)
@@ -126,19 +128,12 @@ def analyse_prefill(
             "lengths": fit.points,
         }
     checks = [
-        _check("all_ok", short, "every request of every point succeeded"),
-        _check("healthy_points", unhealthy, "every point's health verdict is PASS"),
-        _check("sequential", overlaps, "each request was sent after the previous one completed"),
-        _check(
-            "exact_lengths", wrong_length, "the server counted exactly the target prompt tokens"
-        ),
-        _check("no_cache_hits", cached, "no prompt token came from the server's prefix cache"),
+        *per_point.checks(),
+        check("sequential", overlaps, "each request was sent after the previous one completed"),
+        check("exact_lengths", wrong_length, "the server counted exactly the target prompt tokens"),
+        check("no_cache_hits", cached, "no prompt token came from the server's prefix cache"),
     ]
     return table, fit_doc, checks, samples
-
-
-def _check(name: str, problems: list[str], good: str) -> Check:
-    return Check(name, not problems, "; ".join(problems) if problems else good)
 
 
 def _median_int(values: pd.Series) -> int | None:

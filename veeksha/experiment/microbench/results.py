@@ -11,13 +11,21 @@ import csv
 import datetime as dt
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["RESULTS_VERSION", "Check", "LineFit", "fit_line", "write_results"]
+__all__ = [
+    "RESULTS_VERSION",
+    "Check",
+    "LineFit",
+    "PointChecks",
+    "check",
+    "fit_line",
+    "write_results",
+]
 
 RESULTS_VERSION = 1
 
@@ -31,6 +39,33 @@ class Check:
     passed: bool
     detail: str
     warning: bool = False
+
+
+def check(name: str, problems: list[str], good: str) -> Check:
+    """A check that holds when ``problems`` is empty; its detail: the problems, else ``good``."""
+    return Check(name, not problems, "; ".join(problems) if problems else good)
+
+
+@dataclass
+class PointChecks:
+    """The checks every point of a prefill or decode benchmark gets: all its requests
+    succeeded and its run's health verdict is PASS."""
+
+    short: list[str] = field(default_factory=list)
+    unhealthy: list[str] = field(default_factory=list)
+
+    def note(self, where: str, ok: int, expected: int, verdict: str | None) -> None:
+        """Record point ``where``: ``ok`` of ``expected`` requests succeeded, health ``verdict``."""
+        if ok < expected:
+            self.short.append(f"{where}: {ok}/{expected} ok")
+        if verdict != "PASS":
+            self.unhealthy.append(f"{where}: {verdict}")
+
+    def checks(self) -> list[Check]:
+        return [
+            check("all_ok", self.short, "every request of every point succeeded"),
+            check("healthy_points", self.unhealthy, "every point's health verdict is PASS"),
+        ]
 
 
 @dataclass(frozen=True)
