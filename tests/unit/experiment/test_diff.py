@@ -44,3 +44,40 @@ def test_different_traffic_or_no_common_benchmark_is_nothing_comparable(tmp_path
     (tmp_path / "c" / "x" / "prefill_results.json").write_text("{not json")
     with pytest.raises(ConfigurationError, match=r"prefill_results\.json: not a readable results"):
         compare(tmp_path / "a", tmp_path / "c")
+
+
+def _prefill(health: list[str]) -> dict:
+    points = [
+        {"input_length": n, "ttfc_p50_ms": n / 10, "ttfc_p99_ms": n / 5, "health": verdict}
+        for n, verdict in zip([128, 512], health, strict=True)
+    ]
+    fit = {"slope_ms_per_1k_tokens": 100.0, "intercept_ms": 5.0}
+    return {"benchmark": "prefill", "created_at": "x", "points": points, "fit": fit}
+
+
+def test_a_change_at_an_unhealthy_point_says_so_and_its_fit_counts_them(tmp_path: Path) -> None:
+    _write(tmp_path / "a", _prefill(["PASS", "PASS"]))
+    _write(tmp_path / "b", _prefill(["PASS", "FAIL"]))
+    _, changes, _ = compare(tmp_path / "a", tmp_path / "b")
+    health = {(c.point, c.metric): c.health for c in changes}
+    assert health[("L=128", "ttfc_p50_ms")] == ""
+    assert health[("L=512", "ttfc_p50_ms")] == "B:FAIL"
+    assert health[("L=512", "ttfc_p99_ms")] == "B:FAIL"
+    assert health[("fit", "slope_ms_per_1k_tokens")] == "B:1 unhealthy"
+
+
+def test_the_plot_rings_unhealthy_points(tmp_path: Path) -> None:
+    from matplotlib.image import imread
+
+    from veeksha.experiment.microbench.diff_plots import diff_plot
+
+    healthy = (_prefill(["PASS", "PASS"]), _prefill(["PASS", "PASS"]))
+    marked = (_prefill(["PASS", "PASS"]), _prefill(["PASS", "FAIL"]))
+    plain = imread(diff_plot("prefill", healthy, ("a", "b"), tmp_path / "plain.png"))
+    ringed = imread(diff_plot("prefill", marked, ("a", "b"), tmp_path / "ringed.png"))
+
+    def red(image) -> int:  # pure red pixels: only the rings are drawn in "red"
+        return int(((image[..., 0] > 0.9) & (image[..., 1] < 0.1) & (image[..., 2] < 0.1)).sum())
+
+    assert red(plain) == 0
+    assert red(ringed) > 20

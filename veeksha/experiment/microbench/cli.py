@@ -182,7 +182,7 @@ def diff(
     (folder / "diff.json").write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     with (folder / "diff.csv").open("w", newline="", encoding="utf-8") as out:
         writer = csv.DictWriter(
-            out, fieldnames=["benchmark", "point", "metric", "a", "b", "change"]
+            out, fieldnames=["benchmark", "point", "metric", "a", "b", "change", "health"]
         )
         writer.writeheader()
         writer.writerows(rows)
@@ -193,8 +193,11 @@ def diff(
     )
     for row in rows:
         change = "-" if row["change"] is None else f"{row['change'] * 100:+.1f} %"
+        health = f"  ! {row['health']}" if row["health"] else ""
         click.echo(
             f"{row['benchmark']:<9} {row['point']:<14} {row['metric']:<24} "
-            f"{_num(row['a']):>12} {_num(row['b']):>12} {change}"
+            f"{_num(row['a']):>12} {_num(row['b']):>12} {change}{health}"
         )
+    if any(row["health"] for row in rows):
+        click.echo("! a point whose run's health verdict was not PASS: read its change with care")
     click.echo(f"diff: {folder}")

@@ -12,7 +12,11 @@ report says so. Every benchmark found in both is compared:
   interactivity p50 per load level.
 
 A *change* is ``(B − A) / A`` (null when A is 0 or either is missing); only the points both
-results measured are compared. Two folders with nothing comparable are bad input (exit 2).
+results measured are compared. A change whose point was not healthy on a side (its run's
+health verdict not ``PASS``) says so in ``health`` (``A:FAIL``, ``B:WARN``, both); a fit's row
+names how many of the points under it were not healthy (``A:1 unhealthy``). Such changes are
+never silently mixed with good ones: the table marks them and the plots draw those points
+hollow. Two folders with nothing comparable are bad input (exit 2).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 
 from veeksha.errors import ConfigurationError
 
-__all__ = ["BENCHMARKS", "Change", "compare", "find_results"]
+__all__ = ["BENCHMARKS", "Change", "compare", "find_results", "unhealthy"]
 
 BENCHMARKS = ("prefill", "decode", "stress")
 
@@ -41,6 +45,7 @@ class Change:
     a: float | None
     b: float | None
     change: float | None
+    health: str = ""  # empty: healthy on both sides (see the module docstring)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -87,12 +92,32 @@ def _by(points: list[dict[str, Any]], key: Callable[[dict[str, Any]], str]) -> d
     return {key(p): p for p in points}
 
 
+def unhealthy(point: dict[str, Any]) -> bool:
+    """Whether a result point's run was not healthy (a verdict other than PASS; a point
+    without a verdict, e.g. a fit, is not judged here)."""
+    return "health" in point and point["health"] != "PASS"
+
+
+def _health(left: dict[str, Any], right: dict[str, Any]) -> str:
+    return " ".join(
+        f"{side}:{point['health']}"
+        for side, point in (("A", left), ("B", right))
+        if unhealthy(point)
+    )
+
+
+def _fit_health(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> str:
+    counts = (("A", sum(map(unhealthy, a))), ("B", sum(map(unhealthy, b))))
+    return " ".join(f"{side}:{n} unhealthy" for side, n in counts if n)
+
+
 def _pairs(
     name: str,
     a: list[dict[str, Any]],
     b: list[dict[str, Any]],
     key: Callable[[dict[str, Any]], str],
     metrics: tuple[str, ...],
+    health: Callable[[dict[str, Any], dict[str, Any]], str] = _health,
 ) -> list[Change]:
     left, right = _by(a, key), _by(b, key)
     return [
@@ -103,6 +128,7 @@ def _pairs(
             left[point].get(metric),
             right[point].get(metric),
             _change(left[point].get(metric), right[point].get(metric)),
+            health(left[point], right[point]),
         )
         for point in left
         if point in right
@@ -119,6 +145,7 @@ def _prefill(a: dict[str, Any], b: dict[str, Any]) -> list[Change]:
             [b["fit"]],
             lambda _: "fit",
             ("slope_ms_per_1k_tokens", "intercept_ms"),
+            lambda _a, _b: _fit_health(a["points"], b["points"]),
         )
     return changes + _pairs(
         "prefill",
@@ -136,6 +163,10 @@ def _decode(a: dict[str, Any], b: dict[str, Any]) -> list[Change]:
         b.get("fits") or [],
         lambda f: f"fit L={f['input_length']}",
         ("slope_ms_per_seq", "intercept_ms"),
+        lambda fa, fb: _fit_health(
+            [p for p in a["points"] if p["input_length"] == fa["input_length"]],
+            [p for p in b["points"] if p["input_length"] == fb["input_length"]],
+        ),
     )
     return changes + _pairs(
         "decode",

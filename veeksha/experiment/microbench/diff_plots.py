@@ -4,12 +4,16 @@
 - ``diff_decode.png``: TBC p50 against batch size, per input length;
 - ``diff_stress.png``: E2E and TTFC p50 against output throughput, and output throughput
   against the load level.
+
+A point whose run's health verdict was not PASS gets a hollow red ring.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from veeksha.experiment.microbench.diff import unhealthy
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -105,5 +109,31 @@ def diff_plot(
         axes[1].xaxis.set_major_formatter(FormatStrFormatter("%g"))
         unit = "concurrency" if results[0].get("traffic") == "concurrency" else "rate (requests/s)"
         _finish(axes[1], unit, "output throughput (tokens/s)", "stress: throughput")
+    for document in results:
+        _mark_unhealthy(name, axes, document)
     fig.savefig(path, dpi=100, format="png")
     return path
+
+
+def _mark_unhealthy(name: str, axes: Any, document: dict[str, Any]) -> None:
+    """Hollow red rings on the points whose run was not healthy (as the sweep plots do)."""
+    bad = [p for p in document["points"] if unhealthy(p)]
+    if name == "prefill":
+        spots = [(p["input_length"], p.get("ttfc_p50_ms")) for p in bad]
+    elif name == "decode":
+        spots = [(p["batch_size"], p.get("tbc_p50_ms")) for p in bad]
+    else:
+        spots = [(p.get("output_tokens_per_s"), p.get("e2e_p50_ms")) for p in bad]
+    spots = [(x, y) for x, y in spots if x is not None and y is not None]
+    if spots:
+        axes[0].scatter(
+            [x for x, _ in spots],
+            [y for _, y in spots],
+            s=120,
+            facecolors="none",
+            edgecolors="red",
+            linewidths=1.5,
+            zorder=5,
+            label="health not PASS",
+        )
+        axes[0].legend(fontsize=7)
