@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +38,7 @@ from veeksha.simulator.wire import (
     parse_generation,
 )
 
-__all__ = ["SimServer", "Stats", "engine_params"]
+__all__ = ["SimServer", "Stats", "engine_params", "merge_families"]
 
 _JSON = b"application/json"
 _IDLE_POLL_S = 0.005  # a tokenizer call held while generations run looks again this often
@@ -342,7 +343,14 @@ class SimServer:
         self._reply(conn, self.metrics_text().encode(), b"text/plain; version=0.0.4")
 
     def metrics_text(self) -> str:
-        """Prometheus exposition of this process' counters and gauges."""
+        """Prometheus exposition of this process' counters and gauges: every model it serves
+        (``config.models``), each family's samples together under one HELP/TYPE header."""
+        if not self.by_model:
+            return self._model_metrics_text()
+        return merge_families(server._model_metrics_text() for server in self.by_model.values())
+
+    def _model_metrics_text(self) -> str:
+        """The exposition of this model's counters and gauges alone."""
         s = self.stats
         slots = self.driver.slots
         cache = self.cache
@@ -410,3 +418,21 @@ class SimServer:
         running = self.driver.slots.running
         held = sum(-(-(seq.prompt_tokens + seq.generated) // block) for seq in running)
         return min(held * block / capacity, 1.0) if capacity else 0.0
+
+
+def merge_families(texts: Iterable[str]) -> str:
+    """Several expositions of the same families (one per model) as one: each family's HELP and
+    TYPE once, then its samples from every text in order (the format wants a family's samples
+    together)."""
+    families: dict[str, tuple[list[str], list[str]]] = {}
+    for text in texts:
+        current: list[str] | None = None
+        for line in text.splitlines():
+            if line.startswith(("# HELP ", "# TYPE ")):
+                name = line.split(" ", 3)[2]
+                headers, current = families.setdefault(name, ([], []))
+                if line not in headers:
+                    headers.append(line)
+            elif line and current is not None:
+                current.append(line)
+    return "".join("\n".join([*headers, *samples]) + "\n" for headers, samples in families.values())

@@ -24,8 +24,10 @@ series, each labelled ``model_name`` (and ``engine``: the simulator process that
 =====================================  =========  ==================================================
 
 Generated on request only: nothing is computed per token, and per request only two histogram
-observations (a bisect each) when it ends. With ``processes > 1`` each process answers with its
-own numbers (the one the scrape's connection reached).
+observations (a bisect each) when it ends. A simulator serving several models
+(``simulator.models``) answers every model's series in one exposition, each under its own
+``model_name``. With ``processes > 1`` each process answers with its own numbers (the one the
+scrape's connection reached, labelled ``engine``).
 """
 
 from __future__ import annotations

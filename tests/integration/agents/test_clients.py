@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -34,10 +35,15 @@ runtime: {max_sessions: 8, benchmark_timeout: 60, num_workers: 1}
 
 
 @pytest.fixture(scope="module")
-def two_models(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
+def two_models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = tmp_path_factory.mktemp("clients") / "run"
     run_scenario(load_scenario_text(TWO_MODELS, "two.yaml"), run_dir, quiet=True, plots=False)
-    return pd.read_parquet(run_dir / "requests.parquet")
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def two_models(two_models_dir: Path) -> pd.DataFrame:
+    return pd.read_parquet(two_models_dir / "requests.parquet")
 
 
 def max_overlap(rows: pd.DataFrame) -> int:
@@ -71,6 +77,23 @@ def test_each_model_is_its_own_engine_in_the_simulator(two_models: pd.DataFrame)
     big, small = rows[rows.client == "big"], rows[rows.client == "small"]
     assert (big.ttfc >= 0.03).all()  # m-big's own timing (simulator.models)
     assert small.ttfc.median() < 0.03  # m-small: the section's (fast) timing
+
+
+def test_the_simulators_metrics_count_each_model_apart(
+    two_models_dir: Path, two_models: pd.DataFrame
+) -> None:
+    """/metrics of a simulator serving two models: each model's vLLM series, labelled by
+    model_name, in one exposition; the last scrape (after the traffic) counts exactly the tokens
+    each model generated."""
+    samples = pd.read_parquet(two_models_dir / "server_metrics.parquet")
+    generated = samples[samples.metric == "vllm:generation_tokens_total"]
+    last = generated[generated.t == generated.t.max()]
+    per_model = {
+        json.loads(labels)["model_name"]: value
+        for labels, value in zip(last.labels, last.value, strict=True)
+    }
+    expected = two_models.groupby("model").server_output_tokens.sum().to_dict()
+    assert per_model == {model: float(n) for model, n in expected.items()}
 
 
 def test_caps_per_client_hold_and_waits_are_recorded(two_models: pd.DataFrame) -> None:

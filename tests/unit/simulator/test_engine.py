@@ -132,3 +132,25 @@ def test_engine_cache_hits_shorten_prefill_and_abort_frees_the_slot() -> None:
     step = engine.begin_step(step.end_ns)
     assert step is not None
     assert step.prefill == [queued]
+
+
+def test_merged_expositions_keep_each_familys_samples_under_one_header() -> None:
+    from veeksha.simulator.server import merge_families
+
+    def text(model: str) -> str:
+        return (
+            "# HELP x_total Things.\n# TYPE x_total counter\n"
+            f'x_total{{model_name="{model}"}} 1\n'
+            f'# TYPE y gauge\ny{{model_name="{model}"}} 2\n'
+        )
+
+    merged = merge_families([text("a"), text("b")]).splitlines()
+    assert merged == [
+        "# HELP x_total Things.",
+        "# TYPE x_total counter",
+        'x_total{model_name="a"} 1',
+        'x_total{model_name="b"} 1',
+        "# TYPE y gauge",
+        'y{model_name="a"} 2',
+        'y{model_name="b"} 2',
+    ]
