@@ -369,6 +369,16 @@ def _fixed(table: pa.Table | pa.RecordBatch) -> np.ndarray:
     return fixed
 
 
+def _tools(table: pa.Table) -> list[bool] | None:
+    """Rows that are tool nodes (no request), or None when there are none."""
+    if "tool_latency" not in table.schema.names:
+        return None
+    column = table.column("tool_latency")
+    if column.null_count == table.num_rows:
+        return None
+    return mask(pc.is_valid(column)).tolist()
+
+
 def _servable(table: pa.Table | pa.RecordBatch) -> np.ndarray:
     prompt = numbers(table.column("prompt_tokens"), np.int64)
     output = numbers(table.column("output_tokens"), np.int64)
@@ -563,7 +573,12 @@ def _grouped(
             prompt = prompt_col.to_pylist()
             output = output_col.to_pylist()
             fits, clipped = fit_session(
-                prompt, output, linked.column("history").to_pylist(), _fixed(linked).tolist(), limit
+                prompt,
+                output,
+                linked.column("history").to_pylist(),
+                _fixed(linked).tolist(),
+                limit,
+                _tools(linked),
             )
             if not fits:
                 lines = numbers(linked.column("line"), np.int64)
