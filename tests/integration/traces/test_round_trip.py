@@ -167,6 +167,7 @@ session_generator:
   channels: [{{type: text, body_length_generator: {{type: uniform, min: 3, max: 20}}}}]
   output_spec: {{text: {{output_length_generator: {{type: fixed, value: 3}}}}}}
 runtime: {{max_sessions: 6, benchmark_timeout: 60, num_workers: 1}}
+trace_recorder: {{include_content: true}}
 """
 TOOLS_REPLAY = """
 seed: 32
@@ -178,7 +179,24 @@ session_generator:
   flavor: {{type: timed_synthetic_session}}
   wrap_mode: false
 runtime: {{max_sessions: 100, benchmark_timeout: 60, num_workers: 1}}
+trace_recorder: {{include_content: true}}
 """
+
+
+def _results(run_dir: Path) -> dict[tuple[int, int], str | None]:
+    """(session rank, tool node) → its result, from trace.jsonl; checks that each history
+    child of a tool was sent the tool's result."""
+    entries = read_trace(run_dir / "trace.jsonl")
+    ranks = {s: r for r, s in enumerate(sorted({e.session_id for e in entries}))}
+    results = {(e.session_id, e.node_id): e.result for e in entries if e.kind == "tool"}
+    children = 0
+    for e in entries:
+        if (e.session_id, e.history_parent) in results and e.kind is None and not e.attempt:
+            assert e.messages is not None
+            assert e.messages[-2] == ("user", results[(e.session_id, e.history_parent)])
+            children += 1
+    assert children
+    return {(ranks[s], n): text for (s, n), text in results.items()}
 
 
 def _nodes(run_dir: Path) -> dict[tuple[int, int], tuple]:  # type: ignore[type-arg]
@@ -238,3 +256,7 @@ def test_a_recorded_run_with_tools_and_reprompts_replays_as_itself(
     llm_attempts = sum(1 for e in entries if e.kind is None)
     replayed_rows = pd.read_parquet(second / "requests.parquet")
     assert replayed_rows.worker_id.notna().sum() == llm_attempts
+    # with include_content, a tool's recorded result is its result in the replay too
+    recorded_results = _results(first)
+    assert all(recorded_results.values())
+    assert _results(second) == recorded_results
