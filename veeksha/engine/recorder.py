@@ -60,7 +60,7 @@ class RunRecorder:
         if self._trace is not None:
             session = request.session
             node = session.spec.nodes[request.node_id]
-            self._trace.add(request.phase, session.session_id, node, item)
+            self._trace.add(request.phase, session.session_id, node, item, request.attempt)
 
     def request_done(self, request: InFlight, result: Result, processed_at_ns: int) -> None:
         session = request.session

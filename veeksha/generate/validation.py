@@ -6,7 +6,8 @@ frameworks do: the failed answer as ``assistant``, then the note as ``user``).
 >>> AnswerCheck.of(RegexValidation(pattern="^yes|no$"))("maybe") is not None
 True
 
-:class:`NodeChecks` puts a graph's or a trace's ``validation`` on a share of its LLM nodes.
+:class:`NodeChecks` puts a graph's or a trace's ``validation`` on a share of its LLM nodes;
+:class:`ReplayedReprompts` replays a recorded node's re-prompts (trace.jsonl's ``attempt``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from veeksha.scenario.models import (
     Validation,
 )
 
-__all__ = ["AnswerCheck", "NodeChecks"]
+__all__ = ["AnswerCheck", "NodeChecks", "ReplayedReprompts"]
 
 
 class AnswerCheck:
@@ -109,3 +110,20 @@ class NodeChecks:
             if pick and node.kind == "llm":
                 node.validation = check
                 node.max_reprompts = most
+
+
+class ReplayedReprompts:
+    """The check of a replayed node that was re-prompted ``count`` times when recorded: its first
+    ``count`` answers fail (with ``NOTE``), the next passes, so the replay sends the recorded
+    number of attempts whatever the server answers. One per node (it counts the answers)."""
+
+    __slots__ = ("_count", "_seen")
+    NOTE = "Your answer does not have the required format. Answer again."
+
+    def __init__(self, count: int) -> None:
+        self._count = count
+        self._seen = 0
+
+    def __call__(self, text: str) -> str | None:
+        self._seen += 1
+        return self.NOTE if self._seen <= self._count else None

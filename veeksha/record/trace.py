@@ -16,7 +16,10 @@ A line (``include_content`` adds ``messages``)::
 written: they make the file a replayable trace (``flavor: timed_synthetic_session``,
 docs/traces.md). A run with several clients adds ``client`` (the name of the client that served
 the request) and a node with a priority adds ``priority``, so the replay goes to the same
-clients in the same order.
+clients in the same order. A tool node's line (no request was sent) has ``"kind":"tool"`` and
+``latency_s`` instead of a client (with ``include_content``, its result as ``result`` instead of
+``messages``); a re-prompt (a failed validation's next attempt) repeats its node's line with
+``attempt`` (1, 2, ...), so the replay sends as many attempts.
 """
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ class TraceEntry(msgspec.Struct, omit_defaults=True):
     requested_output_tokens: int | None = None
     client: str | None = None
     priority: int | None = None
+    kind: str | None = None  # only "tool" is written (an LLM line omits it)
+    latency_s: float | None = None
+    attempt: int | None = None
+    result: str | None = None
     messages: list[tuple[str, str]] | None = None
 
 
@@ -71,18 +78,23 @@ class TraceWriter:
         self._clients = clients if clients is not None and len(clients) > 1 else None
         self.include_content = include_content
         self._t0_ns = t0_ns
-        self._pending: deque[tuple[str, int, NodeSpec, WorkItem]] = deque()
+        self._pending: deque[tuple[str, int, NodeSpec, WorkItem, int]] = deque()
         self._encoder = msgspec.json.Encoder()
         self._fd: int | None = os.open(
             self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644
         )
         self.lines_written = 0
 
-    def add(self, phase: str, session_id: int, node: NodeSpec, item: WorkItem) -> None:
-        """Record that ``item`` (the request of ``node``) was dispatched. O(1), no I/O."""
-        self._pending.append((phase, session_id, node, item))
+    def add(
+        self, phase: str, session_id: int, node: NodeSpec, item: WorkItem, attempt: int = 0
+    ) -> None:
+        """Record that ``item`` (the request of ``node``; its ``attempt``: 0, or the re-prompt's
+        number) was dispatched. O(1), no I/O."""
+        self._pending.append((phase, session_id, node, item, attempt))
 
-    def _entry(self, phase: str, session_id: int, node: NodeSpec, item: WorkItem) -> TraceEntry:
+    def _entry(
+        self, phase: str, session_id: int, node: NodeSpec, item: WorkItem, attempt: int
+    ) -> TraceEntry:
         entry = TraceEntry(
             phase=phase,
             session_id=session_id,
@@ -96,10 +108,18 @@ class TraceWriter:
             target_prompt_tokens=node.prompt_tokens,
             requested_output_tokens=item.max_tokens,
         )
-        if self._clients is not None and node.kind == "llm":
+        if node.kind != "llm":  # a tool: no request, no client
+            entry.kind = node.kind
+            entry.latency_s = node.latency_s
+            if self.include_content:
+                entry.result = node.prompt
+            return entry
+        if self._clients is not None:
             entry.client = self._clients[node.client]
         if node.priority:
             entry.priority = node.priority
+        if attempt:
+            entry.attempt = attempt
         if self.include_content:
             entry.messages = item.messages
         return entry

@@ -116,7 +116,9 @@ def test_the_judge_is_sent_the_merged_transcript(debate: tuple[Path, pd.DataFram
     run_dir, rows = debate
     text = (run_dir / "trace.jsonl").read_text(encoding="utf-8")
     lines = [json.loads(line) for line in text.splitlines()]
-    sent = {(r["session_id"], r["node_id"]): r["messages"] for r in lines}
+    # (a tool's line has its result instead: it sent nothing)
+    assert all(("result" in r) == (r.get("kind") == "tool") for r in lines)
+    sent = {(r["session_id"], r["node_id"]): r["messages"] for r in lines if "messages" in r}
     session = rows[rows.session_id == 0].set_index("node_id")
     judge_1 = int(session[(session.agent == "judge") & (session["round"] == 1)].index[0])
     messages = sent[(0, judge_1)]
@@ -160,12 +162,14 @@ def test_invalid_answers_are_reprompted_and_linked_to_their_node(
     again = [
         r
         for r in lines
-        if len(r["messages"]) > 1
+        if "messages" in r  # (not a tool's line)
+        and len(r["messages"]) > 1
         and r["messages"][-2][0] == "assistant"
         and r["messages"][-2][1].startswith("INVALID")
     ]
     assert len(again) == (rows.attempt > 0).sum()
     assert all(r["messages"][-1][1].startswith("Your answer does not have") for r in again)
+    assert sorted(r.get("attempt", 0) for r in again) == sorted(rows.attempt[rows.attempt > 0])
 
 
 def test_summary_has_client_agent_and_round_sections(debate: tuple[Path, pd.DataFrame]) -> None:

@@ -147,3 +147,116 @@ def test_a_recorded_multi_client_run_replays_to_the_same_clients(tmp_path: Path)
         ("big", "m-big"),
         ("small", "m-small"),
     }
+
+
+TOOLS = """
+seed: 31
+simulator: {{seed: 3, ttft_ms: 2, itl_ms: 1, faults: {{invalid_answer_probability: {invalid}}}}}
+traffic_scheduler: {{type: rate, interval_generator: {{type: fixed, interval: 0.01}}}}
+session_generator:
+  type: synthetic
+  session_graph:
+    type: branching
+    num_layers_generator: {{type: fixed, value: 4}}
+    layer_width_generator: {{type: uniform, min: 1, max: 2}}
+    request_wait_generator: {{type: poisson, arrival_rate: 100}}
+    tool_probability: 0.5
+    tool_latency_generator: {{type: poisson, arrival_rate: 40}}
+    validation: {{type: regex, pattern: '^(?!INVALID)'}}
+    max_reprompts: 2
+  channels: [{{type: text, body_length_generator: {{type: uniform, min: 3, max: 20}}}}]
+  output_spec: {{text: {{output_length_generator: {{type: fixed, value: 3}}}}}}
+runtime: {{max_sessions: 6, benchmark_timeout: 60, num_workers: 1}}
+trace_recorder: {{include_content: true}}
+"""
+TOOLS_REPLAY = """
+seed: 32
+client: {{api_base: {api_base}, model: veeksha-sim}}
+traffic_scheduler: {{type: trace, speedup: 1.0}}
+session_generator:
+  type: trace
+  trace_file: {trace}
+  flavor: {{type: timed_synthetic_session}}
+  wrap_mode: false
+runtime: {{max_sessions: 100, benchmark_timeout: 60, num_workers: 1}}
+trace_recorder: {{include_content: true}}
+"""
+
+
+def _results(run_dir: Path) -> dict[tuple[int, int], str | None]:
+    """(session rank, tool node) → its result, from trace.jsonl; checks that each history
+    child of a tool was sent the tool's result."""
+    entries = read_trace(run_dir / "trace.jsonl")
+    ranks = {s: r for r, s in enumerate(sorted({e.session_id for e in entries}))}
+    results = {(e.session_id, e.node_id): e.result for e in entries if e.kind == "tool"}
+    children = 0
+    for e in entries:
+        if (e.session_id, e.history_parent) in results and e.kind is None and not e.attempt:
+            assert e.messages is not None
+            assert e.messages[-2] == ("user", results[(e.session_id, e.history_parent)])
+            children += 1
+    assert children
+    return {(ranks[s], n): text for (s, n), text in results.items()}
+
+
+def _nodes(run_dir: Path) -> dict[tuple[int, int], tuple]:  # type: ignore[type-arg]
+    """(session rank, node) → (kind, attempts, planned tool latency or prompt length)."""
+    rows = pd.read_parquet(run_dir / "requests.parquet")
+    assert (rows.status == "ok").all()
+    ranks = {s: r for r, s in enumerate(sorted(rows.session_id.unique()))}
+    nodes = {}
+    for (session, node), group in rows.groupby(["session_id", "node_id"]):
+        first = group.sort_values("attempt").iloc[0]
+        tool = first.kind == "tool"
+        if tool:  # no request: no worker, no client, no prompt sent
+            assert len(group) == 1
+            assert pd.isna(first.worker_id)
+            assert pd.isna(first.client)
+        nodes[(ranks[session], int(node))] = (
+            first.kind,
+            len(group),
+            tuple(first.parents),
+            first.target_prompt_tokens if not tool else None,
+        )
+    # dependency order: a node starts after each of its parents' last attempt completed
+    done = rows.groupby(["session_id", "node_id"]).completed_at.max()
+    for row in rows[rows.attempt == 0].itertuples():
+        for parent in row.parents:
+            assert row.sent_at >= done[(row.session_id, parent)] - 1e-9
+    return nodes
+
+
+def test_a_recorded_run_with_tools_and_reprompts_replays_as_itself(
+    tmp_path: Path, fast_simulator: SimulatorProcess
+) -> None:
+    first = tmp_path / "recorded"
+    scenario = load_scenario_text(TOOLS.format(invalid=0.4), "a.yaml")
+    run_scenario(scenario, first, quiet=True, plots=False)
+    entries = read_trace(first / "trace.jsonl")
+    tools = [e for e in entries if e.kind == "tool"]
+    assert tools
+    assert all(e.latency_s and e.client is None for e in tools)
+    assert any(e.attempt for e in entries)  # re-prompts were recorded
+    replay = TOOLS_REPLAY.format(trace=first / "trace.jsonl", api_base=fast_simulator.base_url)
+    second = tmp_path / "replayed"
+    outcome = run_scenario(load_scenario_text(replay, "b.yaml"), second, quiet=True, plots=False)
+    assert outcome.stop_reason == "completed"
+    recorded, replayed = _nodes(first), _nodes(second)
+    assert replayed == recorded  # same nodes, kinds, attempts, DAGs and prompt lengths
+    # the same tool calls, each as long as recorded (planned: the call's sent→completed)
+    latency = {}
+    for path in (first, second):
+        rows = pd.read_parquet(path / "requests.parquet")
+        tool_rows = rows[rows.kind == "tool"].sort_values(["session_id", "node_id"])
+        latency[path] = (tool_rows.completed_at - tool_rows.sent_at).to_numpy()
+    recorded_latency = sorted(e.latency_s for e in tools)
+    assert np.allclose(sorted(latency[first]), recorded_latency, atol=1e-6)
+    assert np.allclose(sorted(latency[second]), recorded_latency, atol=1e-6)
+    # the replay sent requests for the LLM attempts only
+    llm_attempts = sum(1 for e in entries if e.kind is None)
+    replayed_rows = pd.read_parquet(second / "requests.parquet")
+    assert replayed_rows.worker_id.notna().sum() == llm_attempts
+    # with include_content, a tool's recorded result is its result in the replay too
+    recorded_results = _results(first)
+    assert all(recorded_results.values())
+    assert _results(second) == recorded_results

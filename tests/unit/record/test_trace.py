@@ -66,6 +66,52 @@ def test_lines_with_content(tmp_path: Path) -> None:
     assert list(frame.request_id) == [7]
 
 
+def test_a_tool_line_has_its_kind_and_latency_and_a_reprompt_its_attempt(tmp_path: Path) -> None:
+    trace = TraceWriter(
+        tmp_path / "trace.jsonl", include_content=False, t0_ns=T0, clients=["a", "b"]
+    )
+    tool = make_node(2, kind="tool", latency_s=0.125, prompt="result text", client=1)
+    trace.add("measured", 3, tool, WorkItem(9, [], 20, ns(2.0)))
+    trace.add("measured", 3, make_node(client=1), item(10), 2)
+    trace.close()
+    lines = [json.loads(line) for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
+    base = {"phase": "measured", "session_id": 3, "history_parent": 0, "parents": [0]}
+    assert lines == [
+        {
+            **base,
+            "node_id": 2,
+            "request_id": 9,
+            "wait_after_ready": 0.25,
+            "dispatched_at": 2.0,
+            "target_prompt_tokens": 20,
+            "requested_output_tokens": 20,
+            "kind": "tool",
+            "latency_s": 0.125,
+        },
+        {
+            **base,
+            "node_id": 1,
+            "request_id": 10,
+            "wait_after_ready": 0.25,
+            "dispatched_at": 1.5,
+            "target_prompt_tokens": 20,
+            "requested_output_tokens": 3,
+            "client": "b",
+            "attempt": 2,
+        },
+    ]
+
+
+def test_a_tool_line_with_content_has_its_result(tmp_path: Path) -> None:
+    trace = TraceWriter(tmp_path / "trace.jsonl", include_content=True, t0_ns=T0)
+    tool = make_node(2, kind="tool", latency_s=0.5, prompt="the tool said this")
+    trace.add("measured", 3, tool, WorkItem(9, [], 20, ns(2.0)))
+    trace.close()
+    (entry,) = read_trace(tmp_path / "trace.jsonl")
+    assert (entry.kind, entry.latency_s, entry.result) == ("tool", 0.5, "the tool said this")
+    assert entry.messages is None
+
+
 def test_written_by_the_result_writer_thread(tmp_path: Path) -> None:
     trace = TraceWriter(tmp_path / "trace.jsonl", include_content=False, t0_ns=T0)
     writer = ResultWriter(tmp_path, make_metadata(), trace=trace, flush_interval_s=600)

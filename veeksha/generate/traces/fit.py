@@ -12,6 +12,9 @@ limit is **oversized**; ``session_generator.oversized`` says what happens to it:
   above. Clipping a request shortens the history of the requests after it;
 * ``send``: nothing is checked here (the server answers 400).
 
+A tool node (a row with a ``tool_latency``) sends nothing, so it is never oversized nor clipped;
+its result (its prompt tokens) follows its history in its history children's context.
+
 The check is vectorised for one-request sessions and linear chats (the common big traces); a
 Python step per session is paid only for the sessions that do not fit, and for DAG flavors
 (which link per session anyway).
@@ -77,14 +80,18 @@ def fit_session(
     history: list[int | None],
     fixed: list[bool],
     limit: ContextLimit,
+    tool: list[bool] | None = None,
 ) -> tuple[bool, int]:
     """One session's requests in topological order, clipped in place when ``limit.truncate``:
-    (whether it fits, requests clipped)."""
+    (whether it fits, requests clipped). ``tool``: the rows that are tool nodes."""
     context: list[int] = []
     clipped = 0
     for r in range(len(prompt)):
         h = history[r]
         before = 0 if h is None else context[h]
+        if tool is not None and tool[r]:
+            context.append(before + prompt[r])
+            continue
         if before + prompt[r] + output[r] > limit.tokens:
             if not limit.truncate:
                 return False, 0

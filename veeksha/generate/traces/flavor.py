@@ -21,6 +21,11 @@ that serves the request; null or empty: the first) and ``priority`` (int64: the 
 ``runtime.priority: node``, null: 0). A client name the scenario does not have is exit 2 at the
 first row naming it (``open_trace``).
 
+Node columns (optional, ``NODE``): ``tool_latency`` (float64: the row is a tool node, no request,
+which takes this many seconds and whose result is the row's ``text``, or a placeholder of
+``prompt_tokens`` tokens; null: an LLM request) and ``reprompts`` (int32: the recorded re-prompts
+of the node, replayed as that many failed validations; null: 0).
+
 Linked columns (``LINKED``), per row of a session in topological order: ``parents``
 (list<int32>, node indices within the session, all smaller than the row's own), ``history``
 (int32, one of the parents, or null), ``wait`` (float64, think time after the last parent).
@@ -40,7 +45,16 @@ from veeksha.generate.traces.arrow import mask as arrow_mask
 from veeksha.generate.traces.arrow import numbers
 from veeksha.generate.traces.reader import LINE, Field, TraceFileError
 
-__all__ = ["CONTENT", "LINKED", "ROUTING", "STAGED", "TraceFlavor", "check_lengths", "first_bad"]
+__all__ = [
+    "CONTENT",
+    "LINKED",
+    "NODE",
+    "ROUTING",
+    "STAGED",
+    "TraceFlavor",
+    "check_lengths",
+    "first_bad",
+]
 
 STAGED = pa.schema(
     [
@@ -60,6 +74,7 @@ CONTENT = pa.schema(
     ]
 )
 ROUTING = pa.schema([("client", pa.string()), ("priority", pa.int64())])
+NODE = pa.schema([("tool_latency", pa.float64()), ("reprompts", pa.int32())])
 LINKED = pa.schema(
     [
         ("parents", pa.list_(pa.int32())),

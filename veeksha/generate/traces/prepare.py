@@ -48,12 +48,12 @@ import pyarrow.parquet as pq
 
 from veeksha.generate.traces.arrow import from_bools, from_numpy, mask, numbers
 from veeksha.generate.traces.fit import ContextLimit, fit_roots, fit_session, linear_contexts
-from veeksha.generate.traces.flavor import CONTENT, ROUTING, STAGED, TraceFlavor
+from veeksha.generate.traces.flavor import CONTENT, NODE, ROUTING, STAGED, TraceFlavor
 from veeksha.generate.traces.reader import TraceFileError, read_batches
 
 __all__ = ["CACHE_VERSION", "CANONICAL", "ROOTS_ONLY", "PreparedTrace", "prepare_file"]
 
-CACHE_VERSION = 6
+CACHE_VERSION = 7  # 7: the NODE columns
 ROW_GROUP_ROWS = 65_536
 _SHOWN_LINES = 10
 _META_KEY = b"veeksha.trace"
@@ -69,6 +69,7 @@ ROOTS_ONLY = pa.schema(
         ("output_tokens", pa.int32()),
         *((f.name, f.type) for f in CONTENT),
         *((f.name, f.type) for f in ROUTING),
+        *((f.name, f.type) for f in NODE),
     ]
 )
 #: Grouped traces add each node's parents (indices within its session), history parent and
@@ -368,6 +369,16 @@ def _fixed(table: pa.Table | pa.RecordBatch) -> np.ndarray:
     return fixed
 
 
+def _tools(table: pa.Table) -> list[bool] | None:
+    """Rows that are tool nodes (no request), or None when there are none."""
+    if "tool_latency" not in table.schema.names:
+        return None
+    column = table.column("tool_latency")
+    if column.null_count == table.num_rows:
+        return None
+    return mask(pc.is_valid(column)).tolist()
+
+
 def _servable(table: pa.Table | pa.RecordBatch) -> np.ndarray:
     prompt = numbers(table.column("prompt_tokens"), np.int64)
     output = numbers(table.column("output_tokens"), np.int64)
@@ -467,12 +478,12 @@ def _ungrouped(
 
 
 def _content(table: pa.Table | pa.RecordBatch) -> list[pa.Array | pa.ChunkedArray]:
-    """The ``CONTENT`` and ``ROUTING`` columns of staged or linked rows (null where the flavor
-    has none)."""
+    """The ``CONTENT``, ``ROUTING`` and ``NODE`` columns of staged or linked rows (null where
+    the flavor has none)."""
     names = table.schema.names
     return [
         table.column(f.name) if f.name in names else pa.nulls(table.num_rows, f.type)
-        for f in (*CONTENT, *ROUTING)
+        for f in (*CONTENT, *ROUTING, *NODE)
     ]
 
 
@@ -562,7 +573,12 @@ def _grouped(
             prompt = prompt_col.to_pylist()
             output = output_col.to_pylist()
             fits, clipped = fit_session(
-                prompt, output, linked.column("history").to_pylist(), _fixed(linked).tolist(), limit
+                prompt,
+                output,
+                linked.column("history").to_pylist(),
+                _fixed(linked).tolist(),
+                limit,
+                _tools(linked),
             )
             if not fits:
                 lines = numbers(linked.column("line"), np.int64)

@@ -40,7 +40,7 @@ from veeksha.generate.spec import NodeSpec, SessionSpec
 from veeksha.generate.tokenizer import TokenizerLike
 from veeksha.generate.traces.content import ContentRows, TraceContent
 from veeksha.generate.traces.table import SessionRows, TraceTable
-from veeksha.generate.validation import NodeChecks
+from veeksha.generate.validation import NodeChecks, ReplayedReprompts
 from veeksha.scenario.models import TextChannel
 
 __all__ = ["PIECE", "TraceSessions", "TraceTimeline", "window"]
@@ -273,11 +273,29 @@ class TraceSessions:
                 )
                 for r in range(r0, r1)
             ]
+            if rows.tool_latency is not None or rows.reprompts is not None:
+                _recorded_kinds(nodes, rows, r0)
             specs.append(SessionSpec(first_index + j, nodes))
         if self._checks is not None:
             every = [node for spec in specs for node in spec.nodes]
             self._checks.apply(every, self._streams.stream("validation", "trace", p, k))
         return specs
+
+
+def _recorded_kinds(nodes: list[NodeSpec], rows: SessionRows, r0: int) -> None:
+    """Make the session's tool rows tool nodes and give re-prompted rows their recorded
+    re-prompts (a check that fails that many answers, then passes)."""
+    latency, reprompts = rows.tool_latency, rows.reprompts
+    for node in nodes:
+        r = r0 + node.node_id
+        seconds = None if latency is None else latency[r]
+        count = None if reprompts is None else reprompts[r]
+        if seconds is not None:
+            node.kind = "tool"
+            node.latency_s = seconds
+        elif count:
+            node.validation = ReplayedReprompts(count)
+            node.max_reprompts = count
 
 
 def _piece_sizes(count: int) -> NDArray[np.int64]:
@@ -316,6 +334,8 @@ def _merge(pieces: list[SessionRows]) -> SessionRows:
         ContentRows.merge([p.content for p in pieces], [int(p.bounds[-1]) for p in pieces]),
         _merged([p.client for p in pieces], [int(p.bounds[-1]) for p in pieces]),
         _merged([p.priority for p in pieces], [int(p.bounds[-1]) for p in pieces]),
+        _merged([p.tool_latency for p in pieces], [int(p.bounds[-1]) for p in pieces]),
+        _merged([p.reprompts for p in pieces], [int(p.bounds[-1]) for p in pieces]),
     )
 
 

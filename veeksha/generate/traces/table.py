@@ -33,6 +33,8 @@ class SessionRows:
     content: ContentRows | None = None  # None: prompts come from the corpus
     client: list[str | None] | None = None  # None: every row's client is the first
     priority: list[int | None] | None = None  # None: every row's priority is 0
+    tool_latency: list[float | None] | None = None  # None: every row is an LLM request
+    reprompts: list[int | None] | None = None  # None: no row was re-prompted
 
 
 class TraceTable:
@@ -81,6 +83,8 @@ class TraceTable:
                     None if rows.content is None else rows.content.slice(r0, r1),
                     None if rows.client is None else rows.client[r0:r1],
                     None if rows.priority is None else rows.priority[r0:r1],
+                    None if rows.tool_latency is None else rows.tool_latency[r0:r1],
+                    None if rows.reprompts is None else rows.reprompts[r0:r1],
                 )
             )
             lo = end
@@ -107,6 +111,8 @@ class TraceTable:
                 ContentRows.of(table),
                 _given(table, "client"),
                 _given(table, "priority"),
+                _given(table, "tool_latency"),
+                _given(table, "reprompts"),
             )
             if len(self._decoded) >= 2:
                 self._decoded.pop(next(iter(self._decoded)))

@@ -16,6 +16,12 @@ Optional ``client`` (the name of the scenario's client that serves the row; null
 its ``session_context`` (which win), as veeksha's own trace.jsonl writes them for a run with
 several clients, so a recorded run replays to the same clients.
 
+Optional node keys (columns of the row, or keys of its ``session_context``, which win), as
+trace.jsonl writes them: ``kind`` (``llm``, the default, or ``tool``: no request; the node takes
+``latency_s`` seconds, required, and its result, the next prompt's text, is ``result`` if given,
+else a placeholder of the row's prompt tokens) and ``attempt`` (a re-prompt: the node's line
+again with 1, 2, ...; a node with ``n`` such rows is replayed with ``n`` re-prompts).
+
 Optional ``timestamp`` (alias ``arrival_time``, or ``dispatched_at`` as in trace.jsonl):
 seconds; a session arrives at its earliest row.
 
@@ -68,6 +74,10 @@ class TimedSessionFlavor(TraceFlavor):
         Field("timestamp", float, aliases=("arrival_time", "dispatched_at")),
         CLIENT,
         PRIORITY,
+        Field("kind", str),
+        Field("latency_s", float),
+        Field("result", str),
+        Field("attempt", int),
     )
 
     def stage(self, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -91,11 +101,21 @@ class TimedSessionFlavor(TraceFlavor):
         waits: list[float | None] = []
         clients: list[str | None] = batch.column("client").to_pylist()
         priorities: list[int | None] = batch.column("priority").to_pylist()
+        kinds: list[Any] = batch.column("kind").to_pylist()
+        latencies: list[Any] = batch.column("latency_s").to_pylist()
+        results: list[Any] = batch.column("result").to_pylist()
+        attempts: list[Any] = batch.column("attempt").to_pylist()
+        tool_latency: list[float | None] = [None] * len(contexts)
         for i, raw in enumerate(contexts):
             line = int(lines[i])
+            context: dict[str, Any] | None = None
             if raw is not None:
                 context = self._context(raw, line)
                 clients[i], priorities[i] = self._routing(context, line, clients[i], priorities[i])
+                kinds[i] = context.get("kind", kinds[i])
+                latencies[i] = context.get("latency_s", latencies[i])
+                results[i] = context.get("result", results[i])
+                attempts[i] = context.get("attempt", attempts[i])
             elif top_nodes[i] is not None:
                 context = {
                     "node_id": top_nodes[i],
@@ -103,7 +123,11 @@ class TimedSessionFlavor(TraceFlavor):
                     "history_parent": top_history[i],
                     "wait_after_ready": top_wait[i],
                 }
-            else:
+            if kinds[i] is not None or latencies[i] is not None or attempts[i] is not None:
+                tool_latency[i], attempts[i] = self._node_kind(
+                    kinds[i], latencies[i], results[i], attempts[i], line
+                )
+            if context is None:
                 nodes.append(None)
                 parents.append(None)
                 history.append(None)
@@ -135,6 +159,15 @@ class TimedSessionFlavor(TraceFlavor):
                 from_numpy(legacy_wait),
                 pa.array(clients, pa.string()),
                 pa.array(priorities, pa.int64()),
+                pa.array(tool_latency, pa.float64()),
+                pa.array(
+                    [
+                        r if t is not None else None
+                        for r, t in zip(results, tool_latency, strict=True)
+                    ],
+                    pa.string(),
+                ),
+                pa.array(attempts, pa.int64()),
             ],
             names=[
                 "line",
@@ -150,6 +183,9 @@ class TimedSessionFlavor(TraceFlavor):
                 "turn_wait",
                 "client",
                 "priority",
+                "tool_latency",
+                "text",
+                "attempt",
             ],
         )
 
@@ -186,6 +222,36 @@ class TimedSessionFlavor(TraceFlavor):
                     line, f"priority {context['priority']!r} is not an integer; write one"
                 )
         return client, priority
+
+    def _node_kind(
+        self, kind: Any, latency: Any, result: Any, attempt: Any, line: int
+    ) -> tuple[float | None, int | None]:
+        """The row's tool latency (None: an LLM request) and re-prompt number (None: 0)."""
+        number = None if attempt is None else _integer(attempt)
+        if attempt is not None and (number is None or number < 0):
+            raise self.error(line, f"attempt {attempt!r} must be an integer, 0 or more")
+        if kind is None or kind == "llm":
+            if latency is not None:
+                raise self.error(
+                    line, 'latency_s is given on an LLM row; add "kind": "tool" or drop it'
+                )
+            return None, number or None
+        if kind != "tool":
+            raise self.error(line, f"kind {kind!r} is not a node kind; write llm or tool")
+        if number:
+            raise self.error(
+                line, f"attempt {number} on a tool row; a tool is never re-prompted, drop it"
+            )
+        if result is not None and not isinstance(result, str):
+            raise self.error(line, f"result {result!r} must be the tool's result text")
+        seconds = _number(latency)
+        if seconds is None or not math.isfinite(seconds) or seconds < 0:
+            raise self.error(
+                line,
+                f"latency_s = {latency!r}: a tool row needs latency_s, 0 or more seconds;"
+                " write its duration",
+            )
+        return seconds, None
 
     def _topology(
         self, context: dict[str, Any], line: int
@@ -226,7 +292,14 @@ class TimedSessionFlavor(TraceFlavor):
                 " and others do not; give it on every row of a session or on none",
             )
         if not with_context[0]:
+            if session.column("attempt").null_count < session.num_rows:
+                raise self.error(
+                    lines[0], "attempt is given in a session without node ids; give node_id"
+                )
             return self._linear(session)
+        session = self._fold_attempts(session)
+        lines = session.column("line").to_pylist()
+        nodes = session.column("node").to_pylist()
         parents = [msgspec.json.decode(p) for p in session.column("node_parents").to_pylist()]
         history = session.column("node_history").to_pylist()
         waits = session.column("node_wait").to_pylist()
@@ -274,6 +347,30 @@ class TimedSessionFlavor(TraceFlavor):
             ),
             from_numpy(np.asarray([waits[r] for r in order], dtype=np.float64)),
         )
+
+    def _fold_attempts(self, session: pa.Table) -> pa.Table:
+        """The session without its re-prompt rows (``attempt`` ≥ 1), each node's count of them
+        in the ``reprompts`` column (the highest attempt number; null: none)."""
+        attempts = session.column("attempt").to_pylist()
+        if not any(attempts):
+            return session
+        nodes = session.column("node").to_pylist()
+        lines = session.column("line").to_pylist()
+        keep = [r for r, a in enumerate(attempts) if not a]
+        first = {nodes[r] for r in keep}
+        counts: dict[int, int] = {}
+        for r, a in enumerate(attempts):
+            if a:
+                if nodes[r] not in first:
+                    raise self.error(
+                        lines[r],
+                        f"attempt {a} of node {nodes[r]} comes without the node's first attempt"
+                        " (its row without attempt); add that row or drop this one",
+                    )
+                counts[nodes[r]] = max(counts.get(nodes[r], 0), a)
+        kept = session.take(from_numpy(np.asarray(keep, dtype=np.int64)))
+        column = pa.array([counts.get(nodes[r]) for r in keep], pa.int32())
+        return kept.append_column("reprompts", column)
 
     def _topological(
         self, nodes: list[int], parents: list[list[int]], lines: list[int]
@@ -333,6 +430,17 @@ class TimedSessionFlavor(TraceFlavor):
 
 def _json(value: Any) -> Any:
     return msgspec.json.decode(value) if isinstance(value, str) else value
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _integer(value: Any) -> int | None:

@@ -106,6 +106,19 @@ def test_dag_contexts_follow_the_history_parent() -> None:
     assert fit_session(prompt, output, [None, 0, 1], [False] * 3, limit) == (False, 0)
 
 
+def test_a_tool_node_is_never_oversized_and_passes_on_its_result() -> None:
+    limit = ContextLimit(18, truncate=True)
+    # node 1 a tool of 20 result tokens: never clipped; node 2 after it: 8 + 20 + 6 > 18
+    prompt, output = [4, 20, 3], [4, 20, 3]
+    tool = [False, True, False]
+    assert fit_session(prompt, output, [None, 0, None], [False] * 3, limit, tool) == (True, 0)
+    assert (prompt, output) == ([4, 20, 3], [4, 20, 3])
+    assert fit_session(prompt, output, [None, 0, 1], [False] * 3, limit, tool) == (False, 0)
+    # a tool of 2 tokens: its history child's context is 8 + 2 + 6 = 16, no clipping
+    prompt, output = [4, 2, 3], [4, 2, 3]
+    assert fit_session(prompt, output, [None, 0, 1], [False] * 3, limit, tool) == (True, 0)
+
+
 def test_linear_contexts_restart_at_each_chat() -> None:
     contexts = linear_contexts(np.array([1, 2, 3, 4]), np.array([1, 1, 1, 1]), np.array([0, 2]))
     assert contexts.tolist() == [2, 5, 4, 9]

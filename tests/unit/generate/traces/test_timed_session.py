@@ -75,6 +75,75 @@ def test_veeksha_trace_lines_are_a_valid_input(tmp_path: Path) -> None:
     assert [(n.prompt_tokens, n.max_tokens) for n in session.nodes] == [(12, 3), (8, 6)]
 
 
+def _line(node: int, parents: list[int], **extra: Any) -> dict:
+    """A trace.jsonl line of session 4."""
+    return {
+        "phase": "measured", "session_id": 4, "node_id": node, "request_id": node,
+        "parents": parents, "history_parent": parents[0] if parents else None,
+        "wait_after_ready": 0.0, "dispatched_at": 0.5, "target_prompt_tokens": 6,
+        "requested_output_tokens": 3, **extra,
+    }  # fmt: skip
+
+
+def test_tool_lines_and_reprompts_of_a_trace_replay_as_such(tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path / "trace.jsonl",
+        [
+            _line(0, []),
+            _line(0, [], attempt=1),
+            _line(0, [], attempt=2),
+            _line(1, [0], kind="tool", latency_s=0.25, result="the tool said so"),
+            _line(2, [0], kind="tool", latency_s=0, requested_output_tokens=6),
+            _line(3, [1, 2]),
+        ],
+    )
+    (session,) = _sessions(path)
+    assert [n.kind for n in session.nodes] == ["llm", "tool", "tool", "llm"]
+    assert [n.latency_s for n in session.nodes] == [0.0, 0.25, 0.0, 0.0]
+    assert [n.max_reprompts for n in session.nodes] == [2, 0, 0, 0]
+    check = session.nodes[0].validation
+    assert check is not None
+    assert [check("any answer") is None for _ in range(3)] == [False, False, True]
+    assert session.nodes[3].validation is None
+    # the recorded result is the tool's result; without one, a placeholder of its tokens
+    assert session.nodes[1].prompt == "the tool said so"
+    placeholder = session.nodes[2].prompt
+    assert len(placeholder.split()) == session.nodes[2].prompt_tokens == 6
+    assert session.nodes[2].max_tokens == 6
+    (again,) = _sessions(path)
+    assert again.nodes[2].prompt == placeholder  # deterministic
+
+
+def test_node_kind_in_a_session_context(tmp_path: Path) -> None:
+    rows = [row("s", 0, [], None), row("s", 1, [0], 0)]
+    rows[1]["session_context"].update(kind="tool", latency_s="0.5")
+    path = write_jsonl(tmp_path / "t.jsonl", rows)
+    (session,) = _sessions(path)
+    assert [(n.kind, n.latency_s) for n in session.nodes] == [("llm", 0.0), ("tool", 0.5)]
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ({"kind": "robot"}, ":2: kind 'robot' is not a node kind; write llm or tool"),
+        ({"kind": "tool"}, ":2: latency_s = None: a tool row needs latency_s"),
+        ({"kind": "tool", "latency_s": -1}, ":2: latency_s = -1.0: a tool row needs"),
+        ({"latency_s": 1}, ':2: latency_s is given on an LLM row; add "kind": "tool"'),
+        ({"kind": "tool", "latency_s": 1, "attempt": 1}, ":2: attempt 1 on a tool row"),
+        ({"attempt": -1}, ":2: attempt -1 must be an integer, 0 or more"),
+        ({"attempt": 1}, ":2: attempt 1 of node 1 comes without the node's first attempt"),
+    ],
+)
+def test_bad_node_kinds_name_the_offending_row(
+    tmp_path: Path, extra: dict[str, Any], expected: str
+) -> None:
+    path = write_jsonl(tmp_path / "t.jsonl", [_line(0, []), _line(1, [0], **extra)])
+    with pytest.raises(TraceFileError) as caught:
+        open_trace(trace_scenario(path, FLAVOR))
+    assert expected in str(caught.value), str(caught.value)
+    assert str(caught.value).startswith(str(path) + ":")
+
+
 def test_legacy_rows_form_a_chain_by_turn_index(tmp_path: Path) -> None:
     path = write_csv(
         tmp_path / "t.csv",
