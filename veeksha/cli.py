@@ -75,6 +75,11 @@ def set_library_defaults() -> None:
         os.environ.setdefault(name, value)
 
 
+#: Commands whose runs start processes that import veeksha (each saves its compile time once
+#: veeksha's bytecode exists).
+_STARTS_PROCESSES = frozenset({"run", "capacity-search", "prefill", "decode", "stress"})
+
+
 class LazyGroup(click.Group):
     """A click group that loads commands named by import path on first use and turns every
     :class:`VeekshaError` into its message lines on stderr and its exit code."""
@@ -130,12 +135,17 @@ def _report(exc: VeekshaError) -> None:
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 @click.version_option(__version__, "--version", "-V", prog_name="veeksha")
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """Benchmark LLM inference servers with realistic session traffic.
 
     Describe the traffic in a YAML scenario (see docs/scenario.md), check it with
     `veeksha validate`, run it with `veeksha run`.
     """
+    if ctx.invoked_subcommand in _STARTS_PROCESSES:  # after the command: veeksha.bytecode
+        from veeksha.bytecode import warm
+
+        ctx.call_on_close(warm)
 
 
 # ------------------------------------------------------------------------------------ helpers

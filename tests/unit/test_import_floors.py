@@ -12,6 +12,7 @@ import veeksha
 FLOORS: dict[str, int] = {
     "__init__": 0,
     "errors": 0,
+    "bytecode": 0,
     "clock": 0,
     "redact": 0,
     "net": 1,
