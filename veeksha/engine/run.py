@@ -76,7 +76,10 @@ if TYPE_CHECKING:
     from veeksha.server.managed import ManagedServer
     from veeksha.simulator.process import SimulatorProcess
 
-__all__ = ["RunOutcome", "run_benchmark", "run_scenario"]
+__all__ = ["RunOutcome", "StartAt", "run_benchmark", "run_scenario"]
+
+#: ``start_at_wall_ns``: a wall instant (ns), or a callable returning it once the set-up is done.
+StartAt = int | Callable[[], int]
 
 _NS = 1_000_000_000
 _WORKER_START_TIMEOUT_S = 60.0
@@ -108,7 +111,7 @@ def run_benchmark(
     simulator: SimulatorProcess | None = None,
     *,
     shard: ShardSpec | None = None,
-    start_at_wall_ns: int | None = None,
+    start_at_wall_ns: StartAt | None = None,
 ) -> int:
     """Run ``scenario`` into ``run_dir`` and return the process exit code (``shard`` and
     ``start_at_wall_ns``: see ``run_scenario``)."""
@@ -148,7 +151,7 @@ def run_scenario(
     server: ManagedServer | None = None,
     *,
     shard: ShardSpec | None = None,
-    start_at_wall_ns: int | None = None,
+    start_at_wall_ns: StartAt | None = None,
 ) -> RunOutcome:
     """Run ``scenario`` into ``run_dir`` on a uvloop event loop; returns what happened.
 
@@ -162,7 +165,10 @@ def run_scenario(
     schedule is computed as on one host and only the sessions the shard owns start
     (``veeksha.schedule.shards``); every row gets the shard's index in its ``shard`` column.
     ``start_at_wall_ns``: t0 is that wall-clock instant (``time.time_ns()`` on this host, the
-    driver's offset already applied), not 50 ms after the set-up.
+    driver's offset already applied), not 50 ms after the set-up; or a callable that returns
+    that instant, called (in a thread: it may block, e.g. on the driver's barrier) once the
+    set-up is done (workers ready, sessions' source made), so the driver can choose t0 when
+    every shard is ready.
     """
     problems = scenario.problems()  # (a loaded scenario has none: the loader reports them)
     if problems:
@@ -213,7 +219,7 @@ class _Run:
         self.server_metrics: dict[str, Any] | None = None  # what the scraper did (ServerWatch)
         self.watch: ServerWatch | None = None  # its process starts with the workers
         self.shard: ShardSpec | None = None
-        self.start_at_wall_ns: int | None = None
+        self.start_at_wall_ns: StartAt | None = None
 
     async def execute(self) -> RunOutcome:
         try:
@@ -497,11 +503,14 @@ class _Run:
     async def _t0(self) -> tuple[int, int]:
         """t0 on CLOCK_MONOTONIC and its wall time (ns): 50 ms ahead of now, so the set-up
         that follows never makes the first arrival late, or at ``start_at_wall_ns``."""
+        start_at = self.start_at_wall_ns
+        if callable(start_at):
+            start_at = await asyncio.to_thread(start_at)
         pair = clock_pair()
-        if self.start_at_wall_ns is None:
+        if start_at is None:
             t0_ns = self.clock.now_ns() + _T0_LEAD_NS
             return t0_ns, wall_at_monotonic(t0_ns, pair)
-        t0_ns = monotonic_at_wall(self.start_at_wall_ns, pair)
+        t0_ns = monotonic_at_wall(start_at, pair)
         lead = t0_ns - _T0_LEAD_NS - self.clock.now_ns()
         if lead > 0:
             self.log.info(f"waiting {lead / _NS:.3f} s for the agreed t0")
@@ -509,7 +518,7 @@ class _Run:
         elif t0_ns < self.clock.now_ns():
             late = (self.clock.now_ns() - t0_ns) / _NS
             self.log.warning(f"the agreed t0 passed {late:.3f} s ago: the first arrivals are late")
-        return t0_ns, self.start_at_wall_ns
+        return t0_ns, start_at
 
     def _submit(self, item: WorkItem) -> int:
         assert self.pool is not None

@@ -64,13 +64,13 @@ def single(scenario: Scenario, tmp_path_factory: pytest.TempPathFactory) -> Path
 
 @pytest.fixture(scope="module")
 def shards(scenario: Scenario, tmp_path_factory: pytest.TempPathFactory) -> list[ShardResult]:
-    """The 3 shards, one after another, each starting at an agreed wall instant; each shard's
-    clock is treated as set ``its t0 − the driver's t0`` ahead of the driver's, so that all
-    three share the driver's timeline (the merge's arithmetic undoes the offset)."""
+    """The 3 shards, one after another, each starting once its set-up is done (the callable
+    form of ``start_at_wall_ns``, as a driver's barrier would); each shard's clock is treated as
+    set ``its t0 − the driver's t0`` ahead of the driver's, so that all three share the
+    driver's timeline (the merge's arithmetic undoes that offset)."""
     root = tmp_path_factory.mktemp("shards")
     results = []
     for index in range(SHARDS):
-        start = time.time_ns() + 200_000_000
         run_dir = root / f"shard-{index}"
         run_scenario(
             scenario,
@@ -78,16 +78,22 @@ def shards(scenario: Scenario, tmp_path_factory: pytest.TempPathFactory) -> list
             quiet=True,
             plots=False,
             shard=ShardSpec(index, SHARDS),
-            start_at_wall_ns=start,
+            start_at_wall_ns=lambda: time.time_ns() + 100_000_000,
         )
-        results.append(ShardResult(ShardSpec(index, SHARDS), run_dir, t0_wall_ns=start))
-    driver_t0 = results[0].t0_wall_ns
-    assert driver_t0 is not None
-    for result in results:
-        assert result.t0_wall_ns is not None
-        offset = OffsetEstimate(result.t0_wall_ns - driver_t0, 40_000, 80_000, 8)
+        results.append(ShardResult(ShardSpec(index, SHARDS), run_dir))
+    t0s = [
+        json.loads((r.folder / "summary.json").read_text())["run"]["t0_wall_ns"] for r in results
+    ]
+    for result, t0 in zip(results, t0s, strict=True):
+        offset = OffsetEstimate(t0 - t0s[0], 40_000, 80_000, 8)
         result.offset_before = result.offset_after = offset
     return results
+
+
+def _t0(result: ShardResult) -> int:
+    assert result.folder is not None
+    t0: int = json.loads((result.folder / "summary.json").read_text())["run"]["t0_wall_ns"]
+    return t0
 
 
 def _roots(run_dir: Path) -> set[tuple[int, float]]:
@@ -106,7 +112,7 @@ def test_each_shard_runs_its_own_sessions_at_their_single_host_times(
         assert (sessions.shard == result.spec.index).all()
         summary = json.loads((result.folder / "summary.json").read_text())
         assert summary["run"]["shard"] == {"index": result.spec.index, "count": SHARDS}
-        assert summary["run"]["t0_wall_ns"] == result.t0_wall_ns
+        assert "late" not in (result.folder / "run.log").read_text()
     assert pd.read_parquet(single / "requests.parquet").shard.isna().all()
 
 
@@ -114,8 +120,7 @@ def test_merged_folder_is_the_single_host_experiment(
     shards: list[ShardResult], single: Path, scenario: Scenario, tmp_path: Path
 ) -> None:
     merged = tmp_path / "merged"
-    driver_t0 = shards[0].t0_wall_ns
-    assert driver_t0 is not None
+    driver_t0 = _t0(shards[0])
     report = merge_shards(shards, merged, driver_t0_wall_ns=driver_t0, scenario=scenario)
     assert report.exit_code == ExitCode.OK
     assert report.verdict == "PASS"
@@ -188,11 +193,10 @@ def test_a_lost_shard_gives_rows_not_run_counts_and_exit_3(
         None,
         lost="the actor died (test)",
         in_flight=in_flight,
-        t0_wall_ns=lost.t0_wall_ns,
+        t0_wall_ns=_t0(lost),
     )
     merged = tmp_path / "merged"
-    driver_t0 = shards[0].t0_wall_ns
-    assert driver_t0 is not None
+    driver_t0 = _t0(shards[0])
     report = merge_shards(
         [shards[0], broken, shards[2]],
         merged,
