@@ -46,6 +46,8 @@ session_generator:
 client: {{api_base: "{base}", model: veeksha-sim}}
 runtime: {{max_sessions: 40, benchmark_timeout: 60, num_workers: 1}}
 trace_recorder: {{enabled: true}}
+# (2 cores shared with other test runs: the generator's own lag is not what is tested here)
+health_checks: {{max_dispatch_lag_p99_ms: 100}}
 """
 
 
