@@ -173,11 +173,15 @@ def _shift(table: pa.Table, schema: pa.Schema, shift_s: float) -> pa.Table:
     return table
 
 
-def _with_shard(table: pa.Table, schema: pa.Schema, index: int) -> pa.Table:
-    """The shard's index in every row whose ``shard`` is null (an older shard's folder)."""
+def _as_merged(table: pa.Table, schema: pa.Schema, index: int, run_id: str) -> pa.Table:
+    """The merged run's ``run_id`` in every row, and the shard's index where ``shard`` is null
+    (an older shard's folder)."""
     position = table.column_names.index("shard")
     filled = pc.fill_null(table.column(position), pa.scalar(index, pa.int32()))
-    return table.set_column(position, schema.field("shard"), filled)
+    table = table.set_column(position, schema.field("shard"), filled)
+    position = table.column_names.index("run_id")
+    run_ids = pa.array([run_id] * table.num_rows, type=pa.string())
+    return table.set_column(position, schema.field("run_id"), run_ids)
 
 
 def _sorted(table: pa.Table, keys: Sequence[str]) -> pa.Table:
@@ -288,8 +292,8 @@ def merge_shards(
         with_rows: set[int] = set()
         if _has_results(shard.folder):
             assert shard.folder is not None
-            requests = _with_shard(load_requests(shard.folder), REQUESTS_SCHEMA, index)
-            sessions = _with_shard(load_sessions(shard.folder), SESSIONS_SCHEMA, index)
+            requests = _as_merged(load_requests(shard.folder), REQUESTS_SCHEMA, index, run_id)
+            sessions = _as_merged(load_sessions(shard.folder), SESSIONS_SCHEMA, index, run_id)
             requests_parts.append(_shift(requests, REQUESTS_SCHEMA, shift_s))
             sessions_parts.append(_shift(sessions, SESSIONS_SCHEMA, shift_s))
             ids = requests.column("session_id").to_pylist()

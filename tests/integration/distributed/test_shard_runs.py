@@ -153,6 +153,8 @@ def test_each_shard_runs_its_own_sessions_at_their_single_host_times(
         summary = json.loads((result.folder / "summary.json").read_text())
         assert summary["run"]["shard"] == {"index": result.spec.index, "count": SHARDS}
         assert "late" not in (result.folder / "run.log").read_text()
+        checks = summary["health"]["checks"]
+        assert checks["dispatch_rate"] == checks["arrival_distribution"] == "SKIP"
     assert pd.read_parquet(single / "requests.parquet").shard.isna().all()
 
 
@@ -173,6 +175,7 @@ def test_merged_folder_is_the_single_host_experiment(
     assert requests.request_id.is_unique
     assert (requests.status == "ok").all()
     assert (requests.shard == requests.session_id % SHARDS).all()
+    assert set(requests.run_id) == set(sessions.run_id) == {"merged"}
     # the planned arrivals are the single-host ones, exactly
     assert _roots(merged) == _roots(single)
     # dependency order and think times hold on the merged timeline
