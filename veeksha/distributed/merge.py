@@ -3,8 +3,9 @@
 Each shard wrote an ordinary run folder (``veeksha run`` with ``shard=``): times in seconds
 since *its* t0, read on *its* monotonic clock. The merge moves every time onto the driver's
 timeline and writes one folder: requests.parquet, sessions.parquet, trace.jsonl, config.yaml,
-then the same evaluation a single-host run gets (summary.json, health, SLOs, metrics/, plots/),
-so ``veeksha report`` works on it.
+server_metrics.parquet (the first finished shard's scrapes: every shard scrapes the same
+server), then the same evaluation a single-host run gets (summary.json, health, SLOs,
+metrics/, plots/), so ``veeksha report`` works on it.
 
 The arithmetic (ns unless said). A shard's t0 is ``T_k`` on its wall clock
 (``run.t0_wall_ns``); its clock reads ``offset_k`` ahead of the driver's
@@ -56,6 +57,7 @@ from veeksha.record.columns import REQUESTS_SCHEMA, SESSIONS_SCHEMA, column_unit
 from veeksha.record.parquet import REQUESTS_FILE, SESSIONS_FILE
 from veeksha.record.reader import load_requests, load_sessions, read_metadata
 from veeksha.record.run_folder import write_config
+from veeksha.record.server_metrics import SERVER_METRICS_FILE
 from veeksha.record.trace import TraceEntry, read_trace
 from veeksha.scenario.loader import scenario_hash
 from veeksha.scenario.models import Scenario
@@ -369,6 +371,7 @@ def merge_shards(
     trace_entries.sort(key=lambda e: (e.dispatched_at, e.request_id))
 
     write_config(run_dir, scenario)
+    _copy_server_metrics(shards, shifts, run_dir)
     if trace_entries:
         encoder = msgspec.json.Encoder()
         with (run_dir / _TRACE_FILE).open("wb") as out:
@@ -502,6 +505,30 @@ def _phases(runs: list[dict[str, Any]], shifts: Sequence[float]) -> list[Any] | 
             moved.append(copy)
         return moved
     return None
+
+
+def _copy_server_metrics(
+    shards: Sequence[ShardResult], shifts: Mapping[int, float], run_dir: Path
+) -> None:
+    """The server's metrics as the first shard that finished scraped them (every shard scrapes
+    the same server: one view is the server's), on the driver's timeline."""
+    for shard in sorted(shards, key=lambda s: s.spec.index):
+        source = None if shard.folder is None else shard.folder / SERVER_METRICS_FILE
+        if shard.lost is not None or source is None or not source.exists():
+            continue
+        with pq.ParquetFile(source) as file:
+            table = file.read()
+        metadata = {
+            k.decode(): v.decode()
+            for k, v in (table.schema.metadata or {}).items()
+            if not k.startswith(b"ARROW:")
+        }
+        metadata["server_metrics_shard"] = str(shard.spec.index)
+        position = table.column_names.index("t")
+        moved = pc.add(table.column(position), shifts[shard.spec.index])
+        table = table.set_column(position, table.schema.field("t"), moved)
+        _write(table, table.schema, run_dir / SERVER_METRICS_FILE, metadata)
+        return
 
 
 def _write(table: pa.Table, schema: pa.Schema, path: Path, metadata: dict[str, str]) -> None:

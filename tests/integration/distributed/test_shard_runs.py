@@ -186,6 +186,11 @@ def test_merged_folder_is_the_single_host_experiment(
         assert row.sent_at >= parent.completed_at + 0.05 - 1e-6
     # rows in a single host's order: by the time the main process handled them
     assert requests.processed_at.is_monotonic_increasing
+    # the server's metrics as shard 0 scraped them, on the driver's timeline (shift 0 here)
+    assert results[0].folder is not None
+    scraped = pd.read_parquet(results[0].folder / "server_metrics.parquet")
+    assert len(scraped) > 0
+    assert pd.read_parquet(merged / "server_metrics.parquet").t.equals(scraped.t)
     trace = read_trace(merged / "trace.jsonl")
     assert len(trace) == 80
     assert {entry.shard for entry in trace} == set(range(SHARDS))
