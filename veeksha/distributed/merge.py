@@ -30,6 +30,9 @@ kept; each request it last reported in flight and that has no row gets one with
 ``status = error``, ``error_kind = shard_lost``; each session it started and that has no row
 gets one with ``status = incomplete``; its own sessions that never started are counted in
 summary.json → ``run.distributed.sessions_not_run``. The run is then interrupted (exit 3).
+
+Memory: the merge holds every shard's tables at once (a single host's run streams its
+evaluation a column at a time; a merge of very large runs would want the same).
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ from veeksha.record.server_metrics import SERVER_METRICS_FILE
 from veeksha.record.trace import TraceEntry, read_trace
 from veeksha.scenario.loader import scenario_hash
 from veeksha.scenario.models import Scenario
-from veeksha.schedule.shards import ShardSpec, owns
+from veeksha.schedule.shards import ShardSpec, owned_below, owns
 
 __all__ = ["SHARD_LOST", "MergeReport", "ShardResult", "merge_shards", "shard_shift_ns"]
 
@@ -358,8 +361,8 @@ def merge_shards(
         if shard.lost is None:
             continue
         index = shard.spec.index
-        own = sum(1 for i in range(planned) if owns(shard.spec, i) and i not in started_by[index])
-        not_run[index] = own
+        began = sum(1 for i in started_by[index] if i < planned and owns(shard.spec, i))
+        not_run[index] = len(owned_below(shard.spec, planned)) - began
     for info in per_shard:
         if info["index"] in not_run:
             info["sessions_not_run"] = not_run[info["index"]]
