@@ -102,6 +102,30 @@ class ShardResult:
     t0_wall_ns: int | None = None
     lost_at_wall_ns: int | None = None  # when the driver saw it lost (driver's wall clock)
 
+    @classmethod
+    def from_snapshot(
+        cls,
+        spec: ShardSpec,
+        folder: Path | None,
+        snapshot: Mapping[str, Any] | None,
+        **known: Any,
+    ) -> ShardResult:
+        """A shard's result from the last ``RunProbe.snapshot()`` it sent (None: none came):
+        its in-flight requests, the sessions it started (its own indexes below
+        ``next_session``) and its t0; ``known``: the other fields (offsets, ``lost``...)."""
+        if snapshot is None:
+            return cls(spec, folder, **known)
+        next_session = snapshot.get("next_session")
+        started = None if next_session is None else set(owned_below(spec, int(next_session)))
+        return cls(
+            spec,
+            folder,
+            in_flight=list(snapshot.get("in_flight") or []),
+            started_sessions=started,
+            t0_wall_ns=snapshot.get("t0_wall_ns"),
+            **known,
+        )
+
 
 @dataclass
 class MergeReport:

@@ -245,16 +245,11 @@ def test_a_lost_shard_gives_rows_not_run_counts_and_exit_3(
     ended = sessions[sessions.ended_at <= at]
     ended.to_parquet(partial / "parts" / "sessions" / "part-000001.parquet", index=False)
     started = set(owned_below(lost.spec, snap["next_session"]))
-    broken = ShardResult(
-        lost.spec,
-        partial,
-        lost.offset_before,
-        None,
-        lost="the actor died (test)",
-        in_flight=snap["in_flight"],
-        started_sessions=started,
-        t0_wall_ns=_t0(lost),
+    broken = ShardResult.from_snapshot(
+        lost.spec, partial, snap, offset_before=lost.offset_before, lost="the actor died (test)"
     )
+    assert broken.t0_wall_ns == _t0(lost)
+    assert broken.started_sessions == started
     merged = tmp_path / "merged"
     report = merge_shards(
         [results[0], broken, results[2]],
