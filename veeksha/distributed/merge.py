@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -51,12 +50,19 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from veeksha import __version__
-from veeksha.distributed.clock import OffsetEstimate
-from veeksha.evaluate.exit_codes import ExitCode, run_exit_code
+from veeksha.distributed.lost import SHARD_LOST, lost_request_rows, planned_sessions
+from veeksha.distributed.results import MergeReport, ShardResult
+from veeksha.distributed.timeline import (
+    move_phases,
+    move_table,
+    shard_offset_ns,
+    shard_shift_ns,
+)
+from veeksha.evaluate.exit_codes import run_exit_code
 from veeksha.evaluate.outputs import SUMMARY_FILE
 from veeksha.evaluate.run import evaluate_run
 from veeksha.record.columnar import requests_from_rows, sessions_from_rows
-from veeksha.record.columns import REQUESTS_SCHEMA, SESSIONS_SCHEMA, column_unit
+from veeksha.record.columns import REQUESTS_SCHEMA, SESSIONS_SCHEMA
 from veeksha.record.parquet import REQUESTS_FILE, SESSIONS_FILE
 from veeksha.record.reader import load_requests, load_sessions, read_metadata
 from veeksha.record.run_folder import write_config
@@ -64,90 +70,13 @@ from veeksha.record.server_metrics import SERVER_METRICS_FILE
 from veeksha.record.trace import TraceEntry, read_trace
 from veeksha.scenario.loader import scenario_hash
 from veeksha.scenario.models import Scenario
-from veeksha.schedule.shards import ShardSpec, owned_below, owns
+from veeksha.schedule.shards import owned_below, owns
 
 __all__ = ["SHARD_LOST", "MergeReport", "ShardResult", "merge_shards", "shard_shift_ns"]
 
-#: error_kind of the rows of requests in flight on a shard that was lost.
-SHARD_LOST = "shard_lost"
 _NS = 1_000_000_000
-_T0 = "s since t0"
 _TRACE_FILE = "trace.jsonl"
 _COMPRESSION = "zstd"
-
-
-@dataclass
-class ShardResult:
-    """What the driver knows of one shard when the run is over.
-
-    ``folder``: a local copy of the shard's run folder (finalised, or only its ``parts/`` when
-    the shard was lost), None when nothing came back. ``offset_before``/``offset_after``: its
-    clock offset to the driver's, measured before and after the run. ``lost``: why the shard
-    was lost (None: it finished). ``in_flight``: what it last reported as dispatched and not
-    completed, one dict per request with ``session_id``, ``node_id`` and optionally
-    ``request_id``, ``phase``, ``ready_at``, ``dispatched_at`` (seconds since the shard's t0),
-    ``client``, ``model``, ``worker_id``, ``attempt``. ``started_sessions``: the global
-    indexes of the sessions it started (None: unknown; then the ids in its rows and in
-    ``in_flight``). ``t0_wall_ns``: the shard's t0 on its own wall clock, if the driver knows
-    it (else read from the folder).
-    """
-
-    spec: ShardSpec
-    folder: Path | None
-    offset_before: OffsetEstimate | None = None
-    offset_after: OffsetEstimate | None = None
-    lost: str | None = None
-    in_flight: list[dict[str, Any]] = field(default_factory=list)
-    started_sessions: set[int] | None = None
-    t0_wall_ns: int | None = None
-    lost_at_wall_ns: int | None = None  # when the driver saw it lost (driver's wall clock)
-
-    @classmethod
-    def from_snapshot(
-        cls,
-        spec: ShardSpec,
-        folder: Path | None,
-        snapshot: Mapping[str, Any] | None,
-        **known: Any,
-    ) -> ShardResult:
-        """A shard's result from the last ``RunProbe.snapshot()`` it sent (None: none came):
-        its in-flight requests, the sessions it started (its own indexes below
-        ``next_session``) and its t0; ``known``: the other fields (offsets, ``lost``...)."""
-        if snapshot is None:
-            return cls(spec, folder, **known)
-        next_session = snapshot.get("next_session")
-        started = None if next_session is None else set(owned_below(spec, int(next_session)))
-        return cls(
-            spec,
-            folder,
-            in_flight=list(snapshot.get("in_flight") or []),
-            started_sessions=started,
-            t0_wall_ns=snapshot.get("t0_wall_ns"),
-            **known,
-        )
-
-
-@dataclass
-class MergeReport:
-    """What the merge wrote and how the experiment went."""
-
-    run_dir: Path
-    requests: int
-    sessions: int
-    lost_shards: dict[int, str]
-    lost_rows: int
-    incomplete_sessions: int
-    sessions_not_run: int
-    interrupted: bool
-    verdict: str | None
-    all_slos_met: bool | None
-    exit_code: ExitCode
-    shifts_s: dict[int, float] = field(default_factory=dict)
-
-
-def _offset(shard: ShardResult) -> int:
-    known = [e.offset_ns for e in (shard.offset_before, shard.offset_after) if e is not None]
-    return sum(known) // len(known) if known else 0
 
 
 def _summary_run(folder: Path | None) -> dict[str, Any]:
@@ -177,31 +106,6 @@ def _shard_t0_wall_ns(shard: ShardResult, run: Mapping[str, Any]) -> int | None:
     return None
 
 
-def shard_shift_ns(shard_t0_wall_ns: int, offset_ns: int, driver_t0_wall_ns: int) -> int:
-    """How far a shard's times move onto the driver's timeline (see the module docstring)."""
-    return (shard_t0_wall_ns - offset_ns) - driver_t0_wall_ns
-
-
-def _shift(table: pa.Table, schema: pa.Schema, shift_s: float) -> pa.Table:
-    """Every ``s since t0`` column of ``table`` plus ``shift_s`` (lists element-wise)."""
-    if shift_s == 0.0:
-        return table
-    for index, name in enumerate(table.column_names):
-        if column_unit(schema, name) != _T0:
-            continue
-        column = table.column(index)
-        if pa.types.is_list(column.type):
-            chunks = []
-            for chunk in column.chunks:
-                values = pc.add(chunk.values, shift_s)
-                chunks.append(pa.ListArray.from_arrays(chunk.offsets, values, mask=chunk.is_null()))
-            shifted: pa.ChunkedArray | pa.Array = pa.chunked_array(chunks, type=column.type)
-        else:
-            shifted = pc.add(column, shift_s)
-        table = table.set_column(index, schema.field(name), shifted)
-    return table
-
-
 def _as_merged(table: pa.Table, schema: pa.Schema, index: int, run_id: str) -> pa.Table:
     """The merged run's ``run_id`` in every row, and the shard's index where ``shard`` is null
     (an older shard's folder)."""
@@ -221,58 +125,6 @@ def _sorted(table: pa.Table, keys: Sequence[str]) -> pa.Table:
         pc.fill_null(pc.cast(table.column(key), pa.float64()), np.inf).to_numpy() for key in keys
     ]
     return table.take(pa.array(np.lexsort(columns[::-1])))
-
-
-def _lost_request_rows(
-    shard: ShardResult, run_id: str, known: set[tuple[int, int, int]], shift_s: float, at_s: float
-) -> list[dict[str, Any]]:
-    rows = []
-    for entry in shard.in_flight:
-        session_id, node_id = int(entry["session_id"]), int(entry["node_id"])
-        attempt = int(entry.get("attempt") or 0)
-        if (session_id, node_id, attempt) in known:
-            continue  # its row came back after all
-        ready = entry.get("ready_at")
-        dispatched = entry.get("dispatched_at")
-        rows.append(
-            {
-                "run_id": run_id,
-                "phase": entry.get("phase") or "measured",
-                "session_id": session_id,
-                "node_id": node_id,
-                "request_id": entry.get("request_id"),
-                "worker_id": entry.get("worker_id"),
-                "model": entry.get("model"),
-                "client": entry.get("client", "default"),
-                "kind": "llm",
-                "attempt": attempt,
-                "ready_at": None if ready is None else float(ready) + shift_s,
-                "dispatched_at": None if dispatched is None else float(dispatched) + shift_s,
-                "completed_at": at_s,
-                "processed_at": at_s,
-                "status": "error",
-                "error_kind": SHARD_LOST,
-                "error_message": f"shard {shard.spec.index} was lost: {shard.lost}",
-                "shard": shard.spec.index,
-            }
-        )
-    return rows
-
-
-def _planned_sessions(scenario: Scenario, seen: set[int]) -> int:
-    """How many global session indexes the experiment started (for ``sessions_not_run``): the
-    scenario's count when nothing but the count bounds it, else one past the highest seen."""
-    runtime = scenario.runtime
-    highest = max(seen) + 1 if seen else 0
-    bounded_by_time = (
-        runtime.benchmark_timeout > 0
-        or runtime.warmup_seconds > 0
-        or bool(scenario.phases)
-        or runtime.max_sessions < 0
-    )
-    if bounded_by_time:
-        return highest
-    return max(highest, runtime.max_sessions + runtime.warmup_sessions)
 
 
 def merge_shards(
@@ -311,7 +163,7 @@ def merge_shards(
         run = _summary_run(shard.folder)
         runs.append(run)
         t0_wall = _shard_t0_wall_ns(shard, run)
-        offset = _offset(shard)
+        offset = shard_offset_ns(shard)
         shift_ns = 0 if t0_wall is None else shard_shift_ns(t0_wall, offset, driver_t0_wall_ns)
         shift_s = shift_ns / _NS
         shifts[index] = shift_s
@@ -323,8 +175,8 @@ def merge_shards(
             assert shard.folder is not None
             requests = _as_merged(load_requests(shard.folder), REQUESTS_SCHEMA, index, run_id)
             sessions = _as_merged(load_sessions(shard.folder), SESSIONS_SCHEMA, index, run_id)
-            requests_parts.append(_shift(requests, REQUESTS_SCHEMA, shift_s))
-            sessions_parts.append(_shift(sessions, SESSIONS_SCHEMA, shift_s))
+            requests_parts.append(move_table(requests, REQUESTS_SCHEMA, shift_s))
+            sessions_parts.append(move_table(sessions, SESSIONS_SCHEMA, shift_s))
             ids = requests.column("session_id").to_pylist()
             known = set(
                 zip(
@@ -359,7 +211,7 @@ def merge_shards(
             lost[index] = shard.lost
             lost_wall = shard.lost_at_wall_ns or int(now_wall.timestamp() * _NS)
             at_s = (lost_wall - driver_t0_wall_ns) / _NS
-            rows = _lost_request_rows(shard, run_id, known, shift_s, at_s)
+            rows = lost_request_rows(shard, run_id, known, shift_s, at_s)
             lost_rows += rows
             in_flight_sessions = {int(e["session_id"]) for e in shard.in_flight}
             started.update(in_flight_sessions)
@@ -379,7 +231,7 @@ def merge_shards(
         per_shard.append(info)
         seen_sessions.update(started)
         started_by[index] = started
-    planned = _planned_sessions(scenario, seen_sessions)
+    planned = planned_sessions(scenario, seen_sessions)
     not_run: dict[int, int] = {}
     for shard in shards:
         if shard.lost is None:
@@ -512,26 +364,8 @@ def _run_info(
         "worker_cpu_wait_s": total("worker_cpu_wait_s"),
         "num_workers": total("num_workers"),
         "target": next((run.get("target") for run in finished if run.get("target")), None),
-        "phases": _phases(runs, shifts),
+        "phases": move_phases(runs, shifts),
     }
-
-
-def _phases(runs: list[dict[str, Any]], shifts: Sequence[float]) -> list[Any] | None:
-    """The first finished shard's phase windows on the driver's timeline (a drain's end may
-    differ between shards: each waits for its own sessions)."""
-    for index, run in enumerate(runs):
-        windows = run.get("phases")
-        if not windows:
-            continue
-        moved = []
-        for window in windows:
-            copy = dict(window)
-            for key in ("start", "end", "arrivals_end"):
-                if isinstance(copy.get(key), int | float):
-                    copy[key] += shifts[index]
-            moved.append(copy)
-        return moved
-    return None
 
 
 def _copy_server_metrics(

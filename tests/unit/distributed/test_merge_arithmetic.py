@@ -6,8 +6,9 @@ import pyarrow as pa
 import pytest
 
 from veeksha.distributed.clock import OffsetEstimate
-from veeksha.distributed.merge import ShardResult, _offset, _shift, _sorted, shard_shift_ns
+from veeksha.distributed.merge import ShardResult, _sorted, shard_shift_ns
 from veeksha.distributed.partition import ShardSpec
+from veeksha.distributed.timeline import move_table, shard_offset_ns
 from veeksha.record.columnar import requests_from_rows
 from veeksha.record.columns import REQUESTS_SCHEMA
 
@@ -26,9 +27,9 @@ def test_shift_is_the_shard_t0_on_the_driver_clock_minus_the_driver_t0() -> None
 def test_the_offset_used_is_the_mean_of_before_and_after() -> None:
     spec = ShardSpec(0, 1)
     before, after = OffsetEstimate(100, 1, 2, 3), OffsetEstimate(300, 1, 2, 3)
-    assert _offset(ShardResult(spec, None, before, after)) == 200
-    assert _offset(ShardResult(spec, None, None, after)) == 300
-    assert _offset(ShardResult(spec, None)) == 0
+    assert shard_offset_ns(ShardResult(spec, None, before, after)) == 200
+    assert shard_offset_ns(ShardResult(spec, None, None, after)) == 300
+    assert shard_offset_ns(ShardResult(spec, None)) == 0
 
 
 def test_every_time_since_t0_moves_and_nothing_else() -> None:
@@ -51,7 +52,7 @@ def test_every_time_since_t0_moves_and_nothing_else() -> None:
         ],
         0,
     )
-    shifted = _shift(table, REQUESTS_SCHEMA, 0.5).to_pylist()[0]
+    shifted = move_table(table, REQUESTS_SCHEMA, 0.5).to_pylist()[0]
     assert shifted["ready_at"] == 1.5
     assert shifted["sent_at"] == 1.75
     assert shifted["completed_at"] == 2.5
@@ -71,7 +72,7 @@ def test_a_null_list_stays_null(shift: float) -> None:
         [{"run_id": "r", "phase": "measured", "session_id": 1, "node_id": 0, "status": "error"}],
         0,
     )
-    assert _shift(table, REQUESTS_SCHEMA, shift).column("chunk_times").to_pylist() == [None]
+    assert move_table(table, REQUESTS_SCHEMA, shift).column("chunk_times").to_pylist() == [None]
 
 
 def test_a_result_from_the_probe_snapshot() -> None:
