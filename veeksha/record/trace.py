@@ -56,6 +56,7 @@ class TraceEntry(msgspec.Struct, omit_defaults=True):
     attempt: int | None = None
     result: str | None = None
     messages: list[tuple[str, str]] | None = None
+    shard: int | None = None  # the shard that sent it (a distributed run's shards only)
 
 
 class TraceWriter:
@@ -72,8 +73,10 @@ class TraceWriter:
         *,
         t0_ns: int,
         clients: list[str] | None = None,
+        shard: int | None = None,
     ) -> None:
         self.path = Path(path)
+        self._shard = shard
         # client names by index, written only when there are several
         self._clients = clients if clients is not None and len(clients) > 1 else None
         self.include_content = include_content
@@ -108,6 +111,8 @@ class TraceWriter:
             target_prompt_tokens=node.prompt_tokens,
             requested_output_tokens=item.max_tokens,
         )
+        if self._shard is not None:
+            entry.shard = self._shard
         if node.kind != "llm":  # a tool: no request, no client
             entry.kind = node.kind
             entry.latency_s = node.latency_s
