@@ -1,0 +1,471 @@
+"""The driver of a distributed run: one experiment on the shards of a Ray cluster.
+
+``run_distributed`` connects to a cluster (``auto``, ``host:port``, or ``local``: a cluster of
+its own on 127.0.0.1, stopped after), reserves one bundle per shard in a placement group
+(``SPREAD``: the shards on different nodes as far as the cluster allows), starts one
+:class:`~veeksha.distributed.shard.ShardActor` in each, and then:
+
+1. **clock**: measures each shard's offset to the driver's wall clock (``_PROBES`` round trips,
+   ``clock.estimate_offset``), picks t0 = the driver's wall time now + ``start_margin_s``, and
+   sends each shard t0 on its own clock; every shard's engine starts its timeline there;
+2. **collection**: every ``pull_interval_s`` pulls each shard's new Parquet parts and trace
+   lines into a local copy per shard (``collect.LocalCopy``); Ray carries these and the control
+   calls, never a request;
+3. **end**: when every shard's engine has ended (or was lost), pulls the rest, measures the
+   offsets again, and merges the copies into the run folder (``merge.merge_shards``), which is
+   then evaluated like a single-host run's.
+
+A shard lost mid-run (its actor or node died) keeps what was pulled of it and is marked lost;
+the others go on; the run ends with exit 3. Ctrl-C stops every shard's engine as Ctrl-C stops
+``veeksha run`` (a second Ctrl-C: as a second one) and collects what they wrote.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType, ModuleType
+from typing import Any
+
+from veeksha.distributed.collect import LocalCopy, Pull, pending_work
+from veeksha.distributed.ray_api import import_ray
+from veeksha.distributed.shard import ShardActor
+from veeksha.errors import ConfigurationError
+
+__all__ = ["DistributedSettings", "ShardState", "run_distributed", "settings_for"]
+
+_PROBES = 8
+_NS = 1_000_000_000
+_CONNECT_TIMEOUT_S = 60.0
+_PLACE_TIMEOUT_S = 60.0
+_CALL_TIMEOUT_S = 30.0
+_FINISH_TIMEOUT_S = 120.0
+#: consecutive pulls a shard may miss (unreachable, slow) before it is declared lost
+_MISSED_PULLS = 30
+SHARDS_DIR = "shards"
+
+
+@dataclass(frozen=True)
+class DistributedSettings:
+    """Where and how a run is spread: the cluster's address, shards, worker processes each."""
+
+    address: str = "auto"
+    shards: int | None = None  # None: one per alive node
+    workers_per_shard: int | None = None  # None: the scenario's runtime.num_workers
+    start_margin_s: float = 5.0  # t0 this far after the driver sent the start
+    pull_interval_s: float = 1.0
+
+
+def settings_for(scenario: Any, ray_address: str | None) -> DistributedSettings | None:
+    """The run's distribution: ``--ray [ADDRESS]`` (``ray_address``) over the scenario's
+    ``runtime.distributed``; None when neither asks for one (a normal run)."""
+    config = getattr(scenario.runtime, "distributed", None)
+    if config is None and ray_address is None:
+        return None
+    address = ray_address or (getattr(config, "address", None) if config else None) or "auto"
+    return DistributedSettings(
+        address=str(address),
+        shards=getattr(config, "shards", None) if config else None,
+        workers_per_shard=getattr(config, "workers_per_shard", None) if config else None,
+    )
+
+
+@dataclass
+class ShardState:
+    """The driver's view of one shard while the run goes."""
+
+    index: int
+    actor: Any
+    copy: LocalCopy
+    spec: Any = None
+    node_id: str = ""
+    offset_before: Any = None
+    offset_after: Any = None
+    lost: str | None = None
+    running: bool = True
+    missed: int = 0
+    final: Pull | None = None
+    stops: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class _Interrupts:
+    """Counts SIGINT/SIGTERM while installed (the driver's loop polls it)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _Interrupts:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.count += 1
+
+
+def run_distributed(
+    scenario: Any,
+    run_dir: Path,
+    settings: DistributedSettings,
+    *,
+    quiet: bool = False,
+    plots: bool = True,
+    echo: Callable[[str], None] | None = None,
+) -> int:
+    """Run ``scenario`` on a Ray cluster into ``run_dir``; returns ``veeksha run``'s exit code."""
+    say = echo or (lambda line: None if quiet else _echo(line))
+    ray = import_ray()
+    setup_start = time.monotonic()
+    _connect(ray, settings.address)
+    shards: list[ShardState] = []
+    placement = None
+    try:
+        count = settings.shards or len([n for n in ray.nodes() if n.get("Alive")])
+        placement = _place(ray, count)
+        shards = _start_actors(ray, placement, count, run_dir)
+        for shard in shards:
+            shard.spec = _shard_spec(shard.index, count)
+            shard.offset_before = _measure_offset(ray, shard.actor)
+        say(
+            f"ray: {count} shard(s) on node(s) " + ", ".join(shard.node_id[:12] for shard in shards)
+        )
+        shard_scenario = _shard_scenario(scenario, settings.workers_per_shard)
+        t0_wall_ns = time.time_ns() + round(settings.start_margin_s * _NS)
+        ray.get(
+            [
+                shard.actor.start.remote(
+                    shard_scenario, shard.spec, _on_shard_clock(shard.offset_before, t0_wall_ns)
+                )
+                for shard in shards
+            ],
+            timeout=_CALL_TIMEOUT_S,
+        )
+        setup_s = time.monotonic() - setup_start
+        with _Interrupts() as interrupts:
+            _follow(ray, shards, settings.pull_interval_s, interrupts, say)
+            interrupted = interrupts.count > 0
+        _finish(ray, shards)
+    finally:
+        _release(ray, shards, placement)
+    return _merge_and_evaluate(
+        scenario, run_dir, shards, t0_wall_ns, interrupted, setup_s, quiet=quiet, plots=plots
+    )
+
+
+def _echo(line: str) -> None:
+    sys.stderr.write(f"{line}\n")
+
+
+# -------------------------------------------------------------------------------- cluster
+
+
+def _connect(ray: ModuleType, address: str) -> None:
+    options: dict[str, Any] = {
+        "log_to_driver": False,
+        "logging_level": "WARNING",
+        "configure_logging": True,
+    }
+    if address == "local":  # a cluster of this process' own, stopped by ray.shutdown()
+        options |= {
+            "address": "local",
+            "_node_ip_address": "127.0.0.1",
+            "include_dashboard": False,
+            "object_store_memory": 200 * 1024 * 1024,
+        }
+    else:
+        options["address"] = address
+    try:
+        ray.init(**options)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"cannot connect to the Ray cluster at {address!r}: {exc}; start one with "
+            "`ray start --head` (docs/distributed.md) or use --ray local"
+        ) from None
+
+
+def _place(ray: ModuleType, count: int) -> Any:
+    from ray.util.placement_group import placement_group
+
+    if count < 1:
+        raise ConfigurationError("the Ray cluster has no alive node to run a shard on")
+    group = placement_group([{"CPU": 1}] * count, strategy="SPREAD")
+    try:
+        ray.get(group.ready(), timeout=_PLACE_TIMEOUT_S)
+    except ray.exceptions.GetTimeoutError:
+        with contextlib.suppress(Exception):
+            ray.util.remove_placement_group(group)
+        raise ConfigurationError(
+            f"the Ray cluster cannot place {count} shard(s) (one CPU each) within "
+            f"{_PLACE_TIMEOUT_S:g} s; lower runtime.distributed.shards or add nodes"
+        ) from None
+    return group
+
+
+def _start_actors(ray: ModuleType, placement: Any, count: int, run_dir: Path) -> list[ShardState]:
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    actor_class = ray.remote(ShardActor)
+    shards = []
+    for index in range(count):
+        actor = actor_class.options(
+            num_cpus=1,
+            max_restarts=0,
+            max_task_retries=0,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                placement_group=placement, placement_group_bundle_index=index
+            ),
+        ).remote(run_dir.name)
+        copy = LocalCopy(run_dir / SHARDS_DIR / f"shard-{index}")
+        shards.append(ShardState(index, actor, copy))
+    node_ids = ray.get([shard.actor.node_id.remote() for shard in shards], timeout=120)
+    for shard, node_id in zip(shards, node_ids, strict=True):
+        shard.node_id = node_id
+    return shards
+
+
+def _release(ray: ModuleType, shards: Sequence[ShardState], placement: Any) -> None:
+    """Delete the shards' folders, end the actors, free the placement, disconnect (and stop
+    a ``local`` cluster). Best effort: a lost shard's actor is gone already."""
+    cleanups = []
+    for shard in shards:
+        if shard.lost is None:
+            with contextlib.suppress(Exception):
+                cleanups.append(shard.actor.cleanup.remote())
+    with contextlib.suppress(Exception):
+        ray.get(cleanups, timeout=_CALL_TIMEOUT_S)
+    for shard in shards:
+        with contextlib.suppress(Exception):
+            ray.kill(shard.actor)
+    if placement is not None:
+        with contextlib.suppress(Exception):
+            ray.util.remove_placement_group(placement)
+    ray.shutdown()
+
+
+# ---------------------------------------------------------------------------------- clock
+
+
+def _measure_offset(ray: ModuleType, actor: Any) -> Any:
+    """The shard's clock offset from ``_PROBES`` round trips (min-RTT estimate)."""
+    from veeksha.distributed.clock import estimate_offset
+
+    ray.get(actor.clock_ns.remote(), timeout=_CALL_TIMEOUT_S)  # (a first call warms the path)
+    samples = []
+    for _ in range(_PROBES):
+        send = time.time_ns()
+        shard_ns = ray.get(actor.clock_ns.remote(), timeout=_CALL_TIMEOUT_S)
+        samples.append((send, int(shard_ns), time.time_ns()))
+    return estimate_offset(samples)
+
+
+def _on_shard_clock(estimate: Any, driver_ns: int) -> int:
+    """``driver_ns`` on the shard's clock: the inverse of ``clock.to_driver_ns``."""
+    from veeksha.distributed.clock import to_driver_ns
+
+    return driver_ns + (driver_ns - int(to_driver_ns(driver_ns, estimate)))
+
+
+def _shard_spec(index: int, count: int) -> Any:
+    from veeksha.distributed.partition import ShardSpec
+
+    return ShardSpec(index=index, count=count)
+
+
+def _shard_scenario(scenario: Any, workers_per_shard: int | None) -> Any:
+    if workers_per_shard is None:
+        return scenario
+    runtime = scenario.runtime.model_copy(update={"num_workers": workers_per_shard})
+    return scenario.model_copy(update={"runtime": runtime})
+
+
+# ------------------------------------------------------------------------------- the run
+
+
+def _follow(
+    ray: ModuleType,
+    shards: Sequence[ShardState],
+    interval_s: float,
+    interrupts: _Interrupts,
+    say: Callable[[str], None],
+) -> None:
+    """Pull every shard each ``interval_s`` until each has ended or is lost; relay Ctrl-C."""
+    stops_sent = 0
+    last_status = time.monotonic()
+    while any(shard.running and shard.lost is None for shard in shards):
+        if interrupts.count > stops_sent:
+            stops_sent = interrupts.count
+            say(f"interrupted: stopping {len(shards)} shard(s)")
+            for shard in shards:
+                if shard.lost is None and shard.running:
+                    with contextlib.suppress(Exception):
+                        shard.actor.stop.remote()
+        next_pull = time.monotonic() + interval_s
+        live = [shard for shard in shards if shard.lost is None and shard.running]
+        refs = [(shard, shard.actor.pull.remote()) for shard in live]
+        for shard, ref in refs:
+            _receive(ray, shard, ref, interval_s)
+        if time.monotonic() - last_status >= 5.0:
+            last_status = time.monotonic()
+            say(
+                "shards: "
+                + ", ".join(
+                    f"{s.index}: {'lost' if s.lost else 'running' if s.running else 'ended'}"
+                    f" ({s.copy.pulls} pulls)"
+                    for s in shards
+                )
+            )
+        time.sleep(max(0.0, next_pull - time.monotonic()))
+
+
+def _receive(ray: ModuleType, shard: ShardState, ref: Any, timeout_s: float) -> None:
+    try:
+        pull = ray.get(ref, timeout=max(timeout_s, 1.0))
+    except ray.exceptions.GetTimeoutError:
+        _missed(shard, "no answer to pulls")
+        return
+    except ray.exceptions.ActorUnavailableError as exc:  # (transient: a network blip)
+        _missed(shard, str(exc).splitlines()[0] if str(exc) else "actor unavailable")
+        return
+    except ray.exceptions.RayError as exc:  # the actor or its node died
+        shard.lost = _loss_reason(exc)
+        return
+    shard.missed = 0
+    shard.copy.apply(pull)
+    shard.running = pull.running
+
+
+def _missed(shard: ShardState, reason: str) -> None:
+    shard.missed += 1
+    if shard.missed >= _MISSED_PULLS:
+        shard.lost = f"{reason} for {shard.missed} pulls in a row"
+
+
+def _loss_reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else 'the shard actor died'}"
+
+
+def _finish(ray: ModuleType, shards: Sequence[ShardState]) -> None:
+    """Pull the rest of every shard not lost (the finished run's files), then the offsets."""
+    refs = [
+        (shard, shard.actor.finish.remote(_FINISH_TIMEOUT_S))
+        for shard in shards
+        if shard.lost is None
+    ]
+    for shard, ref in refs:
+        try:
+            pull = ray.get(ref, timeout=_FINISH_TIMEOUT_S + _CALL_TIMEOUT_S)
+        except ray.exceptions.RayError as exc:
+            shard.lost = _loss_reason(exc)
+            continue
+        shard.copy.apply(pull)
+        shard.final = pull
+        shard.running = False
+    for shard in shards:
+        if shard.lost is None:
+            try:
+                shard.offset_after = _measure_offset(ray, shard.actor)
+            except ray.exceptions.RayError as exc:
+                shard.lost = _loss_reason(exc)
+
+
+# -------------------------------------------------------------------------------- results
+
+
+def _merge_and_evaluate(
+    scenario: Any,
+    run_dir: Path,
+    shards: Sequence[ShardState],
+    t0_wall_ns: int,
+    interrupted: bool,
+    setup_s: float,
+    *,
+    quiet: bool,
+    plots: bool,
+) -> int:
+    from veeksha.distributed.merge import ShardResult, merge_shards
+
+    results = []
+    for shard in shards:
+        in_flight, started = pending_work(shard.copy.folder)
+        results.append(
+            ShardResult(
+                spec=shard.spec,
+                folder=shard.copy.folder,
+                offset_before=shard.offset_before,
+                offset_after=shard.offset_after,
+                lost=shard.lost,
+                in_flight=in_flight if shard.lost is not None else [],
+                started_sessions=started,
+            )
+        )
+    lost = [shard for shard in shards if shard.lost is not None]
+    outcomes = [shard.copy.outcome or {} for shard in shards]
+    interrupted = interrupted or bool(lost) or any(o.get("interrupted") for o in outcomes)
+    report = merge_shards(results, run_dir, driver_t0_wall_ns=t0_wall_ns, scenario=scenario)
+    evaluation = getattr(report, "evaluation", None)
+    if evaluation is None:
+        evaluation = _evaluate(run_dir, scenario, shards, interrupted, setup_s, plots)
+    if not lost:  # a lost shard's copy stays for inspection beside the merged files
+        shutil.rmtree(run_dir / SHARDS_DIR, ignore_errors=True)
+    if not quiet:
+        from rich.console import Console
+
+        evaluation.render(Console(stderr=True))
+    from veeksha.evaluate.exit_codes import run_exit_code
+
+    if interrupted:
+        why = "; ".join(f"shard {s.index} lost ({s.lost})" for s in lost) or "interrupted"
+        errors = [str(o["error"]) for o in outcomes if o.get("error")]
+        if errors:
+            why += "; " + "; ".join(errors)
+        sys.stderr.write(f"error: {why}\nresults collected so far: {run_dir}\n")
+    return int(
+        run_exit_code(
+            interrupted=interrupted,
+            health_failed=str(evaluation.verdict) == "FAIL",
+            strict=scenario.health_checks.strict,
+            all_slos_met=evaluation.all_slos_met,
+        )
+    )
+
+
+def _evaluate(
+    run_dir: Path,
+    scenario: Any,
+    shards: Sequence[ShardState],
+    interrupted: bool,
+    setup_s: float,
+    plots: bool,
+) -> Any:
+    """The merged folder's evaluation (summary.json, health, SLOs, plots) as a run's."""
+    from veeksha.evaluate.run import evaluate_run
+    from veeksha.evaluate.source import requests_source, sessions_source
+
+    run_info = {
+        "run_id": run_dir.name,
+        "interrupted": interrupted,
+        "stop_reason": "interrupted" if interrupted else "completed",
+        "distributed": {
+            "backend": "ray",
+            "setup_s": setup_s,
+            "shards": [
+                {"index": s.index, "node_id": s.node_id, "lost": s.lost, "pulls": s.copy.pulls}
+                for s in shards
+            ],
+        },
+    }
+    requests, sessions = requests_source(run_dir), sessions_source(run_dir)
+    return evaluate_run(run_dir, scenario, requests, sessions, run_info, plots=plots)

@@ -1,0 +1,118 @@
+"""The shard actor: one per node (or per placement-group bundle) of a distributed run.
+
+A plain class; the driver makes it a Ray actor (``ray.remote(ShardActor)``), so this module
+imports no Ray at all. The actor answers the driver's clock probes (``clock_ns``), starts the
+shard's engine in a process of its own (``shard_process``) into a local temporary folder, hands
+out what that folder gained since the last pull (``collect.ShardFiles``), stops the engine as
+Ctrl-C does, and deletes the folder at the end. Nothing here is on the requests' path: the
+engine process sends the traffic; the actor only reads files it already wrote.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from veeksha.distributed.collect import Pull, ShardFiles
+from veeksha.distributed.shard_process import ShardJob
+
+__all__ = ["ShardActor"]
+
+_OUTCOME_FILE = "outcome.json"
+_JOB_FILE = "job.pickle"
+
+
+class ShardActor:
+    """One shard: its engine process, its run folder, what was pulled of it."""
+
+    def __init__(self, run_name: str) -> None:
+        self.base = Path(tempfile.mkdtemp(prefix="veeksha-shard-"))
+        self.run_dir = self.base / run_name
+        self.files = ShardFiles(self.run_dir)
+        self.process: subprocess.Popen[bytes] | None = None
+        self.stops = 0
+
+    def node_id(self) -> str:
+        """The Ray node this actor runs on."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
+    def clock_ns(self) -> int:
+        """This host's wall clock (one probe of the driver's offset estimate)."""
+        return time.time_ns()
+
+    def start(self, scenario: Any, spec: Any, start_at_wall_ns: int) -> int:
+        """Start the engine process; returns its pid. ``start_at_wall_ns`` is t0 on this
+        host's clock (the driver converted its own t0 with this shard's offset)."""
+        job = ShardJob(scenario, spec, start_at_wall_ns, self.run_dir, self.base / _OUTCOME_FILE)
+        path = self.base / _JOB_FILE
+        path.write_bytes(pickle.dumps(job))
+        log = (self.base / "engine.log").open("wb")
+        self.process = subprocess.Popen(  # (its own stdio: nothing reaches Ray's log stream)
+            [sys.executable, "-m", "veeksha.distributed.shard_process", str(path)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        log.close()
+        return self.process.pid
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def pull(self) -> Pull:
+        """What the folder gained since the last pull, and whether the engine still runs."""
+        running = self.running()  # (read first: a run that ended before the listing is whole)
+        pull = self.files.next_pull()
+        pull.running = running
+        return pull
+
+    def stop(self) -> int:
+        """Stop the engine as Ctrl-C would (a second call: as a second Ctrl-C); returns how
+        many stops were sent."""
+        if self.running():
+            assert self.process is not None
+            self.stops += 1
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(signal.SIGINT)
+        return self.stops
+
+    def finish(self, timeout_s: float) -> Pull:
+        """Wait (up to ``timeout_s``) for the engine to end, then everything not yet sent."""
+        if self.process is not None:
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        pull = self.files.next_pull(final=True)
+        pull.running = False
+        outcome_path = self.base / _OUTCOME_FILE
+        if outcome_path.exists():
+            pull.outcome = json.loads(outcome_path.read_text(encoding="utf-8"))
+        else:
+            returncode = None if self.process is None else self.process.returncode
+            log = self.base / "engine.log"
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            pull.outcome = {"error": f"engine process ended ({returncode}): {tail.strip()}"}
+        return pull
+
+    def cleanup(self) -> None:
+        """Delete the shard's local folder (after the driver has everything)."""
+        if self.running():
+            assert self.process is not None
+            self.process.kill()
+            self.process.wait()
+        shutil.rmtree(self.base, ignore_errors=True)

@@ -1,0 +1,93 @@
+"""A shard's engine in a process of its own: ``python -m veeksha.distributed.shard_process IN``.
+
+The shard actor (``shard.py``) writes ``IN`` (a pickle of :class:`ShardJob`) and starts this
+process, which runs the existing engine (``run_scenario(..., shard=..., start_at_wall_ns=...)``)
+into the job's folder, then writes its outcome as JSON beside ``IN``. Its main thread owns the
+event loop, so SIGINT stops the run exactly as Ctrl-C stops ``veeksha run`` (a second one
+cancels what is in flight). If the actor dies, this process is orphaned: it stops its run the
+same way and deletes its folder, which no one will pull.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ShardJob", "main"]
+
+_ORPHAN_POLL_S = 0.5
+
+
+@dataclass
+class ShardJob:
+    """What a shard's engine process runs: the scenario, its share, the common t0."""
+
+    scenario: Any  # veeksha.scenario.models.Scenario (pickled by the actor)
+    spec: Any  # veeksha.distributed.partition.ShardSpec
+    start_at_wall_ns: int
+    run_dir: Path
+    outcome_path: Path
+
+
+def _watch_parent(parent: int, orphaned: threading.Event) -> None:
+    while os.getppid() == parent:
+        time.sleep(_ORPHAN_POLL_S)
+    orphaned.set()
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(_ORPHAN_POLL_S)
+    os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C: cancel what is in flight
+
+
+def main(argv: list[str]) -> int:
+    job: ShardJob = pickle.loads(Path(argv[1]).read_bytes())
+    orphaned = threading.Event()
+    threading.Thread(
+        target=_watch_parent, args=(os.getppid(), orphaned), daemon=True, name="orphan-watch"
+    ).start()
+    from veeksha.engine.run import exit_code_for, run_scenario
+    from veeksha.errors import VeekshaError
+
+    outcome: dict[str, Any]
+    try:
+        result = run_scenario(
+            job.scenario,
+            job.run_dir,
+            quiet=True,
+            plots=False,
+            shard=job.spec,  # type: ignore[call-arg]
+            start_at_wall_ns=job.start_at_wall_ns,
+        )
+    except VeekshaError as exc:
+        outcome = {"error": str(exc), "exit_code": exc.exit_code, "interrupted": True}
+    else:
+        outcome = {
+            "exit_code": int(exit_code_for(result, job.scenario)),
+            "interrupted": result.interrupted,
+            "stop_reason": result.stop_reason,
+            "requests": result.requests,
+            "failed": result.failed,
+            "cancelled": result.cancelled,
+            "sessions": result.sessions,
+            "verdict": result.verdict,
+            "error": result.extra.get("error"),
+        }
+    if orphaned.is_set():
+        shutil.rmtree(job.run_dir.parent, ignore_errors=True)
+        return 3
+    tmp = job.outcome_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(outcome), encoding="utf-8")
+    tmp.replace(job.outcome_path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
