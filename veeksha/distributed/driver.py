@@ -23,6 +23,7 @@ the others go on; the run ends with exit 3. Ctrl-C stops every shard's engine as
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import signal
 import sys
@@ -38,7 +39,15 @@ from veeksha.distributed.ray_api import import_ray
 from veeksha.distributed.shard import ShardActor
 from veeksha.errors import ConfigurationError
 
-__all__ = ["DistributedSettings", "ShardState", "run_distributed", "settings_for"]
+__all__ = [
+    "NAMESPACE",
+    "SHARDS_FILE",
+    "DistributedSettings",
+    "ShardState",
+    "actor_name",
+    "run_distributed",
+    "settings_for",
+]
 
 _PROBES = 8
 _NS = 1_000_000_000
@@ -49,6 +58,8 @@ _FINISH_TIMEOUT_S = 120.0
 #: consecutive pulls a shard may miss (unreachable, slow) before it is declared lost
 _MISSED_PULLS = 30
 SHARDS_DIR = "shards"
+SHARDS_FILE = "shards.json"
+NAMESPACE = "veeksha"
 
 
 @dataclass(frozen=True)
@@ -60,6 +71,11 @@ class DistributedSettings:
     workers_per_shard: int | None = None  # None: the scenario's runtime.num_workers
     start_margin_s: float = 5.0  # t0 this far after the driver sent the start
     pull_interval_s: float = 1.0
+
+
+def actor_name(run_name: str, index: int) -> str:
+    """The Ray name of a run's shard actor (in namespace :data:`NAMESPACE`)."""
+    return f"veeksha-{run_name}-shard-{index}"
 
 
 def settings_for(scenario: Any, ray_address: str | None) -> DistributedSettings | None:
@@ -223,6 +239,8 @@ def _start_actors(ray: ModuleType, placement: Any, count: int, run_dir: Path) ->
             num_cpus=1,
             max_restarts=0,
             max_task_retries=0,
+            name=actor_name(run_dir.name, index),
+            namespace=NAMESPACE,
             scheduling_strategy=PlacementGroupSchedulingStrategy(
                 placement_group=placement, placement_group_bundle_index=index
             ),
@@ -414,6 +432,7 @@ def _merge_and_evaluate(
     lost = [shard for shard in shards if shard.lost is not None]
     outcomes = [shard.copy.outcome or {} for shard in shards]
     interrupted = interrupted or bool(lost) or any(o.get("interrupted") for o in outcomes)
+    _write_shards_file(run_dir, shards, t0_wall_ns, setup_s)
     report = merge_shards(results, run_dir, driver_t0_wall_ns=t0_wall_ns, scenario=scenario)
     evaluation = getattr(report, "evaluation", None)
     if evaluation is None:
@@ -440,6 +459,34 @@ def _merge_and_evaluate(
             all_slos_met=evaluation.all_slos_met,
         )
     )
+
+
+def _write_shards_file(
+    run_dir: Path, shards: Sequence[ShardState], t0_wall_ns: int, setup_s: float
+) -> None:
+    """``shards.json``: where each shard ran, its clock offsets, how it ended."""
+
+    def offset(estimate: Any) -> Any:
+        return None if estimate is None else estimate.to_dict()
+
+    document = {
+        "backend": "ray",
+        "t0_wall_ns": t0_wall_ns,
+        "setup_s": round(setup_s, 3),
+        "shards": [
+            {
+                "index": shard.index,
+                "node_id": shard.node_id,
+                "lost": shard.lost,
+                "pulls": shard.copy.pulls,
+                "offset_before": offset(shard.offset_before),
+                "offset_after": offset(shard.offset_after),
+                "outcome": shard.copy.outcome,
+            }
+            for shard in shards
+        ],
+    }
+    (run_dir / SHARDS_FILE).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
 
 
 def _evaluate(
