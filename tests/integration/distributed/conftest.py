@@ -91,7 +91,7 @@ def _session_pids(sessions: list[int]) -> list[int]:
 
 
 def _kill_sessions(sessions: list[int]) -> None:
-    for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+    for sig, wait_s in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
         pids = _session_pids(sessions)
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
