@@ -18,6 +18,7 @@ Timing vocabulary (all integer ns of CLOCK_MONOTONIC):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -33,6 +34,7 @@ from veeksha.schedule.arrivals import ConcurrencyRamp
 from veeksha.schedule.phases import PhaseBounds, PhasedArrivals, PhaseTimeline
 from veeksha.schedule.ready_queue import ReadyQueue
 from veeksha.schedule.session_state import NodeState, SessionState
+from veeksha.schedule.shards import ShardRamp, ShardSpec, concurrency_share, owns
 from veeksha.schedule.slots import SlotPool, node_rounds, progress_key
 from veeksha.timers import Cancellable, Timers
 
@@ -195,9 +197,13 @@ class TrafficLoop:
         clock: Clock,
         timers: Timers,
         flush: Callable[[], None] | None = None,
+        shard: ShardSpec | None = None,
     ) -> None:
         if (settings.rate_gaps is None) == (settings.concurrency is None):
             raise ValueError("exactly one of rate_gaps and concurrency must be set")
+        self.shard = shard
+        if shard is not None and settings.concurrency is not None:
+            settings = shard_closed_loop(settings, shard)
         self.settings = settings
         self._make_session = make_session
         self._submit = submit
@@ -216,13 +222,26 @@ class TrafficLoop:
         self.stopping = False
         self.stop_reason = ""
         self.error: VeekshaError | None = None  # why a session could not be made, if it stopped
-        self._next_session = 0
+        self._next_session = 0  # the next global session index this loop may start
         self._warmup_started = 0
+        # open loop, shard: sessions of other shards passed over (they count for the limits)
+        self._skipped = 0
+        self._skipped_warmup = 0
         self._next_request = 0
+        # request ids: unique across the shards of one experiment (index, index + count, ...)
+        self._request_step = 1
+        self._idle = False  # a closed-loop shard whose share of every target is 0
+        if shard is not None:
+            self._next_request = shard.index
+            self._request_step = shard.count
+            if settings.concurrency is not None:
+                self._next_session = shard.index
+                targets = settings.phase_targets or [(settings.concurrency.target, 0.0)]
+                self._idle = all(concurrency_share(t, shard) == 0 for t, _ in targets)
         self.phases = list(settings.phases or default_phases(settings))
         self.phase_names = [phase.name for phase in self.phases]
         self.timeline = PhaseTimeline(self.phases, 0)  # (replaced at start, at t0)
-        self._ramp = settings.concurrency
+        self._ramp: ConcurrencyRamp | ShardRamp | None = settings.concurrency
         self._phase_timer: Cancellable | None = None
         self._arrivals: PhasedArrivals | None = None
         self._arrival_timer: Cancellable | None = None
@@ -378,7 +397,7 @@ class TrafficLoop:
     # --------------------------------------------------------------------------- session starts
 
     def _can_start(self) -> bool:
-        if self.stopping:
+        if self.stopping or self._idle:
             return False
         timeline = self.timeline
         if timeline.drain_pending or timeline.finished:
@@ -388,13 +407,27 @@ class TrafficLoop:
             return False
         if self.settings.max_sessions < 0:
             return True
-        measured = self.counters.sessions_started - self._warmup_started
+        started = self.counters.sessions_started + self._skipped
+        measured = started - self._warmup_started - self._skipped_warmup
         return measured < self.settings.max_sessions
 
     def _start_session(self, start_ns: int, phase_index: int) -> None:
         index = self._next_session
         phase = self.phase_names[phase_index]
-        self._next_session += 1
+        shard = self.shard
+        if shard is None:
+            self._next_session += 1
+        elif self.settings.concurrency is not None:  # its own indexes: index, index + count...
+            self._next_session += shard.count
+        else:  # open loop: every global arrival, only its own sessions start
+            self._next_session += 1
+            if not owns(shard, index):
+                self._skipped += 1
+                if phase == "warmup":
+                    self._skipped_warmup += 1
+                elif self.measured_start_ns is None:
+                    self._begin_measured(start_ns)
+                return
         try:
             spec = self._make_session(index)
         except VeekshaError as exc:  # e.g. a trace that cannot be read mid-run: stop cleanly
@@ -471,7 +504,9 @@ class TrafficLoop:
 
     # ----------------------------------------------------------------------------------- phases
 
-    def _phase_ramp(self, phase: int, start_ns: int, from_target: int) -> ConcurrencyRamp:
+    def _phase_ramp(
+        self, phase: int, start_ns: int, from_target: int
+    ) -> ConcurrencyRamp | ShardRamp:
         """Phase ``phase``'s closed-loop target, ramping from ``from_target`` at ``start_ns``
         (elapsed)."""
         targets = self.settings.phase_targets
@@ -481,12 +516,15 @@ class TrafficLoop:
             base = self.settings.concurrency
             assert base is not None
             target, rampup_s = base.target, base.rampup_ns / _NS
-        return ConcurrencyRamp(target, rampup_s, start_ns, from_target)
+        ramp = ConcurrencyRamp(target, rampup_s, start_ns, from_target)
+        return ramp if self.shard is None else ShardRamp(ramp, self.shard)
 
     def _on_phase_begin(self, phase: int, start_ns: int) -> None:
         if self.settings.concurrency is not None and self._ramp is not None:
             drained = bool(self.timeline.drains) and self.timeline.drains[-1].resumed_ns == start_ns
-            from_target = 0 if drained else self._ramp.target
+            ramp = self._ramp
+            target = ramp.global_ramp.target if isinstance(ramp, ShardRamp) else ramp.target
+            from_target = 0 if drained else target
             self._ramp = self._phase_ramp(phase, start_ns - self.t0_ns, from_target)
         self._arm_phase_timer()
         for callback in self._on_phase:
@@ -593,7 +631,7 @@ class TrafficLoop:
     def _dispatch(self, session: SessionState, node_id: int, now: int, waited: int = 0) -> None:
         # (positional arguments: this runs once per request)
         request_id = self._next_request
-        self._next_request += 1
+        self._next_request += self._request_step
         ready_at: int = session.ready_at_ns[node_id]  # type: ignore[assignment]  # set when ready
         node = session.spec.nodes[node_id]
         if node.kind == _TOOL:
@@ -769,7 +807,7 @@ class TrafficLoop:
                 request_id = withdrawn.request_id
             else:
                 request_id = self._next_request
-                self._next_request += 1
+                self._next_request += self._request_step
             self._sink.request_cancelled(session, node_id, request_id, now)
 
     def _end_session(self, session: SessionState) -> None:
@@ -800,3 +838,31 @@ class TrafficLoop:
             self._finished = True
             for callback in self._on_finish:
                 callback()
+
+
+def shard_closed_loop(settings: LoopSettings, shard: ShardSpec) -> LoopSettings:
+    """A closed-loop shard's settings: each session count (a phase's ``max_sessions``, the
+    measured ``max_sessions``) becomes the count of the shard's own indexes in that phase's
+    range of global indexes (``veeksha.schedule.shards``). A range is known when every phase
+    before it is bounded by a count; after a phase bounded by time alone, the shard's share of
+    the count is taken (the shards may then differ by one from the single-host split)."""
+    phases = list(settings.phases or default_phases(settings))
+    first: int | None = 0  # global index of the current phase's first session, when known
+    warmup = 0  # global sessions of the leading warmup phase(s), when known
+    bounded: list[PhaseBounds] = []
+    for phase in phases:
+        count = phase.max_sessions
+        if count is None:
+            first = None
+            bounded.append(phase)
+            continue
+        base = first or 0
+        share = concurrency_share(base + count, shard) - concurrency_share(base, shard)
+        if phase.name == "warmup" and first is not None:
+            warmup = first + count
+        first = None if first is None else first + count
+        bounded.append(PhaseBounds(phase.name, phase.duration_ns, share, phase.drain))
+    limit = settings.max_sessions
+    if limit >= 0:
+        limit = concurrency_share(warmup + limit, shard) - concurrency_share(warmup, shard)
+    return dataclasses.replace(settings, phases=bounded, max_sessions=limit)

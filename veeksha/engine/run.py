@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +41,7 @@ from veeksha.engine.prompt_check import server_tokenizer_info
 from veeksha.engine.recorder import RunRecorder
 from veeksha.engine.runlog import RunLog
 from veeksha.engine.server_watch import ServerWatch
+from veeksha.engine.start import clock_pair, monotonic_at_wall, wall_at_monotonic
 from veeksha.engine.target import Target, TargetContext, describe
 from veeksha.errors import ConfigurationError, RunAbortedError, VeekshaError
 from veeksha.evaluate.exit_codes import run_exit_code
@@ -68,6 +69,7 @@ from veeksha.scenario.models import (
 )
 from veeksha.schedule.arrivals import ConcurrencyRamp
 from veeksha.schedule.session_state import NodeState
+from veeksha.schedule.shards import ShardSpec
 from veeksha.timers import LoopTimers
 
 if TYPE_CHECKING:
@@ -104,10 +106,21 @@ def run_benchmark(
     dry_run: bool = False,
     plots: bool = True,
     simulator: SimulatorProcess | None = None,
+    *,
+    shard: ShardSpec | None = None,
+    start_at_wall_ns: int | None = None,
 ) -> int:
-    """Run ``scenario`` into ``run_dir`` and return the process exit code."""
+    """Run ``scenario`` into ``run_dir`` and return the process exit code (``shard`` and
+    ``start_at_wall_ns``: see ``run_scenario``)."""
     outcome = run_scenario(
-        scenario, run_dir, quiet=quiet, dry_run=dry_run, plots=plots, simulator=simulator
+        scenario,
+        run_dir,
+        quiet=quiet,
+        dry_run=dry_run,
+        plots=plots,
+        simulator=simulator,
+        shard=shard,
+        start_at_wall_ns=start_at_wall_ns,
     )
     if outcome.interrupted:  # even with --quiet: why the run ended early, and where its data is
         why = outcome.extra.get("error") or f"the run was {outcome.stop_reason or 'interrupted'}"
@@ -133,6 +146,9 @@ def run_scenario(
     plots: bool = True,
     simulator: SimulatorProcess | None = None,
     server: ManagedServer | None = None,
+    *,
+    shard: ShardSpec | None = None,
+    start_at_wall_ns: int | None = None,
 ) -> RunOutcome:
     """Run ``scenario`` into ``run_dir`` on a uvloop event loop; returns what happened.
 
@@ -141,6 +157,12 @@ def run_scenario(
     the built-in simulator already spawned for this run (``engine.target.spawn_simulator``),
     used and stopped by the run. ``server``: the scenario's managed server, already running
     and shared with other runs (``veeksha.server.managed``): used, left running.
+
+    ``shard``: run one shard of a distributed experiment (docs/distributed.md): the global
+    schedule is computed as on one host and only the sessions the shard owns start
+    (``veeksha.schedule.shards``); every row gets the shard's index in its ``shard`` column.
+    ``start_at_wall_ns``: t0 is that wall-clock instant (``time.time_ns()`` on this host, the
+    driver's offset already applied), not 50 ms after the set-up.
     """
     problems = scenario.problems()  # (a loaded scenario has none: the loader reports them)
     if problems:
@@ -151,6 +173,8 @@ def run_scenario(
     run.plots = plots
     run.simulator = simulator
     run.server = server
+    run.shard = shard
+    run.start_at_wall_ns = start_at_wall_ns
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(run.execute())
 
@@ -188,6 +212,8 @@ class _Run:
         self.server: ManagedServer | None = None
         self.server_metrics: dict[str, Any] | None = None  # what the scraper did (ServerWatch)
         self.watch: ServerWatch | None = None  # its process starts with the workers
+        self.shard: ShardSpec | None = None
+        self.start_at_wall_ns: int | None = None
 
     async def execute(self) -> RunOutcome:
         try:
@@ -366,9 +392,9 @@ class _Run:
         scenario = self.scenario
         loop = asyncio.get_running_loop()
         run_id = self.run_dir.name
-        # t0 lies just ahead of now, so set-up below never makes the first arrival late.
-        t0_ns = self.clock.now_ns() + _T0_LEAD_NS
-        t0_wall = datetime.now(UTC) + timedelta(microseconds=_T0_LEAD_NS / 1000)
+        t0_ns, t0_wall_ns = await self._t0()
+        t0_wall = datetime.fromtimestamp(t0_wall_ns // 1000 / 1e6, UTC)
+        shard_index = None if self.shard is None else self.shard.index
         trace = None
         if scenario.trace_recorder.enabled:
             trace = TraceWriter(
@@ -376,6 +402,7 @@ class _Run:
                 scenario.trace_recorder.include_content,
                 t0_ns=t0_ns,
                 clients=[name for name, _ in scenario.client_entries()],
+                shard=shard_index,
             )
         metadata = run_metadata(
             run_id=run_id,
@@ -384,12 +411,15 @@ class _Run:
             t0_ns=t0_ns,
             t0_wall=t0_wall,
             target=describe(target),
+            t0_wall_ns=t0_wall_ns,
+            shard=None if self.shard is None else (self.shard.index, self.shard.count),
         )
         writer = ResultWriter(
             self.run_dir,
             metadata,
             t0_ns=t0_ns,
             trace=trace,
+            shard=shard_index,
             on_error=lambda error: _call_soon(loop, self._on_write_error, error),
         )
         streaming = StreamingMetrics() if self._stream_metrics() else None
@@ -412,6 +442,7 @@ class _Run:
             self.clock,
             timers,
             flush=self._flush,
+            shard=self.shard,
         )
         self.traffic = traffic
         finished: asyncio.Future[None] = loop.create_future()
@@ -461,7 +492,24 @@ class _Run:
                 traffic.abandon_in_flight("worker_lost")
             timers.close()
             self.main_cpu_s = time.process_time() - cpu_start
-        self._finish(target, writer, t0_ns, t0_wall)
+        self._finish(target, writer, t0_ns, t0_wall, t0_wall_ns)
+
+    async def _t0(self) -> tuple[int, int]:
+        """t0 on CLOCK_MONOTONIC and its wall time (ns): 50 ms ahead of now, so the set-up
+        that follows never makes the first arrival late, or at ``start_at_wall_ns``."""
+        pair = clock_pair()
+        if self.start_at_wall_ns is None:
+            t0_ns = self.clock.now_ns() + _T0_LEAD_NS
+            return t0_ns, wall_at_monotonic(t0_ns, pair)
+        t0_ns = monotonic_at_wall(self.start_at_wall_ns, pair)
+        lead = t0_ns - _T0_LEAD_NS - self.clock.now_ns()
+        if lead > 0:
+            self.log.info(f"waiting {lead / _NS:.3f} s for the agreed t0")
+            await asyncio.sleep(lead / _NS)
+        elif t0_ns < self.clock.now_ns():
+            late = (self.clock.now_ns() - t0_ns) / _NS
+            self.log.warning(f"the agreed t0 passed {late:.3f} s ago: the first arrivals are late")
+        return t0_ns, self.start_at_wall_ns
 
     def _submit(self, item: WorkItem) -> int:
         assert self.pool is not None
@@ -546,7 +594,9 @@ class _Run:
 
     # ---------------------------------------------------------------------------- results
 
-    def _finish(self, target: Target, writer: ResultWriter, t0_ns: int, t0_wall: datetime) -> None:
+    def _finish(
+        self, target: Target, writer: ResultWriter, t0_ns: int, t0_wall: datetime, t0_wall_ns: int
+    ) -> None:
         """Evaluate what was recorded, then finalise the Parquet files with the verdict."""
         traffic = self.traffic
         assert traffic is not None
@@ -580,6 +630,7 @@ class _Run:
             run_info = {
                 "run_id": self.run_dir.name,
                 "t0_wall_time": t0_wall.isoformat(),
+                "t0_wall_ns": t0_wall_ns,
                 "measured_window": [
                     None if start_ns is None else (start_ns - t0_ns) / _NS,
                     end_s,
@@ -596,6 +647,8 @@ class _Run:
                 "server_metrics": self.server_metrics,
             }
             run_info["phases"] = traffic.phase_windows(self.clock.now_ns())
+            if self.shard is not None:
+                run_info["shard"] = self.shard.to_dict()
             if self.trace is not None:
                 run_info["trace"] = self.trace.summary()
             if isinstance(self.tokenizer, CalibratedTokenizer):  # (after the traffic, never in it)

@@ -142,6 +142,13 @@ def _strings(values: list[str | None]) -> pa.Array:
     return pc.take(dictionary, _ints(codes, pa.int32()))
 
 
+def _constant(value: int | None, n: int) -> pa.Array:
+    """The ``shard`` column: ``value`` (int32) in every row, or nulls."""
+    if value is None:
+        return pa.nulls(n, pa.int32())
+    return pa.array(np.full(n, value, dtype=np.int32), type=pa.int32())
+
+
 def _matrix(
     values: Sequence[Any], width: int, dtype: type, pause: Callable[[], None] | None
 ) -> NDArray[Any]:
@@ -214,9 +221,10 @@ class RequestColumns:
     for a fresh one under a lock) before ``to_table``.
     """
 
-    __slots__ = ("_chunks", "_floats", "_ints", "_parents", "_strs", "rows")
+    __slots__ = ("_chunks", "_floats", "_ints", "_parents", "_strs", "rows", "shard")
 
-    def __init__(self) -> None:
+    def __init__(self, shard: int | None = None) -> None:
+        self.shard = shard  # every row's ``shard`` column (None: a single-host run)
         self._floats: list[float] = []  # _REQ_FLOATS per row, NaN = null
         self._ints: list[int] = []  # _REQ_INTS per row, NULL = null
         self._strs: list[str | None] = []  # _REQ_STRS per row
@@ -441,6 +449,7 @@ class RequestColumns:
                 columns["chunk_times"], columns["tbc"], columns["chunks_coalesced"] = chunk_columns
             else:
                 columns[name] = _ints(values, REQUESTS_SCHEMA.field(name).type)
+        columns["shard"] = _constant(self.shard, self.rows)
         return pa.Table.from_arrays(
             [columns[f.name] for f in REQUESTS_SCHEMA], schema=REQUESTS_SCHEMA
         )
@@ -620,9 +629,10 @@ def _equals(strings: pa.Array, value: str) -> NDArray[np.bool_]:
 class SessionColumns:
     """A batch of sessions.parquet rows (see ``RequestColumns``)."""
 
-    __slots__ = ("_floats", "_ints", "_strs", "rows")
+    __slots__ = ("_floats", "_ints", "_strs", "rows", "shard")
 
-    def __init__(self) -> None:
+    def __init__(self, shard: int | None = None) -> None:
+        self.shard = shard  # every row's ``shard`` column (None: a single-host run)
         self._floats: list[float] = []
         self._ints: list[int] = []
         self._strs: list[str | None] = []
@@ -679,6 +689,7 @@ class SessionColumns:
         width = len(_SES_STRS)
         for j, name in enumerate(_SES_STRS):
             columns[name] = _strings(self._strs[j::width])
+        columns["shard"] = _constant(self.shard, self.rows)
         return pa.Table.from_arrays(
             [columns[f.name] for f in SESSIONS_SCHEMA], schema=SESSIONS_SCHEMA
         )

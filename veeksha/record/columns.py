@@ -54,6 +54,14 @@ SERVER_TIMING_COLUMNS: dict[str, tuple[str, ...]] = {
     "server_decode_time": ("decode_time", "decode"),
 }
 
+_SHARD = _col(
+    "shard",
+    _I32,
+    "",
+    "index of the shard (host) that ran it in a distributed run (docs/distributed.md); null"
+    " on a single-host run",
+)
+
 REQUESTS_SCHEMA = pa.schema(
     [
         _col("run_id", _STR, "", "identifier of the run (its folder name)", nullable=False),
@@ -227,7 +235,7 @@ REQUESTS_SCHEMA = pa.schema(
             "error_kind",
             _STR,
             "",
-            "empty when ok; else e.g. http_5xx, timeout, worker_lost, cancelled",
+            "empty when ok; else e.g. http_5xx, timeout, worker_lost, shard_lost, cancelled",
         ),
         _col(
             "error_message",
@@ -248,6 +256,7 @@ REQUESTS_SCHEMA = pa.schema(
             "the server's numbers veeksha did not take, as field=raw (why); ...; empty when it "
             "took them all",
         ),
+        _SHARD,
     ]
 )
 
@@ -293,6 +302,7 @@ SESSIONS_SCHEMA = pa.schema(
             "sum of wait_after_ready over its dispatched requests (those num_requests counts)",
         ),
         _col("status", _STR, "", "ok | error | cancelled | incomplete", nullable=False),
+        _SHARD,
     ]
 )
 

@@ -84,6 +84,8 @@ METADATA_KEYS = {
     "veeksha_version": "version of veeksha that wrote the run",
     "t0_wall_time": "wall-clock time of t0, ISO 8601 UTC",
     "t0_monotonic_ns": "CLOCK_MONOTONIC of t0 in ns (times in the files are seconds since t0)",
+    "t0_wall_ns": "wall-clock time of t0, ns since the epoch (``time.time_ns()``)",
+    "shard": "a distributed run's shard: index/count (absent on a single host)",
     "target": "what was benchmarked (api base and model, or the built-in simulator)",
     "finalized_at": "wall-clock time the files were finalised (absent in parts)",
     "interrupted": "true when the run was stopped early (signal, write error)",
@@ -92,10 +94,21 @@ METADATA_KEYS = {
 
 
 def run_metadata(
-    *, run_id: str, scenario_hash: str, seed: int, t0_ns: int, t0_wall: datetime, target: str
+    *,
+    run_id: str,
+    scenario_hash: str,
+    seed: int,
+    t0_ns: int,
+    t0_wall: datetime,
+    target: str,
+    t0_wall_ns: int | None = None,
+    shard: tuple[int, int] | None = None,
 ) -> dict[str, str]:
     """The metadata a run starts with (the writer's ``metadata`` argument)."""
-    return {
+    extra = {} if t0_wall_ns is None else {"t0_wall_ns": str(t0_wall_ns)}
+    if shard is not None:
+        extra["shard"] = f"{shard[0]}/{shard[1]}"
+    return extra | {
         "run_id": run_id,
         "scenario_hash": scenario_hash,
         "seed": str(seed),
@@ -135,6 +148,7 @@ class ResultWriter:
         *,
         t0_ns: int | None = None,
         trace: TraceWriter | None = None,
+        shard: int | None = None,
         flush_interval_s: float = 1.0,
         flush_rows: int = 50_000,
         on_error: Callable[[RunAbortedError], None] | None = None,
@@ -160,8 +174,9 @@ class ResultWriter:
                     "choose a writable output_dir"
                 ) from exc
         self.lock = threading.Lock()
-        self.requests = RequestColumns()
-        self.sessions = SessionColumns()
+        self._shard = shard  # every row's ``shard`` column (None: a single-host run)
+        self.requests = RequestColumns(shard)
+        self.sessions = SessionColumns(shard)
         self._trace = trace
         self._interval = flush_interval_s
         self._flush_rows = flush_rows
@@ -283,8 +298,8 @@ class ResultWriter:
         # tick's (earlier) requests part, and a crash or write error between the two parts never
         # leaves a session without them.
         with self.lock:
-            requests, self.requests = self.requests, RequestColumns()
-            sessions, self.sessions = self.sessions, SessionColumns()
+            requests, self.requests = self.requests, RequestColumns(self._shard)
+            sessions, self.sessions = self.sessions, SessionColumns(self._shard)
         for table, batch in ((self._requests, requests), (self._sessions, sessions)):
             if not batch.rows:
                 continue

@@ -142,6 +142,7 @@ def request_row(
     processed = rec.processed_at_ns
     row: dict[str, Any] = {
         "run_id": rec.run_id,
+        "shard": None,  # (a shard run sets it for the whole batch: ResultWriter)
         "phase": rec.phase,
         "session_id": rec.session_id,
         "node_id": node.node_id,
@@ -278,6 +279,7 @@ def session_row(rec: SessionRecord, t0_ns: int) -> dict[str, Any]:
     )
     return {
         "run_id": rec.run_id,
+        "shard": None,  # (a shard run sets it for the whole batch: ResultWriter)
         "phase": rec.phase,
         "session_id": rec.session_id,
         "started_at": None if started is None else (started - t0_ns) / _NS,

@@ -49,6 +49,7 @@ class TraceEntry(msgspec.Struct, omit_defaults=True):
     client: str | None = None
     priority: int | None = None
     messages: list[tuple[str, str]] | None = None
+    shard: int | None = None  # the shard that sent it (a distributed run's shards only)
 
 
 class TraceWriter:
@@ -65,8 +66,10 @@ class TraceWriter:
         *,
         t0_ns: int,
         clients: list[str] | None = None,
+        shard: int | None = None,
     ) -> None:
         self.path = Path(path)
+        self._shard = shard
         # client names by index, written only when there are several
         self._clients = clients if clients is not None and len(clients) > 1 else None
         self.include_content = include_content
@@ -100,6 +103,8 @@ class TraceWriter:
             entry.client = self._clients[node.client]
         if node.priority:
             entry.priority = node.priority
+        if self._shard is not None:
+            entry.shard = self._shard
         if self.include_content:
             entry.messages = item.messages
         return entry

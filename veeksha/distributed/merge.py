@@ -1,0 +1,487 @@
+"""The shards' run folders merged into one run folder, as one host would have written it.
+
+Each shard wrote an ordinary run folder (``veeksha run`` with ``shard=``): times in seconds
+since *its* t0, read on *its* monotonic clock. The merge moves every time onto the driver's
+timeline and writes one folder: requests.parquet, sessions.parquet, trace.jsonl, config.yaml,
+then the same evaluation a single-host run gets (summary.json, health, SLOs, metrics/, plots/),
+so ``veeksha report`` works on it.
+
+The arithmetic (ns unless said). A shard's t0 is ``T_k`` on its wall clock
+(``run.t0_wall_ns``); its clock reads ``offset_k`` ahead of the driver's
+(``veeksha.distributed.clock``), so its t0 is ``T_k − offset_k`` on the driver's wall clock.
+A shard time ``t`` (seconds since its t0) is, on the driver's timeline (seconds since the
+driver's t0 ``D``):
+
+    t' = t + shift_k,    shift_k = ((T_k − offset_k) − D) / 1e9
+
+``offset_k`` is the mean of the estimates before and after the run when both exist (the
+offset at the run's middle if the clocks drift linearly), else the one there is, else 0. When
+the driver asked every shard to start at ``D + offset_k`` on its own clock (the usual way),
+``shift_k`` is 0 up to the estimate's change over the run. Within a shard nothing moves
+relative to anything else: durations (ttfc, e2e, tbc...) are the shard's own.
+
+Rows are ordered as a single-host run writes them (requests and trace by the time the main
+process handled them; sessions by their end), ties by ids; each row keeps its shard's
+``shard`` column. Session and request ids are global already (``veeksha.schedule.shards``).
+
+A lost shard (``ShardResult.lost``): what its folder holds (its ``parts/``, maybe none) is
+kept; each request it last reported in flight and that has no row gets one with
+``status = error``, ``error_kind = shard_lost``; each session it started and that has no row
+gets one with ``status = incomplete``; its own sessions that never started are counted in
+summary.json → ``run.distributed.sessions_not_run``. The run is then interrupted (exit 3).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from veeksha import __version__
+from veeksha.distributed.clock import OffsetEstimate
+from veeksha.evaluate.exit_codes import ExitCode, run_exit_code
+from veeksha.evaluate.outputs import SUMMARY_FILE
+from veeksha.evaluate.run import evaluate_run
+from veeksha.record.columnar import requests_from_rows, sessions_from_rows
+from veeksha.record.columns import REQUESTS_SCHEMA, SESSIONS_SCHEMA, column_unit
+from veeksha.record.parquet import REQUESTS_FILE, SESSIONS_FILE
+from veeksha.record.reader import load_requests, load_sessions, read_metadata
+from veeksha.record.run_folder import write_config
+from veeksha.record.trace import TraceEntry, read_trace
+from veeksha.scenario.loader import scenario_hash
+from veeksha.scenario.models import Scenario
+from veeksha.schedule.shards import ShardSpec, owns
+
+__all__ = ["SHARD_LOST", "MergeReport", "ShardResult", "merge_shards", "shard_shift_ns"]
+
+#: error_kind of the rows of requests in flight on a shard that was lost.
+SHARD_LOST = "shard_lost"
+_NS = 1_000_000_000
+_T0 = "s since t0"
+_TRACE_FILE = "trace.jsonl"
+_COMPRESSION = "zstd"
+
+
+@dataclass
+class ShardResult:
+    """What the driver knows of one shard when the run is over.
+
+    ``folder``: a local copy of the shard's run folder (finalised, or only its ``parts/`` when
+    the shard was lost), None when nothing came back. ``offset_before``/``offset_after``: its
+    clock offset to the driver's, measured before and after the run. ``lost``: why the shard
+    was lost (None: it finished). ``in_flight``: what it last reported as dispatched and not
+    completed, one dict per request with ``session_id``, ``node_id`` and optionally
+    ``request_id``, ``phase``, ``ready_at``, ``dispatched_at`` (seconds since the shard's t0),
+    ``client``, ``model``, ``worker_id``, ``attempt``. ``started_sessions``: the global
+    indexes of the sessions it started (None: unknown; then the ids in its rows and in
+    ``in_flight``). ``t0_wall_ns``: the shard's t0 on its own wall clock, if the driver knows
+    it (else read from the folder).
+    """
+
+    spec: ShardSpec
+    folder: Path | None
+    offset_before: OffsetEstimate | None = None
+    offset_after: OffsetEstimate | None = None
+    lost: str | None = None
+    in_flight: list[dict[str, Any]] = field(default_factory=list)
+    started_sessions: set[int] | None = None
+    t0_wall_ns: int | None = None
+    lost_at_wall_ns: int | None = None  # when the driver saw it lost (driver's wall clock)
+
+
+@dataclass
+class MergeReport:
+    """What the merge wrote and how the experiment went."""
+
+    run_dir: Path
+    requests: int
+    sessions: int
+    lost_shards: dict[int, str]
+    lost_rows: int
+    incomplete_sessions: int
+    sessions_not_run: int
+    interrupted: bool
+    verdict: str | None
+    all_slos_met: bool | None
+    exit_code: ExitCode
+    shifts_s: dict[int, float] = field(default_factory=dict)
+
+
+def _offset(shard: ShardResult) -> int:
+    known = [e.offset_ns for e in (shard.offset_before, shard.offset_after) if e is not None]
+    return sum(known) // len(known) if known else 0
+
+
+def _summary_run(folder: Path | None) -> dict[str, Any]:
+    if folder is None or not (folder / SUMMARY_FILE).exists():
+        return {}
+    try:
+        run = json.loads((folder / SUMMARY_FILE).read_text(encoding="utf-8")).get("run")
+    except (OSError, ValueError):
+        return {}
+    return dict(run) if isinstance(run, dict) else {}
+
+
+def _has_results(folder: Path | None) -> bool:
+    return folder is not None and ((folder / REQUESTS_FILE).exists() or (folder / "parts").is_dir())
+
+
+def _shard_t0_wall_ns(shard: ShardResult, run: Mapping[str, Any]) -> int | None:
+    if shard.t0_wall_ns is not None:
+        return shard.t0_wall_ns
+    if run.get("t0_wall_ns") is not None:
+        return int(run["t0_wall_ns"])
+    if _has_results(shard.folder):
+        assert shard.folder is not None
+        value = read_metadata(shard.folder).get("t0_wall_ns")
+        if value:
+            return int(value)
+    return None
+
+
+def shard_shift_ns(shard_t0_wall_ns: int, offset_ns: int, driver_t0_wall_ns: int) -> int:
+    """How far a shard's times move onto the driver's timeline (see the module docstring)."""
+    return (shard_t0_wall_ns - offset_ns) - driver_t0_wall_ns
+
+
+def _shift(table: pa.Table, schema: pa.Schema, shift_s: float) -> pa.Table:
+    """Every ``s since t0`` column of ``table`` plus ``shift_s`` (lists element-wise)."""
+    if shift_s == 0.0:
+        return table
+    for index, name in enumerate(table.column_names):
+        if column_unit(schema, name) != _T0:
+            continue
+        column = table.column(index)
+        if pa.types.is_list(column.type):
+            chunks = []
+            for chunk in column.chunks:
+                values = pc.add(chunk.values, shift_s)
+                chunks.append(pa.ListArray.from_arrays(chunk.offsets, values, mask=chunk.is_null()))
+            shifted: pa.ChunkedArray | pa.Array = pa.chunked_array(chunks, type=column.type)
+        else:
+            shifted = pc.add(column, shift_s)
+        table = table.set_column(index, schema.field(name), shifted)
+    return table
+
+
+def _with_shard(table: pa.Table, schema: pa.Schema, index: int) -> pa.Table:
+    """The shard's index in every row whose ``shard`` is null (an older shard's folder)."""
+    position = table.column_names.index("shard")
+    filled = pc.fill_null(table.column(position), pa.scalar(index, pa.int32()))
+    return table.set_column(position, schema.field("shard"), filled)
+
+
+def _sorted(table: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """``table`` ordered by ``keys`` (ascending, nulls last; stable)."""
+    if table.num_rows == 0:
+        return table
+    columns = [
+        pc.fill_null(pc.cast(table.column(key), pa.float64()), np.inf).to_numpy() for key in keys
+    ]
+    return table.take(pa.array(np.lexsort(columns[::-1])))
+
+
+def _lost_request_rows(
+    shard: ShardResult, run_id: str, known: set[tuple[int, int, int]], shift_s: float, at_s: float
+) -> list[dict[str, Any]]:
+    rows = []
+    for entry in shard.in_flight:
+        session_id, node_id = int(entry["session_id"]), int(entry["node_id"])
+        attempt = int(entry.get("attempt") or 0)
+        if (session_id, node_id, attempt) in known:
+            continue  # its row came back after all
+        ready = entry.get("ready_at")
+        dispatched = entry.get("dispatched_at")
+        rows.append(
+            {
+                "run_id": run_id,
+                "phase": entry.get("phase") or "measured",
+                "session_id": session_id,
+                "node_id": node_id,
+                "request_id": entry.get("request_id"),
+                "worker_id": entry.get("worker_id"),
+                "model": entry.get("model"),
+                "client": entry.get("client", "default"),
+                "kind": "llm",
+                "attempt": attempt,
+                "ready_at": None if ready is None else float(ready) + shift_s,
+                "dispatched_at": None if dispatched is None else float(dispatched) + shift_s,
+                "completed_at": at_s,
+                "processed_at": at_s,
+                "status": "error",
+                "error_kind": SHARD_LOST,
+                "error_message": f"shard {shard.spec.index} was lost: {shard.lost}",
+                "shard": shard.spec.index,
+            }
+        )
+    return rows
+
+
+def _planned_sessions(scenario: Scenario, seen: set[int]) -> int:
+    """How many global session indexes the experiment started (for ``sessions_not_run``): the
+    scenario's count when nothing but the count bounds it, else one past the highest seen."""
+    runtime = scenario.runtime
+    highest = max(seen) + 1 if seen else 0
+    bounded_by_time = (
+        runtime.benchmark_timeout > 0
+        or runtime.warmup_seconds > 0
+        or bool(scenario.phases)
+        or runtime.max_sessions < 0
+    )
+    if bounded_by_time:
+        return highest
+    return max(highest, runtime.max_sessions + runtime.warmup_sessions)
+
+
+def merge_shards(
+    shards: Sequence[ShardResult],
+    run_dir: Path,
+    *,
+    driver_t0_wall_ns: int,
+    scenario: Scenario,
+    plots: bool = True,
+    extra_run_info: Mapping[str, Any] | None = None,
+) -> MergeReport:
+    """Merge the shards' folders into ``run_dir`` and evaluate it (see the module docstring).
+
+    ``driver_t0_wall_ns``: the experiment's t0 on the driver's wall clock; ``extra_run_info``:
+    more keys for summary.json's ``run`` (e.g. the driver's set-up time).
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    run_id = run_dir.name
+    requests_parts: list[pa.Table] = []
+    sessions_parts: list[pa.Table] = []
+    trace_entries: list[TraceEntry] = []
+    lost_rows: list[dict[str, Any]] = []
+    incomplete_rows: list[dict[str, Any]] = []
+    per_shard: list[dict[str, Any]] = []
+    lost: dict[int, str] = {}
+    shifts: dict[int, float] = {}
+    seen_sessions: set[int] = set()
+    started_by: dict[int, set[int]] = {}
+    runs: list[dict[str, Any]] = []
+    interrupted = False
+    now_wall = datetime.now(UTC)
+    for shard in sorted(shards, key=lambda s: s.spec.index):
+        index = shard.spec.index
+        run = _summary_run(shard.folder)
+        runs.append(run)
+        t0_wall = _shard_t0_wall_ns(shard, run)
+        offset = _offset(shard)
+        shift_ns = 0 if t0_wall is None else shard_shift_ns(t0_wall, offset, driver_t0_wall_ns)
+        shift_s = shift_ns / _NS
+        shifts[index] = shift_s
+        started: set[int] = set(shard.started_sessions or ())
+        known: set[tuple[int, int, int]] = set()
+        with_rows: set[int] = set()
+        if _has_results(shard.folder):
+            assert shard.folder is not None
+            requests = _with_shard(load_requests(shard.folder), REQUESTS_SCHEMA, index)
+            sessions = _with_shard(load_sessions(shard.folder), SESSIONS_SCHEMA, index)
+            requests_parts.append(_shift(requests, REQUESTS_SCHEMA, shift_s))
+            sessions_parts.append(_shift(sessions, SESSIONS_SCHEMA, shift_s))
+            ids = requests.column("session_id").to_pylist()
+            known = set(
+                zip(
+                    ids,
+                    requests.column("node_id").to_pylist(),
+                    [a or 0 for a in requests.column("attempt").to_pylist()],
+                    strict=True,
+                )
+            )
+            started.update(ids)
+            with_rows = set(sessions.column("session_id").to_pylist())
+            started.update(with_rows)
+            trace_path = shard.folder / _TRACE_FILE
+            if trace_path.exists():
+                for entry in read_trace(trace_path):
+                    entry.dispatched_at += shift_s
+                    entry.shard = index
+                    trace_entries.append(entry)
+        if run.get("interrupted"):
+            interrupted = True
+        info: dict[str, Any] = {
+            "index": index,
+            "t0_wall_ns": t0_wall,
+            "shift_s": shift_s,
+            "offset_before": None if shard.offset_before is None else shard.offset_before.to_dict(),
+            "offset_after": None if shard.offset_after is None else shard.offset_after.to_dict(),
+            "lost": shard.lost,
+            "stop_reason": run.get("stop_reason"),
+        }
+        if shard.lost is not None:
+            interrupted = True
+            lost[index] = shard.lost
+            lost_wall = shard.lost_at_wall_ns or int(now_wall.timestamp() * _NS)
+            at_s = (lost_wall - driver_t0_wall_ns) / _NS
+            rows = _lost_request_rows(shard, run_id, known, shift_s, at_s)
+            lost_rows += rows
+            in_flight_sessions = {int(e["session_id"]) for e in shard.in_flight}
+            started.update(in_flight_sessions)
+            phases = {int(e["session_id"]): e.get("phase") or "measured" for e in shard.in_flight}
+            for session_id in sorted(started - with_rows):
+                incomplete_rows.append(
+                    {
+                        "run_id": run_id,
+                        "phase": phases.get(session_id, "measured"),
+                        "session_id": session_id,
+                        "status": "incomplete",
+                        "shard": index,
+                    }
+                )
+            info["in_flight_rows"] = len(rows)
+            info["incomplete_sessions"] = len(started - with_rows)
+        per_shard.append(info)
+        seen_sessions.update(started)
+        started_by[index] = started
+    planned = _planned_sessions(scenario, seen_sessions)
+    not_run: dict[int, int] = {}
+    for shard in shards:
+        if shard.lost is None:
+            continue
+        index = shard.spec.index
+        own = sum(1 for i in range(planned) if owns(shard.spec, i) and i not in started_by[index])
+        not_run[index] = own
+    for info in per_shard:
+        if info["index"] in not_run:
+            info["sessions_not_run"] = not_run[info["index"]]
+
+    requests_table = _concat(requests_parts, lost_rows, REQUESTS_SCHEMA, requests=True)
+    requests_table = _sorted(requests_table, ["processed_at", "completed_at", "request_id"])
+    sessions_table = _concat(sessions_parts, incomplete_rows, SESSIONS_SCHEMA, requests=False)
+    sessions_table = _sorted(sessions_table, ["ended_at", "session_id"])
+    trace_entries.sort(key=lambda e: (e.dispatched_at, e.request_id))
+
+    write_config(run_dir, scenario)
+    if trace_entries:
+        encoder = msgspec.json.Encoder()
+        with (run_dir / _TRACE_FILE).open("wb") as out:
+            for entry in trace_entries:
+                out.write(encoder.encode(entry) + b"\n")
+
+    distributed = {
+        "shards": len(shards),
+        "per_shard": per_shard,
+        "lost_shards": {str(k): v for k, v in lost.items()},
+        "sessions_not_run": sum(not_run.values()),
+        "requests_lost_in_flight": len(lost_rows),
+        "sessions_incomplete": len(incomplete_rows),
+    }
+    run_info = _run_info(run_id, runs, driver_t0_wall_ns, interrupted, lost, shifts)
+    run_info["distributed"] = distributed
+    run_info |= dict(extra_run_info or {})
+    evaluation = evaluate_run(
+        run_dir, scenario, requests_table, sessions_table, run_info, plots=plots
+    )
+    metadata = {
+        "run_id": run_id,
+        "scenario_hash": scenario_hash(scenario),
+        "seed": str(scenario.seed),
+        "veeksha_version": __version__,
+        "t0_wall_time": datetime.fromtimestamp(driver_t0_wall_ns / _NS, UTC).isoformat(),
+        "t0_wall_ns": str(driver_t0_wall_ns),
+        "target": str(run_info.get("target") or ""),
+        "shards": str(len(shards)),
+        "finalized_at": datetime.now(UTC).isoformat(),
+        "interrupted": str(interrupted).lower(),
+        "health_verdict": str(evaluation.verdict).lower(),
+    }
+    _write(requests_table, REQUESTS_SCHEMA, run_dir / REQUESTS_FILE, metadata)
+    _write(sessions_table, SESSIONS_SCHEMA, run_dir / SESSIONS_FILE, metadata)
+    code = run_exit_code(
+        interrupted=interrupted,
+        health_failed=str(evaluation.verdict) == "FAIL",
+        strict=scenario.health_checks.strict,
+        all_slos_met=evaluation.all_slos_met,
+    )
+    return MergeReport(
+        run_dir=run_dir,
+        requests=requests_table.num_rows,
+        sessions=sessions_table.num_rows,
+        lost_shards=lost,
+        lost_rows=len(lost_rows),
+        incomplete_sessions=len(incomplete_rows),
+        sessions_not_run=sum(not_run.values()),
+        interrupted=interrupted,
+        verdict=str(evaluation.verdict),
+        all_slos_met=evaluation.all_slos_met,
+        exit_code=code,
+        shifts_s=shifts,
+    )
+
+
+def _concat(
+    tables: list[pa.Table], rows: list[dict[str, Any]], schema: pa.Schema, *, requests: bool
+) -> pa.Table:
+    if rows:
+        extra = requests_from_rows(rows, 0) if requests else sessions_from_rows(rows)
+        # (rows built here carry times already in seconds on the driver's timeline)
+        extra = _with_shard_values(extra, schema, [row["shard"] for row in rows])
+        tables = [*tables, extra]
+    if not tables:
+        return schema.empty_table()
+    return pa.concat_tables([t.cast(schema) for t in tables])
+
+
+def _with_shard_values(table: pa.Table, schema: pa.Schema, values: list[int]) -> pa.Table:
+    position = table.column_names.index("shard")
+    column = pa.array(np.asarray(values, dtype=np.int32), type=pa.int32())
+    return table.set_column(position, schema.field("shard"), column)
+
+
+def _run_info(
+    run_id: str,
+    runs: list[dict[str, Any]],
+    driver_t0_wall_ns: int,
+    interrupted: bool,
+    lost: Mapping[int, str],
+    shifts: Mapping[int, float],
+) -> dict[str, Any]:
+    """summary.json's ``run`` of the merged run: the shards' facts combined."""
+    finished = [run for run in runs if run]
+    windows = [
+        (run["measured_window"], shifts[i])
+        for i, run in enumerate(runs)
+        if run and isinstance(run.get("measured_window"), list)
+    ]
+    starts = [w[0] + s for w, s in windows if w[0] is not None]
+    ends = [w[1] + s for w, s in windows if w[1] is not None]
+
+    def total(key: str) -> float | None:
+        values = [run[key] for run in finished if isinstance(run.get(key), int | float)]
+        return sum(values) if values else None
+
+    reasons = sorted({str(run.get("stop_reason")) for run in finished if run.get("stop_reason")})
+    return {
+        "run_id": run_id,
+        "t0_wall_time": datetime.fromtimestamp(driver_t0_wall_ns / _NS, UTC).isoformat(),
+        "t0_wall_ns": driver_t0_wall_ns,
+        "measured_window": [min(starts) if starts else None, max(ends) if ends else None],
+        "interrupted": interrupted,
+        "stop_reason": "shard_lost" if lost else ",".join(reasons) or "completed",
+        "main_cpu_s": total("main_cpu_s"),
+        "worker_cpu_s": total("worker_cpu_s"),
+        "main_cpu_wait_s": total("main_cpu_wait_s"),
+        "worker_cpu_wait_s": total("worker_cpu_wait_s"),
+        "num_workers": total("num_workers"),
+        "target": next((run.get("target") for run in finished if run.get("target")), None),
+        "phases": next((run.get("phases") for run in finished if run.get("phases")), None),
+    }
+
+
+def _write(table: pa.Table, schema: pa.Schema, path: Path, metadata: dict[str, str]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(
+        table.cast(schema).replace_schema_metadata(metadata), tmp, compression=_COMPRESSION
+    )
+    tmp.replace(path)
