@@ -104,6 +104,7 @@ class ShardState:
     offset_before: Any = None
     offset_after: Any = None
     lost: str | None = None
+    lost_at_wall_ns: int | None = None
     running: bool = True
     missed: int = 0
     final: Pull | None = None
@@ -357,7 +358,7 @@ def _receive(ray: ModuleType, shard: ShardState, ref: Any, timeout_s: float) -> 
         _missed(shard, str(exc).splitlines()[0] if str(exc) else "actor unavailable")
         return
     except ray.exceptions.RayError as exc:  # the actor or its node died
-        shard.lost = _loss_reason(exc)
+        _mark_lost(shard, _loss_reason(exc))
         return
     shard.missed = 0
     shard.copy.apply(pull)
@@ -367,7 +368,12 @@ def _receive(ray: ModuleType, shard: ShardState, ref: Any, timeout_s: float) -> 
 def _missed(shard: ShardState, reason: str) -> None:
     shard.missed += 1
     if shard.missed >= _MISSED_PULLS:
-        shard.lost = f"{reason} for {shard.missed} pulls in a row"
+        _mark_lost(shard, f"{reason} for {shard.missed} pulls in a row")
+
+
+def _mark_lost(shard: ShardState, reason: str) -> None:
+    shard.lost = reason
+    shard.lost_at_wall_ns = time.time_ns()
 
 
 def _loss_reason(exc: BaseException) -> str:
@@ -386,7 +392,7 @@ def _finish(ray: ModuleType, shards: Sequence[ShardState]) -> None:
         try:
             pull = ray.get(ref, timeout=_FINISH_TIMEOUT_S + _CALL_TIMEOUT_S)
         except ray.exceptions.RayError as exc:
-            shard.lost = _loss_reason(exc)
+            _mark_lost(shard, _loss_reason(exc))
             continue
         shard.copy.apply(pull)
         shard.final = pull
@@ -396,7 +402,7 @@ def _finish(ray: ModuleType, shards: Sequence[ShardState]) -> None:
             try:
                 shard.offset_after = _measure_offset(ray, shard.actor)
             except ray.exceptions.RayError as exc:
-                shard.lost = _loss_reason(exc)
+                _mark_lost(shard, _loss_reason(exc))
 
 
 # -------------------------------------------------------------------------------- results
@@ -413,6 +419,7 @@ def _merge_and_evaluate(
     quiet: bool,
     plots: bool,
 ) -> int:
+    """Merge the copies into ``run_dir`` (evaluated there), print the report, the exit code."""
     from veeksha.distributed.merge import ShardResult, merge_shards
 
     results = []
@@ -426,39 +433,54 @@ def _merge_and_evaluate(
                 offset_after=shard.offset_after,
                 lost=shard.lost,
                 in_flight=in_flight if shard.lost is not None else [],
-                started_sessions=started,
+                started_sessions=set(started),
+                lost_at_wall_ns=shard.lost_at_wall_ns,
             )
         )
-    lost = [shard for shard in shards if shard.lost is not None]
-    outcomes = [shard.copy.outcome or {} for shard in shards]
-    interrupted = interrupted or bool(lost) or any(o.get("interrupted") for o in outcomes)
     _write_shards_file(run_dir, shards, t0_wall_ns, setup_s)
-    report = merge_shards(results, run_dir, driver_t0_wall_ns=t0_wall_ns, scenario=scenario)
-    evaluation = getattr(report, "evaluation", None)
-    if evaluation is None:
-        evaluation = _evaluate(run_dir, scenario, shards, interrupted, setup_s, plots)
-    if not lost:  # a lost shard's copy stays for inspection beside the merged files
+    ray_info = {
+        "backend": "ray",
+        "setup_s": round(setup_s, 3),
+        "nodes": [shard.node_id for shard in shards],
+    }
+    report = merge_shards(
+        results,
+        run_dir,
+        driver_t0_wall_ns=t0_wall_ns,
+        scenario=scenario,
+        plots=plots,
+        extra_run_info={"ray": ray_info},
+    )
+    lost = [shard for shard in shards if shard.lost is not None]
+    if not lost:  # a lost shard's copy stays beside the merged files, for inspection
         shutil.rmtree(run_dir / SHARDS_DIR, ignore_errors=True)
     if not quiet:
-        from rich.console import Console
-
-        evaluation.render(Console(stderr=True))
-    from veeksha.evaluate.exit_codes import run_exit_code
-
-    if interrupted:
-        why = "; ".join(f"shard {s.index} lost ({s.lost})" for s in lost) or "interrupted"
-        errors = [str(o["error"]) for o in outcomes if o.get("error")]
-        if errors:
-            why += "; " + "; ".join(errors)
+        _render(run_dir)
+    if interrupted or report.interrupted:
+        reasons = [f"shard {s.index} lost ({s.lost})" for s in lost]
+        reasons += [
+            str(shard.copy.outcome["error"])
+            for shard in shards
+            if shard.copy.outcome and shard.copy.outcome.get("error")
+        ]
+        why = "; ".join(reasons) or "the run was interrupted"
         sys.stderr.write(f"error: {why}\nresults collected so far: {run_dir}\n")
-    return int(
-        run_exit_code(
-            interrupted=interrupted,
-            health_failed=str(evaluation.verdict) == "FAIL",
-            strict=scenario.health_checks.strict,
-            all_slos_met=evaluation.all_slos_met,
-        )
-    )
+    if interrupted:  # (Ctrl-C reached the driver after every shard had ended)
+        from veeksha.evaluate.exit_codes import ExitCode
+
+        return int(ExitCode.RUN_ABORTED)
+    return int(report.exit_code)
+
+
+def _render(run_dir: Path) -> None:
+    """The end-of-run report a single-host run prints, from the merged folder's files."""
+    from rich.console import Console
+
+    from veeksha.evaluate.report import render_summary
+
+    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    health = json.loads((run_dir / "health.json").read_text(encoding="utf-8"))
+    render_summary(Console(stderr=True), summary, health)
 
 
 def _write_shards_file(
@@ -487,32 +509,3 @@ def _write_shards_file(
         ],
     }
     (run_dir / SHARDS_FILE).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-
-
-def _evaluate(
-    run_dir: Path,
-    scenario: Any,
-    shards: Sequence[ShardState],
-    interrupted: bool,
-    setup_s: float,
-    plots: bool,
-) -> Any:
-    """The merged folder's evaluation (summary.json, health, SLOs, plots) as a run's."""
-    from veeksha.evaluate.run import evaluate_run
-    from veeksha.evaluate.source import requests_source, sessions_source
-
-    run_info = {
-        "run_id": run_dir.name,
-        "interrupted": interrupted,
-        "stop_reason": "interrupted" if interrupted else "completed",
-        "distributed": {
-            "backend": "ray",
-            "setup_s": setup_s,
-            "shards": [
-                {"index": s.index, "node_id": s.node_id, "lost": s.lost, "pulls": s.copy.pulls}
-                for s in shards
-            ],
-        },
-    }
-    requests, sessions = requests_source(run_dir), sessions_source(run_dir)
-    return evaluate_run(run_dir, scenario, requests, sessions, run_info, plots=plots)

@@ -63,7 +63,7 @@ def main(argv: list[str]) -> int:
             job.run_dir,
             quiet=True,
             plots=False,
-            shard=job.spec,  # type: ignore[call-arg]
+            shard=job.spec,
             start_at_wall_ns=job.start_at_wall_ns,
         )
     except VeekshaError as exc:
