@@ -53,6 +53,7 @@ _PROBES = 8
 _NS = 1_000_000_000
 _CONNECT_TIMEOUT_S = 60.0
 _PLACE_TIMEOUT_S = 60.0
+_READY_TIMEOUT_S = 120.0
 _CALL_TIMEOUT_S = 30.0
 _FINISH_TIMEOUT_S = 120.0
 #: consecutive pulls a shard may miss (unreachable, slow) before it is declared lost
@@ -69,7 +70,7 @@ class DistributedSettings:
     address: str = "auto"
     shards: int | None = None  # None: one per alive node
     workers_per_shard: int | None = None  # None: the scenario's runtime.num_workers
-    start_margin_s: float = 5.0  # t0 this far after the driver sent the start
+    start_margin_s: float = 3.0  # t0 this far after the driver sent the start
     pull_interval_s: float = 1.0
 
 
@@ -251,6 +252,14 @@ def _start_actors(ray: ModuleType, placement: Any, count: int, run_dir: Path) ->
     node_ids = ray.get([shard.actor.node_id.remote() for shard in shards], timeout=120)
     for shard, node_id in zip(shards, node_ids, strict=True):
         shard.node_id = node_id
+    # each engine process has imported the engine: its start-up is not in the start margin
+    ready = ray.get([shard.actor.ready.remote() for shard in shards], timeout=_READY_TIMEOUT_S)
+    failed = [shard.index for shard, ok in zip(shards, ready, strict=True) if not ok]
+    if failed:
+        raise ConfigurationError(
+            f"the engine process of shard(s) {failed} did not start; is veeksha installed on "
+            "every node of the cluster (pip install 'veeksha[ray]')?"
+        )
     return shards
 
 
@@ -451,6 +460,7 @@ def _merge_and_evaluate(
         plots=plots,
         extra_run_info={"ray": ray_info},
     )
+    _write_run_log(run_dir, shards)
     lost = [shard for shard in shards if shard.lost is not None]
     if not lost:  # a lost shard's copy stays beside the merged files, for inspection
         shutil.rmtree(run_dir / SHARDS_DIR, ignore_errors=True)
@@ -470,6 +480,18 @@ def _merge_and_evaluate(
 
         return int(ExitCode.RUN_ABORTED)
     return int(report.exit_code)
+
+
+def _write_run_log(run_dir: Path, shards: Sequence[ShardState]) -> None:
+    """run.log: each shard's own run.log, its lines prefixed with ``[shard k]``, in order."""
+    with (run_dir / "run.log").open("a", encoding="utf-8") as out:
+        for shard in shards:
+            log = shard.copy.folder / "run.log"
+            if shard.lost is not None:
+                out.write(f"[shard {shard.index}] lost: {shard.lost}\n")
+            if log.exists():
+                for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+                    out.write(f"[shard {shard.index}] {line}\n")
 
 
 def _render(run_dir: Path) -> None:

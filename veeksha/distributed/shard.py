@@ -39,8 +39,21 @@ class ShardActor:
         self.base = Path(tempfile.mkdtemp(prefix="veeksha-shard-"))
         self.run_dir = self.base / run_name
         self.files = ShardFiles(self.run_dir)
-        self.process: subprocess.Popen[bytes] | None = None
         self.stops = 0
+        self.started = False
+        # started now: its imports run while the driver sets up the other shards
+        self.process: subprocess.Popen[bytes] = subprocess.Popen(
+            [sys.executable, "-m", "veeksha.distributed.shard_process"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=(self.base / "engine.log").open("wb"),
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+    def ready(self) -> bool:
+        """Wait until the engine process has imported the engine (True), or died (False)."""
+        assert self.process.stdout is not None
+        return self.process.stdout.readline().strip() == b"ready"
 
     def node_id(self) -> str:
         """The Ray node this actor runs on."""
@@ -58,19 +71,14 @@ class ShardActor:
         job = ShardJob(scenario, spec, start_at_wall_ns, self.run_dir, self.base / _OUTCOME_FILE)
         path = self.base / _JOB_FILE
         path.write_bytes(pickle.dumps(job))
-        log = (self.base / "engine.log").open("wb")
-        self.process = subprocess.Popen(  # (its own stdio: nothing reaches Ray's log stream)
-            [sys.executable, "-m", "veeksha.distributed.shard_process", str(path)],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        log.close()
+        assert self.process.stdin is not None
+        self.process.stdin.write(f"{path}\n".encode())
+        self.process.stdin.close()
+        self.started = True
         return self.process.pid
 
     def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        return self.started and self.process.poll() is None
 
     def pull(self) -> Pull:
         """What the folder gained since the last pull, and whether the engine still runs."""
@@ -83,7 +91,6 @@ class ShardActor:
         """Stop the engine as Ctrl-C would (a second call: as a second Ctrl-C); returns how
         many stops were sent."""
         if self.running():
-            assert self.process is not None
             self.stops += 1
             with contextlib.suppress(ProcessLookupError):
                 self.process.send_signal(signal.SIGINT)
@@ -91,19 +98,18 @@ class ShardActor:
 
     def finish(self, timeout_s: float) -> Pull:
         """Wait (up to ``timeout_s``) for the engine to end, then everything not yet sent."""
-        if self.process is not None:
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        try:
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
         pull = self.files.next_pull(final=True)
         pull.running = False
         outcome_path = self.base / _OUTCOME_FILE
         if outcome_path.exists():
             pull.outcome = json.loads(outcome_path.read_text(encoding="utf-8"))
         else:
-            returncode = None if self.process is None else self.process.returncode
+            returncode = self.process.returncode
             log = self.base / "engine.log"
             tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
             pull.outcome = {"error": f"engine process ended ({returncode}): {tail.strip()}"}
@@ -111,8 +117,7 @@ class ShardActor:
 
     def cleanup(self) -> None:
         """Delete the shard's local folder (after the driver has everything)."""
-        if self.running():
-            assert self.process is not None
+        if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
         shutil.rmtree(self.base, ignore_errors=True)

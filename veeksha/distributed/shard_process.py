@@ -1,11 +1,14 @@
-"""A shard's engine in a process of its own: ``python -m veeksha.distributed.shard_process IN``.
+"""A shard's engine in a process of its own: ``python -m veeksha.distributed.shard_process``.
 
-The shard actor (``shard.py``) writes ``IN`` (a pickle of :class:`ShardJob`) and starts this
-process, which runs the existing engine (``run_scenario(..., shard=..., start_at_wall_ns=...)``)
-into the job's folder, then writes its outcome as JSON beside ``IN``. Its main thread owns the
-event loop, so SIGINT stops the run exactly as Ctrl-C stops ``veeksha run`` (a second one
-cancels what is in flight). If the actor dies, this process is orphaned: it stops its run the
-same way and deletes its folder, which no one will pull.
+The shard actor (``shard.py``) starts this process when it is made: it imports the engine
+(seconds of CPU where no bytecode is written) and says ``ready`` on stdout, before the driver
+picks t0, so that start-up is not part of the start margin. The actor then writes the path of
+``IN`` (a pickle of :class:`ShardJob`) on its stdin, and this process runs the existing
+engine (``run_scenario(..., shard=..., start_at_wall_ns=...)``) into the job's folder, then
+writes its outcome as JSON beside ``IN``. Its main thread owns the event loop, so SIGINT
+stops the run exactly as Ctrl-C stops ``veeksha run`` (a second one cancels what is in
+flight). If the actor dies, this process is orphaned: it stops its run the same way and
+deletes its folder, which no one will pull.
 """
 
 from __future__ import annotations
@@ -47,14 +50,21 @@ def _watch_parent(parent: int, orphaned: threading.Event) -> None:
     os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C: cancel what is in flight
 
 
-def main(argv: list[str]) -> int:
-    job: ShardJob = pickle.loads(Path(argv[1]).read_bytes())
+def main() -> int:
     orphaned = threading.Event()
     threading.Thread(
         target=_watch_parent, args=(os.getppid(), orphaned), daemon=True, name="orphan-watch"
     ).start()
     from veeksha.engine.run import exit_code_for, run_scenario
     from veeksha.errors import VeekshaError
+
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    os.dup2(2, 1)  # (from here on, anything printed goes to the log, not to the actor's pipe)
+    line = sys.stdin.readline().strip()
+    if not line:  # the actor went away before the run
+        return 0
+    job: ShardJob = pickle.loads(Path(line).read_bytes())
 
     outcome: dict[str, Any]
     try:
@@ -90,4 +100,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(main())

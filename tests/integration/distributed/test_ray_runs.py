@@ -42,9 +42,13 @@ session_generator:
   output_spec:
     text:
       output_length_generator: {{type: uniform, min: {out_min}, max: {out_max}}}
-client: {{api_base: "{api_base}"}}
+client: {{api_base: "{api_base}", model: veeksha-sim}}
 runtime: {{max_sessions: {sessions}, benchmark_timeout: 60, num_workers: 1, cpu_affinity: "off"}}
 trace_recorder: {{enabled: true}}
+# Two shards, a Ray cluster and the simulator share 2 cores (with other work): a request
+# released 5 ms late is the machine, not the distribution. 100 ms still catches a shard that
+# missed the agreed t0 (its first arrivals late by the miss).
+health_checks: {{max_dispatch_lag_p99_ms: 100}}
 """
 
 
@@ -95,7 +99,8 @@ def test_two_shards_make_one_run_with_the_single_host_timeline(
             ready = done.loc[(row.session_id, parent)].completed_at + row.wait_after_ready
             assert row.ready_at == pytest.approx(ready, abs=1e-6)
     health = json.loads((run_dir / "health.json").read_text())
-    assert health["verdict"] == "PASS", health
+    failed = [c for c in health["checks"] if c["status"] == "FAIL"]
+    assert health["verdict"] == "PASS", failed
     assert len((run_dir / "trace.jsonl").read_text().splitlines()) == len(requests)
 
     # the planned starts are the single-host run's (same seed, same timeline)
