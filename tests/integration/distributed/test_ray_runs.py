@@ -103,16 +103,21 @@ def test_two_shards_make_one_run_with_the_single_host_timeline(
     assert health["verdict"] == "PASS", failed
     assert len((run_dir / "trace.jsonl").read_text().splitlines()) == len(requests)
 
-    # the planned starts are the single-host run's (same seed, same timeline)
+    # The planned starts are the single-host run's (same seed, same timeline; a dry run plans
+    # as a run does). Each shard's times moved onto the driver's clock by one shift, its clock
+    # offset's change over the run (within the estimate's uncertainty): exactly that apart.
     single = tmp_path / "single"
-    run_scenario(load_scenario_text(text, "s.yaml"), single, quiet=True, plots=False)
-    alone = pd.read_parquet(single / "requests.parquet")
-
-    def starts(frame: pd.DataFrame) -> pd.Series:
-        roots = frame[frame.parents.map(len) == 0]
-        return roots.groupby("session_id").ready_at.min().sort_index()
-
-    np.testing.assert_allclose(starts(requests).to_numpy(), starts(alone).to_numpy(), atol=1e-6)
+    run_scenario(load_scenario_text(text, "s.yaml"), single, quiet=True, plots=False, dry_run=True)
+    alone = _starts(pd.read_parquet(single / "requests.parquet"))
+    merged = _starts(requests)
+    assert list(merged.index) == list(alone.index) == list(range(12))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    for info in summary["run"]["distributed"]["per_shard"]:
+        owned = [i for i in range(12) if i % 2 == info["index"]]
+        difference = merged.loc[owned].to_numpy() - alone.loc[owned].to_numpy()
+        np.testing.assert_allclose(difference, info["shift_s"], atol=1e-6)
+        bound = max(info["offset_before"]["uncertainty_ns"], info["offset_after"]["uncertainty_ns"])
+        assert abs(info["shift_s"]) <= bound / 1e9
 
     report = subprocess.run(
         [str(VEEKSHA), "report", str(run_dir), "--no-plots", "-q"],
@@ -123,6 +128,12 @@ def test_two_shards_make_one_run_with_the_single_host_timeline(
         check=False,
     )
     assert report.returncode == 0, report.stderr
+
+
+def _starts(requests: pd.DataFrame) -> pd.Series:
+    """Each session's planned start: its roots' ready_at."""
+    roots = requests[requests.parents.map(len) == 0]
+    return roots.groupby("session_id").ready_at.min().sort_index()
 
 
 _KILL = """
