@@ -270,6 +270,7 @@ def merge_shards(
     seen_sessions: set[int] = set()
     started_by: dict[int, set[int]] = {}
     runs: list[dict[str, Any]] = []
+    run_shifts: list[float] = []
     interrupted = False
     now_wall = datetime.now(UTC)
     for shard in sorted(shards, key=lambda s: s.spec.index):
@@ -281,6 +282,7 @@ def merge_shards(
         shift_ns = 0 if t0_wall is None else shard_shift_ns(t0_wall, offset, driver_t0_wall_ns)
         shift_s = shift_ns / _NS
         shifts[index] = shift_s
+        run_shifts.append(shift_s)
         started: set[int] = set(shard.started_sessions or ())
         known: set[tuple[int, int, int]] = set()
         with_rows: set[int] = set()
@@ -377,7 +379,7 @@ def merge_shards(
         "requests_lost_in_flight": len(lost_rows),
         "sessions_incomplete": len(incomplete_rows),
     }
-    run_info = _run_info(run_id, runs, driver_t0_wall_ns, interrupted, lost, shifts)
+    run_info = _run_info(run_id, runs, driver_t0_wall_ns, interrupted, lost, run_shifts)
     run_info["distributed"] = distributed
     run_info |= dict(extra_run_info or {})
     evaluation = evaluate_run(
@@ -445,9 +447,10 @@ def _run_info(
     driver_t0_wall_ns: int,
     interrupted: bool,
     lost: Mapping[int, str],
-    shifts: Mapping[int, float],
+    shifts: Sequence[float],
 ) -> dict[str, Any]:
-    """summary.json's ``run`` of the merged run: the shards' facts combined."""
+    """summary.json's ``run`` of the merged run: the shards' facts combined (``runs`` and
+    ``shifts``: each shard's summary ``run`` and shift, in the same order)."""
     finished = [run for run in runs if run]
     windows = [
         (run["measured_window"], shifts[i])
@@ -475,8 +478,26 @@ def _run_info(
         "worker_cpu_wait_s": total("worker_cpu_wait_s"),
         "num_workers": total("num_workers"),
         "target": next((run.get("target") for run in finished if run.get("target")), None),
-        "phases": next((run.get("phases") for run in finished if run.get("phases")), None),
+        "phases": _phases(runs, shifts),
     }
+
+
+def _phases(runs: list[dict[str, Any]], shifts: Sequence[float]) -> list[Any] | None:
+    """The first finished shard's phase windows on the driver's timeline (a drain's end may
+    differ between shards: each waits for its own sessions)."""
+    for index, run in enumerate(runs):
+        windows = run.get("phases")
+        if not windows:
+            continue
+        moved = []
+        for window in windows:
+            copy = dict(window)
+            for key in ("start", "end", "arrivals_end"):
+                if isinstance(copy.get(key), int | float):
+                    copy[key] += shifts[index]
+            moved.append(copy)
+        return moved
+    return None
 
 
 def _write(table: pa.Table, schema: pa.Schema, path: Path, metadata: dict[str, str]) -> None:

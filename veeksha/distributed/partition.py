@@ -11,8 +11,17 @@ from veeksha.schedule.shards import (
     ShardSpec,
     concurrency_share,
     next_owned,
+    owned_below,
     owned_index,
     owns,
 )
 
-__all__ = ["ShardRamp", "ShardSpec", "concurrency_share", "next_owned", "owned_index", "owns"]
+__all__ = [
+    "ShardRamp",
+    "ShardSpec",
+    "concurrency_share",
+    "next_owned",
+    "owned_below",
+    "owned_index",
+    "owns",
+]

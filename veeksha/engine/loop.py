@@ -319,6 +319,11 @@ class TrafficLoop:
     def finished(self) -> bool:
         return self._finished
 
+    @property
+    def next_session(self) -> int:
+        """The next global session index this loop would start (or pass over, as a shard)."""
+        return self._next_session
+
     def stop(self, reason: str) -> None:
         """Stop starting work: no new sessions, no new dispatches; in-flight requests go on.
 

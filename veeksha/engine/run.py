@@ -36,12 +36,13 @@ from veeksha.engine.cpu_wait import CpuWait
 from veeksha.engine.loop import LoopSettings, TrafficLoop
 from veeksha.engine.phases import apply_phases
 from veeksha.engine.pools import client_pools
+from veeksha.engine.probe import RunProbe
 from veeksha.engine.progress import ProgressLine, load_display
 from veeksha.engine.prompt_check import server_tokenizer_info
 from veeksha.engine.recorder import RunRecorder
 from veeksha.engine.runlog import RunLog
 from veeksha.engine.server_watch import ServerWatch
-from veeksha.engine.start import clock_pair, monotonic_at_wall, wall_at_monotonic
+from veeksha.engine.start import StartAt, agreed_t0
 from veeksha.engine.target import Target, TargetContext, describe
 from veeksha.errors import ConfigurationError, RunAbortedError, VeekshaError
 from veeksha.evaluate.exit_codes import run_exit_code
@@ -76,7 +77,7 @@ if TYPE_CHECKING:
     from veeksha.server.managed import ManagedServer
     from veeksha.simulator.process import SimulatorProcess
 
-__all__ = ["RunOutcome", "run_benchmark", "run_scenario"]
+__all__ = ["RunOutcome", "StartAt", "run_benchmark", "run_scenario"]
 
 _NS = 1_000_000_000
 _WORKER_START_TIMEOUT_S = 60.0
@@ -108,7 +109,8 @@ def run_benchmark(
     simulator: SimulatorProcess | None = None,
     *,
     shard: ShardSpec | None = None,
-    start_at_wall_ns: int | None = None,
+    start_at_wall_ns: StartAt | None = None,
+    probe: RunProbe | None = None,
 ) -> int:
     """Run ``scenario`` into ``run_dir`` and return the process exit code (``shard`` and
     ``start_at_wall_ns``: see ``run_scenario``)."""
@@ -121,6 +123,7 @@ def run_benchmark(
         simulator=simulator,
         shard=shard,
         start_at_wall_ns=start_at_wall_ns,
+        probe=probe,
     )
     if outcome.interrupted:  # even with --quiet: why the run ended early, and where its data is
         why = outcome.extra.get("error") or f"the run was {outcome.stop_reason or 'interrupted'}"
@@ -148,7 +151,8 @@ def run_scenario(
     server: ManagedServer | None = None,
     *,
     shard: ShardSpec | None = None,
-    start_at_wall_ns: int | None = None,
+    start_at_wall_ns: StartAt | None = None,
+    probe: RunProbe | None = None,
 ) -> RunOutcome:
     """Run ``scenario`` into ``run_dir`` on a uvloop event loop; returns what happened.
 
@@ -162,7 +166,11 @@ def run_scenario(
     schedule is computed as on one host and only the sessions the shard owns start
     (``veeksha.schedule.shards``); every row gets the shard's index in its ``shard`` column.
     ``start_at_wall_ns``: t0 is that wall-clock instant (``time.time_ns()`` on this host, the
-    driver's offset already applied), not 50 ms after the set-up.
+    driver's offset already applied), not 50 ms after the set-up; or a callable that returns
+    that instant, called (in a thread: it may block, e.g. on the driver's barrier) once the
+    set-up is done (workers ready, sessions' source made), so the driver can choose t0 when
+    every shard is ready. ``probe``: a ``RunProbe`` the caller reads the run's state through
+    (in flight, sessions started) from another thread while it goes.
     """
     problems = scenario.problems()  # (a loaded scenario has none: the loader reports them)
     if problems:
@@ -175,6 +183,7 @@ def run_scenario(
     run.server = server
     run.shard = shard
     run.start_at_wall_ns = start_at_wall_ns
+    run.probe = probe
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(run.execute())
 
@@ -213,7 +222,8 @@ class _Run:
         self.server_metrics: dict[str, Any] | None = None  # what the scraper did (ServerWatch)
         self.watch: ServerWatch | None = None  # its process starts with the workers
         self.shard: ShardSpec | None = None
-        self.start_at_wall_ns: int | None = None
+        self.start_at_wall_ns: StartAt | None = None
+        self.probe: RunProbe | None = None
 
     async def execute(self) -> RunOutcome:
         try:
@@ -392,7 +402,7 @@ class _Run:
         scenario = self.scenario
         loop = asyncio.get_running_loop()
         run_id = self.run_dir.name
-        t0_ns, t0_wall_ns = await self._t0()
+        t0_ns, t0_wall_ns = await agreed_t0(self.start_at_wall_ns, _T0_LEAD_NS, self.log)
         t0_wall = datetime.fromtimestamp(t0_wall_ns // 1000 / 1e6, UTC)
         shard_index = None if self.shard is None else self.shard.index
         trace = None
@@ -464,6 +474,9 @@ class _Run:
         watch = self.watch
         if watch is not None:
             watch.begin(self.run_dir, t0_ns, metadata)
+        if self.probe is not None:
+            clients = [(client.name, client.model) for client in target.clients]
+            self.probe.attach(loop, traffic, t0_ns, t0_wall_ns, clients)
         self.log.info(f"t0 = {t0_wall.isoformat()}")
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal)
@@ -490,26 +503,11 @@ class _Run:
                 self.server_metrics = None if watch is None else watch.stop()
             if traffic.in_flight:
                 traffic.abandon_in_flight("worker_lost")
+            if self.probe is not None:
+                self.probe.detach()
             timers.close()
             self.main_cpu_s = time.process_time() - cpu_start
         self._finish(target, writer, t0_ns, t0_wall, t0_wall_ns)
-
-    async def _t0(self) -> tuple[int, int]:
-        """t0 on CLOCK_MONOTONIC and its wall time (ns): 50 ms ahead of now, so the set-up
-        that follows never makes the first arrival late, or at ``start_at_wall_ns``."""
-        pair = clock_pair()
-        if self.start_at_wall_ns is None:
-            t0_ns = self.clock.now_ns() + _T0_LEAD_NS
-            return t0_ns, wall_at_monotonic(t0_ns, pair)
-        t0_ns = monotonic_at_wall(self.start_at_wall_ns, pair)
-        lead = t0_ns - _T0_LEAD_NS - self.clock.now_ns()
-        if lead > 0:
-            self.log.info(f"waiting {lead / _NS:.3f} s for the agreed t0")
-            await asyncio.sleep(lead / _NS)
-        elif t0_ns < self.clock.now_ns():
-            late = (self.clock.now_ns() - t0_ns) / _NS
-            self.log.warning(f"the agreed t0 passed {late:.3f} s ago: the first arrivals are late")
-        return t0_ns, self.start_at_wall_ns
 
     def _submit(self, item: WorkItem) -> int:
         assert self.pool is not None

@@ -10,11 +10,54 @@ offset already applied by the caller) maps it onto its monotonic clock the same 
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Callable
+from typing import Protocol
 
-__all__ = ["ClockPair", "clock_pair", "monotonic_at_wall", "wall_at_monotonic"]
+__all__ = [
+    "ClockPair",
+    "StartAt",
+    "agreed_t0",
+    "clock_pair",
+    "monotonic_at_wall",
+    "wall_at_monotonic",
+]
 
 ClockPair = tuple[int, int, int]  # (monotonic midpoint, wall, half the bracket) in ns
+#: ``start_at_wall_ns``: a wall instant (ns), or a callable returning it once the set-up is done.
+StartAt = int | Callable[[], int]
+_NS = 1e9
+
+
+class _Log(Protocol):
+    def info(self, message: str) -> None: ...
+    def warning(self, message: str) -> None: ...
+
+
+async def agreed_t0(start_at: StartAt | None, lead_ns: int, log: _Log) -> tuple[int, int]:
+    """t0 on CLOCK_MONOTONIC and its wall time (ns): ``lead_ns`` ahead of now (so the set-up
+    that follows never makes the first arrival late), or at ``start_at`` (a callable is
+    called in a thread: it may block on the driver's barrier), slept until ``lead_ns`` before
+    it. A t0 already past is kept (the schedule stays the agreed one; its first arrivals are
+    late, and say so in their dispatch lag)."""
+    if callable(start_at):
+        start_at = await asyncio.to_thread(start_at)
+    pair = clock_pair()
+    now = time.monotonic_ns()
+    if start_at is None:
+        t0_ns = now + lead_ns
+        return t0_ns, wall_at_monotonic(t0_ns, pair)
+    t0_ns = monotonic_at_wall(start_at, pair)
+    lead = t0_ns - lead_ns - now
+    if lead > 0:
+        log.info(f"waiting {lead / _NS:.3f} s for the agreed t0")
+        await asyncio.sleep(lead / _NS)
+    elif t0_ns < now:
+        log.warning(
+            f"the agreed t0 passed {(now - t0_ns) / _NS:.3f} s ago: the first arrivals are late"
+        )
+    return t0_ns, start_at
 
 
 def clock_pair(tries: int = 7) -> ClockPair:

@@ -7,6 +7,7 @@ here; nothing registers itself.
 from __future__ import annotations
 
 from veeksha.evaluate.arrival_checks import ARRIVAL_DISTRIBUTION, DISPATCH_RATE
+from veeksha.evaluate.clock_checks import CLOCK_SYNC
 from veeksha.evaluate.generator_checks import GENERATOR_SATURATION, LIFECYCLE_DELAYS
 from veeksha.evaluate.health import HealthCheck, HealthInput, HealthReport
 from veeksha.evaluate.number_checks import SERVER_NUMBERS
@@ -28,6 +29,7 @@ HEALTH_CHECKS: tuple[HealthCheck, ...] = (
     LIFECYCLE_DELAYS,
     GENERATOR_SATURATION,
     SERVER_AGREEMENT,
+    CLOCK_SYNC,
 )
 
 

@@ -4,8 +4,9 @@
     1  INTERNAL_ERROR  an unexpected error (a bug: please report it)
     2  CONFIG_ERROR    invalid scenario, override or input (bad file, not a run folder,
                        unreachable target): ScenarioError, ConfigurationError, TargetError
-    3  RUN_ABORTED     the run was interrupted or aborted (signal, fatal worker or write error);
-                       results collected so far are kept and evaluated
+    3  RUN_ABORTED     the run was interrupted or aborted (signal, fatal worker or write error,
+                       a distributed run's lost shard); results collected so far are kept
+                       and evaluated
     4  HEALTH_FAILED   a health check failed and ``health_checks.strict`` is true
     5  SLO_UNMET       at least one SLO of ``evaluators[].slos`` was not met
 

@@ -75,6 +75,7 @@ EVALUATION_COLUMNS: tuple[str, ...] = tuple(
         "error_message",
         "retries",
         "server_output_tokens",
+        "shard",
         *SERVER_TIMING_COLUMNS,
     }
 )

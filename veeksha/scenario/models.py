@@ -874,6 +874,44 @@ NamedClient = Annotated[
 _IGNORED_THREAD_KEYS = ("num_dispatcher_threads", "num_completion_threads", "num_client_threads")
 
 
+_ADDRESS = re.compile(r"^(ray://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
+
+
+class Distributed(StrictModel):
+    """One experiment on several hosts through a Ray cluster (docs/distributed.md).
+
+    Read by the driver (``veeksha run --ray``); the engine itself ignores it: each shard runs
+    the scenario as written, its share of the sessions (``veeksha.schedule.shards``).
+    """
+
+    backend: Literal["ray"] = Field("ray", description="The cluster runtime: ray.")
+    address: str = Field(
+        "auto",
+        description="auto (the running cluster: RAY_ADDRESS, else the local one), local (start"
+        " a cluster for this run), or the head's host:port (ray://host:port for Ray Client).",
+    )
+    shards: int | None = Field(
+        None, ge=1, description="Shards (engines, each on one node); null: one per node."
+    )
+    workers_per_shard: int | None = Field(
+        None,
+        ge=1,
+        description="Worker processes of each shard; null: runtime.num_workers on its node.",
+    )
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        if value in ("auto", "local"):
+            return value
+        match = _ADDRESS.match(value)
+        if match is None or not 0 < int(match.group(3)) < 65536:
+            raise ValueError(
+                f"{value!r} is not auto, local, host:port or ray://host:port (e.g. 10.0.0.5:6379)"
+            )
+        return value
+
+
 class Runtime(StrictModel):
     """Stop conditions, workers, CPU affinity and warmup."""
 
@@ -911,6 +949,11 @@ class Runtime(StrictModel):
         description="Order of ready requests waiting for a capped client's slot: fifo (ready "
         "time), progress (re-prompts, further sessions, older sessions, lower rounds first) "
         "or node (the nodes' priority field, higher first).",
+    )
+    distributed: Distributed | None = Field(
+        None,
+        description="Run on a Ray cluster: {backend: ray, address, shards, workers_per_shard}"
+        " (docs/distributed.md); null: one host.",
     )
     num_dispatcher_threads: int | None = Field(None, description="Accepted and ignored.")
     num_completion_threads: int | None = Field(None, description="Accepted and ignored.")
@@ -1006,6 +1049,17 @@ class HealthChecks(StrictModel):
     )
     max_dispatch_lag_p99_ms: float = Field(
         5.0, gt=0, description="Generator saturation: p99 of (sent − ready) in ms."
+    )
+    clock_sync_share: float = Field(
+        0.1,
+        gt=0,
+        description="Distributed runs: max clock error of a shard (offset uncertainty or drift)"
+        " as a share of the measured TTFC p50.",
+    )
+    clock_sync_floor_ms: float = Field(
+        1.0,
+        ge=0,
+        description="Distributed runs: a clock error up to this many ms always passes.",
     )
     strict: bool = Field(False, description="A failed check makes `veeksha run` exit non-zero.")
 

@@ -28,7 +28,15 @@ from dataclasses import dataclass
 
 from veeksha.schedule.arrivals import ConcurrencyRamp
 
-__all__ = ["ShardRamp", "ShardSpec", "concurrency_share", "owns"]
+__all__ = [
+    "ShardRamp",
+    "ShardSpec",
+    "concurrency_share",
+    "next_owned",
+    "owned_below",
+    "owned_index",
+    "owns",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +72,12 @@ def concurrency_share(total: int, spec: ShardSpec) -> int:
 def owned_index(spec: ShardSpec, m: int) -> int:
     """The global index of the shard's ``m``-th owned session (0-based)."""
     return spec.index + m * spec.count
+
+
+def owned_below(spec: ShardSpec, end: int) -> range:
+    """The shard's own indexes below ``end`` (e.g. the sessions it started before
+    ``RunProbe``'s ``next_session``)."""
+    return range(spec.index, max(end, spec.index), spec.count)
 
 
 def next_owned(spec: ShardSpec, session_index: int) -> int:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -16,7 +18,8 @@ from click.testing import CliRunner
 from veeksha.cli import main
 from veeksha.distributed.clock import OffsetEstimate
 from veeksha.distributed.merge import SHARD_LOST, ShardResult, merge_shards
-from veeksha.distributed.partition import ShardSpec
+from veeksha.distributed.partition import ShardSpec, owned_below
+from veeksha.engine.probe import RunProbe
 from veeksha.engine.run import run_scenario
 from veeksha.evaluate.exit_codes import ExitCode
 from veeksha.record.trace import read_trace
@@ -46,6 +49,8 @@ session_generator:
 client: {{api_base: "{base}", model: veeksha-sim}}
 runtime: {{max_sessions: 40, benchmark_timeout: 60, num_workers: 1}}
 trace_recorder: {{enabled: true}}
+# (2 cores shared with other test runs: the generator's own lag is not what is tested here)
+health_checks: {{max_dispatch_lag_p99_ms: 100}}
 """
 
 
@@ -62,32 +67,73 @@ def single(scenario: Scenario, tmp_path_factory: pytest.TempPathFactory) -> Path
     return run_dir
 
 
+class Poller:
+    """Reads a running shard's ``RunProbe`` from another thread, as a shard actor would, and
+    keeps a snapshot taken mid-run with requests in flight."""
+
+    def __init__(self, probe: RunProbe) -> None:
+        self.probe = probe
+        self.mid_run: dict[str, Any] | None = None
+        self.states: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.wait(0.05):
+            snap = self.probe.snapshot()
+            self.states.append(snap["state"])
+            busy = snap["state"] == "running" and len(snap["in_flight"]) >= 2
+            if busy and snap["at"] > 0.3 and self.mid_run is None:
+                self.mid_run = snap
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 @pytest.fixture(scope="module")
-def shards(scenario: Scenario, tmp_path_factory: pytest.TempPathFactory) -> list[ShardResult]:
-    """The 3 shards, one after another, each starting at an agreed wall instant; each shard's
-    clock is treated as set ``its t0 − the driver's t0`` ahead of the driver's, so that all
-    three share the driver's timeline (the merge's arithmetic undoes the offset)."""
+def shards(
+    scenario: Scenario, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[list[ShardResult], Poller]:
+    """The 3 shards, one after another, each starting once its set-up is done (the callable
+    form of ``start_at_wall_ns``, as a driver's barrier would); each shard's clock is treated as
+    set ``its t0 − the driver's t0`` ahead of the driver's, so that all three share the
+    driver's timeline (the merge's arithmetic undoes that offset). Shard 1 is probed."""
     root = tmp_path_factory.mktemp("shards")
     results = []
+    poller = None
     for index in range(SHARDS):
-        start = time.time_ns() + 200_000_000
         run_dir = root / f"shard-{index}"
+        probe = RunProbe()
+        if index == 1:
+            poller = Poller(probe)
         run_scenario(
             scenario,
             run_dir,
             quiet=True,
             plots=False,
             shard=ShardSpec(index, SHARDS),
-            start_at_wall_ns=start,
+            start_at_wall_ns=lambda: time.time_ns() + 100_000_000,
+            probe=probe,
         )
-        results.append(ShardResult(ShardSpec(index, SHARDS), run_dir, t0_wall_ns=start))
-    driver_t0 = results[0].t0_wall_ns
-    assert driver_t0 is not None
-    for result in results:
-        assert result.t0_wall_ns is not None
-        offset = OffsetEstimate(result.t0_wall_ns - driver_t0, 40_000, 80_000, 8)
+        if poller is not None and index == 1:
+            poller.stop()
+        results.append(ShardResult(ShardSpec(index, SHARDS), run_dir))
+    t0s = [
+        json.loads((r.folder / "summary.json").read_text())["run"]["t0_wall_ns"] for r in results
+    ]
+    for result, t0 in zip(results, t0s, strict=True):
+        offset = OffsetEstimate(t0 - t0s[0], 40_000, 80_000, 8)
         result.offset_before = result.offset_after = offset
-    return results
+    assert poller is not None
+    return results, poller
+
+
+def _t0(result: ShardResult) -> int:
+    assert result.folder is not None
+    t0: int = json.loads((result.folder / "summary.json").read_text())["run"]["t0_wall_ns"]
+    return t0
 
 
 def _roots(run_dir: Path) -> set[tuple[int, float]]:
@@ -97,26 +143,26 @@ def _roots(run_dir: Path) -> set[tuple[int, float]]:
 
 
 def test_each_shard_runs_its_own_sessions_at_their_single_host_times(
-    shards: list[ShardResult], single: Path
+    shards: tuple[list[ShardResult], Poller], single: Path
 ) -> None:
-    for result in shards:
+    for result in shards[0]:
         assert result.folder is not None
         sessions = pd.read_parquet(result.folder / "sessions.parquet")
         assert (sessions.session_id % SHARDS == result.spec.index).all()
         assert (sessions.shard == result.spec.index).all()
         summary = json.loads((result.folder / "summary.json").read_text())
         assert summary["run"]["shard"] == {"index": result.spec.index, "count": SHARDS}
-        assert summary["run"]["t0_wall_ns"] == result.t0_wall_ns
+        assert "late" not in (result.folder / "run.log").read_text()
     assert pd.read_parquet(single / "requests.parquet").shard.isna().all()
 
 
 def test_merged_folder_is_the_single_host_experiment(
-    shards: list[ShardResult], single: Path, scenario: Scenario, tmp_path: Path
+    shards: tuple[list[ShardResult], Poller], single: Path, scenario: Scenario, tmp_path: Path
 ) -> None:
+    results, _ = shards
     merged = tmp_path / "merged"
-    driver_t0 = shards[0].t0_wall_ns
-    assert driver_t0 is not None
-    report = merge_shards(shards, merged, driver_t0_wall_ns=driver_t0, scenario=scenario)
+    driver_t0 = _t0(results[0])
+    report = merge_shards(results, merged, driver_t0_wall_ns=driver_t0, scenario=scenario)
     assert report.exit_code == ExitCode.OK
     assert report.verdict == "PASS"
     requests = pd.read_parquet(merged / "requests.parquet")
@@ -149,73 +195,87 @@ def test_merged_folder_is_the_single_host_experiment(
     assert json.loads((merged / "summary.json").read_text())["requests"]["total"] == 80
 
 
-def test_a_lost_shard_gives_rows_not_run_counts_and_exit_3(
-    shards: list[ShardResult], scenario: Scenario, tmp_path: Path
+def test_the_probe_reports_in_flight_requests_and_progress(
+    shards: tuple[list[ShardResult], Poller],
 ) -> None:
-    lost = shards[1]
+    results, poller = shards
+    snap = poller.mid_run
+    assert snap is not None, poller.states
+    assert poller.states[-1] == "finished"
+    final = poller.probe.snapshot()
+    assert final["state"] == "finished"
+    assert final["next_session"] == 40  # every global arrival considered
+    spec = results[1].spec
+    assert results[1].folder is not None
+    sessions = pd.read_parquet(results[1].folder / "sessions.parquet")
+    assert sorted(sessions.session_id) == list(owned_below(spec, 40))
+    for entry in snap["in_flight"]:
+        assert entry["session_id"] % SHARDS == 1
+        assert entry["ready_at"] <= snap["at"] + 0.02  # (handed over up to 20 ms ahead)
+        assert entry["client"] == "default"
+
+
+def test_a_lost_shard_gives_rows_not_run_counts_and_exit_3(
+    shards: tuple[list[ShardResult], Poller], scenario: Scenario, tmp_path: Path
+) -> None:
+    """Shard 1 "lost" at the probe's mid-run snapshot: its folder cut to the rows it had
+    written by then (parts only), its in-flight requests and sessions started from the
+    snapshot, as a shard actor would have reported them."""
+    results, poller = shards
+    snap = poller.mid_run
+    assert snap is not None
+    lost = results[1]
     assert lost.folder is not None
-    # what came back of shard 1: only its first sessions' rows, as parts
-    partial = tmp_path / "shard-1-partial"
+    at = snap["at"]
     requests = pd.read_parquet(lost.folder / "requests.parquet")
     sessions = pd.read_parquet(lost.folder / "sessions.parquet")
-    kept = sorted(sessions.session_id)[:4]
+    partial = tmp_path / "shard-1-partial"
     (partial / "parts" / "requests").mkdir(parents=True)
     (partial / "parts" / "sessions").mkdir(parents=True)
-    requests[requests.session_id.isin(kept)].to_parquet(
-        partial / "parts" / "requests" / "part-000001.parquet", index=False
-    )
-    sessions[sessions.session_id.isin(kept)].to_parquet(
-        partial / "parts" / "sessions" / "part-000001.parquet", index=False
-    )
-    # in flight when it was lost: the next session's second request (its first is a row)
-    in_flight_session = sorted(sessions.session_id)[4]
-    first = requests[(requests.session_id == in_flight_session) & (requests.node_id == 0)]
-    first.to_parquet(partial / "parts" / "requests" / "part-000002.parquet", index=False)
-    in_flight = [
-        {
-            "session_id": int(in_flight_session),
-            "node_id": 1,
-            "request_id": 10_000,
-            "phase": "measured",
-            "ready_at": 0.5,
-            "dispatched_at": 0.5,
-        }
-    ]
+    kept = requests[requests.processed_at <= at]
+    kept.to_parquet(partial / "parts" / "requests" / "part-000001.parquet", index=False)
+    ended = sessions[sessions.ended_at <= at]
+    ended.to_parquet(partial / "parts" / "sessions" / "part-000001.parquet", index=False)
+    started = set(owned_below(lost.spec, snap["next_session"]))
     broken = ShardResult(
         lost.spec,
         partial,
         lost.offset_before,
         None,
         lost="the actor died (test)",
-        in_flight=in_flight,
-        t0_wall_ns=lost.t0_wall_ns,
+        in_flight=snap["in_flight"],
+        started_sessions=started,
+        t0_wall_ns=_t0(lost),
     )
     merged = tmp_path / "merged"
-    driver_t0 = shards[0].t0_wall_ns
-    assert driver_t0 is not None
     report = merge_shards(
-        [shards[0], broken, shards[2]],
+        [results[0], broken, results[2]],
         merged,
-        driver_t0_wall_ns=driver_t0,
+        driver_t0_wall_ns=_t0(results[0]),
         scenario=scenario,
         plots=False,
     )
     assert report.exit_code == ExitCode.RUN_ABORTED
     assert report.lost_shards == {1: "the actor died (test)"}
-    owned = [i for i in range(40) if i % SHARDS == 1]
-    assert report.sessions_not_run == len(owned) - 5  # 4 with rows, 1 in flight
+    owned = set(owned_below(lost.spec, 40))
+    assert report.sessions_not_run == len(owned - started) > 0
     out = pd.read_parquet(merged / "requests.parquet")
     lost_rows = out[out.error_kind == SHARD_LOST]
-    assert len(lost_rows) == 1
-    row = lost_rows.iloc[0]
-    expected = (in_flight_session, 1, "error", 1)
-    assert (row.session_id, row.node_id, row.status, row.shard) == expected
+    in_flight = {(e["session_id"], e["node_id"]) for e in snap["in_flight"]}
+    assert set(zip(lost_rows.session_id, lost_rows.node_id, strict=True)) == in_flight
+    assert (lost_rows.status == "error").all()
+    assert (lost_rows.shard == 1).all()
+    assert not (set(zip(kept.session_id, kept.node_id, strict=True)) & in_flight)
+    # every row of the other shards is there, and shard 1's kept rows
+    assert len(out) == 80 - len(requests) + len(kept) + len(in_flight)
     sessions_out = pd.read_parquet(merged / "sessions.parquet")
     incomplete = sessions_out[sessions_out.status == "incomplete"]
-    assert list(incomplete.session_id) == [in_flight_session]
+    assert set(incomplete.session_id) == started - set(ended.session_id)
+    assert sessions_out.session_id.is_unique
     summary = json.loads((merged / "summary.json").read_text())
     distributed = summary["run"]["distributed"]
     assert distributed["lost_shards"] == {"1": "the actor died (test)"}
     assert distributed["sessions_not_run"] == report.sessions_not_run
+    assert distributed["requests_lost_in_flight"] == len(in_flight)
     assert summary["run"]["interrupted"] is True
     shutil.rmtree(partial)

@@ -1,0 +1,74 @@
+"""The merge's time arithmetic: a shard's times onto the driver's timeline."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from veeksha.distributed.clock import OffsetEstimate
+from veeksha.distributed.merge import ShardResult, _offset, _shift, _sorted, shard_shift_ns
+from veeksha.distributed.partition import ShardSpec
+from veeksha.record.columnar import requests_from_rows
+from veeksha.record.columns import REQUESTS_SCHEMA
+
+S = 1_000_000_000
+
+
+def test_shift_is_the_shard_t0_on_the_driver_clock_minus_the_driver_t0() -> None:
+    driver_t0 = 1_700_000_000 * S
+    # the shard's clock is 2.5 s ahead; its t0 came 0.25 s after the driver's
+    shard_t0_on_its_clock = driver_t0 + int(2.75 * S)
+    assert shard_shift_ns(shard_t0_on_its_clock, int(2.5 * S), driver_t0) == S // 4
+    # started at the driver's t0 + its offset (the driver's usual request): no shift
+    assert shard_shift_ns(driver_t0 + 123, 123, driver_t0) == 0
+
+
+def test_the_offset_used_is_the_mean_of_before_and_after() -> None:
+    spec = ShardSpec(0, 1)
+    before, after = OffsetEstimate(100, 1, 2, 3), OffsetEstimate(300, 1, 2, 3)
+    assert _offset(ShardResult(spec, None, before, after)) == 200
+    assert _offset(ShardResult(spec, None, None, after)) == 300
+    assert _offset(ShardResult(spec, None)) == 0
+
+
+def test_every_time_since_t0_moves_and_nothing_else() -> None:
+    table = requests_from_rows(
+        [
+            {
+                "run_id": "r",
+                "phase": "measured",
+                "session_id": 4,
+                "node_id": 0,
+                "status": "ok",
+                "ready_at": 1.0,
+                "sent_at": 1.25,
+                "first_chunk_at": 1.5,
+                "completed_at": 2.0,
+                "ttfc": 0.25,
+                "e2e": 0.75,
+                "chunk_times_ns": [int(1.5 * S), int(1.75 * S)],
+            }
+        ],
+        0,
+    )
+    shifted = _shift(table, REQUESTS_SCHEMA, 0.5).to_pylist()[0]
+    assert shifted["ready_at"] == 1.5
+    assert shifted["sent_at"] == 1.75
+    assert shifted["completed_at"] == 2.5
+    assert shifted["chunk_times"] == [2.0, 2.25]
+    assert (shifted["ttfc"], shifted["e2e"], shifted["tbc"]) == (0.25, 0.75, [0.25])
+    assert shifted["dispatched_at"] is None
+
+
+def test_rows_sort_by_keys_with_nulls_last() -> None:
+    table = pa.table({"a": [3.0, None, 1.0, 1.0], "b": [0, 1, 5, 2]})
+    assert _sorted(table, ["a", "b"]).column("b").to_pylist() == [2, 5, 0, 1]
+
+
+@pytest.mark.parametrize("shift", [0.0, -0.125])
+def test_a_null_list_stays_null(shift: float) -> None:
+    table = requests_from_rows(
+        [{"run_id": "r", "phase": "measured", "session_id": 1, "node_id": 0, "status": "error"}],
+        0,
+    )
+    assert _shift(table, REQUESTS_SCHEMA, shift).column("chunk_times").to_pylist() == [None]
