@@ -5,7 +5,8 @@ its own on 127.0.0.1, stopped after), reserves one bundle per shard in a placeme
 (``SPREAD``: the shards on different nodes as far as the cluster allows), starts one
 :class:`~veeksha.distributed.shard.ShardActor` in each, and then:
 
-1. **clock**: measures each shard's offset to the driver's wall clock (``_PROBES`` round trips,
+1. **clock**: starts every shard's engine and waits until each is set up (a barrier), measures
+   each shard's offset to the driver's wall clock (``_PROBES`` round trips,
    ``clock.estimate_offset``), picks t0 = the driver's wall time now + ``start_margin_s``, and
    sends each shard t0 on its own clock; every shard's engine starts its timeline there;
 2. **collection**: every ``pull_interval_s`` pulls each shard's new Parquet parts and trace
@@ -37,7 +38,7 @@ from typing import Any
 from veeksha.distributed.collect import LocalCopy, Pull, pending_work
 from veeksha.distributed.ray_api import import_ray
 from veeksha.distributed.shard import ShardActor
-from veeksha.errors import ConfigurationError
+from veeksha.errors import ConfigurationError, RunAbortedError
 
 __all__ = [
     "NAMESPACE",
@@ -54,6 +55,7 @@ _NS = 1_000_000_000
 _CONNECT_TIMEOUT_S = 60.0
 _PLACE_TIMEOUT_S = 60.0
 _READY_TIMEOUT_S = 120.0
+_SETUP_TIMEOUT_S = 300.0
 _CALL_TIMEOUT_S = 30.0
 _FINISH_TIMEOUT_S = 120.0
 #: consecutive pulls a shard may miss (unreachable, slow) before it is declared lost
@@ -70,7 +72,7 @@ class DistributedSettings:
     address: str = "auto"
     shards: int | None = None  # None: one per alive node
     workers_per_shard: int | None = None  # None: the scenario's runtime.num_workers
-    start_margin_s: float = 3.0  # t0 this far after the driver sent the start
+    start_margin_s: float = 0.5  # t0 this far after every shard was set up
     pull_interval_s: float = 1.0
 
 
@@ -149,37 +151,60 @@ def run_distributed(
     _connect(ray, settings.address)
     shards: list[ShardState] = []
     placement = None
-    try:
-        count = settings.shards or len([n for n in ray.nodes() if n.get("Alive")])
-        placement = _place(ray, count)
-        shards = _start_actors(ray, placement, count, run_dir)
-        for shard in shards:
-            shard.spec = _shard_spec(shard.index, count)
-            shard.offset_before = _measure_offset(ray, shard.actor)
-        say(
-            f"ray: {count} shard(s) on node(s) " + ", ".join(shard.node_id[:12] for shard in shards)
-        )
-        shard_scenario = _shard_scenario(scenario, settings.workers_per_shard)
-        t0_wall_ns = time.time_ns() + round(settings.start_margin_s * _NS)
-        ray.get(
-            [
-                shard.actor.start.remote(
-                    shard_scenario, shard.spec, _on_shard_clock(shard.offset_before, t0_wall_ns)
-                )
-                for shard in shards
-            ],
-            timeout=_CALL_TIMEOUT_S,
-        )
-        setup_s = time.monotonic() - setup_start
-        with _Interrupts() as interrupts:
+    with _Interrupts() as interrupts:
+        try:
+            count = settings.shards or len([n for n in ray.nodes() if n.get("Alive")])
+            placement = _place(ray, count)
+            shards = _start_actors(ray, placement, count, run_dir)
+            say(f"ray: {count} shard(s) on node(s) " + ", ".join(s.node_id[:12] for s in shards))
+            t0_wall_ns = _agree_t0(ray, shards, scenario, settings, interrupts)
+            setup_s = time.monotonic() - setup_start
             _follow(ray, shards, settings.pull_interval_s, interrupts, say)
             interrupted = interrupts.count > 0
-        _finish(ray, shards)
-    finally:
-        _release(ray, shards, placement)
+            _finish(ray, shards)
+        finally:
+            _release(ray, shards, placement)
     return _merge_and_evaluate(
         scenario, run_dir, shards, t0_wall_ns, interrupted, setup_s, quiet=quiet, plots=plots
     )
+
+
+def _agree_t0(
+    ray: ModuleType,
+    shards: Sequence[ShardState],
+    scenario: Any,
+    settings: DistributedSettings,
+    interrupts: _Interrupts,
+) -> int:
+    """Start every shard's engine, wait until all are set up (the barrier), measure the
+    offsets, and send each shard t0 on its own clock; returns t0 on the driver's clock."""
+    shard_scenario = _shard_scenario(scenario, settings.workers_per_shard)
+    count = len(shards)
+    for shard in shards:
+        shard.spec = _shard_spec(shard.index, count)
+    ray.get(
+        [shard.actor.start.remote(shard_scenario, shard.spec) for shard in shards],
+        timeout=_CALL_TIMEOUT_S,
+    )
+    ready = ray.get([shard.actor.set_up.remote() for shard in shards], timeout=_SETUP_TIMEOUT_S)
+    for shard, ok in zip(shards, ready, strict=True):
+        if not ok:
+            outcome = ray.get(shard.actor.finish.remote(5.0), timeout=_CALL_TIMEOUT_S).outcome
+            why = (outcome or {}).get("error") or "its engine ended during set-up"
+            raise ConfigurationError(f"shard {shard.index} could not start: {why}")
+    if interrupts.count:
+        raise RunAbortedError("interrupted before the shards started; nothing was run")
+    for shard in shards:
+        shard.offset_before = _measure_offset(ray, shard.actor)
+    t0_wall_ns = time.time_ns() + round(settings.start_margin_s * _NS)
+    ray.get(
+        [
+            shard.actor.release.remote(_on_shard_clock(shard.offset_before, t0_wall_ns))
+            for shard in shards
+        ],
+        timeout=_CALL_TIMEOUT_S,
+    )
+    return t0_wall_ns
 
 
 def _echo(line: str) -> None:
@@ -192,7 +217,7 @@ def _echo(line: str) -> None:
 def _connect(ray: ModuleType, address: str) -> None:
     options: dict[str, Any] = {
         "log_to_driver": False,
-        "logging_level": "WARNING",
+        "logging_level": "ERROR",
         "configure_logging": True,
     }
     if address == "local":  # a cluster of this process' own, stopped by ray.shutdown()

@@ -65,17 +65,30 @@ class ShardActor:
         """This host's wall clock (one probe of the driver's offset estimate)."""
         return time.time_ns()
 
-    def start(self, scenario: Any, spec: Any, start_at_wall_ns: int) -> int:
-        """Start the engine process; returns its pid. ``start_at_wall_ns`` is t0 on this
-        host's clock (the driver converted its own t0 with this shard's offset)."""
-        job = ShardJob(scenario, spec, start_at_wall_ns, self.run_dir, self.base / _OUTCOME_FILE)
+    def start(self, scenario: Any, spec: Any) -> int:
+        """Hand the engine process its run; it sets up, then waits for t0 (``release``)."""
+        job = ShardJob(scenario, spec, None, self.run_dir, self.base / _OUTCOME_FILE)
         path = self.base / _JOB_FILE
         path.write_bytes(pickle.dumps(job))
-        assert self.process.stdin is not None
-        self.process.stdin.write(f"{path}\n".encode())
-        self.process.stdin.close()
+        self._send(str(path))
         self.started = True
         return self.process.pid
+
+    def set_up(self) -> bool:
+        """Wait until the engine's set-up is done (True), or it ended (False: ``finish``
+        holds why)."""
+        assert self.process.stdout is not None
+        return self.process.stdout.readline().strip() == b"set-up"
+
+    def release(self, start_at_wall_ns: int) -> None:
+        """t0 on this host's wall clock (the driver's t0 with this shard's offset applied)."""
+        self._send(str(start_at_wall_ns))
+
+    def _send(self, line: str) -> None:
+        assert self.process.stdin is not None
+        with contextlib.suppress(BrokenPipeError):
+            self.process.stdin.write(f"{line}\n".encode())
+            self.process.stdin.flush()
 
     def running(self) -> bool:
         return self.started and self.process.poll() is None

@@ -1,11 +1,13 @@
 """A shard's engine in a process of its own: ``python -m veeksha.distributed.shard_process``.
 
 The shard actor (``shard.py``) starts this process when it is made: it imports the engine
-(seconds of CPU where no bytecode is written) and says ``ready`` on stdout, before the driver
-picks t0, so that start-up is not part of the start margin. The actor then writes the path of
-``IN`` (a pickle of :class:`ShardJob`) on its stdin, and this process runs the existing
-engine (``run_scenario(..., shard=..., start_at_wall_ns=...)``) into the job's folder, then
-writes its outcome as JSON beside ``IN``. Its main thread owns the event loop, so SIGINT
+(seconds of CPU where no bytecode is written) and says ``ready`` on stdout. The actor then
+writes the path of ``IN`` (a pickle of :class:`ShardJob`) on its stdin, and this process runs
+the existing engine (``run_scenario(..., shard=..., start_at_wall_ns=barrier)``) into the job's
+folder. The barrier: once the engine's set-up is done (workers up, sessions' source made) it
+says ``set-up`` on stdout and reads t0 (ns on this host's wall clock) from stdin, which the
+driver sends when every shard is set up. At the end it writes its outcome as JSON beside
+``IN``. Its main thread owns the event loop, so SIGINT
 stops the run exactly as Ctrl-C stops ``veeksha run`` (a second one cancels what is in
 flight). If the actor dies, this process is orphaned: it stops its run the same way and
 deletes its folder, which no one will pull.
@@ -36,7 +38,7 @@ class ShardJob:
 
     scenario: Any  # veeksha.scenario.models.Scenario (pickled by the actor)
     spec: Any  # veeksha.distributed.partition.ShardSpec
-    start_at_wall_ns: int
+    start_at_wall_ns: int | None  # None: the barrier (t0 from the driver once set up)
     run_dir: Path
     outcome_path: Path
 
@@ -58,13 +60,23 @@ def main() -> int:
     from veeksha.engine.run import exit_code_for, run_scenario
     from veeksha.errors import VeekshaError
 
-    sys.stdout.write("ready\n")
-    sys.stdout.flush()
+    to_actor = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # (from here on, anything printed goes to the log, not to the actor's pipe)
+    to_actor.write("ready\n")
+    to_actor.flush()
     line = sys.stdin.readline().strip()
     if not line:  # the actor went away before the run
         return 0
     job: ShardJob = pickle.loads(Path(line).read_bytes())
+
+    def barrier() -> int:
+        """Called by the engine (in a thread) once its set-up is done: t0 from the driver."""
+        to_actor.write("set-up\n")
+        to_actor.flush()
+        answer = sys.stdin.readline().strip()
+        if not answer:
+            raise RuntimeError("the shard actor went away before t0")
+        return int(answer)
 
     outcome: dict[str, Any]
     try:
@@ -74,7 +86,7 @@ def main() -> int:
             quiet=True,
             plots=False,
             shard=job.spec,
-            start_at_wall_ns=job.start_at_wall_ns,
+            start_at_wall_ns=barrier if job.start_at_wall_ns is None else job.start_at_wall_ns,
         )
     except VeekshaError as exc:
         outcome = {"error": str(exc), "exit_code": exc.exit_code, "interrupted": True}
