@@ -53,6 +53,11 @@ def _watch_parent(parent: int, orphaned: threading.Event) -> None:
 
 
 def main() -> int:
+    # A Ray worker blocks (or ignores) SIGINT and SIGTERM, and its children inherit that: this
+    # process must take Ctrl-C from the actor (``stop``) as ``veeksha run`` takes it.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     orphaned = threading.Event()
     threading.Thread(
         target=_watch_parent, args=(os.getppid(), orphaned), daemon=True, name="orphan-watch"
