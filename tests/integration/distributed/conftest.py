@@ -44,12 +44,17 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _ray_env() -> dict[str, str]:
+def ray_env() -> dict[str, str]:
+    """The environment of the cluster's processes and of the drivers the tests start: no
+    usage stats, and no token authentication (a ``ray.init`` of a local cluster elsewhere on
+    the machine may have left ~/.ray/auth_token, which a head would then require of the
+    second node and of the drivers; this cluster listens on 127.0.0.1 only)."""
     return {
         **os.environ,
         "CI": "true",
         "RAY_USAGE_STATS_ENABLED": "0",
         "RAY_DISABLE_DOCKER_CPU_WARNING": "1",
+        "RAY_AUTH_MODE": "disabled",
     }
 
 
@@ -61,7 +66,7 @@ def _ray_start(args: list[str], log: Path) -> int:
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            env=_ray_env(),
+            env=ray_env(),
             start_new_session=True,
         )
         try:

@@ -6,7 +6,6 @@ The most expensive module of the suite: one cluster for the module, two short ru
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ import pandas as pd
 import pytest
 
 from tests.integration.conftest import StartSimulator
-from tests.integration.distributed.conftest import RayCluster
+from tests.integration.distributed.conftest import RayCluster, ray_env
 from veeksha.distributed.driver import NAMESPACE, SHARDS_FILE, actor_name
 from veeksha.engine.run import run_scenario
 from veeksha.scenario.loader import load_scenario_text
@@ -64,7 +63,7 @@ def _veeksha_run(scenario: Path, out: Path, address: str) -> subprocess.Popen[st
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "CI": "true", "RAY_USAGE_STATS_ENABLED": "0"},
+        env=ray_env(),
     )
 
 
@@ -163,6 +162,7 @@ def test_a_killed_shard_is_marked_lost_and_the_run_keeps_the_rest(
     run_dir = copy.parent.parent
     subprocess.run(
         [sys.executable, "-c", _KILL, ray_cluster.address, actor_name(run_dir.name, 1), NAMESPACE],
+        env=ray_env(),
         timeout=60,
         check=True,
         stdin=subprocess.DEVNULL,
