@@ -26,17 +26,37 @@ from typing import Any
 from veeksha.distributed.collect import Pull, ShardFiles
 from veeksha.distributed.shard_process import ShardJob
 
-__all__ = ["ShardActor"]
+__all__ = ["ShardActor", "sweep_stale_folders"]
 
 _OUTCOME_FILE = "outcome.json"
 _JOB_FILE = "job.pickle"
+_OWNER_FILE = "owner.pid"
+_PREFIX = "veeksha-shard-"
+
+
+def sweep_stale_folders() -> None:
+    """Delete the folders of shards whose actor died (a lost shard: Ray kills the actor and its
+    engine process, so no one else deletes them): those whose owner pid is gone."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{_PREFIX}*"):
+        try:
+            pid = int((folder / _OWNER_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except PermissionError:  # (another user's live process)
+            continue
 
 
 class ShardActor:
     """One shard: its engine process, its run folder, what was pulled of it."""
 
     def __init__(self, run_name: str) -> None:
-        self.base = Path(tempfile.mkdtemp(prefix="veeksha-shard-"))
+        sweep_stale_folders()
+        self.base = Path(tempfile.mkdtemp(prefix=_PREFIX))
+        (self.base / _OWNER_FILE).write_text(str(os.getpid()), encoding="utf-8")
         self.run_dir = self.base / run_name
         self.files = ShardFiles(self.run_dir)
         self.stops = 0

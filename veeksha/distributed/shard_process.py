@@ -9,8 +9,9 @@ says ``set-up`` on stdout and reads t0 (ns on this host's wall clock) from stdin
 driver sends when every shard is set up. At the end it writes its outcome as JSON beside
 ``IN``. Its main thread owns the event loop, so SIGINT
 stops the run exactly as Ctrl-C stops ``veeksha run`` (a second one cancels what is in
-flight). If the actor dies, this process is orphaned: it stops its run the same way and
-deletes its folder, which no one will pull.
+flight). If the actor dies, Ray normally kills this process with it; if it survives, orphaned,
+it stops its run the same way and deletes its folder, which no one will pull (else the next
+shard actor on the node deletes it: ``shard.sweep_stale_folders``).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ import json
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from tests.integration.conftest import StartSimulator
 from tests.integration.distributed.conftest import RayCluster, ray_env
 from veeksha.distributed.driver import NAMESPACE, SHARDS_FILE, actor_name
 from veeksha.distributed.merge import SHARD_LOST
+from veeksha.distributed.shard import sweep_stale_folders
 from veeksha.engine.run import run_scenario
 from veeksha.scenario.loader import load_scenario_text
 from veeksha.simulator.process import SimulatorProcess
@@ -198,3 +200,10 @@ def test_a_killed_shard_is_lost_and_ctrl_c_stops_the_other_and_keeps_everything(
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["run"]["distributed"]["lost_shards"].keys() == {"1"}
     assert summary["run"]["distributed"]["sessions_not_run"] > 0
+    # the lost shard's folder on its node (its actor and engine killed by Ray) is deleted by
+    # the next shard actor made there; shard 0's by its actor at the end
+    leftovers = list(Path(tempfile.gettempdir()).glob(f"veeksha-shard-*/{run_dir.name}"))
+    assert len(leftovers) <= 1
+    if leftovers:
+        sweep_stale_folders()  # (what a new ShardActor does first)
+        assert not leftovers[0].exists()
