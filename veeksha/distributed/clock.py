@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["OffsetEstimate", "drift_ns", "estimate_offset", "to_driver_ns"]
+__all__ = ["OffsetEstimate", "drift_ns", "estimate_offset", "to_driver_ns", "to_shard_ns"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +81,12 @@ def estimate_offset(samples: Sequence[tuple[int, int, int]]) -> OffsetEstimate:
 def to_driver_ns(shard_ns: int, est: OffsetEstimate) -> int:
     """A shard wall-clock reading on the driver's wall clock."""
     return shard_ns - est.offset_ns
+
+
+def to_shard_ns(driver_ns: int, est: OffsetEstimate) -> int:
+    """A driver wall-clock instant on the shard's wall clock (e.g. the agreed t0 a shard is
+    given as ``start_at_wall_ns``)."""
+    return driver_ns + est.offset_ns
 
 
 def drift_ns(before: OffsetEstimate, after: OffsetEstimate) -> int:

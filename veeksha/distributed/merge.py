@@ -3,8 +3,9 @@
 Each shard wrote an ordinary run folder (``veeksha run`` with ``shard=``): times in seconds
 since *its* t0, read on *its* monotonic clock. The merge moves every time onto the driver's
 timeline and writes one folder: requests.parquet, sessions.parquet, trace.jsonl, config.yaml,
-then the same evaluation a single-host run gets (summary.json, health, SLOs, metrics/, plots/),
-so ``veeksha report`` works on it.
+server_metrics.parquet (the first finished shard's scrapes: every shard scrapes the same
+server), then the same evaluation a single-host run gets (summary.json, health, SLOs,
+metrics/, plots/), so ``veeksha report`` works on it.
 
 The arithmetic (ns unless said). A shard's t0 is ``T_k`` on its wall clock
 (``run.t0_wall_ns``); its clock reads ``offset_k`` ahead of the driver's
@@ -29,6 +30,9 @@ kept; each request it last reported in flight and that has no row gets one with
 ``status = error``, ``error_kind = shard_lost``; each session it started and that has no row
 gets one with ``status = incomplete``; its own sessions that never started are counted in
 summary.json → ``run.distributed.sessions_not_run``. The run is then interrupted (exit 3).
+
+Memory: the merge holds every shard's tables at once (a single host's run streams its
+evaluation a column at a time; a merge of very large runs would want the same).
 """
 
 from __future__ import annotations
@@ -56,10 +60,11 @@ from veeksha.record.columns import REQUESTS_SCHEMA, SESSIONS_SCHEMA, column_unit
 from veeksha.record.parquet import REQUESTS_FILE, SESSIONS_FILE
 from veeksha.record.reader import load_requests, load_sessions, read_metadata
 from veeksha.record.run_folder import write_config
+from veeksha.record.server_metrics import SERVER_METRICS_FILE
 from veeksha.record.trace import TraceEntry, read_trace
 from veeksha.scenario.loader import scenario_hash
 from veeksha.scenario.models import Scenario
-from veeksha.schedule.shards import ShardSpec, owns
+from veeksha.schedule.shards import ShardSpec, owned_below, owns
 
 __all__ = ["SHARD_LOST", "MergeReport", "ShardResult", "merge_shards", "shard_shift_ns"]
 
@@ -96,6 +101,30 @@ class ShardResult:
     started_sessions: set[int] | None = None
     t0_wall_ns: int | None = None
     lost_at_wall_ns: int | None = None  # when the driver saw it lost (driver's wall clock)
+
+    @classmethod
+    def from_snapshot(
+        cls,
+        spec: ShardSpec,
+        folder: Path | None,
+        snapshot: Mapping[str, Any] | None,
+        **known: Any,
+    ) -> ShardResult:
+        """A shard's result from the last ``RunProbe.snapshot()`` it sent (None: none came):
+        its in-flight requests, the sessions it started (its own indexes below
+        ``next_session``) and its t0; ``known``: the other fields (offsets, ``lost``...)."""
+        if snapshot is None:
+            return cls(spec, folder, **known)
+        next_session = snapshot.get("next_session")
+        started = None if next_session is None else set(owned_below(spec, int(next_session)))
+        return cls(
+            spec,
+            folder,
+            in_flight=list(snapshot.get("in_flight") or []),
+            started_sessions=started,
+            t0_wall_ns=snapshot.get("t0_wall_ns"),
+            **known,
+        )
 
 
 @dataclass
@@ -173,11 +202,15 @@ def _shift(table: pa.Table, schema: pa.Schema, shift_s: float) -> pa.Table:
     return table
 
 
-def _with_shard(table: pa.Table, schema: pa.Schema, index: int) -> pa.Table:
-    """The shard's index in every row whose ``shard`` is null (an older shard's folder)."""
+def _as_merged(table: pa.Table, schema: pa.Schema, index: int, run_id: str) -> pa.Table:
+    """The merged run's ``run_id`` in every row, and the shard's index where ``shard`` is null
+    (an older shard's folder)."""
     position = table.column_names.index("shard")
     filled = pc.fill_null(table.column(position), pa.scalar(index, pa.int32()))
-    return table.set_column(position, schema.field("shard"), filled)
+    table = table.set_column(position, schema.field("shard"), filled)
+    position = table.column_names.index("run_id")
+    run_ids = pa.array([run_id] * table.num_rows, type=pa.string())
+    return table.set_column(position, schema.field("run_id"), run_ids)
 
 
 def _sorted(table: pa.Table, keys: Sequence[str]) -> pa.Table:
@@ -288,8 +321,8 @@ def merge_shards(
         with_rows: set[int] = set()
         if _has_results(shard.folder):
             assert shard.folder is not None
-            requests = _with_shard(load_requests(shard.folder), REQUESTS_SCHEMA, index)
-            sessions = _with_shard(load_sessions(shard.folder), SESSIONS_SCHEMA, index)
+            requests = _as_merged(load_requests(shard.folder), REQUESTS_SCHEMA, index, run_id)
+            sessions = _as_merged(load_sessions(shard.folder), SESSIONS_SCHEMA, index, run_id)
             requests_parts.append(_shift(requests, REQUESTS_SCHEMA, shift_s))
             sessions_parts.append(_shift(sessions, SESSIONS_SCHEMA, shift_s))
             ids = requests.column("session_id").to_pylist()
@@ -352,8 +385,8 @@ def merge_shards(
         if shard.lost is None:
             continue
         index = shard.spec.index
-        own = sum(1 for i in range(planned) if owns(shard.spec, i) and i not in started_by[index])
-        not_run[index] = own
+        began = sum(1 for i in started_by[index] if i < planned and owns(shard.spec, i))
+        not_run[index] = len(owned_below(shard.spec, planned)) - began
     for info in per_shard:
         if info["index"] in not_run:
             info["sessions_not_run"] = not_run[info["index"]]
@@ -365,6 +398,7 @@ def merge_shards(
     trace_entries.sort(key=lambda e: (e.dispatched_at, e.request_id))
 
     write_config(run_dir, scenario)
+    _copy_server_metrics(shards, shifts, run_dir)
     if trace_entries:
         encoder = msgspec.json.Encoder()
         with (run_dir / _TRACE_FILE).open("wb") as out:
@@ -498,6 +532,30 @@ def _phases(runs: list[dict[str, Any]], shifts: Sequence[float]) -> list[Any] | 
             moved.append(copy)
         return moved
     return None
+
+
+def _copy_server_metrics(
+    shards: Sequence[ShardResult], shifts: Mapping[int, float], run_dir: Path
+) -> None:
+    """The server's metrics as the first shard that finished scraped them (every shard scrapes
+    the same server: one view is the server's), on the driver's timeline."""
+    for shard in sorted(shards, key=lambda s: s.spec.index):
+        source = None if shard.folder is None else shard.folder / SERVER_METRICS_FILE
+        if shard.lost is not None or source is None or not source.exists():
+            continue
+        with pq.ParquetFile(source) as file:
+            table = file.read()
+        metadata = {
+            k.decode(): v.decode()
+            for k, v in (table.schema.metadata or {}).items()
+            if not k.startswith(b"ARROW:")
+        }
+        metadata["server_metrics_shard"] = str(shard.spec.index)
+        position = table.column_names.index("t")
+        moved = pc.add(table.column(position), shifts[shard.spec.index])
+        table = table.set_column(position, table.schema.field("t"), moved)
+        _write(table, table.schema, run_dir / SERVER_METRICS_FILE, metadata)
+        return
 
 
 def _write(table: pa.Table, schema: pa.Schema, path: Path, metadata: dict[str, str]) -> None:

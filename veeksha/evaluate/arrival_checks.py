@@ -83,7 +83,20 @@ def _skip_reason(data: HealthInput) -> str | None:
     return None
 
 
+def _one_shard(data: HealthInput) -> str | None:
+    """Why a shard's own folder is not judged on the arrivals (None: it is not a shard)."""
+    shard = data.run_info.get("shard")
+    if isinstance(shard, dict) and int(shard.get("count", 1)) > 1:
+        return (
+            f"one shard of {shard['count']} starts every {shard['count']}th arrival: the"
+            " arrivals are judged on the merged run"
+        )
+    return None
+
+
 def _dispatch_rate(data: HealthInput) -> Outcome:
+    if reason := _one_shard(data):
+        return Outcome(SKIP, reason, {})
     if isinstance(data.scenario.traffic_scheduler, TraceScheduler):
         return trace_dispatch_rate(data)
     reason = _skip_reason(data)
@@ -115,6 +128,8 @@ def _dispatch_rate(data: HealthInput) -> Outcome:
 
 
 def _arrival_distribution(data: HealthInput) -> Outcome:
+    if reason := _one_shard(data):
+        return Outcome(SKIP, reason, {})
     if isinstance(data.scenario.traffic_scheduler, TraceScheduler):
         return trace_arrival_timeline(data)
     reason = _skip_reason(data)

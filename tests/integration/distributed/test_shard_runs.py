@@ -153,6 +153,8 @@ def test_each_shard_runs_its_own_sessions_at_their_single_host_times(
         summary = json.loads((result.folder / "summary.json").read_text())
         assert summary["run"]["shard"] == {"index": result.spec.index, "count": SHARDS}
         assert "late" not in (result.folder / "run.log").read_text()
+        checks = summary["health"]["checks"]
+        assert checks["dispatch_rate"] == checks["arrival_distribution"] == "SKIP"
     assert pd.read_parquet(single / "requests.parquet").shard.isna().all()
 
 
@@ -173,6 +175,7 @@ def test_merged_folder_is_the_single_host_experiment(
     assert requests.request_id.is_unique
     assert (requests.status == "ok").all()
     assert (requests.shard == requests.session_id % SHARDS).all()
+    assert set(requests.run_id) == set(sessions.run_id) == {"merged"}
     # the planned arrivals are the single-host ones, exactly
     assert _roots(merged) == _roots(single)
     # dependency order and think times hold on the merged timeline
@@ -183,6 +186,11 @@ def test_merged_folder_is_the_single_host_experiment(
         assert row.sent_at >= parent.completed_at + 0.05 - 1e-6
     # rows in a single host's order: by the time the main process handled them
     assert requests.processed_at.is_monotonic_increasing
+    # the server's metrics as shard 0 scraped them, on the driver's timeline (shift 0 here)
+    assert results[0].folder is not None
+    scraped = pd.read_parquet(results[0].folder / "server_metrics.parquet")
+    assert len(scraped) > 0
+    assert pd.read_parquet(merged / "server_metrics.parquet").t.equals(scraped.t)
     trace = read_trace(merged / "trace.jsonl")
     assert len(trace) == 80
     assert {entry.shard for entry in trace} == set(range(SHARDS))
@@ -237,16 +245,11 @@ def test_a_lost_shard_gives_rows_not_run_counts_and_exit_3(
     ended = sessions[sessions.ended_at <= at]
     ended.to_parquet(partial / "parts" / "sessions" / "part-000001.parquet", index=False)
     started = set(owned_below(lost.spec, snap["next_session"]))
-    broken = ShardResult(
-        lost.spec,
-        partial,
-        lost.offset_before,
-        None,
-        lost="the actor died (test)",
-        in_flight=snap["in_flight"],
-        started_sessions=started,
-        t0_wall_ns=_t0(lost),
+    broken = ShardResult.from_snapshot(
+        lost.spec, partial, snap, offset_before=lost.offset_before, lost="the actor died (test)"
     )
+    assert broken.t0_wall_ns == _t0(lost)
+    assert broken.started_sessions == started
     merged = tmp_path / "merged"
     report = merge_shards(
         [results[0], broken, results[2]],

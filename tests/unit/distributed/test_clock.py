@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from veeksha.distributed.clock import OffsetEstimate, drift_ns, estimate_offset, to_driver_ns
+from veeksha.distributed.clock import (
+    OffsetEstimate,
+    drift_ns,
+    estimate_offset,
+    to_driver_ns,
+    to_shard_ns,
+)
 
 US = 1_000
 
@@ -18,6 +24,7 @@ def test_docstring_example() -> None:
     est = estimate_offset([(1000, 1600, 1100), (2000, 2900, 2400)])
     assert est == OffsetEstimate(550, 50, 100, 2)
     assert to_driver_ns(10_000, est) == 9_450
+    assert to_shard_ns(9_450, est) == 10_000
 
 
 def test_symmetric_trips_give_the_offset_exactly() -> None:

@@ -72,3 +72,20 @@ def test_a_null_list_stays_null(shift: float) -> None:
         0,
     )
     assert _shift(table, REQUESTS_SCHEMA, shift).column("chunk_times").to_pylist() == [None]
+
+
+def test_a_result_from_the_probe_snapshot() -> None:
+    snapshot = {
+        "state": "running",
+        "t0_wall_ns": 5 * S,
+        "next_session": 10,
+        "in_flight": [{"session_id": 7, "node_id": 1}],
+    }
+    spec = ShardSpec(1, 3)
+    result = ShardResult.from_snapshot(spec, None, snapshot, lost="node died")
+    assert result.started_sessions == {1, 4, 7}
+    assert result.in_flight == [{"session_id": 7, "node_id": 1}]
+    assert (result.t0_wall_ns, result.lost) == (5 * S, "node died")
+    empty = ShardResult.from_snapshot(spec, None, None, lost="never reported")
+    assert empty.started_sessions is None
+    assert empty.in_flight == []

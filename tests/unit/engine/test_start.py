@@ -1,0 +1,44 @@
+"""t0 on both clocks: the (monotonic, wall) pair and the agreed t0 of a shard."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from veeksha.engine.start import agreed_t0, clock_pair, monotonic_at_wall, wall_at_monotonic
+
+
+class Log:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, message: str) -> None:
+        self.lines.append(message)
+
+    def warning(self, message: str) -> None:
+        self.lines.append("warning: " + message)
+
+
+def test_the_pair_maps_each_clock_onto_the_other_exactly() -> None:
+    pair = clock_pair(tries=3)
+    mid, wall, half = pair
+    assert half >= 0
+    for t in (mid, mid + 123_456_789, mid - 5):
+        assert monotonic_at_wall(wall_at_monotonic(t, pair), pair) == t
+    assert wall_at_monotonic(mid, pair) == wall
+
+
+def test_a_past_agreed_t0_is_kept_and_said_late() -> None:
+    log = Log()
+    agreed = time.time_ns() - 2_000_000_000
+    t0_ns, t0_wall = asyncio.run(agreed_t0(lambda: agreed, 50_000_000, log))
+    assert t0_wall == agreed
+    assert t0_ns < time.monotonic_ns()
+    assert any("late" in line for line in log.lines)
+
+
+def test_without_an_agreed_t0_it_lies_the_lead_ahead() -> None:
+    before = time.monotonic_ns()
+    t0_ns, t0_wall = asyncio.run(agreed_t0(None, 50_000_000, Log()))
+    assert t0_ns >= before + 50_000_000
+    assert t0_wall > 1_600_000_000 * 1_000_000_000  # a wall time (ns since the epoch)
