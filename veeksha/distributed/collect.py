@@ -34,7 +34,8 @@ class Pull:
     """One answer of a shard to the driver's pull.
 
     ``files``: relative path → bytes (new parts; with ``final``, every file of the folder);
-    ``trace``: trace.jsonl bytes appended since the previous pull, whole lines; ``running``:
+    ``trace``: trace.jsonl bytes appended since the previous pull, whole lines; ``snapshot``:
+    the engine's latest ``RunProbe`` snapshot (in flight, next session, t0); ``running``:
     whether the shard's engine process still runs; ``outcome``: what its run returned (once
     ended: ``interrupted``, ``stop_reason``, ``returncode``...).
     """
@@ -44,6 +45,7 @@ class Pull:
     running: bool = True
     final: bool = False
     outcome: dict[str, Any] | None = None
+    snapshot: dict[str, Any] | None = None  # the run's latest RunProbe snapshot, if new
 
 
 class ShardFiles:
@@ -98,6 +100,7 @@ class LocalCopy:
         folder.mkdir(parents=True, exist_ok=True)
         self.pulls = 0
         self.outcome: dict[str, Any] | None = None
+        self.snapshot: dict[str, Any] | None = None
 
     def apply(self, pull: Pull) -> None:
         """Write what ``pull`` carries. A final pull holding the merged ``requests.parquet``
@@ -116,6 +119,8 @@ class LocalCopy:
                 file.write(pull.trace)
         if pull.outcome is not None:
             self.outcome = pull.outcome
+        if pull.snapshot is not None:
+            self.snapshot = pull.snapshot
 
 
 def pending_work(folder: Path) -> tuple[list[dict[str, Any]], list[int]]:

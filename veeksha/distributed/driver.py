@@ -324,10 +324,10 @@ def _measure_offset(ray: ModuleType, actor: Any) -> Any:
 
 
 def _on_shard_clock(estimate: Any, driver_ns: int) -> int:
-    """``driver_ns`` on the shard's clock: the inverse of ``clock.to_driver_ns``."""
-    from veeksha.distributed.clock import to_driver_ns
+    """``driver_ns`` on the shard's clock."""
+    from veeksha.distributed.clock import to_shard_ns
 
-    return driver_ns + (driver_ns - int(to_driver_ns(driver_ns, estimate)))
+    return to_shard_ns(driver_ns, estimate)
 
 
 def _shard_spec(index: int, count: int) -> Any:
@@ -458,19 +458,28 @@ def _merge_and_evaluate(
 
     results = []
     for shard in shards:
-        in_flight, started = pending_work(shard.copy.folder)
-        results.append(
-            ShardResult(
+        known = {
+            "offset_before": shard.offset_before,
+            "offset_after": shard.offset_after,
+            "lost": shard.lost,
+            "lost_at_wall_ns": shard.lost_at_wall_ns,
+        }
+        if shard.lost is not None and shard.copy.snapshot is not None:
+            # the engine's own account, at most a pull old: in flight, sessions started, t0
+            result = ShardResult.from_snapshot(
+                shard.spec, shard.copy.folder, shard.copy.snapshot, **known
+            )
+        else:  # (a finished shard's folder holds it all; a lost one without a snapshot:
+            # its trace lines without rows, as pulled)
+            in_flight, started = pending_work(shard.copy.folder)
+            result = ShardResult(
                 spec=shard.spec,
                 folder=shard.copy.folder,
-                offset_before=shard.offset_before,
-                offset_after=shard.offset_after,
-                lost=shard.lost,
                 in_flight=in_flight if shard.lost is not None else [],
                 started_sessions=set(started),
-                lost_at_wall_ns=shard.lost_at_wall_ns,
+                **known,
             )
-        )
+        results.append(result)
     _write_shards_file(run_dir, shards, t0_wall_ns, setup_s)
     ray_info = {
         "backend": "ray",

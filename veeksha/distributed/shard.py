@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from veeksha.distributed.collect import Pull, ShardFiles
-from veeksha.distributed.shard_process import ShardJob
+from veeksha.distributed.shard_process import SNAPSHOT_FILE, ShardJob
 
 __all__ = ["ShardActor", "sweep_stale_folders"]
 
@@ -118,6 +118,8 @@ class ShardActor:
         running = self.running()  # (read first: a run that ended before the listing is whole)
         pull = self.files.next_pull()
         pull.running = running
+        with contextlib.suppress(OSError, ValueError):
+            pull.snapshot = json.loads((self.base / SNAPSHOT_FILE).read_text(encoding="utf-8"))
         return pull
 
     def stop(self) -> int:

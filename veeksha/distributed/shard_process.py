@@ -28,9 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ShardJob", "main"]
+__all__ = ["SNAPSHOT_FILE", "ShardJob", "main"]
 
 _ORPHAN_POLL_S = 0.5
+_SNAPSHOT_EVERY_S = 0.5
+#: beside the job file: the run's latest ``RunProbe`` snapshot (JSON), rewritten every 0.5 s
+SNAPSHOT_FILE = "snapshot.json"
 
 
 @dataclass
@@ -53,6 +56,18 @@ def _watch_parent(parent: int, orphaned: threading.Event) -> None:
     os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C: cancel what is in flight
 
 
+def _report_snapshots(probe: Any, path: Path, done: threading.Event) -> None:
+    """Write the run's state for the actor's pulls (what a lost shard had in flight)."""
+    while not done.wait(_SNAPSHOT_EVERY_S):
+        try:
+            snapshot = probe.snapshot(timeout=_SNAPSHOT_EVERY_S * 4)
+        except Exception:  # noqa: BLE001 (not running yet, or ended: the next one, or none)
+            continue
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(snapshot, default=str), encoding="utf-8")
+        tmp.replace(path)
+
+
 def main() -> int:
     # A Ray worker blocks (or ignores) SIGINT and SIGTERM, and its children inherit that: this
     # process must take Ctrl-C from the actor (``stop``) as ``veeksha run`` takes it.
@@ -63,6 +78,7 @@ def main() -> int:
     threading.Thread(
         target=_watch_parent, args=(os.getppid(), orphaned), daemon=True, name="orphan-watch"
     ).start()
+    from veeksha.engine.probe import RunProbe
     from veeksha.engine.run import exit_code_for, run_scenario
     from veeksha.errors import VeekshaError
 
@@ -84,6 +100,15 @@ def main() -> int:
             raise RuntimeError("the shard actor went away before t0")
         return int(answer)
 
+    probe = RunProbe()
+    done = threading.Event()
+    snapshots = threading.Thread(
+        target=_report_snapshots,
+        args=(probe, job.outcome_path.with_name(SNAPSHOT_FILE), done),
+        daemon=True,
+        name="snapshots",
+    )
+    snapshots.start()
     outcome: dict[str, Any]
     try:
         result = run_scenario(
@@ -93,6 +118,7 @@ def main() -> int:
             plots=False,
             shard=job.spec,
             start_at_wall_ns=barrier if job.start_at_wall_ns is None else job.start_at_wall_ns,
+            probe=probe,
         )
     except VeekshaError as exc:
         outcome = {"error": str(exc), "exit_code": exc.exit_code, "interrupted": True}
@@ -108,6 +134,7 @@ def main() -> int:
             "verdict": result.verdict,
             "error": result.extra.get("error"),
         }
+    done.set()
     if orphaned.is_set():
         shutil.rmtree(job.run_dir.parent, ignore_errors=True)
         return 3
