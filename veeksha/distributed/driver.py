@@ -557,6 +557,7 @@ def _write_shards_file(
                 "node_id": shard.node_id,
                 "lost": shard.lost,
                 "pulls": shard.copy.pulls,
+                "last_snapshot": shard.copy.snapshot is not None,
                 "offset_before": offset(shard.offset_before),
                 "offset_after": offset(shard.offset_after),
                 "outcome": shard.copy.outcome,

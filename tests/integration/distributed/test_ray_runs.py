@@ -182,6 +182,7 @@ def test_a_killed_shard_is_lost_and_ctrl_c_stops_the_other_and_keeps_everything(
     assert shards[0]["lost"] is None
     assert shards[0]["outcome"]["stop_reason"] == "interrupted"
     assert shards[1]["lost"]
+    assert shards[1]["last_snapshot"]  # its in-flight requests: from the engine's own probe
     assert (run_dir / "shards" / "shard-1").is_dir()  # a lost shard's copy is kept
     assert "[shard 0]" in (run_dir / "run.log").read_text()
     requests = pd.read_parquet(run_dir / "requests.parquet")
