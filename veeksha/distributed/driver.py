@@ -50,7 +50,7 @@ __all__ = [
     "settings_for",
 ]
 
-_PROBES = 8
+_PROBES = 16
 _NS = 1_000_000_000
 _CONNECT_TIMEOUT_S = 60.0
 _PLACE_TIMEOUT_S = 60.0
