@@ -489,11 +489,21 @@ def fig_streams(plan: Plan, _sim: Simulator) -> Sample:
     return Sample(streams_figure(plan.workdir, plan.pick(3.0, 6.0), configs))
 
 
+def fig_ray(plan: Plan, sim: Simulator) -> Sample:
+    """The Ray path's overhead on one host (``benchmarks.ray_overhead``, which defines the
+    values): a plain run and a ``--ray local`` run of one shard. Needs ``veeksha[ray]``."""
+    from benchmarks.ray_overhead import overhead_sample
+
+    rate, seconds = plan.pick(100.0, 200.0), plan.pick(3.0, 5.0)
+    values = overhead_sample(plan.workdir / "ray", sim.base_url, rate, seconds)
+    return Sample(values, [] if values else ["Ray is not installed: pip install -e '.[ray]'"])
+
+
 #: Figures measured fewer times than ``--repeats`` asks (their one run is long).
-REPEATS: dict[str, int] = {"scale": 1, "trace": 1}
+REPEATS: dict[str, int] = {"scale": 1, "trace": 1, "ray": 1}
 
 #: Figures left out of ``--quick`` unless named (each takes well over a minute).
-SLOW: frozenset[str] = frozenset({"trace"})
+SLOW: frozenset[str] = frozenset({"trace", "ray"})
 
 FIGURES: dict[str, Callable[[Plan, Simulator], Sample]] = {
     "imports": fig_imports,
@@ -508,4 +518,5 @@ FIGURES: dict[str, Callable[[Plan, Simulator], Sample]] = {
     "memory": fig_memory,
     "trace": fig_trace,
     "agents": fig_agents,
+    "ray": fig_ray,
 }

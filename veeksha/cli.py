@@ -227,11 +227,16 @@ def _run(ctx: click.Context, path: str, overrides: Sequence[str], options: RunOp
 
     points = _load_points(path, overrides)
     if points.is_sweep:
+        if options.ray is not None:
+            raise click.UsageError("--ray runs one scenario, not a sweep")
         _run_sweep(ctx, points, overrides, options)
         return
     scenario = points.points[0].scenario
     if options.output_dir is not None:
         scenario = scenario.model_copy(update={"output_dir": str(options.output_dir)})
+    if options.ray is not None or getattr(scenario.runtime, "distributed", None) is not None:
+        _run_distributed(ctx, scenario, options)
+        return
     # A bad trace: exit 2 before any folder exists. A trace's first read (its conversion to
     # the Parquet cache, seconds for millions of rows, mostly in Arrow's C++ without the GIL)
     # runs on a thread while this one imports the rest of the engine. What the thread imports
@@ -266,6 +271,26 @@ def _run(ctx: click.Context, path: str, overrides: Sequence[str], options: RunOp
     finally:
         if simulator is not None:
             simulator.stop()  # (the run stopped it already, unless it failed before its start)
+    if result != 0:
+        ctx.exit(result)
+
+
+def _run_distributed(ctx: click.Context, scenario: Scenario, options: RunOptions) -> None:
+    """``--ray [ADDRESS]`` or ``runtime.distributed``: ``veeksha.distributed.driver``."""
+    if options.dry_run:
+        raise click.UsageError("--dry-run runs on this host only; drop --ray")
+    from veeksha.distributed.driver import run_distributed, settings_for
+    from veeksha.distributed.ray_api import import_ray
+    from veeksha.record.run_folder import create_run_folder, write_config
+
+    settings = settings_for(scenario, options.ray)
+    assert settings is not None
+    import_ray()  # (missing: exit 2 before any folder exists)
+    run_dir = create_run_folder(scenario.output_dir, scenario)
+    write_config(run_dir, scenario)
+    if not options.quiet:
+        click.echo(f"run folder: {run_dir}")
+    result = run_distributed(scenario, run_dir, settings, quiet=options.quiet, plots=options.plots)
     if result != 0:
         ctx.exit(result)
 
@@ -312,6 +337,7 @@ class RunOptions:
     quiet: bool = False
     dry_run: bool = False
     plots: bool = True
+    ray: str | None = None  # --ray [ADDRESS]: a distributed run (docs/distributed.md)
 
 
 def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -324,9 +350,10 @@ def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
         quiet: bool,
         dry_run: bool,
         no_plots: bool,
+        ray: str | None,
         **kwargs: Any,
     ) -> Any:
-        options = RunOptions(output_dir, quiet, dry_run, plots=not no_plots)
+        options = RunOptions(output_dir, quiet, dry_run, plots=not no_plots, ray=ray)
         return func(*args, options=options, **kwargs)
 
     decorators = (
@@ -344,6 +371,15 @@ def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option(
             "--no-plots", is_flag=True, help="Skip the PNG plots of the evaluation (faster)."
+        ),
+        click.option(
+            "--ray",
+            is_flag=False,
+            flag_value="auto",
+            default=None,
+            metavar="[ADDRESS]",
+            help="Run on a Ray cluster: auto (default), HOST:PORT, or local (one started for "
+            "the run). Needs pip install 'veeksha[ray]' (docs/distributed.md).",
         ),
     )
     for decorator in reversed(decorators):

@@ -56,7 +56,9 @@ def test_a_quiet_run_without_plots_never_imports_pandas_matplotlib_or_rich(tmp_p
         "matplotlib",
         "scipy",
         "rich",
-    }  # (rich: only a report, a live line)
+        "ray",
+    }  # (rich: only a report, a live line; ray: only a run with --ray)
+    assert not any(name.startswith("veeksha.distributed") for name in imported)
 
 
 def test_a_worker_starts_without_numpy_arrow_or_the_scenario_models() -> None:

@@ -1,0 +1,214 @@
+"""Distributed runs on a real two-node Ray cluster (conftest.py) against the built-in simulator.
+
+The most expensive module of the suite: one cluster for the module, two short runs on it.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.integration.conftest import StartSimulator
+from tests.integration.distributed.conftest import RayCluster, ray_env
+from veeksha.distributed.driver import NAMESPACE, SHARDS_FILE, actor_name
+from veeksha.distributed.merge import SHARD_LOST
+from veeksha.distributed.shard import sweep_stale_folders
+from veeksha.engine.run import run_scenario
+from veeksha.scenario.loader import load_scenario_text
+from veeksha.simulator.process import SimulatorProcess
+
+VEEKSHA = Path(sys.executable).parent / "veeksha"
+
+SCENARIO = """
+seed: 11
+traffic_scheduler:
+  type: rate
+  interval_generator: {{type: poisson, arrival_rate: {rate}}}
+session_generator:
+  type: synthetic
+  session_graph:
+    type: linear
+    num_request_generator: {{type: uniform, min: 2, max: 3}}
+    request_wait_generator: {{type: fixed, interval: 0.05}}
+  channels:
+    - type: text
+      body_length_generator: {{type: uniform, min: 5, max: 30}}
+  output_spec:
+    text:
+      output_length_generator: {{type: uniform, min: {out_min}, max: {out_max}}}
+client: {{api_base: "{api_base}", model: veeksha-sim}}
+runtime: {{max_sessions: {sessions}, benchmark_timeout: 60, num_workers: 1, cpu_affinity: "off"}}
+trace_recorder: {{enabled: true}}
+# Two shards, a Ray cluster and the simulator share 2 cores (with other work): a request
+# released 5 ms late is the machine, not the distribution. 100 ms still catches a shard that
+# missed the agreed t0 (its first arrivals late by the miss). Likewise a Ray round trip on a
+# loaded machine may take a few ms: the offsets' uncertainty (RTT / 2) is held to 10 ms, not
+# to 1 ms against the fast simulator's sub-ms TTFC (clock_sync).
+health_checks: {{max_dispatch_lag_p99_ms: 100, clock_sync_floor_ms: 10}}
+"""
+
+
+def _scenario(sim: SimulatorProcess, **values: object) -> str:
+    fields: dict[str, object] = {"rate": 10, "out_min": 3, "out_max": 8, "sessions": 12}
+    return SCENARIO.format(api_base=sim.base_url, **(fields | values))
+
+
+def _veeksha_run(scenario: Path, out: Path, address: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [str(VEEKSHA), "run", str(scenario), "--ray", address, "--output-dir", str(out)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ray_env(),
+    )
+
+
+def test_two_shards_make_one_run_with_the_single_host_timeline(
+    ray_cluster: RayCluster, fast_simulator: SimulatorProcess, tmp_path: Path
+) -> None:
+    text = _scenario(fast_simulator)
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    proc = _veeksha_run(path, tmp_path / "out", ray_cluster.address)
+    _, stderr = proc.communicate(timeout=150)
+    assert proc.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    (run_dir,) = (tmp_path / "out").iterdir()
+
+    shards = json.loads((run_dir / SHARDS_FILE).read_text())["shards"]
+    assert len({shard["node_id"] for shard in shards}) == 2  # placement spread: two nodes
+    assert all(shard["lost"] is None for shard in shards)
+    assert not (run_dir / "shards").exists()  # the copies are gone once merged
+
+    requests = pd.read_parquet(run_dir / "requests.parquet")
+    sessions = pd.read_parquet(run_dir / "sessions.parquet")
+    assert sorted(sessions.session_id) == list(range(12))  # every session exactly once
+    assert len(requests) == sessions.num_nodes.sum()
+    assert not requests.duplicated(["session_id", "node_id"]).any()
+    assert (requests.status == "ok").all()
+    assert set(requests["shard"]) == {0, 1}
+    done = requests.set_index(["session_id", "node_id"])
+    for row in requests.itertuples():
+        assert row.ready_at <= row.dispatched_at <= row.sent_at <= row.completed_at
+        for parent in row.parents:  # dependency order and think time, on the driver's clock
+            ready = done.loc[(row.session_id, parent)].completed_at + row.wait_after_ready
+            assert row.ready_at == pytest.approx(ready, abs=1e-6)
+    health = json.loads((run_dir / "health.json").read_text())
+    failed = [c for c in health["checks"] if c["status"] == "FAIL"]
+    assert health["verdict"] == "PASS", failed
+    assert len((run_dir / "trace.jsonl").read_text().splitlines()) == len(requests)
+
+    # The planned starts are the single-host run's (same seed, same timeline; a dry run plans
+    # as a run does). Each shard's times moved onto the driver's clock by one shift, its clock
+    # offset's change over the run (within the estimate's uncertainty): exactly that apart.
+    single = tmp_path / "single"
+    run_scenario(load_scenario_text(text, "s.yaml"), single, quiet=True, plots=False, dry_run=True)
+    alone = _starts(pd.read_parquet(single / "requests.parquet"))
+    merged = _starts(requests)
+    assert list(merged.index) == list(alone.index) == list(range(12))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    for info in summary["run"]["distributed"]["per_shard"]:
+        owned = [i for i in range(12) if i % 2 == info["index"]]
+        difference = merged.loc[owned].to_numpy() - alone.loc[owned].to_numpy()
+        np.testing.assert_allclose(difference, info["shift_s"], atol=1e-6)
+        bound = max(info["offset_before"]["uncertainty_ns"], info["offset_after"]["uncertainty_ns"])
+        assert abs(info["shift_s"]) <= bound / 1e9
+
+    report = subprocess.run(
+        [str(VEEKSHA), "report", str(run_dir), "--no-plots", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert report.returncode == 0, report.stderr
+
+
+def _starts(requests: pd.DataFrame) -> pd.Series:
+    """Each session's planned start: its roots' ready_at."""
+    roots = requests[requests.parents.map(len) == 0]
+    return roots.groupby("session_id").ready_at.min().sort_index()
+
+
+_KILL = """
+import sys, ray
+ray.init(address=sys.argv[1], log_to_driver=False, logging_level="ERROR")
+ray.kill(ray.get_actor(sys.argv[2], namespace=sys.argv[3]))
+"""
+
+
+def test_a_killed_shard_is_lost_and_ctrl_c_stops_the_other_and_keeps_everything(
+    ray_cluster: RayCluster, start_simulator: StartSimulator, tmp_path: Path
+) -> None:
+    sim = start_simulator(preset="fast", ttft_ms=20, itl_ms=25)  # ~1 s per answer: in flight
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        _scenario(sim, rate=4, out_min=30, out_max=40, sessions=80)
+    )  # 20 s: Ctrl-C ends it
+    out = tmp_path / "out"
+    proc = _veeksha_run(path, out, ray_cluster.address)
+    deadline = time.monotonic() + 90
+    copy: Path | None = None
+    while time.monotonic() < deadline and proc.poll() is None:  # until shard 1 sent its trace
+        found = list(out.glob("*/shards/shard-1/trace.jsonl"))
+        if found and found[0].stat().st_size > 0:
+            copy = found[0].parent
+            break
+        time.sleep(0.2)
+    assert copy is not None, proc.communicate(timeout=5)
+    run_dir = copy.parent.parent
+    subprocess.run(  # shard 1's actor killed: the shard is lost
+        [sys.executable, "-c", _KILL, ray_cluster.address, actor_name(run_dir.name, 1), NAMESPACE],
+        env=ray_env(),
+        timeout=60,
+        check=True,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+    )
+    proc.send_signal(signal.SIGINT)  # then Ctrl-C: shard 0 stops as `veeksha run` would
+    _, stderr = proc.communicate(timeout=150)
+    assert proc.returncode == 3, stderr
+    assert "shard 1 lost" in stderr
+    assert "Traceback" not in stderr
+
+    shards = json.loads((run_dir / SHARDS_FILE).read_text())["shards"]
+    assert shards[0]["lost"] is None
+    assert shards[0]["outcome"]["stop_reason"] == "interrupted"
+    assert shards[1]["lost"]
+    assert shards[1]["last_snapshot"]  # its in-flight requests: from the engine's own probe
+    assert (run_dir / "shards" / "shard-1").is_dir()  # a lost shard's copy is kept
+    assert "[shard 0]" in (run_dir / "run.log").read_text()
+    requests = pd.read_parquet(run_dir / "requests.parquet")
+    sessions = pd.read_parquet(run_dir / "sessions.parquet")
+    assert not requests.duplicated(["session_id", "node_id"]).any()
+    # shard 0, interrupted: each session it started has a row for every node (cancelled or not)
+    own = sessions[sessions["shard"] == 0]
+    assert 0 < len(own) < 40  # (it owns the 40 even indexes; Ctrl-C came before the last)
+    assert set(own.session_id) <= set(range(0, 80, 2))
+    rows = requests[requests["shard"] == 0].groupby("session_id").size()
+    assert rows.loc[own.session_id].tolist() == own.num_nodes.tolist()
+    # shard 1: what was pulled before the kill, its requests in flight as shard_lost rows
+    lost = requests[requests["shard"] == 1]
+    assert (lost.error_kind == SHARD_LOST).any()
+    assert set(lost.session_id) <= set(range(1, 80, 2))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["run"]["distributed"]["lost_shards"].keys() == {"1"}
+    assert summary["run"]["distributed"]["sessions_not_run"] > 0
+    # the lost shard's folder on its node (its actor and engine killed by Ray) is deleted by
+    # the next shard actor made there; shard 0's by its actor at the end
+    leftovers = list(Path(tempfile.gettempdir()).glob(f"veeksha-shard-*/{run_dir.name}"))
+    assert len(leftovers) <= 1
+    if leftovers:
+        sweep_stale_folders()  # (what a new ShardActor does first)
+        assert not leftovers[0].exists()

@@ -1,0 +1,568 @@
+"""The driver of a distributed run: one experiment on the shards of a Ray cluster.
+
+``run_distributed`` connects to a cluster (``auto``, ``host:port``, or ``local``: a cluster of
+its own on 127.0.0.1, stopped after), reserves one bundle per shard in a placement group
+(``SPREAD``: the shards on different nodes as far as the cluster allows), starts one
+:class:`~veeksha.distributed.shard.ShardActor` in each, and then:
+
+1. **clock**: starts every shard's engine and waits until each is set up (a barrier), measures
+   each shard's offset to the driver's wall clock (``_PROBES`` round trips,
+   ``clock.estimate_offset``), picks t0 = the driver's wall time now + ``start_margin_s``, and
+   sends each shard t0 on its own clock; every shard's engine starts its timeline there;
+2. **collection**: every ``pull_interval_s`` pulls each shard's new Parquet parts and trace
+   lines into a local copy per shard (``collect.LocalCopy``); Ray carries these and the control
+   calls, never a request;
+3. **end**: when every shard's engine has ended (or was lost), pulls the rest, measures the
+   offsets again, and merges the copies into the run folder (``merge.merge_shards``), which is
+   then evaluated like a single-host run's.
+
+A shard lost mid-run (its actor or node died) keeps what was pulled of it and is marked lost;
+the others go on; the run ends with exit 3. Ctrl-C stops every shard's engine as Ctrl-C stops
+``veeksha run`` (a second Ctrl-C: as a second one) and collects what they wrote.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType, ModuleType
+from typing import Any
+
+from veeksha.distributed.collect import LocalCopy, Pull, pending_work
+from veeksha.distributed.ray_api import import_ray
+from veeksha.distributed.shard import ShardActor
+from veeksha.errors import ConfigurationError, RunAbortedError
+
+__all__ = [
+    "NAMESPACE",
+    "SHARDS_FILE",
+    "DistributedSettings",
+    "ShardState",
+    "actor_name",
+    "run_distributed",
+    "settings_for",
+]
+
+_PROBES = 16
+_NS = 1_000_000_000
+_CONNECT_TIMEOUT_S = 60.0
+_PLACE_TIMEOUT_S = 60.0
+_READY_TIMEOUT_S = 120.0
+_SETUP_TIMEOUT_S = 300.0
+_CALL_TIMEOUT_S = 30.0
+_FINISH_TIMEOUT_S = 120.0
+#: consecutive pulls a shard may miss (unreachable, slow) before it is declared lost
+_MISSED_PULLS = 30
+SHARDS_DIR = "shards"
+SHARDS_FILE = "shards.json"
+NAMESPACE = "veeksha"
+
+
+@dataclass(frozen=True)
+class DistributedSettings:
+    """Where and how a run is spread: the cluster's address, shards, worker processes each."""
+
+    address: str = "auto"
+    shards: int | None = None  # None: one per alive node
+    workers_per_shard: int | None = None  # None: the scenario's runtime.num_workers
+    start_margin_s: float = 0.5  # t0 this far after every shard was set up
+    pull_interval_s: float = 1.0
+
+
+def actor_name(run_name: str, index: int) -> str:
+    """The Ray name of a run's shard actor (in namespace :data:`NAMESPACE`)."""
+    return f"veeksha-{run_name}-shard-{index}"
+
+
+def settings_for(scenario: Any, ray_address: str | None) -> DistributedSettings | None:
+    """The run's distribution: ``--ray [ADDRESS]`` (``ray_address``) over the scenario's
+    ``runtime.distributed``; None when neither asks for one (a normal run)."""
+    config = getattr(scenario.runtime, "distributed", None)
+    if config is None and ray_address is None:
+        return None
+    address = ray_address or (getattr(config, "address", None) if config else None) or "auto"
+    return DistributedSettings(
+        address=str(address),
+        shards=getattr(config, "shards", None) if config else None,
+        workers_per_shard=getattr(config, "workers_per_shard", None) if config else None,
+    )
+
+
+@dataclass
+class ShardState:
+    """The driver's view of one shard while the run goes."""
+
+    index: int
+    actor: Any
+    copy: LocalCopy
+    spec: Any = None
+    node_id: str = ""
+    offset_before: Any = None
+    offset_after: Any = None
+    lost: str | None = None
+    lost_at_wall_ns: int | None = None
+    running: bool = True
+    missed: int = 0
+    final: Pull | None = None
+    stops: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class _Interrupts:
+    """Counts SIGINT/SIGTERM while installed (the driver's loop polls it)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _Interrupts:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.count += 1
+
+
+def run_distributed(
+    scenario: Any,
+    run_dir: Path,
+    settings: DistributedSettings,
+    *,
+    quiet: bool = False,
+    plots: bool = True,
+    echo: Callable[[str], None] | None = None,
+) -> int:
+    """Run ``scenario`` on a Ray cluster into ``run_dir``; returns ``veeksha run``'s exit code."""
+    say = echo or (lambda line: None if quiet else _echo(line))
+    ray = import_ray()
+    setup_start = time.monotonic()
+    _connect(ray, settings.address)
+    shards: list[ShardState] = []
+    placement = None
+    with _Interrupts() as interrupts:
+        try:
+            count = settings.shards or len([n for n in ray.nodes() if n.get("Alive")])
+            placement = _place(ray, count)
+            shards = _start_actors(ray, placement, count, run_dir)
+            say(f"ray: {count} shard(s) on node(s) " + ", ".join(s.node_id[:12] for s in shards))
+            t0_wall_ns = _agree_t0(ray, shards, scenario, settings, interrupts)
+            setup_s = time.monotonic() - setup_start
+            _follow(ray, shards, settings.pull_interval_s, interrupts, say)
+            interrupted = interrupts.count > 0
+            _finish(ray, shards)
+        finally:
+            _release(ray, shards, placement)
+    return _merge_and_evaluate(
+        scenario, run_dir, shards, t0_wall_ns, interrupted, setup_s, quiet=quiet, plots=plots
+    )
+
+
+def _agree_t0(
+    ray: ModuleType,
+    shards: Sequence[ShardState],
+    scenario: Any,
+    settings: DistributedSettings,
+    interrupts: _Interrupts,
+) -> int:
+    """Start every shard's engine, wait until all are set up (the barrier), measure the
+    offsets, and send each shard t0 on its own clock; returns t0 on the driver's clock."""
+    shard_scenario = _shard_scenario(scenario, settings.workers_per_shard)
+    count = len(shards)
+    for shard in shards:
+        shard.spec = _shard_spec(shard.index, count)
+    ray.get(
+        [shard.actor.start.remote(shard_scenario, shard.spec) for shard in shards],
+        timeout=_CALL_TIMEOUT_S,
+    )
+    ready = ray.get([shard.actor.set_up.remote() for shard in shards], timeout=_SETUP_TIMEOUT_S)
+    for shard, ok in zip(shards, ready, strict=True):
+        if not ok:
+            outcome = ray.get(shard.actor.finish.remote(5.0), timeout=_CALL_TIMEOUT_S).outcome
+            why = (outcome or {}).get("error") or "its engine ended during set-up"
+            raise ConfigurationError(f"shard {shard.index} could not start: {why}")
+    if interrupts.count:
+        raise RunAbortedError("interrupted before the shards started; nothing was run")
+    for shard in shards:
+        shard.offset_before = _measure_offset(ray, shard.actor)
+    t0_wall_ns = time.time_ns() + round(settings.start_margin_s * _NS)
+    ray.get(
+        [
+            shard.actor.release.remote(_on_shard_clock(shard.offset_before, t0_wall_ns))
+            for shard in shards
+        ],
+        timeout=_CALL_TIMEOUT_S,
+    )
+    return t0_wall_ns
+
+
+def _echo(line: str) -> None:
+    sys.stderr.write(f"{line}\n")
+
+
+# -------------------------------------------------------------------------------- cluster
+
+
+def _connect(ray: ModuleType, address: str) -> None:
+    options: dict[str, Any] = {
+        "log_to_driver": False,
+        "logging_level": "ERROR",
+        "configure_logging": True,
+    }
+    if address == "local":  # a cluster of this process' own, stopped by ray.shutdown()
+        options |= {
+            "address": "local",
+            "_node_ip_address": "127.0.0.1",
+            "include_dashboard": False,
+            "object_store_memory": 200 * 1024 * 1024,
+        }
+    else:
+        options["address"] = address
+    try:
+        ray.init(**options)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"cannot connect to the Ray cluster at {address!r}: {exc}; start one with "
+            "`ray start --head` (docs/distributed.md) or use --ray local"
+        ) from None
+
+
+def _place(ray: ModuleType, count: int) -> Any:
+    from ray.util.placement_group import placement_group
+
+    if count < 1:
+        raise ConfigurationError("the Ray cluster has no alive node to run a shard on")
+    group = placement_group([{"CPU": 1}] * count, strategy="SPREAD")
+    try:
+        ray.get(group.ready(), timeout=_PLACE_TIMEOUT_S)
+    except ray.exceptions.GetTimeoutError:
+        with contextlib.suppress(Exception):
+            ray.util.remove_placement_group(group)
+        raise ConfigurationError(
+            f"the Ray cluster cannot place {count} shard(s) (one CPU each) within "
+            f"{_PLACE_TIMEOUT_S:g} s; lower runtime.distributed.shards or add nodes"
+        ) from None
+    return group
+
+
+def _start_actors(ray: ModuleType, placement: Any, count: int, run_dir: Path) -> list[ShardState]:
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    actor_class = ray.remote(ShardActor)
+    shards = []
+    for index in range(count):
+        actor = actor_class.options(
+            num_cpus=1,
+            max_restarts=0,
+            max_task_retries=0,
+            name=actor_name(run_dir.name, index),
+            namespace=NAMESPACE,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                placement_group=placement, placement_group_bundle_index=index
+            ),
+        ).remote(run_dir.name)
+        copy = LocalCopy(run_dir / SHARDS_DIR / f"shard-{index}")
+        shards.append(ShardState(index, actor, copy))
+    node_ids = ray.get([shard.actor.node_id.remote() for shard in shards], timeout=120)
+    for shard, node_id in zip(shards, node_ids, strict=True):
+        shard.node_id = node_id
+    # each engine process has imported the engine: its start-up is not in the start margin
+    ready = ray.get([shard.actor.ready.remote() for shard in shards], timeout=_READY_TIMEOUT_S)
+    failed = [shard.index for shard, ok in zip(shards, ready, strict=True) if not ok]
+    if failed:
+        raise ConfigurationError(
+            f"the engine process of shard(s) {failed} did not start; is veeksha installed on "
+            "every node of the cluster (pip install 'veeksha[ray]')?"
+        )
+    return shards
+
+
+def _release(ray: ModuleType, shards: Sequence[ShardState], placement: Any) -> None:
+    """Delete the shards' folders, end the actors, free the placement, disconnect (and stop
+    a ``local`` cluster). Best effort: a lost shard's actor is gone already."""
+    cleanups = []
+    for shard in shards:
+        if shard.lost is None:
+            with contextlib.suppress(Exception):
+                cleanups.append(shard.actor.cleanup.remote())
+    with contextlib.suppress(Exception):
+        ray.get(cleanups, timeout=_CALL_TIMEOUT_S)
+    for shard in shards:
+        with contextlib.suppress(Exception):
+            ray.kill(shard.actor)
+    if placement is not None:
+        with contextlib.suppress(Exception):
+            ray.util.remove_placement_group(placement)
+    ray.shutdown()
+
+
+# ---------------------------------------------------------------------------------- clock
+
+
+def _measure_offset(ray: ModuleType, actor: Any) -> Any:
+    """The shard's clock offset from ``_PROBES`` round trips (min-RTT estimate)."""
+    from veeksha.distributed.clock import estimate_offset
+
+    ray.get(actor.clock_ns.remote(), timeout=_CALL_TIMEOUT_S)  # (a first call warms the path)
+    samples = []
+    for _ in range(_PROBES):
+        send = time.time_ns()
+        shard_ns = ray.get(actor.clock_ns.remote(), timeout=_CALL_TIMEOUT_S)
+        samples.append((send, int(shard_ns), time.time_ns()))
+    return estimate_offset(samples)
+
+
+def _on_shard_clock(estimate: Any, driver_ns: int) -> int:
+    """``driver_ns`` on the shard's clock."""
+    from veeksha.distributed.clock import to_shard_ns
+
+    return to_shard_ns(driver_ns, estimate)
+
+
+def _shard_spec(index: int, count: int) -> Any:
+    from veeksha.distributed.partition import ShardSpec
+
+    return ShardSpec(index=index, count=count)
+
+
+def _shard_scenario(scenario: Any, workers_per_shard: int | None) -> Any:
+    if workers_per_shard is None:
+        return scenario
+    runtime = scenario.runtime.model_copy(update={"num_workers": workers_per_shard})
+    return scenario.model_copy(update={"runtime": runtime})
+
+
+# ------------------------------------------------------------------------------- the run
+
+
+def _follow(
+    ray: ModuleType,
+    shards: Sequence[ShardState],
+    interval_s: float,
+    interrupts: _Interrupts,
+    say: Callable[[str], None],
+) -> None:
+    """Pull every shard each ``interval_s`` until each has ended or is lost; relay Ctrl-C."""
+    stops_sent = 0
+    last_status = time.monotonic()
+    while any(shard.running and shard.lost is None for shard in shards):
+        if interrupts.count > stops_sent:
+            stops_sent = interrupts.count
+            say(f"interrupted: stopping {len(shards)} shard(s)")
+            for shard in shards:
+                if shard.lost is None and shard.running:
+                    with contextlib.suppress(Exception):
+                        shard.actor.stop.remote()
+        next_pull = time.monotonic() + interval_s
+        live = [shard for shard in shards if shard.lost is None and shard.running]
+        refs = [(shard, shard.actor.pull.remote()) for shard in live]
+        for shard, ref in refs:
+            _receive(ray, shard, ref, interval_s)
+        if time.monotonic() - last_status >= 5.0:
+            last_status = time.monotonic()
+            say(
+                "shards: "
+                + ", ".join(
+                    f"{s.index}: {'lost' if s.lost else 'running' if s.running else 'ended'}"
+                    f" ({s.copy.pulls} pulls)"
+                    for s in shards
+                )
+            )
+        time.sleep(max(0.0, next_pull - time.monotonic()))
+
+
+def _receive(ray: ModuleType, shard: ShardState, ref: Any, timeout_s: float) -> None:
+    try:
+        pull = ray.get(ref, timeout=max(timeout_s, 1.0))
+    except ray.exceptions.GetTimeoutError:
+        _missed(shard, "no answer to pulls")
+        return
+    except ray.exceptions.ActorUnavailableError as exc:  # (transient: a network blip)
+        _missed(shard, str(exc).splitlines()[0] if str(exc) else "actor unavailable")
+        return
+    except ray.exceptions.RayError as exc:  # the actor or its node died
+        _mark_lost(shard, _loss_reason(exc))
+        return
+    shard.missed = 0
+    shard.copy.apply(pull)
+    shard.running = pull.running
+
+
+def _missed(shard: ShardState, reason: str) -> None:
+    shard.missed += 1
+    if shard.missed >= _MISSED_PULLS:
+        _mark_lost(shard, f"{reason} for {shard.missed} pulls in a row")
+
+
+def _mark_lost(shard: ShardState, reason: str) -> None:
+    shard.lost = reason
+    shard.lost_at_wall_ns = time.time_ns()
+
+
+def _loss_reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else 'the shard actor died'}"
+
+
+def _finish(ray: ModuleType, shards: Sequence[ShardState]) -> None:
+    """Pull the rest of every shard not lost (the finished run's files), then the offsets."""
+    refs = [
+        (shard, shard.actor.finish.remote(_FINISH_TIMEOUT_S))
+        for shard in shards
+        if shard.lost is None
+    ]
+    for shard, ref in refs:
+        try:
+            pull = ray.get(ref, timeout=_FINISH_TIMEOUT_S + _CALL_TIMEOUT_S)
+        except ray.exceptions.RayError as exc:
+            _mark_lost(shard, _loss_reason(exc))
+            continue
+        shard.copy.apply(pull)
+        shard.final = pull
+        shard.running = False
+    for shard in shards:
+        if shard.lost is None:
+            try:
+                shard.offset_after = _measure_offset(ray, shard.actor)
+            except ray.exceptions.RayError as exc:
+                _mark_lost(shard, _loss_reason(exc))
+
+
+# -------------------------------------------------------------------------------- results
+
+
+def _merge_and_evaluate(
+    scenario: Any,
+    run_dir: Path,
+    shards: Sequence[ShardState],
+    t0_wall_ns: int,
+    interrupted: bool,
+    setup_s: float,
+    *,
+    quiet: bool,
+    plots: bool,
+) -> int:
+    """Merge the copies into ``run_dir`` (evaluated there), print the report, the exit code."""
+    from veeksha.distributed.merge import ShardResult, merge_shards
+
+    results = []
+    for shard in shards:
+        known = {
+            "offset_before": shard.offset_before,
+            "offset_after": shard.offset_after,
+            "lost": shard.lost,
+            "lost_at_wall_ns": shard.lost_at_wall_ns,
+        }
+        if shard.lost is not None and shard.copy.snapshot is not None:
+            # the engine's own account, at most a pull old: in flight, sessions started, t0
+            result = ShardResult.from_snapshot(
+                shard.spec, shard.copy.folder, shard.copy.snapshot, **known
+            )
+        else:  # (a finished shard's folder holds it all; a lost one without a snapshot:
+            # its trace lines without rows, as pulled)
+            in_flight, started = pending_work(shard.copy.folder)
+            result = ShardResult(
+                spec=shard.spec,
+                folder=shard.copy.folder,
+                in_flight=in_flight if shard.lost is not None else [],
+                started_sessions=set(started),
+                **known,
+            )
+        results.append(result)
+    _write_shards_file(run_dir, shards, t0_wall_ns, setup_s)
+    ray_info = {
+        "backend": "ray",
+        "setup_s": round(setup_s, 3),
+        "nodes": [shard.node_id for shard in shards],
+    }
+    report = merge_shards(
+        results,
+        run_dir,
+        driver_t0_wall_ns=t0_wall_ns,
+        scenario=scenario,
+        plots=plots,
+        extra_run_info={"ray": ray_info},
+    )
+    _write_run_log(run_dir, shards)
+    lost = [shard for shard in shards if shard.lost is not None]
+    if not lost:  # a lost shard's copy stays beside the merged files, for inspection
+        shutil.rmtree(run_dir / SHARDS_DIR, ignore_errors=True)
+    if not quiet:
+        _render(run_dir)
+    if interrupted or report.interrupted:
+        reasons = [f"shard {s.index} lost ({s.lost})" for s in lost]
+        reasons += [
+            str(shard.copy.outcome["error"])
+            for shard in shards
+            if shard.copy.outcome and shard.copy.outcome.get("error")
+        ]
+        why = "; ".join(reasons) or "the run was interrupted"
+        sys.stderr.write(f"error: {why}\nresults collected so far: {run_dir}\n")
+    if interrupted:  # (Ctrl-C reached the driver after every shard had ended)
+        from veeksha.evaluate.exit_codes import ExitCode
+
+        return int(ExitCode.RUN_ABORTED)
+    return int(report.exit_code)
+
+
+def _write_run_log(run_dir: Path, shards: Sequence[ShardState]) -> None:
+    """run.log: each shard's own run.log, its lines prefixed with ``[shard k]``, in order."""
+    with (run_dir / "run.log").open("a", encoding="utf-8") as out:
+        for shard in shards:
+            log = shard.copy.folder / "run.log"
+            if shard.lost is not None:
+                out.write(f"[shard {shard.index}] lost: {shard.lost}\n")
+            if log.exists():
+                for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+                    out.write(f"[shard {shard.index}] {line}\n")
+
+
+def _render(run_dir: Path) -> None:
+    """The end-of-run report a single-host run prints, from the merged folder's files."""
+    from rich.console import Console
+
+    from veeksha.evaluate.report import render_summary
+
+    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    health = json.loads((run_dir / "health.json").read_text(encoding="utf-8"))
+    render_summary(Console(stderr=True), summary, health)
+
+
+def _write_shards_file(
+    run_dir: Path, shards: Sequence[ShardState], t0_wall_ns: int, setup_s: float
+) -> None:
+    """``shards.json``: where each shard ran, its clock offsets, how it ended."""
+
+    def offset(estimate: Any) -> Any:
+        return None if estimate is None else estimate.to_dict()
+
+    document = {
+        "backend": "ray",
+        "t0_wall_ns": t0_wall_ns,
+        "setup_s": round(setup_s, 3),
+        "shards": [
+            {
+                "index": shard.index,
+                "node_id": shard.node_id,
+                "lost": shard.lost,
+                "pulls": shard.copy.pulls,
+                "last_snapshot": shard.copy.snapshot is not None,
+                "offset_before": offset(shard.offset_before),
+                "offset_after": offset(shard.offset_after),
+                "outcome": shard.copy.outcome,
+            }
+            for shard in shards
+        ],
+    }
+    (run_dir / SHARDS_FILE).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")

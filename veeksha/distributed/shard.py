@@ -1,0 +1,158 @@
+"""The shard actor: one per node (or per placement-group bundle) of a distributed run.
+
+A plain class; the driver makes it a Ray actor (``ray.remote(ShardActor)``), so this module
+imports no Ray at all. The actor answers the driver's clock probes (``clock_ns``), starts the
+shard's engine in a process of its own (``shard_process``) into a local temporary folder, hands
+out what that folder gained since the last pull (``collect.ShardFiles``), stops the engine as
+Ctrl-C does, and deletes the folder at the end. Nothing here is on the requests' path: the
+engine process sends the traffic; the actor only reads files it already wrote.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from veeksha.distributed.collect import Pull, ShardFiles
+from veeksha.distributed.shard_process import SNAPSHOT_FILE, ShardJob
+
+__all__ = ["ShardActor", "sweep_stale_folders"]
+
+_OUTCOME_FILE = "outcome.json"
+_JOB_FILE = "job.pickle"
+_OWNER_FILE = "owner.pid"
+_PREFIX = "veeksha-shard-"
+
+
+def sweep_stale_folders() -> None:
+    """Delete the folders of shards whose actor died (a lost shard: Ray kills the actor and its
+    engine process, so no one else deletes them): those whose owner pid is gone."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{_PREFIX}*"):
+        try:
+            pid = int((folder / _OWNER_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except PermissionError:  # (another user's live process)
+            continue
+
+
+class ShardActor:
+    """One shard: its engine process, its run folder, what was pulled of it."""
+
+    def __init__(self, run_name: str) -> None:
+        sweep_stale_folders()
+        self.base = Path(tempfile.mkdtemp(prefix=_PREFIX))
+        (self.base / _OWNER_FILE).write_text(str(os.getpid()), encoding="utf-8")
+        self.run_dir = self.base / run_name
+        self.files = ShardFiles(self.run_dir)
+        self.stops = 0
+        self.started = False
+        # started now: its imports run while the driver sets up the other shards
+        self.process: subprocess.Popen[bytes] = subprocess.Popen(
+            [sys.executable, "-m", "veeksha.distributed.shard_process"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=(self.base / "engine.log").open("wb"),
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+    def ready(self) -> bool:
+        """Wait until the engine process has imported the engine (True), or died (False)."""
+        assert self.process.stdout is not None
+        return self.process.stdout.readline().strip() == b"ready"
+
+    def node_id(self) -> str:
+        """The Ray node this actor runs on."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
+    def clock_ns(self) -> int:
+        """This host's wall clock (one probe of the driver's offset estimate)."""
+        return time.time_ns()
+
+    def start(self, scenario: Any, spec: Any) -> int:
+        """Hand the engine process its run; it sets up, then waits for t0 (``release``)."""
+        job = ShardJob(scenario, spec, None, self.run_dir, self.base / _OUTCOME_FILE)
+        path = self.base / _JOB_FILE
+        path.write_bytes(pickle.dumps(job))
+        self._send(str(path))
+        self.started = True
+        return self.process.pid
+
+    def set_up(self) -> bool:
+        """Wait until the engine's set-up is done (True), or it ended (False: ``finish``
+        holds why)."""
+        assert self.process.stdout is not None
+        return self.process.stdout.readline().strip() == b"set-up"
+
+    def release(self, start_at_wall_ns: int) -> None:
+        """t0 on this host's wall clock (the driver's t0 with this shard's offset applied)."""
+        self._send(str(start_at_wall_ns))
+
+    def _send(self, line: str) -> None:
+        assert self.process.stdin is not None
+        with contextlib.suppress(BrokenPipeError):
+            self.process.stdin.write(f"{line}\n".encode())
+            self.process.stdin.flush()
+
+    def running(self) -> bool:
+        return self.started and self.process.poll() is None
+
+    def pull(self) -> Pull:
+        """What the folder gained since the last pull, and whether the engine still runs."""
+        running = self.running()  # (read first: a run that ended before the listing is whole)
+        pull = self.files.next_pull()
+        pull.running = running
+        with contextlib.suppress(OSError, ValueError):
+            pull.snapshot = json.loads((self.base / SNAPSHOT_FILE).read_text(encoding="utf-8"))
+        return pull
+
+    def stop(self) -> int:
+        """Stop the engine as Ctrl-C would (a second call: as a second Ctrl-C); returns how
+        many stops were sent."""
+        if self.running():
+            self.stops += 1
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(signal.SIGINT)
+        return self.stops
+
+    def finish(self, timeout_s: float) -> Pull:
+        """Wait (up to ``timeout_s``) for the engine to end, then everything not yet sent."""
+        try:
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        pull = self.files.next_pull(final=True)
+        pull.running = False
+        outcome_path = self.base / _OUTCOME_FILE
+        if outcome_path.exists():
+            pull.outcome = json.loads(outcome_path.read_text(encoding="utf-8"))
+        else:
+            returncode = self.process.returncode
+            log = self.base / "engine.log"
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            pull.outcome = {"error": f"engine process ended ({returncode}): {tail.strip()}"}
+        return pull
+
+    def cleanup(self) -> None:
+        """Delete the shard's local folder (after the driver has everything)."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        shutil.rmtree(self.base, ignore_errors=True)
