@@ -75,3 +75,17 @@ def test_the_simulator_starts_without_numpy_arrow_or_the_scenario_models() -> No
     assert "veeksha.simulator.server" in loaded
     heavy = {"numpy", "pyarrow", "pandas", "rich", "multiprocessing", "veeksha.scenario.models"}
     assert not loaded & heavy
+
+
+def test_the_server_watch_scrapes_without_arrow_numpy_msgspec_or_prometheus_init() -> None:
+    loaded = _fresh_modules(
+        "import veeksha.server.watch_process as w\n"
+        "w._load_parser()\n"
+        "import veeksha.server.scraper\n"
+        "from veeksha.server.scraper import parse_metrics\n"
+        "assert parse_metrics('# TYPE x gauge\\nx 1\\n')[0][0] == 'x'\n"
+    )
+    assert {"prometheus_client.parser", "veeksha.server.scraper"} <= loaded
+    # (prometheus_client's __init__ would load its exposition, HTTP server and registry)
+    heavy = {"numpy", "pyarrow", "msgspec", "pydantic", "prometheus_client.exposition"}
+    assert not loaded & heavy
