@@ -57,6 +57,8 @@ def test_a_quiet_run_without_plots_never_imports_pandas_matplotlib_or_rich(tmp_p
         "scipy",
         "rich",
     }  # (rich: only a report, a live line)
+    # (pydantic's plugin loader stood in for: its entry-point scan is off anyway)
+    assert "importlib.metadata" not in imported
 
 
 def test_a_worker_starts_without_numpy_arrow_or_the_scenario_models() -> None:
@@ -68,12 +70,15 @@ def test_a_worker_starts_without_numpy_arrow_or_the_scenario_models() -> None:
 
 def test_the_simulator_starts_without_numpy_arrow_or_the_scenario_models() -> None:
     loaded = _fresh_modules(
+        "from veeksha.cli import set_library_defaults\n"
+        "set_library_defaults()  # (as python -m veeksha.simulator does first)\n"
         "import veeksha.simulator.cli, veeksha.simulator.runner\n"
         "from veeksha.simulator.cli import load_config\n"
         "load_config(config_json='{\"processes\": 1}')\n"
     )
     assert "veeksha.simulator.server" in loaded
     heavy = {"numpy", "pyarrow", "pandas", "rich", "multiprocessing", "veeksha.scenario.models"}
+    heavy.add("importlib.metadata")  # (pydantic's plugin loader stood in for)
     assert not loaded & heavy
 
 
