@@ -13,6 +13,8 @@ import gc
 import importlib
 import os
 import re
+import sys
+import types
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -73,6 +75,41 @@ def set_library_defaults() -> None:
     """Put :data:`LIBRARY_DEFAULTS` into the environment where it does not set them."""
     for name, value in LIBRARY_DEFAULTS.items():
         os.environ.setdefault(name, value)
+    _skip_pydantic_plugin_loader()
+
+
+_PYDANTIC_LOADER = "pydantic.plugin._loader"
+
+
+def _skip_pydantic_plugin_loader() -> None:
+    """With its plugins off, pydantic still imports its plugin loader on the first model, and
+    the loader imports ``importlib.metadata`` (email, zipfile, csv: 63 M instructions, ~5 % of
+    loading a scenario) only to find none. A stand-in loader finds none at once; any other name
+    pydantic may ask it for comes from the real one."""
+    if os.environ.get("PYDANTIC_DISABLE_PLUGINS") != "__all__" or _PYDANTIC_LOADER in sys.modules:
+        return
+    loader = types.ModuleType(_PYDANTIC_LOADER)
+    loader.get_plugins = tuple  # type: ignore[attr-defined]  # (no plugins: an empty tuple)
+    loader.__getattr__ = _real_pydantic_loader_attribute  # type: ignore[method-assign]
+    sys.modules[_PYDANTIC_LOADER] = loader
+
+
+def _real_pydantic_loader_attribute(name: str) -> object:
+    if name.startswith("__"):  # (the import system's questions: __path__, __spec__, ...)
+        raise AttributeError(name)
+    import importlib.machinery
+    import importlib.util
+
+    import pydantic.plugin
+
+    where = list(pydantic.plugin.__path__)
+    spec = importlib.machinery.PathFinder.find_spec(_PYDANTIC_LOADER, where)
+    if spec is None or spec.loader is None:
+        raise AttributeError(name)
+    real = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(real)
+    sys.modules[_PYDANTIC_LOADER] = real
+    return getattr(real, name)
 
 
 #: Commands whose runs start processes that import veeksha (each saves its compile time once

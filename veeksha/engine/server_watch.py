@@ -2,11 +2,13 @@
 (``MetricsScraper``) and, for a managed server on this host, its GPUs (``GpuSampler``), both into
 server_metrics.parquet, in a process of their own (``veeksha.server.watch_process``): parsing a
 vLLM answer costs ~40 ms of CPU, which the main process' event loop never pays. The run starts
-it before t0 and stops it when the traffic ends."""
+it before t0 and stops it when the traffic ends; then this process, which has Arrow loaded, merges
+the parts the watch wrote into server_metrics.parquet (the watch's process never imports Arrow)."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import subprocess
 import sys
@@ -15,10 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
-import msgspec
-
+from veeksha.record.server_metrics import merge_parts, status_metadata
 from veeksha.server.gpu import GpuSampler
-from veeksha.server.watch_process import WatchSettings, die_with_parent
+from veeksha.server.watch_process import MERGE_REQUEST, WatchSettings, die_with_parent
 
 if TYPE_CHECKING:
     from veeksha.engine.target import Target
@@ -56,6 +57,8 @@ class ServerWatch:
         self._interval_s = interval_s
         self._gpu = gpu
         self._status: dict[str, Any] | None = None
+        self._parts = False  # (the watch left its parts for this process to merge)
+        self._run: tuple[Path, dict[str, str]] | None = None  # (begun: the run's folder, metadata)
         self._ready = threading.Event()
         self._process = subprocess.Popen(
             [sys.executable, "-I", "-m", "veeksha.server.watch_process"],
@@ -104,9 +107,10 @@ class ServerWatch:
             metadata,
             self._gpu,
         )
+        self._run = (run_dir, dict(metadata))
         assert self._process.stdin is not None
         try:
-            self._process.stdin.write(msgspec.json.encode(settings) + b"\n")
+            self._process.stdin.write(json.dumps(dataclasses.asdict(settings)).encode() + b"\n")
             self._process.stdin.flush()
         except OSError:  # (it died: stop() says so)
             pass
@@ -124,12 +128,16 @@ class ServerWatch:
                 self._log.warning(str(message["warning"]))
             elif "status" in message:
                 self._status = dict(message["status"])
+                self._parts = bool(message.get("parts"))
         self._ready.set()  # (it exited: nothing to wait for; stop() says why)
 
     def stop(self) -> dict[str, Any]:
         """One last scrape, server_metrics.parquet finalised; what happened (for summary.json)."""
         process = self._process
         if process.stdin is not None:  # closing it is the stop request
+            with contextlib.suppress(OSError):
+                process.stdin.write(MERGE_REQUEST)  # (this process merges: Arrow is loaded here)
+                process.stdin.flush()
             with contextlib.suppress(OSError):
                 process.stdin.close()
         try:
@@ -142,6 +150,13 @@ class ServerWatch:
             error = f"the server watch's process exited with code {code} before it reported"
             self._log.warning(f"server metrics: {error}")
             return {"url": self._url, "status": "failed", "error": error, "rows": 0}
+        if self._parts and self._run is not None:
+            run_dir, metadata = self._run
+            try:
+                merge_parts(run_dir, {**metadata, **status_metadata(self._status)})
+            except (OSError, ValueError) as exc:  # (the disk: these are extras, the run goes on)
+                self._status["write_error"] = str(exc)
+                self._log.warning(f"server metrics: cannot write server_metrics.parquet: {exc}")
         return self._status
 
     def abort(self) -> None:

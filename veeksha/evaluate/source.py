@@ -80,11 +80,31 @@ class ColumnSource:
         if self._table is not None:
             return self._table.column(name)
         if self._columns is not None:
+            if not self._columns:  # (small: every column in one read of each file)
+                self._columns.update(self._read_all())
             col = self._columns.get(name)
             if col is None:
                 col = self._columns[name] = self._read_files(name)
             return col
         return self._read_files(name)
+
+    def _read_all(self) -> dict[str, pa.ChunkedArray]:
+        """The schema's columns that every file holds, each file opened once."""
+        tables = []
+        for path in self._files:
+            with self._open(path) as file:
+                tables.append(file.read(use_threads=False))
+        columns: dict[str, pa.ChunkedArray] = {}
+        for name in self.schema.names:
+            if not all(name in table.schema.names for table in tables):
+                continue  # (left to _read_files, as before)
+            type_ = self.schema.field(name).type
+            chunks: list[pa.Array] = []
+            for table in tables:
+                col = table.column(name)
+                chunks += (col if col.type == type_ else col.cast(type_)).chunks
+            columns[name] = pa.chunked_array(chunks, type=type_)
+        return columns
 
     def _read_files(self, name: str) -> pa.ChunkedArray:
         type_ = self.schema.field(name).type

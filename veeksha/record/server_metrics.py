@@ -8,43 +8,66 @@ counter, histogram, summary, untyped, ...) and ``canonical`` (running, waiting, 
 prefix_hits, prefix_queries, prefix_hit_rate, preemptions, finished: see
 ``veeksha.server.metric_names``; null for the rest, which are stored raw).
 
-Written like the other tables: each flush is a complete small Parquet file under
-``parts/server_metrics/`` (written as .tmp and renamed), merged on ``close`` into
+Written in parts: each flush is a complete small JSON file of columns under
+``parts/server_metrics/`` (written as .tmp and renamed), merged by :func:`merge_parts` into
 server_metrics.parquet with the run metadata and the scraper's ``server_metrics_*`` keys, which
-say why the file is empty when it is (``server_metrics_status``, ``server_metrics_error``).
+say why the file is empty when it is (``server_metrics_status``, ``server_metrics_error``). The
+parts need no Arrow: the server watch's process (``veeksha.server.watch_process``) writes them
+without importing pyarrow or numpy (~0.25 CPU-s a run), and veeksha's main process, which has
+them loaded, merges them after the drain (the watch's process merges them itself only when
+veeksha died first).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
+if TYPE_CHECKING:
+    import pyarrow as pa
 
-from veeksha.record.columnar import _floats, _strings
-from veeksha.record.parquet import read_table
-
-__all__ = ["SERVER_METRICS_FILE", "SERVER_METRICS_SCHEMA", "Sample", "ServerMetricsWriter"]
+__all__ = [
+    "SERVER_METRICS_FILE",
+    "Sample",
+    "ServerMetricsWriter",
+    "merge_parts",
+    "server_metrics_schema",
+    "status_metadata",
+]
 
 SERVER_METRICS_FILE = "server_metrics.parquet"
 _PARTS = Path("parts") / "server_metrics"
-
-SERVER_METRICS_SCHEMA = pa.schema(
-    [
-        pa.field("t", pa.float64(), metadata={"unit": "s"}),
-        pa.field("metric", pa.string()),
-        pa.field("labels", pa.string()),
-        pa.field("value", pa.float64()),
-        pa.field("kind", pa.string()),
-        pa.field("canonical", pa.string()),
-    ]
-)
+_COLUMNS = ("t", "metric", "labels", "value", "kind", "canonical")
 
 #: (metric, labels as sorted JSON, value, kind, canonical name or None)
 Sample = tuple[str, str, float, str, str | None]
+
+
+def server_metrics_schema() -> pa.Schema:
+    """server_metrics.parquet's columns (imports pyarrow: only where the file is merged)."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            pa.field("t", pa.float64(), metadata={"unit": "s"}),
+            pa.field("metric", pa.string()),
+            pa.field("labels", pa.string()),
+            pa.field("value", pa.float64()),
+            pa.field("kind", pa.string()),
+            pa.field("canonical", pa.string()),
+        ]
+    )
+
+
+def status_metadata(status: dict[str, object]) -> dict[str, str]:
+    """The file's ``server_metrics_*`` keys of what the watch reported."""
+    return {
+        f"server_metrics_{key}": "" if value is None else str(value)
+        for key, value in status.items()
+    }
 
 
 class ServerMetricsWriter:
@@ -57,14 +80,7 @@ class ServerMetricsWriter:
         self._lock = threading.Lock()
         self._columns: tuple[
             list[float], list[str], list[str], list[float], list[str], list[str | None]
-        ] = (
-            [],
-            [],
-            [],
-            [],
-            [],
-            [],
-        )
+        ] = ([], [], [], [], [], [])
         self._parts = run_dir / _PARTS
         self._next = 1
 
@@ -90,32 +106,43 @@ class ServerMetricsWriter:
             self._columns = ([], [], [], [], [], [])
             number = self._next
             self._next += 1
-        ts, metrics, labels, values, kinds, canonical = columns
-        # (no pa.array: it loads pandas, which a run never needs)
-        arrays = [
-            _floats(np.array(ts, dtype=np.float64)),
-            _strings(metrics),  # type: ignore[arg-type]
-            _strings(labels),  # type: ignore[arg-type]
-            _floats(np.array(values, dtype=np.float64)),
-            _strings(kinds),  # type: ignore[arg-type]
-            _strings(canonical),
-        ]
-        table = pa.Table.from_arrays(arrays, schema=SERVER_METRICS_SCHEMA)
         self._parts.mkdir(parents=True, exist_ok=True)
-        tmp = self._parts / f".part-{number:06d}.parquet.tmp"
-        pq.write_table(table, tmp, compression="zstd")
-        tmp.rename(self._parts / f"part-{number:06d}.parquet")
+        tmp = self._parts / f".part-{number:06d}.json.tmp"
+        tmp.write_text(json.dumps(dict(zip(_COLUMNS, columns, strict=True))), encoding="utf-8")
+        tmp.rename(self._parts / f"part-{number:06d}.json")
 
     def close(self, extra_metadata: dict[str, str]) -> Path:
         """Merge the parts (and what is buffered) into server_metrics.parquet; its path."""
         self.flush()
-        metadata = {**self.metadata, **extra_metadata}
-        schema = SERVER_METRICS_SCHEMA.with_metadata({k: str(v) for k, v in metadata.items()})
-        final = self.run_dir / SERVER_METRICS_FILE
-        tmp = final.with_name(final.name + ".tmp")
-        with pq.ParquetWriter(tmp, schema, compression="zstd") as out:
-            for part in sorted(self._parts.glob("part-*.parquet")):
-                out.write_table(read_table(part, SERVER_METRICS_SCHEMA).cast(schema))
-        tmp.rename(final)
-        shutil.rmtree(self._parts, ignore_errors=True)
-        return final
+        return merge_parts(self.run_dir, {**self.metadata, **extra_metadata})
+
+
+def merge_parts(run_dir: Path, metadata: dict[str, str]) -> Path:
+    """Merge ``run_dir``'s parts into server_metrics.parquet (one row group a part) with
+    ``metadata``; its path. The parts are removed."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from veeksha.record.columnar import _floats, _strings
+
+    schema = server_metrics_schema().with_metadata({k: str(v) for k, v in metadata.items()})
+    final = run_dir / SERVER_METRICS_FILE
+    tmp = final.with_name(final.name + ".tmp")
+    parts = run_dir / _PARTS
+    with pq.ParquetWriter(tmp, schema, compression="zstd") as out:
+        for part in sorted(parts.glob("part-*.json"), key=lambda p: p.name):
+            columns = json.loads(part.read_text(encoding="utf-8"))
+            # (no pa.array: it loads pandas, which a run never needs)
+            arrays = [
+                _floats(np.array(columns["t"], dtype=np.float64)),
+                _strings(columns["metric"]),
+                _strings(columns["labels"]),
+                _floats(np.array(columns["value"], dtype=np.float64)),
+                _strings(columns["kind"]),
+                _strings(columns["canonical"]),
+            ]
+            out.write_table(pa.Table.from_arrays(arrays, schema=schema))
+    tmp.rename(final)
+    shutil.rmtree(parts, ignore_errors=True)
+    return final

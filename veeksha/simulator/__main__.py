@@ -6,13 +6,15 @@ import gc
 import sys
 
 from veeksha.cli import set_library_defaults
-from veeksha.errors import VeekshaError
-from veeksha.simulator.cli import sim_server
+
+set_library_defaults()  # (before the config's models are built: see LIBRARY_DEFAULTS)
+
+from veeksha.errors import VeekshaError  # noqa: E402
+from veeksha.simulator.cli import sim_server  # noqa: E402
 
 
 def main() -> None:
     """Run the command; a VeekshaError becomes a message and its exit code."""
-    set_library_defaults()
     gc.disable()  # until the server is set up (see runner._serve): no pass over start-up objects
     try:
         sim_server.main(prog_name="veeksha sim-server")

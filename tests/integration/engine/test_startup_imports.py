@@ -59,6 +59,8 @@ def test_a_quiet_run_without_plots_never_imports_pandas_matplotlib_or_rich(tmp_p
         "ray",
     }  # (rich: only a report, a live line; ray: only a run with --ray)
     assert not any(name.startswith("veeksha.distributed") for name in imported)
+    # (pydantic's plugin loader stood in for: its entry-point scan is off anyway)
+    assert "importlib.metadata" not in imported
 
 
 def test_a_worker_starts_without_numpy_arrow_or_the_scenario_models() -> None:
@@ -70,10 +72,27 @@ def test_a_worker_starts_without_numpy_arrow_or_the_scenario_models() -> None:
 
 def test_the_simulator_starts_without_numpy_arrow_or_the_scenario_models() -> None:
     loaded = _fresh_modules(
+        "from veeksha.cli import set_library_defaults\n"
+        "set_library_defaults()  # (as python -m veeksha.simulator does first)\n"
         "import veeksha.simulator.cli, veeksha.simulator.runner\n"
         "from veeksha.simulator.cli import load_config\n"
         "load_config(config_json='{\"processes\": 1}')\n"
     )
     assert "veeksha.simulator.server" in loaded
     heavy = {"numpy", "pyarrow", "pandas", "rich", "multiprocessing", "veeksha.scenario.models"}
+    heavy.add("importlib.metadata")  # (pydantic's plugin loader stood in for)
+    assert not loaded & heavy
+
+
+def test_the_server_watch_scrapes_without_arrow_numpy_msgspec_or_prometheus_init() -> None:
+    loaded = _fresh_modules(
+        "import veeksha.server.watch_process as w\n"
+        "w._load_parser()\n"
+        "import veeksha.server.scraper\n"
+        "from veeksha.server.scraper import parse_metrics\n"
+        "assert parse_metrics('# TYPE x gauge\\nx 1\\n')[0][0] == 'x'\n"
+    )
+    assert {"prometheus_client.parser", "veeksha.server.scraper"} <= loaded
+    # (prometheus_client's __init__ would load its exposition, HTTP server and registry)
+    heavy = {"numpy", "pyarrow", "msgspec", "pydantic", "prometheus_client.exposition"}
     assert not loaded & heavy
