@@ -38,6 +38,7 @@ def cpu_hogs() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("cpu_hogs")
+@pytest.mark.timeout(300)  # 3 runs beside two CPU hogs: ~55 s on a loaded machine
 def test_the_timestamp_order_holds_with_a_busy_worker_and_cpu_hogs(tmp_path: Path) -> None:
     behaviour = "tests.integration.hostile.behaviours_order:huge_last_turns"
     for attempt in range(_RUNS):

@@ -26,6 +26,7 @@ _RATE = 20  # sessions/s, 2 requests each
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # 20 s of traffic; under load 9, 90 s in all
 def test_steady_rate_with_faults_keeps_memory_flat_and_loses_no_row(tmp_path: Path) -> None:
     seconds = float(os.environ.get("VEEKSHA_SOAK_SECONDS", "20"))
     scenario = write_scenario(
