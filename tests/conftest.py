@@ -1,5 +1,13 @@
-"""Every test's calibrated server tokenizers are cached in the session's own folder, never in
-the user's ~/.cache (tests that check the cache point it elsewhere themselves)."""
+"""Fixtures of every test.
+
+Every test's calibrated server tokenizers are cached in the session's own folder, never in the
+user's ~/.cache (tests that check the cache point it elsewhere themselves).
+
+Every test starts on all the CPUs the session had: a run made in this process
+(``run_scenario``, ``run_point``, a sweep) pins its main process (here, pytest) to one CPU, as
+``veeksha run`` does its own; left pinned, every later test and every process it starts (its
+``veeksha run``, simulators, hostile servers, workers) would share that one CPU.
+"""
 
 from __future__ import annotations
 
@@ -20,3 +28,16 @@ def _tokenizer_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]
         os.environ.pop(CACHE_ENV, None)
     else:
         os.environ[CACHE_ENV] = previous
+
+
+_SESSION_CPUS = os.sched_getaffinity(0)
+
+
+@pytest.fixture(autouse=True)
+def _all_cpus() -> Iterator[None]:
+    """Give this process back the session's CPUs before and after each test."""
+    if os.sched_getaffinity(0) != _SESSION_CPUS:
+        os.sched_setaffinity(0, _SESSION_CPUS)
+    yield
+    if os.sched_getaffinity(0) != _SESSION_CPUS:
+        os.sched_setaffinity(0, _SESSION_CPUS)

@@ -348,7 +348,7 @@ runtime: {max_sessions: 20, benchmark_timeout: 20}
         [str(veeksha), "run", str(scenario), "--output-dir", str(tmp_path / "out")],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=110,  # (it did not hang: under load this run with plots took 45 s)
         env=env,
         stdin=subprocess.DEVNULL,
         check=False,

@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from tests.integration.robustness.helpers import run_in_process
 from veeksha import cli
 
 SWEEP = """
@@ -110,11 +111,12 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def dry(swept: dict[str, object]) -> Path:
-    """The same sweep with --dry-run (no server, no plots)."""
+    """The same sweep with --dry-run (no server, no plots), in this process: it is only the
+    other side of the comparison (``swept`` is the command line's own process)."""
     folder = swept["folder"]
     assert isinstance(folder, Path)
-    done = _run("run", "sweep.yaml", "--output-dir", "dry", "--dry-run", "--no-plots", cwd=folder)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_in_process(folder / "sweep.yaml", folder / "dry", "--dry-run")
+    assert done.code == 0, done.output[-3000:]
     return _only_sweep(folder / "dry")
 
 

@@ -25,6 +25,7 @@ from tests.integration.robustness.helpers import (
     CliResult,
     audit_run,
     cli_env,
+    run_in_process,
     start_run,
     write_scenario,
 )
@@ -103,13 +104,15 @@ def hostile_scenario(
     sessions: int = 4,
     turns: int = 3,
     rate: float = 8.0,
-    request_timeout: float = 5.0,
+    request_timeout: float = 20.0,
     output_tokens: int = 6,
     extra: str = "",
     client_extra: str = "",
 ) -> str:
     """The scenario of a hostile-server test: ``sessions`` linear chats of ``turns`` turns with
-    history at ``rate`` sessions/s (a fixed interval), one worker, no plots."""
+    history at ``rate`` sessions/s (a fixed interval), one worker, no plots. ``request_timeout``
+    is roomy (a correct answer never nears it, even on a loaded machine); a test about timeouts
+    sets its own."""
     return f"""\
 seed: 7
 traffic_scheduler:
@@ -168,6 +171,7 @@ def hostile_run(
     timeout: float = 60,
     expect_code: int | tuple[int, ...] = 0,
     audit: bool = True,
+    in_process: bool = False,
 ) -> HostileRun:
     """``veeksha run`` the scenario for real; check exit code, no traceback, no orphan, the API
     key in no output; audit the folder.
@@ -175,18 +179,30 @@ def hostile_run(
     A unique API key is planted through ``OPENAI_API_KEY`` (unless ``env`` brings its own), so
     every hostile run also checks that the key reached no file of the run folder (raw bytes and
     decoded Parquet) and no output of the command, whole or as a fragment.
+
+    ``in_process``: the command's code runs in this process (``run_in_process``: the workers
+    that read the server are real processes all the same), for tests whose subject is what the
+    workers make of the server's bytes, not the command's process; ``timeout`` is then pytest's.
     """
     env = dict(env or cli_env())
     key = env.setdefault("OPENAI_API_KEY", f"sk-hostile-{uuid.uuid4().hex}")
     scenario = write_scenario(tmp_path, scenario_text)
-    run = start_run(scenario, tmp_path / "out", env=env)
-    result = run.finish(timeout=timeout)
+    output_dir = tmp_path / "out"
+    if in_process:
+        result = run_in_process(scenario, output_dir, env=env)
+    else:
+        run = start_run(scenario, output_dir, env=env)
+        result = run.finish(timeout=timeout)
     codes = (expect_code,) if isinstance(expect_code, int) else expect_code
     assert result.code in codes, (result.code, result.output)
     assert "Traceback" not in result.output, result.output
-    if run.descendants:
-        run.assert_no_survivors()
-    run_dir = run.run_dir_or_none()
+    if in_process:
+        folders = [p for p in output_dir.iterdir() if p.is_dir()]
+        run_dir = folders[0] if len(folders) == 1 else None
+    else:
+        if run.descendants:
+            run.assert_no_survivors()
+        run_dir = run.run_dir_or_none()
     checked = audit_run(run_dir) if audit and run_dir is not None else None
     assert_key_nowhere(key, result.output, run_dir, checked)
     return HostileRun(result, run_dir, checked)

@@ -13,7 +13,7 @@ BEHAVIOURS = "tests.integration.hostile.behaviours_coalesce:"
 
 def test_chunks_that_share_a_read_are_counted(tmp_path: Path) -> None:
     with HostileServer(BEHAVIOURS + "whole_then_bytewise", tmp_path) as server:
-        run = hostile_run(tmp_path, hostile_scenario(server.base_url, sessions=1))
+        run = hostile_run(tmp_path, hostile_scenario(server.base_url, sessions=1), in_process=True)
     assert run.audit is not None
     assert run.audit.kinds() == {("ok", ""): 3}
     rows = sorted(run.rows, key=lambda row: row["node_id"])

@@ -85,7 +85,7 @@ def _assert_children_ready_from_the_failure(run: HostileRun, failure: str) -> No
 
 def test_a_stalled_request_ends_when_veeksha_gives_up(tmp_path: Path) -> None:
     with HostileServer(f"{_BEHAVIOURS}:stall", tmp_path) as server:
-        run = hostile_run(tmp_path, _scenario(server, cancel=False), expect_code=0)
+        run = hostile_run(tmp_path, _scenario(server, cancel=False), expect_code=0, in_process=True)
     rows = _by_node(run)
     for session_id in _sessions(run):
         first = rows[session_id, 0]
@@ -101,7 +101,7 @@ def test_a_stalled_request_ends_when_veeksha_gives_up(tmp_path: Path) -> None:
 
 def test_a_stall_cancels_its_session_at_the_give_up(tmp_path: Path) -> None:
     with HostileServer(f"{_BEHAVIOURS}:stall", tmp_path) as server:
-        run = hostile_run(tmp_path, _scenario(server, cancel=True), expect_code=0)
+        run = hostile_run(tmp_path, _scenario(server, cancel=True), expect_code=0, in_process=True)
     rows = _by_node(run)
     for session_id, session in _sessions(run).items():
         first = rows[session_id, 0]
@@ -123,7 +123,7 @@ def test_a_stall_cancels_its_session_at_the_give_up(tmp_path: Path) -> None:
 
 def test_a_reset_ends_the_request_when_it_is_seen(tmp_path: Path) -> None:
     with HostileServer(f"{_BEHAVIOURS}:reset", tmp_path, after=AFTER_S) as server:
-        run = hostile_run(tmp_path, _scenario(server, cancel=False), expect_code=0)
+        run = hostile_run(tmp_path, _scenario(server, cancel=False), expect_code=0, in_process=True)
     rows = _by_node(run)
     for session_id in _sessions(run):
         first = rows[session_id, 0]
@@ -135,7 +135,7 @@ def test_a_reset_ends_the_request_when_it_is_seen(tmp_path: Path) -> None:
 
 def test_an_http_error_ends_with_its_body(tmp_path: Path) -> None:
     with HostileServer(f"{_BEHAVIOURS}:error_500", tmp_path, after=AFTER_S) as server:
-        run = hostile_run(tmp_path, _scenario(server, cancel=False), expect_code=0)
+        run = hostile_run(tmp_path, _scenario(server, cancel=False), expect_code=0, in_process=True)
     rows = _by_node(run)
     for session_id in _sessions(run):
         first = rows[session_id, 0]
@@ -156,7 +156,7 @@ def test_closed_loop_replaces_a_stalled_session_from_the_give_up(tmp_path: Path)
             1,
         )
         text = text.replace("  interval_generator: {type: fixed, interval: 0.125}\n", "", 1)
-        run = hostile_run(tmp_path, text, expect_code=0)
+        run = hostile_run(tmp_path, text, expect_code=0, in_process=True)
     sessions = sorted(_sessions(run).values(), key=lambda s: s["started_at"])
     assert len(sessions) == 2
     rows = _by_node(run)

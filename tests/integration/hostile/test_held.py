@@ -35,7 +35,7 @@ def _run(
     """One audited run against ``behaviour``; the run and the POSTs the server received."""
     with HostileServer(f"{_MODULE}:{behaviour}", tmp_path, **options) as server:
         text = hostile_scenario(server.base_url, sessions=_SESSIONS, turns=_TURNS, **scenario)
-        run = hostile_run(tmp_path, text)
+        run = hostile_run(tmp_path, text, in_process=True)
         posts = [r for r in server.received() if r["method"] == "POST"]
     assert run.audit is not None
     return run, posts

@@ -44,6 +44,7 @@ def run_numbers(
                 client_extra=client_extra,
             ),
             timeout=_NO_HANG_S,
+            in_process=True,
         )
         assert time.monotonic() - started < _NO_HANG_S
     assert run.audit is not None

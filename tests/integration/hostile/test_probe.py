@@ -90,7 +90,9 @@ def test_a_byte_a_second_probe_answer_ends_at_the_deadline(tmp_path: Path, fault
         elapsed = time.monotonic() - started
         received = server.received()
     _one_line_error(run, f"{server.base_url}/models", "no complete answer within 2 s")
-    assert elapsed < 2 + 10, elapsed  # the deadline plus the start-up of a veeksha process
+    # the deadline plus the start-up of a veeksha process on a loaded machine; without the
+    # deadline the answer would take ~50 s (a byte every 0.5 s)
+    assert elapsed < 2 + 20, elapsed
     assert not _posts(received)
 
 
@@ -151,7 +153,7 @@ def test_a_broken_server_tokenizer_is_exit_2_before_any_request(
         elapsed = time.monotonic() - started
         received = server.received()
     _one_line_error(run, f"{server.root_url}/tokenize", what)
-    assert elapsed < 2 + 10, elapsed
+    assert elapsed < 2 + 20, elapsed  # (as above)
     assert not _posts(received)
 
 

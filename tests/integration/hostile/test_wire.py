@@ -42,7 +42,7 @@ def run(
     with HostileServer(WIRE + behaviour, tmp_path, **options) as server:
         scenario = hostile_scenario(server.base_url, sessions=sessions)
         scenario = scenario.replace("interval: 0.01}", f"interval: {think}}}")
-        return hostile_run(tmp_path, scenario, timeout=timeout)
+        return hostile_run(tmp_path, scenario, timeout=timeout, in_process=True)
 
 
 def the_failed_row(result: HostileRun) -> dict[str, Any]:
