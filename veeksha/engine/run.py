@@ -258,6 +258,9 @@ class _Run:
             default_num_workers() if runtime.num_workers == "auto" else runtime.num_workers
         )
         plan = plan_affinity(runtime.cpu_affinity, num_workers)
+        # (the process' CPUs come back after the run: a sweep's or a search's next run in this
+        # process plans its pinning from all of them, not from this run's main CPU)
+        cpus_before = os.sched_getaffinity(0)
         if plan.main_cpus:
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(0, plan.main_cpus)
@@ -265,11 +268,20 @@ class _Run:
         # The built-in simulator shares the workers' CPUs, never the main process' one (it
         # would otherwise inherit the main process' pinning).
         spare = sorted({cpu for cpus in plan.worker_cpus for cpu in cpus} - set(plan.main_cpus))
-        with TargetContext(
-            self.scenario, self.dry_run, spare or None, self.simulator, self.server, self.run_dir
-        ) as target:
-            log.info(f"target: {describe(target)}")
-            await self._run_with_target(target, num_workers, plan.worker_cpus)
+        try:
+            with TargetContext(
+                self.scenario,
+                self.dry_run,
+                spare or None,
+                self.simulator,
+                self.server,
+                self.run_dir,
+            ) as target:
+                log.info(f"target: {describe(target)}")
+                await self._run_with_target(target, num_workers, plan.worker_cpus)
+        finally:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(0, cpus_before)
 
     # --------------------------------------------------------------------------------- set-up
 
