@@ -18,23 +18,23 @@ Timing vocabulary (all integer ns of CLOCK_MONOTONIC):
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
-
-import numpy as np
-from numpy.typing import NDArray
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from veeksha.clock import Clock
 from veeksha.dispatch.messages import Result, WorkItem
+from veeksha.engine.loop_settings import LoopSettings, default_phases, shard_closed_loop
+from veeksha.engine.phase_control import PhaseControl
+from veeksha.engine.session_starts import SessionStarts
+from veeksha.engine.tool_nodes import ToolNodes
+from veeksha.engine.traffic_sink import InFlight, TrafficSink
 from veeksha.errors import VeekshaError
 from veeksha.generate.spec import NodeSpec, SessionSpec
 from veeksha.schedule.arrivals import ConcurrencyRamp
-from veeksha.schedule.phases import PhaseBounds, PhasedArrivals, PhaseTimeline
+from veeksha.schedule.phases import PhasedArrivals, PhaseTimeline
 from veeksha.schedule.ready_queue import ReadyQueue
 from veeksha.schedule.session_state import NodeState, SessionState
-from veeksha.schedule.shards import ShardRamp, ShardSpec, concurrency_share, owns
+from veeksha.schedule.shards import ShardRamp, ShardSpec, concurrency_share
 from veeksha.schedule.slots import SlotPool, node_rounds, progress_key
 from veeksha.timers import Cancellable, Timers
 
@@ -45,10 +45,10 @@ __all__ = [
     "TrafficLoop",
     "TrafficSink",
     "default_phases",
+    "shard_closed_loop",
 ]
 
 _NS = 1_000_000_000
-_STARTS_PER_PASS = 256
 _READY, _IN_FLIGHT = NodeState.READY, NodeState.IN_FLIGHT  # enum lookups cost ~0.1 µs
 _TOOL = "tool"
 
@@ -86,72 +86,6 @@ _KEYS: dict[str, Callable[[SessionState, int], tuple[int, ...]]] = {
 
 
 @dataclass(slots=True)
-class InFlight:
-    """A dispatched request awaiting its result."""
-
-    session: SessionState
-    node_id: int
-    request_id: int
-    ready_at_ns: int
-    dispatched_at_ns: int
-    worker_id: int
-    history_tokens: int
-    phase: str = "measured"  # the phase in force at its ready time (``TrafficLoop``)
-    queue_wait_ns: int = 0  # ready → slot of its client (0: it never waited for one)
-    attempt: int = 0  # 0: the node's first request; n: its n-th re-prompt
-    valid: bool | None = None  # its answer passed the node's validation (None: none/no answer)
-
-
-class TrafficSink(Protocol):
-    """Where the loop reports what happened (the recorder, the trace, the progress display)."""
-
-    def dispatched(self, request: InFlight, item: WorkItem) -> None:
-        """Handed to the dispatcher; ``item.not_before_ns`` set: to be released then."""
-
-    def request_done(self, request: InFlight, result: Result, processed_at_ns: int) -> None: ...
-
-    def request_cancelled(
-        self, session: SessionState, node_id: int, request_id: int, at_ns: int
-    ) -> None:
-        """A node cancelled before it was sent; ``request_id`` may be that of a hand-over that
-        was withdrawn (see ``dispatch_ahead_ns``), whose ``dispatched`` was already reported."""
-
-    def session_done(self, session: SessionState) -> None: ...
-
-
-@dataclass(slots=True)
-class LoopSettings:
-    """What the loop needs from the scenario, already resolved."""
-
-    cancel_on_failure: bool
-    max_sessions: int  # measured sessions; -1 = unlimited
-    warmup_sessions: int = 0
-    warmup_seconds: float = 0.0
-    benchmark_timeout_s: float = 0.0  # <= 0 disables
-    max_in_flight: int | None = None
-    rate_gaps: Callable[[int], NDArray[np.float64]] | None = None  # open loop when set
-    concurrency: ConcurrencyRamp | None = None  # closed loop when set
-    # Hand requests over up to this long before they are ready (WorkItem.not_before_ns); the
-    # dispatcher releases each at its ready time. 0: hand over when ready.
-    dispatch_ahead_ns: int = 0
-    # Sessions that exist at all (all phases; a trace that does not wrap); None: no end.
-    session_limit: int | None = None
-    # The run's phases; None: a warmup (from warmup_sessions / warmup_seconds), then measured.
-    phases: Sequence[PhaseBounds] | None = None
-    # Open loop per phase: phase i's gap sampler (default: rate_gaps), mean gap and scheduler
-    # key (equal keys of consecutive phases: one arrival process).
-    phase_gaps: Callable[[int], Callable[[int], NDArray[np.float64]]] | None = None
-    phase_mean_gaps: Sequence[float] = ()
-    phase_keys: Sequence[Hashable] = ()
-    # Closed loop per phase: (target, rampup seconds); default: concurrency's, for every phase.
-    phase_targets: Sequence[tuple[int, float]] = field(default_factory=tuple)
-    # In-flight slots per client (NodeSpec.client), None: uncapped; and how requests waiting
-    # for a slot are ordered (schedule/slots.py). None: no client is capped.
-    client_caps: list[int | None] | None = None
-    priority: str = "fifo"
-
-
-@dataclass(slots=True)
 class LoopCounters:
     """Live counts for the progress line and the run summary: ``requests_done`` counts the
     answered and failed requests (``requests_failed`` the failed ones), ``requests_cancelled``
@@ -166,17 +100,7 @@ class LoopCounters:
     last_dispatch_lag_ns: int = 0
 
 
-def default_phases(settings: LoopSettings) -> list[PhaseBounds]:
-    """The phases of a run that names none: a warmup (when set), then ``measured``."""
-    phases = []
-    if settings.warmup_sessions or settings.warmup_seconds:
-        duration = round(settings.warmup_seconds * _NS) or None
-        phases.append(PhaseBounds("warmup", duration, settings.warmup_sessions or None))
-    phases.append(PhaseBounds("measured"))
-    return phases
-
-
-class TrafficLoop:
+class TrafficLoop(SessionStarts, PhaseControl, ToolNodes):
     """Drives one run: session starts, readiness, dispatch, completion, stop conditions.
 
     Phases (``veeksha.schedule.phases``): a session's phase is the one in force at its planned
@@ -399,186 +323,6 @@ class TrafficLoop:
         self._dispatch_due()
         self._check_finished()
 
-    # --------------------------------------------------------------------------- session starts
-
-    def _can_start(self) -> bool:
-        if self.stopping or self._idle:
-            return False
-        timeline = self.timeline
-        if timeline.drain_pending or timeline.finished:
-            return False
-        limit = self.settings.session_limit
-        if limit is not None and self._next_session >= limit:
-            return False
-        if self.settings.max_sessions < 0:
-            return True
-        started = self.counters.sessions_started + self._skipped
-        measured = started - self._warmup_started - self._skipped_warmup
-        return measured < self.settings.max_sessions
-
-    def _start_session(self, start_ns: int, phase_index: int) -> None:
-        index = self._next_session
-        phase = self.phase_names[phase_index]
-        shard = self.shard
-        if shard is None:
-            self._next_session += 1
-        elif self.settings.concurrency is not None:  # its own indexes: index, index + count...
-            self._next_session += shard.count
-        else:  # open loop: every global arrival, only its own sessions start
-            self._next_session += 1
-            if not owns(shard, index):
-                self._skipped += 1
-                if phase == "warmup":
-                    self._skipped_warmup += 1
-                elif self.measured_start_ns is None:
-                    self._begin_measured(start_ns)
-                return
-        try:
-            spec = self._make_session(index)
-        except VeekshaError as exc:  # e.g. a trace that cannot be read mid-run: stop cleanly
-            self.error = exc
-            self.stop("generator_error")
-            return
-        session = SessionState(spec, start_ns, self.settings.cancel_on_failure, phase)
-        self.sessions[spec.session_id] = session
-        self.counters.sessions_started += 1
-        if phase == "warmup":
-            self._warmup_started += 1
-        elif self.measured_start_ns is None:
-            self._begin_measured(start_ns)
-        for node_id, ready_at in session.start():
-            self.ready.push(ready_at, (session, node_id))
-
-    def _begin_measured(self, start_ns: int) -> None:
-        self.measured_start_ns = start_ns
-        timeout = self.settings.benchmark_timeout_s
-        if timeout > 0:
-            deadline = self._deadline_ns = start_ns + round(timeout * _NS)
-            self._deadline_timer = self._timers.call_at_ns(deadline, lambda: self.stop("timeout"))
-
-    def _on_arrival_timer(self) -> None:
-        self._arrival_timer = None
-        arrivals = self._arrivals
-        assert arrivals is not None
-        now = self._clock.now_ns()
-        horizon = self._horizon(now)
-        started = 0
-        # A burst (a late timer, or a rate beyond what one pass can start) is started in slices,
-        # so results are still handled in between; each session keeps its planned start time.
-        while started < _STARTS_PER_PASS and self._can_start():
-            at = arrivals.peek_ns()
-            if at is None or at > horizon:
-                break
-            self._start_session(*arrivals.pop())
-            started += 1
-        at = arrivals.peek_ns() if self._can_start() else None
-        if at is not None and not self._past_deadline(at):
-            wake = at - self._ahead_ns
-            if wake > now:  # (else a burst goes on at once) no sooner than half a window on
-                wake = max(wake, now + self._refill_ns)
-            self._arrival_timer = self._timers.call_at_ns(wake, self._on_arrival_timer)
-        self._dispatch_due()
-        self._check_finished()
-
-    def _fill_concurrency(self, elapsed_ns: int, freed_at_ns: int = 0) -> None:
-        timeline = self.timeline
-        while self._can_start():
-            ramp = self._ramp  # (a phase that ends at a start changes it)
-            assert ramp is not None
-            if len(self.sessions) >= ramp.allowed(elapsed_ns):
-                break
-            slot_ns = self.t0_ns + ramp.slot_open_ns(len(self.sessions) + 1)
-            start_ns = max(slot_ns, freed_at_ns)
-            self._start_session(start_ns, timeline.start_session(start_ns))
-            timeline.advance_to(start_ns + 1)  # (a count bound ends just after its last start)
-        if self._arrival_timer is not None:
-            self._arrival_timer.cancel()
-            self._arrival_timer = None
-        ramp = self._ramp
-        assert ramp is not None
-        next_ns = ramp.next_increase_ns(elapsed_ns)
-        if next_ns is not None and self._can_start():
-            self._arrival_timer = self._timers.call_at_ns(self.t0_ns + next_ns, self._on_ramp_timer)
-        if not self._in_results:  # (on_results dispatches once, after its whole batch)
-            self._dispatch_due()
-
-    def _on_ramp_timer(self) -> None:
-        self._arrival_timer = None
-        self._fill_concurrency(self._clock.now_ns() - self.t0_ns)
-        self._check_finished()
-
-    # ----------------------------------------------------------------------------------- phases
-
-    def _phase_ramp(
-        self, phase: int, start_ns: int, from_target: int
-    ) -> ConcurrencyRamp | ShardRamp:
-        """Phase ``phase``'s closed-loop target, ramping from ``from_target`` at ``start_ns``
-        (elapsed)."""
-        targets = self.settings.phase_targets
-        if targets:
-            target, rampup_s = targets[phase]
-        else:
-            base = self.settings.concurrency
-            assert base is not None
-            target, rampup_s = base.target, base.rampup_ns / _NS
-        ramp = ConcurrencyRamp(target, rampup_s, start_ns, from_target)
-        return ramp if self.shard is None else ShardRamp(ramp, self.shard)
-
-    def _on_phase_begin(self, phase: int, start_ns: int) -> None:
-        if self.settings.concurrency is not None and self._ramp is not None:
-            drained = bool(self.timeline.drains) and self.timeline.drains[-1].resumed_ns == start_ns
-            ramp = self._ramp
-            target = ramp.global_ramp.target if isinstance(ramp, ShardRamp) else ramp.target
-            from_target = 0 if drained else target
-            self._ramp = self._phase_ramp(phase, start_ns - self.t0_ns, from_target)
-        self._arm_phase_timer()
-        for callback in self._on_phase:
-            callback(self.phase_names[phase], start_ns)
-
-    def _arm_phase_timer(self) -> None:
-        """Closed loop: a timer at the end of a phase bounded by its duration (the open loop's
-        arrivals find their boundaries themselves)."""
-        if self._phase_timer is not None:
-            self._phase_timer.cancel()
-            self._phase_timer = None
-        if self.settings.concurrency is None or self.stopping:
-            return
-        timeline = self.timeline
-        duration = self.phases[timeline.index].duration_ns
-        if duration is not None and not timeline.finished:
-            end = timeline.starts[timeline.index] + duration
-            self._phase_timer = self._timers.call_at_ns(end, lambda: self._on_phase_timer(end))
-
-    def _on_phase_timer(self, end_ns: int) -> None:
-        self._phase_timer = None
-        self.timeline.advance_to(end_ns)
-        if not self.timeline.drain_pending:
-            self._fill_concurrency(self._clock.now_ns() - self.t0_ns)
-        self._check_finished()
-
-    def _end_drain(self) -> None:
-        """Every session has ended during a drain: the next phase begins (not before the
-        drained phase's own end)."""
-        now = self._clock.now_ns()
-        at = max(now, self.timeline.drains[-1].ended_ns)
-        if at > now:
-            self._phase_timer = self._timers.call_at_ns(at, self._on_drain_timer)
-            return
-        if self._arrivals is not None:
-            self._arrivals.resume(now)
-            if self._arrival_timer is not None:
-                self._arrival_timer.cancel()
-            self._arrival_timer = self._timers.call_at_ns(now, self._on_arrival_timer)
-        else:
-            self.timeline.resume(now)
-            self._fill_concurrency(now - self.t0_ns)
-
-    def _on_drain_timer(self) -> None:
-        self._phase_timer = None
-        if self.timeline.drain_pending and not self.sessions and not self.in_flight:
-            self._end_drain()
-        self._check_finished()
-
     # --------------------------------------------------------------------------------- dispatch
 
     def _horizon(self, now: int) -> int:
@@ -673,35 +417,6 @@ class TrafficLoop:
             self.counters.last_dispatch_lag_ns = now - ready_at
         self._sink.dispatched(request, item)
 
-    def _call_tool(
-        self, session: SessionState, node_id: int, request_id: int, ready_at: int, now: int
-    ) -> None:
-        """A tool node: no request; it ends ``latency_s`` after it starts (its ready time, or
-        now if that is past) with its result (the node's ``prompt``), answered here."""
-        node = session.spec.nodes[node_id]
-        start = max(ready_at, now)
-        end = start + round(node.latency_s * _NS)
-        session.mark_dispatched(node_id)
-        phase = self.phase_names[self.timeline.phase_at(ready_at)]
-        request = InFlight(session, node_id, request_id, ready_at, start, -1, 0, phase)
-        self.in_flight[request_id] = request
-        self.counters.requests_dispatched += 1
-        self._sink.dispatched(request, WorkItem(request_id, [], node.max_tokens, start))
-        result = Result(
-            request_id,
-            -1,
-            "ok",
-            start,
-            start,
-            end,
-            end,
-            output_text=node.prompt,
-            prompt_tokens=0,
-            completion_tokens=node.max_tokens,
-            last_byte_at_ns=end,
-        )
-        self._timers.call_at_ns(end, lambda: self.on_results([result]))
-
     def _arm_dispatch_timer(self) -> None:
         cap = None if self.slots is not None else self.settings.max_in_flight
         wake = self.ready.next_time()
@@ -776,10 +491,7 @@ class TrafficLoop:
         if session.states[request.node_id] != _IN_FLIGHT:
             return
         if note is not None and request.attempt < node.max_reprompts and not self.stopping:
-            ready_at = session.reprompt(
-                request.node_id, result.output_text, note, answer_tokens, result.completed_at_ns
-            )
-            self.ready.push(ready_at, (session, request.node_id))
+            self._reprompt(request, result, note, answer_tokens)
             return
         released = session.complete(
             request.node_id,
@@ -843,31 +555,3 @@ class TrafficLoop:
             self._finished = True
             for callback in self._on_finish:
                 callback()
-
-
-def shard_closed_loop(settings: LoopSettings, shard: ShardSpec) -> LoopSettings:
-    """A closed-loop shard's settings: each session count (a phase's ``max_sessions``, the
-    measured ``max_sessions``) becomes the count of the shard's own indexes in that phase's
-    range of global indexes (``veeksha.schedule.shards``). A range is known when every phase
-    before it is bounded by a count; after a phase bounded by time alone, the shard's share of
-    the count is taken (the shards may then differ by one from the single-host split)."""
-    phases = list(settings.phases or default_phases(settings))
-    first: int | None = 0  # global index of the current phase's first session, when known
-    warmup = 0  # global sessions of the leading warmup phase(s), when known
-    bounded: list[PhaseBounds] = []
-    for phase in phases:
-        count = phase.max_sessions
-        if count is None:
-            first = None
-            bounded.append(phase)
-            continue
-        base = first or 0
-        share = concurrency_share(base + count, shard) - concurrency_share(base, shard)
-        if phase.name == "warmup" and first is not None:
-            warmup = first + count
-        first = None if first is None else first + count
-        bounded.append(PhaseBounds(phase.name, phase.duration_ns, share, phase.drain))
-    limit = settings.max_sessions
-    if limit >= 0:
-        limit = concurrency_share(warmup + limit, shard) - concurrency_share(warmup, shard)
-    return dataclasses.replace(settings, phases=bounded, max_sessions=limit)
