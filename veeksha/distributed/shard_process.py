@@ -115,8 +115,8 @@ def main() -> int:
             job.scenario,
             job.run_dir,
             quiet=True,
-            plots=False,
             shard=job.spec,
+            evaluate=False,  # (the driver evaluates the merged run)
             start_at_wall_ns=barrier if job.start_at_wall_ns is None else job.start_at_wall_ns,
             probe=probe,
         )

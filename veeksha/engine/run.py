@@ -2,7 +2,8 @@
 
 Resolves the target (starting the built-in simulator when no api_base is set), builds the
 session generator, starts the pinned worker pool, runs the traffic loop on uvloop, stops on
-completion, timeout or signal with the configured grace, writes every row, then evaluates.
+completion, timeout or signal with the configured grace, writes every row, then evaluates
+(``engine.finish``; the set-up from the scenario: ``engine.run_setup``).
 It is the only module that knows both the scheduling side and the dispatch side.
 """
 
@@ -12,12 +13,10 @@ import asyncio
 import contextlib
 import gc
 import os
-import resource
 import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,42 +32,28 @@ from veeksha.dispatch.messages import Result, WorkItem
 from veeksha.dispatch.pool import WorkerPool
 from veeksha.dispatch.settings import WorkerSettings, resolve_api_key
 from veeksha.engine.cpu_wait import CpuWait
-from veeksha.engine.loop import LoopSettings, TrafficLoop
-from veeksha.engine.phases import apply_phases
+from veeksha.engine.finish import RunFinish, children_cpu_s
+from veeksha.engine.loop import TrafficLoop
+from veeksha.engine.outcome import RunOutcome, exit_code_for
 from veeksha.engine.pools import client_pools
 from veeksha.engine.probe import RunProbe
 from veeksha.engine.progress import ProgressLine, load_display
-from veeksha.engine.prompt_check import server_tokenizer_info
 from veeksha.engine.recorder import RunRecorder
+from veeksha.engine.run_setup import RunSetup
 from veeksha.engine.runlog import RunLog
 from veeksha.engine.server_watch import ServerWatch
 from veeksha.engine.start import StartAt, agreed_t0
 from veeksha.engine.target import Target, TargetContext, describe
 from veeksha.errors import ConfigurationError, RunAbortedError, VeekshaError
-from veeksha.evaluate.exit_codes import run_exit_code
-from veeksha.evaluate.run import evaluate_run
-from veeksha.evaluate.source import release_memory, requests_source, sessions_source
 from veeksha.evaluate.streaming import StreamingMetrics
-from veeksha.generate.calibration import CalibratedTokenizer, calibrated_tokenizer
-from veeksha.generate.distributions import make_interval_sampler
-from veeksha.generate.rng import RandomStreams
-from veeksha.generate.sessions import SessionGenerator
 from veeksha.generate.spec import SessionSpec
-from veeksha.generate.tokenizer import ServerTokenizer, make_tokenizer
-from veeksha.generate.traces import OpenTrace, open_trace
+from veeksha.generate.traces import OpenTrace
 from veeksha.record.parquet import ResultWriter, run_metadata
 from veeksha.record.rows import warm_up as warm_up_rows
 from veeksha.record.run_folder import write_config
 from veeksha.record.trace import TraceWriter
 from veeksha.scenario.loader import scenario_hash
-from veeksha.scenario.models import (
-    ConcurrentScheduler,
-    RateScheduler,
-    Scenario,
-    TraceScheduler,
-    TraceSessionGenerator,
-)
-from veeksha.schedule.arrivals import ConcurrencyRamp
+from veeksha.scenario.models import Scenario
 from veeksha.schedule.session_state import NodeState
 from veeksha.schedule.shards import ShardSpec
 from veeksha.timers import LoopTimers
@@ -77,27 +62,11 @@ if TYPE_CHECKING:
     from veeksha.server.managed import ManagedServer
     from veeksha.simulator.process import SimulatorProcess
 
-__all__ = ["RunOutcome", "StartAt", "run_benchmark", "run_scenario"]
+__all__ = ["RunOutcome", "StartAt", "exit_code_for", "run_benchmark", "run_scenario"]
 
 _NS = 1_000_000_000
 _WORKER_START_TIMEOUT_S = 60.0
 _T0_LEAD_NS = 50_000_000
-
-
-@dataclass
-class RunOutcome:
-    """What a run did: its folder, why it stopped, counts, and the evaluation's verdicts."""
-
-    run_dir: Path
-    stop_reason: str = ""
-    interrupted: bool = False
-    requests: int = 0
-    failed: int = 0
-    cancelled: int = 0
-    sessions: int = 0
-    verdict: str | None = None
-    all_slos_met: bool | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def run_benchmark(
@@ -111,9 +80,10 @@ def run_benchmark(
     shard: ShardSpec | None = None,
     start_at_wall_ns: StartAt | None = None,
     probe: RunProbe | None = None,
+    evaluate: bool = True,
 ) -> int:
-    """Run ``scenario`` into ``run_dir`` and return the process exit code (``shard`` and
-    ``start_at_wall_ns``: see ``run_scenario``)."""
+    """Run ``scenario`` into ``run_dir`` and return the process exit code (``shard``,
+    ``start_at_wall_ns``, ``probe`` and ``evaluate``: see ``run_scenario``)."""
     outcome = run_scenario(
         scenario,
         run_dir,
@@ -124,21 +94,12 @@ def run_benchmark(
         shard=shard,
         start_at_wall_ns=start_at_wall_ns,
         probe=probe,
+        evaluate=evaluate,
     )
     if outcome.interrupted:  # even with --quiet: why the run ended early, and where its data is
         why = outcome.extra.get("error") or f"the run was {outcome.stop_reason or 'interrupted'}"
         sys.stderr.write(f"error: {why}\nresults collected so far: {run_dir}\n")
     return exit_code_for(outcome, scenario)
-
-
-def exit_code_for(outcome: RunOutcome, scenario: Scenario) -> int:
-    """The exit code of ``veeksha run`` (see ``veeksha.evaluate.exit_codes``)."""
-    return run_exit_code(
-        interrupted=outcome.interrupted,
-        health_failed=outcome.verdict == "FAIL",
-        strict=scenario.health_checks.strict,
-        all_slos_met=outcome.all_slos_met,
-    )
 
 
 def run_scenario(
@@ -153,6 +114,7 @@ def run_scenario(
     shard: ShardSpec | None = None,
     start_at_wall_ns: StartAt | None = None,
     probe: RunProbe | None = None,
+    evaluate: bool = True,
 ) -> RunOutcome:
     """Run ``scenario`` into ``run_dir`` on a uvloop event loop; returns what happened.
 
@@ -171,6 +133,11 @@ def run_scenario(
     set-up is done (workers ready, sessions' source made), so the driver can choose t0 when
     every shard is ready. ``probe``: a ``RunProbe`` the caller reads the run's state through
     (in flight, sessions started) from another thread while it goes.
+
+    ``evaluate=False``: the run writes its rows (Parquet files, trace.jsonl) and summary.json's
+    ``run`` section (with ``"evaluation": "skipped"``), and nothing else: no metrics, health
+    checks, SLOs, plots or report; the outcome has no verdict (a distributed shard: the
+    driver evaluates the merged run).
     """
     problems = scenario.problems()  # (a loaded scenario has none: the loader reports them)
     if problems:
@@ -179,6 +146,7 @@ def run_scenario(
         raise ConfigurationError(f"{where}: {message}")
     run = _Run(scenario, Path(run_dir), quiet, dry_run)
     run.plots = plots
+    run.evaluate = evaluate
     run.simulator = simulator
     run.server = server
     run.shard = shard
@@ -188,7 +156,7 @@ def run_scenario(
         return runner.run(run.execute())
 
 
-class _Run:
+class _Run(RunSetup, RunFinish):
     """The state of one run while it executes."""
 
     def __init__(self, scenario: Scenario, run_dir: Path, quiet: bool, dry_run: bool) -> None:
@@ -216,6 +184,7 @@ class _Run:
         self.main_cpu_wait_s: float | None = None
         self.worker_cpu_wait_s: float | None = None
         self.plots = True
+        self.evaluate = True
         self.trace: OpenTrace | None = None
         self.simulator: SimulatorProcess | None = None
         self.server: ManagedServer | None = None
@@ -283,75 +252,6 @@ class _Run:
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(0, cpus_before)
 
-    # --------------------------------------------------------------------------------- set-up
-
-    def _session_source(self, target: Target) -> Callable[[int], SessionSpec]:
-        scenario = self.scenario
-        runtime = scenario.runtime
-        config = scenario.client.tokenizer
-        tokenizer = make_tokenizer(config, target.api_base, target.model, target.api_key)
-        if isinstance(tokenizer, ServerTokenizer):  # calibrated before t0; a failure is exit 2
-            # (the built-in simulator's port changes every run: nothing to reuse)
-            use_cache = getattr(config, "cache", True) and target.kind != "simulator"
-            tokenizer = calibrated_tokenizer(tokenizer, use_cache, log=self.log.info)
-        self.tokenizer = tokenizer
-        make: Callable[[int], SessionSpec]
-        total = runtime.max_sessions + runtime.warmup_sessions
-        if isinstance(scenario.session_generator, TraceSessionGenerator):
-            self.trace = open_trace(scenario)
-            self.log.info(self.trace.describe())
-            for warning in self.trace.prepared.warnings():
-                self.log.warning(warning)
-            trace_sessions = self.trace.sessions(scenario.seed, tokenizer)
-            make = trace_sessions.session
-            make(0)  # the first piece (and its row group) is read now, not after t0
-            if trace_sessions.limit is not None:
-                total = min(total, trace_sessions.limit)
-        else:
-            make = SessionGenerator(scenario, tokenizer).session
-            make(0)  # the first block (256 sessions) is made now, not in the loop at t0
-        self.make_session = make
-        if not runtime.pregenerate_sessions:
-            return make
-        sessions = [make(i) for i in range(total)]
-        return sessions.__getitem__
-
-    def _loop_settings(self) -> LoopSettings:
-        scenario = self.scenario
-        runtime = scenario.runtime
-        scheduler = scenario.traffic_scheduler
-        settings = LoopSettings(
-            cancel_on_failure=scheduler.cancel_session_on_failure,
-            max_sessions=runtime.max_sessions,
-            warmup_sessions=runtime.warmup_sessions,
-            warmup_seconds=runtime.warmup_seconds,
-            benchmark_timeout_s=runtime.benchmark_timeout,
-            client_caps=[client.max_in_flight for _, client in scenario.client_entries()],
-            priority=runtime.priority,
-            # a dry run answers at once in this process: nothing could hold an item until due
-            dispatch_ahead_ns=0 if self.dry_run else round(runtime.dispatch_ahead_ms * 1e6),
-        )
-        extra_warmup = 0
-        if self.trace is not None:
-            limit = self.trace.hi - self.trace.lo
-            settings.session_limit = None if self.trace.wrap else limit
-            # sessions that warm the server up (rag's documents), once, before the trace's own
-            extra_warmup = self.trace.warmup
-            settings.warmup_sessions += extra_warmup
-        if isinstance(scheduler, TraceScheduler):
-            assert self.trace is not None
-            settings.rate_gaps = self.trace.timeline().sample
-        elif isinstance(scheduler, RateScheduler):
-            rng = RandomStreams(scenario.seed).stream("arrivals")
-            settings.rate_gaps = make_interval_sampler(scheduler.interval_generator, rng).sample
-        else:
-            assert isinstance(scheduler, ConcurrentScheduler)
-            settings.concurrency = ConcurrencyRamp(
-                scheduler.target_concurrent_sessions, scheduler.rampup_seconds
-            )
-        apply_phases(settings, scenario, extra_warmup)
-        return settings
-
     async def _run_with_target(
         self, target: Target, num_workers: int, worker_cpus: list[list[int]]
     ) -> None:
@@ -378,7 +278,7 @@ class _Run:
                 more_settings=more_settings,
             )
         self.num_workers = num_workers
-        self.children_cpu_start = _children_cpu_s()
+        self.children_cpu_start = children_cpu_s()
         # The workers start up on the other core while this process makes the sessions' source.
         starting = asyncio.ensure_future(self.pool.start(timeout=_WORKER_START_TIMEOUT_S))
         try:
@@ -590,13 +490,6 @@ class _Run:
             task = asyncio.get_running_loop().create_task(self._drain(0.0))
             self._drain_task = self._drain_task or task
 
-    def _on_write_error(self, error: RunAbortedError) -> None:
-        self.outcome.interrupted = True
-        self.outcome.extra["error"] = str(error)
-        if self.traffic is not None:
-            self.traffic.stop("write_error")
-            self.outcome.stop_reason = self.traffic.stop_reason
-
     def _on_fatal(self, error: VeekshaError) -> None:
         """The worker pool gave up (workers keep dying): stop, keep what was collected."""
         self.outcome.interrupted = True
@@ -604,101 +497,6 @@ class _Run:
         if self.traffic is not None:
             self.traffic.stop("worker_failure")
             self.traffic.abandon_in_flight("worker_lost")
-
-    # ---------------------------------------------------------------------------- results
-
-    def _finish(
-        self, target: Target, writer: ResultWriter, t0_ns: int, t0_wall: datetime, t0_wall_ns: int
-    ) -> None:
-        """Evaluate what was recorded, then finalise the Parquet files with the verdict."""
-        traffic = self.traffic
-        assert traffic is not None
-        outcome = self.outcome
-        counters = traffic.counters
-        if traffic.error is not None:
-            outcome.interrupted = True
-            outcome.extra.setdefault("error", f"no more sessions could be made: {traffic.error}")
-        outcome.stop_reason = traffic.stop_reason
-        outcome.requests = counters.requests_done
-        outcome.failed = counters.requests_failed
-        outcome.cancelled = counters.requests_cancelled
-        outcome.sessions = counters.sessions_done
-        extra = {
-            "interrupted": str(outcome.interrupted).lower(),
-            "stop_reason": outcome.stop_reason,
-        }
-        try:
-            try:
-                writer.flush()
-            except RunAbortedError as error:
-                if writer.io_error:  # the disk failed: the parts are what is kept
-                    raise
-                self._on_write_error(error)  # (a batch lost; the parts are evaluated, merged)
-                extra["interrupted"], extra["stop_reason"] = "true", outcome.stop_reason
-            release_memory()  # what the traffic freed: the evaluation's peak adds to what is left
-            # read a column at a time from the files: bounded memory at any run size
-            requests, sessions = requests_source(self.run_dir), sessions_source(self.run_dir)
-            end_s = (self.clock.now_ns() - t0_ns) / _NS
-            start_ns = traffic.measured_start_ns
-            run_info = {
-                "run_id": self.run_dir.name,
-                "t0_wall_time": t0_wall.isoformat(),
-                "t0_wall_ns": t0_wall_ns,
-                "measured_window": [
-                    None if start_ns is None else (start_ns - t0_ns) / _NS,
-                    end_s,
-                ],
-                "interrupted": outcome.interrupted,
-                "stop_reason": outcome.stop_reason,
-                "main_cpu_s": self.main_cpu_s,
-                # the workers were reaped by now; the simulator, if any, is not yet
-                "worker_cpu_s": _children_cpu_s() - self.children_cpu_start,
-                "main_cpu_wait_s": self.main_cpu_wait_s,
-                "worker_cpu_wait_s": self.worker_cpu_wait_s,
-                "num_workers": self.num_workers,
-                "target": describe(target),
-                "server_metrics": self.server_metrics,
-            }
-            run_info["phases"] = traffic.phase_windows(self.clock.now_ns())
-            if self.shard is not None:
-                run_info["shard"] = self.shard.to_dict()
-            if self.trace is not None:
-                run_info["trace"] = self.trace.summary()
-            if isinstance(self.tokenizer, CalibratedTokenizer):  # (after the traffic, never in it)
-                info = server_tokenizer_info(
-                    self.tokenizer, requests, self.make_session, self.scenario.seed
-                )
-                run_info["server_tokenizer"] = info
-            evaluation = evaluate_run(
-                self.run_dir, self.scenario, requests, sessions, run_info, plots=self.plots
-            )
-            outcome.verdict = str(evaluation.verdict)
-            outcome.all_slos_met = evaluation.all_slos_met
-            extra["health_verdict"] = str(evaluation.verdict).lower()
-            if self.worker_cpu_wait_s is not None:
-                main_wait = self.main_cpu_wait_s or 0.0
-                self.log.info(
-                    "waited for a CPU held by another process: workers"
-                    f" {self.worker_cpu_wait_s:.3f} s in all, main process {main_wait:.3f} s"
-                )
-            self.log.info(
-                f"ended ({outcome.stop_reason}): {outcome.sessions} sessions, "
-                f"{outcome.requests} requests answered ({outcome.failed} failed), "
-                f"{outcome.cancelled} cancelled; health {evaluation.verdict}; "
-                f"SLOs met: {evaluation.all_slos_met}"
-            )
-            if not self.quiet:
-                from rich.console import Console  # (a quiet run never loads rich)
-
-                evaluation.render(Console(stderr=True))
-        finally:
-            writer.close(extra)
-
-
-def _children_cpu_s() -> float:
-    """CPU seconds of every reaped child process so far (the workers, once stopped)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -1,0 +1,110 @@
+"""A run's set-up from its scenario: the sessions' source (a generator or a trace, with the
+tokenizer, calibrated against the server when it is the server's) and the traffic loop's
+settings (scheduler, limits, phases, client caps).
+
+A mixin of the run (``veeksha.engine.run``): it works on the run's own state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from veeksha.engine.loop_settings import LoopSettings
+from veeksha.engine.phases import apply_phases
+from veeksha.engine.runlog import RunLog
+from veeksha.engine.target import Target
+from veeksha.generate.calibration import calibrated_tokenizer
+from veeksha.generate.distributions import make_interval_sampler
+from veeksha.generate.rng import RandomStreams
+from veeksha.generate.sessions import SessionGenerator
+from veeksha.generate.spec import SessionSpec
+from veeksha.generate.tokenizer import ServerTokenizer, TokenizerLike, make_tokenizer
+from veeksha.generate.traces import OpenTrace, open_trace
+from veeksha.scenario.models import (
+    ConcurrentScheduler,
+    RateScheduler,
+    Scenario,
+    TraceScheduler,
+    TraceSessionGenerator,
+)
+from veeksha.schedule.arrivals import ConcurrencyRamp
+
+__all__ = ["RunSetup"]
+
+
+class RunSetup:
+    """Makes what the traffic loop is given: the sessions' source and the loop's settings."""
+
+    scenario: Scenario
+    dry_run: bool
+    log: RunLog
+    trace: OpenTrace | None
+    tokenizer: TokenizerLike
+    make_session: Callable[[int], SessionSpec]
+
+    def _session_source(self, target: Target) -> Callable[[int], SessionSpec]:
+        scenario = self.scenario
+        runtime = scenario.runtime
+        config = scenario.client.tokenizer
+        tokenizer = make_tokenizer(config, target.api_base, target.model, target.api_key)
+        if isinstance(tokenizer, ServerTokenizer):  # calibrated before t0; a failure is exit 2
+            # (the built-in simulator's port changes every run: nothing to reuse)
+            use_cache = getattr(config, "cache", True) and target.kind != "simulator"
+            tokenizer = calibrated_tokenizer(tokenizer, use_cache, log=self.log.info)
+        self.tokenizer = tokenizer
+        make: Callable[[int], SessionSpec]
+        total = runtime.max_sessions + runtime.warmup_sessions
+        if isinstance(scenario.session_generator, TraceSessionGenerator):
+            self.trace = open_trace(scenario)
+            self.log.info(self.trace.describe())
+            for warning in self.trace.prepared.warnings():
+                self.log.warning(warning)
+            trace_sessions = self.trace.sessions(scenario.seed, tokenizer)
+            make = trace_sessions.session
+            make(0)  # the first piece (and its row group) is read now, not after t0
+            if trace_sessions.limit is not None:
+                total = min(total, trace_sessions.limit)
+        else:
+            make = SessionGenerator(scenario, tokenizer).session
+            make(0)  # the first block (256 sessions) is made now, not in the loop at t0
+        self.make_session = make
+        if not runtime.pregenerate_sessions:
+            return make
+        sessions = [make(i) for i in range(total)]
+        return sessions.__getitem__
+
+    def _loop_settings(self) -> LoopSettings:
+        scenario = self.scenario
+        runtime = scenario.runtime
+        scheduler = scenario.traffic_scheduler
+        settings = LoopSettings(
+            cancel_on_failure=scheduler.cancel_session_on_failure,
+            max_sessions=runtime.max_sessions,
+            warmup_sessions=runtime.warmup_sessions,
+            warmup_seconds=runtime.warmup_seconds,
+            benchmark_timeout_s=runtime.benchmark_timeout,
+            client_caps=[client.max_in_flight for _, client in scenario.client_entries()],
+            priority=runtime.priority,
+            # a dry run answers at once in this process: nothing could hold an item until due
+            dispatch_ahead_ns=0 if self.dry_run else round(runtime.dispatch_ahead_ms * 1e6),
+        )
+        extra_warmup = 0
+        if self.trace is not None:
+            limit = self.trace.hi - self.trace.lo
+            settings.session_limit = None if self.trace.wrap else limit
+            # sessions that warm the server up (rag's documents), once, before the trace's own
+            extra_warmup = self.trace.warmup
+            settings.warmup_sessions += extra_warmup
+        if isinstance(scheduler, TraceScheduler):
+            assert self.trace is not None
+            settings.rate_gaps = self.trace.timeline().sample
+        elif isinstance(scheduler, RateScheduler):
+            rng = RandomStreams(scenario.seed).stream("arrivals")
+            settings.rate_gaps = make_interval_sampler(scheduler.interval_generator, rng).sample
+        else:
+            assert isinstance(scheduler, ConcurrentScheduler)
+            settings.concurrency = ConcurrencyRamp(
+                scheduler.target_concurrent_sessions, scheduler.rampup_seconds
+            )
+        apply_phases(settings, scenario, extra_warmup)
+        return settings
