@@ -10,9 +10,11 @@ its own on 127.0.0.1, stopped after), reserves one bundle per shard in a placeme
    ``clock.estimate_offset``), picks t0 = the driver's wall time now + ``start_margin_s``, and
    sends each shard t0 on its own clock; every shard's engine starts its timeline there;
 2. **collection**: every ``pull_interval_s`` pulls each shard's new Parquet parts and trace
-   lines into a local copy per shard (``collect.LocalCopy``); Ray carries these and the control
-   calls, never a request;
-3. **end**: when every shard's engine has ended (or was lost), pulls the rest, measures the
+   lines into a local copy per shard (``collect.LocalCopy``), every shard's pull at once and
+   the answers taken as they come (``pulls.PullRounds``: a slow or hung shard delays no other);
+   Ray carries these and the control calls, never a request;
+3. **end**: when every shard's engine has ended (or was lost), pulls the rest (large files in
+   pieces of ``collect.CHUNK_BYTES``), measures the
    offsets again, and merges the copies into the run folder (``merge.merge_shards``), which is
    then evaluated like a single-host run's.
 
@@ -36,6 +38,7 @@ from types import FrameType, ModuleType
 from typing import Any
 
 from veeksha.distributed.collect import LocalCopy, Pull, pending_work
+from veeksha.distributed.pulls import MISSED_PULLS, PullRounds
 from veeksha.distributed.ray_api import import_ray
 from veeksha.distributed.shard import ShardActor
 from veeksha.errors import ConfigurationError, RunAbortedError
@@ -58,8 +61,6 @@ _READY_TIMEOUT_S = 120.0
 _SETUP_TIMEOUT_S = 300.0
 _CALL_TIMEOUT_S = 30.0
 _FINISH_TIMEOUT_S = 120.0
-#: consecutive pulls a shard may miss (unreachable, slow) before it is declared lost
-_MISSED_PULLS = 30
 SHARDS_DIR = "shards"
 SHARDS_FILE = "shards.json"
 NAMESPACE = "veeksha"
@@ -352,10 +353,22 @@ def _follow(
     interval_s: float,
     interrupts: _Interrupts,
     say: Callable[[str], None],
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> None:
-    """Pull every shard each ``interval_s`` until each has ended or is lost; relay Ctrl-C."""
+    """Pull every shard each ``interval_s`` (all at once, answers taken as they come:
+    ``pulls.PullRounds``) until each has ended or is lost; relay Ctrl-C."""
+
+    def wait(refs: list[Any], timeout_s: float) -> Any:
+        ready, _ = ray.wait(refs, num_returns=1, timeout=timeout_s)
+        return ready[0] if ready else None
+
+    rounds: PullRounds[int, Any] = PullRounds(
+        lambda index: shards[index].actor.pull.remote(), wait, clock
+    )
     stops_sent = 0
-    last_status = time.monotonic()
+    last_status = clock()
     while any(shard.running and shard.lost is None for shard in shards):
         if interrupts.count > stops_sent:
             stops_sent = interrupts.count
@@ -364,13 +377,16 @@ def _follow(
                 if shard.lost is None and shard.running:
                     with contextlib.suppress(Exception):
                         shard.actor.stop.remote()
-        next_pull = time.monotonic() + interval_s
-        live = [shard for shard in shards if shard.lost is None and shard.running]
-        refs = [(shard, shard.actor.pull.remote()) for shard in live]
-        for shard, ref in refs:
-            _receive(ray, shard, ref, interval_s)
-        if time.monotonic() - last_status >= 5.0:
-            last_status = time.monotonic()
+        next_pull = clock() + interval_s
+        live = [shard.index for shard in shards if shard.lost is None and shard.running]
+        for index, ref in rounds.round(live, next_pull):
+            _receive(ray, shards[index], ref)
+        for index in rounds.in_flight():
+            _missed(shards[index], "no answer to pulls")
+            if shards[index].lost is not None:
+                rounds.forget(index)
+        if clock() - last_status >= 5.0:
+            last_status = clock()
             say(
                 "shards: "
                 + ", ".join(
@@ -379,12 +395,13 @@ def _follow(
                     for s in shards
                 )
             )
-        time.sleep(max(0.0, next_pull - time.monotonic()))
+        sleep(max(0.0, next_pull - clock()))
 
 
-def _receive(ray: ModuleType, shard: ShardState, ref: Any, timeout_s: float) -> None:
+def _receive(ray: ModuleType, shard: ShardState, ref: Any) -> None:
+    """Apply a pull that has answered (its reference is ready)."""
     try:
-        pull = ray.get(ref, timeout=max(timeout_s, 1.0))
+        pull = ray.get(ref, timeout=_CALL_TIMEOUT_S)
     except ray.exceptions.GetTimeoutError:
         _missed(shard, "no answer to pulls")
         return
@@ -401,7 +418,7 @@ def _receive(ray: ModuleType, shard: ShardState, ref: Any, timeout_s: float) -> 
 
 def _missed(shard: ShardState, reason: str) -> None:
     shard.missed += 1
-    if shard.missed >= _MISSED_PULLS:
+    if shard.missed >= MISSED_PULLS:
         _mark_lost(shard, f"{reason} for {shard.missed} pulls in a row")
 
 
@@ -423,12 +440,19 @@ def _finish(ray: ModuleType, shards: Sequence[ShardState]) -> None:
         if shard.lost is None
     ]
     for shard, ref in refs:
+        actor = shard.actor
+
+        def fetch(name: str, offset: int, length: int, actor: Any = actor) -> bytes:
+            return bytes(
+                ray.get(actor.read_chunk.remote(name, offset, length), timeout=_CALL_TIMEOUT_S)
+            )
+
         try:
             pull = ray.get(ref, timeout=_FINISH_TIMEOUT_S + _CALL_TIMEOUT_S)
+            shard.copy.apply(pull, fetch)  # (its large files piece by piece)
         except ray.exceptions.RayError as exc:
             _mark_lost(shard, _loss_reason(exc))
             continue
-        shard.copy.apply(pull)
         shard.final = pull
         shard.running = False
     for shard in shards:

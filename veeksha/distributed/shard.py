@@ -132,7 +132,8 @@ class ShardActor:
         return self.stops
 
     def finish(self, timeout_s: float) -> Pull:
-        """Wait (up to ``timeout_s``) for the engine to end, then everything not yet sent."""
+        """Wait (up to ``timeout_s``) for the engine to end, then everything not yet sent (the
+        large files only named: the driver reads them with ``read_chunk``)."""
         try:
             self.process.wait(timeout_s)
         except subprocess.TimeoutExpired:
@@ -149,6 +150,10 @@ class ShardActor:
             tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
             pull.outcome = {"error": f"engine process ended ({returncode}): {tail.strip()}"}
         return pull
+
+    def read_chunk(self, name: str, offset: int, length: int) -> bytes:
+        """A piece of a file the final pull (``finish``) named in its ``chunked``."""
+        return self.files.read_chunk(name, offset, length)
 
     def cleanup(self) -> None:
         """Delete the shard's local folder (after the driver has everything)."""
