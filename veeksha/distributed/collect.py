@@ -137,6 +137,7 @@ class LocalCopy:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
         self.pulls = 0
+        self.chunks = 0  # pieces of chunked files fetched
         self.outcome: dict[str, Any] | None = None
         self.snapshot: dict[str, Any] | None = None
 
@@ -153,7 +154,7 @@ class LocalCopy:
             self._write(name, [data])
         for name, size in pull.chunked.items():
             assert fetch is not None
-            self._write(name, _pieces(fetch, name, size))
+            self._write(name, self._pieces(fetch, name, size))
         if pull.trace:
             with (self.folder / TRACE_FILE).open("ab") as file:
                 file.write(pull.trace)
@@ -161,6 +162,17 @@ class LocalCopy:
             self.outcome = pull.outcome
         if pull.snapshot is not None:
             self.snapshot = pull.snapshot
+
+    def _pieces(self, fetch: Fetch, name: str, size: int) -> Iterator[bytes]:
+        """The ``size`` bytes of ``name``, one fetched piece at a time."""
+        offset = 0
+        while offset < size:
+            piece = fetch(name, offset, size - offset)
+            if not piece:
+                raise OSError(f"{name}: the shard's copy ended at byte {offset} of {size}")
+            offset += len(piece)
+            self.chunks += 1
+            yield piece
 
     def _write(self, name: str, pieces: Iterable[bytes]) -> None:
         """The file ``name`` from ``pieces``, renamed into place once whole."""
@@ -171,17 +183,6 @@ class LocalCopy:
             for piece in pieces:
                 file.write(piece)
         tmp.replace(path)
-
-
-def _pieces(fetch: Fetch, name: str, size: int) -> Iterator[bytes]:
-    """The ``size`` bytes of ``name``, one fetched piece at a time."""
-    offset = 0
-    while offset < size:
-        piece = fetch(name, offset, size - offset)
-        if not piece:
-            raise OSError(f"{name}: the shard's copy ended at byte {offset} of {size}")
-        offset += len(piece)
-        yield piece
 
 
 def pending_work(folder: Path) -> tuple[list[dict[str, Any]], list[int]]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import signal
 import sys
@@ -37,7 +38,7 @@ from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any
 
-from veeksha.distributed.collect import LocalCopy, Pull, pending_work
+from veeksha.distributed.collect import CHUNK_BYTES, LocalCopy, Pull, pending_work
 from veeksha.distributed.pulls import MISSED_PULLS, PullRounds
 from veeksha.distributed.ray_api import import_ray
 from veeksha.distributed.shard import ShardActor
@@ -61,6 +62,7 @@ _READY_TIMEOUT_S = 120.0
 _SETUP_TIMEOUT_S = 300.0
 _CALL_TIMEOUT_S = 30.0
 _FINISH_TIMEOUT_S = 120.0
+CHUNK_ENV = "VEEKSHA_RAY_CHUNK_BYTES"
 SHARDS_DIR = "shards"
 SHARDS_FILE = "shards.json"
 NAMESPACE = "veeksha"
@@ -75,6 +77,7 @@ class DistributedSettings:
     workers_per_shard: int | None = None  # None: the scenario's runtime.num_workers
     start_margin_s: float = 0.5  # t0 this far after every shard was set up
     pull_interval_s: float = 1.0
+    chunk_bytes: int = CHUNK_BYTES  # the final pull's pieces ($VEEKSHA_RAY_CHUNK_BYTES)
 
 
 def actor_name(run_name: str, index: int) -> str:
@@ -93,7 +96,20 @@ def settings_for(scenario: Any, ray_address: str | None) -> DistributedSettings 
         address=str(address),
         shards=getattr(config, "shards", None) if config else None,
         workers_per_shard=getattr(config, "workers_per_shard", None) if config else None,
+        chunk_bytes=_chunk_bytes(),
     )
+
+
+def _chunk_bytes() -> int:
+    """:data:`~veeksha.distributed.collect.CHUNK_BYTES`, or ``$VEEKSHA_RAY_CHUNK_BYTES``."""
+    value = os.environ.get(CHUNK_ENV, "")
+    try:
+        size = int(value) if value else CHUNK_BYTES
+    except ValueError:
+        raise ConfigurationError(f"{CHUNK_ENV}={value!r} is not a number of bytes") from None
+    if size < 1:
+        raise ConfigurationError(f"{CHUNK_ENV}={value!r}: a piece must be at least 1 byte")
+    return size
 
 
 @dataclass
@@ -156,7 +172,7 @@ def run_distributed(
         try:
             count = settings.shards or len([n for n in ray.nodes() if n.get("Alive")])
             placement = _place(ray, count)
-            shards = _start_actors(ray, placement, count, run_dir)
+            shards = _start_actors(ray, placement, count, run_dir, settings.chunk_bytes)
             say(f"ray: {count} shard(s) on node(s) " + ", ".join(s.node_id[:12] for s in shards))
             t0_wall_ns = _agree_t0(ray, shards, scenario, settings, interrupts)
             setup_s = time.monotonic() - setup_start
@@ -257,7 +273,9 @@ def _place(ray: ModuleType, count: int) -> Any:
     return group
 
 
-def _start_actors(ray: ModuleType, placement: Any, count: int, run_dir: Path) -> list[ShardState]:
+def _start_actors(
+    ray: ModuleType, placement: Any, count: int, run_dir: Path, chunk_bytes: int
+) -> list[ShardState]:
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     actor_class = ray.remote(ShardActor)
@@ -272,7 +290,7 @@ def _start_actors(ray: ModuleType, placement: Any, count: int, run_dir: Path) ->
             scheduling_strategy=PlacementGroupSchedulingStrategy(
                 placement_group=placement, placement_group_bundle_index=index
             ),
-        ).remote(run_dir.name)
+        ).remote(run_dir.name, chunk_bytes)
         copy = LocalCopy(run_dir / SHARDS_DIR / f"shard-{index}")
         shards.append(ShardState(index, actor, copy))
     node_ids = ray.get([shard.actor.node_id.remote() for shard in shards], timeout=120)
@@ -450,7 +468,7 @@ def _finish(ray: ModuleType, shards: Sequence[ShardState]) -> None:
         try:
             pull = ray.get(ref, timeout=_FINISH_TIMEOUT_S + _CALL_TIMEOUT_S)
             shard.copy.apply(pull, fetch)  # (its large files piece by piece)
-        except ray.exceptions.RayError as exc:
+        except (ray.exceptions.RayError, OSError) as exc:
             _mark_lost(shard, _loss_reason(exc))
             continue
         shard.final = pull
@@ -581,6 +599,7 @@ def _write_shards_file(
                 "node_id": shard.node_id,
                 "lost": shard.lost,
                 "pulls": shard.copy.pulls,
+                "chunks": shard.copy.chunks,
                 "last_snapshot": shard.copy.snapshot is not None,
                 "offset_before": offset(shard.offset_before),
                 "offset_after": offset(shard.offset_after),

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from veeksha.distributed.collect import Pull, ShardFiles
+from veeksha.distributed.collect import CHUNK_BYTES, Pull, ShardFiles
 from veeksha.distributed.shard_process import SNAPSHOT_FILE, ShardJob
 
 __all__ = ["ShardActor", "sweep_stale_folders"]
@@ -53,12 +53,12 @@ def sweep_stale_folders() -> None:
 class ShardActor:
     """One shard: its engine process, its run folder, what was pulled of it."""
 
-    def __init__(self, run_name: str) -> None:
+    def __init__(self, run_name: str, chunk_bytes: int = CHUNK_BYTES) -> None:
         sweep_stale_folders()
         self.base = Path(tempfile.mkdtemp(prefix=_PREFIX))
         (self.base / _OWNER_FILE).write_text(str(os.getpid()), encoding="utf-8")
         self.run_dir = self.base / run_name
-        self.files = ShardFiles(self.run_dir)
+        self.files = ShardFiles(self.run_dir, chunk_bytes=chunk_bytes)
         self.stops = 0
         self.started = False
         # started now: its imports run while the driver sets up the other shards

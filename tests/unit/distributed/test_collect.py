@@ -19,6 +19,7 @@ import pytest
 from veeksha.distributed import driver
 from veeksha.distributed.collect import LocalCopy, Pull, ShardFiles, pending_work
 from veeksha.distributed.pulls import MISSED_PULLS
+from veeksha.errors import ConfigurationError
 
 
 def _part(folder: Path, table: str, n: int, column: str, values: list[int]) -> None:
@@ -113,6 +114,7 @@ def test_a_file_larger_than_a_chunk_arrives_whole_and_identical_in_pieces(tmp_pa
         ("requests.parquet", 2000, 500),
         ("summary.json", 0, 200),
     ]
+    assert copy.chunks == 4
     assert not list(copy.folder.glob(".*.tmp"))
     with pytest.raises(KeyError):  # only the files a final pull named are served
         files.read_chunk("run.log", 0, 10)
@@ -228,3 +230,18 @@ def test_a_hung_shard_delays_no_other_shard_and_is_lost_after_its_missed_pulls(
     assert shards[2].missed == 0
     assert not shards[2].running
     assert [s.copy.pulls for s in shards] == [0, 40, 5]
+
+
+def test_the_piece_size_comes_from_the_environment_or_is_an_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    scenario = SimpleNamespace(runtime=SimpleNamespace(distributed=None))
+    settings = driver.settings_for(scenario, "local")
+    assert settings is not None
+    assert settings.chunk_bytes == 8 * 1024 * 1024
+    monkeypatch.setenv(driver.CHUNK_ENV, "4096")
+    assert driver.settings_for(scenario, "local").chunk_bytes == 4096  # type: ignore[union-attr]
+    for bad in ("8M", "0"):
+        monkeypatch.setenv(driver.CHUNK_ENV, bad)
+        with pytest.raises(ConfigurationError, match="VEEKSHA_RAY_CHUNK_BYTES"):
+            driver.settings_for(scenario, "local")
