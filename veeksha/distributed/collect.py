@@ -173,6 +173,7 @@ class LocalCopy:
             offset += len(piece)
             self.chunks += 1
             yield piece
+            del piece  # (before the next fetch: one piece in memory at a time)
 
     def _write(self, name: str, pieces: Iterable[bytes]) -> None:
         """The file ``name`` from ``pieces``, renamed into place once whole."""
@@ -182,6 +183,7 @@ class LocalCopy:
         with tmp.open("wb") as file:
             for piece in pieces:
                 file.write(piece)
+                del piece
         tmp.replace(path)
 
 
