@@ -10,9 +10,11 @@ its own on 127.0.0.1, stopped after), reserves one bundle per shard in a placeme
    ``clock.estimate_offset``), picks t0 = the driver's wall time now + ``start_margin_s``, and
    sends each shard t0 on its own clock; every shard's engine starts its timeline there;
 2. **collection**: every ``pull_interval_s`` pulls each shard's new Parquet parts and trace
-   lines into a local copy per shard (``collect.LocalCopy``); Ray carries these and the control
-   calls, never a request;
-3. **end**: when every shard's engine has ended (or was lost), pulls the rest, measures the
+   lines into a local copy per shard (``collect.LocalCopy``), every shard's pull at once and
+   the answers taken as they come (``pulls.PullRounds``: a slow or hung shard delays no other);
+   Ray carries these and the control calls, never a request;
+3. **end**: when every shard's engine has ended (or was lost), pulls the rest (large files in
+   pieces of ``collect.CHUNK_BYTES``), measures the
    offsets again, and merges the copies into the run folder (``merge.merge_shards``), which is
    then evaluated like a single-host run's.
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import signal
 import sys
@@ -35,7 +38,8 @@ from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any
 
-from veeksha.distributed.collect import LocalCopy, Pull, pending_work
+from veeksha.distributed.collect import CHUNK_BYTES, LocalCopy, Pull, pending_work
+from veeksha.distributed.pulls import MISSED_PULLS, PullRounds
 from veeksha.distributed.ray_api import import_ray
 from veeksha.distributed.shard import ShardActor
 from veeksha.errors import ConfigurationError, RunAbortedError
@@ -58,8 +62,7 @@ _READY_TIMEOUT_S = 120.0
 _SETUP_TIMEOUT_S = 300.0
 _CALL_TIMEOUT_S = 30.0
 _FINISH_TIMEOUT_S = 120.0
-#: consecutive pulls a shard may miss (unreachable, slow) before it is declared lost
-_MISSED_PULLS = 30
+CHUNK_ENV = "VEEKSHA_RAY_CHUNK_BYTES"
 SHARDS_DIR = "shards"
 SHARDS_FILE = "shards.json"
 NAMESPACE = "veeksha"
@@ -74,6 +77,7 @@ class DistributedSettings:
     workers_per_shard: int | None = None  # None: the scenario's runtime.num_workers
     start_margin_s: float = 0.5  # t0 this far after every shard was set up
     pull_interval_s: float = 1.0
+    chunk_bytes: int = CHUNK_BYTES  # the final pull's pieces ($VEEKSHA_RAY_CHUNK_BYTES)
 
 
 def actor_name(run_name: str, index: int) -> str:
@@ -92,7 +96,20 @@ def settings_for(scenario: Any, ray_address: str | None) -> DistributedSettings 
         address=str(address),
         shards=getattr(config, "shards", None) if config else None,
         workers_per_shard=getattr(config, "workers_per_shard", None) if config else None,
+        chunk_bytes=_chunk_bytes(),
     )
+
+
+def _chunk_bytes() -> int:
+    """:data:`~veeksha.distributed.collect.CHUNK_BYTES`, or ``$VEEKSHA_RAY_CHUNK_BYTES``."""
+    value = os.environ.get(CHUNK_ENV, "")
+    try:
+        size = int(value) if value else CHUNK_BYTES
+    except ValueError:
+        raise ConfigurationError(f"{CHUNK_ENV}={value!r} is not a number of bytes") from None
+    if size < 1:
+        raise ConfigurationError(f"{CHUNK_ENV}={value!r}: a piece must be at least 1 byte")
+    return size
 
 
 @dataclass
@@ -155,7 +172,7 @@ def run_distributed(
         try:
             count = settings.shards or len([n for n in ray.nodes() if n.get("Alive")])
             placement = _place(ray, count)
-            shards = _start_actors(ray, placement, count, run_dir)
+            shards = _start_actors(ray, placement, count, run_dir, settings.chunk_bytes)
             say(f"ray: {count} shard(s) on node(s) " + ", ".join(s.node_id[:12] for s in shards))
             t0_wall_ns = _agree_t0(ray, shards, scenario, settings, interrupts)
             setup_s = time.monotonic() - setup_start
@@ -256,7 +273,9 @@ def _place(ray: ModuleType, count: int) -> Any:
     return group
 
 
-def _start_actors(ray: ModuleType, placement: Any, count: int, run_dir: Path) -> list[ShardState]:
+def _start_actors(
+    ray: ModuleType, placement: Any, count: int, run_dir: Path, chunk_bytes: int
+) -> list[ShardState]:
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     actor_class = ray.remote(ShardActor)
@@ -271,7 +290,7 @@ def _start_actors(ray: ModuleType, placement: Any, count: int, run_dir: Path) ->
             scheduling_strategy=PlacementGroupSchedulingStrategy(
                 placement_group=placement, placement_group_bundle_index=index
             ),
-        ).remote(run_dir.name)
+        ).remote(run_dir.name, chunk_bytes)
         copy = LocalCopy(run_dir / SHARDS_DIR / f"shard-{index}")
         shards.append(ShardState(index, actor, copy))
     node_ids = ray.get([shard.actor.node_id.remote() for shard in shards], timeout=120)
@@ -352,10 +371,22 @@ def _follow(
     interval_s: float,
     interrupts: _Interrupts,
     say: Callable[[str], None],
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> None:
-    """Pull every shard each ``interval_s`` until each has ended or is lost; relay Ctrl-C."""
+    """Pull every shard each ``interval_s`` (all at once, answers taken as they come:
+    ``pulls.PullRounds``) until each has ended or is lost; relay Ctrl-C."""
+
+    def wait(refs: list[Any], timeout_s: float) -> Any:
+        ready, _ = ray.wait(refs, num_returns=1, timeout=timeout_s)
+        return ready[0] if ready else None
+
+    rounds: PullRounds[int, Any] = PullRounds(
+        lambda index: shards[index].actor.pull.remote(), wait, clock
+    )
     stops_sent = 0
-    last_status = time.monotonic()
+    last_status = clock()
     while any(shard.running and shard.lost is None for shard in shards):
         if interrupts.count > stops_sent:
             stops_sent = interrupts.count
@@ -364,13 +395,16 @@ def _follow(
                 if shard.lost is None and shard.running:
                     with contextlib.suppress(Exception):
                         shard.actor.stop.remote()
-        next_pull = time.monotonic() + interval_s
-        live = [shard for shard in shards if shard.lost is None and shard.running]
-        refs = [(shard, shard.actor.pull.remote()) for shard in live]
-        for shard, ref in refs:
-            _receive(ray, shard, ref, interval_s)
-        if time.monotonic() - last_status >= 5.0:
-            last_status = time.monotonic()
+        next_pull = clock() + interval_s
+        live = [shard.index for shard in shards if shard.lost is None and shard.running]
+        for index, ref in rounds.round(live, next_pull):
+            _receive(ray, shards[index], ref)
+        for index in rounds.in_flight():
+            _missed(shards[index], "no answer to pulls")
+            if shards[index].lost is not None:
+                rounds.forget(index)
+        if clock() - last_status >= 5.0:
+            last_status = clock()
             say(
                 "shards: "
                 + ", ".join(
@@ -379,12 +413,13 @@ def _follow(
                     for s in shards
                 )
             )
-        time.sleep(max(0.0, next_pull - time.monotonic()))
+        sleep(max(0.0, next_pull - clock()))
 
 
-def _receive(ray: ModuleType, shard: ShardState, ref: Any, timeout_s: float) -> None:
+def _receive(ray: ModuleType, shard: ShardState, ref: Any) -> None:
+    """Apply a pull that has answered (its reference is ready)."""
     try:
-        pull = ray.get(ref, timeout=max(timeout_s, 1.0))
+        pull = ray.get(ref, timeout=_CALL_TIMEOUT_S)
     except ray.exceptions.GetTimeoutError:
         _missed(shard, "no answer to pulls")
         return
@@ -401,7 +436,7 @@ def _receive(ray: ModuleType, shard: ShardState, ref: Any, timeout_s: float) -> 
 
 def _missed(shard: ShardState, reason: str) -> None:
     shard.missed += 1
-    if shard.missed >= _MISSED_PULLS:
+    if shard.missed >= MISSED_PULLS:
         _mark_lost(shard, f"{reason} for {shard.missed} pulls in a row")
 
 
@@ -423,12 +458,19 @@ def _finish(ray: ModuleType, shards: Sequence[ShardState]) -> None:
         if shard.lost is None
     ]
     for shard, ref in refs:
+        actor = shard.actor
+
+        def fetch(name: str, offset: int, length: int, actor: Any = actor) -> bytes:
+            return bytes(
+                ray.get(actor.read_chunk.remote(name, offset, length), timeout=_CALL_TIMEOUT_S)
+            )
+
         try:
             pull = ray.get(ref, timeout=_FINISH_TIMEOUT_S + _CALL_TIMEOUT_S)
-        except ray.exceptions.RayError as exc:
+            shard.copy.apply(pull, fetch)  # (its large files piece by piece)
+        except (ray.exceptions.RayError, OSError) as exc:
             _mark_lost(shard, _loss_reason(exc))
             continue
-        shard.copy.apply(pull)
         shard.final = pull
         shard.running = False
     for shard in shards:
@@ -557,6 +599,7 @@ def _write_shards_file(
                 "node_id": shard.node_id,
                 "lost": shard.lost,
                 "pulls": shard.copy.pulls,
+                "chunks": shard.copy.chunks,
                 "last_snapshot": shard.copy.snapshot is not None,
                 "offset_before": offset(shard.offset_before),
                 "offset_after": offset(shard.offset_after),

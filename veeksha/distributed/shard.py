@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from veeksha.distributed.collect import Pull, ShardFiles
+from veeksha.distributed.collect import CHUNK_BYTES, Pull, ShardFiles
 from veeksha.distributed.shard_process import SNAPSHOT_FILE, ShardJob
 
 __all__ = ["ShardActor", "sweep_stale_folders"]
@@ -53,12 +53,12 @@ def sweep_stale_folders() -> None:
 class ShardActor:
     """One shard: its engine process, its run folder, what was pulled of it."""
 
-    def __init__(self, run_name: str) -> None:
+    def __init__(self, run_name: str, chunk_bytes: int = CHUNK_BYTES) -> None:
         sweep_stale_folders()
         self.base = Path(tempfile.mkdtemp(prefix=_PREFIX))
         (self.base / _OWNER_FILE).write_text(str(os.getpid()), encoding="utf-8")
         self.run_dir = self.base / run_name
-        self.files = ShardFiles(self.run_dir)
+        self.files = ShardFiles(self.run_dir, chunk_bytes=chunk_bytes)
         self.stops = 0
         self.started = False
         # started now: its imports run while the driver sets up the other shards
@@ -132,7 +132,8 @@ class ShardActor:
         return self.stops
 
     def finish(self, timeout_s: float) -> Pull:
-        """Wait (up to ``timeout_s``) for the engine to end, then everything not yet sent."""
+        """Wait (up to ``timeout_s``) for the engine to end, then everything not yet sent (the
+        large files only named: the driver reads them with ``read_chunk``)."""
         try:
             self.process.wait(timeout_s)
         except subprocess.TimeoutExpired:
@@ -149,6 +150,10 @@ class ShardActor:
             tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
             pull.outcome = {"error": f"engine process ended ({returncode}): {tail.strip()}"}
         return pull
+
+    def read_chunk(self, name: str, offset: int, length: int) -> bytes:
+        """A piece of a file the final pull (``finish``) named in its ``chunked``."""
+        return self.files.read_chunk(name, offset, length)
 
     def cleanup(self) -> None:
         """Delete the shard's local folder (after the driver has everything)."""

@@ -62,14 +62,14 @@ def _scenario(sim: SimulatorProcess, **values: object) -> str:
     return SCENARIO.format(api_base=sim.base_url, **(fields | values))
 
 
-def _veeksha_run(scenario: Path, out: Path, address: str) -> subprocess.Popen[str]:
+def _veeksha_run(scenario: Path, out: Path, address: str, **env: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [str(VEEKSHA), "run", str(scenario), "--ray", address, "--output-dir", str(out)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=ray_env(),
+        env=ray_env() | env,
     )
 
 
@@ -79,7 +79,8 @@ def test_two_shards_make_one_run_with_the_single_host_timeline(
     text = _scenario(fast_simulator)
     path = tmp_path / "s.yaml"
     path.write_text(text)
-    proc = _veeksha_run(path, tmp_path / "out", ray_cluster.address)
+    # 4 KiB pieces: the final pull sends the shards' files in pieces through the actors
+    proc = _veeksha_run(path, tmp_path / "out", ray_cluster.address, VEEKSHA_RAY_CHUNK_BYTES="4096")
     _, stderr = proc.communicate(timeout=150)
     assert proc.returncode == 0, stderr
     assert "Traceback" not in stderr
@@ -88,6 +89,7 @@ def test_two_shards_make_one_run_with_the_single_host_timeline(
     shards = json.loads((run_dir / SHARDS_FILE).read_text())["shards"]
     assert len({shard["node_id"] for shard in shards}) == 2  # placement spread: two nodes
     assert all(shard["lost"] is None for shard in shards)
+    assert all(shard["chunks"] >= 2 for shard in shards)  # (the files below arrived whole)
     assert not (run_dir / "shards").exists()  # the copies are gone once merged
 
     requests = pd.read_parquet(run_dir / "requests.parquet")

@@ -1,14 +1,25 @@
-"""The shard's pulls and the driver's local copy (``veeksha.distributed.collect``): real files."""
+"""The shard's pulls and the driver's local copy (``veeksha.distributed.collect``): real files;
+the driver's pull loop (``driver._follow`` over ``pulls.PullRounds``) with fake shards and a
+fake Ray on a fake clock."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
-from veeksha.distributed.collect import LocalCopy, ShardFiles, pending_work
+from veeksha.distributed import driver
+from veeksha.distributed.collect import LocalCopy, Pull, ShardFiles, pending_work
+from veeksha.distributed.pulls import MISSED_PULLS
+from veeksha.errors import ConfigurationError
 
 
 def _part(folder: Path, table: str, n: int, column: str, values: list[int]) -> None:
@@ -71,3 +82,166 @@ def test_a_final_pull_replaces_the_parts_with_the_finished_files(tmp_path: Path)
     assert (copy.folder / "summary.json").exists()
     assert copy.outcome == {"interrupted": False}
     assert pending_work(copy.folder) == ([], [0])
+
+
+def test_a_file_larger_than_a_chunk_arrives_whole_and_identical_in_pieces(tmp_path: Path) -> None:
+    shard, copy = tmp_path / "shard", LocalCopy(tmp_path / "copy")
+    shard.mkdir()
+    files = ShardFiles(shard, chunk_bytes=1000)
+    big = b"".join(hashlib.sha256(bytes([i])).digest() for i in range(79))[:2500]
+    (shard / "requests.parquet").write_bytes(big)
+    (shard / "run.log").write_bytes(b"x" * 900)
+    (shard / "summary.json").write_bytes(b"{}" * 100)  # 900 + 200 bytes: over the inline budget
+    final = files.next_pull(final=True)
+    assert final.chunked == {"requests.parquet": 2500, "summary.json": 200}
+    assert set(final.files) == {"run.log"}
+    with pytest.raises(ValueError, match="fetch"):
+        LocalCopy(tmp_path / "other").apply(final)
+    asked: list[tuple[str, int, int]] = []
+
+    def fetch(name: str, offset: int, length: int) -> bytes:
+        piece = files.read_chunk(name, offset, length)
+        asked.append((name, offset, len(piece)))
+        return piece
+
+    copy.apply(final, fetch)
+    assert (copy.folder / "requests.parquet").read_bytes() == big
+    assert (copy.folder / "summary.json").read_bytes() == b"{}" * 100
+    assert (copy.folder / "run.log").read_bytes() == b"x" * 900
+    assert asked == [
+        ("requests.parquet", 0, 1000),
+        ("requests.parquet", 1000, 1000),
+        ("requests.parquet", 2000, 500),
+        ("summary.json", 0, 200),
+    ]
+    assert copy.chunks == 4
+    assert not list(copy.folder.glob(".*.tmp"))
+    with pytest.raises(KeyError):  # only the files a final pull named are served
+        files.read_chunk("run.log", 0, 10)
+
+
+# --------------------------------------------------------------- the driver's pull loop
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass(eq=False)
+class _Ref:
+    owner: _Shard
+    ready_at: float
+    value: Pull
+
+
+@dataclass(eq=False)
+class _Shard:
+    """A shard actor whose n-th pull answers ``delays[n]`` s after it was issued (the last delay
+    for every later one; ``math.inf``: never) and says its engine ended at pull ``pulls``."""
+
+    clock: _Clock
+    delays: list[float]
+    pulls: int
+    issued: list[float] = field(default_factory=list)
+    answered: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.pull = SimpleNamespace(remote=self._pull)
+        self.stop = SimpleNamespace(remote=lambda: None)
+
+    def _pull(self) -> _Ref:
+        self.issued.append(self.clock.now)
+        n = len(self.issued)
+        delay = self.delays[min(n, len(self.delays)) - 1]
+        return _Ref(self, self.clock.now + delay, Pull(running=n < self.pulls))
+
+
+class _RayError(Exception):
+    pass
+
+
+class _FakeRay:
+    """``ray.wait`` and ``ray.get`` over :class:`_Ref` on the fake clock: waiting moves the
+    clock to the first answer, or by the whole timeout."""
+
+    exceptions = SimpleNamespace(
+        RayError=_RayError,
+        GetTimeoutError=type("GetTimeoutError", (_RayError,), {}),
+        ActorUnavailableError=type("ActorUnavailableError", (_RayError,), {}),
+    )
+
+    def __init__(self, clock: _Clock) -> None:
+        self.clock = clock
+
+    def wait(self, refs: list[_Ref], num_returns: int, timeout: float) -> Any:
+        assert num_returns == 1
+        first = min(refs, key=lambda ref: ref.ready_at)
+        if first.ready_at <= self.clock.now + timeout:
+            self.clock.now = max(self.clock.now, first.ready_at)
+            return [first], [ref for ref in refs if ref is not first]
+        self.clock.now += timeout
+        return [], refs
+
+    def get(self, ref: _Ref, timeout: float) -> Pull:
+        assert ref.ready_at <= self.clock.now
+        ref.owner.answered.append(self.clock.now)
+        return ref.value
+
+
+def test_a_hung_shard_delays_no_other_shard_and_is_lost_after_its_missed_pulls(
+    tmp_path: Path,
+) -> None:
+    clock = _Clock()
+    hung = _Shard(clock, [math.inf], pulls=1000)
+    fast = _Shard(clock, [0.25], pulls=40)
+    slow = _Shard(clock, [2.5, 0.25], pulls=5)  # its first answer takes 2.5 rounds
+    shards = [
+        driver.ShardState(i, actor, LocalCopy(tmp_path / f"shard-{i}"))
+        for i, actor in enumerate((hung, fast, slow))
+    ]
+    driver._follow(
+        _FakeRay(clock),  # type: ignore[arg-type]
+        shards,
+        1.0,
+        driver._Interrupts(),
+        lambda line: None,
+        clock=clock,
+        sleep=clock.sleep,
+    )
+    # the fast shard is pulled at the start of every round and answered 0.25 s later
+    assert fast.issued == [float(n) for n in range(40)]
+    assert fast.answered == [n + 0.25 for n in range(40)]
+    assert not shards[1].running
+    assert shards[1].lost is None
+    # the hung one: one pull, never a second queued behind it; lost after MISSED_PULLS rounds
+    assert hung.issued == [0.0]
+    assert shards[0].lost == f"no answer to pulls for {MISSED_PULLS} pulls in a row"
+    # the slow one answered in round 3, was pulled again in round 4, and was not lost
+    assert slow.issued == [0.0, 3.0, 4.0, 5.0, 6.0]
+    assert slow.answered == [2.5, 3.25, 4.25, 5.25, 6.25]
+    assert shards[2].lost is None
+    assert shards[2].missed == 0
+    assert not shards[2].running
+    assert [s.copy.pulls for s in shards] == [0, 40, 5]
+
+
+def test_the_piece_size_comes_from_the_environment_or_is_an_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    scenario = SimpleNamespace(runtime=SimpleNamespace(distributed=None))
+    settings = driver.settings_for(scenario, "local")
+    assert settings is not None
+    assert settings.chunk_bytes == 8 * 1024 * 1024
+    monkeypatch.setenv(driver.CHUNK_ENV, "4096")
+    assert driver.settings_for(scenario, "local").chunk_bytes == 4096  # type: ignore[union-attr]
+    for bad in ("8M", "0"):
+        monkeypatch.setenv(driver.CHUNK_ENV, bad)
+        with pytest.raises(ConfigurationError, match="VEEKSHA_RAY_CHUNK_BYTES"):
+            driver.settings_for(scenario, "local")
