@@ -26,9 +26,7 @@ the others go on; the run ends with exit 3. Ctrl-C stops every shard's engine as
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import shutil
 import signal
 import sys
 import time
@@ -38,9 +36,10 @@ from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any
 
-from veeksha.distributed.collect import CHUNK_BYTES, LocalCopy, Pull, pending_work
+from veeksha.distributed.collect import CHUNK_BYTES, LocalCopy, Pull
 from veeksha.distributed.pulls import MISSED_PULLS, PullRounds
 from veeksha.distributed.ray_api import import_ray
+from veeksha.distributed.run_folder import SHARDS_DIR, SHARDS_FILE, merge_and_evaluate
 from veeksha.distributed.shard import ShardActor
 from veeksha.errors import ConfigurationError, RunAbortedError
 
@@ -63,8 +62,6 @@ _SETUP_TIMEOUT_S = 300.0
 _CALL_TIMEOUT_S = 30.0
 _FINISH_TIMEOUT_S = 120.0
 CHUNK_ENV = "VEEKSHA_RAY_CHUNK_BYTES"
-SHARDS_DIR = "shards"
-SHARDS_FILE = "shards.json"
 NAMESPACE = "veeksha"
 
 
@@ -181,7 +178,7 @@ def run_distributed(
             _finish(ray, shards)
         finally:
             _release(ray, shards, placement)
-    return _merge_and_evaluate(
+    return merge_and_evaluate(
         scenario, run_dir, shards, t0_wall_ns, interrupted, setup_s, quiet=quiet, plots=plots
     )
 
@@ -479,133 +476,3 @@ def _finish(ray: ModuleType, shards: Sequence[ShardState]) -> None:
                 shard.offset_after = _measure_offset(ray, shard.actor)
             except ray.exceptions.RayError as exc:
                 _mark_lost(shard, _loss_reason(exc))
-
-
-# -------------------------------------------------------------------------------- results
-
-
-def _merge_and_evaluate(
-    scenario: Any,
-    run_dir: Path,
-    shards: Sequence[ShardState],
-    t0_wall_ns: int,
-    interrupted: bool,
-    setup_s: float,
-    *,
-    quiet: bool,
-    plots: bool,
-) -> int:
-    """Merge the copies into ``run_dir`` (evaluated there), print the report, the exit code."""
-    from veeksha.distributed.merge import ShardResult, merge_shards
-
-    results = []
-    for shard in shards:
-        known = {
-            "offset_before": shard.offset_before,
-            "offset_after": shard.offset_after,
-            "lost": shard.lost,
-            "lost_at_wall_ns": shard.lost_at_wall_ns,
-        }
-        if shard.lost is not None and shard.copy.snapshot is not None:
-            # the engine's own account, at most a pull old: in flight, sessions started, t0
-            result = ShardResult.from_snapshot(
-                shard.spec, shard.copy.folder, shard.copy.snapshot, **known
-            )
-        else:  # (a finished shard's folder holds it all; a lost one without a snapshot:
-            # its trace lines without rows, as pulled)
-            in_flight, started = pending_work(shard.copy.folder)
-            result = ShardResult(
-                spec=shard.spec,
-                folder=shard.copy.folder,
-                in_flight=in_flight if shard.lost is not None else [],
-                started_sessions=set(started),
-                **known,
-            )
-        results.append(result)
-    _write_shards_file(run_dir, shards, t0_wall_ns, setup_s)
-    ray_info = {
-        "backend": "ray",
-        "setup_s": round(setup_s, 3),
-        "nodes": [shard.node_id for shard in shards],
-    }
-    report = merge_shards(
-        results,
-        run_dir,
-        driver_t0_wall_ns=t0_wall_ns,
-        scenario=scenario,
-        plots=plots,
-        extra_run_info={"ray": ray_info},
-    )
-    _write_run_log(run_dir, shards)
-    lost = [shard for shard in shards if shard.lost is not None]
-    if not lost:  # a lost shard's copy stays beside the merged files, for inspection
-        shutil.rmtree(run_dir / SHARDS_DIR, ignore_errors=True)
-    if not quiet:
-        _render(run_dir)
-    if interrupted or report.interrupted:
-        reasons = [f"shard {s.index} lost ({s.lost})" for s in lost]
-        reasons += [
-            str(shard.copy.outcome["error"])
-            for shard in shards
-            if shard.copy.outcome and shard.copy.outcome.get("error")
-        ]
-        why = "; ".join(reasons) or "the run was interrupted"
-        sys.stderr.write(f"error: {why}\nresults collected so far: {run_dir}\n")
-    if interrupted:  # (Ctrl-C reached the driver after every shard had ended)
-        from veeksha.evaluate.exit_codes import ExitCode
-
-        return int(ExitCode.RUN_ABORTED)
-    return int(report.exit_code)
-
-
-def _write_run_log(run_dir: Path, shards: Sequence[ShardState]) -> None:
-    """run.log: each shard's own run.log, its lines prefixed with ``[shard k]``, in order."""
-    with (run_dir / "run.log").open("a", encoding="utf-8") as out:
-        for shard in shards:
-            log = shard.copy.folder / "run.log"
-            if shard.lost is not None:
-                out.write(f"[shard {shard.index}] lost: {shard.lost}\n")
-            if log.exists():
-                for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
-                    out.write(f"[shard {shard.index}] {line}\n")
-
-
-def _render(run_dir: Path) -> None:
-    """The end-of-run report a single-host run prints, from the merged folder's files."""
-    from rich.console import Console
-
-    from veeksha.evaluate.report import render_summary
-
-    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-    health = json.loads((run_dir / "health.json").read_text(encoding="utf-8"))
-    render_summary(Console(stderr=True), summary, health)
-
-
-def _write_shards_file(
-    run_dir: Path, shards: Sequence[ShardState], t0_wall_ns: int, setup_s: float
-) -> None:
-    """``shards.json``: where each shard ran, its clock offsets, how it ended."""
-
-    def offset(estimate: Any) -> Any:
-        return None if estimate is None else estimate.to_dict()
-
-    document = {
-        "backend": "ray",
-        "t0_wall_ns": t0_wall_ns,
-        "setup_s": round(setup_s, 3),
-        "shards": [
-            {
-                "index": shard.index,
-                "node_id": shard.node_id,
-                "lost": shard.lost,
-                "pulls": shard.copy.pulls,
-                "chunks": shard.copy.chunks,
-                "last_snapshot": shard.copy.snapshot is not None,
-                "offset_before": offset(shard.offset_before),
-                "offset_after": offset(shard.offset_after),
-                "outcome": shard.copy.outcome,
-            }
-            for shard in shards
-        ],
-    }
-    (run_dir / SHARDS_FILE).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
