@@ -14,14 +14,13 @@ fires), both positive; the slopes do not, as long as that lateness does not grow
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
-from veeksha.cli import main
+from tests.integration.experiment.microbench_cli import invoke as _invoke
+from tests.integration.experiment.microbench_cli import results as _results
 from veeksha.simulator.process import SimulatorProcess
 
 PREFILL_TOKENS_PER_S = 10_000.0
@@ -36,17 +35,6 @@ simulator:
   decode_step_ms: {DECODE_STEP_MS}
   decode_step_ms_per_seq: {PER_SEQ_MS}
 """
-
-
-def _invoke(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(main, list(args), env={"OPENAI_API_BASE": None})
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
-    return result.exit_code, result.output
-
-
-def _results(base: Path, name: str) -> tuple[Path, dict]:
-    (folder,) = base.glob(f"*-{name}")
-    return folder, json.loads((folder / f"{name}_results.json").read_text())
 
 
 @pytest.fixture

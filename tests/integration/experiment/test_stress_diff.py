@@ -12,20 +12,9 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from veeksha.cli import main
-
-
-def _invoke(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(main, list(args), env={"OPENAI_API_BASE": None})
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
-    return result.exit_code, result.output
-
-
-def _results(base: Path, name: str) -> tuple[Path, dict]:
-    (folder,) = base.glob(f"*-{name}")
-    return folder, json.loads((folder / f"{name}_results.json").read_text())
+from tests.integration.experiment.microbench_cli import invoke as _invoke
+from tests.integration.experiment.microbench_cli import results as _results
 
 
 def test_stress_throughput_stops_growing_at_the_servers_batch_limit(tmp_path: Path) -> None:
