@@ -10,6 +10,7 @@ from veeksha.engine.loop import InFlight, LoopSettings, TrafficLoop
 from veeksha.generate.spec import NodeSpec, SessionSpec
 from veeksha.schedule.arrivals import ConcurrencyRamp
 from veeksha.schedule.session_state import SessionState
+from veeksha.schedule.shards import ShardSpec
 
 S = 1_000_000_000
 
@@ -55,7 +56,11 @@ class Recorder:
 
 
 class Harness:
-    def __init__(self, settings: LoopSettings, make_session) -> None:  # type: ignore[no-untyped-def]
+    """A traffic loop on a fake clock whose submitted items and recorded events are kept."""
+
+    def __init__(  # type: ignore[no-untyped-def]
+        self, settings: LoopSettings, make_session, shard: ShardSpec | None = None
+    ) -> None:
         self.clock = FakeClock()
         self.timers = FakeTimers(self.clock)
         self.rec = Recorder()
@@ -69,7 +74,7 @@ class Harness:
             session_done = rec.session_done
 
         self.loop = TrafficLoop(
-            settings, make_session, self._submit, Sink(), self.clock, self.timers
+            settings, make_session, self._submit, Sink(), self.clock, self.timers, shard=shard
         )
 
     def start(self) -> None:

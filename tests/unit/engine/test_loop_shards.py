@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.fakes import FakeClock, FakeTimers
-from tests.unit.engine.test_loop import Recorder, chain
-from veeksha.dispatch.messages import Result, WorkItem
-from veeksha.engine.loop import LoopSettings, TrafficLoop
+from tests.unit.engine.test_loop import Harness, chain
+from veeksha.dispatch.messages import Result
+from veeksha.engine.loop import LoopSettings
 from veeksha.schedule.arrivals import ConcurrencyRamp
 from veeksha.schedule.phases import PhaseBounds
 from veeksha.schedule.shards import ShardSpec
@@ -17,35 +16,12 @@ from veeksha.schedule.shards import ShardSpec
 S = 1_000_000_000
 
 
-class Shard:
+class Shard(Harness):
+    """A started loop of one shard (``spec``; None: the single host) of ``turns``-turn chains."""
+
     def __init__(self, settings: LoopSettings, spec: ShardSpec | None, turns: int = 1) -> None:
-        self.clock = FakeClock()
-        self.timers = FakeTimers(self.clock)
-        self.rec = Recorder()
-        self.items: list[WorkItem] = []
-        rec = self.rec
-
-        class Sink:
-            dispatched = rec.dispatched_one
-            request_done = rec.request_done
-            request_cancelled = rec.request_cancelled
-            session_done = rec.session_done
-
-        self.loop = TrafficLoop(
-            settings,
-            lambda i: chain(i, turns),
-            self._submit,
-            Sink(),
-            self.clock,
-            self.timers,
-            shard=spec,
-        )
-        self.loop.start(0)
-        self.timers.advance(0)
-
-    def _submit(self, item: WorkItem) -> int:
-        self.items.append(item)
-        return 0
+        super().__init__(settings, lambda i: chain(i, turns), spec)
+        self.start()
 
     def complete_all(self) -> None:
         items, self.items = self.items, []
