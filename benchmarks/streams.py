@@ -72,31 +72,39 @@ from benchmarks.harness import (
     run_veeksha,
     scenario,
 )
+from benchmarks.paced import PacedServer, build
 
-__all__ = ["CONFIGS", "Config", "measure", "streams_figure"]
+__all__ = ["CONFIGS", "Config", "Servers", "measure", "quick_configs", "streams_figure"]
 
 PROBE_PATH = Path(__file__).resolve().parent / "streams_probe"
 TTFT_MS = 50.0
 ITL_MS = 5.0
 TOKENS = 64
 LIGHT_RATE = 20.0
+Server = Simulator | PacedServer
 
 
 @dataclass(frozen=True)
 class Config:
     """One way of running the load: streams (0: the light open-loop reference), workers,
-    pinning, and whether the simulator is pinned to CPU 0."""
+    pinning, the server (``sim``: the built-in simulator, ``c``: the paced C server) and
+    whether the server is pinned to CPU 0 (the main process's)."""
 
     name: str
     streams: int
     workers: int | None = None
     affinity: str | None = None
     sim_cpu0: bool = False
+    server: str = "sim"
 
 
 CONFIGS = {
     c.name: c
     for c in (
+        Config("128c", 128, server="c"),
+        Config("128c0", 128, sim_cpu0=True, server="c"),
+        Config("128cw2", 128, workers=2, server="c"),
+        Config("lightc", 0, server="c"),
         Config("128", 128),
         Config("128w2", 128, workers=2),
         Config("128off", 128, affinity="off"),
@@ -104,7 +112,9 @@ CONFIGS = {
         Config("light", 0),
     )
 }
-QUICK = ("128", "light")
+QUICK = ("128c", "lightc")
+QUICK_NO_C = ("128", "light")
+FULL = ("128c", "128c0", "128cw2", "lightc", "128", "light")
 
 
 def _spec(config: Config, base_url: str, seconds: float) -> dict[str, Any]:
@@ -139,7 +149,7 @@ def _spec(config: Config, base_url: str, seconds: float) -> dict[str, Any]:
 
 
 def measure(
-    config: Config, sim: Simulator, workdir: Path, seconds: float, root: Path = ROOT
+    config: Config, sim: Server, workdir: Path, seconds: float, root: Path = ROOT
 ) -> dict[str, float]:
     """One ``veeksha run`` of ``config`` (the veeksha of ``root``) with the probe; its figures."""
     name = f"streams-{config.name}-{time.monotonic_ns()}"
@@ -159,12 +169,13 @@ def measure(
     values.update(_from_probe(sorted(probe_dir.glob("probe-*.msgpack"))))
     values["cpu_s"] = m.cpu_s
     values["sim_cpu_s"] = sim_cpu
+    values["server_core_pct"] = 100 * sim_cpu / seconds
     values["vm_steal_pct"] = m.steal_pct
     return values
 
 
-def _pin(sim: Simulator, cpus: list[int] | None) -> list[int] | None:
-    """Pin the simulator's processes to ``cpus`` (None: leave them); their previous CPUs."""
+def _pin(sim: Server, cpus: list[int] | None) -> list[int] | None:
+    """Pin the server's processes to ``cpus`` (None: leave them); their previous CPUs."""
     if cpus is None:
         return None
     before: list[int] | None = None
@@ -275,10 +286,15 @@ def _from_probe(paths: list[Path]) -> dict[str, float]:
         out["delay_p99_ms"] = float(np.percentile(cat["delay"], 99))
         for k in ("busy", "wake", "cpu", "in_pass", "preempted"):
             out[f"{k}_ms"] = float(cat[k].mean())
+        # the slowest 1 % of the chunks: what their delay was made of (mean of each part)
+        tail = cat["delay"] >= out["delay_p99_ms"]
+        for k in ("busy", "wake", "cpu", "in_pass", "preempted"):
+            out[f"{k}_tail_ms"] = float(cat[k][tail].mean())
         out["wake_p99_ms"] = float(np.percentile(cat["wake"], 99))
         out["cpu_p99_ms"] = float(np.percentile(cat["cpu"], 99))
     if len(cat["first"]):
         out["first_delay_mean_ms"] = float(cat["first"].mean())
+        out["first_delay_p99_ms"] = float(np.percentile(cat["first"], 99))
     if len(cat["up"]):
         out["upstream_mean_ms"] = float(cat["up"].mean())
         out["upstream_p99_ms"] = float(np.percentile(cat["up"], 99))
@@ -295,31 +311,67 @@ def streams_figure(
 ) -> dict[str, float]:
     """Every configuration once; values keyed ``<key>@<config>``."""
     out: dict[str, float] = {}
-    with _fidelity_sim() as sim:
+    with Servers() as servers:
         for name in configs:
             config = CONFIGS[name]
             secs = seconds if config.streams else max(seconds, 3.0)
-            for key, value in measure(config, sim, workdir, secs, root).items():
+            for key, value in measure(config, servers.get(config), workdir, secs, root).items():
                 out[f"{key}@{name}"] = value
     return out
 
 
-def _fidelity_sim() -> Simulator:
-    return Simulator(
-        timing="fixed",
-        ttft_ms=TTFT_MS,
-        itl_ms=ITL_MS,
-        max_num_seqs=1024,
-        record_chunk_times=True,
-    )
+def quick_configs() -> list[str]:
+    """The quick set: against the C server when it builds, else against the simulator."""
+    binary, why = build()
+    if binary is None:
+        print(f"streams: the paced C server is skipped ({why}); the quick set uses the simulator")
+        return list(QUICK_NO_C)
+    return list(QUICK)
+
+
+class Servers(contextlib.AbstractContextManager["Servers"]):
+    """The targets of a set of configurations, each started when first needed: the built-in
+    simulator (fixed timing, every chunk's write time recorded) and the paced C server, with
+    the same timing."""
+
+    def __init__(self) -> None:
+        self._stack = contextlib.ExitStack()
+        self._started: dict[str, Server] = {}
+
+    def get(self, config: Config) -> Server:
+        """The running server of ``config`` (started now if it is not yet)."""
+        if config.server not in self._started:
+            server: Server
+            if config.server == "c":
+                binary, why = build()
+                if binary is None:
+                    raise RuntimeError(f"the paced C server is not available: {why}")
+                server = PacedServer(binary, TTFT_MS, ITL_MS, TOKENS)
+            else:
+                server = Simulator(
+                    timing="fixed",
+                    ttft_ms=TTFT_MS,
+                    itl_ms=ITL_MS,
+                    max_num_seqs=1024,
+                    record_chunk_times=True,
+                )
+            self._started[config.server] = self._stack.enter_context(server)
+        return self._started[config.server]
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
 
 
 # ------------------------------------------------------------------------------ side by side
 
 HEADLINE = (
-    ("ttfc_bias_mean_ms", "TTFC bias mean", 0.3),
-    ("ttfc_bias_p99_ms", "TTFC bias p99", 1.0),
+    ("first_delay_mean_ms", "TTFC bias mean (first chunk: read − write)", 0.3),
+    ("first_delay_p99_ms", "TTFC bias p99", 1.0),
     ("tbc_p99_bias_ms", "TBC p99 bias (vs server gaps)", 0.5),
+    ("ttfc_bias_mean_ms", "ttfc − server_ttft mean", None),
+    ("ttfc_bias_p99_ms", "ttfc − server_ttft p99", None),
+    ("upstream_mean_ms", "  upstream (server arrival − sent) mean", None),
+    ("upstream_p99_ms", "  upstream p99", None),
     ("tbc_p99_vs_itl_ms", "TBC p99 − 5 ms", None),
     ("delay_mean_ms", "chunk delay mean (read − write)", None),
     ("delay_p99_ms", "chunk delay p99", None),
@@ -328,14 +380,18 @@ HEADLINE = (
     ("cpu_ms", "  CPU taken (run queue)", None),
     ("in_pass_ms", "  reads before it, same pass", None),
     ("preempted_ms", "  preempted within the pass", None),
-    ("first_delay_mean_ms", "first chunk delay mean", None),
-    ("upstream_mean_ms", "upstream (server arrival − sent)", None),
+    ("busy_tail_ms", "  slowest 1 %: loop busy", None),
+    ("wake_tail_ms", "  slowest 1 %: kernel + wake-up", None),
+    ("cpu_tail_ms", "  slowest 1 %: CPU taken", None),
+    ("in_pass_tail_ms", "  slowest 1 %: reads before it", None),
+    ("preempted_tail_ms", "  slowest 1 %: preempted", None),
     ("coalesced_pct", "chunks coalesced %", None),
     ("reads_per_pass", "reads per loop pass", None),
     ("worker_cpu_wait_pct", "worker run-queue wait %", None),
     ("server_ttft_p99_late_ms", "server TTFT p99 − 50 ms", None),
     ("cpu_s", "veeksha CPU-s (tree)", None),
-    ("sim_cpu_s", "simulator CPU-s", None),
+    ("sim_cpu_s", "server CPU-s", None),
+    ("server_core_pct", "server CPU, % of a core (traffic)", None),
 )
 
 
@@ -358,8 +414,10 @@ def render(
         f"## Many-stream fidelity (issue 20 item 1) — {machine().date}",
         "",
         machine().line() + f" Command: `{command}`.",
-        "Simulator fixed timing (TTFT 50 ms, 5 ms a token, 64 tokens, its write time of every",
-        "chunk recorded), completions API; medians (min–max) of the repetitions, alternating.",
+        "Server: the paced C server (`…c` configurations, `benchmarks/paced_server.c`) or the",
+        "built-in simulator (the others), both TTFT 50 ms, 5 ms a token, 64 tokens, their write",
+        "time of every chunk recorded; completions API; medians (min–max) of the repetitions,",
+        "alternating. Targets (128 streams): TTFC bias = the first chunk's read − its write.",
         "",
     ]
     for name in configs:
@@ -385,10 +443,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", default=None, help=f"of {','.join(CONFIGS)}")
     parser.add_argument("--no-append", action="store_true")
     args = parser.parse_args(argv)
-    configs = args.configs.split(",") if args.configs else list(QUICK if args.quick else CONFIGS)
+    if args.configs:
+        configs = args.configs.split(",")
+    else:
+        configs = quick_configs() if args.quick else list(FULL)
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown:
         parser.error(f"unknown configuration(s) {unknown}; choose from {','.join(CONFIGS)}")
+    binary, why = build()
+    if binary is None and any(CONFIGS[c].server == "c" for c in configs):
+        print(f"streams: the configurations against the paced C server are skipped ({why})")
+        configs = [c for c in configs if CONFIGS[c].server != "c"]
     seconds = args.seconds or (3.0 if args.quick else 8.0)
     head = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"],
@@ -398,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
         check=False,
     ).stdout.strip()
     results: dict[str, dict[str, list[dict[str, float]]]] = {}
-    with tempfile.TemporaryDirectory(prefix="veeksha-streams-") as tmp, _fidelity_sim() as sim:
+    with tempfile.TemporaryDirectory(prefix="veeksha-streams-") as tmp, Servers() as servers:
         roots = {f"this ({head})": ROOT}
         if args.compare:
             tree, short = baseline_tree(args.compare, Path(tmp) / "rev")
@@ -409,12 +474,14 @@ def main(argv: list[str] | None = None) -> int:
                 secs = seconds if config.streams else max(seconds, 3.0)
                 for label, root in roots.items():
                     t = time.monotonic()
-                    values = measure(config, sim, Path(tmp), secs, root)
+                    values = measure(config, servers.get(config), Path(tmp), secs, root)
                     results.setdefault(label, {}).setdefault(name, []).append(values)
                     print(
-                        f"[{name} #{rep + 1} {label}] ttfc bias mean "
-                        f"{values.get('ttfc_bias_mean_ms', float('nan')):.3f} p99 "
-                        f"{values.get('ttfc_bias_p99_ms', float('nan')):.3f}, tbc p99 bias "
+                        f"[{name} #{rep + 1} {label}] first chunk delay mean "
+                        f"{values.get('first_delay_mean_ms', float('nan')):.3f} p99 "
+                        f"{values.get('first_delay_p99_ms', float('nan')):.3f}, ttfc − "
+                        f"server_ttft mean {values.get('ttfc_bias_mean_ms', float('nan')):.3f}, "
+                        f"tbc p99 bias "
                         f"{values.get('tbc_p99_bias_ms', float('nan')):.3f} ms "
                         f"({time.monotonic() - t:.1f} s)",
                         flush=True,
