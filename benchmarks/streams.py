@@ -220,7 +220,11 @@ def _from_rows(m: RunMeasure) -> dict[str, float]:
 
 def _from_probe(paths: list[Path]) -> dict[str, float]:
     """Per-chunk delay and its parts (see the module docstring) from the workers' probes."""
-    names = ("delay", "busy", "wake", "cpu", "in_pass", "preempted", "first", "up", "cgap", "sgap")
+    names = (
+        *("delay", "busy", "wake", "cpu", "in_pass", "preempted", "first", "up", "cgap", "sgap"),
+        *("gc", "pass"),
+    )
+    gc_ns = gc_count = gc_full = 0
     parts: dict[str, list[np.ndarray]] = {k: [] for k in names}
     coalesced = chunks = skipped = reads_total = passes_total = 0
     for path in paths:
@@ -229,6 +233,11 @@ def _from_probe(paths: list[Path]) -> dict[str, float]:
         passes = np.frombuffer(doc["passes"], dtype=np.int64).reshape(-1, 5)
         reads_total += len(reads)
         passes_total += len(passes)
+        collected = np.frombuffer(doc.get("gc", b""), dtype=np.int64).reshape(-1, 3)
+        gc_ns += int((collected[:, 1] - collected[:, 0]).sum())
+        gc_count += len(collected)
+        gc_full += int((collected[:, 2] == 2).sum())
+        parts["pass"].append(passes[:, 1] - passes[:, 0])
         rows = [r for r in doc["responses"] if r[2] and len(r[2]) == len(r[3])]
         skipped += len(doc["responses"]) - len(rows)
         if not rows or not len(reads) or not len(passes):
@@ -263,6 +272,7 @@ def _from_probe(paths: list[Path]) -> dict[str, float]:
         # the worker's own CPU time in the pass before this read (the rest: preempted)
         own = np.minimum(np.maximum(reads[idx, 5] - passes[pass_of, 4], 0), np.maximum(in_pass, 0))
         g = good
+        parts["gc"].append((_gc_before(collected, client) - _gc_before(collected, a))[g])
         parts["delay"].append((client - a)[g])
         parts["busy"].append(busy[g])
         parts["wake"].append((idle - cpu)[g])
@@ -288,10 +298,17 @@ def _from_probe(paths: list[Path]) -> dict[str, float]:
             out[f"{k}_ms"] = float(cat[k].mean())
         # the slowest 1 % of the chunks: what their delay was made of (mean of each part)
         tail = cat["delay"] >= out["delay_p99_ms"]
-        for k in ("busy", "wake", "cpu", "in_pass", "preempted"):
+        for k in ("busy", "wake", "cpu", "in_pass", "preempted", "gc"):
             out[f"{k}_tail_ms"] = float(cat[k][tail].mean())
+        out["gc_ms"] = float(cat["gc"].mean())
         out["wake_p99_ms"] = float(np.percentile(cat["wake"], 99))
         out["cpu_p99_ms"] = float(np.percentile(cat["cpu"], 99))
+    if len(cat["pass"]):
+        out["pass_p99_ms"] = float(np.percentile(cat["pass"], 99))
+        out["pass_max_ms"] = float(cat["pass"].max())
+    out["gc_count"] = float(gc_count)
+    out["gc_full_count"] = float(gc_full)
+    out["gc_total_ms"] = gc_ns / 1e6
     if len(cat["first"]):
         out["first_delay_mean_ms"] = float(cat["first"].mean())
         out["first_delay_p99_ms"] = float(np.percentile(cat["first"], 99))
@@ -304,6 +321,17 @@ def _from_probe(paths: list[Path]) -> dict[str, float]:
         )
         out["server_gap_p99_ms"] = float(np.percentile(cat["sgap"], 99))
     return out
+
+
+def _gc_before(collected: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Per instant of ``t``: the garbage collections' time before it (ns; they never overlap)."""
+    if not len(collected):
+        return np.zeros(len(t), dtype=np.int64)
+    starts, ends = collected[:, 0], collected[:, 1]
+    done = np.concatenate([[0], np.cumsum(ends - starts)])
+    i = np.searchsorted(starts, t, side="right")
+    running = np.where(i > 0, np.maximum(ends[np.maximum(i - 1, 0)] - t, 0), 0)
+    return done[i] - running
 
 
 def streams_figure(
@@ -385,6 +413,13 @@ HEADLINE = (
     ("cpu_tail_ms", "  slowest 1 %: CPU taken", None),
     ("in_pass_tail_ms", "  slowest 1 %: reads before it", None),
     ("preempted_tail_ms", "  slowest 1 %: preempted", None),
+    ("gc_tail_ms", "  slowest 1 %: garbage collection", None),
+    ("gc_ms", "  garbage collection (within the delay)", None),
+    ("gc_count", "worker garbage collections", None),
+    ("gc_full_count", "  of them full (generation 2)", None),
+    ("gc_total_ms", "worker garbage collection ms, total", None),
+    ("pass_p99_ms", "loop pass p99 ms", None),
+    ("pass_max_ms", "loop pass max ms", None),
     ("coalesced_pct", "chunks coalesced %", None),
     ("reads_per_pass", "reads per loop pass", None),
     ("worker_cpu_wait_pct", "worker run-queue wait %", None),

@@ -18,6 +18,8 @@ was written, so a previous commit is probed the same way; veeksha itself has no 
   the server's ``timings`` (the simulator's ``arrival_ns`` and, with ``record_chunk_times``,
   ``chunk_ns``: when it wrote each content chunk).
 
+Per garbage collection (``gc.callbacks``): its start, end and generation.
+
 At exit the worker writes ``probe-<pid>.msgpack`` into ``VEEKSHA_PROBE_DIR``. The probe's own
 cost: two clock reads and a few array appends a read, two small ``pread`` calls and a
 ``call_soon`` a pass (a few µs a pass).
@@ -32,6 +34,7 @@ import sys
 def _install(out_dir: str) -> None:
     import asyncio
     import atexit
+    import gc
     import time
     from array import array
 
@@ -44,6 +47,16 @@ def _install(out_dir: str) -> None:
     reads = array("q")  # per read: request id, t before, t after, pass, bytes, CPU time before
     passes = array("q")  # per pass: start, end, run delay at start, run delay at end, CPU time
     responses: list[tuple[int, int, list[int], list[int], int]] = []
+    collections = array("q")  # per garbage collection: start, end, generation
+    gc_start = [0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_start[0] = now()
+        else:
+            collections.extend((gc_start[0], now(), info["generation"]))
+
+    gc.callbacks.append(on_gc)
     fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
     state = {"open": False, "start": 0, "rd": 0, "index": -1, "cpu": 0}
 
@@ -99,7 +112,12 @@ def _install(out_dir: str) -> None:
         with open(path, "wb") as f:
             f.write(
                 msgspec.msgpack.encode(
-                    {"reads": reads.tobytes(), "passes": passes.tobytes(), "responses": responses}
+                    {
+                        "reads": reads.tobytes(),
+                        "passes": passes.tobytes(),
+                        "responses": responses,
+                        "gc": collections.tobytes(),
+                    }
                 )
             )
 
@@ -109,5 +127,6 @@ def _install(out_dir: str) -> None:
 
 
 _OUT = os.environ.get("VEEKSHA_PROBE_DIR")
+
 if _OUT and "veeksha.dispatch.worker" in getattr(sys, "orig_argv", ()):
     _install(_OUT)
