@@ -222,7 +222,7 @@ def _from_probe(paths: list[Path]) -> dict[str, float]:
     """Per-chunk delay and its parts (see the module docstring) from the workers' probes."""
     names = (
         *("delay", "busy", "wake", "cpu", "in_pass", "preempted", "first", "up", "cgap", "sgap"),
-        *("gc", "pass"),
+        *("gc", "pass", "pass_cpu"),
     )
     gc_ns = gc_count = gc_full = 0
     parts: dict[str, list[np.ndarray]] = {k: [] for k in names}
@@ -230,7 +230,7 @@ def _from_probe(paths: list[Path]) -> dict[str, float]:
     for path in paths:
         doc = msgspec.msgpack.decode(path.read_bytes())
         reads = np.frombuffer(doc["reads"], dtype=np.int64).reshape(-1, 6)
-        passes = np.frombuffer(doc["passes"], dtype=np.int64).reshape(-1, 5)
+        passes = np.frombuffer(doc["passes"], dtype=np.int64).reshape(-1, 6)
         reads_total += len(reads)
         passes_total += len(passes)
         collected = np.frombuffer(doc.get("gc", b""), dtype=np.int64).reshape(-1, 3)
@@ -238,6 +238,7 @@ def _from_probe(paths: list[Path]) -> dict[str, float]:
         gc_count += len(collected)
         gc_full += int((collected[:, 2] == 2).sum())
         parts["pass"].append(passes[:, 1] - passes[:, 0])
+        parts["pass_cpu"].append(passes[:, 5] - passes[:, 4])
         rows = [r for r in doc["responses"] if r[2] and len(r[2]) == len(r[3])]
         skipped += len(doc["responses"]) - len(rows)
         if not rows or not len(reads) or not len(passes):
@@ -306,6 +307,8 @@ def _from_probe(paths: list[Path]) -> dict[str, float]:
     if len(cat["pass"]):
         out["pass_p99_ms"] = float(np.percentile(cat["pass"], 99))
         out["pass_max_ms"] = float(cat["pass"].max())
+        out["pass_cpu_p99_ms"] = float(np.percentile(cat["pass_cpu"], 99))
+        out["pass_cpu_max_ms"] = float(cat["pass_cpu"].max())
     out["gc_count"] = float(gc_count)
     out["gc_full_count"] = float(gc_full)
     out["gc_total_ms"] = gc_ns / 1e6
@@ -420,6 +423,8 @@ HEADLINE = (
     ("gc_total_ms", "worker garbage collection ms, total", None),
     ("pass_p99_ms", "loop pass p99 ms", None),
     ("pass_max_ms", "loop pass max ms", None),
+    ("pass_cpu_p99_ms", "loop pass p99, the worker's own CPU ms", None),
+    ("pass_cpu_max_ms", "loop pass max, the worker's own CPU ms", None),
     ("coalesced_pct", "chunks coalesced %", None),
     ("reads_per_pass", "reads per loop pass", None),
     ("worker_cpu_wait_pct", "worker run-queue wait %", None),

@@ -45,7 +45,8 @@ def _install(out_dir: str) -> None:
     now = time.monotonic_ns
     cpu = time.thread_time_ns
     reads = array("q")  # per read: request id, t before, t after, pass, bytes, CPU time before
-    passes = array("q")  # per pass: start, end, run delay at start, run delay at end, CPU time
+    # per pass: start, end, run delay at start and at end, CPU time at start and at end
+    passes = array("q")
     responses: list[tuple[int, int, list[int], list[int], int]] = []
     collections = array("q")  # per garbage collection: start, end, generation
     gc_start = [0]
@@ -64,7 +65,7 @@ def _install(out_dir: str) -> None:
         return int(os.pread(fd, 128, 0).split()[1])
 
     def close_pass() -> None:
-        passes.extend((state["start"], now(), state["rd"], run_delay(), state["cpu"]))
+        passes.extend((state["start"], now(), state["rd"], run_delay(), state["cpu"], cpu()))
         state["open"] = False
 
     received = http1._Conn.data_received
