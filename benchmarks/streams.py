@@ -4,27 +4,44 @@
     python -m benchmarks.streams [--compare REV] [--repeats N] [--seconds S] [--quick]
                                  [--configs NAME,...] [--no-append]
 
-The target is the built-in simulator with fixed timing (TTFT 50 ms, 5 ms between tokens,
-``record_chunk_times``: it reports when it wrote each content chunk, right before the write), 64
-streamed tokens a request, completions API. A full ``veeksha run`` drives it (``Config``):
+Two targets, the same timing (TTFT 50 ms, 5 ms between tokens, 64 streamed tokens a request,
+completions API), both reporting when they wrote each content chunk, right before the write:
 
-- ``128``: closed loop, 128 concurrent single-request sessions (~350 req/s, ~22,000 chunks/s
-  through the client), the default workers and pinning (on 2 cores: one worker, on CPU 1; the
-  main process on CPU 0);
-- ``128w2``: the same with 2 workers (both on CPU 1 with ``auto``); ``128off``: pinning off;
-  ``128sim0``: the simulator pinned to CPU 0 (the main process's), away from the worker;
-- ``light``: the reference, 20 req/s open loop.
+- the paced C server (``benchmarks/paced_server.c``, ``benchmarks/paced.py``): one thread,
+  epoll, ~25 % of a core at 128 streams (most of it the kernel's loopback TCP path, which
+  runs the receiving side in the sender's system call), so the client has the machine;
+  compiled with ``gcc`` on first use (without a compiler its configurations are skipped, with
+  a note);
+- the built-in simulator, fixed timing, ``record_chunk_times`` (Python: ~0.8 of a core at 128
+  streams, which shares the 2 cores with the client and reads its requests late).
+
+A full ``veeksha run`` drives it (``Config``):
+
+- ``128c``: closed loop, 128 concurrent single-request sessions (~350 req/s, ~22,000
+  chunks/s through the client) against the C server (unpinned), the default workers and
+  pinning (on 2 cores: one worker, on CPU 1; the main process on CPU 0); ``128c0``: the C
+  server pinned to CPU 0 (the main process's), away from the worker; ``128cw2``: 2 workers;
+  ``lightc``: the reference, 20 req/s open loop;
+- ``128``, ``light``: the same against the simulator; ``128w2``: 2 workers (both on CPU 1
+  with ``auto``); ``128off``: pinning off; ``128sim0``: the simulator pinned to CPU 0.
+
+The full set (``FULL``) is the C configurations and ``128``/``light``; the quick set
+``128c`` and ``lightc`` (``128`` and ``light`` without a compiler); any by ``--configs``.
 
 Clocks: one CLOCK_MONOTONIC for every process on Linux, so the server's write times and the
 client's read times are comparable. Per run:
 
+- ``first_delay_*``: the TTFC bias as issue 20 defines it, the first content chunk's read
+  (client) − its write (server), mean and p99 (the probe's chunk times);
 - ``ttfc_bias_*``: ttfc − server_ttft per request (requests.parquet; as the ``ttfc`` figure):
   (first read − sent) − (first write − server arrival) = the first chunk's delay + the
   request's way up (``upstream``: server arrival − sent, which holds the server's own wait to
   read it);
 - ``tbc_p99_bias_ms``: the client's TBC p99 minus the server's p99 of the gaps between its
   writes (the same chunks); ``tbc_p99_vs_itl_ms``: minus the nominal 5 ms;
-- ``coalesced_pct``: chunks that shared a read with the chunk before (``chunks_coalesced``).
+- ``coalesced_pct``: chunks that shared a read with the chunk before (``chunks_coalesced``);
+- ``sim_cpu_s``: the server's CPU-s during the run, ``server_core_pct`` the same per second of
+  traffic.
 
 Where the delay of a chunk (client read time − server write time) goes, from the probe
 (``benchmarks/streams_probe``: in the workers only, per read and per loop pass; see there).
@@ -38,6 +55,10 @@ ended at ``Q``), the parts add up to the delay exactly:
 - ``in_pass_ms``: from ``max(a, P)`` to the read: the reads (and their parsing) before it in
   the same pass;
 - the stamp itself (the read to the clock reading, < 1 µs) is left in ``delay``.
+
+``*_tail_ms``: the same parts for the slowest 1 % of the chunks (delay ≥ its p99), and the
+worker's garbage collections within the delay; ``pass_*``: a loop pass's length and the
+worker's own CPU in it (a long pass with little CPU was preempted).
 
 ``--compare REV`` measures the same configurations with the veeksha of ``REV`` (``git
 archive`` into a temporary folder, run with it first on ``PYTHONPATH``) alternately with this
