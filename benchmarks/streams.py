@@ -21,7 +21,8 @@ A full ``veeksha run`` drives it (``Config``):
   chunks/s through the client) against the C server (unpinned), the default workers and
   pinning (on 2 cores: one worker, on CPU 1; the main process on CPU 0); ``128c0``: the C
   server pinned to CPU 0 (the main process's), away from the worker; ``128cw2``: 2 workers;
-  ``lightc``: the reference, 20 req/s open loop;
+  ``128cnp``: ``128c`` without the probe (its own cost: the values from requests.parquet and
+  the worker's CPU only); ``lightc``: the reference, 20 req/s open loop;
 - ``128``, ``light``: the same against the simulator; ``128w2``: 2 workers (both on CPU 1
   with ``auto``); ``128off``: pinning off; ``128sim0``: the simulator pinned to CPU 0.
 
@@ -117,6 +118,7 @@ class Config:
     affinity: str | None = None
     sim_cpu0: bool = False
     server: str = "sim"
+    probe: bool = True
 
 
 CONFIGS = {
@@ -125,6 +127,7 @@ CONFIGS = {
         Config("128c", 128, server="c"),
         Config("128c0", 128, sim_cpu0=True, server="c"),
         Config("128cw2", 128, workers=2, server="c"),
+        Config("128cnp", 128, server="c", probe=False),
         Config("lightc", 0, server="c"),
         Config("128", 128),
         Config("128w2", 128, workers=2),
@@ -135,7 +138,7 @@ CONFIGS = {
 }
 QUICK = ("128c", "lightc")
 QUICK_NO_C = ("128", "light")
-FULL = ("128c", "128c0", "128cw2", "lightc", "128", "light")
+FULL = ("128c", "128c0", "128cnp", "128cw2", "lightc", "128", "light")
 
 
 def _spec(config: Config, base_url: str, seconds: float) -> dict[str, Any]:
@@ -177,6 +180,8 @@ def measure(
     probe_dir = workdir / f"{name}-probe"
     probe_dir.mkdir(parents=True)
     env = {"VEEKSHA_PROBE_DIR": str(probe_dir), "PYTHONPATH": str(PROBE_PATH)}
+    if not config.probe:
+        env = {}
     pinned = _pin(sim, [0] if config.sim_cpu0 else None)
     try:
         cpu0 = sim.cpu_s()
@@ -189,6 +194,8 @@ def measure(
     values = _from_rows(m)
     values.update(_from_probe(sorted(probe_dir.glob("probe-*.msgpack"))))
     values["cpu_s"] = m.cpu_s
+    if "worker_cpu_s" in values and values["requests"]:
+        values["worker_cpu_ms_per_request"] = 1e3 * values["worker_cpu_s"] / values["requests"]
     values["sim_cpu_s"] = sim_cpu
     values["server_core_pct"] = 100 * sim_cpu / seconds
     values["vm_steal_pct"] = m.steal_pct
@@ -451,6 +458,7 @@ HEADLINE = (
     ("worker_cpu_wait_pct", "worker run-queue wait %", None),
     ("server_ttft_p99_late_ms", "server TTFT p99 − 50 ms", None),
     ("cpu_s", "veeksha CPU-s (tree)", None),
+    ("worker_cpu_ms_per_request", "worker CPU-ms per request", None),
     ("sim_cpu_s", "server CPU-s", None),
     ("server_core_pct", "server CPU, % of a core (traffic)", None),
 )
