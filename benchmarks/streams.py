@@ -414,7 +414,8 @@ class Servers(contextlib.AbstractContextManager["Servers"]):
                     max_num_seqs=1024,
                     record_chunk_times=True,
                 )
-            self._started[config.server] = self._stack.enter_context(server)
+            self._stack.enter_context(server)  # (both return themselves)
+            self._started[config.server] = server
         return self._started[config.server]
 
     def __exit__(self, *exc: object) -> None:
@@ -458,7 +459,7 @@ HEADLINE = (
     ("worker_cpu_wait_pct", "worker run-queue wait %", None),
     ("server_ttft_p99_late_ms", "server TTFT p99 − 50 ms", None),
     ("cpu_s", "veeksha CPU-s (tree)", None),
-    ("worker_cpu_ms_per_request", "worker CPU-ms per request", None),
+    ("worker_cpu_ms_per_request", "worker CPU-ms per request (start-up in)", None),
     ("sim_cpu_s", "server CPU-s", None),
     ("server_core_pct", "server CPU, % of a core (traffic)", None),
 )
