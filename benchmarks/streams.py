@@ -42,7 +42,8 @@ client's read times are comparable. Per run:
   writes (the same chunks); ``tbc_p99_vs_itl_ms``: minus the nominal 5 ms;
 - ``coalesced_pct``: chunks that shared a read with the chunk before (``chunks_coalesced``);
 - ``sim_cpu_s``: the server's CPU-s during the run, ``server_core_pct`` the same per second of
-  traffic.
+  traffic; ``others_cores``: the CPU the rest of the machine used meanwhile (/proc/stat's busy
+  time less veeksha's and the server's), in cores: on a shared machine, the noise of the run.
 
 Where the delay of a chunk (client read time − server write time) goes, from the probe
 (``benchmarks/streams_probe``: in the workers only, per read and per loop pass; see there).
@@ -72,6 +73,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -185,7 +187,9 @@ def measure(
     pinned = _pin(sim, [0] if config.sim_cpu0 else None)
     try:
         cpu0 = sim.cpu_s()
+        busy0 = _busy_s()
         m = run_veeksha(_spec(config, sim.base_url, seconds), workdir, name, env=env, root=root)
+        busy = _busy_s() - busy0
         sim_cpu = sim.cpu_s() - cpu0
     finally:
         _pin(sim, pinned)
@@ -194,12 +198,24 @@ def measure(
     values = _from_rows(m)
     values.update(_from_probe(sorted(probe_dir.glob("probe-*.msgpack"))))
     values["cpu_s"] = m.cpu_s
+    # what the rest of the machine took meanwhile (other engineers' runs): in cores
+    values["others_cores"] = max(busy - m.cpu_s - sim_cpu, 0.0) / m.wall_s
     if "worker_cpu_s" in values and values["requests"]:
         values["worker_cpu_ms_per_request"] = 1e3 * values["worker_cpu_s"] / values["requests"]
     values["sim_cpu_s"] = sim_cpu
     values["server_core_pct"] = 100 * sim_cpu / seconds
     values["vm_steal_pct"] = m.steal_pct
     return values
+
+
+def _busy_s() -> float:
+    """CPU seconds all CPUs have been busy (not idle, not waiting for I/O) since boot."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = [int(v) for v in f.readline().split()[1:8]]
+    except (OSError, ValueError):
+        return 0.0
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def _pin(sim: Server, cpus: list[int] | None) -> list[int] | None:
@@ -462,6 +478,7 @@ HEADLINE = (
     ("worker_cpu_ms_per_request", "worker CPU-ms per request (start-up in)", None),
     ("sim_cpu_s", "server CPU-s", None),
     ("server_core_pct", "server CPU, % of a core (traffic)", None),
+    ("others_cores", "other processes on the machine, cores", None),
 )
 
 
