@@ -55,8 +55,9 @@ streams    many-stream fidelity (``benchmarks.streams``, which defines every val
            simulator's fixed timing) and a light 20 req/s reference; TTFC bias (the first
            chunk's read − its write) mean and p99, ttfc − server_ttft, the TBC p99 against the
            server's own gaps, and where each chunk's delay goes. Quick: those two
-           configurations against the C server (the simulator without a C compiler), 3 s
-           each; full: also the C server pinned to CPU 0, 2 workers, and the simulator.
+           configurations against the C server pinned to CPU 0, away from the worker (the
+           simulator without a C compiler), 3 s each; full: also the C server unpinned,
+           without the probe, 2 workers, and the simulator.
 
 Only startup and scale sample RSS (``run_veeksha(sample_rss=True)``): the other figures run with
 no thread of the harness awake beside veeksha, since a sampler on a worker's CPU delays its
