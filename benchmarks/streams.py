@@ -21,8 +21,11 @@ A full ``veeksha run`` drives it (``Config``):
   chunks/s through the client) against the C server (unpinned), the default workers and
   pinning (on 2 cores: one worker, on CPU 1; the main process on CPU 0); ``128c0``: the C
   server pinned to CPU 0 (the main process's), away from the worker; ``128cw2``: 2 workers;
-  ``128cnp``: ``128c`` without the probe (its own cost: the values from requests.parquet and
-  the worker's CPU only); ``lightc``: the reference, 20 req/s open loop;
+  ``128c0r``: ``128c0`` with the streams started over 2 s (a ramp-up), so that they do not
+  stay in step (with no ramp-up all 128 start at once, and the fixed timing keeps their chunks
+  in bursts, as a batching server's decode steps do); ``128cnp``: ``128c`` without the probe
+  (its own cost: the values from requests.parquet and the worker's CPU only); ``lightc``: the
+  reference, 20 req/s open loop;
 - ``128``, ``light``: the same against the simulator; ``128w2``: 2 workers (both on CPU 1
   with ``auto``); ``128off``: pinning off; ``128sim0``: the simulator pinned to CPU 0.
 
@@ -123,6 +126,7 @@ class Config:
     sim_cpu0: bool = False
     server: str = "sim"
     probe: bool = True
+    rampup_s: float = 0.0
 
 
 CONFIGS = {
@@ -130,6 +134,7 @@ CONFIGS = {
     for c in (
         Config("128c", 128, server="c"),
         Config("128c0", 128, sim_cpu0=True, server="c"),
+        Config("128c0r", 128, sim_cpu0=True, server="c", rampup_s=2.0),
         Config("128cw2", 128, workers=2, server="c"),
         Config("128cnp", 128, server="c", probe=False),
         Config("lightc", 0, server="c"),
@@ -155,7 +160,7 @@ def _spec(config: Config, base_url: str, seconds: float) -> dict[str, Any]:
         scheduler = {
             "type": "concurrent",
             "target_concurrent_sessions": config.streams,
-            "rampup_seconds": 0,
+            "rampup_seconds": config.rampup_s,
         }
         return scenario(
             api_base=base_url,
