@@ -3,8 +3,9 @@
 A measuring instrument, not part of veeksha: a single-threaded C server that paces an SSE
 completion exactly (first content chunk TTFT after the request's last byte was read, then one
 every ITL) and reports when it wrote each chunk, as the built-in simulator does with
-``record_chunk_times``. It needs ~2 % of a core at 128 streams where the simulator (Python)
-needs most of one, so a figure measured against it shows the client's delays, not the server's.
+``record_chunk_times``. It needs 25-35 % of a core at 128 streams (~22,000 writes/s, most of
+it the kernel's loopback path inside each ``send``) where the simulator (Python) needs 60-80 %
+and reads its requests late, so a figure measured against it shows the client's delays.
 
 ``build()`` compiles it with ``gcc -O2`` (``$CC`` if set) into ``~/.cache/veeksha-bench/``
 (``$XDG_CACHE_HOME`` honoured), named by the source's hash, so an edit rebuilds it; None and a
@@ -80,7 +81,11 @@ class PacedServer:
     def __exit__(self, *exc: object) -> None:
         if self._proc is not None and self._proc.poll() is None:
             self._proc.terminate()
-            self._proc.wait(timeout=10)
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
 
     def _procs(self) -> list[psutil.Process]:
         if self._proc is None or self._proc.poll() is not None:
