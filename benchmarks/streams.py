@@ -290,14 +290,17 @@ def _from_probe(paths: list[Path]) -> dict[str, float]:
         gc_full += int((collected[:, 2] == 2).sum())
         parts["pass"].append(passes[:, 1] - passes[:, 0])
         parts["pass_cpu"].append(passes[:, 5] - passes[:, 4])
-        rows = [r for r in doc["responses"] if r[2] and len(r[2]) == len(r[3])]
-        skipped += len(doc["responses"]) - len(rows)
-        if not rows or not len(reads) or not len(passes):
+        meta = np.frombuffer(doc["responses"], dtype=np.int64).reshape(-1, 5)
+        n_client, n_server = meta[:, 2], meta[:, 3]
+        valid = (n_client > 0) & (n_client == n_server)
+        skipped += int((~valid).sum())
+        if not valid.any() or not len(reads) or not len(passes):
             continue
-        client = np.concatenate([np.asarray(r[2], dtype=np.int64) for r in rows])
-        server = np.concatenate([np.asarray(r[3], dtype=np.int64) for r in rows])
-        rid = np.concatenate([np.full(len(r[2]), r[0], dtype=np.int64) for r in rows])
-        starts = np.cumsum([0] + [len(r[2]) for r in rows])[:-1]
+        client = np.frombuffer(doc["client"], dtype=np.int64)[np.repeat(valid, n_client)]
+        server = np.frombuffer(doc["server"], dtype=np.int64)[np.repeat(valid, n_server)]
+        rows = meta[valid]
+        rid = np.repeat(rows[:, 0], rows[:, 2])
+        starts = np.concatenate([[0], np.cumsum(rows[:, 2])[:-1]])
         chunks += len(client)
         same = np.diff(client) == 0
         same[starts[1:] - 1] = False
@@ -334,7 +337,8 @@ def _from_probe(paths: list[Path]) -> dict[str, float]:
         first = np.zeros(len(client), dtype=bool)
         first[starts] = True
         parts["first"].append((client - a)[first & g])
-        parts["up"].append(np.array([r[4] - r[1] for r in rows if r[4] and r[1]], dtype=np.int64))
+        known = (rows[:, 4] != 0) & (rows[:, 1] != 0)
+        parts["up"].append(rows[known, 4] - rows[known, 1])
         gap_ok = ~first[1:]
         parts["cgap"].append(np.diff(client)[gap_ok])
         parts["sgap"].append(np.diff(server)[gap_ok])

@@ -47,7 +47,11 @@ def _install(out_dir: str) -> None:
     reads = array("q")  # per read: request id, t before, t after, pass, bytes, CPU time before
     # per pass: start, end, run delay at start and at end, CPU time at start and at end
     passes = array("q")
-    responses: list[tuple[int, int, list[int], list[int], int]] = []
+    # per response: request id, sent_at, chunks (client, server), the server's arrival; and the
+    # chunk times of every response one after another (flat arrays: nothing for the collector)
+    meta = array("q")
+    client = array("q")
+    server = array("q")
     collections = array("q")  # per garbage collection: start, end, generation
     gc_start = [0]
 
@@ -95,15 +99,13 @@ def _install(out_dir: str) -> None:
         item = getattr(exchange, "item", None)
         if acc is not None and item is not None and exc is None:
             timings = acc.server_timings or {}
-            responses.append(
-                (
-                    item.request_id,
-                    getattr(exchange, "sent_at", 0),
-                    list(acc.chunk_times_ns),
-                    list(timings.get("chunk_ns") or ()),
-                    int(timings.get("arrival_ns") or 0),
-                )
-            )
+            mine = acc.chunk_times_ns
+            theirs = timings.get("chunk_ns") or ()
+            client.extend(mine)
+            server.extend(theirs)
+            arrival = timings.get("arrival_ns")
+            sent = getattr(exchange, "sent_at", 0)
+            meta.extend((item.request_id, sent, len(mine), len(theirs), int(arrival or 0)))
         ended(self, conn, exchange, exc)  # type: ignore[arg-type]
 
     def dump() -> None:
@@ -116,7 +118,9 @@ def _install(out_dir: str) -> None:
                     {
                         "reads": reads.tobytes(),
                         "passes": passes.tobytes(),
-                        "responses": responses,
+                        "responses": meta.tobytes(),
+                        "client": client.tobytes(),
+                        "server": server.tobytes(),
                         "gc": collections.tobytes(),
                     }
                 )
