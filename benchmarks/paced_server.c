@@ -16,6 +16,11 @@
  *   each chunk's read right before its write), "data: [DONE]" and the last chunk;
  * - anything else: 404 (a non-streaming completion: 400).
  *
+ * Enough HTTP for veeksha's client, nothing more: request bodies framed by Content-Length; a
+ * request pipelined behind a stream is answered (and stamped) when that stream ends; with
+ * "Connection: close" the socket is closed right after the last write (a response the socket
+ * did not take whole is cut).
+ *
  * Due writes wait in a min-heap (one entry per streaming connection); the loop sleeps in
  * epoll_pwait2 (glibc >= 2.35) until the earliest, in ns, with a timer slack of 1 ns, so pacing
  * has no millisecond rounding (a timerfd re-armed after every write cost 13 % of the server's
