@@ -44,13 +44,16 @@ def build() -> tuple[Path | None, str]:
         return None, "no C compiler (gcc or $CC) found"
     binary.parent.mkdir(parents=True, exist_ok=True)
     tmp = binary.with_suffix(f".tmp{os.getpid()}")
-    out = subprocess.run(
-        [compiler, "-O2", "-o", str(tmp), str(SOURCE)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    try:
+        out = subprocess.run(
+            [compiler, "-O2", "-o", str(tmp), str(SOURCE)],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"{compiler} could not be run: {exc}"
     if out.returncode != 0:
         tmp.unlink(missing_ok=True)
         return None, f"{compiler} failed on {SOURCE.name}: {out.stderr.strip()[-500:]}"
