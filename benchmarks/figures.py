@@ -50,11 +50,14 @@ trace      a 10,000,000-row request log replayed at its own timestamps: time to 
            main process' peak RSS (``benchmarks/trace_replay.py``). Not in ``--quick``.
 
 streams    many-stream fidelity (``benchmarks.streams``, which defines every value): 128
-           concurrent streams closed loop against the simulator's fixed timing (TTFT 50 ms,
-           5 ms a token, 64 tokens) and a light 20 req/s reference; TTFC bias (ttfc −
-           server_ttft) mean and p99, the TBC p99 against the server's own gaps, and where each
-           chunk's delay (client read − server write) goes. Quick: those two configurations,
-           3 s each; full: also 2 workers, pinning off, the simulator pinned to CPU 0.
+           concurrent streams closed loop against a paced server (TTFT 50 ms, 5 ms a token,
+           64 tokens; the light C server ``benchmarks/paced_server.c``, or the built-in
+           simulator's fixed timing) and a light 20 req/s reference; TTFC bias (the first
+           chunk's read − its write) mean and p99, ttfc − server_ttft, the TBC p99 against the
+           server's own gaps, and where each chunk's delay goes. Quick: those two
+           configurations against the C server pinned to CPU 0, away from the worker (the
+           simulator without a C compiler), 3 s each; full: also the C server unpinned,
+           without the probe, 2 workers, and the simulator.
 
 Only startup and scale sample RSS (``run_veeksha(sample_rss=True)``): the other figures run with
 no thread of the harness awake beside veeksha, since a sampler on a worker's CPU delays its
@@ -93,7 +96,7 @@ from benchmarks.harness import (
     scenario,
 )
 from benchmarks.python_floor import run_floor, scale_sessions
-from benchmarks.streams import CONFIGS, QUICK, streams_figure
+from benchmarks.streams import FULL, quick_configs, streams_figure
 from benchmarks.trace_replay import fig_trace
 
 __all__ = ["FIGURES", "REPEATS", "SLOW", "Plan", "Sample"]
@@ -485,7 +488,7 @@ def _is_worker(proc: Any) -> bool:
 
 
 def fig_streams(plan: Plan, _sim: Simulator) -> Sample:
-    configs = list(QUICK) if plan.quick else list(CONFIGS)
+    configs = quick_configs() if plan.quick else list(FULL)
     return Sample(streams_figure(plan.workdir, plan.pick(3.0, 6.0), configs))
 
 

@@ -36,9 +36,9 @@ TARGETS = (
     Target("precision", "sent_minus_ready_p99_us", "dispatch precision p99", "µs", 1000, True),
     Target("ttfc", "bias_mean_ms", "TTFC bias, mean", "ms", 0.3, True),
     Target("ttfc", "bias_p99_ms", "TTFC bias, p99", "ms", 1.0, True),
-    Target("streams", "ttfc_bias_mean_ms@128", "TTFC bias, mean, 128 streams", "ms", 0.3, True),
-    Target("streams", "ttfc_bias_p99_ms@128", "TTFC bias, p99, 128 streams", "ms", 1.0, True),
-    Target("streams", "tbc_p99_bias_ms@128", "TBC p99 bias, 128 streams", "ms", 0.5, True),
+    Target("streams", "first_delay_mean_ms@128c0", "TTFC bias, mean, 128 streams", "ms", 0.3, True),
+    Target("streams", "first_delay_p99_ms@128c0", "TTFC bias, p99, 128 streams", "ms", 1.0, True),
+    Target("streams", "tbc_p99_bias_ms@128c0", "TBC p99 bias, 128 streams", "ms", 0.5, True),
     Target("startup", "cpu_s", "start-up CPU (2 s at 10 req/s)", "CPU-s", 1.5, True),
     Target("startup", "peak_rss_mb", "start-up peak RSS (tree)", "MB", 300, True),
     Target(

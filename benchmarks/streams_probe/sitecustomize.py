@@ -18,6 +18,8 @@ was written, so a previous commit is probed the same way; veeksha itself has no 
   the server's ``timings`` (the simulator's ``arrival_ns`` and, with ``record_chunk_times``,
   ``chunk_ns``: when it wrote each content chunk).
 
+Per garbage collection (``gc.callbacks``): its start, end and generation.
+
 At exit the worker writes ``probe-<pid>.msgpack`` into ``VEEKSHA_PROBE_DIR``. The probe's own
 cost: two clock reads and a few array appends a read, two small ``pread`` calls and a
 ``call_soon`` a pass (a few µs a pass).
@@ -32,6 +34,7 @@ import sys
 def _install(out_dir: str) -> None:
     import asyncio
     import atexit
+    import gc
     import time
     from array import array
 
@@ -42,8 +45,23 @@ def _install(out_dir: str) -> None:
     now = time.monotonic_ns
     cpu = time.thread_time_ns
     reads = array("q")  # per read: request id, t before, t after, pass, bytes, CPU time before
-    passes = array("q")  # per pass: start, end, run delay at start, run delay at end, CPU time
-    responses: list[tuple[int, int, list[int], list[int], int]] = []
+    # per pass: start, end, run delay at start and at end, CPU time at start and at end
+    passes = array("q")
+    # per response: request id, sent_at, chunks (client, server), the server's arrival; and the
+    # chunk times of every response one after another (flat arrays: nothing for the collector)
+    meta = array("q")
+    client = array("q")
+    server = array("q")
+    collections = array("q")  # per garbage collection: start, end, generation
+    gc_start = [0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_start[0] = now()
+        else:
+            collections.extend((gc_start[0], now(), info["generation"]))
+
+    gc.callbacks.append(on_gc)
     fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
     state = {"open": False, "start": 0, "rd": 0, "index": -1, "cpu": 0}
 
@@ -51,7 +69,7 @@ def _install(out_dir: str) -> None:
         return int(os.pread(fd, 128, 0).split()[1])
 
     def close_pass() -> None:
-        passes.extend((state["start"], now(), state["rd"], run_delay(), state["cpu"]))
+        passes.extend((state["start"], now(), state["rd"], run_delay(), state["cpu"], cpu()))
         state["open"] = False
 
     received = http1._Conn.data_received
@@ -81,15 +99,13 @@ def _install(out_dir: str) -> None:
         item = getattr(exchange, "item", None)
         if acc is not None and item is not None and exc is None:
             timings = acc.server_timings or {}
-            responses.append(
-                (
-                    item.request_id,
-                    getattr(exchange, "sent_at", 0),
-                    list(acc.chunk_times_ns),
-                    list(timings.get("chunk_ns") or ()),
-                    int(timings.get("arrival_ns") or 0),
-                )
-            )
+            mine = acc.chunk_times_ns
+            theirs = timings.get("chunk_ns") or ()
+            client.extend(mine)
+            server.extend(theirs)
+            arrival = timings.get("arrival_ns")
+            sent = getattr(exchange, "sent_at", 0)
+            meta.extend((item.request_id, sent, len(mine), len(theirs), int(arrival or 0)))
         ended(self, conn, exchange, exc)  # type: ignore[arg-type]
 
     def dump() -> None:
@@ -99,7 +115,14 @@ def _install(out_dir: str) -> None:
         with open(path, "wb") as f:
             f.write(
                 msgspec.msgpack.encode(
-                    {"reads": reads.tobytes(), "passes": passes.tobytes(), "responses": responses}
+                    {
+                        "reads": reads.tobytes(),
+                        "passes": passes.tobytes(),
+                        "responses": meta.tobytes(),
+                        "client": client.tobytes(),
+                        "server": server.tobytes(),
+                        "gc": collections.tobytes(),
+                    }
                 )
             )
 
@@ -109,5 +132,6 @@ def _install(out_dir: str) -> None:
 
 
 _OUT = os.environ.get("VEEKSHA_PROBE_DIR")
+
 if _OUT and "veeksha.dispatch.worker" in getattr(sys, "orig_argv", ()):
     _install(_OUT)
