@@ -47,7 +47,6 @@ from veeksha.engine.target import Target, TargetContext, describe
 from veeksha.errors import ConfigurationError, RunAbortedError, VeekshaError
 from veeksha.evaluate.streaming import StreamingMetrics
 from veeksha.generate.spec import SessionSpec
-from veeksha.generate.traces import OpenTrace
 from veeksha.record.parquet import ResultWriter, run_metadata
 from veeksha.record.rows import warm_up as warm_up_rows
 from veeksha.record.run_folder import write_config
@@ -59,6 +58,7 @@ from veeksha.schedule.shards import ShardSpec
 from veeksha.timers import LoopTimers
 
 if TYPE_CHECKING:
+    from veeksha.generate.traces import OpenTrace
     from veeksha.server.managed import ManagedServer
     from veeksha.simulator.process import SimulatorProcess
 
