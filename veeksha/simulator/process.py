@@ -92,7 +92,7 @@ class SimulatorProcess:
             self.host,
             "--port",
             str(self.port),
-            "--config-json",
+            "--settings-json",  # (validated here: the server's process reads it as it is)
             self.config.model_dump_json(),
         ]
         if self.die_with_owner:  # a SIGKILLed owner must not leave the server running

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from veeksha.scenario.simulator import SimulatorConfig
+
 _SCENARIO = """
 traffic_scheduler:
   type: rate
@@ -95,16 +97,19 @@ def test_a_worker_starts_without_numpy_arrow_or_the_scenario_models() -> None:
     assert not loaded & heavy
 
 
-def test_the_simulator_starts_without_numpy_arrow_or_the_scenario_models() -> None:
+def test_the_simulator_starts_without_numpy_arrow_pydantic_or_the_scenario_models() -> None:
+    # as ``SimulatorProcess`` starts it: the validated settings' JSON, read without pydantic
+    settings = SimulatorConfig(processes=1).model_dump_json()
     loaded = _fresh_modules(
         "from veeksha.cli import set_library_defaults\n"
         "set_library_defaults()  # (as python -m veeksha.simulator does first)\n"
         "import veeksha.simulator.cli, veeksha.simulator.runner\n"
-        "from veeksha.simulator.cli import load_config\n"
-        "load_config(config_json='{\"processes\": 1}')\n"
+        "from veeksha.simulator.settings import SimSettings\n"
+        f"SimSettings.from_json({settings!r})\n"
     )
     assert "veeksha.simulator.server" in loaded
     heavy = {"numpy", "pyarrow", "pandas", "rich", "multiprocessing", "veeksha.scenario.models"}
+    heavy |= {"pydantic", "veeksha.scenario.simulator", "http.client"}
     heavy.add("importlib.metadata")  # (pydantic's plugin loader stood in for)
     assert not loaded & heavy
 
