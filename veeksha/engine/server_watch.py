@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
@@ -140,8 +141,12 @@ class ServerWatch:
                 process.stdin.flush()
             with contextlib.suppress(OSError):
                 process.stdin.close()
+        # its output ends when it exits: the reader's end is that moment (Popen.wait with a
+        # timeout polls, with sleeps that double up to 50 ms), and its last line is read by then
+        deadline = time.monotonic() + _STOP_TIMEOUT_S
+        self._reader.join(_STOP_TIMEOUT_S)
         try:
-            code = process.wait(_STOP_TIMEOUT_S)
+            code = process.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             process.kill()
             code = process.wait()
