@@ -87,24 +87,26 @@ def _corpus(seed: int, vocab: Vocabulary) -> tuple[str, NDArray[np.int64]]:
         leads = np.array([position[word] for word in vocab.lead], dtype=np.int64)
         idx[::LEAD_STRIDE] = leads[idx[::LEAD_STRIDE] % len(leads)]
     lengths = (np.fromiter(map(len, words), np.int64, len(words)) + 1)[idx]
-    half = _joined(words, idx, lengths)
-    starts = np.zeros(2 * len(lengths) + 1, dtype=np.int64)
-    np.cumsum(np.concatenate([lengths, lengths]), out=starts[1:])
+    half = _joined(words, idx)
+    n = len(lengths)
+    starts = np.empty(2 * n + 1, dtype=np.int64)
+    starts[0] = 0
+    np.cumsum(lengths, out=starts[1 : n + 1])
+    np.add(starts[1 : n + 1], starts[n], out=starts[n + 1 :])  # (the second copy's offsets)
     return half + " " + half, starts
 
 
-def _joined(words: tuple[str, ...], idx: NDArray[np.int64], lengths: NDArray[np.int64]) -> str:
+def _joined(words: tuple[str, ...], idx: NDArray[np.int64]) -> str:
     """``" ".join(words[i] for i in idx)``. ASCII words (the builtin list's): as bytes in numpy,
-    each word and its space a row of a fixed-width table, the rows picked by ``idx`` and their
-    padding dropped (a third of the CPU of joining half a million Python strings)."""
-    if not all(word.isascii() for word in words):
+    each word and its space a fixed-width record padded with NULs, the records picked by ``idx``
+    in one gather and the padding dropped (a quarter of the CPU of joining half a million
+    Python strings)."""
+    if not all(word.isascii() and "\0" not in word for word in words):
         return " ".join(itemgetter(*idx.tolist())(words))
     width = max(map(len, words)) + 1
-    table = np.frombuffer(
-        b"".join(f"{word} ".encode().ljust(width, b"\0") for word in words), dtype=np.uint8
-    ).reshape(len(words), width)
-    keep = np.arange(width) < lengths[:, None]
-    return table[idx][keep].tobytes()[:-1].decode("ascii")
+    records = b"".join(f"{word} ".encode().ljust(width, b"\0") for word in words)
+    picked = np.frombuffer(records, dtype=np.dtype((np.void, width)))[idx].view(np.uint8)
+    return picked[picked != 0].tobytes()[:-1].decode("ascii")
 
 
 class PromptBuilder:
