@@ -199,7 +199,7 @@ class _Run(RunSetup, RunFinish):
         self.simulator: SimulatorProcess | None = None
         self.server: ManagedServer | None = None
         self.server_metrics: dict[str, Any] | None = None  # what the scraper did (ServerWatch)
-        self.watch: ServerWatch | None = None  # its process starts with the workers
+        self.watch: ServerWatch | None = None  # its process starts when the run begins
         self.shard: ShardSpec | None = None
         self.start_at_wall_ns: StartAt | None = None
         self.probe: RunProbe | None = None
@@ -246,6 +246,8 @@ class _Run(RunSetup, RunFinish):
         # The built-in simulator shares the workers' CPUs, never the main process' one (it
         # would otherwise inherit the main process' pinning).
         spare = sorted({cpu for cpus in plan.worker_cpus for cpu in cpus} - set(plan.main_cpus))
+        # the watch's interpreter starts up beside the target's resolution and the set-up
+        self.watch = ServerWatch.launch(self.scenario, self.dry_run, self.log)
         try:
             with TargetContext(
                 self.scenario,
@@ -260,6 +262,9 @@ class _Run(RunSetup, RunFinish):
         finally:
             if self.launched is not None:  # (those the pool did not adopt: a failed set-up)
                 self.launched.close()
+            if self.watch is not None:  # (the set-up failed before the run began)
+                self.watch.abort()
+                self.watch = None
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(0, cpus_before)
 
@@ -295,7 +300,8 @@ class _Run(RunSetup, RunFinish):
         starting = asyncio.ensure_future(self.pool.start(timeout=_WORKER_START_TIMEOUT_S))
         try:
             await asyncio.sleep(0)  # (``start`` spawns every worker before it first waits)
-            self.watch = ServerWatch.prepare(self.scenario, target, self.log)  # (its imports too)
+            if self.watch is not None:  # (its process launched when the run began)
+                self.watch.aim(self.scenario, target)
             make_session = self._session_source(target)
             warm_up_rows()  # loads the Arrow conversion code now, not at the writer's first tick
             load_display(self.quiet)  # (not in the lead before t0)
