@@ -284,11 +284,15 @@ def _run(ctx: click.Context, path: str, overrides: Sequence[str], options: RunOp
         import pyarrow.parquet  # noqa: F401
 
         import veeksha.generate.traces  # noqa: F401
+    from veeksha.engine.launch import launch_workers
     from veeksha.engine.target import spawn_simulator
 
-    # the built-in simulator starts up on the other core while this process imports the engine
+    # the built-in simulator and the workers' interpreters start up on the other core while
+    # this process imports the engine (the workers get their settings once the target is known)
     simulator = spawn_simulator(scenario, options.dry_run)
+    workers = None
     try:
+        workers = launch_workers(scenario, options.dry_run)
         checking = _Background(_check_trace, scenario)
         from veeksha.engine import run_benchmark
 
@@ -304,8 +308,11 @@ def _run(ctx: click.Context, path: str, overrides: Sequence[str], options: RunOp
             dry_run=options.dry_run,
             plots=options.plots,
             simulator=simulator,
+            workers=workers,
         )
     finally:
+        if workers is not None:  # (adopted by the run's pool, unless it failed before)
+            workers.close()
         if simulator is not None:
             simulator.stop()  # (the run stopped it already, unless it failed before its start)
     if result != 0:

@@ -25,20 +25,21 @@ Synchronous on purpose: these calls happen before t0 or after the run, never on 
 
 from __future__ import annotations
 
-import http.client
 import io
 import json
 import os
 import socket
-import ssl
 import time
 from dataclasses import dataclass
-from email.message import Message
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
 
 from veeksha.errors import ConfigurationError, TargetError
 from veeksha.redact import Redactor
+
+if TYPE_CHECKING:
+    import http.client
+    from email.message import Message
 
 __all__ = ["MAX_BODY", "MAX_REDIRECTS", "TIMEOUT_ENV", "Answer", "fetch", "origin", "setup_timeout"]
 
@@ -108,6 +109,8 @@ def fetch(
     """``method url`` (with ``json_body`` as JSON and ``api_key`` as a bearer token, if given),
     whole within ``timeout_s``; the answer, whatever its status. Raises ``TargetError``
     (``"{method} {url}: {what happened}. {fix}"``) when no complete HTTP answer came."""
+    import http.client  # (with email's parser: imported by the call, not by every process)
+
     deadline = time.monotonic() + timeout_s
     first = origin(url)
     body = None if json_body is None else json.dumps(json_body).encode()
@@ -151,6 +154,9 @@ class _Failure(Exception):
 
 
 def _describe(exc: BaseException, redact: Redactor) -> str:
+    import http.client
+    import ssl
+
     if isinstance(exc, _Failure):
         return str(exc)
     if isinstance(exc, http.client.RemoteDisconnected | ConnectionResetError | BrokenPipeError):
@@ -186,6 +192,8 @@ def _quote(text: str, redact: Redactor) -> str:
 def _exchange(
     method: str, url: str, body: bytes | None, api_key: str | None, deadline: float, max_body: int
 ) -> Answer:
+    import http.client
+
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise _Failure("not an http(s) URL")
@@ -206,6 +214,8 @@ def _exchange(
     sock = _connect(host, port, deadline)
     try:
         if scheme == "https":
+            import ssl
+
             sock.settimeout(_left(deadline))  # (a TLS handshake keeps to one timeout overall)
             sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
         sock.settimeout(_left(deadline))  # (sendall keeps to one timeout overall)

@@ -7,7 +7,8 @@ becomes readable when the process exits. No threads, no polling, no files.
 Lifecycle
     ``start`` spawns every worker (``python -m veeksha.dispatch.worker``: a fresh interpreter that
     imports only the worker's modules, never the caller's ``__main__``; the ``WorkerSpawn``
-    config, API key included, goes through its stdin) and waits until each has said
+    config, API key included, goes through its stdin; or adopts a worker launched ahead of the
+    run, ``veeksha.dispatch.launch``, and sends it the same) and waits until each has said
     ``WorkerReady``. ``submit`` hands a ``WorkItem`` to the ready worker with the fewest requests
     in flight (ties: the lowest slot) and sends it at once, or, with ``flush=False``, keeps it
     in that worker's outbox until ``flush``: the traffic loop flushes once per pass, so a pass's
@@ -43,16 +44,14 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from types import TracebackType
 
 import msgspec
 
-import veeksha
-from veeksha.dispatch.channel import Link, from_worker_decoder, socket_pair
+from veeksha.dispatch.channel import Link, from_worker_decoder
+from veeksha.dispatch.launch import WorkerLaunch, launch_worker
 from veeksha.dispatch.messages import FromWorker, Result, Stop, WorkerReady, WorkItem
 from veeksha.dispatch.settings import WorkerSettings, WorkerSpawn
 from veeksha.errors import ConfigurationError, RunAbortedError, VeekshaError
@@ -115,6 +114,7 @@ class WorkerPool:
         max_deaths: int = 3,
         death_window_s: float = 10.0,
         more_settings: list[WorkerSettings] | None = None,
+        launched: WorkerLaunch | None = None,
     ) -> None:
         if num_workers < 1:
             raise ValueError("num_workers must be at least 1")
@@ -142,6 +142,8 @@ class WorkerPool:
         self._stopping = False
         self._closed = False
         self.error: VeekshaError | None = None
+        # workers launched before the settings were known: the first spawns adopt them
+        self._launched = launched
 
     # ---------------------------------------------------------------------------------- public
 
@@ -172,6 +174,8 @@ class WorkerPool:
         self._idle = asyncio.Event()
         try:
             handles = [self._spawn(slot) for slot in range(self.num_workers)]
+            if self._launched is not None:  # (more launched than this pool has workers)
+                self._launched.close()
             waits = [h.ready for h in handles]
             done, pending = await asyncio.wait(
                 waits, timeout=timeout, return_when=asyncio.FIRST_EXCEPTION
@@ -281,33 +285,20 @@ class WorkerPool:
         assert self._loop is not None
         worker_id = self._next_id
         self._next_id += 1
-        ours, theirs = socket_pair()
-        link = Link(ours, from_worker_decoder(), self._on_batch)
+        # a worker launched ahead (veeksha.dispatch.launch) if one waits, else one started now
+        launched = self._launched.take() if self._launched is not None else None
+        launched = launched or launch_worker()
+        proc = launched.proc
+        link = Link(launched.link, from_worker_decoder(), self._on_batch)
         h = _Handle(worker_id, slot, self._worker_cpus[slot], link)
         spawn = WorkerSpawn(
             worker_id=worker_id,
             parent_pid=os.getpid(),
             cpus=h.cpus,
-            channel_fd=theirs.fileno(),
+            channel_fd=launched.channel_fd,
             settings=self.settings,
             more_settings=self.more_settings,
         )
-        env = dict(os.environ)
-        root = str(Path(veeksha.__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "veeksha.dispatch.worker"],
-                stdin=subprocess.PIPE,
-                env=env,
-                close_fds=True,
-                pass_fds=(theirs.fileno(),),
-            )
-        except BaseException:
-            link.close()
-            raise
-        finally:
-            theirs.close()  # the child has its copy
         link.start(self._loop)
         assert proc.stdin is not None
         try:

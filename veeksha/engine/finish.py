@@ -2,7 +2,9 @@
 (metrics, health, SLOs, plots, report) or, with ``evaluate=False``, a note that it was skipped,
 and the Parquet files finalised with the verdict.
 
-A mixin of the run (``veeksha.engine.run``): it works on the run's own state.
+A mixin of the run (``veeksha.engine.run``): it works on the run's own state. The evaluation
+(and its Arrow compute functions, ~0.1 CPU-s to import) is imported when the run ends, not
+before t0: a shard that never evaluates never imports it.
 """
 
 from __future__ import annotations
@@ -11,26 +13,23 @@ import resource
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from veeksha.clock import MonotonicClock
 from veeksha.engine.loop import TrafficLoop
 from veeksha.engine.outcome import RunOutcome
-from veeksha.engine.prompt_check import server_tokenizer_info
 from veeksha.engine.runlog import RunLog
 from veeksha.engine.target import Target, describe
 from veeksha.errors import RunAbortedError
-from veeksha.evaluate.jsonio import jsonable
-from veeksha.evaluate.outputs import write_summary
-from veeksha.evaluate.run import evaluate_run
-from veeksha.evaluate.source import release_memory, requests_source, sessions_source
 from veeksha.generate.calibration import CalibratedTokenizer
 from veeksha.generate.spec import SessionSpec
 from veeksha.generate.tokenizer import TokenizerLike
-from veeksha.generate.traces import OpenTrace
 from veeksha.record.parquet import ResultWriter
 from veeksha.scenario.models import Scenario
 from veeksha.schedule.shards import ShardSpec
+
+if TYPE_CHECKING:
+    from veeksha.generate.traces import OpenTrace
 
 __all__ = ["RunFinish", "children_cpu_s"]
 
@@ -88,6 +87,10 @@ class RunFinish:
             "interrupted": str(outcome.interrupted).lower(),
             "stop_reason": outcome.stop_reason,
         }
+        from veeksha.evaluate.jsonio import jsonable
+        from veeksha.evaluate.outputs import write_summary
+        from veeksha.evaluate.source import release_memory
+
         try:
             try:
                 writer.flush()
@@ -142,6 +145,10 @@ class RunFinish:
 
     def _evaluate(self, run_info: dict[str, Any], extra: dict[str, str]) -> None:
         """Metrics, health checks, SLOs, plots and the report of the run's rows."""
+        from veeksha.engine.prompt_check import server_tokenizer_info
+        from veeksha.evaluate.run import evaluate_run
+        from veeksha.evaluate.source import requests_source, sessions_source
+
         outcome = self.outcome
         # read a column at a time from the files: bounded memory at any run size
         requests = requests_source(self.run_dir)

@@ -26,13 +26,14 @@ import uvloop
 
 from veeksha import __version__
 from veeksha.clock import MonotonicClock
-from veeksha.dispatch.affinity import default_num_workers, plan_affinity
+from veeksha.dispatch.affinity import plan_affinity
 from veeksha.dispatch.inprocess import InProcessPool
 from veeksha.dispatch.messages import Result, WorkItem
 from veeksha.dispatch.pool import WorkerPool
 from veeksha.dispatch.settings import WorkerSettings, resolve_api_key
 from veeksha.engine.cpu_wait import CpuWait
 from veeksha.engine.finish import RunFinish, children_cpu_s
+from veeksha.engine.launch import worker_count
 from veeksha.engine.loop import TrafficLoop
 from veeksha.engine.outcome import RunOutcome, exit_code_for
 from veeksha.engine.pools import client_pools
@@ -47,7 +48,6 @@ from veeksha.engine.target import Target, TargetContext, describe
 from veeksha.errors import ConfigurationError, RunAbortedError, VeekshaError
 from veeksha.evaluate.streaming import StreamingMetrics
 from veeksha.generate.spec import SessionSpec
-from veeksha.generate.traces import OpenTrace
 from veeksha.record.parquet import ResultWriter, run_metadata
 from veeksha.record.rows import warm_up as warm_up_rows
 from veeksha.record.run_folder import write_config
@@ -59,6 +59,8 @@ from veeksha.schedule.shards import ShardSpec
 from veeksha.timers import LoopTimers
 
 if TYPE_CHECKING:
+    from veeksha.dispatch.launch import WorkerLaunch
+    from veeksha.generate.traces import OpenTrace
     from veeksha.server.managed import ManagedServer
     from veeksha.simulator.process import SimulatorProcess
 
@@ -81,9 +83,10 @@ def run_benchmark(
     start_at_wall_ns: StartAt | None = None,
     probe: RunProbe | None = None,
     evaluate: bool = True,
+    workers: WorkerLaunch | None = None,
 ) -> int:
     """Run ``scenario`` into ``run_dir`` and return the process exit code (``shard``,
-    ``start_at_wall_ns``, ``probe`` and ``evaluate``: see ``run_scenario``)."""
+    ``start_at_wall_ns``, ``probe``, ``evaluate`` and ``workers``: see ``run_scenario``)."""
     outcome = run_scenario(
         scenario,
         run_dir,
@@ -95,6 +98,7 @@ def run_benchmark(
         start_at_wall_ns=start_at_wall_ns,
         probe=probe,
         evaluate=evaluate,
+        workers=workers,
     )
     if outcome.interrupted:  # even with --quiet: why the run ended early, and where its data is
         why = outcome.extra.get("error") or f"the run was {outcome.stop_reason or 'interrupted'}"
@@ -115,6 +119,7 @@ def run_scenario(
     start_at_wall_ns: StartAt | None = None,
     probe: RunProbe | None = None,
     evaluate: bool = True,
+    workers: WorkerLaunch | None = None,
 ) -> RunOutcome:
     """Run ``scenario`` into ``run_dir`` on a uvloop event loop; returns what happened.
 
@@ -138,6 +143,10 @@ def run_scenario(
     ``run`` section (with ``"evaluation": "skipped"``), and nothing else: no metrics, health
     checks, SLOs, plots or report; the outcome has no verdict (a distributed shard: the
     driver evaluates the merged run).
+
+    ``workers``: worker processes launched for this run before its engine was imported
+    (``engine.launch.launch_workers``): the pool adopts them instead of starting its own
+    (a count that differs: the missing ones are started, the extra ones killed).
     """
     problems = scenario.problems()  # (a loaded scenario has none: the loader reports them)
     if problems:
@@ -152,6 +161,7 @@ def run_scenario(
     run.shard = shard
     run.start_at_wall_ns = start_at_wall_ns
     run.probe = probe
+    run.launched = workers
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(run.execute())
 
@@ -189,10 +199,11 @@ class _Run(RunSetup, RunFinish):
         self.simulator: SimulatorProcess | None = None
         self.server: ManagedServer | None = None
         self.server_metrics: dict[str, Any] | None = None  # what the scraper did (ServerWatch)
-        self.watch: ServerWatch | None = None  # its process starts with the workers
+        self.watch: ServerWatch | None = None  # its process starts when the run begins
         self.shard: ShardSpec | None = None
         self.start_at_wall_ns: StartAt | None = None
         self.probe: RunProbe | None = None
+        self.launched: WorkerLaunch | None = None
 
     async def execute(self) -> RunOutcome:
         try:
@@ -223,9 +234,7 @@ class _Run(RunSetup, RunFinish):
             f"veeksha {__version__}: scenario {scenario_hash(self.scenario)}, "
             f"seed {self.scenario.seed}{', dry run' if self.dry_run else ''}"
         )
-        num_workers = (
-            default_num_workers() if runtime.num_workers == "auto" else runtime.num_workers
-        )
+        num_workers = worker_count(self.scenario)
         plan = plan_affinity(runtime.cpu_affinity, num_workers)
         # (the process' CPUs come back after the run: a sweep's or a search's next run in this
         # process plans its pinning from all of them, not from this run's main CPU)
@@ -237,6 +246,8 @@ class _Run(RunSetup, RunFinish):
         # The built-in simulator shares the workers' CPUs, never the main process' one (it
         # would otherwise inherit the main process' pinning).
         spare = sorted({cpu for cpus in plan.worker_cpus for cpu in cpus} - set(plan.main_cpus))
+        # the watch's interpreter starts up beside the target's resolution and the set-up
+        self.watch = ServerWatch.launch(self.scenario, self.dry_run, self.log)
         try:
             with TargetContext(
                 self.scenario,
@@ -249,6 +260,11 @@ class _Run(RunSetup, RunFinish):
                 log.info(f"target: {describe(target)}")
                 await self._run_with_target(target, num_workers, plan.worker_cpus)
         finally:
+            if self.launched is not None:  # (those the pool did not adopt: a failed set-up)
+                self.launched.close()
+            if self.watch is not None:  # (the set-up failed before the run began)
+                self.watch.abort()
+                self.watch = None
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(0, cpus_before)
 
@@ -276,6 +292,7 @@ class _Run(RunSetup, RunFinish):
                 self._on_results,
                 on_fatal=self._on_fatal,
                 more_settings=more_settings,
+                launched=self.launched,
             )
         self.num_workers = num_workers
         self.children_cpu_start = children_cpu_s()
@@ -283,7 +300,8 @@ class _Run(RunSetup, RunFinish):
         starting = asyncio.ensure_future(self.pool.start(timeout=_WORKER_START_TIMEOUT_S))
         try:
             await asyncio.sleep(0)  # (``start`` spawns every worker before it first waits)
-            self.watch = ServerWatch.prepare(self.scenario, target, self.log)  # (its imports too)
+            if self.watch is not None:  # (its process launched when the run began)
+                self.watch.aim(self.scenario, target)
             make_session = self._session_source(target)
             warm_up_rows()  # loads the Arrow conversion code now, not at the writer's first tick
             load_display(self.quiet)  # (not in the lead before t0)

@@ -8,6 +8,7 @@ A mixin of the run (``veeksha.engine.run``): it works on the run's own state.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from veeksha.engine.loop_settings import LoopSettings
 from veeksha.engine.phases import apply_phases
@@ -19,7 +20,6 @@ from veeksha.generate.rng import RandomStreams
 from veeksha.generate.sessions import SessionGenerator
 from veeksha.generate.spec import SessionSpec
 from veeksha.generate.tokenizer import ServerTokenizer, TokenizerLike, make_tokenizer
-from veeksha.generate.traces import OpenTrace, open_trace
 from veeksha.scenario.models import (
     ConcurrentScheduler,
     RateScheduler,
@@ -28,6 +28,9 @@ from veeksha.scenario.models import (
     TraceSessionGenerator,
 )
 from veeksha.schedule.arrivals import ConcurrencyRamp
+
+if TYPE_CHECKING:
+    from veeksha.generate.traces import OpenTrace
 
 __all__ = ["RunSetup"]
 
@@ -55,6 +58,8 @@ class RunSetup:
         make: Callable[[int], SessionSpec]
         total = runtime.max_sessions + runtime.warmup_sessions
         if isinstance(scenario.session_generator, TraceSessionGenerator):
+            from veeksha.generate.traces import open_trace  # (Arrow's compute functions)
+
             self.trace = open_trace(scenario)
             self.log.info(self.trace.describe())
             for warning in self.trace.prepared.warnings():

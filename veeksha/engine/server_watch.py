@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
@@ -46,16 +47,18 @@ def metrics_url(api_base: str) -> str:
 
 class ServerWatch:
     """The server watch of one run: its process (``veeksha.server.watch_process``: the scraper,
-    the GPU sampler and server_metrics.parquet), started by :meth:`prepare` before t0, given the
-    run by :meth:`begin`, stopped by :meth:`stop` after the drain. Its warnings reach the run's
-    log as they come (a thread that only waits on the process' output)."""
+    the GPU sampler and server_metrics.parquet), started by :meth:`launch` when the run begins
+    (before its target is resolved: its start-up runs beside the set-up), aimed at the target by
+    :meth:`aim`, given the run by :meth:`begin`, stopped by :meth:`stop` after the drain. Its
+    warnings reach the run's log as they come (a thread that only waits on the process'
+    output)."""
 
-    def __init__(self, url: str, api_key: str | None, interval_s: float, gpu: str | None, log: Log):
+    def __init__(self, interval_s: float, log: Log):
         self._log = log
-        self._url = url
-        self._api_key = api_key
+        self._url = ""
+        self._api_key: str | None = None
         self._interval_s = interval_s
-        self._gpu = gpu
+        self._gpu: str | None = None
         self._status: dict[str, Any] | None = None
         self._parts = False  # (the watch left its parts for this process to merge)
         self._run: tuple[Path, dict[str, str]] | None = None  # (begun: the run's folder, metadata)
@@ -71,23 +74,30 @@ class ServerWatch:
         self._reader.start()
 
     @classmethod
-    def prepare(cls, scenario: Scenario, target: Target, log: Log) -> ServerWatch | None:
-        """The watch of a run, its process starting now (before t0), or None (disabled, or a
-        dry run: no server)."""
+    def launch(cls, scenario: Scenario, dry_run: bool, log: Log) -> ServerWatch | None:
+        """The watch of a run, its process starting now, or None (disabled, or a dry run: no
+        server). ``aim`` it before ``begin``."""
         config = scenario.server_metrics
-        if not config.enabled or target.kind == "dry_run":
+        if not config.enabled or dry_run:
             return None
-        url = config.url or metrics_url(target.api_base)
-        gpu = None
+        return cls(config.interval, log)
+
+    def aim(self, scenario: Scenario, target: Target) -> None:
+        """Scrape ``target`` (``server_metrics.url``, else its server root's /metrics); sample
+        its GPUs when it is a managed server on this host."""
+        config = scenario.server_metrics
+        self._url = config.url or metrics_url(target.api_base)
+        self._api_key = target.api_key
         if config.gpu:
             program = GpuSampler.find()
             if target.kind != "managed":
-                log.info("GPU sampling skipped: the server is not a managed server on this host")
+                self._log.info(
+                    "GPU sampling skipped: the server is not a managed server on this host"
+                )
             elif program is None:
-                log.info("GPU sampling skipped: nvidia-smi is not on PATH")
+                self._log.info("GPU sampling skipped: nvidia-smi is not on PATH")
             else:
-                gpu = program
-        return cls(url, target.api_key, config.interval, gpu, log)
+                self._gpu = program
 
     def wait_ready(self, timeout_s: float = _STOP_TIMEOUT_S) -> None:
         """Wait (before t0) until the process can scrape at once: its first scrape is at t0."""
@@ -140,8 +150,12 @@ class ServerWatch:
                 process.stdin.flush()
             with contextlib.suppress(OSError):
                 process.stdin.close()
+        # its output ends when it exits: the reader's end is that moment (Popen.wait with a
+        # timeout polls, with sleeps that double up to 50 ms), and its last line is read by then
+        deadline = time.monotonic() + _STOP_TIMEOUT_S
+        self._reader.join(_STOP_TIMEOUT_S)
         try:
-            code = process.wait(_STOP_TIMEOUT_S)
+            code = process.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             process.kill()
             code = process.wait()

@@ -11,8 +11,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-import psutil
-
 from veeksha.dispatch.settings import resolve_api_key
 from veeksha.errors import ConfigurationError, TargetError
 from veeksha.net import fetch, setup_timeout
@@ -291,10 +289,28 @@ def _pin_tree(pid: int | None, cpus: list[int]) -> None:
     """Pin a process and its children (the simulator) to ``cpus``, best effort."""
     if pid is None:
         return
-    with contextlib.suppress(psutil.Error, OSError):
-        root = psutil.Process(pid)
-        for process in (root, *root.children(recursive=True)):
-            process.cpu_affinity(cpus)
+    for member in _process_tree(pid):
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(member, cpus)
+
+
+def _process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants, from /proc's parent links (psutil's way, without its
+    import: ~15 ms of every run's start-up)."""
+    children: dict[int, list[int]] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                    # (the command name may hold spaces and parentheses: split after the last)
+                    parent = int(stat.read().rsplit(b")", 1)[1].split()[1])
+                children.setdefault(parent, []).append(int(entry.name))
+    tree = [pid]
+    for member in tree:  # (grows while it is walked: breadth first)
+        tree.extend(children.get(member, ()))
+    return tree
 
 
 def describe(target: Target) -> str:

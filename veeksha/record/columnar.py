@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from veeksha.dispatch.messages import Result
@@ -125,21 +124,27 @@ _HIGH = 1 + TOLERANCE
 
 
 def _strings(values: list[str | None]) -> pa.Array:
-    """A string array of ``values`` (None: null) without ``pa.array``: dictionary-encoded in
-    C-speed passes (``dict.fromkeys``, ``map``), then expanded with ``take``."""
+    """A string array of ``values`` (None: null) without ``pa.array`` or Arrow's compute
+    functions (whose import the run would pay before t0): each distinct value encoded once
+    (``dict.fromkeys``), the rows' bytes joined and their offsets summed in C-speed passes."""
+    n = len(values)
     uniques = list(dict.fromkeys(values))
-    if len(uniques) == 1 and uniques[0] is not None:  # the usual case: run_id, model, phase
-        codes = np.zeros(len(values), dtype=np.int64)
-    else:
-        index = {value: (NULL if value is None else i) for i, value in enumerate(uniques)}
-        codes = np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
     encoded = [b"" if value is None else value.encode() for value in uniques]
-    offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
-    np.cumsum([len(b) for b in encoded], out=offsets[1:])
-    dictionary = pa.StringArray.from_buffers(
-        len(encoded), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))
+    if len(uniques) == 1:  # the usual case: run_id, model, phase
+        offsets = (np.arange(n + 1, dtype=np.int64) * len(encoded[0])).astype(np.int32)
+        data = encoded[0] * n
+        valid = np.full(n, uniques[0] is not None)
+    else:
+        index = {value: i for i, value in enumerate(uniques)}
+        codes = np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=n)
+        lengths = np.array([len(b) for b in encoded], dtype=np.int64)[codes]
+        offsets = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(lengths, out=offsets[1:])
+        data = b"".join(map(encoded.__getitem__, codes.tolist()))
+        valid = np.fromiter((value is not None for value in uniques), bool, len(uniques))[codes]
+    return pa.StringArray.from_buffers(
+        n, pa.py_buffer(offsets), pa.py_buffer(data), _validity(valid) if n else None
     )
-    return pc.take(dictionary, _ints(codes, pa.int32()))
 
 
 def _constant(value: int | None, n: int) -> pa.Array:

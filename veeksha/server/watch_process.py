@@ -7,7 +7,7 @@ small process, never in veeksha's main one (``benchmarks/server_metrics.py`` mea
 
 The protocol, one JSON object a line:
 
-- veeksha starts it before t0 (its imports overlap the workers' start-up); it says
+- veeksha starts it when the run begins (its imports overlap the run's set-up); it says
   ``{"ready": true}`` once its imports are done;
 - veeksha writes one line, the watch's settings (:class:`WatchSettings`: url, key, interval,
   t0, folder, metadata, nvidia-smi), and keeps standard input open; scraping starts at t0;

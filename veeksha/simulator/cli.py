@@ -73,6 +73,12 @@ def load_config(path: Path | None = None, config_json: str | None = None, **over
 )
 @click.option("--config-json", hidden=True, default=None, help="Settings as JSON (internal).")
 @click.option(
+    "--settings-json",
+    hidden=True,
+    default=None,
+    help="A validated config's complete JSON, read without validation (internal).",
+)
+@click.option(
     "--parent-pid", type=int, hidden=True, default=None, help="Stop when this process dies."
 )
 def sim_server(
@@ -84,6 +90,7 @@ def sim_server(
     tokenize_api: str | None,
     config_path: Path | None,
     config_json: str | None,
+    settings_json: str | None,
     parent_pid: int | None,
 ) -> None:
     """Serve the simulated OpenAI-compatible LLM server; prints its base URL, stops on Ctrl-C.
@@ -91,13 +98,18 @@ def sim_server(
     See docs/simulator.md for the timing model, presets and fault injection.
     """
     from veeksha.simulator.runner import serve
+    from veeksha.simulator.settings import SimSettings
 
-    config = load_config(
-        config_path,
-        config_json,
-        preset=preset,
-        processes=processes,
-        tokenizer=tokenizer,
-        tokenize_api=tokenize_api,
-    )
-    serve(config, host, port, parent_pid=parent_pid)
+    if settings_json is not None:  # (``SimulatorProcess``: no pydantic in this process)
+        settings = SimSettings.from_json(settings_json)
+    else:
+        config = load_config(
+            config_path,
+            config_json,
+            preset=preset,
+            processes=processes,
+            tokenizer=tokenizer,
+            tokenize_api=tokenize_api,
+        )
+        settings = SimSettings.from_json(config.model_dump_json())
+    serve(settings, host, port, parent_pid=parent_pid)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import random
 from enum import StrEnum
 
-from veeksha.scenario.simulator import FAULT_KINDS, FaultConfig
+from veeksha.scenario.sim_presets import FAULT_KINDS
+from veeksha.simulator.settings import FaultSettings
 
 __all__ = ["Fault", "FaultPicker"]
 
@@ -39,7 +40,7 @@ class FaultPicker:
 
     __slots__ = ("_bounds", "_end_ns", "_rng", "_start_ns", "enabled")
 
-    def __init__(self, config: FaultConfig, seed: int, t0_ns: int) -> None:
+    def __init__(self, config: FaultSettings, seed: int, t0_ns: int) -> None:
         self._rng = random.Random(seed)
         self._bounds: list[tuple[float, Fault]] = []
         total = 0.0

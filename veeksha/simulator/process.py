@@ -92,7 +92,7 @@ class SimulatorProcess:
             self.host,
             "--port",
             str(self.port),
-            "--config-json",
+            "--settings-json",  # (validated here: the server's process reads it as it is)
             self.config.model_dump_json(),
         ]
         if self.die_with_owner:  # a SIGKILLed owner must not leave the server running
@@ -170,8 +170,10 @@ class SimulatorProcess:
         if proc is not None:
             if proc.poll() is None:
                 proc.terminate()
+                deadline = time.monotonic() + grace
+                _wait_for_eof(proc.stdout, grace)  # (its exit, without Popen.wait's polling)
                 with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=grace)
+                    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             # the group is ours (start_new_session): stragglers die with it
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -193,3 +195,16 @@ class SimulatorProcess:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _wait_for_eof(stream: IO[bytes] | None, timeout: float) -> None:
+    """Read ``stream`` (the server's standard output) until its end, which comes when the
+    server's processes have exited, or ``timeout`` seconds pass."""
+    if stream is None:
+        return
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as sel:
+        sel.register(stream, selectors.EVENT_READ)
+        while (left := deadline - time.monotonic()) > 0:
+            if sel.select(left) and not os.read(stream.fileno(), 65536):
+                return

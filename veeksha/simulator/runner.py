@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import uvloop
 
-from veeksha.scenario.simulator import SimulatorConfig
 from veeksha.simulator.http import HttpConnection
 from veeksha.simulator.server import SimServer
+from veeksha.simulator.settings import SimSettings
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -52,7 +52,7 @@ def make_socket(host: str, port: int, reuse_port: bool) -> socket.socket:
     return sock
 
 
-async def _serve(config: SimulatorConfig, sock: socket.socket, index: int, t0_ns: int) -> None:
+async def _serve(config: SimSettings, sock: socket.socket, index: int, t0_ns: int) -> None:
     loop = asyncio.get_running_loop()
     app = SimServer(config, loop, process_index=index, t0_ns=t0_ns)
     # create_server listens again, with a backlog of 100 unless told: a burst of new
@@ -68,7 +68,7 @@ async def _serve(config: SimulatorConfig, sock: socket.socket, index: int, t0_ns
     server.close()  # open streams (a never-ending fault) are not waited for
 
 
-def _run(config: SimulatorConfig, sock: socket.socket, index: int, t0_ns: int) -> None:
+def _run(config: SimSettings, sock: socket.socket, index: int, t0_ns: int) -> None:
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(_serve(config, sock, index, t0_ns))
 
@@ -79,7 +79,7 @@ def _child(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    config = SimulatorConfig.model_validate_json(config_json)
+    config = SimSettings.from_json(config_json)
     sock = make_socket(host, port, reuse_port=True)
     ready.send(True)
     ready.close()
@@ -100,7 +100,7 @@ def _announce(line: str) -> None:
 
 
 def serve(
-    config: SimulatorConfig,
+    config: SimSettings,
     host: str = "127.0.0.1",
     port: int = 0,
     processes: int | None = None,
@@ -129,7 +129,7 @@ def serve(
             receiver, sender = ctx.Pipe(duplex=False)
             child = ctx.Process(
                 target=_child,
-                args=(config.model_dump_json(), host, port, index, t0_ns, sender),
+                args=(config.to_json(), host, port, index, t0_ns, sender),
                 name=f"veeksha-sim-{index}",
                 daemon=True,
             )

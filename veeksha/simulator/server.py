@@ -20,11 +20,11 @@ from typing import Any
 import msgspec
 
 from veeksha.generate.tokenizer import BuiltinTokenizer
-from veeksha.scenario.simulator import SimulatorConfig
 from veeksha.simulator.engine import BatchEngine, EngineParams, PrefixCache
 from veeksha.simulator.faults import Fault, FaultPicker
 from veeksha.simulator.generation import Generation
 from veeksha.simulator.http import HttpConnection, Request, response_head
+from veeksha.simulator.settings import SimSettings
 from veeksha.simulator.subword import ByteTokenizer, SubwordTokenizer, subword_tokenizer
 from veeksha.simulator.timing import Driver, EngineDriver, FixedDriver
 from veeksha.simulator.vllm_metrics import VllmCounters, vllm_lines
@@ -75,7 +75,7 @@ class Stats:
     vllm: VllmCounters = field(default_factory=VllmCounters)
 
 
-def engine_params(config: SimulatorConfig) -> EngineParams:
+def engine_params(config: SimSettings) -> EngineParams:
     """The effective engine numbers of a (preset-resolved) config."""
     return EngineParams(
         max_num_seqs=config.max_num_seqs or 1,
@@ -90,7 +90,7 @@ class SimServer:
 
     def __init__(
         self,
-        config: SimulatorConfig,
+        config: SimSettings,
         loop: asyncio.AbstractEventLoop,
         *,
         process_index: int = 0,

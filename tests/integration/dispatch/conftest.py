@@ -12,6 +12,7 @@ import pytest
 import uvloop
 
 from tests.integration.dispatch.stub_server import StubServer
+from veeksha.dispatch.launch import WorkerLaunch
 from veeksha.dispatch.messages import Result, WorkItem
 from veeksha.dispatch.pool import WorkerPool
 from veeksha.dispatch.settings import WorkerSettings
@@ -77,7 +78,9 @@ class Harness:
         self.collector = Collector()
         self.pool: WorkerPool | None = None
 
-    def start_pool(self, num_workers: int = 1, **settings: object) -> WorkerPool:
+    def start_pool(
+        self, num_workers: int = 1, launched: WorkerLaunch | None = None, **settings: object
+    ) -> WorkerPool:
         options: dict[str, object] = {
             "endpoint": self.api_base + "/chat/completions",
             "model": "stub",
@@ -89,6 +92,7 @@ class Harness:
             num_workers,
             [[] for _ in range(num_workers)],
             self.collector,
+            launched=launched,
         )
         self.runner.run(pool.start(timeout=30))
         self.pool = pool

@@ -10,6 +10,7 @@ import socket
 import pytest
 
 from tests.integration.dispatch.conftest import Harness, assert_no_orphans, item, worker_children
+from veeksha.dispatch.launch import WorkerLaunch
 from veeksha.dispatch.messages import Result
 from veeksha.dispatch.pool import WorkerPool
 from veeksha.dispatch.settings import WorkerSettings
@@ -139,6 +140,25 @@ def test_dry_run(harness: Harness) -> None:
         assert len(r.chunk_times_ns) == 6
         assert_ordered(r)
     assert harness.server.requests == []
+
+
+def test_workers_launched_ahead_are_adopted_and_the_extra_one_killed(harness: Harness) -> None:
+    launch = WorkerLaunch(2)  # (their interpreters start now; their settings come later)
+    first, extra = (waiting.proc for waiting in launch._waiting)
+    pool = harness.start_pool(1, launch)
+    assert list(pool.worker_pids.values()) == [first.pid]
+    assert extra.returncode is not None  # killed and reaped by the start
+    assert len(launch) == 0
+    (r,) = send(harness, "a")
+    assert (r.status, r.worker_id) == ("ok", 0)
+
+
+def test_launched_workers_never_adopted_are_killed() -> None:
+    launch = WorkerLaunch(1)
+    (waiting,) = launch._waiting
+    launch.close()
+    assert waiting.proc.returncode is not None
+    assert_no_orphans([waiting.proc.pid])
 
 
 def test_killed_worker_is_reported_and_replaced(harness: Harness) -> None:

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from veeksha.scenario.simulator import SimulatorConfig
+
 _SCENARIO = """
 traffic_scheduler:
   type: rate
@@ -63,6 +65,31 @@ def test_a_quiet_run_without_plots_never_imports_pandas_matplotlib_or_rich(tmp_p
     assert "importlib.metadata" not in imported
 
 
+def test_the_engine_and_a_synthetic_run_s_set_up_load_no_evaluation() -> None:
+    # what the main process has loaded by t0: the engine, the scenario, the sessions' source,
+    # the Parquet writer's conversion code; the evaluation (Arrow's compute functions) and
+    # the trace reader come after the traffic, or never
+    loaded = _fresh_modules(
+        "import tempfile\n"
+        "from veeksha.cli import set_library_defaults\n"
+        "set_library_defaults()\n"
+        "from veeksha.engine.run import run_benchmark\n"
+        "from veeksha.generate.sessions import SessionGenerator\n"
+        "from veeksha.generate.tokenizer import BuiltinTokenizer\n"
+        "from veeksha.record.rows import warm_up\n"
+        "from veeksha.scenario.loader import load_scenario\n"
+        "with tempfile.NamedTemporaryFile('w', suffix='.yaml') as f:\n"
+        f"    f.write({_SCENARIO!r}); f.flush()\n"
+        "    scenario = load_scenario(f.name)\n"
+        "SessionGenerator(scenario, BuiltinTokenizer()).session(0)\n"
+        "warm_up()\n"
+    )
+    assert {"veeksha.engine.run", "veeksha.generate.content", "pyarrow.parquet"} <= loaded
+    heavy = {"pyarrow.compute", "psutil", "veeksha.engine.prompt_check", "veeksha.evaluate.run"}
+    heavy |= {"veeksha.evaluate.source", "veeksha.generate.traces", "pandas", "rich"}
+    assert not loaded & heavy
+
+
 def test_a_worker_starts_without_numpy_arrow_or_the_scenario_models() -> None:
     loaded = _fresh_modules("import veeksha.dispatch.worker")
     assert "veeksha.dispatch.worker" in loaded
@@ -70,16 +97,19 @@ def test_a_worker_starts_without_numpy_arrow_or_the_scenario_models() -> None:
     assert not loaded & heavy
 
 
-def test_the_simulator_starts_without_numpy_arrow_or_the_scenario_models() -> None:
+def test_the_simulator_starts_without_numpy_arrow_pydantic_or_the_scenario_models() -> None:
+    # as ``SimulatorProcess`` starts it: the validated settings' JSON, read without pydantic
+    settings = SimulatorConfig(processes=1).model_dump_json()
     loaded = _fresh_modules(
         "from veeksha.cli import set_library_defaults\n"
         "set_library_defaults()  # (as python -m veeksha.simulator does first)\n"
         "import veeksha.simulator.cli, veeksha.simulator.runner\n"
-        "from veeksha.simulator.cli import load_config\n"
-        "load_config(config_json='{\"processes\": 1}')\n"
+        "from veeksha.simulator.settings import SimSettings\n"
+        f"SimSettings.from_json({settings!r})\n"
     )
     assert "veeksha.simulator.server" in loaded
     heavy = {"numpy", "pyarrow", "pandas", "rich", "multiprocessing", "veeksha.scenario.models"}
+    heavy |= {"pydantic", "veeksha.scenario.simulator", "http.client"}
     heavy.add("importlib.metadata")  # (pydantic's plugin loader stood in for)
     assert not loaded & heavy
 

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
@@ -140,8 +141,11 @@ def test_sigkill_or_ctrl_c_of_veeksha_mid_run_leaves_no_server(
         while time.monotonic() < deadline:  # until requests flow (the run's t0 is past)
             logs = list(out.glob(f"*/{SERVER_LOG}"))
             runlog = list(out.glob("*/run.log"))
-            if logs and runlog and "t0 =" in runlog[0].read_text():
+            t0 = re.search(r"t0 = (\S+)", runlog[0].read_text()) if logs and runlog else None
+            if t0 is not None:
                 log = logs[0]
+                # (the line comes up to 50 ms before t0, and the watch's first scrape at t0)
+                time.sleep(max(0.0, datetime.fromisoformat(t0[1]).timestamp() - time.time()) + 0.2)
                 break
             time.sleep(0.05)
         assert log is not None, "the run never started"

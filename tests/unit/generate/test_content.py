@@ -8,8 +8,15 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from veeksha.generate.content import CORPUS_WORDS, PromptBuilder, random_words
-from veeksha.generate.tokenizer import BUILTIN_VOCAB, BuiltinTokenizer, HfTokenizerAdapter
+from veeksha.generate.content import CORPUS_WORDS, PromptBuilder, _corpus, random_words
+from veeksha.generate.rng import RandomStreams
+from veeksha.generate.tokenizer import (
+    BUILTIN_VOCAB,
+    BUILTIN_VOCABULARY,
+    BuiltinTokenizer,
+    HfTokenizerAdapter,
+    Vocabulary,
+)
 from veeksha.scenario.models import TextChannel
 
 VOCAB = set(BUILTIN_VOCAB)
@@ -81,6 +88,28 @@ def test_shared_prefix_probability_is_honoured() -> None:
     assert stats.binomtest(used, n, 0.3).pvalue > 0.001
     _, none, _ = build(channel.model_copy(update={"shared_prefix_probability": 0.0}), [10], [True])
     assert none == [0]
+
+
+@pytest.mark.parametrize(
+    "vocab",
+    [
+        BUILTIN_VOCABULARY,
+        Vocabulary(("a", "bb", "ccc ", "dddddddd"), lead=("bb",)),  # (a word may end in a space)
+        Vocabulary(("é", "x", "ñu")),  # not ASCII: joined as strings
+    ],
+)
+def test_the_corpus_is_its_words_joined(vocab: Vocabulary) -> None:
+    # what the corpus was before it was built in numpy: the drawn words joined by spaces
+    text, starts = _corpus(7, vocab)
+    idx = RandomStreams(7).stream("content", "corpus").integers(0, len(vocab.words), CORPUS_WORDS)
+    words = [vocab.words[i] for i in idx.tolist()]
+    if vocab.lead:
+        for j in range(0, CORPUS_WORDS, 16):
+            words[j] = vocab.lead[vocab.words.index(words[j]) % len(vocab.lead)]
+    half = " ".join(words)
+    assert text == half + " " + half
+    assert text[int(starts[5]) : int(starts[8]) - 1] == " ".join(words[5:8])
+    assert int(starts[-1]) == len(text) + 1
 
 
 def test_random_words() -> None:

@@ -1,0 +1,96 @@
+"""Worker processes started before their settings are known, so that their interpreters start
+up while the caller does other work.
+
+A worker (``python -m veeksha.dispatch.worker``) imports its modules, then reads its
+``WorkerSpawn`` from stdin and only then pins itself and connects. ``launch_worker`` starts one
+up to that read: the process, its end of the link (a socket pair, as ``WorkerPool`` makes for
+every worker) and its stdin, still open. ``veeksha run`` launches a run's workers this way right
+after the scenario is loaded, beside the built-in simulator, before it imports the engine; the
+run's ``WorkerPool`` then adopts them (``WorkerLaunch.take``) and writes each its spawn message
+once the target is resolved. Nothing is sent and no CPU is pinned before that: a launched worker
+that is never adopted is killed by ``WorkerLaunch.close``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import veeksha
+from veeksha.dispatch.channel import socket_pair
+
+__all__ = ["Launched", "WorkerLaunch", "launch_worker"]
+
+
+@dataclass
+class Launched:
+    """One worker process waiting for its ``WorkerSpawn`` on ``proc.stdin``."""
+
+    proc: subprocess.Popen[bytes]
+    link: socket.socket  # our end of its link
+    channel_fd: int  # the number of its end in the worker
+
+    def kill(self) -> None:
+        """Stop the process (before it read a spawn message: it has done nothing) and reap it."""
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+        self.proc.wait()
+        if self.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+        self.link.close()
+
+
+def launch_worker() -> Launched:
+    """Start a worker interpreter up to the point where it reads its ``WorkerSpawn``."""
+    ours, theirs = socket_pair()
+    channel_fd = theirs.fileno()  # (the worker's copy keeps the number: pass_fds)
+    env = dict(os.environ)
+    # (the checkout veeksha runs from, whatever the working folder: an editable install's too)
+    root = str(Path(veeksha.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "veeksha.dispatch.worker"],
+            stdin=subprocess.PIPE,
+            env=env,
+            close_fds=True,
+            pass_fds=(theirs.fileno(),),
+        )
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        theirs.close()  # the child has its copy
+    return Launched(proc, ours, channel_fd)
+
+
+class WorkerLaunch:
+    """Workers launched ahead of a run (see the module docstring): taken by the run's pool in
+    order; ``close`` kills the ones not taken."""
+
+    def __init__(self, count: int) -> None:
+        self._waiting: list[Launched] = []
+        try:
+            for _ in range(count):
+                self._waiting.append(launch_worker())
+        except BaseException:
+            self.close()
+            raise
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def take(self) -> Launched | None:
+        """The next launched worker, now the caller's; None when none is left."""
+        return self._waiting.pop(0) if self._waiting else None
+
+    def close(self) -> None:
+        """Kill and reap every launched worker not taken."""
+        while self._waiting:
+            self._waiting.pop().kill()
