@@ -45,6 +45,8 @@ import time
 from collections import deque
 from urllib.parse import urlsplit
 
+from veeksha.dispatch.kernel_stamps import KERNEL_STAMPS_SUPPORTED, open_stamped
+
 __all__ = ["ConnectFailed", "Exchange", "Http1Pool", "MalformedResponse"]
 
 _MAX_HEAD = 64 * 1024  # a response head, or a chunked body's trailers
@@ -107,6 +109,7 @@ class _Conn(asyncio.Protocol):
         "_reused",
         "_until_close",
         "closed",
+        "sent_at",
         "transport",
     )
 
@@ -114,6 +117,7 @@ class _Conn(asyncio.Protocol):
         self._pool = pool
         self.transport: asyncio.Transport | None = None
         self.closed = False
+        self.sent_at = 0  # when the current request was written
         self._reused = False
         self._exchange: Exchange | None = None
         self._gathered = bytearray()  # a head, or trailers, not complete yet
@@ -155,6 +159,16 @@ class _Conn(asyncio.Protocol):
             self._take(data, t)
             return
         if not pending:  # the first read of this loop pass: its bytes are taken after the last
+            self._pool._loop_call_soon(self._pool._take_pending)
+        pending.append((self, data, t))
+
+    def received_at(self, data: bytes, t: int) -> None:
+        """A read stamped by its transport (``kernel_stamps``): ``data_received`` at ``t``."""
+        pending = self._pool._pending
+        if pending is None:
+            self._take(data, t)
+            return
+        if not pending:
             self._pool._loop_call_soon(self._pool._take_pending)
         pending.append((self, data, t))
 
@@ -385,7 +399,8 @@ class _Conn(asyncio.Protocol):
         self._reused = reused
         self._exchange = exchange
         exchange._conn = self
-        exchange.on_sent(_monotonic_ns())
+        self.sent_at = t = _monotonic_ns()
+        exchange.on_sent(t)
         self.transport.write(payload)
 
     def _finish(self) -> None:
@@ -452,6 +467,12 @@ class Http1Pool:
     streams that was about half the time between two reads (``benchmarks/streams.py``). A
     connection that ends has its pending reads taken first. Off, ``data_received`` parses at
     once (the unit tests and the replay benchmarks drive connections that way, without a loop).
+
+    ``kernel_stamps`` (Linux; ``runtime.chunk_timestamps: kernel``): connections are opened on
+    ``kernel_stamps.KernelStampTransport``, and a read's time is the kernel's receipt of its
+    last segment, not the moment the loop read it: neither the loop's other work nor the other
+    reads of its pass delay a stamp, so ``stamp_first`` is not needed and is off (each read is
+    parsed at once).
     """
 
     def __init__(
@@ -460,6 +481,7 @@ class Http1Pool:
         headers: dict[str, str],
         max_connections: int = 0,
         stamp_first: bool = False,
+        kernel_stamps: bool = False,
     ) -> None:
         parts = urlsplit(url)
         self.host = parts.hostname or "127.0.0.1"
@@ -475,7 +497,8 @@ class Http1Pool:
         self._connecting: dict[Exchange, asyncio.Task[None]] = {}
         # reads of the current loop pass, not parsed yet (None: parsed as they come)
         self._pending: list[tuple[_Conn, bytes, int]] | None = None
-        if stamp_first:
+        self.kernel_stamps = kernel_stamps and KERNEL_STAMPS_SUPPORTED
+        if stamp_first and not self.kernel_stamps:
             self._pending = []
             self._loop_call_soon = asyncio.get_running_loop().call_soon
 
@@ -502,9 +525,12 @@ class Http1Pool:
                 self._idle.append(conn)
 
     async def _connect(self) -> _Conn:
-        loop = asyncio.get_running_loop()
         try:
-            _, conn = await loop.create_connection(lambda: _Conn(self), self.host, self.port)
+            if self.kernel_stamps:
+                conn = await open_stamped(lambda: _Conn(self), self.host, self.port)
+            else:
+                loop = asyncio.get_running_loop()
+                _, conn = await loop.create_connection(lambda: _Conn(self), self.host, self.port)
         except OSError as exc:
             raise ConnectFailed(
                 exc.errno, f"cannot connect to {self.host}:{self.port}: {exc}"
