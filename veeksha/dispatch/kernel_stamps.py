@@ -30,7 +30,13 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-__all__ = ["KERNEL_STAMPS_SUPPORTED", "KernelStampTransport", "StampedProtocol", "open_stamped"]
+__all__ = [
+    "KERNEL_STAMPS_SUPPORTED",
+    "KernelStampTransport",
+    "StampedProtocol",
+    "chunk_timestamps",
+    "open_stamped",
+]
 
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 _SCM_TIMESTAMPNS = _SO_TIMESTAMPNS  # (the control message's type is the option's number)
@@ -44,6 +50,11 @@ _CMSG_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 64
 _monotonic_ns = time.monotonic_ns
 _realtime_ns = time.time_ns
 _from_bytes = int.from_bytes
+
+
+def chunk_timestamps(setting: str) -> str:
+    """How chunks are stamped with ``runtime.chunk_timestamps: setting`` here (a run fact)."""
+    return "kernel" if setting == "kernel" and KERNEL_STAMPS_SUPPORTED else "read"
 
 
 class StampedProtocol(Protocol):

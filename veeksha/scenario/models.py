@@ -944,6 +944,11 @@ class Runtime(StrictModel):
             " sends each at its ready time on a precise timer. 0 = hand over when ready."
         ),
     )
+    chunk_timestamps: Literal["kernel", "read"] = Field(
+        "kernel",
+        description="A chunk's time: kernel (when its bytes reached the socket, the kernel's "
+        "receive timestamp; Linux, else read) or read (when the worker read them).",
+    )
     priority: Literal["fifo", "progress", "node"] = Field(
         "fifo",
         description="Order of ready requests waiting for a capped client's slot: fifo (ready "
