@@ -7,7 +7,9 @@ with the time right before it) and the response is parsed from ``data_received``
 bytes of each read go to the exchange's ``on_data(data, t_ns)`` with the read's timestamp (at
 once, or with ``stamp_first`` after the other reads of the same loop pass: ``Http1Pool``), and
 the end of the response (or its failure) to ``on_end``. Nothing awaits: no task,
-no future, no coroutine per request; the caller is called back.
+no future, no coroutine per request; the caller is called back. With ``kernel_stamps`` the
+connections run on ``kernel_stamps.KernelStampTransport`` instead of uvloop's, and a read's
+timestamp is the kernel's receipt of its bytes (``received_at``).
 
 Only what an OpenAI server sends is understood: a status line, headers, and a body framed by
 ``Content-Length``, ``Transfer-Encoding: chunked`` or the end of the connection. Interim ``1xx``
