@@ -24,7 +24,9 @@ socket and calls ``connection_lost`` once, on the next loop pass; EOF calls
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
+import struct
 import sys
 import time
 from collections.abc import Callable
@@ -49,7 +51,8 @@ _BUFFERS = [_BUFFER]
 _CMSG_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 64
 _monotonic_ns = time.monotonic_ns
 _realtime_ns = time.time_ns
-_from_bytes = int.from_bytes
+# struct timespec {time_t tv_sec; long tv_nsec}, native
+_timespec = struct.Struct("@ql").unpack_from
 
 
 def chunk_timestamps(setting: str) -> str:
@@ -105,12 +108,8 @@ class KernelStampTransport(asyncio.Transport):
             # earlier than the bytes' arrival)
             real = _realtime_ns()
             t = _monotonic_ns()
-            cmsg = ancdata[0][2]
-            # struct timespec {time_t tv_sec; long tv_nsec} (two 64-bit words on 64-bit Linux)
-            kernel = _from_bytes(cmsg[:8], sys.byteorder) * 1_000_000_000 + _from_bytes(
-                cmsg[8:16], sys.byteorder
-            )
-            stamp = t - (real - kernel)
+            sec, nsec = _timespec(ancdata[0][2])
+            stamp = t - real + sec * 1_000_000_000 + nsec
             if stamp > t or stamp < self._protocol.sent_at:
                 KernelStampTransport.clamped += 1
                 stamp = t if stamp > t else self._protocol.sent_at
@@ -192,6 +191,20 @@ class KernelStampTransport(asyncio.Transport):
 
 
 _P = TypeVar("_P", bound=StampedProtocol)
+_Address = tuple[socket.AddressFamily, socket.SocketKind, int, str, Any]
+# each origin resolved once a process (the resolver runs in a thread: GIL hand-overs at start-up)
+_ADDRESSES: dict[tuple[str, int], list[_Address]] = {}
+
+
+def _ip_literal(host: str, port: int) -> list[_Address]:
+    """``host`` as an address when it is an IP literal (no resolver), else []."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return []
+    if ip.version == 6:
+        return [(socket.AF_INET6, socket.SOCK_STREAM, 0, "", (host, port, 0, 0))]
+    return [(socket.AF_INET, socket.SOCK_STREAM, 0, "", (host, port))]
 
 
 async def open_stamped(factory: Callable[[], _P], host: str, port: int) -> _P:
@@ -201,7 +214,12 @@ async def open_stamped(factory: Callable[[], _P], host: str, port: int) -> _P:
     error raised).
     """
     loop = asyncio.get_running_loop()
-    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    infos = _ADDRESSES.get((host, port))
+    if infos is None:
+        infos = _ip_literal(host, port)
+        if not infos:
+            infos = list(await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        _ADDRESSES[host, port] = infos
     if not infos:
         raise OSError(f"no address for {host}")
     error: OSError | None = None
