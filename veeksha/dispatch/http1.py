@@ -164,16 +164,6 @@ class _Conn(asyncio.Protocol):
             self._pool._loop_call_soon(self._pool._take_pending)
         pending.append((self, data, t))
 
-    def received_at(self, data: bytes, t: int) -> None:
-        """A read stamped by its transport (``kernel_stamps``): ``data_received`` at ``t``."""
-        pending = self._pool._pending
-        if pending is None:
-            self._take(data, t)
-            return
-        if not pending:
-            self._pool._loop_call_soon(self._pool._take_pending)
-        pending.append((self, data, t))
-
     def _take(self, data: bytes, t: int) -> None:
         """Parse the bytes of one read, stamped ``t`` (the time of the read)."""
         exchange = self._exchange
@@ -226,6 +216,10 @@ class _Conn(asyncio.Protocol):
             self._keep_alive = False
             if self._exchange is exchange:
                 self._fail(exc)
+
+    # A read stamped by its transport (``kernel_stamps``, where ``stamp_first`` is off: a
+    # stamp does not depend on when its read is parsed), parsed at once.
+    received_at = _take
 
     # ------------------------------------------------------------------------------- parsing
 

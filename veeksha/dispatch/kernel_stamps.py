@@ -88,12 +88,14 @@ class KernelStampTransport(asyncio.Transport):
         self._out = bytearray()  # what the socket did not take yet
         self._closing = False
         self._lost = False
+        self._recv = sock.recvmsg_into
+        self._received = protocol.received_at
         protocol.connection_made(self)
         loop.add_reader(self._fd, self._on_readable)
 
     def _on_readable(self) -> None:
         try:
-            n, ancdata, _, _ = self._sock.recvmsg_into(_BUFFERS, _CMSG_SPACE)
+            n, ancdata, _, _ = self._recv(_BUFFERS, _CMSG_SPACE)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
@@ -113,9 +115,9 @@ class KernelStampTransport(asyncio.Transport):
             if stamp > t or stamp < self._protocol.sent_at:
                 KernelStampTransport.clamped += 1
                 stamp = t if stamp > t else self._protocol.sent_at
-            self._protocol.received_at(data, stamp)
+            self._received(data, stamp)
             return
-        self._protocol.received_at(data, _monotonic_ns())
+        self._received(data, _monotonic_ns())
 
     # ------------------------------------------------------------------------------ writing
 
