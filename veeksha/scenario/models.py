@@ -945,9 +945,9 @@ class Runtime(StrictModel):
         ),
     )
     chunk_timestamps: Literal["kernel", "read"] = Field(
-        "kernel",
-        description="A chunk's time: kernel (when its bytes reached the socket, the kernel's "
-        "receive timestamp; Linux, else read) or read (when the worker read them).",
+        "read",
+        description="A chunk's time: read (when the worker read its bytes) or kernel (when they "
+        "reached the socket, the kernel's receive timestamp; Linux, plain http; ~+1.3 µs a read).",
     )
     priority: Literal["fifo", "progress", "node"] = Field(
         "fifo",
