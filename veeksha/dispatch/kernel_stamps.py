@@ -6,9 +6,11 @@ them one connection after another, and the last read of a burst is stamped milli
 bytes arrived. Here the socket has ``SO_TIMESTAMPNS`` set and is read with ``recvmsg``: the
 kernel hands back, as an ``SCM_TIMESTAMPNS`` control message, the time (``CLOCK_REALTIME``) at
 which the last segment of the read reached the socket. ``KernelStampTransport`` converts it to
-``CLOCK_MONOTONIC`` with the offset between the two clocks sampled at the read (two clock reads,
-exact to a fraction of a microsecond) and hands the bytes to the protocol's
-``received_at(data, t_ns)``.
+``CLOCK_MONOTONIC`` with the offset between the two clocks sampled at the read (the wall clock
+read first, then the monotonic one: exact to a fraction of a microsecond, and a pause between
+the two makes the stamp later, never earlier) and hands the bytes to the protocol's
+``received_at(data, t_ns)``. Chunks that reach the socket before the worker reads it are merged
+by the kernel and share the newest one's time.
 
 A stamp is never later than the read's own monotonic time (a wall clock stepped back) nor earlier
 than ``protocol.sent_at`` (the request's write; a wall clock stepped forward): such a stamp is
@@ -18,7 +20,9 @@ own time is used, as with uvloop.
 The rest is what ``_Conn`` needs of a transport: ``write`` sends at once and buffers what the
 socket did not take, flushed when it is writable; ``close`` stops reading and writing, closes the
 socket and calls ``connection_lost`` once, on the next loop pass; EOF calls
-``connection_lost(None)``, a socket error ``connection_lost(exc)``.
+``connection_lost(None)``, a socket error ``connection_lost(exc)``. ``open_stamped`` connects
+(an IP literal directly; a host name resolved once a process) with ``TCP_NODELAY``.
+Cost: ~1.3 µs a read more than uvloop's own transport (docs/architecture.md).
 """
 
 from __future__ import annotations
