@@ -92,6 +92,26 @@ def _install(out_dir: str) -> None:
             asyncio.get_running_loop().call_soon(close_pass)
         reads.extend((request_id, t, now(), state["index"], len(data), c))
 
+    stamped = getattr(http1._Conn, "received_at", None)
+
+    def received_at(self: http1._Conn, data: bytes, t_ns: int) -> None:
+        t = now()  # (the read's time; the chunk's stamp is the kernel's, passed in)
+        c = cpu()
+        first = not state["open"]
+        if first:
+            state["open"] = True
+            state["start"] = t
+            state["cpu"] = c
+            state["rd"] = run_delay()
+            state["index"] += 1
+        exchange = self._exchange
+        item = getattr(exchange, "item", None)
+        request_id = item.request_id if item is not None else -1
+        stamped(self, data, t_ns)  # type: ignore[misc]
+        if first:
+            asyncio.get_running_loop().call_soon(close_pass)
+        reads.extend((request_id, t, now(), state["index"], len(data), c))
+
     ended = http1.Http1Pool._ended
 
     def _ended(self: http1.Http1Pool, conn: object, exchange: object, exc: object) -> None:
@@ -127,6 +147,8 @@ def _install(out_dir: str) -> None:
             )
 
     http1._Conn.data_received = data_received  # type: ignore[method-assign]
+    if stamped is not None:  # (the kernel-stamped transport's entry: ``chunk_timestamps``)
+        http1._Conn.received_at = received_at  # type: ignore[method-assign]
     http1.Http1Pool._ended = _ended  # type: ignore[method-assign]
     atexit.register(dump)
 

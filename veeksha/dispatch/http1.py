@@ -7,7 +7,9 @@ with the time right before it) and the response is parsed from ``data_received``
 bytes of each read go to the exchange's ``on_data(data, t_ns)`` with the read's timestamp (at
 once, or with ``stamp_first`` after the other reads of the same loop pass: ``Http1Pool``), and
 the end of the response (or its failure) to ``on_end``. Nothing awaits: no task,
-no future, no coroutine per request; the caller is called back.
+no future, no coroutine per request; the caller is called back. With ``kernel_stamps`` the
+connections run on ``kernel_stamps.KernelStampTransport`` instead of uvloop's, and a read's
+timestamp is the kernel's receipt of its bytes (``received_at``).
 
 Only what an OpenAI server sends is understood: a status line, headers, and a body framed by
 ``Content-Length``, ``Transfer-Encoding: chunked`` or the end of the connection. Interim ``1xx``
@@ -44,6 +46,8 @@ import asyncio
 import time
 from collections import deque
 from urllib.parse import urlsplit
+
+from veeksha.dispatch.kernel_stamps import KERNEL_STAMPS_SUPPORTED, open_stamped
 
 __all__ = ["ConnectFailed", "Exchange", "Http1Pool", "MalformedResponse"]
 
@@ -107,6 +111,7 @@ class _Conn(asyncio.Protocol):
         "_reused",
         "_until_close",
         "closed",
+        "sent_at",
         "transport",
     )
 
@@ -114,6 +119,7 @@ class _Conn(asyncio.Protocol):
         self._pool = pool
         self.transport: asyncio.Transport | None = None
         self.closed = False
+        self.sent_at = 0  # when the current request was written
         self._reused = False
         self._exchange: Exchange | None = None
         self._gathered = bytearray()  # a head, or trailers, not complete yet
@@ -210,6 +216,10 @@ class _Conn(asyncio.Protocol):
             self._keep_alive = False
             if self._exchange is exchange:
                 self._fail(exc)
+
+    # A read stamped by its transport (``kernel_stamps``, where ``stamp_first`` is off: a
+    # stamp does not depend on when its read is parsed), parsed at once.
+    received_at = _take
 
     # ------------------------------------------------------------------------------- parsing
 
@@ -385,7 +395,8 @@ class _Conn(asyncio.Protocol):
         self._reused = reused
         self._exchange = exchange
         exchange._conn = self
-        exchange.on_sent(_monotonic_ns())
+        self.sent_at = t = _monotonic_ns()
+        exchange.on_sent(t)
         self.transport.write(payload)
 
     def _finish(self) -> None:
@@ -452,6 +463,12 @@ class Http1Pool:
     streams that was about half the time between two reads (``benchmarks/streams.py``). A
     connection that ends has its pending reads taken first. Off, ``data_received`` parses at
     once (the unit tests and the replay benchmarks drive connections that way, without a loop).
+
+    ``kernel_stamps`` (Linux; ``runtime.chunk_timestamps: kernel``): connections are opened on
+    ``kernel_stamps.KernelStampTransport``, and a read's time is the kernel's receipt of its
+    last segment, not the moment the loop read it: neither the loop's other work nor the other
+    reads of its pass delay a stamp, so ``stamp_first`` is not needed and is off (each read is
+    parsed at once).
     """
 
     def __init__(
@@ -460,6 +477,7 @@ class Http1Pool:
         headers: dict[str, str],
         max_connections: int = 0,
         stamp_first: bool = False,
+        kernel_stamps: bool = False,
     ) -> None:
         parts = urlsplit(url)
         self.host = parts.hostname or "127.0.0.1"
@@ -475,7 +493,8 @@ class Http1Pool:
         self._connecting: dict[Exchange, asyncio.Task[None]] = {}
         # reads of the current loop pass, not parsed yet (None: parsed as they come)
         self._pending: list[tuple[_Conn, bytes, int]] | None = None
-        if stamp_first:
+        self.kernel_stamps = kernel_stamps and KERNEL_STAMPS_SUPPORTED
+        if stamp_first and not self.kernel_stamps:
             self._pending = []
             self._loop_call_soon = asyncio.get_running_loop().call_soon
 
@@ -502,9 +521,12 @@ class Http1Pool:
                 self._idle.append(conn)
 
     async def _connect(self) -> _Conn:
-        loop = asyncio.get_running_loop()
         try:
-            _, conn = await loop.create_connection(lambda: _Conn(self), self.host, self.port)
+            if self.kernel_stamps:
+                conn = await open_stamped(lambda: _Conn(self), self.host, self.port)
+            else:
+                loop = asyncio.get_running_loop()
+                _, conn = await loop.create_connection(lambda: _Conn(self), self.host, self.port)
         except OSError as exc:
             raise ConnectFailed(
                 exc.errno, f"cannot connect to {self.host}:{self.port}: {exc}"

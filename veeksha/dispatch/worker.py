@@ -135,6 +135,7 @@ class _Route:
                 {"User-Agent": "veeksha", **self.headers},
                 settings.max_connections,
                 stamp_first=True,
+                kernel_stamps=settings.chunk_timestamps == "kernel",
             )
             await self.http.warm(_prewarm(settings.max_connections))
         else:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from veeksha.clock import MonotonicClock
+from veeksha.dispatch.kernel_stamps import chunk_timestamps
 from veeksha.engine.loop import TrafficLoop
 from veeksha.engine.outcome import RunOutcome
 from veeksha.engine.runlog import RunLog
@@ -133,6 +134,7 @@ class RunFinish:
             "main_cpu_wait_s": self.main_cpu_wait_s,
             "worker_cpu_wait_s": self.worker_cpu_wait_s,
             "num_workers": self.num_workers,
+            "chunk_timestamps": chunk_timestamps(self.scenario.runtime.chunk_timestamps),
             "target": describe(target),
             "server_metrics": self.server_metrics,
         }

@@ -278,6 +278,7 @@ class _Run(RunSetup, RunFinish):
                     configs[client.name], client.api_base, client.api_key, dry_run=self.dry_run
                 ),
                 model=client.model,
+                chunk_timestamps=self.scenario.runtime.chunk_timestamps,
             )
             for client in target.clients
         ]

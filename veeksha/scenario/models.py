@@ -944,6 +944,11 @@ class Runtime(StrictModel):
             " sends each at its ready time on a precise timer. 0 = hand over when ready."
         ),
     )
+    chunk_timestamps: Literal["kernel", "read"] = Field(
+        "read",
+        description="A chunk's time: read (when the worker read its bytes) or kernel (when they "
+        "reached the socket, the kernel's receive timestamp; Linux, plain http; ~+1.3 µs a read).",
+    )
     priority: Literal["fifo", "progress", "node"] = Field(
         "fifo",
         description="Order of ready requests waiting for a capped client's slot: fifo (ready "

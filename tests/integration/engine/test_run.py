@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 
+from veeksha.dispatch.kernel_stamps import KERNEL_STAMPS_SUPPORTED
 from veeksha.engine.cpu_wait import run_delay_ns
 from veeksha.engine.run import run_scenario
 from veeksha.record.columns import REQUESTS_SCHEMA, SESSIONS_SCHEMA
@@ -49,7 +50,7 @@ session_generator:
   output_spec:
     text:
       output_length_generator: {{type: uniform, min: 3, max: 12}}
-runtime: {{max_sessions: 12, benchmark_timeout: 30, num_workers: 1}}
+runtime: {{max_sessions: 12, benchmark_timeout: 30, num_workers: 1, chunk_timestamps: kernel}}
 trace_recorder: {{enabled: true, include_content: true}}
 simulator: {{ttft_ms: 2, itl_ms: 1}}
 """
@@ -88,6 +89,8 @@ def test_linear_sessions_keep_order_think_time_and_exact_history(tmp_path: Path)
     assert json.loads(meta[b"target"])["kind"] == "simulator"
     assert meta[b"health_verdict"] in (b"pass", b"fail")
     summary = json.loads((run_dir / "summary.json").read_text())
+    # (the order above held with chunks stamped by the kernel)
+    assert summary["run"]["chunk_timestamps"] == ("kernel" if KERNEL_STAMPS_SUPPORTED else "read")
     log = (run_dir / "run.log").read_text()
     assert "ended (completed): 12 sessions" in log
     if run_delay_ns(os.getpid()) is not None:  # (Linux with schedstat)

@@ -1,0 +1,250 @@
+"""Reads stamped with the kernel's receive time: a socket transport of our own for ``_Conn``.
+
+uvloop's transports read with a plain ``read()`` and the protocol can only stamp a read with the
+time the loop got round to it: at many streams the server's writes come in bursts, the loop reads
+them one connection after another, and the last read of a burst is stamped milliseconds after its
+bytes arrived. Here the socket has ``SO_TIMESTAMPNS`` set and is read with ``recvmsg``: the
+kernel hands back, as an ``SCM_TIMESTAMPNS`` control message, the time (``CLOCK_REALTIME``) at
+which the last segment of the read reached the socket. ``KernelStampTransport`` converts it to
+``CLOCK_MONOTONIC`` with the offset between the two clocks sampled at the read (the wall clock
+read first, then the monotonic one: exact to a fraction of a microsecond, and a pause between
+the two makes the stamp later, never earlier) and hands the bytes to the protocol's
+``received_at(data, t_ns)``. Chunks that reach the socket before the worker reads it are merged
+by the kernel and share the newest one's time.
+
+A stamp is never later than the read's own monotonic time (a wall clock stepped back) nor earlier
+than ``protocol.sent_at`` (the request's write; a wall clock stepped forward): such a stamp is
+clamped and counted in ``clamped``. Without a control message (a kernel without it) the read's
+own time is used, as with uvloop.
+
+The rest is what ``_Conn`` needs of a transport: ``write`` sends at once and buffers what the
+socket did not take, flushed when it is writable; ``close`` stops reading and writing, closes the
+socket and calls ``connection_lost`` once, on the next loop pass; EOF calls
+``connection_lost(None)``, a socket error ``connection_lost(exc)``. ``open_stamped`` connects
+(an IP literal directly; a host name resolved once a process) with ``TCP_NODELAY``.
+Cost: ~1.3 µs a read more than uvloop's own transport (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import struct
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+__all__ = [
+    "KERNEL_STAMPS_SUPPORTED",
+    "KernelStampTransport",
+    "StampedProtocol",
+    "chunk_timestamps",
+    "open_stamped",
+]
+
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+_SCM_TIMESTAMPNS = _SO_TIMESTAMPNS  # (the control message's type is the option's number)
+KERNEL_STAMPS_SUPPORTED = sys.platform.startswith("linux")
+_READ_SIZE = 256 * 1024  # (as uvloop's read buffer)
+# one buffer for every read of the process (a fresh 256 KiB per read would be an mmap each)
+_BUFFER = bytearray(_READ_SIZE)
+_VIEW = memoryview(_BUFFER)
+_BUFFERS = [_BUFFER]
+_CMSG_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 64
+_monotonic_ns = time.monotonic_ns
+_realtime_ns = time.time_ns
+# struct timespec {time_t tv_sec; long tv_nsec}, native
+_timespec = struct.Struct("@ql").unpack_from
+
+
+def chunk_timestamps(setting: str) -> str:
+    """How chunks are stamped with ``runtime.chunk_timestamps: setting`` here (a run fact)."""
+    return "kernel" if setting == "kernel" and KERNEL_STAMPS_SUPPORTED else "read"
+
+
+class StampedProtocol(Protocol):
+    """What the transport calls: ``_Conn``'s asyncio callbacks plus a stamped read."""
+
+    sent_at: int
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None: ...
+
+    def connection_lost(self, exc: Exception | None) -> None: ...
+
+    def received_at(self, data: bytes, t_ns: int) -> None: ...
+
+
+class KernelStampTransport(asyncio.Transport):
+    """A connected non-blocking TCP socket read with ``recvmsg`` and its receive timestamps."""
+
+    clamped = 0  # stamps clamped to [sent_at, read time], all transports of the process
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol: StampedProtocol
+    ) -> None:
+        super().__init__()
+        self._loop = loop
+        self._sock = sock
+        self._fd = sock.fileno()
+        self._protocol = protocol
+        self._out = bytearray()  # what the socket did not take yet
+        self._closing = False
+        self._lost = False
+        self._recv = sock.recvmsg_into
+        self._received = protocol.received_at
+        protocol.connection_made(self)
+        loop.add_reader(self._fd, self._on_readable)
+
+    def _on_readable(self) -> None:
+        try:
+            n, ancdata, _, _ = self._recv(_BUFFERS, _CMSG_SPACE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._abort(exc)
+            return
+        if not n:
+            self._abort(None)  # EOF
+            return
+        data = _VIEW[:n].tobytes()
+        if ancdata:
+            # (the wall clock first: a pause between the two reads makes the stamp later, never
+            # earlier than the bytes' arrival)
+            real = _realtime_ns()
+            t = _monotonic_ns()
+            sec, nsec = _timespec(ancdata[0][2])
+            stamp = t - real + sec * 1_000_000_000 + nsec
+            if stamp > t or stamp < self._protocol.sent_at:
+                KernelStampTransport.clamped += 1
+                stamp = t if stamp > t else self._protocol.sent_at
+            self._received(data, stamp)
+            return
+        self._received(data, _monotonic_ns())
+
+    # ------------------------------------------------------------------------------ writing
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._closing or not data:
+            return
+        if self._out:
+            self._out += data
+            return
+        try:
+            sent = self._sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as exc:
+            self._abort(exc)
+            return
+        if sent < len(data):
+            self._out += memoryview(data)[sent:]
+            self._loop.add_writer(self._fd, self._on_writable)
+
+    def _on_writable(self) -> None:
+        try:
+            sent = self._sock.send(self._out)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._abort(exc)
+            return
+        del self._out[:sent]
+        if not self._out:
+            self._loop.remove_writer(self._fd)
+
+    def get_write_buffer_size(self) -> int:
+        return len(self._out)
+
+    # ------------------------------------------------------------------------------ closing
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def close(self) -> None:
+        self._abort(None)
+
+    def abort(self) -> None:
+        self._abort(None)
+
+    def _abort(self, exc: Exception | None) -> None:
+        """Stop reading and writing, close the socket, ``connection_lost(exc)`` next pass."""
+        if self._closing:
+            return
+        self._closing = True
+        self._loop.remove_reader(self._fd)
+        if self._out:
+            self._loop.remove_writer(self._fd)
+            self._out.clear()
+        self._sock.close()
+        self._loop.call_soon(self._call_connection_lost, exc)
+
+    def _call_connection_lost(self, exc: Exception | None) -> None:
+        if not self._lost:
+            self._lost = True
+            self._protocol.connection_lost(exc)
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name == "socket":
+            return self._sock
+        if name == "peername":
+            try:
+                return self._sock.getpeername()
+            except OSError:
+                return default
+        return default
+
+
+_P = TypeVar("_P", bound=StampedProtocol)
+_Address = tuple[socket.AddressFamily, socket.SocketKind, int, str, Any]
+# each origin resolved once a process (the resolver runs in a thread: GIL hand-overs at start-up)
+_ADDRESSES: dict[tuple[str, int], list[_Address]] = {}
+
+
+def _ip_literal(host: str, port: int) -> list[_Address]:
+    """``host`` as an address when it is an IP literal (no resolver), else []."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return []
+    if ip.version == 6:
+        return [(socket.AF_INET6, socket.SOCK_STREAM, 0, "", (host, port, 0, 0))]
+    return [(socket.AF_INET, socket.SOCK_STREAM, 0, "", (host, port))]
+
+
+async def open_stamped(factory: Callable[[], _P], host: str, port: int) -> _P:
+    """Connect to ``host:port`` and attach ``factory()``'s protocol to a stamped transport.
+
+    Raises ``OSError`` as ``loop.create_connection`` would (every address tried, the last
+    error raised).
+    """
+    loop = asyncio.get_running_loop()
+    infos = _ADDRESSES.get((host, port))
+    if infos is None:
+        infos = _ip_literal(host, port)
+        if not infos:
+            infos = list(await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        _ADDRESSES[host, port] = infos
+    if not infos:
+        raise OSError(f"no address for {host}")
+    error: OSError | None = None
+    for family, type_, proto, _, address in infos:
+        sock = socket.socket(family, type_, proto)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+            await loop.sock_connect(sock, address)
+        except OSError as exc:
+            sock.close()
+            error = exc
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        protocol = factory()
+        KernelStampTransport(loop, sock, protocol)
+        return protocol
+    assert error is not None
+    raise error
