@@ -947,7 +947,8 @@ class Runtime(StrictModel):
     chunk_timestamps: Literal["kernel", "read"] = Field(
         "read",
         description="A chunk's time: read (when the worker read its bytes) or kernel (when they "
-        "reached the socket, the kernel's receive timestamp; Linux, plain http; ~+1.3 µs a read).",
+        "reached the socket, the kernel's receive timestamp; Linux, plain http; the worker's CPU "
+        "a request +7-19 %).",
     )
     priority: Literal["fifo", "progress", "node"] = Field(
         "fifo",
