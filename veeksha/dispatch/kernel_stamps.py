@@ -33,7 +33,7 @@ import socket
 import struct
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 __all__ = [
@@ -59,9 +59,14 @@ _realtime_ns = time.time_ns
 _timespec = struct.Struct("@ql").unpack_from
 
 
-def chunk_timestamps(setting: str) -> str:
-    """How chunks are stamped with ``runtime.chunk_timestamps: setting`` here (a run fact)."""
-    return "kernel" if setting == "kernel" and KERNEL_STAMPS_SUPPORTED else "read"
+def chunk_timestamps(setting: str, api_bases: Sequence[str] = ("http://",)) -> str:
+    """How chunks are stamped with ``runtime.chunk_timestamps: setting`` here, for clients at
+    ``api_bases`` (a run fact): kernel, read, or mixed (kernel on the plain-http clients, read on
+    the https ones, whose reads stay aiohttp's)."""
+    plain = [base.startswith("http://") for base in api_bases]
+    if setting != "kernel" or not KERNEL_STAMPS_SUPPORTED or not any(plain):
+        return "read"
+    return "kernel" if all(plain) else "mixed"
 
 
 class StampedProtocol(Protocol):

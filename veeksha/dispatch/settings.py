@@ -42,7 +42,7 @@ class WorkerSettings(msgspec.Struct, kw_only=True):
     max_retries: int = 0
     max_connections: int = 0
     dry_run: bool = False
-    chunk_timestamps: str = "read"  # runtime.chunk_timestamps: read | kernel
+    chunk_timestamps: str = "kernel"  # runtime.chunk_timestamps: read | kernel
 
     def __repr__(self) -> str:
         fields = ", ".join(

@@ -134,7 +134,9 @@ class RunFinish:
             "main_cpu_wait_s": self.main_cpu_wait_s,
             "worker_cpu_wait_s": self.worker_cpu_wait_s,
             "num_workers": self.num_workers,
-            "chunk_timestamps": chunk_timestamps(self.scenario.runtime.chunk_timestamps),
+            "chunk_timestamps": chunk_timestamps(
+                self.scenario.runtime.chunk_timestamps, [c.api_base for c in target.clients]
+            ),
             "target": describe(target),
             "server_metrics": self.server_metrics,
         }

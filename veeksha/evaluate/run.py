@@ -19,7 +19,8 @@ measured phase, runs the health checks, judges the SLOs, writes every evaluation
     main_cpu_wait_s float  the same for the main process
     num_workers     int    worker processes
     chunk_timestamps str   how chunk times were taken: kernel (the kernel's receipt of a read's
-                           bytes) or read (the worker's read; runtime.chunk_timestamps)
+                           bytes), read (the worker's read) or mixed (kernel on plain http, read
+                           on https); runtime.chunk_timestamps
     target          str    what was benchmarked (api base and model, or the simulator)
     server_tokenizer dict  the calibrated server tokenizer and the check of a sample of prompts
                            (``veeksha.engine.prompt_check``), judged by ``prompt_length``

@@ -945,10 +945,10 @@ class Runtime(StrictModel):
         ),
     )
     chunk_timestamps: Literal["kernel", "read"] = Field(
-        "read",
-        description="A chunk's time: read (when the worker read its bytes) or kernel (when they "
-        "reached the socket, the kernel's receive timestamp; Linux, plain http; the worker's CPU "
-        "a request +7-19 %).",
+        "kernel",
+        description="A chunk's time: kernel (when its bytes reached the socket, the kernel's "
+        "receive timestamp; Linux, plain http; the worker's CPU a request +7-19 %) or read (when "
+        "the worker read them).",
     )
     priority: Literal["fifo", "progress", "node"] = Field(
         "fifo",

@@ -50,7 +50,7 @@ session_generator:
   output_spec:
     text:
       output_length_generator: {{type: uniform, min: 3, max: 12}}
-runtime: {{max_sessions: 12, benchmark_timeout: 30, num_workers: 1, chunk_timestamps: kernel}}
+runtime: {{max_sessions: 12, benchmark_timeout: 30, num_workers: 1}}
 trace_recorder: {{enabled: true, include_content: true}}
 simulator: {{ttft_ms: 2, itl_ms: 1}}
 """
@@ -89,7 +89,7 @@ def test_linear_sessions_keep_order_think_time_and_exact_history(tmp_path: Path)
     assert json.loads(meta[b"target"])["kind"] == "simulator"
     assert meta[b"health_verdict"] in (b"pass", b"fail")
     summary = json.loads((run_dir / "summary.json").read_text())
-    # (the order above held with chunks stamped by the kernel)
+    # (the order above held with chunks stamped by the kernel, the default)
     assert summary["run"]["chunk_timestamps"] == ("kernel" if KERNEL_STAMPS_SUPPORTED else "read")
     log = (run_dir / "run.log").read_text()
     assert "ended (completed): 12 sessions" in log
@@ -257,7 +257,8 @@ simulator: {faults: {http_500_rate: 0.3}, seed: 9}
 
 
 def test_branching_sessions_respect_every_parent(tmp_path: Path) -> None:
-    _, requests, sessions = run(
+    """(With chunks stamped at the worker's read, the mode that is not the default.)"""
+    run_dir, requests, sessions = run(
         tmp_path,
         """
 traffic_scheduler:
@@ -274,10 +275,12 @@ session_generator:
     connection_dist_generator: {type: uniform, min: 1, max: 2}
     request_wait_generator: {type: fixed, interval: 0.02}
   output_spec: {text: {output_length_generator: {type: fixed, value: 4}}}
-runtime: {max_sessions: 10, benchmark_timeout: 30}
+runtime: {max_sessions: 10, benchmark_timeout: 30, chunk_timestamps: read}
 simulator: {ttft_ms: 3, itl_ms: 1}
 """,
     )
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["run"]["chunk_timestamps"] == "read"
     assert (requests.status == "ok").all()
     assert len(requests) == sessions.num_nodes.sum()
     assert (requests.parents.map(len) > 1).any()  # some fan-in really happened
