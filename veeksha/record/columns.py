@@ -149,7 +149,9 @@ REQUESTS_SCHEMA = pa.schema(
             pa.list_(_F64),
             _T0,
             "arrival time of every content chunk: the time of the socket read that brought it "
-            "(the chunks of one read share it)",
+            "(the chunks of one read share it): with `runtime.chunk_timestamps: kernel` the "
+            "kernel's receipt of that read's last segment, with `read` when the worker read it "
+            "(`run.chunk_timestamps` in summary.json)",
         ),
         _col(
             "chunks_coalesced",
