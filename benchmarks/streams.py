@@ -21,8 +21,10 @@ A full ``veeksha run`` drives it (``Config``):
   chunks/s through the client) against the C server (unpinned), the default workers and
   pinning (on 2 cores: one worker, on CPU 1; the main process on CPU 0); ``128c0``: the C
   server pinned to CPU 0 (the main process's), away from the worker; ``128cw2``: 2 workers;
-  ``128c0k``, ``128cnpk``, ``lightck``: ``128c0``, ``128cnp``, ``lightc`` with
-  ``runtime.chunk_timestamps: kernel`` (the others stamp a chunk when the worker reads it);
+  every configuration stamps chunks as the measured revision does by default (``kernel``
+  from 16b0806 on; ``read`` before); ``128c0k``, ``128cnpk``, ``lightck`` set
+  ``runtime.chunk_timestamps: kernel`` and ``128c0rd``, ``128cnprd``, ``lightcrd`` set
+  ``read`` (a chunk stamped when the worker reads it), whatever the default;
   ``128c0r``: ``128c0`` with the streams started over 2 s (a ramp-up), so that they do not
   stay in step (with no ramp-up all 128 start at once, and the fixed timing keeps their chunks
   in bursts, as a batching server's decode steps do); ``128cnp``: ``128c`` without the probe
@@ -129,7 +131,7 @@ class Config:
     server: str = "sim"
     probe: bool = True
     rampup_s: float = 0.0
-    chunk_timestamps: str = "read"
+    chunk_timestamps: str | None = None  # None: the revision's default
 
 
 CONFIGS = {
@@ -144,6 +146,9 @@ CONFIGS = {
         Config("128c0k", 128, sim_cpu0=True, server="c", chunk_timestamps="kernel"),
         Config("128cnpk", 128, server="c", probe=False, chunk_timestamps="kernel"),
         Config("lightck", 0, server="c", chunk_timestamps="kernel"),
+        Config("128c0rd", 128, sim_cpu0=True, server="c", chunk_timestamps="read"),
+        Config("128cnprd", 128, server="c", probe=False, chunk_timestamps="read"),
+        Config("lightcrd", 0, server="c", chunk_timestamps="read"),
         Config("128", 128),
         Config("128w2", 128, workers=2),
         Config("128off", 128, affinity="off"),
@@ -157,7 +162,9 @@ FULL = ("128c", "128c0", "128cnp", "128cw2", "lightc", "128", "light")
 
 
 def _spec(config: Config, base_url: str, seconds: float) -> dict[str, Any]:
-    runtime: dict[str, Any] = {"chunk_timestamps": config.chunk_timestamps}
+    runtime: dict[str, Any] = {}
+    if config.chunk_timestamps is not None:
+        runtime["chunk_timestamps"] = config.chunk_timestamps
     if config.workers is not None:
         runtime["num_workers"] = config.workers
     if config.affinity is not None:
