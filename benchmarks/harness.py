@@ -49,6 +49,7 @@ __all__ = [
     "Simulator",
     "baseline_tree",
     "machine",
+    "processes_cpu_s",
     "python_cpu_s",
     "run_veeksha",
     "scale_scenario",
@@ -111,6 +112,18 @@ def _git(*args: str) -> str:
     return out.stdout.strip()
 
 
+def processes_cpu_s(procs: list[psutil.Process]) -> float:
+    """CPU seconds (user + system) of ``procs`` so far; one that has gone counts nothing."""
+    total = 0.0
+    for proc in procs:
+        try:
+            t = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += t.user + t.system
+    return total
+
+
 class Simulator:
     """The built-in simulator in its own processes, with its CPU and request counter."""
 
@@ -139,14 +152,7 @@ class Simulator:
 
     def cpu_s(self) -> float:
         """CPU seconds (user + system) of every server process so far."""
-        total = 0.0
-        for proc in self._procs():
-            try:
-                t = proc.cpu_times()
-            except psutil.NoSuchProcess:
-                continue
-            total += t.user + t.system
-        return total
+        return processes_cpu_s(self._procs())
 
     def requests_total(self) -> int:
         """Requests the server has received so far (its /metrics counter; one process)."""

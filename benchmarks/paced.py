@@ -23,6 +23,8 @@ from pathlib import Path
 
 import psutil
 
+from benchmarks.harness import processes_cpu_s
+
 __all__ = ["SOURCE", "PacedServer", "build"]
 
 SOURCE = Path(__file__).resolve().parent / "paced_server.c"
@@ -100,11 +102,4 @@ class PacedServer:
 
     def cpu_s(self) -> float:
         """CPU seconds (user + system) of the server so far."""
-        total = 0.0
-        for proc in self._procs():
-            try:
-                t = proc.cpu_times()
-            except psutil.NoSuchProcess:
-                continue
-            total += t.user + t.system
-        return total
+        return processes_cpu_s(self._procs())

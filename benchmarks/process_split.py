@@ -89,8 +89,10 @@ def measure(spec: dict[str, object], workdir: Path) -> dict[str, float]:
     return dict(parts)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def startup_run_args(doc: str) -> tuple[argparse.Namespace, dict[str, object]]:
+    """The command line of a start-up benchmark (``--repeats``, ``--sessions``, ``--rate``,
+    ``--workdir``) and its run's scenario: single requests against the built-in simulator."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sessions", type=int, default=20)
     parser.add_argument("--rate", type=float, default=10.0)
@@ -102,6 +104,11 @@ def main() -> None:
         scheduler={"type": "rate", "interval_generator": interval},
         max_sessions=args.sessions,
     )
+    return args, spec
+
+
+def main() -> None:
+    args, spec = startup_run_args(__doc__ or "")
     samples = [measure(spec, args.workdir) for _ in range(args.repeats)]
     keys = sorted({key for sample in samples for key in sample})
     for key in keys:

@@ -12,7 +12,6 @@ run it with each checkout's own interpreter (its venv's editable install is what
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import os
@@ -24,7 +23,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks.harness import scenario
+from benchmarks.process_split import startup_run_args
 
 STRETCHES = ("to_first_log", "to_workers_ready", "to_t0", "to_ended", "to_exit", "total")
 
@@ -63,18 +62,7 @@ def measure(spec: dict[str, object], workdir: Path) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--sessions", type=int, default=20)
-    parser.add_argument("--rate", type=float, default=10.0)
-    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()))
-    args = parser.parse_args()
-    interval = {"type": "fixed", "interval": 1.0 / args.rate}
-    spec = scenario(
-        api_base=None,
-        scheduler={"type": "rate", "interval_generator": interval},
-        max_sessions=args.sessions,
-    )
+    args, spec = startup_run_args(__doc__ or "")
     samples = [measure(spec, args.workdir) for _ in range(args.repeats)]
     for key in STRETCHES:
         values = [sample[key] for sample in samples]

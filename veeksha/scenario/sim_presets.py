@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["FAULT_KINDS", "PRESETS"]
+__all__ = ["FAULT_KINDS", "PRESETS", "apply_model_settings"]
 
 FAULT_KINDS = (
     "http_500",
@@ -44,3 +44,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         "prefix_cache_tokens": 400_000,
     },
 }
+
+
+def apply_model_settings(base: dict[str, Any], changes: dict[str, Any]) -> None:
+    """Put one served model's own settings (``changes``: its non-None values) over the
+    ``simulator:`` section's (``base``); a model's own preset fills what the model leaves out."""
+    preset = changes.get("preset")
+    if preset is not None:
+        for key in PRESETS[preset]:
+            if key not in changes:
+                base[key] = None
+    base.update(changes)

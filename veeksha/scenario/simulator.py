@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from veeksha.scenario.sim_presets import FAULT_KINDS, PRESETS
+from veeksha.scenario.sim_presets import FAULT_KINDS, PRESETS, apply_model_settings
 
 __all__ = ["PRESETS", "FaultConfig", "SimulatorConfig", "SimulatorModel"]
 
@@ -237,13 +237,7 @@ class SimulatorConfig(BaseModel):
         base["model"] = name
         extra = self.models.get(name)
         if extra is not None:
-            changes = extra.model_dump(exclude_none=True)
-            preset = changes.get("preset")
-            if preset is not None:  # the model's preset fills what the model leaves out
-                for key in PRESETS[preset]:
-                    if key not in changes:
-                        base[key] = None
-            base.update(changes)
+            apply_model_settings(base, extra.model_dump(exclude_none=True))
         return SimulatorConfig.model_validate(base)
 
     @property

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from veeksha.scenario.sim_presets import FAULT_KINDS, PRESETS
+from veeksha.scenario.sim_presets import FAULT_KINDS, PRESETS, apply_model_settings
 
 __all__ = ["FaultSettings", "ModelSettings", "SimSettings"]
 
@@ -125,12 +125,7 @@ class SimSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                 for key, value in msgspec.structs.asdict(extra).items()
                 if value is not None
             }
-            preset = changes.get("preset")
-            if preset is not None:  # the model's preset fills what the model leaves out
-                for key in PRESETS[preset]:
-                    if key not in changes:
-                        base[key] = None
-            base.update(changes)
+            apply_model_settings(base, changes)
         for key, value in PRESETS[base["preset"]].items():
             if base.get(key) is None:
                 base[key] = value
