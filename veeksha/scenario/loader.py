@@ -55,6 +55,7 @@ __all__ = [
     "REDACTED",
     "ScenarioSet",
     "SweepPoint",
+    "block_yaml",
     "dump_resolved_yaml",
     "extra_args_to_overrides",
     "format_value",
@@ -580,12 +581,20 @@ def resolved_dict(scenario: Scenario, *, redact: bool = True) -> dict[str, Any]:
     return data
 
 
-def dump_resolved_yaml(scenario: Scenario) -> str:
-    """The fully resolved scenario as YAML (what a run used), with every secret redacted."""
-    stream = io.StringIO()
+def block_yaml() -> YAML:
+    """The writer of the resolved files (config.yaml, capacity_config.yaml): block style, keys
+    in their order, and no value folded onto a second line (a long path stays one line)."""
     yaml = YAML(typ="safe", pure=True)
     yaml.default_flow_style = False
     yaml.sort_base_mapping_type_on_output = False  # type: ignore[assignment]
+    yaml.width = 1 << 30
+    return yaml
+
+
+def dump_resolved_yaml(scenario: Scenario) -> str:
+    """The fully resolved scenario as YAML (what a run used), with every secret redacted."""
+    stream = io.StringIO()
+    yaml = block_yaml()
     stream.write("# Fully resolved scenario (every default filled in); secrets are redacted.\n")
     yaml.dump(resolved_dict(scenario), stream)
     return stream.getvalue()

@@ -39,6 +39,12 @@ def test_resolved_yaml_reloads_to_the_same_scenario() -> None:
     assert again == scenario
 
 
+def test_a_long_value_stays_on_its_keys_line() -> None:
+    folder = "/tmp/pytest-of-someone/pytest-123/popen-gw1/a_rather_long_test_folder_name0/out"
+    text = dump_resolved_yaml(load(f"output_dir: {folder}\n"))
+    assert f"\noutput_dir: {folder}\n" in text  # (not folded onto a second line)
+
+
 def test_absent_key_stays_null() -> None:
     data = YAML(typ="safe").load(dump_resolved_yaml(load("seed: 1")))
     assert data["client"]["api_key"] is None

@@ -39,7 +39,7 @@ from veeksha.experiment.capacity.search import (
     search_capacity,
 )
 from veeksha.experiment.shared_server import SharedServer, shared_simulator
-from veeksha.scenario.loader import resolved_dict, scenario_hash
+from veeksha.scenario.loader import block_yaml, resolved_dict, scenario_hash
 
 __all__ = ["CAPACITY_FILE", "CapacityResult", "run_capacity_search"]
 
@@ -91,10 +91,7 @@ def _create_folder(config: CapacityConfig) -> Path:
 
 
 def _write_config(folder: Path, config: CapacityConfig) -> None:
-    from ruamel.yaml import YAML
-
-    yaml = YAML(typ="safe", pure=True)
-    yaml.default_flow_style = False
+    yaml = block_yaml()
     with (folder / "capacity_config.yaml").open("w", encoding="utf-8") as stream:
         stream.write("# The capacity search as resolved; secrets are redacted.\n")
         yaml.dump(
