@@ -31,6 +31,13 @@ def _env(**extra: str) -> dict[str, str]:
     return cli_env(OPENAI_API_KEY=KEY, **extra)
 
 
+def _run(tmp_path: Path, scenario_text: str, **options: Any) -> HostileRun:
+    """``hostile_run`` with the command's code in this process: the probe and the tokenizer's
+    calls are the main process' code, and the workers are real processes all the same (each
+    run saves a veeksha process' start-up)."""
+    return hostile_run(tmp_path, scenario_text, in_process=True, **options)
+
+
 def _posts(received: list[dict[str, Any]]) -> list[str]:
     return [r["path"] for r in received if r["path"].endswith("completions")]
 
@@ -61,7 +68,7 @@ def _one_line_error(run: HostileRun, *needles: str) -> str:
 )
 def test_a_broken_probe_answer_is_exit_2_in_one_line(tmp_path: Path, fault: str, what: str) -> None:
     with HostileServer(FAULTS, tmp_path, fault=fault) as server:
-        run = hostile_run(
+        run = _run(
             tmp_path, hostile_scenario(server.base_url), env=_env(), expect_code=2, audit=False
         )
         received = server.received()
@@ -79,7 +86,7 @@ def test_a_byte_a_second_probe_answer_ends_at_the_deadline(tmp_path: Path, fault
     well within any per-read timeout) is cut off at it."""
     with HostileServer(FAULTS, tmp_path, fault=fault, gap=0.5) as server:
         started = time.monotonic()
-        run = hostile_run(
+        run = _run(
             tmp_path,
             hostile_scenario(server.base_url),
             env=_env(VEEKSHA_SETUP_TIMEOUT_S="2"),
@@ -103,7 +110,7 @@ def test_a_redirect_to_another_server_is_not_followed(tmp_path: Path) -> None:
     with HostileServer(correct, tmp_path) as elsewhere:
         to = f"{elsewhere.base_url}/models"
         with HostileServer(FAULTS, tmp_path, fault="redirect", to=to) as server:
-            run = hostile_run(
+            run = _run(
                 tmp_path, hostile_scenario(server.base_url), env=_env(), expect_code=2, audit=False
             )
             received = server.received()
@@ -115,7 +122,7 @@ def test_a_redirect_to_another_server_is_not_followed(tmp_path: Path) -> None:
 
 def test_a_redirect_within_the_server_is_followed_with_the_key(tmp_path: Path) -> None:
     with HostileServer(FAULTS, tmp_path, fault="redirect") as server:
-        run = hostile_run(tmp_path, hostile_scenario(server.base_url, sessions=2), env=_env())
+        run = _run(tmp_path, hostile_scenario(server.base_url, sessions=2), env=_env())
         received = server.received()
     assert run.audit is not None
     assert run.audit.kinds() == {("ok", ""): 6}
@@ -142,7 +149,7 @@ def test_a_broken_server_tokenizer_is_exit_2_before_any_request(
 ) -> None:
     with HostileServer(FAULTS, tmp_path, where="tokenize", fault=fault, gap=0.5) as server:
         started = time.monotonic()
-        run = hostile_run(
+        run = _run(
             tmp_path,
             hostile_scenario(server.base_url, client_extra=SERVER_TOKENIZER),
             env=_env(VEEKSHA_SETUP_TIMEOUT_S="2"),
@@ -161,7 +168,7 @@ def test_the_server_tokenizer_gets_the_key_on_the_targets_origin_and_follows_it_
     tmp_path: Path,
 ) -> None:
     with HostileServer(FAULTS, tmp_path, where="tokenize", fault="redirect") as server:
-        run = hostile_run(
+        run = _run(
             tmp_path,
             hostile_scenario(server.base_url, sessions=2, client_extra=SERVER_TOKENIZER),
             env=_env(),
@@ -179,7 +186,7 @@ def test_a_server_tokenizer_redirected_elsewhere_is_not_followed(tmp_path: Path)
     with HostileServer(correct, tmp_path, where="none") as elsewhere:
         to = f"{elsewhere.root_url}/tokenize"
         with HostileServer(FAULTS, tmp_path, where="tokenize", fault="redirect", to=to) as server:
-            run = hostile_run(
+            run = _run(
                 tmp_path,
                 hostile_scenario(server.base_url, client_extra=SERVER_TOKENIZER),
                 env=_env(),
@@ -199,7 +206,7 @@ def test_a_server_tokenizer_that_breaks_after_set_up_never_touches_the_traffic(
     answered and the run ends normally (exit 0); the check after the run, whose sample meets
     the broken endpoint, says it could not be made instead of failing the run."""
     with HostileServer(FAULTS, tmp_path, where="tokenize", fault="not_http", after=60) as server:
-        run = hostile_run(
+        run = _run(
             tmp_path,
             hostile_scenario(
                 server.base_url, sessions=300, turns=1, rate=400, client_extra=SERVER_TOKENIZER
