@@ -263,13 +263,18 @@ class TimedSessionFlavor(TraceFlavor):
         return seconds, None
 
     def _valid(self, value: Any, tool: bool, line: int) -> bool | None:
-        """The row's ``valid`` (true or false; in CSV, its text; empty: not given)."""
+        """The row's ``valid`` (true or false; a column's JSON or CSV text; empty: not given)."""
         flag = value
         if isinstance(value, str):
-            text = value.strip().lower()
-            flag = None if not text else {"true": True, "false": False}.get(text, value)
+            text = value.strip()
+            try:
+                flag = msgspec.json.decode(text) if text else None
+            except msgspec.DecodeError:
+                flag = text
+            if isinstance(flag, str):  # (CSV: True, FALSE, ...)
+                flag = {"true": True, "false": False}.get(flag.lower(), flag)
         if flag is not None and not isinstance(flag, bool):
-            raise self.error(line, f"valid {value!r} must be true or false; write one of them")
+            raise self.error(line, f"valid {flag!r} must be true or false; write one of them")
         if flag is not None and tool:
             raise self.error(
                 line, "valid is given on a tool row; a tool's result is never checked, drop it"
