@@ -179,15 +179,18 @@ class TraceWriter:
         count = len(pending)
         if not count or self._fd is None:
             return 0
-        batch: list[_Line] = []
-        for _ in range(count):
-            verdict = pending[0][5]
-            if verdict is not None and not verdict.done and not final:
-                break
-            batch.append(pending.popleft())
-        count = len(batch)
-        if not count:
-            return 0
+        if final or not self._awaiting:  # (every verdict of these lines is in: none waits)
+            batch = [pending.popleft() for _ in range(count)]
+        else:
+            batch = []
+            for _ in range(count):
+                verdict = pending[0][5]
+                if verdict is not None and not verdict.done:
+                    break
+                batch.append(pending.popleft())
+            count = len(batch)
+            if not count:
+                return 0
         encoded = self._encoder.encode_lines([self._entry(*args) for args in batch])
         data = memoryview(encoded)
         try:
