@@ -65,6 +65,8 @@ class RunRecorder:
     def request_done(self, request: InFlight, result: Result, processed_at_ns: int) -> None:
         session = request.session
         node = session.spec.nodes[request.node_id]
+        if node.validation is not None and self._trace is not None:
+            self._trace.judged(request.request_id, request.valid)
         # veeksha's own count of the new prompt part (and of the output, lacking the server's)
         new_tokens = node.prompt_tokens if self._exact_prompts else self._count(node.prompt)
         if node.system is not None and new_tokens is not None and not self._exact_prompts:
@@ -121,6 +123,8 @@ class RunRecorder:
         self, session: SessionState, node_id: int, request_id: int, at_ns: int
     ) -> None:
         node = session.spec.nodes[node_id]
+        if node.validation is not None and self._trace is not None:
+            self._trace.judged(request_id, None)  # (a withdrawn hand-over: no answer)
         writer = self._writer
         if writer.error is None:  # after a write error, rows are refused
             name, model = _NO_CLIENT if node.kind == _TOOL else self._clients[node.client]

@@ -114,14 +114,15 @@ class NodeChecks:
 
 class ReplayedReprompts:
     """The check of a replayed node that was re-prompted ``count`` times when recorded: its first
-    ``count`` answers fail (with ``NOTE``), the next passes, so the replay sends the recorded
-    number of attempts whatever the server answers. One per node (it counts the answers)."""
+    ``count`` answers fail (with ``NOTE``), the next passes (fails too when not ``last_valid``:
+    the recording ran out of re-prompts), so the replay sends the recorded number of attempts
+    and ends as recorded whatever the server answers. One per node (it counts the answers)."""
 
     __slots__ = ("_count", "_seen")
     NOTE = "Your answer does not have the required format. Answer again."
 
-    def __init__(self, count: int) -> None:
-        self._count = count
+    def __init__(self, count: int, last_valid: bool = True) -> None:
+        self._count = count if last_valid else count + 1  # (answers that fail)
         self._seen = 0
 
     def __call__(self, text: str) -> str | None:

@@ -19,7 +19,11 @@ the request) and a node with a priority adds ``priority``, so the replay goes to
 clients in the same order. A tool node's line (no request was sent) has ``"kind":"tool"`` and
 ``latency_s`` instead of a client (with ``include_content``, its result as ``result`` instead of
 ``messages``); a re-prompt (a failed validation's next attempt) repeats its node's line with
-``attempt`` (1, 2, ...), so the replay sends as many attempts.
+``attempt`` (1, 2, ...), so the replay sends as many attempts. A node with a validation adds
+``valid`` (whether the answer passed; left out when there was no answer to check), so the replay
+ends the node as it ended: with a failed last answer when its re-prompts ran out. Such a line is
+written once its answer is checked; the lines after it wait for it, so the file stays in
+dispatch order (a replay breaks ties between equal start times by file order).
 """
 
 from __future__ import annotations
@@ -54,9 +58,24 @@ class TraceEntry(msgspec.Struct, omit_defaults=True):
     kind: str | None = None  # only "tool" is written (an LLM line omits it)
     latency_s: float | None = None
     attempt: int | None = None
+    valid: bool | None = None  # its answer passed the node's validation (a checked node only)
     result: str | None = None
     messages: list[tuple[str, str]] | None = None
     shard: int | None = None  # the shard that sent it (a distributed run's shards only)
+
+
+class _Verdict:
+    """A checked request's answer: ``valid`` is set (on the event loop) before ``done``."""
+
+    __slots__ = ("done", "valid")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.valid: bool | None = None
+
+
+# (phase, session id, node, item, attempt, verdict: None when the node has no validation)
+_Line = tuple[str, int, NodeSpec, WorkItem, int, _Verdict | None]
 
 
 class TraceWriter:
@@ -81,7 +100,8 @@ class TraceWriter:
         self._clients = clients if clients is not None and len(clients) > 1 else None
         self.include_content = include_content
         self._t0_ns = t0_ns
-        self._pending: deque[tuple[str, int, NodeSpec, WorkItem, int]] = deque()
+        self._pending: deque[_Line] = deque()
+        self._awaiting: dict[int, _Verdict] = {}  # request id -> verdict, until it is checked
         self._encoder = msgspec.json.Encoder()
         self._fd: int | None = os.open(
             self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644
@@ -92,11 +112,29 @@ class TraceWriter:
         self, phase: str, session_id: int, node: NodeSpec, item: WorkItem, attempt: int = 0
     ) -> None:
         """Record that ``item`` (the request of ``node``; its ``attempt``: 0, or the re-prompt's
-        number) was dispatched. O(1), no I/O."""
-        self._pending.append((phase, session_id, node, item, attempt))
+        number) was dispatched. O(1), no I/O. The line of a node with a validation waits for
+        ``judged``."""
+        verdict = None
+        if node.validation is not None:
+            verdict = self._awaiting[item.request_id] = _Verdict()
+        self._pending.append((phase, session_id, node, item, attempt, verdict))
+
+    def judged(self, request_id: int, valid: bool | None) -> None:
+        """The answer of request ``request_id`` was checked (``valid``; None: no answer, or a
+        request withdrawn before it left). A no-op for a request whose line does not wait."""
+        verdict = self._awaiting.pop(request_id, None)
+        if verdict is not None:
+            verdict.valid = valid
+            verdict.done = True
 
     def _entry(
-        self, phase: str, session_id: int, node: NodeSpec, item: WorkItem, attempt: int
+        self,
+        phase: str,
+        session_id: int,
+        node: NodeSpec,
+        item: WorkItem,
+        attempt: int,
+        verdict: _Verdict | None,
     ) -> TraceEntry:
         entry = TraceEntry(
             phase=phase,
@@ -125,12 +163,15 @@ class TraceWriter:
             entry.priority = node.priority
         if attempt:
             entry.attempt = attempt
+        if verdict is not None and verdict.done:
+            entry.valid = verdict.valid
         if self.include_content:
             entry.messages = item.messages
         return entry
 
-    def flush(self) -> int:
-        """Encode and append every pending line; returns how many.
+    def flush(self, final: bool = False) -> int:
+        """Encode and append the pending lines up to the first whose answer is not checked yet
+        (``final``: every line, unchecked ones without ``valid``); returns how many.
 
         Raises OSError on failure; the lines stay pending unless part of them reached the file.
         """
@@ -138,7 +179,18 @@ class TraceWriter:
         count = len(pending)
         if not count or self._fd is None:
             return 0
-        batch = [pending.popleft() for _ in range(count)]
+        if final or not self._awaiting:  # (every verdict of these lines is in: none waits)
+            batch = [pending.popleft() for _ in range(count)]
+        else:
+            batch = []
+            for _ in range(count):
+                verdict = pending[0][5]
+                if verdict is not None and not verdict.done:
+                    break
+                batch.append(pending.popleft())
+            count = len(batch)
+            if not count:
+                return 0
         encoded = self._encoder.encode_lines([self._entry(*args) for args in batch])
         data = memoryview(encoded)
         try:
@@ -156,7 +208,7 @@ class TraceWriter:
         if self._fd is None:
             return
         try:
-            self.flush()
+            self.flush(final=True)
         finally:
             os.close(self._fd)
             self._fd = None

@@ -3,6 +3,7 @@ gives the same sessions, DAGs, lengths and think times (compared in both runs' P
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -217,6 +218,7 @@ def _nodes(run_dir: Path) -> dict[tuple[int, int], tuple]:  # type: ignore[type-
             len(group),
             tuple(first.parents),
             first.target_prompt_tokens if not tool else None,
+            _valid(group),
         )
     # dependency order: a node starts after each of its parents' last attempt completed
     done = rows.groupby(["session_id", "node_id"]).completed_at.max()
@@ -224,6 +226,11 @@ def _nodes(run_dir: Path) -> dict[tuple[int, int], tuple]:  # type: ignore[type-
         for parent in row.parents:
             assert row.sent_at >= done[(row.session_id, parent)] - 1e-9
     return nodes
+
+
+def _valid(group: pd.DataFrame) -> tuple[bool | None, ...]:
+    """Each attempt's ``valid`` of one node's rows, in attempt order."""
+    return tuple(None if pd.isna(v) else bool(v) for v in group.sort_values("attempt").valid)
 
 
 def test_a_recorded_run_with_tools_and_reprompts_replays_as_itself(
@@ -242,7 +249,8 @@ def test_a_recorded_run_with_tools_and_reprompts_replays_as_itself(
     outcome = run_scenario(load_scenario_text(replay, "b.yaml"), second, quiet=True, plots=False)
     assert outcome.stop_reason == "completed"
     recorded, replayed = _nodes(first), _nodes(second)
-    assert replayed == recorded  # same nodes, kinds, attempts, DAGs and prompt lengths
+    # same nodes, kinds, attempts (each as valid as recorded), DAGs and prompt lengths
+    assert replayed == recorded
     # the same tool calls, each as long as recorded (planned: the call's sent→completed)
     latency = {}
     for path in (first, second):
@@ -260,3 +268,73 @@ def test_a_recorded_run_with_tools_and_reprompts_replays_as_itself(
     recorded_results = _results(first)
     assert all(recorded_results.values())
     assert _results(second) == recorded_results
+
+
+NEVER_VALID = """
+seed: 41
+traffic_scheduler: {{type: rate, interval_generator: {{type: fixed, interval: 0.01}}}}
+session_generator:
+  type: synthetic
+  session_graph:
+    type: linear
+    num_request_generator: {{type: fixed, value: 2}}
+    request_wait_generator: {{type: fixed, interval: 0.01}}
+    validation: {{type: regex, pattern: '^NEVER MATCHED$'}}
+    max_reprompts: 1
+  channels: [{{type: text, body_length_generator: {{type: fixed, value: 5}}}}]
+  output_spec: {{text: {{output_length_generator: {{type: fixed, value: 2}}}}}}
+client: {{api_base: {api_base}, model: veeksha-sim}}
+runtime: {{max_sessions: 2, benchmark_timeout: 60, num_workers: 1}}
+"""
+
+
+def _attempts(run_dir: Path) -> dict[tuple[int, int, int], bool | None]:
+    """(session rank, node, attempt) → valid, of every row."""
+    rows = pd.read_parquet(run_dir / "requests.parquet")
+    assert (rows.status == "ok").all()
+    ranks = {s: r for r, s in enumerate(sorted(rows.session_id.unique()))}
+    return {
+        (ranks[row.session_id], row.node_id, row.attempt): None if pd.isna(row.valid) else row.valid
+        for row in rows.itertuples()
+    }
+
+
+def test_a_node_whose_reprompts_ran_out_replays_as_failed(
+    tmp_path: Path, fast_simulator: SimulatorProcess
+) -> None:
+    api_base = fast_simulator.base_url
+    first = tmp_path / "recorded"
+    run_scenario(
+        load_scenario_text(NEVER_VALID.format(api_base=api_base), "a.yaml"),
+        first,
+        quiet=True,
+        plots=False,
+    )
+    recorded = _attempts(first)
+    assert len(recorded) == 2 * 2 * 2  # every node re-prompted once, and failed both times
+    assert set(recorded.values()) == {False}
+    assert {e.valid for e in read_trace(first / "trace.jsonl")} == {False}
+
+    def replay(trace: Path, name: str) -> dict[tuple[int, int, int], bool | None]:
+        text = REPLAY.format(api_base=api_base, trace=trace)
+        outcome = run_scenario(
+            load_scenario_text(text, "b.yaml"), tmp_path / name, quiet=True, plots=False
+        )
+        assert outcome.stop_reason == "completed"
+        return _attempts(tmp_path / name)
+
+    assert replay(first / "trace.jsonl", "replayed") == recorded
+    # a failed node still released its child, after its last attempt (with its final answer)
+    rows = pd.read_parquet(tmp_path / "replayed" / "requests.parquet")
+    last = rows[(rows.node_id == 0) & (rows.attempt == 1)].set_index("session_id")
+    child = rows[(rows.node_id == 1) & (rows.attempt == 0)].set_index("session_id")
+    assert (child.sent_at >= last.completed_at.reindex(child.index)).all()
+    # an old trace.jsonl (no valid): the same attempts, the last one passing, as before
+    old = tmp_path / "old.jsonl"
+    old.write_text(
+        "".join(
+            json.dumps({k: v for k, v in json.loads(line).items() if k != "valid"}) + "\n"
+            for line in (first / "trace.jsonl").read_text().splitlines()
+        )
+    )
+    assert replay(old, "old") == {key: bool(key[2]) for key in recorded}

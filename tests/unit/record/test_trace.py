@@ -132,3 +132,39 @@ def test_reader_skips_a_torn_last_line(tmp_path: Path) -> None:
     with open(tmp_path / "trace.jsonl", "ab") as file:
         file.write(b'{"phase":"meas')
     assert [e.request_id for e in read_trace(tmp_path / "trace.jsonl")] == [1]
+
+
+def _check(text: str) -> str | None:
+    return None if text.startswith("ok") else "Answer again."
+
+
+def test_a_checked_line_records_valid_and_waits_for_its_answer(tmp_path: Path) -> None:
+    trace = TraceWriter(tmp_path / "trace.jsonl", include_content=False, t0_ns=T0)
+    checked = make_node(validation=_check, max_reprompts=1)
+    trace.add("measured", 3, checked, item(1))
+    trace.add("measured", 4, make_node(), item(2))  # unchecked: no valid, waits in order
+    trace.add("measured", 3, checked, item(3), 1)
+    trace.add("measured", 5, checked, item(4))
+    assert trace.flush() == 0  # the first line's answer is not checked yet
+    trace.judged(1, False)
+    trace.judged(2, True)  # (a request without a check: nothing waits for it)
+    assert trace.flush() == 2  # up to the next unchecked answer
+    trace.judged(3, False)
+    trace.judged(4, None)  # no answer (a failed request): no valid
+    trace.add("measured", 6, checked, item(5))
+    trace.close()  # the end: what was never checked is written without valid
+    lines = [json.loads(line) for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
+    assert [(e["request_id"], e.get("attempt"), e.get("valid", "-")) for e in lines] == [
+        (1, None, False),
+        (2, None, "-"),
+        (3, 1, False),
+        (4, None, "-"),
+        (5, None, "-"),
+    ]
+    assert [e.valid for e in read_trace(tmp_path / "trace.jsonl")] == [
+        False,
+        None,
+        False,
+        None,
+        None,
+    ]

@@ -23,8 +23,9 @@ first row naming it (``open_trace``).
 
 Node columns (optional, ``NODE``): ``tool_latency`` (float64: the row is a tool node, no request,
 which takes this many seconds and whose result is the row's ``text``, or a placeholder of
-``prompt_tokens`` tokens; null: an LLM request) and ``reprompts`` (int32: the recorded re-prompts
-of the node, replayed as that many failed validations; null: 0).
+``prompt_tokens`` tokens; null: an LLM request), ``reprompts`` (int32: the recorded re-prompts
+of the node, replayed as that many failed validations; null: 0) and ``valid`` (bool: whether the
+node's last recorded attempt passed its validation, replayed as recorded; null: not recorded).
 
 Linked columns (``LINKED``), per row of a session in topological order: ``parents``
 (list<int32>, node indices within the session, all smaller than the row's own), ``history``
@@ -74,7 +75,7 @@ CONTENT = pa.schema(
     ]
 )
 ROUTING = pa.schema([("client", pa.string()), ("priority", pa.int64())])
-NODE = pa.schema([("tool_latency", pa.float64()), ("reprompts", pa.int32())])
+NODE = pa.schema([("tool_latency", pa.float64()), ("reprompts", pa.int32()), ("valid", pa.bool_())])
 LINKED = pa.schema(
     [
         ("parents", pa.list_(pa.int32())),

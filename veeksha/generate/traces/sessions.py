@@ -273,7 +273,11 @@ class TraceSessions:
                 )
                 for r in range(r0, r1)
             ]
-            if rows.tool_latency is not None or rows.reprompts is not None:
+            if (
+                rows.tool_latency is not None
+                or rows.reprompts is not None
+                or rows.valid is not None
+            ):
                 _recorded_kinds(nodes, rows, r0)
             specs.append(SessionSpec(first_index + j, nodes))
         if self._checks is not None:
@@ -283,18 +287,20 @@ class TraceSessions:
 
 
 def _recorded_kinds(nodes: list[NodeSpec], rows: SessionRows, r0: int) -> None:
-    """Make the session's tool rows tool nodes and give re-prompted rows their recorded
-    re-prompts (a check that fails that many answers, then passes)."""
-    latency, reprompts = rows.tool_latency, rows.reprompts
+    """Make the session's tool rows tool nodes and give re-prompted or checked rows their
+    recorded attempts (a check that fails that many answers, then passes, or fails too when the
+    last recorded answer was invalid)."""
+    latency, reprompts, valid = rows.tool_latency, rows.reprompts, rows.valid
     for node in nodes:
         r = r0 + node.node_id
         seconds = None if latency is None else latency[r]
-        count = None if reprompts is None else reprompts[r]
+        count = (None if reprompts is None else reprompts[r]) or 0
+        last = None if valid is None else valid[r]
         if seconds is not None:
             node.kind = "tool"
             node.latency_s = seconds
-        elif count:
-            node.validation = ReplayedReprompts(count)
+        elif count or last is not None:
+            node.validation = ReplayedReprompts(count, last is not False)
             node.max_reprompts = count
 
 
@@ -336,6 +342,7 @@ def _merge(pieces: list[SessionRows]) -> SessionRows:
         _merged([p.priority for p in pieces], [int(p.bounds[-1]) for p in pieces]),
         _merged([p.tool_latency for p in pieces], [int(p.bounds[-1]) for p in pieces]),
         _merged([p.reprompts for p in pieces], [int(p.bounds[-1]) for p in pieces]),
+        _merged([p.valid for p in pieces], [int(p.bounds[-1]) for p in pieces]),
     )
 
 

@@ -35,6 +35,7 @@ class SessionRows:
     priority: list[int | None] | None = None  # None: every row's priority is 0
     tool_latency: list[float | None] | None = None  # None: every row is an LLM request
     reprompts: list[int | None] | None = None  # None: no row was re-prompted
+    valid: list[bool | None] | None = None  # None: no row recorded its last answer's validity
 
 
 class TraceTable:
@@ -85,6 +86,7 @@ class TraceTable:
                     None if rows.priority is None else rows.priority[r0:r1],
                     None if rows.tool_latency is None else rows.tool_latency[r0:r1],
                     None if rows.reprompts is None else rows.reprompts[r0:r1],
+                    None if rows.valid is None else rows.valid[r0:r1],
                 )
             )
             lo = end
@@ -113,6 +115,7 @@ class TraceTable:
                 _given(table, "priority"),
                 _given(table, "tool_latency"),
                 _given(table, "reprompts"),
+                _given(table, "valid"),
             )
             if len(self._decoded) >= 2:
                 self._decoded.pop(next(iter(self._decoded)))

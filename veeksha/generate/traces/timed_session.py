@@ -19,8 +19,10 @@ several clients, so a recorded run replays to the same clients.
 Optional node keys (columns of the row, or keys of its ``session_context``, which win), as
 trace.jsonl writes them: ``kind`` (``llm``, the default, or ``tool``: no request; the node takes
 ``latency_s`` seconds, required, and its result, the next prompt's text, is ``result`` if given,
-else a placeholder of the row's prompt tokens) and ``attempt`` (a re-prompt: the node's line
-again with 1, 2, ...; a node with ``n`` such rows is replayed with ``n`` re-prompts).
+else a placeholder of the row's prompt tokens), ``attempt`` (a re-prompt: the node's line
+again with 1, 2, ...; a node with ``n`` such rows is replayed with ``n`` re-prompts) and
+``valid`` (true or false: whether that attempt's answer passed the recording's validation; a
+node whose last attempt says false is replayed with that answer failing too).
 
 Optional ``timestamp`` (alias ``arrival_time``, or ``dispatched_at`` as in trace.jsonl):
 seconds; a session arrives at its earliest row.
@@ -78,6 +80,7 @@ class TimedSessionFlavor(TraceFlavor):
         Field("latency_s", float),
         Field("result", str),
         Field("attempt", int),
+        Field("valid", object),
     )
 
     def stage(self, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -105,6 +108,7 @@ class TimedSessionFlavor(TraceFlavor):
         latencies: list[Any] = batch.column("latency_s").to_pylist()
         results: list[Any] = batch.column("result").to_pylist()
         attempts: list[Any] = batch.column("attempt").to_pylist()
+        valids: list[Any] = batch.column("valid").to_pylist()
         tool_latency: list[float | None] = [None] * len(contexts)
         for i, raw in enumerate(contexts):
             line = int(lines[i])
@@ -116,6 +120,7 @@ class TimedSessionFlavor(TraceFlavor):
                 latencies[i] = context.get("latency_s", latencies[i])
                 results[i] = context.get("result", results[i])
                 attempts[i] = context.get("attempt", attempts[i])
+                valids[i] = context.get("valid", valids[i])
             elif top_nodes[i] is not None:
                 context = {
                     "node_id": top_nodes[i],
@@ -127,6 +132,8 @@ class TimedSessionFlavor(TraceFlavor):
                 tool_latency[i], attempts[i] = self._node_kind(
                     kinds[i], latencies[i], results[i], attempts[i], line
                 )
+            if valids[i] is not None:
+                valids[i] = self._valid(valids[i], tool_latency[i] is not None, line)
             if context is None:
                 nodes.append(None)
                 parents.append(None)
@@ -168,6 +175,7 @@ class TimedSessionFlavor(TraceFlavor):
                     pa.string(),
                 ),
                 pa.array(attempts, pa.int64()),
+                pa.array(valids, pa.bool_()),
             ],
             names=[
                 "line",
@@ -186,6 +194,7 @@ class TimedSessionFlavor(TraceFlavor):
                 "tool_latency",
                 "text",
                 "attempt",
+                "valid",
             ],
         )
 
@@ -252,6 +261,25 @@ class TimedSessionFlavor(TraceFlavor):
                 " write its duration",
             )
         return seconds, None
+
+    def _valid(self, value: Any, tool: bool, line: int) -> bool | None:
+        """The row's ``valid`` (true or false; a column's JSON or CSV text; empty: not given)."""
+        flag = value
+        if isinstance(value, str):
+            text = value.strip()
+            try:
+                flag = msgspec.json.decode(text) if text else None
+            except msgspec.DecodeError:
+                flag = text
+            if isinstance(flag, str):  # (CSV: True, FALSE, ...)
+                flag = {"true": True, "false": False}.get(flag.lower(), flag)
+        if flag is not None and not isinstance(flag, bool):
+            raise self.error(line, f"valid {flag!r} must be true or false; write one of them")
+        if flag is not None and tool:
+            raise self.error(
+                line, "valid is given on a tool row; a tool's result is never checked, drop it"
+            )
+        return flag
 
     def _topology(
         self, context: dict[str, Any], line: int
@@ -350,15 +378,17 @@ class TimedSessionFlavor(TraceFlavor):
 
     def _fold_attempts(self, session: pa.Table) -> pa.Table:
         """The session without its re-prompt rows (``attempt`` ≥ 1), each node's count of them
-        in the ``reprompts`` column (the highest attempt number; null: none)."""
+        in the ``reprompts`` column (the highest attempt number; null: none) and its last
+        attempt's ``valid``."""
         attempts = session.column("attempt").to_pylist()
         if not any(attempts):
             return session
         nodes = session.column("node").to_pylist()
         lines = session.column("line").to_pylist()
+        valids = session.column("valid").to_pylist()
         keep = [r for r, a in enumerate(attempts) if not a]
         first = {nodes[r] for r in keep}
-        counts: dict[int, int] = {}
+        last: dict[int, int] = {}  # node -> the row of its highest attempt
         for r, a in enumerate(attempts):
             if a:
                 if nodes[r] not in first:
@@ -367,9 +397,24 @@ class TimedSessionFlavor(TraceFlavor):
                         f"attempt {a} of node {nodes[r]} comes without the node's first attempt"
                         " (its row without attempt); add that row or drop this one",
                     )
-                counts[nodes[r]] = max(counts.get(nodes[r], 0), a)
+                if nodes[r] not in last or a > (attempts[last[nodes[r]]] or 0):
+                    last[nodes[r]] = r
+        for r, a in enumerate(attempts):
+            if valids[r] and nodes[r] in last and (a or 0) < attempts[last[nodes[r]]]:
+                raise self.error(
+                    lines[r],
+                    f"attempt {a or 0} of node {nodes[r]} is valid, yet the node has attempt"
+                    f" {attempts[last[nodes[r]]]}: a valid answer is not re-prompted; fix valid"
+                    " or drop the later attempts",
+                )
         kept = session.take(from_numpy(np.asarray(keep, dtype=np.int64)))
-        column = pa.array([counts.get(nodes[r]) for r in keep], pa.int32())
+        column = pa.array(
+            [attempts[last[nodes[r]]] if nodes[r] in last else None for r in keep], pa.int32()
+        )
+        valid = pa.array(
+            [valids[last[nodes[r]]] if nodes[r] in last else valids[r] for r in keep], pa.bool_()
+        )
+        kept = kept.set_column(kept.schema.get_field_index("valid"), "valid", valid)
         return kept.append_column("reprompts", column)
 
     def _topological(

@@ -114,6 +114,49 @@ def test_tool_lines_and_reprompts_of_a_trace_replay_as_such(tmp_path: Path) -> N
     assert again.nodes[2].prompt == placeholder  # deterministic
 
 
+def _answers(session: Any) -> list[list[bool]]:
+    """Per node, whether each of its replayed attempts passes (as many as it may send)."""
+    out = []
+    for node in session.nodes:
+        check = node.validation
+        out.append(
+            [] if check is None else [check("x") is None for _ in range(node.max_reprompts + 1)]
+        )
+    return out
+
+
+def test_recorded_validity_replays_as_recorded(tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path / "trace.jsonl",
+        [
+            _line(0, [], valid=False),
+            _line(0, [], attempt=1, valid=False),  # re-prompts ran out: the last fails too
+            _line(1, [0], valid=True),
+            _line(2, [0], valid=False),  # checked with max_reprompts 0: it failed once
+            _line(3, [1, 2]),
+            _line(3, [1, 2], attempt=1),  # an old line: no valid, the last attempt passes
+        ],
+    )
+    (session,) = _sessions(path)
+    assert [n.max_reprompts for n in session.nodes] == [1, 0, 0, 1]
+    assert _answers(session) == [[False, False], [True], [False], [False, True]]
+    csv = write_csv(
+        tmp_path / "t.csv",
+        "session_id,node_id,parents,new_input_length,output_length,attempt,valid",
+        ["s,0,[],5,3,,false", "s,0,[],5,3,1,False", "s,1,[0],5,3,,", "s,2,[0],5,3,,true"],
+    )
+    (session,) = _sessions(csv)
+    assert _answers(session) == [[False, False], [], [True]]
+
+
+def test_a_valid_attempt_that_was_re_prompted_is_refused(tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path / "t.jsonl", [_line(0, [], valid=True), _line(0, [], attempt=1, valid=False)]
+    )
+    with pytest.raises(TraceFileError, match=":1: attempt 0 of node 0 is valid, yet the node has"):
+        open_trace(trace_scenario(path, FLAVOR))
+
+
 def test_node_kind_in_a_session_context(tmp_path: Path) -> None:
     rows = [row("s", 0, [], None), row("s", 1, [0], 0)]
     rows[1]["session_context"].update(kind="tool", latency_s="0.5")
@@ -132,6 +175,9 @@ def test_node_kind_in_a_session_context(tmp_path: Path) -> None:
         ({"kind": "tool", "latency_s": 1, "attempt": 1}, ":2: attempt 1 on a tool row"),
         ({"attempt": -1}, ":2: attempt -1 must be an integer, 0 or more"),
         ({"attempt": 1}, ":2: attempt 1 of node 1 comes without the node's first attempt"),
+        ({"valid": "maybe"}, ":2: valid 'maybe' must be true or false"),
+        ({"valid": 1}, ":2: valid 1 must be true or false"),
+        ({"kind": "tool", "latency_s": 1, "valid": True}, ":2: valid is given on a tool row"),
     ],
 )
 def test_bad_node_kinds_name_the_offending_row(
