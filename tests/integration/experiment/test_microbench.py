@@ -7,7 +7,7 @@ So the prefill fit must find ``1e6 / prefill_tokens_per_s`` ms per 1k tokens, an
 ``decode_step_ms_per_seq`` per sequence and ``decode_step_ms``.
 
 Tolerances (also in docs/microbench.md): the slopes within 10 % (prefill) and 15 % (decode);
-the intercepts from 1 ms below to 4 ms above the truth. The intercepts carry the HTTP round trip
+the intercepts from 1 ms below to 10 ms above the truth. The intercepts carry the HTTP round trip
 and the simulator's lateness on a shared machine (its next step starts when the late timer
 fires), both positive; the slopes do not, as long as that lateness does not grow with L or B.
 """
@@ -26,6 +26,9 @@ from veeksha.simulator.process import SimulatorProcess
 PREFILL_TOKENS_PER_S = 10_000.0
 DECODE_STEP_MS = 5.0
 PER_SEQ_MS = 1.0
+# what an intercept may carry above the truth: the round trip and the simulator's lateness, up
+# to 7.4 ms seen with the suite's 4 processes and other jobs on the 2 cores
+_LATENESS_MS = 10.0
 
 TRUTH = f"""
 quick: true
@@ -64,7 +67,7 @@ def test_prefill_recovers_the_simulators_prefill_cost(tmp_path: Path, truth_file
     true_intercept = DECODE_STEP_MS + PER_SEQ_MS
     fit = doc["fit"]
     assert fit["slope_ms_per_1k_tokens"] == pytest.approx(true_slope, rel=0.10)
-    assert true_intercept - 1 <= fit["intercept_ms"] <= true_intercept + 4
+    assert true_intercept - 1 <= fit["intercept_ms"] <= true_intercept + _LATENESS_MS
     assert doc["target"]["kind"] == "simulator"
     csv = pd.read_csv(folder / "prefill_results.csv")
     assert csv["input_length"].tolist() == [128, 512, 1024]
@@ -87,7 +90,7 @@ def test_decode_recovers_the_simulators_step_cost(tmp_path: Path, truth_file: Pa
         assert point["tbc_p99_ms"] >= point["tbc_p50_ms"]
     (fit,) = doc["fits"]
     assert fit["slope_ms_per_seq"] == pytest.approx(PER_SEQ_MS, rel=0.15)
-    assert DECODE_STEP_MS - 1 <= fit["intercept_ms"] <= DECODE_STEP_MS + 4
+    assert DECODE_STEP_MS - 1 <= fit["intercept_ms"] <= DECODE_STEP_MS + _LATENESS_MS
     assert pd.read_csv(folder / "decode_results.csv")["batch_size"].tolist() == [1, 4, 16]
     assert (folder / "decode.png").stat().st_size > 0
 
