@@ -115,6 +115,7 @@ _REQ_INTS = (
     "round",  # (after derived: add_result appends these last)
     "attempt",
     "valid",
+    "chunk_stamps_clamped",
 )
 _SES_FLOATS = ("started_at", "ended_at", "duration", "think_time_total")
 _SES_STRS = ("run_id", "phase", "status")
@@ -331,6 +332,7 @@ class RequestColumns:
             NULL if node.round < 0 else node.round,
             attempt,
             NULL if valid is None else int(valid),
+            res.chunk_stamps_clamped,
         )
         self._strs += (
             run_id,
