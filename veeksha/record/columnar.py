@@ -55,8 +55,9 @@ _SLICE_ROWS = 8192  # rows converted per GIL-holding slice
 
 # Row layouts. Every REQUESTS_SCHEMA column is in exactly one of them, except chunk_times, tbc and
 # chunks_coalesced (computed from chunk_times_ns) and chunk_stamps_clamped (0 but in the rows
-# ``_clamped`` names: one more value in the per-row tuple cost ~0.5 us a row, in the list's
-# growth); "parents" and "chunk_times_ns" hold the list lengths.
+# ``_clamped`` names); "parents" and "chunk_times_ns" hold the list lengths. add_result's tuple
+# of ints is at 30 values, CPython's limit for a tuple display built on the stack
+# (``STACK_USE_GUIDELINE``): from 31 on it is built through a list, ~0.4 us more a row.
 _REQ_FLOATS = (
     "wait_after_ready",
     "ready_at",
