@@ -134,11 +134,13 @@ def replay(path: Path, responses: int, split: bool) -> list[Any]:
         chat=saved["chat"],
         max_tokens_param="max_tokens",
     )
-    worker, pool, conn, (a, b) = offline_worker(settings)
+    worker, _, conn, (a, b) = offline_worker(settings)
     last: list[Any] = []
     messages = [("user", PROMPT)]
     for i in range(responses):
-        worker._start_http1(pool, WorkItem(i, list(messages), 32, 0), time.monotonic_ns())
+        worker._start_http1(
+            worker._routes[0], WorkItem(i, list(messages), 32, 0), time.monotonic_ns()
+        )
         for read in reads:
             conn.data_received(read)
         if len(worker._outbox) >= 16:

@@ -9,7 +9,8 @@ once, or with ``stamp_first`` after the other reads of the same loop pass: ``Htt
 the end of the response (or its failure) to ``on_end``. Nothing awaits: no task,
 no future, no coroutine per request; the caller is called back. With ``kernel_stamps`` the
 connections run on ``kernel_stamps.KernelStampTransport`` instead of uvloop's, and a read's
-timestamp is the kernel's receipt of its bytes (``received_at``).
+timestamp is the kernel's receipt of its bytes (``received_at``); a stamp the transport had to
+clamp (the wall clock stepped) is counted on the exchange (``Exchange.stamps_clamped``).
 
 Only what an OpenAI server sends is understood: a status line, headers, and a body framed by
 ``Content-Length``, ``Transfer-Encoding: chunked`` or the end of the connection. Interim ``1xx``
@@ -61,14 +62,18 @@ _monotonic_ns = time.monotonic_ns
 class Exchange:
     """One request's receiver; subclass it. The pool calls, in order: ``on_sent`` (once per
     attempt), ``on_head``, ``on_data`` (per read with body bytes), then ``on_end`` exactly once.
+
+    ``stamps_clamped`` counts the reads of its responses (every attempt) whose kernel stamp was
+    out of range and clamped (``kernel_stamps``): their times were substituted, not observed.
     """
 
-    __slots__ = ("_conn", "_payload", "_stale_retried")
+    __slots__ = ("_conn", "_payload", "_stale_retried", "stamps_clamped")
 
     def __init__(self) -> None:
         self._conn: _Conn | None = None
         self._payload = b""
         self._stale_retried = False
+        self.stamps_clamped = 0
 
     def on_sent(self, t_ns: int) -> None:
         """Called with the time right before the request is written."""
@@ -220,6 +225,12 @@ class _Conn(asyncio.Protocol):
     # A read stamped by its transport (``kernel_stamps``, where ``stamp_first`` is off: a
     # stamp does not depend on when its read is parsed), parsed at once.
     received_at = _take
+
+    def stamp_clamped(self) -> None:
+        """The transport clamped the stamp of the read it hands over next: counted on the
+        exchange (a read on an idle connection has none: it closes the connection unused)."""
+        if self._exchange is not None:
+            self._exchange.stamps_clamped += 1
 
     # ------------------------------------------------------------------------------- parsing
 

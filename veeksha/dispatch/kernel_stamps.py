@@ -14,8 +14,11 @@ by the kernel and share the newest one's time.
 
 A stamp is never later than the read's own monotonic time (a wall clock stepped back) nor earlier
 than ``protocol.sent_at`` (the request's write; a wall clock stepped forward): such a stamp is
-clamped and counted in ``clamped``. Without a control message (a kernel without it) the read's
-own time is used, as with uvloop.
+a time nobody observed, so it is clamped to the nearer bound and the protocol is told
+(``stamp_clamped()``, off the common path): ``http1._Conn`` counts it on its exchange, and the
+count reaches the request's row (``chunk_stamps_clamped``), summary.json
+(``run.chunk_stamps_clamped``), run.log and the ``lifecycle_delays`` check. Without a control
+message (a kernel without it) the read's own time is used, as with uvloop.
 
 The rest is what ``_Conn`` needs of a transport: ``write`` sends at once and buffers what the
 socket did not take, flushed when it is writable; ``close`` stops reading and writing, closes the
@@ -80,11 +83,12 @@ class StampedProtocol(Protocol):
 
     def received_at(self, data: bytes, t_ns: int) -> None: ...
 
+    def stamp_clamped(self) -> None:
+        """The stamp of the read about to be handed over was out of range and clamped."""
+
 
 class KernelStampTransport(asyncio.Transport):
     """A connected non-blocking TCP socket read with ``recvmsg`` and its receive timestamps."""
-
-    clamped = 0  # stamps clamped to [sent_at, read time], all transports of the process
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol: StampedProtocol
@@ -122,8 +126,8 @@ class KernelStampTransport(asyncio.Transport):
             sec, nsec = _timespec(ancdata[0][2])
             stamp = t - real + sec * 1_000_000_000 + nsec
             if stamp > t or stamp < self._protocol.sent_at:
-                KernelStampTransport.clamped += 1
                 stamp = t if stamp > t else self._protocol.sent_at
+                self._protocol.stamp_clamped()
             self._received(data, stamp)
             return
         self._received(data, _monotonic_ns())

@@ -104,6 +104,8 @@ class Result(msgspec.Struct, tag="result", array_like=True, gc=False):
     last_byte_at_ns: int = 0  # the last read with response bytes; 0 if none came
     # the server's numbers not taken (out of range, not a count): ``field=raw (why); ...``
     server_numbers_rejected: str = ""
+    # reads whose kernel stamp fell outside [sent_at, the read's time] and was clamped into it
+    chunk_stamps_clamped: int = 0
 
 
 ToWorker = WorkItem | Stop

@@ -719,21 +719,22 @@ class _Exchange(Exchange):
         if self.retry_timer is not None:
             self.retry_timer.cancel()
             self.retry_timer = None
-        worker._emit(
-            worker._result(
-                self.route,
-                self.item,
-                self.received_at,
-                self.sent_at or self.started_at or self.received_at,
-                self.last_byte_at,
-                self.acc,
-                self.http_status,
-                self.retries,
-                status,
-                kind,
-                message,
-            )
+        result = worker._result(
+            self.route,
+            self.item,
+            self.received_at,
+            self.sent_at or self.started_at or self.received_at,
+            self.last_byte_at,
+            self.acc,
+            self.http_status,
+            self.retries,
+            status,
+            kind,
+            message,
         )
+        if self.stamps_clamped:
+            result.chunk_stamps_clamped = self.stamps_clamped
+        worker._emit(result)
         if not exchanges and worker._drained is not None and not worker._drained.done():
             worker._drained.set_result(None)
 
@@ -886,6 +887,7 @@ def _unsendable(result: Result, exc: BaseException) -> Result:
         .decode(),
         retries=result.retries,
         released_at_ns=result.released_at_ns,
+        chunk_stamps_clamped=result.chunk_stamps_clamped,
     )
 
 

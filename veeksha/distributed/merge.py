@@ -363,6 +363,7 @@ def _run_info(
         "main_cpu_wait_s": total("main_cpu_wait_s"),
         "worker_cpu_wait_s": total("worker_cpu_wait_s"),
         "num_workers": total("num_workers"),
+        "chunk_stamps_clamped": total("chunk_stamps_clamped"),
         "target": next((run.get("target") for run in finished if run.get("target")), None),
         "phases": move_phases(runs, shifts),
     }

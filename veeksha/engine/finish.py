@@ -84,6 +84,13 @@ class RunFinish:
         outcome.failed = counters.requests_failed
         outcome.cancelled = counters.requests_cancelled
         outcome.sessions = counters.sessions_done
+        if counters.chunk_stamps_clamped:
+            self.log.warning(
+                f"{counters.chunk_stamps_clamped} chunk read time(s) from the kernel fell outside"
+                " [sent_at, the read's own time] (the wall clock stepped) and were clamped into"
+                " it: substituted times, counted per request in requests.parquet's"
+                " chunk_stamps_clamped"
+            )
         extra = {
             "interrupted": str(outcome.interrupted).lower(),
             "stop_reason": outcome.stop_reason,
@@ -137,6 +144,7 @@ class RunFinish:
             "chunk_timestamps": chunk_timestamps(
                 self.scenario.runtime.chunk_timestamps, [c.api_base for c in target.clients]
             ),
+            "chunk_stamps_clamped": traffic.counters.chunk_stamps_clamped,
             "target": describe(target),
             "server_metrics": self.server_metrics,
         }

@@ -89,7 +89,8 @@ _KEYS: dict[str, Callable[[SessionState, int], tuple[int, ...]]] = {
 class LoopCounters:
     """Live counts for the progress line and the run summary: ``requests_done`` counts the
     answered and failed requests (``requests_failed`` the failed ones), ``requests_cancelled``
-    those cancelled before they were sent or while in flight."""
+    those cancelled before they were sent or while in flight; ``chunk_stamps_clamped`` the
+    reads whose kernel stamp was clamped (``Result.chunk_stamps_clamped``, summed)."""
 
     sessions_started: int = 0
     sessions_done: int = 0
@@ -98,6 +99,7 @@ class LoopCounters:
     requests_failed: int = 0
     requests_cancelled: int = 0
     last_dispatch_lag_ns: int = 0
+    chunk_stamps_clamped: int = 0
 
 
 class TrafficLoop(SessionStarts, PhaseControl, ToolNodes):
@@ -477,6 +479,8 @@ class TrafficLoop(SessionStarts, PhaseControl, ToolNodes):
             self.counters.requests_done += 1
             if not ok:
                 self.counters.requests_failed += 1
+        if result.chunk_stamps_clamped:  # (a substituted time: said in summary.json, run.log)
+            self.counters.chunk_stamps_clamped += result.chunk_stamps_clamped
         self._sink.request_done(request, result, now)
         conversation_tokens = (
             result.prompt_tokens

@@ -2,7 +2,9 @@
 
 ``lifecycle_delays``: distributions of ready → dispatched (the main loop), dispatched → sent (IPC
 and the worker) and completed → processed (the result's way back); FAIL when any recorded
-request's timestamps break their documented order (``veeksha.evaluate.timestamp_order``).
+request's timestamps break their documented order (``veeksha.evaluate.timestamp_order``). WARN
+(when in order) if any read's kernel stamp was clamped (``chunk_stamps_clamped``, every phase):
+the rows stay ordered, but those times were substituted, and the detail says how many.
 
 ``generator_saturation``: FAIL when the load generator, not the server, limited the offered load,
 so that an open-loop result never silently becomes a closed-loop one. Its lag is
@@ -32,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
-from veeksha.evaluate.stats import Floats, column, describe
+from veeksha.evaluate.health import FAIL, PASS, SKIP, WARN, HealthCheck, HealthInput, Outcome
+from veeksha.evaluate.stats import Floats, column, describe, int_column
 from veeksha.evaluate.timestamp_order import order_violations
 
 __all__ = ["CPU_WAIT_NOTE", "GENERATOR_SATURATION", "LIFECYCLE_DELAYS", "WINDOWS", "lag_trend"]
@@ -57,20 +59,39 @@ def _lifecycle(data: HealthInput) -> Outcome:
     statistics: dict[str, Any] = {
         name: _ms(describe(_span(data, *ends))) for name, ends in spans.items()
     }
+    delays = dict(statistics)
     violations = order_violations(data.requests)  # every phase: order is a correctness property
     statistics["order_violations"] = violations
+    clamped = _clamped(data)
+    statistics["chunk_stamps_clamped"] = clamped
+    note = (
+        f"; {clamped} chunk read time(s) from the kernel clamped into [sent_at, read time]"
+        " (the wall clock stepped): substituted, see chunk_stamps_clamped"
+        if clamped
+        else ""
+    )
     broken = [f"{n} with {pair.replace('<=', ' after ')}" for pair, n in violations.items() if n]
     if broken:
         detail = "timestamps out of their documented order: " + "; ".join(broken)
-        return Outcome(FAIL, detail, statistics)
-    if all(s["count"] == 0 for k, s in statistics.items() if k != "order_violations"):
-        return Outcome(SKIP, "no measured request was dispatched", statistics)
+        return Outcome(FAIL, detail + note, statistics)
     parts = [
         f"{name.replace('_', ' ')} p99 {s['p99']:.3f} ms"
-        for name, s in statistics.items()
-        if name != "order_violations" and s["count"]
+        for name, s in delays.items()
+        if s["count"]
     ]
-    return Outcome(PASS, "; ".join(parts) + "; timestamps in order", statistics)
+    if not parts:
+        detail = "no measured request was dispatched"
+        return Outcome(WARN if clamped else SKIP, detail + note, statistics)
+    detail = "; ".join(parts) + "; timestamps in order" + note
+    return Outcome(WARN if clamped else PASS, detail, statistics)
+
+
+def _clamped(data: HealthInput) -> int:
+    """Reads whose kernel stamp was clamped, over every row (0 for a run recorded without
+    the column)."""
+    if "chunk_stamps_clamped" not in data.requests.schema.names:
+        return 0
+    return int(int_column(data.requests, "chunk_stamps_clamped").sum())
 
 
 def _span(data: HealthInput, end: str, start: str) -> Floats:

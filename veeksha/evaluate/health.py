@@ -3,10 +3,11 @@
 Vocabulary:
 
 - a *check* (``HealthCheck``) is a small object: a name, a one-line description and a function of
-  the run's tables (``HealthInput``) returning an ``Outcome``: PASS, FAIL or SKIP (not applicable,
-  or no data), a one-line detail and the statistics it judged on;
+  the run's tables (``HealthInput``) returning an ``Outcome``: PASS, WARN (passed, with something
+  the reader must know, e.g. a substituted time), FAIL or SKIP (not applicable, or no data), a
+  one-line detail and the statistics it judged on;
 - the checks are gathered in the explicit tuple ``veeksha.evaluate.checks.HEALTH_CHECKS``;
-- the *verdict* is PASS when no check failed (SKIP does not fail a run).
+- the *verdict* is PASS when no check failed (WARN and SKIP do not fail a run).
 
 Thresholds come from the scenario's ``health_checks`` section. Results go to ``health.json`` (the
 statistics, machine-readable) and ``health.txt`` (one block per check, for people); the verdict is
@@ -32,6 +33,7 @@ __all__ = [
     "FAIL",
     "PASS",
     "SKIP",
+    "WARN",
     "CheckResult",
     "HealthCheck",
     "HealthInput",
@@ -40,8 +42,9 @@ __all__ = [
     "Status",
 ]
 
-Status = Literal["PASS", "FAIL", "SKIP"]
+Status = Literal["PASS", "WARN", "FAIL", "SKIP"]
 PASS: Status = "PASS"
+WARN: Status = "WARN"
 FAIL: Status = "FAIL"
 SKIP: Status = "SKIP"
 

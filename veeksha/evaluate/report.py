@@ -38,7 +38,7 @@ HEADLINE: tuple[tuple[str, tuple[str, ...], float, str], ...] = (
     ("E2E p99", ("latency", "e2e", "p99"), 1000, "ms"),
     ("generator delay p99", ("latency", "generator_delay", "p99"), 1000, "ms"),
 )
-_STYLE = {"PASS": "green", "FAIL": "bold red", "SKIP": "dim"}
+_STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
 _LATENCY_COLUMNS = ("mean", "p50", "p90", "p99", "p99_9", "max")
 _LABEL_WIDTH = 17  # the longest metric name (output_throughput); a longer label takes two lines
 

@@ -21,6 +21,9 @@ measured phase, runs the health checks, judges the SLOs, writes every evaluation
     chunk_timestamps str   how chunk times were taken: kernel (the kernel's receipt of a read's
                            bytes), read (the worker's read) or mixed (kernel on plain http, read
                            on https); runtime.chunk_timestamps
+    chunk_stamps_clamped int  reads whose kernel time fell outside [sent_at, the read's own
+                           time] (a wall-clock step) and was clamped into it: substituted
+                           times (the sum of requests.parquet's chunk_stamps_clamped)
     target          str    what was benchmarked (api base and model, or the simulator)
     server_tokenizer dict  the calibrated server tokenizer and the check of a sample of prompts
                            (``veeksha.engine.prompt_check``), judged by ``prompt_length``

@@ -8,6 +8,10 @@ run holds a few 24 MB columns at a time instead of all 28 (about 1 GB). ``filter
 and applies it to every column read. ``batches(name)`` yields a column's values a slice of rows at
 a time, for samples too large to hold at once (``veeksha.evaluate.sample``).
 
+A file source's ``schema`` is the given schema's columns that every file holds: a run recorded
+by an earlier version lacks the columns added since, and a check that needs one of them looks
+for it in ``schema.names``.
+
 ``release_memory()`` hands memory freed between two columns back to the operating system: the
 Arrow memory pool (mimalloc or jemalloc) and glibc's malloc both keep freed pages for reuse, which
 would otherwise count in the process' RSS after every large column.
@@ -54,12 +58,16 @@ class ColumnSource:
         table: pa.Table | None = None,
         mask: NDArray[np.bool_] | None = None,
     ) -> None:
-        self.schema = schema
         self._files = files or []
         self._table = table
         self._mask = mask
         # each file's footer, parsed once: a run's parts are read dozens of times
         self._footers: dict[Path, pq.FileMetaData] = {}
+        if table is None and mask is None and self._files:
+            # a run recorded before a column existed: the columns every file holds
+            held = [set(self._footer(path).schema.to_arrow_schema().names) for path in self._files]
+            schema = pa.schema([f for f in schema if all(f.name in names for names in held)])
+        self.schema = schema
         if mask is not None:
             self.num_rows = int(mask.sum())
         elif table is not None:

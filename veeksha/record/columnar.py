@@ -54,8 +54,10 @@ MAX_ERROR_MESSAGE_CHARS = 2000  # also rows.MAX_ERROR_MESSAGE_CHARS
 _SLICE_ROWS = 8192  # rows converted per GIL-holding slice
 
 # Row layouts. Every REQUESTS_SCHEMA column is in exactly one of them, except chunk_times, tbc and
-# chunks_coalesced (computed from chunk_times_ns); "parents" and "chunk_times_ns" hold the list
-# lengths.
+# chunks_coalesced (computed from chunk_times_ns) and chunk_stamps_clamped (0 but in the rows
+# ``_clamped`` names); "parents" and "chunk_times_ns" hold the list lengths. add_result's tuple
+# of ints is at 30 values, CPython's limit for a tuple display built on the stack
+# (``STACK_USE_GUIDELINE``): from 31 on it is built through a list, ~0.4 us more a row.
 _REQ_FLOATS = (
     "wait_after_ready",
     "ready_at",
@@ -147,6 +149,14 @@ def _strings(values: list[str | None]) -> pa.Array:
     )
 
 
+def _sparse(values: dict[int, int | None], n: int) -> pa.Array:
+    """An int32 column of ``n`` zeros but for ``values`` (row → value; None: null)."""
+    column = np.zeros(n, dtype=np.int64)
+    for row, value in values.items():
+        column[row] = NULL if value is None else value
+    return _ints(column, pa.int32())
+
+
 def _constant(value: int | None, n: int) -> pa.Array:
     """The ``shard`` column: ``value`` (int32) in every row, or nulls."""
     if value is None:
@@ -226,7 +236,7 @@ class RequestColumns:
     for a fresh one under a lock) before ``to_table``.
     """
 
-    __slots__ = ("_chunks", "_floats", "_ints", "_parents", "_strs", "rows", "shard")
+    __slots__ = ("_chunks", "_clamped", "_floats", "_ints", "_parents", "_strs", "rows", "shard")
 
     def __init__(self, shard: int | None = None) -> None:
         self.shard = shard  # every row's ``shard`` column (None: a single-host run)
@@ -235,6 +245,7 @@ class RequestColumns:
         self._strs: list[str | None] = []  # _REQ_STRS per row
         self._parents: list[int] = []  # every row's parents, flat
         self._chunks: list[int] = []  # every row's chunk_times_ns, flat
+        self._clamped: dict[int, int | None] = {}  # row → chunk_stamps_clamped where not 0
         self.rows = 0
 
     def __len__(self) -> int:
@@ -347,6 +358,8 @@ class RequestColumns:
         if parents:
             self._parents += parents
         self._chunks += chunks
+        if res.chunk_stamps_clamped:  # (a wall-clock step: rare)
+            self._clamped[self.rows] = res.chunk_stamps_clamped
         self.rows += 1
 
     def add_cancelled(
@@ -418,6 +431,9 @@ class RequestColumns:
             self._parents += parents
         if chunks:
             self._chunks += chunks
+        clamped = get("chunk_stamps_clamped")
+        if clamped != 0:  # (None: null)
+            self._clamped[self.rows] = clamped
         self.rows += 1
 
     def to_table(self, t0_ns: int, pause: Callable[[], None] | None = None) -> pa.Table:
@@ -454,6 +470,7 @@ class RequestColumns:
                 columns["chunk_times"], columns["tbc"], columns["chunks_coalesced"] = chunk_columns
             else:
                 columns[name] = _ints(values, REQUESTS_SCHEMA.field(name).type)
+        columns["chunk_stamps_clamped"] = _sparse(self._clamped, self.rows)
         columns["shard"] = _constant(self.shard, self.rows)
         return pa.Table.from_arrays(
             [columns[f.name] for f in REQUESTS_SCHEMA], schema=REQUESTS_SCHEMA

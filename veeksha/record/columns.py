@@ -160,6 +160,16 @@ REQUESTS_SCHEMA = pa.schema(
             "content chunks that arrived in the same read as the chunk before them (their "
             "chunk_times are equal, their tbc gap 0); null when never sent to a worker",
         ),
+        _col(
+            "chunk_stamps_clamped",
+            _I32,
+            "",
+            "reads of its response whose kernel time (`runtime.chunk_timestamps: kernel`) fell "
+            "outside [sent_at, the read's own time] (the wall clock stepped) and was clamped "
+            "into it: those reads' times were substituted, not observed (run.log warns; "
+            "`run.chunk_stamps_clamped` sums them); 0 with `read` stamps; null when never sent "
+            "to a worker",
+        ),
         _col("target_prompt_tokens", _I32, _TOK, "requested length of the new prompt part"),
         _col(
             "shared_prefix_tokens",

@@ -213,6 +213,7 @@ def request_row(
         message if len(message) <= MAX_ERROR_MESSAGE_CHARS else message[:MAX_ERROR_MESSAGE_CHARS]
     )
     row["retries"] = res.retries
+    row["chunk_stamps_clamped"] = res.chunk_stamps_clamped
     if res.server_timings:
         note = _add_server_timings(row, res.server_timings, (completed - sent) / _NS)
         notes = join_notes(notes, note)

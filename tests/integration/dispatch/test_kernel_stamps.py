@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import uvloop
 
+from veeksha.dispatch import kernel_stamps
 from veeksha.dispatch.http1 import Exchange, Http1Pool
 from veeksha.dispatch.kernel_stamps import KERNEL_STAMPS_SUPPORTED
 
@@ -189,3 +190,56 @@ async def test_large_body_written_in_parts_then_keep_alive() -> None:
     pool.close()
     thread.join(5)
     assert got == [body, b"{}"]
+
+
+# ------------------------------------------------------------------ a wall clock that stepped
+
+
+class SentRecorder(Recorder):
+    def on_sent(self, t_ns: int) -> None:
+        self.sent_at = t_ns
+
+
+@pytest.mark.skipif(not KERNEL_STAMPS_SUPPORTED, reason="SO_TIMESTAMPNS is Linux's")
+@pytest.mark.parametrize("shift_ns", [0, 1_000_000_000, -1_000_000_000])
+def test_a_stamp_out_of_range_is_clamped_and_counted_on_its_exchange(
+    monkeypatch: pytest.MonkeyPatch, shift_ns: int
+) -> None:
+    """The wall clock read at the conversion is ``shift_ns`` off the kernel's: +1 s puts every
+    stamp 1 s early (clamped to ``sent_at``), -1 s 1 s late (clamped to the read's own time).
+    Each clamped read is counted on the request's exchange; none without a shift."""
+    real = time.time_ns
+    monkeypatch.setattr(kernel_stamps, "_realtime_ns", lambda: real() + shift_ns)
+
+    def script(conn: socket.socket) -> None:
+        _read_request(conn)
+        conn.sendall(_HEAD + b"5\r\nhello\r\n")
+        time.sleep(0.05)
+        conn.sendall(b"5\r\nworld\r\n0\r\n\r\n")
+
+    async def exchange() -> tuple[SentRecorder, list[int]]:
+        url, thread = _serve(script)
+        pool = Http1Pool(url, {}, kernel_stamps=True)
+        ex = SentRecorder()
+        read_times: list[int] = []
+        ex.head_hook = lambda: read_times.append(time.monotonic_ns())
+        pool.send(b"{}", ex)
+        assert await asyncio.wait_for(ex.done, 10) is None
+        read_times.append(time.monotonic_ns())
+        pool.close()
+        thread.join(5)
+        return ex, read_times
+
+    ex, (after_head, end) = uvloop.run(exchange())
+    assert b"".join(d for d, _ in ex.data) == b"helloworld"
+    stamps = [t for _, t in ex.data]
+    assert all(ex.sent_at <= t <= end for t in stamps)
+    if shift_ns == 0:
+        assert ex.stamps_clamped == 0
+        assert stamps[-1] > ex.sent_at  # the second chunk came 50 ms later, as stamped
+    elif shift_ns > 0:
+        assert ex.stamps_clamped >= len(ex.data) >= 2  # the head's read too, if on its own
+        assert stamps == [ex.sent_at] * len(stamps)
+    else:
+        assert ex.stamps_clamped >= len(ex.data) >= 2
+        assert stamps[-1] >= after_head  # the read's own time, not a second in the future

@@ -91,6 +91,9 @@ def test_linear_sessions_keep_order_think_time_and_exact_history(tmp_path: Path)
     summary = json.loads((run_dir / "summary.json").read_text())
     # (the order above held with chunks stamped by the kernel, the default)
     assert summary["run"]["chunk_timestamps"] == ("kernel" if KERNEL_STAMPS_SUPPORTED else "read")
+    # no wall-clock step: no stamp clamped (test_clamped_stamps makes one)
+    assert summary["run"]["chunk_stamps_clamped"] == 0
+    assert (requests.chunk_stamps_clamped == 0).all()
     log = (run_dir / "run.log").read_text()
     assert "ended (completed): 12 sessions" in log
     if run_delay_ns(os.getpid()) is not None:  # (Linux with schedstat)

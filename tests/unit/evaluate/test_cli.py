@@ -79,3 +79,17 @@ def test_compare_shows_relative_change(tmp_path: Path) -> None:
     assert "TTFC p50" in result.output
     assert "+100.0%" in result.output
     assert not (slower / "summary.json").exists()  # computed in memory
+
+
+def test_report_reads_a_run_recorded_before_a_column_existed(tmp_path: Path) -> None:
+    """A folder of an earlier version lacks the columns added since (here the clamped stamps'
+    count): the report reads what is there, and the check needing the column counts none."""
+    run = _run_folder(tmp_path / "run", 0.05)
+    table = pq.read_table(run / REQUESTS_FILE).drop_columns(["chunk_stamps_clamped"])
+    pq.write_table(table, run / REQUESTS_FILE)
+    result = CliRunner().invoke(main, ["report", str(run), "--quiet", "--no-plots"])
+    assert result.exit_code == 0, result.output
+    health = json.loads((run / "health.json").read_text())
+    check = next(c for c in health["checks"] if c["name"] == "lifecycle_delays")
+    assert check["status"] == "PASS", check["detail"]
+    assert check["statistics"]["chunk_stamps_clamped"] == 0

@@ -20,7 +20,7 @@ from tests.unit.evaluate.builders import (
 from veeksha.evaluate.arrival_checks import ARRIVAL_DISTRIBUTION, DISPATCH_RATE
 from veeksha.evaluate.checks import HEALTH_CHECKS, run_health_checks
 from veeksha.evaluate.generator_checks import CPU_WAIT_NOTE, GENERATOR_SATURATION, LIFECYCLE_DELAYS
-from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthInput
+from veeksha.evaluate.health import FAIL, PASS, SKIP, WARN, HealthInput
 from veeksha.evaluate.request_checks import (
     DEPENDENCIES,
     OUTPUT_LENGTH,
@@ -372,6 +372,28 @@ def test_the_timestamp_audit_ignores_what_was_not_recorded() -> None:
     assert result.status == PASS, result.detail
     assert set(result.statistics["order_violations"].values()) == {0}
     assert "timestamps in order" in result.detail
+
+
+def test_clamped_chunk_stamps_warn_and_are_named_without_failing() -> None:
+    """A read time the worker clamped (a wall-clock step) is a substituted time: WARN, with the
+    count, every phase included; the rows stay ordered, so the run does not fail for it."""
+    clean = request(0, ready=0.0, dispatched=0.001, sent=0.003, chunks=(0.1, 0.3))
+    clean["chunk_stamps_clamped"] = 0
+    clamped = request(1, ready=0.0, dispatched=0.001, sent=0.003, chunks=(0.003, 0.003))
+    clamped["chunk_stamps_clamped"] = 2
+    warmup = dict(clamped, session_id=2, request_id=2, phase="warmup", chunk_stamps_clamped=1)
+    result = LIFECYCLE_DELAYS(_input([clean, clamped, warmup]))
+    assert result.status == WARN, result.detail
+    assert result.statistics["chunk_stamps_clamped"] == 3
+    assert "3 chunk read time(s) from the kernel clamped" in result.detail
+    assert "timestamps in order" in result.detail
+    report = run_health_checks(_input([clean, clamped]))
+    assert report.verdict == PASS
+    assert "WARN" in report.to_text()
+    clean_only = LIFECYCLE_DELAYS(_input([clean]))
+    assert clean_only.status == PASS
+    assert clean_only.statistics["chunk_stamps_clamped"] == 0
+    assert "clamped" not in clean_only.detail
 
 
 def test_no_measured_rows_skips_every_check() -> None:

@@ -148,6 +148,8 @@ def examples() -> list[RequestRecord]:
         make_record(
             make_result(chunks=(), status="error", error_kind="connection_refused", last_byte=None)
         ),
+        # a wall-clock step: both reads' kernel stamps clamped to sent_at
+        make_record(make_result(chunks=(1.0, 1.0), completed=1.0, chunk_stamps_clamped=2)),
     ]
 
 
@@ -281,3 +283,19 @@ def _columns_of(rows: list[dict[str, Any]]) -> RequestColumns:
     for row in rows:
         batch.add_row(row)
     return batch
+
+
+def test_chunk_stamps_clamped_is_the_workers_count_null_when_never_sent() -> None:
+    """A substituted (clamped) read time is counted in the row of its request."""
+    cases = [
+        (make_result(chunks=(1.0, 1.0), completed=1.0, chunk_stamps_clamped=2, request_id=0), 2),
+        (make_result(request_id=1), 0),
+        (None, None),
+    ]
+    records = [make_record(res, request_id=i) for i, (res, _) in enumerate(cases)]
+    rows = [request_row(rec, T0) for rec in records]
+    batch = RequestColumns()
+    for rec in records:
+        add_record(batch, rec)
+    for table in (requests_from_rows(rows, T0), batch.to_table(T0)):
+        assert table.column("chunk_stamps_clamped").to_pylist() == [want for _, want in cases]
