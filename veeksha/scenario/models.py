@@ -3,6 +3,14 @@
 Polymorphic sections are static discriminated unions on ``type`` with ``Literal`` tags: no
 registries, no import side effects. Unknown keys are errors everywhere. This package imports
 nothing from the runtime.
+
+This module holds the root, ``Scenario``, and its ``Phase``; it re-exports every model of the
+language (``__all__``), one module per concept beside it:
+``base`` (StrictModel), ``generators`` (interval and length generators), ``schedulers`` (traffic
+schedulers), ``graphs`` (session graphs, agents, validations), ``session_generators`` (synthetic
+and trace sessions, flavors, client selection), ``clients`` (clients and tokenizers), ``runtime``
+(runtime, distributed, trace recorder), ``evaluators`` (evaluators, SLOs, health checks);
+``server`` and ``simulator`` hold the managed server's and the simulator's settings.
 """
 
 from __future__ import annotations
