@@ -1,0 +1,53 @@
+"""The base of every scenario model: strict keys, validated defaults, default ``type`` tags."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+
+class StrictModel(BaseModel):
+    """Base of every scenario model: unknown keys are errors, defaults are validated.
+
+    A polymorphic section written without ``type:`` takes the type of its default (``client:
+    {model: m}`` is a chat-completions client), as SCENARIO_REFERENCE.md gives every key a default.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_default=True, populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_type_tags(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        tags = _default_tags(cls)
+        if not any(key in data for key in tags):
+            return data
+        data = dict(data)
+        for key, tag in tags.items():
+            value = data.get(key)
+            if isinstance(value, dict) and "type" not in value:
+                data[key] = {"type": tag, **value}
+            elif isinstance(value, list):
+                data[key] = [
+                    {"type": tag, **item} if isinstance(item, dict) and "type" not in item else item
+                    for item in value
+                ]
+        return data
+
+
+@functools.cache
+def _default_tags(model: type[BaseModel]) -> dict[str, str]:
+    """Field name → the ``type`` tag of its default, for fields holding tagged models."""
+    tags: dict[str, str] = {}
+    for name, info in model.model_fields.items():
+        if info.default_factory is None:
+            continue
+        default = info.default_factory()  # type: ignore[call-arg]
+        first = default[0] if isinstance(default, list) and default else default
+        tag = getattr(first, "type", None) if isinstance(first, BaseModel) else None
+        if isinstance(tag, str):
+            tags[name] = tag
+    return tags

@@ -1,0 +1,167 @@
+"""Clients: how requests are sent (OpenAI chat and completions, named targets) and how their
+prompt tokens are counted (tokenizers)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from veeksha.scenario.base import StrictModel
+
+# ------------------------------------------------------------------------------------- tokenizers
+
+
+class BuiltinTokenizer(StrictModel):
+    """The shipped deterministic tokenizer; the simulator counts with it, so counts are exact."""
+
+    type: Literal["builtin"] = "builtin"
+
+
+class HfTokenizer(StrictModel):
+    """A local Hugging Face tokenizer.json (or a folder holding one); never downloaded."""
+
+    type: Literal["hf"] = "hf"
+    path: str = Field(..., description="Path of tokenizer.json or of a folder containing it.")
+
+
+class ServerTokenizer(StrictModel):
+    """The target's own /tokenize and /detokenize (vLLM, llama.cpp): a vocabulary of words that
+    are one server token each is calibrated once at start-up (cached across runs), so prompts are
+    exact in the server's tokens and nothing on the traffic path calls the server."""
+
+    type: Literal["server"] = "server"
+    endpoint: str | None = Field(
+        None, description="URL of /tokenize; default: api_base without /v1, plus /tokenize."
+    )
+    format: Literal["auto", "vllm", "llama_cpp"] = Field(
+        "auto",
+        description='Request shape: vllm ({"prompt"}), llama_cpp ({"content"}); auto tries '
+        "vllm, then llama_cpp.",
+    )
+    cache: bool = Field(
+        True,
+        description="Reuse the calibration of an earlier run while the server tokenizes a "
+        "probe text the same ($VEEKSHA_CACHE_DIR, default ~/.cache/veeksha/tokenizers).",
+    )
+
+
+Tokenizer = Annotated[BuiltinTokenizer | HfTokenizer | ServerTokenizer, Field(discriminator="type")]
+
+
+# ----------------------------------------------------------------------------------------- client
+
+
+def _object_or_json_string(schema: dict[str, Any]) -> None:
+    """JSON Schema of a mapping that may also be given as a JSON string (as upstream allows)."""
+    schema.pop("type", None)
+    schema.pop("additionalProperties", None)
+    schema["anyOf"] = [{"type": "object"}, {"type": "string", "description": "A JSON object."}]
+
+
+class _OpenAIClientBase(StrictModel):
+    api_base: str | None = Field(
+        None,
+        description="e.g. http://127.0.0.1:8000/v1; absent (and no OPENAI_API_BASE) → built-in "
+        "simulator.",
+    )
+    api_key: SecretStr | None = Field(
+        None, description="Bearer token; default from the environment. Never written to outputs."
+    )
+    api_key_env: str = Field(
+        "OPENAI_API_KEY", description="Environment variable holding the API key."
+    )
+    model: str | None = Field(None, description="Model name sent in each request.")
+    request_timeout: float = Field(300.0, gt=0, description="Seconds per request, whole response.")
+    min_tokens_param: str | None = Field(
+        None, description="Body key forcing a minimum output length, e.g. min_tokens (vLLM)."
+    )
+    ignore_eos: bool = Field(True, description="Sent as ignore_eos.")
+    use_min_tokens_prompt_fallback: bool = Field(
+        False, description='Append "Generate at least N tokens." to each prompt.'
+    )
+    additional_sampling_params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Merged into every request body (map or JSON string).",
+        json_schema_extra=_object_or_json_string,
+    )
+    stream: bool = Field(True, description="Stream responses (SSE) and time every chunk.")
+    tokenizer: Tokenizer = Field(
+        default_factory=BuiltinTokenizer, description="How prompt tokens are counted."
+    )
+    max_in_flight: int | None = Field(
+        None, ge=1, description="Cap on requests in flight; ready requests wait in the queue."
+    )
+    max_retries: int = Field(
+        0, ge=0, description="Retries of 429/503 answers with backoff (recorded); 0 = off."
+    )
+    max_model_len: int | None = Field(
+        None,
+        ge=2,
+        description="The server's context window in tokens (vLLM's --max-model-len): a trace "
+        "request whose prompt, history and output exceed it is handled by "
+        "session_generator.oversized.",
+    )
+
+    @field_validator("additional_sampling_params", mode="before")
+    @classmethod
+    def _parse_json_string(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return json.loads(value) if value.strip() else {}
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"not a JSON object: {exc.msg}") from exc
+        return value
+
+
+class ChatCompletionsClient(_OpenAIClientBase):
+    """OpenAI /v1/chat/completions: history sent as chat messages."""
+
+    type: Literal["openai_chat_completions"] = "openai_chat_completions"
+    max_tokens_param: str = Field(
+        "max_completion_tokens", description="Body key carrying the requested output length."
+    )
+
+
+class CompletionsClient(_OpenAIClientBase):
+    """OpenAI /v1/completions: history flattened into one prompt."""
+
+    type: Literal["openai_completions"] = "openai_completions"
+    max_tokens_param: str = Field(
+        "max_tokens", description="Body key carrying the requested output length."
+    )
+
+
+Client = Annotated[ChatCompletionsClient | CompletionsClient, Field(discriminator="type")]
+
+_CLIENT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+DEFAULT_CLIENT = "default"  # the name of the one client of a scenario with ``client:``
+
+
+class _Named(StrictModel):
+    name: str = Field(
+        ...,
+        pattern=_CLIENT_NAME,
+        max_length=64,
+        description="How nodes, rows and the summary name this client (letters, digits, _.-).",
+    )
+
+    @model_validator(mode="after")
+    def _model_with_api_base(self) -> _Named:
+        if getattr(self, "api_base", None) is not None and not getattr(self, "model", None):
+            raise ValueError(f"client {self.name!r}: model is required when api_base is set")
+        return self
+
+
+class NamedChatCompletionsClient(ChatCompletionsClient, _Named):
+    """One of several targets (``clients:``): a chat-completions client with a name."""
+
+
+class NamedCompletionsClient(CompletionsClient, _Named):
+    """One of several targets (``clients:``): a completions client with a name."""
+
+
+NamedClient = Annotated[
+    NamedChatCompletionsClient | NamedCompletionsClient, Field(discriminator="type")
+]

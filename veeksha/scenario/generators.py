@@ -1,0 +1,133 @@
+"""Interval generators (gaps in seconds) and length generators (token and count draws)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AliasChoices, Field, model_validator
+
+from veeksha.scenario.base import StrictModel
+
+# --------------------------------------------------------------------------- interval generators
+
+
+class PoissonInterval(StrictModel):
+    """Exponential gaps with mean 1/arrival_rate (a Poisson process), not truncated."""
+
+    type: Literal["poisson"] = "poisson"
+    arrival_rate: float = Field(1.0, gt=0, description="Mean events per second.")
+
+
+class GammaInterval(StrictModel):
+    """Gamma-distributed gaps: mean 1/arrival_rate, shape k = 1/cv² (give cv or shape)."""
+
+    type: Literal["gamma"] = "gamma"
+    arrival_rate: float = Field(1.0, gt=0, description="Mean events per second.")
+    cv: float | None = Field(
+        None, gt=0, description="Coefficient of variation of the gaps (default 0.5)."
+    )
+    shape: float | None = Field(
+        None, gt=0, description="Gamma shape k; higher means less variance. Excludes cv."
+    )
+
+    @model_validator(mode="after")
+    def _cv_or_shape(self) -> GammaInterval:
+        if self.cv is not None and self.shape is not None:
+            raise ValueError("give either cv or shape, not both (shape = 1/cv²)")
+        return self
+
+    @property
+    def effective_shape(self) -> float:
+        """The gamma shape k implied by ``shape`` or ``cv`` (cv 0.5 → k 4 by default)."""
+        if self.shape is not None:
+            return self.shape
+        cv = self.cv if self.cv is not None else 0.5
+        return 1.0 / (cv * cv)
+
+
+class FixedInterval(StrictModel):
+    """A constant gap; 0 releases everything at once (an offline burst)."""
+
+    type: Literal["fixed"] = "fixed"
+    interval: float = Field(1.0, ge=0, description="Seconds between events.")
+
+
+IntervalGenerator = Annotated[
+    PoissonInterval | GammaInterval | FixedInterval, Field(discriminator="type")
+]
+
+
+# ----------------------------------------------------------------------------- length generators
+
+
+class FixedLength(StrictModel):
+    """Always the same value."""
+
+    type: Literal["fixed"] = "fixed"
+    value: int = Field(8, ge=0, description="The constant value.")
+
+
+class UniformLength(StrictModel):
+    """Integer uniform on [min, max], both bounds inclusive."""
+
+    type: Literal["uniform"] = "uniform"
+    min: int = Field(6, ge=0, description="Smallest value (inclusive).")
+    max: int = Field(12, ge=0, description="Largest value (inclusive).")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformLength:
+        if self.min > self.max:
+            raise ValueError(f"min must be <= max (got min={self.min}, max={self.max})")
+        return self
+
+
+class ZipfLength(StrictModel):
+    """Bounded Zipfian over [min, max]: P(rank r) ∝ 1/r^theta; small values most likely."""
+
+    type: Literal["zipf"] = "zipf"
+    min: int = Field(6, ge=0, description="Smallest value (inclusive).")
+    max: int = Field(12, ge=0, description="Largest value (inclusive).")
+    theta: float = Field(
+        0.6,
+        gt=0,
+        validation_alias=AliasChoices("theta", "alpha"),
+        description="Skew exponent (alias: alpha).",
+    )
+    scramble: bool = Field(
+        False, description="Spread the popular ranks over the range instead of favouring min."
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ZipfLength:
+        if self.min > self.max:
+            raise ValueError(f"min must be <= max (got min={self.min}, max={self.max})")
+        return self
+
+
+class FixedStairLength(StrictModel):
+    """Each value repeat_each times in order, then cycle (wrap) or stay on the last."""
+
+    type: Literal["fixed_stair"] = "fixed_stair"
+    values: list[Annotated[int, Field(ge=0)]] = Field(
+        ..., min_length=1, description="The steps, in order."
+    )
+    repeat_each: int = Field(1, ge=1, description="Draws per step.")
+    wrap: bool = Field(True, description="Start over after the last step (else stay on it).")
+
+
+class InverseGaussianLength(StrictModel):
+    """Wald (inverse Gaussian) distribution, rounded, at least 1."""
+
+    type: Literal["inverse_gaussian"] = "inverse_gaussian"
+    mean: float = Field(500.0, gt=0, description="Mean of the distribution.")
+    shape: float = Field(300.0, gt=0, description="Shape λ; higher means less variance.")
+
+
+LengthGenerator = Annotated[
+    FixedLength | UniformLength | ZipfLength | FixedStairLength | InverseGaussianLength,
+    Field(discriminator="type"),
+]
+
+
+def _uniform(lo: int, hi: int) -> UniformLength:
+    return UniformLength(type="uniform", min=lo, max=hi)

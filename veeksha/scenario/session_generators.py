@@ -1,0 +1,239 @@
+"""Session generators: synthetic sessions (channels, output spec, client selection) and trace
+replay with its flavors."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from veeksha.scenario.base import StrictModel
+from veeksha.scenario.generators import LengthGenerator, _uniform
+from veeksha.scenario.graphs import (
+    LinearGraph,
+    SessionGraph,
+    Validation,
+    _max_reprompts,
+    _validation,
+    _validation_probability,
+)
+
+# ------------------------------------------------------------------------------ session generator
+
+
+class TextChannel(StrictModel):
+    """Text prompt content: body lengths and shared prefixes."""
+
+    type: Literal["text"] = "text"
+    body_length_generator: LengthGenerator = Field(
+        default_factory=lambda: _uniform(6, 12),
+        description="Tokens of the new user message of each request.",
+    )
+    shared_prefix_ratio: float = Field(
+        0.0, ge=0, le=1, description="Fraction of a root request's body taken from a shared prefix."
+    )
+    shared_prefix_probability: float = Field(
+        1.0, ge=0, le=1, description="Probability that a root request uses the shared prefix."
+    )
+
+
+class TextOutputSpec(StrictModel):
+    """Requested output length of text responses."""
+
+    output_length_generator: LengthGenerator = Field(
+        default_factory=lambda: _uniform(6, 12), description="Requested output tokens per request."
+    )
+
+
+class OutputSpec(StrictModel):
+    """What each request asks the server to produce."""
+
+    text: TextOutputSpec = Field(
+        default_factory=TextOutputSpec, description="Requested length of text responses."
+    )
+
+
+class RoundRobinClients(StrictModel):
+    """Node ``j`` of session ``i`` goes to client ``(i + j) mod n`` (in ``clients:`` order)."""
+
+    type: Literal["round_robin"] = "round_robin"
+
+
+class WeightedClients(StrictModel):
+    """Each node draws its client with these weights (the ``clients`` random stream)."""
+
+    type: Literal["weighted"] = "weighted"
+    weights: dict[str, Annotated[float, Field(ge=0)]] = Field(
+        ..., min_length=1, description="Client name → relative weight (unnamed clients: 0)."
+    )
+
+    @model_validator(mode="after")
+    def _some_weight(self) -> WeightedClients:
+        if sum(self.weights.values()) <= 0:
+            raise ValueError("weights: at least one client needs a weight above 0")
+        return self
+
+
+ClientSelection = Annotated[RoundRobinClients | WeightedClients, Field(discriminator="type")]
+
+
+class SyntheticSessionGenerator(StrictModel):
+    """Sessions generated from a graph shape, content channels and an output spec."""
+
+    type: Literal["synthetic"] = "synthetic"
+    session_graph: SessionGraph = Field(
+        default_factory=LinearGraph, description="Shape of each session's request DAG."
+    )
+    channels: list[TextChannel] = Field(
+        default_factory=lambda: [TextChannel()], min_length=1, description="Prompt content."
+    )
+    output_spec: OutputSpec = Field(
+        default_factory=OutputSpec, description="What each request asks the server to produce."
+    )
+    client_selection: ClientSelection = Field(
+        default_factory=RoundRobinClients,
+        description="Which of several clients serves each node (one client: all of them).",
+    )
+
+
+class RequestLogFlavor(StrictModel):
+    """Rows of input_length/output_length (aliases num_prefill_tokens/num_decode_tokens);
+    optional session_id (a linear chat) and timestamp/arrival_time (seconds)."""
+
+    type: Literal["request_log"] = "request_log"
+
+
+class TimedSyntheticSessionFlavor(StrictModel):
+    """Rows of session_id, new_input_length (or input_length), output_length and an optional
+    session_context {node_id, parent_nodes, history_parent, wait_after_ready}: any DAG; veeksha's
+    own trace.jsonl is one."""
+
+    type: Literal["timed_synthetic_session"] = "timed_synthetic_session"
+    corpus_file: str | None = Field(
+        None, description="Accepted and ignored: prompts come from the built-in corpus."
+    )
+    page_size: int | None = Field(
+        None, ge=1, description="Accepted and ignored (upstream's lineage prefix size)."
+    )
+
+    @model_validator(mode="after")
+    def _ignored(self) -> TimedSyntheticSessionFlavor:
+        for key in ("corpus_file", "page_size"):
+            if getattr(self, key) is not None:
+                warnings.warn(
+                    f"session_generator.flavor.{key} is ignored: prompts are built from the"
+                    " built-in corpus, exact in tokens",
+                    UserWarning,
+                    stacklevel=2,
+                )
+        return self
+
+
+class UntimedContentMultiTurnFlavor(StrictModel):
+    """Real conversations, one row each, in the ShareGPT shape: each user turn is a request with
+    the dataset's text, the reply's token count is its output length (docs/traces.md)."""
+
+    type: Literal["untimed_content_multi_turn"] = "untimed_content_multi_turn"
+    conversation_column: str = Field("conversations", description="The row's list of messages.")
+    role_key: str = Field("from", description="A message's role key.")
+    content_key: str = Field("value", description="A message's text key.")
+    user_role_value: str = Field("human", description="The user's role value.")
+    assistant_role_value: str = Field("gpt", description="The assistant's role value.")
+    system_role_value: str = Field("system", description="The system prompt's role value.")
+
+
+class SharedPrefixFlavor(StrictModel):
+    """Rows with hash_ids (Mooncake style): equal ids are identical token blocks across sessions,
+    so a prefix cache sees the trace's real sharing (docs/traces.md)."""
+
+    type: Literal["shared_prefix"] = "shared_prefix"
+    block_size: int = Field(512, ge=1, description="Tokens of one hash id's block.")
+
+
+class RagFlavor(StrictModel):
+    """Rows of doc_id, prompt_text, input_length (the document's tokens) and output_length: the
+    num_documents most frequent documents, each warmed up once before the measured run."""
+
+    type: Literal["rag"] = "rag"
+    num_documents: int = Field(16, ge=1, description="The most frequent documents replayed.")
+    block_size: int = Field(512, ge=1, description="Tokens of one document block.")
+
+
+class MooncakeFlavor(StrictModel):
+    """The Mooncake (FAST'25) trace: JSON lines of timestamp (ms), input_length, output_length,
+    hash_ids (blocks of block_size tokens) and an optional session_id."""
+
+    type: Literal["mooncake"] = "mooncake"
+    block_size: int = Field(512, ge=1, description="Tokens of one hash id's block.")
+
+
+class AzureLlmFlavor(StrictModel):
+    """The Azure LLM inference trace (2023, 2024): CSV of TIMESTAMP (a date and time),
+    ContextTokens, GeneratedTokens."""
+
+    type: Literal["azure_llm"] = "azure_llm"
+
+
+class BurstGptFlavor(StrictModel):
+    """The BurstGPT trace: CSV of Timestamp (s), Model, Request tokens, Response tokens, Total
+    tokens, Log Type; failed rows (0 response tokens) are counted and not replayed."""
+
+    type: Literal["burstgpt"] = "burstgpt"
+
+
+class AutoFlavor(StrictModel):
+    """The flavor told from the file's header or first line (docs/traces.md); when nothing is
+    distinctive, timed_synthetic_session."""
+
+    type: Literal["auto"] = "auto"
+
+
+TraceFlavor = Annotated[
+    RequestLogFlavor
+    | TimedSyntheticSessionFlavor
+    | UntimedContentMultiTurnFlavor
+    | SharedPrefixFlavor
+    | RagFlavor
+    | MooncakeFlavor
+    | AzureLlmFlavor
+    | BurstGptFlavor
+    | AutoFlavor,
+    Field(discriminator="type"),
+]
+
+
+class TraceSessionGenerator(StrictModel):
+    """Replay of a trace file (CSV, JSONL or a JSON array; docs/traces.md)."""
+
+    type: Literal["trace"] = "trace"
+    trace_file: str = Field(..., description="Path of the trace (relative: to the current folder).")
+    flavor: TraceFlavor = Field(
+        default_factory=AutoFlavor,
+        description="What the rows are (a bare name is accepted: flavor: request_log).",
+    )
+    wrap_mode: bool = Field(
+        True,
+        description="At the end of the trace, start over (fresh session ids, reshuffled); "
+        "false: the run ends with the trace.",
+    )
+    oversized: Literal["skip", "truncate", "send"] = Field(
+        "skip",
+        description="A request longer than client.max_model_len (prompt, history and output): "
+        "skip (its session is not replayed; counted), truncate (its output, then a lone "
+        "request's prompt, clipped to fit), send (sent as is; the server refuses it).",
+    )
+
+    validation: Validation | None = _validation()
+    max_reprompts: int = _max_reprompts()
+    validation_probability: float = _validation_probability()
+
+    @field_validator("flavor", mode="before")
+    @classmethod
+    def _bare_flavor_name(cls, value: Any) -> Any:
+        return {"type": value} if isinstance(value, str) else value
+
+
+SessionGenerator = Annotated[
+    SyntheticSessionGenerator | TraceSessionGenerator, Field(discriminator="type")
+]
