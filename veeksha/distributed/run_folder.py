@@ -46,10 +46,18 @@ def merge_and_evaluate(
             "lost_at_wall_ns": shard.lost_at_wall_ns,
         }
         if shard.lost is not None and shard.copy.snapshot is not None:
-            # the engine's own account, at most a pull old: in flight, sessions started, t0
+            # the engine's own account, up to a snapshot interval older than the pulled trace:
+            # in flight, sessions started, t0; plus the pulled trace lines without a row that
+            # it does not name (dispatched after it was taken, or answered with a row that never
+            # came back): every dispatched request gets a row
             result = ShardResult.from_snapshot(
                 shard.spec, shard.copy.folder, shard.copy.snapshot, **known
             )
+            traced, traced_sessions = pending_work(shard.copy.folder)
+            named = {_request_key(entry) for entry in result.in_flight}
+            result.in_flight += [e for e in traced if _request_key(e) not in named]
+            if result.started_sessions is not None:
+                result.started_sessions.update(traced_sessions)
         else:  # (a finished shard's folder holds it all; a lost one without a snapshot:
             # its trace lines without rows, as pulled)
             in_flight, started = pending_work(shard.copy.folder)
@@ -148,3 +156,8 @@ def _write_shards_file(
         ],
     }
     (run_dir / SHARDS_FILE).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+
+
+def _request_key(entry: dict[str, Any]) -> tuple[int, int, int]:
+    """A request of a shard's account: (session, node, attempt)."""
+    return int(entry["session_id"]), int(entry["node_id"]), int(entry.get("attempt") or 0)
