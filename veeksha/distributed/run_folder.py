@@ -16,8 +16,9 @@ from veeksha.distributed.collect import pending_work
 
 if TYPE_CHECKING:
     from veeksha.distributed.driver import ShardState
+    from veeksha.distributed.results import ShardResult
 
-__all__ = ["SHARDS_DIR", "SHARDS_FILE", "merge_and_evaluate"]
+__all__ = ["SHARDS_DIR", "SHARDS_FILE", "merge_and_evaluate", "shard_result"]
 
 SHARDS_DIR = "shards"
 SHARDS_FILE = "shards.json"
@@ -35,40 +36,9 @@ def merge_and_evaluate(
     plots: bool,
 ) -> int:
     """Merge the copies into ``run_dir`` (evaluated there), print the report, the exit code."""
-    from veeksha.distributed.merge import ShardResult, merge_shards
+    from veeksha.distributed.merge import merge_shards
 
-    results = []
-    for shard in shards:
-        known = {
-            "offset_before": shard.offset_before,
-            "offset_after": shard.offset_after,
-            "lost": shard.lost,
-            "lost_at_wall_ns": shard.lost_at_wall_ns,
-        }
-        if shard.lost is not None and shard.copy.snapshot is not None:
-            # the engine's own account, up to a snapshot interval older than the pulled trace:
-            # in flight, sessions started, t0; plus the pulled trace lines without a row that
-            # it does not name (dispatched after it was taken, or answered with a row that never
-            # came back): every dispatched request gets a row
-            result = ShardResult.from_snapshot(
-                shard.spec, shard.copy.folder, shard.copy.snapshot, **known
-            )
-            traced, traced_sessions = pending_work(shard.copy.folder)
-            named = {_request_key(entry) for entry in result.in_flight}
-            result.in_flight += [e for e in traced if _request_key(e) not in named]
-            if result.started_sessions is not None:
-                result.started_sessions.update(traced_sessions)
-        else:  # (a finished shard's folder holds it all; a lost one without a snapshot:
-            # its trace lines without rows, as pulled)
-            in_flight, started = pending_work(shard.copy.folder)
-            result = ShardResult(
-                spec=shard.spec,
-                folder=shard.copy.folder,
-                in_flight=in_flight if shard.lost is not None else [],
-                started_sessions=set(started),
-                **known,
-            )
-        results.append(result)
+    results = [shard_result(shard) for shard in shards]
     _write_shards_file(run_dir, shards, t0_wall_ns, setup_s)
     ray_info = {
         "backend": "ray",
@@ -156,6 +126,40 @@ def _write_shards_file(
         ],
     }
     (run_dir / SHARDS_FILE).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+
+
+def shard_result(shard: ShardState) -> ShardResult:
+    """What the merge takes of one shard: its copy, offsets and, when it was lost, its account.
+
+    A lost shard's account is its engine's last snapshot (in flight, sessions started, t0), up
+    to a snapshot interval older than the pulled trace, plus the pulled trace lines without a
+    row that the snapshot does not name (dispatched after it was taken, or answered with a row
+    that never came back): every request it dispatched gets a row. Without a snapshot, its
+    trace lines without a row. A finished shard's folder holds it all.
+    """
+    from veeksha.distributed.merge import ShardResult
+
+    known: dict[str, Any] = {
+        "offset_before": shard.offset_before,
+        "offset_after": shard.offset_after,
+        "lost": shard.lost,
+        "lost_at_wall_ns": shard.lost_at_wall_ns,
+    }
+    traced, traced_sessions = pending_work(shard.copy.folder)
+    if shard.lost is None or shard.copy.snapshot is None:
+        return ShardResult(
+            spec=shard.spec,
+            folder=shard.copy.folder,
+            in_flight=traced if shard.lost is not None else [],
+            started_sessions=set(traced_sessions),
+            **known,
+        )
+    result = ShardResult.from_snapshot(shard.spec, shard.copy.folder, shard.copy.snapshot, **known)
+    named = {_request_key(entry) for entry in result.in_flight}
+    result.in_flight += [e for e in traced if _request_key(e) not in named]
+    if result.started_sessions is not None:
+        result.started_sessions.update(traced_sessions)
+    return result
 
 
 def _request_key(entry: dict[str, Any]) -> tuple[int, int, int]:

@@ -18,7 +18,9 @@ import pytest
 
 from veeksha.distributed import driver
 from veeksha.distributed.collect import LocalCopy, Pull, ShardFiles, pending_work
+from veeksha.distributed.lost import SHARD_LOST, lost_request_rows
 from veeksha.distributed.pulls import MISSED_PULLS
+from veeksha.distributed.run_folder import shard_result
 from veeksha.errors import ConfigurationError
 
 
@@ -118,6 +120,40 @@ def test_a_file_larger_than_a_chunk_arrives_whole_and_identical_in_pieces(tmp_pa
     assert not list(copy.folder.glob(".*.tmp"))
     with pytest.raises(KeyError):  # only the files a final pull named are served
         files.read_chunk("run.log", 0, 10)
+
+
+def test_a_lost_shards_account_adds_the_trace_lines_its_last_snapshot_missed(
+    tmp_path: Path,
+) -> None:
+    """The snapshot (up to 0.5 s old) named request 3 in flight; request 5 was dispatched after
+    it and request 7 answered with a row never pulled: each gets a shard_lost row, request 1
+    (its row came) does not, and no request is named twice."""
+    folder = tmp_path / "copy"
+    _part(folder, "requests", 1, "request_id", [1])
+    _part(folder, "sessions", 1, "session_id", [])
+    line = {"node_id": 0, "phase": "measured"}
+    _trace(folder, *({**line, "session_id": i, "request_id": i} for i in (1, 3, 5, 7)))
+    snapshot = {"in_flight": [{**line, "session_id": 3, "request_id": 3, "model": "m"}]}
+    shard = SimpleNamespace(
+        spec=SimpleNamespace(index=1),
+        copy=SimpleNamespace(folder=folder, snapshot=snapshot),
+        offset_before=None,
+        offset_after=None,
+        lost="ActorDiedError",
+        lost_at_wall_ns=1,
+    )
+    result = shard_result(shard)  # type: ignore[arg-type]
+    assert [(e["request_id"], e.get("model")) for e in result.in_flight] == [
+        (3, "m"),  # (the snapshot's own entry, with what the engine knew)
+        (5, None),
+        (7, None),
+    ]
+    rows = lost_request_rows(result, "run", {(1, 0, 0)}, 0.0, 2.0)
+    assert [r["request_id"] for r in rows] == [3, 5, 7]
+    assert {r["error_kind"] for r in rows} == {SHARD_LOST}
+    # a finished shard: its folder holds it all, nothing is in flight
+    shard.lost = None
+    assert shard_result(shard).in_flight == []  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------- the driver's pull loop
