@@ -53,7 +53,7 @@ from veeksha.generate.traces.reader import TraceFileError, read_batches
 
 __all__ = ["CACHE_VERSION", "CANONICAL", "ROOTS_ONLY", "PreparedTrace", "prepare_file"]
 
-CACHE_VERSION = 8  # 7: the NODE columns; 8: NODE's valid
+CACHE_VERSION = 9  # 7: the NODE columns; 8: NODE's valid; 9: agent, round, transcript
 ROW_GROUP_ROWS = 65_536
 _SHOWN_LINES = 10
 _META_KEY = b"veeksha.trace"
