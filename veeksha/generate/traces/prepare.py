@@ -379,6 +379,16 @@ def _tools(table: pa.Table) -> list[bool] | None:
     return mask(pc.is_valid(column)).tolist()
 
 
+def _merged(table: pa.Table) -> tuple[list[list[int] | None], list[str | None]] | None:
+    """The rows' transcripts and agents (``agent_rounds``), or None when no row has one."""
+    if "transcript" not in table.schema.names:
+        return None
+    column = table.column("transcript")
+    if column.null_count == table.num_rows:
+        return None
+    return column.to_pylist(), table.column("agent").to_pylist()
+
+
 def _servable(table: pa.Table | pa.RecordBatch) -> np.ndarray:
     prompt = numbers(table.column("prompt_tokens"), np.int64)
     output = numbers(table.column("output_tokens"), np.int64)
@@ -579,6 +589,7 @@ def _grouped(
                 _fixed(linked).tolist(),
                 limit,
                 _tools(linked),
+                _merged(linked),
             )
             if not fits:
                 lines = numbers(linked.column("line"), np.int64)
