@@ -23,7 +23,10 @@ clients in the same order. A tool node's line (no request was sent) has ``"kind"
 ``valid`` (whether the answer passed; left out when there was no answer to check), so the replay
 ends the node as it ended: with a failed last answer when its re-prompts ran out. Such a line is
 written once its answer is checked; the lines after it wait for it, so the file stays in
-dispatch order (a replay breaks ties between equal start times by file order).
+dispatch order (a replay breaks ties between equal start times by file order). A node of an
+``agent_rounds`` graph adds ``agent``, ``round`` and ``transcript`` (the node ids whose turns
+its messages merge, in order; the turns of nodes of its own agent are its ``assistant``
+messages), so the replay sends the same merged messages.
 """
 
 from __future__ import annotations
@@ -59,6 +62,9 @@ class TraceEntry(msgspec.Struct, omit_defaults=True):
     latency_s: float | None = None
     attempt: int | None = None
     valid: bool | None = None  # its answer passed the node's validation (a checked node only)
+    agent: str | None = None  # agent_rounds graphs only: the speaking agent,
+    round: int | None = None  # its round
+    transcript: tuple[int, ...] | None = None  # and the nodes whose turns its messages merge
     result: str | None = None
     messages: list[tuple[str, str]] | None = None
     shard: int | None = None  # the shard that sent it (a distributed run's shards only)
@@ -151,6 +157,10 @@ class TraceWriter:
         )
         if self._shard is not None:
             entry.shard = self._shard
+        if node.transcript is not None:
+            entry.agent = node.agent
+            entry.round = node.round
+            entry.transcript = node.transcript
         if node.kind != "llm":  # a tool: no request, no client
             entry.kind = node.kind
             entry.latency_s = node.latency_s

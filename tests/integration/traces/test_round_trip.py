@@ -338,3 +338,101 @@ def test_a_node_whose_reprompts_ran_out_replays_as_failed(
         )
     )
     assert replay(old, "old") == {key: bool(key[2]) for key in recorded}
+
+
+ROUNDS = """
+seed: 51
+traffic_scheduler: {{type: rate, interval_generator: {{type: fixed, interval: 0.01}}}}
+client: {{api_base: {api_base}, model: veeksha-sim}}
+session_generator:
+  type: synthetic
+  session_graph:
+    type: agent_rounds
+    rounds: 2
+    agents:
+      - {{id: pro}}
+      - id: search
+        kind: tool
+        latency_generator: {{type: fixed, interval: 0.01}}
+        result_length_generator: {{type: fixed, value: 4}}
+        speak_after_within_round: [pro]
+      - {{id: con, speak_after_within_round: [search]}}
+  channels: [{{body_length_generator: {{type: fixed, value: 5}}}}]
+  output_spec: {{text: {{output_length_generator: {{type: fixed, value: 3}}}}}}
+runtime: {{max_sessions: 2, benchmark_timeout: 60, num_workers: 1}}
+trace_recorder: {{include_content: true}}
+"""
+
+
+def _turns(run_dir: Path) -> dict[tuple[int, int], tuple]:  # type: ignore[type-arg]
+    """(session rank, node) → (agent, round, each message's role and "<id>: " speaker), from
+    trace.jsonl, and the same agent and round in requests.parquet."""
+    entries = read_trace(run_dir / "trace.jsonl")
+    ranks = {s: r for r, s in enumerate(sorted({e.session_id for e in entries}))}
+    rows = pd.read_parquet(run_dir / "requests.parquet")
+    assert (rows.status == "ok").all()
+    rows = rows.set_index(["session_id", "node_id"])
+    turns = {}
+    for e in entries:
+        row = rows.loc[(e.session_id, e.node_id)]
+        agent, number = (None if pd.isna(v) else v for v in (row.agent, row["round"]))
+        assert (agent, number) == (e.agent, e.round)
+        speakers = tuple(
+            (role, text.split(": ", 1)[0] if role == "user" and ": " in text else None)
+            for role, text in e.messages or ()
+        )
+        turns[(ranks[e.session_id], e.node_id)] = (e.agent, e.round, e.kind, speakers)
+    return turns
+
+
+def test_a_recorded_agent_rounds_run_replays_with_the_same_conversations(
+    tmp_path: Path, fast_simulator: SimulatorProcess
+) -> None:
+    api_base = fast_simulator.base_url
+    first = tmp_path / "recorded"
+    scenario = load_scenario_text(ROUNDS.format(api_base=api_base), "a.yaml")
+    run_scenario(scenario, first, quiet=True, plots=False)
+    recorded = _turns(first)
+    assert len(recorded) == 2 * 2 * 3
+    # con of round 1 sees pro, search and con of round 0 and pro and search of its own round
+    assert recorded[(0, 5)] == (
+        "con",
+        1,
+        None,
+        (
+            *(("user", "pro"), ("user", "search"), ("assistant", None)),  # round 0
+            *(("user", "pro"), ("user", "search"), ("user", None)),  # round 1, its prompt
+        ),
+    )
+
+    def replay(trace: Path, name: str) -> dict[tuple[int, int], tuple]:  # type: ignore[type-arg]
+        text = TOOLS_REPLAY.format(api_base=api_base, trace=trace)
+        outcome = run_scenario(
+            load_scenario_text(text, "b.yaml"), tmp_path / name, quiet=True, plots=False
+        )
+        assert outcome.stop_reason == "completed"
+        return _turns(tmp_path / name)
+
+    assert replay(first / "trace.jsonl", "replayed") == recorded
+    # the tools' recorded results are merged as they were: "search: <result>"
+    for path in (first, tmp_path / "replayed"):
+        entries = read_trace(path / "trace.jsonl")
+        results = {(e.session_id, e.node_id): e.result for e in entries if e.kind == "tool"}
+        con = next(e for e in entries if e.agent == "con" and e.round == 0)
+        assert con.messages is not None
+        assert con.messages[1] == ("user", f"search: {results[(con.session_id, 1)]}")
+    # an old trace.jsonl (none of them): each node sends its own prompt only, as before
+    old = tmp_path / "old.jsonl"
+    old.write_text(
+        "".join(
+            json.dumps({k: v for k, v in json.loads(line).items() if k not in _AGENT_KEYS}) + "\n"
+            for line in (first / "trace.jsonl").read_text().splitlines()
+        )
+    )
+    assert set(replay(old, "old").values()) == {
+        (None, None, None, (("user", None),)),
+        (None, None, "tool", ()),
+    }
+
+
+_AGENT_KEYS = {"agent", "round", "transcript"}

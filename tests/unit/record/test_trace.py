@@ -168,3 +168,21 @@ def test_a_checked_line_records_valid_and_waits_for_its_answer(tmp_path: Path) -
         None,
         None,
     ]
+
+
+def test_an_agent_rounds_line_records_agent_round_and_transcript(tmp_path: Path) -> None:
+    trace = TraceWriter(tmp_path / "trace.jsonl", include_content=False, t0_ns=T0)
+    speaker = make_node(3, agent="con", round=1, transcript=(0, 1, 2))
+    trace.add("measured", 3, speaker, item(1))
+    trace.add("measured", 3, make_node(0, agent="pro", round=0, transcript=()), item(2))
+    trace.add("measured", 4, make_node(), item(3))  # another graph's line: none of them
+    trace.close()
+    lines = [json.loads(line) for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
+    assert [(e.get("agent"), e.get("round"), e.get("transcript")) for e in lines] == [
+        ("con", 1, [0, 1, 2]),
+        ("pro", 0, []),
+        (None, None, None),
+    ]
+    assert not {"agent", "round", "transcript"} & set(lines[2])
+    first = read_trace(tmp_path / "trace.jsonl")[0]
+    assert (first.agent, first.round, first.transcript) == ("con", 1, (0, 1, 2))

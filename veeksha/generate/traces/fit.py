@@ -14,6 +14,9 @@ limit is **oversized**; ``session_generator.oversized`` says what happens to it:
 
 A tool node (a row with a ``tool_latency``) sends nothing, so it is never oversized nor clipped;
 its result (its prompt tokens) follows its history in its history children's context.
+A node with a transcript (``agent_rounds``) holds its transcript's turns instead of a history:
+each turn's answer (its requested output; a tool's result) plus one token for another speaker's
+name, as veeksha counts the merged messages (``SessionState.outgoing``).
 
 The check is vectorised for one-request sessions and linear chats (the common big traces); a
 Python step per session is paid only for the sessions that do not fit, and for DAG flavors
@@ -81,14 +84,24 @@ def fit_session(
     fixed: list[bool],
     limit: ContextLimit,
     tool: list[bool] | None = None,
+    merged: tuple[list[list[int] | None], list[str | None]] | None = None,
 ) -> tuple[bool, int]:
     """One session's requests in topological order, clipped in place when ``limit.truncate``:
-    (whether it fits, requests clipped). ``tool``: the rows that are tool nodes."""
+    (whether it fits, requests clipped). ``tool``: the rows that are tool nodes; ``merged``:
+    the rows' transcripts and agents (``agent_rounds``)."""
     context: list[int] = []
     clipped = 0
     for r in range(len(prompt)):
         h = history[r]
         before = 0 if h is None else context[h]
+        turns = None if merged is None else merged[0][r]
+        if turns is not None and merged is not None:
+            agents = merged[1]
+            before = sum(
+                (prompt[t] if tool is not None and tool[t] else output[t])
+                + (agents[t] != agents[r])
+                for t in turns
+            )
         if tool is not None and tool[r]:
             context.append(before + prompt[r])
             continue
@@ -97,7 +110,7 @@ def fit_session(
                 return False, 0
             room = limit.tokens - before - prompt[r]
             if room < 1:
-                if h is not None or fixed[r]:
+                if h is not None or turns or fixed[r]:
                     return False, 0
                 prompt[r] = limit.tokens - 1
                 room = 1

@@ -25,7 +25,10 @@ Node columns (optional, ``NODE``): ``tool_latency`` (float64: the row is a tool 
 which takes this many seconds and whose result is the row's ``text``, or a placeholder of
 ``prompt_tokens`` tokens; null: an LLM request), ``reprompts`` (int32: the recorded re-prompts
 of the node, replayed as that many failed validations; null: 0) and ``valid`` (bool: whether the
-node's last recorded attempt passed its validation, replayed as recorded; null: not recorded).
+node's last recorded attempt passed its validation, replayed as recorded; null: not recorded),
+``agent`` (string: the speaking agent of an ``agent_rounds`` node), ``round`` (int32: its round)
+and ``transcript`` (list<int32>: node indices within the session, all smaller than the row's
+own, whose turns the node's messages merge; null: the history parent's conversation instead).
 
 Linked columns (``LINKED``), per row of a session in topological order: ``parents``
 (list<int32>, node indices within the session, all smaller than the row's own), ``history``
@@ -75,7 +78,16 @@ CONTENT = pa.schema(
     ]
 )
 ROUTING = pa.schema([("client", pa.string()), ("priority", pa.int64())])
-NODE = pa.schema([("tool_latency", pa.float64()), ("reprompts", pa.int32()), ("valid", pa.bool_())])
+NODE = pa.schema(
+    [
+        ("tool_latency", pa.float64()),
+        ("reprompts", pa.int32()),
+        ("valid", pa.bool_()),
+        ("agent", pa.string()),
+        ("round", pa.int32()),
+        ("transcript", pa.list_(pa.int32())),
+    ]
+)
 LINKED = pa.schema(
     [
         ("parents", pa.list_(pa.int32())),

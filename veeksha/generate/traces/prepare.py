@@ -53,7 +53,7 @@ from veeksha.generate.traces.reader import TraceFileError, read_batches
 
 __all__ = ["CACHE_VERSION", "CANONICAL", "ROOTS_ONLY", "PreparedTrace", "prepare_file"]
 
-CACHE_VERSION = 8  # 7: the NODE columns; 8: NODE's valid
+CACHE_VERSION = 9  # 7: the NODE columns; 8: NODE's valid; 9: agent, round, transcript
 ROW_GROUP_ROWS = 65_536
 _SHOWN_LINES = 10
 _META_KEY = b"veeksha.trace"
@@ -379,6 +379,16 @@ def _tools(table: pa.Table) -> list[bool] | None:
     return mask(pc.is_valid(column)).tolist()
 
 
+def _merged(table: pa.Table) -> tuple[list[list[int] | None], list[str | None]] | None:
+    """The rows' transcripts and agents (``agent_rounds``), or None when no row has one."""
+    if "transcript" not in table.schema.names:
+        return None
+    column = table.column("transcript")
+    if column.null_count == table.num_rows:
+        return None
+    return column.to_pylist(), table.column("agent").to_pylist()
+
+
 def _servable(table: pa.Table | pa.RecordBatch) -> np.ndarray:
     prompt = numbers(table.column("prompt_tokens"), np.int64)
     output = numbers(table.column("output_tokens"), np.int64)
@@ -579,6 +589,7 @@ def _grouped(
                 _fixed(linked).tolist(),
                 limit,
                 _tools(linked),
+                _merged(linked),
             )
             if not fits:
                 lines = numbers(linked.column("line"), np.int64)

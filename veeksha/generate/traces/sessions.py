@@ -279,6 +279,8 @@ class TraceSessions:
                 or rows.valid is not None
             ):
                 _recorded_kinds(nodes, rows, r0)
+            if rows.agent is not None or rows.round is not None or rows.transcript is not None:
+                _recorded_agents(nodes, rows, r0)
             specs.append(SessionSpec(first_index + j, nodes))
         if self._checks is not None:
             every = [node for spec in specs for node in spec.nodes]
@@ -302,6 +304,22 @@ def _recorded_kinds(nodes: list[NodeSpec], rows: SessionRows, r0: int) -> None:
         elif count or last is not None:
             node.validation = ReplayedReprompts(count, last is not False)
             node.max_reprompts = count
+
+
+def _recorded_agents(nodes: list[NodeSpec], rows: SessionRows, r0: int) -> None:
+    """Give the session's rows their recorded agent, round and transcript (an
+    ``agent_rounds`` node's messages merge its transcript's turns, as when recorded)."""
+    agents, rounds, transcripts = rows.agent, rows.round, rows.transcript
+    for node in nodes:
+        r = r0 + node.node_id
+        if agents is not None:
+            node.agent = agents[r]
+        number = None if rounds is None else rounds[r]
+        if number is not None:
+            node.round = number
+        transcript = None if transcripts is None else transcripts[r]
+        if transcript is not None:
+            node.transcript = tuple(transcript)
 
 
 def _piece_sizes(count: int) -> NDArray[np.int64]:
@@ -343,6 +361,9 @@ def _merge(pieces: list[SessionRows]) -> SessionRows:
         _merged([p.tool_latency for p in pieces], [int(p.bounds[-1]) for p in pieces]),
         _merged([p.reprompts for p in pieces], [int(p.bounds[-1]) for p in pieces]),
         _merged([p.valid for p in pieces], [int(p.bounds[-1]) for p in pieces]),
+        _merged([p.agent for p in pieces], [int(p.bounds[-1]) for p in pieces]),
+        _merged([p.round for p in pieces], [int(p.bounds[-1]) for p in pieces]),
+        _merged([p.transcript for p in pieces], [int(p.bounds[-1]) for p in pieces]),
     )
 
 

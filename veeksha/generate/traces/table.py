@@ -36,6 +36,9 @@ class SessionRows:
     tool_latency: list[float | None] | None = None  # None: every row is an LLM request
     reprompts: list[int | None] | None = None  # None: no row was re-prompted
     valid: list[bool | None] | None = None  # None: no row recorded its last answer's validity
+    agent: list[str | None] | None = None  # None: no row is an agent_rounds node
+    round: list[int | None] | None = None
+    transcript: list[list[int] | None] | None = None  # None: history parents' conversations
 
 
 class TraceTable:
@@ -87,6 +90,9 @@ class TraceTable:
                     None if rows.tool_latency is None else rows.tool_latency[r0:r1],
                     None if rows.reprompts is None else rows.reprompts[r0:r1],
                     None if rows.valid is None else rows.valid[r0:r1],
+                    None if rows.agent is None else rows.agent[r0:r1],
+                    None if rows.round is None else rows.round[r0:r1],
+                    None if rows.transcript is None else rows.transcript[r0:r1],
                 )
             )
             lo = end
@@ -116,6 +122,9 @@ class TraceTable:
                 _given(table, "tool_latency"),
                 _given(table, "reprompts"),
                 _given(table, "valid"),
+                _given(table, "agent"),
+                _given(table, "round"),
+                _given(table, "transcript"),
             )
             if len(self._decoded) >= 2:
                 self._decoded.pop(next(iter(self._decoded)))

@@ -81,6 +81,9 @@ class TimedSessionFlavor(TraceFlavor):
         Field("result", str),
         Field("attempt", int),
         Field("valid", object),
+        Field("agent", object),
+        Field("round", object),
+        Field("transcript", object),
     )
 
     def stage(self, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -109,6 +112,9 @@ class TimedSessionFlavor(TraceFlavor):
         results: list[Any] = batch.column("result").to_pylist()
         attempts: list[Any] = batch.column("attempt").to_pylist()
         valids: list[Any] = batch.column("valid").to_pylist()
+        agents: list[Any] = [_decoded(v) for v in batch.column("agent").to_pylist()]
+        rounds: list[Any] = [_decoded(v) for v in batch.column("round").to_pylist()]
+        transcripts: list[Any] = [_decoded(v) for v in batch.column("transcript").to_pylist()]
         tool_latency: list[float | None] = [None] * len(contexts)
         for i, raw in enumerate(contexts):
             line = int(lines[i])
@@ -121,6 +127,9 @@ class TimedSessionFlavor(TraceFlavor):
                 results[i] = context.get("result", results[i])
                 attempts[i] = context.get("attempt", attempts[i])
                 valids[i] = context.get("valid", valids[i])
+                agents[i] = context.get("agent", agents[i])
+                rounds[i] = context.get("round", rounds[i])
+                transcripts[i] = context.get("transcript", transcripts[i])
             elif top_nodes[i] is not None:
                 context = {
                     "node_id": top_nodes[i],
@@ -134,6 +143,10 @@ class TimedSessionFlavor(TraceFlavor):
                 )
             if valids[i] is not None:
                 valids[i] = self._valid(valids[i], tool_latency[i] is not None, line)
+            if agents[i] is not None or rounds[i] is not None or transcripts[i] is not None:
+                agents[i], rounds[i], transcripts[i] = self._speaker(
+                    agents[i], rounds[i], transcripts[i], line
+                )
             if context is None:
                 nodes.append(None)
                 parents.append(None)
@@ -176,6 +189,9 @@ class TimedSessionFlavor(TraceFlavor):
                 ),
                 pa.array(attempts, pa.int64()),
                 pa.array(valids, pa.bool_()),
+                pa.array(agents, pa.string()),
+                pa.array(rounds, pa.int32()),
+                pa.array(transcripts, pa.string()),
             ],
             names=[
                 "line",
@@ -195,6 +211,9 @@ class TimedSessionFlavor(TraceFlavor):
                 "text",
                 "attempt",
                 "valid",
+                "agent",
+                "round",
+                "node_transcript",
             ],
         )
 
@@ -281,6 +300,32 @@ class TimedSessionFlavor(TraceFlavor):
             )
         return flag
 
+    def _speaker(
+        self, agent: Any, round_: Any, transcript: Any, line: int
+    ) -> tuple[str | None, int | None, str | None]:
+        """The row's ``agent``, ``round`` and ``transcript`` (as JSON text, for ``link``)."""
+        if agent is not None and (not isinstance(agent, str) or not agent):
+            raise self.error(line, f"agent {agent!r} must be the agent's id (a string)")
+        number = None if round_ is None else _integer(round_)
+        if round_ is not None and (isinstance(round_, str) or number is None or number < 0):
+            raise self.error(line, f"round {round_!r} must be an integer, 0 or more")
+        text = None
+        if transcript is not None:
+            if not isinstance(transcript, list) or any(
+                isinstance(t, bool) or not isinstance(t, int) for t in transcript
+            ):
+                raise self.error(
+                    line,
+                    f"transcript {transcript!r} must be a list of node ids (integers); write"
+                    " the ids of the earlier nodes whose turns the node's messages merge",
+                )
+            if agent is None:
+                raise self.error(
+                    line, "transcript is given without agent; add the node's agent (its id)"
+                )
+            text = msgspec.json.encode(transcript).decode()
+        return agent, number, text
+
     def _topology(
         self, context: dict[str, Any], line: int
     ) -> tuple[int, list[int], int | None, float]:
@@ -324,6 +369,10 @@ class TimedSessionFlavor(TraceFlavor):
                 raise self.error(
                     lines[0], "attempt is given in a session without node ids; give node_id"
                 )
+            if session.column("node_transcript").null_count < session.num_rows:
+                raise self.error(
+                    lines[0], "transcript is given in a session without node ids; give node_id"
+                )
             return self._linear(session)
         session = self._fold_attempts(session)
         lines = session.column("line").to_pylist()
@@ -364,6 +413,9 @@ class TimedSessionFlavor(TraceFlavor):
             values.extend(sorted(local[p] for p in parents[r]))
             offsets.append(len(values))
         ordered = session.take(from_numpy(np.asarray(order, dtype=np.int64)))
+        ordered = ordered.append_column(
+            "transcript", self._transcripts(session, order, local, lines)
+        )
         return self._linked(
             ordered,
             pa.ListArray.from_arrays(
@@ -375,6 +427,36 @@ class TimedSessionFlavor(TraceFlavor):
             ),
             from_numpy(np.asarray([waits[r] for r in order], dtype=np.float64)),
         )
+
+    def _transcripts(
+        self, session: pa.Table, order: list[int], local: dict[int, int], lines: list[int]
+    ) -> pa.Array:
+        """Each row's transcript (in ``order``) as node indices within the session; null on
+        every row of a session without one."""
+        column = session.column("node_transcript")
+        if column.null_count == session.num_rows:
+            return pa.nulls(session.num_rows, pa.list_(pa.int32()))
+        raw = column.to_pylist()
+        nodes = session.column("node").to_pylist()
+        if column.null_count:
+            bad = raw.index(None)
+            raise self.error(
+                lines[bad],
+                f"node {nodes[bad]} has no transcript while other rows of its session have"
+                " one; give it on every row of an agent_rounds session (or on none)",
+            )
+        out: list[list[int]] = [[] for _ in order]
+        for i, r in enumerate(order):
+            me = local[nodes[r]]
+            for t in msgspec.json.decode(raw[r]):
+                if local.get(t, me) >= me:
+                    raise self.error(
+                        lines[r],
+                        f"the transcript of node {nodes[r]} names node {t}, which is not an"
+                        " earlier node of its session; fix transcript (ids of earlier nodes)",
+                    )
+                out[i].append(local[t])
+        return pa.array(out, pa.list_(pa.int32()))
 
     def _fold_attempts(self, session: pa.Table) -> pa.Table:
         """The session without its re-prompt rows (``attempt`` ≥ 1), each node's count of them
@@ -471,6 +553,16 @@ class TimedSessionFlavor(TraceFlavor):
             .append_column("history", history)
             .append_column("wait", wait)
         )
+
+
+def _decoded(text: str | None) -> Any:
+    """A JSON column's value (its text, when it is not JSON: a CSV cell)."""
+    if text is None or not text.strip():
+        return None
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return text.strip()
 
 
 def _json(value: Any) -> Any:

@@ -119,6 +119,22 @@ def test_a_tool_node_is_never_oversized_and_passes_on_its_result() -> None:
     assert fit_session(prompt, output, [None, 0, 1], [False] * 3, limit, tool) == (True, 0)
 
 
+def test_an_agent_rounds_node_holds_its_transcripts_turns() -> None:
+    # pro (0), search (1, a tool of 6 result tokens), pro again (2): no history parents;
+    # node 2 holds pro's answer 4 (its own), "search: " + 6 and its prompt 3 + output 3
+    prompt, output = [4, 6, 3], [4, 6, 3]
+    tool = [False, True, False]
+    merged = ([[], [0], [0, 1]], ["pro", "search", "pro"])
+    args = ([None] * 3, [False] * 3)
+    assert fit_session(prompt, output, *args, ContextLimit(17, False), tool, merged) == (True, 0)
+    assert fit_session(prompt, output, *args, ContextLimit(16, False), tool, merged) == (False, 0)
+    # without its transcript, node 2 would hold its own 6 tokens only
+    assert fit_session(prompt, output, *args, ContextLimit(16, False), tool) == (True, 0)
+    # truncate clips its output to the room its transcript leaves
+    assert fit_session(prompt, output, *args, ContextLimit(16, True), tool, merged) == (True, 1)
+    assert output == [4, 6, 2]
+
+
 def test_linear_contexts_restart_at_each_chat() -> None:
     contexts = linear_contexts(np.array([1, 2, 3, 4]), np.array([1, 1, 1, 1]), np.array([0, 2]))
     assert contexts.tolist() == [2, 5, 4, 9]
@@ -138,3 +154,18 @@ def test_validate_warns_of_the_rows_a_run_would_not_replay(tmp_path: Path) -> No
     result = CliRunner().invoke(main, ["validate", str(scenario)], env={"CI": "true"})
     assert result.exit_code == 0, result.output
     assert f"warning: {scenario}: trace: 1 not replayed: oversized" in result.output
+
+
+def test_a_replayed_agent_rounds_session_is_fitted_with_its_transcripts(tmp_path: Path) -> None:
+    def line(node: int, agent: str, transcript: list[int]) -> dict:  # type: ignore[type-arg]
+        return {
+            "session_id": 1, "node_id": node, "parents": transcript, "history_parent": None,
+            "agent": agent, "round": 0, "transcript": transcript,
+            "new_input_length": 4, "output_length": 4,
+        }  # fmt: skip
+
+    path = write_jsonl(tmp_path / "t.jsonl", [line(0, "pro", []), line(1, "con", [0])])
+    # con holds "pro: " + 4 and its own 4 + 4: 13 tokens
+    assert _lengths(_open(path, 13, flavor="timed_synthetic_session")) == [(4, 4), (4, 4)]
+    trace = _open(path, 12, "truncate", flavor="timed_synthetic_session")
+    assert _lengths(trace) == [(4, 4), (4, 3)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +156,77 @@ def test_a_valid_attempt_that_was_re_prompted_is_refused(tmp_path: Path) -> None
     )
     with pytest.raises(TraceFileError, match=":1: attempt 0 of node 0 is valid, yet the node has"):
         open_trace(trace_scenario(path, FLAVOR))
+
+
+def _speaker(node: int, parents: list[int], agent: str, round_: int, transcript: list[int]):
+    """A trace.jsonl line of an agent_rounds node (no history parent)."""
+    return {
+        **_line(node, parents), "history_parent": None, "agent": agent, "round": round_,
+        "transcript": transcript,
+    }  # fmt: skip
+
+
+def test_agent_rounds_lines_replay_with_their_agents_and_transcripts(tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path / "trace.jsonl",
+        [
+            _speaker(0, [], "pro", 0, []),
+            _speaker(1, [0], "search", 0, [0]) | {"kind": "tool", "latency_s": 0.1},
+            _speaker(2, [1], "con", 0, [0, 1]),
+            _speaker(3, [0, 1, 2], "pro", 1, [0, 1, 2]),
+        ],
+    )
+    (session,) = _sessions(path)
+    assert [(n.agent, n.round, n.transcript) for n in session.nodes] == [
+        ("pro", 0, ()),
+        ("search", 0, (0,)),
+        ("con", 0, (0, 1)),
+        ("pro", 1, (0, 1, 2)),
+    ]
+    assert [n.history_parent for n in session.nodes] == [None] * 4
+    # an old line (none of them): the history parent's conversation, as before
+    (old,) = _sessions(write_jsonl(tmp_path / "old.jsonl", [_line(0, []), _line(1, [0])]))
+    assert [(n.agent, n.round, n.transcript) for n in old.nodes] == [(None, -1, None)] * 2
+    # a session_context carries them too
+    rows = [row("s", 0, [], None), row("s", 1, [0], None)]
+    rows[0]["session_context"].update(agent="pro", round=0, transcript=[])
+    rows[1]["session_context"].update(agent="con", round=0, transcript=[0])
+    (session,) = _sessions(write_jsonl(tmp_path / "context.jsonl", rows))
+    assert [(n.agent, n.transcript) for n in session.nodes] == [("pro", ()), ("con", (0,))]
+    # a CSV gives the agent as plain text
+    csv = write_csv(
+        tmp_path / "t.csv",
+        "session_id,node_id,parents,new_input_length,output_length,agent,round,transcript",
+        ["s,0,[],5,3,pro,0,[]", "s,1,[0],5,3,con,0,[0]"],
+    )
+    (session,) = _sessions(csv)
+    assert [(n.agent, n.round, n.transcript) for n in session.nodes] == [
+        ("pro", 0, ()),
+        ("con", 0, (0,)),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("second", "expected"),
+    [
+        ({"agent": 7}, ":2: agent 7 must be the agent's id (a string)"),
+        ({"round": -1}, ":2: round -1 must be an integer, 0 or more"),
+        ({"round": "1"}, ":2: round '1' must be an integer, 0 or more"),
+        ({"transcript": [0, "x"]}, ":2: transcript [0, 'x'] must be a list of node ids"),
+        ({"transcript": [1]}, ":2: the transcript of node 1 names node 1, which is not an"),
+        ({"transcript": [5]}, ":2: the transcript of node 1 names node 5, which is not an"),
+        ({"agent": None}, ":2: transcript is given without agent; add the node's agent"),
+        ({"transcript": None}, ":2: node 1 has no transcript while other rows of its session"),
+    ],
+)
+def test_bad_agent_rounds_lines_name_the_offending_row(
+    tmp_path: Path, second: dict[str, Any], expected: str
+) -> None:
+    bad = {k: v for k, v in (_speaker(1, [0], "con", 0, [0]) | second).items() if v is not None}
+    path = write_jsonl(tmp_path / "trace.jsonl", [_speaker(0, [], "pro", 0, []), bad])
+    with pytest.raises(TraceFileError, match=re.escape(expected)) as caught:
+        open_trace(trace_scenario(path, FLAVOR))
+    assert "trace.jsonl" in str(caught.value)
 
 
 def test_node_kind_in_a_session_context(tmp_path: Path) -> None:
