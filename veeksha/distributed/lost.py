@@ -38,6 +38,8 @@ def lost_request_rows(
                 "model": entry.get("model"),
                 "client": entry.get("client", "default"),
                 "kind": "llm",
+                "agent": entry.get("agent"),  # (an agent_rounds node's trace line names them)
+                "round": entry.get("round"),
                 "attempt": attempt,
                 "ready_at": None if ready is None else float(ready) + shift_s,
                 "dispatched_at": None if dispatched is None else float(dispatched) + shift_s,

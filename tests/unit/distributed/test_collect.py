@@ -132,7 +132,8 @@ def test_a_lost_shards_account_adds_the_trace_lines_its_last_snapshot_missed(
     _part(folder, "requests", 1, "request_id", [1])
     _part(folder, "sessions", 1, "session_id", [])
     line = {"node_id": 0, "phase": "measured"}
-    _trace(folder, *({**line, "session_id": i, "request_id": i} for i in (1, 3, 5, 7)))
+    _trace(folder, *({**line, "session_id": i, "request_id": i} for i in (1, 3, 5)))
+    _trace(folder, {**line, "session_id": 7, "request_id": 7, "agent": "pro", "round": 1})
     snapshot = {"in_flight": [{**line, "session_id": 3, "request_id": 3, "model": "m"}]}
     shard = SimpleNamespace(
         spec=SimpleNamespace(index=1),
@@ -151,6 +152,7 @@ def test_a_lost_shards_account_adds_the_trace_lines_its_last_snapshot_missed(
     rows = lost_request_rows(result, "run", {(1, 0, 0)}, 0.0, 2.0)
     assert [r["request_id"] for r in rows] == [3, 5, 7]
     assert {r["error_kind"] for r in rows} == {SHARD_LOST}
+    assert [(r["agent"], r["round"]) for r in rows] == [(None, None), (None, None), ("pro", 1)]
     # a finished shard: its folder holds it all, nothing is in flight
     shard.lost = None
     assert shard_result(shard).in_flight == []  # type: ignore[arg-type]
