@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from veeksha.engine.outcome import RunOutcome
 from veeksha.engine.run import run_scenario
 from veeksha.record.trace import read_trace
 from veeksha.scenario.loader import load_scenario_text
@@ -66,18 +67,19 @@ def _shapes(run_dir: Path) -> list[list[tuple]]:  # type: ignore[type-arg]
     return shapes
 
 
+def _run(text: str, folder: Path, name: str = "a.yaml") -> RunOutcome:
+    """Run the scenario ``text`` (read as the file ``name``) into ``folder``, in this process."""
+    return run_scenario(load_scenario_text(text, name), folder, quiet=True, plots=False)
+
+
 def test_a_recorded_run_replays_as_the_same_sessions(
     tmp_path: Path, fast_simulator: SimulatorProcess
 ) -> None:
     api_base = fast_simulator.base_url
     first = tmp_path / "recorded"
-    scenario = load_scenario_text(RECORDED.format(api_base=api_base), "a.yaml")
-    run_scenario(scenario, first, quiet=True, plots=False)
-    replay = load_scenario_text(
-        REPLAY.format(api_base=api_base, trace=first / "trace.jsonl"), "b.yaml"
-    )
+    _run(RECORDED.format(api_base=api_base), first)
     second = tmp_path / "replayed"
-    outcome = run_scenario(replay, second, quiet=True, plots=False)
+    outcome = _run(REPLAY.format(api_base=api_base, trace=first / "trace.jsonl"), second, "b.yaml")
     assert outcome.stop_reason == "completed"
     recorded, replayed = _shapes(first), _shapes(second)
     assert len(recorded) == 10
@@ -134,10 +136,10 @@ def _routes(run_dir: Path) -> list[tuple[int, int, str | None, int | None, int |
 
 def test_a_recorded_multi_client_run_replays_to_the_same_clients(tmp_path: Path) -> None:
     first = tmp_path / "recorded"
-    run_scenario(load_scenario_text(AGENTS + CLIENTS, "a.yaml"), first, quiet=True, plots=False)
+    _run(AGENTS + CLIENTS, first)
     replay = AGENTS_REPLAY.format(trace=first / "trace.jsonl") + CLIENTS
     second = tmp_path / "replayed"
-    run_scenario(load_scenario_text(replay, "b.yaml"), second, quiet=True, plots=False)
+    _run(replay, second, "b.yaml")
     recorded = _routes(first)
     assert len(recorded) == 3 * 2 * 2
     assert {(r[2], r[3]) for r in recorded} == {("big", 2), ("small", None)}
@@ -237,8 +239,7 @@ def test_a_recorded_run_with_tools_and_reprompts_replays_as_itself(
     tmp_path: Path, fast_simulator: SimulatorProcess
 ) -> None:
     first = tmp_path / "recorded"
-    scenario = load_scenario_text(TOOLS.format(invalid=0.4), "a.yaml")
-    run_scenario(scenario, first, quiet=True, plots=False)
+    _run(TOOLS.format(invalid=0.4), first)
     entries = read_trace(first / "trace.jsonl")
     tools = [e for e in entries if e.kind == "tool"]
     assert tools
@@ -246,7 +247,7 @@ def test_a_recorded_run_with_tools_and_reprompts_replays_as_itself(
     assert any(e.attempt for e in entries)  # re-prompts were recorded
     replay = TOOLS_REPLAY.format(trace=first / "trace.jsonl", api_base=fast_simulator.base_url)
     second = tmp_path / "replayed"
-    outcome = run_scenario(load_scenario_text(replay, "b.yaml"), second, quiet=True, plots=False)
+    outcome = _run(replay, second, "b.yaml")
     assert outcome.stop_reason == "completed"
     recorded, replayed = _nodes(first), _nodes(second)
     # same nodes, kinds, attempts (each as valid as recorded), DAGs and prompt lengths
@@ -304,12 +305,7 @@ def test_a_node_whose_reprompts_ran_out_replays_as_failed(
 ) -> None:
     api_base = fast_simulator.base_url
     first = tmp_path / "recorded"
-    run_scenario(
-        load_scenario_text(NEVER_VALID.format(api_base=api_base), "a.yaml"),
-        first,
-        quiet=True,
-        plots=False,
-    )
+    _run(NEVER_VALID.format(api_base=api_base), first)
     recorded = _attempts(first)
     assert len(recorded) == 2 * 2 * 2  # every node re-prompted once, and failed both times
     assert set(recorded.values()) == {False}
@@ -317,9 +313,7 @@ def test_a_node_whose_reprompts_ran_out_replays_as_failed(
 
     def replay(trace: Path, name: str) -> dict[tuple[int, int, int], bool | None]:
         text = REPLAY.format(api_base=api_base, trace=trace)
-        outcome = run_scenario(
-            load_scenario_text(text, "b.yaml"), tmp_path / name, quiet=True, plots=False
-        )
+        outcome = _run(text, tmp_path / name, "b.yaml")
         assert outcome.stop_reason == "completed"
         return _attempts(tmp_path / name)
 
@@ -390,8 +384,7 @@ def test_a_recorded_agent_rounds_run_replays_with_the_same_conversations(
 ) -> None:
     api_base = fast_simulator.base_url
     first = tmp_path / "recorded"
-    scenario = load_scenario_text(ROUNDS.format(api_base=api_base), "a.yaml")
-    run_scenario(scenario, first, quiet=True, plots=False)
+    _run(ROUNDS.format(api_base=api_base), first)
     recorded = _turns(first)
     assert len(recorded) == 2 * 2 * 3
     # con of round 1 sees pro, search and con of round 0 and pro and search of its own round
@@ -407,9 +400,7 @@ def test_a_recorded_agent_rounds_run_replays_with_the_same_conversations(
 
     def replay(trace: Path, name: str) -> dict[tuple[int, int], tuple]:  # type: ignore[type-arg]
         text = TOOLS_REPLAY.format(api_base=api_base, trace=trace)
-        outcome = run_scenario(
-            load_scenario_text(text, "b.yaml"), tmp_path / name, quiet=True, plots=False
-        )
+        outcome = _run(text, tmp_path / name, "b.yaml")
         assert outcome.stop_reason == "completed"
         return _turns(tmp_path / name)
 
