@@ -33,10 +33,11 @@ def test_a_point_is_a_run_folder_with_its_summary(tmp_path: Path) -> None:
     assert not result.interrupted
     assert len(pd.read_parquet(result.run_dir / "requests.parquet")) == 6
     assert result.summary == read_summary(result.run_dir)
-    # (the verdict is the run's own: 6 sessions at a fixed 50/s fail dispatch_rate when the
-    # first one is 15 ms late on a busy machine; this test is about the folder and its summary)
+    # (dispatch_rate allows the rate error its lag budget can cause: a first session 15 ms
+    # late on a busy machine no longer fails 6 sessions at 50/s; the other checks are the
+    # run's own, and this test is about the folder and its summary)
+    assert result.summary["health"]["checks"]["dispatch_rate"] == "PASS"
     assert result.summary["health"]["verdict"] in ("PASS", "FAIL")
-    assert result.summary["health"]["checks"]["dispatch_rate"] in ("PASS", "FAIL")
 
 
 def test_a_folder_without_summary_reads_as_empty(tmp_path: Path) -> None:
