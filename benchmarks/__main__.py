@@ -16,6 +16,7 @@ figures and never fails on them, since a slow or busy machine must not break the
 from __future__ import annotations
 
 import argparse
+import compileall
 import sys
 import tempfile
 import time
@@ -25,6 +26,13 @@ from pathlib import Path
 from benchmarks.figures import FIGURES, REPEATS, SLOW, Plan, Sample
 from benchmarks.harness import ROOT, Simulator, baseline_tree, machine
 from benchmarks.report import append, render
+
+
+def _warm_bytecode(package: Path) -> None:
+    """Compile ``package``'s missing or stale bytecode (what ``veeksha.bytecode.warm`` does after
+    a run): a baseline extracted by ``git archive`` has none, and with PYTHONDONTWRITEBYTECODE
+    its every process would compile every module, which a user's install does only once."""
+    compileall.compile_dir(package, quiet=2, workers=1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.against is not None:
             tree, against = baseline_tree(args.against, Path(tmp) / "baseline")
             trees.append((f" {against}", tree, before))
+        for _, root, _ in trees:  # both warm, as a user's install is from its second run on
+            _warm_bytecode(root / "veeksha")
         # one figure after the other, repeated round-robin so drift spreads over all of them;
         # side by side, the two trees alternate which goes first
         for rep in range(repeats):

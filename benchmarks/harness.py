@@ -11,9 +11,12 @@ a subprocess, so the whole process tree is measured from outside, start-up inclu
   thread, and the main process' own peak (``ru_maxrss`` of the root is not separable, so it is
   sampled too).
 
-Every run is measured with ``PYTHONDONTWRITEBYTECODE=1`` (no ``__pycache__`` is written, so
-each process compiles veeksha's modules when it starts), and from a source tree (``root``): this
-checkout, or another revision's package (``baseline_tree``) for figures side by side with it.
+Every run is measured with ``PYTHONDONTWRITEBYTECODE=1``, as on these machines: Python writes
+no ``__pycache__`` of its own, and veeksha's modules are read from the bytecode
+``veeksha.bytecode.warm`` leaves after a run (``python -m benchmarks`` warms both trees first, as
+a user's install is from its second run on; the first run after an install compiles them). Runs
+start from a source tree (``root``): this checkout, or another revision's package
+(``baseline_tree``) for figures side by side with it.
 
 ``Simulator`` is the built-in server in its own process group; ``cpu_s`` reads its CPU from
 /proc (all its processes), ``requests_total`` its own request counter from ``/metrics``.
@@ -350,8 +353,8 @@ def run_veeksha(
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     ticks = cpu_ticks()
     start = time.monotonic()
-    # as on the machines the start-up figures are for: Python writes no bytecode, so every
-    # process of the tree compiles veeksha's modules from source
+    # as on the machines the start-up figures are for: Python writes no bytecode (veeksha's own
+    # modules are read from what veeksha.bytecode.warm wrote, the libraries' from pip's)
     child_env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}
     if root != ROOT:
         paths = [p for p in child_env.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -430,8 +433,8 @@ def baseline_tree(revision: str, folder: Path) -> tuple[Path, str]:
 
 def python_cpu_s(code: str, root: Path = ROOT, repeats: int = 5) -> float:
     """Median CPU-s (user + system) of a fresh interpreter running ``code`` in ``root``, as the
-    run's processes start: no bytecode written (``PYTHONDONTWRITEBYTECODE=1``), so each start
-    compiles veeksha's modules again, as on a machine where Python writes no bytecode."""
+    run's processes start: no bytecode written (``PYTHONDONTWRITEBYTECODE=1``); what exists and
+    is fresh is read (see the module docstring)."""
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     values = []
     for _ in range(repeats):
