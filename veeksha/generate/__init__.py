@@ -3,7 +3,7 @@
 Modules (imported individually, so that importing one stays cheap):
 
 * ``rng``: ``RandomStreams``, named independent random streams from one seed;
-* ``distributions``: interval and length samplers, ``interval_distribution``;
+* ``distributions``: interval and length samplers;
 * ``graphs``: session graph generators (single_request, linear, branching);
 * ``tokenizer``: builtin, hf and server tokenizers, ``make_tokenizer``;
 * ``content``: prompt bodies of a target token count and the shared prefix;

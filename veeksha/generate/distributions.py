@@ -56,7 +56,6 @@ __all__ = [
     "PoissonIntervalSampler",
     "UniformLengthSampler",
     "ZipfLengthSampler",
-    "interval_distribution",
     "make_interval_sampler",
     "make_length_sampler",
     "mean_interval",
@@ -215,20 +214,6 @@ def mean_interval(cfg: IntervalConfig) -> float:
     if isinstance(cfg, PoissonInterval | GammaInterval):
         return 1.0 / cfg.arrival_rate
     return cfg.interval
-
-
-def interval_distribution(cfg: IntervalConfig) -> Any | None:
-    """The frozen ``scipy.stats`` distribution of the gaps (for KS checks); None for fixed."""
-    if not isinstance(cfg, PoissonInterval | GammaInterval):
-        return None  # before the import: scipy.stats costs ~2 CPU-s, fixed gaps never need it
-    from scipy import stats  # imported here: scipy is slow to import and only checks need it
-
-    if isinstance(cfg, PoissonInterval):
-        return stats.expon(scale=1.0 / cfg.arrival_rate)
-    if isinstance(cfg, GammaInterval):
-        k = cfg.effective_shape
-        return stats.gamma(a=k, scale=1.0 / (cfg.arrival_rate * k))
-    return None
 
 
 # -------------------------------------------------------------------------------------- lengths

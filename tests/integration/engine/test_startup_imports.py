@@ -14,11 +14,11 @@ from veeksha.scenario.simulator import SimulatorConfig
 _SCENARIO = """
 traffic_scheduler:
   type: rate
-  interval_generator: {type: fixed, interval: 0.02}
+  interval_generator: {type: poisson, arrival_rate: 50}
 session_generator:
   type: synthetic
   session_graph: {type: single_request}
-runtime: {max_sessions: 5, benchmark_timeout: 20}
+runtime: {max_sessions: 8, benchmark_timeout: 20}
 """
 
 _IMPORTED = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", re.MULTILINE)
@@ -52,6 +52,8 @@ def test_a_quiet_run_without_plots_never_imports_pandas_matplotlib_or_rich(tmp_p
     imported = set(_IMPORTED.findall(proc.stderr))
     # (the worker runs as __main__: its HTTP client is what only a worker imports)
     assert {"veeksha.engine.run", "veeksha.dispatch.http1", "pyarrow"} <= imported
+    # (8 poisson sessions: the arrival check's KS test runs, without scipy)
+    assert "veeksha.evaluate.ks" in imported
     tops = {name.split(".")[0] for name in imported}
     assert not tops & {
         "pandas",
