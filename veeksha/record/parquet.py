@@ -402,7 +402,14 @@ def read_table(
     if columns is not None:
         table = table.select(columns)
     if schema is not None and not table.schema.equals(schema):
-        table = table.cast(schema)
+        if table.schema.names != schema.names:
+            raise ValueError(f"{path}: columns {table.schema.names}, expected {schema.names}")
+        from veeksha.record import kernels  # (Table.cast would import pyarrow.compute)
+
+        columns_cast = [
+            kernels.cast(col, field.type) for col, field in zip(table.columns, schema, strict=True)
+        ]
+        table = pa.Table.from_arrays(columns_cast, schema=schema)
     return table
 
 
