@@ -95,10 +95,13 @@ class RunFinish:
             "interrupted": str(outcome.interrupted).lower(),
             "stop_reason": outcome.stop_reason,
         }
+        writer.write_soon()  # (its last part is written while the evaluation is imported)
         from veeksha.evaluate.jsonio import jsonable
         from veeksha.evaluate.outputs import write_summary
         from veeksha.evaluate.source import release_memory
 
+        if self.evaluate:
+            from veeksha.evaluate.run import evaluate_run  # noqa: F401  (imported now: see above)
         try:
             try:
                 writer.flush()

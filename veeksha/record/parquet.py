@@ -227,6 +227,11 @@ class ResultWriter:
         if self.requests.rows >= self._flush_rows:
             self._wake.set()
 
+    def write_soon(self) -> None:
+        """Wake the writer thread now, without waiting: the rows added so far are written while
+        the caller does something else (a ``flush`` after it waits for less)."""
+        self._wake.set()
+
     def flush(self) -> None:
         """Block until every row added so far is in a part file (e.g. before evaluating)."""
         if self._error is None and self._thread.is_alive():
