@@ -33,7 +33,9 @@ def _fresh_modules(code: str) -> set[str]:
     return set(done.stdout.splitlines()[-1].split())
 
 
-def test_a_quiet_run_without_plots_never_imports_pandas_matplotlib_rich_or_arrow_compute(tmp_path: Path) -> None:
+def test_a_quiet_run_without_plots_never_imports_pandas_matplotlib_rich_or_compute(
+    tmp_path: Path,
+) -> None:
     scenario = tmp_path / "s.yaml"
     scenario.write_text(_SCENARIO)
     # every process of the tree that writes to the run's stderr (main, workers) lists its imports
