@@ -20,7 +20,7 @@ from veeksha.dispatch.kernel_stamps import chunk_timestamps
 from veeksha.engine.loop import TrafficLoop
 from veeksha.engine.outcome import RunOutcome
 from veeksha.engine.runlog import RunLog
-from veeksha.engine.target import Target, describe
+from veeksha.engine.target import Target, TargetContext, describe
 from veeksha.errors import RunAbortedError
 from veeksha.generate.calibration import CalibratedTokenizer
 from veeksha.generate.spec import SessionSpec
@@ -60,6 +60,7 @@ class RunFinish:
     main_cpu_wait_s: float | None
     worker_cpu_wait_s: float | None
     server_metrics: dict[str, Any] | None
+    target_context: TargetContext | None
 
     def _on_write_error(self, error: RunAbortedError) -> None:
         self.outcome.interrupted = True
@@ -95,10 +96,17 @@ class RunFinish:
             "interrupted": str(outcome.interrupted).lower(),
             "stop_reason": outcome.stop_reason,
         }
+        writer.write_soon()  # (its last part is written while the evaluation is imported)
+        if self.target_context is not None and not isinstance(self.tokenizer, CalibratedTokenizer):
+            # the watch's last scrape is done, the evaluation asks the server nothing (the
+            # server tokenizer's check does): the simulator's shutdown runs beside it
+            self.target_context.stop_simulator_soon()
         from veeksha.evaluate.jsonio import jsonable
         from veeksha.evaluate.outputs import write_summary
         from veeksha.evaluate.source import release_memory
 
+        if self.evaluate:
+            from veeksha.evaluate.run import evaluate_run  # noqa: F401  (imported now: see above)
         try:
             try:
                 writer.flush()

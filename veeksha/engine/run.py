@@ -197,6 +197,7 @@ class _Run(RunSetup, RunFinish):
         self.evaluate = True
         self.trace: OpenTrace | None = None
         self.simulator: SimulatorProcess | None = None
+        self.target_context: TargetContext | None = None
         self.server: ManagedServer | None = None
         self.server_metrics: dict[str, Any] | None = None  # what the scraper did (ServerWatch)
         self.watch: ServerWatch | None = None  # its process starts when the run begins
@@ -249,14 +250,15 @@ class _Run(RunSetup, RunFinish):
         # the watch's interpreter starts up beside the target's resolution and the set-up
         self.watch = ServerWatch.launch(self.scenario, self.dry_run, self.log)
         try:
-            with TargetContext(
+            self.target_context = TargetContext(
                 self.scenario,
                 self.dry_run,
                 spare or None,
                 self.simulator,
                 self.server,
                 self.run_dir,
-            ) as target:
+            )
+            with self.target_context as target:
                 log.info(f"target: {describe(target)}")
                 await self._run_with_target(target, num_workers, plan.worker_cpus)
         finally:

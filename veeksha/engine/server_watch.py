@@ -63,6 +63,7 @@ class ServerWatch:
         self._parts = False  # (the watch left its parts for this process to merge)
         self._run: tuple[Path, dict[str, str]] | None = None  # (begun: the run's folder, metadata)
         self._ready = threading.Event()
+        self._reported = threading.Event()  # (its status line came, or its output ended)
         self._process = subprocess.Popen(
             [sys.executable, "-I", "-m", "veeksha.server.watch_process"],
             stdin=subprocess.PIPE,
@@ -139,7 +140,12 @@ class ServerWatch:
             elif "status" in message:
                 self._status = dict(message["status"])
                 self._parts = bool(message.get("parts"))
+                self._reported.set()
         self._ready.set()  # (it exited: nothing to wait for; stop() says why)
+        self._reported.set()
+        if self._status is not None:  # (stop() did not wait for its exit: reaped here)
+            self._process.wait()
+            self._process.stdout.close()
 
     def stop(self) -> dict[str, Any]:
         """One last scrape, server_metrics.parquet finalised; what happened (for summary.json)."""
@@ -150,17 +156,21 @@ class ServerWatch:
                 process.stdin.flush()
             with contextlib.suppress(OSError):
                 process.stdin.close()
-        # its output ends when it exits: the reader's end is that moment (Popen.wait with a
-        # timeout polls, with sleeps that double up to 50 ms), and its last line is read by then
+        # its status line comes after its last part is written: the merge needs nothing more,
+        # and the process' own exit (its interpreter's teardown) runs beside the evaluation;
+        # the reader reaps it when its output ends
         deadline = time.monotonic() + _STOP_TIMEOUT_S
-        self._reader.join(_STOP_TIMEOUT_S)
-        try:
-            code = process.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            code = process.wait()
-        self._close_output()
-        if self._status is None:
+        self._reported.wait(_STOP_TIMEOUT_S)
+        if self._status is None:  # it exited (or hangs) without one
+            # (its output ends when it exits: Popen.wait with a timeout polls, with sleeps that
+            # double up to 50 ms, the reader's join does not)
+            self._reader.join(max(0.0, deadline - time.monotonic()))
+            try:
+                code = process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                code = process.wait()
+            self._close_output()
             error = f"the server watch's process exited with code {code} before it reported"
             self._log.warning(f"server metrics: {error}")
             return {"url": self._url, "status": "failed", "error": error, "rows": 0}

@@ -228,6 +228,12 @@ class TargetContext(AbstractContextManager["Target"]):
             raise TargetError(f"the managed server given to the run is not running: {server.argv}")
         return server
 
+    def stop_simulator_soon(self) -> None:
+        """Ask the built-in simulator to stop now, without waiting (the run needs it no more):
+        its shutdown runs beside the evaluation; leaving the context waits for it."""
+        if self._simulator is not None:
+            self._simulator.terminate()
+
     def __exit__(
         self,
         exc_type: type[BaseException] | None,

@@ -30,13 +30,13 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
 from veeksha.evaluate.ks import exponential_cdf, gamma_cdf, ks_test
-from veeksha.evaluate.stats import Floats, column, integers
+from veeksha.evaluate.stats import Floats, column, integers, percentile
 from veeksha.evaluate.trace_arrivals import trace_arrival_timeline, trace_dispatch_rate
 from veeksha.generate.distributions import mean_interval
+from veeksha.record import kernels as ak
 from veeksha.scenario.models import GammaInterval, PoissonInterval, RateScheduler, TraceScheduler
 
 __all__ = ["ARRIVAL_DISTRIBUTION", "DISPATCH_RATE", "MIN_GAPS", "root_times"]
@@ -48,7 +48,7 @@ def root_times(requests: pa.Table, name: str) -> Floats:
     """Per session, the earliest ``name`` (e.g. ready_at, sent_at) of its root requests, sorted."""
     if requests.num_rows == 0:
         return np.empty(0)
-    roots = integers(pc.list_value_length(requests["parents"])) == 0  # a null list counts 0
+    roots = integers(ak.list_value_length(requests["parents"])) == 0  # a null list counts 0
     # per session, the minimum ignoring NaN (a pyarrow group_by would import pandas via acero)
     ids, inverse = np.unique(integers(requests["session_id"])[roots], return_inverse=True)
     values = np.full(len(ids), np.nan)
@@ -159,7 +159,7 @@ def _arrival_distribution(data: HealthInput) -> Outcome:
             "limit_s": limit,
         }
         statistics |= {"max_deviation_s": float(deviation.max())}
-        statistics |= {"p99_deviation_s": float(np.percentile(deviation, 99))}
+        statistics |= {"p99_deviation_s": percentile(deviation, 99)}
         ok = deviation.max() <= limit
         detail = f"max gap deviation {deviation.max() * 1000:.3f} ms (limit {limit * 1000:g} ms)"
         return Outcome(PASS if ok else FAIL, detail, statistics)

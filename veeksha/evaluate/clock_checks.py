@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
-from veeksha.evaluate.stats import column, status_is
+from veeksha.evaluate.stats import column, median, status_is
 
 __all__ = ["CLOCK_SYNC", "shard_clock_error_ns"]
 
@@ -54,7 +54,7 @@ def _clock_sync(data: HealthInput) -> Outcome:
     ok = status_is(measured, "ok")
     ttfc = column(measured, "ttfc")[ok]
     ttfc = ttfc[~np.isnan(ttfc)]
-    ttfc_p50_ms = float(np.median(ttfc)) * 1e3 if ttfc.size else None
+    ttfc_p50_ms = median(ttfc) * 1e3 if ttfc.size else None
     allowed_ms = thresholds.clock_sync_floor_ms
     if ttfc_p50_ms is not None:
         allowed_ms = max(allowed_ms, thresholds.clock_sync_share * ttfc_p50_ms)

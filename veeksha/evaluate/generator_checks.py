@@ -35,7 +35,15 @@ from typing import Any
 import numpy as np
 
 from veeksha.evaluate.health import FAIL, PASS, SKIP, WARN, HealthCheck, HealthInput, Outcome
-from veeksha.evaluate.stats import Floats, column, describe, int_column
+from veeksha.evaluate.stats import (
+    Floats,
+    column,
+    describe,
+    distinct,
+    int_column,
+    median,
+    percentile,
+)
 from veeksha.evaluate.timestamp_order import order_violations
 
 __all__ = ["CPU_WAIT_NOTE", "GENERATOR_SATURATION", "LIFECYCLE_DELAYS", "WINDOWS", "lag_trend"]
@@ -117,10 +125,10 @@ def lag_trend(ready: Floats, lag: Floats) -> tuple[float | None, list[dict[str, 
             continue
         centre = float((edges[w] + edges[w + 1]) / 2)
         centres.append(centre)
-        medians.append(float(np.median(inside)))
+        medians.append(median(inside))
         windows.append(
             {"start": float(edges[w]), "end": float(edges[w + 1]), "requests": int(inside.size)}
-            | {"p50_ms": medians[-1] * 1000, "p99_ms": float(np.percentile(inside, 99)) * 1000}
+            | {"p50_ms": medians[-1] * 1000, "p99_ms": percentile(inside, 99) * 1000}
         )
     if len(centres) < 3:
         return None, windows
@@ -140,7 +148,7 @@ def _saturation(data: HealthInput) -> Outcome:
     if lag.size == 0:
         return Outcome(SKIP, "no measured request was sent", {})
     limit_ms = data.thresholds.max_dispatch_lag_p99_ms
-    p99_ms = float(np.percentile(lag, 99)) * 1000
+    p99_ms = percentile(lag, 99) * 1000
     slope, windows = lag_trend(ready, lag)
     span = float(ready.max() - ready.min())
     del ready
@@ -187,7 +195,7 @@ def _saturation(data: HealthInput) -> Outcome:
 
 def _worker_count(data: HealthInput) -> int:
     workers = column(data.measured, "worker_id")
-    return int(np.unique(workers[~np.isnan(workers)]).size)
+    return int(distinct(workers[~np.isnan(workers)]).size)
 
 
 LIFECYCLE_DELAYS = HealthCheck(

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from veeksha.evaluate.source import ColumnSource
-from veeksha.evaluate.stats import MEASURED, column, integers, scalar, status_is
+from veeksha.evaluate.stats import MEASURED, column, integers, percentiles, scalar, status_is
+from veeksha.record import kernels as ak
 from veeksha.scenario.models import AgentRoundsGraph, Scenario, SyntheticSessionGenerator
 
 __all__ = ["group_sections"]
@@ -111,7 +111,7 @@ def group_sections(scenario: Scenario, requests: pa.Table | ColumnSource) -> dic
 
 def _is(table: pa.Table | ColumnSource, name: str, value: str) -> np.ndarray:
     col = table.column(name)
-    mask = pc.and_kleene(pc.is_valid(col), pc.equal(col, scalar(value)))  # (null: False)
+    mask = ak.and_kleene(ak.is_valid(col), ak.equal(col, scalar(value)))  # (null: False)
     return integers(mask) > 0
 
 
@@ -119,7 +119,7 @@ def _stats(values: np.ndarray) -> dict[str, float | int | None]:
     values = values[~np.isnan(values)]
     if values.size == 0:
         return {"count": 0} | dict.fromkeys(_KEYS[1:])
-    p50, p90, p99 = np.percentile(values, [50, 90, 99]).tolist()
+    p50, p90, p99 = percentiles(values, [50, 90, 99]).tolist()
     return {
         "count": int(values.size),
         "mean": float(values.mean()),

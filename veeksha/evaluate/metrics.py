@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from veeksha.evaluate.sample import (
     ArraySample,
@@ -42,11 +41,14 @@ from veeksha.evaluate.stats import (
     Floats,
     column,
     describe,
+    distinct,
     flat_list,
     floats,
+    rows_where,
     scalar,
     status_is,
 )
+from veeksha.record import kernels as ak
 
 __all__ = [
     "LATENCY_METRICS",
@@ -126,7 +128,7 @@ MAX_HELD_VALUES = 4_000_000
 
 def _batch_values(batch: pa.Array, is_list: bool) -> Floats:
     if is_list:
-        batch = pc.list_flatten(batch)
+        batch = ak.list_flatten(batch)
     return floats(batch)
 
 
@@ -217,7 +219,7 @@ def request_counts(requests: pa.Table) -> dict[str, int]:
     """Measured requests recorded, by status (failed and cancelled ones included)."""
     counts = {"total": requests.num_rows} | dict.fromkeys(STATUSES, 0)
     if requests.num_rows:
-        for entry in pc.value_counts(requests.column("status")).to_pylist():
+        for entry in ak.value_counts(requests.column("status")).to_pylist():
             counts[entry["values"]] = counts.get(entry["values"], 0) + int(entry["counts"])
     return counts
 
@@ -268,10 +270,10 @@ def error_rates(requests: pa.Table) -> dict[str, Any]:
     failed = counts["error"] + counts["timeout"]
     by_kind: dict[str, dict[str, Any]] = {}
     if total:
-        bad = requests.filter(pc.not_equal(requests.column("status"), scalar("ok")))
-        kinds = pc.coalesce(bad.column("error_kind"), scalar("unknown"))
-        kinds = pc.if_else(pc.equal(kinds, scalar("")), scalar("unknown"), kinds)
-        for entry in pc.value_counts(kinds).to_pylist():
+        bad = rows_where(requests, ak.not_equal(requests.column("status"), scalar("ok")))
+        kinds = ak.coalesce(bad.column("error_kind"), scalar("unknown"))
+        kinds = ak.if_else(ak.equal(kinds, scalar("")), scalar("unknown"), kinds)
+        for entry in ak.value_counts(kinds).to_pylist():
             count = int(entry["counts"])
             by_kind[entry["values"]] = {"count": count, "rate": count / total}
         by_kind = dict(sorted(by_kind.items(), key=lambda kv: (-kv[1]["count"], kv[0])))
@@ -305,7 +307,7 @@ def prefill_buckets(requests: pa.Table) -> list[dict[str, Any]]:
         ttfc, tokens = ttfc[keep], tokens[keep]
     del keep
     tokens = tokens.astype(np.int64)
-    bounds = sorted({_bucket_bounds(int(t)) for t in np.unique(tokens)})
+    bounds = sorted({_bucket_bounds(int(t)) for t in distinct(tokens)})
     bucket = np.full(tokens.size, -1, dtype=np.int16)  # the buckets do not overlap
     for i, (low, high) in enumerate(bounds):
         bucket[(tokens >= low) & (tokens < high)] = i

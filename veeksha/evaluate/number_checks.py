@@ -15,10 +15,9 @@ import re
 from collections import Counter
 from typing import Any
 
-import pyarrow.compute as pc
-
 from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
 from veeksha.evaluate.stats import scalar
+from veeksha.record import kernels as ak
 
 __all__ = ["SERVER_NUMBERS"]
 
@@ -31,8 +30,8 @@ def _server_numbers(data: HealthInput) -> Outcome:
     answered = len(notes) - notes.null_count  # (null: never sent)
     if answered == 0:
         return Outcome(SKIP, "no measured request reached the server", {})
-    noted = pc.fill_null(pc.not_equal(notes, scalar("")), scalar(False))
-    rejected = [text for text in notes.filter(noted).to_pylist() if text]
+    noted = ak.fill_null(ak.not_equal(notes, scalar("")), scalar(False))
+    rejected = [text for text in ak.filter_rows(notes, noted).to_pylist() if text]
     by_field = Counter(field for text in rejected for field in set(_FIELD.findall(text)))
     statistics: dict[str, Any] = {
         "requests": answered,

@@ -16,14 +16,14 @@ from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from veeksha.evaluate.checks import run_health_checks
 from veeksha.evaluate.health import FAIL, PASS, SKIP, CheckResult, HealthInput, HealthReport
 from veeksha.evaluate.slo import all_met, judge_slos
 from veeksha.evaluate.source import ColumnSource
-from veeksha.evaluate.stats import scalar
+from veeksha.evaluate.stats import rows_where, scalar
 from veeksha.evaluate.summary import compute_aggregates
+from veeksha.record import kernels as ak
 from veeksha.scenario.models import SLO, Scenario
 from veeksha.scenario.phases import WARMUP, phase_issues, resolve_phases
 
@@ -47,7 +47,7 @@ def measured_phases(scenario: Scenario, run_info: Mapping[str, Any]) -> list[str
 def _rows(table: pa.Table | ColumnSource, name: str) -> pa.Table | ColumnSource:
     if table.num_rows == 0:
         return table
-    return table.filter(pc.equal(table.column("phase"), scalar(name)))
+    return rows_where(table, ak.equal(table.column("phase"), scalar(name)))
 
 
 def _phase_scenario(scenario: Scenario, name: str) -> Scenario:

@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pyarrow.compute as pc
 
 from veeksha.evaluate.source import ColumnSource
 from veeksha.evaluate.stats import Floats, column, integers, scalar
+from veeksha.record import kernels as ak
 
 __all__ = ["POINTS", "draw_pools", "pool_levels"]
 
@@ -37,12 +37,12 @@ def draw_pools(source: ColumnSource, path: Path) -> Path | None:
     names = set(source.schema.names)
     if not {"client", "queue_wait", "kind"} <= names or source.num_rows == 0:
         return None
-    clients = [c for c in pc.unique(source.column("client")).to_pylist() if c is not None]
+    clients = [c for c in ak.unique(source.column("client")).to_pylist() if c is not None]
     queue = column(source, "queue_wait")
     if len(clients) < 2 and not np.nanmax(np.append(queue, 0.0)) > 0:
         return None
     kind = source.column("kind")
-    llm = integers(pc.or_kleene(pc.is_null(kind), pc.not_equal(kind, scalar("tool")))) > 0
+    llm = integers(ak.or_kleene(ak.is_null(kind), ak.not_equal(kind, scalar("tool")))) > 0
     session = integers(source.column("session_id"))
     ready = column(source, "ready_at")
     dispatched, processed = column(source, "dispatched_at"), column(source, "processed_at")
@@ -57,7 +57,7 @@ def draw_pools(source: ColumnSource, path: Path) -> Path | None:
     axes = np.atleast_1d(fig.subplots(len(clients), 1, sharex=True))
     client_col = source.column("client")
     for ax, name in zip(axes, clients, strict=True):
-        rows = llm & (integers(pc.equal(client_col, scalar(name))) > 0)
+        rows = llm & (integers(ak.equal(client_col, scalar(name))) > 0)
         waited = ready[rows] + np.nan_to_num(queue[rows])
         ax.plot(times, pool_levels(start[rows], ready[rows], times), label="pending")
         ax.plot(times, pool_levels(ready[rows], waited, times), label="waiting for a slot")

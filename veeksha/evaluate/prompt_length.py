@@ -29,12 +29,18 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-from numpy.typing import NDArray
 
 from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
-from veeksha.evaluate.stats import Floats, column, first_rows, int_column, integers, status_is
+from veeksha.evaluate.stats import (
+    Floats,
+    column,
+    first_rows,
+    int_column,
+    integers,
+    median,
+    status_is,
+)
+from veeksha.record import kernels as ak
 
 __all__ = ["PROMPT_LENGTH", "deviation_stats"]
 
@@ -55,7 +61,7 @@ def deviation_stats(deviation: Floats, tolerance: int) -> dict[str, Any]:
 def _server_usage(data: HealthInput) -> Floats:
     table = data.measured
     rows = column(table, "usage_reported") > 0
-    rows &= integers(pc.list_value_length(table.column("parents"))) == 0  # roots
+    rows &= integers(ak.list_value_length(table.column("parents"))) == 0  # roots
     server = column(table, "prompt_tokens_total")
     server -= column(table, "target_prompt_tokens")
     rows &= ~np.isnan(server)
@@ -79,7 +85,7 @@ def _server_usage_turns(data: HealthInput) -> Floats:
     found = parents < table.num_rows
     children, parents = children[found], parents[found]
     usage = column(table, "usage_reported") > 0
-    answered = status_is(table, "ok") if isinstance(table, pa.Table) else _ok(table)
+    answered = status_is(table, "ok")  # (a Python "ok" given to a kernel would import pandas)
     valid = usage[children] & usage[parents] & answered[parents]
     del usage, answered
     total = column(table, "prompt_tokens_total")
@@ -88,10 +94,6 @@ def _server_usage_turns(data: HealthInput) -> Floats:
     turn -= column(table, "output_tokens")[parents]
     turn -= column(table, "target_prompt_tokens")[children]
     return turn[valid & ~np.isnan(turn)]
-
-
-def _ok(table: Any) -> NDArray[np.bool_]:
-    return np.asarray(pc.equal(table.column("status"), "ok").to_numpy(zero_copy_only=False))
 
 
 def _server_tokenize(data: HealthInput) -> tuple[Floats, str | None]:
@@ -133,8 +135,8 @@ def _prompt_length(data: HealthInput) -> Outcome:
         statistics["server_tokenize_error"] = error
     roots, turns = _server_usage(data), _server_usage_turns(data)
     if roots.size or turns.size:
-        root_offset = float(np.median(roots)) if roots.size else None
-        turn_offset = float(np.median(turns)) if turns.size else None
+        root_offset = median(roots) if roots.size else None
+        turn_offset = median(turns) if turns.size else None
         usage = np.concatenate([roots - (root_offset or 0.0), turns - (turn_offset or 0.0)])
         stats = deviation_stats(usage, tol)
         statistics["server"] = {

@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
 from veeksha.evaluate.prompt_length import PROMPT_LENGTH, deviation_stats
@@ -32,6 +31,7 @@ from veeksha.evaluate.stats import (
     integers,
     status_is,
 )
+from veeksha.record import kernels as ak
 
 __all__ = ["DEPENDENCIES", "OUTPUT_LENGTH", "PROMPT_LENGTH", "dependency_lateness"]
 
@@ -53,8 +53,8 @@ def dependency_lateness(requests: pa.Table) -> tuple[Floats, dict[str, int]]:
     # used, which keeps the check's peak at a few of them.
     n = requests.num_rows
     parents = requests.column("parents")
-    owners = integers(pc.list_parent_indices(parents))  # nondecreasing
-    parent_nodes = integers(pc.list_flatten(parents))
+    owners = integers(ak.list_parent_indices(parents))  # nondecreasing
+    parent_nodes = integers(ak.list_flatten(parents))
     del parents
     keys = int_column(requests, "node_id")
     width = int(max(keys.max(initial=0), parent_nodes.max(initial=0))) + 1

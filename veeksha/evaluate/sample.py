@@ -32,7 +32,15 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from veeksha.evaluate.stats import PERCENTILES, Floats, describe, percentile_key
+from veeksha.evaluate.stats import (
+    PERCENTILES,
+    Floats,
+    describe,
+    distinct,
+    median,
+    percentile_key,
+    quantiles,
+)
 
 __all__ = [
     "ArraySample",
@@ -90,11 +98,11 @@ class ArraySample:
         return describe(self.values)
 
     def quantiles(self, fractions: Floats) -> Floats:
-        out: Floats = np.quantile(self.values, fractions)
+        out: Floats = quantiles(self.values, fractions)
         return out
 
     def median(self) -> float:
-        return float(np.median(self.values))
+        return median(self.values)
 
 
 def sample_of(values: Floats | Sample) -> Sample:
@@ -182,7 +190,8 @@ class StreamedSample:
 
     def _order_statistics(self, ranks: NDArray[np.intp]) -> dict[int, float]:
         """The values at ``ranks``, selecting only those not selected before."""
-        missing = np.setdiff1d(ranks, np.fromiter(self._found, dtype=np.intp))
+        wanted = distinct(ranks)  # (np.setdiff1d: numpy.ma)
+        missing = wanted[~np.isin(wanted, np.fromiter(self._found, dtype=np.intp))]
         if missing.size:
             self._found |= _order_statistics(
                 self._values, self._count, missing, self._budget, self._top
@@ -213,7 +222,7 @@ def _combine(n: int, leaves: Iterator[float]) -> float:
 
 def _leaf_sums(values: Floats, starts: NDArray[np.int64], lengths: NDArray[np.int64]) -> Floats:
     out = np.empty(lengths.size)
-    for m in np.unique(lengths).tolist():
+    for m in distinct(lengths).tolist():
         which = np.flatnonzero(lengths == m)
         rows = values[starts[which, None] + np.arange(m)]
         if m < 8:
@@ -309,7 +318,7 @@ def _order_statistics(
     ``top``: the first pass's counts (of the keys' top ``_DIGIT`` bits) when already known.
     """
     found: dict[int, float] = {}
-    ranks = np.unique(np.asarray(ranks, dtype=np.intp))
+    ranks = distinct(np.asarray(ranks, dtype=np.intp))
     refine = [_Range(0, 64, 0, n, ranks)]
     collect: list[_Range] = []
     while refine:
@@ -333,7 +342,7 @@ def _order_statistics(
             ends = parent.below + np.cumsum(bins)
             which = np.searchsorted(ends, parent.ranks, side="right")
             width = parent.width - _DIGIT
-            for digit in np.unique(which).tolist():
+            for digit in distinct(which).tolist():
                 sub = _Range(
                     parent.lo + (digit << width),
                     width,

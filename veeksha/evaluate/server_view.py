@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from veeksha.evaluate.stats import column
+from veeksha.evaluate.stats import column, distinct
+from veeksha.record import kernels as ak
 from veeksha.record.server_metrics import SERVER_METRICS_FILE
 from veeksha.server.metric_names import CANONICAL, RATIOS
 
@@ -91,10 +91,10 @@ def load_server_view(run_dir: Path) -> ServerView | None:
     with pq.ParquetFile(path) as file:  # (not pq.read_table: it loads pandas)
         table = file.read()
     status = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
-    gpu = pc.starts_with(table["metric"], "gpu:")  # (metric is never null)
-    scrape_times = np.unique(column(table.filter(pc.invert(gpu)), "t"))
+    gpu = ak.starts_with(table["metric"], "gpu:")  # (metric is never null)
+    scrape_times = distinct(column(ak.filter_rows(table, ak.invert(gpu)), "t"))
     view = ServerView(scrape_times=scrape_times, status=status)
-    named = table.filter(pc.is_valid(table["canonical"])).to_pylist()
+    named = ak.filter_rows(table, ak.is_valid(table["canonical"])).to_pylist()
     # canonical → t → [best rank, values of the best-ranked name there]
     best: dict[str, dict[float, tuple[int, list[float]]]] = {}
     for row in named:
@@ -113,7 +113,7 @@ def load_server_view(run_dir: Path) -> ServerView | None:
         values = np.array([float(reduce(at[t][1])) for t in times])
         view.series[canonical] = (times, values)
     gpu_rows: dict[str, tuple[list[float], list[float]]] = {}
-    for row in table.filter(gpu).to_pylist():
+    for row in ak.filter_rows(table, gpu).to_pylist():
         index = json.loads(row["labels"]).get("gpu", "0")
         key = f"{row['metric'].removeprefix('gpu:')}_gpu{index}"
         times_values = gpu_rows.setdefault(key, ([], []))

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from veeksha.evaluate.stats import column, describe, int_column, scalar
+from veeksha.evaluate.stats import column, describe, int_column, rows_where, scalar
+from veeksha.record import kernels as ak
 
 __all__ = ["SESSION_STATUSES", "session_ids", "session_metrics"]
 
@@ -25,11 +25,11 @@ SESSION_STATUSES = ("ok", "error", "cancelled", "incomplete")
 def _unrecorded(sessions: pa.Table, requests: pa.Table) -> int:
     if requests.num_rows == 0:
         return 0
-    seen = pc.unique(requests.column("session_id"))
+    seen = ak.unique(requests.column("session_id"))
     if sessions.num_rows == 0:
         return len(seen)
-    recorded = pc.is_in(seen, value_set=pc.unique(sessions.column("session_id")))
-    return int(len(seen) - pc.sum(recorded).as_py())
+    recorded = ak.is_in(seen, value_set=ak.unique(sessions.column("session_id")))
+    return int(len(seen) - ak.total(recorded).as_py())
 
 
 def session_metrics(
@@ -41,7 +41,7 @@ def session_metrics(
     """
     counts = dict.fromkeys(SESSION_STATUSES, 0)
     if sessions.num_rows:
-        for entry in pc.value_counts(sessions.column("status")).to_pylist():
+        for entry in ak.value_counts(sessions.column("status")).to_pylist():
             counts[entry["values"]] = counts.get(entry["values"], 0) + int(entry["counts"])
     unrecorded = _unrecorded(sessions, requests)
     counts["incomplete"] += unrecorded
@@ -60,5 +60,5 @@ def session_ids(sessions: pa.Table, status: str) -> np.ndarray:
     """Ids of the sessions with ``status``."""
     if sessions.num_rows == 0:
         return np.empty(0, dtype=np.int64)
-    rows = sessions.filter(pc.equal(sessions.column("status"), scalar(status)))
+    rows = rows_where(sessions, ak.equal(sessions.column("status"), scalar(status)))
     return int_column(rows, "session_id")

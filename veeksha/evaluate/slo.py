@@ -23,13 +23,13 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from veeksha.evaluate.metrics import Digest
 from veeksha.evaluate.sessions import session_ids
 from veeksha.evaluate.source import ColumnSource
-from veeksha.evaluate.stats import column, floats, int_column, integers, status_is
+from veeksha.evaluate.stats import column, distinct, floats, int_column, integers, status_is
+from veeksha.record import kernels as ak
 from veeksha.scenario.models import SLO, Scenario
 
 __all__ = [
@@ -85,8 +85,8 @@ def all_met(results: list[SloResult]) -> bool | None:
 def _tbc_meets(requests: pa.Table | ColumnSource, slo: SLO) -> NDArray[np.bool_]:
     parts = [np.empty(0, dtype=bool)]
     for gaps in ColumnSource.of(requests).batches("tbc"):  # a batch of rows at a time
-        flat = floats(pc.list_flatten(gaps))
-        owner = integers(pc.list_parent_indices(gaps))
+        flat = floats(ak.list_flatten(gaps))
+        owner = integers(ak.list_parent_indices(gaps))
         n = len(gaps)
         total = np.bincount(owner, minlength=n)
         within = np.bincount(owner, weights=(flat <= slo.value).astype(float), minlength=n)
@@ -119,7 +119,7 @@ def goodput(
     ok_sessions = session_ids(sessions, "ok")
     if requests.num_rows:
         ids = int_column(requests, "session_id")
-        bad = np.unique(ids[~meets])
+        bad = distinct(ids[~meets])
         good_sessions = int((~np.isin(ok_sessions, bad)).sum())
     else:
         good_sessions = int(ok_sessions.size)

@@ -28,11 +28,11 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
 from veeksha.evaluate.stats import integers, scalar
+from veeksha.record import kernels as ak
 from veeksha.record.columns import REQUESTS_SCHEMA, SESSIONS_SCHEMA
 from veeksha.record.parquet import PARTS_DIR, REQUESTS_FILE, SESSIONS_FILE
 
@@ -110,7 +110,7 @@ class ColumnSource:
             chunks: list[pa.Array] = []
             for table in tables:
                 col = table.column(name)
-                chunks += (col if col.type == type_ else col.cast(type_)).chunks
+                chunks += (col if col.type == type_ else ak.cast(col, type_)).chunks
             columns[name] = pa.chunked_array(chunks, type=type_)
         return columns
 
@@ -121,7 +121,7 @@ class ColumnSource:
             with self._open(path) as file:
                 col = file.read(columns=[name], use_threads=False).column(0)
             if col.type != type_:
-                col = col.cast(type_)
+                col = ak.cast(col, type_)
             chunks += col.chunks
         return pa.chunked_array(chunks, type=type_)
 
@@ -130,7 +130,7 @@ class ColumnSource:
         col = self._read(name)
         if self._mask is None:
             return col
-        return col.filter(_bool_array(self._mask))
+        return ak.filter_rows(col, _bool_array(self._mask))
 
     def __getitem__(self, name: str) -> pa.ChunkedArray:
         return self.column(name)
@@ -156,7 +156,7 @@ class ColumnSource:
             if self._mask is None:
                 yield batch
             else:
-                yield batch.filter(_bool_array(self._mask[start : start + n]))
+                yield ak.filter_rows(batch, _bool_array(self._mask[start : start + n]))
             start += n
 
     def _raw_batches(self, name: str, rows: int) -> Iterator[pa.Array]:
@@ -174,7 +174,7 @@ class ColumnSource:
             with self._open(path) as file:
                 for batch in file.iter_batches(batch_size=rows, columns=[name], use_threads=False):
                     col = batch.column(0)
-                    yield col if col.type == type_ else col.cast(type_)
+                    yield col if col.type == type_ else ak.cast(col, type_)
 
     def _footer(self, path: Path) -> pq.FileMetaData:
         footer = self._footers.get(path)
@@ -200,7 +200,7 @@ def _bool_array(mask: NDArray[np.bool_]) -> pa.Array:
 def _to_numpy_mask(mask: pa.Array | pa.ChunkedArray | NDArray[np.bool_]) -> NDArray[np.bool_]:
     if isinstance(mask, np.ndarray):
         return mask.astype(bool, copy=False)
-    return integers(pc.fill_null(mask, scalar(False))) > 0
+    return integers(ak.fill_null(mask, scalar(False))) > 0
 
 
 def _source(run_dir: Path, final: str, name: str, schema: pa.Schema) -> ColumnSource:

@@ -11,13 +11,15 @@ read as float64 with NaN for null and the NaNs are dropped.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from numpy.typing import NDArray
+
+from veeksha.record import kernels as ak
 
 if TYPE_CHECKING:
     from veeksha.evaluate.source import ColumnSource
@@ -72,10 +74,80 @@ def describe(values: Floats) -> dict[str, Any]:
     stats["min"] = None if empty else float(values.min())
     stats["max"] = None if empty else float(values.max())
     stats["std"] = None if empty else float(values.std())
-    quantiles = np.percentile(values, PERCENTILES) if not empty else [None] * len(PERCENTILES)
+    quantiles = percentiles(values, PERCENTILES) if not empty else [None] * len(PERCENTILES)
     for q, v in zip(PERCENTILES, quantiles, strict=True):
         stats[percentile_key(q)] = None if v is None else float(v)
     return stats
+
+
+# np.percentile, np.quantile and np.unique import numpy.ma (~16 ms) on their first call, to
+# ask whether their input is a masked array; the evaluation's arrays never are. These give
+# the same values without it.
+
+
+def quantiles(values: NDArray[Any], fractions: Sequence[float] | Floats) -> Floats:
+    """``np.quantile(values, fractions)`` (the ``linear`` method), the same floats: the
+    virtual index ``(n − 1)·q``, its two neighbouring order statistics (from a partition),
+    interpolated as numpy's ``_lerp`` does; NaN if ``values`` holds one."""
+    values = np.asarray(values).ravel()
+    n = values.size
+    if n == 0:
+        raise ValueError("quantiles of an empty array")
+    virtual = (n - 1) * np.asarray(fractions, dtype=np.float64)
+    previous = np.floor(virtual)
+    following = previous + 1
+    above = virtual >= n - 1
+    previous[above], following[above] = -1, -1  # (numpy's _get_indexes: the last value)
+    below = virtual < 0
+    previous[below], following[below] = 0, 0
+    lower, upper = previous.astype(np.intp), following.astype(np.intp)
+    ordered = np.partition(values, np.concatenate([lower, upper, [n - 1]]) % n)
+    a, b = ordered[lower], ordered[upper]
+    gamma = virtual - lower
+    diff = np.subtract(b, a)
+    out: Floats = np.asarray(np.add(a, diff * gamma))
+    np.subtract(b, diff * (1 - gamma), out=out, where=gamma >= 0.5, casting="unsafe")
+    if ordered.dtype.kind == "f" and np.isnan(ordered[-1]):
+        out[:] = ordered[-1]
+    return out
+
+
+def percentiles(values: NDArray[Any], qs: Sequence[float]) -> Floats:
+    """``np.percentile(values, qs)``: ``quantiles`` at ``q / 100`` as numpy divides."""
+    return quantiles(values, np.true_divide(np.asarray(qs, dtype=np.float64), 100))
+
+
+def percentile(values: NDArray[Any], q: float) -> float:
+    """``float(np.percentile(values, q))``."""
+    return float(percentiles(values, [q])[0])
+
+
+def median(values: NDArray[Any]) -> float:
+    """``float(np.median(values))``: the middle value, or numpy's mean of the two middle ones;
+    NaN if ``values`` is empty or holds a NaN."""
+    values = np.asarray(values).ravel()
+    n = values.size
+    if n == 0:
+        return math.nan
+    middle = [n // 2 - 1, n // 2] if n % 2 == 0 else [n // 2]
+    ordered = np.partition(values, [*middle, n - 1])
+    if ordered.dtype.kind == "f" and np.isnan(ordered[-1]):
+        return math.nan
+    return float(np.mean(ordered[middle]))
+
+
+def distinct(values: NDArray[Any]) -> NDArray[Any]:
+    """``np.unique(values)``: the sorted distinct values (NaNs as one)."""
+    ordered = np.sort(np.asarray(values).ravel())
+    if ordered.size == 0:
+        return ordered
+    keep = np.empty(ordered.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    if ordered.dtype.kind in "fc" and np.isnan(ordered[-1]):
+        keep[int(np.searchsorted(ordered, ordered[-1])) + 1 :] = False  # (NaN sorts last)
+    out: NDArray[Any] = ordered[keep]
+    return out
 
 
 # pyarrow imports pandas (~0.3-0.5 CPU-s) the first time it converts a Python or numpy value
@@ -115,7 +187,7 @@ def _filled(chunks: Iterable[pa.Array], size: int, type_: pa.DataType, dtype: An
     out = np.empty(size, dtype=dtype)
     start = 0
     for chunk in chunks:
-        col = chunk if chunk.type == type_ else pc.cast(chunk, type_)
+        col = chunk if chunk.type == type_ else ak.cast(chunk, type_)
         n, offset = len(col), col.offset
         validity, data = col.buffers()[:2]
         part = out[start : start + n]
@@ -175,7 +247,7 @@ def flat_list(table: pa.Table, name: str) -> Floats:
     col = table.column(name)
     if col.num_chunks == 0 or table.num_rows == 0:
         return np.empty(0)
-    flat = pc.list_flatten(col)
+    flat = ak.list_flatten(col)
     values = floats(flat)
     return values[~np.isnan(values)]
 
@@ -185,21 +257,29 @@ def measured_rows(table: pa.Table) -> pa.Table:
     warmup rows and tool rows: ``kind`` tool)."""
     if table.num_rows == 0:
         return table
-    mask = pc.not_equal(table.column("phase"), scalar(WARMUP))
+    mask = ak.not_equal(table.column("phase"), scalar(WARMUP))
     if "kind" in table.schema.names:  # tool rows are no LLM requests: out of every metric
         kind = table.column("kind")  # (null: a row of a table built without it)
-        llm = pc.or_kleene(pc.is_null(kind), pc.not_equal(kind, scalar("tool")))
-        mask = pc.and_(mask, llm)
-    if pc.all(mask).as_py():  # no warmup: the table itself, not a copy of every column
+        llm = ak.or_kleene(ak.is_null(kind), ak.not_equal(kind, scalar("tool")))
+        mask = ak.and_(mask, llm)
+    if ak.all_true(mask).as_py():  # no warmup: the table itself, not a copy of every column
         return table
+    return rows_where(table, mask)
+
+
+def rows_where(table: pa.Table | ColumnSource, mask: Any) -> pa.Table | ColumnSource:
+    """``table.filter(mask)`` of a table (Arrow's kernel, without importing ``pyarrow.compute``)
+    or of a ``ColumnSource`` (its own filter)."""
+    if isinstance(table, pa.Table):
+        return ak.filter_rows(table, mask)
     return table.filter(mask)
 
 
-def status_is(table: pa.Table, status: str) -> NDArray[np.bool_]:
+def status_is(table: pa.Table | ColumnSource, status: str) -> NDArray[np.bool_]:
     """Boolean mask of the rows whose ``status`` is ``status``."""
     if table.num_rows == 0:
         return np.zeros(0, dtype=bool)
-    mask = pc.fill_null(pc.equal(table.column("status"), scalar(status)), scalar(False))
+    mask = ak.fill_null(ak.equal(table.column("status"), scalar(status)), scalar(False))
     return integers(mask) > 0
 
 

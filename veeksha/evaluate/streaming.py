@@ -17,11 +17,13 @@ from typing import Any
 
 import numpy as np
 
+from veeksha.evaluate.stats import percentile
+
 __all__ = ["StreamingMetrics"]
 
 
 def _pct(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q))
+    return percentile(np.asarray(values), q)
 
 
 class StreamingMetrics:

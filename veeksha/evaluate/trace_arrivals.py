@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from veeksha.errors import VeekshaError
 from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthInput, Outcome
-from veeksha.evaluate.stats import Floats, column, integers
+from veeksha.evaluate.stats import Floats, column, integers, percentile
+from veeksha.record import kernels as ak
 
 __all__ = ["trace_arrival_timeline", "trace_dispatch_rate"]
 
@@ -31,7 +31,7 @@ _PLANNED_TOLERANCE_S = 1e-6
 
 def _root_sent(requests: pa.Table) -> tuple[np.ndarray, Floats]:
     """Per session id, the earliest sent_at of its roots (ids sorted)."""
-    roots = integers(pc.list_value_length(requests["parents"])) == 0
+    roots = integers(ak.list_value_length(requests["parents"])) == 0
     ids, inverse = np.unique(integers(requests["session_id"])[roots], return_inverse=True)
     values = np.full(len(ids), np.nan)
     np.fmin.at(values, inverse, column(requests, "sent_at")[roots])
@@ -99,7 +99,7 @@ def trace_arrival_timeline(data: HealthInput) -> Outcome:
             if planned is not None:
                 planned_dev = float(np.abs(started[ok] - planned).max())
     limit = data.thresholds.max_dispatch_lag_p99_ms / 1000
-    p99 = float(np.percentile(sent_dev, 99))
+    p99 = percentile(sent_dev, 99)
     statistics: dict[str, Any] = {
         "sessions": int(ids.size),
         "max_planned_deviation_s": planned_dev,

@@ -24,11 +24,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import pyarrow.compute as pc
 
 from veeksha.errors import VeekshaError
 from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
 from veeksha.evaluate.stats import column, integers
+from veeksha.record import kernels as ak
 from veeksha.scenario.models import TraceSessionGenerator
 
 __all__ = ["PREFIX_SHARING", "SharedPrefixes", "segments"]
@@ -94,7 +94,7 @@ def _root_prompts(data: HealthInput) -> tuple[np.ndarray, list[list[Segment]]] |
     if not block_size:
         return "the trace has no hash ids"
     requests = data.requests
-    roots = integers(pc.list_value_length(requests["parents"])) == 0
+    roots = integers(ak.list_value_length(requests["parents"])) == 0
     sessions = integers(requests["session_id"])
     first_pass = roots & (sessions < trace.hi - trace.lo)
     rows = np.flatnonzero(first_pass)

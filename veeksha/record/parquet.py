@@ -227,6 +227,11 @@ class ResultWriter:
         if self.requests.rows >= self._flush_rows:
             self._wake.set()
 
+    def write_soon(self) -> None:
+        """Wake the writer thread now, without waiting: the rows added so far are written while
+        the caller does something else (a ``flush`` after it waits for less)."""
+        self._wake.set()
+
     def flush(self) -> None:
         """Block until every row added so far is in a part file (e.g. before evaluating)."""
         if self._error is None and self._thread.is_alive():
@@ -402,7 +407,14 @@ def read_table(
     if columns is not None:
         table = table.select(columns)
     if schema is not None and not table.schema.equals(schema):
-        table = table.cast(schema)
+        if table.schema.names != schema.names:
+            raise ValueError(f"{path}: columns {table.schema.names}, expected {schema.names}")
+        from veeksha.record import kernels  # (Table.cast would import pyarrow.compute)
+
+        columns_cast = [
+            kernels.cast(col, field.type) for col, field in zip(table.columns, schema, strict=True)
+        ]
+        table = pa.Table.from_arrays(columns_cast, schema=schema)
     return table
 
 

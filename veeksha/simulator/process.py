@@ -164,6 +164,12 @@ class SimulatorProcess:
                 raise self._failure(f"not healthy at {url}: {problem}")
             time.sleep(0.02)
 
+    def terminate(self) -> None:
+        """Ask the server to stop (SIGTERM) without waiting: ``stop`` then waits for the rest."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+
     def stop(self, grace: float = 5.0) -> None:
         """SIGTERM, wait up to ``grace`` seconds, then SIGKILL the whole process group."""
         proc, self._proc = self._proc, None

@@ -33,7 +33,9 @@ def _fresh_modules(code: str) -> set[str]:
     return set(done.stdout.splitlines()[-1].split())
 
 
-def test_a_quiet_run_without_plots_never_imports_pandas_matplotlib_or_rich(tmp_path: Path) -> None:
+def test_a_quiet_run_without_plots_never_imports_pandas_matplotlib_rich_or_compute(
+    tmp_path: Path,
+) -> None:
     scenario = tmp_path / "s.yaml"
     scenario.write_text(_SCENARIO)
     # every process of the tree that writes to the run's stderr (main, workers) lists its imports
@@ -63,6 +65,10 @@ def test_a_quiet_run_without_plots_never_imports_pandas_matplotlib_or_rich(tmp_p
         "ray",
     }  # (rich: only a report, a live line; ray: only a run with --ray)
     assert not any(name.startswith("veeksha.distributed") for name in imported)
+    # the evaluation calls Arrow's kernels by name and its own quantiles (veeksha.record.kernels,
+    # veeksha.evaluate.stats): neither pyarrow.compute's 286 wrappers nor numpy.ma are loaded
+    assert not imported & {"pyarrow.compute", "numpy.ma", "pandas"}
+    assert "veeksha.evaluate.run" in imported
     # (pydantic's plugin loader stood in for: its entry-point scan is off anyway)
     assert "importlib.metadata" not in imported
 
