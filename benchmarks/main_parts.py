@@ -180,7 +180,7 @@ def measure(sim: Simulator, rate: int, seconds: int, python: str, root: Path) ->
     main_ns = span["main1"] - span["main0"]
     proc_ns = span["proc1"] - span["proc0"]
     values: dict[str, float] = {}
-    for label, *_rest, parent in PARTS:
+    for label, *_rest in PARTS:
         if label not in acc:
             continue
         children = sum(acc.get(c, 0) for c, *_r, p in PARTS if p == label)
