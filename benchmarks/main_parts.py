@@ -113,6 +113,21 @@ for label, module, cls, name, _parent in parts:
     wrap(label, owner, name)
 
 span = {}
+import gc
+gc_at = [0]
+acc["(in several) collector passes"] = 0
+calls["(in several) collector passes"] = 0
+
+def on_gc(phase, info):
+    if threading.current_thread() is not main or "main0" not in span or "main1" in span:
+        return
+    if phase == "start":
+        gc_at[0] = tt()
+    elif gc_at[0]:
+        acc["(in several) collector passes"] += tt() - gc_at[0]
+        calls["(in several) collector passes"] += 1
+
+gc.callbacks.append(on_gc)
 
 def threads_ns():
     total = 0
@@ -186,6 +201,8 @@ def measure(sim: Simulator, rate: int, seconds: int, python: str, root: Path) ->
         children = sum(acc.get(c, 0) for c, *_r, p in PARTS if p == label)
         values[label] = (acc[label] - children) * scale
     top = sum(acc.get(label, 0) for label, *_r, parent in PARTS if parent == "")
+    if "(in several) collector passes" in acc:
+        values["(in several) collector passes"] = acc["(in several) collector passes"] * scale
     values["event loop + rest"] = (main_ns - top) * scale
     values["main thread"] = main_ns * scale
     values["other threads"] = (proc_ns - main_ns) * scale
