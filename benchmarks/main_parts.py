@@ -1,7 +1,7 @@
 """Where the main process' CPU goes during an open-loop run, per part.
 
     python -m benchmarks.main_parts [--rate 500] [--seconds 10] [--repeats 3]
-                                    [--python PATH] [--root PATH]
+                                    [--python PATH] [--root PATH] [--against ROOT]
 
 A run of single requests at a constant rate against the built-in simulator (the ``mainrate``
 figure's scenario, ``benchmarks.figures``) in its own process. The main process is veeksha's
@@ -15,9 +15,11 @@ main thread's CPU outside every wrapped part (uvloop's C loop, epoll, callbacks 
 Wrapping costs its own CPU (two clock reads per call): the totals are a little above an
 unwrapped run's ``main_cpu_s``.
 
-``--python``/``--root`` measure another checkout (its interpreter and its source tree); a
-method it does not have is left out. Prints a table of medians (CPU-µs per request); appends
-nothing.
+``--python``/``--root`` measure another checkout (its interpreter and its source tree);
+``--against ROOT`` runs another tree (e.g. ``git archive main veeksha`` extracted into ROOT)
+alternating with it, one column each. A method a tree does not have is left out. Prints a table
+of medians (CPU-µs per request); appends nothing. The exclusive parts and ``event loop + rest``
+assume the tree's call structure of ``PARTS`` (e.g. ``session_done`` inside ``on_results``).
 """
 
 from __future__ import annotations
@@ -217,16 +219,29 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--python", default=sys.executable, help="the interpreter to run")
     parser.add_argument("--root", type=Path, default=ROOT, help="its source tree")
+    parser.add_argument(
+        "--against",
+        type=Path,
+        default=None,
+        metavar="ROOT",
+        help="another source tree (e.g. a git archive of main), run alternating with --root",
+    )
     args = parser.parse_args()
-    samples: list[dict[str, float]] = []
+    roots = [args.root] if args.against is None else [args.against, args.root]
+    samples: dict[Path, list[dict[str, float]]] = {root: [] for root in roots}
     with Simulator() as sim:
-        for _ in range(args.repeats):
-            samples.append(measure(sim, args.rate, args.seconds, args.python, args.root))
-            print(json.dumps({k: round(v, 1) for k, v in samples[-1].items()}), flush=True)
+        for rep in range(args.repeats):
+            for root in roots if rep % 2 == 0 else roots[::-1]:
+                values = measure(sim, args.rate, args.seconds, args.python, root)
+                samples[root].append(values)
+                print(root, json.dumps({k: round(v, 1) for k, v in values.items()}), flush=True)
     print(f"main process, CPU-µs per request at {args.rate} req/s ({args.repeats} runs, medians)")
-    print("| part | µs/request |\n|---|---:|")
-    for name in samples[0]:
-        print(f"| {name} | {statistics.median(s.get(name, 0.0) for s in samples):.1f} |")
+    names = list(samples[roots[-1]][0])
+    print("| part | " + " | ".join(str(r) for r in roots) + " |")
+    print("|---|" + "---:|" * len(roots))
+    for name in names:
+        cells = [statistics.median(s.get(name, 0.0) for s in samples[r]) for r in roots]
+        print(f"| {name} | " + " | ".join(f"{c:.1f}" for c in cells) + " |")
     return 0
 
 
