@@ -11,6 +11,12 @@ cpu        CPU-s of veeksha's whole process tree (start-up and evaluation includ
            Split by the run's own account (summary.json ``run``): ``main_cpu_s`` (the main
            process from t0 to the drain's end), ``workers_cpu_s`` (all workers, start-up to
            exit) and ``main_rest_cpu_s`` (the main process' start-up and evaluation).
+mainrate   the main process' CPU per request during an open-loop run (summary.json ``run``:
+           ``main_cpu_s``, t0 to the drain's end; start-up and evaluation excluded), in CPU-ms
+           per request, at 500 req/s (10 s; quick 4 s) and 100 req/s (20 s; quick 5 s): the
+           cpu figure's scenario. At these rates nothing batches, so it is what each arrival,
+           dispatch, result and row costs the main process one by one. The workers' CPU-ms
+           per request beside (start-up to exit).
 rate       the highest constant rate (of a ladder) whose achieved rate, counted by the server
            per second (its /metrics counter polled every second; first and last second
            dropped), is within 2 % of the target with a coefficient of variation ≤ 5 %.
@@ -251,6 +257,19 @@ def fig_cpu(plan: Plan, sim: Simulator) -> Sample:
             **{f"{k}_per_1000": v * per_k for k, v in parts.items()},
         }
     )
+
+
+def fig_mainrate(plan: Plan, sim: Simulator) -> Sample:
+    values: dict[str, float] = {}
+    for rate, seconds in ((500, plan.pick(4, 10)), (100, plan.pick(5, 20))):
+        spec = scenario(api_base=sim.base_url, scheduler=_rate(rate), max_sessions=rate * seconds)
+        m = run_veeksha(spec, plan.workdir, f"mainrate{rate}", root=plan.root)
+        _check(m, "mainrate")
+        done = max(len(_requests(m, "request_id")), 1)
+        parts = _cpu_parts(m, "")
+        values[f"main_cpu_ms_per_request_{rate}"] = parts["main_cpu_s"] * 1000.0 / done
+        values[f"workers_cpu_ms_per_request_{rate}"] = parts["workers_cpu_s"] * 1000.0 / done
+    return Sample(values)
 
 
 def _cpu_parts(m: RunMeasure, prefix: str) -> dict[str, float]:
@@ -512,6 +531,7 @@ FIGURES: dict[str, Callable[[Plan, Simulator], Sample]] = {
     "imports": fig_imports,
     "startup": fig_startup,
     "cpu": fig_cpu,
+    "mainrate": fig_mainrate,
     "rate": fig_rate,
     "closed": fig_closed,
     "precision": fig_precision,

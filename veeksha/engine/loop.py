@@ -322,7 +322,16 @@ class TrafficLoop(SessionStarts, PhaseControl, ToolNodes):
                 self._fill_concurrency(now - self.t0_ns)
         finally:
             self._in_results = False
-        self._dispatch_due()
+        # A pass with nothing queued, nothing unsent, no capped client and no dispatch timer
+        # armed would pop nothing and arm nothing: skipped (the common case of an open loop's
+        # single requests, where a result releases nothing).
+        if (
+            self.ready
+            or self._unflushed
+            or self.slots is not None
+            or self._dispatch_wake_ns is not None
+        ):
+            self._dispatch_due()
         self._check_finished()
 
     # --------------------------------------------------------------------------------- dispatch

@@ -85,9 +85,16 @@ def test_parts_are_written_before_close_and_readable(tmp_path: Path) -> None:
         assert len(pd.read_parquet(tmp_path / "parts" / "requests")) == 10
         part_schema = pq.read_schema(parts(tmp_path)[0])
         assert part_schema.field("e2e").metadata[b"unit"] == b"s"
+        # parts are written without dictionary pages (cheaper a tick); the final file has them
+        chunk = pq.ParquetFile(parts(tmp_path)[0]).metadata.row_group(0).column(0)
+        assert not any("DICTIONARY" in encoding for encoding in chunk.encodings)
+        from_parts = load_requests(tmp_path)
     finally:
         writer.close()
     assert load_requests(tmp_path).num_rows == 10
+    assert load_requests(tmp_path).equals(from_parts)
+    final = pq.ParquetFile(tmp_path / "requests.parquet").metadata.row_group(0).column(0)
+    assert any("DICTIONARY" in encoding for encoding in final.encodings)
 
 
 def wait_for_a_tick(monkeypatch: pytest.MonkeyPatch) -> threading.Event:

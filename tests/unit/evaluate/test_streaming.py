@@ -1,0 +1,44 @@
+"""The progress line's percentiles: numpy's, bit for bit, without importing numpy.ma."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+
+from veeksha.evaluate.stats import percentiles
+
+QS = (0, 1, 33.3, 50, 90, 99, 99.9, 100)
+
+
+def test_percentiles_equal_numpys() -> None:
+    rng = np.random.default_rng(7)
+    cases: list[list[float]] = [[0.25], [1.0, 2.0], [3.0, 3.0, 3.0]]
+    for n in (5, 99, 100, 101, 2500):
+        cases.append(list(rng.random(n) * 1e-3))  # TTFCs in seconds
+        cases.append(list(rng.integers(0, 4, n).astype(float)))  # ties
+        cases.append(list(rng.normal(0.0, 1e6, n)))
+    for values in cases:
+        assert percentiles(np.asarray(values), QS).tolist() == [
+            float(np.percentile(values, q)) for q in QS
+        ]
+
+
+def test_percentiles_of_values_with_a_nan_are_nan() -> None:
+    assert all(math.isnan(p) for p in percentiles(np.array([1.0, math.nan, 2.0]), (50, 99)))
+    assert all(math.isnan(float(np.percentile([1.0, math.nan, 2.0], q))) for q in (50, 99))
+
+
+def test_a_snapshot_does_not_import_numpy_ma() -> None:
+    code = (
+        "import sys\n"
+        "from veeksha.evaluate.streaming import StreamingMetrics\n"
+        "s = StreamingMetrics()\n"
+        "s.add({'status': 'ok', 'ttfc': 0.05, 'e2e': 0.4})\n"
+        "assert 'TTFC p50 50.0 ms' in s.snapshot()\n"
+        "print('numpy.ma' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
