@@ -56,6 +56,7 @@ import uvloop
 
 from veeksha.clock import MonotonicClock
 from veeksha.dispatch.channel import Link, encode_frame, to_worker_decoder
+from veeksha.dispatch.chunkshape import ShapeMemory
 from veeksha.dispatch.http1 import ConnectFailed, Exchange, Http1Pool, MalformedResponse
 from veeksha.dispatch.inprocess import dry_result
 from veeksha.dispatch.messages import Result, Stop, ToWorker, WorkerReady, WorkItem
@@ -98,7 +99,7 @@ class _Route:
     """Where the requests of one client go: its settings, body builder, headers and HTTP
     client (``WorkItem.client`` indexes the worker's routes; one client: one route)."""
 
-    __slots__ = ("builder", "headers", "http", "redact", "session", "settings")
+    __slots__ = ("builder", "headers", "http", "redact", "session", "settings", "shapes")
 
     def __init__(self, settings: WorkerSettings) -> None:
         self.settings = settings
@@ -124,6 +125,7 @@ class _Route:
             headers["Authorization"] = f"Bearer {settings.api_key}"
         self.headers = headers
         self.redact = Redactor(settings.api_key)  # for what servers echo back in errors
+        self.shapes = ShapeMemory()  # the chunk shape of this client's last stream
         self.http: Http1Pool | None = None
         self.session: aiohttp.ClientSession | None = None
 
@@ -374,7 +376,7 @@ class Worker:
     ) -> None:
         if route is None:
             route = self._routes[0]
-        acc = ResponseAccumulator(route.settings.chat)
+        acc = ResponseAccumulator(route.settings.chat, route.shapes)
         slot = [0]
         _sent_slot.set(slot)
         state = _Attempt()
@@ -574,7 +576,7 @@ class _Exchange(Exchange):
         self.retries = 0
         self.finished = False
         self.stream = route.settings.stream
-        self.acc = ResponseAccumulator(route.settings.chat)
+        self.acc = ResponseAccumulator(route.settings.chat, route.shapes)
         self.feed = self.acc.feed
         self.inflate: zlib._Decompress | None = None  # a compressed answer's decoder
         self.headers: dict[bytes, bytes] | None = None
