@@ -10,8 +10,9 @@ Two mechanisms behind one interface (``Timers.call_at_ns``):
   the event loop like any socket. The kernel wakes the loop's ``epoll`` at the deadline (timer
   slack set to 1 µs for the process' main thread), the due callbacks run in deadline order, and
   the descriptor is re-armed for the next one. Nothing spins: an idle run costs no CPU, and a
-  wake-up costs one ``read`` plus one ``timerfd_settime``. A deadline already due is run with
-  ``call_soon``, as the loop timers would.
+  wake-up costs one ``timerfd_settime`` (re-arming the descriptor, or disarming it when nothing
+  is left, resets its expiration count, which is what makes it readable: it is never read). A
+  deadline already due is run with ``call_soon``, as the loop timers would.
 """
 
 from __future__ import annotations
@@ -112,7 +113,18 @@ class LoopTimers:
     (it releases the descriptor; pending callbacks never run).
     """
 
-    __slots__ = ("_armed_ns", "_clock", "_fd", "_heap", "_loop", "_seq", "_spec", "precise")
+    __slots__ = (
+        "_armed_ns",
+        "_clock",
+        "_fd",
+        "_heap",
+        "_loop",
+        "_seq",
+        "_settime",
+        "_spec",
+        "_spec_ref",
+        "precise",
+    )
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, clock: Clock, precise: bool | None = None
@@ -125,8 +137,10 @@ class LoopTimers:
         self._seq = itertools.count()
         self._armed_ns = 0
         self._spec = _Itimerspec()
+        self._spec_ref = ctypes.byref(self._spec)  # (made once: passed on every arm)
         if self.precise:
             libc = _load_libc()
+            self._settime = libc.timerfd_settime
             fd = libc.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
             if fd < 0:
                 raise OSError(ctypes.get_errno(), "timerfd_create failed")
@@ -166,18 +180,17 @@ class LoopTimers:
             self._fd = -1
 
     def _arm(self, when_ns: int) -> None:
+        """Arm the descriptor at ``when_ns`` (0: disarm it); either resets its expirations."""
         if when_ns == self._armed_ns:
             return
         self._armed_ns = when_ns
         value = self._spec.it_value
         value.tv_sec, value.tv_nsec = divmod(when_ns, _NS)
-        if _libc.timerfd_settime(self._fd, _TFD_TIMER_ABSTIME, ctypes.byref(self._spec), None):
+        if self._settime(self._fd, _TFD_TIMER_ABSTIME, self._spec_ref, None):
             raise OSError(ctypes.get_errno(), "timerfd_settime failed")
 
     def _on_fire(self) -> None:
-        with contextlib.suppress(BlockingIOError, InterruptedError):
-            os.read(self._fd, 8)
-        self._armed_ns = 0
+        self._armed_ns = -1  # (what fired: armed again below, or disarmed, in every case)
         heap = self._heap
         now = time.monotonic_ns()
         while heap and (heap[0].cancelled or heap[0].when_ns <= now):
@@ -188,5 +201,4 @@ class LoopTimers:
                 now = time.monotonic_ns()
         while heap and heap[0].cancelled:
             heapq.heappop(heap)
-        if heap:
-            self._arm(heap[0].when_ns)
+        self._arm(heap[0].when_ns if heap else 0)  # (which also clears the readiness)
