@@ -551,19 +551,15 @@ class ResponseAccumulator:
         before = len(parts)
         chat = self.chat
         decode = _decode_chunk if chat else _decode_text_chunk
+        last = events[-1]
+        ends = last == _DONE  # the usual end, last of its read: not left to a failed decode
         try:
-            for payload in events:
+            for payload in events[:-1] if ends else events:
                 try:
                     chunk = decode(payload)
                 except msgspec.MsgspecError as exc:
                     if payload == _DONE:  # the stream is over (later reads: see _general)
-                        self.done = True
-                        self.done_at_ns = t_ns
-                        self._shape = None
-                        self._tries = 0
-                        parser = self._parser
-                        if payload is not events[-1] or parser._pending or parser._data is not None:
-                            raise StreamOver from None  # more in the same read
+                        self._over(t_ns, payload is not last)
                         break
                     chunk = self._lenient(payload, exc)
                 except UnicodeDecodeError as exc:
@@ -588,6 +584,19 @@ class ResponseAccumulator:
             added = len(parts) - before
             if added:
                 self._stamp(added, t_ns)
+        if ends:
+            self._over(t_ns, False)
+
+    def _over(self, t_ns: int, more: bool) -> None:
+        """``[DONE]`` came at ``t_ns``: the stream is over (later reads: see ``_general``);
+        ``StreamOver`` if ``more`` came after it in the same read (or is pending)."""
+        self.done = True
+        self.done_at_ns = t_ns
+        self._shape = None
+        self._tries = 0
+        parser = self._parser
+        if more or parser._pending or parser._data is not None:
+            raise StreamOver from None
 
     def on_body(self, body: bytes, t_ns: int) -> None:
         """Interpret a whole non-streamed JSON response read at ``t_ns``."""
