@@ -89,18 +89,14 @@ def precise_timers_available() -> bool:
 
 
 class _Entry:
-    """One scheduled callback of ``LoopTimers`` in precise mode (heap item)."""
+    """One scheduled callback of ``LoopTimers`` in precise mode (in the heap as
+    ``(when_ns, seq, entry)``: ordered by C tuple comparisons, not a Python ``__lt__``)."""
 
-    __slots__ = ("callback", "cancelled", "seq", "when_ns")
+    __slots__ = ("callback", "cancelled")
 
-    def __init__(self, when_ns: int, seq: int, callback: Callable[[], None]) -> None:
-        self.when_ns = when_ns
-        self.seq = seq
+    def __init__(self, callback: Callable[[], None]) -> None:
         self.callback = callback
         self.cancelled = False
-
-    def __lt__(self, other: _Entry) -> bool:
-        return (self.when_ns, self.seq) < (other.when_ns, other.seq)
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -133,7 +129,7 @@ class LoopTimers:
         self._clock = clock
         self.precise = precise_timers_available() if precise is None else precise
         self._fd = -1
-        self._heap: list[_Entry] = []
+        self._heap: list[tuple[int, int, _Entry]] = []
         self._seq = itertools.count()
         self._armed_ns = 0
         self._spec = _Itimerspec()
@@ -155,9 +151,10 @@ class LoopTimers:
             return self._loop.call_later(max(0.0, delay), callback)
         if when_ns <= time.monotonic_ns():
             return self._loop.call_soon(callback)
-        entry = _Entry(when_ns, next(self._seq), callback)
-        heapq.heappush(self._heap, entry)
-        if self._heap[0] is entry:
+        entry = _Entry(callback)
+        heap = self._heap
+        heapq.heappush(heap, (when_ns, next(self._seq), entry))
+        if heap[0][2] is entry:
             self._arm(when_ns)
         return entry
 
@@ -193,12 +190,12 @@ class LoopTimers:
         self._armed_ns = -1  # (what fired: armed again below, or disarmed, in every case)
         heap = self._heap
         now = time.monotonic_ns()
-        while heap and (heap[0].cancelled or heap[0].when_ns <= now):
-            entry = heapq.heappop(heap)
+        while heap and (heap[0][2].cancelled or heap[0][0] <= now):
+            entry = heapq.heappop(heap)[2]
             if not entry.cancelled:
                 entry.cancelled = True  # a later cancel() is a no-op
                 entry.callback()
                 now = time.monotonic_ns()
-        while heap and heap[0].cancelled:
+        while heap and heap[0][2].cancelled:
             heapq.heappop(heap)
-        self._arm(heap[0].when_ns if heap else 0)  # (which also clears the readiness)
+        self._arm(heap[0][0] if heap else 0)  # (which also clears the readiness)
