@@ -87,10 +87,16 @@ class _Timer:
 
 
 class _NoLoop:
-    """The two loop calls an exchange makes: its timeout timer and the Results' flush."""
+    """The loop calls an exchange makes: its timeout timer and the Results' flush."""
 
     def call_later(self, delay: float, callback: Any, *args: Any) -> _Timer:
         return _Timer()
+
+    def call_at(self, when: float, callback: Any, *args: Any) -> _Timer:
+        return _Timer()
+
+    def time(self) -> float:
+        return time.monotonic()
 
     def call_soon(self, callback: Any, *args: Any) -> None:
         pass

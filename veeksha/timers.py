@@ -10,8 +10,9 @@ Two mechanisms behind one interface (``Timers.call_at_ns``):
   the event loop like any socket. The kernel wakes the loop's ``epoll`` at the deadline (timer
   slack set to 1 µs for the process' main thread), the due callbacks run in deadline order, and
   the descriptor is re-armed for the next one. Nothing spins: an idle run costs no CPU, and a
-  wake-up costs one ``read`` plus one ``timerfd_settime``. A deadline already due is run with
-  ``call_soon``, as the loop timers would.
+  wake-up costs one ``timerfd_settime`` (re-arming the descriptor, or disarming it when nothing
+  is left, resets its expiration count, which is what makes it readable: it is never read). A
+  deadline already due is run with ``call_soon``, as the loop timers would.
 """
 
 from __future__ import annotations
@@ -88,18 +89,14 @@ def precise_timers_available() -> bool:
 
 
 class _Entry:
-    """One scheduled callback of ``LoopTimers`` in precise mode (heap item)."""
+    """One scheduled callback of ``LoopTimers`` in precise mode (in the heap as
+    ``(when_ns, seq, entry)``: ordered by C tuple comparisons, not a Python ``__lt__``)."""
 
-    __slots__ = ("callback", "cancelled", "seq", "when_ns")
+    __slots__ = ("callback", "cancelled")
 
-    def __init__(self, when_ns: int, seq: int, callback: Callable[[], None]) -> None:
-        self.when_ns = when_ns
-        self.seq = seq
+    def __init__(self, callback: Callable[[], None]) -> None:
         self.callback = callback
         self.cancelled = False
-
-    def __lt__(self, other: _Entry) -> bool:
-        return (self.when_ns, self.seq) < (other.when_ns, other.seq)
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -112,7 +109,18 @@ class LoopTimers:
     (it releases the descriptor; pending callbacks never run).
     """
 
-    __slots__ = ("_armed_ns", "_clock", "_fd", "_heap", "_loop", "_seq", "_spec", "precise")
+    __slots__ = (
+        "_armed_ns",
+        "_clock",
+        "_fd",
+        "_heap",
+        "_loop",
+        "_seq",
+        "_settime",
+        "_spec",
+        "_spec_ref",
+        "precise",
+    )
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, clock: Clock, precise: bool | None = None
@@ -121,12 +129,14 @@ class LoopTimers:
         self._clock = clock
         self.precise = precise_timers_available() if precise is None else precise
         self._fd = -1
-        self._heap: list[_Entry] = []
+        self._heap: list[tuple[int, int, _Entry]] = []
         self._seq = itertools.count()
         self._armed_ns = 0
         self._spec = _Itimerspec()
+        self._spec_ref = ctypes.byref(self._spec)  # (made once: passed on every arm)
         if self.precise:
             libc = _load_libc()
+            self._settime = libc.timerfd_settime
             fd = libc.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
             if fd < 0:
                 raise OSError(ctypes.get_errno(), "timerfd_create failed")
@@ -141,9 +151,10 @@ class LoopTimers:
             return self._loop.call_later(max(0.0, delay), callback)
         if when_ns <= time.monotonic_ns():
             return self._loop.call_soon(callback)
-        entry = _Entry(when_ns, next(self._seq), callback)
-        heapq.heappush(self._heap, entry)
-        if self._heap[0] is entry:
+        entry = _Entry(callback)
+        heap = self._heap
+        heapq.heappush(heap, (when_ns, next(self._seq), entry))
+        if heap[0][2] is entry:
             self._arm(when_ns)
         return entry
 
@@ -166,27 +177,25 @@ class LoopTimers:
             self._fd = -1
 
     def _arm(self, when_ns: int) -> None:
+        """Arm the descriptor at ``when_ns`` (0: disarm it); either resets its expirations."""
         if when_ns == self._armed_ns:
             return
         self._armed_ns = when_ns
         value = self._spec.it_value
         value.tv_sec, value.tv_nsec = divmod(when_ns, _NS)
-        if _libc.timerfd_settime(self._fd, _TFD_TIMER_ABSTIME, ctypes.byref(self._spec), None):
+        if self._settime(self._fd, _TFD_TIMER_ABSTIME, self._spec_ref, None):
             raise OSError(ctypes.get_errno(), "timerfd_settime failed")
 
     def _on_fire(self) -> None:
-        with contextlib.suppress(BlockingIOError, InterruptedError):
-            os.read(self._fd, 8)
-        self._armed_ns = 0
+        self._armed_ns = -1  # (what fired: armed again below, or disarmed, in every case)
         heap = self._heap
         now = time.monotonic_ns()
-        while heap and (heap[0].cancelled or heap[0].when_ns <= now):
-            entry = heapq.heappop(heap)
+        while heap and (heap[0][2].cancelled or heap[0][0] <= now):
+            entry = heapq.heappop(heap)[2]
             if not entry.cancelled:
                 entry.cancelled = True  # a later cancel() is a no-op
                 entry.callback()
                 now = time.monotonic_ns()
-        while heap and heap[0].cancelled:
+        while heap and heap[0][2].cancelled:
             heapq.heappop(heap)
-        if heap:
-            self._arm(heap[0].when_ns)
+        self._arm(heap[0][0] if heap else 0)  # (which also clears the readiness)

@@ -20,13 +20,28 @@ each of those chunks is the proven shape with another text: no usage, timings or
 
 Why: at 34 events a response, decoding every event was a worker's largest CPU cost; a slice and
 one string decode per read replace them (measured in docs/architecture.md).
+
+A client's streams share their shape but for a few values: a server writes each stream's own
+``id`` and ``created`` (and the same keys, structure and constants) before the text. Learning
+it anew on every stream (its first events decoded one by one, then a probe) cost more than the
+rest of a short stream's parsing. ``ShapeMemory`` keeps the head proven on an earlier stream as
+a pattern in which every value that is a plain string (printable ASCII, no quote or backslash)
+or an integer (at most 15 digits) may differ, and everything else (keys, structure, literals,
+other values, whitespace) must be the same bytes. A new stream's first event that matches it
+has the proven head's token structure and keys, and the values that differ are in fields the
+accumulator never reads (the proof showed no usage, timings or error, and one choice whose
+text is the slot; a plain string or a small integer is valid in any JSON value): the shape is
+proven for it without a decode (``recall``). Anything else is learned as before.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+
 import msgspec
 
-__all__ = ["ChunkShape", "decode_str"]
+__all__ = ["ChunkShape", "ShapeMemory", "decode_str"]
 
 decode_str = msgspec.json.Decoder(str).decode
 """A JSON string's text (msgspec, as inside a chunk's full decode)."""
@@ -112,3 +127,53 @@ def _plain(raw: bytes) -> str | None:
     except (msgspec.MsgspecError, UnicodeDecodeError):
         return None
     return text if len(text) == len(raw) else None
+
+
+# A JSON token of a head: a whole string, a number, or a run of anything else (structure,
+# literals, whitespace, the slot's opening quote).
+_TOKEN = re.compile(
+    rb'"(?:[^"\\]|\\.)*"|-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|[^"0-9-]+|.',
+    re.DOTALL,
+)
+_PLAIN = re.compile(rb"[ !#-\[\]-~]*")  # a string body that is its own text, printable ASCII
+_INTEGER = re.compile(rb"-?(?:0|[1-9][0-9]{0,14})")
+_SPACE = b" \t\r\n"
+
+
+class ShapeMemory:
+    """The ``ChunkShape`` head last proven on a stream of one client, as a pattern whose plain
+    string values and integers may differ on the next stream (see the module docstring)."""
+
+    __slots__ = ("_after", "_match")
+
+    def __init__(self) -> None:
+        self._match: Callable[[bytes], re.Match[bytes] | None] | None = None
+        self._after = b""
+
+    def remember(self, before: bytes, after: bytes) -> None:
+        """Keep the shape ``before``/``after`` just proven by a decode (``ChunkShape.learn``)."""
+        parts = [b"data: "]
+        for m in _TOKEN.finditer(before):
+            token = m.group()
+            if token[0] == 34 and len(token) > 1:  # a whole string: a key stays as it is
+                key = before[m.end() :].lstrip(_SPACE)[:1] == b":"
+                if not key and _PLAIN.fullmatch(token, 1, len(token) - 1):
+                    parts.append(b'"[ !#-\\[\\]-~]*"')
+                    continue
+            elif _INTEGER.fullmatch(token):
+                parts.append(b"-(?:0|[1-9][0-9]{0,14})" if token[0] == 45 else _INT_PATTERN)
+                continue
+            parts.append(re.escape(token))
+        self._match = re.compile(b"".join(parts), re.DOTALL).match
+        self._after = after
+
+    def recall(self, data: bytes) -> ChunkShape | None:
+        """The remembered shape with ``data``'s own head, if ``data`` starts with one."""
+        match = self._match
+        if match is None:
+            return None
+        m = match(data)
+        return None if m is None else ChunkShape(data[6 : m.end()], self._after)
+
+
+_INT_PATTERN = b"(?:0|[1-9][0-9]{0,14})"

@@ -39,6 +39,9 @@ this limit).
 Parsing is linear in the bytes received: a head (or trailers) arriving in pieces is gathered in
 one buffer whose new bytes alone are searched for the blank line; chunk data is passed on as it
 comes, never buffered (only a chunk-size line cut by a read, at most 4 KiB, is joined again).
+A head with the same bytes as the pool's last final head (a server answers every request of a
+run with the same head, but for a ``Date``) is not parsed again: its status, headers and framing
+are taken from that one.
 """
 
 from __future__ import annotations
@@ -288,6 +291,16 @@ class _Conn(asyncio.Protocol):
 
     def _head(self, head: bytes) -> bool:
         """Parse a status line and headers; False for an interim (1xx) response."""
+        known = self._pool._known_head
+        if known is not None and head == known[0]:  # the same bytes as the last final head
+            _, status, same, self._keep_alive, self._chunked, self._body_left = known
+            if self._body_left < 0:
+                self._body_left = 0
+                self._until_close = True
+            assert self._exchange is not None
+            self._exchange._payload = b""
+            self._exchange.on_head(status, same)
+            return True
         lines = head.split(b"\r\n")
         parts = lines[0].split(b" ", 2)
         if len(parts) < 2 or not parts[0].startswith(b"HTTP/"):
@@ -327,6 +340,10 @@ class _Conn(asyncio.Protocol):
         else:
             self._until_close = True
             self._keep_alive = False
+        # Kept for the next head with the same bytes (a server repeats its answer's head:
+        # parsed once, not per response; its headers dict is shared, and nobody changes it).
+        left = -1 if self._until_close else self._body_left
+        self._pool._known_head = (head, status, headers, self._keep_alive, self._chunked, left)
         self._exchange.on_head(status, headers)
         return True
 
@@ -504,6 +521,9 @@ class Http1Pool:
         self._connecting: dict[Exchange, asyncio.Task[None]] = {}
         # reads of the current loop pass, not parsed yet (None: parsed as they come)
         self._pending: list[tuple[_Conn, bytes, int]] | None = None
+        # the last final response head parsed: (bytes, status, headers, keep-alive, chunked,
+        # Content-Length or -1 for a body framed by the end of the connection)
+        self._known_head: tuple[bytes, int, dict[bytes, bytes], bool, bool, int] | None = None
         self.kernel_stamps = kernel_stamps and KERNEL_STAMPS_SUPPORTED
         if stamp_first and not self.kernel_stamps:
             self._pending = []

@@ -44,7 +44,7 @@ from typing import Any
 
 import msgspec
 
-from veeksha.dispatch.chunkshape import ChunkShape, decode_str
+from veeksha.dispatch.chunkshape import ChunkShape, ShapeMemory, decode_str
 from veeksha.dispatch.numbers import (
     MAX_COUNT,
     Rejections,
@@ -341,7 +341,9 @@ class ResponseAccumulator:
     learned ``ChunkShape``, whose texts are taken without decoding each event (see
     ``veeksha.dispatch.chunkshape``; the result is the same, the tests compare both paths).
     The shape is learned from the first content chunk (at most ``_LEARN_TRIES`` attempts a
-    response) and proven by a full decode of the same chunk with another text.
+    response) and proven by a full decode of the same chunk with another text; with a
+    ``ShapeMemory`` shared by a client's streams, a shape proven on an earlier stream is
+    recalled for this one's own head without a decode, and a shape learned here is remembered.
 
     Memory per held stream is kept small, since thousands may be in flight: ``chunk_times_ns``
     is an ``array('q')`` (8 bytes a chunk instead of a list slot and an int object, ~40), and
@@ -352,6 +354,7 @@ class ResponseAccumulator:
 
     __slots__ = (
         "_bom",
+        "_memory",
         "_parser",
         "_shape",
         "_tries",
@@ -368,8 +371,9 @@ class ResponseAccumulator:
         "server_timings",
     )
 
-    def __init__(self, chat: bool) -> None:
+    def __init__(self, chat: bool, memory: ShapeMemory | None = None) -> None:
         self.chat = chat
+        self._memory = memory
         self.parts: list[str] = []
         self.chunk_times_ns = array("q")
         self.first_chunk_at_ns: int | None = None
@@ -478,8 +482,15 @@ class ResponseAccumulator:
 
     def _peel(self, data: bytes, t_ns: int) -> bytes:
         """Interpret the first events of ``data`` one by one while they are single ``data:``
-        lines, until a shape is learned (at most ``_PEEL_EVENTS``); return the rest."""
+        lines, until a shape is recalled or learned (at most ``_PEEL_EVENTS``); return the
+        rest."""
+        memory = self._memory
         for _ in range(_PEEL_EVENTS):
+            if memory is not None:
+                shape = memory.recall(data)
+                if shape is not None:  # (the events from here on go to its split)
+                    self._shape = shape
+                    break
             end = data.find(b"\n")  # an event that is one line ``data: X``: its payload is X
             payload = data[6:end]
             if end < 0 or data[end + 1 : end + 2] != b"\n" or data[:6] != b"data: ":
@@ -531,6 +542,8 @@ class ResponseAccumulator:
             and self._absorb(chunk) == probe
         ):
             self._shape = ChunkShape(before, after)
+            if self._memory is not None:
+                self._memory.remember(before, after)
 
     def on_events(self, events: list[bytes], t_ns: int) -> None:
         """Interpret the SSE payloads of one read, all stamped ``t_ns``."""
@@ -538,19 +551,15 @@ class ResponseAccumulator:
         before = len(parts)
         chat = self.chat
         decode = _decode_chunk if chat else _decode_text_chunk
+        last = events[-1]
+        ends = last == _DONE  # the usual end, last of its read: not left to a failed decode
         try:
-            for payload in events:
+            for payload in events[:-1] if ends else events:
                 try:
                     chunk = decode(payload)
                 except msgspec.MsgspecError as exc:
                     if payload == _DONE:  # the stream is over (later reads: see _general)
-                        self.done = True
-                        self.done_at_ns = t_ns
-                        self._shape = None
-                        self._tries = 0
-                        parser = self._parser
-                        if payload is not events[-1] or parser._pending or parser._data is not None:
-                            raise StreamOver from None  # more in the same read
+                        self._over(t_ns, payload is not last)
                         break
                     chunk = self._lenient(payload, exc)
                 except UnicodeDecodeError as exc:
@@ -575,6 +584,19 @@ class ResponseAccumulator:
             added = len(parts) - before
             if added:
                 self._stamp(added, t_ns)
+        if ends:
+            self._over(t_ns, False)
+
+    def _over(self, t_ns: int, more: bool) -> None:
+        """``[DONE]`` came at ``t_ns``: the stream is over (later reads: see ``_general``);
+        ``StreamOver`` if ``more`` came after it in the same read (or is pending)."""
+        self.done = True
+        self.done_at_ns = t_ns
+        self._shape = None
+        self._tries = 0
+        parser = self._parser
+        if more or parser._pending or parser._data is not None:
+            raise StreamOver from None
 
     def on_body(self, body: bytes, t_ns: int) -> None:
         """Interpret a whole non-streamed JSON response read at ``t_ns``."""

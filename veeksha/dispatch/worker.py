@@ -30,7 +30,8 @@ any retry back-off, as a user would see.
 
 Plain ``http`` (``Http1Pool``): a request is an ``_Exchange``, driven by callbacks from the
 connection's ``data_received``; no task, coroutine, future or context variable per request, and
-its timeout is one loop timer. ``https`` (aiohttp): one task per request (``_run_item``).
+its timeout is a deadline on its route's one loop timer (``_Timeouts``). ``https`` (aiohttp):
+one task per request (``_run_item``).
 
 Nothing is written to stdout/stderr per request.
 """
@@ -56,6 +57,7 @@ import uvloop
 
 from veeksha.clock import MonotonicClock
 from veeksha.dispatch.channel import Link, encode_frame, to_worker_decoder
+from veeksha.dispatch.chunkshape import ShapeMemory
 from veeksha.dispatch.http1 import ConnectFailed, Exchange, Http1Pool, MalformedResponse
 from veeksha.dispatch.inprocess import dry_result
 from veeksha.dispatch.messages import Result, Stop, ToWorker, WorkerReady, WorkItem
@@ -98,7 +100,16 @@ class _Route:
     """Where the requests of one client go: its settings, body builder, headers and HTTP
     client (``WorkItem.client`` indexes the worker's routes; one client: one route)."""
 
-    __slots__ = ("builder", "headers", "http", "redact", "session", "settings")
+    __slots__ = (
+        "builder",
+        "headers",
+        "http",
+        "redact",
+        "session",
+        "settings",
+        "shapes",
+        "timeouts",
+    )
 
     def __init__(self, settings: WorkerSettings) -> None:
         self.settings = settings
@@ -124,6 +135,8 @@ class _Route:
             headers["Authorization"] = f"Bearer {settings.api_key}"
         self.headers = headers
         self.redact = Redactor(settings.api_key)  # for what servers echo back in errors
+        self.shapes = ShapeMemory()  # the chunk shape of this client's last stream
+        self.timeouts = _Timeouts(settings.request_timeout_s)  # (plain http's requests)
         self.http: Http1Pool | None = None
         self.session: aiohttp.ClientSession | None = None
 
@@ -144,6 +157,7 @@ class _Route:
             self.session = aiohttp_client.make_session(settings, _sent_slot)
 
     async def close(self) -> None:
+        self.timeouts.close()
         if self.session is not None:
             await self.session.close()
         if self.http is not None:
@@ -364,8 +378,7 @@ class Worker:
             return
         exchange.started_at = _monotonic_ns()
         assert self._loop is not None
-        timeout_s = route.settings.request_timeout_s
-        exchange.timer = self._loop.call_later(timeout_s, exchange.on_timeout)
+        route.timeouts.start(exchange, self._loop)
         self._exchanges.add(exchange)
         http.send(body, exchange)
 
@@ -374,7 +387,7 @@ class Worker:
     ) -> None:
         if route is None:
             route = self._routes[0]
-        acc = ResponseAccumulator(route.settings.chat)
+        acc = ResponseAccumulator(route.settings.chat, route.shapes)
         slot = [0]
         _sent_slot.set(slot)
         state = _Attempt()
@@ -505,6 +518,58 @@ class Worker:
         return result
 
 
+class _Timeouts:
+    """The request timeouts of one route's plain-http requests, on one loop timer.
+
+    A request's deadline is its start plus the route's ``request_timeout``, so the requests in
+    flight (a dict keeps their order) are in deadline order: one ``call_at`` for the oldest,
+    and when it fires, every request past its deadline (that one first) times out and the
+    timer is set for the next. A request that ends only leaves the dict: no timer handle is
+    made and cancelled per request, and each times out when its own timer would have fired.
+    """
+
+    __slots__ = ("_armed", "_flight", "_handle", "_loop", "_timeout_s")
+
+    def __init__(self, timeout_s: float) -> None:
+        self._timeout_s = timeout_s
+        self._flight: dict[_Exchange, float] = {}  # in flight → its deadline (loop time)
+        self._handle: asyncio.TimerHandle | None = None
+        self._armed = 0.0  # the deadline the handle was set for
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self, exchange: _Exchange, loop: asyncio.AbstractEventLoop) -> None:
+        when = loop.time() + self._timeout_s
+        self._flight[exchange] = when
+        if self._handle is None:
+            self._loop = loop
+            self._armed = when
+            self._handle = loop.call_at(when, self._fire)
+
+    def done(self, exchange: _Exchange) -> None:
+        self._flight.pop(exchange, None)
+
+    def _fire(self) -> None:
+        self._handle = None
+        loop = self._loop
+        assert loop is not None
+        limit = max(loop.time(), self._armed)  # (the one it was set for is due, to the ns)
+        flight = self._flight
+        while flight:
+            exchange = next(iter(flight))
+            when = flight[exchange]
+            if when > limit:
+                self._armed = when
+                self._handle = loop.call_at(when, self._fire)
+                return
+            del flight[exchange]
+            exchange.on_timeout()
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+
 class _Attempt:
     """The aiohttp path's per-request state."""
 
@@ -521,8 +586,9 @@ class _Exchange(Exchange):
     """One request on the ``Http1Pool`` path, from its WorkItem to its Result.
 
     ``Http1Pool`` calls ``on_sent``/``on_head``/``on_data``/``on_end`` per attempt; a 429/503
-    is retried after its back-off on a loop timer; ``on_timeout`` (the request's one timer) and
-    ``cancel`` abort it. ``finish`` emits the one Result and forgets the request.
+    is retried after its back-off on a loop timer; ``on_timeout`` (its deadline passed: the
+    route's ``_Timeouts``) and ``cancel`` abort it. ``finish`` emits the one Result and forgets
+    the request.
 
     Answers veeksha did not ask for are still read, decided once per response in ``on_head``:
     a ``200`` in ``application/json`` to a streamed request (a server that ignores ``stream``)
@@ -549,7 +615,6 @@ class _Exchange(Exchange):
         "sent_at",
         "started_at",
         "stream",
-        "timer",
         "worker",
     )
 
@@ -574,12 +639,11 @@ class _Exchange(Exchange):
         self.retries = 0
         self.finished = False
         self.stream = route.settings.stream
-        self.acc = ResponseAccumulator(route.settings.chat)
+        self.acc = ResponseAccumulator(route.settings.chat, route.shapes)
         self.feed = self.acc.feed
         self.inflate: zlib._Decompress | None = None  # a compressed answer's decoder
         self.headers: dict[bytes, bytes] | None = None
         self.body: list[bytes] | None = None
-        self.timer: asyncio.TimerHandle | None = None
         self.retry_timer: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------------ Http1Pool callbacks
@@ -697,7 +761,6 @@ class _Exchange(Exchange):
     # ------------------------------------------------------------------------ the worker's
 
     def on_timeout(self) -> None:
-        self.timer = None
         self.http.abort(self)
         self.finish("timeout", "timeout", _timeout_message(self.route.settings))
 
@@ -713,9 +776,7 @@ class _Exchange(Exchange):
         worker = self.worker
         exchanges = worker._exchanges
         exchanges.discard(self)
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+        self.route.timeouts.done(self)
         if self.retry_timer is not None:
             self.retry_timer.cancel()
             self.retry_timer = None

@@ -10,6 +10,7 @@ texts are also checked against the standard library's ``json.loads`` of each eve
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 from typing import Any
@@ -19,8 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from veeksha.dispatch.chunkshape import ChunkShape
-from veeksha.dispatch.openai import ResponseAccumulator
+from veeksha.dispatch.chunkshape import ChunkShape, ShapeMemory
+from veeksha.dispatch.openai import ResponseAccumulator, ResponseError
 
 TRICKY = [
     "jepu",
@@ -103,8 +104,10 @@ def cut(events: list[bytes], how: str, seed: int = 0) -> list[bytes]:
     return [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
 
 
-def record(chat: bool, reads: list[bytes], learn: bool) -> tuple[Any, ...]:
-    acc = ResponseAccumulator(chat)
+def record(
+    chat: bool, reads: list[bytes], learn: bool, memory: ShapeMemory | None = None
+) -> tuple[Any, ...]:
+    acc = ResponseAccumulator(chat, memory)
     if not learn:
         acc._tries = 0
     error: tuple[str, str, str] | None = None
@@ -167,8 +170,8 @@ def test_tricky_texts_record_the_same(chat: bool, style: str, how: str) -> None:
 class CountingAccumulator(ResponseAccumulator):
     """Counts the events decoded in full."""
 
-    def __init__(self, chat: bool) -> None:
-        super().__init__(chat)
+    def __init__(self, chat: bool, memory: ShapeMemory | None = None) -> None:
+        super().__init__(chat, memory)
         self.decoded: list[bytes] = []
 
     def on_events(self, events: list[bytes], t_ns: int) -> None:
@@ -257,6 +260,138 @@ def test_shapes_that_change_in_the_stream_fall_back() -> None:
     events[2:2] = other  # another id: not the learned shape
     recorded = assert_same(False, events, "one")
     assert recorded[0] == "abcd"
+
+
+# ------------------------------------------------------------- a shape recalled on later streams
+
+
+def varied_stream(
+    chat: bool, texts: list[str], style: str = "msgspec", head: str = "", **values: Any
+) -> list[bytes]:
+    """``stream`` with the content chunks' head values replaced (``id="x"``, ``created=5``:
+    JSON values as text) or the whole head before the text given (``head``)."""
+    events = stream(chat, list(texts), style)
+    at = 1 if chat else 0
+    for i, text in enumerate(texts):
+        event = content_chunk(chat, text, style)
+        if head:
+            event = head.encode() + event[event.index(b'"delta"' if chat else b'"text"') :]
+        for key, value in values.items():
+            old = json.loads(content_chunk(chat, text, "msgspec"))[key]
+            event = event.replace(
+                f'"{key}":{json.dumps(old)}'.encode(), f'"{key}":{value}'.encode(), 1
+            )
+        events[at + i] = b"data: " + event + b"\n\n"
+    return events
+
+
+def recorded_with(
+    memory: ShapeMemory, chat: bool, events: list[bytes], how: str
+) -> tuple[tuple[Any, ...], CountingAccumulator]:
+    """What a stream records with ``memory`` (equal to the general path's), and its accumulator."""
+    reads = cut(events, how)
+    fast = record(chat, reads, learn=True, memory=memory)
+    assert fast == record(chat, reads, learn=False), how
+    acc = CountingAccumulator(chat, memory)
+    with contextlib.suppress(ResponseError):  # (the error is compared above)
+        for i, read in enumerate(reads):
+            acc.feed(read, 1000 + i)
+        acc.end(1000 + len(reads))
+    return fast, acc
+
+
+SAME_STRUCTURE = [
+    {"id": '"cmpl-8"'},
+    {"id": '"cmpl-1234567890abcdef"', "created": "1795659660"},
+    {"id": '""', "created": "0", "model": '"other model/7"'},
+    {"object": '"x"', "created": "999999999999999"},
+]
+
+
+@pytest.mark.parametrize("chat", [True, False])
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("how", ["one", "events", "random"])
+def test_a_shape_is_recalled_on_a_later_stream_and_records_the_same(
+    chat: bool, style: str, how: str
+) -> None:
+    memory = ShapeMemory()
+    texts = ["first", *TRICKY, "last"]
+    recorded_with(memory, chat, varied_stream(chat, texts, style), how)  # learned
+    for values in SAME_STRUCTURE:
+        events = varied_stream(chat, texts, style, **values)
+        recorded, acc = recorded_with(memory, chat, events, how)
+        assert recorded[0] == "".join(texts)
+        if how != "random":  # (random cuts take the general path, with or without a shape)
+            # recalled, not learned: decoded in full only the role chunk, finish, usage, [DONE]
+            assert len(acc.decoded) == (4 if chat else 3), values
+
+
+DIFFERENT_HEADS = {
+    "a key renamed": {
+        "head": '{"id":"cmpl-7","object":"obj","created":1,"modell":"m","choices":[{"index":0,'
+    },
+    "keys swapped": {
+        "head": '{"object":"cmpl-7","id":"obj","created":1,"model":"m","choices":[{"index":0,'
+    },
+    "an escaped id": {"id": '"cmpl\\/7"'},
+    "a non-ASCII id": {"id": '"cmpl-é"'},
+    "a leading zero": {"created": "01"},
+    "a float": {"created": "1.5"},
+    "16 digits": {"created": "1234567890123456"},
+    "a negative number": {"created": "-1"},
+    "a number for a string": {"id": "7"},
+    "a string for a number": {"created": '"1"'},
+    "null for a string": {"id": "null"},
+    "usage in the head": {
+        "head": '{"id":"cmpl-7","object":"obj","created":1,"model":"m",'
+        '"usage":{"prompt_tokens":3,"completion_tokens":9},'
+        '"choices":[{"index":0,'
+    },
+    "an error in the head": {"id": '"cmpl-7","error":"boom"'},
+    "spaces": {
+        "head": '{"id": "cmpl-7","object":"obj","created":1,"model":"m","choices":[{"index":0,'
+    },
+    "two choices": {
+        "head": '{"id":"cmpl-7","object":"obj","created":1,"model":"m",'
+        '"choices":[{"index":0,"text":"a","delta":{"content":"a"}},{"index":0,'
+    },
+}
+
+
+@pytest.mark.parametrize("chat", [True, False])
+@pytest.mark.parametrize("case", list(DIFFERENT_HEADS))
+def test_a_head_that_differs_in_more_than_plain_values_is_not_recalled(
+    chat: bool, case: str
+) -> None:
+    memory = ShapeMemory()
+    recorded_with(memory, chat, varied_stream(chat, ["a", "b"]), "one")
+    events = varied_stream(chat, ["c", "d", "e"], **DIFFERENT_HEADS[case])
+    first = events[1 if chat else 0]
+    shape = memory.recall(first)  # (a head that matches a prefix: its slot is no string)
+    assert shape is None or shape.split(first) is None
+    for how in ("one", "events", "random"):
+        recorded_with(memory, chat, events, how)
+        recorded_with(memory, chat, varied_stream(chat, ["f", "g"]), how)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    chat=st.booleans(),
+    ids=st.lists(st.text(max_size=12), min_size=2, max_size=4),
+    created=st.lists(st.integers(-(10**17), 10**17), min_size=2, max_size=4),
+    texts=st.lists(st.text(max_size=6) | st.sampled_from(TRICKY), min_size=1, max_size=6),
+    style=st.sampled_from(STYLES),
+    seed=st.integers(0, 10**6),
+)
+def test_random_heads_across_streams_record_the_same(
+    chat: bool, ids: list[str], created: list[int], texts: list[str], style: str, seed: int
+) -> None:
+    memory = ShapeMemory()
+    for rid, when in zip(ids, created, strict=False):
+        events = varied_stream(chat, texts, style, id=json.dumps(rid), created=str(when))
+        for how in ("one", "events", "random"):
+            reads = cut(events, how, seed)
+            assert record(chat, reads, True, memory) == record(chat, reads, False), how
 
 
 # --------------------------------------------------------------------------- ChunkShape itself

@@ -487,3 +487,47 @@ def test_stamp_first_drops_the_pending_reads_of_an_aborted_exchange() -> None:
         assert conn.closed
 
     asyncio.run(scenario())
+
+
+# ------------------------------------------------------------------------ a head seen before
+
+FRAMINGS = {
+    "chunked": (HEAD, chunk(b"data: a\n\n") + b"0\r\n\r\n", True),
+    "length": (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", b"hello", True),
+    "close": (b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", b"until the end", False),
+    "1.0": (b"HTTP/1.0 200 OK\r\n\r\n", b"until the end", False),
+    "no content": (b"HTTP/1.1 204 No Content\r\nContent-Length: 9\r\n\r\n", b"", True),
+    "error": (b"HTTP/1.1 503 Busy\r\nRetry-After: 0\r\nContent-Length: 4\r\n\r\n", b"busy", True),
+}
+
+
+@pytest.mark.parametrize("second", list(FRAMINGS))
+@pytest.mark.parametrize("first", list(FRAMINGS))
+def test_a_head_seen_before_frames_its_response_the_same(first: str, second: str) -> None:
+    """The pool's last head is reused when the same bytes come again: every framing, twice,
+    after any other, gives what a first parse gives (status, headers, body, end, reuse)."""
+
+    class Heads(Recorder):
+        def on_head(self, status: int, headers: dict[bytes, bytes]) -> None:
+            self.calls.append(("head", status, dict(headers)))
+
+        def on_data(self, data: bytes, t_ns: int) -> None:
+            self.calls.append(("data", data))  # (not its time)
+
+    def answer(pool: Http1Pool, name: str) -> tuple[Any, ...]:
+        head, body, keep = FRAMINGS[name]
+        conn = _Conn(pool)
+        conn.connection_made(FakeTransport(conn))  # type: ignore[arg-type]
+        pool._idle.append(conn)
+        ex = Heads()
+        pool.send(b"{}", ex)
+        conn.data_received(head + body)
+        if not keep:
+            conn.connection_lost(None)  # (the end of the connection ends the body)
+        return (ex.calls[1:], ex.body(), ex.ended(), conn in pool._idle)
+
+    fresh = [answer(Http1Pool("http://127.0.0.1:9/", {}), name) for name in (first, second)]
+    pool = Http1Pool("http://127.0.0.1:9/", {})
+    assert [answer(pool, first), answer(pool, second), answer(pool, second)] == [*fresh, fresh[1]]
+    assert pool._known_head is not None
+    assert pool._known_head[0] == FRAMINGS[second][0][:-4]

@@ -302,7 +302,8 @@ DONE = b"data: [DONE]\n\n"
 
 
 @pytest.mark.parametrize(
-    "after", [completions_event("AFTER"), b"data: {not json\n\n", b"garbage", b"data: x\n"]
+    "after",
+    [completions_event("AFTER"), b"data: {not json\n\n", b"garbage", b"data: x\n", DONE],
 )
 def test_anything_after_done_in_the_same_read_is_ignored(after: bytes) -> None:
     acc = ResponseAccumulator(chat=False)
