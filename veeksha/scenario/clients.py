@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from veeksha.scenario.base import StrictModel
+from veeksha.scenario.base import StrictModel, empty_dict, factory
 
 # ------------------------------------------------------------------------------------- tokenizers
 
@@ -82,13 +82,13 @@ class _OpenAIClientBase(StrictModel):
         False, description='Append "Generate at least N tokens." to each prompt.'
     )
     additional_sampling_params: dict[str, Any] = Field(
-        default_factory=dict,
+        default_factory=empty_dict,
         description="Merged into every request body (map or JSON string).",
         json_schema_extra=_object_or_json_string,
     )
     stream: bool = Field(True, description="Stream responses (SSE) and time every chunk.")
     tokenizer: Tokenizer = Field(
-        default_factory=BuiltinTokenizer, description="How prompt tokens are counted."
+        default_factory=factory(BuiltinTokenizer), description="How prompt tokens are counted."
     )
     max_in_flight: int | None = Field(
         None, ge=1, description="Cap on requests in flight; ready requests wait in the queue."

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from veeksha.scenario.base import StrictModel
+from veeksha.scenario.base import StrictModel, empty_list
 
 # ------------------------------------------------------------------------------------ evaluators
 
@@ -32,7 +32,9 @@ class PerformanceEvaluator(StrictModel):
     )
     stream_metrics: bool = Field(True, description="Print periodic metrics while running.")
     stream_metrics_interval: float = Field(5.0, gt=0, description="Seconds between them.")
-    slos: list[SLO] = Field(default_factory=list, description="Objectives judged after the run.")
+    slos: list[SLO] = Field(
+        default_factory=empty_list, description="Objectives judged after the run."
+    )
 
 
 Evaluator = Annotated[PerformanceEvaluator, Field(discriminator="type")]

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from veeksha.scenario.base import StrictModel
+from veeksha.scenario.base import StrictModel, factory
 from veeksha.scenario.generators import IntervalGenerator, PoissonInterval
 
 # ----------------------------------------------------------------------------- traffic schedulers
@@ -17,7 +17,7 @@ class RateScheduler(StrictModel):
 
     type: Literal["rate"] = "rate"
     interval_generator: IntervalGenerator = Field(
-        default_factory=PoissonInterval, description="Gaps between session starts."
+        default_factory=factory(PoissonInterval), description="Gaps between session starts."
     )
     cancel_session_on_failure: bool = Field(
         True, description="A failed request cancels the rest of its session."

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from veeksha.scenario.base import StrictModel
+from veeksha.scenario.base import StrictModel, factory
 from veeksha.scenario.generators import LengthGenerator, _uniform
 from veeksha.scenario.graphs import (
     LinearGraph,
@@ -50,7 +50,7 @@ class OutputSpec(StrictModel):
     """What each request asks the server to produce."""
 
     text: TextOutputSpec = Field(
-        default_factory=TextOutputSpec, description="Requested length of text responses."
+        default_factory=factory(TextOutputSpec), description="Requested length of text responses."
     )
 
 
@@ -83,16 +83,17 @@ class SyntheticSessionGenerator(StrictModel):
 
     type: Literal["synthetic"] = "synthetic"
     session_graph: SessionGraph = Field(
-        default_factory=LinearGraph, description="Shape of each session's request DAG."
+        default_factory=factory(LinearGraph), description="Shape of each session's request DAG."
     )
     channels: list[TextChannel] = Field(
         default_factory=lambda: [TextChannel()], min_length=1, description="Prompt content."
     )
     output_spec: OutputSpec = Field(
-        default_factory=OutputSpec, description="What each request asks the server to produce."
+        default_factory=factory(OutputSpec),
+        description="What each request asks the server to produce.",
     )
     client_selection: ClientSelection = Field(
-        default_factory=RoundRobinClients,
+        default_factory=factory(RoundRobinClients),
         description="Which of several clients serves each node (one client: all of them).",
     )
 
@@ -209,7 +210,7 @@ class TraceSessionGenerator(StrictModel):
     type: Literal["trace"] = "trace"
     trace_file: str = Field(..., description="Path of the trace (relative: to the current folder).")
     flavor: TraceFlavor = Field(
-        default_factory=AutoFlavor,
+        default_factory=factory(AutoFlavor),
         description="What the rows are (a bare name is accepted: flavor: request_log).",
     )
     wrap_mode: bool = Field(

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from veeksha.scenario.base import empty_dict
 from veeksha.scenario.sim_presets import FAULT_KINDS, PRESETS, apply_model_settings
 
 __all__ = ["PRESETS", "FaultConfig", "SimulatorConfig", "SimulatorModel"]
@@ -205,7 +206,7 @@ class SimulatorConfig(BaseModel):
     )
     faults: FaultConfig = Field(FaultConfig.model_validate({}), description="Fault injection.")
     models: dict[str, SimulatorModel] = Field(
-        default_factory=dict,
+        default_factory=empty_dict,
         description="More models served by the same process, each with its own engine "
         "(its own slots, cache and timing): name → the keys that differ from this section.",
     )
