@@ -39,8 +39,7 @@ SNIPPETS = {
     "pydantic": "import pydantic",
     "models": "import veeksha.scenario.models",
     "load": (
-        "from veeksha.scenario.loader import load_scenario; "
-        f"load_scenario({str(QUICKSTART)!r})"
+        f"from veeksha.scenario.loader import load_scenario; load_scenario({str(QUICKSTART)!r})"
     ),
 }
 
@@ -65,7 +64,10 @@ def instructions(python: str, snippet: str) -> int:
     """Instructions (callgrind's Ir) of one fresh interpreter running ``snippet``."""
     with tempfile.TemporaryDirectory() as cwd:
         done = subprocess.run(
-            ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", python, "-c", snippet],
+            [
+                *("valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"),
+                *(python, "-c", snippet),
+            ],
             env=_env(),
             cwd=cwd,
             check=True,

@@ -1,10 +1,8 @@
 """Clients: how requests are sent (OpenAI chat and completions, named targets) and how their
 prompt tokens are counted (tokenizers)."""
 
-from __future__ import annotations
-
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
@@ -148,7 +146,7 @@ class _Named(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _model_with_api_base(self) -> _Named:
+    def _model_with_api_base(self) -> Self:
         if getattr(self, "api_base", None) is not None and not getattr(self, "model", None):
             raise ValueError(f"client {self.name!r}: model is required when api_base is set")
         return self

@@ -1,7 +1,5 @@
 """Judging a run: performance evaluators with their SLOs, and the health checks' thresholds."""
 
-from __future__ import annotations
-
 from typing import Annotated, Literal
 
 from pydantic import Field

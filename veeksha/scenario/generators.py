@@ -1,8 +1,6 @@
 """Interval generators (gaps in seconds) and length generators (token and count draws)."""
 
-from __future__ import annotations
-
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
 from pydantic import AliasChoices, Field, model_validator
 
@@ -31,7 +29,7 @@ class GammaInterval(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _cv_or_shape(self) -> GammaInterval:
+    def _cv_or_shape(self) -> Self:
         if self.cv is not None and self.shape is not None:
             raise ValueError("give either cv or shape, not both (shape = 1/cv²)")
         return self
@@ -75,7 +73,7 @@ class UniformLength(StrictModel):
     max: int = Field(12, ge=0, description="Largest value (inclusive).")
 
     @model_validator(mode="after")
-    def _ordered(self) -> UniformLength:
+    def _ordered(self) -> Self:
         if self.min > self.max:
             raise ValueError(f"min must be <= max (got min={self.min}, max={self.max})")
         return self
@@ -98,7 +96,7 @@ class ZipfLength(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _ordered(self) -> ZipfLength:
+    def _ordered(self) -> Self:
         if self.min > self.max:
             raise ValueError(f"min must be <= max (got min={self.min}, max={self.max})")
         return self

@@ -1,7 +1,5 @@
 """Session graphs: the shape of a session's request DAG, its agents and answer validations."""
 
-from __future__ import annotations
-
 import re
 from typing import Annotated, Any, Literal
 

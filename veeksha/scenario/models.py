@@ -13,9 +13,7 @@ and trace sessions, flavors, client selection), ``clients`` (clients and tokeniz
 ``server`` and ``simulator`` hold the managed server's and the simulator's settings.
 """
 
-from __future__ import annotations
-
-from typing import Any
+from typing import Any, Self
 
 from pydantic import Field, field_validator, model_validator
 
@@ -269,7 +267,7 @@ class Scenario(StrictModel):
         return scenario_problems(self)
 
     @model_validator(mode="after")
-    def _model_with_api_base(self) -> Scenario:
+    def _model_with_api_base(self) -> Self:
         if self.server is not None and self.client.api_base is not None:
             raise ValueError(
                 "client.api_base and server are both set: the managed server's address becomes "

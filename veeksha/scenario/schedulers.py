@@ -1,7 +1,5 @@
 """Traffic schedulers: when sessions start (open loop, closed loop, trace times)."""
 
-from __future__ import annotations
-
 from typing import Annotated, Literal
 
 from pydantic import Field

@@ -13,8 +13,6 @@ runtime.
 600.0
 """
 
-from __future__ import annotations
-
 import signal
 from typing import Annotated, Literal
 

@@ -1,10 +1,8 @@
 """Session generators: synthetic sessions (channels, output spec, client selection) and trace
 replay with its flavors."""
 
-from __future__ import annotations
-
 import warnings
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
@@ -69,7 +67,7 @@ class WeightedClients(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _some_weight(self) -> WeightedClients:
+    def _some_weight(self) -> Self:
         if sum(self.weights.values()) <= 0:
             raise ValueError("weights: at least one client needs a weight above 0")
         return self
@@ -119,7 +117,7 @@ class TimedSyntheticSessionFlavor(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _ignored(self) -> TimedSyntheticSessionFlavor:
+    def _ignored(self) -> Self:
         for key in ("corpus_file", "page_size"):
             if getattr(self, key) is not None:
                 warnings.warn(

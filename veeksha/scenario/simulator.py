@@ -13,9 +13,7 @@ complete record of what the server did.
 3.0
 """
 
-from __future__ import annotations
-
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -93,7 +91,7 @@ class FaultConfig(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _rates_sum_to_at_most_one(self) -> FaultConfig:
+    def _rates_sum_to_at_most_one(self) -> Self:
         total = sum(self.rate(kind) for kind in FAULT_KINDS)
         if total > 1.0 + 1e-9:
             raise ValueError(f"fault rates sum to {total:g}; they must sum to at most 1")
@@ -230,7 +228,7 @@ class SimulatorConfig(BaseModel):
         """Every model name the simulator answers to: ``model`` first, then ``models``."""
         return [self.model, *(name for name in self.models if name != self.model)]
 
-    def for_model(self, name: str) -> SimulatorConfig:
+    def for_model(self, name: str) -> "SimulatorConfig":
         """The effective config of one served model (``model`` itself: this one, models
         dropped)."""
         base = self.model_dump()
