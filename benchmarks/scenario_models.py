@@ -8,9 +8,14 @@ as the install has it), its CPU read from the parent's ``RUSAGE_CHILDREN``:
 
 * ``bare``: ``python -c pass`` (the interpreter alone);
 * ``pydantic``: ``import pydantic``;
-* ``models``: ``import veeksha.scenario.models``;
-* ``load``: ``load_scenario`` of scenarios/quickstart.yaml (the models, the YAML reader, the
-  validation).
+* ``cli``: importing ``veeksha.cli``, setting its library defaults and turning the collector off
+  (as ``veeksha run`` does before it reads a scenario; pydantic's plugin loader is stubbed, which
+  spares ``importlib.metadata``);
+* ``models``: ``cli``, then ``import veeksha.scenario.models``;
+* ``load``: ``cli``, then ``load_scenario`` of scenarios/quickstart.yaml (the models, the YAML
+  reader, the validation).
+
+``models`` less ``cli`` is what building the scenario's models costs a run.
 
 ``--against PYTHON`` runs the same figures with another checkout's interpreter (e.g.
 ``/work/main/.venv/bin/python``), alternating, which goes first swapped each repetition; the
@@ -34,13 +39,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
 
+#: What ``veeksha run`` does before it reads a scenario (the CLI; pydantic's plugin loader
+#: stubbed, the collector off).
+CLI = "import gc, veeksha.cli; veeksha.cli.set_library_defaults(); gc.disable(); "
 SNIPPETS = {
     "bare": "pass",
     "pydantic": "import pydantic",
-    "models": "import veeksha.scenario.models",
-    "load": (
-        f"from veeksha.scenario.loader import load_scenario; load_scenario({str(QUICKSTART)!r})"
-    ),
+    "cli": CLI,
+    "models": CLI + "import veeksha.scenario.models",
+    "load": CLI
+    + "from veeksha.scenario.loader import load_scenario; "
+    + f"load_scenario({str(QUICKSTART)!r})",
 }
 
 
@@ -100,8 +109,9 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             for side, python in order:
                 samples.setdefault((side, name), []).append(cpu_seconds(python, SNIPPETS[name]))
-    print(f"CPU-s, median (min-max) of {args.repeats}")
-    for name in names:
+    if args.repeats:
+        print(f"CPU-s, median (min-max) of {args.repeats}")
+    for name in names if args.repeats else ():
         cells = []
         for side in pythons:
             values = samples[(side, name)]
@@ -111,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:9s} " + "   ".join(cells))
     if args.callgrind:
         print("instructions (callgrind Ir, millions)")
-        for name in ("models", "load"):
+        for name in ("cli", "models", "load"):
             cells = [
                 f"{side} {instructions(python, SNIPPETS[name]) / 1e6:,.0f} M"
                 for side, python in pythons.items()

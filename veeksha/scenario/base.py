@@ -11,6 +11,11 @@ The modules of models (this one, ``generators``, ``schedulers``, ``graphs``,
 annotations``, which would make every field's annotation a string that pydantic compiles and
 evaluates while it builds the class (~300 of them, ~20-35 ms). So a class names only classes
 defined above it, and an after-validator returns ``Self``.
+
+A model builds its own validator only when it is validated on its own: ``Scenario`` and the
+models a default factory makes (``class Runtime(StrictModel, defer_build=False)``). Every other
+model (``defer_build=True``, from ``StrictModel``) is validated inside ``Scenario``'s validator,
+which inlines it; on its own it builds its validator on first use.
 """
 
 import functools
@@ -29,7 +34,9 @@ class StrictModel(BaseModel):
     {model: m}`` is a chat-completions client), as SCENARIO_REFERENCE.md gives every key a default.
     """
 
-    model_config = ConfigDict(extra="forbid", validate_default=True, populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid", validate_default=True, populate_by_name=True, defer_build=True
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -11,7 +11,7 @@ from veeksha.scenario.base import StrictModel, empty_dict, factory
 # ------------------------------------------------------------------------------------- tokenizers
 
 
-class BuiltinTokenizer(StrictModel):
+class BuiltinTokenizer(StrictModel, defer_build=False):
     """The shipped deterministic tokenizer; the simulator counts with it, so counts are exact."""
 
     type: Literal["builtin"] = "builtin"
@@ -113,7 +113,7 @@ class _OpenAIClientBase(StrictModel):
         return value
 
 
-class ChatCompletionsClient(_OpenAIClientBase):
+class ChatCompletionsClient(_OpenAIClientBase, defer_build=False):
     """OpenAI /v1/chat/completions: history sent as chat messages."""
 
     type: Literal["openai_chat_completions"] = "openai_chat_completions"

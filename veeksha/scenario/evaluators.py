@@ -21,7 +21,7 @@ class SLO(StrictModel):
     type: Literal["constant"] = Field("constant", description="Threshold kind.")
 
 
-class PerformanceEvaluator(StrictModel):
+class PerformanceEvaluator(StrictModel, defer_build=False):
     """Latency and throughput metrics over the measured phase, with SLOs."""
 
     type: Literal["performance"] = "performance"
@@ -41,7 +41,7 @@ Evaluator = Annotated[PerformanceEvaluator, Field(discriminator="type")]
 # --------------------------------------------------------------------------------- health checks
 
 
-class HealthChecks(StrictModel):
+class HealthChecks(StrictModel, defer_build=False):
     """Thresholds of the checks that prove the benchmark itself behaved."""
 
     dispatch_rate_tolerance: float = Field(

@@ -9,7 +9,7 @@ from veeksha.scenario.base import StrictModel
 # --------------------------------------------------------------------------- interval generators
 
 
-class PoissonInterval(StrictModel):
+class PoissonInterval(StrictModel, defer_build=False):
     """Exponential gaps with mean 1/arrival_rate (a Poisson process), not truncated."""
 
     type: Literal["poisson"] = "poisson"
@@ -43,7 +43,7 @@ class GammaInterval(StrictModel):
         return 1.0 / (cv * cv)
 
 
-class FixedInterval(StrictModel):
+class FixedInterval(StrictModel, defer_build=False):
     """A constant gap; 0 releases everything at once (an offline burst)."""
 
     type: Literal["fixed"] = "fixed"
@@ -58,14 +58,14 @@ IntervalGenerator = Annotated[
 # ----------------------------------------------------------------------------- length generators
 
 
-class FixedLength(StrictModel):
+class FixedLength(StrictModel, defer_build=False):
     """Always the same value."""
 
     type: Literal["fixed"] = "fixed"
     value: int = Field(8, ge=0, description="The constant value.")
 
 
-class UniformLength(StrictModel):
+class UniformLength(StrictModel, defer_build=False):
     """Integer uniform on [min, max], both bounds inclusive."""
 
     type: Literal["uniform"] = "uniform"

@@ -78,7 +78,7 @@ class SingleRequestGraph(StrictModel):
     validation_probability: float = _validation_probability()
 
 
-class LinearGraph(StrictModel):
+class LinearGraph(StrictModel, defer_build=False):
     """A chain of turns: a multi-turn conversation."""
 
     type: Literal["linear"] = "linear"

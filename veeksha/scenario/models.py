@@ -190,7 +190,7 @@ class Phase(StrictModel):
 # ----------------------------------------------------------------------------------- the scenario
 
 
-class Scenario(StrictModel):
+class Scenario(StrictModel, defer_build=False):
     """A whole benchmark: what sessions look like, when they arrive, where they go."""
 
     seed: int = Field(42, ge=0, description="Root of all randomness; 0 is a valid seed.")

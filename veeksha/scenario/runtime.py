@@ -52,7 +52,7 @@ class Distributed(StrictModel):
         return value
 
 
-class Runtime(StrictModel):
+class Runtime(StrictModel, defer_build=False):
     """Stop conditions, workers, CPU affinity and warmup."""
 
     max_sessions: int = Field(25, ge=-1, description="Sessions to start; -1 unlimited.")
@@ -133,7 +133,7 @@ class Runtime(StrictModel):
 # ------------------------------------------------------------------------------- trace recorder
 
 
-class TraceRecorder(StrictModel):
+class TraceRecorder(StrictModel, defer_build=False):
     """trace.jsonl: one line per dispatched request with its session context."""
 
     enabled: bool = Field(True, description="Write trace.jsonl.")

@@ -10,7 +10,7 @@ from veeksha.scenario.generators import IntervalGenerator, PoissonInterval
 # ----------------------------------------------------------------------------- traffic schedulers
 
 
-class RateScheduler(StrictModel):
+class RateScheduler(StrictModel, defer_build=False):
     """Open loop: sessions start on an absolute timeline of gaps from the interval generator."""
 
     type: Literal["rate"] = "rate"

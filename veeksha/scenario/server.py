@@ -34,7 +34,7 @@ __all__ = [
 class _ServerBase(BaseModel):
     """What every managed server has: where it listens, how it is judged ready and stopped."""
 
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    model_config = ConfigDict(extra="forbid", validate_default=True, defer_build=True)
 
     env: dict[str, str] = Field(
         default_factory=empty_dict, description="Environment variables added to veeksha's for it."

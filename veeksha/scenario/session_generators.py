@@ -20,7 +20,7 @@ from veeksha.scenario.graphs import (
 # ------------------------------------------------------------------------------ session generator
 
 
-class TextChannel(StrictModel):
+class TextChannel(StrictModel, defer_build=False):
     """Text prompt content: body lengths and shared prefixes."""
 
     type: Literal["text"] = "text"
@@ -36,7 +36,7 @@ class TextChannel(StrictModel):
     )
 
 
-class TextOutputSpec(StrictModel):
+class TextOutputSpec(StrictModel, defer_build=False):
     """Requested output length of text responses."""
 
     output_length_generator: LengthGenerator = Field(
@@ -44,7 +44,7 @@ class TextOutputSpec(StrictModel):
     )
 
 
-class OutputSpec(StrictModel):
+class OutputSpec(StrictModel, defer_build=False):
     """What each request asks the server to produce."""
 
     text: TextOutputSpec = Field(
@@ -52,7 +52,7 @@ class OutputSpec(StrictModel):
     )
 
 
-class RoundRobinClients(StrictModel):
+class RoundRobinClients(StrictModel, defer_build=False):
     """Node ``j`` of session ``i`` goes to client ``(i + j) mod n`` (in ``clients:`` order)."""
 
     type: Literal["round_robin"] = "round_robin"
@@ -76,7 +76,7 @@ class WeightedClients(StrictModel):
 ClientSelection = Annotated[RoundRobinClients | WeightedClients, Field(discriminator="type")]
 
 
-class SyntheticSessionGenerator(StrictModel):
+class SyntheticSessionGenerator(StrictModel, defer_build=False):
     """Sessions generated from a graph shape, content channels and an output spec."""
 
     type: Literal["synthetic"] = "synthetic"
@@ -181,7 +181,7 @@ class BurstGptFlavor(StrictModel):
     type: Literal["burstgpt"] = "burstgpt"
 
 
-class AutoFlavor(StrictModel):
+class AutoFlavor(StrictModel, defer_build=False):
     """The flavor told from the file's header or first line (docs/traces.md); when nothing is
     distinctive, timed_synthetic_session."""
 

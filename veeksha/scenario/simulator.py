@@ -113,7 +113,7 @@ class SimulatorModel(BaseModel):
     """One more model the simulator serves (``simulator.models: {name: {...}}``): each key left
     out is the ``simulator:`` section's; ``preset`` refills the timing keys left out here."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     preset: Literal["fast", "realistic"] | None = Field(None, description="As simulator.preset.")
     timing: Literal["fixed", "engine"] | None = Field(None, description="As simulator.timing.")

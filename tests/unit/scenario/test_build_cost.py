@@ -7,6 +7,7 @@ import types
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 import veeksha.scenario.models as models_module
 from veeksha.scenario.models import Scenario
@@ -57,4 +58,11 @@ def test_default_factories_are_plain_functions() -> None:
                 "factory(Model), empty_list or empty_dict (veeksha.scenario.base)"
             )
             assert not inspect.signature(made).parameters, where
+            made_value = made()  # type: ignore[call-arg]
+            for item in made_value if isinstance(made_value, list) else [made_value]:
+                if isinstance(item, BaseModel):
+                    assert type(item).model_config.get("defer_build") is not True, (
+                        f"{where}: {type(item).__name__} is made on its own by a default "
+                        "factory: give it defer_build=False (veeksha.scenario.base)"
+                    )
     assert checked >= 40
