@@ -1,19 +1,17 @@
 """Clients: how requests are sent (OpenAI chat and completions, named targets) and how their
 prompt tokens are counted (tokenizers)."""
 
-from __future__ import annotations
-
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from veeksha.scenario.base import StrictModel
+from veeksha.scenario.base import StrictModel, empty_dict, factory
 
 # ------------------------------------------------------------------------------------- tokenizers
 
 
-class BuiltinTokenizer(StrictModel):
+class BuiltinTokenizer(StrictModel, defer_build=False):
     """The shipped deterministic tokenizer; the simulator counts with it, so counts are exact."""
 
     type: Literal["builtin"] = "builtin"
@@ -82,13 +80,13 @@ class _OpenAIClientBase(StrictModel):
         False, description='Append "Generate at least N tokens." to each prompt.'
     )
     additional_sampling_params: dict[str, Any] = Field(
-        default_factory=dict,
+        default_factory=empty_dict,
         description="Merged into every request body (map or JSON string).",
         json_schema_extra=_object_or_json_string,
     )
     stream: bool = Field(True, description="Stream responses (SSE) and time every chunk.")
     tokenizer: Tokenizer = Field(
-        default_factory=BuiltinTokenizer, description="How prompt tokens are counted."
+        default_factory=factory(BuiltinTokenizer), description="How prompt tokens are counted."
     )
     max_in_flight: int | None = Field(
         None, ge=1, description="Cap on requests in flight; ready requests wait in the queue."
@@ -115,7 +113,7 @@ class _OpenAIClientBase(StrictModel):
         return value
 
 
-class ChatCompletionsClient(_OpenAIClientBase):
+class ChatCompletionsClient(_OpenAIClientBase, defer_build=False):
     """OpenAI /v1/chat/completions: history sent as chat messages."""
 
     type: Literal["openai_chat_completions"] = "openai_chat_completions"
@@ -148,7 +146,7 @@ class _Named(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _model_with_api_base(self) -> _Named:
+    def _model_with_api_base(self) -> Self:
         if getattr(self, "api_base", None) is not None and not getattr(self, "model", None):
             raise ValueError(f"client {self.name!r}: model is required when api_base is set")
         return self

@@ -1,12 +1,10 @@
 """Judging a run: performance evaluators with their SLOs, and the health checks' thresholds."""
 
-from __future__ import annotations
-
 from typing import Annotated, Literal
 
 from pydantic import Field
 
-from veeksha.scenario.base import StrictModel
+from veeksha.scenario.base import StrictModel, empty_list
 
 # ------------------------------------------------------------------------------------ evaluators
 
@@ -23,7 +21,7 @@ class SLO(StrictModel):
     type: Literal["constant"] = Field("constant", description="Threshold kind.")
 
 
-class PerformanceEvaluator(StrictModel):
+class PerformanceEvaluator(StrictModel, defer_build=False):
     """Latency and throughput metrics over the measured phase, with SLOs."""
 
     type: Literal["performance"] = "performance"
@@ -32,7 +30,9 @@ class PerformanceEvaluator(StrictModel):
     )
     stream_metrics: bool = Field(True, description="Print periodic metrics while running.")
     stream_metrics_interval: float = Field(5.0, gt=0, description="Seconds between them.")
-    slos: list[SLO] = Field(default_factory=list, description="Objectives judged after the run.")
+    slos: list[SLO] = Field(
+        default_factory=empty_list, description="Objectives judged after the run."
+    )
 
 
 Evaluator = Annotated[PerformanceEvaluator, Field(discriminator="type")]
@@ -41,7 +41,7 @@ Evaluator = Annotated[PerformanceEvaluator, Field(discriminator="type")]
 # --------------------------------------------------------------------------------- health checks
 
 
-class HealthChecks(StrictModel):
+class HealthChecks(StrictModel, defer_build=False):
     """Thresholds of the checks that prove the benchmark itself behaved."""
 
     dispatch_rate_tolerance: float = Field(

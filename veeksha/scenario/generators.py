@@ -1,8 +1,6 @@
 """Interval generators (gaps in seconds) and length generators (token and count draws)."""
 
-from __future__ import annotations
-
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
 from pydantic import AliasChoices, Field, model_validator
 
@@ -11,7 +9,7 @@ from veeksha.scenario.base import StrictModel
 # --------------------------------------------------------------------------- interval generators
 
 
-class PoissonInterval(StrictModel):
+class PoissonInterval(StrictModel, defer_build=False):
     """Exponential gaps with mean 1/arrival_rate (a Poisson process), not truncated."""
 
     type: Literal["poisson"] = "poisson"
@@ -31,7 +29,7 @@ class GammaInterval(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _cv_or_shape(self) -> GammaInterval:
+    def _cv_or_shape(self) -> Self:
         if self.cv is not None and self.shape is not None:
             raise ValueError("give either cv or shape, not both (shape = 1/cv²)")
         return self
@@ -45,7 +43,7 @@ class GammaInterval(StrictModel):
         return 1.0 / (cv * cv)
 
 
-class FixedInterval(StrictModel):
+class FixedInterval(StrictModel, defer_build=False):
     """A constant gap; 0 releases everything at once (an offline burst)."""
 
     type: Literal["fixed"] = "fixed"
@@ -60,14 +58,14 @@ IntervalGenerator = Annotated[
 # ----------------------------------------------------------------------------- length generators
 
 
-class FixedLength(StrictModel):
+class FixedLength(StrictModel, defer_build=False):
     """Always the same value."""
 
     type: Literal["fixed"] = "fixed"
     value: int = Field(8, ge=0, description="The constant value.")
 
 
-class UniformLength(StrictModel):
+class UniformLength(StrictModel, defer_build=False):
     """Integer uniform on [min, max], both bounds inclusive."""
 
     type: Literal["uniform"] = "uniform"
@@ -75,7 +73,7 @@ class UniformLength(StrictModel):
     max: int = Field(12, ge=0, description="Largest value (inclusive).")
 
     @model_validator(mode="after")
-    def _ordered(self) -> UniformLength:
+    def _ordered(self) -> Self:
         if self.min > self.max:
             raise ValueError(f"min must be <= max (got min={self.min}, max={self.max})")
         return self
@@ -98,7 +96,7 @@ class ZipfLength(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _ordered(self) -> ZipfLength:
+    def _ordered(self) -> Self:
         if self.min > self.max:
             raise ValueError(f"min must be <= max (got min={self.min}, max={self.max})")
         return self

@@ -1,13 +1,11 @@
 """Session graphs: the shape of a session's request DAG, its agents and answer validations."""
 
-from __future__ import annotations
-
 import re
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
-from veeksha.scenario.base import StrictModel
+from veeksha.scenario.base import StrictModel, empty_dict, empty_list, factory
 from veeksha.scenario.generators import (
     FixedInterval,
     FixedLength,
@@ -80,7 +78,7 @@ class SingleRequestGraph(StrictModel):
     validation_probability: float = _validation_probability()
 
 
-class LinearGraph(StrictModel):
+class LinearGraph(StrictModel, defer_build=False):
     """A chain of turns: a multi-turn conversation."""
 
     type: Literal["linear"] = "linear"
@@ -88,7 +86,7 @@ class LinearGraph(StrictModel):
         default_factory=lambda: _uniform(6, 12), description="Turns per session."
     )
     request_wait_generator: IntervalGenerator = Field(
-        default_factory=PoissonInterval,
+        default_factory=factory(PoissonInterval),
         description="Think time before each non-root turn, after its parent completes.",
     )
     inherit_history: bool = Field(True, description="Each turn carries the conversation so far.")
@@ -120,7 +118,8 @@ class BranchingGraph(StrictModel):
         description="Forward skip distance in layers (1 = next layer), capped at the last layer.",
     )
     request_wait_generator: IntervalGenerator = Field(
-        default_factory=PoissonInterval, description="Think time after all parents complete."
+        default_factory=factory(PoissonInterval),
+        description="Think time after all parents complete.",
     )
     inherit_history: bool = Field(
         True, description="Exactly one parent per non-root node is its history parent."
@@ -173,7 +172,7 @@ class Agent(StrictModel):
         None, description="tool: tokens of its result (null: output_spec's lengths)."
     )
     speak_after_within_round: list[str] = Field(
-        default_factory=list, description="Agents of the same round it waits for (their ids)."
+        default_factory=empty_list, description="Agents of the same round it waits for (their ids)."
     )
     validation: Validation | None = Field(
         None, description="A check of its answers; a failing answer is re-sent (re-prompt)."
@@ -190,7 +189,7 @@ class AgentRoundsGraph(StrictModel):
     agents: list[Agent] = Field(..., min_length=1, description="The agents, in speaking order.")
     rounds: int = Field(3, ge=1, le=10_000, description="Rounds per session.")
     role_clients: dict[str, str] = Field(
-        default_factory=dict,
+        default_factory=empty_dict,
         description="Role → client name: the client of the agents of that role that name none.",
     )
     request_wait_generator: IntervalGenerator = Field(

@@ -15,7 +15,6 @@ with the source ``<--set>``. Secrets are never echoed.
 from __future__ import annotations
 
 import copy
-import difflib
 import hashlib
 import io
 import json
@@ -450,6 +449,14 @@ def _tags(node: Node | None) -> str:
     return ""
 
 
+def _close_matches(word: str, choices: list[str]) -> list[str]:
+    """The choice closest to a misspelt word, if any is close (difflib, imported only for a
+    scenario with a mistake: a valid one never needs it)."""
+    import difflib
+
+    return difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+
+
 def _unknown_key(key: PathPart, holder: Node | None) -> str:
     if holder is None or holder.model is None:
         return "unknown key"
@@ -458,7 +465,7 @@ def _unknown_key(key: PathPart, holder: Node | None) -> str:
     if key in aliases:
         return f"{key!r} is another spelling of {aliases[key]!r}: give only one of them"
     allowed = [k for k in allowed_keys(model) if k != "type" or tag_of(model) is None]
-    close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+    close = _close_matches(str(key), allowed)
     if close:
         return f"unknown key; did you mean {close[0]!r}?"
     return f"unknown key; allowed keys: {', '.join(allowed)}"
@@ -475,7 +482,7 @@ def _message(
         ctx = err.get("ctx") or {}
         message = f"unknown type {ctx.get('tag')!r}; expected one of: {_tags(node)}"
         tags = list(node.members) if node is not None and node.kind == "tagged" else []
-        close = difflib.get_close_matches(str(ctx.get("tag")), tags, n=1, cutoff=0.6)
+        close = _close_matches(str(ctx.get("tag")), tags)
         return message + (f"; did you mean {close[0]!r}?" if close else "")
     if kind == "union_tag_not_found":
         if not isinstance(given, dict):

@@ -13,15 +13,16 @@ and trace sessions, flavors, client selection), ``clients`` (clients and tokeniz
 ``server`` and ``simulator`` hold the managed server's and the simulator's settings.
 """
 
-from __future__ import annotations
-
-from typing import Any
+from typing import Any, Self
 
 from pydantic import Field, field_validator, model_validator
 
 from veeksha.scenario.base import (
     StrictModel,
     _default_tags,  # noqa: F401 (re-exported)
+    empty_dict,
+    empty_list,
+    factory,
 )
 from veeksha.scenario.clients import (
     DEFAULT_CLIENT,
@@ -180,7 +181,7 @@ class Phase(StrictModel):
         None, ge=1, description="concurrent scheduler: the target of this phase."
     )
     traffic_scheduler: dict[str, Any] = Field(
-        default_factory=dict,
+        default_factory=empty_dict,
         description="Any other traffic_scheduler keys of the run's scheduler type, merged into it"
         " for this phase (not type, cancel_session_on_failure).",
     )
@@ -189,18 +190,18 @@ class Phase(StrictModel):
 # ----------------------------------------------------------------------------------- the scenario
 
 
-class Scenario(StrictModel):
+class Scenario(StrictModel, defer_build=False):
     """A whole benchmark: what sessions look like, when they arrive, where they go."""
 
     seed: int = Field(42, ge=0, description="Root of all randomness; 0 is a valid seed.")
     traffic_scheduler: TrafficScheduler = Field(
-        default_factory=RateScheduler, description="When sessions start."
+        default_factory=factory(RateScheduler), description="When sessions start."
     )
     session_generator: SessionGenerator = Field(
-        default_factory=SyntheticSessionGenerator, description="What sessions look like."
+        default_factory=factory(SyntheticSessionGenerator), description="What sessions look like."
     )
     client: Client = Field(
-        default_factory=ChatCompletionsClient, description="How requests are sent."
+        default_factory=factory(ChatCompletionsClient), description="How requests are sent."
     )
     clients: list[NamedClient] | None = Field(
         None,
@@ -208,24 +209,26 @@ class Scenario(StrictModel):
         description="Several targets in one run, each with a name (instead of client).",
     )
     runtime: Runtime = Field(
-        default_factory=Runtime, description="Stop conditions, workers, CPU affinity, warmup."
+        default_factory=factory(Runtime),
+        description="Stop conditions, workers, CPU affinity, warmup.",
     )
     trace_recorder: TraceRecorder = Field(
-        default_factory=TraceRecorder, description="trace.jsonl of dispatched requests."
+        default_factory=factory(TraceRecorder), description="trace.jsonl of dispatched requests."
     )
     evaluators: list[Evaluator] = Field(
         default_factory=lambda: [PerformanceEvaluator()], description="Metrics and SLOs."
     )
     health_checks: HealthChecks = Field(
-        default_factory=HealthChecks, description="Thresholds of the benchmark's self-checks."
+        default_factory=factory(HealthChecks),
+        description="Thresholds of the benchmark's self-checks.",
     )
     simulator: SimulatorConfig = Field(
-        default_factory=SimulatorConfig,
+        default_factory=factory(SimulatorConfig),
         description="The built-in server, used when client.api_base is absent.",
     )
     output_dir: str = Field("benchmark_output", description="Base folder of run folders.")
     phases: list[Phase] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="Phases of one run (warmup, then load steps); empty: warmup and measured.",
     )
     server: ManagedServerConfig | None = Field(
@@ -233,7 +236,7 @@ class Scenario(StrictModel):
         description="A server veeksha starts for the run and stops after it (docs/server.md).",
     )
     server_metrics: ServerMetricsConfig = Field(
-        default_factory=ServerMetricsConfig,
+        default_factory=factory(ServerMetricsConfig),
         description="Scraping the server's Prometheus /metrics during the run.",
     )
 
@@ -264,7 +267,7 @@ class Scenario(StrictModel):
         return scenario_problems(self)
 
     @model_validator(mode="after")
-    def _model_with_api_base(self) -> Scenario:
+    def _model_with_api_base(self) -> Self:
         if self.server is not None and self.client.api_base is not None:
             raise ValueError(
                 "client.api_base and server are both set: the managed server's address becomes "

@@ -1,11 +1,9 @@
 """The run's runtime: stop conditions, workers, CPU affinity, warmup, the Ray cluster, and the
 trace recorder."""
 
-from __future__ import annotations
-
 import re
 import warnings
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
@@ -54,7 +52,7 @@ class Distributed(StrictModel):
         return value
 
 
-class Runtime(StrictModel):
+class Runtime(StrictModel, defer_build=False):
     """Stop conditions, workers, CPU affinity and warmup."""
 
     max_sessions: int = Field(25, ge=-1, description="Sessions to start; -1 unlimited.")
@@ -115,7 +113,7 @@ class Runtime(StrictModel):
         return value
 
     @model_validator(mode="after")
-    def _bounded(self) -> Runtime:
+    def _bounded(self) -> Self:
         if self.max_sessions == 0:
             raise ValueError("max_sessions must be positive or -1 (unlimited)")
         if self.max_sessions == -1 and self.benchmark_timeout <= 0:
@@ -135,7 +133,7 @@ class Runtime(StrictModel):
 # ------------------------------------------------------------------------------- trace recorder
 
 
-class TraceRecorder(StrictModel):
+class TraceRecorder(StrictModel, defer_build=False):
     """trace.jsonl: one line per dispatched request with its session context."""
 
     enabled: bool = Field(True, description="Write trace.jsonl.")

@@ -1,23 +1,21 @@
 """Traffic schedulers: when sessions start (open loop, closed loop, trace times)."""
 
-from __future__ import annotations
-
 from typing import Annotated, Literal
 
 from pydantic import Field
 
-from veeksha.scenario.base import StrictModel
+from veeksha.scenario.base import StrictModel, factory
 from veeksha.scenario.generators import IntervalGenerator, PoissonInterval
 
 # ----------------------------------------------------------------------------- traffic schedulers
 
 
-class RateScheduler(StrictModel):
+class RateScheduler(StrictModel, defer_build=False):
     """Open loop: sessions start on an absolute timeline of gaps from the interval generator."""
 
     type: Literal["rate"] = "rate"
     interval_generator: IntervalGenerator = Field(
-        default_factory=PoissonInterval, description="Gaps between session starts."
+        default_factory=factory(PoissonInterval), description="Gaps between session starts."
     )
     cancel_session_on_failure: bool = Field(
         True, description="A failed request cancels the rest of its session."

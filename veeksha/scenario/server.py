@@ -13,12 +13,12 @@ runtime.
 600.0
 """
 
-from __future__ import annotations
-
 import signal
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from veeksha.scenario.base import empty_dict, empty_list
 
 __all__ = [
     "CommandServer",
@@ -34,10 +34,10 @@ __all__ = [
 class _ServerBase(BaseModel):
     """What every managed server has: where it listens, how it is judged ready and stopped."""
 
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    model_config = ConfigDict(extra="forbid", validate_default=True, defer_build=True)
 
     env: dict[str, str] = Field(
-        default_factory=dict, description="Environment variables added to veeksha's for it."
+        default_factory=empty_dict, description="Environment variables added to veeksha's for it."
     )
     cwd: str | None = Field(None, description="Working folder of the server (default: veeksha's).")
     host: str = Field("127.0.0.1", description="Address it listens on ({host} in the command).")
@@ -88,7 +88,7 @@ class CommandServer(_ServerBase):
 class _EngineServer(_ServerBase):
     model: str = Field(..., description="Model to serve (what the engine's CLI takes).")
     args: list[str] = Field(
-        default_factory=list, description="Extra arguments appended to the command line."
+        default_factory=empty_list, description="Extra arguments appended to the command line."
     )
     executable: str | None = Field(
         None,
@@ -123,7 +123,7 @@ class SimulatorServer(_ServerBase):
 
     type: Literal["veeksha_sim"] = "veeksha_sim"
     args: list[str] = Field(
-        default_factory=list, description="Extra arguments of veeksha sim-server."
+        default_factory=empty_list, description="Extra arguments of veeksha sim-server."
     )
     ready_timeout: float = Field(60.0, gt=0, description="Seconds to wait for it to be ready.")
     stop_timeout: float = Field(

@@ -1,14 +1,12 @@
 """Session generators: synthetic sessions (channels, output spec, client selection) and trace
 replay with its flavors."""
 
-from __future__ import annotations
-
 import warnings
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from veeksha.scenario.base import StrictModel
+from veeksha.scenario.base import StrictModel, factory
 from veeksha.scenario.generators import LengthGenerator, _uniform
 from veeksha.scenario.graphs import (
     LinearGraph,
@@ -22,7 +20,7 @@ from veeksha.scenario.graphs import (
 # ------------------------------------------------------------------------------ session generator
 
 
-class TextChannel(StrictModel):
+class TextChannel(StrictModel, defer_build=False):
     """Text prompt content: body lengths and shared prefixes."""
 
     type: Literal["text"] = "text"
@@ -38,7 +36,7 @@ class TextChannel(StrictModel):
     )
 
 
-class TextOutputSpec(StrictModel):
+class TextOutputSpec(StrictModel, defer_build=False):
     """Requested output length of text responses."""
 
     output_length_generator: LengthGenerator = Field(
@@ -46,15 +44,15 @@ class TextOutputSpec(StrictModel):
     )
 
 
-class OutputSpec(StrictModel):
+class OutputSpec(StrictModel, defer_build=False):
     """What each request asks the server to produce."""
 
     text: TextOutputSpec = Field(
-        default_factory=TextOutputSpec, description="Requested length of text responses."
+        default_factory=factory(TextOutputSpec), description="Requested length of text responses."
     )
 
 
-class RoundRobinClients(StrictModel):
+class RoundRobinClients(StrictModel, defer_build=False):
     """Node ``j`` of session ``i`` goes to client ``(i + j) mod n`` (in ``clients:`` order)."""
 
     type: Literal["round_robin"] = "round_robin"
@@ -69,7 +67,7 @@ class WeightedClients(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _some_weight(self) -> WeightedClients:
+    def _some_weight(self) -> Self:
         if sum(self.weights.values()) <= 0:
             raise ValueError("weights: at least one client needs a weight above 0")
         return self
@@ -78,21 +76,22 @@ class WeightedClients(StrictModel):
 ClientSelection = Annotated[RoundRobinClients | WeightedClients, Field(discriminator="type")]
 
 
-class SyntheticSessionGenerator(StrictModel):
+class SyntheticSessionGenerator(StrictModel, defer_build=False):
     """Sessions generated from a graph shape, content channels and an output spec."""
 
     type: Literal["synthetic"] = "synthetic"
     session_graph: SessionGraph = Field(
-        default_factory=LinearGraph, description="Shape of each session's request DAG."
+        default_factory=factory(LinearGraph), description="Shape of each session's request DAG."
     )
     channels: list[TextChannel] = Field(
         default_factory=lambda: [TextChannel()], min_length=1, description="Prompt content."
     )
     output_spec: OutputSpec = Field(
-        default_factory=OutputSpec, description="What each request asks the server to produce."
+        default_factory=factory(OutputSpec),
+        description="What each request asks the server to produce.",
     )
     client_selection: ClientSelection = Field(
-        default_factory=RoundRobinClients,
+        default_factory=factory(RoundRobinClients),
         description="Which of several clients serves each node (one client: all of them).",
     )
 
@@ -118,7 +117,7 @@ class TimedSyntheticSessionFlavor(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _ignored(self) -> TimedSyntheticSessionFlavor:
+    def _ignored(self) -> Self:
         for key in ("corpus_file", "page_size"):
             if getattr(self, key) is not None:
                 warnings.warn(
@@ -182,7 +181,7 @@ class BurstGptFlavor(StrictModel):
     type: Literal["burstgpt"] = "burstgpt"
 
 
-class AutoFlavor(StrictModel):
+class AutoFlavor(StrictModel, defer_build=False):
     """The flavor told from the file's header or first line (docs/traces.md); when nothing is
     distinctive, timed_synthetic_session."""
 
@@ -209,7 +208,7 @@ class TraceSessionGenerator(StrictModel):
     type: Literal["trace"] = "trace"
     trace_file: str = Field(..., description="Path of the trace (relative: to the current folder).")
     flavor: TraceFlavor = Field(
-        default_factory=AutoFlavor,
+        default_factory=factory(AutoFlavor),
         description="What the rows are (a bare name is accepted: flavor: request_log).",
     )
     wrap_mode: bool = Field(

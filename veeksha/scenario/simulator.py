@@ -13,12 +13,11 @@ complete record of what the server did.
 3.0
 """
 
-from __future__ import annotations
-
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from veeksha.scenario.base import empty_dict
 from veeksha.scenario.sim_presets import FAULT_KINDS, PRESETS, apply_model_settings
 
 __all__ = ["PRESETS", "FaultConfig", "SimulatorConfig", "SimulatorModel"]
@@ -92,7 +91,7 @@ class FaultConfig(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _rates_sum_to_at_most_one(self) -> FaultConfig:
+    def _rates_sum_to_at_most_one(self) -> Self:
         total = sum(self.rate(kind) for kind in FAULT_KINDS)
         if total > 1.0 + 1e-9:
             raise ValueError(f"fault rates sum to {total:g}; they must sum to at most 1")
@@ -114,7 +113,7 @@ class SimulatorModel(BaseModel):
     """One more model the simulator serves (``simulator.models: {name: {...}}``): each key left
     out is the ``simulator:`` section's; ``preset`` refills the timing keys left out here."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     preset: Literal["fast", "realistic"] | None = Field(None, description="As simulator.preset.")
     timing: Literal["fixed", "engine"] | None = Field(None, description="As simulator.timing.")
@@ -205,7 +204,7 @@ class SimulatorConfig(BaseModel):
     )
     faults: FaultConfig = Field(FaultConfig.model_validate({}), description="Fault injection.")
     models: dict[str, SimulatorModel] = Field(
-        default_factory=dict,
+        default_factory=empty_dict,
         description="More models served by the same process, each with its own engine "
         "(its own slots, cache and timing): name → the keys that differ from this section.",
     )
@@ -229,7 +228,7 @@ class SimulatorConfig(BaseModel):
         """Every model name the simulator answers to: ``model`` first, then ``models``."""
         return [self.model, *(name for name in self.models if name != self.model)]
 
-    def for_model(self, name: str) -> SimulatorConfig:
+    def for_model(self, name: str) -> "SimulatorConfig":
         """The effective config of one served model (``model`` itself: this one, models
         dropped)."""
         base = self.model_dump()
