@@ -187,10 +187,10 @@ class _Conn(asyncio.Protocol):
                 n = len(data)
                 eol = data.find(b"\r\n")
                 if eol > 0:  # one whole chunk, the usual read of a token stream
-                    try:
-                        end = eol + 2 + int(data[:eol], 16)
-                    except ValueError:
-                        end = 0
+                    digits = data[:eol]
+                    # (hex digits only: int() would also take "0x", "_", signs and spaces,
+                    # which the general parser rejects as malformed)
+                    end = 0 if digits.lstrip(_HEX_DIGITS) else eol + 2 + int(digits, 16)
                     if end == n - 2 and end > eol + 2 and data[end:] == b"\r\n":
                         exchange.on_data(data[eol + 2 : end], t)
                         return
@@ -200,10 +200,10 @@ class _Conn(asyncio.Protocol):
                     eol = data.find(b"\r\n", pos)
                     if eol < 0:
                         break
-                    try:
-                        size = int(data[pos:eol], 16)
-                    except ValueError:
-                        break
+                    digits = data[pos:eol]
+                    if not digits or digits.lstrip(_HEX_DIGITS):
+                        break  # (the general parser judges it)
+                    size = int(digits, 16)
                     start = eol + 2
                     end = start + size
                     if size <= 0 or end + 2 > n or data[end : end + 2] != b"\r\n":
