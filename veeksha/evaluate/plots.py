@@ -50,11 +50,26 @@ TIMELINE_BINS = 2000
 BLOCK = 65_536
 
 
+#: Fixed margins in inches (left: two lines of y label and 7-digit ticks; top: a title), set
+#: once per figure: the constrained layout engine measured every text twice per save and took
+#: ~40 % of a plot's CPU (as it did for the sweep plots).
+_LEFT_IN, _RIGHT_IN, _TOP_IN, _BOTTOM_IN, _GAP_IN = 1.0, 0.2, 0.45, 0.6, 0.3
+
+
 def _figure(rows: int = 1) -> Figure:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(7, 2.6 * rows + 1.4), layout="constrained")
+    width, height = 7.0, 2.6 * rows + 1.4
+    fig = Figure(figsize=(width, height))
+    axes_height = (height - _TOP_IN - _BOTTOM_IN - _GAP_IN * (rows - 1)) / rows
+    fig.subplots_adjust(
+        left=_LEFT_IN / width,
+        right=1 - _RIGHT_IN / width,
+        top=1 - _TOP_IN / height,
+        bottom=_BOTTOM_IN / height,
+        hspace=_GAP_IN / axes_height,
+    )
     FigureCanvasAgg(fig)
     return fig
 
