@@ -6,11 +6,16 @@ them one connection after another, and the last read of a burst is stamped milli
 bytes arrived. Here the socket has ``SO_TIMESTAMPNS`` set and is read with ``recvmsg``: the
 kernel hands back, as an ``SCM_TIMESTAMPNS`` control message, the time (``CLOCK_REALTIME``) at
 which the last segment of the read reached the socket. ``KernelStampTransport`` converts it to
-``CLOCK_MONOTONIC`` with the offset between the two clocks sampled at the read (the wall clock
-read first, then the monotonic one: exact to a fraction of a microsecond, and a pause between
-the two makes the stamp later, never earlier) and hands the bytes to the protocol's
-``received_at(data, t_ns)``. Chunks that reach the socket before the worker reads it are merged
-by the kernel and share the newest one's time.
+``CLOCK_MONOTONIC`` with the offset between the two clocks and hands the bytes to the protocol's
+``received_at(data, t_ns)``. The offset is sampled per connection, at its first read and then at
+most every ``OFFSET_TTL_NS`` (100 ms), as the narrowest of three brackets (monotonic, wall,
+monotonic: the monotonic time after the wall clock's, so a stamp is later, never earlier, by at
+most the bracket, a fraction of a microsecond); the reads in between share it, so the stamps of
+one stream keep the kernel's order. (Sampled at every read, a pause between the two clock reads
+moved that read's stamp alone: under load a read stamped 0.3 ms late came after its successor's.)
+A wall clock stepped is seen within 100 ms; until then its stamps fall out of range (below).
+Chunks that reach the socket before the worker reads it are merged by the kernel and share the
+newest one's time.
 
 A stamp is never later than the read's own monotonic time (a wall clock stepped back) nor earlier
 than ``protocol.sent_at`` (the request's write; a wall clock stepped forward): such a stamp is
@@ -41,9 +46,11 @@ from typing import Any, Protocol, TypeVar
 
 __all__ = [
     "KERNEL_STAMPS_SUPPORTED",
+    "OFFSET_TTL_NS",
     "KernelStampTransport",
     "StampedProtocol",
     "chunk_timestamps",
+    "clock_offset_ns",
     "open_stamped",
 ]
 
@@ -58,6 +65,24 @@ _BUFFERS = [_BUFFER]
 _CMSG_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 64
 _monotonic_ns = time.monotonic_ns
 _realtime_ns = time.time_ns
+#: How long a connection's wall-to-monotonic offset is used before it is sampled again.
+OFFSET_TTL_NS = 100_000_000
+_BRACKETS = 3
+
+
+def clock_offset_ns() -> int:
+    """``CLOCK_MONOTONIC − CLOCK_REALTIME`` now, from the narrowest of ``_BRACKETS`` brackets
+    (monotonic, wall, monotonic), taken at the bracket's end: never less than the true offset."""
+    best_width = best = -1
+    for _ in range(_BRACKETS):
+        before = _monotonic_ns()
+        real = _realtime_ns()
+        after = _monotonic_ns()
+        if best_width < 0 or after - before < best_width:
+            best_width, best = after - before, after - real
+    return best
+
+
 # struct timespec {time_t tv_sec; long tv_nsec}, native
 _timespec = struct.Struct("@ql").unpack_from
 
@@ -103,6 +128,8 @@ class KernelStampTransport(asyncio.Transport):
         self._lost = False
         self._recv = sock.recvmsg_into
         self._received = protocol.received_at
+        self._offset = 0  # monotonic − wall, sampled at the first read, then every TTL
+        self._offset_until = 0
         protocol.connection_made(self)
         loop.add_reader(self._fd, self._on_readable)
 
@@ -119,12 +146,13 @@ class KernelStampTransport(asyncio.Transport):
             return
         data = _VIEW[:n].tobytes()
         if ancdata:
-            # (the wall clock first: a pause between the two reads makes the stamp later, never
-            # earlier than the bytes' arrival)
-            real = _realtime_ns()
             t = _monotonic_ns()
+            if t >= self._offset_until:
+                self._offset = clock_offset_ns()
+                t = _monotonic_ns()  # (after the sample: no stamp is later than the read)
+                self._offset_until = t + OFFSET_TTL_NS
             sec, nsec = _timespec(ancdata[0][2])
-            stamp = t - real + sec * 1_000_000_000 + nsec
+            stamp = sec * 1_000_000_000 + nsec + self._offset
             if stamp > t or stamp < self._protocol.sent_at:
                 stamp = t if stamp > t else self._protocol.sent_at
                 self._protocol.stamp_clamped()
