@@ -446,3 +446,26 @@ def test_the_https_path_reads_the_same(how: str) -> None:
     assert acc.chunk_count == 4
     assert (acc.prompt_tokens, acc.completion_tokens, acc.cached_tokens) == (3, 4, 1)
     assert acc.done
+
+
+def test_a_memory_that_keeps_missing_stops_remembering() -> None:
+    """Heads that differ per stream in a value the pattern keeps literal (a float here) would
+    build and compile a pattern on every stream: after ``GIVE_UP`` misses in a row, nothing
+    more is remembered, and every stream still records what the general path records."""
+    memory = ShapeMemory()
+    for i in range(ShapeMemory.GIVE_UP + 3):
+        reads = cut(varied_stream(False, ["a", "b"], created=f"{i}.5"), "one")
+        assert record(False, reads, True, memory) == record(False, reads, False)
+    assert memory._match is None
+    assert memory.recall(varied_stream(False, ["c"], created="9.5")[0]) is None
+
+
+def test_a_stream_that_learns_the_remembered_head_is_no_miss() -> None:
+    memory = ShapeMemory()
+    recorded_with(memory, False, varied_stream(False, ["a", "b"]), "one")
+    for i in range(ShapeMemory.GIVE_UP + 3):  # (random cuts: learned, not recalled)
+        reads = cut(varied_stream(False, ["c", "d"], id=f'"x{i}"'), "random", i)
+        assert record(False, reads, True, memory) == record(False, reads, False)
+    recorded, acc = recorded_with(memory, False, varied_stream(False, ["e", "f"]), "one")
+    assert recorded[0] == "ef"
+    assert len(acc.decoded) == 3  # recalled: only finish, usage and [DONE] decoded in full
