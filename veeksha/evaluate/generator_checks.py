@@ -22,7 +22,10 @@ utilisation is reported (cpu seconds / (workers × measured window)); a utilisat
 the likely cause of a failure. With the seconds the workers waited for a CPU while runnable
 (``run_info["worker_cpu_wait_s"]``, see ``veeksha.engine.cpu_wait``) their share of the same
 time is reported as ``worker_cpu_wait_share`` and, in a failure's detail, named as a cause from
-``CPU_WAIT_NOTE`` (1 %) up: other processes held the workers' CPUs. (The share sums every wait;
+``CPU_WAIT_NOTE`` (1 %) up: other processes held the workers' CPUs; the main process' wait
+(``run_info["main_cpu_wait_s"]``) likewise as ``main_cpu_wait_share``. A failure's detail also
+says where the lag arose: its p99 before the hand-over (ready → dispatched, the main process)
+and after it (dispatched → sent, the worker). (The share sums every wait;
 many waits of ~25 µs behind a server on the same machine make 3-5 % with a lag p99 of 0.12 ms,
 so a passing run is not flagged for it.) A dry run (``num_workers`` 0) has no workers and no
 server: a failure says so instead of naming either.
@@ -169,6 +172,9 @@ def _saturation(data: HealthInput) -> Outcome:
     waited = data.run_info.get("worker_cpu_wait_s")
     if waited is not None and workers and duration > 0:
         statistics["worker_cpu_wait_share"] = float(waited) / (workers * duration)
+    main_waited = data.run_info.get("main_cpu_wait_s")
+    if main_waited is not None and duration > 0:
+        statistics["main_cpu_wait_share"] = float(main_waited) / duration
     reasons = []
     if p99_ms > limit_ms:
         reasons.append(f"lag p99 {p99_ms:.3f} ms > {limit_ms:g} ms")
@@ -184,13 +190,46 @@ def _saturation(data: HealthInput) -> Outcome:
     detail = "; ".join(reasons) + ": the generator, not the server, limited the load"
     if utilisation is not None:
         detail += f" (workers at {utilisation:.0%} CPU)"
+    statistics |= _lag_parts(t)
+    if "main_part_p99_ms" in statistics:
+        detail += (
+            f"; p99 before the hand-over to a worker (the main process)"
+            f" {statistics['main_part_p99_ms']:.3f} ms, after it (the worker)"
+            f" {statistics['worker_part_p99_ms']:.3f} ms"
+        )
     waited_share = statistics.get("worker_cpu_wait_share")
     if waited_share is not None and waited_share >= CPU_WAIT_NOTE:
         detail += (
             f"; the workers waited for a CPU {waited_share:.1%} of the time: other processes"
             " held their CPUs"
         )
+    main_share = statistics.get("main_cpu_wait_share")
+    if main_share is not None and main_share >= CPU_WAIT_NOTE:
+        detail += (
+            f"; the main process waited for a CPU {main_share:.1%} of the time: other"
+            " processes held its CPU"
+        )
     return Outcome(FAIL, detail, statistics)
+
+
+def _lag_parts(t: Any) -> dict[str, float]:
+    """A failing lag's two parts, p99 in ms: ready → dispatched (the main process' hand-over,
+    less the time waited for a client's slot) and dispatched → sent (the worker)."""
+    names = t.schema.names
+    if not {"ready_at", "dispatched_at", "sent_at"} <= set(names):
+        return {}
+    ready, dispatched = column(t, "ready_at"), column(t, "dispatched_at")
+    main = dispatched - ready
+    if "queue_wait" in names:
+        main = main - np.nan_to_num(column(t, "queue_wait"))
+    worker = column(t, "sent_at") - dispatched
+    main, worker = main[~np.isnan(main)], worker[~np.isnan(worker)]
+    if main.size == 0 or worker.size == 0:
+        return {}
+    return {
+        "main_part_p99_ms": percentile(main, 99) * 1000,
+        "worker_part_p99_ms": percentile(worker, 99) * 1000,
+    }
 
 
 def _worker_count(data: HealthInput) -> int:

@@ -301,6 +301,31 @@ def test_generator_saturation_reports_the_workers_wait_and_names_it_on_failure()
     assert "worker_cpu_wait_share" not in GENERATOR_SATURATION(_input(large)).statistics
 
 
+def test_generator_saturation_names_the_main_process_wait_and_where_the_lag_arose() -> None:
+    # 50 ms late before the hand-over (the main process), 1 ms in the worker
+    late_in_main = [
+        request(i, ready=i * 0.01, dispatched=i * 0.01 + 0.05, sent=i * 0.01 + 0.051)
+        for i in range(200)
+    ]
+    failed = GENERATOR_SATURATION(_input(late_in_main, run_info={"main_cpu_wait_s": 0.1}))
+    assert failed.status == FAIL
+    assert failed.statistics["main_cpu_wait_share"] == pytest.approx(0.1 / 1.99, rel=1e-3)
+    assert failed.statistics["main_part_p99_ms"] == pytest.approx(50.0, abs=1e-6)
+    assert failed.statistics["worker_part_p99_ms"] == pytest.approx(1.0, abs=1e-6)
+    assert "(the main process) 50.000 ms, after it (the worker) 1.000 ms" in failed.detail
+    assert "the main process waited for a CPU 5.0% of the time" in failed.detail
+    assert "the workers waited" not in failed.detail
+    # late in the worker instead; a main-process wait under 1 % is reported, not named
+    late_in_worker = _lagged(np.full(200, 0.05))
+    other = GENERATOR_SATURATION(_input(late_in_worker, run_info={"main_cpu_wait_s": 0.01}))
+    assert other.statistics["main_part_p99_ms"] == pytest.approx(0.0, abs=1e-6)
+    assert other.statistics["worker_part_p99_ms"] == pytest.approx(50.0, abs=1e-6)
+    assert other.statistics["main_cpu_wait_share"] < CPU_WAIT_NOTE
+    assert "main process waited" not in other.detail
+    passed = GENERATOR_SATURATION(_input(_lagged(np.full(200, 0.001))))
+    assert "main_part_p99_ms" not in passed.statistics  # the parts explain a failure only
+
+
 def test_generator_saturation_of_a_dry_run_names_no_worker_and_no_server() -> None:
     late = _lagged(np.full(200, 0.05))
     result = GENERATOR_SATURATION(
