@@ -9,6 +9,9 @@ traffic) by the number of requests it finished in between. veeksha's rows bound 
 - at most every request sent (with its retries): failed, cancelled and abandoned requests may or
   may not have reached the server's count, and so may requests in flight at either scrape.
 
+Tool rows (``kind`` tool: a tool call's latency in an agent workflow) reach no server and are
+left out of both bounds.
+
 Outside those bounds the two views disagree: another client shares the server, the scrape
 reached another server (``server_metrics.url``), or requests were lost or duplicated on the way.
 Judged only when veeksha owns the server (a managed server or the built-in simulator with one
@@ -22,7 +25,7 @@ import json
 import numpy as np
 
 from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
-from veeksha.evaluate.stats import column, status_is
+from veeksha.evaluate.stats import column, llm_requests, status_is
 
 __all__ = ["SERVER_AGREEMENT"]
 
@@ -52,15 +55,16 @@ def _agreement(data: HealthInput) -> Outcome:
     first, last = float(times[0]), float(times[-1])
     server = view.delta("finished")
     requests = data.requests
+    llm = llm_requests(requests)  # (a tool row reaches no server)
     sent = column(requests, "sent_at")
     done = column(requests, "completed_at")
-    inside = status_is(requests, "ok") & (sent >= first) & ~np.isnan(done) & (done <= last)
+    inside = llm & status_is(requests, "ok") & (sent >= first) & ~np.isnan(done) & (done <= last)
     retries = (
         np.nan_to_num(column(requests, "retries"))
         if "retries" in requests.schema.names
         else np.zeros(sent.size)
     )
-    reached = ~np.isnan(sent)
+    reached = llm & ~np.isnan(sent)
     low = int(np.count_nonzero(inside))
     high = int(np.count_nonzero(reached) + retries[reached].sum())
     stats = {"server_finished": server, "ours_at_least": low, "ours_at_most": high,

@@ -38,6 +38,7 @@ __all__ = [
     "from_numpy",
     "int_column",
     "integers",
+    "llm_requests",
     "measured_rows",
     "percentile_key",
     "scalar",
@@ -259,9 +260,7 @@ def measured_rows(table: pa.Table) -> pa.Table:
         return table
     mask = ak.not_equal(table.column("phase"), scalar(WARMUP))
     if "kind" in table.schema.names:  # tool rows are no LLM requests: out of every metric
-        kind = table.column("kind")  # (null: a row of a table built without it)
-        llm = ak.or_kleene(ak.is_null(kind), ak.not_equal(kind, scalar("tool")))
-        mask = ak.and_(mask, llm)
+        mask = ak.and_(mask, _llm_mask(table))
     if ak.all_true(mask).as_py():  # no warmup: the table itself, not a copy of every column
         return table
     return rows_where(table, mask)
@@ -273,6 +272,19 @@ def rows_where(table: pa.Table | ColumnSource, mask: Any) -> pa.Table | ColumnSo
     if isinstance(table, pa.Table):
         return ak.filter_rows(table, mask)
     return table.filter(mask)
+
+
+def _llm_mask(table: pa.Table | ColumnSource) -> Any:
+    kind = table.column("kind")  # (null: a row of a table built without it)
+    return ak.or_kleene(ak.is_null(kind), ak.not_equal(kind, scalar("tool")))
+
+
+def llm_requests(table: pa.Table | ColumnSource) -> NDArray[np.bool_]:
+    """Boolean mask of the rows that are requests to the server: all but ``kind`` tool (a tool
+    call's latency, which reaches no server)."""
+    if table.num_rows == 0 or "kind" not in table.schema.names:
+        return np.ones(table.num_rows, dtype=bool)
+    return integers(_llm_mask(table)) > 0
 
 
 def status_is(table: pa.Table | ColumnSource, status: str) -> NDArray[np.bool_]:

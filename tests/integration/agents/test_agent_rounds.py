@@ -208,6 +208,11 @@ def test_the_shipped_debate_scenario_runs(tmp_path: Path) -> None:
     assert len(rows[rows.attempt == 0]) == 2 * 4 * 5
     assert set(rows.client.dropna()) == {"small", "big"}
     assert rows[rows.client.isna()].kind.eq("tool").all()
+    # the simulator's count of finished requests is the LLM rows' (tool rows reach no server)
+    checks = json.loads((tmp_path / "run" / "health.json").read_text())["checks"]
+    agreement = next(c for c in checks if c["name"] == "server_agreement")
+    assert agreement["status"] == "PASS", agreement["detail"]
+    assert agreement["statistics"]["ours_at_most"] == int((rows.kind != "tool").sum())
     last = rows.sort_values("attempt").groupby(["session_id", "node_id"]).tail(1)
     for _, turn in last.groupby(["session_id", "round"]):
         by = turn.set_index("agent")

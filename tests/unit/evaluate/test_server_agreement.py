@@ -59,3 +59,28 @@ def test_no_finished_count_is_a_skip() -> None:
     scenario = Scenario()
     result = SERVER_AGREEMENT(HealthInput(ROWS, ROWS, ROWS, scenario, {}, ServerView()))
     assert result.status == "SKIP"
+
+
+def test_tool_rows_reach_no_server_and_are_left_out() -> None:
+    # an agent workflow: the 6 rows above as LLM requests (null kind: a table without agents
+    # has none) plus 3 tool calls, ok and inside the scrapes, that no server saw
+    rows = pa.concat_tables(
+        [
+            ROWS.append_column("kind", pa.array([None, "llm", "llm", "llm", "llm", "llm"])),
+            pa.table(
+                {
+                    "sent_at": [0.1, 0.2, 0.3],
+                    "completed_at": [0.15, 0.25, 0.35],
+                    "status": ["ok"] * 3,
+                    "retries": [0] * 3,
+                    "kind": ["tool"] * 3,
+                }
+            ),
+        ]
+    )
+    view = ServerView(series={"finished": (np.array([-0.1, 2.0]), np.array([10.0, 14.0]))})
+    scenario = Scenario.model_validate({"server": {"type": "veeksha_sim"}})
+    info = {"target": json.dumps({"kind": "managed"})}
+    result = SERVER_AGREEMENT(HealthInput(rows, rows, rows, scenario, info, view))
+    assert result.status == "PASS", result.detail
+    assert (result.statistics["ours_at_least"], result.statistics["ours_at_most"]) == (4, 7)
