@@ -26,7 +26,7 @@ from typing import Any
 
 import msgspec
 
-from veeksha.generate.traces.reader import TraceFileError, detect_format
+from veeksha.generate.traces.reader import TraceFileError, detect_format, unreadable
 from veeksha.scenario import models
 
 __all__ = ["detect_flavor", "detected_keys"]
@@ -51,9 +51,7 @@ def detected_keys(path: Path) -> set[str]:
                         return _keys(msgspec.json.decode(raw), path, number)
                 return set()
     except OSError as exc:
-        raise TraceFileError(
-            path, None, f"cannot read the trace: {exc.strerror or exc}; check trace_file"
-        ) from None
+        raise unreadable(path, exc) from None
     except msgspec.DecodeError as exc:
         raise TraceFileError(
             path,

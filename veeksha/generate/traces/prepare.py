@@ -49,7 +49,7 @@ import pyarrow.parquet as pq
 from veeksha.generate.traces.arrow import from_bools, from_numpy, mask, numbers
 from veeksha.generate.traces.fit import ContextLimit, fit_roots, fit_session, linear_contexts
 from veeksha.generate.traces.flavor import CONTENT, NODE, ROUTING, STAGED, TraceFlavor
-from veeksha.generate.traces.reader import TraceFileError, read_batches
+from veeksha.generate.traces.reader import TraceFileError, read_batches, unreadable
 
 __all__ = ["CACHE_VERSION", "CANONICAL", "ROOTS_ONLY", "PreparedTrace", "prepare_file"]
 
@@ -191,9 +191,7 @@ def prepare_file(
         if source.is_dir():
             raise IsADirectoryError(21, "is a folder, not a trace file")
     except OSError as exc:
-        raise TraceFileError(
-            source, None, f"cannot read the trace: {exc.strerror or exc}; check trace_file"
-        ) from None
+        raise unreadable(source, exc) from None
     candidates = _cache_paths(source, key)
     for path in candidates:
         found = _load_meta(path)

@@ -35,7 +35,15 @@ import pyarrow as pa
 from veeksha.errors import ConfigurationError
 from veeksha.generate.traces.arrow import from_numpy, mask
 
-__all__ = ["BATCH_ROWS", "LINE", "Field", "TraceFileError", "detect_format", "read_batches"]
+__all__ = [
+    "BATCH_ROWS",
+    "LINE",
+    "Field",
+    "TraceFileError",
+    "detect_format",
+    "read_batches",
+    "unreadable",
+]
 
 BATCH_ROWS = 65_536
 LINE = "__line"
@@ -57,6 +65,15 @@ class TraceFileError(ConfigurationError):
         super().__init__(f"{where}: {message}")
         self.path = str(path)
         self.line = line
+
+
+def unreadable(path: str | os.PathLike[str], exc: OSError) -> TraceFileError:
+    """The error of a trace file that cannot be opened; a relative path that does not exist
+    names the folder it was taken from (the current one, not the scenario file's)."""
+    message = f"cannot read the trace: {exc.strerror or exc}; check trace_file"
+    if isinstance(exc, FileNotFoundError) and not os.path.isabs(path):
+        message += f" (a relative path is taken from the current folder, {os.getcwd()})"
+    return TraceFileError(path, None, message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,9 +139,7 @@ def read_batches(path: Path, fields: Sequence[Field]) -> Iterator[pa.RecordBatch
         else:
             yield from _json_batches(path, fields, fmt)
     except OSError as exc:
-        raise TraceFileError(
-            path, None, f"cannot read the trace: {exc.strerror or exc}; check trace_file"
-        ) from None
+        raise unreadable(path, exc) from None
     except UnicodeDecodeError as exc:
         raise TraceFileError(
             path, None, f"not UTF-8 text ({exc.reason}); give a CSV or JSON lines file"

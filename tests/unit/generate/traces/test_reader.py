@@ -46,6 +46,16 @@ def test_a_missing_file_is_named(tmp_path: Path) -> None:
     message = _error(tmp_path / "nope.csv")
     assert "nope.csv: cannot read the trace" in message
     assert "check trace_file" in message
+    assert "current folder" not in message  # (an absolute path)
+
+
+def test_a_missing_relative_path_names_the_folder_it_was_taken_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    message = _error(Path("traces/nope.csv"))
+    assert message.startswith("traces/nope.csv: cannot read the trace")
+    assert f"(a relative path is taken from the current folder, {tmp_path})" in message
 
 
 def test_aliases_csv_and_jsonl_read_the_same(tmp_path: Path) -> None:
