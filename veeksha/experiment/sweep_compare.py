@@ -36,6 +36,7 @@ COMPARED = {
     "error_rate": "errors",
 }
 
+_FIRST_COMPARED = next(iter(COMPARED))
 _LATENCY = {c for c in COMPARED if c.endswith(("_p50_s", "_p99_s"))}
 
 
@@ -95,8 +96,7 @@ def _shown_change(value: float | None) -> str:
 
 def compare_sweeps(console: Console, sweep_dirs: Sequence[Path], plot_path: Path) -> None:
     """Write the curve plot of the sweeps and print each one's changes relative to the first."""
-    from rich.table import Table
-
+    from veeksha.evaluate.stacked import StackedColumn, print_stacked
     from veeksha.experiment.sweep import read_manifest
     from veeksha.experiment.sweep_plots import write_compare_plot
 
@@ -106,19 +106,25 @@ def compare_sweeps(console: Console, sweep_dirs: Sequence[Path], plot_path: Path
     for name, table, manifest in loaded[1:]:
         theirs = set(value_columns(manifest).values())
         keys = [c for c in value_columns(manifest0).values() if c in theirs]
-        shown = Table(title=f"{name} relative to {name0} (matched on {', '.join(keys) or 'index'})")
-        shown.add_column("point")
-        for label in COMPARED.values():
-            shown.add_column(label, justify="right")
+        points: list[str] = []
+        cells: dict[str, list[str]] = {c: [] for c in COMPARED}
         for entry in matched_changes(table0, table, keys):
             if entry["matched"] is None:
-                shown.add_row(str(entry["point"]), *(["missing"] + [""] * (len(COMPARED) - 1)))
+                points.append(str(entry["point"]))
+                for column, values in cells.items():
+                    values.append("missing" if column == _FIRST_COMPARED else "")
                 continue
             any_failed = any_failed or entry["health_failed"]
-            mark = " !" if entry["health_failed"] else ""
-            cells = [_shown_change(entry[c]) for c in COMPARED]
-            shown.add_row(f"{entry['point']}{mark}", *cells)
-        console.print(shown)
+            points.append(f"{entry['point']}{' !' if entry['health_failed'] else ''}")
+            for column, values in cells.items():
+                values.append(_shown_change(entry[column]))
+        title = f"{name} relative to {name0} (matched on {', '.join(keys) or 'index'})"
+        print_stacked(
+            console,
+            title,
+            StackedColumn("point", points, "left"),
+            [StackedColumn(label, cells[column]) for column, label in COMPARED.items()],
+        )
     if any_failed:
         console.print("! a point of this row failed a health check: not a server result")
     path = write_compare_plot(plot_path, loaded)
@@ -139,26 +145,25 @@ def _cell(value: Any) -> str:
 
 
 def render_table(console: Console, name: str, table: pd.DataFrame) -> None:
-    """The sweep's table as people read it: one line per point (all columns: sweep.parquet)."""
-    from rich.table import Table
+    """The sweep's table as people read it: one line per point (all columns: sweep.parquet),
+    its columns stacked into two tables when the terminal is too narrow for one."""
+    from veeksha.evaluate.stacked import StackedColumn, print_stacked
 
-    shown = Table(title=f"sweep {name}")
-    for column in ("point", "status", "health", "SLOs", "exit", *_SHOWN.values()):
-        shown.add_column(column, justify="left" if column == "point" else "right", overflow="fold")
-    for _, row in table.iterrows():
-        cells = []
-        for column in _SHOWN:
-            value = _number(row[column])
-            scale = 1 if column == "requests_per_s" else 1000
-            cells.append("-" if value is None else f"{value * scale:.2f}")
-        slo = row["slo_met"]
-        slo_text = "-" if slo is None or slo is pd.NA else "met" if slo else "UNMET"
-        shown.add_row(
-            str(row["point"]),
-            str(row["status"]),
-            _cell(row["health"]),
-            slo_text,
-            _cell(row["exit_code"]),
-            *cells,
-        )
-    console.print(shown)
+    rows = [row for _, row in table.iterrows()]
+    columns = [
+        StackedColumn("status", [str(row["status"]) for row in rows], "left"),
+        StackedColumn("health", [_cell(row["health"]) for row in rows], "left"),
+        StackedColumn("SLOs", [_slo_text(row["slo_met"]) for row in rows], "left"),
+        StackedColumn("exit", [_cell(row["exit_code"]) for row in rows]),
+    ]
+    for column, label in _SHOWN.items():
+        scale = 1 if column == "requests_per_s" else 1000
+        values = [_number(row[column]) for row in rows]
+        cells = ["-" if value is None else f"{value * scale:.2f}" for value in values]
+        columns.append(StackedColumn(label, cells))
+    key = StackedColumn("point", [str(row["point"]) for row in rows], "left")
+    print_stacked(console, f"sweep {name}", key, columns)
+
+
+def _slo_text(slo: Any) -> str:
+    return "-" if slo is None or slo is pd.NA else "met" if slo else "UNMET"

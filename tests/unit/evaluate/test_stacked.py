@@ -1,0 +1,67 @@
+"""Wide tables at 80 columns: value columns stacked into several tables, none squeezed."""
+
+from __future__ import annotations
+
+import io
+
+import pandas as pd
+from rich.console import Console
+
+from veeksha.evaluate.stacked import StackedColumn, print_stacked
+from veeksha.experiment.sweep_compare import _SHOWN, render_table
+
+
+def _render(draw: object, width: int) -> str:
+    out = io.StringIO()
+    console = Console(file=out, width=width, force_terminal=False, color_system=None)
+    draw(console)  # type: ignore[operator]
+    return out.getvalue()
+
+
+def _rows_of(text: str, key: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip().startswith(key)]
+
+
+def test_columns_that_do_not_fit_go_to_another_table_with_the_key_again() -> None:
+    key = StackedColumn("point", ["arrival_rate=6", "arrival_rate=36"], "left")
+    columns = [StackedColumn(f"metric {i} ms", ["1234.56", "99999.99"]) for i in range(8)]
+    narrow = _render(lambda c: print_stacked(c, "a sweep", key, columns), 80)
+    assert "…" not in narrow
+    assert max(len(line) for line in narrow.splitlines()) <= 80
+    assert narrow.count("a sweep (continued)") >= 1
+    for i in range(8):
+        assert narrow.count(f"metric {i} ms") == 1  # each column once, its header whole
+    tables = narrow.count("a sweep")
+    assert len(_rows_of(narrow, "arrival_rate=36")) == tables  # the key in every table
+    for line in _rows_of(narrow, "arrival_rate=36"):
+        assert line.split()[1:] == ["99999.99"] * (len(line.split()) - 1)  # values whole
+    wide = _render(lambda c: print_stacked(c, "a sweep", key, columns), 200)
+    assert "continued" not in wide
+    assert len(_rows_of(wide, "arrival_rate=36")) == 1
+
+
+def test_the_sweep_table_at_80_columns_cuts_no_point_name_or_value() -> None:
+    rows = []
+    for index, rate in enumerate((6, 12, 24, 36)):
+        row: dict[str, object] = {
+            "point": f"arrival_rate={rate}",
+            "status": "complete",
+            "health": "PASS",
+            "slo_met": index < 3,
+            "exit_code": 0,
+        }
+        row |= {column: 0.123456 * (index + 1) * 37 for column in _SHOWN}
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    text = _render(lambda c: render_table(c, "sweep-20261126T051657Z-268f3052cc", table), 80)
+    assert "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    for header in ("status", "health", "SLOs", "exit", *_SHOWN.values()):
+        assert header in text, header
+    for index, rate in enumerate((6, 12, 24, 36)):
+        lines = _rows_of(text, f"arrival_rate={rate} ")
+        assert lines, rate
+        cells = " ".join(" ".join(line.split()[1:]) for line in lines).split()
+        value = 0.123456 * (index + 1) * 37
+        assert cells[:4] == ["complete", "PASS", "met" if index < 3 else "UNMET", "0"]
+        assert cells[4:] == [f"{value:.2f}"] + [f"{value * 1000:.2f}"] * 4
