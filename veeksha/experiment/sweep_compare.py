@@ -21,7 +21,7 @@ from veeksha.experiment.sweep_table import read_table, value_columns
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["COMPARED", "compare_sweeps", "matched_changes", "render_table"]
+__all__ = ["COMPARED", "compare_sweeps", "matched_changes", "render_changes", "render_table"]
 
 #: Column → label of the metrics compared (latencies in seconds in the table, ms when shown).
 COMPARED = {
@@ -96,7 +96,6 @@ def _shown_change(value: float | None) -> str:
 
 def compare_sweeps(console: Console, sweep_dirs: Sequence[Path], plot_path: Path) -> None:
     """Write the curve plot of the sweeps and print each one's changes relative to the first."""
-    from veeksha.evaluate.stacked import StackedColumn, print_stacked
     from veeksha.experiment.sweep import read_manifest
     from veeksha.experiment.sweep_plots import write_compare_plot
 
@@ -106,29 +105,37 @@ def compare_sweeps(console: Console, sweep_dirs: Sequence[Path], plot_path: Path
     for name, table, manifest in loaded[1:]:
         theirs = set(value_columns(manifest).values())
         keys = [c for c in value_columns(manifest0).values() if c in theirs]
-        points: list[str] = []
-        cells: dict[str, list[str]] = {c: [] for c in COMPARED}
-        for entry in matched_changes(table0, table, keys):
-            if entry["matched"] is None:
-                points.append(str(entry["point"]))
-                for column, values in cells.items():
-                    values.append("missing" if column == _FIRST_COMPARED else "")
-                continue
-            any_failed = any_failed or entry["health_failed"]
-            points.append(f"{entry['point']}{' !' if entry['health_failed'] else ''}")
-            for column, values in cells.items():
-                values.append(_shown_change(entry[column]))
         title = f"{name} relative to {name0} (matched on {', '.join(keys) or 'index'})"
-        print_stacked(
-            console,
-            title,
-            StackedColumn("point", points, "left"),
-            [StackedColumn(label, cells[column]) for column, label in COMPARED.items()],
-        )
+        failed = render_changes(console, title, matched_changes(table0, table, keys))
+        any_failed = any_failed or failed
     if any_failed:
         console.print("! a point of this row failed a health check: not a server result")
     path = write_compare_plot(plot_path, loaded)
     console.print(f"wrote {path}")
+
+
+def render_changes(console: Console, title: str, entries: Sequence[dict[str, Any]]) -> bool:
+    """Print one sweep's changes relative to the first (``matched_changes``' entries), stacked
+    to the terminal's width; True if a row's point failed a health check (marked ``!``)."""
+    from veeksha.evaluate.stacked import StackedColumn, print_stacked
+
+    points: list[str] = []
+    cells: dict[str, list[str]] = {c: [] for c in COMPARED}
+    any_failed = False
+    for entry in entries:
+        if entry["matched"] is None:
+            points.append(str(entry["point"]))
+            for column, values in cells.items():
+                values.append("missing" if column == _FIRST_COMPARED else "")
+            continue
+        any_failed = any_failed or entry["health_failed"]
+        points.append(f"{entry['point']}{' !' if entry['health_failed'] else ''}")
+        for column, values in cells.items():
+            values.append(_shown_change(entry[column]))
+    key = StackedColumn("point", points, "left")
+    columns = [StackedColumn(label, cells[column]) for column, label in COMPARED.items()]
+    print_stacked(console, title, key, columns)
+    return any_failed
 
 
 _SHOWN = {

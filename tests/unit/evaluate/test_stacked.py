@@ -8,7 +8,7 @@ import pandas as pd
 from rich.console import Console
 
 from veeksha.evaluate.stacked import StackedColumn, print_stacked
-from veeksha.experiment.sweep_compare import _SHOWN, render_table
+from veeksha.experiment.sweep_compare import _SHOWN, COMPARED, render_changes, render_table
 
 
 def _render(draw: object, width: int) -> str:
@@ -65,3 +65,27 @@ def test_the_sweep_table_at_80_columns_cuts_no_point_name_or_value() -> None:
         value = 0.123456 * (index + 1) * 37
         assert cells[:4] == ["complete", "PASS", "met" if index < 3 else "UNMET", "0"]
         assert cells[4:] == [f"{value:.2f}"] + [f"{value * 1000:.2f}"] * 4
+
+
+def test_the_sweep_comparison_at_80_columns_cuts_no_change() -> None:
+    entries: list[dict[str, object]] = [
+        {"point": "arrival_rate=6", "matched": "arrival_rate=6", "health_failed": False}
+        | {column: -0.1234 for column in COMPARED},
+        {"point": "arrival_rate=12", "matched": "arrival_rate=12", "health_failed": True}
+        | {column: 12.5 for column in COMPARED},
+        {"point": "arrival_rate=24", "matched": None, "health_failed": False},
+    ]
+    title = "sweep-20261126T051657Z-268f3052cc relative to sweep-20261126T050011Z-1a2b3c4d5e"
+    shown: list[bool] = []
+    text = _render(lambda c: shown.append(render_changes(c, title, entries)), 80)
+    assert shown == [True]  # a point failed a health check
+    assert "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    for label in COMPARED.values():
+        assert text.count(label) == 1, label
+    assert " ".join(" ".join(line.split()[1:]) for line in _rows_of(text, "arrival_rate=6 ")) == (
+        " ".join(["-12.3%"] * len(COMPARED))
+    )
+    failed = " ".join(" ".join(line.split()[2:]) for line in _rows_of(text, "arrival_rate=12 !"))
+    assert failed == " ".join(["+1250.0%"] * len(COMPARED))
+    assert _rows_of(text, "arrival_rate=24")[0].split()[1:] == ["missing"]
