@@ -145,7 +145,7 @@ _SERVER_ROWS = (
 
 def _server_table(server: dict[str, Any]) -> Table:
     """The server's own view (summary.json's ``server``): its queue, KV cache, prefix cache."""
-    title = f"server's view ({server.get('scrapes', 0)} scrapes of its metrics)"
+    title = f"server's view ({server.get('scrapes', 0)} scrapes)"  # (as wide as its table)
     table = Table(title=title, title_justify="left", show_header=False)
     table.add_column("metric")
     table.add_column("value", justify="right")
