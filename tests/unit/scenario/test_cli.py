@@ -49,6 +49,17 @@ def test_version_and_help() -> None:
         assert "Usage: veeksha" in sub.output
 
 
+def test_every_commands_help_fits_80_columns() -> None:
+    listed = cli.main.list_commands(click.Context(cli.main))
+    commands = [name for name in listed if name != "benchmark"]
+    assert {"run", "prefill", "decode", "stress", "capacity-search"} <= set(commands)
+    for command in commands:
+        shown = CliRunner().invoke(cli.main, [command, "--help"], terminal_width=80)
+        assert shown.exit_code == 0, command
+        too_long = [line for line in shown.output.splitlines() if len(line) > 80]
+        assert not too_long, (command, too_long)
+
+
 def test_validate_exit_codes(files: dict[str, Path]) -> None:
     ok = invoke("validate", *map(str, SCENARIOS))
     assert ok.exit_code == 0, ok.output

@@ -6,6 +6,7 @@ written all the same, the failure named), 2 for bad input (nothing run), 3 when 
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,8 @@ def _keys_help(kind: type[BenchConfig]) -> str:
         default = (kind.FULL | {"simulator": "{preset: realistic}"}).get(name, info.default)
         quick = kind.QUICK.get(name)
         extra = f" (--quick: {quick})" if quick is not None and quick != default else ""
-        lines.append(f"--{name}: {info.description} Default: {default}{extra}.")
+        text = f"--{name}: {info.description} Default: {default}{extra}."
+        lines += textwrap.wrap(text, width=76, subsequent_indent="    ", break_on_hyphens=False)
     return "\b\nKeys (flags, or keys of the --config YAML file):\n" + "\n".join(lines)
 
 
