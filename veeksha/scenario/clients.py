@@ -67,6 +67,16 @@ class _OpenAIClientBase(StrictModel):
     api_key: SecretStr | None = Field(
         None, description="Bearer token; default from the environment. Never written to outputs."
     )
+
+    @field_validator("api_base")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.lower().startswith(("http://", "https://")):
+            raise ValueError(
+                f"must be an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1 (got {value!r})"
+            )
+        return value
+
     api_key_env: str = Field(
         "OPENAI_API_KEY", description="Environment variable holding the API key."
     )

@@ -48,6 +48,17 @@ def test_unknown_key_without_a_close_match_lists_the_allowed_keys() -> None:
     assert "did you mean 'seed'?" in top.message
 
 
+@pytest.mark.parametrize("api_base", ["localhost:8000/v1", "127.0.0.1:8000", "ftp://host/v1"])
+def test_an_api_base_without_http_is_named_with_the_fix(api_base: str) -> None:
+    issue = only_issue(f"client: {{type: openai_completions, api_base: '{api_base}', model: m}}\n")
+    assert (issue.path, issue.line) == ("client.api_base", 1)
+    assert issue.message == (
+        f"must be an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1 (got {api_base!r})"
+    )
+    several = only_issue(f"clients:\n  - {{name: a, model: m, api_base: '{api_base}'}}\n")
+    assert several.path == "clients[0].api_base"
+
+
 def test_missing_key_points_at_the_enclosing_section() -> None:
     issue = only_issue("seed: 1\nsession_generator:\n  type: trace\n")
     assert (issue.line, issue.column, issue.path) == (2, 1, "session_generator.trace_file")
