@@ -61,5 +61,7 @@ def print_stacked(
     groups.append(group)
     for index, shown in enumerate(groups):
         # (the title on a line of its own: as a table's title it would fold to the table's width)
-        console.print(title if index == 0 else f"{title} (continued)", highlight=False)
+        console.print(
+            title if index == 0 else f"{title} (continued)", markup=False, highlight=False
+        )
         console.print(_table(key, shown))
