@@ -39,13 +39,29 @@ from benchmarks.harness import ROOT, Simulator, scenario
 # part's parent is the part it always runs in ("" for a callback of the event loop itself);
 # parent "*": called from several parts, shown as is and not added up
 PARTS: tuple[tuple[str, str, str, str, str], ...] = (
-    ("results: link read", "veeksha.dispatch.channel", "Link", "_on_readable", ""),
-    ("results: decode", "veeksha.dispatch.channel", "Link", "_frames", "results: link read"),
-    ("results: loop", "veeksha.engine.loop", "TrafficLoop", "on_results", "results: link read"),
-    ("row: recorder", "veeksha.engine.recorder", "RunRecorder", "request_done", "results: loop"),
+    # the Results' wake-ups, whole (read, decode, loop, rows): a normal link's batch, and the
+    # bulk links' timer (Results nobody waits for, read on the main process' own cadence)
+    ("results: normal link wake-up", "veeksha.dispatch.channel", "Link", "_on_readable", ""),
+    ("results: bulk timer wake-up", "veeksha.dispatch.pool", "WorkerPool", "_on_bulk_timer", ""),
+    ("(in several) bulk links read", "veeksha.dispatch.pool", "WorkerPool", "_bulk_results", "*"),
+    ("(in several) decode", "veeksha.dispatch.channel", "Link", "_frames", "*"),
+    ("(in several) results: loop", "veeksha.engine.loop", "TrafficLoop", "on_results", "*"),
+    (
+        "row: recorder",
+        "veeksha.engine.recorder",
+        "RunRecorder",
+        "request_done",
+        "(in several) results: loop",
+    ),
     ("row: columns", "veeksha.record.columnar", "RequestColumns", "add_result", "row: recorder"),
     ("row: streaming", "veeksha.evaluate.streaming", "StreamingMetrics", "add", "row: recorder"),
-    ("row: session", "veeksha.engine.recorder", "RunRecorder", "session_done", "results: loop"),
+    (
+        "row: session",
+        "veeksha.engine.recorder",
+        "RunRecorder",
+        "session_done",
+        "(in several) results: loop",
+    ),
     ("timers: fire", "veeksha.timers", "LoopTimers", "_on_fire", ""),
     (
         "arrivals",

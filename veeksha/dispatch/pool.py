@@ -34,10 +34,11 @@ Results nobody waits for (the bulk links)
     ``engine.deferral``) has its successful Result sent on the worker's bulk link
     (``channel.packet_pair``), which the event loop does not watch, so it wakes nobody. The pool
     reads every bulk link (``collect``) whenever the main process is awake anyway: before each
-    batch of a normal link, when the traffic loop calls ``collect`` (its arrival timer), and on
-    a timer at most ``BULK_READ_INTERVAL_S`` after the last read while a deferrable request is
-    in flight. A worker that exits is read to the end of both links before any of its requests
-    is declared lost, so a Result it sent is never lost with it.
+    batch of a normal link and when the traffic loop calls ``collect`` (its arrival timer); and,
+    while a deferrable request is in flight, on a timer ``BULK_READ_INTERVAL_S`` after the last
+    read, pushed back by the reads themselves (so it fires only when the traffic's wake-ups are
+    sparser than that). A worker that exits is read to the end of both links before any of its
+    requests is declared lost, so a Result it sent is never lost with it.
 
 The ``on_results`` contract
     ``on_results(results)`` is called on the pool's event loop (the one ``start`` ran on), from a
@@ -168,7 +169,8 @@ class WorkerPool:
         self.error: VeekshaError | None = None
         # workers launched before the settings were known: the first spawns adopt them
         self._launched = launched
-        self._bulk_timer: asyncio.TimerHandle | None = None  # armed while any h.deferred
+        self._bulk_timer: asyncio.Handle | None = None  # armed while any h.deferred
+        self._bulk_due = 0.0  # (its loop time)
         self._bulk_read_at = 0.0  # loop time of the last collect
 
     # ---------------------------------------------------------------------------------- public
@@ -386,8 +388,15 @@ class WorkerPool:
 
     def _bulk_results(self) -> list[Result]:
         """Everything the bulk links hold now (Results still in flight)."""
-        assert self._loop is not None
-        self._bulk_read_at = self._loop.time()
+        loop = self._loop
+        assert loop is not None
+        now = self._bulk_read_at = loop.time()
+        timer = self._bulk_timer
+        if timer is not None and self._bulk_due - now < BULK_READ_INTERVAL_S / 2:
+            # read often enough by the wake-ups of the traffic: the timer never fires then
+            timer.cancel()
+            self._bulk_due = now + BULK_READ_INTERVAL_S
+            self._bulk_timer = loop.call_at(self._bulk_due, self._on_bulk_timer)
         results: list[Result] = []
         for h in self._live:
             if h.deferred and h.bulk is not None:
@@ -396,16 +405,14 @@ class WorkerPool:
 
     def _arm_bulk_timer(self) -> None:
         assert self._loop is not None
-        at = max(self._bulk_read_at + BULK_READ_INTERVAL_S, self._loop.time())
+        at = self._bulk_due = max(self._bulk_read_at + BULK_READ_INTERVAL_S, self._loop.time())
         self._bulk_timer = self._loop.call_at(at, self._on_bulk_timer)
 
     def _on_bulk_timer(self) -> None:
-        """At most ``BULK_READ_INTERVAL_S`` after the last read: read again (unless a read came
-        in between), and come back while a deferrable request is in flight."""
-        assert self._loop is not None
+        """No read for a while: read now, and come back while a deferrable request is in
+        flight (no read is ever more than ``BULK_READ_INTERVAL_S`` after the previous one)."""
         self._bulk_timer = None
-        due = self._bulk_read_at + BULK_READ_INTERVAL_S
-        results = self._bulk_results() if self._loop.time() >= due - 0.001 else []
+        results = self._bulk_results()
         if any(h.deferred for h in self._live):
             self._arm_bulk_timer()
         if results:
