@@ -13,7 +13,10 @@ the traffic (``LoopTimers.close``) and the process' other threads (the Parquet w
 server watch's reader) over the same span close the account; ``event loop + rest`` is the
 main thread's CPU outside every wrapped part (uvloop's C loop, epoll, callbacks not wrapped).
 Wrapping costs its own CPU (two clock reads per call): the totals are a little above an
-unwrapped run's ``main_cpu_s``.
+unwrapped run's ``main_cpu_s``. The Results' wake-ups are counted whole (a normal link's
+batch, the bulk links' timer: read, decode, loop and rows); the bulk links' reads at an arrival
+are inside ``arrivals``; decode, the loop and the rows are also shown as "(in several)" parts,
+wherever they ran.
 
 ``--python``/``--root`` measure another checkout (its interpreter and its source tree);
 ``--against ROOT`` runs another tree (e.g. ``git archive main veeksha`` extracted into ROOT)

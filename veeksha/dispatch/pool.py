@@ -392,8 +392,9 @@ class WorkerPool:
         assert loop is not None
         now = self._bulk_read_at = loop.time()
         timer = self._bulk_timer
-        if timer is not None and self._bulk_due - now < BULK_READ_INTERVAL_S / 2:
-            # read often enough by the wake-ups of the traffic: the timer never fires then
+        if timer is not None and self._bulk_due - now < BULK_READ_INTERVAL_S * 0.9:
+            # pushed back: while the traffic's own wake-ups read often enough, it never fires
+            # (a wasted wake-up costs more than moving it: ~40 against ~3 CPU-µs)
             timer.cancel()
             self._bulk_due = now + BULK_READ_INTERVAL_S
             self._bulk_timer = loop.call_at(self._bulk_due, self._on_bulk_timer)

@@ -120,7 +120,10 @@ def test_the_bulk_link_is_read_when_awake_and_at_most_an_interval_after_the_last
             b.loop.now = 0.004
             b.pool.collect()  # awake anyway (an arrival): taken at once
             assert b.batches == [[1]]
-            assert b.loop.pending() == [H]  # (due in more than half an interval: left alone)
+            assert b.loop.pending() == [0.004 + H]  # pushed back: H after the last read
+            b.loop.now = 0.005
+            b.pool.collect()
+            assert b.loop.pending() == [0.004 + H]  # (just moved: left alone)
             b.submit(2)
             b.answer_on_bulk(2)
             b.loop.now = 0.012
