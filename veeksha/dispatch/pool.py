@@ -33,12 +33,13 @@ Results nobody waits for (the bulk links)
     A ``WorkItem`` marked ``deferrable`` (nothing in the run reacts to its success: see
     ``engine.deferral``) has its successful Result sent on the worker's bulk link
     (``channel.packet_pair``), which the event loop does not watch, so it wakes nobody. The pool
-    reads every bulk link (``collect``) whenever the main process is awake anyway: before each
-    batch of a normal link and when the traffic loop calls ``collect`` (its arrival timer); and,
+    reads every bulk link when the main process is awake anyway: before each batch of a normal
+    link, and when the traffic loop calls ``collect`` (its arrival timer) if the last read is
+    at least 3/4 of ``BULK_READ_INTERVAL_S`` old (so one read takes several Results); and,
     while a deferrable request is in flight, on a timer ``BULK_READ_INTERVAL_S`` after the last
-    read, pushed back by the reads themselves (so it fires only when the traffic's wake-ups are
-    sparser than that). A worker that exits is read to the end of both links before any of its
-    requests is declared lost, so a Result it sent is never lost with it.
+    read, pushed back by the reads themselves. No Result waits unread longer than that. A
+    worker that exits is read to the end of both links before any of its requests is declared
+    lost, so a Result it sent is never lost with it.
 
 The ``on_results`` contract
     ``on_results(results)`` is called on the pool's event loop (the one ``start`` ran on), from a
@@ -74,6 +75,8 @@ _LATE_RESULTS_S = 1.0  # after every worker exited, for their last Results to ar
 # The longest a deferrable request's Result waits in its bulk link, unread, while the main
 # process sleeps: its row's processed_at is up to this much later (docs/engine.md).
 BULK_READ_INTERVAL_S = 0.020
+# ``collect`` reads only when the last read is at least this share of the interval old
+_COLLECT_AFTER = 0.75
 
 
 class _Handle:
@@ -272,6 +275,9 @@ class WorkerPool:
         ``on_results`` at once, as one batch. Call it only where ``on_results`` may run."""
         if self._bulk_timer is None:  # no deferrable request in flight
             return
+        assert self._loop is not None
+        if self._loop.time() - self._bulk_read_at < BULK_READ_INTERVAL_S * _COLLECT_AFTER:
+            return  # read lately: the next wake-up (or the timer) takes them, more at once
         results = self._bulk_results()
         if results:
             self._deliver(results)
