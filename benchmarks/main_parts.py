@@ -13,7 +13,10 @@ the traffic (``LoopTimers.close``) and the process' other threads (the Parquet w
 server watch's reader) over the same span close the account; ``event loop + rest`` is the
 main thread's CPU outside every wrapped part (uvloop's C loop, epoll, callbacks not wrapped).
 Wrapping costs its own CPU (two clock reads per call): the totals are a little above an
-unwrapped run's ``main_cpu_s``.
+unwrapped run's ``main_cpu_s``. The Results' wake-ups are counted whole (a normal link's
+batch, the bulk links' timer: read, decode, loop and rows); the bulk links' reads at an arrival
+are inside ``arrivals``; decode, the loop and the rows are also shown as "(in several)" parts,
+wherever they ran.
 
 ``--python``/``--root`` measure another checkout (its interpreter and its source tree);
 ``--against ROOT`` runs another tree (e.g. ``git archive main veeksha`` extracted into ROOT)
@@ -39,13 +42,29 @@ from benchmarks.harness import ROOT, Simulator, scenario
 # part's parent is the part it always runs in ("" for a callback of the event loop itself);
 # parent "*": called from several parts, shown as is and not added up
 PARTS: tuple[tuple[str, str, str, str, str], ...] = (
-    ("results: link read", "veeksha.dispatch.channel", "Link", "_on_readable", ""),
-    ("results: decode", "veeksha.dispatch.channel", "Link", "_frames", "results: link read"),
-    ("results: loop", "veeksha.engine.loop", "TrafficLoop", "on_results", "results: link read"),
-    ("row: recorder", "veeksha.engine.recorder", "RunRecorder", "request_done", "results: loop"),
+    # the Results' wake-ups, whole (read, decode, loop, rows): a normal link's batch, and the
+    # bulk links' timer (Results nobody waits for, read on the main process' own cadence)
+    ("results: normal link wake-up", "veeksha.dispatch.channel", "Link", "_on_readable", ""),
+    ("results: bulk timer wake-up", "veeksha.dispatch.pool", "WorkerPool", "_on_bulk_timer", ""),
+    ("(in several) bulk links read", "veeksha.dispatch.pool", "WorkerPool", "_bulk_results", "*"),
+    ("(in several) decode", "veeksha.dispatch.channel", "Link", "_frames", "*"),
+    ("(in several) results: loop", "veeksha.engine.loop", "TrafficLoop", "on_results", "*"),
+    (
+        "row: recorder",
+        "veeksha.engine.recorder",
+        "RunRecorder",
+        "request_done",
+        "(in several) results: loop",
+    ),
     ("row: columns", "veeksha.record.columnar", "RequestColumns", "add_result", "row: recorder"),
     ("row: streaming", "veeksha.evaluate.streaming", "StreamingMetrics", "add", "row: recorder"),
-    ("row: session", "veeksha.engine.recorder", "RunRecorder", "session_done", "results: loop"),
+    (
+        "row: session",
+        "veeksha.engine.recorder",
+        "RunRecorder",
+        "session_done",
+        "(in several) results: loop",
+    ),
     ("timers: fire", "veeksha.timers", "LoopTimers", "_on_fire", ""),
     (
         "arrivals",

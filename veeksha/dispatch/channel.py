@@ -18,6 +18,14 @@ not take waits in order in a user-space queue, written when the socket is writab
 a reader callback (``start``) or synchronously (``drain``: everything buffered now, e.g. the last
 Results of a worker that just died). End of stream (the peer exited or closed) is reported once
 through ``on_closed``.
+
+The bulk link (``packet_pair``, ``send_packet``): a second pair per worker, of Unix *packet*
+sockets (``SOCK_SEQPACKET``), for the Results nobody waits for (``WorkItem.deferrable``). A frame
+is one packet: the kernel takes it whole or not at all, so a worker never blocks on it nor
+leaves half a frame behind (``send_packet`` returns False and the worker sends the frame on the
+normal link instead). The main process never watches it: it reads it with ``Link.drain`` when
+it is awake anyway (``WorkerPool.collect``). What the worker sent is in the kernel's buffer at
+once and stays readable after the worker died, until the main process reads it.
 """
 
 from __future__ import annotations
@@ -34,12 +42,23 @@ import msgspec
 
 from veeksha.dispatch.messages import FromWorker, ToWorker
 
-__all__ = ["Link", "encode_frame", "from_worker_decoder", "socket_pair", "to_worker_decoder"]
+__all__ = [
+    "Link",
+    "encode_frame",
+    "from_worker_decoder",
+    "packet_pair",
+    "send_packet",
+    "socket_pair",
+    "to_worker_decoder",
+]
 
 T = TypeVar("T")
 
 _HEADER = 4
 _READ_BYTES = 1 << 18
+# The bulk link's send buffer (the kernel caps it at net.core.wmem_max): what a worker may have
+# sent there that the main process has not read yet, a few thousand Results.
+_BULK_BUFFER_BYTES = 1 << 22
 _encoder = msgspec.msgpack.Encoder()
 
 
@@ -58,6 +77,29 @@ def socket_pair() -> tuple[socket.socket, socket.socket]:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     theirs.set_inheritable(True)
     return ours, theirs
+
+
+def packet_pair() -> tuple[socket.socket, socket.socket]:
+    """The bulk link: a connected pair of Unix packet sockets; the second end is inheritable
+    and has a large send buffer (see the module doc)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with contextlib.suppress(OSError):
+        theirs.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _BULK_BUFFER_BYTES)
+    theirs.set_inheritable(True)
+    return ours, theirs
+
+
+def send_packet(sock: socket.socket, messages: list[Any]) -> bool:
+    """Send ``messages`` as one frame in one packet on a non-blocking packet socket, at once or
+    not at all: False when the kernel would not take it now (full, too large, peer gone)."""
+    frame = encode_frame(messages)
+    if len(frame) > _READ_BYTES:  # (the reader takes a packet in one buffer of this size)
+        return False
+    try:
+        sock.send(frame)
+    except OSError:  # (BlockingIOError included: the buffer is full)
+        return False
+    return True
 
 
 def encode_frame(messages: list[Any]) -> bytearray:

@@ -3,8 +3,8 @@ up while the caller does other work.
 
 A worker (``python -m veeksha.dispatch.worker``) imports its modules, then reads its
 ``WorkerSpawn`` from stdin and only then pins itself and connects. ``launch_worker`` starts one
-up to that read: the process, its end of the link (a socket pair, as ``WorkerPool`` makes for
-every worker) and its stdin, still open. ``veeksha run`` launches a run's workers this way right
+up to that read: the process, its ends of the link and of the bulk link (``channel``) and its
+stdin, still open. ``veeksha run`` launches a run's workers this way right
 after the scenario is loaded, beside the built-in simulator, before it imports the engine; the
 run's ``WorkerPool`` then adopts them (``WorkerLaunch.take``) and writes each its spawn message
 once the target is resolved. Nothing is sent and no CPU is pinned before that: a launched worker
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import veeksha
-from veeksha.dispatch.channel import socket_pair
+from veeksha.dispatch.channel import packet_pair, socket_pair
 
 __all__ = ["Launched", "WorkerLaunch", "launch_worker"]
 
@@ -34,6 +34,8 @@ class Launched:
     proc: subprocess.Popen[bytes]
     link: socket.socket  # our end of its link
     channel_fd: int  # the number of its end in the worker
+    bulk: socket.socket  # our end of its bulk link (deferrable Results: see ``channel``)
+    bulk_fd: int  # the number of its end in the worker
 
     def kill(self) -> None:
         """Stop the process (before it read a spawn message: it has done nothing) and reap it."""
@@ -44,12 +46,15 @@ class Launched:
             with contextlib.suppress(OSError):
                 self.proc.stdin.close()
         self.link.close()
+        self.bulk.close()
 
 
 def launch_worker() -> Launched:
     """Start a worker interpreter up to the point where it reads its ``WorkerSpawn``."""
     ours, theirs = socket_pair()
+    bulk, bulk_theirs = packet_pair()
     channel_fd = theirs.fileno()  # (the worker's copy keeps the number: pass_fds)
+    bulk_fd = bulk_theirs.fileno()
     env = dict(os.environ)
     # (the checkout veeksha runs from, whatever the working folder: an editable install's too)
     root = str(Path(veeksha.__file__).resolve().parent.parent)
@@ -60,14 +65,16 @@ def launch_worker() -> Launched:
             stdin=subprocess.PIPE,
             env=env,
             close_fds=True,
-            pass_fds=(theirs.fileno(),),
+            pass_fds=(channel_fd, bulk_fd),
         )
     except BaseException:
         ours.close()
+        bulk.close()
         raise
     finally:
-        theirs.close()  # the child has its copy
-    return Launched(proc, ours, channel_fd)
+        theirs.close()  # the child has its copies
+        bulk_theirs.close()
+    return Launched(proc, ours, channel_fd, bulk, bulk_fd)
 
 
 class WorkerLaunch:

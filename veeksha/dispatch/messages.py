@@ -46,6 +46,10 @@ class WorkItem(msgspec.Struct, tag="work", array_like=True, gc=False):
     completions clients flatten it into one prompt. An item handed over ahead of its ready time
     carries it in ``not_before_ns``: the worker holds it until then (a precise timer) and
     releases it, reporting that moment as ``Result.released_at_ns``; 0 means send at once.
+
+    ``deferrable``: nothing in the main process waits for this request's success (an open-loop
+    leaf of an uncapped client, see ``engine.deferral``), so its successful Result may travel
+    on the worker's bulk link, which the main process reads on its own cadence (``WorkerPool``).
     """
 
     request_id: int
@@ -54,6 +58,7 @@ class WorkItem(msgspec.Struct, tag="work", array_like=True, gc=False):
     dispatched_at_ns: int
     not_before_ns: int = 0
     client: int = 0  # which of the run's clients sends it (the worker's route)
+    deferrable: bool = False  # an ok Result may go on the bulk link (see above)
 
 
 class Stop(msgspec.Struct, tag="stop", array_like=True):

@@ -29,6 +29,18 @@ Supervision
     is called with a ``RunAbortedError``, the remaining workers are stopped, and ``submit``
     raises from then on.
 
+Results nobody waits for (the bulk links)
+    A ``WorkItem`` marked ``deferrable`` (nothing in the run reacts to its success: see
+    ``engine.deferral``) has its successful Result sent on the worker's bulk link
+    (``channel.packet_pair``), which the event loop does not watch, so it wakes nobody. The pool
+    reads every bulk link when the main process is awake anyway: before each batch of a normal
+    link, and when the traffic loop calls ``collect`` (its arrival timer) if the last read is
+    at least 3/4 of ``BULK_READ_INTERVAL_S`` old (so one read takes several Results); and,
+    while a deferrable request is in flight, on a timer ``BULK_READ_INTERVAL_S`` after the last
+    read, pushed back by the reads themselves. No Result waits unread longer than that. A
+    worker that exits is read to the end of both links before any of its requests is declared
+    lost, so a Result it sent is never lost with it.
+
 The ``on_results`` contract
     ``on_results(results)`` is called on the pool's event loop (the one ``start`` ran on), from a
     loop callback, synchronously, with one or more Results in arrival order: once per drained
@@ -60,6 +72,11 @@ __all__ = ["WorkerPool", "WorkerSettings"]
 
 _EXIT_MARGIN_S = 5.0  # beyond grace_s, for a worker to cancel, flush and exit
 _LATE_RESULTS_S = 1.0  # after every worker exited, for their last Results to arrive
+# The longest a deferrable request's Result waits in its bulk link, unread, while the main
+# process sleeps: its row's processed_at is up to this much later (docs/engine.md).
+BULK_READ_INTERVAL_S = 0.020
+# ``collect`` reads only when the last read is at least this share of the interval old
+_COLLECT_AFTER = 0.75
 
 
 class _Handle:
@@ -67,7 +84,9 @@ class _Handle:
 
     __slots__ = (
         "backlog",
+        "bulk",
         "cpus",
+        "deferred",
         "exited",
         "in_flight",
         "link",
@@ -82,11 +101,20 @@ class _Handle:
         "worker_id",
     )
 
-    def __init__(self, worker_id: int, slot: int, cpus: list[int], link: Link[FromWorker]) -> None:
+    def __init__(
+        self,
+        worker_id: int,
+        slot: int,
+        cpus: list[int],
+        link: Link[FromWorker],
+        bulk: Link[FromWorker] | None = None,
+    ) -> None:
         self.worker_id = worker_id
         self.slot = slot
         self.cpus = cpus
         self.link = link  # read from spawn on; closed once the process exited
+        self.bulk = bulk  # its bulk link: read by WorkerPool.collect, never watched
+        self.deferred: set[int] = set()  # deferrable requests in flight (may answer on bulk)
         self.proc: subprocess.Popen[bytes] | None = None
         self.pid = 0
         self.pidfd = -1
@@ -144,6 +172,9 @@ class WorkerPool:
         self.error: VeekshaError | None = None
         # workers launched before the settings were known: the first spawns adopt them
         self._launched = launched
+        self._bulk_timer: asyncio.Handle | None = None  # armed while any h.deferred
+        self._bulk_due = 0.0  # (its loop time)
+        self._bulk_read_at = 0.0  # loop time of the last collect
 
     # ---------------------------------------------------------------------------------- public
 
@@ -217,6 +248,10 @@ class WorkerPool:
         # (a held item's release time, should it be lost unanswered: see _lose)
         best.in_flight[item.request_id] = max(item.dispatched_at_ns, item.not_before_ns)
         self._in_flight += 1
+        if item.deferrable and best.bulk is not None:
+            best.deferred.add(item.request_id)
+            if self._bulk_timer is None:
+                self._arm_bulk_timer()
         if best.sender is None:
             best.backlog.append(item)
         elif flush:
@@ -234,6 +269,18 @@ class WorkerPool:
             items, h.outbox = h.outbox, []
             if h.sender is not None and items:  # (an exited worker's: _lose reports them)
                 h.sender.send(items)
+
+    def collect(self) -> None:
+        """Read every bulk link now (see the module docstring); what came goes to
+        ``on_results`` at once, as one batch. Call it only where ``on_results`` may run."""
+        if self._bulk_timer is None:  # no deferrable request in flight
+            return
+        assert self._loop is not None
+        if self._loop.time() - self._bulk_read_at < BULK_READ_INTERVAL_S * _COLLECT_AFTER:
+            return  # read lately: the next wake-up (or the timer) takes them, more at once
+        results = self._bulk_results()
+        if results:
+            self._deliver(results)
 
     async def stop(self, grace_s: float = 0.0) -> None:
         """Stop every worker: in-flight requests get ``grace_s`` seconds, then are cancelled.
@@ -290,12 +337,14 @@ class WorkerPool:
         launched = launched or launch_worker()
         proc = launched.proc
         link = Link(launched.link, from_worker_decoder(), self._on_batch)
-        h = _Handle(worker_id, slot, self._worker_cpus[slot], link)
+        bulk = Link(launched.bulk, from_worker_decoder(), self._on_batch)  # (drained, not started)
+        h = _Handle(worker_id, slot, self._worker_cpus[slot], link, bulk)
         spawn = WorkerSpawn(
             worker_id=worker_id,
             parent_pid=os.getpid(),
             cpus=h.cpus,
             channel_fd=launched.channel_fd,
+            bulk_fd=launched.bulk_fd,
             settings=self.settings,
             more_settings=self.more_settings,
         )
@@ -318,20 +367,63 @@ class WorkerPool:
     # ------------------------------------------------------------------------------ callbacks
 
     def _on_batch(self, batch: list[FromWorker]) -> None:
-        results: list[Result] = []
+        # awake anyway: what waits in the bulk links comes first (it is older), in one batch
+        results = self._bulk_results() if self._bulk_timer is not None else []
+        self._take(batch, results)
+        if results:
+            self._deliver(results)
+
+    def _take(self, batch: list[FromWorker], results: list[Result]) -> None:
+        """The Results of ``batch`` still in flight, appended to ``results``."""
         handles = self._handles
         for msg in batch:
             if type(msg) is Result:
                 h = handles.get(msg.worker_id)
                 if h is not None and h.in_flight.pop(msg.request_id, None) is not None:
+                    if h.deferred:
+                        h.deferred.discard(msg.request_id)
                     results.append(msg)
             elif isinstance(msg, WorkerReady):
                 self._on_ready(msg)
+
+    def _deliver(self, results: list[Result]) -> None:
+        self._in_flight -= len(results)
+        if self._in_flight == 0 and self._idle is not None:
+            self._idle.set()
+        self._on_results(results)
+
+    def _bulk_results(self) -> list[Result]:
+        """Everything the bulk links hold now (Results still in flight)."""
+        loop = self._loop
+        assert loop is not None
+        now = self._bulk_read_at = loop.time()
+        timer = self._bulk_timer
+        if timer is not None and self._bulk_due - now < BULK_READ_INTERVAL_S * 0.9:
+            # pushed back: while the traffic's own wake-ups read often enough, it never fires
+            # (a wasted wake-up costs more than moving it: ~40 against ~3 CPU-µs)
+            timer.cancel()
+            self._bulk_due = now + BULK_READ_INTERVAL_S
+            self._bulk_timer = loop.call_at(self._bulk_due, self._on_bulk_timer)
+        results: list[Result] = []
+        for h in self._live:
+            if h.deferred and h.bulk is not None:
+                self._take(h.bulk.drain(), results)
+        return results
+
+    def _arm_bulk_timer(self) -> None:
+        assert self._loop is not None
+        at = self._bulk_due = max(self._bulk_read_at + BULK_READ_INTERVAL_S, self._loop.time())
+        self._bulk_timer = self._loop.call_at(at, self._on_bulk_timer)
+
+    def _on_bulk_timer(self) -> None:
+        """No read for a while: read now, and come back while a deferrable request is in
+        flight (no read is ever more than ``BULK_READ_INTERVAL_S`` after the previous one)."""
+        self._bulk_timer = None
+        results = self._bulk_results()
+        if any(h.deferred for h in self._live):
+            self._arm_bulk_timer()
         if results:
-            self._in_flight -= len(results)
-            if self._in_flight == 0 and self._idle is not None:
-                self._idle.set()
-            self._on_results(results)
+            self._deliver(results)
 
     def _on_ready(self, msg: WorkerReady) -> None:
         h = self._handles.get(msg.worker_id)
@@ -361,10 +453,14 @@ class WorkerPool:
             self._live.remove(h)
         if h in self._ready:
             self._ready.remove(h)
-        # What it sent before exiting is in the socket: read it all now, then close the link.
+        # What it sent before exiting is in its sockets: read them to the end, then close them.
         batch = h.link.drain()
+        if h.bulk is not None:
+            batch += h.bulk.drain()
+            h.bulk.close()
         if batch:
             self._on_batch(batch)
+        h.deferred.clear()
         h.link.close()
         h.sender = None
         h.outbox = []  # never sent; still in in_flight, so _lose reports them
@@ -405,6 +501,7 @@ class WorkerPool:
             return
         lost, h.in_flight = h.in_flight, {}
         h.backlog = []
+        h.deferred.clear()
         now = time.monotonic_ns()
         results = [
             Result(
@@ -463,8 +560,13 @@ class WorkerPool:
             return
         self._closed = True
         self._ready.clear()
+        if self._bulk_timer is not None:
+            self._bulk_timer.cancel()
+            self._bulk_timer = None
         for h in self._handles.values():
             h.link.close()
+            if h.bulk is not None:
+                h.bulk.close()
             h.sender = None
 
 

@@ -107,5 +107,6 @@ class WorkerSpawn(msgspec.Struct, kw_only=True):
     parent_pid: int
     cpus: list[int]
     channel_fd: int  # the worker's end of its link to the main process (inherited)
+    bulk_fd: int = -1  # the worker's end of its bulk link (deferrable Results); -1: none
     settings: WorkerSettings
     more_settings: list[WorkerSettings] = []  # clients 1, 2, … of a run with several clients

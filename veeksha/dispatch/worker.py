@@ -56,7 +56,7 @@ import msgspec
 import uvloop
 
 from veeksha.clock import MonotonicClock
-from veeksha.dispatch.channel import Link, encode_frame, to_worker_decoder
+from veeksha.dispatch.channel import Link, encode_frame, send_packet, to_worker_decoder
 from veeksha.dispatch.chunkshape import ShapeMemory
 from veeksha.dispatch.http1 import ConnectFailed, Exchange, Http1Pool, MalformedResponse
 from veeksha.dispatch.inprocess import dry_result
@@ -177,10 +177,16 @@ class Worker:
         channel: socket.socket,
         cpus: list[int] | None = None,
         more: list[WorkerSettings] | None = None,
+        bulk: socket.socket | None = None,
     ) -> None:
         self.worker_id = worker_id
         self.settings = settings
         self._channel = channel
+        self._bulk = bulk  # the bulk link (a packet socket): deferrable requests' ok Results
+        if bulk is not None:
+            bulk.setblocking(False)
+        self._deferred: set[int] = set()  # request ids of deferrable items not answered yet
+        self._bulk_outbox: list[Result] = []
         self._cpus = cpus or []
         self._routes = [_Route(s) for s in (settings, *(more or ()))]
         self._tasks: set[asyncio.Task[None]] = set()
@@ -248,6 +254,8 @@ class Worker:
             self._flush()
             link.flush_blocking(_RESULTS_LINGER_S)  # the last Results leave before we exit
             link.close()
+            if self._bulk is not None:
+                self._bulk.close()
 
     def _on_link_closed(self) -> None:
         """The main process closed its end (or died): nobody will read Results; stop now."""
@@ -258,6 +266,8 @@ class Worker:
         received_at = time.monotonic_ns()
         for msg in batch:
             if type(msg) is WorkItem:
+                if msg.deferrable and self._bulk is not None:
+                    self._deferred.add(msg.request_id)
                 if self._stopping is not None and self._stopping.done():
                     self._emit(_cancelled(msg, self.worker_id, received_at))
                 elif msg.not_before_ns > received_at:
@@ -351,13 +361,31 @@ class Worker:
             released = self._released.pop(result.request_id, 0)
             if released:
                 result.released_at_ns = released
-        self._outbox.append(result)
+        deferred = self._deferred
+        if deferred and result.request_id in deferred:
+            deferred.discard(result.request_id)
+            if result.status == "ok":  # nobody waits for it: the bulk link (WorkItem.deferrable)
+                self._bulk_outbox.append(result)
+            else:
+                self._outbox.append(result)
+        else:
+            self._outbox.append(result)
         if not self._flush_scheduled and self._loop is not None:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        if self._bulk_outbox:
+            bulk, self._bulk_outbox = self._bulk_outbox, []
+            sent = False
+            if self._bulk is not None:
+                try:
+                    sent = send_packet(self._bulk, bulk)
+                except Exception:  # noqa: BLE001 - a value it cannot encode: the normal link's repair
+                    sent = False
+            if not sent:  # full (or unencodable): the normal link takes them, never blocks
+                self._outbox.extend(bulk)
         if self._outbox and self._sender is not None:
             batch, self._outbox = self._outbox, []
             try:
@@ -1011,6 +1039,7 @@ def main() -> int:
             socket.socket(fileno=spawn.channel_fd),
             sorted(os.sched_getaffinity(0)),
             spawn.more_settings,
+            socket.socket(fileno=spawn.bulk_fd) if spawn.bulk_fd >= 0 else None,
         )
     except Exception as exc:  # noqa: BLE001 - reported to the pool, which raises it
         _report_start_failure(spawn, f"{type(exc).__name__}: {exc}")

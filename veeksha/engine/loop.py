@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from veeksha.clock import Clock
 from veeksha.dispatch.messages import Result, WorkItem
+from veeksha.engine.deferral import loop_defers, node_defers
 from veeksha.engine.loop_settings import LoopSettings, default_phases, shard_closed_loop
 from veeksha.engine.phase_control import PhaseControl
 from veeksha.engine.session_starts import SessionStarts
@@ -124,6 +125,7 @@ class TrafficLoop(SessionStarts, PhaseControl, ToolNodes):
         timers: Timers,
         flush: Callable[[], None] | None = None,
         shard: ShardSpec | None = None,
+        collect: Callable[[], None] | None = None,
     ) -> None:
         if (settings.rate_gaps is None) == (settings.concurrency is None):
             raise ValueError("exactly one of rate_gaps and concurrency must be set")
@@ -134,6 +136,8 @@ class TrafficLoop(SessionStarts, PhaseControl, ToolNodes):
         self._make_session = make_session
         self._submit = submit
         self._flush = flush
+        # reads the Results nobody waited for (engine.deferral), at the arrival timer's wake-ups
+        self._collect = collect
         self._unflushed = False  # submitted since the last flush
         self._in_results = False  # inside on_results: flush once at its end
         self._sink = sink
@@ -182,6 +186,9 @@ class TrafficLoop(SessionStarts, PhaseControl, ToolNodes):
             SlotPool(caps) if caps is not None and capped else None
         )
         self._keys = _KEYS[settings.priority]
+        # requests may be handed over deferrable (engine.deferral); per client caps, if any
+        self._defers = collect is not None and loop_defers(settings)
+        self._caps = caps if capped else None
         # (a client's slot is taken at the hand-over: a request handed over ahead holds it up
         # to dispatch_ahead_ns before it is on the wire, so the wire never holds more)
         ahead = settings.dispatch_ahead_ns if settings.max_in_flight is None else 0
@@ -405,6 +412,7 @@ class TrafficLoop(SessionStarts, PhaseControl, ToolNodes):
             now,
             ready_at if ready_at > now else 0,
             node.client,
+            self._defers and node_defers(session.spec, node_id, self._caps),
         )
         worker_id = self._submit(item)
         self._unflushed = True

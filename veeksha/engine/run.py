@@ -389,6 +389,7 @@ class _Run(RunSetup, RunFinish):
             timers,
             flush=self._flush,
             shard=self.shard,
+            collect=self.pool.collect if isinstance(self.pool, WorkerPool) else None,
         )
         self.traffic = traffic
         finished: asyncio.Future[None] = loop.create_future()

@@ -60,6 +60,7 @@ class SessionStarts:
     _ahead_ns: int
     _refill_ns: int
     _in_results: bool
+    _collect: Callable[[], None] | None
 
     if TYPE_CHECKING:
 
@@ -147,6 +148,8 @@ class SessionStarts:
             self._arrival_timer = self._timers.call_at_ns(wake, self._on_arrival_timer)
         self._dispatch_due()
         self._check_finished()
+        if self._collect is not None:  # awake anyway: the Results nobody waited for
+            self._collect()
 
     def _fill_concurrency(self, elapsed_ns: int, freed_at_ns: int = 0) -> None:
         timeline = self.timeline

@@ -273,7 +273,9 @@ def test_flush_sends_every_request_a_result_when_one_cannot_be_encoded() -> None
     ours, theirs = socket_pair()
     sender: Link[FromWorker] = Link(ours, from_worker_decoder(), lambda batch: None)
     receiver: Link[FromWorker] = Link(theirs, from_worker_decoder(), lambda batch: None)
-    worker = SimpleNamespace(_flush_scheduled=True, _outbox=bad_batch(), _sender=sender)
+    worker = SimpleNamespace(
+        _flush_scheduled=True, _outbox=bad_batch(), _sender=sender, _bulk_outbox=[], _bulk=None
+    )
     try:
         Worker._flush(worker)  # type: ignore[arg-type]
         assert worker._outbox == []
