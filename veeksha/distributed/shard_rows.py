@@ -1,0 +1,230 @@
+"""A shard's rows read a batch at a time, already on the driver's timeline, for the merge.
+
+A shard's requests.parquet and sessions.parquet (or the ``parts/`` of a lost shard) and its
+trace.jsonl become ``kway.SortedStream``s: batches of ``BATCH_ROWS`` rows, each with the merged
+run's ``run_id``, the shard's index where ``shard`` is null, every time moved by the shard's
+shift, and their primary keys. ``scan_shard`` reads a shard's key and id columns once before the
+merge: the streams' bounds, the session ids it has rows for, and which of the requests it
+reported in flight have rows after all (numpy arrays and small sets: no Python object per row).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from numpy.typing import NDArray
+
+from veeksha.distributed.kway import Bounds, Keys, SortedStream, primary_bounds
+from veeksha.distributed.timeline import move_table
+from veeksha.record.parquet import PARTS_DIR
+from veeksha.record.trace import TraceEntry
+
+__all__ = [
+    "BATCH_ROWS",
+    "ShardScan",
+    "as_merged",
+    "primary_keys",
+    "result_files",
+    "scan_shard",
+    "table_stream",
+    "trace_stream",
+]
+
+_log = logging.getLogger(__name__)
+
+#: Rows per batch read from a shard's file (a finalised file's row groups hold up to 65,536).
+BATCH_ROWS = 16_384
+
+_IDS = NDArray[np.int64]
+
+
+def result_files(folder: Path, final: str, name: str) -> list[Path]:
+    """A shard's finalised ``final`` file, else its readable parts of table ``name`` in order
+    (as ``veeksha.record.reader`` reads them: an unreadable part is skipped and logged)."""
+    path = folder / final
+    if path.exists():
+        return [path]
+    readable = []
+    for part in sorted((folder / PARTS_DIR / name).glob("part-*.parquet")):
+        try:
+            with pq.ParquetFile(part):
+                readable.append(part)
+        except (OSError, pa.ArrowException) as exc:
+            _log.warning("skipping unreadable result part %s: %s", part, exc)
+    return readable
+
+
+def as_merged(table: pa.Table, schema: pa.Schema, index: int, run_id: str) -> pa.Table:
+    """The merged run's ``run_id`` in every row, and the shard's index where ``shard`` is null
+    (an older shard's folder)."""
+    position = table.column_names.index("shard")
+    filled = pc.fill_null(table.column(position), pa.scalar(index, pa.int32()))
+    table = table.set_column(position, schema.field("shard"), filled)
+    position = table.column_names.index("run_id")
+    run_ids = pa.array([run_id] * table.num_rows, type=pa.string())
+    return table.set_column(position, schema.field("run_id"), run_ids)
+
+
+def primary_keys(column: pa.ChunkedArray | pa.Array) -> Keys:
+    """A key column as the merge sorts it: float64, null as +inf."""
+    filled = pc.fill_null(pc.cast(column, pa.float64()), np.inf)
+    return np.asarray(filled.to_numpy(), dtype=np.float64)
+
+
+def _moved_keys(column: pa.ChunkedArray | pa.Array, shift_s: float) -> Keys:
+    return primary_keys(column if shift_s == 0.0 else pc.add(column, shift_s))
+
+
+def _batches(files: Sequence[Path], columns: list[str] | None) -> Iterator[pa.Table]:
+    for path in files:
+        with pq.ParquetFile(path) as file:
+            for batch in file.iter_batches(BATCH_ROWS, columns=columns, use_threads=False):
+                yield pa.Table.from_batches([batch])
+
+
+def table_stream(
+    files: Sequence[Path],
+    schema: pa.Schema,
+    primary: str,
+    bounds: Bounds,
+    *,
+    index: int,
+    run_id: str,
+    shift_s: float,
+) -> SortedStream[pa.Table]:
+    """The rows of ``files`` as the merged run holds them, a batch at a time."""
+
+    def batches() -> Iterator[tuple[pa.Table, Keys]]:
+        for table in _batches(files, None):
+            moved = move_table(as_merged(table, schema, index, run_id), schema, shift_s)
+            moved = moved.cast(schema)
+            yield moved, primary_keys(moved.column(primary))
+
+    return SortedStream(batches(), bounds)
+
+
+class _Dispatched(msgspec.Struct):
+    dispatched_at: float
+
+
+def _trace_lines(path: Path) -> Iterator[bytes]:
+    with path.open("rb") as file:
+        for line in file:
+            if line.endswith(b"\n"):  # (a torn last line is skipped, as read_trace does)
+                yield line
+
+
+def trace_bounds(path: Path, shift_s: float) -> Bounds:
+    """The bounds of a shard's trace.jsonl, ``dispatched_at`` moved by ``shift_s``."""
+    decoder = msgspec.json.Decoder(_Dispatched)
+
+    def keys() -> Iterator[Keys]:
+        batch: list[float] = []
+        for line in _trace_lines(path):
+            batch.append(decoder.decode(line).dispatched_at + shift_s)
+            if len(batch) == BATCH_ROWS:
+                yield np.asarray(batch, dtype=np.float64)
+                batch = []
+        if batch:
+            yield np.asarray(batch, dtype=np.float64)
+
+    return primary_bounds(keys())
+
+
+def trace_stream(path: Path, index: int, shift_s: float) -> SortedStream[list[TraceEntry]]:
+    """A shard's trace.jsonl entries, on the driver's timeline and naming their shard."""
+    bounds = trace_bounds(path, shift_s)
+
+    def batches() -> Iterator[tuple[list[TraceEntry], Keys]]:
+        decoder = msgspec.json.Decoder(TraceEntry)
+        batch: list[TraceEntry] = []
+        for line in _trace_lines(path):
+            entry = decoder.decode(line)
+            entry.dispatched_at += shift_s
+            entry.shard = index
+            batch.append(entry)
+            if len(batch) == BATCH_ROWS:
+                yield batch, np.fromiter((e.dispatched_at for e in batch), np.float64)
+                batch = []
+        if batch:
+            yield batch, np.fromiter((e.dispatched_at for e in batch), np.float64)
+
+    return SortedStream(batches(), bounds)
+
+
+@dataclass
+class ShardScan:
+    """What ``scan_shard`` learnt of a shard's files."""
+
+    requests: Bounds
+    sessions: Bounds
+    request_sessions: _IDS  # the session ids of its request rows (unique, sorted)
+    session_rows: _IDS  # the session ids of its session rows (unique, sorted)
+    known: set[tuple[int, int, int]] = field(default_factory=set)  # of ``watched``
+
+
+def _unique(parts: list[_IDS]) -> _IDS:
+    if not parts:
+        return np.zeros(0, dtype=np.int64)
+    return np.unique(np.concatenate(parts)).astype(np.int64, copy=False)
+
+
+def _ids(table: pa.Table, name: str) -> _IDS:
+    column = table.column(name)
+    return np.asarray(
+        pc.fill_null(column, 0).to_numpy() if column.null_count else column.to_numpy(),
+        dtype=np.int64,
+    )
+
+
+def scan_shard(
+    requests: Sequence[Path],
+    sessions: Sequence[Path],
+    shift_s: float,
+    watched: set[tuple[int, int, int]] | None = None,
+) -> ShardScan:
+    """Read a shard's key and id columns: its streams' bounds, its sessions with rows, and
+    which of ``watched`` ((session, node, attempt) of requests reported in flight) have a
+    request row."""
+    request_ids: list[_IDS] = []
+    known: set[tuple[int, int, int]] = set()
+    watched_sessions = np.fromiter((w[0] for w in watched or ()), dtype=np.int64)
+    columns = ["processed_at", "session_id"]
+    if watched:
+        columns += ["node_id", "attempt"]
+
+    def request_keys() -> Iterator[Keys]:
+        for table in _batches(requests, columns):
+            session_ids = _ids(table, "session_id")
+            request_ids.append(np.unique(session_ids))
+            if watched:
+                rows = np.flatnonzero(np.isin(session_ids, watched_sessions))
+                if rows.size:
+                    nodes = _ids(table, "node_id")[rows]
+                    attempts = _ids(table, "attempt")[rows]
+                    triples = zip(session_ids[rows], nodes, attempts, strict=True)
+                    known.update((int(s), int(n), int(a)) for s, n, a in triples)
+            yield _moved_keys(table.column("processed_at"), shift_s)
+
+    session_ids: list[_IDS] = []
+
+    def session_keys() -> Iterator[Keys]:
+        for table in _batches(sessions, ["ended_at", "session_id"]):
+            session_ids.append(np.unique(_ids(table, "session_id")))
+            yield _moved_keys(table.column("ended_at"), shift_s)
+
+    request_bounds = primary_bounds(request_keys())
+    session_bounds = primary_bounds(session_keys())
+    if watched:
+        known &= watched
+    return ShardScan(
+        request_bounds, session_bounds, _unique(request_ids), _unique(session_ids), known
+    )
