@@ -1,6 +1,7 @@
 """The merge as it was before it streamed (main at 27d8ce3, verbatim below this docstring but for
 this paragraph): every shard's tables in memory, concatenated, sorted, evaluated from memory. The
 tests prove the streaming merge writes the same files as this one."""
+
 from __future__ import annotations
 
 import json
