@@ -41,6 +41,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +227,7 @@ def merge_shards(
     write_config(run_dir, scenario)
     _copy_server_metrics(shards, shifts, run_dir)
     _merge_traces(inputs, run_dir / _TRACE_FILE)
+    release_memory()  # (the trace's entries: Python objects, freed in between)
     requests_file = MergedFile(run_dir / REQUESTS_FILE, REQUESTS_SCHEMA)
     sessions_file = MergedFile(run_dir / SESSIONS_FILE, SESSIONS_SCHEMA)
     try:
@@ -392,7 +394,7 @@ def _merge_traces(inputs: Sequence[_ShardInput], path: Path) -> None:
     def write(entries: list[TraceEntry]) -> None:
         if not out:
             out.append(path.open("wb"))
-        out[0].write(b"".join([encoder.encode(entry) + b"\n" for entry in entries]))
+        out[0].write(encoder.encode_lines(entries))
 
     try:
         merge_streams(streams, _TRACE_ROWS, write)
@@ -401,16 +403,12 @@ def _merge_traces(inputs: Sequence[_ShardInput], path: Path) -> None:
             out[0].close()
 
 
-def _trace_key(entry: TraceEntry) -> tuple[float, int]:
-    return (entry.dispatched_at, entry.request_id)
-
-
 _TRACE_ROWS: Rows[list[TraceEntry]] = Rows(
     length=len,
     concat=lambda parts: [entry for part in parts for entry in part],
     slice=lambda entries, start, stop: entries[start:stop],
     select=lambda entries, mask: [entries[i] for i in np.flatnonzero(mask).tolist()],
-    sort=lambda entries: sorted(entries, key=_trace_key),
+    sort=lambda entries: sorted(entries, key=attrgetter("dispatched_at", "request_id")),
 )
 
 _REQUEST_KEYS = ("processed_at", "completed_at", "request_id")

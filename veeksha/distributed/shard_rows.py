@@ -41,7 +41,12 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 #: Rows per batch read from a shard's file (a finalised file's row groups hold up to 65,536).
-BATCH_ROWS = 16_384
+BATCH_ROWS = 8_192
+
+#: A shard's file is read through a buffer of this many bytes per column, not a column chunk at
+#: a time: a reader of requests (16 chunk stamps each, row groups of 65,536) holds ~25 MB of
+#: Arrow memory and its peak RSS is ~60 MB, instead of ~35 and ~135 MB.
+_READ_BUFFER = 1 << 16
 
 _IDS = NDArray[np.int64]
 
@@ -85,7 +90,7 @@ def _moved_keys(column: pa.ChunkedArray | pa.Array, shift_s: float) -> Keys:
 
 def _batches(files: Sequence[Path], columns: list[str] | None) -> Iterator[pa.Table]:
     for path in files:
-        with pq.ParquetFile(path) as file:
+        with pq.ParquetFile(path, buffer_size=_READ_BUFFER, pre_buffer=False) as file:
             for batch in file.iter_batches(BATCH_ROWS, columns=columns, use_threads=False):
                 yield pa.Table.from_batches([batch])
 
@@ -115,11 +120,21 @@ class _Dispatched(msgspec.Struct):
     dispatched_at: float
 
 
-def _trace_lines(path: Path) -> Iterator[bytes]:
+#: Bytes of a trace.jsonl read (and decoded) at a time: ~10,000 lines.
+TRACE_BLOCK = 1 << 21
+
+
+def _trace_blocks(path: Path) -> Iterator[bytes]:
+    """Whole lines of ``path``, a block at a time (a torn last line is skipped, as
+    ``read_trace`` does)."""
+    rest = b""
     with path.open("rb") as file:
-        for line in file:
-            if line.endswith(b"\n"):  # (a torn last line is skipped, as read_trace does)
-                yield line
+        while block := file.read(TRACE_BLOCK):
+            block = rest + block
+            end = block.rfind(b"\n") + 1
+            rest = block[end:]
+            if end:
+                yield block[:end]
 
 
 def trace_bounds(path: Path, shift_s: float) -> Bounds:
@@ -127,14 +142,9 @@ def trace_bounds(path: Path, shift_s: float) -> Bounds:
     decoder = msgspec.json.Decoder(_Dispatched)
 
     def keys() -> Iterator[Keys]:
-        batch: list[float] = []
-        for line in _trace_lines(path):
-            batch.append(decoder.decode(line).dispatched_at + shift_s)
-            if len(batch) == BATCH_ROWS:
-                yield np.asarray(batch, dtype=np.float64)
-                batch = []
-        if batch:
-            yield np.asarray(batch, dtype=np.float64)
+        for block in _trace_blocks(path):
+            times = np.fromiter((e.dispatched_at for e in decoder.decode_lines(block)), np.float64)
+            yield times + shift_s
 
     return primary_bounds(keys())
 
@@ -145,17 +155,12 @@ def trace_stream(path: Path, index: int, shift_s: float) -> SortedStream[list[Tr
 
     def batches() -> Iterator[tuple[list[TraceEntry], Keys]]:
         decoder = msgspec.json.Decoder(TraceEntry)
-        batch: list[TraceEntry] = []
-        for line in _trace_lines(path):
-            entry = decoder.decode(line)
-            entry.dispatched_at += shift_s
-            entry.shard = index
-            batch.append(entry)
-            if len(batch) == BATCH_ROWS:
-                yield batch, np.fromiter((e.dispatched_at for e in batch), np.float64)
-                batch = []
-        if batch:
-            yield batch, np.fromiter((e.dispatched_at for e in batch), np.float64)
+        for block in _trace_blocks(path):
+            entries = decoder.decode_lines(block)
+            for entry in entries:
+                entry.dispatched_at += shift_s
+                entry.shard = index
+            yield entries, np.fromiter((e.dispatched_at for e in entries), np.float64)
 
     return SortedStream(batches(), bounds)
 
