@@ -38,7 +38,7 @@ from typing import Generic, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["Bounds", "Rows", "SortedStream", "merge_streams", "primary_bounds"]
+__all__ = ["Bounds", "OutOfOrderError", "Rows", "SortedStream", "merge_streams", "primary_bounds"]
 
 T = TypeVar("T")
 
@@ -86,27 +86,47 @@ class Rows(Generic[T]):
     sort: Callable[[T], T]  # stable, by the full key
 
 
+class OutOfOrderError(Exception):
+    """A stream merged without bounds (assumed in primary-key order) was not in that order."""
+
+
 @dataclass
 class SortedStream(Generic[T]):
-    """One stream: its batches (rows and their primary keys, in file order) and its bounds."""
+    """One stream: its batches (rows and their primary keys, in file order) and its bounds.
+
+    Without ``bounds`` the stream is taken to be in primary-key order (NaN nowhere): the last
+    key read bounds the unread ones, and a batch that breaks the order raises
+    ``OutOfOrderError`` (the rows emitted so far are then not to be trusted: merge again with
+    bounds).
+    """
 
     batches: Iterator[tuple[T, Keys]]
-    bounds: Bounds
+    bounds: Bounds | None
     rows_read: int = 0
     exhausted: bool = False
     _pending: list[tuple[T, Keys]] = field(default_factory=list)
+    _last: float = -np.inf
 
     def bound(self) -> float:
-        return np.inf if self.exhausted else self.bounds.after(self.rows_read)
+        if self.exhausted:
+            return np.inf
+        return self._last if self.bounds is None else self.bounds.after(self.rows_read)
 
     def read(self) -> None:
         """Read the next batch that has rows (or find the stream exhausted)."""
         for rows, keys in self.batches:
             if keys.size:
+                if self.bounds is None:
+                    self._check_order(keys)
                 self._pending.append((rows, keys))
                 self.rows_read += keys.size
                 return
         self.exhausted = True
+
+    def _check_order(self, keys: Keys) -> None:
+        if not (keys[0] >= self._last and bool(np.all(keys[1:] >= keys[:-1]))):
+            raise OutOfOrderError(f"rows {self.rows_read}-{self.rows_read + keys.size}")
+        self._last = float(keys[-1])
 
     def take_below(self, frontier: float, ops: Rows[T], *, every: bool) -> T | None:
         """The pending rows whose primary key is below ``frontier`` (``every``: all of them),

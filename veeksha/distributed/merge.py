@@ -51,12 +51,13 @@ its order needs memory for the rows between a row and the earliest later one wit
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
 import numpy as np
@@ -66,7 +67,13 @@ import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
 from veeksha import __version__
-from veeksha.distributed.kway import Rows, SortedStream, merge_streams, primary_bounds
+from veeksha.distributed.kway import (
+    OutOfOrderError,
+    Rows,
+    SortedStream,
+    merge_streams,
+    primary_bounds,
+)
 from veeksha.distributed.lost import SHARD_LOST, lost_request_rows, planned_sessions
 from veeksha.distributed.merged_file import MergedFile
 from veeksha.distributed.results import MergeReport, ShardResult
@@ -96,6 +103,7 @@ from veeksha.schedule.shards import owned_below
 
 __all__ = ["SHARD_LOST", "MergeReport", "ShardResult", "merge_shards", "shard_shift_ns"]
 
+_log = logging.getLogger(__name__)
 _NS = 1_000_000_000
 _TRACE_FILE = "trace.jsonl"
 _COMPRESSION = "zstd"
@@ -186,6 +194,8 @@ def merge_shards(
             known = scan.known
             with_rows = scan.session_rows
             started_parts += [scan.request_sessions, with_rows]
+            if scan.highest >= 0:
+                started_parts.append(np.asarray([scan.highest], dtype=np.int64))
         if run.get("interrupted"):
             interrupted = True
         info: dict[str, Any] = {
@@ -395,14 +405,26 @@ def _merge_tables(
 
 def _merge_traces(inputs: Sequence[_ShardInput], path: Path) -> None:
     """The shards' trace.jsonl lines in dispatch order (ties: by request id, then by shard),
-    each naming its shard, into ``path`` (not written when no shard has a trace)."""
-    streams = [
-        trace_stream(shard.trace, shard.index, shard.shift_s)
-        for shard in inputs
-        if shard.trace.exists()
-    ]
+    each naming its shard, into ``path`` (not written when no shard has a trace).
+
+    A shard writes its trace in dispatch order: it is merged as such, and again with each
+    file's bounds (read first) if one was not."""
+    traces = [shard for shard in inputs if shard.trace.exists()]
+    for scan in (False, True):
+        streams = [
+            trace_stream(shard.trace, shard.index, shard.shift_s, scan=scan) for shard in traces
+        ]
+        try:
+            _write_trace(streams, path)
+        except OutOfOrderError as exc:
+            _log.warning("a shard's trace.jsonl is not in dispatch order (%s): merged again", exc)
+            continue
+        return
+
+
+def _write_trace(streams: Sequence[SortedStream[list[TraceEntry]]], path: Path) -> None:
     encoder = msgspec.json.Encoder()
-    out: list[Any] = []  # (the file, opened at the first line)
+    out: list[BinaryIO] = []  # (opened at the first line: no line, no file)
 
     def write(entries: list[TraceEntry]) -> None:
         if not out:

@@ -149,9 +149,13 @@ def trace_bounds(path: Path, shift_s: float) -> Bounds:
     return primary_bounds(keys())
 
 
-def trace_stream(path: Path, index: int, shift_s: float) -> SortedStream[list[TraceEntry]]:
-    """A shard's trace.jsonl entries, on the driver's timeline and naming their shard."""
-    bounds = trace_bounds(path, shift_s)
+def trace_stream(
+    path: Path, index: int, shift_s: float, *, scan: bool
+) -> SortedStream[list[TraceEntry]]:
+    """A shard's trace.jsonl entries, on the driver's timeline and naming their shard; ``scan``:
+    with its bounds (read first), else taken to be in dispatch order (``kway.OutOfOrderError``
+    when not)."""
+    bounds = trace_bounds(path, shift_s) if scan else None
 
     def batches() -> Iterator[tuple[list[TraceEntry], Keys]]:
         decoder = msgspec.json.Decoder(TraceEntry)
@@ -167,10 +171,11 @@ def trace_stream(path: Path, index: int, shift_s: float) -> SortedStream[list[Tr
 
 @dataclass
 class ShardScan:
-    """What ``scan_shard`` learnt of a shard's files."""
+    """What ``scan_shard`` learnt of a shard's files (the session ids: of a lost shard only)."""
 
     requests: Bounds
     sessions: Bounds
+    highest: int  # the highest session id in its rows (-1: none)
     request_sessions: _IDS  # the session ids of its request rows (unique, sorted)
     session_rows: _IDS  # the session ids of its session rows (unique, sorted)
     known: set[tuple[int, int, int]] = field(default_factory=set)  # of ``watched``
@@ -196,34 +201,41 @@ def scan_shard(
     shift_s: float,
     watched: set[tuple[int, int, int]] | None = None,
 ) -> ShardScan:
-    """Read a shard's key and id columns: its streams' bounds, its sessions with rows, and
-    which of ``watched`` ((session, node, attempt) of requests reported in flight) have a
-    request row."""
+    """Read a shard's key and id columns: its streams' bounds, its highest session id and,
+    for a lost shard (``watched``: (session, node, attempt) of the requests it reported in
+    flight), its session ids with rows and which of ``watched`` have a request row."""
+    lost = watched is not None
     request_ids: list[_IDS] = []
+    session_ids: list[_IDS] = []
+    highest = [-1]
     known: set[tuple[int, int, int]] = set()
     watched_sessions = np.fromiter((w[0] for w in watched or ()), dtype=np.int64)
     columns = ["processed_at", "session_id"]
     if watched:
         columns += ["node_id", "attempt"]
 
+    def seen(ids: _IDS, into: list[_IDS]) -> None:
+        if ids.size:
+            highest[0] = max(highest[0], int(ids.max()))
+            if lost:
+                into.append(np.unique(ids))
+
     def request_keys() -> Iterator[Keys]:
         for table in _batches(requests, columns):
-            session_ids = _ids(table, "session_id")
-            request_ids.append(np.unique(session_ids))
+            ids = _ids(table, "session_id")
+            seen(ids, request_ids)
             if watched:
-                rows = np.flatnonzero(np.isin(session_ids, watched_sessions))
+                rows = np.flatnonzero(np.isin(ids, watched_sessions))
                 if rows.size:
                     nodes = _ids(table, "node_id")[rows]
                     attempts = _ids(table, "attempt")[rows]
-                    triples = zip(session_ids[rows], nodes, attempts, strict=True)
+                    triples = zip(ids[rows], nodes, attempts, strict=True)
                     known.update((int(s), int(n), int(a)) for s, n, a in triples)
             yield _moved_keys(table.column("processed_at"), shift_s)
 
-    session_ids: list[_IDS] = []
-
     def session_keys() -> Iterator[Keys]:
         for table in _batches(sessions, ["ended_at", "session_id"]):
-            session_ids.append(np.unique(_ids(table, "session_id")))
+            seen(_ids(table, "session_id"), session_ids)
             yield _moved_keys(table.column("ended_at"), shift_s)
 
     request_bounds = primary_bounds(request_keys())
@@ -231,5 +243,10 @@ def scan_shard(
     if watched:
         known &= watched
     return ShardScan(
-        request_bounds, session_bounds, _unique(request_ids), _unique(session_ids), known
+        request_bounds,
+        session_bounds,
+        highest[0],
+        _unique(request_ids),
+        _unique(session_ids),
+        known,
     )

@@ -7,7 +7,13 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from veeksha.distributed.kway import Rows, SortedStream, merge_streams, primary_bounds
+from veeksha.distributed.kway import (
+    OutOfOrderError,
+    Rows,
+    SortedStream,
+    merge_streams,
+    primary_bounds,
+)
 
 Row = tuple[float, int, str]  # (primary key, second key, where it came from)
 
@@ -20,14 +26,14 @@ ROWS: Rows[list[Row]] = Rows(
 )
 
 
-def _stream(rows: list[Row], batch: int) -> SortedStream[list[Row]]:
+def _stream(rows: list[Row], batch: int, *, bounded: bool = True) -> SortedStream[list[Row]]:
     batches = [rows[i : i + batch] for i in range(0, len(rows), batch)]
     keyed = [(b, np.asarray([r[0] for r in b], dtype=np.float64)) for b in batches]
     # (the bounds' scan batches need not be the merge's: here they are twice as long)
     scan = [
         np.asarray([r[0] for r in rows[i : i + 2 * batch]]) for i in range(0, len(rows), 2 * batch)
     ]
-    return SortedStream(iter(keyed), primary_bounds(iter(scan)))
+    return SortedStream(iter(keyed), primary_bounds(iter(scan)) if bounded else None)
 
 
 def _merged(streams: Sequence[list[Row]], batch: int) -> tuple[list[Row], list[int]]:
@@ -112,3 +118,18 @@ def test_random_streams_merge_as_a_stable_sort(seed: int) -> None:
         streams.append(_labelled(list(zip(keys.tolist(), seconds.tolist(), strict=True)), f"{s}:"))
     out, _ = _merged(streams, int(rng.integers(1, 7)))
     assert out == _expected(streams)
+
+
+def test_a_stream_without_bounds_is_merged_as_sorted_and_refused_out_of_order() -> None:
+    a = _labelled([(float(i // 2), i % 3) for i in range(20)], "a")
+    b = _labelled([(float(i), 0) for i in range(12)], "b")
+    out: list[Row] = []
+    streams = [_stream(a, 3, bounded=False), _stream(b, 4, bounded=False)]
+    merge_streams(streams, ROWS, out.extend)
+    assert out == _expected([a, b])
+    late = _labelled([(1.0, 0), (2.0, 0), (3.0, 0), (0.5, 0)], "c")  # (across two batches)
+    with pytest.raises(OutOfOrderError):
+        merge_streams([_stream(late, 3, bounded=False), _stream(b, 4)], ROWS, out.extend)
+    within = _labelled([(1.0, 0), (0.5, 0)], "d")
+    with pytest.raises(OutOfOrderError):
+        merge_streams([_stream(within, 3, bounded=False)], ROWS, out.extend)

@@ -123,6 +123,7 @@ def _shard(
     *,
     parts: bool = False,
     shard_column: bool = True,
+    trace_swapped: bool = False,
 ) -> Path:
     folder = root / f"shard-{index}"
     folder.mkdir(parents=True)
@@ -143,7 +144,10 @@ def _shard(
         _write(session_table, folder / "sessions.parquet")
     encoder = msgspec.json.Encoder()
     with (folder / "trace.jsonl").open("wb") as trace:
-        for row in sorted(requests, key=lambda r: r["dispatched_at"]):
+        dispatched = sorted(requests, key=lambda r: r["dispatched_at"])
+        if trace_swapped:  # (a trace out of dispatch order: merged again with its bounds)
+            dispatched[1], dispatched[-2] = dispatched[-2], dispatched[1]
+        for row in dispatched:
             entry = TraceEntry(
                 "measured",
                 row["session_id"],
@@ -204,7 +208,15 @@ def _shards(root: Path, *, unsorted: bool) -> list[ShardResult]:
                 }
                 for r in [*gone, requests[-1]]
             ]
-        folder = _shard(root, index, requests, sessions, parts=lost, shard_column=index != 0)
+        folder = _shard(
+            root,
+            index,
+            requests,
+            sessions,
+            parts=lost,
+            shard_column=index != 0,
+            trace_swapped=unsorted and index == 0,
+        )
         t0 = T0 + index * 7 * S // 1000
         offset = OffsetEstimate(index * 7 * S // 1000 + 1_234_567, 40_000, 80_000, 8)
         results.append(
@@ -229,6 +241,7 @@ def test_the_streaming_merge_writes_what_the_in_memory_merge_wrote(
     scenario: Scenario,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
     batch: int,
     group: int,
     unsorted: bool,
@@ -239,6 +252,8 @@ def test_the_streaming_merge_writes_what_the_in_memory_merge_wrote(
     )
     monkeypatch.setattr(shard_rows, "BATCH_ROWS", batch)
     monkeypatch.setattr(merged_file, "GROUP_ROWS", group)
+    if batch < 100:  # a few trace lines a block, a line across two reads
+        monkeypatch.setattr(shard_rows, "TRACE_BLOCK", 300)
     report = merge_shards(
         shards, tmp_path / "b" / "run", driver_t0_wall_ns=T0, scenario=scenario, plots=False
     )
@@ -252,6 +267,7 @@ def test_the_streaming_merge_writes_what_the_in_memory_merge_wrote(
     assert len(trace) == 2 * (SESSIONS - 15 - 5) - 4
     times = [msgspec.json.decode(line)["dispatched_at"] for line in trace]
     assert times == sorted(times)
+    assert ("not in dispatch order" in caplog.text) == unsorted
     if group < 65_536:
         with pq.ParquetFile(tmp_path / "b" / "run" / "requests.parquet") as file:
             assert file.metadata.num_row_groups > 1
