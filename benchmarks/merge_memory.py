@@ -339,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
         cells = []
         for revision in (against, "this"):
             values = [s[key] for s in samples[revision]]
-            cells.append(f"{statistics.median(values):.3g} ({min(values):.3g}–{max(values):.3g})")
+            low, mid, high = min(values), statistics.median(values), max(values)
+            cells.append(f"{mid:,.1f} ({low:,.1f}–{high:,.1f})")
         rows.append(f"| {label} | {cells[0]} | {cells[1]} |")
     total = samples["this"][0]
     text = "\n".join(
