@@ -55,13 +55,10 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from operator import attrgetter
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
-import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -69,23 +66,13 @@ import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
 from veeksha import __version__
-from veeksha.distributed.kway import (
-    OutOfOrderError,
-    Rows,
-    SortedStream,
-    merge_streams,
-    primary_bounds,
-)
 from veeksha.distributed.lost import SHARD_LOST, lost_request_rows, planned_sessions
 from veeksha.distributed.merged_file import MergedFile
+from veeksha.distributed.merged_rows import ShardInput, merge_tables, merge_traces
 from veeksha.distributed.results import MergeReport, ShardResult
 from veeksha.distributed.shard_rows import (
-    ShardScan,
-    primary_keys,
     result_files,
     scan_shard,
-    table_stream,
-    trace_stream,
 )
 from veeksha.distributed.timeline import move_phases, shard_offset_ns, shard_shift_ns
 from veeksha.evaluate.exit_codes import run_exit_code
@@ -98,7 +85,6 @@ from veeksha.record.parquet import REQUESTS_FILE, SESSIONS_FILE
 from veeksha.record.reader import read_metadata
 from veeksha.record.run_folder import write_config
 from veeksha.record.server_metrics import SERVER_METRICS_FILE
-from veeksha.record.trace import TraceEntry
 from veeksha.scenario.loader import scenario_hash
 from veeksha.scenario.models import Scenario
 from veeksha.schedule.shards import owned_below
@@ -155,7 +141,7 @@ def merge_shards(
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = run_dir.name
-    inputs: list[_ShardInput] = []
+    inputs: list[ShardInput] = []
     lost_rows: list[dict[str, Any]] = []
     incomplete_rows: list[dict[str, Any]] = []
     per_shard: list[dict[str, Any]] = []
@@ -182,7 +168,7 @@ def merge_shards(
         known: set[tuple[int, int, int]] = set()
         if _has_results(shard.folder):
             assert shard.folder is not None
-            shard_input = _ShardInput(
+            shard_input = ShardInput(
                 index,
                 shift_s,
                 result_files(shard.folder, REQUESTS_FILE, "requests"),
@@ -251,15 +237,15 @@ def merge_shards(
 
     write_config(run_dir, scenario)
     _copy_server_metrics(shards, shifts, run_dir)
-    _merge_traces(inputs, run_dir / _TRACE_FILE)
+    merge_traces(inputs, run_dir / _TRACE_FILE)
     release_memory()  # (the trace's entries: Python objects, freed in between)
     requests_file = MergedFile(run_dir / REQUESTS_FILE, REQUESTS_SCHEMA)
     sessions_file = MergedFile(run_dir / SESSIONS_FILE, SESSIONS_SCHEMA)
     try:
         lost_table = _rows_table(lost_rows, REQUESTS_SCHEMA, requests=True)
-        _merge_tables(inputs, run_id, lost_table, requests_file, sessions=False)
+        merge_tables(inputs, run_id, lost_table, requests_file, sessions=False)
         incomplete_table = _rows_table(incomplete_rows, SESSIONS_SCHEMA, requests=False)
-        _merge_tables(inputs, run_id, incomplete_table, sessions_file, sessions=True)
+        merge_tables(inputs, run_id, incomplete_table, sessions_file, sessions=True)
         requests_file.close()
         sessions_file.close()
         release_memory()
@@ -324,18 +310,6 @@ def merge_shards(
     )
 
 
-@dataclass
-class _ShardInput:
-    """A shard whose folder holds results: its files and their scan."""
-
-    index: int
-    shift_s: float
-    requests: list[Path]
-    sessions: list[Path]
-    trace: Path
-    scan: ShardScan | None = None
-
-
 def _in_flight_keys(shard: ShardResult) -> set[tuple[int, int, int]]:
     return {
         (int(e["session_id"]), int(e["node_id"]), int(e.get("attempt") or 0))
@@ -352,104 +326,6 @@ def _rows_table(rows: list[dict[str, Any]], schema: pa.Schema, *, requests: bool
     position = table.column_names.index("shard")
     column = pa.array(np.asarray([row["shard"] for row in rows], dtype=np.int32), type=pa.int32())
     return table.set_column(position, schema.field("shard"), column).cast(schema)
-
-
-def _sorted(table: pa.Table, keys: Sequence[str]) -> pa.Table:
-    """``table`` ordered by ``keys`` (ascending, nulls last; stable)."""
-    if table.num_rows == 0:
-        return table
-    columns = [primary_keys(table.column(key)) for key in keys]
-    return table.take(pa.array(np.lexsort(columns[::-1])))
-
-
-def _table_rows(keys: Sequence[str]) -> Rows[pa.Table]:
-    return Rows(
-        length=lambda table: table.num_rows,
-        concat=pa.concat_tables,
-        slice=lambda table, start, stop: table.slice(start, stop - start),
-        select=lambda table, mask: table.filter(pa.array(mask, type=pa.bool_())),
-        sort=lambda table: _sorted(table, keys),
-    )
-
-
-def _merge_tables(
-    inputs: Sequence[_ShardInput],
-    run_id: str,
-    made: pa.Table,
-    out: MergedFile,
-    *,
-    sessions: bool,
-) -> None:
-    """The shards' request (or session) rows, then the rows the merge made (``made``), in the
-    merged run's order, into ``out``."""
-    schema, keys = (
-        (SESSIONS_SCHEMA, _SESSION_KEYS) if sessions else (REQUESTS_SCHEMA, _REQUEST_KEYS)
-    )
-    streams = []
-    for shard in inputs:
-        assert shard.scan is not None
-        streams.append(
-            table_stream(
-                shard.sessions if sessions else shard.requests,
-                schema,
-                keys[0],
-                shard.scan.sessions if sessions else shard.scan.requests,
-                index=shard.index,
-                run_id=run_id,
-                shift_s=shard.shift_s,
-            )
-        )
-    if made.num_rows:
-        made_keys = primary_keys(made.column(keys[0]))
-        streams.append(SortedStream(iter([(made, made_keys)]), primary_bounds(iter([made_keys]))))
-    merge_streams(streams, _table_rows(keys), out.add)
-
-
-def _merge_traces(inputs: Sequence[_ShardInput], path: Path) -> None:
-    """The shards' trace.jsonl lines in dispatch order (ties: by request id, then by shard),
-    each naming its shard, into ``path`` (not written when no shard has a trace).
-
-    A shard writes its trace in dispatch order: it is merged as such, and again with each
-    file's bounds (read first) if one was not."""
-    traces = [shard for shard in inputs if shard.trace.exists()]
-    for scan in (False, True):
-        streams = [
-            trace_stream(shard.trace, shard.index, shard.shift_s, scan=scan) for shard in traces
-        ]
-        try:
-            _write_trace(streams, path)
-        except OutOfOrderError as exc:
-            _log.warning("a shard's trace.jsonl is not in dispatch order (%s): merged again", exc)
-            continue
-        return
-
-
-def _write_trace(streams: Sequence[SortedStream[list[TraceEntry]]], path: Path) -> None:
-    encoder = msgspec.json.Encoder()
-    out: list[BinaryIO] = []  # (opened at the first line: no line, no file)
-
-    def write(entries: list[TraceEntry]) -> None:
-        if not out:
-            out.append(path.open("wb"))
-        out[0].write(encoder.encode_lines(entries))
-
-    try:
-        merge_streams(streams, _TRACE_ROWS, write)
-    finally:
-        if out:
-            out[0].close()
-
-
-_TRACE_ROWS: Rows[list[TraceEntry]] = Rows(
-    length=len,
-    concat=lambda parts: [entry for part in parts for entry in part],
-    slice=lambda entries, start, stop: entries[start:stop],
-    select=lambda entries, mask: [entries[i] for i in np.flatnonzero(mask).tolist()],
-    sort=lambda entries: sorted(entries, key=attrgetter("dispatched_at", "request_id")),
-)
-
-_REQUEST_KEYS = ("processed_at", "completed_at", "request_id")
-_SESSION_KEYS = ("ended_at", "session_id")
 
 
 def _run_info(
