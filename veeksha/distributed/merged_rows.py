@@ -15,6 +15,8 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
+from veeksha.distributed import merged_file
+from veeksha.distributed.gather import ROW, SOURCE, TableSource, gather, order_stream
 from veeksha.distributed.kway import (
     OutOfOrderError,
     Rows,
@@ -23,7 +25,7 @@ from veeksha.distributed.kway import (
     primary_bounds,
 )
 from veeksha.distributed.merged_file import MergedFile
-from veeksha.distributed.shard_rows import ShardScan, primary_keys, table_stream, trace_stream
+from veeksha.distributed.shard_rows import ShardScan, primary_keys, trace_stream
 from veeksha.record.columns import REQUESTS_SCHEMA, SESSIONS_SCHEMA
 from veeksha.record.trace import TraceEntry
 
@@ -71,28 +73,51 @@ def merge_tables(
     sessions: bool,
 ) -> None:
     """The shards' request (or session) rows, then the rows the merge made (``made``), in the
-    merged run's order, into ``out``."""
+    merged run's order, into ``out``: the order from the keys (``kway``), then each row group
+    gathered a column at a time (``gather``)."""
     schema, keys = (
         (SESSIONS_SCHEMA, _SESSION_KEYS) if sessions else (REQUESTS_SCHEMA, _REQUEST_KEYS)
     )
+    sources: list[TableSource] = []
     streams = []
     for shard in inputs:
         assert shard.scan is not None
-        streams.append(
-            table_stream(
-                shard.sessions if sessions else shard.requests,
-                schema,
-                keys[0],
-                shard.scan.sessions if sessions else shard.scan.requests,
-                index=shard.index,
-                run_id=run_id,
-                shift_s=shard.shift_s,
-            )
+        source = TableSource(
+            schema,
+            files=shard.sessions if sessions else shard.requests,
+            index=shard.index,
+            run_id=run_id,
+            shift_s=shard.shift_s,
         )
+        bounds = shard.scan.sessions if sessions else shard.scan.requests
+        streams.append(order_stream(source, keys, len(sources), bounds))
+        sources.append(source)
     if made.num_rows:
-        made_keys = primary_keys(made.column(keys[0]))
-        streams.append(SortedStream(iter([(made, made_keys)]), primary_bounds(iter([made_keys]))))
-    merge_streams(streams, _table_rows(keys), out.add)
+        source = TableSource(schema, table=made)
+        bounds = primary_bounds(iter([primary_keys(made.column(keys[0]))]))
+        streams.append(order_stream(source, keys, len(sources), bounds))
+        sources.append(source)
+    pending: list[pa.Table] = []
+
+    def emit(order: pa.Table) -> None:
+        pending.append(order.select([SOURCE, ROW]))
+        rows = sum(t.num_rows for t in pending)
+        group = merged_file.GROUP_ROWS
+        if rows < group:
+            return
+        whole = pa.concat_tables(pending)
+        cut = rows - rows % group
+        for start in range(0, cut, group):
+            out.add(gather(sources, schema, whole.slice(start, group)))
+        pending[:] = [whole.slice(cut)] if cut < rows else []
+
+    try:
+        merge_streams(streams, _table_rows(keys), emit)
+        if pending:
+            out.add(gather(sources, schema, pa.concat_tables(pending)))
+    finally:
+        for source in sources:
+            source.close()
 
 
 def merge_traces(inputs: Sequence[ShardInput], path: Path) -> None:

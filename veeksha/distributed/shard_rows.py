@@ -23,18 +23,15 @@ import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
 from veeksha.distributed.kway import Bounds, Keys, SortedStream, primary_bounds
-from veeksha.distributed.timeline import move_table
 from veeksha.record.parquet import PARTS_DIR
 from veeksha.record.trace import TraceEntry
 
 __all__ = [
     "BATCH_ROWS",
     "ShardScan",
-    "as_merged",
     "primary_keys",
     "result_files",
     "scan_shard",
-    "table_stream",
     "trace_stream",
 ]
 
@@ -67,17 +64,6 @@ def result_files(folder: Path, final: str, name: str) -> list[Path]:
     return readable
 
 
-def as_merged(table: pa.Table, schema: pa.Schema, index: int, run_id: str) -> pa.Table:
-    """The merged run's ``run_id`` in every row, and the shard's index where ``shard`` is null
-    (an older shard's folder)."""
-    position = table.column_names.index("shard")
-    filled = pc.fill_null(table.column(position), pa.scalar(index, pa.int32()))
-    table = table.set_column(position, schema.field("shard"), filled)
-    position = table.column_names.index("run_id")
-    run_ids = pa.array([run_id] * table.num_rows, type=pa.string())
-    return table.set_column(position, schema.field("run_id"), run_ids)
-
-
 def primary_keys(column: pa.ChunkedArray | pa.Array) -> Keys:
     """A key column as the merge sorts it: float64, null as +inf."""
     filled = pc.fill_null(pc.cast(column, pa.float64()), np.inf)
@@ -93,27 +79,6 @@ def _batches(files: Sequence[Path], columns: list[str] | None) -> Iterator[pa.Ta
         with pq.ParquetFile(path, buffer_size=_READ_BUFFER, pre_buffer=False) as file:
             for batch in file.iter_batches(BATCH_ROWS, columns=columns, use_threads=False):
                 yield pa.Table.from_batches([batch])
-
-
-def table_stream(
-    files: Sequence[Path],
-    schema: pa.Schema,
-    primary: str,
-    bounds: Bounds,
-    *,
-    index: int,
-    run_id: str,
-    shift_s: float,
-) -> SortedStream[pa.Table]:
-    """The rows of ``files`` as the merged run holds them, a batch at a time."""
-
-    def batches() -> Iterator[tuple[pa.Table, Keys]]:
-        for table in _batches(files, None):
-            moved = move_table(as_merged(table, schema, index, run_id), schema, shift_s)
-            moved = moved.cast(schema)
-            yield moved, primary_keys(moved.column(primary))
-
-    return SortedStream(batches(), bounds)
 
 
 class _Dispatched(msgspec.Struct):
