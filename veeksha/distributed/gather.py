@@ -20,8 +20,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
+from veeksha.distributed import shard_rows
 from veeksha.distributed.kway import Bounds, Keys, SortedStream
-from veeksha.distributed.shard_rows import BATCH_ROWS, primary_keys
+from veeksha.distributed.shard_rows import primary_keys
 from veeksha.distributed.timeline import move_table
 
 __all__ = ["ROW", "SOURCE", "TableSource", "gather", "order_stream"]
@@ -89,7 +90,9 @@ class TableSource:
             return
         for path, footer in zip(self._files, self._footers, strict=True):
             with self._open(path, footer) as file:
-                for batch in file.iter_batches(BATCH_ROWS, columns=names, use_threads=False):
+                for batch in file.iter_batches(
+                    shard_rows.BATCH_ROWS, columns=names, use_threads=False
+                ):
                     table = pa.Table.from_batches([batch])
                     yield move_table(table, self.schema, self._shift_s)
 

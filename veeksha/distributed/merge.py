@@ -35,19 +35,20 @@ Memory: the merge streams; it never holds a shard's tables (``veeksha.distribute
 Before the merge it reads each shard's key and id columns (``shard_rows.scan_shard``): the
 bounds of its files' keys, its highest session id and, for a lost shard, the session ids it has
 rows for (numpy arrays, 8 bytes a session) and which of its in-flight requests have rows. Then
-the shards' trace lines, requests and sessions are each k-way merged a batch at a time: a
-shard's rows are in the order it handled them, which its times keep under one constant shift
-(its sessions, ordered by their end but written when handled, are a few rows out of that
-order, which the bounds allow for; a trace out of dispatch order is merged again with its
-bounds). Each chunk of rows that comes next in the global order is sorted by the full key and
-written: requests.parquet's and sessions.parquet's rows in row groups of 65,536 to a staging
-file (``merged_file``), which the evaluation reads a column at a time (``ColumnSource``), as a
-single-host run's; the files then get their footer with the verdict. The peak is about one
-reader and one batch per shard plus a row group, whatever the run's length: 4 shards ×
-250,000 requests (16 chunk stamps each) peak at ~0.4 GB, ~0.1 GB of it the process' imports,
-where the merge in memory took ~2.3 GB (BENCHMARKS.md "Distributed merge: memory and time");
-the files are the same. A shard file out of its order costs the rows between a row and the
-earliest later row with a smaller key.
+the shards' trace lines are k-way merged a block at a time, and their requests and sessions by
+their keys alone, a batch at a time: a shard's rows are in the order it handled them, which its
+times keep under one constant shift (its sessions, ordered by their end but written when
+handled, are a few rows out of that order, which the bounds allow for; a trace out of dispatch
+order is merged again with its bounds). Each row group of 65,536 merged rows is then gathered a
+column at a time from the shards' row groups that hold its rows (``gather``) into a staging file
+(``merged_file``), which the evaluation reads a column at a time (``ColumnSource``), as a
+single-host run's; the files then get their footer with the verdict. The peak is one merged row
+group plus one column of a row group per shard, whatever the run's length: 4 shards × 250,000
+requests (16 chunk stamps each) peak at ~0.33 GB, ~0.1 GB of it the process' imports, in the
+evaluation (as a single host's of the same rows), where the merge in memory took ~2.3 GB
+(BENCHMARKS.md "Distributed merge: memory and time"); the files are the same. A shard file out
+of its order costs the keys of the rows between a row and the earliest later row with a smaller
+key.
 """
 
 from __future__ import annotations

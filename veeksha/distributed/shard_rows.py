@@ -1,11 +1,11 @@
-"""A shard's rows read a batch at a time, already on the driver's timeline, for the merge.
+"""A shard's files for the merge: their list, their scan, its trace as a stream.
 
-A shard's requests.parquet and sessions.parquet (or the ``parts/`` of a lost shard) and its
-trace.jsonl become ``kway.SortedStream``s: batches of ``BATCH_ROWS`` rows, each with the merged
-run's ``run_id``, the shard's index where ``shard`` is null, every time moved by the shard's
-shift, and their primary keys. ``scan_shard`` reads a shard's key and id columns once before the
-merge: the streams' bounds, the session ids it has rows for, and which of the requests it
-reported in flight have rows after all (numpy arrays and small sets: no Python object per row).
+``result_files`` names a shard's requests.parquet or sessions.parquet (or the ``parts/`` of a
+lost shard); ``scan_shard`` reads their key and id columns once before the merge: the bounds of
+their keys (``kway.Bounds``), the shard's highest session id, and for a lost shard the session
+ids it has rows for and which of the requests it reported in flight have rows after all (numpy
+arrays and small sets: no Python object per row). ``trace_stream`` is its trace.jsonl as a
+``kway.SortedStream``: entries decoded a block of lines at a time, on the driver's timeline.
 """
 
 from __future__ import annotations
@@ -41,8 +41,7 @@ _log = logging.getLogger(__name__)
 BATCH_ROWS = 8_192
 
 #: A shard's file is read through a buffer of this many bytes per column, not a column chunk at
-#: a time: a reader of requests (16 chunk stamps each, row groups of 65,536) holds ~25 MB of
-#: Arrow memory and its peak RSS is ~60 MB, instead of ~35 and ~135 MB.
+#: a time (a reader of every column of requests holds ~60 MB instead of ~135).
 _READ_BUFFER = 1 << 16
 
 _IDS = NDArray[np.int64]
