@@ -74,13 +74,26 @@ class TableSource:
     def keys(self, names: Sequence[str], source: int) -> Iterator[tuple[pa.Table, Keys]]:
         """The key columns ``names`` of every row, a batch at a time, with ``SOURCE`` and
         ``ROW``; and each batch's primary keys (``names[0]``)."""
+        # (one plain schema for every source's keys: a part written by another writer may
+        # differ in nullability or field metadata, and the merge concatenates them)
+        schema = pa.schema(
+            [pa.field(name, self.schema.field(name).type) for name in names]
+            + [pa.field(SOURCE, pa.int32()), pa.field(ROW, pa.int64())]
+        )
         start = 0
         for batch in self._key_batches(list(names)):
             n = batch.num_rows
-            sources = pa.array(np.full(n, source, dtype=np.int32))
-            numbers = pa.array(np.arange(start, start + n))
+            columns = [batch.column(name) for name in names]
+            columns = [
+                c if c.type == f.type else c.cast(f.type)
+                for c, f in zip(columns, schema, strict=False)
+            ]
+            columns += [
+                pa.array(np.full(n, source, dtype=np.int32)),
+                pa.array(np.arange(start, start + n)),
+            ]
             start += n
-            keyed = batch.append_column(SOURCE, sources).append_column(ROW, numbers)
+            keyed = pa.Table.from_arrays(columns, schema=schema)
             yield keyed, primary_keys(keyed.column(0))
 
     def _key_batches(self, names: list[str]) -> Iterator[pa.Table]:

@@ -110,8 +110,11 @@ def _rows(index: int, rng: np.random.Generator) -> tuple[list[dict[str, Any]], l
     return requests, sessions
 
 
-def _write(table: pa.Table, path: Path) -> None:
+def _write(table: pa.Table, path: Path, *, plain: bool = False) -> None:
+    """``plain``: as another writer (pandas) writes it: no non-null flags, no field metadata."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    if plain:
+        table = pa.Table.from_arrays(table.columns, names=table.column_names)
     pq.write_table(table.replace_schema_metadata({"t0_wall_ns": str(T0)}), path)
 
 
@@ -136,9 +139,9 @@ def _shard(
     if parts:  # a lost shard: two parts of each, no final file
         half = len(requests) // 2
         _write(request_table.slice(0, half), folder / "parts/requests/part-000001.parquet")
-        _write(request_table.slice(half), folder / "parts/requests/part-000002.parquet")
+        _write(request_table.slice(half), folder / "parts/requests/part-000002.parquet", plain=True)
         _write(session_table.slice(0, 2), folder / "parts/sessions/part-000001.parquet")
-        _write(session_table.slice(2), folder / "parts/sessions/part-000002.parquet")
+        _write(session_table.slice(2), folder / "parts/sessions/part-000002.parquet", plain=True)
     else:
         _write(request_table, folder / "requests.parquet")
         _write(session_table, folder / "sessions.parquet")
