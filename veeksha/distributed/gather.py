@@ -11,6 +11,7 @@ the decoders of 57 columns).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -34,6 +35,9 @@ ROW = "__row"
 
 _READ_BUFFER = 1 << 16
 
+#: Files of a source kept open between reads.
+_OPEN_FILES = 64
+
 
 class TableSource:
     """A shard's rows of one table (its files, in order, as one sequence of rows), or the rows
@@ -54,8 +58,8 @@ class TableSource:
         self._table = table
         self._index, self._run_id, self._shift_s = index, run_id, shift_s
         self._footers = []
-        self._opened: tuple[int, pq.ParquetFile] | None = None  # (the file read last: parts
-        # are read in order, a finalised file is one)
+        # the files read last (a lost shard's parts: a merged row group's rows span many)
+        self._opened: OrderedDict[int, pq.ParquetFile] = OrderedDict()
         starts: list[int] = []
         places: list[tuple[int, int]] = []  # (file, row group) of each row group
         rows = 0
@@ -113,17 +117,20 @@ class TableSource:
         return pq.ParquetFile(path, metadata=footer, buffer_size=_READ_BUFFER, pre_buffer=False)
 
     def _file(self, position: int) -> pq.ParquetFile:
-        if self._opened is None or self._opened[0] != position:
-            self.close()
-            file = self._open(self._files[position], self._footers[position])
-            self._opened = (position, file)
-        return self._opened[1]
+        file = self._opened.get(position)
+        if file is None:
+            if len(self._opened) >= _OPEN_FILES:
+                self._opened.popitem(last=False)[1].close()
+            file = self._opened[position] = self._open(
+                self._files[position], self._footers[position]
+            )
+        self._opened.move_to_end(position)
+        return file
 
     def close(self) -> None:
-        """Close the file read last (reading again opens it again)."""
-        if self._opened is not None:
-            self._opened[1].close()
-            self._opened = None
+        """Close the files kept open (reading again opens them again)."""
+        while self._opened:
+            self._opened.popitem()[1].close()
 
     def column(self, name: str, rows: NDArray[np.int64]) -> pa.Array:
         """Column ``name`` of ``rows`` (row numbers, in the order wanted) as the merged run
