@@ -31,49 +31,68 @@ kept; each request it last reported in flight and that has no row gets one with
 gets one with ``status = incomplete``; its own sessions that never started are counted in
 summary.json → ``run.distributed.sessions_not_run``. The run is then interrupted (exit 3).
 
-Memory: the merge holds every shard's tables at once (a single host's run streams its
-evaluation a column at a time; a merge of very large runs would want the same).
+Memory: the merge streams; it never holds a shard's tables (``veeksha.distributed.kway``).
+Before the merge it reads each shard's key and id columns (``shard_rows.scan_shard``): the
+bounds of its files' keys, its highest session id and, for a lost shard, the session ids it has
+rows for (numpy arrays, 8 bytes a session) and which of its in-flight requests have rows. Then
+the shards' trace lines are k-way merged a block at a time, and their requests and sessions by
+their keys alone, a batch at a time: a shard's rows are in the order it handled them, which its
+times keep under one constant shift (its sessions, ordered by their end but written when
+handled, are a few rows out of that order, which the bounds allow for; a trace out of dispatch
+order is merged again with its bounds). Each row group of 65,536 merged rows is then gathered a
+column at a time from the shards' row groups that hold its rows (``gather``) into a staging file
+(``merged_file``), which the evaluation reads a column at a time (``ColumnSource``), as a
+single-host run's; the files then get their footer with the verdict. The peak is one merged row
+group plus one column of a row group per shard, whatever the run's length: 4 shards × 250,000
+requests (16 chunk stamps each) peak at ~0.33 GB, ~0.1 GB of it the process' imports, in the
+evaluation (as a single host's of the same rows), where the merge in memory took ~2.3 GB
+(BENCHMARKS.md "Distributed merge: memory and time"); the files are the same. A shard file out
+of its order costs the keys of the rows between a row and the earliest later row with a smaller
+key.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from numpy.typing import NDArray
 
 from veeksha import __version__
 from veeksha.distributed.lost import SHARD_LOST, lost_request_rows, planned_sessions
+from veeksha.distributed.merged_file import MergedFile
+from veeksha.distributed.merged_rows import ShardInput, merge_tables, merge_traces
 from veeksha.distributed.results import MergeReport, ShardResult
-from veeksha.distributed.timeline import (
-    move_phases,
-    move_table,
-    shard_offset_ns,
-    shard_shift_ns,
+from veeksha.distributed.shard_rows import (
+    result_files,
+    scan_shard,
 )
+from veeksha.distributed.timeline import move_phases, shard_offset_ns, shard_shift_ns
 from veeksha.evaluate.exit_codes import run_exit_code
 from veeksha.evaluate.outputs import SUMMARY_FILE
 from veeksha.evaluate.run import evaluate_run
+from veeksha.evaluate.source import ColumnSource, release_memory
 from veeksha.record.columnar import requests_from_rows, sessions_from_rows
 from veeksha.record.columns import REQUESTS_SCHEMA, SESSIONS_SCHEMA
 from veeksha.record.parquet import REQUESTS_FILE, SESSIONS_FILE
-from veeksha.record.reader import load_requests, load_sessions, read_metadata
+from veeksha.record.reader import read_metadata
 from veeksha.record.run_folder import write_config
 from veeksha.record.server_metrics import SERVER_METRICS_FILE
-from veeksha.record.trace import TraceEntry, read_trace
 from veeksha.scenario.loader import scenario_hash
 from veeksha.scenario.models import Scenario
-from veeksha.schedule.shards import owned_below, owns
+from veeksha.schedule.shards import owned_below
 
 __all__ = ["SHARD_LOST", "MergeReport", "ShardResult", "merge_shards", "shard_shift_ns"]
 
+_log = logging.getLogger(__name__)
 _NS = 1_000_000_000
 _TRACE_FILE = "trace.jsonl"
 _COMPRESSION = "zstd"
@@ -106,27 +125,6 @@ def _shard_t0_wall_ns(shard: ShardResult, run: Mapping[str, Any]) -> int | None:
     return None
 
 
-def _as_merged(table: pa.Table, schema: pa.Schema, index: int, run_id: str) -> pa.Table:
-    """The merged run's ``run_id`` in every row, and the shard's index where ``shard`` is null
-    (an older shard's folder)."""
-    position = table.column_names.index("shard")
-    filled = pc.fill_null(table.column(position), pa.scalar(index, pa.int32()))
-    table = table.set_column(position, schema.field("shard"), filled)
-    position = table.column_names.index("run_id")
-    run_ids = pa.array([run_id] * table.num_rows, type=pa.string())
-    return table.set_column(position, schema.field("run_id"), run_ids)
-
-
-def _sorted(table: pa.Table, keys: Sequence[str]) -> pa.Table:
-    """``table`` ordered by ``keys`` (ascending, nulls last; stable)."""
-    if table.num_rows == 0:
-        return table
-    columns = [
-        pc.fill_null(pc.cast(table.column(key), pa.float64()), np.inf).to_numpy() for key in keys
-    ]
-    return table.take(pa.array(np.lexsort(columns[::-1])))
-
-
 def merge_shards(
     shards: Sequence[ShardResult],
     run_dir: Path,
@@ -144,16 +142,14 @@ def merge_shards(
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = run_dir.name
-    requests_parts: list[pa.Table] = []
-    sessions_parts: list[pa.Table] = []
-    trace_entries: list[TraceEntry] = []
+    inputs: list[ShardInput] = []
     lost_rows: list[dict[str, Any]] = []
     incomplete_rows: list[dict[str, Any]] = []
     per_shard: list[dict[str, Any]] = []
     lost: dict[int, str] = {}
     shifts: dict[int, float] = {}
-    seen_sessions: set[int] = set()
-    started_by: dict[int, set[int]] = {}
+    highest = -1  # the highest session index any shard started
+    started_by: dict[int, NDArray[np.int64]] = {}
     runs: list[dict[str, Any]] = []
     run_shifts: list[float] = []
     interrupted = False
@@ -168,33 +164,27 @@ def merge_shards(
         shift_s = shift_ns / _NS
         shifts[index] = shift_s
         run_shifts.append(shift_s)
-        started: set[int] = set(shard.started_sessions or ())
+        started_parts = [np.fromiter(shard.started_sessions or (), dtype=np.int64)]
+        with_rows = np.zeros(0, dtype=np.int64)
         known: set[tuple[int, int, int]] = set()
-        with_rows: set[int] = set()
         if _has_results(shard.folder):
             assert shard.folder is not None
-            requests = _as_merged(load_requests(shard.folder), REQUESTS_SCHEMA, index, run_id)
-            sessions = _as_merged(load_sessions(shard.folder), SESSIONS_SCHEMA, index, run_id)
-            requests_parts.append(move_table(requests, REQUESTS_SCHEMA, shift_s))
-            sessions_parts.append(move_table(sessions, SESSIONS_SCHEMA, shift_s))
-            ids = requests.column("session_id").to_pylist()
-            known = set(
-                zip(
-                    ids,
-                    requests.column("node_id").to_pylist(),
-                    [a or 0 for a in requests.column("attempt").to_pylist()],
-                    strict=True,
-                )
+            shard_input = ShardInput(
+                index,
+                shift_s,
+                result_files(shard.folder, REQUESTS_FILE, "requests"),
+                result_files(shard.folder, SESSIONS_FILE, "sessions"),
+                shard.folder / _TRACE_FILE,
             )
-            started.update(ids)
-            with_rows = set(sessions.column("session_id").to_pylist())
-            started.update(with_rows)
-            trace_path = shard.folder / _TRACE_FILE
-            if trace_path.exists():
-                for entry in read_trace(trace_path):
-                    entry.dispatched_at += shift_s
-                    entry.shard = index
-                    trace_entries.append(entry)
+            watched = _in_flight_keys(shard) if shard.lost is not None else None
+            scan = scan_shard(shard_input.requests, shard_input.sessions, shift_s, watched)
+            shard_input.scan = scan
+            inputs.append(shard_input)
+            known = scan.known
+            with_rows = scan.session_rows
+            started_parts += [scan.request_sessions, with_rows]
+            if scan.highest >= 0:
+                started_parts.append(np.asarray([scan.highest], dtype=np.int64))
         if run.get("interrupted"):
             interrupted = True
         info: dict[str, Any] = {
@@ -213,10 +203,12 @@ def merge_shards(
             at_s = (lost_wall - driver_t0_wall_ns) / _NS
             rows = lost_request_rows(shard, run_id, known, shift_s, at_s)
             lost_rows += rows
-            in_flight_sessions = {int(e["session_id"]) for e in shard.in_flight}
-            started.update(in_flight_sessions)
+            in_flight_sessions = [int(e["session_id"]) for e in shard.in_flight]
+            started_parts.append(np.asarray(in_flight_sessions, dtype=np.int64))
             phases = {int(e["session_id"]): e.get("phase") or "measured" for e in shard.in_flight}
-            for session_id in sorted(started - with_rows):
+            started = np.unique(np.concatenate(started_parts))
+            without_rows = np.setdiff1d(started, with_rows, assume_unique=True)
+            for session_id in without_rows.tolist():
                 incomplete_rows.append(
                     {
                         "run_id": run_id,
@@ -227,65 +219,76 @@ def merge_shards(
                     }
                 )
             info["in_flight_rows"] = len(rows)
-            info["incomplete_sessions"] = len(started - with_rows)
+            info["incomplete_sessions"] = int(without_rows.size)
+            started_by[index] = started
         per_shard.append(info)
-        seen_sessions.update(started)
-        started_by[index] = started
-    planned = planned_sessions(scenario, seen_sessions)
+        highest = max([highest, *(int(part.max()) for part in started_parts if part.size)])
+    planned = planned_sessions(scenario, set() if highest < 0 else {highest})
     not_run: dict[int, int] = {}
     for shard in shards:
         if shard.lost is None:
             continue
         index = shard.spec.index
-        began = sum(1 for i in started_by[index] if i < planned and owns(shard.spec, i))
-        not_run[index] = len(owned_below(shard.spec, planned)) - began
+        began = started_by[index]
+        began = began[(began < planned) & (began % shard.spec.count == shard.spec.index)]
+        not_run[index] = len(owned_below(shard.spec, planned)) - int(began.size)
     for info in per_shard:
         if info["index"] in not_run:
             info["sessions_not_run"] = not_run[info["index"]]
 
-    requests_table = _concat(requests_parts, lost_rows, REQUESTS_SCHEMA, requests=True)
-    requests_table = _sorted(requests_table, ["processed_at", "completed_at", "request_id"])
-    sessions_table = _concat(sessions_parts, incomplete_rows, SESSIONS_SCHEMA, requests=False)
-    sessions_table = _sorted(sessions_table, ["ended_at", "session_id"])
-    trace_entries.sort(key=lambda e: (e.dispatched_at, e.request_id))
-
     write_config(run_dir, scenario)
     _copy_server_metrics(shards, shifts, run_dir)
-    if trace_entries:
-        encoder = msgspec.json.Encoder()
-        with (run_dir / _TRACE_FILE).open("wb") as out:
-            for entry in trace_entries:
-                out.write(encoder.encode(entry) + b"\n")
+    merge_traces(inputs, run_dir / _TRACE_FILE)
+    release_memory()  # (the trace's entries: Python objects, freed in between)
+    requests_file = MergedFile(run_dir / REQUESTS_FILE, REQUESTS_SCHEMA)
+    sessions_file = MergedFile(run_dir / SESSIONS_FILE, SESSIONS_SCHEMA)
+    try:
+        lost_table = _rows_table(lost_rows, REQUESTS_SCHEMA, requests=True)
+        merge_tables(inputs, run_id, lost_table, requests_file, sessions=False)
+        incomplete_table = _rows_table(incomplete_rows, SESSIONS_SCHEMA, requests=False)
+        merge_tables(inputs, run_id, incomplete_table, sessions_file, sessions=True)
+        requests_file.close()
+        sessions_file.close()
+        release_memory()
 
-    distributed = {
-        "shards": len(shards),
-        "per_shard": per_shard,
-        "lost_shards": {str(k): v for k, v in lost.items()},
-        "sessions_not_run": sum(not_run.values()),
-        "requests_lost_in_flight": len(lost_rows),
-        "sessions_incomplete": len(incomplete_rows),
-    }
-    run_info = _run_info(run_id, runs, driver_t0_wall_ns, interrupted, lost, run_shifts)
-    run_info["distributed"] = distributed
-    run_info |= dict(extra_run_info or {})
-    evaluation = evaluate_run(
-        run_dir, scenario, requests_table, sessions_table, run_info, plots=plots
-    )
-    metadata = {
-        "run_id": run_id,
-        "scenario_hash": scenario_hash(scenario),
-        "seed": str(scenario.seed),
-        "veeksha_version": __version__,
-        "t0_wall_time": datetime.fromtimestamp(driver_t0_wall_ns / _NS, UTC).isoformat(),
-        "t0_wall_ns": str(driver_t0_wall_ns),
-        "target": str(run_info.get("target") or ""),
-        "shards": str(len(shards)),
-        "finalized_at": datetime.now(UTC).isoformat(),
-        "interrupted": str(interrupted).lower(),
-        "health_verdict": str(evaluation.verdict).lower(),
-    }
-    _write(requests_table, REQUESTS_SCHEMA, run_dir / REQUESTS_FILE, metadata)
-    _write(sessions_table, SESSIONS_SCHEMA, run_dir / SESSIONS_FILE, metadata)
+        distributed = {
+            "shards": len(shards),
+            "per_shard": per_shard,
+            "lost_shards": {str(k): v for k, v in lost.items()},
+            "sessions_not_run": sum(not_run.values()),
+            "requests_lost_in_flight": len(lost_rows),
+            "sessions_incomplete": len(incomplete_rows),
+        }
+        run_info = _run_info(run_id, runs, driver_t0_wall_ns, interrupted, lost, run_shifts)
+        run_info["distributed"] = distributed
+        run_info |= dict(extra_run_info or {})
+        # read a column at a time from the merged files: bounded memory at any run size
+        evaluation = evaluate_run(
+            run_dir,
+            scenario,
+            ColumnSource(REQUESTS_SCHEMA, files=[requests_file.staging]),
+            ColumnSource(SESSIONS_SCHEMA, files=[sessions_file.staging]),
+            run_info,
+            plots=plots,
+        )
+        metadata = {
+            "run_id": run_id,
+            "scenario_hash": scenario_hash(scenario),
+            "seed": str(scenario.seed),
+            "veeksha_version": __version__,
+            "t0_wall_time": datetime.fromtimestamp(driver_t0_wall_ns / _NS, UTC).isoformat(),
+            "t0_wall_ns": str(driver_t0_wall_ns),
+            "target": str(run_info.get("target") or ""),
+            "shards": str(len(shards)),
+            "finalized_at": datetime.now(UTC).isoformat(),
+            "interrupted": str(interrupted).lower(),
+            "health_verdict": str(evaluation.verdict).lower(),
+        }
+        requests_file.finalise(metadata)
+        sessions_file.finalise(metadata)
+    finally:
+        requests_file.discard()
+        sessions_file.discard()
     code = run_exit_code(
         interrupted=interrupted,
         health_failed=str(evaluation.verdict) == "FAIL",
@@ -294,8 +297,8 @@ def merge_shards(
     )
     return MergeReport(
         run_dir=run_dir,
-        requests=requests_table.num_rows,
-        sessions=sessions_table.num_rows,
+        requests=requests_file.rows,
+        sessions=sessions_file.rows,
         lost_shards=lost,
         lost_rows=len(lost_rows),
         incomplete_sessions=len(incomplete_rows),
@@ -308,23 +311,22 @@ def merge_shards(
     )
 
 
-def _concat(
-    tables: list[pa.Table], rows: list[dict[str, Any]], schema: pa.Schema, *, requests: bool
-) -> pa.Table:
-    if rows:
-        extra = requests_from_rows(rows, 0) if requests else sessions_from_rows(rows)
-        # (rows built here carry times already in seconds on the driver's timeline)
-        extra = _with_shard_values(extra, schema, [row["shard"] for row in rows])
-        tables = [*tables, extra]
-    if not tables:
+def _in_flight_keys(shard: ShardResult) -> set[tuple[int, int, int]]:
+    return {
+        (int(e["session_id"]), int(e["node_id"]), int(e.get("attempt") or 0))
+        for e in shard.in_flight
+    }
+
+
+def _rows_table(rows: list[dict[str, Any]], schema: pa.Schema, *, requests: bool) -> pa.Table:
+    """The rows the merge makes (a lost shard's), typed; their times are on the driver's
+    timeline already."""
+    if not rows:
         return schema.empty_table()
-    return pa.concat_tables([t.cast(schema) for t in tables])
-
-
-def _with_shard_values(table: pa.Table, schema: pa.Schema, values: list[int]) -> pa.Table:
+    table = requests_from_rows(rows, 0) if requests else sessions_from_rows(rows)
     position = table.column_names.index("shard")
-    column = pa.array(np.asarray(values, dtype=np.int32), type=pa.int32())
-    return table.set_column(position, schema.field("shard"), column)
+    column = pa.array(np.asarray([row["shard"] for row in rows], dtype=np.int32), type=pa.int32())
+    return table.set_column(position, schema.field("shard"), column).cast(schema)
 
 
 def _run_info(

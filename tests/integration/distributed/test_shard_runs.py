@@ -15,6 +15,8 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from tests.unit.distributed import reference_merge
+from tests.unit.distributed.merge_outputs import assert_same_merge
 from veeksha.cli import main
 from veeksha.distributed.clock import OffsetEstimate
 from veeksha.distributed.merge import SHARD_LOST, ShardResult, merge_shards
@@ -168,6 +170,13 @@ def test_merged_folder_is_the_single_host_experiment(
     driver_t0 = _t0(results[0])
     report = merge_shards(results, merged, driver_t0_wall_ns=driver_t0, scenario=scenario)
     assert report.exit_code == ExitCode.OK
+    # the same files as the merge that held every table in memory wrote
+    reference = tmp_path / "reference" / "merged"
+    reference_merge.merge_shards(results, reference, driver_t0_wall_ns=driver_t0, scenario=scenario)
+    assert_same_merge(reference, merged)
+    assert sorted(p.name for p in (merged / "plots").iterdir()) == sorted(
+        p.name for p in (reference / "plots").iterdir()
+    )
     assert report.verdict == "PASS"
     requests = pd.read_parquet(merged / "requests.parquet")
     sessions = pd.read_parquet(merged / "sessions.parquet")
@@ -248,7 +257,12 @@ def test_a_lost_shard_gives_rows_not_run_counts_and_exit_3(
     ended.to_parquet(partial / "parts" / "sessions" / "part-000001.parquet", index=False)
     started = set(owned_below(lost.spec, snap["next_session"]))
     broken = ShardResult.from_snapshot(
-        lost.spec, partial, snap, offset_before=lost.offset_before, lost="the actor died (test)"
+        lost.spec,
+        partial,
+        snap,
+        offset_before=lost.offset_before,
+        lost="the actor died (test)",
+        lost_at_wall_ns=time.time_ns(),
     )
     assert broken.t0_wall_ns == _t0(lost)
     assert broken.started_sessions == started
@@ -261,6 +275,15 @@ def test_a_lost_shard_gives_rows_not_run_counts_and_exit_3(
         plots=False,
     )
     assert report.exit_code == ExitCode.RUN_ABORTED
+    reference = tmp_path / "reference" / "merged"
+    reference_merge.merge_shards(
+        [results[0], broken, results[2]],
+        reference,
+        driver_t0_wall_ns=_t0(results[0]),
+        scenario=scenario,
+        plots=False,
+    )
+    assert_same_merge(reference, merged)
     assert report.lost_shards == {1: "the actor died (test)"}
     owned = set(owned_below(lost.spec, 40))
     assert report.sessions_not_run == len(owned - started) > 0

@@ -6,7 +6,8 @@ import pyarrow as pa
 import pytest
 
 from veeksha.distributed.clock import OffsetEstimate
-from veeksha.distributed.merge import ShardResult, _sorted, shard_shift_ns
+from veeksha.distributed.merge import ShardResult, shard_shift_ns
+from veeksha.distributed.merged_rows import sorted_table
 from veeksha.distributed.partition import ShardSpec
 from veeksha.distributed.timeline import move_table, shard_offset_ns
 from veeksha.record.columnar import requests_from_rows
@@ -63,7 +64,7 @@ def test_every_time_since_t0_moves_and_nothing_else() -> None:
 
 def test_rows_sort_by_keys_with_nulls_last() -> None:
     table = pa.table({"a": [3.0, None, 1.0, 1.0], "b": [0, 1, 5, 2]})
-    assert _sorted(table, ["a", "b"]).column("b").to_pylist() == [2, 5, 0, 1]
+    assert sorted_table(table, ["a", "b"]).column("b").to_pylist() == [2, 5, 0, 1]
 
 
 @pytest.mark.parametrize("shift", [0.0, -0.125])
