@@ -45,6 +45,9 @@ def test_flags_read_as_the_public_cli_writes_them() -> None:
         "model": "m",
     }
     assert parse_flags(["--batch-sizes", "8"]) == {"batch_sizes": "8"}
+    # a list written as in the --config file
+    assert parse_flags(["--input_lengths", "[128, 256]"]) == {"input_lengths": ["128", "256"]}
+    assert parse_flags(["--input_lengths=[128]"]) == {"input_lengths": ["128"]}
 
 
 def test_quick_fills_only_the_keys_left_unset(tmp_path: Path) -> None:

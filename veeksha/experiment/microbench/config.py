@@ -196,8 +196,9 @@ Config = TypeVar("Config", bound=BenchConfig)
 
 def parse_flags(args: Sequence[str]) -> dict[str, Any]:
     """``--key v [v ...]`` pairs as a nested mapping: a key with several values is a list, one
-    value a scalar, none ``True`` (``--no_x``: ``x: false``); dots nest (``--simulator.seed 1``).
-    Dashes in keys read as underscores. Values stay text: the model types them."""
+    value a scalar (``[a, b]``: a list, as in YAML), none ``True`` (``--no_x``: ``x: false``);
+    dots nest (``--simulator.seed 1``). Dashes in keys read as underscores. Values stay text:
+    the model types them."""
     out: dict[str, Any] = {}
     i = 0
     while i < len(args):
@@ -212,6 +213,8 @@ def parse_flags(args: Sequence[str]) -> dict[str, Any]:
             i += 1
         key = key.replace("-", "_")
         value: Any = values if len(values) > 1 else values[0] if values else True
+        if isinstance(value, str) and value.startswith("[") and value.endswith("]"):
+            value = _flow_list(value)
         if not values and key.startswith("no_"):
             key, value = key[3:], False
         holder = out
@@ -220,6 +223,15 @@ def parse_flags(args: Sequence[str]) -> dict[str, Any]:
             holder = holder.setdefault(part, {})
         holder[last] = value
     return out
+
+
+def _flow_list(text: str) -> list[str] | str:
+    """``[128, 256]`` (as in the --config file) as the values ``128`` and ``256``; other text
+    as it is."""
+    inner = text[1:-1].strip()
+    if not inner:
+        return []
+    return [part.strip() for part in inner.split(",")] if "[" not in inner else text
 
 
 def _stray(arg: str) -> str:
