@@ -377,13 +377,12 @@ def _run_distributed(ctx: click.Context, scenario: Scenario, options: RunOptions
     """``--ray [ADDRESS]`` or ``runtime.distributed``: ``veeksha.distributed.driver``."""
     if options.dry_run:
         raise click.UsageError("--dry-run runs on this host only; drop --ray")
-    from veeksha.distributed.driver import run_distributed, settings_for
-    from veeksha.distributed.ray_api import import_ray
+    from veeksha.distributed.driver import connect, run_distributed, settings_for
     from veeksha.record.run_folder import create_run_folder, write_config
 
     settings = settings_for(scenario, options.ray)
     assert settings is not None
-    import_ray()  # (missing: exit 2 before any folder exists)
+    connect(settings.address)  # (Ray missing, or no cluster there: exit 2 before any folder)
     run_dir = create_run_folder(scenario.output_dir, scenario)
     write_config(run_dir, scenario)
     if not options.quiet:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -49,6 +50,7 @@ __all__ = [
     "DistributedSettings",
     "ShardState",
     "actor_name",
+    "connect",
     "run_distributed",
     "settings_for",
 ]
@@ -162,7 +164,8 @@ def run_distributed(
     say = echo or (lambda line: None if quiet else _echo(line))
     ray = import_ray()
     setup_start = time.monotonic()
-    _connect(ray, settings.address)
+    if not ray.is_initialized():  # (``veeksha run`` connects before it makes the run folder)
+        _connect(ray, settings.address)
     shards: list[ShardState] = []
     placement = None
     with _Interrupts() as interrupts:
@@ -228,6 +231,12 @@ def _echo(line: str) -> None:
 # -------------------------------------------------------------------------------- cluster
 
 
+def connect(address: str) -> None:
+    """Join the Ray cluster at ``address`` (``local``: start one of this process' own); a
+    ``ConfigurationError`` naming the fix when there is none. ``run_distributed`` then uses it."""
+    _connect(import_ray(), address)
+
+
 def _connect(ray: ModuleType, address: str) -> None:
     options: dict[str, Any] = {
         "log_to_driver": False,
@@ -243,12 +252,37 @@ def _connect(ray: ModuleType, address: str) -> None:
         }
     else:
         options["address"] = address
+        _check_reachable(address)
     try:
         ray.init(**options)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise ConfigurationError(
-            f"cannot connect to the Ray cluster at {address!r}: {exc}; start one with "
-            "`ray start --head` (docs/distributed.md) or use --ray local"
+            f"cannot connect to the Ray cluster at {address!r}: {exc}; start one with {_START_HINT}"
+        ) from None
+
+
+_START_HINT = "`ray start --head` (docs/distributed.md) or use --ray local"
+#: how long a cluster's address may take to accept a connection
+_REACH_TIMEOUT_S = 5.0
+
+
+def _check_reachable(address: str) -> None:
+    """An explicit ``HOST:PORT`` must accept a TCP connection: ``ray.init`` retries an address
+    where nothing listens for ever (on Ray 2.x, every 5 s), which would hang the run."""
+    if address == "auto" or "://" in address:
+        return  # (auto: Ray's own address file, refused at once when absent; ray://: a client)
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigurationError(
+            f"Ray address {address!r}: expected HOST:PORT of a Ray cluster's head (e.g. "
+            f"127.0.0.1:6379), auto or local"
+        )
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=_REACH_TIMEOUT_S).close()
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot connect to the Ray cluster at {address!r}: {exc.strerror or exc} (within"
+            f" {_REACH_TIMEOUT_S:g} s); start one with {_START_HINT}"
         ) from None
 
 
