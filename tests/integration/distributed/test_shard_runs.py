@@ -177,7 +177,7 @@ def test_merged_folder_is_the_single_host_experiment(
     assert sorted(p.name for p in (merged / "plots").iterdir()) == sorted(
         p.name for p in (reference / "plots").iterdir()
     )
-    assert report.verdict == "PASS"
+    assert report.verdict == "PASS", (merged / "health.txt").read_text()  # (which check, if not)
     requests = pd.read_parquet(merged / "requests.parquet")
     sessions = pd.read_parquet(merged / "sessions.parquet")
     # every session exactly once, every request once, global and unique ids
