@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import pandas as pd
+import pytest
 from rich.console import Console
 
 from veeksha.evaluate.stacked import StackedColumn, print_stacked
@@ -89,3 +90,24 @@ def test_the_sweep_comparison_at_80_columns_cuts_no_change() -> None:
     failed = " ".join(" ".join(line.split()[2:]) for line in _rows_of(text, "arrival_rate=12 !"))
     assert failed == " ".join(["+1250.0%"] * len(COMPARED))
     assert _rows_of(text, "arrival_rate=24")[0].split()[1:] == ["missing"]
+
+
+def test_the_stress_table_at_80_columns_shows_every_level_and_figure(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from veeksha.experiment.microbench.cli import _STRESS_COLUMNS, _stress_table
+
+    monkeypatch.setenv("COLUMNS", "80")
+    points = [
+        {"level": level, "samples": 14 * level} | {k: 1234.5678 * level for _, k in _STRESS_COLUMNS}
+        for level in (1, 2, 4, 8)
+    ]
+    _stress_table({"traffic": "concurrency", "points": points})
+    text = capsys.readouterr().out
+    assert "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    for header, _ in _STRESS_COLUMNS:
+        assert text.count(header) == 1, header
+    for level in (1, 2, 4, 8):
+        cells = " ".join(" ".join(line.split()[1:]) for line in _rows_of(text, f"{level} ")).split()
+        assert cells == [f"{1234.5678 * level:.2f}"] * len(_STRESS_COLUMNS) + [str(14 * level)]

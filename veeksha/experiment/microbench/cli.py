@@ -40,6 +40,8 @@ def _keys_help(kind: type[BenchConfig]) -> str:
 
 def _report(name: str, folder: Path, document: dict[str, Any]) -> None:
     click.echo(f"{name} results: {folder / (name + '_results.json')}")
+    if name == "stress":
+        _stress_table(document)
     for line in _figures(name, document):
         click.echo(f"  {line}")
     for check in document["checks"]:
@@ -61,15 +63,7 @@ def _figures(name: str, document: dict[str, Any]) -> list[str]:
             )
         return lines
     if name == "stress":
-        unit = "c" if document["traffic"] == "concurrency" else "rps"
-        return [
-            f"{unit}={p['level']:g}: {_num(p['output_tokens_per_s'])} output tokens/s, "
-            f"{_num(p['requests_per_s'])} requests/s, TTFC p50/p99 {_num(p['ttfc_p50_ms'])}/"
-            f"{_num(p['ttfc_p99_ms'])} ms, E2E p50/p99 {_num(p['e2e_p50_ms'])}/"
-            f"{_num(p['e2e_p99_ms'])} ms, {_num(p['interactivity_p50'])} tokens/s per user "
-            f"({p['samples']} requests)"
-            for p in document["points"]
-        ]
+        return []  # (a table: _stress_table)
     lines = [
         f"B={p['batch_size']} L={p['input_length']}: TBC p50 {_num(p['tbc_p50_ms'])} ms, "
         f"p99 {_num(p['tbc_p99_ms'])} ms ({p['tbc_samples']} gaps in {p['window_s']:.2f} s)"
@@ -81,6 +75,32 @@ def _figures(name: str, document: dict[str, Any]) -> list[str]:
         for f in document.get("fits", [])
     ]
     return lines
+
+
+#: the stress table's columns: (header, key of a point)
+_STRESS_COLUMNS = (
+    ("out tok/s", "output_tokens_per_s"),
+    ("req/s", "requests_per_s"),
+    ("TTFC p50 ms", "ttfc_p50_ms"),
+    ("TTFC p99 ms", "ttfc_p99_ms"),
+    ("E2E p50 ms", "e2e_p50_ms"),
+    ("E2E p99 ms", "e2e_p99_ms"),
+    ("tok/s per user p50", "interactivity_p50"),
+)
+
+
+def _stress_table(document: dict[str, Any]) -> None:
+    """One row per load level, stacked to the terminal's width (``evaluate.stacked``)."""
+    from rich.console import Console
+
+    from veeksha.evaluate.stacked import StackedColumn, print_stacked
+
+    points = document["points"]
+    unit = "concurrency" if document["traffic"] == "concurrency" else "req/s offered"
+    key = StackedColumn(unit, [f"{p['level']:g}" for p in points])
+    columns = [StackedColumn(h, [_num(p[k]) for p in points]) for h, k in _STRESS_COLUMNS]
+    columns.append(StackedColumn("requests", [str(p["samples"]) for p in points]))
+    print_stacked(Console(), "  throughput and latency per load level", key, columns)
 
 
 def _num(value: float | None) -> str:
