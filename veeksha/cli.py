@@ -613,7 +613,16 @@ def run(
         return
     if len(positional) != 1:
         got = " ".join(positional) or "none"
-        raise click.UsageError(f"expected one scenario FILE, got: {got}")
+        hint = next(
+            (
+                f" (--set takes KEY.PATH=VALUE: --set {key}={value})"
+                for key, value in zip(
+                    [o for o in overrides if "=" not in o], positional[1:], strict=False
+                )
+            ),
+            "",
+        )
+        raise click.UsageError(f"expected one scenario FILE, got: {got}{hint}")
     _run(ctx, positional[0], [*overrides, *extra_args_to_overrides(extra)], options)
 
 

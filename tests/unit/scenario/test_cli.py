@@ -173,6 +173,13 @@ def test_run_needs_exactly_one_file(files: dict[str, Path]) -> None:
     result = invoke("run", str(files["good"]), str(files["good"]))
     assert result.exit_code == 2
     assert "expected one scenario FILE" in result.stderr
+    assert "--set takes" not in result.stderr
+    # --set KEY VALUE (a space for the =): the stray value is named with the fix
+    spaced = invoke(
+        "run", str(files["good"]), "--set", "seed=3", "--set", "runtime.max_sessions", "5"
+    )
+    assert spaced.exit_code == 2
+    assert "(--set takes KEY.PATH=VALUE: --set runtime.max_sessions=5)" in spaced.stderr
 
 
 def test_lazy_group_loads_commands_on_use() -> None:
