@@ -21,7 +21,6 @@ package (the rest of the package is this checkout's), so only the merge differs.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -30,7 +29,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import msgspec
@@ -38,9 +36,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from benchmarks.revision import ROOT, module_at
 from veeksha.record.columns import REQUESTS_SCHEMA, SESSIONS_SCHEMA
 
-ROOT = Path(__file__).resolve().parent.parent
 S = 1_000_000_000
 T0 = 1_800_000_000 * S
 CHUNKS = 16
@@ -201,24 +199,6 @@ def write_shard(folder: Path, index: int, count: int, rows: int, rng: np.random.
     (folder / "summary.json").write_text(json.dumps({"run": run}))
 
 
-def _merge_at(revision: str, folder: Path) -> ModuleType:
-    source = subprocess.run(
-        ["git", "show", f"{revision}:veeksha/distributed/merge.py"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    path = folder / "merge_at_revision.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location("merge_at_revision", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _rss_mb(key: str) -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(key + ":"):
@@ -235,7 +215,7 @@ def _child(args: argparse.Namespace) -> int:
     if args.child == "this":
         from veeksha.distributed import merge
     else:
-        merge = _merge_at(args.child, Path(args.out).parent)
+        merge = module_at(args.child, "veeksha/distributed/merge.py", Path(args.out).parent)
     shards_dir = Path(args.shards_dir)
     count = len(list(shards_dir.iterdir()))
     sessions = count * (args.rows // 2)

@@ -13,11 +13,9 @@ package is this checkout's), so only the writer differs.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import inspect
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,31 +23,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from benchmarks.harness import ROOT, machine
+from benchmarks.harness import machine
 from benchmarks.report import append
+from benchmarks.revision import module_at
 from veeksha.dispatch.messages import WorkItem
 from veeksha.generate.spec import NodeSpec
 from veeksha.record import trace as this_trace
 
 KINDS = ("llm", "llm, 2 clients", "tool")
-
-
-def _writer_of(revision: str, folder: Path) -> ModuleType:
-    source = subprocess.run(
-        ["git", "show", f"{revision}:veeksha/record/trace.py"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    path = folder / "trace_at_revision.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location("trace_at_revision", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _figure(module: ModuleType, kind: str, lines: int, folder: Path) -> tuple[float, float, float]:
@@ -87,7 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     samples: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="veeksha-trace-") as tmp:
         folder = Path(tmp)
-        writers = {"this": this_trace, args.against: _writer_of(args.against, folder)}
+        writers = {
+            "this": this_trace,
+            args.against: module_at(args.against, "veeksha/record/trace.py", folder),
+        }
         for _ in range(args.repeats):
             for kind in KINDS:
                 for name, module in writers.items():

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tests.fakes import FakeClock, FakeTimers
-from tests.unit.engine.test_loop import Recorder, chain, fixed_gaps
+from tests.unit.engine.test_loop import Harness, chain, fixed_gaps
 from veeksha.dispatch.messages import Result, WorkItem
 from veeksha.engine.deferral import loop_defers
-from veeksha.engine.loop import LoopSettings, TrafficLoop
+from veeksha.engine.loop import LoopSettings
 from veeksha.generate.spec import SessionSpec
 from veeksha.schedule.arrivals import ConcurrencyRamp
 from veeksha.schedule.phases import PhaseBounds
@@ -16,29 +15,12 @@ from veeksha.schedule.phases import PhaseBounds
 S = 1_000_000_000
 
 
-class Loop:
+class Loop(Harness):
     """A traffic loop with a ``collect`` hook; keeps its items and counts the collects."""
 
     def __init__(self, settings: LoopSettings, make: Callable[[int], SessionSpec]) -> None:
-        self.clock = FakeClock()
-        self.timers = FakeTimers(self.clock)
-        self.items: list[WorkItem] = []
         self.collects = 0
-        rec = Recorder()
-
-        class Sink:
-            dispatched = rec.dispatched_one
-            request_done = rec.request_done
-            request_cancelled = rec.request_cancelled
-            session_done = rec.session_done
-
-        self.loop = TrafficLoop(
-            settings, make, self._submit, Sink(), self.clock, self.timers, collect=self._collect
-        )
-
-    def _submit(self, item: WorkItem) -> int:
-        self.items.append(item)
-        return 0
+        super().__init__(settings, make, collect=self._collect)
 
     def _collect(self) -> None:
         self.collects += 1
@@ -139,24 +121,8 @@ def test_nothing_is_deferred_when_a_completion_drives_the_run() -> None:
 
 
 def test_without_a_collect_hook_nothing_is_deferrable() -> None:
-    clock = FakeClock()
-    timers = FakeTimers(clock)
-    items: list[WorkItem] = []
-
-    def submit(item: WorkItem) -> int:
-        items.append(item)
-        return 0
-
-    rec = Recorder()
-
-    class Sink:
-        dispatched = rec.dispatched_one
-        request_done = rec.request_done
-        request_cancelled = rec.request_cancelled
-        session_done = rec.session_done
-
-    loop = TrafficLoop(_open(), lambda i: chain(i, 1), submit, Sink(), clock, timers)
-    loop.start(0)
-    timers.advance(S)
-    assert items
-    assert not any(item.deferrable for item in items)
+    harness = Harness(_open(), lambda i: chain(i, 1))
+    harness.loop.start(0)
+    harness.timers.advance(S)
+    assert harness.items
+    assert not any(item.deferrable for item in harness.items)

@@ -59,7 +59,11 @@ class Harness:
     """A traffic loop on a fake clock whose submitted items and recorded events are kept."""
 
     def __init__(  # type: ignore[no-untyped-def]
-        self, settings: LoopSettings, make_session, shard: ShardSpec | None = None
+        self,
+        settings: LoopSettings,
+        make_session,
+        shard: ShardSpec | None = None,
+        collect=None,
     ) -> None:
         self.clock = FakeClock()
         self.timers = FakeTimers(self.clock)
@@ -74,7 +78,14 @@ class Harness:
             session_done = rec.session_done
 
         self.loop = TrafficLoop(
-            settings, make_session, self._submit, Sink(), self.clock, self.timers, shard=shard
+            settings,
+            make_session,
+            self._submit,
+            Sink(),
+            self.clock,
+            self.timers,
+            shard=shard,
+            collect=collect,
         )
 
     def start(self) -> None:
