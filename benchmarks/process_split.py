@@ -29,9 +29,14 @@ import psutil
 from benchmarks.harness import scenario
 
 
-def _kind(cmdline: list[str]) -> str:
-    text = " ".join(cmdline)
+def _kind(cmdline: list[str], name: str = "") -> str:
+    """A process' kind by its command line (a fresh interpreter) or its name (a process
+    forked from veeksha's main one names itself: ``veeksha.forked``)."""
+    text = " ".join([name, *cmdline])
     for needle, kind in (
+        ("veeksha-wor", "workers"),
+        ("veeksha-wat", "watch"),
+        ("veeksha-sim", "simulator"),
         ("veeksha.dispatch.worker", "workers"),
         ("watch_process", "watch"),
         ("veeksha.simulator", "simulator"),
@@ -66,9 +71,9 @@ def measure(spec: dict[str, object], workdir: Path) -> dict[str, float]:
             try:
                 times = child.cpu_times()
                 last[child.pid] = times.user + times.system
-                # (asked each time: a child just forked still shows veeksha's command line,
-                # one that has exited none)
-                kind = "main" if child.pid == proc.pid else _kind(child.cmdline())
+                # (asked each time: a child just forked still shows veeksha's command line
+                # and name, one that has exited none)
+                kind = "main" if child.pid == proc.pid else _kind(child.cmdline(), child.name())
                 if kind != "other" or child.pid not in kinds:
                     kinds[child.pid] = kind
             except psutil.Error:

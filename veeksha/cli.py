@@ -338,15 +338,21 @@ def _run(ctx: click.Context, path: str, overrides: Sequence[str], options: RunOp
         import pyarrow.parquet  # noqa: F401
 
         import veeksha.generate.traces  # noqa: F401
-    from veeksha.engine.launch import launch_workers
+    from veeksha.engine.launch import HELPER_MODULES, launch_workers
+    from veeksha.engine.server_watch import discard_watch_process, launch_watch_process
     from veeksha.engine.target import spawn_simulator
+    from veeksha.forked import prepare
 
-    # the built-in simulator and the workers' interpreters start up on the other core while
-    # this process imports the engine (the workers get their settings once the target is known)
-    simulator = spawn_simulator(scenario, options.dry_run)
-    workers = None
+    # The built-in simulator, the workers and the server watch: forked from this process once
+    # it has imported what they need (none then pays for an interpreter and its imports), or
+    # fresh interpreters where it cannot fork (veeksha.forked); they get their settings once
+    # the target is known, and start serving while this process imports the engine.
+    fork = prepare(HELPER_MODULES)
+    simulator = spawn_simulator(scenario, options.dry_run, fork)
+    workers = watch = None
     try:
-        workers = launch_workers(scenario, options.dry_run)
+        workers = launch_workers(scenario, options.dry_run, fork)
+        watch = launch_watch_process(scenario, options.dry_run, fork)
         checking = _Background(_check_trace, scenario)
         from veeksha.engine import run_benchmark
 
@@ -363,10 +369,13 @@ def _run(ctx: click.Context, path: str, overrides: Sequence[str], options: RunOp
             plots=options.plots,
             simulator=simulator,
             workers=workers,
+            watch_process=watch,
         )
     finally:
         if workers is not None:  # (adopted by the run's pool, unless it failed before)
             workers.close()
+        if watch is not None:  # (adopted by the run's watch, unless it failed before)
+            discard_watch_process(watch)
         if simulator is not None:
             simulator.stop()  # (the run stopped it already, unless it failed before its start)
     if result != 0:

@@ -14,6 +14,7 @@ FLOORS: dict[str, int] = {
     "errors": 0,
     "bytecode": 0,
     "clock": 0,
+    "forked": 0,
     "redact": 0,
     "net": 1,
     "timers": 1,

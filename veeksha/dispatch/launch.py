@@ -23,6 +23,7 @@ from pathlib import Path
 
 import veeksha
 from veeksha.dispatch.channel import packet_pair, socket_pair
+from veeksha.forked import ForkedProcess
 
 __all__ = ["Launched", "WorkerLaunch", "launch_worker"]
 
@@ -31,7 +32,7 @@ __all__ = ["Launched", "WorkerLaunch", "launch_worker"]
 class Launched:
     """One worker process waiting for its ``WorkerSpawn`` on ``proc.stdin``."""
 
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | ForkedProcess
     link: socket.socket  # our end of its link
     channel_fd: int  # the number of its end in the worker
     bulk: socket.socket  # our end of its bulk link (deferrable Results: see ``channel``)
@@ -49,24 +50,35 @@ class Launched:
         self.bulk.close()
 
 
-def launch_worker() -> Launched:
-    """Start a worker interpreter up to the point where it reads its ``WorkerSpawn``."""
+def launch_worker(fork: bool = False) -> Launched:
+    """Start a worker up to the point where it reads its ``WorkerSpawn``: a fresh interpreter,
+    or with ``fork`` a fork of this process, which must have imported the worker's modules and
+    have one thread (``veeksha.forked.prepare``)."""
     ours, theirs = socket_pair()
     bulk, bulk_theirs = packet_pair()
     channel_fd = theirs.fileno()  # (the worker's copy keeps the number: pass_fds)
     bulk_fd = bulk_theirs.fileno()
-    env = dict(os.environ)
-    # (the checkout veeksha runs from, whatever the working folder: an editable install's too)
-    root = str(Path(veeksha.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    proc: subprocess.Popen[bytes] | ForkedProcess
     try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "veeksha.dispatch.worker"],
-            stdin=subprocess.PIPE,
-            env=env,
-            close_fds=True,
-            pass_fds=(channel_fd, bulk_fd),
-        )
+        if fork:
+            from veeksha.dispatch.worker import main
+
+            proc = ForkedProcess(
+                main, "veeksha-worker", stdin=subprocess.PIPE, pass_fds=(channel_fd, bulk_fd)
+            )
+        else:
+            env = dict(os.environ)
+            # (the checkout veeksha runs from, whatever the working folder: an editable
+            # install's too)
+            root = str(Path(veeksha.__file__).resolve().parent.parent)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "veeksha.dispatch.worker"],
+                stdin=subprocess.PIPE,
+                env=env,
+                close_fds=True,
+                pass_fds=(channel_fd, bulk_fd),
+            )
     except BaseException:
         ours.close()
         bulk.close()
@@ -81,11 +93,12 @@ class WorkerLaunch:
     """Workers launched ahead of a run (see the module docstring): taken by the run's pool in
     order; ``close`` kills the ones not taken."""
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, fork: bool = False) -> None:
+        self.forked = fork  # (forked from this process, not fresh interpreters)
         self._waiting: list[Launched] = []
         try:
             for _ in range(count):
-                self._waiting.append(launch_worker())
+                self._waiting.append(launch_worker(fork))
         except BaseException:
             self.close()
             raise

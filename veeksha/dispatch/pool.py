@@ -67,6 +67,7 @@ from veeksha.dispatch.launch import WorkerLaunch, launch_worker
 from veeksha.dispatch.messages import FromWorker, Result, Stop, WorkerReady, WorkItem
 from veeksha.dispatch.settings import WorkerSettings, WorkerSpawn
 from veeksha.errors import ConfigurationError, RunAbortedError, VeekshaError
+from veeksha.forked import ForkedProcess
 
 __all__ = ["WorkerPool", "WorkerSettings"]
 
@@ -115,7 +116,7 @@ class _Handle:
         self.link = link  # read from spawn on; closed once the process exited
         self.bulk = bulk  # its bulk link: read by WorkerPool.collect, never watched
         self.deferred: set[int] = set()  # deferrable requests in flight (may answer on bulk)
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | ForkedProcess | None = None
         self.pid = 0
         self.pidfd = -1
         self.sender: Link[FromWorker] | None = None  # the link, once the worker is ready

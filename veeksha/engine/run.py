@@ -60,6 +60,7 @@ from veeksha.timers import LoopTimers
 
 if TYPE_CHECKING:
     from veeksha.dispatch.launch import WorkerLaunch
+    from veeksha.engine.server_watch import WatchProcess
     from veeksha.generate.traces import OpenTrace
     from veeksha.server.managed import ManagedServer
     from veeksha.simulator.process import SimulatorProcess
@@ -84,9 +85,11 @@ def run_benchmark(
     probe: RunProbe | None = None,
     evaluate: bool = True,
     workers: WorkerLaunch | None = None,
+    watch_process: WatchProcess | None = None,
 ) -> int:
     """Run ``scenario`` into ``run_dir`` and return the process exit code (``shard``,
-    ``start_at_wall_ns``, ``probe``, ``evaluate`` and ``workers``: see ``run_scenario``)."""
+    ``start_at_wall_ns``, ``probe``, ``evaluate``, ``workers`` and ``watch_process``: see
+    ``run_scenario``)."""
     outcome = run_scenario(
         scenario,
         run_dir,
@@ -99,6 +102,7 @@ def run_benchmark(
         probe=probe,
         evaluate=evaluate,
         workers=workers,
+        watch_process=watch_process,
     )
     if outcome.interrupted:  # even with --quiet: why the run ended early, and where its data is
         why = outcome.extra.get("error") or f"the run was {outcome.stop_reason or 'interrupted'}"
@@ -120,6 +124,7 @@ def run_scenario(
     probe: RunProbe | None = None,
     evaluate: bool = True,
     workers: WorkerLaunch | None = None,
+    watch_process: WatchProcess | None = None,
 ) -> RunOutcome:
     """Run ``scenario`` into ``run_dir`` on a uvloop event loop; returns what happened.
 
@@ -147,6 +152,8 @@ def run_scenario(
     ``workers``: worker processes launched for this run before its engine was imported
     (``engine.launch.launch_workers``): the pool adopts them instead of starting its own
     (a count that differs: the missing ones are started, the extra ones killed).
+    ``watch_process``: the server watch's process, launched likewise
+    (``engine.server_watch.launch_watch_process``): the run's watch adopts it.
     """
     problems = scenario.problems()  # (a loaded scenario has none: the loader reports them)
     if problems:
@@ -162,6 +169,8 @@ def run_scenario(
     run.start_at_wall_ns = start_at_wall_ns
     run.probe = probe
     run.launched = workers
+    run.forked_helpers = workers is not None and workers.forked
+    run.launched_watch = watch_process
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(run.execute())
 
@@ -205,6 +214,8 @@ class _Run(RunSetup, RunFinish):
         self.start_at_wall_ns: StartAt | None = None
         self.probe: RunProbe | None = None
         self.launched: WorkerLaunch | None = None
+        self.launched_watch: WatchProcess | None = None
+        self.forked_helpers = False  # (the launched processes are forks: veeksha.forked)
 
     async def execute(self) -> RunOutcome:
         try:
@@ -248,7 +259,7 @@ class _Run(RunSetup, RunFinish):
         # would otherwise inherit the main process' pinning).
         spare = sorted({cpu for cpus in plan.worker_cpus for cpu in cpus} - set(plan.main_cpus))
         # the watch's interpreter starts up beside the target's resolution and the set-up
-        self.watch = ServerWatch.launch(self.scenario, self.dry_run, self.log)
+        self.watch = ServerWatch.launch(self.scenario, self.dry_run, self.log, self.launched_watch)
         try:
             self.target_context = TargetContext(
                 self.scenario,
@@ -318,7 +329,8 @@ class _Run(RunSetup, RunFinish):
             gc.freeze()
             gc.enable()
             await starting
-            self.log.info(f"workers ready: pids {sorted(self.pool.worker_pids.values())}")
+            how = " (forked from this process)" if self.forked_helpers else ""
+            self.log.info(f"workers ready: pids {sorted(self.pool.worker_pids.values())}{how}")
             if self.watch is not None:  # (started with the workers: ready by now, usually)
                 self.watch.wait_ready()
             await self._drive(target, make_session)

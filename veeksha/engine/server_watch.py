@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
+from veeksha.forked import ForkedProcess
 from veeksha.record.server_metrics import merge_parts, status_metadata
 from veeksha.server.gpu import GpuSampler
 from veeksha.server.watch_process import MERGE_REQUEST, WatchSettings, die_with_parent
@@ -26,7 +27,18 @@ if TYPE_CHECKING:
     from veeksha.engine.target import Target
     from veeksha.scenario.models import Scenario
 
-__all__ = ["ServerWatch", "metrics_url"]
+__all__ = [
+    "ServerWatch",
+    "WatchProcess",
+    "discard_watch_process",
+    "launch_watch_process",
+    "metrics_url",
+    "start_watch_process",
+    "watched",
+]
+
+#: The watch's process: a fresh interpreter, or a fork of veeksha's (``veeksha.forked``).
+WatchProcess = subprocess.Popen[bytes] | ForkedProcess
 
 _STOP_TIMEOUT_S = 30.0  # its last scrape (≤ 5 s) and the file's close: generous
 
@@ -37,6 +49,57 @@ class Log(Protocol):
     def info(self, message: str) -> None: ...
 
     def warning(self, message: str) -> None: ...
+
+
+def watched(scenario: Scenario, dry_run: bool) -> bool:
+    """Whether a run of ``scenario`` has a server watch (not disabled, not a dry run)."""
+    return scenario.server_metrics.enabled and not dry_run
+
+
+def start_watch_process(fork: bool = False) -> WatchProcess:
+    """The watch's process, started now: a fresh interpreter, or with ``fork`` a fork of this
+    process (``veeksha.forked``: it must have imported the watch's modules and have one
+    thread). It waits for its settings line (:meth:`ServerWatch.begin`)."""
+    if fork:
+        from veeksha.server.watch_process import main
+
+        return ForkedProcess(
+            main,
+            "veeksha-watch",
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
+    return subprocess.Popen(
+        [sys.executable, "-I", "-m", "veeksha.server.watch_process"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        start_new_session=True,  # (Ctrl-C is veeksha's: it stops the watch after the drain)
+        preexec_fn=die_with_parent,  # noqa: PLW1509  (only prctl: fork-safe)
+    )
+
+
+def launch_watch_process(scenario: Scenario, dry_run: bool, fork: bool) -> WatchProcess | None:
+    """The process of a run's watch started ahead of the run (``veeksha run``, beside the
+    workers), or None when the run has no watch; hand it to :meth:`ServerWatch.launch`."""
+    return start_watch_process(fork) if watched(scenario, dry_run) else None
+
+
+def discard_watch_process(process: WatchProcess) -> None:
+    """Stop a process from :func:`launch_watch_process` that no run adopted (its standard input
+    still open: a run's watch closes it when it stops); an adopted one is left as it is."""
+    if process.stdin is None or process.stdin.closed:
+        return
+    with contextlib.suppress(OSError):
+        process.stdin.close()  # (before its settings: it exits at once)
+    try:
+        process.wait(_STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    if process.stdout is not None:
+        process.stdout.close()
 
 
 def metrics_url(api_base: str) -> str:
@@ -53,7 +116,12 @@ class ServerWatch:
     warnings reach the run's log as they come (a thread that only waits on the process'
     output)."""
 
-    def __init__(self, interval_s: float, log: Log):
+    def __init__(
+        self,
+        interval_s: float,
+        log: Log,
+        process: WatchProcess | None = None,
+    ):
         self._log = log
         self._url = ""
         self._api_key: str | None = None
@@ -64,24 +132,24 @@ class ServerWatch:
         self._run: tuple[Path, dict[str, str]] | None = None  # (begun: the run's folder, metadata)
         self._ready = threading.Event()
         self._reported = threading.Event()  # (its status line came, or its output ended)
-        self._process = subprocess.Popen(
-            [sys.executable, "-I", "-m", "veeksha.server.watch_process"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            start_new_session=True,  # (Ctrl-C is veeksha's: it stops the watch after the drain)
-            preexec_fn=die_with_parent,  # noqa: PLW1509  (only prctl: fork-safe)
-        )
+        self._process = process or start_watch_process()
         self._reader = threading.Thread(target=self._read, name="server-watch", daemon=True)
         self._reader.start()
 
     @classmethod
-    def launch(cls, scenario: Scenario, dry_run: bool, log: Log) -> ServerWatch | None:
-        """The watch of a run, its process starting now, or None (disabled, or a dry run: no
-        server). ``aim`` it before ``begin``."""
-        config = scenario.server_metrics
-        if not config.enabled or dry_run:
+    def launch(
+        cls,
+        scenario: Scenario,
+        dry_run: bool,
+        log: Log,
+        process: WatchProcess | None = None,
+    ) -> ServerWatch | None:
+        """The watch of a run, its process starting now (or ``process``, started ahead by
+        :func:`launch_watch_process`), or None (disabled, or a dry run: no server). ``aim`` it
+        before ``begin``."""
+        if not watched(scenario, dry_run):
             return None
-        return cls(config.interval, log)
+        return cls(scenario.server_metrics.interval, log, process)
 
     def aim(self, scenario: Scenario, target: Target) -> None:
         """Scrape ``target`` (``server_metrics.url``, else its server root's /metrics); sample

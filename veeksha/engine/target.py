@@ -248,14 +248,18 @@ class TargetContext(AbstractContextManager["Target"]):
             self._simulator = None
 
 
-def spawn_simulator(scenario: Scenario, dry_run: bool = False) -> SimulatorProcess | None:
+def spawn_simulator(
+    scenario: Scenario, dry_run: bool = False, fork: bool = False
+) -> SimulatorProcess | None:
     """The built-in simulator the run of ``scenario`` will use, spawned now and not waited for
     (None when the run has a target of its own, or sends nothing): hand it to
     ``TargetContext``, which waits for it and stops it. Spawned before the caller's own set-up
-    (the engine's imports), its start-up runs beside that on the other core."""
+    (the engine's imports), its start-up runs beside that on the other core. ``fork``: a fork
+    of this process (``veeksha.forked``) instead of a fresh interpreter."""
     if dry_run or scenario.server is not None or not _simulated(scenario):
         return None
     simulator = _simulator_process(scenario)
+    simulator.fork = fork
     simulator.spawn()
     return simulator
 

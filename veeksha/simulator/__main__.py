@@ -13,11 +13,12 @@ from veeksha.errors import VeekshaError  # noqa: E402
 from veeksha.simulator.cli import sim_server  # noqa: E402
 
 
-def main() -> None:
-    """Run the command; a VeekshaError becomes a message and its exit code."""
+def main(args: list[str] | None = None) -> None:
+    """Run the command (``args``, else the command line's); a VeekshaError becomes a message
+    and its exit code."""
     gc.disable()  # until the server is set up (see runner._serve): no pass over start-up objects
     try:
-        sim_server.main(prog_name="veeksha sim-server")
+        sim_server.main(args, prog_name="veeksha sim-server")
     except VeekshaError as exc:
         sys.stderr.write(f"error: {exc}\n")
         sys.exit(exc.exit_code)

@@ -15,6 +15,7 @@ is False.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import selectors
@@ -27,6 +28,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from veeksha.errors import TargetError
+from veeksha.forked import ForkedProcess
 from veeksha.net import fetch
 from veeksha.scenario.simulator import SimulatorConfig
 
@@ -44,13 +46,15 @@ class SimulatorProcess:
         host: str = "127.0.0.1",
         port: int = 0,
         die_with_owner: bool = True,
+        fork: bool = False,
     ) -> None:
         self.config = config
         self.host = host
         self.port = port
         self.die_with_owner = die_with_owner
+        self.fork = fork  # (a fork of this process: see ``veeksha.forked``)
         self.base_url: str | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: subprocess.Popen[bytes] | ForkedProcess | None = None
         self._stderr: IO[bytes] | None = None
 
     @property
@@ -84,10 +88,7 @@ class SimulatorProcess:
         if self._proc is not None:
             raise RuntimeError("the simulator is already started")
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115  (closed by stop())
-        cmd = [
-            sys.executable,
-            "-m",
-            "veeksha.simulator",
+        args = [
             "--host",
             self.host,
             "--port",
@@ -96,9 +97,21 @@ class SimulatorProcess:
             self.config.model_dump_json(),
         ]
         if self.die_with_owner:  # a SIGKILLed owner must not leave the server running
-            cmd += ["--parent-pid", str(os.getpid())]
+            args += ["--parent-pid", str(os.getpid())]
+        if self.fork:
+            from veeksha.simulator.__main__ import main
+
+            self._proc = ForkedProcess(
+                functools.partial(main, args),
+                "veeksha-sim",
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=self._stderr,
+                start_new_session=True,
+            )
+            return
         self._proc = subprocess.Popen(
-            cmd,
+            [sys.executable, "-m", "veeksha.simulator", *args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=self._stderr,

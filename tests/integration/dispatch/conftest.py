@@ -53,7 +53,9 @@ def worker_children() -> list[psutil.Process]:
     out = []
     for child in psutil.Process().children(recursive=True):
         try:
-            if "veeksha.dispatch.worker" in " ".join(child.cmdline()):
+            if child.name() == "veeksha-worker" or "veeksha.dispatch.worker" in " ".join(
+                child.cmdline()
+            ):
                 out.append(child)
         except psutil.NoSuchProcess:
             continue

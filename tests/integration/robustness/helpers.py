@@ -118,10 +118,10 @@ class RunProcess:
         return children
 
     def workers(self) -> list[psutil.Process]:
-        return [p for p in self.track() if _cmdline_has(p, "veeksha.dispatch.worker")]
+        return [p for p in self.track() if _is(p, "veeksha.dispatch.worker", "veeksha-worker")]
 
     def simulators(self) -> list[psutil.Process]:
-        return [p for p in self.track() if _cmdline_has(p, "veeksha.simulator")]
+        return [p for p in self.track() if _is(p, "veeksha.simulator", "veeksha-sim")]
 
     def wait_for(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
         """Poll ``predicate`` (tracking descendants) until true; fail after ``timeout``."""
@@ -335,6 +335,15 @@ def _cmdline(p: psutil.Process) -> list[str]:
 
 def _cmdline_has(p: psutil.Process, needle: str) -> bool:
     return any(needle in part for part in _cmdline(p))
+
+
+def _is(p: psutil.Process, module: str, name: str) -> bool:
+    """Whether ``p`` is a helper of a run: a fresh interpreter running ``module``, or a fork of
+    veeksha's main process named ``name`` (``veeksha.forked``)."""
+    try:
+        return p.name() == name or _cmdline_has(p, module)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
 
 
 def _alive(processes: Any) -> list[psutil.Process]:

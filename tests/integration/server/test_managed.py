@@ -154,7 +154,8 @@ def test_sigkill_or_ctrl_c_of_veeksha_mid_run_leaves_no_server(
         (watch,) = [  # the server watch's process (scraping is on by default)
             child
             for child in psutil.Process(proc.pid).children()
-            if "veeksha.server.watch_process" in child.cmdline()
+            if child.name() == "veeksha-watch"  # (forked: veeksha.forked)
+            or "veeksha.server.watch_process" in child.cmdline()
         ]
         proc.send_signal(sig)
         code = proc.wait(60)
