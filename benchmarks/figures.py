@@ -25,7 +25,8 @@ precision  sent_at − ready_at (``generator_delay``) at 1,000 req/s: p50 and p9
 ttfc       measured TTFC minus the server's own time to first token (``server_ttft``: its first
            token instant minus its arrival instant): mean and p99, ms; fixed timing, TTFT 50 ms,
            inter-token 5 ms, 20 req/s.
-startup    a 2 s run at 10 req/s (20 requests): CPU-s, wall time and peak RSS of the whole tree;
+startup    a 2 s run at 10 req/s (20 requests): CPU-s, wall time and peak memory of the whole
+           tree (the main process' RSS plus its helpers' USS: ``benchmarks/harness.py``);
            ``builtin_*``: the same run against the built-in simulator (no api_base), which
            veeksha starts and stops, so its CPU is in the tree. Both split by the run's own
            account as in ``cpu`` (``traffic_main_cpu_s``, ``workers_cpu_s``,

@@ -7,9 +7,13 @@ a subprocess, so the whole process tree is measured from outside, start-up inclu
   reaped process' CPU, and that of every descendant it reaped (the workers), to its parent. The
   simulator is this process' child too, but it is reaped only after the figures, so it never
   counts as veeksha's.
-- peak RSS of the tree (sum over the live processes) from ``psutil``, sampled every 20 ms by a
-  thread, and the main process' own peak (``ru_maxrss`` of the root is not separable, so it is
-  sampled too).
+- peak memory of the tree, sampled by a thread: the main process' RSS every 20 ms plus each
+  descendant's private memory (USS, from ``/proc/PID/smaps_rollup`` every 100 ms). A helper
+  forked from the main process (``veeksha.forked``) shares its pages, which an RSS sum would
+  count once per process; USS counts each page once, in the main process (a fresh
+  interpreter's shared libraries are counted there too: the figure is comparable across
+  revisions). The main process' own peak RSS is kept apart (``ru_maxrss`` of the root is not
+  separable, so it is sampled too).
 
 Every run is measured with ``PYTHONDONTWRITEBYTECODE=1``, as on these machines: Python writes
 no ``__pycache__`` of its own, and veeksha's modules are read from the bytecode
@@ -62,6 +66,7 @@ __all__ = [
 ROOT = Path(__file__).resolve().parent.parent
 _SAMPLE_S = 0.02
 _TREE_SCAN_S = 0.5
+_PRIVATE_S = 0.1  # (a descendant's smaps_rollup costs 1-2 ms to read: not every sample)
 _REQUESTS_RE = re.compile(r"^veeksha_sim_requests_total\{[^}]*\}\s+(\d+)", re.MULTILINE)
 
 
@@ -270,11 +275,13 @@ def steal_pct(before: tuple[int, int], after: tuple[int, int]) -> float:
 
 
 class _RssSampler(threading.Thread):
-    """RSS of a process tree (and of its root) every ``_SAMPLE_S``, cheaply: the tree's pids
-    are looked up (a scan of every process, ~2 ms) only every ``_TREE_SCAN_S``, and each sample
-    reads the known pids' ``/proc/PID/statm`` (~60 µs). A psutil scan per sample was measured
-    (``perf sched timehist``) running ~2 ms every 20 ms on the worker's CPU, delaying its
-    release timers by up to 1.5 ms: the sampler must not become part of what it measures."""
+    """Memory of a process tree (its root's RSS plus its descendants' USS: see the module
+    docstring) and of its root every ``_SAMPLE_S``, cheaply: the tree's pids are looked up (a
+    scan of every process, ~2 ms) only every ``_TREE_SCAN_S``, the descendants' USS read every
+    ``_PRIVATE_S``, and each sample reads the root's ``/proc/PID/statm`` (~60 µs). A psutil
+    scan per sample was measured (``perf sched timehist``) running ~2 ms every 20 ms on the
+    worker's CPU, delaying its release timers by up to 1.5 ms: the sampler must not become part
+    of what it measures."""
 
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
@@ -291,6 +298,8 @@ class _RssSampler(threading.Thread):
         t0 = time.monotonic()
         pids: list[int] = []
         scanned = -_TREE_SCAN_S
+        private: dict[int, float] = {}  # descendant pid: its private memory, MB
+        private_read = -_PRIVATE_S
         while not self.stop_event.is_set():
             now = time.monotonic() - t0
             if now - scanned >= _TREE_SCAN_S:
@@ -299,12 +308,29 @@ class _RssSampler(threading.Thread):
                 except psutil.NoSuchProcess:
                     return
                 scanned = now
-            pages = [_statm_rss_pages(pid) for pid in pids]
-            if pages[0] is None:  # the root exited
+            if now - private_read >= _PRIVATE_S:
+                private = {pid: mb for pid in pids[1:] if (mb := _private_mb(pid)) is not None}
+                private_read = now
+            root_pages = _statm_rss_pages(self.pid)
+            if root_pages is None:  # the root exited
                 return
-            tree = sum(p for p in pages if p is not None)
-            self.samples.append((now, tree * page_mb, pages[0] * page_mb))
+            main = root_pages * page_mb
+            self.samples.append((now, main + sum(private.values()), main))
             self.stop_event.wait(_SAMPLE_S)
+
+
+def _private_mb(pid: int) -> float | None:
+    """Memory only ``pid`` maps (USS: its private clean and dirty pages), MB; None once gone."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            text = f.read()
+    except OSError:
+        return None
+    kb = 0
+    for line in text.splitlines():
+        if line.startswith((b"Private_Clean:", b"Private_Dirty:")):
+            kb += int(line.split()[1])
+    return kb / 1024
 
 
 def _statm_rss_pages(pid: int) -> int | None:

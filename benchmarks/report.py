@@ -40,7 +40,7 @@ TARGETS = (
     Target("streams", "first_delay_p99_ms@128c0", "TTFC bias, p99, 128 streams", "ms", 1.0, True),
     Target("streams", "tbc_p99_bias_ms@128c0", "TBC p99 bias, 128 streams", "ms", 0.5, True),
     Target("startup", "cpu_s", "start-up CPU (2 s at 10 req/s)", "CPU-s", 1.5, True),
-    Target("startup", "peak_rss_mb", "start-up peak RSS (tree)", "MB", 300, True),
+    Target("startup", "peak_rss_mb", "start-up peak memory (tree)", "MB", 300, True),
     Target(
         "startup",
         "builtin_cpu_s",
