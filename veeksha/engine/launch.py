@@ -10,19 +10,11 @@ from veeksha.scenario.models import Scenario
 
 __all__ = ["HELPER_MODULES", "launch_workers", "worker_count"]
 
-#: What a run's helper processes (the built-in simulator, the workers, the server watch) import
-#: before they can start: ``veeksha run`` imports them once and forks the helpers
-#: (``veeksha.forked.prepare``).
-HELPER_MODULES = (
-    "asyncio",
-    "uvloop",
-    "msgspec",
-    "veeksha.dispatch.worker",
-    "veeksha.simulator.__main__",
-    "veeksha.simulator.runner",
-    "veeksha.server.watch_process",
-    "veeksha.server.scraper",
-)
+#: What the main process imports before it forks a run's helpers (``veeksha.forked.prepare``):
+#: what they all need, and what several workers would each import. What only the simulator or
+#: only the server watch uses (their servers, the scraper, prometheus_client's parser) each
+#: imports after the fork, on the other core, while this process imports the engine.
+HELPER_MODULES = ("asyncio", "uvloop", "msgspec", "http.client", "veeksha.dispatch.worker")
 
 
 def worker_count(scenario: Scenario) -> int:

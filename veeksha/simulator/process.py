@@ -99,10 +99,8 @@ class SimulatorProcess:
         if self.die_with_owner:  # a SIGKILLed owner must not leave the server running
             args += ["--parent-pid", str(os.getpid())]
         if self.fork:
-            from veeksha.simulator.__main__ import main
-
             self._proc = ForkedProcess(
-                functools.partial(main, args),
+                functools.partial(_forked_main, args),
                 "veeksha-sim",
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -214,6 +212,14 @@ class SimulatorProcess:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _forked_main(args: list[str]) -> None:
+    """The server in a fork of its owner (``veeksha.forked``): what only the simulator uses is
+    imported here, in its own process, not by the owner before the fork."""
+    from veeksha.simulator.__main__ import main
+
+    main(args)
 
 
 def _wait_for_eof(stream: IO[bytes] | None, timeout: float) -> None:
