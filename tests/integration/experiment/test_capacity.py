@@ -93,6 +93,13 @@ def test_the_search_finds_the_simulators_batch_limit(tmp_path: Path) -> None:
     assert (folder / "best").resolve() == (folder / document["best_run_dir"]).resolve()
     assert (folder / "capacity.png").stat().st_size > 0
     assert "capacity: 3 sessions" in result.output
+    # each probe: a line of its own, its SLO's interval on the next, all within 80 columns
+    # (but the folder's path, which cannot wrap)
+    lines = result.output.splitlines()
+    assert [line for line in lines if len(line) > 80 and str(tmp_path) not in line] == []
+    (probe,) = [i for i, line in enumerate(lines) if line.startswith("probe 2: ")]
+    assert lines[probe].endswith("=4 FAIL (1 run)")
+    assert lines[probe + 1].startswith("  p90 TTFC: ")
 
 
 UNHEALTHY = """\

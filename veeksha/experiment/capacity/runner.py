@@ -19,6 +19,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -274,6 +275,8 @@ def _probe_all(
 
 
 def _describe(index: int, knob: str, result: ValueResult) -> str:
+    """A probe's lines: its value, verdict and runs, then each SLO's estimate and interval (or
+    why no run was healthy) on a line of its own, wrapped at 80 columns."""
     parts = []
     for judged in result.judgement.slos if result.judgement else ():
         interval = judged.interval
@@ -284,9 +287,11 @@ def _describe(index: int, knob: str, result: ValueResult) -> str:
             f"{1000 * judged.slo.value:g} ms (n={interval.samples})"
         )
     runs = f"{len(result.runs)} run" + ("s" if len(result.runs) > 1 else "")
-    detail = "; ".join(parts) if parts else result.runs[-1].health_detail
     name = knob.rsplit(".", 1)[-1]
-    return f"probe {index}: {name}={result.value:g} {result.verdict.upper()} ({runs}) {detail}"
+    lines = [f"probe {index}: {name}={result.value:g} {result.verdict.upper()} ({runs})"]
+    for part in parts or [result.runs[-1].health_detail]:
+        lines += textwrap.wrap(part, 80, initial_indent="  ", subsequent_indent="    ")
+    return "\n".join(lines)
 
 
 def _conclusion(document: dict[str, Any]) -> str:
