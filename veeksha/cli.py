@@ -328,16 +328,6 @@ def _run(ctx: click.Context, path: str, overrides: Sequence[str], options: RunOp
     if options.ray is not None or getattr(scenario.runtime, "distributed", None) is not None:
         _run_distributed(ctx, scenario, options)
         return
-    # A bad trace: exit 2 before any folder exists. A trace's first read (its conversion to
-    # the Parquet cache, seconds for millions of rows, mostly in Arrow's C++ without the GIL)
-    # runs on a thread while this one imports the rest of the engine. What the thread imports
-    # is imported here first: two threads importing the same modules at once may see each
-    # other's half-made modules.
-    if scenario.session_generator.type == "trace":
-        import pyarrow.csv
-        import pyarrow.parquet  # noqa: F401
-
-        import veeksha.generate.traces  # noqa: F401
     from veeksha.engine.launch import HELPER_MODULES, launch_workers
     from veeksha.engine.server_watch import discard_watch_process, launch_watch_process
     from veeksha.engine.target import spawn_simulator
@@ -353,6 +343,17 @@ def _run(ctx: click.Context, path: str, overrides: Sequence[str], options: RunOp
     try:
         workers = launch_workers(scenario, options.dry_run, fork)
         watch = launch_watch_process(scenario, options.dry_run, fork)
+        # A bad trace: exit 2 before any folder exists. A trace's first read (its conversion
+        # to the Parquet cache, seconds for millions of rows, mostly in Arrow's C++ without the
+        # GIL) runs on a thread while this one imports the rest of the engine. What the thread
+        # imports is imported here first: two threads importing the same modules at once may
+        # see each other's half-made modules. (After the forks: importing Arrow starts a
+        # thread, and a process with two threads does not fork its helpers.)
+        if scenario.session_generator.type == "trace":
+            import pyarrow.csv
+            import pyarrow.parquet  # noqa: F401
+
+            import veeksha.generate.traces  # noqa: F401
         checking = _Background(_check_trace, scenario)
         from veeksha.engine import run_benchmark
 

@@ -95,3 +95,32 @@ def test_forked_helpers_run_the_same_benchmark_as_fresh_interpreters(tmp_path: P
         assert {row["status"] for row in _rows(run_dir)} == {"ok"}
         scrapes = pq.read_table(run_dir / "server_metrics.parquet")
         assert scrapes.num_rows > 0  # (the watch scraped the simulator's /metrics)
+
+
+def test_a_trace_replay_forks_its_helpers_too(tmp_path: Path) -> None:
+    # (the trace's reader imports Arrow, which starts a thread: the helpers are forked first)
+    trace = Path(__file__).parents[3] / "scenarios" / "traces" / "request_log.csv"
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        f"""
+traffic_scheduler: {{type: trace, speedup: 50}}
+session_generator:
+  type: trace
+  trace_file: {trace}
+  flavor: {{type: request_log}}
+runtime: {{max_sessions: 5, benchmark_timeout: 30}}
+"""
+    )
+    command = [sys.executable, "-m", "veeksha.cli", "run", str(scenario), "-q", "--no-plots"]
+    done = subprocess.run(
+        [*command, "--output-dir", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run_dir,) = (tmp_path / "out").iterdir()
+    assert "(forked from this process)" in (run_dir / "run.log").read_text()
+    assert pq.read_table(run_dir / "requests.parquet").num_rows > 0
