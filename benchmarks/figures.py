@@ -33,7 +33,9 @@ startup    a 2 s run at 10 req/s (20 requests): CPU-s, wall time and peak memory
            ``main_rest_cpu_s``: the main process' start-up and evaluation).
 imports    CPU-s of a fresh interpreter (no bytecode written) importing what each process of a
            run imports when it starts (``IMPORTS``): the main process, a worker, the simulator;
-           ``python``: the bare interpreter's start, the floor under each.
+           ``python``: the bare interpreter's start, the floor under each. (``veeksha run``
+           forks its worker and simulator from the main process: their figures are what each
+           costs where it cannot fork, and a sweep's points, which start fresh ones.)
 scale      a dry run of linear sessions (3 turns, no think time, history inherited), 1,000 kept
            alive (1,000,000 sessions, as issue 7 defines it; quick 5,000): sessions/s from the
            first start to the last end; the main process' peak RSS over the whole run
