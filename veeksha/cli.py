@@ -67,10 +67,14 @@ ARROW_POOL_ENV = "ARROW_DEFAULT_MEMORY_POOL"
 #:   installed distribution for plugins (~30 ms); veeksha's models want none.
 #: - OpenBLAS' threads: importing numpy starts one BLAS thread per core and gives each a buffer
 #:   (~50 ms of CPU); veeksha does no linear algebra.
+#: - The background thread of Arrow's own jemalloc, which importing pyarrow starts even with
+#:   another allocator chosen: unused, and a second thread keeps a process from forking its
+#:   helpers (``veeksha.forked``).
 LIBRARY_DEFAULTS: dict[str, str] = {
     ARROW_POOL_ENV: "system",
     "PYDANTIC_DISABLE_PLUGINS": "__all__",
     "OPENBLAS_NUM_THREADS": "1",
+    "JE_ARROW_MALLOC_CONF": "background_thread:false",
 }
 
 
@@ -328,27 +332,20 @@ def _run(ctx: click.Context, path: str, overrides: Sequence[str], options: RunOp
     if options.ray is not None or getattr(scenario.runtime, "distributed", None) is not None:
         _run_distributed(ctx, scenario, options)
         return
-    from veeksha.engine.launch import HELPER_MODULES, launch_workers
-    from veeksha.engine.server_watch import discard_watch_process, launch_watch_process
-    from veeksha.engine.target import spawn_simulator
-    from veeksha.forked import prepare
+    from veeksha.engine.launch import launch_helpers
 
     # The built-in simulator, the workers and the server watch: forked from this process once
     # it has imported what they need (none then pays for an interpreter and its imports), or
     # fresh interpreters where it cannot fork (veeksha.forked); they get their settings once
     # the target is known, and start serving while this process imports the engine.
-    fork = prepare(HELPER_MODULES)
-    simulator = spawn_simulator(scenario, options.dry_run, fork)
-    workers = watch = None
+    helpers = launch_helpers(scenario, options.dry_run)
     try:
-        workers = launch_workers(scenario, options.dry_run, fork)
-        watch = launch_watch_process(scenario, options.dry_run, fork)
         # A bad trace: exit 2 before any folder exists. A trace's first read (its conversion
         # to the Parquet cache, seconds for millions of rows, mostly in Arrow's C++ without the
         # GIL) runs on a thread while this one imports the rest of the engine. What the thread
         # imports is imported here first: two threads importing the same modules at once may
-        # see each other's half-made modules. (After the forks: importing Arrow starts a
-        # thread, and a process with two threads does not fork its helpers.)
+        # see each other's half-made modules. (After the forks: a process with two threads
+        # does not fork, and Arrow may start one, its jemalloc's, if the environment says so.)
         if scenario.session_generator.type == "trace":
             import pyarrow.csv
             import pyarrow.parquet  # noqa: F401
@@ -368,17 +365,12 @@ def _run(ctx: click.Context, path: str, overrides: Sequence[str], options: RunOp
             quiet=options.quiet,
             dry_run=options.dry_run,
             plots=options.plots,
-            simulator=simulator,
-            workers=workers,
-            watch_process=watch,
+            simulator=helpers.simulator,
+            workers=helpers.workers,
+            watch_process=helpers.watch,
         )
     finally:
-        if workers is not None:  # (adopted by the run's pool, unless it failed before)
-            workers.close()
-        if watch is not None:  # (adopted by the run's watch, unless it failed before)
-            discard_watch_process(watch)
-        if simulator is not None:
-            simulator.stop()  # (the run stopped it already, unless it failed before its start)
+        helpers.close()  # (what the run did not adopt or stop, if it failed before it did)
     if result != 0:
         ctx.exit(result)
 

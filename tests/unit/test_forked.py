@@ -171,3 +171,29 @@ def test_prepare_says_yes_in_a_fresh_single_threaded_process(switch: str, expect
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == expected
+
+
+def test_numpy_and_arrow_leave_one_thread_with_the_library_defaults() -> None:
+    # (Arrow's jemalloc starts a background thread on import unless told not to, numpy's
+    # OpenBLAS one per core, and a second thread keeps a process from forking: a trace replay
+    # imports Arrow before its run)
+    code = textwrap.dedent(
+        """
+        from veeksha.cli import set_library_defaults
+        set_library_defaults()
+        import numpy, pyarrow, pyarrow.parquet, pyarrow.csv
+        from veeksha.forked import single_threaded
+        print(single_threaded())
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "JE_ARROW_MALLOC_CONF"}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"

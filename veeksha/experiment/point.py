@@ -44,11 +44,13 @@ def run_point(
     """Run ``scenario`` into a new run folder below ``output_dir`` (default: the scenario's
     ``output_dir``) and return what it left; ``run_dir``: this folder instead (made if needed;
     a sweep names its points' folders). The built-in simulator, when the scenario uses it,
-    is started for this run and stopped after it. ``server``: the scenario's managed server,
-    already running and shared by the points whose ``server_identity`` is the same
-    (``veeksha.server.managed``); without it a ``server:`` section starts one for this run."""
+    is started for this run and stopped after it; it, the workers and the server watch start
+    up while the run is set up (``veeksha.engine.launch``). ``server``: the
+    scenario's managed server, already running and shared by the points whose
+    ``server_identity`` is the same (``veeksha.server.managed``); without it a ``server:``
+    section starts one for this run."""
+    from veeksha.engine.launch import launch_helpers
     from veeksha.engine.run import exit_code_for, run_scenario
-    from veeksha.engine.target import spawn_simulator
     from veeksha.record.run_folder import create_run_folder, write_config
 
     if run_dir is None:
@@ -57,7 +59,9 @@ def run_point(
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
     write_config(run_dir, scenario)
-    simulator = spawn_simulator(scenario, dry_run)
+    # Fresh interpreters, never forks: after its first point this process has Arrow's thread
+    # pool and cannot fork (veeksha.forked), and a sweep's points must cost alike.
+    helpers = launch_helpers(scenario, dry_run, may_fork=False)
     try:
         outcome = run_scenario(
             scenario,
@@ -65,12 +69,13 @@ def run_point(
             quiet=quiet,
             dry_run=dry_run,
             plots=plots,
-            simulator=simulator,
+            simulator=helpers.simulator,
             server=server,
+            workers=helpers.workers,
+            watch_process=helpers.watch,
         )
     finally:
-        if simulator is not None:
-            simulator.stop()
+        helpers.close()
     return PointResult(
         run_dir, exit_code_for(outcome, scenario), outcome.interrupted, read_summary(run_dir)
     )
