@@ -30,6 +30,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterable
 from typing import IO
@@ -121,33 +122,31 @@ class ForkedProcess:
             os.close(fd)
         self.args = name
         self.returncode: int | None = None
+        self._lock = threading.Lock()
         self._pidfd = os.pidfd_open(self.pid)
 
     def poll(self) -> int | None:
         """Its exit code once it exited (and reaped), else None."""
-        if self.returncode is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:  # (reaped elsewhere)
-                self._set_returncode(0)
-                return self.returncode
-            if pid == self.pid:
-                self._set_returncode(os.waitstatus_to_exitcode(status))
-        return self.returncode
+        with self._lock:  # (one reaper: the pool's and a reader thread's waits may race)
+            if self.returncode is None:
+                try:
+                    pid, status = os.waitpid(self.pid, os.WNOHANG)
+                except ChildProcessError:  # (reaped outside this object: its code is lost)
+                    pid, status = self.pid, 0
+                if pid == self.pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+                    os.close(self._pidfd)
+            return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
         """Wait for its exit (``subprocess.TimeoutExpired`` after ``timeout`` seconds)."""
-        if self.returncode is not None:
-            return self.returncode
-        if timeout is not None:
-            readable, _, _ = select.select([self._pidfd], [], [], max(0.0, timeout))
-            if not readable:
-                raise subprocess.TimeoutExpired(self.args, timeout)
-        try:
-            _, status = os.waitpid(self.pid, 0)
-            self._set_returncode(os.waitstatus_to_exitcode(status))
-        except ChildProcessError:
-            self._set_returncode(0)
+        while self.poll() is None:
+            # (its pidfd turns readable when it exits; POLLNVAL when another thread reaped it
+            # and closed the pidfd meanwhile: the next poll() has its code)
+            waiting = select.poll()
+            waiting.register(self._pidfd, select.POLLIN)
+            if not waiting.poll(None if timeout is None else max(0.0, timeout) * 1000):
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
         assert self.returncode is not None
         return self.returncode
 
@@ -165,14 +164,9 @@ class ForkedProcess:
         """SIGKILL."""
         self.send_signal(signal.SIGKILL)
 
-    def _set_returncode(self, code: int) -> None:
-        self.returncode = code
-        with contextlib.suppress(OSError):
-            os.close(self._pidfd)
-
     def __del__(self) -> None:
-        if self.returncode is None:
-            with contextlib.suppress(OSError, AttributeError):
+        if getattr(self, "returncode", 0) is None:
+            with contextlib.suppress(OSError):
                 os.close(self._pidfd)
 
 

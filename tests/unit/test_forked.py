@@ -197,3 +197,16 @@ def test_numpy_and_arrow_leave_one_thread_with_the_library_defaults() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True"
+
+
+def test_two_threads_waiting_for_it_both_get_its_exit_code() -> None:
+    # (a run's watch is waited for by its reader thread and by the run's stop)
+    proc = ForkedProcess(lambda: (time.sleep(0.2), 5)[1], "t-race")
+    codes: list[int] = []
+    waiters = [threading.Thread(target=lambda: codes.append(proc.wait(_WAIT_S))) for _ in "ab"]
+    for waiter in waiters:
+        waiter.start()
+    codes.append(proc.wait(_WAIT_S))
+    for waiter in waiters:
+        waiter.join()
+    assert codes == [5, 5, 5]
