@@ -12,7 +12,9 @@ only the row's ``processed_at`` (when the main process took the Result) may be l
 
 Nothing is deferrable when a completion drives the run: a closed loop (an ended session starts
 the next), a run-wide ``max_in_flight``, or a phase that drains (the next phase begins once every
-session has ended).
+session has ended). Nor once the last session has started (``TrafficLoop._dispatch``: no arrival
+timer is armed any more): what is left is the run's drain, whose end would otherwise wait up to
+``BULK_READ_INTERVAL_S`` for the last Results.
 """
 
 from __future__ import annotations

@@ -412,7 +412,10 @@ class TrafficLoop(SessionStarts, PhaseControl, ToolNodes):
             now,
             ready_at if ready_at > now else 0,
             node.client,
-            self._defers and node_defers(session.spec, node_id, self._caps),
+            # (once the last session has started, nothing: the run's end waits for no bulk read)
+            self._defers
+            and self._arrival_timer is not None
+            and node_defers(session.spec, node_id, self._caps),
         )
         worker_id = self._submit(item)
         self._unflushed = True
