@@ -503,8 +503,10 @@ class _InFlightRss:
 
 
 def _is_worker(proc: Any) -> bool:
+    """A worker: forked from veeksha's main process (named ``veeksha-worker``: veeksha.forked)
+    or a fresh interpreter (its command line)."""
     try:
-        return "veeksha.dispatch.worker" in proc.cmdline()
+        return proc.name() == "veeksha-worker" or "veeksha.dispatch.worker" in proc.cmdline()
     except (OSError, psutil.NoSuchProcess):
         return False
 
