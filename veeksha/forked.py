@@ -83,7 +83,6 @@ class ForkedProcess:
         preexec_fn: Callable[[], None] | None = None,
     ) -> None:
         ends: dict[int, int] = {}  # the child's standard descriptor: the descriptor it gets
-        ours: list[int] = []  # the parent's ends, closed in the child
         theirs: list[int] = []  # the child's ends, closed in the parent after the fork
         self.stdin: IO[bytes] | None = None
         self.stdout: IO[bytes] | None = None
@@ -92,7 +91,6 @@ class ForkedProcess:
                 read, write = os.pipe()
                 ends[0] = read
                 theirs.append(read)
-                ours.append(write)
                 self.stdin = open(write, "wb")  # noqa: SIM115  (the caller closes it)
             elif stdin == subprocess.DEVNULL:
                 ends[0] = os.open(os.devnull, os.O_RDONLY)
@@ -101,7 +99,6 @@ class ForkedProcess:
                 read, write = os.pipe()
                 ends[1] = write
                 theirs.append(write)
-                ours.append(read)
                 self.stdout = open(read, "rb")  # noqa: SIM115  (the caller closes it)
             if stderr is not None:
                 ends[2] = stderr.fileno()

@@ -160,17 +160,7 @@ def test_prepare_says_yes_in_a_fresh_single_threaded_process(switch: str, expect
         print(prepare(HELPER_MODULES))
         """
     )
-    env = {**os.environ, "VEEKSHA_FORK": switch}
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == expected
+    assert _fresh_python(code, {**os.environ, "VEEKSHA_FORK": switch}) == expected
 
 
 def test_numpy_and_arrow_leave_one_thread_with_the_library_defaults() -> None:
@@ -187,16 +177,7 @@ def test_numpy_and_arrow_leave_one_thread_with_the_library_defaults() -> None:
         """
     )
     env = {k: v for k, v in os.environ.items() if k != "JE_ARROW_MALLOC_CONF"}
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "True"
+    assert _fresh_python(code, env) == "True"
 
 
 def test_two_threads_waiting_for_it_both_get_its_exit_code() -> None:
@@ -210,3 +191,17 @@ def test_two_threads_waiting_for_it_both_get_its_exit_code() -> None:
     for waiter in waiters:
         waiter.join()
     assert codes == [5, 5, 5]
+
+
+def _fresh_python(code: str, env: dict[str, str]) -> str:
+    """What ``code`` prints in a fresh interpreter (which must exit 0)."""
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
