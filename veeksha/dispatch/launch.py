@@ -52,8 +52,8 @@ class Launched:
 
 def launch_worker(fork: bool = False) -> Launched:
     """Start a worker up to the point where it reads its ``WorkerSpawn``: a fresh interpreter,
-    or with ``fork`` a fork of this process, which must have imported the worker's modules and
-    have one thread (``veeksha.forked.prepare``)."""
+    or with ``fork`` a fork of this process, which must have one thread and should have
+    imported the worker's modules (else each fork imports them: ``veeksha.forked.prepare``)."""
     ours, theirs = socket_pair()
     bulk, bulk_theirs = packet_pair()
     channel_fd = theirs.fileno()  # (the worker's copy keeps the number: pass_fds)

@@ -258,7 +258,8 @@ class _Run(RunSetup, RunFinish):
         # The built-in simulator shares the workers' CPUs, never the main process' one (it
         # would otherwise inherit the main process' pinning).
         spare = sorted({cpu for cpus in plan.worker_cpus for cpu in cpus} - set(plan.main_cpus))
-        # the watch's interpreter starts up beside the target's resolution and the set-up
+        # the watch: its process launched ahead of the run (adopted), or started now, its
+        # start-up beside the target's resolution and the set-up
         self.watch = ServerWatch.launch(self.scenario, self.dry_run, self.log, self.launched_watch)
         try:
             self.target_context = TargetContext(

@@ -58,8 +58,8 @@ def watched(scenario: Scenario, dry_run: bool) -> bool:
 
 def start_watch_process(fork: bool = False) -> WatchProcess:
     """The watch's process, started now: a fresh interpreter, or with ``fork`` a fork of this
-    process (``veeksha.forked``: it must have imported the watch's modules and have one
-    thread). It waits for its settings line (:meth:`ServerWatch.begin`)."""
+    process (``veeksha.forked``: it must have one thread; the fork imports the scraper itself).
+    It waits for its settings line (:meth:`ServerWatch.begin`)."""
     if fork:
         from veeksha.server.watch_process import main
 
