@@ -14,7 +14,8 @@ from veeksha.dispatch.launch import WorkerLaunch
 from veeksha.engine.server_watch import (
     WatchProcess,
     discard_watch_process,
-    launch_watch_process,
+    start_watch_process,
+    watched,
 )
 from veeksha.engine.target import spawn_simulator
 from veeksha.forked import prepare
@@ -23,7 +24,7 @@ from veeksha.scenario.models import Scenario
 if TYPE_CHECKING:
     from veeksha.simulator.process import SimulatorProcess
 
-__all__ = ["HELPER_MODULES", "Helpers", "launch_helpers", "launch_workers", "worker_count"]
+__all__ = ["HELPER_MODULES", "Helpers", "launch_helpers", "worker_count"]
 
 #: What the main process imports before it forks a run's helpers (``veeksha.forked.prepare``):
 #: what they all need, and what several workers would each import. What only the simulator or
@@ -38,14 +39,6 @@ def worker_count(scenario: Scenario) -> int:
     return default_num_workers() if setting == "auto" else setting
 
 
-def launch_workers(scenario: Scenario, dry_run: bool, fork: bool = False) -> WorkerLaunch | None:
-    """The run's workers, launched now (forked from this process with ``fork``: see
-    ``veeksha.forked``) and adopted by its pool; None for a dry run (none)."""
-    if dry_run:
-        return None
-    return WorkerLaunch(worker_count(scenario), fork)
-
-
 @dataclass
 class Helpers:
     """A run's helper processes, launched ahead of it by :func:`launch_helpers`: hand them to
@@ -55,7 +48,6 @@ class Helpers:
     simulator: SimulatorProcess | None  # (None: the run has a target of its own, or dry)
     workers: WorkerLaunch | None  # (None: a dry run)
     watch: WatchProcess | None  # (None: no server watch, or a dry run)
-    forked: bool  # (forks of this process, not fresh interpreters)
 
     def close(self) -> None:
         """Kill the workers and stop the watch the run did not adopt (a run that failed before
@@ -75,10 +67,12 @@ def launch_helpers(scenario: Scenario, dry_run: bool, may_fork: bool = True) -> 
     (or without ``may_fork``) fresh interpreters. Each gets its settings once the run has
     resolved its target."""
     fork = may_fork and prepare(HELPER_MODULES)
-    helpers = Helpers(spawn_simulator(scenario, dry_run, fork), None, None, fork)
+    helpers = Helpers(spawn_simulator(scenario, dry_run, fork), None, None)
     try:
-        helpers.workers = launch_workers(scenario, dry_run, fork)
-        helpers.watch = launch_watch_process(scenario, dry_run, fork)
+        if not dry_run:  # (a dry run answers in this process: no workers, no server)
+            helpers.workers = WorkerLaunch(worker_count(scenario), fork)
+        if watched(scenario, dry_run):
+            helpers.watch = start_watch_process(fork)
     except BaseException:
         helpers.close()
         raise

@@ -150,10 +150,10 @@ def run_scenario(
     driver evaluates the merged run).
 
     ``workers``: worker processes launched for this run before its engine was imported
-    (``engine.launch.launch_workers``): the pool adopts them instead of starting its own
+    (``engine.launch.launch_helpers``): the pool adopts them instead of starting its own
     (a count that differs: the missing ones are started, the extra ones killed).
-    ``watch_process``: the server watch's process, launched likewise
-    (``engine.server_watch.launch_watch_process``): the run's watch adopts it.
+    ``watch_process``: the server watch's process, launched likewise: the run's watch adopts
+    it.
     """
     problems = scenario.problems()  # (a loaded scenario has none: the loader reports them)
     if problems:

@@ -31,7 +31,6 @@ __all__ = [
     "ServerWatch",
     "WatchProcess",
     "discard_watch_process",
-    "launch_watch_process",
     "metrics_url",
     "start_watch_process",
     "watched",
@@ -80,14 +79,9 @@ def start_watch_process(fork: bool = False) -> WatchProcess:
     )
 
 
-def launch_watch_process(scenario: Scenario, dry_run: bool, fork: bool) -> WatchProcess | None:
-    """The process of a run's watch started ahead of the run (``veeksha run``, beside the
-    workers), or None when the run has no watch; hand it to :meth:`ServerWatch.launch`."""
-    return start_watch_process(fork) if watched(scenario, dry_run) else None
-
-
 def discard_watch_process(process: WatchProcess) -> None:
-    """Stop a process from :func:`launch_watch_process` that no run adopted (its standard input
+    """Stop a process from :func:`start_watch_process`, launched ahead of a run
+    (``engine.launch.launch_helpers``), that no run adopted (its standard input
     still open: a run's watch closes it when it stops); an adopted one is left as it is."""
     if process.stdin is None or process.stdin.closed:
         return
@@ -145,7 +139,7 @@ class ServerWatch:
         process: WatchProcess | None = None,
     ) -> ServerWatch | None:
         """The watch of a run, its process starting now (or ``process``, started ahead by
-        :func:`launch_watch_process`), or None (disabled, or a dry run: no server). ``aim`` it
+        ``engine.launch.launch_helpers``), or None (disabled, or a dry run: no server). ``aim`` it
         before ``begin``."""
         if not watched(scenario, dry_run):
             return None

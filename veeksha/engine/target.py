@@ -258,8 +258,7 @@ def spawn_simulator(
     of this process (``veeksha.forked``) instead of a fresh interpreter."""
     if dry_run or scenario.server is not None or not _simulated(scenario):
         return None
-    simulator = _simulator_process(scenario)
-    simulator.fork = fork
+    simulator = _simulator_process(scenario, fork)
     simulator.spawn()
     return simulator
 
@@ -279,7 +278,7 @@ def _simulated(scenario: Scenario) -> list[str]:
     return list(dict.fromkeys(models))
 
 
-def _simulator_process(scenario: Scenario) -> SimulatorProcess:
+def _simulator_process(scenario: Scenario, fork: bool = False) -> SimulatorProcess:
     from veeksha.simulator.process import SimulatorProcess
 
     config = scenario.simulator
@@ -292,7 +291,9 @@ def _simulator_process(scenario: Scenario) -> SimulatorProcess:
     for name in models:
         if name != primary:
             extra.setdefault(name, SimulatorModel())
-    return SimulatorProcess(config.model_copy(update={"model": primary, "models": extra}))
+    return SimulatorProcess(
+        config.model_copy(update={"model": primary, "models": extra}), fork=fork
+    )
 
 
 def _pin_tree(pid: int | None, cpus: list[int]) -> None:
