@@ -21,7 +21,11 @@ rate       the highest constant rate (of a ladder) whose achieved rate, counted 
            per second (its /metrics counter polled every second; first and last second
            dropped), is within 2 % of the target with a coefficient of variation ≤ 5 %.
 closed     requests/s with 64 concurrent single-request sessions (server counter, per second).
-precision  sent_at − ready_at (``generator_delay``) at 1,000 req/s: p50 and p99, µs.
+precision  sent_at − ready_at (``generator_delay``) at 1,000 req/s: p50 and p99, µs; the
+           release's own lateness (``dispatch_lag``: dispatched_at − ready_at) beside. ``light_*``:
+           the same at 10 req/s (10 s; quick 4 s), where a worker sleeps between releases and
+           wakes for each (its wake-up latency is what the workers' wake-up lead absorbs:
+           ``veeksha.timers``).
 ttfc       measured TTFC minus the server's own time to first token (``server_ttft``: its first
            token instant minus its arrival instant): mean and p99, ms; fixed timing, TTFT 50 ms,
            inter-token 5 ms, 20 req/s.
@@ -346,6 +350,19 @@ def fig_precision(plan: Plan, sim: Simulator) -> Sample:
     m = run_veeksha(spec, plan.workdir, "precision", root=plan.root)
     _check(m, "precision")
     df = _requests(m, "generator_delay", "dispatch_lag")
+    light_rate = 10
+    light = run_veeksha(
+        scenario(
+            api_base=sim.base_url,
+            scheduler=_rate(light_rate),
+            max_sessions=light_rate * plan.pick(4, 10),
+        ),
+        plan.workdir,
+        "precision_light",
+        root=plan.root,
+    )
+    _check(light, "precision (light)")
+    lf = _requests(light, "generator_delay", "dispatch_lag")
     return Sample(
         {
             "sent_minus_ready_p50_us": _q(df.generator_delay, 0.5) * 1e6,
@@ -353,6 +370,10 @@ def fig_precision(plan: Plan, sim: Simulator) -> Sample:
             "dispatch_lag_p50_us": _q(df.dispatch_lag, 0.5) * 1e6,
             "dispatch_lag_p99_us": _q(df.dispatch_lag, 0.99) * 1e6,
             "vm_steal_pct": m.steal_pct,
+            "light_dispatch_lag_p50_us": _q(lf.dispatch_lag, 0.5) * 1e6,
+            "light_dispatch_lag_p90_us": _q(lf.dispatch_lag, 0.9) * 1e6,
+            "light_dispatch_lag_p99_us": _q(lf.dispatch_lag, 0.99) * 1e6,
+            "light_sent_minus_ready_p50_us": _q(lf.generator_delay, 0.5) * 1e6,
         }
     )
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from veeksha.clock import MonotonicClock
-from veeksha.timers import LoopTimers, precise_timers_available
+from veeksha.timers import SPIN_ENV, LoopTimers, WakeLead, precise_timers_available
 
 pytestmark = pytest.mark.skipif(not precise_timers_available(), reason="timerfd is Linux's")
 
@@ -56,3 +56,82 @@ def test_precise_timers_fire_in_order_never_early_and_leave_the_descriptor_quiet
     assert all(at >= when for _, when, at in fired)  # never before its time
     assert readable == []  # disarmed after the last one: not readable, never read
     assert fires <= 6  # one wake-up per due time at most: the loop did not spin on it
+
+
+# ---------------------------------------------------------------------------- the wake-up lead
+
+_SECOND = 1_000_000_000
+
+
+def _observe_all(lead: WakeLead, latencies_us: list[int], gap_ns: int = _SECOND) -> None:
+    """Wake-ups ``gap_ns`` apart (after the last one seen), ``latencies_us`` late each."""
+    now = lead._last_ns
+    for latency in latencies_us:
+        now += gap_ns
+        lead.observe(latency * 1000, now)
+
+
+def test_the_lead_is_the_99th_percentile_of_the_recent_wake_ups() -> None:
+    lead = WakeLead(start_ns=150_000, window=32)
+    _observe_all(lead, [100] * 7)
+    assert lead.ns == 150_000  # (too few wake-ups seen: the start value)
+    _observe_all(lead, [100] * 25 + [400])
+    assert lead.ns == 400_000  # one slow wake-up of the last 32: the lead covers it
+    _observe_all(lead, [100] * 31)
+    assert lead.ns == 400_000
+    _observe_all(lead, [100])
+    assert lead.ns == 100_000  # it has left the window
+    assert lead.seen == 65
+    assert lead.late == 1  # only the 400 µs one came later than the lead of its time
+
+
+def test_the_lead_stays_within_its_cap_and_its_share_of_the_time_between_wake_ups() -> None:
+    capped = WakeLead(cap_ns=1_000_000)
+    _observe_all(capped, [5_000] * 10)
+    assert capped.ns == 1_000_000
+    # woken every 2 ms: 2 % of that is 40 µs, whatever the wake-ups' latency
+    busy = WakeLead(budget=0.02)
+    _observe_all(busy, [300] * 10, gap_ns=2_000_000)
+    assert busy.ns == 40_000
+
+
+def test_timers_with_a_lead_fire_in_order_and_never_early() -> None:
+    async def main() -> tuple[list[tuple[int, int, int]], WakeLead | None]:
+        loop = asyncio.get_running_loop()
+        timers = LoopTimers(loop, MonotonicClock(), precise=True, lead=True)
+        fired: list[tuple[int, int, int]] = []
+        done = loop.create_future()
+        start = time.monotonic_ns() + 2_000_000
+        whens = [start + (i // 2) * 3_000_000 for i in range(24)]  # (two due at each time)
+
+        def call(name: int, when: int) -> None:
+            fired.append((name, when, time.monotonic_ns()))
+            if len(fired) == len(whens):
+                done.set_result(None)
+
+        for name, when in enumerate(whens):
+            timers.call_at_ns(when, lambda n=name, w=when: call(n, w))
+        await asyncio.wait_for(done, 5)
+        lead = timers.lead
+        timers.close()
+        return fired, lead
+
+    fired, lead = asyncio.run(main())
+    assert [name for name, _, _ in fired] == list(range(24))
+    assert all(at >= when for _, when, at in fired)  # a busy wait never ends early
+    assert lead is not None
+    assert lead.seen >= 8  # it woke ahead and learnt from it
+
+
+def test_the_lead_is_off_without_timerfd_or_when_the_environment_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def lead_of(precise: bool) -> WakeLead | None:
+        timers = LoopTimers(asyncio.get_running_loop(), MonotonicClock(), precise, lead=True)
+        timers.close()
+        return timers.lead
+
+    assert asyncio.run(lead_of(True)) is not None
+    assert asyncio.run(lead_of(False)) is None
+    monkeypatch.setenv(SPIN_ENV, "0")
+    assert asyncio.run(lead_of(True)) is None

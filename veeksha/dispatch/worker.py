@@ -234,7 +234,7 @@ class Worker:
         """Serve work items until ``Stop``; then finish or cancel what is in flight and return."""
         loop = self._loop = asyncio.get_running_loop()
         self._stopping = loop.create_future()
-        self._timers = LoopTimers(loop, MonotonicClock())
+        self._timers = LoopTimers(loop, MonotonicClock(), lead=True)  # releases: on time
         link = self._sender = Link(
             self._channel, to_worker_decoder(), self._on_batch, self._on_link_closed
         )
