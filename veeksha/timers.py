@@ -291,14 +291,15 @@ class LoopTimers:
     def _on_fire(self) -> None:
         self._armed_ns = -1  # (what fired: armed again below, or disarmed, in every case)
         heap = self._heap
-        now = time.monotonic_ns()
-        window = 0
+        now = horizon = time.monotonic_ns()
         if self.lead is not None:
             if self._arm_at_ns:
                 self.lead.observe(now - self._arm_at_ns, now)
                 self._arm_at_ns = 0
-            window = self.lead.ns
-        while heap and (heap[0][2].cancelled or heap[0][0] <= now + window):
+            # waited for in the busy loop: what is due within the lead of *this* wake-up (not
+            # of each callback's end, or a dense train of deadlines would never let I/O in)
+            horizon = now + self.lead.ns
+        while heap and (heap[0][2].cancelled or heap[0][0] <= max(now, horizon)):
             when, _, entry = heapq.heappop(heap)
             if not entry.cancelled:
                 while now < when:  # (within the lead: awake, and never early)

@@ -135,3 +135,37 @@ def test_the_lead_is_off_without_timerfd_or_when_the_environment_says_so(
     assert asyncio.run(lead_of(False)) is None
     monkeypatch.setenv(SPIN_ENV, "0")
     assert asyncio.run(lead_of(True)) is None
+
+
+def test_a_dense_train_of_deadlines_lets_the_loop_run_between_them() -> None:
+    """The busy loop waits only for what is due within the lead of the wake-up it follows: a
+    train of deadlines closer together than the lead must not keep the loop from its I/O."""
+
+    async def main() -> tuple[list[str], list[tuple[int, int]]]:
+        loop = asyncio.get_running_loop()
+        timers = LoopTimers(loop, MonotonicClock(), precise=True, lead=True)
+        assert timers.lead is not None
+        timers.lead.ns = 500_000  # (as if it had seen slow wake-ups: 0.5 ms ahead)
+        events: list[str] = []
+        fired: list[tuple[int, int]] = []
+        done = loop.create_future()
+        start = time.monotonic_ns() + 3_000_000
+        whens = [start + i * 50_000 for i in range(60)]  # 3 ms of deadlines 50 µs apart
+
+        def call(i: int, when: int) -> None:
+            fired.append((when, time.monotonic_ns()))
+            events.append(f"timer {i}")
+            if i == 0:
+                loop.call_soon(events.append, "other work")
+            if i == len(whens) - 1:
+                done.set_result(None)
+
+        for i, when in enumerate(whens):
+            timers.call_at_ns(when, lambda i=i, w=when: call(i, w))
+        await asyncio.wait_for(done, 5)
+        timers.close()
+        return events, fired
+
+    events, fired = asyncio.run(main())
+    assert all(at >= when for when, at in fired)
+    assert events.index("other work") < events.index("timer 59")
