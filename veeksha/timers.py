@@ -16,14 +16,14 @@ Two mechanisms behind one interface (``Timers.call_at_ns``):
 
 **A wake-up lead** (``lead=True``, the workers' release timers): a loop that sleeps wakes late
 by the kernel's and the machine's wake-up latency, measured at ~100-400 µs on these 2-core VMs
-(longer the longer it slept), ~5-50 µs on idle bare metal. With a lead the descriptor is armed
-that much *before* the deadline, and the callbacks due within the lead when it fires wait for
-their time in a busy loop on ``time.monotonic_ns`` (never early). The lead follows the wake-ups
-it sees: the 99th percentile of how late the descriptor's last 32 firings were noticed, at most
-1 ms and at most 2 % of the time between firings (``WakeLead``), so a loop that wakes from a
-deep sleep gets a longer lead, and a busy loop, which notices its timers at once, or one woken
-often, a short one (and spins little). ``VEEKSHA_RELEASE_SPIN=0`` turns it
-off.
+(longer the longer it slept; a hypervisor has to run the idle virtual CPU again). With a lead
+the descriptor is armed that much *before* the deadline, and the callbacks due within the lead
+when it fires wait for their time in a busy loop on ``time.monotonic_ns`` (never early). The
+lead follows the wake-ups it sees: the 99th percentile of how late the descriptor's last 32
+firings were noticed, at most 1 ms and at most 2 % of the time between firings (``WakeLead``),
+so a loop that wakes from a deep sleep gets a longer lead, and a busy loop, which notices its
+timers at once, or one woken often, a short one (and spins little). ``VEEKSHA_RELEASE_SPIN=0``
+turns it off.
 """
 
 from __future__ import annotations
@@ -130,8 +130,7 @@ class WakeLead:
     The 99th percentile of the last ``window`` wake-up latencies seen (``start_ns`` until there
     are 8), within ``[0, cap_ns]`` and within ``budget`` of the mean time between wake-ups (the
     busy loop before each deadline is at most the lead, so it takes at most that share of the
-    loop's time: at most 2 % of a core at any rate). Counts the wake-ups it saw and those that
-    came later than the lead, which wait for nothing.
+    loop's time: at most 2 % of a core at any rate).
     """
 
     __slots__ = (
@@ -141,7 +140,6 @@ class WakeLead:
         "_recent",
         "budget",
         "cap_ns",
-        "late",
         "ns",
         "seen",
         "window",
@@ -165,13 +163,10 @@ class WakeLead:
         self._last_ns = 0
         self._gap_ns = 0.0  # (a moving mean of the time between wake-ups)
         self.seen = 0
-        self.late = 0
 
     def observe(self, latency_ns: int, now_ns: int) -> None:
         """A wake-up at ``now_ns``, ``latency_ns`` after the time it was armed for."""
         self.seen += 1
-        if latency_ns > self.ns:
-            self.late += 1
         if self._last_ns:
             gap = now_ns - self._last_ns
             self._gap_ns = gap if self.seen == 2 else 0.9 * self._gap_ns + 0.1 * gap
