@@ -34,11 +34,12 @@ import contextlib
 import ctypes
 import heapq
 import itertools
+import math
 import os
 import sys
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from veeksha.clock import Clock
@@ -49,6 +50,7 @@ __all__ = [
     "LoopTimers",
     "Timers",
     "WakeLead",
+    "WakeUps",
     "precise_timers_available",
 ]
 
@@ -124,6 +126,76 @@ class _Entry:
         self.cancelled = True
 
 
+class WakeUps:
+    """What a run's wake-ups were: how many, how many came later than the lead of their time,
+    the slowest, the longest lead, and their latencies in quarter-octave buckets (bucket ``b``
+    holds ``2^(b/4)`` to ``2^((b+1)/4)`` µs, bucket 0 everything under 1.19 µs): a worker's
+    account, summed over a run's workers (``add``) and its shards (``from_dict``)."""
+
+    __slots__ = ("count", "histogram", "late", "lead_max_ns", "max_ns", "workers")
+
+    def __init__(self, workers: int = 0) -> None:
+        self.workers = workers  # (how many accounts were summed)
+        self.count = 0
+        self.late = 0
+        self.max_ns = 0
+        self.lead_max_ns = 0
+        self.histogram: dict[int, int] = {}
+
+    def record(self, latency_ns: int, lead_ns: int) -> None:
+        """One wake-up ``latency_ns`` late, woken ``lead_ns`` ahead of its time."""
+        self.count += 1
+        if latency_ns > lead_ns:
+            self.late += 1
+        self.max_ns = max(self.max_ns, latency_ns)
+        self.lead_max_ns = max(self.lead_max_ns, lead_ns)
+        micros = latency_ns / 1000
+        bucket = int(4 * math.log2(micros)) if micros >= 1 else 0
+        self.histogram[bucket] = self.histogram.get(bucket, 0) + 1
+
+    def add(self, other: WakeUps) -> None:
+        self.workers += other.workers
+        self.count += other.count
+        self.late += other.late
+        self.max_ns = max(self.max_ns, other.max_ns)
+        self.lead_max_ns = max(self.lead_max_ns, other.lead_max_ns)
+        for bucket, n in other.histogram.items():
+            self.histogram[bucket] = self.histogram.get(bucket, 0) + n
+
+    def quantile_us(self, q: float) -> float:
+        """The ``q`` quantile of the latencies, as its bucket's lower bound (within 19 %)."""
+        rank = q * (self.count - 1)
+        seen = 0
+        for bucket in sorted(self.histogram):
+            seen += self.histogram[bucket]
+            if seen > rank:
+                return 2 ** (bucket / 4) if bucket else 0.0
+        return 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """summary.json's ``run.release_wake_ups`` (docs/output.md)."""
+        return {
+            "workers": self.workers,
+            "count": self.count,
+            "later_than_lead": self.late,
+            "p50_us": round(self.quantile_us(0.5), 1),
+            "p99_us": round(self.quantile_us(0.99), 1),
+            "max_us": round(self.max_ns / 1000, 1),
+            "lead_max_us": round(self.lead_max_ns / 1000, 1),
+            "histogram": {str(b): n for b, n in sorted(self.histogram.items())},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> WakeUps:
+        wake_ups = cls(int(data["workers"]))
+        wake_ups.count = int(data["count"])
+        wake_ups.late = int(data["later_than_lead"])
+        wake_ups.max_ns = round(float(data["max_us"]) * 1000)
+        wake_ups.lead_max_ns = round(float(data["lead_max_us"]) * 1000)
+        wake_ups.histogram = {int(b): int(n) for b, n in data["histogram"].items()}
+        return wake_ups
+
+
 class WakeLead:
     """How long before a deadline a sleeping loop must be woken to be awake at it.
 
@@ -142,6 +214,7 @@ class WakeLead:
         "cap_ns",
         "ns",
         "seen",
+        "wake_ups",
         "window",
     )
 
@@ -163,10 +236,12 @@ class WakeLead:
         self._last_ns = 0
         self._gap_ns = 0.0  # (a moving mean of the time between wake-ups)
         self.seen = 0
+        self.wake_ups = WakeUps()  # (the whole run's, for its summary)
 
     def observe(self, latency_ns: int, now_ns: int) -> None:
         """A wake-up at ``now_ns``, ``latency_ns`` after the time it was armed for."""
         self.seen += 1
+        self.wake_ups.record(latency_ns, self.ns)
         if self._last_ns:
             gap = now_ns - self._last_ns
             self._gap_ns = gap if self.seen == 2 else 0.9 * self._gap_ns + 0.1 * gap

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from veeksha.clock import MonotonicClock
-from veeksha.timers import SPIN_ENV, LoopTimers, WakeLead, precise_timers_available
+from veeksha.timers import SPIN_ENV, LoopTimers, WakeLead, WakeUps, precise_timers_available
 
 pytestmark = pytest.mark.skipif(not precise_timers_available(), reason="timerfd is Linux's")
 
@@ -167,3 +167,23 @@ def test_a_wake_up_waits_only_for_what_is_due_within_its_own_lead(
 
     ran = asyncio.run(main())
     assert ran == [0, 200, 400]
+
+
+def test_wake_ups_are_counted_in_quarter_octaves_summed_and_read_back() -> None:
+    worker = WakeUps(workers=1)
+    for latency_us, lead_us in ((0.5, 100), (90, 100), (100, 100), (256, 100), (1000, 400)):
+        worker.record(round(latency_us * 1000), lead_us * 1000)
+    assert worker.count == 5
+    assert worker.late == 2  # 256 µs and 1 ms came after the lead armed for them
+    assert worker.histogram == {0: 1, 25: 1, 26: 1, 32: 1, 39: 1}  # 4·log2(µs), floored
+    assert worker.quantile_us(0.5) == 2 ** (26 / 4)  # (100 µs: its bucket's 97 µs bound)
+    other = WakeUps(workers=1)
+    other.record(2_000_000, 1_000_000)
+    worker.add(other)
+    summary = worker.to_dict()
+    assert summary["workers"] == 2
+    assert summary["count"] == 6
+    assert summary["later_than_lead"] == 3
+    assert summary["max_us"] == 2000.0
+    assert summary["lead_max_us"] == 1000.0
+    assert WakeUps.from_dict(summary).to_dict() == summary  # (a shard's, merged by the driver)

@@ -2,7 +2,8 @@
 
 main → worker: ``WorkItem`` (one request to send) and ``Stop``.
 worker → main: ``WorkerReady`` once at start-up, then exactly one ``Result`` per ``WorkItem``,
-errors included. All timestamps are integer nanoseconds of CLOCK_MONOTONIC.
+errors included, and ``WorkerStats`` once as it stops. All timestamps are integer nanoseconds
+of CLOCK_MONOTONIC.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ __all__ = [
     "ToWorker",
     "WorkItem",
     "WorkerReady",
+    "WorkerStats",
 ]
 
 # Request outcomes recorded in requests.parquet's ``status`` column.
@@ -79,6 +81,18 @@ class WorkerReady(msgspec.Struct, tag="ready", array_like=True):
     error: str = ""
 
 
+class WorkerStats(msgspec.Struct, tag="stats", array_like=True):
+    """A worker's account of its release timers' wake-ups (``veeksha.timers.WakeUps``), sent
+    once as it stops, before its link closes; none without a wake-up lead."""
+
+    worker_id: int
+    count: int
+    late: int
+    max_ns: int
+    lead_max_ns: int
+    histogram: dict[int, int]
+
+
 class Result(msgspec.Struct, tag="result", array_like=True, gc=False):
     """The outcome of one ``WorkItem``: every timestamp the worker took, and what came back.
 
@@ -114,4 +128,4 @@ class Result(msgspec.Struct, tag="result", array_like=True, gc=False):
 
 
 ToWorker = WorkItem | Stop
-FromWorker = Result | WorkerReady
+FromWorker = Result | WorkerReady | WorkerStats

@@ -59,15 +59,17 @@ import subprocess
 import time
 from collections.abc import Callable
 from types import TracebackType
+from typing import Any
 
 import msgspec
 
 from veeksha.dispatch.channel import Link, from_worker_decoder
 from veeksha.dispatch.launch import WorkerLaunch, launch_worker
-from veeksha.dispatch.messages import FromWorker, Result, Stop, WorkerReady, WorkItem
+from veeksha.dispatch.messages import FromWorker, Result, Stop, WorkerReady, WorkerStats, WorkItem
 from veeksha.dispatch.settings import WorkerSettings, WorkerSpawn
 from veeksha.errors import ConfigurationError, RunAbortedError, VeekshaError
 from veeksha.forked import ForkedProcess
+from veeksha.timers import WakeUps
 
 __all__ = ["WorkerPool", "WorkerSettings"]
 
@@ -176,8 +178,14 @@ class WorkerPool:
         self._bulk_timer: asyncio.Handle | None = None  # armed while any h.deferred
         self._bulk_due = 0.0  # (its loop time)
         self._bulk_read_at = 0.0  # loop time of the last collect
+        self._wake_ups = WakeUps()  # the workers' release timers' (WorkerStats), as they stop
 
     # ---------------------------------------------------------------------------------- public
+
+    def wake_ups(self) -> dict[str, Any] | None:
+        """summary.json's ``run.release_wake_ups``: the release timers' wake-ups of every worker
+        that reported them as it stopped (None if none did: no wake-up lead, or none stopped)."""
+        return self._wake_ups.to_dict() if self._wake_ups.workers else None
 
     @property
     def in_flight(self) -> int:
@@ -386,6 +394,8 @@ class WorkerPool:
                     results.append(msg)
             elif isinstance(msg, WorkerReady):
                 self._on_ready(msg)
+            elif isinstance(msg, WorkerStats):
+                self._wake_ups.add(_wake_ups_of(msg))
 
     def _deliver(self, results: list[Result]) -> None:
         self._in_flight -= len(results)
@@ -579,3 +589,11 @@ def _describe_exit(code: int) -> str:
             name = f"signal {-code}"
         return f"was killed by {name}"
     return f"exited with code {code}"
+
+
+def _wake_ups_of(msg: WorkerStats) -> WakeUps:
+    wake_ups = WakeUps(workers=1)
+    wake_ups.count, wake_ups.late = msg.count, msg.late
+    wake_ups.max_ns, wake_ups.lead_max_ns = msg.max_ns, msg.lead_max_ns
+    wake_ups.histogram = dict(msg.histogram)
+    return wake_ups

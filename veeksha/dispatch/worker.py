@@ -60,7 +60,7 @@ from veeksha.dispatch.channel import Link, encode_frame, send_packet, to_worker_
 from veeksha.dispatch.chunkshape import ShapeMemory
 from veeksha.dispatch.http1 import ConnectFailed, Exchange, Http1Pool, MalformedResponse
 from veeksha.dispatch.inprocess import dry_result
-from veeksha.dispatch.messages import Result, Stop, ToWorker, WorkerReady, WorkItem
+from veeksha.dispatch.messages import Result, Stop, ToWorker, WorkerReady, WorkerStats, WorkItem
 from veeksha.dispatch.numbers import sendable_timings
 from veeksha.dispatch.openai import (
     RequestBuilder,
@@ -252,6 +252,13 @@ class Worker:
             for route in self._routes:
                 await route.close()
             self._flush()
+            lead = self._timers.lead
+            if lead is not None:  # what its wake-ups were (summary.json run.release_wake_ups)
+                w = lead.wake_ups
+                stats = WorkerStats(
+                    self.worker_id, w.count, w.late, w.max_ns, w.lead_max_ns, w.histogram
+                )
+                link.send([stats])
             link.flush_blocking(_RESULTS_LINGER_S)  # the last Results leave before we exit
             link.close()
             if self._bulk is not None:

@@ -89,6 +89,7 @@ from veeksha.record.server_metrics import SERVER_METRICS_FILE
 from veeksha.scenario.loader import scenario_hash
 from veeksha.scenario.models import Scenario
 from veeksha.schedule.shards import owned_below
+from veeksha.timers import WakeUps
 
 __all__ = ["SHARD_LOST", "MergeReport", "ShardResult", "merge_shards", "shard_shift_ns"]
 
@@ -365,10 +366,20 @@ def _run_info(
         "main_cpu_wait_s": total("main_cpu_wait_s"),
         "worker_cpu_wait_s": total("worker_cpu_wait_s"),
         "num_workers": total("num_workers"),
+        "release_wake_ups": _merged_wake_ups(finished),
         "chunk_stamps_clamped": total("chunk_stamps_clamped"),
         "target": next((run.get("target") for run in finished if run.get("target")), None),
         "phases": move_phases(runs, shifts),
     }
+
+
+def _merged_wake_ups(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The shards' ``release_wake_ups`` summed (None if no shard had any)."""
+    total = WakeUps()
+    for run in runs:
+        if run.get("release_wake_ups"):
+            total.add(WakeUps.from_dict(run["release_wake_ups"]))
+    return total.to_dict() if total.workers else None
 
 
 def _copy_server_metrics(

@@ -59,6 +59,7 @@ class RunFinish:
     children_cpu_start: float
     main_cpu_wait_s: float | None
     worker_cpu_wait_s: float | None
+    release_wake_ups: dict[str, Any] | None
     server_metrics: dict[str, Any] | None
     target_context: TargetContext | None
 
@@ -148,6 +149,7 @@ class RunFinish:
             "worker_cpu_s": children_cpu_s() - self.children_cpu_start,
             "main_cpu_wait_s": self.main_cpu_wait_s,
             "worker_cpu_wait_s": self.worker_cpu_wait_s,
+            "release_wake_ups": self.release_wake_ups,
             "num_workers": self.num_workers,
             "chunk_timestamps": chunk_timestamps(
                 self.scenario.runtime.chunk_timestamps, [c.api_base for c in target.clients]
@@ -192,6 +194,14 @@ class RunFinish:
 
     def _log_end(self, verdicts: str) -> None:
         outcome = self.outcome
+        wake_ups = self.release_wake_ups
+        if wake_ups is not None and wake_ups["count"]:
+            self.log.info(
+                f"release timers: {wake_ups['count']} wake-ups, each after its time by p50"
+                f" {wake_ups['p50_us']:g} µs, p99 {wake_ups['p99_us']:g} µs, max"
+                f" {wake_ups['max_us']:g} µs; {wake_ups['later_than_lead']} slower than their"
+                f" lead (which reached {wake_ups['lead_max_us']:g} µs)"
+            )
         if self.worker_cpu_wait_s is not None:
             main_wait = self.main_cpu_wait_s or 0.0
             self.log.info(

@@ -202,6 +202,7 @@ class _Run(RunSetup, RunFinish):
         # seconds the main process and the workers waited for a CPU during the traffic
         self.main_cpu_wait_s: float | None = None
         self.worker_cpu_wait_s: float | None = None
+        self.release_wake_ups: dict[str, Any] | None = None
         self.plots = True
         self.evaluate = True
         self.trace: OpenTrace | None = None
@@ -448,6 +449,8 @@ class _Run(RunSetup, RunFinish):
                 if self._drain_task is not None:
                     await self._drain_task
                 await self.pool.stop(grace_s=0.0)
+                if isinstance(self.pool, WorkerPool):  # (a dry run's pool holds nothing)
+                    self.release_wake_ups = self.pool.wake_ups()
             finally:  # (the watch's last scrape after the drain: every answer counted)
                 self.watch = None
                 self.server_metrics = None if watch is None else watch.stop()

@@ -119,6 +119,9 @@ def test_two_shards_make_one_run_with_the_single_host_timeline(
     merged = _starts(requests)
     assert list(merged.index) == list(alone.index) == list(range(12))
     summary = json.loads((run_dir / "summary.json").read_text())
+    wake_ups = summary["run"]["release_wake_ups"]  # every shard's workers' accounts, summed
+    assert wake_ups["workers"] == summary["run"]["num_workers"]
+    assert sum(wake_ups["histogram"].values()) == wake_ups["count"] > 0
     for info in summary["run"]["distributed"]["per_shard"]:
         owned = [i for i in range(12) if i % 2 == info["index"]]
         difference = merged.loc[owned].to_numpy() - alone.loc[owned].to_numpy()

@@ -130,7 +130,7 @@ def test_same_seed_same_traffic_different_seed_different(tmp_path: Path) -> None
 
 
 def test_rate_run_hits_the_configured_arrival_rate(tmp_path: Path) -> None:
-    _, requests, sessions = run(
+    run_dir, requests, sessions = run(
         tmp_path,
         """
 traffic_scheduler:
@@ -154,6 +154,13 @@ trace_recorder: {enabled: false}
     # and the requests really left at those times: send lag is small next to the gaps
     lag = (requests.sent_at - requests.ready_at).to_numpy()
     assert np.median(lag) < 0.005
+    # released by timers woken ahead: the worker's account of their wake-ups, in summary.json
+    wake_ups = json.loads((run_dir / "summary.json").read_text())["run"]["release_wake_ups"]
+    assert wake_ups["workers"] >= 1
+    assert 0 < wake_ups["count"] <= len(requests)
+    assert sum(wake_ups["histogram"].values()) == wake_ups["count"]
+    assert 0 <= wake_ups["p50_us"] <= wake_ups["p99_us"] <= wake_ups["max_us"]
+    assert "release timers: " in (run_dir / "run.log").read_text()
 
 
 def test_concurrent_run_ramps_linearly_and_never_exceeds_the_target(tmp_path: Path) -> None:

