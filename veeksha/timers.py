@@ -39,7 +39,7 @@ import os
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from veeksha.clock import Clock
@@ -184,6 +184,15 @@ class WakeUps:
             "lead_max_us": round(self.lead_max_ns / 1000, 1),
             "histogram": {str(b): n for b, n in sorted(self.histogram.items())},
         }
+
+    @classmethod
+    def summed(cls, summaries: Iterable[Mapping[str, Any] | None]) -> dict[str, Any] | None:
+        """Several ``to_dict`` summaries (a distributed run's shards') as one; None for none."""
+        total = cls()
+        for summary in summaries:
+            if summary:
+                total.add(cls.from_dict(summary))
+        return total.to_dict() if total.workers else None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> WakeUps:

@@ -187,3 +187,7 @@ def test_wake_ups_are_counted_in_quarter_octaves_summed_and_read_back() -> None:
     assert summary["max_us"] == 2000.0
     assert summary["lead_max_us"] == 1000.0
     assert WakeUps.from_dict(summary).to_dict() == summary  # (a shard's, merged by the driver)
+    both = WakeUps.summed([summary, None, summary])  # (two shards' and one without)
+    assert both is not None
+    assert (both["workers"], both["count"], both["max_us"]) == (4, 12, 2000.0)
+    assert WakeUps.summed([None, {}]) is None

@@ -366,20 +366,11 @@ def _run_info(
         "main_cpu_wait_s": total("main_cpu_wait_s"),
         "worker_cpu_wait_s": total("worker_cpu_wait_s"),
         "num_workers": total("num_workers"),
-        "release_wake_ups": _merged_wake_ups(finished),
+        "release_wake_ups": WakeUps.summed(run.get("release_wake_ups") for run in finished),
         "chunk_stamps_clamped": total("chunk_stamps_clamped"),
         "target": next((run.get("target") for run in finished if run.get("target")), None),
         "phases": move_phases(runs, shifts),
     }
-
-
-def _merged_wake_ups(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The shards' ``release_wake_ups`` summed (None if no shard had any)."""
-    total = WakeUps()
-    for run in runs:
-        if run.get("release_wake_ups"):
-            total.add(WakeUps.from_dict(run["release_wake_ups"]))
-    return total.to_dict() if total.workers else None
 
 
 def _copy_server_metrics(

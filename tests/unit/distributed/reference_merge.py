@@ -38,6 +38,7 @@ from veeksha.record.trace import TraceEntry, read_trace
 from veeksha.scenario.loader import scenario_hash
 from veeksha.scenario.models import Scenario
 from veeksha.schedule.shards import owned_below, owns
+from veeksha.timers import WakeUps
 
 __all__ = ["SHARD_LOST", "MergeReport", "ShardResult", "merge_shards", "shard_shift_ns"]
 
@@ -330,7 +331,8 @@ def _run_info(
         "main_cpu_wait_s": total("main_cpu_wait_s"),
         "worker_cpu_wait_s": total("worker_cpu_wait_s"),
         "num_workers": total("num_workers"),
-        "release_wake_ups": None,  # (the shards these tests make report no wake-ups)
+        # (newer than this copy of the merge: summed as the merge sums them)
+        "release_wake_ups": WakeUps.summed(run.get("release_wake_ups") for run in finished),
         "chunk_stamps_clamped": total("chunk_stamps_clamped"),
         "target": next((run.get("target") for run in finished if run.get("target")), None),
         "phases": move_phases(runs, shifts),
