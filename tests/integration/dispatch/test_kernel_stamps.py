@@ -237,11 +237,13 @@ def test_a_stamp_out_of_range_is_clamped_and_counted_on_its_exchange(
     if shift_ns == 0:
         assert ex.stamps_clamped == 0
         assert stamps[-1] > ex.sent_at  # the second chunk came 50 ms later, as stamped
+    # (chunks that came in one read share its stamp and its clamp: on a loaded machine the
+    # client may read both chunks at once, 50 ms apart or not; the head's read counts too)
     elif shift_ns > 0:
-        assert ex.stamps_clamped >= len(ex.data) >= 2  # the head's read too, if on its own
+        assert ex.stamps_clamped >= 1
         assert stamps == [ex.sent_at] * len(stamps)
     else:
-        assert ex.stamps_clamped >= len(ex.data) >= 2
+        assert ex.stamps_clamped >= len(set(stamps)) >= 1  # each read: its own time
         assert stamps[-1] >= after_head  # the read's own time, not a second in the future
 
 

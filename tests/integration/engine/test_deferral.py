@@ -55,6 +55,14 @@ def bulk_counts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 _SAME = ["session_id", "node_id", "status", "error_kind", "prompt_tokens_total", "output_tokens"]
+_AHEAD_S = 0.020  # runtime.dispatch_ahead_ms: a request is handed over up to this much ahead
+
+
+def _handed_over_before(times: pd.Series, last_start: float) -> tuple[int, int]:
+    """How many of the requests at ``times`` (due, or sent at once) were surely, and at most,
+    handed over before the last session was: that was up to ``_AHEAD_S`` before its time."""
+    surely = int((times < last_start - _AHEAD_S - 1e-6).sum())
+    return surely, int((times < last_start).sum())
 
 
 def test_single_requests_deferred_give_the_same_rows_and_verdicts(
@@ -62,10 +70,12 @@ def test_single_requests_deferred_give_the_same_rows_and_verdicts(
 ) -> None:
     deferred, summary = _run(tmp_path, "deferred", turns=1)
     # every Result came on the bulk link but those handed over with the last session's (once
-    # the last session has started nothing is deferred: the run's end waits for no bulk read)
-    early = int((deferred.dispatched_at < deferred.dispatched_at.max()).sum())
-    assert sum(bulk_counts) == early
-    assert 0 < early < 60
+    # the last session has started nothing is deferred: the run's end waits for no bulk read).
+    # Its hand-over pass carries what is due within the window ahead (20 ms, two arrivals
+    # here): which of them share it depends on when the passes came.
+    surely, at_most = _handed_over_before(deferred.ready_at, deferred.ready_at.max())
+    assert surely <= sum(bulk_counts) <= at_most
+    assert surely > 0
     monkeypatch.setattr(loop_module, "loop_defers", lambda settings: False)
     bulk_counts.clear()
     plain, plain_summary = _run(tmp_path, "plain", turns=1)
@@ -97,8 +107,9 @@ def test_children_are_released_at_once_only_last_turns_are_deferred(
     # process (after it nothing is deferred)
     last_start = requests[requests.node_id == 0].dispatched_at.max()
     last_turns = requests[requests.node_id == 2]
-    early = int((last_turns.dispatched_at < last_start).sum())
-    assert sum(bulk_counts) == early > 0
+    surely, at_most = _handed_over_before(last_turns.dispatched_at, last_start)
+    assert surely <= sum(bulk_counts) <= at_most
+    assert sum(bulk_counts) > 0
     done = requests.set_index(["session_id", "node_id"])
     later = requests[requests.node_id > 0]
     parents = done.loc[list(zip(later.session_id, later.node_id - 1, strict=True))]
