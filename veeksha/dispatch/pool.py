@@ -179,6 +179,7 @@ class WorkerPool:
         self._bulk_due = 0.0  # (its loop time)
         self._bulk_read_at = 0.0  # loop time of the last collect
         self._wake_ups = WakeUps()  # the workers' release timers' (WorkerStats), as they stop
+        self.deferred_results = 0  # Results taken from the bulk links (nobody waited for them)
 
     # ---------------------------------------------------------------------------------- public
 
@@ -419,6 +420,7 @@ class WorkerPool:
         for h in self._live:
             if h.deferred and h.bulk is not None:
                 self._take(h.bulk.drain(), results)
+        self.deferred_results += len(results)
         return results
 
     def _arm_bulk_timer(self) -> None:

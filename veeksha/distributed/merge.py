@@ -367,6 +367,7 @@ def _run_info(
         "worker_cpu_wait_s": total("worker_cpu_wait_s"),
         "num_workers": total("num_workers"),
         "release_wake_ups": WakeUps.summed(run.get("release_wake_ups") for run in finished),
+        "deferred_results": total("deferred_results"),
         "chunk_stamps_clamped": total("chunk_stamps_clamped"),
         "target": next((run.get("target") for run in finished if run.get("target")), None),
         "phases": move_phases(runs, shifts),

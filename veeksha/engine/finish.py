@@ -60,6 +60,7 @@ class RunFinish:
     main_cpu_wait_s: float | None
     worker_cpu_wait_s: float | None
     release_wake_ups: dict[str, Any] | None
+    deferred_results: int
     server_metrics: dict[str, Any] | None
     target_context: TargetContext | None
 
@@ -150,6 +151,7 @@ class RunFinish:
             "main_cpu_wait_s": self.main_cpu_wait_s,
             "worker_cpu_wait_s": self.worker_cpu_wait_s,
             "release_wake_ups": self.release_wake_ups,
+            "deferred_results": self.deferred_results,
             "num_workers": self.num_workers,
             "chunk_timestamps": chunk_timestamps(
                 self.scenario.runtime.chunk_timestamps, [c.api_base for c in target.clients]

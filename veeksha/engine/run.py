@@ -203,6 +203,7 @@ class _Run(RunSetup, RunFinish):
         self.main_cpu_wait_s: float | None = None
         self.worker_cpu_wait_s: float | None = None
         self.release_wake_ups: dict[str, Any] | None = None
+        self.deferred_results = 0
         self.plots = True
         self.evaluate = True
         self.trace: OpenTrace | None = None
@@ -451,6 +452,7 @@ class _Run(RunSetup, RunFinish):
                 await self.pool.stop(grace_s=0.0)
                 if isinstance(self.pool, WorkerPool):  # (a dry run's pool holds nothing)
                     self.release_wake_ups = self.pool.wake_ups()
+                    self.deferred_results = self.pool.deferred_results
             finally:  # (the watch's last scrape after the drain: every answer counted)
                 self.watch = None
                 self.server_metrics = None if watch is None else watch.stop()

@@ -85,8 +85,15 @@ def _lifecycle(data: HealthInput) -> Outcome:
     if broken:
         detail = "timestamps out of their documented order: " + "; ".join(broken)
         return Outcome(FAIL, detail + note, statistics)
+    deferred = data.run_info.get("deferred_results")
     parts = [
         f"{name.replace('_', ' ')} p99 {s['p99']:.3f} ms"
+        # (why completed → processed may reach the bulk links' read interval, 20 ms)
+        + (
+            f" ({deferred} Results nobody waited for, read on the main process' cadence)"
+            if name == "completed_to_processed" and deferred
+            else ""
+        )
         for name, s in delays.items()
         if s["count"]
     ]

@@ -76,10 +76,15 @@ def test_single_requests_deferred_give_the_same_rows_and_verdicts(
     surely, at_most = _handed_over_before(deferred.ready_at, deferred.ready_at.max())
     assert surely <= sum(bulk_counts) <= at_most
     assert surely > 0
+    assert summary["run"]["deferred_results"] == sum(bulk_counts)  # said, and why it waited:
+    detail = json.loads((tmp_path / "deferred" / "health.json").read_text())
+    (lifecycle,) = [c for c in detail["checks"] if c["name"] == "lifecycle_delays"]
+    assert f"({sum(bulk_counts)} Results nobody waited for, read on" in lifecycle["detail"]
     monkeypatch.setattr(loop_module, "loop_defers", lambda settings: False)
     bulk_counts.clear()
     plain, plain_summary = _run(tmp_path, "plain", turns=1)
     assert sum(bulk_counts) == 0
+    assert plain_summary["run"]["deferred_results"] == 0
     assert len(deferred) == len(plain) == 60
     assert (deferred.status == "ok").all()
     pd.testing.assert_frame_equal(deferred[_SAME], plain[_SAME])

@@ -333,6 +333,7 @@ def _run_info(
         "num_workers": total("num_workers"),
         # (newer than this copy of the merge: summed as the merge sums them)
         "release_wake_ups": WakeUps.summed(run.get("release_wake_ups") for run in finished),
+        "deferred_results": total("deferred_results"),
         "chunk_stamps_clamped": total("chunk_stamps_clamped"),
         "target": next((run.get("target") for run in finished if run.get("target")), None),
         "phases": move_phases(runs, shifts),
