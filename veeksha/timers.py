@@ -130,7 +130,7 @@ class WakeUps:
     """What a run's wake-ups were: how many, how many came later than the lead of their time,
     the slowest, the longest lead, and their latencies in quarter-octave buckets (bucket ``b``
     holds ``2^(b/4)`` to ``2^((b+1)/4)`` µs, bucket 0 everything under 1.19 µs): a worker's
-    account, summed over a run's workers (``add``) and its shards (``from_dict``)."""
+    account, summed over a run's workers (``add``) and its shards (``summed``)."""
 
     __slots__ = ("count", "histogram", "late", "lead_max_ns", "max_ns", "workers")
 
@@ -173,7 +173,7 @@ class WakeUps:
         return 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        """summary.json's ``run.release_wake_ups`` (docs/output.md)."""
+        """summary.json's ``run.release_wake_ups`` (docs/evaluation_outputs.md)."""
         return {
             "workers": self.workers,
             "count": self.count,
@@ -245,7 +245,7 @@ class WakeLead:
         self._last_ns = 0
         self._gap_ns = 0.0  # (a moving mean of the time between wake-ups)
         self.seen = 0
-        self.wake_ups = WakeUps()  # (the whole run's, for its summary)
+        self.wake_ups = WakeUps(workers=1)  # (this loop's whole run, for the run's summary)
 
     def observe(self, latency_ns: int, now_ns: int) -> None:
         """A wake-up at ``now_ns``, ``latency_ns`` after the time it was armed for."""
