@@ -145,12 +145,14 @@ def shard_result(shard: ShardState) -> ShardResult:
         "lost": shard.lost,
         "lost_at_wall_ns": shard.lost_at_wall_ns,
     }
+    if shard.lost is None:  # its rows say it all: its trace is not read (a line per request)
+        return ShardResult(spec=shard.spec, folder=shard.copy.folder, **known)
     traced, traced_sessions = pending_work(shard.copy.folder)
-    if shard.lost is None or shard.copy.snapshot is None:
+    if shard.copy.snapshot is None:
         return ShardResult(
             spec=shard.spec,
             folder=shard.copy.folder,
-            in_flight=traced if shard.lost is not None else [],
+            in_flight=traced,
             started_sessions=set(traced_sessions),
             **known,
         )

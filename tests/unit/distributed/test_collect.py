@@ -153,9 +153,13 @@ def test_a_lost_shards_account_adds_the_trace_lines_its_last_snapshot_missed(
     assert [r["request_id"] for r in rows] == [3, 5, 7]
     assert {r["error_kind"] for r in rows} == {SHARD_LOST}
     assert [(r["agent"], r["round"]) for r in rows] == [(None, None), (None, None), ("pro", 1)]
-    # a finished shard: its folder holds it all, nothing is in flight
+    # a finished shard: its folder holds it all, nothing is in flight, and its trace (a line
+    # per request: seconds and hundreds of MB of the driver's for a million) is not read
     shard.lost = None
-    assert shard_result(shard).in_flight == []  # type: ignore[arg-type]
+    (folder / "trace.jsonl").write_text("not json: never read\n")
+    finished = shard_result(shard)  # type: ignore[arg-type]
+    assert finished.in_flight == []
+    assert finished.started_sessions is None  # (unknown: the merge takes its rows' ids)
 
 
 # --------------------------------------------------------------- the driver's pull loop
