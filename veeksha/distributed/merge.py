@@ -165,7 +165,9 @@ def merge_shards(
         shift_s = shift_ns / _NS
         shifts[index] = shift_s
         run_shifts.append(shift_s)
-        started_parts = [np.fromiter(shard.started_sessions or (), dtype=np.int64)]
+        started_parts = [
+            np.zeros(0, np.int64) if shard.started_sessions is None else shard.started_sessions
+        ]
         with_rows = np.zeros(0, dtype=np.int64)
         known: set[tuple[int, int, int]] = set()
         if _has_results(shard.folder):

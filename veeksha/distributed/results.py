@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
 from veeksha.distributed.clock import OffsetEstimate
 from veeksha.evaluate.exit_codes import ExitCode
 from veeksha.schedule.shards import ShardSpec, owned_below
@@ -25,7 +28,7 @@ class ShardResult:
     completed, one dict per request with ``session_id``, ``node_id`` and optionally
     ``request_id``, ``phase``, ``ready_at``, ``dispatched_at`` (seconds since the shard's t0),
     ``client``, ``model``, ``worker_id``, ``attempt``. ``started_sessions``: the global
-    indexes of the sessions it started (None: unknown; then the ids in its rows and in
+    indexes of the sessions it started, sorted (None: unknown; then the ids in its rows and in
     ``in_flight``). ``t0_wall_ns``: the shard's t0 on its own wall clock, if the driver knows
     it (else read from the folder).
     """
@@ -36,7 +39,7 @@ class ShardResult:
     offset_after: OffsetEstimate | None = None
     lost: str | None = None
     in_flight: list[dict[str, Any]] = field(default_factory=list)
-    started_sessions: set[int] | None = None
+    started_sessions: NDArray[np.int64] | None = None  # (sorted)
     t0_wall_ns: int | None = None
     lost_at_wall_ns: int | None = None  # when the driver saw it lost (driver's wall clock)
 
@@ -54,7 +57,10 @@ class ShardResult:
         if snapshot is None:
             return cls(spec, folder, **known)
         next_session = snapshot.get("next_session")
-        started = None if next_session is None else set(owned_below(spec, int(next_session)))
+        started = None
+        if next_session is not None:
+            owned = owned_below(spec, int(next_session))
+            started = np.arange(owned.start, owned.stop, owned.step, dtype=np.int64)
         return cls(
             spec,
             folder,

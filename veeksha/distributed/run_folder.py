@@ -147,20 +147,22 @@ def shard_result(shard: ShardState) -> ShardResult:
     }
     if shard.lost is None:  # its rows say it all: its trace is not read (a line per request)
         return ShardResult(spec=shard.spec, folder=shard.copy.folder, **known)
+    import numpy as np
+
     traced, traced_sessions = pending_work(shard.copy.folder)
     if shard.copy.snapshot is None:
         return ShardResult(
             spec=shard.spec,
             folder=shard.copy.folder,
             in_flight=traced,
-            started_sessions=set(traced_sessions),
+            started_sessions=traced_sessions,
             **known,
         )
     result = ShardResult.from_snapshot(shard.spec, shard.copy.folder, shard.copy.snapshot, **known)
     named = {_request_key(entry) for entry in result.in_flight}
     result.in_flight += [e for e in traced if _request_key(e) not in named]
     if result.started_sessions is not None:
-        result.started_sessions.update(traced_sessions)
+        result.started_sessions = np.union1d(result.started_sessions, traced_sessions)
     return result
 
 

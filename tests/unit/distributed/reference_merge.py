@@ -136,7 +136,9 @@ def merge_shards(
         shift_s = shift_ns / _NS
         shifts[index] = shift_s
         run_shifts.append(shift_s)
-        started: set[int] = set(shard.started_sessions or ())
+        started: set[int] = set(
+            () if shard.started_sessions is None else shard.started_sessions.tolist()
+        )
         known: set[tuple[int, int, int]] = set()
         with_rows: set[int] = set()
         if _has_results(shard.folder):

@@ -229,7 +229,7 @@ def _shards(root: Path, *, unsorted: bool) -> list[ShardResult]:
                 offset_before=offset,
                 lost="node died (test)" if lost else None,
                 in_flight=in_flight,
-                started_sessions=set(range(index, 30, SHARDS)) if lost else None,
+                started_sessions=np.arange(index, 30, SHARDS) if lost else None,
                 t0_wall_ns=t0,
                 lost_at_wall_ns=T0 + 3 * S if lost else None,
             )
