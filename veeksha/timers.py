@@ -222,7 +222,6 @@ class WakeLead:
         "budget",
         "cap_ns",
         "ns",
-        "seen",
         "wake_ups",
         "window",
     )
@@ -244,16 +243,14 @@ class WakeLead:
         self._order: list[int] = []  # (the same, sorted)
         self._last_ns = 0
         self._gap_ns = 0.0  # (a moving mean of the time between wake-ups)
-        self.seen = 0
         self.wake_ups = WakeUps(workers=1)  # (this loop's whole run, for the run's summary)
 
     def observe(self, latency_ns: int, now_ns: int) -> None:
         """A wake-up at ``now_ns``, ``latency_ns`` after the time it was armed for."""
-        self.seen += 1
         self.wake_ups.record(latency_ns, self.ns)
         if self._last_ns:
             gap = now_ns - self._last_ns
-            self._gap_ns = gap if self.seen == 2 else 0.9 * self._gap_ns + 0.1 * gap
+            self._gap_ns = gap if self.wake_ups.count == 2 else 0.9 * self._gap_ns + 0.1 * gap
         self._last_ns = now_ns
         recent, order = self._recent, self._order
         recent.append(latency_ns)
