@@ -222,6 +222,7 @@ def _load_points_node(
     for index, (plain, choices) in enumerate(variants):
         data = copy.deepcopy(plain)
         override_paths, issues = apply_overrides(data, overrides)
+        issues += _swept_keys_dropped(plain, data, choices, override_paths)
         chosen = {id(c.node): c.index for c in choices}
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -280,6 +281,37 @@ def _refuse_swept_overrides(overrides: Sequence[str], sites: list[Any]) -> None:
                 break
     if issues:
         raise ScenarioError(issues)
+
+
+def _swept_keys_dropped(
+    plain: dict[str, Any],
+    data: dict[str, Any],
+    choices: Sequence[Choice],
+    override_paths: Sequence[tuple[PathPart, ...]],
+) -> list[ScenarioIssue]:
+    """An override of a section's ``type`` keeps only the keys the new type accepts: one that
+    drops a swept key would run every point alike under different labels: refused."""
+    issues = []
+    for choice in choices:
+        path = choice.site.path
+        if not _exists(plain, path) or _exists(data, path):
+            continue
+        culprits = [
+            p for p in override_paths if p[-1] == "type" and tuple(path[: len(p) - 1]) == p[:-1]
+        ]
+        where = format_path(culprits[-1] if culprits else path)
+        issues.append(
+            ScenarioIssue(
+                OVERRIDE_SOURCE,
+                None,
+                None,
+                where,
+                f"changes the section's type, which drops {format_path(path)}, swept by "
+                f"{EXPAND_TAG} at {choice.site.file}:{choice.site.line}: every point would run "
+                "alike; edit the file's section instead (or remove the tag)",
+            )
+        )
+    return issues
 
 
 def _name_points(

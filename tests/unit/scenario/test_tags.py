@@ -199,3 +199,21 @@ def test_an_override_of_a_swept_key_is_refused(tmp_path: Path) -> None:
         (issue,) = caught.value.issues
         assert str(issue).startswith("<--set>: traffic_scheduler.interval_generator")
         assert f"swept by !expand at {path}:2" in str(issue)
+
+
+def test_an_override_of_a_type_that_drops_a_swept_key_is_refused(tmp_path: Path) -> None:
+    # (a type's change keeps only the keys the new type accepts: the swept key would vanish)
+    text = "traffic_scheduler:\n  type: rate\n" + TWO_TAGS.removeprefix("traffic_scheduler:\n")
+    path = write(tmp_path, "s.yaml", text)
+    generator = "traffic_scheduler.interval_generator"
+    for override in ("traffic_scheduler.type=concurrent", f"{generator}.type=fixed"):
+        with pytest.raises(ScenarioError) as caught:
+            load_points(path, (override,))
+        (issue,) = caught.value.issues
+        where = override.split("=")[0]
+        assert str(issue).startswith(f"<--set>: {where}: changes the section's type, which drops")
+        assert f"{RATE}, swept by !expand at {path}:3" in str(issue)
+    # a type that keeps the swept key is a normal override: gamma takes arrival_rate too
+    kept = load_points(path, (f"{generator}.type=gamma",))
+    rates = [p.scenario.traffic_scheduler.interval_generator.arrival_rate for p in kept.points]
+    assert rates == [1, 1, 1, 2, 2, 2]
