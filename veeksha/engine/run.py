@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -437,32 +437,35 @@ class _Run(RunSetup, RunFinish):
         main_wait, worker_wait = CpuWait([os.getpid()]), CpuWait(self.pool.worker_pids.values())
         main_wait.start()
         worker_wait.start()
-        try:
-            progress.start()
-            traffic.start(t0_ns)
-            await finished
-        finally:
-            self.main_cpu_wait_s, self.worker_cpu_wait_s = main_wait.stop(), worker_wait.stop()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
-            progress.stop()
+        # Ctrl-C from the traffic's end on: held until the run's end is written
+        with contextlib.ExitStack() as held:
             try:
-                if self._drain_task is not None:
-                    await self._drain_task
-                await self.pool.stop(grace_s=0.0)
-                if isinstance(self.pool, WorkerPool):  # (a dry run's pool holds nothing)
-                    self.release_wake_ups = self.pool.wake_ups()
-                    self.deferred_results = self.pool.deferred_results
-            finally:  # (the watch's last scrape after the drain: every answer counted)
-                self.watch = None
-                self.server_metrics = None if watch is None else watch.stop()
-            if traffic.in_flight:
-                traffic.abandon_in_flight("worker_lost")
-            if self.probe is not None:
-                self.probe.detach()
-            timers.close()
-            self.main_cpu_s = time.process_time() - cpu_start
-        self._finish(target, writer, t0_ns, t0_wall, t0_wall_ns)
+                progress.start()
+                traffic.start(t0_ns)
+                await finished
+            finally:
+                self.main_cpu_wait_s, self.worker_cpu_wait_s = main_wait.stop(), worker_wait.stop()
+                progress.stop()
+                try:  # (Ctrl-C in the drain stops it as in the traffic: its grace cut short)
+                    if self._drain_task is not None:
+                        await self._drain_task
+                    await self.pool.stop(grace_s=0.0)
+                    if isinstance(self.pool, WorkerPool):  # (a dry run's pool holds nothing)
+                        self.release_wake_ups = self.pool.wake_ups()
+                        self.deferred_results = self.pool.deferred_results
+                finally:  # (the watch's last scrape after the drain: every answer counted)
+                    for sig in (signal.SIGINT, signal.SIGTERM):
+                        loop.remove_signal_handler(sig)
+                    held.enter_context(signals_held(self._say, self.run_dir))  # (no gap between)
+                    self.watch = None
+                    self.server_metrics = None if watch is None else watch.stop()
+                if traffic.in_flight:
+                    traffic.abandon_in_flight("worker_lost")
+                if self.probe is not None:
+                    self.probe.detach()
+                timers.close()
+                self.main_cpu_s = time.process_time() - cpu_start
+            self._finish(target, writer, t0_ns, t0_wall, t0_wall_ns)
 
     def _submit(self, item: WorkItem) -> int:
         assert self.pool is not None
@@ -525,10 +528,25 @@ class _Run(RunSetup, RunFinish):
         traffic = self.traffic
         assert traffic is not None
         if self.signals == 1:
+            grace = self.scenario.runtime.post_timeout_grace_seconds
+            waits = f"get {grace:g} s to finish"
+            waits = "are awaited" if grace < 0 else "are stopped" if grace == 0 else waits
+            self._say(
+                f"interrupted: no new requests; the {len(traffic.in_flight)} in flight {waits}"
+                " (interrupt again to stop them at once)"
+            )
             traffic.stop("interrupted")
         elif self._drain_task is None or self.signals >= 2:
+            if self.signals == 2:
+                self._say("interrupted again: the requests in flight are stopped now")
             task = asyncio.get_running_loop().create_task(self._drain(0.0))
             self._drain_task = self._drain_task or task
+
+    def _say(self, message: str) -> None:
+        """A line for run.log and for the console, even a quiet run's (a signal's answer)."""
+        self.log.warning(message)
+        sys.stderr.write(f"{message}\n")
+        sys.stderr.flush()
 
     def _on_fatal(self, error: VeekshaError) -> None:
         """The worker pool gave up (workers keep dying): stop, keep what was collected."""
@@ -537,6 +555,33 @@ class _Run(RunSetup, RunFinish):
         if self.traffic is not None:
             self.traffic.stop("worker_failure")
             self.traffic.abandon_in_flight("worker_lost")
+
+
+@contextlib.contextmanager
+def signals_held(say: Callable[[str], None], run_dir: Path) -> Iterator[None]:
+    """Ctrl-C (SIGINT or SIGTERM) while a run writes its end (the last rows, the evaluation,
+    summary.json) is held until the end is written, then raised (``KeyboardInterrupt``): the run
+    is whole, and a sweep or a search runs nothing more. A second one raises at once."""
+    held: list[int] = []
+
+    def hold(signum: int, _frame: object) -> None:
+        held.append(signum)
+        if len(held) > 1:
+            raise KeyboardInterrupt
+        say(
+            f"{signal.Signals(signum).name} while the run's results are written: they are"
+            " finished first (again: stop at once, `veeksha report RUN_DIR` evaluates later)"
+        )
+
+    previous = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if held:
+        say(f"the run's results are written: {run_dir}")
+        raise KeyboardInterrupt
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

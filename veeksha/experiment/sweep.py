@@ -323,7 +323,12 @@ def run_sweep(
     except KeyboardInterrupt:
         interrupted = True
     finally:
-        table = write_outputs(sweep_dir, plots=plots)
+
+        def plot_failed(error: Exception) -> None:
+            # (a second Ctrl-C can leave matplotlib half imported: the table is what matters)
+            echo(f"sweep plots not drawn: {error!r}; `veeksha report {sweep_dir}` draws them")
+
+        table = write_outputs(sweep_dir, plots=plots, plot_failed=plot_failed)
     if interrupted:
         echo(f"sweep interrupted; resume with: veeksha run --resume {sweep_dir}")
     codes = [int(c) for c in table["exit_code"].dropna().tolist()]

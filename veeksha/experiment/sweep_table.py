@@ -21,7 +21,7 @@ plots show them, never mix them silently with good ones.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -187,17 +187,29 @@ def read_table(sweep_dir: str | Path) -> pd.DataFrame:
     return sweep_table(sweep_dir)
 
 
-def write_outputs(sweep_dir: str | Path, *, plots: bool = True) -> pd.DataFrame:
-    """(Re)write sweep.parquet and, unless ``plots`` is false, the plots; returns the table."""
+def write_outputs(
+    sweep_dir: str | Path,
+    *,
+    plots: bool = True,
+    plot_failed: Callable[[Exception], None] | None = None,
+) -> pd.DataFrame:
+    """(Re)write sweep.parquet and, unless ``plots`` is false, the plots; returns the table.
+    ``plot_failed``: told why the plots could not be drawn (the table is written) instead of a
+    raise."""
     from veeksha.experiment.sweep import read_manifest
 
     sweep_dir = Path(sweep_dir)
     table = sweep_table(sweep_dir)
     table.to_parquet(sweep_dir / TABLE_FILE, index=False)
     if plots:
-        from veeksha.experiment.sweep_plots import write_sweep_plots
+        try:
+            from veeksha.experiment.sweep_plots import write_sweep_plots
 
-        write_sweep_plots(sweep_dir, table, read_manifest(sweep_dir))
+            write_sweep_plots(sweep_dir, table, read_manifest(sweep_dir))
+        except Exception as error:
+            if plot_failed is None:
+                raise
+            plot_failed(error)
     return table
 
 

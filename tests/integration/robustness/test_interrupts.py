@@ -58,6 +58,8 @@ def test_one_signal_drains_in_flight_evaluates_and_exits_3(tmp_path: Path, sig: 
     # the drain took one request's time, not the 5 s grace; then evaluation and writing
     assert time.monotonic() - signalled < 10
     assert "the run was interrupted" in result.stderr, result.stderr
+    # the signal is answered at once on the console (and in run.log), even before the drain
+    assert "in flight get 5 s to finish (interrupt again to stop them at once)" in result.stderr
     run.assert_no_survivors()
 
     audit = audit_run(run.run_dir)
@@ -84,6 +86,7 @@ def test_second_sigint_stops_at_once_and_leaves_readable_parquet(tmp_path: Path)
     result = run.finish(timeout=30)
     assert result.code == 3, result.output
     assert "Traceback" not in result.output
+    assert "interrupted again: the requests in flight are stopped now" in result.stderr
     run.assert_no_survivors()
 
     audit = audit_run(run.run_dir)
@@ -119,3 +122,41 @@ def test_sigkill_keeps_all_but_the_last_second_and_leaves_no_process(tmp_path: P
     assert len(old) >= 20
     missing = [i for i in old if i not in recorded]
     assert not missing, f"{len(missing)} requests of earlier seconds have no row"
+
+
+_MANY_FAST = """\
+    seed: 1
+    traffic_scheduler: {type: rate, interval_generator: {type: fixed, interval: 0.0005}}
+    session_generator:
+      type: synthetic
+      session_graph: {type: single_request}
+      output_spec: {text: {output_length_generator: {type: fixed, value: 8}}}
+    runtime: {max_sessions: 4000, benchmark_timeout: 60}
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_the_end_is_written_is_held_until_it_is(tmp_path: Path, sig: int) -> None:
+    # Signalled after the traffic (the watch's last scrape is written when the drain is done),
+    # while the rows are flushed and evaluated: the end is finished, then the signal ends the
+    # command (exit 3), and the run is whole (its traffic was not interrupted).
+    run = start_run(write_scenario(tmp_path, _MANY_FAST), tmp_path / "out")
+    run.wait_dispatching(requests=1)
+    scraped = run.run_dir / "server_metrics.parquet"
+    deadline = time.monotonic() + 30
+    while not scraped.exists() and run.proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    assert run.proc.poll() is None, "the run ended before the signal could be sent"
+    run.send(sig)
+    result = run.finish(timeout=30)
+    assert result.code == 3, result.output
+    assert "Traceback" not in result.output
+    assert "while the run's results are written: they are finished first" in result.stderr
+    assert f"the run's results are written: {run.run_dir}" in result.stderr
+    written = summary(run.run_dir)["run"]
+    assert (written["interrupted"], written["stop_reason"]) == (False, "completed")
+    assert "ended (completed): 4000 sessions" in (run.run_dir / "run.log").read_text()
+    audit = audit_run(run.run_dir, report=False)
+    assert audit.requests.num_rows == 4000
+    assert audit.metadata["interrupted"] == "false"
+    run.assert_no_survivors()

@@ -15,7 +15,7 @@ from veeksha.experiment.sweep import (
     point_groups,
     sweep_exit_code,
 )
-from veeksha.experiment.sweep_table import sweep_table, value_columns
+from veeksha.experiment.sweep_table import read_table, sweep_table, value_columns, write_outputs
 from veeksha.scenario.loader import load_points_text
 
 SWEEP = "seed: 1\nclient: {model: !expand [a, b/c d, e]}\n"
@@ -132,3 +132,27 @@ def test_compare_matches_points_on_equal_values_whatever_their_type() -> None:
     assert [c["matched"] for c in changes] == ["rate=4.0", "rate=8.0", None]
     assert [c["ttfc_p50_s"] for c in changes] == [0.0, pytest.approx(0.5), None]
     assert changes[0]["e2e_p99_s"] is None
+
+
+def test_plots_that_cannot_be_drawn_leave_the_table_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from veeksha.experiment import sweep_plots
+
+    def broken(*_args: object) -> None:  # (as a second Ctrl-C leaves a half-imported matplotlib)
+        raise AttributeError("module 'matplotlib' has no attribute '_docstring'")
+
+    monkeypatch.setattr(sweep_plots, "write_sweep_plots", broken)
+    loaded = load_points_text("seed: !expand [1, 2]\n", "s.yaml")
+    sweep_dir = create_sweep(loaded, tmp_path)
+    (sweep_dir / point_folder(loaded.points[0])).mkdir()
+    (sweep_dir / point_folder(loaded.points[0]) / "summary.json").write_text(json.dumps(_summary()))
+    failures: list[Exception] = []
+    table = write_outputs(sweep_dir, plot_failed=failures.append)
+    assert [str(f) for f in failures] == ["module 'matplotlib' has no attribute '_docstring'"]
+    assert table["status"].tolist() == ["complete", "not_run"]
+    assert read_table(sweep_dir)["status"].tolist() == ["complete", "not_run"]
+    (sweep_dir / "sweep.parquet").unlink()
+    with pytest.raises(AttributeError):  # (`veeksha report SWEEP_DIR` says it loudly)
+        write_outputs(sweep_dir)
+    assert (sweep_dir / "sweep.parquet").exists()
