@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from veeksha.dispatch.settings import resolve_api_key
 from veeksha.errors import ConfigurationError, TargetError
 from veeksha.net import fetch, setup_timeout
+from veeksha.scenario.clients import api_base_problem
 from veeksha.scenario.models import (
     DEFAULT_CLIENT,
     ChatCompletionsClient,
@@ -113,6 +114,8 @@ def check_reachable(
             f"{api_base} refused the credentials (HTTP {answer.status}): set client.api_key_env "
             "to the environment variable holding a valid key"
         )
+    if answer.status == 404 and not api_base.rstrip("/").endswith("/v1"):
+        _refuse_missing_v1(api_base, api_key)
     if not answer.ok:  # some servers have no /models; anything that answers HTTP is reachable
         return
     try:
@@ -128,6 +131,22 @@ def check_reachable(
         raise TargetError(
             f"client.model {model!r} is not served by {api_base} (it serves "
             f"{', '.join(repr(m) for m in served[:5])}): fix client.model"
+        )
+
+
+def _refuse_missing_v1(api_base: str, api_key: str | None) -> None:
+    """``{api_base}/models`` is not found: when ``{api_base}/v1/models`` lists models, every
+    request would be a 404 too (the paths live under /v1): a TargetError naming the fix."""
+    with_v1 = api_base.rstrip("/") + "/v1"
+    try:
+        answer = fetch("GET", with_v1 + "/models", api_key=api_key, timeout_s=setup_timeout(2.0))
+        served = _served_models(answer.json()) if answer.ok else []
+    except (TargetError, ValueError):
+        return
+    if served:
+        raise TargetError(
+            f"GET {api_base.rstrip('/')}/models answered HTTP 404 and {with_v1}/models lists "
+            f"models: every request would be a 404; set client.api_base to {with_v1}"
         )
 
 
@@ -264,7 +283,13 @@ def spawn_simulator(
 
 
 def _client_api_base(client: ChatCompletionsClient | CompletionsClient) -> str | None:
-    return client.api_base or os.environ.get("OPENAI_API_BASE") or None
+    if client.api_base:
+        return client.api_base
+    from_env = os.environ.get("OPENAI_API_BASE") or None
+    problem = None if from_env is None else api_base_problem(from_env)
+    if problem is not None:  # (the scenario's own api_base was checked as it was loaded)
+        raise ConfigurationError(f"OPENAI_API_BASE (the environment's client.api_base) {problem}")
+    return from_env
 
 
 def _simulated(scenario: Scenario) -> list[str]:

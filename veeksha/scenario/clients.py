@@ -3,6 +3,7 @@ prompt tokens are counted (tokenizers)."""
 
 import json
 from typing import Annotated, Any, Literal, Self
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
@@ -58,6 +59,31 @@ def _object_or_json_string(schema: dict[str, Any]) -> None:
     schema["anyOf"] = [{"type": "object"}, {"type": "string", "description": "A JSON object."}]
 
 
+def api_base_problem(value: str) -> str | None:
+    """Why ``value`` cannot be an OpenAI API's base URL (None: it can): not http(s), no host, a
+    port that is not one, a query or fragment (the paths are appended to it), or credentials
+    (which every file of the run would quote: the key goes in ``api_key_env``)."""
+    example = "e.g. http://127.0.0.1:8000/v1"
+    if not value.lower().startswith(("http://", "https://")):
+        return f"must be an http:// or https:// URL, {example} (got {value!r})"
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018  (raises for a port out of range or not a number)
+    except ValueError as error:
+        return f"is not a valid URL ({error}), {example} (got {value!r})"
+    if not parts.hostname:
+        return f"has no host, {example} (got {value!r})"
+    if parts.query or parts.fragment or value.endswith(("?", "#")):
+        return f"takes no query or fragment: request paths are appended to it, {example}"
+    if parts.username is not None or parts.password is not None:
+        shown = value.replace(f":{parts.password}@", ":***@") if parts.password else value
+        return (
+            "must not hold credentials (user:password@): the run's files would quote them; "
+            f"put the key in the variable named by api_key_env (got {shown!r})"
+        )
+    return None
+
+
 class _OpenAIClientBase(StrictModel):
     api_base: str | None = Field(
         None,
@@ -71,10 +97,9 @@ class _OpenAIClientBase(StrictModel):
     @field_validator("api_base")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.lower().startswith(("http://", "https://")):
-            raise ValueError(
-                f"must be an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1 (got {value!r})"
-            )
+        problem = None if value is None else api_base_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     api_key_env: str = Field(

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from veeksha.errors import ScenarioError
-from veeksha.scenario.loader import load_scenario
+from veeksha.scenario.loader import load_scenario, load_scenario_text
 
 from .helpers import UPSTREAM_SAMPLES, issues_of, only_issue
 
@@ -178,3 +178,26 @@ def test_a_burst_phase_needs_a_session_count() -> None:
         "s.yaml:3:5: phases[0]: a fixed interval of 0 starts all its sessions at once:"
         " give max_sessions"
     ]
+
+
+@pytest.mark.parametrize(
+    ("api_base", "message"),
+    [
+        ("http://[::1/v1", "is not a valid URL (Invalid IPv6 URL)"),
+        ("http://127.0.0.1:99999/v1", "is not a valid URL (Port out of range 0-65535)"),
+        ("http://127.0.0.1:abc/v1", "is not a valid URL (Port could not be cast"),
+        ("http:///v1", "has no host"),
+        ("http://127.0.0.1:8000/v1?x=1", "takes no query or fragment"),
+        ("http://127.0.0.1:8000/v1#top", "takes no query or fragment"),
+        ("http://me:hunter2@127.0.0.1:8000/v1", "must not hold credentials (user:password@)"),
+    ],
+)
+def test_an_api_base_that_cannot_be_one_is_named_before_anything_starts(
+    api_base: str, message: str
+) -> None:
+    issue = only_issue(f"client: {{model: m, api_base: '{api_base}'}}\n")
+    assert issue.path == "client.api_base"
+    assert issue.message.startswith(message), issue.message
+    assert "hunter2" not in issue.message  # (the password is masked where the URL is quoted)
+    fine = "client: {model: m, api_base: 'http://[::1]:8000/v1'}\n"
+    assert load_scenario_text(fine, "s.yaml").client.api_base == "http://[::1]:8000/v1"
