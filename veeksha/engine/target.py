@@ -195,6 +195,13 @@ class TargetContext(AbstractContextManager["Target"]):
         for name, client in entries:
             api_key = resolve_api_key(client)
             api_base = _client_api_base(client)
+            label = "client" if name == DEFAULT_CLIENT and not scenario.clients else name
+            named = "api_key_env" in client.model_fields_set and client.api_key is None
+            if named and api_key is None and (api_base is not None or managed is not None):
+                raise ConfigurationError(
+                    f"{label}.api_key_env names {client.api_key_env}, which is not set (or is"
+                    " empty) in this environment: export it, or remove api_key_env to send no key"
+                )
             if api_base is None and managed is not None:  # served by the managed server
                 model = client.model or managed.model
                 resolved.append(ClientTarget(name, managed.api_base, model, api_key, "managed"))
@@ -202,7 +209,6 @@ class TargetContext(AbstractContextManager["Target"]):
             if api_base is None:
                 resolved.append(None)  # served by the built-in simulator
                 continue
-            label = "client" if name == DEFAULT_CLIENT and not scenario.clients else name
             if not client.model:
                 raise ConfigurationError(
                     f"{label}: model is required with api_base {api_base}: set its model to "

@@ -18,7 +18,13 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from tests.integration.robustness.helpers import audit_run, cli_env, start_run, write_scenario
+from tests.integration.robustness.helpers import (
+    audit_run,
+    cli_env,
+    run_in_process,
+    start_run,
+    write_scenario,
+)
 
 
 class _RecordingServer:
@@ -148,3 +154,26 @@ def test_a_planted_key_is_sent_and_never_written(
     # a fragment long enough to identify it is not there either (e.g. an unmasked suffix)
     fragment = key[-16:].encode()
     assert not [str(p) for p in files if fragment in p.read_bytes()]
+
+
+def test_an_api_key_env_naming_an_unset_variable_is_refused_before_anything_is_sent(
+    tmp_path: Path, server: _RecordingServer
+) -> None:
+    scenario = write_scenario(
+        tmp_path,
+        f"client: {{api_base: {server.base_url}, model: m, api_key_env: VEEKSHA_UNSET_KEY}}\n",
+    )
+    result = run_in_process(scenario, tmp_path / "out", env=cli_env())
+    assert result.code == 2, result.output
+    assert result.stderr.strip() == (
+        "error: client.api_key_env names VEEKSHA_UNSET_KEY, which is not set (or is empty) in"
+        " this environment: export it, or remove api_key_env to send no key"
+    )
+    assert server.authorizations == []  # (not even the start-up probe)
+    # the default variable (OPENAI_API_KEY), unset, is a server without keys: no key is sent
+    plain = write_scenario(
+        tmp_path,
+        f"client: {{api_base: {server.base_url}, model: m}}\nruntime: {{max_sessions: 2}}\n",
+    )
+    assert run_in_process(plain, tmp_path / "plain", env=cli_env()).code == 0
+    assert server.authorizations and set(server.authorizations) == {""}
