@@ -13,6 +13,7 @@ from pathlib import Path
 from veeksha.errors import ConfigurationError
 from veeksha.scenario.loader import dump_resolved_yaml, scenario_hash
 from veeksha.scenario.models import Scenario
+from veeksha.scenario.session_generators import TraceSessionGenerator
 
 __all__ = ["CONFIG_FILE", "create_run_folder", "run_folder_name", "write_config"]
 
@@ -56,8 +57,14 @@ def create_run_folder(
 
 
 def write_config(run_dir: str | Path, scenario: Scenario) -> Path:
-    """Write the fully resolved scenario (secrets redacted) to ``<run_dir>/config.yaml``."""
+    """Write the fully resolved scenario (secrets redacted) to ``<run_dir>/config.yaml``. A
+    trace's path is written absolute: ``veeksha report`` reads the trace again from anywhere."""
     path = Path(run_dir) / CONFIG_FILE
+    generator = scenario.session_generator
+    if isinstance(generator, TraceSessionGenerator):
+        absolute = str(Path(generator.trace_file).absolute())
+        generator = generator.model_copy(update={"trace_file": absolute})
+        scenario = scenario.model_copy(update={"session_generator": generator})
     try:
         path.write_text(dump_resolved_yaml(scenario), encoding="utf-8")
     except OSError as exc:

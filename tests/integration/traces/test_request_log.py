@@ -203,3 +203,28 @@ runtime: {{max_sessions: 10, num_workers: 1}}
     by_length = dict(zip(requests.target_prompt_tokens, requests.http_status, strict=True))
     assert by_length[10] == 200
     assert by_length[30] == 400
+
+
+def test_a_run_of_a_relative_trace_is_reported_again_from_any_folder(
+    tmp_path: Path, fast_simulator: SimulatorProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from veeksha.cli import main
+
+    here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"
+    here.mkdir()
+    elsewhere.mkdir()
+    _write_log(here / "log.csv")
+    monkeypatch.chdir(here)  # the trace is named relative to the current folder, as documented
+    text = _scenario(Path("log.csv"), fast_simulator, tmp_path)
+    run_dir = tmp_path / "run"
+    run_scenario(load_scenario_text(text, "t.yaml"), run_dir, quiet=True, plots=False)
+    assert f"trace_file: {here / 'log.csv'}" in (run_dir / "config.yaml").read_text()
+    monkeypatch.chdir(elsewhere)
+    invoked = CliRunner().invoke(main, ["report", str(run_dir), "--no-plots", "--quiet"])
+    assert invoked.exit_code in (0, 4), invoked.output
+    checks = {c["name"]: c for c in json.loads((run_dir / "health.json").read_text())["checks"]}
+    for name in ("dispatch_rate", "arrival_distribution"):
+        assert "no longer be read" not in checks[name]["detail"], checks[name]
+        assert checks[name]["statistics"], checks[name]

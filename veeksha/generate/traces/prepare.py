@@ -234,9 +234,13 @@ def read_meta(path: str | Path) -> PreparedTrace:
 def _load_meta(path: Path) -> PreparedTrace | None:
     try:
         meta = pq.read_metadata(path).metadata or {}
-        return PreparedTrace(**json.loads(meta[_META_KEY]))
+        found = PreparedTrace(**json.loads(meta[_META_KEY]))
     except (OSError, KeyError, TypeError, ValueError, pa.ArrowException):
         return None
+    found.cache = str(
+        path
+    )  # (where it is read from: its note is where it was made, maybe relative)
+    return found
 
 
 # ---------------------------------------------------------------------------------- convert
