@@ -167,6 +167,8 @@ class RunRecorder:
             # (a list, not a generator: the same sum in the same order, without a generator
             # frame resumed per node)
             think_time = sum([node.wait_after_ready_s for node in nodes])
+        if session.attempts:  # each re-prompt follows an answered (dispatched) attempt's row
+            num_requests += sum(session.attempts.values())
         writer = self._writer
         if writer.error is None:  # after a write error, rows are refused
             with writer.lock:

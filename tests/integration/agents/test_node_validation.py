@@ -67,6 +67,11 @@ def test_a_linear_graph_reprompts_every_turn(tmp_path: Path) -> None:
         last = session.groupby("node_id").completed_at.max()
         first_sent = session[session.attempt == 0].set_index("node_id").sent_at
         assert (first_sent.iloc[1:].values >= last.iloc[:-1].values).all()
+    # a session's num_requests counts its rows with a dispatched_at: every attempt
+    sessions = pd.read_parquet(run_dir / "sessions.parquet").set_index("session_id")
+    sent = rows[rows.dispatched_at.notna()].groupby("session_id").size()
+    assert (sessions.num_requests.loc[sent.index] == sent).all()
+    assert (sessions.num_requests > sessions.num_nodes).any()  # (some were re-prompted)
 
 
 def test_trace_rows_reprompt_a_share(tmp_path: Path) -> None:
