@@ -14,8 +14,9 @@ left out of both bounds.
 
 Outside those bounds the two views disagree: another client shares the server, the scrape
 reached another server (``server_metrics.url``), or requests were lost or duplicated on the way.
-Judged only when veeksha owns the server (a managed server or the built-in simulator with one
-process); otherwise SKIP, with the numbers in the detail.
+A disagreement FAILs only when veeksha owns the server (a managed server or the built-in
+simulator with one process); on a server it does not own, counts that agree PASS (nobody else
+finished requests there meanwhile) and counts that disagree SKIP, with the numbers in the detail.
 """
 
 from __future__ import annotations
