@@ -320,6 +320,12 @@ def _run(ctx: click.Context, path: str, overrides: Sequence[str], options: RunOp
     gc.disable()
     from veeksha.record.run_folder import create_run_folder, write_config
 
+    if _is_capacity_search(Path(path)):
+        raise click.UsageError(
+            f"{path} is a capacity search file (it names benchmark_config or"
+            " capacity_search_config), not a scenario: run it with"
+            f" `veeksha capacity-search {path}`"
+        )
     points = _load_points(path, overrides)
     if points.is_sweep:
         if options.ray is not None:

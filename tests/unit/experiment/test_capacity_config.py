@@ -207,3 +207,16 @@ def test_validate_recognises_a_search_file_and_checks_it(tmp_path: Path) -> None
     assert result.exit_code == 2
     assert "search.yaml:1:1: start_value: must be greater than 0" in result.output
     assert "broken.yaml:1:1: seed:" in result.output
+
+
+def test_run_of_a_search_file_names_the_command_that_runs_it(tmp_path: Path) -> None:
+    shipped = Path(__file__).parents[3] / "scenarios" / "capacity_search.yaml"
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        cli.main, ["run", str(shipped), "--output-dir", str(out)], prog_name="veeksha"
+    )
+    assert result.exit_code == 2
+    assert f"{shipped} is a capacity search file" in result.output
+    assert f"run it with `veeksha capacity-search {shipped}`" in result.output
+    assert "unknown key" not in result.output
+    assert not out.exists()
