@@ -101,6 +101,12 @@ def test_a_request_log_replays_its_chats_lengths_and_arrival_times(
         ("a.jsonl", '{"input_length": 1, "output_length": 2}\n{bad\n', "request_log", [":2:"]),
         ("a.csv", "input_length,output_length\n3,-1\n", "request_log", [":2:", "negative"]),
         ("a.csv", "input_length\n3\n", "request_log", [":1:", "no column 'output_length'"]),
+        (
+            "a.csv",  # (an empty cell is no session id: not a chat of every such row)
+            "session_id,input_length,output_length\na,3,1\n,3,1\n",
+            "request_log",
+            [":3:", "this row has no session_id where earlier rows differ"],
+        ),
         ("a.csv", "", "request_log", ["a.csv: the trace file is empty"]),
         ("a.csv", "input_length,output_length\n3,1\n", "mooncake_v9", ["flavor", "request_log"]),
         (

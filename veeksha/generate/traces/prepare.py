@@ -53,7 +53,8 @@ from veeksha.generate.traces.reader import TraceFileError, read_batches, unreada
 
 __all__ = ["CACHE_VERSION", "CANONICAL", "ROOTS_ONLY", "PreparedTrace", "prepare_file"]
 
-CACHE_VERSION = 9  # 7: the NODE columns; 8: NODE's valid; 9: agent, round, transcript
+CACHE_VERSION = 10  # 7: the NODE columns; 8: NODE's valid; 9: agent, round, transcript; 10: a
+# request log's empty session_id cell is no session id
 ROW_GROUP_ROWS = 65_536
 _SHOWN_LINES = 10
 _META_KEY = b"veeksha.trace"

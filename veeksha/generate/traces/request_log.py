@@ -53,7 +53,7 @@ class RequestLogFlavor(TraceFlavor):
         return pa.RecordBatch.from_arrays(
             [
                 batch.column(LINE),
-                batch.column("session_id"),
+                _empty_as_null(batch.column("session_id")),
                 pc.cast(batch.column("timestamp"), pa.float64()),
                 batch.column("input_length"),
                 batch.column("output_length"),
@@ -62,3 +62,12 @@ class RequestLogFlavor(TraceFlavor):
             ],
             names=["line", "group", "ts", "prompt_tokens", "output_tokens", "client", "priority"],
         )
+
+
+def _empty_as_null(column: pa.Array) -> pa.Array:
+    """A CSV's empty cell reads as "": no session id, as a JSON row without the key (else the
+    rows with an empty cell would all be one chat)."""
+    if column.null_count == len(column):
+        return column
+    empty = pc.equal(column, "")
+    return pc.if_else(empty, pa.scalar(None, column.type), column)
