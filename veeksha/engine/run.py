@@ -432,6 +432,10 @@ class _Run(RunSetup, RunFinish):
         self.log.info(f"t0 = {t0_wall.isoformat()}")
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal)
+        server = None if self.target_context is None else self.target_context.server
+        server_exit = None if server is None else server.exit_fd()
+        if server is not None and server_exit is not None:
+            loop.add_reader(server_exit, self._on_server_exit, server, server_exit, t0_ns)
         cpu_start = time.process_time()
         assert self.pool is not None
         main_wait, worker_wait = CpuWait([os.getpid()]), CpuWait(self.pool.worker_pids.values())
@@ -456,6 +460,9 @@ class _Run(RunSetup, RunFinish):
                 finally:  # (the watch's last scrape after the drain: every answer counted)
                     for sig in (signal.SIGINT, signal.SIGTERM):
                         loop.remove_signal_handler(sig)
+                    if server_exit is not None:
+                        loop.remove_reader(server_exit)
+                        os.close(server_exit)
                     held.enter_context(signals_held(self._say, self.run_dir))  # (no gap between)
                     self.watch = None
                     self.server_metrics = None if watch is None else watch.stop()
@@ -541,6 +548,21 @@ class _Run(RunSetup, RunFinish):
                 self._say("interrupted again: the requests in flight are stopped now")
             task = asyncio.get_running_loop().create_task(self._drain(0.0))
             self._drain_task = self._drain_task or task
+
+    def _on_server_exit(self, server: ManagedServer, fd: int, t0_ns: int) -> None:
+        """The managed server exited during the traffic: every request from now on would fail
+        (refused), so the run stops, keeping what it has (exit 3)."""
+        asyncio.get_running_loop().remove_reader(fd)
+        at_s = (self.clock.now_ns() - t0_ns) / _NS
+        message = (
+            f"the managed server exited (code {server.exit_code()}) {at_s:.3f} s after t0:"
+            f" the run stops; its log: {server.log_path}"
+        )
+        self._say(message)
+        self.outcome.interrupted = True
+        self.outcome.extra.setdefault("error", message)
+        if self.traffic is not None:
+            self.traffic.stop("server_exited")
 
     def _say(self, message: str) -> None:
         """A line for run.log and for the console, even a quiet run's (a signal's answer)."""

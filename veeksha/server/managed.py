@@ -127,6 +127,20 @@ class ManagedServer:
     def running(self) -> bool:
         return self._supervisor is not None and self._supervisor.poll() is None
 
+    def exit_fd(self) -> int | None:
+        """A pidfd that becomes readable when the server exits (its supervisor exits with it);
+        None when it is not running or the kernel has no pidfd. The caller closes it."""
+        if self._supervisor is None or self._supervisor.poll() is not None:
+            return None
+        try:
+            return os.pidfd_open(self._supervisor.pid)
+        except (AttributeError, OSError):
+            return None
+
+    def exit_code(self) -> int | None:
+        """The server's exit code once it exited (None while it runs, or before it started)."""
+        return None if self._supervisor is None else self._supervisor.poll()
+
     def describe(self) -> dict[str, object]:
         """What a run's metadata says about it (argv masked)."""
         return {
@@ -240,6 +254,7 @@ class ManagedServer:
         supervisor, self._supervisor = self._supervisor, None
         if supervisor is None:
             return None
+        ended = supervisor.poll() is not None  # (by itself, before this stop)
         if supervisor.stdin is not None:  # closing it is the stop request
             with contextlib.suppress(OSError):
                 supervisor.stdin.close()
@@ -252,7 +267,7 @@ class ManagedServer:
                         os.killpg(group, signal.SIGKILL)
             code = supervisor.wait()
         if self._log is not None:
-            self._log.close(f"stopped (exit code {code})")
+            self._log.close(f"{'had exited' if ended else 'stopped'} (exit code {code})")
         return code
 
     def __enter__(self) -> ManagedServer:

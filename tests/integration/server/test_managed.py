@@ -227,3 +227,33 @@ def test_ready_falls_back_to_models_and_stop_kills_the_process_group(tmp_path: P
         assert os.getpgid(child) == pid
     assert _gone(pid)
     assert _gone(child)
+
+
+def test_a_server_that_dies_mid_run_stops_the_run_and_says_so(tmp_path: Path) -> None:
+    # the command serves for 2 s, then its server is killed and it exits 9
+    serve = (
+        f"{VEEKSHA} sim-server --host {{host}} --port {{port}} & P=$!; sleep 2; kill -9 $P; exit 9"
+    )
+    text = QUICK.format(sessions=100_000, timeout=30).replace(
+        "server: {type: veeksha_sim}",
+        f"server: {{type: command, command: [bash, -c, {json.dumps(serve)}], model: veeksha-sim}}",
+    )
+    scenario = load_scenario_text(text, "dies.yaml")
+    run_dir = tmp_path / "run"
+    outcome = run_scenario(scenario, run_dir, quiet=True, plots=False)
+    assert outcome.interrupted  # (at the death, not at the 30-s timeout)
+    assert outcome.stop_reason == "server_exited"
+    error = outcome.extra["error"]
+    assert re.fullmatch(
+        rf"the managed server exited \(code 9\) \d+\.\d{{3}} s after t0: the run stops; its log: "
+        rf"{re.escape(str(run_dir / SERVER_LOG))}",
+        error,
+    ), error
+    assert error in (run_dir / "run.log").read_text()
+    assert (
+        (run_dir / SERVER_LOG).read_text().rstrip().endswith("[veeksha] had exited (exit code 9)")
+    )
+    rows = pq.read_table(run_dir / "requests.parquet").to_pylist()
+    assert sum(r["status"] == "ok" for r in rows) > 20  # (~2 s at 50 sessions/s)
+    summary = json.loads((run_dir / "summary.json").read_text())["run"]
+    assert (summary["interrupted"], summary["stop_reason"]) == (True, "server_exited")
