@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from veeksha.dispatch.settings import resolve_api_key
 from veeksha.errors import ConfigurationError, TargetError
 from veeksha.net import fetch, setup_timeout
-from veeksha.scenario.clients import api_base_problem
+from veeksha.scenario.clients import DEFAULT_KEY_ENV, api_base_problem
 from veeksha.scenario.models import (
     DEFAULT_CLIENT,
     ChatCompletionsClient,
@@ -196,7 +196,8 @@ class TargetContext(AbstractContextManager["Target"]):
             api_key = resolve_api_key(client)
             api_base = _client_api_base(client)
             label = "client" if name == DEFAULT_CLIENT and not scenario.clients else name
-            named = "api_key_env" in client.model_fields_set and client.api_key is None
+            # (the default variable, unset, is a server without keys; any other was chosen)
+            named = client.api_key_env != DEFAULT_KEY_ENV and client.api_key is None
             if named and api_key is None and (api_base is not None or managed is not None):
                 raise ConfigurationError(
                     f"{label}.api_key_env names {client.api_key_env}, which is not set (or is"

@@ -59,6 +59,10 @@ def _object_or_json_string(schema: dict[str, Any]) -> None:
     schema["anyOf"] = [{"type": "object"}, {"type": "string", "description": "A JSON object."}]
 
 
+#: The variable ``api_key_env`` names unless told otherwise (unset: no key is sent).
+DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+
+
 def api_base_problem(value: str) -> str | None:
     """Why ``value`` cannot be an OpenAI API's base URL (None: it can): not http(s), no host, a
     port that is not one, a query or fragment (the paths are appended to it), or credentials
@@ -103,7 +107,7 @@ class _OpenAIClientBase(StrictModel):
         return value
 
     api_key_env: str = Field(
-        "OPENAI_API_KEY", description="Environment variable holding the API key."
+        DEFAULT_KEY_ENV, description="Environment variable holding the API key."
     )
     model: str | None = Field(None, description="Model name sent in each request.")
     request_timeout: float = Field(300.0, gt=0, description="Seconds per request, whole response.")
