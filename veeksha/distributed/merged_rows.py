@@ -134,7 +134,8 @@ def merge_traces(inputs: Sequence[ShardInput], path: Path) -> None:
         try:
             _write_trace(streams, path)
         except OutOfOrderError as exc:
-            _log.warning("a shard's trace.jsonl is not in dispatch order (%s): merged again", exc)
+            # (expected: a shard's file is in hand-over order, up to the hand-over lead ahead)
+            _log.info("a shard's trace.jsonl is not in dispatch order (%s): merged again", exc)
             continue
         return
 

@@ -12,21 +12,21 @@ A line (``include_content`` adds ``messages``)::
      "target_prompt_tokens":25,"requested_output_tokens":200,
      "messages":[["user","..."],["assistant","..."],["user","..."]]}
 
-``dispatched_at`` is seconds since the run's t0, as in requests.parquet. The lengths are always
-written: they make the file a replayable trace (``flavor: timed_synthetic_session``,
-docs/traces.md). A run with several clients adds ``client`` (the name of the client that served
-the request) and a node with a priority adds ``priority``, so the replay goes to the same
-clients in the same order. A tool node's line (no request was sent) has ``"kind":"tool"`` and
-``latency_s`` instead of a client (with ``include_content``, its result as ``result`` instead of
-``messages``); a re-prompt (a failed validation's next attempt) repeats its node's line with
-``attempt`` (1, 2, ...), so the replay sends as many attempts. A node with a validation adds
-``valid`` (whether the answer passed; left out when there was no answer to check), so the replay
-ends the node as it ended: with a failed last answer when its re-prompts ran out. Such a line is
-written once its answer is checked; the lines after it wait for it, so the file stays in
-dispatch order (a replay breaks ties between equal start times by file order). A node of an
-``agent_rounds`` graph adds ``agent``, ``round`` and ``transcript`` (the node ids whose turns
-its messages merge, in order; the turns of nodes of its own agent are its ``assistant``
-messages), so the replay sends the same merged messages.
+``dispatched_at`` is seconds since the run's t0: when the request was to leave (the later of its
+hand-over and its ready time; requests.parquet's is the worker's own reading, µs later). The lengths
+are always written: they make the file a replayable trace (``flavor: timed_synthetic_session``,
+docs/traces.md). A run with several clients adds ``client`` (the name of the client that served the
+request) and a node with a priority adds ``priority``, so the replay goes to the same clients in the
+same order. A tool node's line (no request was sent) has ``"kind":"tool"`` and ``latency_s`` instead
+of a client (with ``include_content``, its result as ``result`` instead of ``messages``); a
+re-prompt (a failed validation's next attempt) repeats its node's line with ``attempt`` (1, 2, ...),
+so the replay sends as many attempts. A node with a validation adds ``valid`` (whether the answer
+passed; left out when there was no answer to check), so the replay ends the node as it ended: with a
+failed last answer when its re-prompts ran out. Such a line is written once its answer is checked;
+the lines after it wait for it, so the file stays in hand-over order (a replay breaks ties between
+equal start times by file order). A node of an ``agent_rounds`` graph adds ``agent``, ``round`` and
+``transcript`` (the node ids whose turns its messages merge, in order; the turns of nodes of its own
+agent are its ``assistant`` messages), so the replay sends the same merged messages.
 """
 
 from __future__ import annotations

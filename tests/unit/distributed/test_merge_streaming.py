@@ -6,6 +6,7 @@ after all), files out of their merge order, and batches smaller than a shard."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -249,6 +250,7 @@ def test_the_streaming_merge_writes_what_the_in_memory_merge_wrote(
     group: int,
     unsorted: bool,
 ) -> None:
+    caplog.set_level(logging.INFO, logger="veeksha.distributed.merged_rows")
     shards = _shards(tmp_path / "shards", unsorted=unsorted)
     expected = reference_merge.merge_shards(
         shards, tmp_path / "a" / "run", driver_t0_wall_ns=T0, scenario=scenario, plots=False
