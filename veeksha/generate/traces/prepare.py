@@ -238,9 +238,8 @@ def _load_meta(path: Path) -> PreparedTrace | None:
         found = PreparedTrace(**json.loads(meta[_META_KEY]))
     except (OSError, KeyError, TypeError, ValueError, pa.ArrowException):
         return None
-    found.cache = str(
-        path
-    )  # (where it is read from: its note is where it was made, maybe relative)
+    # (where it is read from now: its note is where it was made, relative to another folder)
+    found.cache = str(path)
     return found
 
 
