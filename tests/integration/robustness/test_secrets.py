@@ -176,4 +176,5 @@ def test_an_api_key_env_naming_an_unset_variable_is_refused_before_anything_is_s
         f"client: {{api_base: {server.base_url}, model: m}}\nruntime: {{max_sessions: 2}}\n",
     )
     assert run_in_process(plain, tmp_path / "plain", env=cli_env()).code == 0
-    assert server.authorizations and set(server.authorizations) == {""}
+    assert server.authorizations  # (the probe and the requests came, each without a key)
+    assert set(server.authorizations) == {""}
