@@ -33,6 +33,7 @@ __all__ = [
     "Target",
     "TargetContext",
     "check_reachable",
+    "client_api_base",
     "describe",
     "spawn_simulator",
 ]
@@ -194,7 +195,7 @@ class TargetContext(AbstractContextManager["Target"]):
         resolved: list[ClientTarget | None] = []
         for name, client in entries:
             api_key = resolve_api_key(client)
-            api_base = _client_api_base(client)
+            api_base = client_api_base(client)
             label = "client" if name == DEFAULT_CLIENT and not scenario.clients else name
             # (the default variable, unset, is a server without keys; any other was chosen)
             named = client.api_key_env != DEFAULT_KEY_ENV and client.api_key is None
@@ -289,7 +290,9 @@ def spawn_simulator(
     return simulator
 
 
-def _client_api_base(client: ChatCompletionsClient | CompletionsClient) -> str | None:
+def client_api_base(client: ChatCompletionsClient | CompletionsClient) -> str | None:
+    """The client's endpoint: its ``api_base``, else ``OPENAI_API_BASE`` (checked as the
+    scenario's is), else None (the built-in simulator or a managed server serves it)."""
     if client.api_base:
         return client.api_base
     from_env = os.environ.get("OPENAI_API_BASE") or None
@@ -305,7 +308,7 @@ def _simulated(scenario: Scenario) -> list[str]:
     models = [
         client.model or scenario.simulator.model
         for _, client in scenario.client_entries()
-        if _client_api_base(client) is None
+        if client_api_base(client) is None
     ]
     return list(dict.fromkeys(models))
 

@@ -14,7 +14,6 @@ point at it, and stops it on the way out. A scenario with a target of its own
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -59,11 +58,11 @@ def aim_at(scenario: Scenario, server: SharedServer) -> Scenario:
 def shared_simulator(scenario: Scenario) -> Iterator[tuple[Scenario, SharedServer]]:
     """Start the built-in simulator ``scenario`` would use (unless it has a target of its own),
     yield the scenario aimed at it and the server's description; stop it on exit."""
-    from veeksha.engine.target import spawn_simulator
+    from veeksha.engine.target import client_api_base, spawn_simulator
 
     simulator = spawn_simulator(scenario)
     if simulator is None:
-        api_base = scenario.client.api_base or os.environ.get("OPENAI_API_BASE")
+        api_base = client_api_base(scenario.client)
         server = SharedServer(
             api_base, scenario.client.model, {"kind": "endpoint", "api_base": api_base}
         )

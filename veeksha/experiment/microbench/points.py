@@ -18,7 +18,6 @@ microbenchmark reads its requests.parquet afterwards.
 from __future__ import annotations
 
 import datetime as dt
-import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -218,10 +217,10 @@ def run_points(
 def _check_endpoint(scenario: Scenario) -> None:
     """The endpoint answers and serves the model: else exit 2 before any folder exists."""
     from veeksha.dispatch.settings import resolve_api_key
-    from veeksha.engine.target import check_reachable
+    from veeksha.engine.target import check_reachable, client_api_base
 
     client = scenario.client
-    api_base = client.api_base or os.environ.get("OPENAI_API_BASE")
+    api_base = client_api_base(client)
     assert api_base is not None
     check_reachable(api_base, resolve_api_key(client), model=client.model)
 
