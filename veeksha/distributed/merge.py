@@ -240,7 +240,7 @@ def merge_shards(
             info["sessions_not_run"] = not_run[info["index"]]
 
     write_config(run_dir, scenario)
-    _copy_server_metrics(shards, shifts, run_dir)
+    metrics_shard = _copy_server_metrics(shards, shifts, run_dir)
     merge_traces(inputs, run_dir / _TRACE_FILE)
     release_memory()  # (the trace's entries: Python objects, freed in between)
     requests_file = MergedFile(run_dir / REQUESTS_FILE, REQUESTS_SCHEMA)
@@ -263,6 +263,7 @@ def merge_shards(
             "sessions_incomplete": len(incomplete_rows),
         }
         run_info = _run_info(run_id, runs, driver_t0_wall_ns, interrupted, lost, run_shifts)
+        run_info["server_metrics"] = _server_metrics_info(shards, runs, metrics_shard)
         run_info["distributed"] = distributed
         run_info |= dict(extra_run_info or {})
         # read a column at a time from the merged files: bounded memory at any run size
@@ -378,9 +379,10 @@ def _run_info(
 
 def _copy_server_metrics(
     shards: Sequence[ShardResult], shifts: Mapping[int, float], run_dir: Path
-) -> None:
+) -> int | None:
     """The server's metrics as the first shard that finished scraped them (every shard scrapes
-    the same server: one view is the server's), on the driver's timeline."""
+    the same server: one view is the server's), on the driver's timeline; that shard's index
+    (None: no finished shard has them)."""
     for shard in sorted(shards, key=lambda s: s.spec.index):
         source = None if shard.folder is None else shard.folder / SERVER_METRICS_FILE
         if shard.lost is not None or source is None or not source.exists():
@@ -397,7 +399,24 @@ def _copy_server_metrics(
         moved = pc.add(table.column(position), shifts[shard.spec.index])
         table = table.set_column(position, table.schema.field("t"), moved)
         _write(table, table.schema, run_dir / SERVER_METRICS_FILE, metadata)
-        return
+        return shard.spec.index
+    return None
+
+
+def _server_metrics_info(
+    shards: Sequence[ShardResult], runs: Sequence[dict[str, Any]], copied: int | None
+) -> dict[str, Any] | None:
+    """summary.json's ``run.server_metrics`` of the merged run: the account of the scraper of
+    the shard whose scrapes server_metrics.parquet holds (``copied``), else of the first shard
+    that has one (a scraper that wrote nothing says why), else None; ``shard`` names it."""
+    indexes = sorted(shard.spec.index for shard in shards)  # (``runs`` is in this order)
+    by_index = dict(zip(indexes, runs, strict=True))
+    order = ([] if copied is None else [copied]) + sorted(by_index)
+    for index in order:
+        info = (by_index[index] or {}).get("server_metrics")
+        if isinstance(info, dict):
+            return {**info, "shard": index}
+    return None
 
 
 def _write(table: pa.Table, schema: pa.Schema, path: Path, metadata: dict[str, str]) -> None:

@@ -206,6 +206,10 @@ def test_merged_folder_is_the_single_host_experiment(
     assert len(trace) == 80
     assert {entry.shard for entry in trace} == set(range(SHARDS))
     summary = json.loads((merged / "summary.json").read_text())
+    shard_summary = json.loads((results[0].folder / "summary.json").read_text())
+    scraper = shard_summary["run"]["server_metrics"]
+    assert scraper["status"] == "ok"
+    assert summary["run"]["server_metrics"] == {**scraper, "shard": 0}
     assert summary["health"]["checks"]["clock_sync"] == "PASS"
     assert summary["run"]["distributed"]["shards"] == SHARDS
     assert summary["run"]["distributed"]["sessions_not_run"] == 0

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from veeksha import __version__
 from veeksha.distributed.lost import SHARD_LOST, lost_request_rows, planned_sessions
+from veeksha.distributed.merge import _server_metrics_info
 from veeksha.distributed.results import MergeReport, ShardResult
 from veeksha.distributed.timeline import (
     move_phases,
@@ -220,7 +221,7 @@ def merge_shards(
     trace_entries.sort(key=lambda e: (e.dispatched_at, e.request_id))
 
     write_config(run_dir, scenario)
-    _copy_server_metrics(shards, shifts, run_dir)
+    metrics_shard = _copy_server_metrics(shards, shifts, run_dir)
     if trace_entries:
         encoder = msgspec.json.Encoder()
         with (run_dir / _TRACE_FILE).open("wb") as out:
@@ -236,6 +237,7 @@ def merge_shards(
         "sessions_incomplete": len(incomplete_rows),
     }
     run_info = _run_info(run_id, runs, driver_t0_wall_ns, interrupted, lost, run_shifts)
+    run_info["server_metrics"] = _server_metrics_info(shards, runs, metrics_shard)
     run_info["distributed"] = distributed
     run_info |= dict(extra_run_info or {})
     evaluation = evaluate_run(
@@ -344,7 +346,7 @@ def _run_info(
 
 def _copy_server_metrics(
     shards: Sequence[ShardResult], shifts: Mapping[int, float], run_dir: Path
-) -> None:
+) -> int | None:
     """The server's metrics as the first shard that finished scraped them (every shard scrapes
     the same server: one view is the server's), on the driver's timeline."""
     for shard in sorted(shards, key=lambda s: s.spec.index):
@@ -363,7 +365,8 @@ def _copy_server_metrics(
         moved = pc.add(table.column(position), shifts[shard.spec.index])
         table = table.set_column(position, table.schema.field("t"), moved)
         _write(table, table.schema, run_dir / SERVER_METRICS_FILE, metadata)
-        return
+        return shard.spec.index
+    return None
 
 
 def _write(table: pa.Table, schema: pa.Schema, path: Path, metadata: dict[str, str]) -> None:
