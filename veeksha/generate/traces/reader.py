@@ -12,7 +12,11 @@ kept: a 10-million-row CSV is never 10 million Python objects.
 * **JSONL** (``.jsonl``, ``.ndjson``, or a first byte ``{``): one object per line, decoded with
   msgspec into typed rows in batches; blank lines are skipped; exact line numbers.
 * **JSON array** (first byte ``[``): decoded whole (datasets, not logs), element ``i`` on the
-  line where it starts.
+  line where it starts; its errors also name it (``array element [i]``: a minified array is one
+  line).
+
+A value of the wrong type is worded alike in all three (``input_length = 'x' is not an integer;
+write a count``).
 
 Errors are :class:`TraceFileError` (exit 2): ``file:line: what is wrong; how to fix``.
 """
@@ -22,6 +26,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -49,6 +54,7 @@ BATCH_ROWS = 65_536
 LINE = "__line"
 _CSV_BLOCK = 1 << 20  # larger blocks cost RSS (4 MiB: +150 MB over 10M rows), no speed
 _JSONL_BLOCK = 1 << 20  # bytes of JSON lines decoded in one call
+_BYTE = re.compile(r"\(byte (\d+)\)")  # where msgspec says a JSON document went wrong
 
 _ARROW_TYPES: dict[type, pa.DataType] = {
     int: pa.int64(),
@@ -328,23 +334,31 @@ def _json_batches(path: Path, fields: Sequence[Field], fmt: str) -> Iterator[pa.
     rows: list[Any] = []
     lines: list[int] = []
     total = 0
+    first_element = 0
     if fmt == "json":
         data = path.read_bytes()
         try:
             items = msgspec.json.decode(data, type=list[msgspec.Raw])
-        except msgspec.DecodeError as exc:
-            raise TraceFileError(path, None, f"not a JSON array: {exc}; check the file") from None
-        offset = 0
-        line = 1
-        for item in items:
-            at = data.find(bytes(item)[:1], offset) if len(item) else offset
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            byte = _BYTE.search(str(exc))
+            line_of = data.count(b"\n", 0, int(byte.group(1))) + 1 if byte else None
+            raise TraceFileError(
+                path, line_of, f"not a JSON array ({exc}); write one JSON array of objects"
+            ) from None
+        offset = 0  # where the previous element ends (elements are the file's bytes, in order)
+        line = 1  # the line of `offset`; first_element: the index in the array of rows[0]
+        for index, item in enumerate(items):
+            raw = bytes(item)
+            at = data.find(raw[:1], offset) if raw else offset
             line += data.count(b"\n", offset, at)
-            offset = at
-            rows.append(_decode(decoder, bytes(item), path, line))
+            rows.append(_decode(decoder, raw, path, line, fields, index))
             lines.append(line)
+            line += raw.count(b"\n")
+            offset = at + len(raw)
             if len(rows) >= BATCH_ROWS:
                 total += len(rows)
-                yield _to_batch(rows, lines, fields, attributes, path)
+                yield _to_batch(rows, lines, fields, attributes, path, first_element)
+                first_element = index + 1
                 rows, lines = [], []
     else:
         # a block of lines is decoded in one call, as a JSON array (a call per line cost half
@@ -366,7 +380,7 @@ def _json_batches(path: Path, fields: Sequence[Field], fmt: str) -> Iterator[pa.
                 except (msgspec.ValidationError, msgspec.DecodeError) as exc:
                     first = len(lines) - len(kept)
                     for raw, line in zip(kept, lines[first:], strict=True):
-                        _decode(decoder, raw, path, line)
+                        _decode(decoder, raw, path, line, fields)
                     raise TraceFileError(  # (no line fails alone: lines that join wrongly)
                         path, lines[first], f"malformed JSON lines ({exc}); one object a line"
                     ) from None
@@ -376,22 +390,69 @@ def _json_batches(path: Path, fields: Sequence[Field], fmt: str) -> Iterator[pa.
                     rows, lines = [], []
     if rows:
         total += len(rows)
-        yield _to_batch(rows, lines, fields, attributes, path)
+        element = first_element if fmt == "json" else None
+        yield _to_batch(rows, lines, fields, attributes, path, element)
     if total == 0:
         raise TraceFileError(path, None, "the trace holds no rows; add rows")
 
 
-def _decode(decoder: msgspec.json.Decoder[Any], raw: bytes, path: Path, line: int) -> Any:
+def _decode(
+    decoder: msgspec.json.Decoder[Any],
+    raw: bytes,
+    path: Path,
+    line: int,
+    fields: Sequence[Field],
+    element: int | None = None,
+) -> Any:
+    """One JSON row (a line, or ``element`` of an array); a bad one is an error in the words
+    of the CSV reader's for the same mistake (``input_length = 'x' is not an integer``)."""
     try:
         return decoder.decode(raw)
     except msgspec.ValidationError as exc:
-        raise TraceFileError(path, line, f"{exc}; fix the value") from None
+        raise TraceFileError(
+            path, line, _element(element) + _wrong_value(raw, fields, element, exc)
+        ) from None
     except msgspec.DecodeError as exc:
         text = raw.decode("utf-8", "replace").strip()
         shown = text if len(text) <= 60 else text[:57] + "..."
+        fix = "write one JSON object per line" if element is None else "fix the element"
         raise TraceFileError(
-            path, line, f"malformed JSON ({exc}): {shown!r}; write one JSON object per line"
+            path, line, f"{_element(element)}malformed JSON ({exc}): {shown!r}; {fix}"
         ) from None
+
+
+def _element(element: int | None) -> str:
+    """The prefix that names an array's element (from 0, as jq's ``.[i]``), or nothing."""
+    return "" if element is None else f"array element [{element}]: "
+
+
+def _shown(value: Any) -> str:
+    """A value as an error shows it: a string as the CSV errors do (``'x'``), else its JSON."""
+    if isinstance(value, str):
+        return repr(value)
+    return msgspec.json.encode(value).decode()
+
+
+def _wrong_value(
+    raw: bytes, fields: Sequence[Field], element: int | None, exc: msgspec.ValidationError
+) -> str:
+    """What is wrong with a row msgspec refused: the key and value, and how to fix it."""
+    value = msgspec.json.decode(raw)  # (valid JSON: only its types were refused)
+    if not isinstance(value, dict):
+        unit = "line" if element is None else "element"
+        return f"{_shown(value)} is not a JSON object; write one object per {unit}"
+    for f in fields:
+        for name in f.names:
+            got = value.get(name)
+            if got is None:
+                continue
+            if f.kind is int and type(got) is not int:
+                return f"{name} = {_shown(got)} is not an integer; write a count"
+            if f.kind is float and type(got) not in (int, float):
+                return f"{name} = {_shown(got)} is not a number; write one"
+            if f.kind is str and type(got) not in (str, int, float):
+                return f"{name} = {_shown(got)} is not text or a number; write a string"
+    return f"{exc}; fix the value"  # (not reached: every type the struct refuses is above)
 
 
 def _to_batch(
@@ -400,7 +461,9 @@ def _to_batch(
     fields: Sequence[Field],
     attributes: dict[str, str],
     path: Path,
+    first_element: int | None = None,
 ) -> pa.RecordBatch:
+    """The rows as a batch; ``first_element`` is rows[0]'s index in a JSON array (else None)."""
     names: list[str] = []
     arrays: list[pa.Array] = []
     n = len(rows)
@@ -418,8 +481,12 @@ def _to_batch(
             values = [None] * n
         if f.required and None in values:
             names_text = " or ".join(repr(name) for name in f.names)
+            at = values.index(None)
+            element = None if first_element is None else first_element + at
             raise TraceFileError(
-                path, lines[values.index(None)], f"no {names_text} in this row; every row needs one"
+                path,
+                lines[at],
+                f"{_element(element)}no {names_text} in this row; every row needs one",
             )
         if f.kind is str:
             values = [v if v is None or isinstance(v, str) else str(v) for v in values]

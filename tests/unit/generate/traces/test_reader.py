@@ -28,7 +28,9 @@ def _error(path: Path) -> str:
         ("a.csv", "", ": the trace file is empty"),
         ("a.jsonl", '{"input_length": 1, "output_length": 2}\n{oops\n', ":2: malformed JSON"),
         ("a.jsonl", '\n{"input_length": 5}\n', ":2: no 'output_length' or 'num_decode_tokens'"),
-        ("a.jsonl", '{"input_length": "many", "output_length": 2}\n', ":1: Expected `int"),
+        ("a.jsonl", '{"input_length": "many", "output_length": 2}\n', ":1: input_length = 'many'"),
+        ("a.jsonl", '{"input_length": 1, "output_length": 2.5}\n', ":1: output_length = 2.5 is"),
+        ("a.jsonl", "[1, 2]\n", ":1: [1,2] is not a JSON object; write one object per line"),
         ("a.jsonl", "\n\n", ": the trace file is empty"),
     ],
 )
@@ -139,6 +141,59 @@ def test_a_bad_json_line_deep_in_a_big_file_is_named_exactly(
     good = '{"input_length": 3, "output_length": 2}\n'
     path = tmp_path / "a.jsonl"
     path.write_text(good * 40 + "\n" + good * 10 + '{"input_length": 3, "output_length": "x"}\n')
-    assert ":52: Expected `int | null`" in _error(path)
+    assert ":52: output_length = 'x' is not an integer; write a count" in _error(path)
     path.write_text(good * 30 + "\n\n" + good * 20 + '{"input_length": 3,\n')
     assert ":53: malformed JSON" in _error(path)
+
+
+_GOOD = '  {"input_length": 3, "output_length": 2},\n'
+
+
+@pytest.mark.parametrize(
+    ("bad", "csv_row", "message"),
+    [
+        (
+            '{"input_length": "x", "output_length": 2}',
+            "x,2",
+            "input_length = 'x' is not an integer; write a count",
+        ),
+        (
+            '{"input_length": 3}',
+            None,  # (a CSV's missing column is a header error, line 1)
+            "no 'output_length' or 'num_decode_tokens' in this row; every row needs one",
+        ),
+    ],
+)
+def test_a_bad_element_of_a_json_array_is_named_by_its_line_and_index(
+    tmp_path: Path, bad: str, csv_row: str | None, message: str
+) -> None:
+    """A JSON array's bad element is reported at its own line and index (not the array's
+    first line), in the JSON lines and CSV readers' words for the same mistake."""
+    array = tmp_path / "a.json"
+    array.write_text("[\n" + _GOOD * 57 + "  " + bad + "\n]\n")
+    assert _error(array) == f"{array}:59: array element [57]: {message}"
+    lines = tmp_path / "a.jsonl"
+    lines.write_text(_GOOD.strip().rstrip(",") + "\n" + bad + "\n")
+    assert _error(lines) == f"{lines}:2: {message}"
+    if csv_row is not None:
+        table = write_csv(tmp_path / "a.csv", "input_length,output_length", ["3,2", csv_row])
+        assert _error(table) == f"{table}:3: {message}"
+
+
+def test_json_array_errors_name_elements_across_batches_and_lines_of_a_minified_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from veeksha.generate.traces import reader
+
+    monkeypatch.setattr(reader, "BATCH_ROWS", 4)  # the bad element is in the third batch
+    good = '{"input_length": 3,\n "output_length": 2}'  # each element spans two lines
+    path = tmp_path / "a.json"
+    path.write_text("[" + ",\n".join([good] * 9 + ['{"input_length": 3}']) + "]")
+    assert _error(path).startswith(f"{path}:19: array element [9]: no 'output_length'")
+    path.write_text("[\n" + good + "\n" + good + "]")  # no comma between the elements
+    assert _error(path).startswith(f"{path}:4: not a JSON array (JSON is malformed")
+    one = '{"input_length": 1, "output_length": 1}'
+    path.write_text("[" + ", ".join([one] * 3 + ['"a"']) + "]")  # minified: all on line 1
+    assert _error(path) == (
+        f"{path}:1: array element [3]: 'a' is not a JSON object; write one object per element"
+    )
