@@ -30,7 +30,7 @@ from veeksha.generate.traces.public import AzureLlmFlavor, BurstGptFlavor
 from veeksha.generate.traces.rag import RagFlavor
 from veeksha.generate.traces.reader import TraceFileError
 from veeksha.generate.traces.request_log import RequestLogFlavor
-from veeksha.generate.traces.sessions import TraceSessions, TraceTimeline, window
+from veeksha.generate.traces.sessions import TraceSessions, TraceTimeline, empty_window, window
 from veeksha.generate.traces.shared_prefix import MooncakeFlavor, SharedPrefixFlavor
 from veeksha.generate.traces.table import TraceTable
 from veeksha.generate.traces.timed_session import TimedSessionFlavor
@@ -214,10 +214,7 @@ def open_trace(scenario: models.Scenario) -> OpenTrace:
         span = last - first
         if hi <= lo:
             raise TraceFileError(
-                path,
-                None,
-                f"no session starts within start_offset {scheduler.start_offset:g} s and"
-                f" max_duration {scheduler.max_duration} s of the first arrival; widen them",
+                path, None, empty_window(table, scheduler.start_offset, scheduler.max_duration)
             )
     return OpenTrace(
         prepared,

@@ -26,6 +26,7 @@ the previous pass's last arrival.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -43,7 +44,7 @@ from veeksha.generate.traces.table import SessionRows, TraceTable
 from veeksha.generate.validation import NodeChecks, ReplayedReprompts
 from veeksha.scenario.models import TextChannel
 
-__all__ = ["PIECE", "TraceSessions", "TraceTimeline", "window"]
+__all__ = ["PIECE", "TraceSessions", "TraceTimeline", "empty_window", "window"]
 
 PIECE = 256
 _CACHED_PIECES = 4
@@ -76,6 +77,38 @@ def window(
     if lo is None or hi is None:
         return 0, 0, begin, begin
     return lo, hi, first, last
+
+
+def empty_window(table: TraceTable, start_offset: float, max_duration: float | None) -> str:
+    """Why ``window`` found no session, and what to change: ``start_offset`` is past the last
+    arrival, or ``max_duration`` ends before the next one (trace seconds from the first)."""
+    prepared = table.prepared
+    first = prepared.first_start or 0.0
+    last = (prepared.last_start or first) - first
+    if start_offset > last:  # (bounds in ms, rounded the way that keeps them true)
+        return (
+            f"traffic_scheduler.start_offset {start_offset:g} s is past the trace's last session"
+            f" arrival ({last:.3f} s after its first); lower start_offset to"
+            f" {math.floor(last * 1000) / 1000:g} or less"
+        )
+    following: float | None = None
+    for group in range(table.num_groups):  # (a sorted trace: the first start found is next)
+        _, starts = table.starts(group)
+        later = starts[starts >= first + start_offset]
+        if later.size:
+            following = float(later[0]) - first
+            break
+    duration = "all" if max_duration is None else f"{max_duration:g} s"
+    text = (
+        f"no session arrives within traffic_scheduler.start_offset {start_offset:g} s and"
+        f" max_duration {duration} of the trace's first arrival"
+    )
+    if following is None or max_duration is None:  # (not reached: the window holds the last)
+        return text + "; lower start_offset"
+    return (
+        f"{text} (the next arrives {following:.3f} s after it); raise max_duration above"
+        f" {math.ceil((following - start_offset) * 1000) / 1000:g} or move start_offset"
+    )
 
 
 class TraceTimeline:

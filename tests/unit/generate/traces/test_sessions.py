@@ -97,6 +97,35 @@ def test_the_window_picks_sessions_by_trace_time(tmp_path: Path) -> None:
     assert np.allclose(trace.timeline().offsets(6), [0, 0.5, 1, 1.5, 2, 2.5])
 
 
+def test_an_empty_window_says_why_in_words_with_and_without_max_duration(
+    tmp_path: Path,
+) -> None:
+    path = write_csv(  # sessions at 10, 12.5, 30.25 and 130.3125 s (trace seconds)
+        tmp_path / "t.csv",
+        "timestamp,input_length,output_length",
+        ["10,1,1", "12.5,1,1", "30.25,1,1", "130.3125,1,1"],
+    )
+    past = (
+        f"{path}: traffic_scheduler.start_offset 500 s is past the trace's last session arrival"
+        " (120.312 s after its first); lower start_offset to 120.312 or less"
+    )
+    for scheduler in ({}, {"max_duration": 60.0}):
+        with pytest.raises(TraceFileError) as caught:
+            _timed(path, start_offset=500.0, **scheduler)
+        assert str(caught.value) == past
+        assert caught.value.exit_code == 2
+    assert _timed(path, start_offset=120.312).lo == 3  # (the bound it gives is true)
+    with pytest.raises(TraceFileError) as caught:  # a gap: the window ends before the next
+        _timed(path, start_offset=5.0, max_duration=10.0)
+    assert str(caught.value) == (
+        f"{path}: no session arrives within traffic_scheduler.start_offset 5 s and max_duration"
+        " 10 s of the trace's first arrival (the next arrives 20.250 s after it); raise"
+        " max_duration above 15.25 or move start_offset"
+    )
+    assert "None" not in str(caught.value)
+    assert _timed(path, start_offset=5.0, max_duration=15.26).lo == 2
+
+
 def test_the_trace_scheduler_needs_sorted_timestamps(tmp_path: Path) -> None:
     untimed = _log(tmp_path / "u.csv", 3, timed=False)
     with pytest.raises(Exception, match=r"u.csv:1: .*needs arrival times"):
