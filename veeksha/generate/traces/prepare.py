@@ -53,8 +53,8 @@ from veeksha.generate.traces.reader import TraceFileError, read_batches, unreada
 
 __all__ = ["CACHE_VERSION", "CANONICAL", "ROOTS_ONLY", "PreparedTrace", "prepare_file"]
 
-CACHE_VERSION = 10  # 7: the NODE columns; 8: NODE's valid; 9: agent, round, transcript; 10: a
-# request log's empty session_id cell is no session id
+CACHE_VERSION = 11  # 7: the NODE columns; 8: NODE's valid; 9: agent, round, transcript; 10: a
+# request log's empty session_id cell is no session id; 11: the oversized policy in the meta
 ROW_GROUP_ROWS = 65_536
 _SHOWN_LINES = 10
 _META_KEY = b"veeksha.trace"
@@ -113,6 +113,9 @@ class PreparedTrace:
     oversized_lines: list[int] = field(default_factory=list)
     #: requests clipped to fit ``client.max_model_len`` (``oversized: truncate``)
     truncated_rows: int = 0
+    #: the ``session_generator.oversized`` the rows were fitted with (``skip`` or
+    #: ``truncate``; empty: nothing checked, no ``client.max_model_len`` or ``send``)
+    oversized: str = ""
     #: rows the flavor could not use, by reason (e.g. rag's ``other_documents``)
     dropped: dict[str, int] = field(default_factory=dict)
     reused: bool = False
@@ -150,7 +153,13 @@ class PreparedTrace:
         why = {
             "zero_length": "rows with a 0 prompt or output length",
             "failed_request": "failed requests of the trace (0 output tokens)",
-            "oversized": "rows of sessions longer than client.max_model_len (oversized: skip)",
+            "oversized": (
+                "rows of sessions with a request whose history and prompt leave no room for an"
+                " output in client.max_model_len (oversized: truncate clips outputs, never a"
+                " later turn's prompt or the trace's own text)"
+                if self.oversized == "truncate"
+                else "rows of sessions longer than client.max_model_len (oversized: skip)"
+            ),
             "truncated": "requests clipped to client.max_model_len (oversized: truncate)",
             "other_documents": "rows of documents beyond the num_documents most frequent",
             "unanswered_turns": "leading assistant turns or user turns without a reply",
@@ -251,6 +260,8 @@ def _convert(
 ) -> PreparedTrace:
     info = PreparedTrace(cache=cache, source=str(source), flavor=flavor.name, sessions=0, rows=0)
     info.unservable_reason = flavor.unservable_reason
+    if limit is not None:
+        info.oversized = "truncate" if limit.truncate else "skip"
     staged = (flavor.stage(batch) for batch in read_batches(source, flavor.fields))
     first = next(staged)
     grouped = first.column("group").null_count < first.num_rows
@@ -283,12 +294,14 @@ def _convert(
         writer.add_key_value_metadata({_META_KEY: json.dumps(asdict(info)).encode()})
     if info.sessions == 0:
         if info.oversized_rows:
+            fix = "raise client.max_model_len"
+            if info.oversized != "truncate":
+                fix += " or set session_generator.oversized: truncate"
             raise TraceFileError(
                 source,
                 None,
                 f"no row can be served ({info.oversized_rows} longer than client.max_model_len,"
-                f" {info.unservable_rows} with a 0 prompt or output length); raise"
-                " max_model_len or set session_generator.oversized: truncate",
+                f" {info.unservable_rows} with a 0 prompt or output length); {fix}",
             )
         raise TraceFileError(
             source,

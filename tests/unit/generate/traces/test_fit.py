@@ -72,6 +72,39 @@ def test_a_chat_is_judged_with_its_history(tmp_path: Path) -> None:
     assert clipped.prepared.not_replayed() == {"oversized": 2, "truncated": 1}
 
 
+def test_the_not_replayed_lines_name_the_oversized_policy_in_effect(tmp_path: Path) -> None:
+    rows = ["a,5,3", "a,2,3", "b,4,1", "b,2,1", "c,6,6", "c,1,1"]
+    path = write_csv(tmp_path / "a.csv", "session_id,input_length,output_length", rows)
+    (skipped,) = _open(path, 12).prepared.warnings()
+    assert skipped == (
+        "trace: 4 not replayed: oversized (rows of sessions longer than client.max_model_len"
+        " (oversized: skip)); first lines 3, 7"
+    )
+    oversized, truncated = _open(path, 12, "truncate").prepared.warnings()
+    assert oversized == (
+        "trace: 2 not replayed: oversized (rows of sessions with a request whose history and"
+        " prompt leave no room for an output in client.max_model_len (oversized: truncate clips"
+        " outputs, never a later turn's prompt or the trace's own text)); first lines 7"
+    )
+    assert "(oversized: skip)" not in oversized
+    clipped = "truncated (requests clipped to client.max_model_len (oversized: truncate))"
+    assert truncated == f"trace: 1 sent clipped: {clipped}"
+    assert _open(path, 12, "send").prepared.warnings() == []
+
+
+def test_a_trace_nothing_of_which_fits_names_the_fix_the_policy_leaves(tmp_path: Path) -> None:
+    rows = ["a,11,1", "a,3,1"]  # the second turn has no room: nothing fits even clipped
+    path = write_csv(tmp_path / "a.csv", "session_id,input_length,output_length", rows)
+    with pytest.raises(TraceFileError) as caught:
+        _open(path, 12, "truncate")
+    assert str(caught.value).endswith("; raise client.max_model_len")
+    with pytest.raises(TraceFileError) as caught:
+        _open(path, 12)
+    assert str(caught.value).endswith(
+        "; raise client.max_model_len or set session_generator.oversized: truncate"
+    )
+
+
 def test_a_dataset_prompt_is_never_cut(tmp_path: Path) -> None:
     rows = [{"input_length": 20, "output_length": 5, "hash_ids": [0, 1]}]
     rows.append({"input_length": 8, "output_length": 5, "hash_ids": [2]})
