@@ -133,8 +133,11 @@ class MetricsScraper:
             samples = parse_metrics(answer.body.decode("utf-8", errors="replace"), _yield_gil)
             if not samples:
                 raise ValueError("the answer holds no metrics")
-        except (TargetError, ValueError, UnicodeError) as exc:
+        except TargetError as exc:  # (fetch's own words: "GET {url}: {what happened}")
             self._failed(str(exc))
+            return
+        except (ValueError, UnicodeError) as exc:
+            self._failed(f"GET {self.url}: {exc}")
             return
         t = (time.monotonic_ns() - self._t0_ns) / _NS
         self._writer.add(t, samples)
@@ -145,10 +148,11 @@ class MetricsScraper:
                 self.write_error = str(exc)
                 self._warn(f"server metrics: cannot write a part of server_metrics.parquet: {exc}")
 
-    def _failed(self, why: str) -> None:
+    def _failed(self, error: str) -> None:
+        """Count a failed scrape; ``error`` names the request once and says why."""
         self.failed += 1
         if self.error is None:
-            self.error = self._redact(f"GET {self.url}: {why}", limit=500)
+            self.error = self._redact(error, limit=500)
             self._warn(
                 f"server metrics: {self.error}; the run goes on without them (set "
                 "server_metrics.url, or server_metrics.enabled: false)"

@@ -78,7 +78,11 @@ def test_the_simulators_queue_shows_in_the_scraped_rows(queued_run: Path) -> Non
 @pytest.mark.parametrize(
     ("path", "why"),
     # the simulator's own /v1/models answers JSON: not Prometheus text
-    [("/no-such-metrics", "HTTP 404"), ("/v1/models", "Invalid labels|invalid metric")],
+    [
+        ("/no-such-metrics", "HTTP 404"),
+        ("/v1/models", "Invalid labels|invalid metric"),
+        ("http://127.0.0.1:1/metrics", "Connection refused"),  # (nothing listens there)
+    ],
 )
 def test_a_failing_metrics_url_costs_one_warning_and_the_file_says_why(
     tmp_path: Path, path: str, why: str
@@ -86,7 +90,7 @@ def test_a_failing_metrics_url_costs_one_warning_and_the_file_says_why(
     text = QUEUED.replace("max_sessions: 40", "max_sessions: 6").replace("0.2}", "0.1}")
     scenario = load_scenario_text(text, "s.yaml")
     with ManagedServer.for_scenario(scenario, tmp_path / SERVER_LOG) as server:
-        url = f"{server.root_url}{path}"
+        url = path if "://" in path else f"{server.root_url}{path}"
         scenario = scenario.model_copy(
             update={"server_metrics": scenario.server_metrics.model_copy(update={"url": url})}
         )
@@ -100,6 +104,10 @@ def test_a_failing_metrics_url_costs_one_warning_and_the_file_says_why(
     assert re.search(why, meta["server_metrics_error"])
     log = (tmp_path / "run" / "run.log").read_text()
     assert log.count("server metrics: GET") == 1
+    (line,) = (line for line in log.splitlines() if "server metrics: GET" in line)
+    assert line.count(url) == 1  # the address once, then why
+    assert f"server metrics: GET {url}: " in line
+    assert re.search(why, line)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["run"]["server_metrics"]["status"] == "failed"
 

@@ -88,10 +88,28 @@ def test_a_scrape_error_quoting_the_key_is_masked(tmp_path: Path) -> None:
     scraper.scrape()  # (nothing listens there: a failure, counted)
     scraper.error = None  # a second failing scrape, whose error quotes a body echoing the key
     scraper.scrapes += 1
-    scraper._failed("invalid metric name: Bearer sk-very-secret-1234 echoed")
+    scraper._failed(
+        "GET http://127.0.0.1:1/metrics: invalid metric name: Bearer sk-very-secret-1234 echoed"
+    )
     assert scraper.error is not None
     assert "sk-very-secret" not in scraper.error
     assert "Bearer ***" in scraper.error
     assert len(warnings) == 2
     assert "sk-very-secret" not in warnings[1]
     assert scraper.status()["status"] == "failed"
+
+
+def test_a_refused_scrape_names_its_url_once_with_the_reason(tmp_path: Path) -> None:
+    from veeksha.record.server_metrics import ServerMetricsWriter
+    from veeksha.server.scraper import MetricsScraper
+
+    url = "http://127.0.0.1:1/metrics"  # (nothing listens there)
+    warnings: list[str] = []
+    scraper = MetricsScraper(url, None, 1.0, 0, ServerMetricsWriter(tmp_path, {}), warnings.append)
+    scraper.scrape()
+    scraper.scrape()
+    assert len(warnings) == 1  # (the first failure only)
+    assert warnings[0].startswith(f"server metrics: GET {url}: Connection refused")
+    assert warnings[0].count(url) == 1
+    assert scraper.error == f"GET {url}: Connection refused (nothing listens there)"
+    assert scraper.status()["failed"] == 2
