@@ -15,6 +15,7 @@ import msgspec
 __all__ = [
     "ERROR_KINDS",
     "STATUSES",
+    "UNREACHED_ERROR_KINDS",
     "FromWorker",
     "Result",
     "Stop",
@@ -39,6 +40,12 @@ ERROR_KINDS = (
     "cancelled",  # never sent: cancelled by its session or by the run's end (status "cancelled")
     "client_error",  # anything else raised inside the worker
 )
+
+#: The ``error_kind`` of a request that never reached the server: no connection could be opened
+#: (its ``retries``, answers of 429/503 before it, did reach it). The others may have reached it:
+#: a reset, a timeout or a lost worker may come after the request was written, and a
+#: ``cancelled`` Result may be a request in flight (one never sent has no Result: no ``sent_at``).
+UNREACHED_ERROR_KINDS = ("connection_refused",)
 
 
 class WorkItem(msgspec.Struct, tag="work", array_like=True, gc=False):

@@ -1,7 +1,8 @@
 """Health check of the server's own numbers: usage counts and timings veeksha did not take.
 
-``server_numbers``: every measured request that reached the server has a
-``server_numbers_rejected`` note list (empty when each of its numbers was taken). A note is a
+``server_numbers``: every measured request that reached the server (``stats.reached_server``:
+sent, not a tool call, not refused a connection) has a ``server_numbers_rejected`` note list
+(empty when each of its numbers was taken). A note is a
 number out of range or not a number (a usage count outside [0, 2^31), ``1e400`` ...), a
 ``completion_tokens`` that disagrees with the chunks and the text the client received (the row
 then holds veeksha's count), or a timing outside [0, e2e] (docs/metrics.md, "Server numbers";
@@ -16,7 +17,7 @@ from collections import Counter
 from typing import Any
 
 from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
-from veeksha.evaluate.stats import scalar
+from veeksha.evaluate.stats import from_numpy, reached_server, scalar
 from veeksha.record import kernels as ak
 
 __all__ = ["SERVER_NUMBERS"]
@@ -26,8 +27,11 @@ _FIELD = re.compile(r"(?:^|; )([^=;\s]+)=")
 
 
 def _server_numbers(data: HealthInput) -> Outcome:
-    notes = data.measured.column("server_numbers_rejected")
-    answered = len(notes) - notes.null_count  # (null: never sent)
+    measured = data.measured
+    # (null: never sent; a refused connection or a tool call reached no server either)
+    reached = from_numpy(reached_server(measured))
+    notes = ak.filter_rows(measured.column("server_numbers_rejected"), reached)
+    answered = len(notes) - notes.null_count
     if answered == 0:
         return Outcome(SKIP, "no measured request reached the server", {})
     noted = ak.fill_null(ak.not_equal(notes, scalar("")), scalar(False))

@@ -7,7 +7,9 @@ traffic) by the number of requests it finished in between. veeksha's rows bound 
 - at least every request answered ``ok`` that was sent after the first scrape and complete
   before the last (the server finished each of them in between);
 - at most every request sent (with its retries): failed, cancelled and abandoned requests may or
-  may not have reached the server's count, and so may requests in flight at either scrape.
+  may not have reached the server's count, and so may requests in flight at either scrape. A
+  request refused a connection (``connection_refused``) never reached the server and is left out
+  (its retries, earlier attempts that were answered, are not).
 
 Tool rows (``kind`` tool: a tool call's latency in an agent workflow) reach no server and are
 left out of both bounds.
@@ -26,7 +28,7 @@ import json
 import numpy as np
 
 from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
-from veeksha.evaluate.stats import column, llm_requests, status_is
+from veeksha.evaluate.stats import column, llm_requests, reached_server, status_is
 
 __all__ = ["SERVER_AGREEMENT"]
 
@@ -65,9 +67,11 @@ def _agreement(data: HealthInput) -> Outcome:
         if "retries" in requests.schema.names
         else np.zeros(sent.size)
     )
-    reached = llm & ~np.isnan(sent)
+    # each request that may have reached the server, and each of its earlier attempts (a
+    # refused one's 429/503 answers before it did)
+    reached = reached_server(requests)
     low = int(np.count_nonzero(inside))
-    high = int(np.count_nonzero(reached) + retries[reached].sum())
+    high = int(np.count_nonzero(reached) + retries[llm & ~np.isnan(sent)].sum())
     stats = {"server_finished": server, "ours_at_least": low, "ours_at_most": high,
              "first_scrape_t": first, "last_scrape_t": last}  # fmt: skip
     detail = f"the server finished {server:g} requests; veeksha's rows say {low} to {high}"

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from veeksha.dispatch.messages import UNREACHED_ERROR_KINDS
 from veeksha.record import kernels as ak
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ __all__ = [
     "llm_requests",
     "measured_rows",
     "percentile_key",
+    "reached_server",
     "scalar",
     "status_is",
 ]
@@ -285,6 +287,18 @@ def llm_requests(table: pa.Table | ColumnSource) -> NDArray[np.bool_]:
     if table.num_rows == 0 or "kind" not in table.schema.names:
         return np.ones(table.num_rows, dtype=bool)
     return integers(_llm_mask(table)) > 0
+
+
+def reached_server(table: pa.Table | ColumnSource) -> NDArray[np.bool_]:
+    """Boolean mask of the rows whose request may have reached the server: requests to it
+    (``llm_requests``), sent (``sent_at`` set: one cancelled before has none), and not failed
+    for want of a connection (``UNREACHED_ERROR_KINDS``: ``connection_refused``)."""
+    mask = llm_requests(table) & ~np.isnan(column(table, "sent_at"))
+    if table.num_rows and "error_kind" in table.schema.names:
+        kinds = table.column("error_kind")
+        for kind in UNREACHED_ERROR_KINDS:
+            mask &= integers(ak.fill_null(ak.equal(kinds, scalar(kind)), scalar(False))) == 0
+    return mask
 
 
 def status_is(table: pa.Table | ColumnSource, status: str) -> NDArray[np.bool_]:

@@ -55,6 +55,25 @@ def test_rejected_numbers_fail_with_counts_by_field() -> None:
     assert result.detail.startswith("3 of 4 answers had server numbers veeksha did not take")
 
 
+def test_requests_that_never_reached_the_server_are_not_answers() -> None:
+    rows = [
+        answered(0),
+        answered(1, status="error", error_kind="http_5xx"),  # the server answered: counted
+        # refused a connection (the server was down): nothing reached it
+        answered(2, status="error", error_kind="connection_refused", chunks=()),
+        answered(3, status="error", error_kind="connection_refused", chunks=()),
+        answered(4) | {"kind": "tool"},  # a tool call's latency: no server
+    ]
+    result = SERVER_NUMBERS(_input(rows))
+    assert result.status == PASS
+    assert result.statistics["requests"] == 2
+    assert result.detail == "every number of 2 answers taken"
+    refused = [answered(0, status="error", error_kind="connection_refused", chunks=())]
+    skipped = SERVER_NUMBERS(_input(refused))
+    assert skipped.status == SKIP
+    assert skipped.detail == "no measured request reached the server"
+
+
 def test_no_answer_skips() -> None:
     assert SERVER_NUMBERS(_input([request(0, unsent=True, status="cancelled")])).status == SKIP
 

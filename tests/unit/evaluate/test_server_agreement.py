@@ -84,3 +84,33 @@ def test_tool_rows_reach_no_server_and_are_left_out() -> None:
     result = SERVER_AGREEMENT(HealthInput(rows, rows, rows, scenario, info, view))
     assert result.status == "PASS", result.detail
     assert (result.statistics["ours_at_least"], result.statistics["ours_at_most"]) == (4, 7)
+
+
+def test_refused_connections_never_reached_the_server_and_are_left_out() -> None:
+    # the 6 rows above, plus 3 requests refused a connection (the server was down) inside the
+    # scrapes: the server finished none of them; one of them had a 503 answer before (a retry)
+    refused = pa.table(
+        {
+            "sent_at": [1.0, 1.1, 1.2],
+            "completed_at": [1.0, 1.1, 1.5],
+            "status": ["error"] * 3,
+            "retries": [0, 0, 1],
+            "error_kind": ["connection_refused"] * 3,
+        }
+    )
+    rows = pa.concat_tables(
+        [ROWS.append_column("error_kind", pa.array(["", "", "", "", "http_5xx", ""])), refused]
+    )
+    scenario = Scenario.model_validate({"server": {"type": "veeksha_sim"}})
+    info = {"target": json.dumps({"kind": "managed"})}
+
+    def check(finished: float) -> tuple[str, dict]:
+        view = ServerView(series={"finished": (np.array([-0.1, 2.0]), np.array([10.0, finished]))})
+        result = SERVER_AGREEMENT(HealthInput(rows, rows, rows, scenario, info, view))
+        return result.status, result.statistics
+
+    status, stats = check(14.0)
+    assert status == "PASS"
+    # at most: the 6 sent rows and their retry (7), and the refused one's earlier 503 answer
+    assert (stats["ours_at_least"], stats["ours_at_most"]) == (4, 8)
+    assert check(19.0)[0] == "FAIL"  # 9 finished, more than the 8 that could reach it: disagree
