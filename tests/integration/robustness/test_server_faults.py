@@ -7,6 +7,7 @@ subprocess; only the main process is the test's.
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections import Counter
@@ -198,6 +199,17 @@ def test_a_server_that_dies_mid_run_and_comes_back(tmp_path: Path) -> None:
     assert audit.metadata["stop_reason"] == "timeout"
     kinds = audit.kinds()
     assert kinds["error", "connection_refused"] >= 5, kinds  # ~1 s at 20/s while it was down
+    # the refused requests never reached the server: not among the answers the check counts
+    health = json.loads((run.run_dir / "health.json").read_text())
+    numbers = next(c for c in health["checks"] if c["name"] == "server_numbers")
+    reached = [
+        r
+        for r in audit.rows
+        if r["phase"] == "measured"
+        and r["sent_at"] is not None
+        and r["error_kind"] != "connection_refused"
+    ]
+    assert numbers["statistics"]["requests"] == len(reached), numbers
     t0 = int(audit.metadata["t0_monotonic_ns"]) / 1e9
     sent = [r for r in audit.rows if r["dispatched_at"] is not None]
     after = [r for r in sent if r["dispatched_at"] + t0 > up_again + 0.2]
