@@ -23,21 +23,13 @@ file. E.g. a 20 MiB ``requests.parquet`` arrives as pieces of 8, 8 and 4 MiB, wr
 
 from __future__ import annotations
 
-import json
 import shutil
-from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import msgspec
-
-if TYPE_CHECKING:
-    import numpy as np
-    from numpy.typing import NDArray
-
-__all__ = ["CHUNK_BYTES", "Fetch", "LocalCopy", "Pull", "ShardFiles", "pending_work"]
+__all__ = ["CHUNK_BYTES", "Fetch", "LocalCopy", "Pull", "ShardFiles"]
 
 #: the largest piece of a file one Ray object carries (the final pull's inline files together
 #: too): what the driver holds in memory per shard at once
@@ -192,51 +184,3 @@ class LocalCopy:
                 file.write(piece)
                 del piece
         tmp.replace(path)
-
-
-def pending_work(folder: Path) -> tuple[list[dict[str, Any]], NDArray[np.int64]]:
-    """A lost shard's requests in flight and its started sessions, as far as its copy knows.
-
-    In flight: the trace lines (dispatched requests) with no row in the copy's requests, in the
-    trace's order; started: every session with a trace line or a session row, sorted. The ids
-    are held as arrays (8 bytes each, not a Python int in a set); the trace is read twice: for
-    its ids (a decode of two keys a line), then for its lines in flight.
-    """
-    import numpy as np
-    import pyarrow.parquet as pq
-
-    def ids(table: str, column: str) -> NDArray[np.int64]:
-        final = folder / f"{table}.parquet"
-        paths = [final] if final.exists() else sorted(folder.glob(f"{PARTS_DIR}/{table}/*.parquet"))
-        parts = [
-            pq.read_table(path, columns=[column], use_threads=False).column(column).to_numpy()
-            for path in paths
-        ]
-        return np.concatenate([np.zeros(0, np.int64), *parts]).astype(np.int64)
-
-    answered, with_rows = ids("requests", "request_id"), ids("sessions", "session_id")
-    trace = folder / TRACE_FILE
-    if not trace.exists():
-        return [], np.unique(with_rows)
-    decode = msgspec.json.Decoder(_TraceIds).decode
-    requests, sessions = array("q"), array("q")
-    with trace.open("rb") as file:
-        for line in file:
-            entry = decode(line)
-            requests.append(entry.request_id)
-            sessions.append(entry.session_id)
-    unanswered = ~np.isin(np.frombuffer(requests, np.int64), answered)
-    wanted = set(np.flatnonzero(unanswered).tolist())  # (a lost shard's few in flight)
-    in_flight: list[dict[str, Any]] = []
-    if wanted:
-        with trace.open("rb") as file:
-            in_flight = [json.loads(line) for i, line in enumerate(file) if i in wanted]
-    started = np.unique(np.concatenate([with_rows, np.frombuffer(sessions, np.int64)]))
-    return in_flight, started
-
-
-class _TraceIds(msgspec.Struct):
-    """The two keys of a trace line ``pending_work`` needs (the others are skipped)."""
-
-    session_id: int
-    request_id: int

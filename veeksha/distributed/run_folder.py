@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from veeksha.distributed.collect import pending_work
+from veeksha.record.reader import pending_work
 
 if TYPE_CHECKING:
     from veeksha.distributed.driver import ShardState

@@ -17,11 +17,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from veeksha.distributed import driver
-from veeksha.distributed.collect import LocalCopy, Pull, ShardFiles, pending_work
+from veeksha.distributed.collect import LocalCopy, Pull, ShardFiles
 from veeksha.distributed.lost import SHARD_LOST, lost_request_rows
 from veeksha.distributed.pulls import MISSED_PULLS
 from veeksha.distributed.run_folder import shard_result
 from veeksha.errors import ConfigurationError
+from veeksha.record.reader import pending_work
 
 
 def _part(folder: Path, table: str, n: int, column: str, values: list[int]) -> None:
