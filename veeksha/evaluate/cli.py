@@ -41,11 +41,26 @@ def _run_info(run_dir: Path) -> dict[str, Any]:
             info.setdefault(key, meta[key])
     partial = meta.get("partial") == "true"
     info["partial"] = partial
+    if partial:  # (the run never wrote its end: what was in flight then has no row)
+        info["unrecorded_requests"] = _unrecorded_requests(run_dir)
+    else:
+        info.pop("unrecorded_requests", None)
     if "interrupted" in meta:
         info["interrupted"] = meta["interrupted"] == "true" or partial
     else:
         info["interrupted"] = bool(info.get("interrupted")) or partial
     return info
+
+
+def _unrecorded_requests(run_dir: Path) -> int | None:
+    """How many requests of a partial run's trace.jsonl have no row (``pending_work``); None
+    without a trace (``trace_recorder.enabled: false``): unknown."""
+    from veeksha.record.reader import TRACE_FILE, pending_work
+
+    if not (run_dir / TRACE_FILE).exists():
+        return None
+    in_flight, _ = pending_work(run_dir)
+    return len(in_flight)
 
 
 def _evaluate(run_dir: Path, *, write: bool, plots: bool = True) -> Any:

@@ -40,6 +40,7 @@ __all__ = [
     "HealthReport",
     "Outcome",
     "Status",
+    "partial_note",
 ]
 
 Status = Literal["PASS", "WARN", "FAIL", "SKIP"]
@@ -106,11 +107,31 @@ class HealthCheck:
         return CheckResult(self.name, self.description, status, detail, statistics)
 
 
+def partial_note(run_info: Mapping[str, Any]) -> str | None:
+    """What the figures of a partial run (``veeksha report`` of a folder whose end was never
+    written: a killed run) leave out, in one line; None for a run that ended. ``run_info``'s
+    ``unrecorded_requests``: its trace's dispatched requests without a row (None: no trace)."""
+    if not run_info.get("partial"):
+        return None
+    missing = run_info.get("unrecorded_requests")
+    if missing is None:
+        count = "an unknown number of dispatched requests (no trace.jsonl to count them)"
+    else:
+        count = f"at least {missing} dispatched request{'' if missing == 1 else 's'}"
+    return (
+        "partial run: it did not end (killed, or its results could not be written), so every "
+        f"figure covers only the requests recorded; {count} have no row (in flight at the end, "
+        "or answered in its last second) and are not counted"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class HealthReport:
-    """Every check's result and the overall verdict."""
+    """Every check's result and the overall verdict; ``notes``: what the reader must know of
+    the run itself (``partial_note``), first in health.txt."""
 
     results: tuple[CheckResult, ...]
+    notes: tuple[str, ...] = ()
 
     @property
     def verdict(self) -> Status:
@@ -126,12 +147,13 @@ class HealthReport:
         return {
             "verdict": self.verdict,
             "failed": self.failed,
+            "notes": list(self.notes),
             "checks": [r.to_dict() for r in self.results],
         }
 
     def to_text(self) -> str:
         """The content of health.txt: the verdict, then one block per check."""
-        lines = [f"health verdict: {self.verdict}", ""]
+        lines = [f"health verdict: {self.verdict}", *self.notes, ""]
         for r in self.results:
             lines.append(f"[{r.status}] {r.name}: {r.detail}")
             lines.append(f"    {r.description}")

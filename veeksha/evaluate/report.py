@@ -12,9 +12,11 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from veeksha.evaluate.group_report import render_groups
+from veeksha.evaluate.health import partial_note
 
 __all__ = ["HEADLINE", "PHASE_COLUMNS", "headline_value", "render_compare", "render_summary"]
 
@@ -224,7 +226,10 @@ def render_summary(
 ) -> None:
     """Print the report of one run (``health``: health.json's content, for the details)."""
     run = summary.get("run", {})
-    if run.get("interrupted") or run.get("partial"):
+    note = partial_note(run)
+    if note is not None:
+        console.print(f"[yellow]{escape(note)}[/]")
+    elif run.get("interrupted"):
         reason = run.get("stop_reason") or "interrupted"
         console.print(f"[yellow]partial run ({reason}): numbers cover what was recorded[/]")
     console.print(_headline_table(summary))

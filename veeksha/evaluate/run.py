@@ -27,6 +27,9 @@ measured phase, runs the health checks, judges the SLOs, writes every evaluation
     target          str    what was benchmarked (api base and model, or the simulator)
     server_tokenizer dict  the calibrated server tokenizer and the check of a sample of prompts
                            (``veeksha.engine.prompt_check``), judged by ``prompt_length``
+    partial         bool   (``veeksha report``) the folder's end was never written: a killed run
+    unrecorded_requests int  (a partial run) its trace's dispatched requests without a row, not
+                           counted by any figure (None: no trace); health.txt and the report say so
 
 It works on partial runs (a killed run: rows without some timestamps, no session rows) and on runs
 with no measured request (checks SKIP, aggregates are null, nothing crashes).
@@ -34,6 +37,7 @@ with no measured request (checks SKIP, aggregates are null, nothing crashes).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +48,7 @@ import pyarrow as pa
 from veeksha.evaluate.checks import run_health_checks
 from veeksha.evaluate.exit_codes import ExitCode, run_exit_code
 from veeksha.evaluate.groups import group_sections
-from veeksha.evaluate.health import FAIL, HealthInput, HealthReport, Status
+from veeksha.evaluate.health import FAIL, HealthInput, HealthReport, Status, partial_note
 from veeksha.evaluate.jsonio import jsonable
 from veeksha.evaluate.metrics import Digest
 from veeksha.evaluate.outputs import write_metric_csvs, write_slo, write_summary
@@ -162,6 +166,9 @@ def compute_evaluation(
     if scenario.phases:  # each phase on its own, the run's arrival checks the phases' own
         phases, reports = phase_sections(scenario, requests, sessions, slos, info)
         health = combine_arrival_checks(health, reports)
+    note = partial_note(info)
+    if note is not None:
+        health = dataclasses.replace(health, notes=(note,))
     summary = summary_document(aggregates, info, health, slo_results)
     if phases:
         summary["phases"] = phases

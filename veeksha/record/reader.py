@@ -130,8 +130,8 @@ def pending_work(folder: Path) -> tuple[list[dict[str, Any]], NDArray[np.int64]]
 
     In flight: the trace lines (dispatched requests) with no row in the folder's requests, in the
     trace's order; started: every session with a trace line or a session row, sorted. A killed
-    run's trace may end in a line cut short by the kill: it is skipped (that request has no row
-    and no whole line: unknown here, as are the last second's lines never written). The ids
+    run's trace may end in a line the kill tore (no newline): it is skipped (that request is
+    unknown here, as are the last second's lines never written). The ids
     are held as arrays (8 bytes each, not a Python int in a set); the trace is read twice: for
     its ids (a decode of two keys a line), then for its lines in flight.
     """
@@ -155,10 +155,9 @@ def pending_work(folder: Path) -> tuple[list[dict[str, Any]], NDArray[np.int64]]
     requests, sessions, lines = array("q"), array("q"), array("q")
     with trace.open("rb") as file:
         for number, line in enumerate(file):
-            try:
-                entry = decode(line)
-            except msgspec.DecodeError:  # (the line the kill cut short)
+            if not line.endswith(b"\n"):  # (torn by the kill: as ``trace.read_trace``)
                 continue
+            entry = decode(line)
             requests.append(entry.request_id)
             sessions.append(entry.session_id)
             lines.append(number)

@@ -14,6 +14,7 @@ import pytest
 
 from tests.integration.robustness.helpers import (
     audit_run,
+    run_cli,
     start_run,
     summary,
     write_scenario,
@@ -122,6 +123,24 @@ def test_sigkill_keeps_all_but_the_last_second_and_leaves_no_process(tmp_path: P
     assert len(old) >= 20
     missing = [i for i in old if i not in recorded]
     assert not missing, f"{len(missing)} requests of earlier seconds have no row"
+
+    # the report says the run did not end, and how many traced requests it does not count
+    unrecorded = {e.request_id for e in traced} - recorded
+    assert unrecorded, "nothing was in flight at the kill"  # (~7 requests at any moment)
+    report = run_cli("report", str(run.run_dir), "--no-plots")
+    assert report.code == 0, report.output
+    said = (
+        "partial run: it did not end (killed, or its results could not be written), so every "
+        f"figure covers only the requests recorded; at least {len(unrecorded)} dispatched "
+        "requests have no row (in flight at the end, or answered in its last second) and are "
+        "not counted"
+    )
+    assert said in " ".join(report.stdout.split())  # (rich wraps it to the terminal)
+    assert (run.run_dir / "health.txt").read_text().splitlines()[1] == said
+    written = summary(run.run_dir)
+    assert written["run"]["partial"] is True
+    assert written["run"]["unrecorded_requests"] == len(unrecorded)
+    assert written["requests"]["total"] == audit.requests.num_rows  # the rows, no more
 
 
 _MANY_FAST = """\

@@ -64,6 +64,50 @@ def test_report_reads_the_parts_of_a_killed_run(tmp_path: Path) -> None:
     assert summary["sessions"]["incomplete"] == 10  # no session rows were written
 
 
+def _trace(run: Path, sessions: range, tail: str = "") -> None:
+    # (the builder's request ids: session × 1000 + node)
+    lines = [json.dumps({"session_id": i, "node_id": 0, "request_id": i * 1000}) for i in sessions]
+    (run / "trace.jsonl").write_text("".join(f"{line}\n" for line in lines) + tail)
+
+
+def test_the_report_of_a_killed_run_says_what_it_does_not_count(tmp_path: Path) -> None:
+    run = _run_folder(tmp_path / "run", 0.05, partial=True)
+    # 10 rows; 13 requests dispatched (their trace lines), and a last line the kill cut short
+    _trace(run, range(13), tail='{"session_id": 13, "node_id": 0, "requ')
+    result = CliRunner().invoke(main, ["report", str(run), "--no-plots"])
+    assert result.exit_code == 0, result.output
+    said = (
+        "partial run: it did not end (killed, or its results could not be written), so every "
+        "figure covers only the requests recorded; at least 3 dispatched requests have no row "
+        "(in flight at the end, or answered in its last second) and are not counted"
+    )
+    assert said in " ".join(result.output.split())  # (rich wraps it to the terminal)
+    assert (run / "health.txt").read_text().splitlines()[1] == said
+    assert json.loads((run / "health.json").read_text())["notes"] == [said]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["run"]["unrecorded_requests"] == 3
+    assert summary["requests"]["total"] == 10
+
+
+def test_without_a_trace_the_number_not_counted_is_unknown(tmp_path: Path) -> None:
+    run = _run_folder(tmp_path / "run", 0.05, partial=True)
+    result = CliRunner().invoke(main, ["report", str(run), "--no-plots"])
+    assert "an unknown number of dispatched requests (no trace.jsonl to count them)" in (
+        " ".join(result.output.split())
+    )
+    assert json.loads((run / "summary.json").read_text())["run"]["unrecorded_requests"] is None
+
+
+def test_a_run_that_ended_has_no_note(tmp_path: Path) -> None:
+    run = _run_folder(tmp_path / "run", 0.05)
+    _trace(run, range(10))
+    result = CliRunner().invoke(main, ["report", str(run), "--no-plots"])
+    assert "partial run" not in result.output
+    assert (run / "health.txt").read_text().splitlines()[1] == ""
+    assert json.loads((run / "health.json").read_text())["notes"] == []
+    assert "unrecorded_requests" not in json.loads((run / "summary.json").read_text())["run"]
+
+
 def test_report_rejects_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["report", str(tmp_path)])
     assert result.exit_code == 2

@@ -114,3 +114,16 @@ def test_refused_connections_never_reached_the_server_and_are_left_out() -> None
     # at most: the 6 sent rows and their retry (7), and the refused one's earlier 503 answer
     assert (stats["ours_at_least"], stats["ours_at_most"]) == (4, 8)
     assert check(19.0)[0] == "FAIL"  # 9 finished, more than the 8 that could reach it: disagree
+
+
+@pytest.mark.parametrize(("finished", "status"), [(8, "SKIP"), (3, "FAIL")])
+def test_a_partial_runs_rows_bound_the_count_from_below_only(finished: int, status: str) -> None:
+    # a killed run's report: requests in flight at the kill and answered in its last second
+    # have no row, so a server that finished more than the rows say is not a disagreement
+    view = ServerView(series={"finished": (np.array([-0.1, 2.0]), np.array([10.0, 10 + finished]))})
+    scenario = Scenario.model_validate({"server": {"type": "veeksha_sim"}})
+    info = {"target": json.dumps({"kind": "managed"}), "partial": True}
+    result = SERVER_AGREEMENT(HealthInput(ROWS, ROWS, ROWS, scenario, info, view))
+    assert result.status == status, result.detail
+    if status == "SKIP":
+        assert "not judged: the run did not end" in result.detail
