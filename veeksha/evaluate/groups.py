@@ -1,12 +1,13 @@
 """Per-client, per-agent and per-round sections of summary.json (several clients, agents).
 
-``clients``: for each client (``Scenario.client_entries``; written when there are several or
-one has ``max_in_flight``): its model, measured LLM requests (ok ones), output throughput over
-the measured window, TTFC, E2E and queue-wait distributions (seconds), its cap and the cap's
-utilisation (the mean of its requests in flight, from dispatch to the result's processing,
-from the first dispatch to the last processed result, divided by the cap). ``agents`` and
-``rounds`` (``agent_rounds`` graphs): per agent and per round, E2E and TTFC distributions
-(LLM rows), re-prompts, and a tool's call time.
+``clients``: for each client (``Scenario.client_entries``; written when there are several or one
+has ``max_in_flight``): its model (the one its requests named: the scenario's, else the target's
+resolved one, e.g. the built-in simulator's ``veeksha-sim``), measured LLM requests (ok ones),
+output throughput over the measured window, TTFC, E2E and queue-wait distributions (seconds),
+its cap and the cap's utilisation (the mean of its requests in flight, from dispatch to the
+result's processing, from the first dispatch to the last processed result, divided by the cap).
+``agents`` and ``rounds`` (``agent_rounds`` graphs): per agent and per round, E2E and TTFC
+distributions (LLM rows), re-prompts, and a tool's call time.
 
 Read from the rows' columns (``client``, ``agent``, ``round``, ``kind``, ``attempt``) with
 numpy and Arrow only: no pandas.
@@ -14,6 +15,8 @@ numpy and Arrow only: no pandas.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -22,6 +25,7 @@ import pyarrow as pa
 from veeksha.evaluate.source import ColumnSource
 from veeksha.evaluate.stats import MEASURED, column, integers, percentiles, scalar, status_is
 from veeksha.record import kernels as ak
+from veeksha.scenario.clients import DEFAULT_CLIENT
 from veeksha.scenario.models import AgentRoundsGraph, Scenario, SyntheticSessionGenerator
 
 __all__ = ["group_sections"]
@@ -29,8 +33,34 @@ __all__ = ["group_sections"]
 _KEYS = ("count", "mean", "p50", "p90", "p99", "max")
 
 
-def group_sections(scenario: Scenario, requests: pa.Table | ColumnSource) -> dict[str, Any]:
-    """The ``clients``, ``agents`` and ``rounds`` sections (empty when none applies)."""
+def resolved_models(target: object) -> dict[str, str]:
+    """Each client's model as the run resolved it, by client name, from summary.json's
+    ``run.target`` (the target's description as one JSON string: a single client's ``model``,
+    or its ``clients``); {} when it is absent or not such a description."""
+    try:
+        described = json.loads(target) if isinstance(target, str) else None
+    except ValueError:
+        return {}
+    if not isinstance(described, Mapping):
+        return {}
+    clients = described.get("clients")
+    if isinstance(clients, list):
+        return {
+            str(c["name"]): str(c["model"])
+            for c in clients
+            if isinstance(c, Mapping) and c.get("name") is not None and c.get("model")
+        }
+    model = described.get("model")
+    return {DEFAULT_CLIENT: str(model)} if model else {}
+
+
+def group_sections(
+    scenario: Scenario, requests: pa.Table | ColumnSource, target: object = None
+) -> dict[str, Any]:
+    """The ``clients``, ``agents`` and ``rounds`` sections (empty when none applies).
+
+    ``target``: summary.json's ``run.target``, which names the model of a client whose scenario
+    entry leaves it to the target (``resolved_models``)."""
     entries = scenario.client_entries()
     graph = None
     generator = scenario.session_generator
@@ -56,6 +86,7 @@ def group_sections(scenario: Scenario, requests: pa.Table | ColumnSource) -> dic
         queue = column(requests, "queue_wait")
         dispatched, processed = column(requests, "dispatched_at"), column(requests, "processed_at")
         tokens = column(requests, "output_tokens")
+        models = resolved_models(target)
         for name, client in entries:
             rows = llm & _is(requests, "client", name)
             good = rows & ok
@@ -63,7 +94,7 @@ def group_sections(scenario: Scenario, requests: pa.Table | ColumnSource) -> dic
             cap = client.max_in_flight
             span = _window(dispatched[llm], processed[llm])  # (the slots' own time line)
             out["clients"][name] = {
-                "model": client.model,
+                "model": client.model or models.get(name),
                 "requests": int(rows.sum()),
                 "ok": int(good.sum()),
                 "output_tokens_per_s": None

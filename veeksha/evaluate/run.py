@@ -172,7 +172,8 @@ def compute_evaluation(
     summary = summary_document(aggregates, info, health, slo_results)
     if phases:
         summary["phases"] = phases
-    summary |= group_sections(scenario, requests)  # several clients, agents (evaluate/groups)
+    # several clients, agents (evaluate/groups)
+    summary |= group_sections(scenario, requests, info.get("target"))
     if server is not None:
         summary["server"] = jsonable(server.section())
     return Evaluation(
