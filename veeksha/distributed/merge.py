@@ -286,6 +286,7 @@ def merge_shards(
             "shards": str(len(shards)),
             "finalized_at": datetime.now(UTC).isoformat(),
             "interrupted": str(interrupted).lower(),
+            "stop_reason": str(run_info["stop_reason"]),
             "health_verdict": str(evaluation.verdict).lower(),
         }
         requests_file.finalise(metadata)

@@ -87,9 +87,11 @@ METADATA_KEYS = {
     "t0_monotonic_ns": "CLOCK_MONOTONIC of t0 in ns (times in the files are seconds since t0)",
     "t0_wall_ns": "wall-clock time of t0, ns since the epoch (``time.time_ns()``)",
     "shard": "a distributed run's shard: index/count (absent on a single host)",
+    "shards": "a merged distributed run: how many shards ran it (it has no t0_monotonic_ns)",
     "target": "what was benchmarked (api base and model, or the built-in simulator)",
     "finalized_at": "wall-clock time the files were finalised (absent in parts)",
     "interrupted": "true when the run was stopped early (signal, write error)",
+    "stop_reason": "why the run stopped (summary.json run.stop_reason: completed, ...)",
     "health_verdict": "overall health-check verdict (pass | fail)",
 }
 

@@ -254,6 +254,7 @@ def merge_shards(
         "shards": str(len(shards)),
         "finalized_at": datetime.now(UTC).isoformat(),
         "interrupted": str(interrupted).lower(),
+        "stop_reason": str(run_info["stop_reason"]),
         "health_verdict": str(evaluation.verdict).lower(),
     }
     _write(requests_table, REQUESTS_SCHEMA, run_dir / REQUESTS_FILE, metadata)

@@ -284,3 +284,15 @@ def test_no_shard_with_rows_writes_empty_tables(scenario: Scenario, tmp_path: Pa
         merge(shards, tmp_path / name / "run", driver_t0_wall_ns=T0, scenario=scenario, plots=False)
     assert_same_merge(tmp_path / "a" / "run", tmp_path / "b" / "run")
     assert pq.read_table(tmp_path / "b" / "run" / "requests.parquet").num_rows == 0
+
+
+def test_the_merged_files_say_why_the_run_stopped(scenario: Scenario, tmp_path: Path) -> None:
+    # as a single host's files do (their metadata's stop_reason is summary.json's)
+    shards = _shards(tmp_path / "shards", unsorted=False)
+    merge_shards(shards, tmp_path / "run", driver_t0_wall_ns=T0, scenario=scenario, plots=False)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["run"]["stop_reason"] == "shard_lost"
+    for name in ("requests.parquet", "sessions.parquet"):
+        metadata = pq.read_schema(tmp_path / "run" / name).metadata
+        assert metadata[b"stop_reason"] == b"shard_lost", name
+        assert metadata[b"interrupted"] == b"true", name
