@@ -26,6 +26,33 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 _M = TypeVar("_M", bound=BaseModel)
 
+KeyPath = tuple[str | int, ...]
+
+
+def _shown_path(path: KeyPath) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+    return out
+
+
+class KeyProblem(ValueError):
+    """A validator's complaint about keys below where pydantic reports it (the model of a model
+    validator, the field of a field validator), so that it is reported at a key rather than at
+    the section: ``keys`` (relative paths: ``"max_sessions"``, ``"client.model"``,
+    ``("values", 2)``) are the keys it concerns, the first where it is reported. The loader
+    names a ``--set`` override instead when one of them came from one
+    (``veeksha.scenario.loader``). ``str()`` starts with the first key (pydantic's message)."""
+
+    def __init__(self, message: str, *keys: str | KeyPath) -> None:
+        if not keys:
+            raise TypeError("KeyProblem needs at least one key")
+        self.message = message
+        self.keys: tuple[KeyPath, ...] = tuple(
+            tuple(k.split(".")) if isinstance(k, str) else k for k in keys
+        )
+        super().__init__(f"{_shown_path(self.keys[0])}: {message}")
+
 
 class StrictModel(BaseModel):
     """Base of every scenario model: unknown keys are errors, defaults are validated.

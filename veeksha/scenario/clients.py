@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from veeksha.scenario.base import StrictModel, empty_dict, factory
+from veeksha.scenario.base import KeyProblem, StrictModel, empty_dict, factory
 
 # ------------------------------------------------------------------------------------- tokenizers
 
@@ -187,7 +187,12 @@ class _Named(StrictModel):
     @model_validator(mode="after")
     def _model_with_api_base(self) -> Self:
         if getattr(self, "api_base", None) is not None and not getattr(self, "model", None):
-            raise ValueError(f"client {self.name!r}: model is required when api_base is set")
+            raise KeyProblem(
+                f"client {self.name!r}: required when api_base is set (the model the server "
+                "serves)",
+                "model",
+                "api_base",
+            )
         return self
 
 

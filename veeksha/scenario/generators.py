@@ -4,7 +4,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import AliasChoices, Field, model_validator
 
-from veeksha.scenario.base import StrictModel
+from veeksha.scenario.base import KeyProblem, StrictModel
 
 # --------------------------------------------------------------------------- interval generators
 
@@ -31,7 +31,7 @@ class GammaInterval(StrictModel):
     @model_validator(mode="after")
     def _cv_or_shape(self) -> Self:
         if self.cv is not None and self.shape is not None:
-            raise ValueError("give either cv or shape, not both (shape = 1/cv²)")
+            raise KeyProblem("give either cv or shape, not both (shape = 1/cv²)", "shape", "cv")
         return self
 
     @property
@@ -75,7 +75,7 @@ class UniformLength(StrictModel, defer_build=False):
     @model_validator(mode="after")
     def _ordered(self) -> Self:
         if self.min > self.max:
-            raise ValueError(f"min must be <= max (got min={self.min}, max={self.max})")
+            raise KeyProblem(f"must be <= max (got min={self.min}, max={self.max})", "min", "max")
         return self
 
 
@@ -98,7 +98,7 @@ class ZipfLength(StrictModel):
     @model_validator(mode="after")
     def _ordered(self) -> Self:
         if self.min > self.max:
-            raise ValueError(f"min must be <= max (got min={self.min}, max={self.max})")
+            raise KeyProblem(f"must be <= max (got min={self.min}, max={self.max})", "min", "max")
         return self
 
 

@@ -5,11 +5,13 @@ Every problem is reported at once, each as ``file:line:col: key.path: message (g
     scenario.yaml:7:5: traffic_scheduler.interval_generator.arival_rate: unknown key; did you mean
     'arrival_rate'?
     scenario.yaml:12:7: runtime.max_sessions: must be greater than or equal to -1 (got -5)
-    <--set>: seed: must be a valid integer (got 'x')
+    --set seed=x: seed: must be a valid integer (got 'x')
 
 Lines and columns are 1-based and point at the key (or list item) concerned, or at the nearest
-enclosing key when the key is missing. Problems caused by a command-line override are reported
-with the source ``<--set>``. Secrets are never echoed.
+enclosing key when the key is missing; a check between keys (a model validator raising
+``KeyProblem``) is reported at the first key it names. A problem with a value a command-line
+override gave is reported with that override as its source (``--set KEY=VALUE``), never at a line
+of the file. Secrets are never echoed.
 """
 
 from __future__ import annotations
@@ -32,12 +34,16 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from veeksha.errors import ScenarioError, ScenarioIssue
 from veeksha.scenario._walk import Node, PathPart, aliases_of, allowed_keys, classify, tag_of
 from veeksha.scenario._walk import field_for_key as _field_for_key
+from veeksha.scenario.base import KeyProblem
 from veeksha.scenario.models import Scenario
 from veeksha.scenario.overrides import (
     OVERRIDE_SOURCE,
+    Override,
     apply_overrides,
     extra_args_to_overrides,
     format_path,
+    is_override_source,
+    override_label,
     parse_override,
 )
 from veeksha.scenario.phases import phase_issues
@@ -221,8 +227,8 @@ def _load_points_node(
     caught_all: list[warnings.WarningMessage] = []
     for index, (plain, choices) in enumerate(variants):
         data = copy.deepcopy(plain)
-        override_paths, issues = apply_overrides(data, overrides)
-        issues += _swept_keys_dropped(plain, data, choices, override_paths)
+        applied, issues = apply_overrides(data, overrides)
+        issues += _swept_keys_dropped(plain, data, choices, applied)
         chosen = {id(c.node): c.index for c in choices}
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -231,12 +237,10 @@ def _load_points_node(
                 # mistakes spanning keys: phases, and sections naming each other (clients)
                 for parts, message in [*phase_issues(scenario), *scenario.problems()]:
                     issues.append(
-                        _issue_at(
-                            root, source_name, list(parts), message, override_paths, sources, chosen
-                        )
+                        _issue_at(root, source_name, list(parts), message, applied, sources, chosen)
                     )
             except ValidationError as exc:
-                issues += _issues(exc, root, source_name, override_paths, plain, sources, chosen)
+                issues += _issues(exc, root, source_name, applied, plain, sources, chosen)
                 scenario = None
         caught_all += caught
         for issue in issues:
@@ -270,7 +274,7 @@ def _refuse_swept_overrides(overrides: Sequence[str], sites: list[Any]) -> None:
             if tuple(site.path[: len(path)]) == tuple(path):
                 issues.append(
                     ScenarioIssue(
-                        OVERRIDE_SOURCE,
+                        override_label(text),
                         None,
                         None,
                         format_path(path),
@@ -287,7 +291,7 @@ def _swept_keys_dropped(
     plain: dict[str, Any],
     data: dict[str, Any],
     choices: Sequence[Choice],
-    override_paths: Sequence[tuple[PathPart, ...]],
+    applied: Sequence[Override],
 ) -> list[ScenarioIssue]:
     """An override of a section's ``type`` keeps only the keys the new type accepts: one that
     drops a swept key would run every point alike under different labels: refused."""
@@ -297,12 +301,14 @@ def _swept_keys_dropped(
         if not _exists(plain, path) or _exists(data, path):
             continue
         culprits = [
-            p for p in override_paths if p[-1] == "type" and tuple(path[: len(p) - 1]) == p[:-1]
+            o
+            for o in applied
+            if o.path[-1] == "type" and tuple(path[: len(o.path) - 1]) == o.path[:-1]
         ]
-        where = format_path(culprits[-1] if culprits else path)
+        where = format_path(culprits[-1].path if culprits else path)
         issues.append(
             ScenarioIssue(
-                OVERRIDE_SOURCE,
+                culprits[-1].label if culprits else OVERRIDE_SOURCE,
                 None,
                 None,
                 where,
@@ -449,16 +455,19 @@ def _exists(root: Any, parts: Sequence[PathPart]) -> bool:
     return True
 
 
-def _from_override(
-    root: Any, parts: list[PathPart], override_paths: list[tuple[PathPart, ...]]
-) -> bool:
+def _override_of(
+    root: Any, parts: Sequence[PathPart], applied: Sequence[Override]
+) -> Override | None:
+    """The override that gave the value at ``parts`` (the last one, as the last one wins): one
+    setting that key or a section holding it, or a key inside it when the file has no such key
+    (a section the override made). None: the value is the file's (or a default)."""
     key = tuple(parts)
-    for path in override_paths:
-        if key[: len(path)] == path:
-            return True
-        if path[: len(key)] == key and not _exists(root, parts):
-            return True
-    return False
+    found = None
+    for override in applied:
+        path = override.path
+        if key[: len(path)] == path or (path[: len(key)] == key and not _exists(root, parts)):
+            found = override
+    return found
 
 
 def _shown(value: Any) -> str:
@@ -546,13 +555,14 @@ def _issue_at(
     source: str,
     parts: list[PathPart],
     message: str,
-    override_paths: list[tuple[PathPart, ...]],
+    applied: Sequence[Override],
     sources: Sources | None = None,
     chosen: dict[int, int] | None = None,
 ) -> ScenarioIssue:
     """An issue found after validation (between keys), placed like a validation error."""
-    if _from_override(root, parts, override_paths):
-        return ScenarioIssue(OVERRIDE_SOURCE, None, None, format_path(parts), message)
+    override = _override_of(root, parts, applied)
+    if override is not None:
+        return ScenarioIssue(override.label, None, None, format_path(parts), message)
     file, line, column = _position(root, parts, source, sources, chosen)
     return ScenarioIssue(file, line, column, format_path(parts), message)
 
@@ -561,7 +571,7 @@ def _issues(
     exc: ValidationError,
     root: CommentedMap,
     source: str,
-    override_paths: list[tuple[PathPart, ...]],
+    applied: Sequence[Override],
     plain: Any,
     sources: Sources | None = None,
     chosen: dict[int, int] | None = None,
@@ -571,14 +581,25 @@ def _issues(
     branches: set[tuple[PathPart, ...]] = set()
     for err in exc.errors():
         parts, parent, node, branch = _user_path(err["loc"])
-        message = _message(err, parts, parent, node)
-        where = [*parts, "type"] if err["type"] == "union_tag_invalid" else parts
-        if _from_override(plain, where, override_paths):
-            issue = ScenarioIssue(OVERRIDE_SOURCE, None, None, format_path(where), message)
+        problem = (err.get("ctx") or {}).get("error")
+        if err["type"] == "value_error" and isinstance(problem, KeyProblem):
+            # a check between keys: at its first key, named by the override that gave any of
+            # them (the first's, if it was one), else at that key's line of the file
+            involved: list[list[PathPart]] = [[*parts, *k] for k in problem.keys]
+            where = involved[0]
+            given = (_override_of(plain, k, applied) for k in involved)
+            override = next((o for o in given if o is not None), None)
+            message = problem.message
+        else:
+            message = _message(err, parts, parent, node)
+            where = [*parts, "type"] if err["type"] == "union_tag_invalid" else parts
+            override = _override_of(plain, where, applied)
+        if override is not None:
+            issue = ScenarioIssue(override.label, None, None, format_path(where), message)
         else:
             file, line, column = _position(root, where, source, sources, chosen)
             issue = ScenarioIssue(file, line, column, format_path(where), message)
-        key = tuple(parts)
+        key = tuple(where) if isinstance(problem, KeyProblem) else tuple(parts)
         if branch:
             branches.add(key)
         depth = len(err["loc"])
@@ -600,7 +621,7 @@ def _issues(
 
 def _dedupe(issues: list[ScenarioIssue]) -> list[ScenarioIssue]:
     unique = list(dict.fromkeys(issues))
-    return sorted(unique, key=lambda i: (i.file == OVERRIDE_SOURCE, i.line or 0, i.column or 0))
+    return sorted(unique, key=lambda i: (is_override_source(i.file), i.line or 0, i.column or 0))
 
 
 # ------------------------------------------------------------------------- resolved config

@@ -18,6 +18,7 @@ from typing import Any, Self
 from pydantic import Field, field_validator, model_validator
 
 from veeksha.scenario.base import (
+    KeyProblem,
     StrictModel,
     _default_tags,  # noqa: F401 (re-exported)
     empty_dict,
@@ -269,9 +270,11 @@ class Scenario(StrictModel, defer_build=False):
     @model_validator(mode="after")
     def _model_with_api_base(self) -> Self:
         if self.server is not None and self.client.api_base is not None:
-            raise ValueError(
-                "client.api_base and server are both set: the managed server's address becomes "
-                "the api_base; remove client.api_base"
+            raise KeyProblem(
+                "server is set too: the managed server's address becomes the api_base; remove "
+                "client.api_base",
+                "client.api_base",
+                "server",
             )
         server = self.server
         if (
@@ -279,14 +282,24 @@ class Scenario(StrictModel, defer_build=False):
             and server.type == "command"
             and not (server.model or self.client.model)
         ):
-            raise ValueError("server type 'command' needs server.model or client.model")
+            raise KeyProblem(
+                "server type 'command' needs server.model or client.model",
+                "server.model",
+                "client.model",
+            )
         if self.client.api_base is not None and not self.client.model:
-            raise ValueError("client.model is required when client.api_base is set")
+            raise KeyProblem(
+                "required when client.api_base is set (the model the server serves)",
+                "client.model",
+                "client.api_base",
+            )
         if isinstance(self.traffic_scheduler, TraceScheduler) and not isinstance(
             self.session_generator, TraceSessionGenerator
         ):
-            raise ValueError(
-                "traffic_scheduler type 'trace' takes arrival times from a trace: set "
-                "session_generator type 'trace' too (or use type 'rate')"
+            raise KeyProblem(
+                "'trace' takes arrival times from a trace: set session_generator type 'trace' "
+                "too (or use type 'rate')",
+                "traffic_scheduler.type",
+                "session_generator.type",
             )
         return self

@@ -6,10 +6,12 @@ as YAML (``20``, ``true``, ``null``, ``{type: fixed, value: 8}``). The value is 
 a key holding a string keeps the text as written (``client.model=123`` is the string "123").
 
 Overrides apply to the parsed file before validation, so their mistakes are reported together with
-the file's. A path through a section the file leaves out starts from that section's defaults
-(``--set client.model=m`` with no ``client:`` in the file gives the default chat client with
-``model: m``). Setting ``type`` of a polymorphic section keeps only the keys the new type accepts,
-so ``--set traffic_scheduler.type=concurrent`` works on a file with a rate scheduler.
+the file's; a problem with a value an override gave names that override (``--set
+runtime.max_sessions=0: runtime.max_sessions: ...``) instead of a line of the file. A path through
+a section the file leaves out starts from that section's defaults (``--set client.model=m`` with
+no ``client:`` in the file gives the default chat client with ``model: m``). Setting ``type`` of
+a polymorphic section keeps only the keys the new type accepts, so ``--set
+traffic_scheduler.type=concurrent`` works on a file with a rate scheduler.
 """
 
 from __future__ import annotations
@@ -33,11 +35,16 @@ __all__ = [
     "apply_overrides",
     "extra_args_to_overrides",
     "format_path",
+    "is_override_source",
+    "override_label",
     "parse_override",
 ]
 
+#: the source of a problem of the command-line arguments that is no one ``--set`` (a stray one)
 OVERRIDE_SOURCE = "<--set>"
 _INDEX = re.compile(r"\[(\d+)\]")
+_SECRET = re.compile(r"api_key(?!_env)")
+_LABEL_VALUE_CHARS = 60
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,27 @@ class Override:
     text: str
     path: tuple[PathPart, ...]
     value: str
+
+    @property
+    def label(self) -> str:
+        """How problems name it: ``--set KEY=VALUE`` (:func:`override_label`)."""
+        return override_label(self.text)
+
+
+def override_label(text: str) -> str:
+    """An override as the source of a problem: ``--set runtime.max_sessions=0``, its value
+    shortened past 60 characters and hidden (``***``) when it holds an API key."""
+    key, sep, value = text.partition("=")
+    if _SECRET.search(text):
+        value = "***"
+    elif len(value) > _LABEL_VALUE_CHARS:
+        value = value[: _LABEL_VALUE_CHARS - 3] + "..."
+    return f"--set {key.strip()}{sep}{value}"
+
+
+def is_override_source(source: str) -> bool:
+    """Whether a problem's source is the command line (an override) rather than a file."""
+    return source == OVERRIDE_SOURCE or source.startswith("--set ")
 
 
 def format_path(parts: Sequence[PathPart]) -> str:
@@ -60,8 +88,9 @@ def format_path(parts: Sequence[PathPart]) -> str:
     return out
 
 
-def _issue(path: str, message: str) -> ScenarioIssue:
-    return ScenarioIssue(OVERRIDE_SOURCE, None, None, path, message)
+def _issue(path: str, message: str, text: str | None = None) -> ScenarioIssue:
+    source = OVERRIDE_SOURCE if text is None else override_label(text)
+    return ScenarioIssue(source, None, None, path, message)
 
 
 def parse_override(text: str) -> Override:
@@ -69,11 +98,11 @@ def parse_override(text: str) -> Override:
     key, sep, value = text.partition("=")
     key = key.strip()
     if not sep or not key:
-        raise ScenarioError([_issue("", f"bad override {text!r}: expected KEY.PATH=VALUE")])
+        raise ScenarioError([_issue("", "expected KEY.PATH=VALUE", text)])
     parts: list[PathPart] = []
     for piece in _INDEX.sub(r".\1", key).split("."):
         if not piece:
-            raise ScenarioError([_issue(key, f"bad override {text!r}: empty key in the path")])
+            raise ScenarioError([_issue(key, "empty key in the path", text)])
         parts.append(int(piece) if piece.isdigit() else piece)
     return Override(text, tuple(parts), value)
 
@@ -151,10 +180,14 @@ def _apply_one(data: dict[str, Any], override: Override) -> ScenarioIssue | None
                 container[part] = default if isinstance(default, dict | list) else {}
         elif isinstance(container, list):
             if not isinstance(part, int) or not 0 <= part < len(container):
-                return _issue(here, f"no item {part!r} in a list of {len(container)}")
+                return _issue(
+                    here, f"no item {part!r} in a list of {len(container)}", override.text
+                )
         else:
             where = format_path(override.path[:depth]) or "the scenario"
-            return _issue(here, f"cannot set a key inside {where}: it is not a mapping")
+            return _issue(
+                here, f"cannot set a key inside {where}: it is not a mapping", override.text
+            )
         container = container[part]
         node = child
     resolved = node.with_data(container) if node is not None else None
@@ -162,13 +195,19 @@ def _apply_one(data: dict[str, Any], override: Override) -> ScenarioIssue | None
     value = _typed_value(override.value, leaf)
     if isinstance(container, list):
         if not isinstance(last, int) or not 0 <= last < len(container):
-            return _issue(format_path(override.path), f"no such item in a list of {len(container)}")
+            return _issue(
+                format_path(override.path),
+                f"no such item in a list of {len(container)}",
+                override.text,
+            )
         container[last] = value
         return None
     if not isinstance(container, dict):
         where = format_path(override.path[:-1]) or "the scenario"
         return _issue(
-            format_path(override.path), f"cannot set a key inside {where}: it is not a mapping"
+            format_path(override.path),
+            f"cannot set a key inside {where}: it is not a mapping",
+            override.text,
         )
     if last == "type" and node is not None and node.kind == "tagged":
         member = node.members.get(value) if isinstance(value, str) else None
@@ -182,13 +221,13 @@ def _apply_one(data: dict[str, Any], override: Override) -> ScenarioIssue | None
 
 def apply_overrides(
     data: dict[str, Any], overrides: Sequence[str]
-) -> tuple[list[tuple[PathPart, ...]], list[ScenarioIssue]]:
+) -> tuple[list[Override], list[ScenarioIssue]]:
     """Apply overrides in order to plain scenario data, in place.
 
-    Returns the key paths set (to tell which validation errors come from the command line) and the
-    overrides that could not be applied.
+    Returns the overrides applied (to tell which validation errors come from the command line,
+    and name them) and the problems of those that could not be applied.
     """
-    paths: list[tuple[PathPart, ...]] = []
+    applied: list[Override] = []
     issues: list[ScenarioIssue] = []
     for text in overrides:
         try:
@@ -198,7 +237,7 @@ def apply_overrides(
             continue
         problem = _apply_one(data, override)
         if problem is None:
-            paths.append(override.path)
+            applied.append(override)
         else:
             issues.append(problem)
-    return paths, issues
+    return applied, issues

@@ -7,7 +7,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from veeksha.scenario.base import StrictModel
+from veeksha.scenario.base import KeyProblem, StrictModel
 
 # ---------------------------------------------------------------------------------------- runtime
 
@@ -105,6 +105,13 @@ class Runtime(StrictModel, defer_build=False):
     num_completion_threads: int | None = Field(None, description="Accepted and ignored.")
     num_client_threads: int | None = Field(None, description="Accepted and ignored.")
 
+    @field_validator("max_sessions")
+    @classmethod
+    def _sessions_or_unlimited(cls, value: int) -> int:
+        if value == 0:
+            raise ValueError("must be at least 1, or -1 for no limit")
+        return value
+
     @field_validator("num_workers")
     @classmethod
     def _positive_workers(cls, value: int | str) -> int | str:
@@ -114,12 +121,16 @@ class Runtime(StrictModel, defer_build=False):
 
     @model_validator(mode="after")
     def _bounded(self) -> Self:
-        if self.max_sessions == 0:
-            raise ValueError("max_sessions must be positive or -1 (unlimited)")
         if self.max_sessions == -1 and self.benchmark_timeout <= 0:
-            raise ValueError("max_sessions: -1 (unlimited) needs a benchmark_timeout > 0")
+            raise KeyProblem(
+                "-1 (unlimited) needs a benchmark_timeout > 0",
+                "max_sessions",
+                "benchmark_timeout",
+            )
         if self.pregenerate_sessions and self.max_sessions < 0:
-            raise ValueError("pregenerate_sessions needs max_sessions > 0")
+            raise KeyProblem(
+                "needs max_sessions > 0 (got -1, unlimited)", "pregenerate_sessions", "max_sessions"
+            )
         for key in _IGNORED_THREAD_KEYS:
             if getattr(self, key) is not None:
                 warnings.warn(

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from veeksha.scenario.base import StrictModel, factory
+from veeksha.scenario.base import KeyProblem, StrictModel, factory
 from veeksha.scenario.generators import LengthGenerator, _uniform
 from veeksha.scenario.graphs import (
     LinearGraph,
@@ -69,7 +69,7 @@ class WeightedClients(StrictModel):
     @model_validator(mode="after")
     def _some_weight(self) -> Self:
         if sum(self.weights.values()) <= 0:
-            raise ValueError("weights: at least one client needs a weight above 0")
+            raise KeyProblem("at least one client needs a weight above 0", "weights")
         return self
 
 

@@ -17,7 +17,7 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from veeksha.scenario.base import empty_dict
+from veeksha.scenario.base import KeyProblem, empty_dict
 from veeksha.scenario.sim_presets import FAULT_KINDS, PRESETS, apply_model_settings
 
 __all__ = ["PRESETS", "FaultConfig", "SimulatorConfig", "SimulatorModel"]
@@ -94,9 +94,15 @@ class FaultConfig(BaseModel):
     def _rates_sum_to_at_most_one(self) -> Self:
         total = sum(self.rate(kind) for kind in FAULT_KINDS)
         if total > 1.0 + 1e-9:
-            raise ValueError(f"fault rates sum to {total:g}; they must sum to at most 1")
+            rates = [f"{kind}_rate" for kind in FAULT_KINDS if self.rate(kind) > 0]
+            raise KeyProblem(f"fault rates sum to {total:g}; they must sum to at most 1", *rates)
         if self.window_end_s is not None and self.window_end_s < self.window_start_s:
-            raise ValueError("window_end_s must not be before window_start_s")
+            raise KeyProblem(
+                f"must not be before window_start_s (got {self.window_end_s:g} < "
+                f"{self.window_start_s:g})",
+                "window_end_s",
+                "window_start_s",
+            )
         return self
 
     def rate(self, kind: str) -> float:

@@ -48,7 +48,7 @@ def _run(folder: Path, text: str, *extra: str) -> CliResult:
         pytest.param(
             "session_generator:\n  type: synthetic\n  session_graph:\n    type: linear\n"
             "    num_request_generator: {type: uniform, min: 5, max: 2}\n",
-            ["scenario.yaml:5:", "num_request_generator", "min must be <= max"],
+            ["scenario.yaml:5:", "num_request_generator.min", "must be <= max"],
             id="min-above-max",
         ),
         pytest.param(

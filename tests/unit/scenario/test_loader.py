@@ -201,3 +201,37 @@ def test_an_api_base_that_cannot_be_one_is_named_before_anything_starts(
     assert "hunter2" not in issue.message  # (the password is masked where the URL is quoted)
     fine = "client: {model: m, api_base: 'http://[::1]:8000/v1'}\n"
     assert load_scenario_text(fine, "s.yaml").client.api_base == "http://[::1]:8000/v1"
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "path"),
+    [
+        # a range check of one key: the key's line, not its section's (runtime: is line 2)
+        ("seed: 1\nruntime:\n  benchmark_timeout: 30\n  max_sessions: 0\n", (4, 3), "max_sessions"),
+        # checks between keys: at the key they name first
+        (
+            "seed: 1\nruntime:\n  benchmark_timeout: 0\n  max_sessions: -1\n",
+            (4, 3),
+            "max_sessions",
+        ),
+        (
+            "seed: 1\nruntime:\n  max_sessions: -1\n  pregenerate_sessions: true\n",
+            (4, 3),
+            "pregenerate_sessions",
+        ),
+        (
+            "seed: 1\ntraffic_scheduler:\n  interval_generator:\n    type: gamma\n    cv: 1\n"
+            "    shape: 2\n",
+            (6, 5),
+            "interval_generator.shape",
+        ),
+        # a key the file leaves out: its section's line, not the file's first line (seed:)
+        ("seed: 1\nruntime: {}\nclient:\n  api_base: http://h:8000/v1\n", (3, 1), "model"),
+    ],
+)
+def test_a_checked_key_is_reported_at_its_own_line(
+    text: str, where: tuple[int, int], path: str
+) -> None:
+    issue = only_issue(text)
+    assert (issue.line, issue.column) == where, str(issue)
+    assert issue.path.endswith(path)

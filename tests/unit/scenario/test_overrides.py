@@ -74,18 +74,19 @@ def test_override_errors_are_reported_with_their_source_alongside_the_files() ->
     )
     assert [str(i) for i in issues] == [
         "s.yaml:1:1: seed: must be greater than or equal to 0 (got -1)",
-        "<--set>: bad override 'no-equals-sign': expected KEY.PATH=VALUE",
-        "<--set>: evaluators[4]: no item 4 in a list of 1",
-        "<--set>: traffic_scheduler.interval_generator.arrival_rate: "
-        "must be greater than 0 (got -2)",
-        "<--set>: traffic_scheduler.interval_generator.arival_rate: unknown key; "
+        "--set no-equals-sign: expected KEY.PATH=VALUE",
+        "--set evaluators.4.stream_metrics=true: evaluators[4]: no item 4 in a list of 1",
+        "--set traffic_scheduler.interval_generator.arrival_rate=-2: "
+        "traffic_scheduler.interval_generator.arrival_rate: must be greater than 0 (got -2)",
+        "--set traffic_scheduler.interval_generator.arival_rate=3: "
+        "traffic_scheduler.interval_generator.arival_rate: unknown key; "
         "did you mean 'arrival_rate'?",
     ]
 
 
 def test_cannot_descend_into_a_scalar() -> None:
     issue = only_issue("seed: 1", ("seed.x=1",))
-    assert issue.file == "<--set>"
+    assert issue.file == "--set seed.x=1"
     assert "not a mapping" in issue.message
 
 
@@ -121,3 +122,72 @@ def test_bad_veeksha_style_arguments(args: list[str], fragment: str) -> None:
         extra_args_to_overrides(args)
     assert caught.value.issues[0].file == "<--set>"
     assert fragment in str(caught.value)
+
+
+# a file whose every key sits on its own line, below its section's line
+LINES = """\
+seed: 3
+runtime:
+  benchmark_timeout: 30
+  max_sessions: 5
+session_generator:
+  type: synthetic
+  output_spec:
+    text:
+      output_length_generator:
+        type: uniform
+        min: 4
+        max: 9
+"""
+
+
+@pytest.mark.parametrize(
+    ("override", "path", "fragment"),
+    [
+        # in the file with another value: a range check of the key's own (field)
+        ("runtime.max_sessions=-3", "runtime.max_sessions", "greater than or equal to -1"),
+        # in the file: the 0 refused (once by a check of the whole section)
+        ("runtime.max_sessions=0", "runtime.max_sessions", "at least 1, or -1 for no limit"),
+        # in the file; refused by a check between two keys, the other one the file's
+        (
+            "session_generator.output_spec.text.output_length_generator.max=2",
+            "session_generator.output_spec.text.output_length_generator.min",
+            "must be <= max (got min=4, max=2)",
+        ),
+        # absent from the file: once refused at the file's first line (seed:)
+        ("client.api_base=http://127.0.0.1:8000/v1", "client.model", "required when"),
+        ("runtime.warmup_sessions=-1", "runtime.warmup_sessions", "greater than or equal to 0"),
+        ("runtime.pregenerate_sessions=true", "runtime.pregenerate_sessions", None),
+    ],
+)
+def test_a_bad_value_from_set_names_the_override_never_a_line_of_the_file(
+    override: str, path: str, fragment: str | None
+) -> None:
+    overrides = (override, "runtime.max_sessions=-1") if fragment is None else (override,)
+    issue = only_issue(LINES, overrides)
+    assert (issue.file, issue.line, issue.column) == (f"--set {override}", None, None)
+    assert issue.path == path
+    assert str(issue).startswith(f"--set {override}: {path}: ")
+    assert fragment is None or fragment in issue.message
+
+
+def test_the_file_keeps_its_lines_beside_an_override_and_the_override_its_name() -> None:
+    text = LINES.replace("min: 4", "min: 10")  # the file's own mistake
+    issues = issues_of(text, ("runtime.max_sessions=0",))
+    assert [str(i) for i in issues] == [
+        "s.yaml:11:9: session_generator.output_spec.text.output_length_generator.min: "
+        "must be <= max (got min=10, max=9)",
+        "--set runtime.max_sessions=0: runtime.max_sessions: must be at least 1, or -1 for no "
+        "limit (got 0)",
+    ]
+
+
+def test_the_named_override_hides_an_api_key_and_shortens_a_long_value() -> None:
+    secret = "sk-0123456789"
+    issue = only_issue("seed: 1", (f"client={{api_key: {secret}, api_base: nourl, model: m}}",))
+    assert issue.file == "--set client=***"
+    assert issue.path == "client.api_base"
+    assert secret not in str(issue)
+    long = "x" * 100
+    issue = only_issue("seed: 1", (f"runtime.num_workers={long}",))
+    assert issue.file == f"--set runtime.num_workers={'x' * 57}..."

@@ -69,7 +69,7 @@ def test_concurrent_scheduler() -> None:
         ),
         (
             "traffic_scheduler: {type: rate, interval_generator: {type: gamma, cv: 1, shape: 1}}",
-            "traffic_scheduler.interval_generator",
+            "traffic_scheduler.interval_generator.shape",
             "either cv or shape",
         ),
         (
@@ -141,8 +141,8 @@ def test_valid_length_generators(generator: str, expected: object) -> None:
 @pytest.mark.parametrize(
     ("generator", "suffix", "fragment"),
     [
-        ("{type: uniform, min: 5, max: 3}", "", "min must be <= max (got min=5, max=3)"),
-        ("{type: zipf, min: 5, max: 3}", "", "min must be <= max"),
+        ("{type: uniform, min: 5, max: 3}", ".min", "must be <= max (got min=5, max=3)"),
+        ("{type: zipf, min: 5, max: 3}", ".min", "must be <= max"),
         ("{type: zipf, theta: 1, alpha: 2}", ".alpha", "another spelling of 'theta'"),
         ("{type: fixed_stair, values: []}", ".values", "at least 1 item"),
         ("{type: fixed_stair}", ".values", "missing required key"),
@@ -213,7 +213,7 @@ def test_clients() -> None:
 @pytest.mark.parametrize(
     ("text", "path", "fragment"),
     [
-        ("client: {api_base: 'http://h/v1'}", "client", "client.model is required"),
+        ("client: {api_base: 'http://h/v1'}", "client.model", "required when client.api_base"),
         ("client: {request_timeout: 0}", "client.request_timeout", "greater than 0"),
         (
             "client: {additional_sampling_params: '{bad'}",

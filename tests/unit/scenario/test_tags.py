@@ -197,7 +197,7 @@ def test_an_override_of_a_swept_key_is_refused(tmp_path: Path) -> None:
         with pytest.raises(ScenarioError) as caught:
             load_points(path, (override,))
         (issue,) = caught.value.issues
-        assert str(issue).startswith("<--set>: traffic_scheduler.interval_generator")
+        assert str(issue).startswith(f"--set {override}: traffic_scheduler.interval_generator")
         assert f"swept by !expand at {path}:2" in str(issue)
 
 
@@ -211,7 +211,9 @@ def test_an_override_of_a_type_that_drops_a_swept_key_is_refused(tmp_path: Path)
             load_points(path, (override,))
         (issue,) = caught.value.issues
         where = override.split("=")[0]
-        assert str(issue).startswith(f"<--set>: {where}: changes the section's type, which drops")
+        assert str(issue).startswith(
+            f"--set {override}: {where}: changes the section's type, which drops"
+        )
         assert f"{RATE}, swept by !expand at {path}:3" in str(issue)
     # a type that keeps the swept key is a normal override: gamma takes arrival_rate too
     kept = load_points(path, (f"{generator}.type=gamma",))

@@ -52,7 +52,7 @@ def test_the_simulator_type_runs_veeksha_sim_server_with_the_scenarios_settings(
     [
         (
             "client: {api_base: 'http://x/v1', model: m}\nserver: {type: veeksha_sim}",
-            "client.api_base and server are both set",
+            "client.api_base: server is set too",
         ),
         ("server: {type: command, command: [x]}", "needs server.model or client.model"),
         ("server: {type: vllm, model: m, stop_signal: SIGFOO}", "not a signal name"),
