@@ -19,10 +19,11 @@ which inlines it; on its own it builds its validator on first use.
 """
 
 import functools
+import types
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, model_validator
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -54,7 +55,98 @@ class KeyProblem(ValueError):
         super().__init__(f"{_shown_path(self.keys[0])}: {message}")
 
 
-class StrictModel(BaseModel):
+class Boolean:
+    """A ``true``/``false`` given where a number is expected, as :class:`NumbersModel` hands it
+    to pydantic: no int or float validator accepts it, so it is reported at its key like any
+    other value of the wrong type (``seed: must be a valid integer, not a boolean (got true)``),
+    every such mistake at once with the others."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: bool) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return "true" if self.value else "false"
+
+
+class NumbersModel(BaseModel):
+    """Refuses ``true``/``false`` where a number is expected, in every field of every model
+    deriving from it (the scenario's models, the simulator's and the managed server's).
+
+    Python's bool is an int, so pydantic takes ``seed: true`` as seed 1 and ``arrival_rate:
+    true`` as 1.0: a typo or a misplaced key that would run silently. One rule, read from the
+    annotations: a field whose type is int or float (alone, or in a union with null or with
+    words such as ``'auto'``), or a list or a mapping of them, refuses a boolean there, unless
+    the type also takes bool. Anything else is left to pydantic as before (``2.0`` for an int
+    is 2, ``2.5`` an error, ``"3"`` is 3).
+    """
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        shapes = _number_keys(cls)
+        out = None
+        for key, value in data.items():
+            shape = shapes.get(key)
+            new: Any = value
+            if shape == "value" and isinstance(value, bool):
+                new = Boolean(value)
+            elif shape == "items" and isinstance(value, list):
+                new = [Boolean(v) if isinstance(v, bool) else v for v in value]
+            elif shape == "values" and isinstance(value, dict):
+                new = {k: Boolean(v) if isinstance(v, bool) else v for k, v in value.items()}
+            if new is not value and new != value:  # (a Boolean equals nothing)
+                out = dict(data) if out is None else out
+                out[key] = new
+        return data if out is None else out
+
+
+def _strip(annotation: Any) -> Any:
+    while get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    return annotation
+
+
+def _members(annotation: Any) -> list[Any]:
+    annotation = _strip(annotation)
+    if get_origin(annotation) in (Union, types.UnionType):
+        return [_strip(a) for a in get_args(annotation)]
+    return [annotation]
+
+
+def _takes_numbers(annotation: Any) -> bool:
+    """Whether a value of this type may be an int or a float but not a bool."""
+    members = _members(annotation)
+    return bool not in members and (int in members or float in members)
+
+
+@functools.cache
+def _number_keys(model: type[BaseModel]) -> dict[str, str]:
+    """Each key (field name or alias) of a model whose value is a number (``value``), a list of
+    numbers (``items``) or a mapping to numbers (``values``), by :func:`_takes_numbers`."""
+    out: dict[str, str] = {}
+    for name, info in model.model_fields.items():
+        members = _members(info.annotation)
+        items = [get_args(m) for m in members if get_origin(m) is list]
+        values = [get_args(m) for m in members if get_origin(m) is dict]
+        if _takes_numbers(info.annotation):
+            shape = "value"
+        elif items and items[0] and _takes_numbers(items[0][0]):
+            shape = "items"
+        elif values and len(values[0]) == 2 and _takes_numbers(values[0][1]):
+            shape = "values"
+        else:
+            continue
+        alias = info.validation_alias
+        names = [name, *(alias.choices if isinstance(alias, AliasChoices) else [alias])]
+        out.update({n: shape for n in names if isinstance(n, str)})
+    return out
+
+
+class StrictModel(NumbersModel):
     """Base of every scenario model: unknown keys are errors, defaults are validated.
 
     A polymorphic section written without ``type:`` takes the type of its default (``client:

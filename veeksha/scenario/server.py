@@ -16,9 +16,9 @@ runtime.
 import signal
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
-from veeksha.scenario.base import empty_dict, empty_list
+from veeksha.scenario.base import NumbersModel, empty_dict, empty_list
 
 __all__ = [
     "CommandServer",
@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 
-class _ServerBase(BaseModel):
+class _ServerBase(NumbersModel):
     """What every managed server has: where it listens, how it is judged ready and stopped."""
 
     model_config = ConfigDict(extra="forbid", validate_default=True, defer_build=True)
@@ -137,7 +137,7 @@ ManagedServerConfig = Annotated[
 ]
 
 
-class ServerMetricsConfig(BaseModel):
+class ServerMetricsConfig(NumbersModel):
     """The Prometheus scraper: ``url`` read every ``interval`` seconds during the run, in a
     process of its own, into server_metrics.parquet."""
 

@@ -15,15 +15,15 @@ complete record of what the server did.
 
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
-from veeksha.scenario.base import KeyProblem, empty_dict
+from veeksha.scenario.base import KeyProblem, NumbersModel, empty_dict
 from veeksha.scenario.sim_presets import FAULT_KINDS, PRESETS, apply_model_settings
 
 __all__ = ["PRESETS", "FaultConfig", "SimulatorConfig", "SimulatorModel"]
 
 
-class FaultConfig(BaseModel):
+class FaultConfig(NumbersModel):
     """Seeded, per-request fault injection.
 
     Each request draws one uniform number from the server's fault stream and gets at most one
@@ -115,7 +115,7 @@ class FaultConfig(BaseModel):
         return any(self.rate(kind) > 0 for kind in FAULT_KINDS)
 
 
-class SimulatorModel(BaseModel):
+class SimulatorModel(NumbersModel):
     """One more model the simulator serves (``simulator.models: {name: {...}}``): each key left
     out is the ``simulator:`` section's; ``preset`` refills the timing keys left out here."""
 
@@ -136,7 +136,7 @@ class SimulatorModel(BaseModel):
     faults: FaultConfig | None = Field(None, description="This model's faults (whole section).")
 
 
-class SimulatorConfig(BaseModel):
+class SimulatorConfig(NumbersModel):
     """Timing model, capacity and faults of the built-in OpenAI-compatible server."""
 
     model_config = ConfigDict(extra="forbid", validate_default=True)

@@ -283,3 +283,50 @@ def test_evaluators_trace_recorder_health_checks_simulator() -> None:
         "health_checks.arrival_ks_alpha",
         "simulator.preset",
     ]
+
+
+# ------------------------------------------------------------------- numbers are not booleans
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "kind"),
+    [
+        ("seed: true", "seed", "integer"),
+        ("runtime: {max_sessions: true}", "runtime.max_sessions", "integer"),
+        ("runtime: {warmup_sessions: false}", "runtime.warmup_sessions", "integer"),
+        ("runtime: {num_workers: true}", "runtime.num_workers", "integer"),  # (int or 'auto')
+        ("runtime: {cpu_affinity: [0, true]}", "runtime.cpu_affinity[1]", "integer"),
+        (
+            "traffic_scheduler: {type: concurrent, target_concurrent_sessions: true}",
+            "traffic_scheduler.target_concurrent_sessions",
+            "integer",
+        ),
+        (LENGTH_AT % "{type: fixed, value: true}", "%s.value", "integer"),
+        (LENGTH_AT % "{type: uniform, min: true, max: 9}", "%s.min", "integer"),
+        (LENGTH_AT % "{type: fixed_stair, values: [2, true]}", "%s.values[1]", "integer"),
+        ("client: {max_model_len: true}", "client.max_model_len", "integer"),  # (int or null)
+        ("simulator: {max_num_seqs: true}", "simulator.max_num_seqs", "integer"),
+        ("runtime: {benchmark_timeout: true}", "runtime.benchmark_timeout", "number"),
+        ("traffic_scheduler: {interval_generator: {arrival_rate: true}}", None, "number"),
+    ],
+)
+def test_a_boolean_is_refused_where_a_number_is_expected(
+    text: str, path: str | None, kind: str
+) -> None:
+    issue = only_issue(text)
+    if path is not None:
+        generator = "session_generator.output_spec.text.output_length_generator"
+        assert issue.path == path.replace("%s", generator)
+    got = "false" if "false" in text else "true"
+    assert issue.message.startswith(f"must be a valid {kind}, not a boolean"), issue.message
+    assert issue.message.endswith(f"(got {got})")
+
+
+def test_numbers_keep_their_forms() -> None:
+    assert load("seed: 1").seed == 1
+    assert load("runtime: {max_sessions: 2.0}").runtime.max_sessions == 2  # as before
+    assert load("runtime: {benchmark_timeout: 3}").runtime.benchmark_timeout == 3.0
+    assert "valid integer" in only_issue("runtime: {max_sessions: 2.5}").message
+    assert load("trace_recorder: {enabled: true}").trace_recorder.enabled is True
+    assert load("seed: 1", ("seed=5",)).seed == 5
+    assert "not a boolean" in only_issue("seed: 1", ("seed=true",)).message
