@@ -129,3 +129,21 @@ LengthGenerator = Annotated[
 
 def _uniform(lo: int, hi: int) -> UniformLength:
     return UniformLength(type="uniform", min=lo, max=hi)
+
+
+def zero_output_problem(
+    generator: FixedLength | UniformLength | ZipfLength | FixedStairLength | InverseGaussianLength,
+) -> KeyProblem | None:
+    """The complaint about an output-length generator that can draw 0, at the key that allows
+    it (None: every draw is at least 1). A request asks for at least one output token; an
+    inverse_gaussian draw is at least 1 by construction (rounded, then raised to 1)."""
+    fix = "a request asks for at least 1 output token"
+    if isinstance(generator, FixedLength) and generator.value < 1:
+        return KeyProblem(f"must be at least 1: {fix} (got {generator.value})", "value")
+    if isinstance(generator, UniformLength | ZipfLength) and generator.min < 1:
+        return KeyProblem(f"must be at least 1: {fix} (got {generator.min})", "min")
+    if isinstance(generator, FixedStairLength):
+        for index, value in enumerate(generator.values):
+            if value < 1:
+                return KeyProblem(f"must be at least 1: {fix} (got {value})", ("values", index))
+    return None

@@ -13,6 +13,7 @@ from veeksha.scenario.generators import (
     LengthGenerator,
     PoissonInterval,
     _uniform,
+    zero_output_problem,
 )
 
 # --------------------------------------------------------------------------------- session graphs
@@ -163,7 +164,8 @@ class Agent(StrictModel):
         None, description="New prompt tokens per turn (null: the channel's body lengths)."
     )
     output_length_generator: LengthGenerator | None = Field(
-        None, description="Answer tokens per turn (null: output_spec's)."
+        None,
+        description="Answer tokens per turn, at least 1 (null: output_spec's).",
     )
     latency_generator: IntervalGenerator | None = Field(
         None, description="tool: the call's duration in seconds (null: fixed 0)."
@@ -178,6 +180,14 @@ class Agent(StrictModel):
         None, description="A check of its answers; a failing answer is re-sent (re-prompt)."
     )
     max_reprompts: int = Field(2, ge=0, le=100, description="Re-prompts per turn at most.")
+
+    @field_validator("output_length_generator")
+    @classmethod
+    def _at_least_one(cls, value: Any) -> Any:
+        problem = None if value is None else zero_output_problem(value)
+        if problem is not None:
+            raise problem
+        return value
 
 
 class AgentRoundsGraph(StrictModel):

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import Field, field_validator, model_validator
 
 from veeksha.scenario.base import KeyProblem, StrictModel, factory
-from veeksha.scenario.generators import LengthGenerator, _uniform
+from veeksha.scenario.generators import LengthGenerator, _uniform, zero_output_problem
 from veeksha.scenario.graphs import (
     LinearGraph,
     SessionGraph,
@@ -40,8 +40,18 @@ class TextOutputSpec(StrictModel, defer_build=False):
     """Requested output length of text responses."""
 
     output_length_generator: LengthGenerator = Field(
-        default_factory=lambda: _uniform(6, 12), description="Requested output tokens per request."
+        default_factory=lambda: _uniform(6, 12),
+        description="Requested output tokens per request (at least 1: a generator that can draw"
+        " 0 is refused).",
     )
+
+    @field_validator("output_length_generator")
+    @classmethod
+    def _at_least_one(cls, value: Any) -> Any:
+        problem = zero_output_problem(value)
+        if problem is not None:
+            raise problem
+        return value
 
 
 class OutputSpec(StrictModel, defer_build=False):

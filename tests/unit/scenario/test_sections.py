@@ -330,3 +330,49 @@ def test_numbers_keep_their_forms() -> None:
     assert load("trace_recorder: {enabled: true}").trace_recorder.enabled is True
     assert load("seed: 1", ("seed=5",)).seed == 5
     assert "not a boolean" in only_issue("seed: 1", ("seed=true",)).message
+
+
+# ------------------------------------------------------------------------ output lengths
+
+
+@pytest.mark.parametrize(
+    ("generator", "suffix"),
+    [
+        ("{type: fixed, value: 0}", ".value"),
+        ("{type: uniform, min: 0, max: 10}", ".min"),
+        ("{type: zipf, min: 0, max: 10}", ".min"),
+        ("{type: fixed_stair, values: [4, 0, 8]}", ".values[1]"),
+    ],
+)
+def test_an_output_length_generator_that_can_draw_zero_is_refused(
+    generator: str, suffix: str
+) -> None:
+    issue = only_issue(LENGTH_AT % generator)
+    assert issue.path == "session_generator.output_spec.text.output_length_generator" + suffix
+    assert issue.message == (
+        "must be at least 1: a request asks for at least 1 output token (got 0)"
+    )
+    one = generator.replace(" 0", " 1")
+    assert load(LENGTH_AT % one).session_generator.output_spec.text  # type: ignore[union-attr]
+
+
+def test_an_agents_output_length_of_zero_is_refused() -> None:
+    text = (
+        "session_generator:\n"
+        "  session_graph:\n"
+        "    type: agent_rounds\n"
+        "    agents:\n"
+        "      - {id: a}\n"
+        "      - id: b\n"
+        "        output_length_generator: {type: uniform, min: 0, max: 3}\n"
+    )
+    issue = only_issue(text)
+    assert issue.path == ("session_generator.session_graph.agents[1].output_length_generator.min")
+    assert (issue.line, issue.column) == (7, 50)
+    assert "at least 1" in issue.message
+
+
+def test_a_prompt_body_may_still_start_at_zero() -> None:
+    # (only output lengths are refused; a body of 0 tokens is sent as 1, docs/scenario.md)
+    text = "session_generator: {channels: [{body_length_generator: {type: uniform, min: 0}}]}"
+    assert load(text).session_generator.channels[0].body_length_generator.min == 0  # type: ignore[union-attr]
