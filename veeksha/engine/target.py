@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PROBE_TIMEOUT_S",
+    "SCENARIO_NAMES",
     "ClientTarget",
+    "SettingNames",
     "Target",
     "TargetContext",
     "check_reachable",
@@ -39,6 +41,23 @@ __all__ = [
 ]
 
 PROBE_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class SettingNames:
+    """How the target check's messages name the settings its fixes change: a scenario's keys
+    (``SCENARIO_NAMES``), or the flags of a command that writes the scenario itself (a
+    microbenchmark's ``--api_base``), so that a message never names a key the user did not
+    write."""
+
+    api_base: str
+    model: str
+    api_key: str  # (what to set to a valid key)
+
+
+SCENARIO_NAMES = SettingNames(
+    "client.api_base", "client.model", "client.api_key_env to the environment variable holding"
+)
 
 
 @dataclass
@@ -95,28 +114,32 @@ class Target:
 
 
 def check_reachable(
-    api_base: str, api_key: str | None, timeout_s: float | None = None, model: str | None = None
+    api_base: str,
+    api_key: str | None,
+    timeout_s: float | None = None,
+    model: str | None = None,
+    names: SettingNames = SCENARIO_NAMES,
 ) -> None:
     """GET {api_base}/models; a clear TargetError when no HTTP answer comes from there (within
     ``timeout_s``, the whole exchange: see ``veeksha.net``), when it refuses the key, when it
     answers 2xx with something that is not JSON, or when it lists its models and ``model`` is
-    not one of them (every request would fail)."""
+    not one of them (every request would fail). ``names``: how the fixes name the settings."""
     url = api_base.rstrip("/") + "/models"
     answer = fetch(
         "GET",
         url,
         api_key=api_key,
         timeout_s=setup_timeout(PROBE_TIMEOUT_S) if timeout_s is None else timeout_s,
-        fix="Is an OpenAI-compatible server running there? Fix client.api_base (or unset it "
+        fix=f"Is an OpenAI-compatible server running there? Fix {names.api_base} (or unset it "
         "to use the built-in simulator)",
     )
     if answer.status in (401, 403):
         raise TargetError(
-            f"{api_base} refused the credentials (HTTP {answer.status}): set client.api_key_env "
-            "to the environment variable holding a valid key"
+            f"{api_base} refused the credentials (HTTP {answer.status}): set {names.api_key} "
+            "a valid key"
         )
     if answer.status == 404 and not api_base.rstrip("/").endswith("/v1"):
-        _refuse_missing_v1(api_base, api_key)
+        _refuse_missing_v1(api_base, api_key, names)
     if not answer.ok:  # some servers have no /models; anything that answers HTTP is reachable
         return
     try:
@@ -125,17 +148,17 @@ def check_reachable(
         kind = answer.headers.get("content-type") or "no content type"
         raise TargetError(
             f"GET {url} answered HTTP {answer.status} with something that is not JSON "
-            f"({' '.join(kind.split())[:60]}): is client.api_base the address of an "
+            f"({' '.join(kind.split())[:60]}): is {names.api_base} the address of an "
             "OpenAI-compatible API (usually ending in /v1)?"
         ) from None
     if model is not None and served and model not in served:
         raise TargetError(
-            f"client.model {model!r} is not served by {api_base} (it serves "
-            f"{', '.join(repr(m) for m in served[:5])}): fix client.model"
+            f"{names.model} {model!r} is not served by {api_base} (it serves "
+            f"{', '.join(repr(m) for m in served[:5])}): fix {names.model}"
         )
 
 
-def _refuse_missing_v1(api_base: str, api_key: str | None) -> None:
+def _refuse_missing_v1(api_base: str, api_key: str | None, names: SettingNames) -> None:
     """``{api_base}/models`` is not found: when ``{api_base}/v1/models`` lists models, every
     request would be a 404 too (the paths live under /v1): a TargetError naming the fix."""
     with_v1 = api_base.rstrip("/") + "/v1"
@@ -147,7 +170,7 @@ def _refuse_missing_v1(api_base: str, api_key: str | None) -> None:
     if served:
         raise TargetError(
             f"GET {api_base.rstrip('/')}/models answered HTTP 404 and {with_v1}/models lists "
-            f"models: every request would be a 404; set client.api_base to {with_v1}"
+            f"models: every request would be a 404; set {names.api_base} to {with_v1}"
         )
 
 

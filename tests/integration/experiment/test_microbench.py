@@ -123,12 +123,12 @@ def test_a_batch_that_cannot_decode_together_fails_the_window_check(tmp_path: Pa
     [
         (
             ["prefill", "--input_lengths", "128", "200000"],
-            "<flags>: input_lengths: [200000] plus 1 output token(s) exceed the model context "
+            "--input_lengths: [200000] plus 1 output token(s) exceed the model context "
             "of 131072 tokens",
         ),
         (
             ["decode", "--batch_sizes", "0", "4"],
-            "<flags>: batch_sizes: every batch size must be >= 1 (got [0, 4])",
+            "--batch_sizes: every batch size must be >= 1 (got [0, 4])",
         ),
         (
             ["decode", "--input_lengths", "100", "--max_model_len", "300"],
@@ -137,9 +137,11 @@ def test_a_batch_that_cannot_decode_together_fails_the_window_check(tmp_path: Pa
         (["prefill", "--samples_per_lenght", "3"], "did you mean 'samples_per_length'?"),
         (["prefill", "128"], "unexpected argument '128'"),
         (["prefill", "--api_base", "http://127.0.0.1:9/v1", "--model", "m"], "127.0.0.1:9"),
+        (["prefill", "--api_base", "http://127.0.0.1:9/v1", "--model", "m"], "Fix --api_base"),
+        (["prefill", "--api_base", "127.0.0.1:9/v1", "--model", "m"], "--api_base: must be an"),
         (
             ["decode", "--api_base", "http://127.0.0.1:9/v1"],
-            "<flags>: model: required with api_base",
+            "--model: required with api_base",
         ),
     ],
 )
@@ -183,3 +185,16 @@ def test_an_endpoint_is_measured_as_it_is(tmp_path: Path, fast_simulator: Simula
     assert doc["target"] == {"kind": "endpoint", "api_base": fast_simulator.base_url}
     assert [p["samples"] for p in doc["points"]] == [2, 2]
     assert not (folder / "prefill.png").exists()
+
+
+def test_a_model_the_endpoint_does_not_serve_is_named_as_the_flag(
+    tmp_path: Path, fast_simulator: SimulatorProcess
+) -> None:
+    assert fast_simulator.base_url is not None
+    args = ["--api_base", fast_simulator.base_url, "--model", "nope", "--no_plots"]
+    code, output = _invoke("prefill", *args, "--output_dir", str(tmp_path / "out"))
+    assert code == 2, output
+    assert "--model 'nope' is not served by" in output
+    assert output.rstrip().endswith("fix --model")
+    assert "client." not in output
+    assert not (tmp_path / "out").exists()

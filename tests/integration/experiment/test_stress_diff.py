@@ -58,7 +58,7 @@ def test_stress_throughput_stops_growing_at_the_servers_batch_limit(tmp_path: Pa
     [
         (["stress", "--concurrencies", "0", "4"], "concurrencies: every level must be > 0"),
         (["stress", "--rates", "2", "--concurrencies", "2"], "not both"),
-        (["stress", "--mode", "sideways"], "<flags>: mode:"),
+        (["stress", "--mode", "sideways"], "--mode:"),
     ],
 )
 def test_bad_stress_input_exits_2_before_anything_runs(

@@ -72,6 +72,30 @@ def test_a_context_limit_of_an_endpoint_is_only_checked_when_given() -> None:
         load_config(PrefillConfig, None, {**endpoint, "max_model_len": "1000"})
 
 
+@pytest.mark.parametrize(
+    ("api_base", "message"),
+    [
+        ("127.0.0.1:8000/v1", "must be an http:// or https:// URL"),
+        ("http://127.0.0.1:99999/v1", "is not a valid URL (Port out of range 0-65535)"),
+        ("http://me:hunter2@127.0.0.1:8000/v1", "must not hold credentials"),
+    ],
+)
+def test_a_bad_api_base_is_named_as_the_flag_or_the_files_key(
+    tmp_path: Path, api_base: str, message: str
+) -> None:
+    with pytest.raises(ScenarioError) as caught:
+        load_config(PrefillConfig, None, {"api_base": api_base, "model": "m"})
+    (issue,) = caught.value.issues
+    assert str(issue).startswith(f"--api_base: {message}"), str(issue)
+    assert "client." not in str(issue)  # (never the key of the points' scenario)
+    assert "hunter2" not in str(issue)
+    path = tmp_path / "p.yaml"
+    path.write_text(f"model: m\napi_base: '{api_base}'\n")
+    with pytest.raises(ScenarioError) as caught:
+        load_config(PrefillConfig, path, {})
+    assert str(caught.value).startswith(f"{path}:2:1: api_base: {message}")
+
+
 def test_points_differ_in_seed_and_run_one_batch_at_once() -> None:
     config = load_config(DecodeConfig, None, {"quick": True})
     scenario = point_scenario(config, PointSpec(2, 128, 64, 16, 16))

@@ -8,7 +8,9 @@ against the built-in simulator); keys set explicitly always win. Dotted flags re
 ``simulator`` mapping: ``--simulator.decode_step_ms 4``.
 
 Every problem is reported at once, as ``file:line:column: key: message`` for the file's keys and
-``<flags>: key: message`` for the flags' (exit 2), as the scenario loader does.
+``--flag: message`` for the flags' (exit 2), as the scenario loader does: a problem is named by
+what the user wrote, never by the key of the scenario a point runs (``--api_base``, not
+``client.api_base``).
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import YAMLError
 
 from veeksha.errors import ScenarioError, ScenarioIssue
+from veeksha.scenario.clients import api_base_problem
 from veeksha.scenario.simulator import SimulatorConfig
 
 __all__ = [
@@ -84,6 +87,14 @@ class BenchConfig(BaseModel):
         default_factory=_realistic,
         description="The built-in simulator (default preset realistic), used without api_base.",
     )
+
+    @field_validator("api_base")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        problem = None if value is None else api_base_problem(value)
+        if problem is not None:  # (checked here, so that it is named api_base, not client's)
+            raise ValueError(problem)
+        return value
 
     @model_validator(mode="before")
     @classmethod
@@ -311,7 +322,7 @@ def _issues(
             near = difflib.get_close_matches(loc[-1], _keys(kind, loc[:-1]), n=1)
             message = "unknown key" + (f"; did you mean {near[0]!r}?" if near else "")
         elif loc and "input" in err and not isinstance(err["input"], dict | list):
-            message += f" (got {err['input']!r})"
+            message += "" if "(got" in message else f" (got {err['input']!r})"
         path = ".".join(loc)
         if not loc and ": " in message:  # a check of the whole config names its key
             path, _, message = message.partition(": ")
@@ -319,8 +330,10 @@ def _issues(
         if path in seen:
             continue
         seen.add(path)
-        if loc and loc[0] in flags:
-            issues.append(ScenarioIssue(FLAGS_SOURCE, None, None, path, message))
+        if (loc and loc[0] in flags) or source == FLAGS_SOURCE:  # (a flag: named as written)
+            issues.append(
+                ScenarioIssue(f"--{path}" if path else FLAGS_SOURCE, None, None, "", message)
+            )
         else:
             line, column = _position(root, loc)
             issues.append(ScenarioIssue(source, line, column, path, message))

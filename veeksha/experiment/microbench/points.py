@@ -183,7 +183,7 @@ def serving(
     assert config.output_dir is not None
     with shared_simulator(point_scenario(config, first)) as (aimed, server):
         if not server.is_simulator:
-            _check_endpoint(aimed)
+            _check_endpoint(aimed, config)
         folder = result_folder(config.output_dir, name)
 
         def run(spec: PointSpec) -> PointResult:
@@ -214,15 +214,19 @@ def run_points(
     return folder, server, done
 
 
-def _check_endpoint(scenario: Scenario) -> None:
-    """The endpoint answers and serves the model: else exit 2 before any folder exists."""
+def _check_endpoint(scenario: Scenario, config: BenchConfig) -> None:
+    """The endpoint answers and serves the model: else exit 2 before any folder exists, the
+    fix naming the flags (``--api_base``, ``--model``), not the points' scenario keys."""
     from veeksha.dispatch.settings import resolve_api_key
-    from veeksha.engine.target import check_reachable, client_api_base
+    from veeksha.engine.target import SettingNames, check_reachable, client_api_base
+    from veeksha.scenario.clients import DEFAULT_KEY_ENV
 
     client = scenario.client
     api_base = client_api_base(client)
     assert api_base is not None
-    check_reachable(api_base, resolve_api_key(client), model=client.model)
+    where = "--api_base" if config.api_base else "OPENAI_API_BASE"
+    names = SettingNames(where, "--model", f"{DEFAULT_KEY_ENV} to")
+    check_reachable(api_base, resolve_api_key(client), model=client.model, names=names)
 
 
 def load_rows(run_dir: Path, *, warmup: bool = False) -> pd.DataFrame:
