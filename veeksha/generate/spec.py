@@ -20,7 +20,10 @@ class NodeSpec:
     ``wait_after_ready_s`` is the think time: the node becomes ready this long after its last
     parent completes (roots: after the session starts, with no wait). ``history_parent`` is the
     one parent whose conversation (its history, prompt and received answer) precedes ``prompt``.
-    ``prompt_tokens`` counts ``system`` too when there is one.
+    ``prompt_tokens`` counts ``system`` too when there is one. ``not_before_s`` (trace replay
+    with ``turn_timing: timestamps``): the node is never ready before this many seconds after
+    its session's start (its row's own timestamp, mapped as the session's start is); None: no
+    such bound.
     """
 
     node_id: int
@@ -45,6 +48,7 @@ class NodeSpec:
     # note; a failing answer is re-sent up to max_reprompts times
     validation: Callable[[str], str | None] | None = None
     max_reprompts: int = 0
+    not_before_s: float | None = None
 
 
 @dataclass(slots=True)

@@ -48,6 +48,14 @@ class TraceScheduler(StrictModel):
     max_duration: float | None = Field(
         None, gt=0, description="Trace seconds replayed from start_offset (default: all)."
     )
+    turn_timing: Literal["after_answer", "timestamps"] = Field(
+        "after_answer",
+        description=(
+            "When a session's later requests leave: after_answer, when the requests they"
+            " follow have answered plus their think time; timestamps, also no sooner than"
+            " their own row's timestamp (mapped as the session starts are)."
+        ),
+    )
     cancel_session_on_failure: bool = Field(
         True, description="A failed request cancels the rest of its session."
     )

@@ -4,7 +4,9 @@ Pure state machine: the engine feeds it events with timestamps (integer ns) and 
 nodes that became ready, with their ready times. No I/O, no clock.
 
 Vocabulary: a node is *pending* until every parent is terminal, then *ready* at
-``max(parent completed_at) + wait_after_ready`` (roots: at the session's start), *in flight* once
+``max(parent completed_at) + wait_after_ready`` (roots: at the session's start), or at its
+*not-before* time if that is later (``NodeSpec.not_before_s`` after the session's start: a trace
+row's own timestamp, ``turn_timing: timestamps``), *in flight* once
 dispatched, and finally *ok*, *failed* or *cancelled*. A node's ``completed_at`` is when its
 request ended: an answer's last byte, or the moment a failure was seen (a timeout's give-up),
 never an earlier last byte, so children wait from when their parent really ended. With
@@ -19,6 +21,9 @@ Worked example (linear a → b, wait 1 s, cancel on failure)::
     s.start()                          -> [(0, 0)]              # a ready at 0
     s.complete(0, 5e8, ok=True, ...)   -> [(1, 1_500_000_000)]  # b ready 1 s after a ended
     s.complete(1, 2e9, ok=False, ...)  -> []; s.done is True; s.status == "error"
+
+With b's ``not_before_s = 3.0`` (its row's timestamp 3 s after a's), a's answer at 0.5 s makes
+b ready at 3 s, not 1.5 s; an answer at 2.5 s, at 3.5 s (the answer plus the think time wins).
 """
 
 from __future__ import annotations
@@ -197,13 +202,26 @@ class SessionState:
     # ------------------------------------------------------------------------------------ events
 
     def start(self) -> list[tuple[int, int]]:
-        """The session starts: its roots become ready at its start time."""
+        """The session starts: its roots become ready at its start time (or at their
+        not-before time, if later)."""
         ready = []
+        nodes = self.spec.nodes
         for node_id in self.spec.roots:
+            at = self.started_at_ns
+            if nodes[node_id].not_before_s is not None:
+                at = max(at, self.not_before_ns(node_id))
             self.states[node_id] = _READY
-            self.ready_at_ns[node_id] = self.started_at_ns
-            ready.append((node_id, self.started_at_ns))
+            self.ready_at_ns[node_id] = at
+            ready.append((node_id, at))
         return ready
+
+    def not_before_ns(self, node_id: int) -> int:
+        """The instant node ``node_id`` may not be ready before (its ``not_before_s`` after the
+        session's start; the session's start when it has none)."""
+        seconds = self.spec.nodes[node_id].not_before_s
+        if seconds is None:
+            return self.started_at_ns
+        return self.started_at_ns + round(seconds * 1_000_000_000)
 
     def reprompt(self, node_id: int, answer: str, note: str, answer_tokens: int, at_ns: int) -> int:
         """Node ``node_id`` (in flight) answered ``answer``, which failed its validation: it is
@@ -322,8 +340,11 @@ class SessionState:
                     if len(parents) == 1
                     else max([completed[p] for p in parents])
                 )
-                wait_ns = round(nodes[child].wait_after_ready_s * 1_000_000_000)
+                node = nodes[child]
+                at = latest + round(node.wait_after_ready_s * 1_000_000_000)
+                if node.not_before_s is not None:  # (turn_timing: timestamps; else one test)
+                    at = max(at, self.started_at_ns + round(node.not_before_s * 1_000_000_000))
                 self.states[child] = _READY
-                self.ready_at_ns[child] = latest + wait_ns
-                ready.append((child, latest + wait_ns))
+                self.ready_at_ns[child] = at
+                ready.append((child, at))
         return ready

@@ -140,3 +140,44 @@ def test_a_withdrawn_hand_over_was_never_dispatched() -> None:
     s.cancel_node(0, S // 2)
     assert s.take_cancelled() == [0]
     assert s.dispatched() == []
+
+
+def _timed_chat(*not_before: float | None, wait: float = 0.0) -> SessionSpec:
+    """A linear chat whose node i has ``not_before[i]`` (its row's time after the start)."""
+    nodes = []
+    for i, at in enumerate(not_before):
+        node = _node(i, (i - 1,) if i else (), i - 1 if i else None, wait if i else 0.0)
+        node.not_before_s = at
+        nodes.append(node)
+    return SessionSpec(session_id=2, nodes=nodes)
+
+
+def test_a_turn_waits_for_its_own_time_and_for_its_parents_answer() -> None:
+    # turns at 0, 0.6 and 1.2 s after the start (10 s); answers in 0.1 s, think time 0.05 s
+    s = SessionState(_timed_chat(0.0, 0.6, 1.2, wait=0.05), 10 * S, cancel_on_failure=True)
+    assert s.start() == [(0, 10 * S)]
+    s.mark_dispatched(0)
+    # answered at 10.1 s: ready at its own time (10.6 s), not at 10.15 s
+    assert s.complete(0, 10 * S + S // 10, True, answer="a") == [(1, 10 * S + 6 * S // 10)]
+    s.mark_dispatched(1)
+    # answered late (12 s): the answer plus the think time wins over its time (11.2 s)
+    assert s.complete(1, 12 * S, True, answer="b") == [(2, 12 * S + S // 20)]
+    assert s.ready_at_ns == [10 * S, 10 * S + 6 * S // 10, 12 * S + S // 20]
+    assert s.not_before_ns(2) == 11 * S + 2 * S // 10
+
+
+def test_without_a_not_before_time_the_ready_rule_is_unchanged() -> None:
+    s = SessionState(_timed_chat(None, None, wait=0.25), 10 * S, cancel_on_failure=True)
+    assert s.start() == [(0, 10 * S)]
+    s.mark_dispatched(0)
+    assert s.complete(0, 11 * S, True, answer="a") == [(1, 11 * S + S // 4)]
+    assert s.not_before_ns(1) == 10 * S  # (none: the session's start)
+
+
+def test_a_root_with_a_later_time_waits_for_it() -> None:
+    # two roots of a DAG: the second's row is 0.5 s after the session's first row
+    spec = SessionSpec(session_id=3, nodes=[_node(0, (), None), _node(1, (), None)])
+    spec.nodes[0].not_before_s = 0.0
+    spec.nodes[1].not_before_s = 0.5
+    s = SessionState(spec, S, cancel_on_failure=True)
+    assert s.start() == [(0, S), (1, S + S // 2)]

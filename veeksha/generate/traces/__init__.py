@@ -88,6 +88,8 @@ class OpenTrace:
     #: client name → index (``Scenario.client_entries``), for rows that name their client
     clients: dict[str, int] | None = None
     checks: NodeChecks | None = None  # session_generator.validation
+    #: traffic_scheduler.turn_timing (``timestamps``: later requests wait for their rows' times)
+    turn_timing: str = "after_answer"
 
     @property
     def warmup(self) -> int:
@@ -105,6 +107,11 @@ class OpenTrace:
             warmup=self.warmup,
             clients=self.clients,
             checks=self.checks,
+            turn_scale=(
+                1.0 / self.speedup
+                if self.turn_timing == "timestamps" and self.speedup is not None
+                else None
+            ),
         )
 
     def timeline(self) -> TraceTimeline:
@@ -130,6 +137,7 @@ class OpenTrace:
             "window": [self.lo, self.hi],
             "wrap_mode": self.wrap,
             "speedup": self.speedup,
+            "turn_timing": self.turn_timing if self.speedup is not None else None,
             "unservable_rows": p.unservable_rows,
             "unservable_sessions": p.unservable_sessions,
             "unservable_lines": p.unservable_lines,
@@ -185,6 +193,7 @@ def open_trace(scenario: models.Scenario) -> OpenTrace:
     table = TraceTable(prepared)
     scheduler = scenario.traffic_scheduler
     speedup = None
+    turn_timing = "after_answer"
     lo, hi, span = 0, prepared.sessions, 0.0
     if isinstance(scheduler, models.TraceScheduler):
         if not prepared.has_timestamps:
@@ -208,6 +217,7 @@ def open_trace(scenario: models.Scenario) -> OpenTrace:
                 "this row arrives before the row above it; sort the trace by its timestamps",
             )
         speedup = scheduler.speedup
+        turn_timing = scheduler.turn_timing
         lo, hi, first, last = _window(
             prepared.cache, scheduler.start_offset, scheduler.max_duration
         )
@@ -228,4 +238,5 @@ def open_trace(scenario: models.Scenario) -> OpenTrace:
         generator.oversized,
         clients,
         NodeChecks.of(generator),
+        turn_timing,
     )

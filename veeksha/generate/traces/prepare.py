@@ -53,8 +53,9 @@ from veeksha.generate.traces.reader import TraceFileError, read_batches, unreada
 
 __all__ = ["CACHE_VERSION", "CANONICAL", "ROOTS_ONLY", "PreparedTrace", "prepare_file"]
 
-CACHE_VERSION = 11  # 7: the NODE columns; 8: NODE's valid; 9: agent, round, transcript; 10: a
-# request log's empty session_id cell is no session id; 11: the oversized policy in the meta
+CACHE_VERSION = 12  # 7: the NODE columns; 8: NODE's valid; 9: agent, round, transcript; 10: a
+# request log's empty session_id cell is no session id; 11: the oversized policy in the meta;
+# 12: grouped rows keep their own timestamp (``ts``, for ``turn_timing: timestamps``)
 ROW_GROUP_ROWS = 65_536
 _SHOWN_LINES = 10
 _META_KEY = b"veeksha.trace"
@@ -73,12 +74,13 @@ ROOTS_ONLY = pa.schema(
         *((f.name, f.type) for f in NODE),
     ]
 )
-#: Grouped traces add each node's parents (indices within its session), history parent and
-#: think time.
+#: Grouped traces add each node's parents (indices within its session), history parent, think
+#: time and the row's own timestamp (trace seconds, null: none; ``start`` is its session's).
 CANONICAL = (
     ROOTS_ONLY.append(pa.field("parents", pa.list_(pa.int32())))
     .append(pa.field("history", pa.int32()))
     .append(pa.field("wait", pa.float64()))
+    .append(pa.field("ts", pa.float64()))
 )
 
 
@@ -625,6 +627,7 @@ def _grouped(
                 linked.column("parents"),
                 linked.column("history"),
                 linked.column("wait"),
+                pc.cast(linked.column("ts"), pa.float64()),
             ],
             schema=CANONICAL,
         )
@@ -708,6 +711,7 @@ def _linear_sessions(
             parents,
             history,
             from_numpy(np.zeros(n)),
+            pc.cast(table.column("ts"), pa.float64()),
         ],
         schema=CANONICAL,
     )

@@ -4,7 +4,8 @@ Columns: ``input_length`` (alias ``num_prefill_tokens``) and ``output_length`` (
 ``num_decode_tokens``), required; ``session_id`` (optional: rows sharing it form a linear chat, in
 file order, each turn carrying the conversation so far; without it, each row is a session of one
 request); ``timestamp`` or ``arrival_time`` (optional, seconds: arrival times for
-``traffic_scheduler: {type: trace}``; a grouped session arrives at its earliest row's time);
+``traffic_scheduler: {type: trace}``; a grouped session arrives at its earliest row's time, and
+with ``turn_timing: timestamps`` each later turn also waits for its own row's time);
 ``client`` (optional: the name of the scenario's client that serves the row; empty: the first)
 and ``priority`` (optional integer: the row's priority for ``runtime.priority: node``; empty: 0).
 

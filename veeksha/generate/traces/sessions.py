@@ -15,6 +15,11 @@ Vocabulary:
 * **warm-ups** (rag's document warm-ups: the first ``warmup`` sessions of the window) are in pass
   0 only: passes ``p ≥ 1`` replay ``[lo + warmup, hi)``, so a wrapped run never measures them.
 
+**Turn timing** (``traffic_scheduler.turn_timing: timestamps``, ``turn_scale`` = 1 / speedup):
+each node's ``not_before_s`` is ``(its row's ts − its session's start) × turn_scale``, the same
+mapping as the session's own arrival (so a node is never ready before its row's time); a row
+without a timestamp has none. Otherwise (``after_answer``) nodes have none.
+
 Every session is a pure function of (prepared trace, window, seed, i): prompts are built by the
 text channel's ``PromptBuilder`` (exact token counts with the builtin tokenizer) from the
 ``content`` stream keyed by (pass, piece), so wrapped passes send fresh prompt text.
@@ -204,8 +209,11 @@ class TraceSessions:
         warmup: int = 0,
         clients: dict[str, int] | None = None,
         checks: NodeChecks | None = None,
+        turn_scale: float | None = None,
     ) -> None:
         self.table = table
+        #: 1 / speedup with ``turn_timing: timestamps`` (nodes get ``not_before_s``); else None
+        self._turn_scale = turn_scale
         #: client name → index (``Scenario.client_entries``) for rows that name their client
         self._clients = clients or {}
         self._checks = checks  # the trace generator's validation, on a share of the nodes
@@ -283,6 +291,7 @@ class TraceSessions:
         index = self._clients
         clients = [index[c] if c else 0 for c in rows.client] if rows.client else None
         priorities = rows.priority
+        not_before = self._not_before(rows)
         order = (
             range(count)
             if p == 0
@@ -303,6 +312,7 @@ class TraceSessions:
                     system=systems[r],
                     client=0 if clients is None else clients[r],
                     priority=(0 if priorities is None else priorities[r]) or 0,
+                    not_before_s=None if not_before is None else not_before[r],
                 )
                 for r in range(r0, r1)
             ]
@@ -319,6 +329,16 @@ class TraceSessions:
             every = [node for spec in specs for node in spec.nodes]
             self._checks.apply(every, self._streams.stream("validation", "trace", p, k))
         return specs
+
+    def _not_before(self, rows: SessionRows) -> list[float | None] | None:
+        """Each row's ``not_before_s`` (see the module doc), or None without turn timing."""
+        scale = self._turn_scale
+        if scale is None:
+            return None
+        if rows.ts is None:  # one-request sessions: each row's time is its session's start
+            return [0.0] * len(rows.start)
+        offsets = (rows.ts - rows.start) * scale
+        return [None if math.isnan(x) else x for x in offsets.tolist()]
 
 
 def _recorded_kinds(nodes: list[NodeSpec], rows: SessionRows, r0: int) -> None:
@@ -397,6 +417,9 @@ def _merge(pieces: list[SessionRows]) -> SessionRows:
         _merged([p.agent for p in pieces], [int(p.bounds[-1]) for p in pieces]),
         _merged([p.round for p in pieces], [int(p.bounds[-1]) for p in pieces]),
         _merged([p.transcript for p in pieces], [int(p.bounds[-1]) for p in pieces]),
+        None
+        if all(p.ts is None for p in pieces)
+        else np.concatenate([p.start if p.ts is None else p.ts for p in pieces]),
     )
 
 

@@ -39,6 +39,7 @@ class SessionRows:
     agent: list[str | None] | None = None  # None: no row is an agent_rounds node
     round: list[int | None] | None = None
     transcript: list[list[int] | None] | None = None  # None: history parents' conversations
+    ts: np.ndarray | None = None  # each row's own timestamp (NaN: none); None: ``start`` is it
 
 
 class TraceTable:
@@ -93,6 +94,7 @@ class TraceTable:
                     None if rows.agent is None else rows.agent[r0:r1],
                     None if rows.round is None else rows.round[r0:r1],
                     None if rows.transcript is None else rows.transcript[r0:r1],
+                    None if rows.ts is None else rows.ts[r0:r1],
                 )
             )
             lo = end
@@ -125,6 +127,7 @@ class TraceTable:
                 _given(table, "agent"),
                 _given(table, "round"),
                 _given(table, "transcript"),
+                numbers(table.column("ts"), np.float64, np.nan) if linked else None,
             )
             if len(self._decoded) >= 2:
                 self._decoded.pop(next(iter(self._decoded)))

@@ -25,7 +25,8 @@ again with 1, 2, ...; a node with ``n`` such rows is replayed with ``n`` re-prom
 node whose last attempt says false is replayed with that answer failing too).
 
 Optional ``timestamp`` (alias ``arrival_time``, or ``dispatched_at`` as in trace.jsonl):
-seconds; a session arrives at its earliest row.
+seconds; a session arrives at its earliest row (and with ``turn_timing: timestamps`` each node
+also waits for its own row's time).
 
 Checked per session, each error with the line of the offending row: a row with and a row
 without topology in one session, a node id given twice, a parent that is not a node of the

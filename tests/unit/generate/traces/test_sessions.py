@@ -222,3 +222,56 @@ def test_rag_warm_ups_are_in_the_first_pass_only(tmp_path: Path) -> None:
     # after the first pass's last arrival, without the warm-ups' slots
     offsets = trace.timeline().offsets(10).tolist()
     assert offsets == pytest.approx([0, 0, 1, 2, 3, 4, 4.8, 5.8, 6.8, 7.8])
+
+
+def test_turn_timing_timestamps_gives_each_turn_its_rows_time(tmp_path: Path) -> None:
+    # two chats (their turns interleaved in the file), a turn without a timestamp, a single
+    path = write_csv(
+        tmp_path / "t.csv",
+        "session_id,timestamp,input_length,output_length",
+        ["a,10.0,5,3", "b,10.5,5,3", "a,11.0,6,3", "b,,6,3", "a,13.0,7,3", "c,14.0,8,3"],
+    )
+    nodes = {}
+    for timing in ("after_answer", "timestamps"):
+        trace = _timed(path, speedup=2.0, turn_timing=timing)
+        sessions = trace.sessions(0, TOK)
+        nodes[timing] = [
+            [n.not_before_s for n in sessions.session(i).nodes] for i in range(trace.hi)
+        ]
+    assert nodes["after_answer"] == [[None, None, None], [None, None], [None]]
+    # (row time − session's first row time) / speedup: the mapping of the session starts
+    assert nodes["timestamps"] == [[0.0, 0.5, 1.5], [0.0, None], [0.0]]
+    # a wrapped pass replays the same offsets (its sessions reshuffled)
+    later = _timed(path, speedup=2.0, turn_timing="timestamps").sessions(0, TOK)
+    again = sorted(str([n.not_before_s for n in later.session(3 + i).nodes]) for i in range(3))
+    assert again == sorted(str(n) for n in nodes["timestamps"])
+    # and the rate scheduler ignores the trace's times altogether
+    untimed = open_trace(trace_scenario(path)).sessions(0, TOK).session(0)
+    assert [n.not_before_s for n in untimed.nodes] == [None, None, None]
+
+
+def test_turn_timing_timestamps_on_a_dag_and_on_single_requests(tmp_path: Path) -> None:
+    def context(node: int, parents: list[int], ts: float) -> dict[str, object]:
+        return {
+            "session_id": "s",
+            "timestamp": ts,
+            "new_input_length": 4,
+            "output_length": 2,
+            "session_context": {"node_id": node, "parent_nodes": parents, "wait_after_ready": 0.5},
+        }
+
+    # node ids out of time order: node 2 (two parents) logged at 9 s, node 1 at 7 s
+    dag = write_jsonl(
+        tmp_path / "d.jsonl", [context(2, [0, 1], 9.0), context(0, [], 5.0), context(1, [0], 7.0)]
+    )
+    scenario = trace_scenario(
+        dag,
+        "timed_synthetic_session",
+        traffic_scheduler={"type": "trace", "turn_timing": "timestamps"},
+    )
+    (node0, node1, node2) = open_trace(scenario).sessions(0, TOK).session(0).nodes
+    assert (node0.not_before_s, node1.not_before_s, node2.not_before_s) == (0.0, 2.0, 4.0)
+    assert node2.parents == (0, 1)
+    assert node2.wait_after_ready_s == 0.5  # (the think time is kept as given)
+    singles = _timed(_log(tmp_path / "s.csv", 3), turn_timing="timestamps").sessions(0, TOK)
+    assert [singles.session(i).nodes[0].not_before_s for i in range(3)] == [0.0, 0.0, 0.0]
