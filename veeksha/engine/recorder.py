@@ -102,6 +102,7 @@ class RunRecorder:
                     request.queue_wait_ns,
                     request.attempt,
                     request.valid,
+                    None if node.not_before_s is None else session.not_before_ns(request.node_id),
                 )
             try:  # noqa: SIM105 - hot path (``_added``, inlined: one call less per row)
                 writer.row_added()
@@ -147,6 +148,7 @@ class RunRecorder:
                     self.t0_ns,
                     name,
                     session.attempts.get(node_id, 0) if session.attempts else 0,
+                    None if node.not_before_s is None else session.not_before_ns(node_id),
                 )
             self._added()
         if self._on_row is not None:

@@ -2,10 +2,14 @@
 
 ``dependencies`` (every recorded request, warmup included: order is a correctness property):
 a non-root request may be dispatched no earlier than ``earliest = max(parents' completed_at) +
-wait_after_ready``. Violations (dispatched_at < earliest − 1 µs, or dispatched while a parent
-never completed) must be 0. Lateness = dispatched_at − earliest (roots: dispatched_at − ready_at);
-FAIL also when any request is later than ``late_threshold_s``. A parent whose row is missing (a
-killed run loses its last rows) is counted as ``parents_missing``, not as a violation.
+wait_after_ready``, and no request before its ``not_before`` (its trace row's own time,
+``turn_timing: timestamps``; null elsewhere): ``earliest = max(that, not_before)``. Violations
+(dispatched_at < earliest − 1 µs, or dispatched while a parent never completed) must be 0.
+Lateness = dispatched_at − earliest (roots: dispatched_at − max(ready_at, not_before)); FAIL
+also when any request is later than ``late_threshold_s``. A turn held by its own time is thus
+late only by how long after that time it left, never by the wait its time imposed. A parent
+whose row is missing (a killed run loses its last rows) is counted as ``parents_missing``, not
+as a violation.
 
 ``prompt_length``: in ``veeksha.evaluate.prompt_length`` (re-exported here).
 
@@ -92,6 +96,9 @@ def dependency_lateness(requests: pa.Table) -> tuple[Floats, dict[str, int]]:
     is_root[rows] = False
     np.copyto(earliest, column(requests, "ready_at"), where=is_root)
     del is_root
+    if "not_before" in requests.schema.names:  # (a run recorded before the column: none)
+        # (where defined: a request whose parent never completed has no earliest)
+        np.fmax(earliest, column(requests, "not_before"), out=earliest, where=~np.isnan(earliest))
     dispatched = column(requests, "dispatched_at")
     counts["dispatched"] = int((~np.isnan(dispatched)).sum())
     sent_child = ~np.isnan(dispatched[rows])
@@ -139,7 +146,8 @@ def _output_length(data: HealthInput) -> Outcome:
 
 DEPENDENCIES = HealthCheck(
     "dependencies",
-    "no request dispatched before max(parents' completed_at) + wait_after_ready, none too late",
+    "no request dispatched before max(parents' completed_at) + wait_after_ready (and its"
+    " not_before), none too late",
     _dependencies,
 )
 OUTPUT_LENGTH = HealthCheck(

@@ -9,6 +9,12 @@ the same cache the run replayed), independently of what the run recorded as plan
 * ``arrival_distribution`` (here: the timeline): every measured session's planned start
   (``sessions.started_at``) must equal the trace's offset (to 1 µs), and the p99 of
   |first request sent − trace offset| must stay within ``max_dispatch_lag_p99_ms``.
+
+With ``turn_timing: timestamps`` the later requests are timed by the trace too (their
+``not_before``, the row's own time mapped onto the run): none may be sent before it (1 µs), and
+the turns it held (ready at it, not at their parents' answer plus think time: non-roots whose
+``ready_at`` is their ``not_before``) are judged as the session starts are, p99 of sent −
+``not_before`` within ``max_dispatch_lag_p99_ms``.
 """
 
 from __future__ import annotations
@@ -112,4 +118,40 @@ def trace_arrival_timeline(data: HealthInput) -> Outcome:
         f"first requests sent {p99 * 1000:.3f} ms (p99) from the trace's times (limit"
         f" {limit * 1000:g} ms); planned starts off by at most {planned_dev * 1e6:.3f} µs"
     )
+    turns = _timed_turns(data.measured)
+    if turns is not None:
+        statistics |= turns
+        held_p99 = turns["p99_held_turn_deviation_s"]
+        early = turns["turns_sent_before_their_time"]
+        ok_all = ok_all and early == 0 and (held_p99 is None or held_p99 <= limit)
+        detail += f"; {early} of {turns['turns_timed']} timed turns sent before their own time"
+        if held_p99 is not None:
+            detail += (
+                f", the {turns['turns_held_by_their_time']} held by it sent"
+                f" {held_p99 * 1000:.3f} ms (p99) after it"
+            )
     return Outcome(PASS if ok_all else FAIL, detail, statistics)
+
+
+def _timed_turns(requests: Any) -> dict[str, Any] | None:
+    """The requests with a ``not_before`` (``turn_timing: timestamps``) that were sent: how
+    many, how many left before it (must be none), and of the later turns their time held (ready
+    at it), how long after it they were sent (p99). None without such requests."""
+    if "not_before" not in requests.schema.names:
+        return None
+    not_before = column(requests, "not_before")
+    sent = column(requests, "sent_at")
+    timed = ~np.isnan(not_before) & ~np.isnan(sent)
+    if not timed.any():
+        return None
+    early = int((sent[timed] < not_before[timed] - _PLANNED_TOLERANCE_S).sum())
+    later = integers(ak.list_value_length(requests["parents"])) > 0
+    held = timed & later
+    held &= np.abs(column(requests, "ready_at") - not_before) <= _PLANNED_TOLERANCE_S
+    deviation = sent[held] - not_before[held]
+    return {
+        "turns_timed": int(timed.sum()),
+        "turns_sent_before_their_time": early,
+        "turns_held_by_their_time": int(held.sum()),
+        "p99_held_turn_deviation_s": percentile(deviation, 99) if deviation.size else None,
+    }

@@ -60,6 +60,7 @@ _SLICE_ROWS = 8192  # rows converted per GIL-holding slice
 # (``STACK_USE_GUIDELINE``): from 31 on it is built through a list, ~0.4 us more a row.
 _REQ_FLOATS = (
     "wait_after_ready",
+    "not_before",  # (second: add_result gives it, as the first)
     "ready_at",
     "dispatched_at",
     "received_at",
@@ -272,8 +273,10 @@ class RequestColumns:
         queue_wait_ns: int = 0,
         attempt: int = 0,
         valid: bool | None = None,
+        not_before: int | None = None,
     ) -> None:
-        """One answered or failed request: ``rows.request_row`` of the same ``RequestRecord``."""
+        """One answered or failed request: ``rows.request_row`` of the same ``RequestRecord``
+        (``not_before``: its ``not_before_ns``)."""
         sent = res.sent_at_ns
         completed = res.completed_at_ns
         first = res.first_chunk_at_ns
@@ -300,13 +303,14 @@ class RequestColumns:
         if len(message) > MAX_ERROR_MESSAGE_CHARS:
             message = message[:MAX_ERROR_MESSAGE_CHARS]
         timings = res.server_timings
+        held = _NAN if not_before is None else (not_before - t0_ns) / _NS
         if timings:
             values, note = server_timings(timings, (completed - sent) / _NS)
             if note:
                 notes = join_notes(notes, note)
-            self._floats += (node.wait_after_ready_s, *_DERIVED_NAN, *map(_f, values))
+            self._floats += (node.wait_after_ready_s, held, *_DERIVED_NAN, *map(_f, values))
         else:
-            self._floats += (node.wait_after_ready_s, *_DERIVED_NAN, *_NO_SERVER_TIMINGS)
+            self._floats += (node.wait_after_ready_s, held, *_DERIVED_NAN, *_NO_SERVER_TIMINGS)
         self._floats.append(queue_wait_ns / _NS)
         parents = node.parents
         history = node.history_parent
@@ -378,6 +382,7 @@ class RequestColumns:
         t0_ns: int,
         client: str | None = "default",
         attempt: int = 0,
+        not_before: int | None = None,
     ) -> None:
         """One request cancelled before a worker sent it (``request_row`` with no result)."""
         self.add_row(
@@ -396,6 +401,7 @@ class RequestColumns:
                 "round": None if node.round < 0 else node.round,
                 "attempt": attempt,
                 "wait_after_ready": node.wait_after_ready_s,
+                "not_before": None if not_before is None else (not_before - t0_ns) / _NS,
                 "ready_at": None if ready is None else (ready - t0_ns) / _NS,
                 "processed_at": None if processed is None else (processed - t0_ns) / _NS,
                 "target_prompt_tokens": node.prompt_tokens,
@@ -536,7 +542,7 @@ def _noted(notes: list[str | None], misfits: list[tuple[int, str, Any]]) -> list
 
 
 # the float columns add_result leaves to _derive (NaN placeholders), in _REQ_FLOATS order
-_DERIVED_NAN = (_NAN,) * (len(_REQ_FLOATS) - 2 - len(SERVER_TIMING_COLUMNS))
+_DERIVED_NAN = (_NAN,) * (len(_REQ_FLOATS) - 3 - len(SERVER_TIMING_COLUMNS))
 _NO_SERVER_TIMINGS = (_NAN,) * len(SERVER_TIMING_COLUMNS)
 
 

@@ -111,6 +111,14 @@ REQUESTS_SCHEMA = pa.schema(
             "the answer passed the node's validation; null: no validation, or no answer",
         ),
         _col("wait_after_ready", _F64, _S, "configured think time after the parents completed"),
+        _col(
+            "not_before",
+            _F64,
+            _T0,
+            "its trace row's own timestamp mapped onto the run (`traffic_scheduler.turn_timing:"
+            " timestamps`: its session's start + (row time − session's first row time) /"
+            " speedup): it was not ready before it; null: no such time (any other run)",
+        ),
         _col("ready_at", _F64, _T0, "dependencies and think time satisfied"),
         _col(
             "dispatched_at",

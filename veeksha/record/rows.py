@@ -98,6 +98,8 @@ class RequestRecord:
     queue_wait_ns: int = 0  # ready → its client's slot (rows of dispatched requests)
     attempt: int = 0
     valid: bool | None = None
+    # the instant its trace row's own time allowed it (turn_timing: timestamps); None: none
+    not_before_ns: int | None = None
 
 
 @dataclass(slots=True)
@@ -158,6 +160,7 @@ def request_row(
         "valid": rec.valid,
         "queue_wait": None if res is None else (rec.queue_wait_ns or 0) / _NS,
         "wait_after_ready": node.wait_after_ready_s,
+        "not_before": None if rec.not_before_ns is None else (rec.not_before_ns - t0_ns) / _NS,
         "ready_at": None if ready is None else (ready - t0_ns) / _NS,
         "dispatched_at": None if dispatched is None else (dispatched - t0_ns) / _NS,
         "processed_at": None if processed is None else (processed - t0_ns) / _NS,

@@ -190,6 +190,27 @@ def test_a_request_later_than_the_threshold_fails() -> None:
     assert result.statistics["late"] == 1
 
 
+def test_a_turn_held_by_its_own_time_is_not_late_and_one_sent_before_it_is_early() -> None:
+    # the parent answered at 1.0 s, think time 0.5 s; the child's trace row maps to 7.0 s
+    held = _chain(7.0)
+    held[1]["ready_at"] = held[1]["not_before"] = 7.0
+    result = DEPENDENCIES(_input(held))
+    assert result.status == PASS, result.detail
+    assert result.statistics["late"] == 0
+    assert result.statistics["lateness"]["max"] == pytest.approx(0.0)
+    # sent 4 ms after its time: late by 4 ms, not by the 5.5 s its time imposed
+    later = _chain(7.004)
+    later[1]["not_before"] = 7.0
+    assert DEPENDENCIES(_input(later)).statistics["lateness"]["max"] == pytest.approx(0.004)
+    # dispatched after its parent's answer but before its own time: a violation
+    early = _chain(3.0)
+    early[1]["not_before"] = 7.0
+    result = DEPENDENCIES(_input(early))
+    assert result.status == FAIL
+    assert result.statistics["violations"] == 1
+    assert result.statistics["lateness"]["min"] == pytest.approx(-4.0)
+
+
 def test_prompt_length_within_and_beyond_tolerance() -> None:
     ok = [request(i, prompt_new=100 + i % 3, target_prompt=100, prompt_total=107) for i in range(5)]
     result = PROMPT_LENGTH(_input(ok))
@@ -493,6 +514,8 @@ def _lateness_by_hand(rows: list[dict[str, Any]]) -> tuple[list[float], dict[str
                 counts["parents_missing"] += 1
             elif len(done) < len(found):
                 counts["parent_not_completed"] += 1
+        if not np.isnan(earliest) and not np.isnan(r["not_before"]):
+            earliest = max(earliest, r["not_before"])
         if r["dispatched_at"] < earliest - 1e-6:
             counts["violations"] += 1
         if not np.isnan(r["dispatched_at"] - earliest):
@@ -519,6 +542,7 @@ def test_dependency_lateness_matches_a_row_by_row_count_on_random_dags() -> None
                     "parents": parents,
                     "ready_at": float(rng.random() * 10),
                     "wait_after_ready": float(rng.choice([0.0, 0.25])),
+                    "not_before": np.nan if rng.random() < 0.5 else float(rng.random() * 10),
                     "dispatched_at": np.nan if rng.random() < 0.1 else float(rng.random() * 12),
                     "completed_at": np.nan if rng.random() < 0.1 else float(rng.random() * 12),
                 }

@@ -85,6 +85,7 @@ def add_record(batch: RequestColumns, rec: RequestRecord, count: Any = None) -> 
             rec.prompt_tokens_total,
             rec.cancel_reason,
             T0,
+            not_before=rec.not_before_ns,
         )
     else:
         batch.add_result(
@@ -103,6 +104,7 @@ def add_record(batch: RequestColumns, rec: RequestRecord, count: Any = None) -> 
             T0,
             rec.output_tokens_counted,
             count,
+            not_before=rec.not_before_ns,
         )
 
 
@@ -150,6 +152,11 @@ def examples() -> list[RequestRecord]:
         ),
         # a wall-clock step: both reads' kernel stamps clamped to sent_at
         make_record(make_result(chunks=(1.0, 1.0), completed=1.0, chunk_stamps_clamped=2)),
+        # turns held by their trace rows' times (turn_timing: timestamps): with and without
+        # server timings, and one cancelled before it was sent
+        make_record(make_result(), not_before_ns=ns(0.5)),
+        make_record(make_result(server_timings=sim), not_before_ns=ns(0.4375)),
+        make_record(None, dispatched_at_ns=None, not_before_ns=ns(0.5)),
     ]
 
 
