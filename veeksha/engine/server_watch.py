@@ -11,7 +11,6 @@ import contextlib
 import dataclasses
 import json
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 from veeksha.forked import ForkedProcess
+from veeksha.isolated import isolated_module_command
 from veeksha.record.server_metrics import merge_parts, status_metadata
 from veeksha.server.gpu import GpuSampler
 from veeksha.server.watch_process import MERGE_REQUEST, WatchSettings, die_with_parent
@@ -71,7 +71,7 @@ def start_watch_process(fork: bool = False) -> WatchProcess:
             preexec_fn=die_with_parent,
         )
     return subprocess.Popen(
-        [sys.executable, "-I", "-m", "veeksha.server.watch_process"],
+        isolated_module_command("veeksha.server.watch_process"),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         start_new_session=True,  # (Ctrl-C is veeksha's: it stops the watch after the drain)

@@ -24,13 +24,13 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 from veeksha.errors import ConfigurationError, TargetError
+from veeksha.isolated import isolated_module_command
 from veeksha.net import fetch
 from veeksha.redact import Redactor
 from veeksha.server.commands import server_argv
@@ -176,16 +176,13 @@ class ManagedServer:
             )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._supervisor = subprocess.Popen(
-            [
-                sys.executable,
-                "-I",
-                "-m",
+            isolated_module_command(
                 "veeksha.server.supervise",
                 config.stop_signal,
                 repr(config.stop_timeout),
                 "--",
                 *self.argv,
-            ],
+            ),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
