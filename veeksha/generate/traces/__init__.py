@@ -84,7 +84,9 @@ class OpenTrace:
     speedup: float | None  # set when the arrivals come from the trace
     span_s: float = 0.0  # trace seconds from the window's first start to its last
     max_model_len: int | None = None  # client.max_model_len
-    oversized: str = "skip"  # session_generator.oversized
+    #: session_generator.oversized, the policy the rows were checked with; None without
+    #: client.max_model_len (nothing was checked)
+    oversized: str | None = None
     #: client name → index (``Scenario.client_entries``), for rows that name their client
     clients: dict[str, int] | None = None
     checks: NodeChecks | None = None  # session_generator.validation
@@ -235,7 +237,7 @@ def open_trace(scenario: models.Scenario) -> OpenTrace:
         speedup,
         span,
         max_model_len,
-        generator.oversized,
+        None if max_model_len is None else generator.oversized,
         clients,
         NodeChecks.of(generator),
         turn_timing,

@@ -45,6 +45,18 @@ def test_oversized_requests_are_skipped_and_counted_with_their_lines(tmp_path: P
     assert trace.summary()["not_replayed"] == {"oversized": 1}
 
 
+def test_the_summary_says_which_policy_checked_the_rows_and_none_without_a_limit(
+    tmp_path: Path,
+) -> None:
+    path = write_csv(tmp_path / "a.csv", "input_length,output_length", ["5,3", "10,10"])
+    unchecked = open_trace(trace_scenario(path, generator={"oversized": "truncate"})).summary()
+    assert (unchecked["max_model_len"], unchecked["oversized"]) == (None, None)
+    assert unchecked["not_replayed"] == {}
+    for policy in ("skip", "truncate", "send"):
+        summary = _open(path, 12, policy).summary()
+        assert (summary["max_model_len"], summary["oversized"]) == (12, policy)
+
+
 def test_truncate_clips_the_output_then_a_corpus_prompt(tmp_path: Path) -> None:
     path = write_csv(tmp_path / "a.csv", "input_length,output_length", ["5,3", "10,10", "15,3"])
     trace = _open(path, 12, "truncate")
