@@ -155,7 +155,7 @@ def test_a_sharegpt_dataset_sends_its_own_text_with_live_history(
     log = (run_dir / "run.log").read_text()
     assert "untimed_content_multi_turn" in log
     assert "flavor detected from the file" in log
-    assert "2 turn(s) not sent" in log
+    assert "WARNING trace: 2 not replayed: unanswered_turns" in log
 
 
 def test_rag_warms_each_document_up_once_and_counts_the_rows_left_out(
@@ -183,9 +183,10 @@ def test_rag_warms_each_document_up_once_and_counts_the_rows_left_out(
     document = {3: 64, 4: 64, 2: 48}  # each question's document, by its output length
     expected = [document[o] for o in questions.requested_output_tokens]
     assert list(questions.cached_tokens) == expected  # the second pass too: same documents
-    assert (
-        "1 row(s) of 1 document(s) beyond the 2 most frequent" in (run_dir / "run.log").read_text()
-    )
+    log = (run_dir / "run.log").read_text()
+    assert "6 requests in 6 sessions (4 from the trace's rows and 2 warm-up(s)" in log
+    assert "WARNING trace: 1 not replayed: other_documents (rows of 1 document(s) beyond" in log
+    assert "most frequent (num_documents)); first lines 5" in log
     assert _checks(run_dir)["prefix_sharing"]["status"] == "PASS"
 
 

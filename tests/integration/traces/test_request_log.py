@@ -92,7 +92,9 @@ def test_a_request_log_replays_its_chats_lengths_and_arrival_times(
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["run"]["trace"]["unservable_rows"] == 1
     assert summary["run"]["trace"]["unservable_lines"] == [16]
-    assert "1 unservable row(s) not replayed" in (run_dir / "run.log").read_text()
+    log = (run_dir / "run.log").read_text()
+    assert "WARNING trace: 1 not replayed: zero_length (rows of 1 session(s)" in log
+    assert log.count("first lines 16") == 1  # one account of them, the warning
 
 
 @pytest.mark.parametrize(

@@ -136,6 +136,7 @@ class OpenTrace:
             "flavor": p.flavor,
             "sessions": p.sessions,
             "rows": p.rows,
+            "warmup_sessions": p.warmup_sessions,
             "window": [self.lo, self.hi],
             "wrap_mode": self.wrap,
             "speedup": self.speedup,
@@ -151,12 +152,12 @@ class OpenTrace:
         }
 
     def describe(self) -> str:
-        text = self.prepared.describe()
+        where = ""
         if (self.lo, self.hi) != (0, self.prepared.sessions):
-            text += f"; replaying sessions {self.lo} to {self.hi - 1}"
+            where += f"; replaying sessions {self.lo} to {self.hi - 1}"
         if self.prepared.reused:
-            text += f" (from the cache {self.prepared.cache})"
-        return text
+            where += f" (from the cache {self.prepared.cache})"
+        return self.prepared.describe(where)
 
 
 @functools.lru_cache(maxsize=4)

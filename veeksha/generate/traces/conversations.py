@@ -14,7 +14,8 @@ the dataset's reply. How the other messages are handled:
   into one reply;
 * a trailing user turn without a reply is not sent (no reply to size its answer);
 * messages of other roles are ignored; a conversation left without a user turn and its reply is
-  not replayed. The dropped turns and conversations are counted in run.log.
+  not replayed. The dropped turns and conversations are counted in run.log's warnings, with the
+  lines of their conversations.
 
 Token counts in the cache are words (the builtin tokenizer); with ``hf`` or ``server`` tokenizers
 each prompt and reply is recounted when its session is made (``content.py``).
@@ -66,9 +67,13 @@ class ConversationFlavor(TraceFlavor):
         for raw, line in zip(
             batch.column(self.column).to_pylist(), batch.column(LINE).to_pylist(), strict=True
         ):
+            dropped_before = self.dropped_turns
             turns, system = self._turns(raw, line)
+            if self.dropped_turns > dropped_before:
+                self.note_lines("unanswered_turns", [line])
             if not turns:
                 self.dropped_conversations += 1
+                self.note_lines("conversations_without_reply", [line])
                 continue
             self._conversations += 1
             for k, (text, reply) in enumerate(turns):
@@ -144,18 +149,6 @@ class ConversationFlavor(TraceFlavor):
         return turns, ("\n\n".join(system) if system else None)
 
     def _note(self) -> None:
-        parts = []
-        if self.dropped_turns:
-            parts.append(
-                f"{self.dropped_turns} turn(s) not sent (leading assistant turns, trailing user"
-                " turns without a reply)"
-            )
-        if self.dropped_conversations:
-            parts.append(
-                f"{self.dropped_conversations} conversation(s) without a user turn and its reply"
-                " not replayed"
-            )
-        self.notes = ["; ".join(parts)] if parts else []
         self.dropped = {
             reason: n
             for reason, n in (

@@ -54,11 +54,15 @@ __all__ = [
     "LINKED",
     "NODE",
     "ROUTING",
+    "SHOWN_LINES",
     "STAGED",
     "TraceFlavor",
     "check_lengths",
     "first_bad",
 ]
+
+#: lines shown per reason a row is not replayed (run.log, summary.json)
+SHOWN_LINES = 10
 
 STAGED = pa.schema(
     [
@@ -118,8 +122,12 @@ class TraceFlavor(ABC):
         self.warmup_sessions = 0
         #: what run.log should say about the trace beyond its counts (e.g. rows left out)
         self.notes: list[str] = []
-        #: rows of the file this flavor does not replay, by reason (summary.json, run.log)
+        #: rows of the file this flavor does not replay, by reason (summary.json, run.log),
+        #: the first ``SHOWN_LINES`` lines of each reason's rows, and what the reason means
+        #: here (run.log's warning; absent: the reason's general wording)
         self.dropped: dict[str, int] = {}
+        self.dropped_lines: dict[str, list[int]] = {}
+        self.dropped_why: dict[str, str] = {}
         #: chosen by ``flavor: {type: auto}`` from the file's names (said in run.log)
         self.detected = False
 
@@ -138,6 +146,17 @@ class TraceFlavor(ABC):
         return _with_links(session, parents, history, wait)
 
     # ------------------------------------------------------------------------------ helpers
+
+    def note_lines(self, reason: str, lines: Sequence[int]) -> None:
+        """Keep the first ``SHOWN_LINES`` lines of the rows not replayed for ``reason`` (the
+        count is ``dropped[reason]``; a line is shown once, though a JSON array's line may
+        hold several rows)."""
+        shown = self.dropped_lines.setdefault(reason, [])
+        for line in lines:
+            if len(shown) >= SHOWN_LINES:
+                break
+            if not shown or shown[-1] != line:
+                shown.append(int(line))
 
     def error(self, line: int | None, message: str) -> TraceFileError:
         return TraceFileError(self.path, line, message)

@@ -48,16 +48,23 @@ import pyarrow.parquet as pq
 
 from veeksha.generate.traces.arrow import from_bools, from_numpy, mask, numbers
 from veeksha.generate.traces.fit import ContextLimit, fit_roots, fit_session, linear_contexts
-from veeksha.generate.traces.flavor import CONTENT, NODE, ROUTING, STAGED, TraceFlavor
+from veeksha.generate.traces.flavor import (
+    CONTENT,
+    NODE,
+    ROUTING,
+    SHOWN_LINES,
+    STAGED,
+    TraceFlavor,
+)
 from veeksha.generate.traces.reader import TraceFileError, read_batches, unreadable
 
 __all__ = ["CACHE_VERSION", "CANONICAL", "ROOTS_ONLY", "PreparedTrace", "prepare_file"]
 
-CACHE_VERSION = 12  # 7: the NODE columns; 8: NODE's valid; 9: agent, round, transcript; 10: a
+CACHE_VERSION = 13  # 7: the NODE columns; 8: NODE's valid; 9: agent, round, transcript; 10: a
 # request log's empty session_id cell is no session id; 11: the oversized policy in the meta;
-# 12: grouped rows keep their own timestamp (``ts``, for ``turn_timing: timestamps``)
+# 12: grouped rows keep their own timestamp (``ts``, for ``turn_timing: timestamps``); 13:
+# the lines and wording of the flavor's rows not replayed in the meta
 ROW_GROUP_ROWS = 65_536
-_SHOWN_LINES = 10
 _META_KEY = b"veeksha.trace"
 
 #: The columns of every trace (the content ones null where the flavor has none); a trace of
@@ -118,8 +125,11 @@ class PreparedTrace:
     #: the ``session_generator.oversized`` the rows were fitted with (``skip`` or
     #: ``truncate``; empty: nothing checked, no ``client.max_model_len`` or ``send``)
     oversized: str = ""
-    #: rows the flavor could not use, by reason (e.g. rag's ``other_documents``)
+    #: rows the flavor could not use, by reason (e.g. rag's ``other_documents``), the first
+    #: lines of each reason's rows and the flavor's wording of the reason
     dropped: dict[str, int] = field(default_factory=dict)
+    dropped_lines: dict[str, list[int]] = field(default_factory=dict)
+    dropped_why: dict[str, str] = field(default_factory=dict)
     reused: bool = False
     #: tokens of one hash-id block (content flavors), sessions that warm up, notes for run.log
     block_size: int = 0
@@ -128,19 +138,22 @@ class PreparedTrace:
     #: client names the rows give (``client`` column), each with the first line naming it
     clients: dict[str, int] = field(default_factory=dict)
 
-    def describe(self) -> str:
+    def describe(self, where: str = "") -> str:
+        """run.log's line of what is replayed (what is not: ``warnings``, one account);
+        ``where`` adds the window and cache (``OpenTrace.describe``)."""
         text = (
             f"{self.flavor} trace {self.source}: {self.rows} requests in {self.sessions} sessions"
         )
-        if self.unservable_rows:
-            lines = ", ".join(map(str, self.unservable_lines))
+        if self.warmup_sessions:
             text += (
-                f"; {self.unservable_rows} unservable row(s) not replayed"
-                f" ({self.unservable_sessions} session(s); a 0 prompt or output length;"
-                f" first lines {lines})"
+                f" ({self.rows - self.warmup_sessions} from the trace's rows and"
+                f" {self.warmup_sessions} warm-up(s), one per document, before them)"
             )
         for note in self.notes:
             text += f"; {note}"
+        text += where
+        if self.not_replayed():
+            text += "; the warnings below say which rows are not replayed as the trace has them"
         return text
 
     def not_replayed(self) -> dict[str, int]:
@@ -153,8 +166,15 @@ class PreparedTrace:
     def warnings(self) -> list[str]:
         """One run.log line per reason a row was not replayed as the trace has it."""
         why = {
-            "zero_length": "rows with a 0 prompt or output length",
-            "failed_request": "failed requests of the trace (0 output tokens)",
+            "zero_length": (
+                f"rows of {self.unservable_sessions} session(s) with a 0 prompt or output length;"
+                " a request needs at least 1 of each, and a session with such a row is not"
+                " replayed at all"
+            ),
+            "failed_request": (
+                "rows with 0 Response tokens, as BurstGPT records a failed request, or 0"
+                " Request tokens: nothing to replay"
+            ),
             "oversized": (
                 "rows of sessions with a request whose history and prompt leave no room for an"
                 " output in client.max_model_len (oversized: truncate clips outputs, never a"
@@ -166,11 +186,11 @@ class PreparedTrace:
             "other_documents": "rows of documents beyond the num_documents most frequent",
             "unanswered_turns": "leading assistant turns or user turns without a reply",
             "conversations_without_reply": "conversations without an answered user turn",
-        }
+        } | self.dropped_why
         lines = {
             self.unservable_reason: self.unservable_lines,
             "oversized": self.oversized_lines,
-        }
+        } | self.dropped_lines
         out = []
         for reason, n in self.not_replayed().items():
             verb = "sent clipped" if reason == "truncated" else "not replayed"
@@ -293,6 +313,8 @@ def _convert(
         info.notes = ["flavor detected from the file"] if flavor.detected else []
         info.notes += flavor.notes
         info.dropped = dict(flavor.dropped)
+        info.dropped_lines = {k: list(v) for k, v in flavor.dropped_lines.items()}
+        info.dropped_why = dict(flavor.dropped_why)
         writer.add_key_value_metadata({_META_KEY: json.dumps(asdict(info)).encode()})
     if info.sessions == 0:
         if info.oversized_rows:
@@ -363,7 +385,7 @@ def _ahead(tables: Iterator[pa.Table]) -> Iterator[pa.Table]:
 def _note_unservable(info: PreparedTrace, lines: np.ndarray, sessions: int) -> None:
     info.unservable_rows += int(lines.size)
     info.unservable_sessions += sessions
-    room = _SHOWN_LINES - len(info.unservable_lines)
+    room = SHOWN_LINES - len(info.unservable_lines)
     if room > 0:
         info.unservable_lines.extend(int(v) for v in lines[:room])
 
@@ -371,7 +393,7 @@ def _note_unservable(info: PreparedTrace, lines: np.ndarray, sessions: int) -> N
 def _note_oversized(info: PreparedTrace, lines: np.ndarray, sessions: int, rows: int) -> None:
     info.oversized_rows += rows
     info.oversized_sessions += sessions
-    room = _SHOWN_LINES - len(info.oversized_lines)
+    room = SHOWN_LINES - len(info.oversized_lines)
     if room > 0:
         info.oversized_lines.extend(int(v) for v in lines[:room])
 

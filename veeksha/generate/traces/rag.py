@@ -7,12 +7,12 @@ tokens, a pure function of the document and the seed, identical in every request
 document, so a prefix cache sees it) followed by the question.
 
 Only the ``num_documents`` most frequent documents are replayed (ties: the first seen first);
-rows of other documents are left out and **counted in run.log** (the public veeksha project drops
-them silently). Before the rows, one warm-up request per replayed document (its text alone, 1
-output token) fills the server's cache; these sessions are the run's warmup phase (rows with
-``phase = warmup``, not in the metrics), arrive first (with the trace scheduler, together,
-``WARMUP_LEAD_S`` = 1 trace second before the first row) and are added to
-``runtime.warmup_sessions``.
+rows of other documents are left out and **counted in run.log** with their first lines (the
+public veeksha project drops them silently). Before the rows, one warm-up request per replayed
+document (its text alone, 1 output token) fills the server's cache; these sessions are the
+run's warmup phase (rows with ``phase = warmup``, not in the metrics), arrive first (with the
+trace scheduler, together, ``WARMUP_LEAD_S`` = 1 trace second before the first row) and are
+added to ``runtime.warmup_sessions``.
 """
 
 from __future__ import annotations
@@ -71,10 +71,10 @@ class RagFlavor(TraceFlavor):
         left_out = sum(counts.values()) - sum(counts[d] for d in order)
         if left_out:
             self.dropped["other_documents"] = left_out
-            self.notes = [
-                f"{left_out} row(s) of {len(counts) - len(order)} document(s) beyond the"
-                f" {len(order)} most frequent (num_documents) not replayed"
-            ]
+            self.dropped_why["other_documents"] = (
+                f"rows of {len(counts) - len(order)} document(s) beyond the {len(order)} most"
+                " frequent (num_documents)"
+            )
         self.warmup_sessions = len(order)
         return {d: (rank, *first[d]) for rank, d in enumerate(order)}
 
@@ -89,6 +89,9 @@ class RagFlavor(TraceFlavor):
             self._docs = self._choose()
         docs = self._docs
         keep = pc.is_in(batch.column("doc_id"), pa.array(list(docs), pa.string()))
+        if "other_documents" in self.dropped:
+            left = batch.column(LINE).filter(pc.invert(keep)).to_pylist()
+            self.note_lines("other_documents", left)
         batch = batch.filter(keep)
         text = batch.column("prompt_text")
         lengths = batch.column("input_length").to_pylist()

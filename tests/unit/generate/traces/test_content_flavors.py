@@ -198,8 +198,12 @@ def test_conversations_with_configured_keys(tmp_path: Path) -> None:
     assert (second.prompt, second.prompt_tokens, second.max_tokens) == ("seven", 1, 1)
     assert second.system is None
     trace = open_trace(trace_scenario(path, generator={"flavor": flavor}))
-    assert "2 turn(s) not sent" in trace.describe()  # both leading answers
-    assert "1 conversation(s) without a user turn" in trace.describe()
+    assert trace.prepared.warnings() == [  # both leading answers; the whole array is line 1
+        "trace: 2 not replayed: unanswered_turns (leading assistant turns or user turns without"
+        " a reply); first lines 1",
+        "trace: 1 not replayed: conversations_without_reply (conversations without an answered"
+        " user turn); first lines 1",
+    ]
 
 
 def test_a_conversation_message_without_text_names_its_line(tmp_path: Path) -> None:
@@ -229,6 +233,29 @@ def test_azure_timestamps_with_or_without_an_offset_are_seconds(tmp_path: Path) 
         assert starts[1] - starts[0] == pytest.approx(1.5)
 
 
+def test_burstgpt_failed_requests_are_one_account_with_their_lines(tmp_path: Path) -> None:
+    path = write_csv(
+        tmp_path / "b.csv",
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type",
+        [
+            "5,ChatGPT,472,18,490,Conversation log",
+            "45,ChatGPT,1087,0,1087,Conversation log",
+            "118,GPT-4,417,276,693,API log",
+            "120,GPT-4,417,0,417,API log",
+        ],
+    )
+    trace = open_trace(trace_scenario(path, "burstgpt"))
+    assert trace.describe() == (
+        f"burstgpt trace {path}: 2 requests in 2 sessions; the warnings below say which rows are"
+        " not replayed as the trace has them"
+    )
+    assert trace.prepared.warnings() == [
+        "trace: 2 not replayed: failed_request (rows with 0 Response tokens, as BurstGPT records"
+        " a failed request, or 0 Request tokens: nothing to replay); first lines 3, 5"
+    ]
+    assert trace.summary()["not_replayed"] == {"failed_request": 2}
+
+
 def test_rag_keeps_the_most_frequent_documents_ties_by_first_seen(tmp_path: Path) -> None:
     path = write_csv(
         tmp_path / "r.csv",
@@ -244,7 +271,30 @@ def test_rag_keeps_the_most_frequent_documents_ties_by_first_seen(tmp_path: Path
         trace_scenario(path, generator={"flavor": {"type": "rag", "num_documents": 2}})
     )
     assert trace.prepared.warmup_sessions == 2
-    assert "1 row(s) of 1 document(s) beyond the 2 most frequent" in trace.describe()
+    assert trace.summary()["warmup_sessions"] == 2
+
+
+def test_rag_counts_say_they_hold_the_warm_ups_and_the_rows_left_out_are_named(
+    tmp_path: Path,
+) -> None:
+    rows = ["b,q1,8,1", "a,q2,8,1", "c,q3,8,1", "a,q4,8,1", "d,q5,8,1", "b,q6,8,1", "c,q7,8,1"]
+    path = write_csv(tmp_path / "r.csv", "doc_id,prompt_text,input_length,output_length", rows)
+    trace = open_trace(
+        trace_scenario(path, generator={"flavor": {"type": "rag", "num_documents": 2}})
+    )
+    assert (trace.prepared.rows, trace.prepared.sessions) == (2 + 4, 2 + 4)
+    assert trace.describe() == (
+        f"rag trace {path}: 6 requests in 6 sessions (4 from the trace's rows and 2 warm-up(s),"
+        " one per document, before them); the warnings below say which rows are not replayed"
+        " as the trace has them"
+    )
+    assert trace.prepared.warnings() == [
+        "trace: 3 not replayed: other_documents (rows of 2 document(s) beyond the 2 most"
+        " frequent (num_documents)); first lines 4, 6, 8"
+    ]
+    summary = trace.summary()
+    assert (summary["rows"], summary["warmup_sessions"]) == (6, 2)
+    assert summary["not_replayed"] == {"other_documents": 3}
 
 
 @pytest.mark.parametrize(

@@ -82,7 +82,16 @@ def test_unservable_rows_are_counted_with_their_lines(tmp_path: Path) -> None:
     prepared = open_trace(trace_scenario(path)).prepared
     assert prepared.sessions == 2
     assert (prepared.unservable_rows, prepared.unservable_lines) == (2, [3, 4])
-    assert "2 unservable row(s) not replayed" in prepared.describe()
+    assert prepared.warnings() == [
+        "trace: 2 not replayed: zero_length (rows of 2 session(s) with a 0 prompt or output"
+        " length; a request needs at least 1 of each, and a session with such a row is not"
+        " replayed at all); first lines 3, 4"
+    ]
+    # one account of them: run.log's line of what is replayed only points at the warning
+    assert prepared.describe() == (
+        f"request_log trace {path}: 2 requests in 2 sessions; the warnings below say which rows"
+        " are not replayed as the trace has them"
+    )
 
 
 def test_a_trace_with_only_unservable_rows_is_refused(tmp_path: Path) -> None:
