@@ -131,9 +131,12 @@ class PreparedTrace:
     dropped_lines: dict[str, list[int]] = field(default_factory=dict)
     dropped_why: dict[str, str] = field(default_factory=dict)
     reused: bool = False
-    #: tokens of one hash-id block (content flavors), sessions that warm up, notes for run.log
+    #: tokens of one hash-id block (content flavors), sessions that warm up (the first ones;
+    #: rag's warm-ups sent), warm-ups too long for ``client.max_model_len`` (not sent), notes
+    #: for run.log
     block_size: int = 0
     warmup_sessions: int = 0
+    oversized_warmups: int = 0
     notes: list[str] = field(default_factory=list)
     #: client names the rows give (``client`` column), each with the first line naming it
     clients: dict[str, int] = field(default_factory=dict)
@@ -160,6 +163,7 @@ class PreparedTrace:
         """Rows not replayed (or clipped: ``truncated``), by reason; only reasons that occur."""
         counts = {self.unservable_reason: self.unservable_rows, "oversized": self.oversized_rows}
         counts |= self.dropped
+        counts["oversized_warmups"] = self.oversized_warmups
         counts["truncated"] = self.truncated_rows
         return {reason: n for reason, n in counts.items() if n}
 
@@ -183,6 +187,11 @@ class PreparedTrace:
                 else "rows of sessions longer than client.max_model_len (oversized: skip)"
             ),
             "truncated": "requests clipped to client.max_model_len (oversized: truncate)",
+            "oversized_warmups": (
+                "rag warm-ups (not rows of the file) of documents longer than"
+                " client.max_model_len, each named by its document's first line; those"
+                " documents' questions find no warmed cache"
+            ),
             "other_documents": "rows of documents beyond the num_documents most frequent",
             "unanswered_turns": "leading assistant turns or user turns without a reply",
             "conversations_without_reply": "conversations without an answered user turn",
@@ -309,7 +318,6 @@ def _convert(
             writer.write_table(table, row_group_size=max(1, table.num_rows))
         info.group_sessions.append(info.sessions)
         info.block_size = flavor.block_size
-        info.warmup_sessions = flavor.warmup_sessions
         info.notes = ["flavor detected from the file"] if flavor.detected else []
         info.notes += flavor.notes
         info.dropped = dict(flavor.dropped)
@@ -460,15 +468,20 @@ def _ungrouped(
     pending_rows = 0
     last_ts = -np.inf
     batch: pa.RecordBatch | None = first
+    # the flavor's warm-ups (rag's) are the first rows of the first batch: they are not rows of
+    # the file, so one that cannot be sent is counted apart, and the warm-ups sent are counted
+    warmups = flavor.warmup_sessions
     while batch is not None:
         _mixed_group(flavor, batch, grouped=False)
-        ok = _servable(batch)
+        warm = np.arange(batch.num_rows) < warmups
+        warmups = 0
+        ok = _servable(batch)  # (a warm-up is never of 0 tokens: rag makes none)
         lines = numbers(batch.column("line"), np.int64)
         if not ok.all():
             bad = ~ok
             _note_unservable(info, lines[bad], int(bad.sum()))
             batch = batch.filter(from_bools(ok))
-            lines = lines[ok]
+            lines, warm = lines[ok], warm[ok]
         prompt_col: pa.Array = batch.column("prompt_tokens")
         output_col: pa.Array = batch.column("output_tokens")
         if limit is not None and batch.num_rows:
@@ -479,11 +492,15 @@ def _ungrouped(
             if clipped:
                 prompt_col, output_col = from_numpy(prompt), from_numpy(output)
             if not fits.all():
-                _note_oversized(info, lines[~fits], int((~fits).sum()), int((~fits).sum()))
+                over = ~fits & ~warm
+                info.oversized_warmups += int((~fits & warm).sum())
+                flavor.note_lines("oversized_warmups", lines[~fits & warm].tolist())
+                _note_oversized(info, lines[over], int(over.sum()), int(over.sum()))
                 keep = from_bools(fits)
                 batch = batch.filter(keep)
                 prompt_col, output_col = prompt_col.filter(keep), output_col.filter(keep)
-                lines = lines[fits]
+                lines, warm = lines[fits], warm[fits]
+        info.warmup_sessions += int(warm.sum())
         n = batch.num_rows
         if n:
             ts = numbers(batch.column("ts"), np.float64, np.nan)

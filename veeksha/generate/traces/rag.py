@@ -9,7 +9,9 @@ document, so a prefix cache sees it) followed by the question.
 Only the ``num_documents`` most frequent documents are replayed (ties: the first seen first);
 rows of other documents are left out and **counted in run.log** with their first lines (the
 public veeksha project drops them silently). Before the rows, one warm-up request per replayed
-document (its text alone, 1 output token) fills the server's cache; these sessions are the
+document (its text alone, as long as its longest ``input_length``, so it holds every row's
+document; 1 output token; none for a document of 0 tokens in every row) fills the server's
+cache; these sessions are the
 run's warmup phase (rows with ``phase = warmup``, not in the metrics), arrive first (with the
 trace scheduler, together, ``WARMUP_LEAD_S`` = 1 trace second before the first row) and are
 added to ``runtime.warmup_sessions``.
@@ -51,13 +53,14 @@ class RagFlavor(TraceFlavor):
         super().__init__(path, settings)
         self.block_size = int(getattr(settings, "block_size", 512))
         self.num_documents = int(getattr(settings, "num_documents", 16))
-        self._docs: dict[str, tuple[int, int, int]] | None = None  # doc -> (rank, tokens, line)
+        #: doc -> (rank, tokens of its warm-up, its first line)
+        self._docs: dict[str, tuple[int, int, int]] | None = None
         self._left_out = 0
 
     def _choose(self) -> dict[str, tuple[int, int, int]]:
         """The most frequent documents: a first pass over the file (doc_id and lengths only)."""
         counts: Counter[str] = Counter()
-        first: dict[str, tuple[int, int]] = {}
+        first: dict[str, tuple[int, int]] = {}  # doc -> (its longest input_length, first line)
         for batch in read_batches(self.path, self.fields):
             for doc, tokens, line in zip(
                 batch.column("doc_id").to_pylist(),
@@ -66,7 +69,9 @@ class RagFlavor(TraceFlavor):
                 strict=True,
             ):
                 counts[doc] += 1
-                first.setdefault(doc, (tokens, line))
+                longest, at = first.setdefault(doc, (tokens, line))
+                if tokens > longest:
+                    first[doc] = (tokens, at)
         order = sorted(counts, key=lambda d: (-counts[d], first[d][1]))[: self.num_documents]
         left_out = sum(counts.values()) - sum(counts[d] for d in order)
         if left_out:
@@ -75,7 +80,8 @@ class RagFlavor(TraceFlavor):
                 f"rows of {len(counts) - len(order)} document(s) beyond the {len(order)} most"
                 " frequent (num_documents)"
             )
-        self.warmup_sessions = len(order)
+        # (a document of 0 tokens in every row has nothing to cache: no warm-up)
+        self.warmup_sessions = sum(1 for d in order if first[d][0] > 0)
         return {d: (rank, *first[d]) for rank, d in enumerate(order)}
 
     def _ids(self, rank: int, tokens: int) -> list[int]:
@@ -110,7 +116,7 @@ class RagFlavor(TraceFlavor):
         if warm:
             first_ts = columns["ts"][0] if columns["ts"] else None
             start = None if first_ts is None else first_ts - WARMUP_LEAD_S
-            ordered = sorted(docs.values())
+            ordered = sorted(v for v in docs.values() if v[1] > 0)
             warmups: dict[str, list[Any]] = {
                 "line": [line for _, _, line in ordered],
                 "ts": [start] * len(ordered),

@@ -297,6 +297,57 @@ def test_rag_counts_say_they_hold_the_warm_ups_and_the_rows_left_out_are_named(
     assert summary["not_replayed"] == {"other_documents": 3}
 
 
+def test_a_rag_document_of_0_tokens_in_its_first_row_still_warms_up_and_no_row_turns_warm_up(
+    tmp_path: Path,
+) -> None:
+    # the warm-up is the document's longest input_length; a document of 0 tokens in every row
+    # has none (nothing to cache); the first rows after the warm-ups are the file's first rows
+    rows = ["manual,how do I reset,0,6", "faq,is it free,90,3", "manual,where is it,200,4"]
+    rows += ["none,hello,0,3", "faq,who wrote this,70,0"]
+    path = write_csv(tmp_path / "r.csv", "doc_id,prompt_text,input_length,output_length", rows)
+    scenario = trace_scenario(path, generator={"flavor": {"type": "rag", "block_size": 64}})
+    trace = open_trace(scenario)
+    assert trace.warmup == trace.prepared.warmup_sessions == 2  # manual and faq, not none
+    made = trace.sessions(1, TOK)
+    nodes = [made.session(i).nodes[0] for i in range(trace.hi)]
+    assert [(n.prompt_tokens, n.max_tokens) for n in nodes] == [
+        (200, 1),  # manual's warm-up: its longest row's document
+        (90, 1),  # faq's
+        (4, 6),  # line 2: its question alone (a document of 0 tokens), measured
+        (93, 3),
+        (203, 4),
+        (1, 3),  # line 5: the 0-token document's question
+    ]
+    # the one row not replayed is the file's own row of output 0, named by its line
+    assert trace.prepared.not_replayed() == {"zero_length": 1}
+    assert trace.prepared.unservable_lines == [6]
+
+
+def test_a_rag_warm_up_longer_than_the_context_is_counted_apart_and_shifts_nothing(
+    tmp_path: Path,
+) -> None:
+    rows = ["big,q1,100,2", "small,q2,8,2", "big,q3,10,2", "small,q4,8,2"]
+    path = write_csv(tmp_path / "r.csv", "doc_id,prompt_text,input_length,output_length", rows)
+    trace = open_trace(
+        trace_scenario(
+            path,
+            generator={"flavor": {"type": "rag", "block_size": 8}},
+            client={"type": "openai_completions", "max_model_len": 50},
+        )
+    )
+    # big's warm-up (100 tokens) is not sent: one warm-up (small's), then the rows q2, q3, q4
+    assert trace.warmup == 1
+    made = trace.sessions(1, TOK)
+    tokens = [made.session(i).nodes[0].prompt_tokens for i in range(trace.hi)]
+    assert tokens == [8, 9, 11, 9]
+    assert trace.prepared.not_replayed() == {"oversized": 1, "oversized_warmups": 1}
+    assert trace.prepared.oversized_lines == [2]  # q1, the row
+    assert trace.prepared.warnings()[1].startswith(
+        "trace: 1 not replayed: oversized_warmups (rag warm-ups (not rows of the file) of"
+    )
+    assert trace.prepared.warnings()[1].endswith("; first lines 2")
+
+
 @pytest.mark.parametrize(
     ("name", "text", "flavor"),
     [
