@@ -133,11 +133,12 @@ def _uniform(lo: int, hi: int) -> UniformLength:
 
 def zero_output_problem(
     generator: FixedLength | UniformLength | ZipfLength | FixedStairLength | InverseGaussianLength,
+    fix: str = "a request asks for at least 1 output token",
 ) -> KeyProblem | None:
     """The complaint about an output-length generator that can draw 0, at the key that allows
-    it (None: every draw is at least 1). A request asks for at least one output token; an
-    inverse_gaussian draw is at least 1 by construction (rounded, then raised to 1)."""
-    fix = "a request asks for at least 1 output token"
+    it (None: every draw is at least 1). A request asks for at least one output token (and a
+    tool's result is at least one token: ``fix`` says which); an inverse_gaussian draw is at
+    least 1 by construction (rounded, then raised to 1)."""
     if isinstance(generator, FixedLength) and generator.value < 1:
         return KeyProblem(f"must be at least 1: {fix} (got {generator.value})", "value")
     if isinstance(generator, UniformLength | ZipfLength) and generator.min < 1:

@@ -171,7 +171,8 @@ class Agent(StrictModel):
         None, description="tool: the call's duration in seconds (null: fixed 0)."
     )
     result_length_generator: LengthGenerator | None = Field(
-        None, description="tool: tokens of its result (null: output_spec's lengths)."
+        None,
+        description="tool: tokens of its result, at least 1 (null: output_spec's lengths).",
     )
     speak_after_within_round: list[str] = Field(
         default_factory=empty_list, description="Agents of the same round it waits for (their ids)."
@@ -185,6 +186,16 @@ class Agent(StrictModel):
     @classmethod
     def _at_least_one(cls, value: Any) -> Any:
         problem = None if value is None else zero_output_problem(value)
+        if problem is not None:
+            raise problem
+        return value
+
+    @field_validator("result_length_generator")
+    @classmethod
+    def _a_result_of_one_token_at_least(cls, value: Any) -> Any:
+        # (the rule of output lengths: a drawn 0 was raised to 1 token, unlike what was written)
+        fix = "a tool's result is at least 1 token, the text its children receive"
+        problem = None if value is None else zero_output_problem(value, fix)
         if problem is not None:
             raise problem
         return value

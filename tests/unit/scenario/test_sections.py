@@ -376,3 +376,27 @@ def test_a_prompt_body_may_still_start_at_zero() -> None:
     # (only output lengths are refused; a body of 0 tokens is sent as 1, docs/scenario.md)
     text = "session_generator: {channels: [{body_length_generator: {type: uniform, min: 0}}]}"
     assert load(text).session_generator.channels[0].body_length_generator.min == 0  # type: ignore[union-attr]
+
+
+def test_a_tools_result_length_of_zero_is_refused() -> None:
+    # (it was raised to 1 token: the result text the children received was not the file's 0)
+    text = (
+        "session_generator:\n"
+        "  session_graph:\n"
+        "    type: agent_rounds\n"
+        "    agents:\n"
+        "      - {id: a}\n"
+        "      - id: search\n"
+        "        kind: tool\n"
+        "        result_length_generator: {type: fixed, value: 0}\n"
+    )
+    issue = only_issue(text)
+    assert issue.path == ("session_generator.session_graph.agents[1].result_length_generator.value")
+    assert issue.line == 8
+    assert issue.message == (
+        "must be at least 1: a tool's result is at least 1 token, the text its children"
+        " receive (got 0)"
+    )
+    one = text.replace("value: 0", "value: 1")
+    agents = load(one).session_generator.session_graph.agents  # type: ignore[union-attr]
+    assert agents[1].result_length_generator.value == 1  # type: ignore[union-attr]
