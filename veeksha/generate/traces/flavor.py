@@ -47,7 +47,7 @@ import pyarrow as pa
 
 from veeksha.generate.traces.arrow import mask as arrow_mask
 from veeksha.generate.traces.arrow import numbers
-from veeksha.generate.traces.reader import LINE, Field, TraceFileError
+from veeksha.generate.traces.reader import ELEMENT, LINE, Field, TraceFileError
 
 __all__ = [
     "CONTENT",
@@ -130,6 +130,10 @@ class TraceFlavor(ABC):
         self.dropped_why: dict[str, str] = {}
         #: chosen by ``flavor: {type: auto}`` from the file's names (said in run.log)
         self.detected = False
+        #: a JSON array's rows read so far: each row's line and element (``note_rows``), so
+        #: an error at a line names its element as the reader's own errors do
+        self._row_lines: list[np.ndarray] = []
+        self._row_elements: list[np.ndarray] = []
 
     @abstractmethod
     def stage(self, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -158,8 +162,28 @@ class TraceFlavor(ABC):
             if not shown or shown[-1] != line:
                 shown.append(int(line))
 
+    def note_rows(self, batch: pa.RecordBatch) -> None:
+        """Remember the lines and elements of a batch of file rows (a JSON array's; other
+        files have no elements: nothing is kept)."""
+        if ELEMENT in batch.schema.names:
+            self._row_lines.append(numbers(batch.column(LINE), np.int64))
+            self._row_elements.append(numbers(batch.column(ELEMENT), np.int64))
+
     def error(self, line: int | None, message: str) -> TraceFileError:
-        return TraceFileError(self.path, line, message)
+        """The error of the row at ``line``; in a JSON array it names the row's element too
+        (``array element [i]``), or the elements starting on that line when it holds several
+        (``prepare`` then finds which, by staging them one by one)."""
+        if line is None or not self._row_lines:
+            return TraceFileError(self.path, line, message)
+        if len(self._row_lines) > 1:
+            self._row_lines = [np.concatenate(self._row_lines)]
+            self._row_elements = [np.concatenate(self._row_elements)]
+        lines = self._row_lines[0]  # (in file order: elements start on nondecreasing lines)
+        lo, hi = np.searchsorted(lines, [line, line + 1])
+        if hi <= lo:
+            return TraceFileError(self.path, line, message)
+        first = int(self._row_elements[0][lo])
+        return TraceFileError(self.path, line, message, element=first, elements=int(hi - lo))
 
 
 def _with_links(table: pa.Table, parents: pa.Array, history: pa.Array, wait: pa.Array) -> pa.Table:

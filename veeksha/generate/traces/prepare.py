@@ -56,7 +56,13 @@ from veeksha.generate.traces.flavor import (
     STAGED,
     TraceFlavor,
 )
-from veeksha.generate.traces.reader import TraceFileError, read_batches, unreadable
+from veeksha.generate.traces.reader import (
+    ELEMENT,
+    LINE,
+    TraceFileError,
+    read_batches,
+    unreadable,
+)
 
 __all__ = ["CACHE_VERSION", "CANONICAL", "ROOTS_ONLY", "PreparedTrace", "prepare_file"]
 
@@ -293,7 +299,7 @@ def _convert(
     info.unservable_reason = flavor.unservable_reason
     if limit is not None:
         info.oversized = "truncate" if limit.truncate else "skip"
-    staged = (flavor.stage(batch) for batch in read_batches(source, flavor.fields))
+    staged = (_stage(flavor, batch) for batch in read_batches(source, flavor.fields))
     first = next(staged)
     grouped = first.column("group").null_count < first.num_rows
     # no dictionaries (the columns are numbers), delta-coded session and line numbers,
@@ -342,6 +348,29 @@ def _convert(
             " give rows with lengths of at least 1",
         )
     return info
+
+
+def _stage(flavor: TraceFlavor, batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``flavor.stage(batch)``; an error at a line of a JSON array holding several elements
+    (a minified array) names the element at fault, found by staging that line's rows one by
+    one (only on the way to exit 2)."""
+    flavor.note_rows(batch)
+    try:
+        return flavor.stage(batch)
+    except TraceFileError as exc:
+        if exc.elements <= 1 or ELEMENT not in batch.schema.names:
+            raise
+        lines = numbers(batch.column(LINE), np.int64)
+        elements = numbers(batch.column(ELEMENT), np.int64)
+        for i in np.flatnonzero(lines == exc.line).tolist():
+            try:
+                flavor.stage(batch.slice(i, 1))
+            except TraceFileError as alone:
+                if alone.detail == exc.detail:
+                    raise TraceFileError(
+                        exc.path, exc.line, exc.detail, element=int(elements[i])
+                    ) from None
+        raise
 
 
 _AHEAD = 2  # row groups read ahead of the writer (each ~65k rows: a few MB)

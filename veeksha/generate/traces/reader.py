@@ -13,7 +13,8 @@ kept: a 10-million-row CSV is never 10 million Python objects.
   msgspec into typed rows in batches; blank lines are skipped; exact line numbers.
 * **JSON array** (first byte ``[``): decoded whole (datasets, not logs), element ``i`` on the
   line where it starts; its errors also name it (``array element [i]``: a minified array is one
-  line).
+  line), and its rows carry ``__element``, so the flavors' errors name it too
+  (``TraceFlavor.error``).
 
 A value of the wrong type is worded alike in all three (``input_length = 'x' is not an integer;
 write a count``).
@@ -42,6 +43,7 @@ from veeksha.generate.traces.arrow import from_numpy, mask
 
 __all__ = [
     "BATCH_ROWS",
+    "ELEMENT",
     "LINE",
     "Field",
     "TraceFileError",
@@ -52,6 +54,8 @@ __all__ = [
 
 BATCH_ROWS = 65_536
 LINE = "__line"
+#: a JSON array's rows also carry the index of their element (no such column in CSV, JSONL)
+ELEMENT = "__element"
 _CSV_BLOCK = 1 << 20  # larger blocks cost RSS (4 MiB: +150 MB over 10M rows), no speed
 _JSONL_BLOCK = 1 << 20  # bytes of JSON lines decoded in one call
 _BYTE = re.compile(r"\(byte (\d+)\)")  # where msgspec says a JSON document went wrong
@@ -64,13 +68,34 @@ _ARROW_TYPES: dict[type, pa.DataType] = {
 
 
 class TraceFileError(ConfigurationError):
-    """A trace file cannot be replayed: ``file:line: what is wrong; how to fix`` (exit 2)."""
+    """A trace file cannot be replayed: ``file:line: what is wrong; how to fix`` (exit 2).
 
-    def __init__(self, path: str | os.PathLike[str], line: int | None, message: str) -> None:
+    In a JSON array, ``element`` is the index of the row's element, said after the line
+    (``file:line: array element [i]: ...``); ``elements`` > 1: the line holds that many
+    elements from ``element`` on and which one is wrong is not known.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        line: int | None,
+        message: str,
+        element: int | None = None,
+        elements: int = 1,
+    ) -> None:
         where = f"{path}:{line}" if line is not None else str(path)
+        if element is not None and elements > 1:
+            where += (
+                f": array elements [{element}] to [{element + elements - 1}] (all on this line)"
+            )
+        elif element is not None:
+            where += f": array element [{element}]"
         super().__init__(f"{where}: {message}")
         self.path = str(path)
         self.line = line
+        self.detail = message
+        self.element = element
+        self.elements = elements
 
 
 def unreadable(path: str | os.PathLike[str], exc: OSError) -> TraceFileError:
@@ -501,6 +526,9 @@ def _to_batch(
         names.append(f.name)
     names.append(LINE)
     arrays.append(pa.array(lines, pa.int64()))
+    if first_element is not None:
+        names.append(ELEMENT)
+        arrays.append(from_numpy(np.arange(first_element, first_element + n, dtype=np.int64)))
     return pa.RecordBatch.from_arrays(arrays, names=names)
 
 

@@ -10,9 +10,9 @@ from tests.unit.generate.traces.helpers import trace_scenario, write_csv, write_
 from veeksha.generate.traces import TraceFileError, open_trace
 
 
-def _error(path: Path) -> str:
+def _error(path: Path, flavor: str = "request_log") -> str:
     with pytest.raises(TraceFileError) as caught:
-        open_trace(trace_scenario(path))
+        open_trace(trace_scenario(path, flavor))
     assert caught.value.exit_code == 2
     return str(caught.value)
 
@@ -171,6 +171,11 @@ _GOOD = '  {"input_length": 3, "output_length": 2},\n'
             None,  # (a CSV's missing column is a header error, line 1)
             "no 'output_length' or 'num_decode_tokens' in this row; every row needs one",
         ),
+        (  # (the flavor's check, not the reader's: worded and located alike)
+            '{"input_length": 3, "output_length": -2}',
+            "3,-2",
+            "output_length = -2 is negative; token counts must be 0 or more",
+        ),
     ],
 )
 def test_a_bad_element_of_a_json_array_is_named_by_its_line_and_index(
@@ -205,4 +210,37 @@ def test_json_array_errors_name_elements_across_batches_and_lines_of_a_minified_
     path.write_text("[" + ", ".join([one] * 3 + ['"a"']) + "]")  # minified: all on line 1
     assert _error(path) == (
         f"{path}:1: array element [3]: 'a' is not a JSON object; write one object per element"
+    )
+
+
+def test_a_flavors_error_in_a_json_array_names_the_element_as_the_readers_do(
+    tmp_path: Path,
+) -> None:
+    """A flavor's own check (a dataset's conversations, a session's topology) names the
+    element of a JSON array as the reader's errors do, in a minified array too."""
+    import json
+
+    good = {"conversations": [{"from": "human", "value": "a"}, {"from": "gpt", "value": "b"}]}
+    rows = [good] * 3 + [{"conversations": "oops"}, good]
+    message = (
+        "array element [3]: conversations is not a list of messages; give a list of objects"
+        " with 'from' and 'value'"
+    )
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(rows, indent=1))  # element 3 starts on line 38
+    assert _error(path, "untimed_content_multi_turn") == f"{path}:38: {message}"
+    path.write_text(json.dumps(rows))  # minified: every element on line 1
+    assert _error(path, "untimed_content_multi_turn") == f"{path}:1: {message}"
+    # a session's error, found when its rows are linked
+    node = {"session_id": 1, "new_input_length": 3, "output_length": 1}
+    context = {"parent_nodes": [], "history_parent": None, "wait_after_ready": 0}
+    rows = [{**node, "session_context": {**context, "node_id": k}} for k in (0, 1, 1)]
+    path = tmp_path / "t.json"
+    path.write_text("[\n" + ",\n".join(json.dumps(r) for r in rows) + "\n]")
+    assert _error(path, "timed_synthetic_session").startswith(
+        f"{path}:4: array element [2]: node_id 1 appears twice in session 1"
+    )
+    path.write_text(json.dumps(rows))  # minified: the elements of the line are named
+    assert _error(path, "timed_synthetic_session").startswith(
+        f"{path}:1: array elements [0] to [2] (all on this line): node_id 1 appears twice"
     )
