@@ -15,6 +15,7 @@ FLOORS: dict[str, int] = {
     "bytecode": 0,
     "clock": 0,
     "forked": 0,
+    "isolated": 0,
     "redact": 0,
     "net": 1,
     "timers": 1,
