@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from veeksha.dispatch.settings import resolve_api_key
 from veeksha.errors import ConfigurationError, TargetError
 from veeksha.net import fetch, setup_timeout
-from veeksha.scenario.clients import DEFAULT_KEY_ENV, api_base_problem
+from veeksha.scenario.clients import DEFAULT_KEY_ENV, SCENARIO_KEY_HOME, api_base_problem
 from veeksha.scenario.models import (
     DEFAULT_CLIENT,
     ChatCompletionsClient,
@@ -313,15 +313,19 @@ def spawn_simulator(
     return simulator
 
 
-def client_api_base(client: ChatCompletionsClient | CompletionsClient) -> str | None:
+def client_api_base(
+    client: ChatCompletionsClient | CompletionsClient, key_home: str = SCENARIO_KEY_HOME
+) -> str | None:
     """The client's endpoint: its ``api_base``, else ``OPENAI_API_BASE`` (checked as the
-    scenario's is), else None (the built-in simulator or a managed server serves it)."""
+    scenario's is, a problem named as that variable: the user wrote no key), else None (the
+    built-in simulator or a managed server serves it). ``key_home``: where the message of a
+    URL holding credentials says the key goes (``api_base_problem``)."""
     if client.api_base:
         return client.api_base
     from_env = os.environ.get("OPENAI_API_BASE") or None
-    problem = None if from_env is None else api_base_problem(from_env)
+    problem = None if from_env is None else api_base_problem(from_env, key_home)
     if problem is not None:  # (the scenario's own api_base was checked as it was loaded)
-        raise ConfigurationError(f"OPENAI_API_BASE (the environment's client.api_base) {problem}")
+        raise ConfigurationError(f"OPENAI_API_BASE (environment variable): {problem}")
     return from_env
 
 

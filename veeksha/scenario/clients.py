@@ -63,10 +63,15 @@ def _object_or_json_string(schema: dict[str, Any]) -> None:
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 
 
-def api_base_problem(value: str) -> str | None:
+#: Where a scenario's API key goes (``api_base_problem``'s ``key_home``).
+SCENARIO_KEY_HOME = "the variable named by api_key_env"
+
+
+def api_base_problem(value: str, key_home: str = SCENARIO_KEY_HOME) -> str | None:
     """Why ``value`` cannot be an OpenAI API's base URL (None: it can): not http(s), no host, a
     port that is not one, a query or fragment (the paths are appended to it), or credentials
-    (which every file of the run would quote: the key goes in ``api_key_env``)."""
+    (which every file of the run would quote: the key goes in ``key_home``, a scenario's
+    ``api_key_env`` variable; a microbenchmark, which has no such key, names its own)."""
     example = "e.g. http://127.0.0.1:8000/v1"
     if not value.lower().startswith(("http://", "https://")):
         return f"must be an http:// or https:// URL, {example} (got {value!r})"
@@ -83,7 +88,7 @@ def api_base_problem(value: str) -> str | None:
         shown = value.replace(f":{parts.password}@", ":***@") if parts.password else value
         return (
             "must not hold credentials (user:password@): the run's files would quote them; "
-            f"put the key in the variable named by api_key_env (got {shown!r})"
+            f"put the key in {key_home} (got {shown!r})"
         )
     return None
 

@@ -18,9 +18,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from click.testing import CliRunner
 
 from tests.integration.experiment.microbench_cli import invoke as _invoke
 from tests.integration.experiment.microbench_cli import results as _results
+from veeksha.cli import main
 from veeksha.simulator.process import SimulatorProcess
 
 PREFILL_TOKENS_PER_S = 10_000.0
@@ -152,6 +154,26 @@ def test_bad_input_exits_2_before_anything_runs(
     assert code == 2
     assert message in output
     assert "Traceback" not in output
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["prefill", "decode", "stress"])
+def test_a_bad_openai_api_base_is_named_as_the_variable_in_the_commands_words(
+    tmp_path: Path, command: str
+) -> None:
+    result = CliRunner().invoke(
+        main,
+        [command, "--quick", "--output_dir", str(tmp_path / "out")],
+        env={"OPENAI_API_BASE": "http://me:hunter2@127.0.0.1:9/v1"},
+    )
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(
+        "error: OPENAI_API_BASE (environment variable): must not hold credentials"
+    ), result.output
+    assert "put the key in OPENAI_API_KEY" in result.output
+    assert "api_key_env" not in result.output  # (no key of these commands)
+    assert "client." not in result.output
+    assert "hunter2" not in result.output
     assert not (tmp_path / "out").exists()
 
 

@@ -26,7 +26,7 @@ from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import YAMLError
 
 from veeksha.errors import ScenarioError, ScenarioIssue
-from veeksha.scenario.clients import api_base_problem
+from veeksha.scenario.clients import DEFAULT_KEY_ENV, api_base_problem
 from veeksha.scenario.simulator import SimulatorConfig
 
 __all__ = [
@@ -91,7 +91,7 @@ class BenchConfig(BaseModel):
     @field_validator("api_base")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
-        problem = None if value is None else api_base_problem(value)
+        problem = None if value is None else api_base_problem(value, DEFAULT_KEY_ENV)
         if problem is not None:  # (checked here, so that it is named api_base, not client's)
             raise ValueError(problem)
         return value

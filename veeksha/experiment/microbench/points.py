@@ -180,8 +180,15 @@ def serving(
     run folder below ``<folder>/points/``). Nothing is made when the server cannot be used
     (``TargetError``, exit 2); an interrupted point stops the series (``RunAbortedError``, the
     points so far kept on disk)."""
+    from veeksha.engine.target import client_api_base
+    from veeksha.scenario.clients import DEFAULT_KEY_ENV
+
     assert config.output_dir is not None
-    with shared_simulator(point_scenario(config, first)) as (aimed, server):
+    scenario = point_scenario(config, first)
+    # a bad OPENAI_API_BASE stops here, its message in this command's words (the key goes in
+    # OPENAI_API_KEY: a microbenchmark has no api_key_env)
+    client_api_base(scenario.client, DEFAULT_KEY_ENV)
+    with shared_simulator(scenario) as (aimed, server):
         if not server.is_simulator:
             _check_endpoint(aimed, config)
         folder = result_folder(config.output_dir, name)
