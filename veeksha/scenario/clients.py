@@ -69,28 +69,64 @@ SCENARIO_KEY_HOME = "the variable named by api_key_env"
 
 def api_base_problem(value: str, key_home: str = SCENARIO_KEY_HOME) -> str | None:
     """Why ``value`` cannot be an OpenAI API's base URL (None: it can): not http(s), no host, a
-    port that is not one, a query or fragment (the paths are appended to it), or credentials
-    (which every file of the run would quote: the key goes in ``key_home``, a scenario's
-    ``api_key_env`` variable; a microbenchmark, which has no such key, names its own)."""
+    host with a character no host name holds (a space, ``%``, ``$``...), a port that is not
+    one, a space or control character anywhere, a query or fragment (the paths are appended to
+    it), or credentials (which every file of the run would quote: the key goes in ``key_home``,
+    a scenario's ``api_key_env`` variable; a microbenchmark, which has no such key, names its
+    own). A password is masked wherever the value is quoted."""
     example = "e.g. http://127.0.0.1:8000/v1"
+    shown = _masked(value)
     if not value.lower().startswith(("http://", "https://")):
-        return f"must be an http:// or https:// URL, {example} (got {value!r})"
+        return f"must be an http:// or https:// URL, {example} (got {shown!r})"
     try:
         parts = urlsplit(value)
         parts.port  # noqa: B018  (raises for a port out of range or not a number)
     except ValueError as error:
-        return f"is not a valid URL ({error}), {example} (got {value!r})"
-    if not parts.hostname:
-        return f"has no host, {example} (got {value!r})"
+        return f"is not a valid URL ({error}), {example} (got {shown!r})"
+    host = parts.hostname
+    if not host:
+        return f"has no host, {example} (got {shown!r})"
+    wrong = _not_in_host_name(host)
+    if wrong is not None:
+        return (
+            f"has a host that is not one ({wrong!r} in {host!r}: a host name is letters, "
+            f"digits, '-', '.' and '_'), {example} (got {shown!r})"
+        )
+    odd = next((ch for ch in value if ch.isspace() or not ch.isprintable()), None)
+    if odd is not None:
+        return (
+            f"holds {odd!r}: a URL holds no space or control character, {example} (got {shown!r})"
+        )
     if parts.query or parts.fragment or value.endswith(("?", "#")):
         return f"takes no query or fragment: request paths are appended to it, {example}"
     if parts.username is not None or parts.password is not None:
-        shown = value.replace(f":{parts.password}@", ":***@") if parts.password else value
         return (
             "must not hold credentials (user:password@): the run's files would quote them; "
             f"put the key in {key_home} (got {shown!r})"
         )
     return None
+
+
+def _not_in_host_name(host: str) -> str | None:
+    """The first character of ``host`` (``urlsplit``'s ``hostname``) that no host name holds,
+    or None. An IPv6 address (it was in brackets: ``urlsplit`` checked it) is left alone; a
+    letter may be any script's (an internationalised name is encoded when resolved)."""
+    if ":" in host:
+        return None
+    return next((ch for ch in host if not (ch.isalnum() or ch in "-._")), None)
+
+
+def _masked(value: str) -> str:
+    """``value`` with the password of its ``user:password@`` part, if any, shown as ``***``
+    (the user part ends at the last ``@`` of the authority, as ``urlsplit`` reads it)."""
+    scheme, sep, rest = value.partition("://")
+    if not sep:
+        return value
+    cut = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    user, at, host = rest[:cut].rpartition("@")
+    if not at or ":" not in user:
+        return value
+    return f"{scheme}://{user.partition(':')[0]}:***@{host}{rest[cut:]}"
 
 
 class _OpenAIClientBase(StrictModel):

@@ -14,6 +14,7 @@ from veeksha.scenario.models import ChatCompletionsClient
     ("value", "message"),
     [
         ("ftp://h/v1", "must be an http:// or https:// URL"),
+        ("http://my host:8000/v1", "has a host that is not one"),
         ("http://me:hunter2@h:8000/v1", "must not hold credentials (user:password@)"),
     ],
 )

@@ -78,6 +78,7 @@ def test_a_context_limit_of_an_endpoint_is_only_checked_when_given() -> None:
         ("127.0.0.1:8000/v1", "must be an http:// or https:// URL"),
         ("http://127.0.0.1:99999/v1", "is not a valid URL (Port out of range 0-65535)"),
         ("http://me:hunter2@127.0.0.1:8000/v1", "must not hold credentials"),
+        ("http://my host:8000/v1", "has a host that is not one"),
     ],
 )
 def test_a_bad_api_base_is_named_as_the_flag_or_the_files_key(

@@ -190,6 +190,12 @@ def test_a_burst_phase_needs_a_session_count() -> None:
         ("http://127.0.0.1:8000/v1?x=1", "takes no query or fragment"),
         ("http://127.0.0.1:8000/v1#top", "takes no query or fragment"),
         ("http://me:hunter2@127.0.0.1:8000/v1", "must not hold credentials (user:password@)"),
+        ("http://me:hunter2@127.0.0.1:abc/v1", "is not a valid URL (Port could not be cast"),
+        ("http://my host:8000/v1", "has a host that is not one (' ' in 'my host': a host name"),
+        ("http://h%20st:8000/v1", "has a host that is not one ('%' in 'h%20st'"),
+        ("http://a,b:8000/v1", "has a host that is not one (',' in 'a,b'"),
+        ("http://me:hunter2@my$host/v1", "has a host that is not one ('$' in 'my$host'"),
+        ("http://127.0.0.1:8000/my v1", "holds ' ': a URL holds no space or control character"),
     ],
 )
 def test_an_api_base_that_cannot_be_one_is_named_before_anything_starts(
@@ -199,8 +205,13 @@ def test_an_api_base_that_cannot_be_one_is_named_before_anything_starts(
     assert issue.path == "client.api_base"
     assert issue.message.startswith(message), issue.message
     assert "hunter2" not in issue.message  # (the password is masked where the URL is quoted)
-    fine = "client: {model: m, api_base: 'http://[::1]:8000/v1'}\n"
-    assert load_scenario_text(fine, "s.yaml").client.api_base == "http://[::1]:8000/v1"
+    for good in (
+        "http://[::1]:8000/v1",
+        "http://my_host-2.lan:8000/v1",
+        "http://bücher.example/v1",
+    ):
+        fine = f"client: {{model: m, api_base: '{good}'}}\n"
+        assert load_scenario_text(fine, "s.yaml").client.api_base == good
 
 
 @pytest.mark.parametrize(
