@@ -70,6 +70,16 @@ class Boolean:
         return "true" if self.value else "false"
 
 
+def boolean_note(given: Any, kind: str) -> str:
+    """The words a loader adds to pydantic's message of error ``kind`` for the value ``given``
+    when it is a :class:`Boolean` that a number validator refused (``", not a boolean"``), else
+    nothing: how the scenario's and the microbenchmarks' loaders say it alike."""
+    return ", not a boolean" if isinstance(given, Boolean) and kind in _NUMBER_ERRORS else ""
+
+
+_NUMBER_ERRORS = ("int_type", "float_type")
+
+
 class NumbersModel(BaseModel):
     """Refuses ``true``/``false`` where a number is expected, in every field of every model
     deriving from it (the scenario's models, the simulator's and the managed server's).
@@ -79,7 +89,9 @@ class NumbersModel(BaseModel):
     annotations: a field whose type is int or float (alone, or in a union with null or with
     words such as ``'auto'``), or a list or a mapping of them, refuses a boolean there, unless
     the type also takes bool. Anything else is left to pydantic as before (``2.0`` for an int
-    is 2, ``2.5`` an error, ``"3"`` is 3).
+    is 2, ``2.5`` an error, ``"3"`` is 3). A loader words the error with :func:`boolean_note`.
+    The models of the microbenchmarks' settings (``veeksha.experiment.microbench.config``)
+    derive from it too.
     """
 
     @model_validator(mode="before")

@@ -34,7 +34,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from veeksha.errors import ScenarioError, ScenarioIssue
 from veeksha.scenario._walk import Node, PathPart, aliases_of, allowed_keys, classify, tag_of
 from veeksha.scenario._walk import field_for_key as _field_for_key
-from veeksha.scenario.base import Boolean, KeyProblem
+from veeksha.scenario.base import KeyProblem, boolean_note
 from veeksha.scenario.models import Scenario
 from veeksha.scenario.overrides import (
     OVERRIDE_SOURCE,
@@ -544,8 +544,7 @@ def _message(
         "a valid dictionary", "a mapping"
     )
     message = message.split(", unable to")[0].split(", got a number")[0]
-    if isinstance(given, Boolean) and kind in ("int_type", "float_type"):
-        message += ", not a boolean"  # (Python's bool is an int: veeksha.scenario.base)
+    message += boolean_note(given, kind)  # (Python's bool is an int: veeksha.scenario.base)
     if "(got" not in message and not isinstance(given, dict | list):
         secret = bool(parts) and tuple(parts[-2:]) in _SECRET_PATHS
         message += f" (got {REDACTED if secret else _shown(given)})"

@@ -19,6 +19,7 @@ from veeksha.experiment.microbench.decode import DecodeWindow, _fcfs_inversions,
 from veeksha.experiment.microbench.points import PointSpec, point_scenario
 from veeksha.experiment.microbench.prefill import analyse_prefill
 from veeksha.experiment.microbench.results import fit_line
+from veeksha.experiment.microbench.stress_config import StressConfig
 from veeksha.experiment.point import PointResult
 
 HEALTHY = {"health": {"verdict": "PASS"}}
@@ -98,6 +99,34 @@ def test_a_bad_api_base_is_named_as_the_flag_or_the_files_key(
     with pytest.raises(ScenarioError) as caught:
         load_config(PrefillConfig, path, {})
     assert str(caught.value).startswith(f"{path}:2:1: api_base: {message}")
+
+
+def test_a_boolean_where_a_number_is_expected_is_refused_at_its_key(tmp_path: Path) -> None:
+    # Python's bool is an int: seed: true was seed 1; the scenario models' rule refuses it
+    path = tmp_path / "d.yaml"
+    path.write_text(
+        "seed: true\nbatch_sizes: [1, false]\noutput_length: 16\nrequest_timeout: true\n"
+        "simulator: {seed: true}\nquick: true\n"
+    )
+    with pytest.raises(ScenarioError) as caught:
+        load_config(DecodeConfig, path, {})
+    assert sorted(str(issue) for issue in caught.value.issues) == [
+        f"{path}:1:1: seed: Input should be a valid integer, not a boolean (got true)",
+        f"{path}:2:1: batch_sizes.1: Input should be a valid integer, not a boolean (got false)",
+        f"{path}:4:1: request_timeout: Input should be a valid number, not a boolean (got true)",
+        f"{path}:5:13: simulator.seed: Input should be a valid integer, not a boolean (got true)",
+    ]
+    stress = tmp_path / "s.yaml"
+    stress.write_text("rates: [true, 2]\nmin_samples: true\n")
+    with pytest.raises(ScenarioError) as caught:
+        load_config(StressConfig, stress, {})
+    assert sorted(issue.path for issue in caught.value.issues) == ["min_samples", "rates.0"]
+    assert all("not a boolean" in issue.message for issue in caught.value.issues)
+    # a whole number written as one is taken as before; a flag's text too
+    path.write_text("seed: 3\noutput_length: 16.0\nquick: true\nplots: false\n")
+    loaded = load_config(DecodeConfig, path, {})
+    assert (loaded.seed, loaded.output_length, loaded.plots) == (3, 16, False)
+    assert load_config(PrefillConfig, None, {"seed": "7"}).seed == 7
 
 
 def test_points_differ_in_seed_and_run_one_batch_at_once() -> None:

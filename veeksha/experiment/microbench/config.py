@@ -26,6 +26,7 @@ from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import YAMLError
 
 from veeksha.errors import ScenarioError, ScenarioIssue
+from veeksha.scenario.base import NumbersModel, boolean_note
 from veeksha.scenario.clients import DEFAULT_KEY_ENV, api_base_problem
 from veeksha.scenario.simulator import SimulatorConfig
 
@@ -48,8 +49,9 @@ def _realistic() -> SimulatorConfig:
     return SimulatorConfig.model_validate({"preset": "realistic"})
 
 
-class BenchConfig(BaseModel):
-    """Keys every microbenchmark shares (prefill, decode, stress)."""
+class BenchConfig(NumbersModel):
+    """Keys every microbenchmark shares (prefill, decode, stress). A boolean where a number is
+    expected (``seed: true``) is refused, by the scenario models' rule (``NumbersModel``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -322,6 +324,7 @@ def _issues(
             near = difflib.get_close_matches(loc[-1], _keys(kind, loc[:-1]), n=1)
             message = "unknown key" + (f"; did you mean {near[0]!r}?" if near else "")
         elif loc and "input" in err and not isinstance(err["input"], dict | list):
+            message += boolean_note(err["input"], err["type"])
             message += "" if "(got" in message else f" (got {err['input']!r})"
         path = ".".join(loc)
         if not loc and ": " in message:  # a check of the whole config names its key
