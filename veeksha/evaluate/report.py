@@ -166,6 +166,25 @@ def _server_table(server: dict[str, Any]) -> Table:
     return table
 
 
+def _scrape_note(server: dict[str, Any], scraper: dict[str, Any]) -> str | None:
+    """What the console says of the server's metrics when scrapes failed (None: they did not),
+    from summary.json's ``server`` section and the scraper's account (``run.server_metrics``):
+    that none could be scraped, and why (the first failure), in place of an empty "server's
+    view"; or how many of them failed beside the view of the others."""
+    error = scraper.get("error") or "no reason given"
+    tries, failed = scraper.get("scrapes"), scraper.get("failed")
+    counted = f"{failed} of {tries} scrapes failed" if tries is not None and failed else None
+    if not server.get("scrapes") and scraper.get("status") == "failed":
+        how = f" ({counted})" if counted else ""
+        return (
+            f"server metrics could not be scraped{how}: {error}; the server's view is left "
+            "out (set server_metrics.url, or server_metrics.enabled: false)"
+        )
+    if counted is not None:
+        return f"server metrics: {counted}, the first: {error}; the view is of the others"
+    return None
+
+
 def _slo_table(slos: Sequence[dict[str, Any]]) -> Table:
     table = Table(title="SLOs", title_justify="left")
     for name in ("slo", "metric", "observed", "threshold", "met"):
@@ -237,8 +256,12 @@ def render_summary(
     if summary.get("phases"):
         console.print(_phase_table(summary["phases"]))
     render_groups(console, summary)
-    if summary.get("server"):
-        console.print(_server_table(summary["server"]))
+    server = summary.get("server") or {}
+    note = _scrape_note(server, run.get("server_metrics") or {})
+    if note is not None:
+        console.print(f"[yellow]{escape(note)}[/]")
+    if server.get("scrapes"):
+        console.print(_server_table(server))
     console.print(_health_table(health or _checks_from_summary(summary)))
     slos = summary.get("slos", {}).get("results", [])
     if slos:

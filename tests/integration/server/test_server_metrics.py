@@ -110,6 +110,17 @@ def test_a_failing_metrics_url_costs_one_warning_and_the_file_says_why(
     assert re.search(why, line)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["run"]["server_metrics"]["status"] == "failed"
+    # the console says it once, and why, instead of an empty "server's view (0 scrapes)"
+    from rich.console import Console
+
+    from veeksha.evaluate.report import render_summary
+
+    console = Console(width=100, record=True)
+    render_summary(console, summary)
+    text = " ".join(console.export_text().split())
+    assert text.count("server metrics could not be scraped") == 1
+    assert re.search(why, text[text.index("server metrics could not be scraped") :])
+    assert "server's view (" not in text
 
 
 def test_the_summary_report_and_plot_show_the_servers_view(queued_run: Path) -> None:

@@ -160,3 +160,44 @@ def test_the_phase_table_at_80_columns() -> None:
     assert row[0].split() == expected
     assert row[1].split() == ["(drain", "3.2)"]
     assert table[table.index("rate_4_per_s") :].split()[:2] == ["rate_4_per_s", "2.0"]
+
+
+_REFUSED = "GET http://127.0.0.1:9/metrics: Connection refused (nothing listens there)"
+
+
+def _with_scrapes(scraper: dict[str, object], server: dict[str, object] | None) -> dict:
+    """The summary of a run whose scraper gave this account (``run.server_metrics``)."""
+    summary = _summary()
+    summary["run"] = {"server_metrics": {"url": "http://127.0.0.1:9/metrics", **scraper}}
+    if server is not None:
+        summary["server"] = server
+    return summary
+
+
+def test_unscraped_metrics_are_said_once_with_why_instead_of_an_empty_table() -> None:
+    # every scrape failed: summary.json's server section holds no scrape and no value
+    empty = {"scrapes": 0, "first_t": None, "status": "failed", "running_peak": None}
+    scraper = {"status": "failed", "scrapes": 7, "failed": 7, "error": _REFUSED, "rows": 0}
+    text = _render(lambda console: render_summary(console, _with_scrapes(scraper, empty)))
+    joined = " ".join(text.split())
+    assert "server's view (" not in text  # (no table of nothing)
+    assert joined.count("server metrics could not be scraped") == 1
+    assert f"(7 of 7 scrapes failed): {_REFUSED}; the server's view is left out" in joined
+    assert max(len(line) for line in text.splitlines()) <= 80
+    # the watch's process died before it reported: no server_metrics.parquet, no section
+    died = {"status": "failed", "error": "the server watch's process exited with code 1"}
+    joined = " ".join(_render(lambda c: render_summary(c, _with_scrapes(died, None))).split())
+    assert "server metrics could not be scraped: the server watch's process exited" in joined
+
+
+def test_some_failed_scrapes_are_said_beside_the_view_of_the_others() -> None:
+    server = {"scrapes": 5, "status": "partial", "running_peak": 3.0, "running_mean": 1.5}
+    scraper = {"status": "partial", "scrapes": 7, "failed": 2, "error": _REFUSED, "rows": 99}
+    text = _render(lambda console: render_summary(console, _with_scrapes(scraper, server)))
+    joined = " ".join(text.split())
+    assert f"server metrics: 2 of 7 scrapes failed, the first: {_REFUSED}" in joined
+    assert "server's view (5 scrapes)" in text
+    ok = {"status": "ok", "scrapes": 7, "failed": 0, "error": None, "rows": 99}
+    text = _render(lambda console: render_summary(console, _with_scrapes(ok, server)))
+    assert "server metrics" not in text
+    assert "server's view (5 scrapes)" in text
