@@ -1,7 +1,8 @@
 """``plots/server_timeline.png``: the server's view and veeksha's on one time axis.
 
 Three panels sharing the x axis (seconds since t0): the server's running and waiting requests
-(from its /metrics) over veeksha's requests in flight (sent → completed, ``in_flight_envelope``);
+(from its /metrics) over veeksha's requests in flight (sent → completed, ``in_flight_envelope``,
+of the requests that may have reached the server: ``stats.reached_server``);
 the server's KV-cache usage (and GPU utilisation, when sampled); the TTFC of each request at the
 time it was sent (at most ``SCATTER_POINTS``, evenly strided). A queue that builds in the server
 while TTFC climbs reads at a glance.
@@ -18,17 +19,31 @@ from veeksha.evaluate.plots import (
     PLOTS_DIR,
     SCATTER_POINTS,
     _figure,
-    _finite,
     _save,
     _strided,
     in_flight_envelope,
 )
 from veeksha.evaluate.server_view import ServerView
 from veeksha.evaluate.source import ColumnSource
+from veeksha.evaluate.stats import column, reached_server
 
 __all__ = ["SERVER_PLOT", "write_server_plot"]
 
 SERVER_PLOT = "server_timeline.png"
+
+
+def _reaching_server(source: ColumnSource) -> tuple[np.ndarray, np.ndarray]:
+    """The send times and the completion times (each sorted, no NaN) of the requests that may
+    have reached the server, by the server checks' rule (``stats.reached_server``): a request
+    refused a connection, or a tool call, was never in the server's queue, so it is no part
+    of the in-flight line drawn over it."""
+    reached = reached_server(source)
+    sent = column(source, "sent_at")[reached]
+    done = column(source, "completed_at")[reached]
+    sent.sort()
+    done = done[~np.isnan(done)]
+    done.sort()
+    return sent, done
 
 
 def write_server_plot(
@@ -40,11 +55,8 @@ def write_server_plot(
     source = ColumnSource.of(requests)
     fig = _figure(rows=3)
     queue, usage, ttfc = fig.subplots(3, 1, sharex=True)
-    sent = _finite(source, "sent_at")
+    sent, done = _reaching_server(source)
     if sent.size:
-        sent.sort()
-        done = _finite(source, "completed_at")
-        done.sort()
         queue.plot(*in_flight_envelope(sent, done).line(), label="veeksha: in flight", alpha=0.6)
     for name in ("running", "waiting"):
         if name in view.series:

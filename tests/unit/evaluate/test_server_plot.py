@@ -1,0 +1,65 @@
+"""The server timeline's "veeksha: in flight" line: only the requests that may have reached the
+server (``stats.reached_server``, the server checks' rule), drawn over the server's queue."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from matplotlib.figure import Figure
+
+from tests.unit.evaluate.builders import request, requests_table
+from veeksha.evaluate import server_plot
+from veeksha.evaluate.server_view import ServerView
+from veeksha.evaluate.source import ColumnSource
+
+
+def _in_flight_drawn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: list[dict]
+) -> np.ndarray:
+    """The y values of the plot's in-flight line (the figure is caught, not saved)."""
+    figures: list[Figure] = []
+
+    def keep(fig: Figure, path: Path) -> Path:
+        figures.append(fig)
+        return path
+
+    monkeypatch.setattr(server_plot, "_save", keep)
+    view = ServerView(series={"running": (np.array([0.0, 1.0, 2.0]), np.array([0.0, 3.0, 0.0]))})
+    for table in (requests_table(rows), ColumnSource.of(requests_table(rows))):
+        server_plot.write_server_plot(tmp_path, table, view)
+    lines = [
+        [line for line in fig.axes[0].get_lines() if line.get_label() == "veeksha: in flight"]
+        for fig in figures
+    ]
+    assert [len(found) for found in lines] == [1, 1]
+    first, second = (np.asarray(found[0].get_ydata()) for found in lines)
+    assert first.tolist() == second.tolist()  # a table in memory and a source alike
+    return first
+
+
+def test_requests_refused_a_connection_are_not_in_flight_at_the_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # three requests the server served together, 0.1 s to 1.5 s; meanwhile five refused a
+    # connection (never in its queue) and one tool call (no server at all), all overlapping
+    served = [request(i, sent=0.1 * (i + 1), chunks=(1.0, 1.2, 1.5)) for i in range(3)]
+    refused = [
+        request(
+            10 + i,
+            sent=0.5 + 0.01 * i,
+            chunks=(),
+            completed=0.8,
+            status="error",
+            error_kind="connection_refused",
+        )
+        for i in range(5)
+    ]
+    tool = request(20, sent=0.6, chunks=(0.9,)) | {"kind": "tool"}
+    drawn = _in_flight_drawn(tmp_path, monkeypatch, [*served, *refused, tool])
+    assert drawn.max() == 3  # (counting them all: 9)
+    assert drawn[-1] == 0
+    # a request that failed after it was sent (a reset, a timeout) may have reached it: counted
+    reset = [r | {"error_kind": "connection_reset"} for r in refused]
+    assert _in_flight_drawn(tmp_path, monkeypatch, [*served, *reset]).max() == 8
