@@ -9,7 +9,7 @@ import pytest
 
 from veeksha.errors import ScenarioError
 from veeksha.experiment.microbench.config import load_config
-from veeksha.experiment.microbench.stress import analyse_point, stress_checks
+from veeksha.experiment.microbench.stress import analyse_point, measured_start, stress_checks
 from veeksha.experiment.microbench.stress_config import StressConfig
 from veeksha.experiment.microbench.stress_levels import auto_levels, log_spaced
 
@@ -94,6 +94,58 @@ def test_a_point_counts_throughput_inside_its_steady_window_only() -> None:
     assert (point["samples"], point["failed"]) == (2, 1)
     assert point["e2e_p50_ms"] == pytest.approx(1250)
     assert point["interactivity_p50"] == pytest.approx(1 / 0.575)
+
+
+def _poisson_point(rng: np.random.Generator, rate: float, warmup: float, duration: float) -> dict:
+    """The rows of a rate point as the engine makes them: arrivals from t0 at Poisson gaps,
+    warmup until ``warmup``, measured ones until ``duration`` after the first measured arrival;
+    each request answered in 20 ms (three chunks)."""
+    gaps = rng.exponential(1 / rate, size=int(4 * rate * (warmup + duration)) + 50)
+    ready = np.concatenate([[0.0], np.cumsum(gaps)])
+    first = ready[ready >= warmup][0]
+    ready = ready[ready < first + duration]
+    n = ready.size
+    return {
+        "phase": np.where(ready < warmup, "warmup", "measured"),
+        "status": ["ok"] * n,
+        "ready_at": ready,
+        "first_chunk_at": ready + 0.005,
+        "completed_at": ready + 0.02,
+        "chunk_times": [t + np.array([0.005, 0.01, 0.02]) for t in ready],
+        "output_tokens": [3] * n,
+        "prompt_tokens_total": [100] * n,
+        "ttfc": [0.005] * n,
+        "e2e": [0.02] * n,
+        "tpot": [0.0075] * n,
+    }
+
+
+def test_an_open_loop_points_request_rate_is_the_offered_rate_on_average() -> None:
+    # veeksha stress --quick --rates 2 read 3.00 req/s at 2: 9 completions in its 3 s window.
+    # Short windows are noisy (Poisson: ~6 ± 2.4 arrivals in 3 s), but a window that starts at
+    # the first measured arrival also holds that arrival and a Poisson number of others: about
+    # one request (1 / duration req/s) too many on average. It starts at the warmup's end.
+    # (1 s windows: the bias is 1 req/s, six standard errors of the mean of 100 points.)
+    rate, warmup, duration, points = 2.0, 0.5, 1.0, 100
+    rng = np.random.default_rng(7)
+    by_clock, by_arrival = [], []
+    for _ in range(points):
+        rows = pd.DataFrame(_poisson_point(rng, rate, warmup, duration))
+        by_clock.append(analyse_point(rate, rows, duration, "p", "PASS", warmup)["requests_per_s"])
+        by_arrival.append(analyse_point(rate, rows, duration, "p", "PASS")["requests_per_s"])
+    spread = np.sqrt(rate / duration / points)  # the standard error of the mean: ~0.14
+    assert abs(np.mean(by_clock) - rate) < 3 * spread
+    assert np.mean(by_arrival) - rate > 3 * spread  # (the old window, from the first arrival)
+
+
+def test_the_window_starts_where_the_points_measured_phase_did() -> None:
+    phases = [{"name": "warmup", "start": 0.0, "end": 1.0}, {"name": "measured", "start": 1.0}]
+    assert measured_start({"run": {"phases": phases}}) == 1.0
+    assert measured_start({}) is None  # (a run that wrote no summary: its first measured arrival)
+    # the rows above from 0.9: the warmup request's chunk at 1.0 and the first completion count
+    point = analyse_point(4, _rows(), 2.0, "points/x", "PASS", 0.9)
+    assert point["output_tokens_per_s"] == pytest.approx((2 * 2 + 3 + 2) / 2)
+    assert point["requests_per_s"] == pytest.approx(2 / 2)
 
 
 def test_checks_name_each_offending_level_and_a_drop_only_warns() -> None:

@@ -6,10 +6,15 @@ whose sessions are left out (``runtime.warmup_seconds``; their rows are ``phase:
 ``point_duration`` measured seconds (``runtime.benchmark_timeout``, counted from the first
 measured session), after which no session starts and the ones in flight complete.
 
-The *steady window* of a point is ``[first measured session's start, + point_duration]``: the
-load is at its level throughout (closed loop: a new request starts as each ends; open loop: the
-arrivals go on), whereas the drain after it is not. Throughputs count what the server did
-inside the window, from every row (warmup requests still in flight at its start included):
+The *steady window* of a point is ``[end of its warmup, + point_duration)``: the start of its
+measured phase (summary.json's ``run.phases``), ``warmup_duration`` seconds after t0. The load is
+at its level throughout (closed loop: a new request starts as each ends; open loop: the arrivals
+go on until ``point_duration`` after the first measured one, which comes after the warmup's end),
+whereas the drain after it is not. The window does not start at a request: one that began at the
+first measured arrival would hold that arrival and a Poisson number of others, one request more
+than the rate gives on average (``1 / point_duration`` req/s too many), whereas a window set by
+the clock holds ``rate × point_duration`` arrivals on average. Throughputs count what the server
+did inside the window, from every row (warmup requests still in flight at its start included):
 
 - output tokens/s: the content chunks that arrived in the window (× the request's tokens per
   chunk) / window;
@@ -42,7 +47,7 @@ from veeksha.experiment.microbench.stress_config import StressConfig
 from veeksha.experiment.microbench.stress_levels import auto_levels, log_spaced
 from veeksha.experiment.point import PointResult
 
-__all__ = ["MONOTONE_SLACK", "analyse_point", "run_stress", "stress_checks"]
+__all__ = ["MONOTONE_SLACK", "analyse_point", "measured_start", "run_stress", "stress_checks"]
 
 NAME = "stress"
 MONOTONE_SLACK = 0.10
@@ -71,14 +76,30 @@ def _pct(values: pd.Series, q: float, scale: float = 1000.0) -> float | None:
     return float(np.percentile(data, q)) * scale if len(data) else None
 
 
+def measured_start(summary: dict[str, Any]) -> float | None:
+    """When a point's measured phase began (s since t0: the end of its warmup), from its
+    summary.json's ``run.phases``; None when the run wrote none."""
+    for phase in summary.get("run", {}).get("phases") or ():
+        if phase.get("name") == "measured" and phase.get("start") is not None:
+            return float(phase["start"])
+    return None
+
+
 def analyse_point(
-    level: float, rows: pd.DataFrame, duration_s: float, run_dir: str, verdict: str | None
+    level: float,
+    rows: pd.DataFrame,
+    duration_s: float,
+    run_dir: str,
+    verdict: str | None,
+    start: float | None = None,
 ) -> dict[str, Any]:
     """The figures of one point from all its rows (warmup included), as the module docstring
-    defines them."""
+    defines them; ``start``: the window's (``measured_start``; None: the first measured
+    arrival, for a point whose run left no phases)."""
     measured = rows[rows["phase"] == "measured"]
     ok = measured[measured["status"] == "ok"]
-    start = float(measured["ready_at"].min()) if len(measured) else float("nan")
+    if start is None:
+        start = float(measured["ready_at"].min()) if len(measured) else float("nan")
     end = start + duration_s
     output_tokens = 0.0
     for times, tokens in zip(rows["chunk_times"], rows["output_tokens"], strict=True):
@@ -200,6 +221,7 @@ def run_stress(config: StressConfig, echo: Callable[[str], None]) -> tuple[Path,
                 config.point_duration or 0.0,
                 str(result.run_dir.relative_to(folder)),
                 verdict,
+                measured_start(result.summary),
             )
             table.append(point)
             echo(f"    {_line(point, config)}")
@@ -225,7 +247,8 @@ def run_stress(config: StressConfig, echo: Callable[[str], None]) -> tuple[Path,
         "target": server.description,
         "config": config.model_dump(mode="json"),
         "traffic": config.traffic,
-        "window": "from the first measured session's start for point_duration seconds",
+        "window": "from the end of the warmup (the measured phase's start) for point_duration "
+        "seconds",
         "plot": plot,
     }
     document = write_results(folder, NAME, body, table, checks)
