@@ -217,6 +217,7 @@ class TrafficLoop(SessionStarts, PhaseControl, ToolNodes):
                 settings.phase_gaps or (lambda _phase: rate_gaps),
                 settings.phase_mean_gaps or [1.0] * n,
                 settings.phase_keys or [0] * n,
+                settings.rate_warp,
             )
             self._arrival_timer = self._timers.call_at_ns(
                 t0_ns - self._ahead_ns, self._on_arrival_timer

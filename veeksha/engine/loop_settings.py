@@ -32,6 +32,8 @@ class LoopSettings:
     max_in_flight: int | None = None
     rate_gaps: Callable[[int], NDArray[np.float64]] | None = None  # open loop when set
     concurrency: ConcurrencyRamp | None = None  # closed loop when set
+    # Open loop: a ramped rate's map of the summed gaps to arrival offsets (schedule/ramp.py)
+    rate_warp: Callable[[NDArray[np.float64]], NDArray[np.float64]] | None = None
     # Hand requests over up to this long before they are ready (WorkItem.not_before_ns); the
     # dispatcher releases each at its ready time. 0: hand over when ready.
     dispatch_ahead_ns: int = 0

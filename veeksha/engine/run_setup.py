@@ -28,6 +28,7 @@ from veeksha.scenario.models import (
     TraceSessionGenerator,
 )
 from veeksha.schedule.arrivals import ConcurrencyRamp
+from veeksha.schedule.ramp import ramp_of
 
 if TYPE_CHECKING:
     from veeksha.generate.traces import OpenTrace
@@ -106,6 +107,8 @@ class RunSetup:
         elif isinstance(scheduler, RateScheduler):
             rng = RandomStreams(scenario.seed).stream("arrivals")
             settings.rate_gaps = make_interval_sampler(scheduler.interval_generator, rng).sample
+            ramp = ramp_of(scheduler)
+            settings.rate_warp = None if ramp is None else ramp.warp
         else:
             assert isinstance(scheduler, ConcurrentScheduler)
             settings.concurrency = ConcurrencyRamp(

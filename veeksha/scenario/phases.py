@@ -14,7 +14,9 @@ Which scheduler keys may change between phases:
   the target moves from the previous phase's to this one's);
 - never: ``type`` (an open loop stays open, a closed loop closed: one run is one policy) and
   ``cancel_session_on_failure`` (a session may cross phases; one rule holds for it);
-- a ``trace`` scheduler replays the trace's own times: it takes no phases.
+- a ``trace`` scheduler replays the trace's own times: it takes no phases;
+- a rate ``ramp`` runs over the whole run from t0: it takes no phases (neither the base
+  scheduler's nor a phase's own).
 
 ``phase_issues`` returns every problem as (key path, message); the loader turns each into
 ``file:line:col: path: message``, and the engine refuses a scenario with issues the same way.
@@ -51,6 +53,11 @@ __all__ = [
 WARMUP = "warmup"
 MEASURED = "measured"
 _FIXED_KEYS = ("type", "cancel_session_on_failure")
+
+_RAMP_WITH_PHASES = (
+    "a ramp cannot be combined with phases: remove traffic_scheduler.ramp or phases"
+    " (a ramp runs from t0 over the whole run; give each phase its own rate instead)"
+)
 
 PhaseIssue = tuple[tuple[PathPart, ...], str]
 Scheduler = RateScheduler | ConcurrentScheduler
@@ -154,6 +161,8 @@ def phase_issues(scenario: Scenario) -> list[PhaseIssue]:
     base = scenario.traffic_scheduler
     if isinstance(base, TraceScheduler):
         return [(("phases",), "a trace scheduler replays the trace's own times: no phases")]
+    if isinstance(base, RateScheduler) and base.ramp is not None:
+        issues.append((("traffic_scheduler", "ramp"), _RAMP_WITH_PHASES))
     seen: dict[str, int] = {}
     for i, phase in enumerate(phases):
         at: tuple[PathPart, ...] = ("phases", i)
@@ -173,6 +182,8 @@ def phase_issues(scenario: Scenario) -> list[PhaseIssue]:
             )
         scheduler, own = scheduler_of(base, phase)
         issues += [((*at, *path), message) for path, message in own]
+        if "ramp" in phase.traffic_scheduler and phase.traffic_scheduler["ramp"] is not None:
+            issues.append(((*at, "traffic_scheduler", "ramp"), _RAMP_WITH_PHASES))
         burst = isinstance(scheduler, RateScheduler) and (
             isinstance(scheduler.interval_generator, FixedInterval)
             and scheduler.interval_generator.interval == 0

@@ -1,13 +1,28 @@
 """Traffic schedulers: when sessions start (open loop, closed loop, trace times)."""
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from veeksha.scenario.base import StrictModel, factory
-from veeksha.scenario.generators import IntervalGenerator, PoissonInterval
+from veeksha.scenario.base import KeyProblem, StrictModel, factory
+from veeksha.scenario.generators import FixedInterval, IntervalGenerator, PoissonInterval
 
 # ----------------------------------------------------------------------------- traffic schedulers
+
+
+class RateRampConfig(StrictModel):
+    """The arrival rate moves from the interval generator's rate to end_rate over duration
+    seconds from t0, then holds end_rate (gaps keep their law, rescaled in time)."""
+
+    end_rate: float = Field(..., gt=0, description="Sessions per second at the ramp's end.")
+    duration: float = Field(..., gt=0, description="Seconds from t0 to reach end_rate.")
+    shape: Literal["linear", "exponential"] = Field(
+        "linear",
+        description=(
+            "How the rate moves: linear, r0 + (end − r0)·t/duration; exponential,"
+            " r0·(end/r0)^(t/duration)."
+        ),
+    )
 
 
 class RateScheduler(StrictModel, defer_build=False):
@@ -17,9 +32,26 @@ class RateScheduler(StrictModel, defer_build=False):
     interval_generator: IntervalGenerator = Field(
         default_factory=factory(PoissonInterval), description="Gaps between session starts."
     )
+    ramp: RateRampConfig | None = Field(
+        None,
+        description=(
+            "Move the rate from the interval generator's to ramp.end_rate during the run"
+            " (default: a constant rate)."
+        ),
+    )
     cancel_session_on_failure: bool = Field(
         True, description="A failed request cancels the rest of its session."
     )
+
+    @model_validator(mode="after")
+    def _ramp_from_a_rate(self) -> Self:
+        gen = self.interval_generator
+        if self.ramp is not None and isinstance(gen, FixedInterval) and gen.interval == 0:
+            raise KeyProblem(
+                "a fixed interval of 0 has no start rate to ramp from: give interval > 0",
+                "ramp",
+            )
+        return self
 
 
 class ConcurrentScheduler(StrictModel):

@@ -28,15 +28,22 @@ class RateArrivals:
     """Absolute arrival times (ns) of an open-loop schedule, drawn lazily in batches.
 
     ``sample_gaps(n)`` returns n gaps in seconds (the interval generator). Offsets are summed in
-    float64 seconds from t0 and converted once, so rounding never accumulates.
+    float64 seconds from t0 and converted once, so rounding never accumulates. ``warp`` (a
+    ramped rate, ``veeksha.schedule.ramp``) maps the summed offsets to the ramped ones before
+    that conversion; without it the offsets are used as summed.
     """
 
-    __slots__ = ("_batch", "_buffer", "_index", "_offset_s", "_sample_gaps", "t0_ns")
+    __slots__ = ("_batch", "_buffer", "_index", "_offset_s", "_sample_gaps", "_warp", "t0_ns")
 
     def __init__(
-        self, sample_gaps: Callable[[int], NDArray[np.float64]], t0_ns: int, batch: int = 1024
+        self,
+        sample_gaps: Callable[[int], NDArray[np.float64]],
+        t0_ns: int,
+        batch: int = 1024,
+        warp: Callable[[NDArray[np.float64]], NDArray[np.float64]] | None = None,
     ) -> None:
         self._sample_gaps = sample_gaps
+        self._warp = warp
         self.t0_ns = t0_ns
         self._batch = batch
         self._offset_s = 0.0
@@ -47,6 +54,8 @@ class RateArrivals:
         gaps = np.asarray(self._sample_gaps(self._batch), dtype=np.float64)
         offsets = self._offset_s + np.cumsum(gaps)
         self._offset_s = float(offsets[-1])
+        if self._warp is not None:
+            offsets = self._warp(offsets)
         self._buffer = (self.t0_ns + np.rint(offsets * _NS).astype(np.int64)).tolist()
         self._index = 0
 

@@ -209,7 +209,9 @@ class PhasedArrivals:
     """Open-loop arrival times across phases (see the module docstring).
 
     ``gaps_for(i)`` is phase i's gap sampler, ``mean_gap_s[i]`` its mean gap and ``keys[i]``
-    its scheduler: equal keys of consecutive phases mean one arrival process.
+    its scheduler: equal keys of consecutive phases mean one arrival process. ``warp`` ramps
+    the rate of the process that starts at t0 (``RateArrivals``); a scenario with a ramp has
+    one process (the loader refuses a ramp with phases; a warmup shares the measured's).
     """
 
     __slots__ = (
@@ -229,6 +231,7 @@ class PhasedArrivals:
         gaps_for: Callable[[int], Callable[[int], NDArray[np.float64]]],
         mean_gap_s: Sequence[float],
         keys: Sequence[Hashable],
+        warp: Callable[[NDArray[np.float64]], NDArray[np.float64]] | None = None,
     ) -> None:
         self.timeline = timeline
         self._gaps_for = gaps_for
@@ -236,7 +239,7 @@ class PhasedArrivals:
         self._keys = tuple(keys)
         self._samplers: dict[int, Callable[[int], NDArray[np.float64]]] = {}
         self._seg_phase = 0
-        self._seg = RateArrivals(self._sampler(0), timeline.starts[0])
+        self._seg = RateArrivals(self._sampler(0), timeline.starts[0], warp=warp)
         self._next: int | None = None
 
     def _sampler(self, phase: int) -> Callable[[int], NDArray[np.float64]]:

@@ -124,3 +124,32 @@ def test_a_shard_with_no_share_of_the_target_ends_at_once() -> None:
     shard = Shard(settings, ShardSpec(1, 2))
     assert shard.loop.finished
     assert not shard.rec.dispatched
+
+
+def test_a_ramped_rate_is_split_over_shards_exactly_and_arrives_at_inverse_of_k() -> None:
+    from veeksha.schedule.ramp import RateRamp
+
+    ramp = RateRamp(5.0, 40.0, 4.0, "linear")  # fixed 0.2-s gaps: 5/s, then to 40/s
+
+    def run(spec: ShardSpec | None) -> Shard:
+        settings = LoopSettings(
+            cancel_on_failure=True,
+            max_sessions=60,
+            warmup_sessions=4,
+            rate_gaps=lambda n: np.full(n, 0.2),
+            rate_warp=ramp.warp,
+        )
+        shard = Shard(settings, spec)
+        for _ in range(100):
+            shard.timers.advance(shard.clock.now + S // 20)
+            shard.complete_all()
+        assert shard.loop.finished
+        return shard
+
+    single = run(None)
+    starts = sorted(t - single.loop.t0_ns for _, t in single.roots())
+    assert starts == [round(float(ramp.inverse(k)) * S) for k in range(64)]
+    union: set[tuple[int, int]] = set()
+    for k in range(2):
+        union |= run(ShardSpec(k, 2)).roots()
+    assert union == single.roots()

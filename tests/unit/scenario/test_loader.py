@@ -246,3 +246,38 @@ def test_a_checked_key_is_reported_at_its_own_line(
     issue = only_issue(text)
     assert (issue.line, issue.column) == where, str(issue)
     assert issue.path.endswith(path)
+
+
+def test_a_ramp_with_phases_is_refused_at_both_keys() -> None:
+    text = (
+        "traffic_scheduler:\n"
+        "  type: rate\n"
+        "  ramp: {end_rate: 8, duration: 5}\n"
+        "phases:\n"
+        "  - {name: a, duration: 2}\n"
+        "  - {name: b, duration: 2, traffic_scheduler: {ramp: {end_rate: 3, duration: 1}}}\n"
+    )
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario_text(text, "s.yaml")
+    lines = [str(issue) for issue in caught.value.issues]
+    fix = "a ramp cannot be combined with phases: remove traffic_scheduler.ramp or phases"
+    assert lines[0].startswith(f"s.yaml:3:3: traffic_scheduler.ramp: {fix}"), lines
+    assert lines[1].startswith(f"s.yaml:6:48: phases[1].traffic_scheduler.ramp: {fix}"), lines
+    assert len(lines) == 2
+
+
+def test_a_ramp_from_a_zero_interval_is_refused_at_its_key() -> None:
+    issue = only_issue(
+        "traffic_scheduler:\n"
+        "  type: rate\n"
+        "  interval_generator: {type: fixed, interval: 0}\n"
+        "  ramp: {end_rate: 8, duration: 5}\n"
+    )
+    assert issue.path == "traffic_scheduler.ramp"
+    assert issue.message.startswith("a fixed interval of 0 has no start rate to ramp from")
+    assert issue.line == 4
+
+
+def test_a_ramp_key_is_checked_like_any_other() -> None:
+    issue = only_issue("traffic_scheduler: {type: rate, ramp: {end_rate: 8, duration: 0}}\n")
+    assert issue.path == "traffic_scheduler.ramp.duration"
