@@ -12,6 +12,10 @@ Nor is a short run failed for the lateness the run accepts: a first or last sess
 ``max_dispatch_lag_p99_ms`` moves the span by that much, a relative error of lag × rate / (n − 1)
 (6 sessions at 50/s with a 100-ms lag budget: 100 %; 1,000 sessions at 10/s with 5 ms: 0.005 %).
 
+With a ``ramp`` (``veeksha.schedule.ramp``) the configured rate of a timeline is the mean
+offered rate over its own span, (Λ(last) − Λ(first)) / (last − first): the observed count is
+compared with Λ over the same window (the lag share taken at the highest rate λ in it).
+
 With ``traffic_scheduler: {type: trace}`` both compare with the trace's own timestamps instead
 (``veeksha.evaluate.trace_arrivals``).
 
@@ -20,6 +24,9 @@ configured distribution (poisson → exponential, gamma → gamma; ``veeksha.eva
 only: scipy.stats would cost 1.2–2 CPU-s to import); FAIL when p < arrival_ks_alpha.
 For fixed intervals, FAIL when a gap deviates from the interval by more than
 ``max_dispatch_lag_p99_ms``. Both need at least ``MIN_GAPS`` gaps, else SKIP.
+With a ``ramp`` the gaps tested are the rescaled ones, Λ(tᵢ) − Λ(tᵢ₋₁), against the law at rate
+1 (the time-rescaling theorem: a correct ramp makes them the interval generator's gaps at unit
+rate); for fixed intervals a start's deviation is from Λ⁻¹(Λ(tᵢ₋₁) + 1), where it was due.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from veeksha.evaluate.trace_arrivals import trace_arrival_timeline, trace_dispat
 from veeksha.generate.distributions import mean_interval
 from veeksha.record import kernels as ak
 from veeksha.scenario.models import GammaInterval, PoissonInterval, RateScheduler, TraceScheduler
+from veeksha.schedule.ramp import RateRamp, ramp_of
 
 __all__ = ["ARRIVAL_DISTRIBUTION", "DISPATCH_RATE", "MIN_GAPS", "root_times"]
 
@@ -109,10 +117,13 @@ def _dispatch_rate(data: HealthInput) -> Outcome:
         return Outcome(SKIP, reason, {})
     cfg = data.scenario.traffic_scheduler
     assert isinstance(cfg, RateScheduler)
-    configured = 1.0 / mean_interval(cfg.interval_generator)
     starts = _session_starts(data)
     if starts.size < MIN_GAPS + 1:
         return Outcome(SKIP, f"{starts.size} measured sessions, need {MIN_GAPS + 1}", {})
+    ramp = ramp_of(cfg)
+    if ramp is not None:
+        return _ramped_dispatch_rate(data, ramp, starts)
+    configured = 1.0 / mean_interval(cfg.interval_generator)
     tol = data.thresholds.dispatch_rate_tolerance
     z = _stdlib_stats.NormalDist().inv_cdf(1 - data.thresholds.arrival_ks_alpha / 2)
     # (a first or last session sent late by the lag the run accepts moves the span by that
@@ -135,6 +146,55 @@ def _dispatch_rate(data: HealthInput) -> Outcome:
     return Outcome(FAIL if worst > allowed else PASS, detail, statistics)
 
 
+def _offered(ramp: RateRamp, times: Floats) -> float | None:
+    """The mean offered rate over the span of ``times``: Λ's change over it, per second."""
+    span = float(times[-1] - times[0]) if times.size >= 2 else 0.0
+    if span <= 0:
+        return None
+    lam = ramp.cumulative(np.array([times[0], times[-1]]))
+    return float(lam[1] - lam[0]) / span
+
+
+def _ramped_dispatch_rate(data: HealthInput, ramp: RateRamp, starts: Floats) -> Outcome:
+    """dispatch_rate under a ramp: each timeline against Λ over its own span."""
+    tol = data.thresholds.dispatch_rate_tolerance
+    z = _stdlib_stats.NormalDist().inv_cdf(1 - data.thresholds.arrival_ks_alpha / 2)
+    peak = float(ramp.rate(np.array([starts[0], starts[-1]])).max())
+    lag_share = data.thresholds.max_dispatch_lag_p99_ms / 1000 * peak / (starts.size - 1)
+    allowed = max(tol, z * _cv(data) / math.sqrt(starts.size - 1), lag_share)
+    statistics: dict[str, Any] = {"ramp": True, "sessions": int(starts.size)}
+    statistics |= {"tolerance": tol, "lag_share": lag_share, "allowed_relative_error": allowed}
+    worst = 0.0
+    timelines = (("started", starts), ("sent", root_times(data.measured, "sent_at")))
+    for label, times in timelines:
+        observed, offered = _rate(times), _offered(ramp, times)
+        error = None
+        if observed is not None and offered:
+            error = abs(observed - offered) / offered
+        statistics[f"{label}_rate"] = observed
+        statistics[f"{label}_offered_rate"] = offered
+        statistics[f"{label}_relative_error"] = error
+        worst = max(worst, error or 0.0)
+    label = "sent" if statistics["sent_rate"] else "started"
+    observed, offered = statistics[f"{label}_rate"], statistics[f"{label}_offered_rate"]
+    statistics["configured_rate"] = offered
+    detail = f"observed {observed:.4g}/s vs offered {offered:.4g}/s by the ramp over the same"
+    detail += f" span ({worst:.1%} off, allowed {allowed:.1%})"
+    return Outcome(FAIL if worst > allowed else PASS, detail, statistics)
+
+
+def _fixed_deviation(
+    data: HealthInput, interval: float, deviation: Floats, gaps: int, extra: dict[str, Any]
+) -> Outcome:
+    limit = data.thresholds.max_dispatch_lag_p99_ms / 1000
+    statistics: dict[str, Any] = {"interval": interval, "gaps": gaps, "limit_s": limit, **extra}
+    statistics |= {"max_deviation_s": float(deviation.max())}
+    statistics |= {"p99_deviation_s": percentile(deviation, 99)}
+    ok = deviation.max() <= limit
+    detail = f"max gap deviation {deviation.max() * 1000:.3f} ms (limit {limit * 1000:g} ms)"
+    return Outcome(PASS if ok else FAIL, detail, statistics)
+
+
 def _arrival_distribution(data: HealthInput) -> Outcome:
     if reason := _one_shard(data):
         return Outcome(SKIP, reason, {})
@@ -145,36 +205,36 @@ def _arrival_distribution(data: HealthInput) -> Outcome:
         return Outcome(SKIP, reason, {})
     cfg = data.scenario.traffic_scheduler
     assert isinstance(cfg, RateScheduler)
-    gaps = np.diff(_session_starts(data))
+    starts = _session_starts(data)
+    gaps = np.diff(starts)
     if gaps.size < MIN_GAPS:
         return Outcome(SKIP, f"{gaps.size} inter-arrival gaps, need {MIN_GAPS}", {})
     law = cfg.interval_generator
+    ramp = ramp_of(cfg)
+    if ramp is not None:  # the gaps in operational time, Λ(tᵢ) − Λ(tᵢ₋₁): the law at rate 1
+        gaps = np.diff(ramp.cumulative(starts))
     if not isinstance(law, PoissonInterval | GammaInterval):
-        interval = mean_interval(cfg.interval_generator)
-        deviation = np.abs(gaps - interval)
-        limit = data.thresholds.max_dispatch_lag_p99_ms / 1000
-        statistics: dict[str, Any] = {
-            "interval": interval,
-            "gaps": int(gaps.size),
-            "limit_s": limit,
-        }
-        statistics |= {"max_deviation_s": float(deviation.max())}
-        statistics |= {"p99_deviation_s": percentile(deviation, 99)}
-        ok = deviation.max() <= limit
-        detail = f"max gap deviation {deviation.max() * 1000:.3f} ms (limit {limit * 1000:g} ms)"
-        return Outcome(PASS if ok else FAIL, detail, statistics)
+        if ramp is None:
+            interval = mean_interval(law)
+            return _fixed_deviation(data, interval, np.abs(gaps - interval), gaps.size, {})
+        due = ramp.inverse(ramp.cumulative(starts[:-1]) + 1.0)
+        deviation = np.abs(starts[1:] - due)
+        return _fixed_deviation(data, mean_interval(law), deviation, gaps.size, {"ramp": True})
+    rate = 1.0 if ramp is not None else law.arrival_rate
     if isinstance(law, PoissonInterval):
-        cdf = exponential_cdf(1.0 / law.arrival_rate)
+        cdf = exponential_cdf(1.0 / rate)
     else:
         k = law.effective_shape
-        cdf = gamma_cdf(k, 1.0 / (law.arrival_rate * k))
+        cdf = gamma_cdf(k, 1.0 / (rate * k))
     d, p_value = ks_test(gaps, cdf)
     alpha = data.thresholds.arrival_ks_alpha
-    statistics = {"distribution": cfg.interval_generator.type}
+    statistics: dict[str, Any] = {"distribution": cfg.interval_generator.type}
+    if ramp is not None:
+        statistics["ramp"] = True  # (the gaps are rescaled: mean 1)
     statistics["gaps"] = int(gaps.size)
     statistics |= {"ks_statistic": d, "p_value": p_value}
     statistics |= {"alpha": alpha, "mean_gap": float(gaps.mean())}
-    statistics |= {"expected_mean_gap": mean_interval(cfg.interval_generator)}
+    statistics |= {"expected_mean_gap": 1.0 if ramp is not None else mean_interval(law)}
     detail = f"KS D={d:.4f}, p={p_value:.4g} (alpha {alpha:g})"
     return Outcome(PASS if p_value >= alpha else FAIL, detail, statistics)
 
