@@ -1,5 +1,5 @@
-"""The terminal report (rich): headline numbers, latency table, health verdicts, SLOs; and the
-side-by-side table of ``veeksha compare``.
+"""The terminal report (rich): headline numbers, latency table, a ramp's table of latency against
+the offered rate, health verdicts, SLOs; and the side-by-side table of ``veeksha compare``.
 
 Everything is read from a summary.json document (``veeksha.evaluate.summary``), so the report of
 a finished run, ``veeksha report`` and ``veeksha compare`` show the same numbers.
@@ -18,7 +18,14 @@ from rich.table import Table
 from veeksha.evaluate.group_report import render_groups
 from veeksha.evaluate.health import partial_note
 
-__all__ = ["HEADLINE", "PHASE_COLUMNS", "headline_value", "render_compare", "render_summary"]
+__all__ = [
+    "HEADLINE",
+    "PHASE_COLUMNS",
+    "RAMP_COLUMNS",
+    "headline_value",
+    "render_compare",
+    "render_summary",
+]
 
 #: (label, key path in summary.json, scale, unit shown) of the headline numbers.
 HEADLINE: tuple[tuple[str, tuple[str, ...], float, str], ...] = (
@@ -240,6 +247,37 @@ def _phase_table(phases: dict[str, Any]) -> Table:
     return table
 
 
+#: (column, key of a ramp window, scale) of the ramp table: rates per s, latency in ms.
+RAMP_COLUMNS: tuple[tuple[str, str, float], ...] = (
+    ("offered", "offered_rate", 1),
+    ("started", "sessions_per_s", 1),
+    ("req/s", "requests_per_s", 1),
+    ("TTFC p50", "ttfc_p50", 1000),
+    ("TTFC p99", "ttfc_p99", 1000),
+    ("E2E p50", "e2e_p50", 1000),
+    ("E2E p99", "e2e_p99", 1000),
+)
+
+
+def _ramp_table(ramp: dict[str, Any]) -> Table:
+    """One row per window of session starts: offered and achieved rates, latency."""
+    title = (
+        f"ramp {_num(ramp.get('start_rate'))} → {_num(ramp.get('end_rate'))}/s,"
+        f" {ramp.get('shape')} (from: s; rates /s; latency ms)"
+    )
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("from", justify="right", no_wrap=True)
+    for label, _, _ in RAMP_COLUMNS:
+        table.add_column(label, justify="right", no_wrap=True)
+    for window in ramp.get("windows", []):
+        cells = [
+            _num(None if window.get(key) is None else window[key] * scale)
+            for _, key, scale in RAMP_COLUMNS
+        ]
+        table.add_row(f"{window['start']:.1f}", *cells)
+    return table
+
+
 def render_summary(
     console: Console, summary: dict[str, Any], health: dict[str, Any] | None = None
 ) -> None:
@@ -255,6 +293,8 @@ def render_summary(
     console.print(_latency_table(summary))
     if summary.get("phases"):
         console.print(_phase_table(summary["phases"]))
+    if summary.get("ramp"):
+        console.print(_ramp_table(summary["ramp"]))
     render_groups(console, summary)
     server = summary.get("server") or {}
     note = _scrape_note(server, run.get("server_metrics") or {})

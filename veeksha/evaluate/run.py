@@ -54,6 +54,7 @@ from veeksha.evaluate.metrics import Digest
 from veeksha.evaluate.outputs import write_metric_csvs, write_slo, write_summary
 from veeksha.evaluate.phases import combine_arrival_checks, phase_sections
 from veeksha.evaluate.plots import CDF_METRICS, write_plots
+from veeksha.evaluate.ramp_report import ramp_section
 from veeksha.evaluate.server_plot import write_server_plot
 from veeksha.evaluate.server_view import ServerView, load_server_view
 from veeksha.evaluate.slo import SloResult, all_met, judge_slos, scenario_slos
@@ -172,6 +173,9 @@ def compute_evaluation(
     summary = summary_document(aggregates, info, health, slo_results)
     if phases:
         summary["phases"] = phases
+    ramp = ramp_section(scenario, measured)  # latency against the offered rate
+    if ramp is not None:
+        summary["ramp"] = ramp
     # several clients, agents (evaluate/groups)
     summary |= group_sections(scenario, requests, info.get("target"))
     if server is not None:

@@ -16,6 +16,8 @@ Top-level keys (``docs/evaluation_outputs.md`` documents each field):
     goodput         requests and sessions meeting every SLO, per second
     health          verdict and each check's status
     slos            all_met and each SLO's observed value
+    ramp            with traffic_scheduler.ramp: per window of session starts, the offered rate
+                    against the achieved one and latency (``veeksha.evaluate.ramp_report``)
 """
 
 from __future__ import annotations
