@@ -75,7 +75,7 @@ def phase_sections(
     reports: dict[str, HealthReport] = {}
     for name in measured_phases(scenario, run_info):
         rows, phase_sessions = _rows(requests, name), _rows(sessions, name)
-        aggregates = compute_aggregates(rows, phase_sessions, slos)
+        aggregates = compute_aggregates(rows, phase_sessions, slos, recorded_sessions=sessions)
         results = judge_slos(slos, aggregates.digests)
         own = _phase_scenario(scenario, name)
         health = run_health_checks(HealthInput(rows, rows, phase_sessions, own, run_info))

@@ -2,8 +2,10 @@
 
 A session's row is written when it ends, so a killed run can have measured requests whose session
 has no row: those sessions are counted as ``incomplete`` (``unrecorded`` says how many), never
-dropped. ``sessions_per_s`` is the rate of ``ok`` sessions over the measured window of the
-requests (see ``veeksha.evaluate.metrics``).
+dropped. A session whose row is another phase's (a warmup session whose later turn was released
+in a measured phase, a session crossing a phase boundary) has a row: it counts in its own phase,
+never as unrecorded in the phase of its later requests. ``sessions_per_s`` is the rate of
+``ok`` sessions over the measured window of the requests (see ``veeksha.evaluate.metrics``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from veeksha.evaluate.source import ColumnSource
 from veeksha.evaluate.stats import column, describe, int_column, rows_where, scalar
 from veeksha.record import kernels as ak
 
@@ -22,7 +25,7 @@ __all__ = ["SESSION_STATUSES", "session_ids", "session_metrics"]
 SESSION_STATUSES = ("ok", "error", "cancelled", "incomplete")
 
 
-def _unrecorded(sessions: pa.Table, requests: pa.Table) -> int:
+def _unrecorded(sessions: pa.Table | ColumnSource, requests: pa.Table | ColumnSource) -> int:
     if requests.num_rows == 0:
         return 0
     seen = ak.unique(requests.column("session_id"))
@@ -33,17 +36,22 @@ def _unrecorded(sessions: pa.Table, requests: pa.Table) -> int:
 
 
 def session_metrics(
-    sessions: pa.Table, requests: pa.Table, window: tuple[float, float] | None
+    sessions: pa.Table | ColumnSource,
+    requests: pa.Table | ColumnSource,
+    window: tuple[float, float] | None,
+    recorded: pa.Table | ColumnSource | None = None,
 ) -> dict[str, Any]:
     """summary.json's ``sessions``: counts by status, rates and per-session distributions.
 
     ``sessions`` and ``requests`` hold the measured rows; ``window`` is the measured window.
+    ``recorded``: every session row of the run, whatever its phase (default ``sessions``): a
+    session of the requests is unrecorded only when it has no row there.
     """
     counts = dict.fromkeys(SESSION_STATUSES, 0)
     if sessions.num_rows:
         for entry in ak.value_counts(sessions.column("status")).to_pylist():
             counts[entry["values"]] = counts.get(entry["values"], 0) + int(entry["counts"])
-    unrecorded = _unrecorded(sessions, requests)
+    unrecorded = _unrecorded(sessions if recorded is None else recorded, requests)
     counts["incomplete"] += unrecorded
     total = sessions.num_rows + unrecorded
     span = None if window is None else window[1] - window[0]

@@ -84,8 +84,11 @@ def compute_aggregates(
     sessions: pa.Table | ColumnSource,
     slos: list[SLO],
     cdf_metrics: tuple[str, ...] = (),
+    recorded_sessions: pa.Table | ColumnSource | None = None,
 ) -> Aggregates:
-    """Every metric section of summary.json from the measured rows."""
+    """Every metric section of summary.json from the measured rows. ``recorded_sessions``: the
+    run's every session row (all phases; default ``sessions``), which tells a session without
+    a row from one whose row is another phase's."""
     digests = metric_digests(requests, slos, cdf_metrics)
     window = measured_window(requests)
     sections: dict[str, Any] = {
@@ -95,7 +98,7 @@ def compute_aggregates(
         "throughput": throughput(requests, window),
     }
     steps = (
-        ("sessions", lambda: session_metrics(sessions, requests, window)),
+        ("sessions", lambda: session_metrics(sessions, requests, window, recorded_sessions)),
         ("errors", lambda: error_rates(requests)),
         ("prefill", lambda: prefill_buckets(requests)),
         ("goodput", lambda: goodput(requests, sessions, slos, window)),

@@ -79,3 +79,42 @@ def test_a_phase_off_its_rate_fails_the_run() -> None:
     assert checks["arrival_distribution"].status == "FAIL"
     assert checks["dispatch_rate"].status == "FAIL"
     assert "fast: FAIL" in checks["dispatch_rate"].detail
+
+
+def test_a_session_crossing_a_boundary_is_counted_once_in_its_own_phase() -> None:
+    # session 0 started in the warmup, its second turn released in `slow`; session 1 started
+    # in `slow`, its second turn released in `fast`: both ended ok, both have their row
+    requests, sessions = tables(0.25)
+    crossing = [
+        request(0, 1, parents=[0], ready=1.2, chunks=(1.21, 1.22), phase="slow"),
+        request(2, 1, parents=[0], ready=11.1, chunks=(11.11, 11.12), phase="fast"),
+    ]
+    requests = requests_table(requests.to_pylist() + crossing)
+    cfg = scenario(
+        traffic_scheduler={"type": "rate", "interval_generator": {"type": "fixed", "interval": 1}},
+        phases=PHASES,
+        runtime={"max_sessions": -1, "benchmark_timeout": 60},
+    )
+    summary = compute_evaluation(cfg, requests, sessions, {"phases": WINDOWS}).summary
+    run = summary["sessions"]
+    assert (run["total"], run["ok"], run["incomplete"], run["unrecorded"]) == (60, 60, 0, 0)
+    assert run["success_rate"] == 1.0
+    for name, total in (("slow", 20), ("fast", 40)):
+        own = summary["phases"][name]["sessions"]
+        counts = (own["total"], own["ok"], own["incomplete"], own["unrecorded"])
+        assert counts == (total, total, 0, 0)
+    assert summary["phases"]["fast"]["requests"]["total"] == 41  # the later turn is fast's
+
+
+def test_a_session_without_any_row_is_still_unrecorded_in_a_phase() -> None:
+    requests, sessions = tables(0.25)
+    orphan = request(999, ready=12.0, chunks=(12.01, 12.02), phase="fast")  # a killed run
+    requests = requests_table([*requests.to_pylist(), orphan])
+    cfg = scenario(
+        traffic_scheduler={"type": "rate", "interval_generator": {"type": "fixed", "interval": 1}},
+        phases=PHASES,
+        runtime={"max_sessions": -1, "benchmark_timeout": 60},
+    )
+    summary = compute_evaluation(cfg, requests, sessions, {"phases": WINDOWS}).summary
+    assert summary["phases"]["fast"]["sessions"]["unrecorded"] == 1
+    assert summary["sessions"]["unrecorded"] == 1
