@@ -21,7 +21,7 @@ from veeksha.evaluate.checks import run_health_checks
 from veeksha.evaluate.health import FAIL, PASS, SKIP, CheckResult, HealthInput, HealthReport
 from veeksha.evaluate.slo import all_met, judge_slos
 from veeksha.evaluate.source import ColumnSource
-from veeksha.evaluate.stats import rows_where, scalar
+from veeksha.evaluate.stats import measured_rows, rows_where, scalar
 from veeksha.evaluate.summary import compute_aggregates
 from veeksha.record import kernels as ak
 from veeksha.scenario.models import SLO, Scenario
@@ -75,10 +75,11 @@ def phase_sections(
     reports: dict[str, HealthReport] = {}
     for name in measured_phases(scenario, run_info):
         rows, phase_sessions = _rows(requests, name), _rows(sessions, name)
-        aggregates = compute_aggregates(rows, phase_sessions, slos, recorded_sessions=sessions)
+        llm = measured_rows(rows)  # no tool row: out of every metric, as in the run
+        aggregates = compute_aggregates(llm, phase_sessions, slos, recorded_sessions=sessions)
         results = judge_slos(slos, aggregates.digests)
         own = _phase_scenario(scenario, name)
-        health = run_health_checks(HealthInput(rows, rows, phase_sessions, own, run_info))
+        health = run_health_checks(HealthInput(rows, llm, phase_sessions, own, run_info))
         reports[name] = health
         section: dict[str, Any] = {}
         window = windows.get(name)

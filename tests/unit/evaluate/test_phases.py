@@ -118,3 +118,23 @@ def test_a_session_without_any_row_is_still_unrecorded_in_a_phase() -> None:
     summary = compute_evaluation(cfg, requests, sessions, {"phases": WINDOWS}).summary
     assert summary["phases"]["fast"]["sessions"]["unrecorded"] == 1
     assert summary["sessions"]["unrecorded"] == 1
+
+
+def test_a_phase_leaves_tool_rows_out_as_the_run_does() -> None:
+    requests, sessions = tables(0.25)
+    tool = request(2, 1, parents=[0], ready=1.1, chunks=(1.3,), phase="slow") | {"kind": "tool"}
+    tool["worker_id"] = None
+    requests = requests_table([*requests.to_pylist(), tool])
+    cfg = scenario(
+        traffic_scheduler={"type": "rate", "interval_generator": {"type": "fixed", "interval": 1}},
+        phases=PHASES,
+        runtime={"max_sessions": -1, "benchmark_timeout": 60},
+    )
+    summary = compute_evaluation(cfg, requests, sessions, {"phases": WINDOWS}).summary
+    assert summary["requests"]["total"] == 60  # the run: LLM requests only
+    slow = summary["phases"]["slow"]
+    assert slow["requests"]["total"] == 20
+    assert slow["throughput"]["completed_requests"] == 20
+    assert slow["latency"]["ttfc"]["count"] == 20
+    phases_total = sum(p["requests"]["total"] for p in summary["phases"].values())
+    assert phases_total == summary["requests"]["total"]
