@@ -586,19 +586,19 @@ def _derive(
     with_first = ok & known["first"]
     put("ttfc", with_first, (first - sent) / _NS)
     with np.errstate(divide="ignore", invalid="ignore"):
-        put(
-            "tpot",
-            with_first & has_out & (out >= 2),
-            (completed - first) / _NS / (out - 1).astype(np.float64),
-        )
-        put("normalized_e2e", ok & has_out & (out != 0), e2e / out.astype(np.float64))
-        put("output_throughput", ok & has_out & (e2e > 0), out.astype(np.float64) / e2e)
         counts = np.where(
             ints[:, _INT["chunk_times_ns"]] == NULL, 0, ints[:, _INT["chunk_times_ns"]]
         )
         ends = np.cumsum(counts)
         n_chunks = counts[rows]
         many = ok & (n_chunks >= 2)
+        put(  # one chunk (non-streaming): no time between tokens seen, no tpot
+            "tpot",
+            with_first & has_out & (out >= 2) & many,
+            (completed - first) / _NS / (out - 1).astype(np.float64),
+        )
+        put("normalized_e2e", ok & has_out & (out != 0), e2e / out.astype(np.float64))
+        put("output_throughput", ok & has_out & (e2e > 0), out.astype(np.float64) / e2e)
         last = (
             flat[np.where(many, ends[rows] - 1, 0)] if len(flat) else np.zeros(len(rows), np.int64)
         )

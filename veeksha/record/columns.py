@@ -228,7 +228,12 @@ REQUESTS_SCHEMA = pa.schema(
         _col("ttfc", _F64, _S, "time to first content chunk: first_chunk_at - sent_at (ok rows)"),
         _col("tbc", pa.list_(_F64), _S, "gaps between consecutive content chunks (ok rows)"),
         _col("tbc_mean", _F64, _S, "mean of tbc; null with fewer than two chunks"),
-        _col("tpot", _F64, _S, "(e2e - ttfc) / (output_tokens - 1); null below two tokens"),
+        _col(
+            "tpot",
+            _F64,
+            _S,
+            "(e2e - ttfc) / (output_tokens - 1); null below two tokens or chunks (non-streaming)",
+        ),
         _col("e2e", _F64, _S, "end to end latency: completed_at - sent_at (ok rows)"),
         _col("normalized_e2e", _F64, "s/token", "e2e / output_tokens; null for zero tokens"),
         _col("output_throughput", _F64, "tokens/s", "output_tokens / e2e of this request"),

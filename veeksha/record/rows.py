@@ -16,14 +16,16 @@ Metric definitions (SCENARIO_REFERENCE.md; seconds; ``sent_at`` = the worker wro
     chunks_coalesced = chunks stamped with the same time as the chunk before them (a worker
              stamps every chunk of one socket read with that read's time, so these are the
              chunks that shared a read with an earlier one; each has a tbc gap of 0)
-    tpot   = (e2e - ttfc) / (output_tokens - 1)        null for fewer than 2 tokens
+    tpot   = (e2e - ttfc) / (output_tokens - 1)        null for fewer than 2 tokens, or for an
+             answer that came in one content chunk (non-streaming): no time between tokens seen
     normalized_e2e    = e2e / output_tokens           null for 0 tokens
     output_throughput = output_tokens / e2e           tokens/s
     generator_delay   = sent_at - ready_at;   dispatch_lag = dispatched_at - ready_at
 
 Latency metrics (ttfc, tbc, tbc_mean, tpot, e2e, normalized_e2e, output_throughput) are defined
 for ``status == "ok"`` only; failed rows keep their raw timestamps. A non-streaming answer has
-first_chunk_at = completed_at, hence ttfc = e2e and tpot = 0.
+first_chunk_at = completed_at, hence ttfc = e2e, and one chunk, hence no tbc and no tpot (null,
+not 0: the time between its tokens was never seen, and a TPOT SLO must not pass on it).
 
 Worked example: sent at 1.0 s, chunks at 1.2, 1.3, 1.5 s, completed at 1.5 s, 3 output tokens:
 ttfc 0.2, e2e 0.5, tbc [0.1, 0.2], tbc_mean 0.15, tpot (0.5 - 0.2) / 2 = 0.15,
@@ -228,7 +230,7 @@ def request_row(
     row["e2e"] = e2e
     if first is not None:
         row["ttfc"] = (first - sent) / _NS
-        if out is not None and out >= 2:
+        if out is not None and out >= 2 and len(chunks) >= 2:  # one chunk: no spacing seen
             row["tpot"] = (completed - first) / _NS / (out - 1)
     if len(chunks) >= 2:
         row["tbc_mean"] = (chunks[-1] - chunks[0]) / _NS / (len(chunks) - 1)

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -306,3 +307,15 @@ def test_chunk_stamps_clamped_is_the_workers_count_null_when_never_sent() -> Non
         add_record(batch, rec)
     for table in (requests_from_rows(rows, T0), batch.to_table(T0)):
         assert table.column("chunk_stamps_clamped").to_pylist() == [want for _, want in cases]
+
+
+def test_a_one_chunk_answer_has_no_tpot_in_the_run_s_recorder() -> None:
+    one = make_record(make_result(chunks=(1.5,), completed=1.5, tokens=3))  # non-streaming
+    two = make_record(make_result(chunks=(1.2, 1.5), completed=1.5, tokens=3))
+    batch = RequestColumns()
+    for rec in (one, two):
+        add_record(batch, rec)
+    got = batch.to_table(T0).to_pylist()
+    assert got[0]["ttfc"] == pytest.approx(got[0]["e2e"])
+    assert got[0]["tpot"] is None  # no time between its tokens was seen: not 0
+    assert got[1]["tpot"] == pytest.approx(0.15)

@@ -110,8 +110,9 @@ def test_non_streaming_first_chunk_is_completion() -> None:
     )
     assert row["ttfc"] == pytest.approx(row["e2e"])
     assert row["e2e"] == pytest.approx(0.5)
-    assert row["tpot"] == 0.0
+    assert row["tpot"] is None  # no time between its tokens was seen: not 0
     assert row["tbc"] == []
+    assert row["normalized_e2e"] == pytest.approx(0.5 / 3)
 
 
 def test_cancelled_never_sent() -> None:
