@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from veeksha.evaluate.source import ColumnSource
-from veeksha.evaluate.stats import MEASURED, column, integers, percentiles, scalar, status_is
+from veeksha.evaluate.stats import WARMUP, column, integers, percentiles, scalar, status_is
 from veeksha.record import kernels as ak
 from veeksha.scenario.clients import DEFAULT_CLIENT
 from veeksha.scenario.models import AgentRoundsGraph, Scenario, SyntheticSessionGenerator
@@ -74,7 +74,7 @@ def group_sections(
     names = set(requests.schema.names)
     if not {"client", "kind"} <= names:
         return {}
-    measured = _is(requests, "phase", MEASURED)
+    measured = ~_is(requests, "phase", WARMUP)  # every phase but warmup (named phases too)
     llm = measured & ~_is(requests, "kind", "tool")
     ok = status_is(requests, "ok")
     sent, done = column(requests, "sent_at"), column(requests, "completed_at")

@@ -56,3 +56,29 @@ def test_the_scenario_model_wins_and_no_target_leaves_it_unknown() -> None:
 )
 def test_resolved_models(target: str | None, expected: dict[str, str]) -> None:
     assert resolved_models(target) == expected
+
+
+def test_a_multi_phase_run_counts_every_phase_but_the_warmup() -> None:
+    # rows of named phases (no row is "measured" there): the clients section is theirs
+    phases = ["warmup", "warmup", "slow", "slow", "fast", "fast"]
+    rows = [
+        request(i, ready=0.5 * i, phase=phase) | {"client": "default", "kind": "llm"}
+        for i, phase in enumerate(phases)
+    ]
+    scen = scenario(
+        client={"max_in_flight": 2},
+        phases=[
+            {"name": "warmup", "duration": 1},
+            {"name": "slow", "duration": 1},
+            {"name": "fast", "duration": 1, "arrival_rate": 20},
+        ],
+        runtime={"max_sessions": -1, "benchmark_timeout": 60},
+    )
+    sessions = sessions_table(
+        [session(i, 0.5 * i, 0.5 * i + 0.5, phase=phase) for i, phase in enumerate(phases)]
+    )
+    summary = compute_evaluation(scen, requests_table(rows), sessions, {"run_id": "r"}).summary
+    clients = summary["clients"]
+    assert clients["default"]["requests"] == 4 == summary["requests"]["total"]
+    assert clients["default"]["ok"] == 4
+    assert clients["default"]["ttfc_s"]["count"] == 4
