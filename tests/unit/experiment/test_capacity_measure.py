@@ -151,6 +151,26 @@ def test_a_runs_samples_are_its_measured_values_and_failures(tmp_path: Path) -> 
     assert missing.size == 0
 
 
+def test_a_runs_samples_leave_tool_calls_out_and_take_named_phases(tmp_path: Path) -> None:
+    # as the run's own SLOs: a tool row's call time is no TTFC, a named phase is measured
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from veeksha.experiment.capacity.probe import read_slo_samples
+
+    table = pa.table(
+        {
+            "phase": ["warmup", "rate_4", "rate_4", "rate_8", "rate_8"],
+            "status": ["ok", "ok", "ok", "ok", "error"],
+            "kind": ["llm", "llm", "tool", None, "llm"],
+            "ttfc": [9.0, 0.1, 5.0, 0.2, None],
+        }
+    )
+    pq.write_table(table, tmp_path / "requests.parquet")
+    (ttfc,) = read_slo_samples(tmp_path, [P90_TTFC])
+    assert ttfc.tolist() == [0.1, 0.2, float("inf")]
+
+
 def test_failed_requests_break_a_percentile_they_reach() -> None:
     answered = sample(60, 0.05, 0.2, 0.0)
     shed = np.concatenate((answered, np.full(20, np.inf)))  # a quarter of the requests failed

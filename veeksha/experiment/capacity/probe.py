@@ -38,6 +38,7 @@ from veeksha.experiment.capacity.knob import Knob
 from veeksha.experiment.capacity.measure import ProbeRun, RunRequest
 from veeksha.experiment.point import run_point
 from veeksha.scenario.models import SLO, ConcurrentScheduler, Scenario
+from veeksha.scenario.phases import WARMUP
 
 if TYPE_CHECKING:
     from veeksha.server.managed import ManagedServer
@@ -86,11 +87,18 @@ def read_slo_samples(run_dir: Path, slos: Sequence[SLO]) -> tuple[NDArray[np.flo
     +inf per measured request that failed (``FAILED``): a request that got no answer met no
     latency objective. Empty arrays when the run left no requests file."""
     metrics = sorted({slo.metric for slo in slos})
+    path = run_dir / REQUESTS_FILE
     try:
-        table = pq.read_table(run_dir / REQUESTS_FILE, columns=["phase", "status", *metrics])
+        kind = ["kind"] if "kind" in pq.read_schema(path).names else []
+        table = pq.read_table(path, columns=["phase", "status", *kind, *metrics])
     except (OSError, ValueError):
         return tuple(np.empty(0) for _ in slos)
-    measured = table.filter(pc.equal(table["phase"], "measured"))
+    # the rows the run's own SLOs judge (evaluate.stats.measured_rows): every phase but the
+    # warmup, and no tool call (its call time is no LLM latency)
+    keep = pc.not_equal(table["phase"], WARMUP)
+    if kind:
+        keep = pc.and_(keep, pc.fill_null(pc.not_equal(table["kind"], "tool"), True))
+    measured = table.filter(keep)
     failed = int(pc.sum(pc.is_in(measured["status"], pa.array(FAILED))).as_py() or 0)
     values: dict[str, NDArray[np.float64]] = {}
     for metric in metrics:
