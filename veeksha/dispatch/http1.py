@@ -25,7 +25,9 @@ hexadecimal, a head or trailers over 64 KiB, a chunk-size line over 4 KiB), ``Ma
 with a readable message. An exception raised by the exchange's own ``on_head``/``on_data`` (a
 malformed event, an error inside the stream) is handed back as is. After any error the
 connection is closed. A reused keep-alive connection that the server had closed before answering
-is retried once on a fresh connection, as browsers do. ``Http1Pool.abort`` drops an exchange
+is retried once on a fresh connection, as browsers do, and the exchange told (``on_resent``: the
+row counts it in ``retries``, since a server that took the request and then closed the
+connection before answering looks the same). ``Http1Pool.abort`` drops an exchange
 (timeout, cancellation): its connection is closed and it gets no further call.
 
 A connection is reused only when its last response ended exactly where its framing said: bytes
@@ -64,7 +66,8 @@ _monotonic_ns = time.monotonic_ns
 
 class Exchange:
     """One request's receiver; subclass it. The pool calls, in order: ``on_sent`` (once per
-    attempt), ``on_head``, ``on_data`` (per read with body bytes), then ``on_end`` exactly once.
+    attempt), ``on_head``, ``on_data`` (per read with body bytes), then ``on_end`` exactly once;
+    ``on_resent`` before a reused connection's stale-close re-send (a new attempt).
 
     ``stamps_clamped`` counts the reads of its responses (every attempt) whose kernel stamp was
     out of range and clamped (``kernel_stamps``): their times were substituted, not observed.
@@ -86,6 +89,10 @@ class Exchange:
 
     def on_data(self, data: bytes, t_ns: int) -> None:
         """The body bytes of one read (de-chunked), stamped with the read's time."""
+
+    def on_resent(self) -> None:
+        """The request is written once more, on a fresh connection: the reused one it was
+        written to closed before any response byte (the server may or may not have taken it)."""
 
     def on_end(self, exc: BaseException | None) -> None:
         """The response is complete (``exc`` None) or failed; called exactly once."""
@@ -604,6 +611,7 @@ class Http1Pool:
             self._idle.append(conn)
         if type(exc) is _StaleConnection and not exchange._stale_retried:
             exchange._stale_retried = True  # the server closed it while idle: once more, fresh
+            exchange.on_resent()
             self._connecting[exchange] = asyncio.get_running_loop().create_task(
                 self._connect_and_start(exchange)
             )

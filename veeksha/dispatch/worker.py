@@ -687,6 +687,9 @@ class _Exchange(Exchange):
         if not self.sent_at:
             self.sent_at = t_ns
 
+    def on_resent(self) -> None:
+        self.retries += 1  # (the server may have taken the first: it is counted, not hidden)
+
     def on_head(self, status: int, headers: dict[bytes, bytes]) -> None:
         self.last_byte_at = _monotonic_ns()  # (a body read, if any, comes after)
         self.http_status = status

@@ -269,7 +269,14 @@ REQUESTS_SCHEMA = pa.schema(
             "human-readable cause of the failure (from a worker: at most 320 characters, the API "
             "key masked as *** before the cut); empty when ok",
         ),
-        _col("retries", _I32, "", "retries before this outcome (client.max_retries)"),
+        _col(
+            "retries",
+            _I32,
+            "",
+            "re-sends before this outcome: client.max_retries' (HTTP 429/503), and the one"
+            " re-send of a request whose reused keep-alive connection closed before any"
+            " response byte",
+        ),
         _col("server_queue_time", _F64, _S, "server-reported time waiting for a batch slot"),
         _col("server_prefill_time", _F64, _S, "server-reported prefill duration"),
         _col("server_ttft", _F64, _S, "server-reported time to first token"),
