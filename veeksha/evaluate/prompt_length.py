@@ -14,9 +14,12 @@ Up to three comparisons, each judged against ``prompt_length_tolerance`` (tokens
     median of those (the chat template's constant overhead); and each history child whose
     parent was answered, both with usage: ``total - (parent's total + parent's output +
     target)``, less the median of those (the template tokens of the turn's two new messages,
-    constant per turn). Holds where the template adds the same tokens to every message and the
-    server re-tokenizes an answer to as many tokens as it generated (the simulator does, to
-    the token; a real server within a token or two, well inside the tolerance).
+    constant per turn). A template only adds tokens, so a median below 0 is not taken away: a
+    server that counts every prompt 122 tokens short (another tokenizer than the client's, or
+    prompts cut) fails, even when every prompt has the same length. Holds where the template
+    adds the same tokens to every message and the server re-tokenizes an answer to as many
+    tokens as it generated (the simulator does, to the token; a real server within a token or
+    two, well inside the tolerance).
 
 The detail names every comparison made, failing ones first, each with its own count and
 maximum, e.g. ``server usage vs expected: 8 of 10 off by more than 15 tokens (max 37); client
@@ -137,7 +140,11 @@ def _prompt_length(data: HealthInput) -> Outcome:
     if roots.size or turns.size:
         root_offset = median(roots) if roots.size else None
         turn_offset = median(turns) if turns.size else None
-        usage = np.concatenate([roots - (root_offset or 0.0), turns - (turn_offset or 0.0)])
+        # a template only adds tokens: a median below 0 (the server counts fewer tokens than
+        # were sent: another tokenizer, or prompts cut) is not an offset to take away
+        usage = np.concatenate(
+            [roots - max(root_offset or 0.0, 0.0), turns - max(turn_offset or 0.0, 0.0)]
+        )
         stats = deviation_stats(usage, tol)
         statistics["server"] = {
             "template_offset": root_offset,

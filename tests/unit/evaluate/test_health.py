@@ -150,6 +150,7 @@ def _chain(child_dispatched: float, *, wait: float = 0.5) -> list[dict[str, Any]
     child = request(
         0, 1, parents=[0], ready=1.0 + wait, wait=wait, dispatched=child_dispatched,
         chunks=(child_dispatched + 0.1, child_dispatched + 0.2),
+        prompt_total=20 + 2 + 20,  # its history: the parent's prompt and 2-token answer
     )  # fmt: skip
     return [parent, child]
 
@@ -269,7 +270,7 @@ def test_prompt_length_checks_each_turn_against_its_parents_usage() -> None:
 
 
 def test_prompt_length_says_when_the_server_could_not_be_asked() -> None:
-    rows = [request(i, prompt_new=100, target_prompt=100) for i in range(2)]
+    rows = [request(i, prompt_new=100, target_prompt=100, prompt_total=100) for i in range(2)]
     info = {"server_tokenizer": {"verification": {"deviations": [], "error": "POST x: reset"}}}
     result = PROMPT_LENGTH(_input(rows, run_info=info))
     assert result.status == PASS
@@ -556,3 +557,24 @@ def test_dependency_lateness_matches_a_row_by_row_count_on_random_dags() -> None
     assert counts["parents_missing"] > 0
     assert counts["parent_not_completed"] > 0
     assert sorted(lateness.tolist()) == pytest.approx(sorted(expected_lateness))
+
+
+def test_prompt_length_fails_a_server_that_counts_every_prompt_short() -> None:
+    """Fixed-length prompts that the server counts 122 tokens short (another tokenizer, or cut
+    prompts): the median is not a template's overhead (a template only adds tokens), so every
+    request is off by 122."""
+    rows = [request(i, prompt_new=200, target_prompt=200, prompt_total=78) for i in range(5)]
+    result = PROMPT_LENGTH(_input(rows))
+    assert result.status == FAIL
+    assert result.statistics["server"]["template_offset"] == pytest.approx(-122)
+    assert result.detail.startswith(
+        "server usage vs expected: 5 of 5 off by more than 15 tokens (max 122)"
+    )
+    # a turn whose usage is 40 short of its parent's total + answer + new part: the same
+    root = request(9, 0, prompt_new=100, target_prompt=100, prompt_total=100)
+    root["output_tokens"] = 10
+    child = request(9, 1, parents=[0], prompt_new=50, target_prompt=50)
+    child["prompt_tokens_total"] = 100 + 10 + 50 - 40
+    result = PROMPT_LENGTH(_input([root, child]))
+    assert result.status == FAIL
+    assert result.statistics["server"]["turn_offset"] == pytest.approx(-40)
