@@ -180,11 +180,18 @@ class SlotQueue:
         """Queue a sequence (it runs once ``admit`` finds a slot for it)."""
         self.waiting.append(seq)
 
-    def admit(self, now_ns: int) -> list[SeqState]:
-        """Move waiting sequences into free slots, in arrival order; look up their cache hits."""
+    def admit(self, now_ns: int, arrived_by: int | None = None) -> list[SeqState]:
+        """Move waiting sequences into free slots, in arrival order; look up their cache hits.
+
+        ``arrived_by``: admit no sequence that arrived after it (an engine step that begins at
+        the previous one's planned end leaves a request that arrived since to the next step).
+        """
         admitted: list[SeqState] = []
-        while self.waiting and len(self.running) < self.max_num_seqs:
-            seq = self.waiting.popleft()
+        waiting = self.waiting
+        while waiting and len(self.running) < self.max_num_seqs:
+            if arrived_by is not None and waiting[0].arrival_ns > arrived_by:
+                break
+            seq = waiting.popleft()
             seq.scheduled_ns = now_ns
             seq.running = True
             if self.cache is not None:
@@ -241,9 +248,20 @@ class BatchEngine:
         return not self.slots.running and not self.slots.waiting
 
     def begin_step(self, now_ns: int) -> Step | None:
-        """Plan the next step from ``now_ns``; None when there is nothing to do."""
-        admitted = self.slots.admit(now_ns)
-        batch = list(self.slots.running)
+        """Plan the next step from ``now_ns``; None when there is nothing to do.
+
+        ``now_ns`` is the engine's own time: the previous step's planned end when steps run
+        back to back (so the time the server takes to write a step's tokens, or a late timer,
+        never adds up over the steps), the present when the engine was idle. Only requests
+        that had arrived by then join; an idle engine whose waiting requests all arrived later
+        starts at the first one's arrival.
+        """
+        slots = self.slots
+        admitted = slots.admit(now_ns, arrived_by=now_ns)
+        if not slots.running and slots.waiting:
+            now_ns = max(now_ns, slots.waiting[0].arrival_ns)
+            admitted = slots.admit(now_ns, arrived_by=now_ns)
+        batch = list(slots.running)
         if not batch:
             return None
         prefill_tokens = sum(s.prompt_tokens - s.cached_tokens for s in admitted)

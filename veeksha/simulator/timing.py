@@ -168,9 +168,13 @@ class EngineDriver:
     def abort(self, sink: Sink) -> None:
         self.engine.abort(sink.seq)
 
-    def _begin(self) -> None:
+    def _begin(self, start_ns: int | None = None) -> None:
+        """Start a step now (the engine was idle), or at ``start_ns``, the previous step's
+        planned end: steps follow the model's own timeline, so the time spent writing a step's
+        tokens (a batch of 128 streams: about 4 ms here) or a late timer is caught up at the
+        next step instead of lengthening every step after it (docs/simulator.md)."""
         now = time.monotonic_ns()
-        step = self.engine.begin_step(now)
+        step = self.engine.begin_step(now if start_ns is None else start_ns)
         self._step = step
         if step is None:
             return
@@ -187,4 +191,4 @@ class EngineDriver:
             sink.on_tokens(seq.generated, now)
             if seq.finished:
                 sink.on_done(now)
-        self._begin()
+        self._begin(step.end_ns)

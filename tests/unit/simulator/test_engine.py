@@ -154,3 +154,35 @@ def test_merged_expositions_keep_each_familys_samples_under_one_header() -> None
         'y{model_name="a"} 2',
         'y{model_name="b"} 2',
     ]
+
+
+def test_a_step_at_the_planned_boundary_leaves_later_arrivals_to_the_next() -> None:
+    """Steps begin at the previous one's planned end (the server may run them late): a request
+    that arrived after that instant joins the next step, and an idle engine whose waiting
+    requests all came later starts at the first one's arrival, never before it."""
+    params = EngineParams(max_num_seqs=4, decode_step_ms=10)
+    engine = BatchEngine(params, cache=None)
+    a = seq(10, 2)
+    engine.submit(a)
+    step = engine.begin_step(0)
+    assert step is not None
+    late = seq(10, 1, at=11 * MS)  # came after the step's end (10 ms), before it was run
+    engine.submit(late)
+    engine.end_step(step, 12 * MS)
+    step = engine.begin_step(step.end_ns)  # the next step: from 10 ms, without `late`
+    assert step is not None
+    assert step.batch == [a]
+    assert step.end_ns == 20 * MS
+    engine.end_step(step, step.end_ns)
+    assert a.finished
+    step = engine.begin_step(step.end_ns)
+    assert step is not None
+    assert step.batch == [late]
+    assert late.scheduled_ns == 20 * MS
+    idle = BatchEngine(params, cache=None)
+    b = seq(10, 1, at=35 * MS)
+    idle.submit(b)
+    step = idle.begin_step(30 * MS)  # a boundary before b arrived: the step starts at b
+    assert step is not None
+    assert step.batch == [b]
+    assert b.scheduled_ns == step.start_ns == 35 * MS
