@@ -222,6 +222,13 @@ class Generation:
         self._fired = True
         fault = self.fault
         if fault is Fault.DISCONNECT:
+            if not self.req.stream:
+                # a body has no events: the head and the body's first half, then the break (a
+                # close before any byte is a stale keep-alive connection to a client, which
+                # sends the request again: the fault would go unseen)
+                whole = self._final()
+                body = whole.index(b"\r\n\r\n") + 4
+                self._raw(whole[: body + (len(whole) - body) // 2])
             self._uncork()
             self._done = True
             self.server.stats.generation_tokens += self.seq.generated
