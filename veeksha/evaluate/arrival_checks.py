@@ -124,14 +124,8 @@ def _dispatch_rate(data: HealthInput) -> Outcome:
     if ramp is not None:
         return _ramped_dispatch_rate(data, ramp, starts)
     configured = 1.0 / mean_interval(cfg.interval_generator)
-    tol = data.thresholds.dispatch_rate_tolerance
-    z = _stdlib_stats.NormalDist().inv_cdf(1 - data.thresholds.arrival_ks_alpha / 2)
-    # (a first or last session sent late by the lag the run accepts moves the span by that
-    # much: with few sessions over a short span, that alone is a large rate error)
-    lag_share = data.thresholds.max_dispatch_lag_p99_ms / 1000 * configured / (starts.size - 1)
-    allowed = max(tol, z * _cv(data) / math.sqrt(starts.size - 1), lag_share)
-    statistics: dict[str, Any] = {"configured_rate": configured, "sessions": int(starts.size)}
-    statistics |= {"tolerance": tol, "lag_share": lag_share, "allowed_relative_error": allowed}
+    allowed, statistics = _rate_allowance(data, configured, starts)
+    statistics = {"configured_rate": configured, **statistics}
     worst = 0.0
     timelines = (("started", starts), ("sent", root_times(data.measured, "sent_at")))
     for label, times in timelines:
@@ -146,6 +140,19 @@ def _dispatch_rate(data: HealthInput) -> Outcome:
     return Outcome(FAIL if worst > allowed else PASS, detail, statistics)
 
 
+def _rate_allowance(data: HealthInput, rate: float, starts: Floats) -> tuple[float, dict[str, Any]]:
+    """The relative rate error ``dispatch_rate`` allows for ``starts`` at (up to) ``rate``, and
+    the statistics that say why: the tolerance, the sampling noise, the accepted lag's share."""
+    tol = data.thresholds.dispatch_rate_tolerance
+    z = _stdlib_stats.NormalDist().inv_cdf(1 - data.thresholds.arrival_ks_alpha / 2)
+    # (a first or last session sent late by the lag the run accepts moves the span by that
+    # much: with few sessions over a short span, that alone is a large rate error)
+    lag_share = data.thresholds.max_dispatch_lag_p99_ms / 1000 * rate / (starts.size - 1)
+    allowed = max(tol, z * _cv(data) / math.sqrt(starts.size - 1), lag_share)
+    statistics = {"sessions": int(starts.size), "tolerance": tol, "lag_share": lag_share}
+    return allowed, {**statistics, "allowed_relative_error": allowed}
+
+
 def _offered(ramp: RateRamp, times: Floats) -> float | None:
     """The mean offered rate over the span of ``times``: Λ's change over it, per second."""
     span = float(times[-1] - times[0]) if times.size >= 2 else 0.0
@@ -157,13 +164,9 @@ def _offered(ramp: RateRamp, times: Floats) -> float | None:
 
 def _ramped_dispatch_rate(data: HealthInput, ramp: RateRamp, starts: Floats) -> Outcome:
     """dispatch_rate under a ramp: each timeline against Λ over its own span."""
-    tol = data.thresholds.dispatch_rate_tolerance
-    z = _stdlib_stats.NormalDist().inv_cdf(1 - data.thresholds.arrival_ks_alpha / 2)
     peak = float(ramp.rate(np.array([starts[0], starts[-1]])).max())
-    lag_share = data.thresholds.max_dispatch_lag_p99_ms / 1000 * peak / (starts.size - 1)
-    allowed = max(tol, z * _cv(data) / math.sqrt(starts.size - 1), lag_share)
-    statistics: dict[str, Any] = {"ramp": True, "sessions": int(starts.size)}
-    statistics |= {"tolerance": tol, "lag_share": lag_share, "allowed_relative_error": allowed}
+    allowed, statistics = _rate_allowance(data, peak, starts)
+    statistics = {"ramp": True, **statistics}
     worst = 0.0
     timelines = (("started", starts), ("sent", root_times(data.measured, "sent_at")))
     for label, times in timelines:
