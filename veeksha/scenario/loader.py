@@ -209,9 +209,30 @@ def _load_points(
     return _load_points_node(_parse_yaml(text, source_name), source_name, overrides, stacklevel)
 
 
+#: Top-level keys of the public veeksha's earlier configuration language, which no scenario has.
+_EARLIER_FORMAT_KEYS = ("client_config", "request_generator_config", "metrics_config")
+
+
+def _refuse_earlier_format(root: CommentedMap, source_name: str) -> None:
+    """A file of the public veeksha's earlier language is told so once, at its first such key,
+    instead of one unknown key per section."""
+    found = [key for key in _EARLIER_FORMAT_KEYS if key in root]
+    if not found:
+        return
+    line = root.lc.key(found[0])[0] + 1
+    message = (
+        f"{', '.join(found)}: this is the public veeksha's earlier configuration language,"
+        " which veeksha does not read; write it as a scenario (client_config → client,"
+        " request_generator_config → session_generator and traffic_scheduler, metrics_config →"
+        " evaluators; docs/scenario.md, 'Differences from the public veeksha')"
+    )
+    raise ScenarioError([ScenarioIssue(source_name, line, 1, "", message)])
+
+
 def _load_points_node(
     root: CommentedMap, source_name: str, overrides: Sequence[str], stacklevel: int
 ) -> ScenarioSet:
+    _refuse_earlier_format(root, source_name)
     sources = Sources()
     include_issues = resolve_includes(root, source_name, sources)
     if include_issues:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from veeksha.errors import ScenarioError
 from veeksha.scenario.loader import load_scenario
 from veeksha.scenario.models import Scenario
 
@@ -81,3 +82,23 @@ def test_an_evaluator_without_slos_judges_none() -> None:
     # Upstream fills in two SLOs (P99 TTFC 0.5 s, P90 TBC 0.05 s) when slos is left out; veeksha
     # judges only the SLOs written (docs/scenario.md, "Differences from the public veeksha").
     assert _load("throughput.yaml").evaluators[0].slos == []
+
+
+def test_a_file_of_upstreams_earlier_language_is_told_so_once(tmp_path: Path) -> None:
+    path = tmp_path / "old.yml"
+    path.write_text(
+        "timeout: 60\n"
+        "max_completed_requests: 5\n"
+        "client_config:\n"
+        "  model: m\n"
+        "  num_clients: 2\n"
+        "request_generator_config:\n"
+        "  type: synthetic\n"
+    )
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(path)
+    (issue,) = caught.value.issues
+    assert (issue.file, issue.line) == (str(path), 3)
+    assert str(issue).startswith(f"{path}:3:1: client_config, request_generator_config: ")
+    assert "earlier configuration language" in issue.message
+    assert "client_config → client" in issue.message
