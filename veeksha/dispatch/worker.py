@@ -502,6 +502,8 @@ class Worker:
                 resp.release()
             state.retries += 1
             await asyncio.sleep(delay)
+            state.http_status = 0  # a new attempt: the row describes the last one (_resend)
+            state.last_byte_at = 0
 
     def _result(
         self,
@@ -688,7 +690,10 @@ class _Exchange(Exchange):
             self.sent_at = t_ns
 
     def on_resent(self) -> None:
-        self.retries += 1  # (the server may have taken the first: it is counted, not hidden)
+        # (the server may have taken the first: it is counted, not hidden). Nothing of the
+        # attempt is reset: the pool re-sends only when no byte of a response came, so neither
+        # on_head nor on_data ran for it (an earlier 429/503's are reset by _resend).
+        self.retries += 1
 
     def on_head(self, status: int, headers: dict[bytes, bytes]) -> None:
         self.last_byte_at = _monotonic_ns()  # (a body read, if any, comes after)
@@ -793,6 +798,10 @@ class _Exchange(Exchange):
 
     def _resend(self) -> None:
         self.retry_timer = None
+        # A new attempt: the row describes the last one, so nothing of the 429/503 is kept (a
+        # retry that then times out has no status and no last byte, not the earlier answer's).
+        self.http_status = 0
+        self.last_byte_at = 0
         item = self.item  # the body is built again rather than held through every request
         self.http.send(self.route.builder.body(item.messages, item.max_tokens), self)
 
