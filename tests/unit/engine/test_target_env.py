@@ -16,6 +16,7 @@ from veeksha.scenario.models import ChatCompletionsClient
         ("ftp://h/v1", "must be an http:// or https:// URL"),
         ("http://my host:8000/v1", "has a host that is not one"),
         ("http://me:hunter2@h:8000/v1", "must not hold credentials (user:password@)"),
+        ("http://bücher.lan:8000/v1", "has a host with a non-ASCII character ('ü'"),
     ],
 )
 def test_a_bad_openai_api_base_is_named_as_the_variable(

@@ -196,6 +196,12 @@ def test_a_burst_phase_needs_a_session_count() -> None:
         ("http://a,b:8000/v1", "has a host that is not one (',' in 'a,b'"),
         ("http://me:hunter2@my$host/v1", "has a host that is not one ('$' in 'my$host'"),
         ("http://127.0.0.1:8000/my v1", "holds ' ': a URL holds no space or control character"),
+        # (sent as is, its Host header would not be ASCII: the form to write is named)
+        (
+            "http://bücher.example:8000/v1",
+            "has a host with a non-ASCII character ('ü' in 'bücher.example'): write the host"
+            " IDNA-encoded, 'http://xn--bcher-kva.example:8000/v1'",
+        ),
     ],
 )
 def test_an_api_base_that_cannot_be_one_is_named_before_anything_starts(
@@ -208,7 +214,7 @@ def test_an_api_base_that_cannot_be_one_is_named_before_anything_starts(
     for good in (
         "http://[::1]:8000/v1",
         "http://my_host-2.lan:8000/v1",
-        "http://bücher.example/v1",
+        "http://xn--bcher-kva.example/v1",
     ):
         fine = f"client: {{model: m, api_base: '{good}'}}\n"
         assert load_scenario_text(fine, "s.yaml").client.api_base == good
