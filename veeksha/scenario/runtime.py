@@ -57,7 +57,11 @@ class Runtime(StrictModel, defer_build=False):
 
     max_sessions: int = Field(25, ge=-1, description="Sessions to start; -1 unlimited.")
     benchmark_timeout: float = Field(
-        300.0, description="Stop starting new work after this many seconds; <= 0 disables."
+        300.0,
+        description=(
+            "Stop starting new work this many seconds after the first measured session"
+            " started (a warmup not counted); <= 0 disables."
+        ),
     )
     post_timeout_grace_seconds: float = Field(
         -1.0,

@@ -302,6 +302,28 @@ def test_warmup_seconds_mark_early_sessions() -> None:
     ]
 
 
+def test_benchmark_timeout_counts_from_the_first_measured_session_not_the_warmups_end() -> None:
+    # Warmup until 1.5 s (run.phases: measured from 1.5 s), sessions every 1 s: the first
+    # measured session starts at 2 s, and the 2.5 s deadline is 4.5 s (from 1.5 s it would be
+    # 4.0 s, and the session planned at 4 s would never start).
+    h = Harness(
+        LoopSettings(
+            cancel_on_failure=True,
+            max_sessions=-1,
+            warmup_seconds=1.5,
+            benchmark_timeout_s=2.5,
+            rate_gaps=fixed_gaps(1.0),
+        ),
+        lambda i: chain(i, 1),
+    )
+    h.start()
+    h.timers.advance(10 * S)
+    assert h.loop.stop_reason == "timeout"
+    assert [w["start"] for w in h.loop.phase_windows(10 * S)] == [0.0, 1.5]
+    assert h.loop.measured_start_ns == 2 * S
+    assert [item.dispatched_at_ns for item in h.items] == [0, S, 2 * S, 3 * S, 4 * S]
+
+
 def test_a_burst_starts_in_slices_with_planned_times() -> None:
     h = Harness(
         LoopSettings(cancel_on_failure=True, max_sessions=600, rate_gaps=fixed_gaps(0.0)),
