@@ -182,6 +182,10 @@ class Generation:
         """The answer is complete: final chunks (or the body), cache insertion, stats."""
         if self._done:
             return
+        if self.fault in _MID_STREAM and not self._fired:
+            self._fire()  # fewer chunks than after_tokens: strike before the end
+            if self._done:
+                return  # (a disconnect: an abort, counted by _fire, never a finished answer)
         seq = self.seq
         server = self.server
         server.stats.generation_tokens += seq.generated
@@ -194,10 +198,6 @@ class Generation:
             start = len(seq.prompt_hashes)
             prev = seq.prompt_hashes[-1] if start else 0
             cache.insert(chain_hashes(tokens, cache.block_size, start, prev), now_ns)
-        if self.fault in _MID_STREAM and not self._fired:
-            self._fire()  # fewer chunks than after_tokens: strike before the end
-            if self._done:
-                return
         if self.req.stream:
             self._emit(None, 0)
         else:
@@ -232,6 +232,7 @@ class Generation:
             self._uncork()
             self._done = True
             self.server.stats.generation_tokens += self.seq.generated
+            self.server.stats.vllm.ended("abort", None, None)  # (vLLM: a request it aborted)
             self.server.driver.abort(self)
             self.conn.on_lost = None
             self.conn.close()

@@ -18,7 +18,7 @@ series, each labelled ``model_name`` (and ``engine``: the simulator process that
 ``vllm:generation_tokens_total``       counter    tokens generated (counted when a request ends)
 ``vllm:request_success_total``         counter    requests ended, by ``finished_reason``: ``stop``,
                                                   ``length`` (hit max_tokens), ``abort`` (client
-                                                  went away)
+                                                  went away, or an injected disconnect cut it)
 ``vllm:time_to_first_token_seconds``   histogram  arrival → first token, per finished request
 ``vllm:e2e_request_latency_seconds``   histogram  arrival → last token, per finished request
 =====================================  =========  ==================================================

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
 from typing import Any
 
 import aiohttp
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.conftest import StartSimulator
-from tests.integration.simulator.helpers import chat, words
+from tests.integration.simulator.helpers import chat, request, words
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -75,3 +77,30 @@ def test_vllm_series_follow_the_engine_queue_and_count_every_request(
     assert queries > 0
     assert 0 < _one(after, "vllm:prefix_cache_hits_total") < queries  # one prompt: later ones hit
     assert _one(after, "vllm:num_preemptions_total") == 0
+
+
+def test_a_disconnect_the_server_injects_is_an_abort(start_simulator: StartSimulator) -> None:
+    """vLLM counts a request it aborted as ``finished_reason="abort"``, as it does one the client
+    left: so do the simulator's injected disconnects, wherever they strike (mid-stream, at the
+    end of a stream shorter than ``after_tokens``, in a body), and its tokens count once."""
+    sim = start_simulator(faults={"disconnect_rate": 1.0, "after_tokens": 2}, itl_ms=5)
+    url = f"{sim.base_url}/chat/completions"
+
+    def cut(body: dict[str, Any]) -> None:
+        with pytest.raises((http.client.IncompleteRead, ConnectionError)):
+            request(url, body)
+
+    def metrics() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        return _samples(request(f"{sim.root_url}/metrics", method="GET").body.decode())
+
+    cut(chat(max_tokens=5, stream=False, ignore_eos=True))  # half a body, then the close
+    cut(chat(max_tokens=1, ignore_eos=True))  # the stream ends before its 2nd chunk: struck there
+    ended = metrics()
+    assert _one(ended, "vllm:request_success_total", finished_reason="abort") == 2
+    assert _one(ended, "vllm:generation_tokens_total") == 5 + 1  # (each counted once)
+    cut(chat(max_tokens=50, ignore_eos=True))  # after 2 content chunks
+    after = metrics()
+    assert _one(after, "vllm:request_success_total", finished_reason="abort") == 3
+    for reason in ("stop", "length"):
+        assert _one(after, "vllm:request_success_total", finished_reason=reason) == 0
+    assert _one(after, "vllm:num_requests_running") == 0  # (their slots freed)
