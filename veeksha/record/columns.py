@@ -255,7 +255,12 @@ REQUESTS_SCHEMA = pa.schema(
             " 0 when it never waited for one, null when never dispatched",
         ),
         _col("status", _STR, "", "ok | error | timeout | cancelled", nullable=False),
-        _col("http_status", _I32, "", "HTTP status code; null when no response arrived"),
+        _col(
+            "http_status",
+            _I32,
+            "",
+            "HTTP status code of the last attempt (after `retries`); null when it got no response",
+        ),
         _col(
             "error_kind",
             _STR,
