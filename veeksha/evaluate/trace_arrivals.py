@@ -7,7 +7,9 @@ the same cache the run replayed), independently of what the run recorded as plan
 * ``dispatch_rate``: the observed session rate (first requests sent) against the trace's rate over
   the same sessions, within ``dispatch_rate_tolerance`` (the timeline is fixed: no sampling noise);
 * ``arrival_distribution`` (here: the timeline): every measured session's planned start
-  (``sessions.started_at``) must equal the trace's offset (to 1 µs), and the p99 of
+  (``sessions.started_at``) must equal the trace's offset (to 1 µs; in a distributed run, once
+  its shard's recorded shift onto the driver's clock, ``run.distributed.per_shard[].shift_s``,
+  is taken back: the merge moved it by exactly that), and the p99 of
   |first request sent − trace offset| must stay within ``max_dispatch_lag_p99_ms``.
 
 With ``turn_timing: timestamps`` the later requests are timed by the trace too (their
@@ -100,6 +102,7 @@ def trace_arrival_timeline(data: HealthInput) -> Outcome:
         sids = integers(data.sessions["session_id"])
         started = column(data.sessions, "started_at")
         ok = ~np.isnan(started)
+        started = started - _shard_shifts(data)
         if ok.any():
             planned = _expected(data, sids[ok])
             if planned is not None:
@@ -131,6 +134,23 @@ def trace_arrival_timeline(data: HealthInput) -> Outcome:
                 f" {held_p99 * 1000:.3f} ms (p99) after it"
             )
     return Outcome(PASS if ok_all else FAIL, detail, statistics)
+
+
+def _shard_shifts(data: HealthInput) -> Floats:
+    """Per sessions row, the shift the merge moved its shard's times by onto the driver's clock
+    (0 on a single host, or for a shard whose shift is not recorded)."""
+    shifts = np.zeros(data.sessions.num_rows)
+    distributed = data.run_info.get("distributed")
+    if not isinstance(distributed, dict) or "shard" not in data.sessions.schema.names:
+        return shifts
+    by_index = {
+        int(info["index"]): float(info.get("shift_s") or 0.0)
+        for info in distributed.get("per_shard") or []
+    }
+    shard = column(data.sessions, "shard")
+    for index, shift in by_index.items():
+        shifts[shard == index] = shift
+    return shifts
 
 
 def _timed_turns(requests: Any) -> dict[str, Any] | None:

@@ -63,3 +63,34 @@ def test_a_turn_its_time_held_that_left_late_fails(trace: Path) -> None:
     assert result.status == FAIL  # 50 ms after its time, the limit is 5 ms (p99)
     assert result.statistics["turns_held_by_their_time"] == 2
     assert result.statistics["p99_held_turn_deviation_s"] > 0.005
+
+
+def _distributed(trace: Path, shift_s: float, recorded_shift_s: float) -> HealthInput:
+    """The two chats of ``_data`` as a 2-shard merged run: shard 1 (chat b) moved onto the
+    driver's clock by ``shift_s``; run_info says ``recorded_shift_s``."""
+    rows: list[dict[str, Any]] = []
+    sessions = []
+    for sid, start in enumerate((0.0, 1.0 + shift_s)):
+        sent = start + 0.0002
+        root = request(sid, 0, ready=start, sent=sent, chunks=(sent + 0.05,))
+        rows.append(root | {"not_before": start, "shard": sid})
+        sessions.append(session(sid, start, sent + 0.05) | {"shard": sid})
+    scenario = trace_scenario(
+        trace, traffic_scheduler={"type": "trace", "speedup": 2.0, "turn_timing": "timestamps"}
+    )
+    per_shard = [{"index": 0, "shift_s": 0.0}, {"index": 1, "shift_s": recorded_shift_s}]
+    table = requests_table(rows)
+    run_info = {"distributed": {"per_shard": per_shard}}
+    return HealthInput(table, measured_rows(table), sessions_table(sessions), scenario, run_info)
+
+
+def test_a_shards_clock_shift_is_not_a_planned_start_off_the_trace(trace: Path) -> None:
+    # a merged run's planned starts are each shard's, moved by its recorded shift (7 µs here,
+    # a Ray run's clock offset change): exactly the trace's once that shift is taken back
+    result = ARRIVAL_DISTRIBUTION(_distributed(trace, 7e-6, 7e-6))
+    assert result.status == PASS, result.detail
+    assert result.statistics["max_planned_deviation_s"] == pytest.approx(0.0, abs=1e-9)
+    # a start off by more than its shard's shift is still caught
+    result = ARRIVAL_DISTRIBUTION(_distributed(trace, 7e-6, 0.0))
+    assert result.status == FAIL
+    assert result.statistics["max_planned_deviation_s"] == pytest.approx(7e-6)
