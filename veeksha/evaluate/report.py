@@ -344,4 +344,20 @@ def render_compare(
         table.add_row(label, *cells)
     table.add_row("health", *[s.get("health", {}).get("verdict", "-") for s in summaries])
     table.add_row("all SLOs met", *[str(s.get("slos", {}).get("all_met", "-")) for s in summaries])
+    ramps = [s.get("ramp") for s in summaries]
+    if any(ramps):
+        table.add_row("ramp (rates /s)", *[_ramp_label(r) for r in ramps])
     console.print(table)
+    if any(ramps):
+        console.print(
+            "[yellow]a ramped run's numbers above are over its whole ramp, whatever the rate;"
+            " compare latency at each offered rate in its ramp table (veeksha report RUN)[/]"
+        )
+
+
+def _ramp_label(ramp: dict[str, Any] | None) -> str:
+    """``2 → 16 linear, 12 s`` (``-``: the rate was constant)."""
+    if not ramp:
+        return "-"
+    rates = f"{_num(ramp.get('start_rate'))} → {_num(ramp.get('end_rate'))}"
+    return f"{rates} {ramp.get('shape')}, {_num(ramp.get('duration'))} s"

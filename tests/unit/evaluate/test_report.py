@@ -201,3 +201,21 @@ def test_some_failed_scrapes_are_said_beside_the_view_of_the_others() -> None:
     text = _render(lambda console: render_summary(console, _with_scrapes(ok, server)))
     assert "server metrics" not in text
     assert "server's view (5 scrapes)" in text
+
+
+def test_compare_says_which_runs_ramped_and_where_their_latency_per_rate_is() -> None:
+    flat = _summary()
+    ramped = _summary() | {
+        "ramp": {"shape": "linear", "start_rate": 2.0, "end_rate": 16.0, "duration": 12.0}
+    }
+    names = ["constant", "ramped"]
+    text = _render(lambda console: render_compare(console, names, [flat, ramped]))
+    row = next(line for line in text.splitlines() if "ramp (rates /s)" in line)
+    assert "-" in row
+    assert "2 → 16 linear, 12 s" in row
+    assert "over its whole ramp" in text
+    assert "veeksha report RUN" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    plain = _render(lambda console: render_compare(console, names, [flat, flat]))
+    assert "ramp (rates" not in plain
+    assert "whole ramp" not in plain
