@@ -480,15 +480,23 @@ def _override_of(
     root: Any, parts: Sequence[PathPart], applied: Sequence[Override]
 ) -> Override | None:
     """The override that gave the value at ``parts`` (the last one, as the last one wins): one
-    setting that key or a section holding it, or a key inside it when the file has no such key
-    (a section the override made). None: the value is the file's (or a default)."""
+    setting that key or a section holding it, a key inside it when the file has no such key (a
+    section the override made), or a key beside it in a section the file does not have (the
+    override made it: ``--set a.ramp.end_rate=2`` without ``a.ramp``, and ``a.ramp.duration``
+    missing). None: the value is the file's (or a default)."""
     key = tuple(parts)
-    found = None
+    found = beside = None
     for override in applied:
         path = override.path
         if key[: len(path)] == path or (path[: len(key)] == key and not _exists(root, parts)):
             found = override
-    return found
+            continue
+        shared = 0
+        while shared < min(len(key), len(path)) and key[shared] == path[shared]:
+            shared += 1
+        if shared and not _exists(root, key[:shared]):
+            beside = override
+    return found or beside
 
 
 def _shown(value: Any) -> str:

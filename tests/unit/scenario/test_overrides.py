@@ -158,6 +158,12 @@ session_generator:
         ("client.api_base=http://127.0.0.1:8000/v1", "client.model", "required when"),
         ("runtime.warmup_sessions=-1", "runtime.warmup_sessions", "greater than or equal to 0"),
         ("runtime.pregenerate_sessions=true", "runtime.pregenerate_sessions", None),
+        # a section the override made (no ramp in the file): its missing key is the override's
+        (
+            "traffic_scheduler.ramp.end_rate=24",
+            "traffic_scheduler.ramp.duration",
+            "missing required key",
+        ),
     ],
 )
 def test_a_bad_value_from_set_names_the_override_never_a_line_of_the_file(
