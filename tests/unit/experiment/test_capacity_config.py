@@ -115,6 +115,11 @@ session_generator: {type: trace, trace_file: t.jsonl}
 evaluators: [{slos: [{name: a, metric: ttfc, percentile: 0.5, value: 1}]}]
 """
 
+RAMP = SCENARIO.replace("cv: 2}}", "cv: 2},\n  ramp: {end_rate: 8, duration: 10}}")
+PHASES = SCENARIO.replace(
+    "runtime:", "phases: [{name: a, duration: 2, arrival_rate: 4}, {name: b}]\nruntime:"
+)
+
 
 @pytest.mark.parametrize(
     ("text", "needles"),
@@ -129,6 +134,11 @@ evaluators: [{slos: [{name: a, metric: ttfc, percentile: 0.5, value: 1}]}]
         (inline(confidence=1.5), ["search.yaml:1:", "confidence"]),
         (inline(start_valu=3), ["search.yaml:1:", "start_valu", "unknown key"]),
         (inline(TRACE), ["search.yaml:2:", "benchmark_config.traffic_scheduler.type", "trace"]),
+        (
+            inline(RAMP),
+            ["search.yaml:4:5: benchmark_config.traffic_scheduler.ramp:", "end_rate would stay"],
+        ),
+        (inline(PHASES), ["search.yaml:4:3: benchmark_config.phases:", "remove phases"]),
         (
             inline(SCENARIO.replace("seed: 5", "seed: -5")),
             ["search.yaml:2:", "benchmark_config.seed"],

@@ -34,7 +34,7 @@ from veeksha.errors import ScenarioError, ScenarioIssue
 from veeksha.experiment.capacity.knob import Knob, knob_of
 from veeksha.experiment.capacity.search import SearchSettings
 from veeksha.scenario.loader import load_scenario, load_scenario_node
-from veeksha.scenario.models import SLO, Scenario
+from veeksha.scenario.models import SLO, RateScheduler, Scenario
 
 __all__ = ["CAPACITY_KEYS", "CapacityConfig", "load_capacity_config"]
 
@@ -201,6 +201,33 @@ def _scenario(
     return scenario, "<inline>", node, issues.source
 
 
+def _one_load_per_probe(
+    scenario: Scenario, node: CommentedMap | None, prefix: str, where: _Issues
+) -> None:
+    """Refuse what makes one probe run several loads: the knob sets one value, and a probe's
+    verdict pools every measured request, so each probe must hold its load for the whole run."""
+    traffic = scenario.traffic_scheduler
+    held = node.get("traffic_scheduler") if node is not None else None
+    if isinstance(traffic, RateScheduler) and traffic.ramp is not None:
+        where.at(
+            held if isinstance(held, CommentedMap) else node,
+            "ramp",
+            "a capacity search holds one rate per probe, and its knob sets only the start rate "
+            "(the ramp's end_rate would stay put); remove traffic_scheduler.ramp (a ramp finds "
+            "the knee in one veeksha run instead)",
+            f"{prefix}traffic_scheduler.ramp",
+        )
+    if scenario.phases:
+        where.at(
+            node,
+            "phases",
+            "a capacity search holds one load per probe, and its knob sets only the scheduler's "
+            "own value (a phase's arrival_rate, interval or target would stay put); remove "
+            "phases (for a warmup: runtime.warmup_seconds, or the search's warmup_seconds)",
+            f"{prefix}phases",
+        )
+
+
 def load_capacity_config(
     path: str | Path,
     flags: Mapping[str, Any] | None = None,
@@ -245,6 +272,7 @@ def load_capacity_config(
             "(type: concurrent); a trace scheduler replays the trace's own times",
             f"{prefix}traffic_scheduler.type",
         )
+    _one_load_per_probe(scenario, node, prefix, where)
     if not any(evaluator.slos for evaluator in scenario.evaluators):
         where.at(
             node,
