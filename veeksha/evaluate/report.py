@@ -278,6 +278,19 @@ def _ramp_table(ramp: dict[str, Any]) -> Table:
     return table
 
 
+def stream_note(run: dict[str, Any]) -> str | None:
+    """One line when the run's requests (or some clients') were not streamed, so TTFC equal to
+    E2E and the absent TBC and TPOT are explained (``run.not_streamed``: the clients' names)."""
+    names = run.get("not_streamed")
+    if not names:
+        return None
+    whose = "" if names == ["default"] else f" (clients {', '.join(names)})"
+    return (
+        f"not streamed{whose}, client.stream: false: TTFC is the whole answer's time "
+        "(= E2E), and TBC and TPOT have no values"
+    )
+
+
 def render_summary(
     console: Console, summary: dict[str, Any], health: dict[str, Any] | None = None
 ) -> None:
@@ -290,6 +303,9 @@ def render_summary(
         reason = run.get("stop_reason") or "interrupted"
         console.print(f"[yellow]partial run ({reason}): numbers cover what was recorded[/]")
     console.print(_headline_table(summary))
+    note = stream_note(run)
+    if note is not None:
+        console.print(escape(note))
     console.print(_latency_table(summary))
     if summary.get("phases"):
         console.print(_phase_table(summary["phases"]))

@@ -155,6 +155,12 @@ def compute_evaluation(
     ``server_agreement`` check.
     """
     info = jsonable(dict(run_info or {}))
+    # clients that did not stream: their TTFC is the whole answer's, and they have no TBC/TPOT
+    unstreamed = [name for name, client in scenario.client_entries() if not client.stream]
+    if unstreamed:
+        info["not_streamed"] = unstreamed
+    else:
+        info.pop("not_streamed", None)
     measured = measured_rows(requests)
     measured_sessions = measured_rows(sessions)
     slos = scenario_slos(scenario)

@@ -219,3 +219,40 @@ def test_compare_says_which_runs_ramped_and_where_their_latency_per_rate_is() ->
     plain = _render(lambda console: render_compare(console, names, [flat, flat]))
     assert "ramp (rates" not in plain
     assert "whole ramp" not in plain
+
+
+def _evaluated(**data: object) -> dict[str, object]:
+    from tests.unit.evaluate.builders import (
+        request,
+        requests_table,
+        scenario,
+        session,
+        sessions_table,
+    )
+    from veeksha.evaluate.run import compute_evaluation
+
+    rows = [request(k, ready=0.1 * k, chunks=(0.1 * k + 0.3,)) for k in range(5)]
+    sessions = [session(k, 0.1 * k, 0.1 * k + 0.3) for k in range(5)]
+    cfg = scenario(**data)
+    return compute_evaluation(cfg, requests_table(rows), sessions_table(sessions), {}).summary
+
+
+def test_a_run_not_streamed_says_so_beside_its_latency_at_80_columns() -> None:
+    summary = _evaluated(client={"stream": False})
+    run = summary["run"]
+    assert isinstance(run, dict)
+    assert run["not_streamed"] == ["default"]
+    text = _render(lambda console: render_summary(console, summary))
+    assert max(len(line) for line in text.splitlines()) <= 80
+    joined = " ".join(text.split())
+    note = "not streamed, client.stream: false: TTFC is the whole answer's time (= E2E)"
+    assert note in joined
+    assert joined.index(note) < joined.index("latency (ok requests)")
+    streamed = _evaluated()
+    assert "not_streamed" not in streamed["run"]  # type: ignore[operator]
+    assert "not streamed" not in _render(lambda console: render_summary(console, streamed))
+    two = _evaluated(
+        clients=[{"name": "a", "stream": False}, {"name": "b"}, {"name": "c", "stream": False}]
+    )
+    joined = " ".join(_render(lambda console: render_summary(console, two)).split())
+    assert "not streamed (clients a, c), client.stream: false" in joined
