@@ -294,12 +294,17 @@ def stream_note(run: dict[str, Any]) -> str | None:
 def render_summary(
     console: Console, summary: dict[str, Any], health: dict[str, Any] | None = None
 ) -> None:
-    """Print the report of one run (``health``: health.json's content, for the details)."""
+    """Print the report of one run (``health``: health.json's content, for the details; its
+    ``notes`` lead the report)."""
     run = summary.get("run", {})
-    note = partial_note(run)
-    if note is not None:
-        console.print(f"[yellow]{escape(note)}[/]")
-    elif run.get("interrupted"):
+    # health's notes (what the reader must know of the run itself), as health.txt leads with
+    # them; without health.json's content, the one note summary.json's run facts give
+    notes = list((health or {}).get("notes") or [])
+    if not notes and (note := partial_note(run)) is not None:
+        notes = [note]
+    for note in notes:
+        console.print(f"[yellow]{escape(str(note))}[/]")
+    if not notes and run.get("interrupted"):
         reason = run.get("stop_reason") or "interrupted"
         console.print(f"[yellow]partial run ({reason}): numbers cover what was recorded[/]")
     console.print(_headline_table(summary))

@@ -256,3 +256,18 @@ def test_a_run_not_streamed_says_so_beside_its_latency_at_80_columns() -> None:
     )
     joined = " ".join(_render(lambda console: render_summary(console, two)).split())
     assert "not streamed (clients a, c), client.stream: false" in joined
+
+
+def test_health_notes_lead_the_report_as_they_lead_health_txt() -> None:
+    # a run's report (veeksha run, a distributed run) gets health.json's content: its notes
+    # are printed first, whatever note they are, not only one rebuilt from the run's facts
+    summary = _summary()
+    health = {"verdict": "PASS", "checks": [], "notes": ["the first note", "a second note"]}
+    text = _render(lambda console: render_summary(console, summary, health))
+    assert text.splitlines()[:2] == ["the first note", "a second note"]
+    # without health's content, a partial run's note comes from summary.json's run facts
+    summary["run"] = {"partial": True, "unrecorded_requests": 3, "interrupted": True}
+    joined = " ".join(_render(lambda console: render_summary(console, summary)).split())
+    assert joined.startswith("partial run: it did not end")
+    assert "at least 3 dispatched requests have no row" in joined
+    assert "partial run (" not in joined  # (one note, not two)
