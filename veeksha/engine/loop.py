@@ -28,7 +28,7 @@ from veeksha.engine.loop_settings import LoopSettings, default_phases, shard_clo
 from veeksha.engine.phase_control import PhaseControl
 from veeksha.engine.session_starts import SessionStarts
 from veeksha.engine.tool_nodes import ToolNodes
-from veeksha.engine.traffic_sink import InFlight, TrafficSink
+from veeksha.engine.traffic_sink import SESSION_FAILED, InFlight, TrafficSink, run_stopped
 from veeksha.errors import VeekshaError
 from veeksha.generate.spec import NodeSpec, SessionSpec
 from veeksha.schedule.arrivals import ConcurrencyRamp
@@ -542,15 +542,23 @@ class TrafficLoop(SessionStarts, PhaseControl, ToolNodes):
     def _report_cancelled(
         self, session: SessionState, now: int, withdrawn: InFlight | None = None
     ) -> None:
-        """One row per node just cancelled; a ``withdrawn`` hand-over keeps its request id."""
-        for node_id in session.take_cancelled():
+        """One row per node just cancelled; a ``withdrawn`` hand-over keeps its request id.
+
+        Its cause: the run's stop when the loop is stopping (``stop`` cancels every node not
+        dispatched, so a failure after it finds none left to cancel), else the failure of
+        another request of its session (``cancel_session_on_failure``)."""
+        cancelled = session.take_cancelled()
+        if not cancelled:
+            return
+        reason = run_stopped(self.stop_reason or "stopped") if self.stopping else SESSION_FAILED
+        for node_id in cancelled:
             self.counters.requests_cancelled += 1
             if withdrawn is not None and node_id == withdrawn.node_id:
                 request_id = withdrawn.request_id
             else:
                 request_id = self._next_request
                 self._next_request += self._request_step
-            self._sink.request_cancelled(session, node_id, request_id, now)
+            self._sink.request_cancelled(session, node_id, request_id, now, reason)
 
     def _end_session(self, session: SessionState) -> None:
         if self.sessions.pop(session.session_id, None) is None:

@@ -124,7 +124,7 @@ class RunRecorder:
         return self._tokenizer.count(text)
 
     def request_cancelled(
-        self, session: SessionState, node_id: int, request_id: int, at_ns: int
+        self, session: SessionState, node_id: int, request_id: int, at_ns: int, reason: str
     ) -> None:
         node = session.spec.nodes[node_id]
         if node.validation is not None and self._trace is not None:
@@ -144,7 +144,7 @@ class RunRecorder:
                     at_ns,
                     None,
                     None,
-                    "cancelled before it was sent",
+                    reason,
                     self.t0_ns,
                     name,
                     session.attempts.get(node_id, 0) if session.attempts else 0,

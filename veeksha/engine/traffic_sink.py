@@ -9,7 +9,20 @@ from typing import Protocol
 from veeksha.dispatch.messages import Result, WorkItem
 from veeksha.schedule.session_state import SessionState
 
-__all__ = ["InFlight", "TrafficSink"]
+__all__ = ["SESSION_FAILED", "InFlight", "TrafficSink", "run_stopped"]
+
+#: error_message of a node never sent because another request of its session failed
+#: (``cancel_session_on_failure: true``).
+SESSION_FAILED = (
+    "cancelled before it was sent: another request of its session failed "
+    "(cancel_session_on_failure: true)"
+)
+
+
+def run_stopped(stop_reason: str) -> str:
+    """error_message of a node never sent because the run stopped (``stop_reason``: timeout,
+    interrupted, ... as summary.json's ``run.stop_reason``)."""
+    return f"cancelled before it was sent: the run stopped ({stop_reason})"
 
 
 @dataclass(slots=True)
@@ -38,9 +51,10 @@ class TrafficSink(Protocol):
     def request_done(self, request: InFlight, result: Result, processed_at_ns: int) -> None: ...
 
     def request_cancelled(
-        self, session: SessionState, node_id: int, request_id: int, at_ns: int
+        self, session: SessionState, node_id: int, request_id: int, at_ns: int, reason: str
     ) -> None:
         """A node cancelled before it was sent; ``request_id`` may be that of a hand-over that
-        was withdrawn (see ``dispatch_ahead_ns``), whose ``dispatched`` was already reported."""
+        was withdrawn (see ``dispatch_ahead_ns``), whose ``dispatched`` was already reported;
+        ``reason``: why (``SESSION_FAILED`` or ``run_stopped``), its row's error_message."""
 
     def session_done(self, session: SessionState) -> None: ...

@@ -17,6 +17,7 @@ from scipy import stats
 from veeksha.dispatch.kernel_stamps import KERNEL_STAMPS_SUPPORTED
 from veeksha.engine.cpu_wait import run_delay_ns
 from veeksha.engine.run import run_scenario
+from veeksha.engine.traffic_sink import SESSION_FAILED, run_stopped
 from veeksha.record.columns import REQUESTS_SCHEMA, SESSIONS_SCHEMA
 from veeksha.record.trace import read_trace
 from veeksha.scenario.loader import load_scenario_text
@@ -230,6 +231,7 @@ simulator: {faults: {http_500_rate: 0.3}, seed: 5}
         later = requests[(requests.session_id == row.session_id) & (requests.node_id > row.node_id)]
         assert (later.status == "cancelled").all()
         assert later.sent_at.isna().all()
+        assert (later.error_message == SESSION_FAILED).all()  # its own cause, not a stop's
     errored = sessions[sessions.num_error > 0]
     assert (errored.status == "error").all()
     assert (sessions[sessions.num_error == 0].status == "ok").all()
@@ -343,6 +345,9 @@ runtime: {max_sessions: -1, benchmark_timeout: 1.0, post_timeout_grace_seconds: 
     assert len(requests) == sessions.num_nodes.sum()
     assert (requests.status == "cancelled").any()
     assert requests[requests.status != "cancelled"].dispatched_at.max() <= 1.0 + 0.05
+    never_sent = requests[(requests.status == "cancelled") & requests.sent_at.isna()]
+    assert len(never_sent) > 0
+    assert (never_sent.error_message == run_stopped("timeout")).all()
 
 
 def test_cli_run_writes_a_readable_run_folder(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import numpy as np
 from tests.fakes import FakeClock, FakeTimers
 from veeksha.dispatch.messages import Result, WorkItem
 from veeksha.engine.loop import InFlight, LoopSettings, TrafficLoop
+from veeksha.engine.traffic_sink import SESSION_FAILED
 from veeksha.generate.spec import NodeSpec, SessionSpec
 from veeksha.schedule.arrivals import ConcurrencyRamp
 from veeksha.schedule.session_state import SessionState
@@ -38,6 +39,7 @@ class Recorder:
         self.dispatched: list[tuple[InFlight, WorkItem]] = []
         self.done: list[tuple[InFlight, Result]] = []
         self.cancelled: list[tuple[int, int]] = []
+        self.reasons: dict[tuple[int, int], str] = {}  # (session, node) → its row's message
         self.sessions: list[SessionState] = []
 
     def dispatched_one(self, request: InFlight, item: WorkItem) -> None:
@@ -47,9 +49,10 @@ class Recorder:
         self.done.append((request, result))
 
     def request_cancelled(
-        self, session: SessionState, node_id: int, request_id: int, at_ns: int
+        self, session: SessionState, node_id: int, request_id: int, at_ns: int, reason: str
     ) -> None:
         self.cancelled.append((session.session_id, node_id))
+        self.reasons[session.session_id, node_id] = reason
 
     def session_done(self, session: SessionState) -> None:
         self.sessions.append(session)
@@ -175,6 +178,9 @@ def test_failure_cancels_the_rest_of_the_session() -> None:
     h.start()
     h.complete(h.items[0], at_ns=S, ok=False)
     assert h.rec.cancelled == [(0, 1), (0, 2)]
+    # each says its cause: not the run's stop (the message a benchmark timeout gives)
+    assert set(h.rec.reasons.values()) == {SESSION_FAILED}
+    assert "another request of its session failed" in SESSION_FAILED
     assert h.rec.sessions[0].status == "error"
     assert h.loop.finished
 
@@ -246,6 +252,8 @@ def test_timeout_cancels_undispatched_work_and_waits_for_in_flight() -> None:
     assert statuses == ["cancelled", "ok", "ok"]
     # children released after the stop are cancelled, never dispatched
     assert (1, 1) in h.rec.cancelled
+    stopped = "cancelled before it was sent: the run stopped (timeout)"
+    assert h.rec.reasons[0, 1] == h.rec.reasons[1, 1] == stopped
 
 
 def test_max_in_flight_holds_ready_requests_in_the_queue() -> None:

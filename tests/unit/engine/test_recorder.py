@@ -10,6 +10,7 @@ from tests.unit.record.builders import T0, make_metadata, make_node, make_result
 from veeksha.dispatch.messages import WorkItem
 from veeksha.engine.loop import InFlight
 from veeksha.engine.recorder import RunRecorder
+from veeksha.engine.traffic_sink import run_stopped
 from veeksha.errors import RunAbortedError
 from veeksha.generate.spec import SessionSpec
 from veeksha.generate.tokenizer import BuiltinTokenizer
@@ -39,7 +40,7 @@ def test_rows_and_streaming_callback(tmp_path: Path) -> None:
     recorder.request_done(request, result, ns(2.0))
     # a hand-over withdrawn before it was sent: dispatched, then cancelled under the same id
     recorder.dispatched(InFlight(state, 1, 8, ns(0.6), ns(0.6), 2, 0), item)
-    recorder.request_cancelled(state, 1, 8, ns(2.1))
+    recorder.request_cancelled(state, 1, 8, ns(2.1), run_stopped("interrupted"))
     state.complete(0, ns(1.5), True, answer="x", conversation_tokens=43, answer_tokens=3)
     state.cancel_node(1, ns(2.1))
     state.cancel_node(2, ns(2.1))
@@ -70,6 +71,10 @@ def test_rows_and_streaming_callback(tmp_path: Path) -> None:
     assert requests[1]["request_id"] == 8
     assert requests[1]["status"] == "cancelled"
     assert requests[1]["prompt_tokens_new"] is None
+    assert (
+        requests[1]["error_message"]
+        == "cancelled before it was sent: the run stopped (interrupted)"
+    )
     assert [row["status"] for row in streamed] == ["ok", "cancelled"]
     assert streamed[0]["ttfc"] == expected_done["ttfc"]
     assert streamed[0]["e2e"] == expected_done["e2e"]
@@ -93,7 +98,7 @@ def test_rows_are_refused_after_a_write_error(tmp_path: Path) -> None:
     writer._error = RunAbortedError("disk full")  # as the writer thread sets it on a failure
     request = InFlight(state, 0, 7, ns(0.5), ns(0.8), 2, history_tokens=0)
     recorder.request_done(request, make_result(), ns(2.0))  # no exception into the loop
-    recorder.request_cancelled(state, 0, 8, ns(2.0))
+    recorder.request_cancelled(state, 0, 8, ns(2.0), run_stopped("timeout"))
     recorder.session_done(state)
     assert len(writer.requests) == 0
     assert len(writer.sessions) == 0
