@@ -272,7 +272,11 @@ REQUESTS_SCHEMA = pa.schema(
             _STR,
             "",
             "human-readable cause of the failure (from a worker: at most 320 characters, the API "
-            "key masked as *** before the cut); empty when ok",
+            "key masked as *** before the cut); empty when ok. A node cancelled before it was "
+            "sent says why: `cancelled before it was sent: the run stopped (<stop_reason>)` "
+            "(timeout, interrupted...: summary.json `run.stop_reason`) or `cancelled before it "
+            "was sent: another request of its session failed (cancel_session_on_failure: true)` "
+            "(docs/reliability.md)",
         ),
         _col(
             "retries",
