@@ -5,8 +5,10 @@ pyplot global state is used (a ``Figure`` on a ``FigureCanvasAgg``), which is sa
 thread. Files:
 
 - ``<metric>_cdf.png`` for ttfc, tbc, tpot, e2e: empirical CDF in ms (at most ``CDF_POINTS``
-  points, taken at evenly spaced quantiles);
-- ``timeline.png``: requests in flight (sent → completed) and the rate of sent requests over time;
+  points, taken at evenly spaced quantiles), the summary's p50 and p99 marked; one sample is
+  drawn as its step and a note;
+- ``timeline.png``: requests in flight (sent → completed) and the rate of sent requests over time
+  (first send to last; sends all at one instant: a note);
 - ``ttfc_vs_prompt.png``: TTFC against the whole prompt's tokens (at most ``SCATTER_POINTS``,
   an evenly strided subset).
 
@@ -79,17 +81,41 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
+def _note(ax: Any, text: str) -> None:
+    """A note in the middle of the axes, for what a degenerate sample cannot show as a line."""
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", fontsize=9)
+
+
+#: The summary's percentiles marked on each CDF: (stats key, line style).
+CDF_MARKS = (("p50", ":"), ("p99", "--"))
+
+
 def _cdf(digest: Digest, name: str, path: Path) -> Path:
     assert digest.cdf is not None
     assert digest.median is not None
-    probs = np.linspace(0, 1, min(CDF_POINTS, digest.count))
     xs = digest.cdf * 1000
     fig = _figure()
     ax = fig.add_subplot()
-    ax.plot(xs, probs, drawstyle="steps-post")
+    if xs.size == 1:  # one sample: the CDF is one step from 0 to 1 at it
+        ax.plot([xs[0], xs[0]], [0.0, 1.0], marker="o", label="the only sample")
+        _note(ax, f"one sample: {xs[0]:.4g} ms")
+    else:
+        ax.plot(xs, np.linspace(0, 1, xs.size), drawstyle="steps-post", label="CDF")
+    for key, style in CDF_MARKS:
+        value = digest.stats.get(key)
+        if value is not None and xs.size > 1:
+            ax.axvline(
+                value * 1000,
+                color="grey",
+                linestyle=style,
+                linewidth=1,
+                label=f"{key} {value * 1000:.4g} ms",
+            )
     ax.set_xlabel(f"{name.upper()} (ms)")
     ax.set_ylabel("fraction of samples")
+    ax.set_ylim(-0.03, 1.03)
     ax.set_title(f"{name.upper()} CDF ({digest.count} samples, p50 {digest.median * 1000:.3g} ms)")
+    ax.legend(loc="lower right", fontsize="small")
     ax.grid(alpha=0.3)
     return _save(fig, path)
 
@@ -246,18 +272,29 @@ def _timeline(requests: ColumnSource, path: Path, boundaries: Boundaries = ()) -
     fig = _figure(rows=2)
     top, bottom = fig.subplots(2, 1, sharex=True)
     top.plot(*flight.line())
+    top.set_title(f"requests in flight and sent ({sent.size} requests)")
     top.set_ylabel("requests in flight")
     top.grid(alpha=0.3)
-    span = max(float(flight.edges[-1] - sent[0]), 1e-9)
-    bins = int(min(100, max(1, np.ceil(span))))
-    counts, edges = np.histogram(sent, bins=bins, range=(sent[0], sent[0] + span))
-    bottom.stairs(counts / (span / bins), edges)
+    _send_rate(bottom, sent)
     bottom.set_ylabel("requests sent per s")
     bottom.set_xlabel("time since t0 (s)")
     bottom.grid(alpha=0.3)
     _mark(top, boundaries, label=True)
     _mark(bottom, boundaries)
     return _save(fig, path)
+
+
+def _send_rate(ax: Any, sent: Floats) -> None:
+    """Requests sent per second, in bins of about a second from the first send to the last
+    (at most 100 bins): not to the last completion, whose drain would dilute the last bin into
+    a fall of the rate that never was. Sends all at one instant have no rate: a note says so."""
+    span = float(sent[-1] - sent[0])
+    if span <= 0:
+        _note(ax, f"{sent.size} request(s) sent at one instant ({sent[0]:.3f} s): no rate")
+        return
+    bins = int(min(100, max(1, np.ceil(span))))
+    counts, edges = np.histogram(sent, bins=bins, range=(sent[0], sent[-1]))
+    ax.stairs(counts / (span / bins), edges)
 
 
 def _strided(source: ColumnSource, names: tuple[str, str], limit: int) -> tuple[Floats, Floats]:

@@ -10,8 +10,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from matplotlib.figure import Figure
 
 from veeksha.evaluate import plots, source
+from veeksha.evaluate.metrics import digest
 from veeksha.evaluate.plots import in_flight_envelope
 from veeksha.evaluate.source import ColumnSource
 
@@ -130,3 +132,68 @@ def test_plotting_a_large_file_holds_no_whole_column_but_the_sorted_times(
     # numpy's allocations are traced: the sorted send and completion times, little else
     assert peak_mb(plots._timeline, "timeline.png") < 2 * column_mb + 8
     assert peak_mb(plots._ttfc_vs_prompt, "ttfc_vs_prompt.png") < column_mb / 4
+
+
+def _caught(monkeypatch: pytest.MonkeyPatch) -> list[Figure]:
+    """The figures the plots draw, caught instead of saved."""
+    figures: list[Figure] = []
+
+    def keep(fig: Figure, path: Path) -> Path:
+        figures.append(fig)
+        return path
+
+    monkeypatch.setattr(plots, "_save", keep)
+    return figures
+
+
+def test_send_rate_is_over_the_sends_not_the_drain(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 100 sends at 10/s over 0-9.9 s, each answered 10 s later: the drain ends at 19.9 s
+    sent = np.arange(100) / 10
+    figures = _caught(monkeypatch)
+    table = pa.table({"sent_at": sent, "completed_at": sent + 10})
+    assert plots._timeline(ColumnSource.of(table), tmp_path / "timeline.png") is not None
+    (stairs,) = figures[0].axes[1].patches
+    rates, edges = stairs.get_data()[0], stairs.get_data()[1]
+    assert (edges[0], edges[-1]) == (0, pytest.approx(9.9))  # (before: bins up to 19.9 s)
+    assert 9.5 < rates.min() <= rates.max() < 10.5  # (before: the last half of the bins 0)
+
+
+def test_sends_at_one_instant_draw_a_note_not_a_rate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    figures = _caught(monkeypatch)
+    table = pa.table({"sent_at": [5.0, 5.0], "completed_at": [6.0, 7.0]})
+    plots._timeline(ColumnSource.of(table), tmp_path / "timeline.png")
+    bottom = figures[0].axes[1]
+    assert not bottom.patches
+    assert [t.get_text() for t in bottom.texts] == [
+        "2 request(s) sent at one instant (5.000 s): no rate"
+    ]
+
+
+def test_cdf_marks_the_summarys_percentiles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    figures = _caught(monkeypatch)
+    values = np.random.default_rng(1).exponential(0.05, 5000)
+    found = digest(values, "s", cdf_points=plots.CDF_POINTS)
+    plots._cdf(found, "ttfc", tmp_path / "ttfc_cdf.png")
+    lines = {line.get_label(): line for line in figures[0].axes[0].get_lines()}
+    for key in ("p50", "p99"):
+        (label,) = [name for name in lines if str(name).startswith(f"{key} ")]
+        assert lines[label].get_xdata()[0] == found.stats[key] * 1000
+    assert figures[0].axes[0].get_legend() is not None
+
+
+def test_cdf_of_one_sample_is_a_visible_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    figures = _caught(monkeypatch)
+    plots._cdf(digest(np.array([0.02]), "s", cdf_points=plots.CDF_POINTS), "e2e", tmp_path / "x")
+    ax = figures[0].axes[0]
+    (line,) = ax.get_lines()
+    assert list(line.get_xdata()) == [20.0, 20.0]
+    assert list(line.get_ydata()) == [0.0, 1.0]  # (before: one point at 0, nothing drawn)
+    assert [t.get_text() for t in ax.texts] == ["one sample: 20 ms"]
