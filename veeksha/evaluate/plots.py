@@ -9,6 +9,8 @@ thread. Files:
   drawn as its step and a note;
 - ``timeline.png``: requests in flight (sent → completed) and the rate of sent requests over time
   (first send to last; sends all at one instant: a note);
+- ``ramp.png`` (a ramped run): TTFC and E2E p50/p99 of each of summary.json's ramp windows
+  against the window's offered rate;
 - ``ttfc_vs_prompt.png``: TTFC against the whole prompt's tokens (at most ``SCATTER_POINTS``,
   an evenly strided subset).
 
@@ -41,9 +43,18 @@ if TYPE_CHECKING:
 
     from veeksha.evaluate.metrics import Digest
 
-__all__ = ["CDF_METRICS", "PLOTS_DIR", "InFlight", "in_flight_envelope", "write_plots"]
+__all__ = [
+    "CDF_METRICS",
+    "PLOTS_DIR",
+    "RAMP_PLOT",
+    "InFlight",
+    "in_flight_envelope",
+    "write_plots",
+    "write_ramp_plot",
+]
 
 PLOTS_DIR = "plots"
+RAMP_PLOT = "ramp.png"
 CDF_METRICS = ("ttfc", "tbc", "tpot", "e2e")
 CDF_POINTS = 2000
 SCATTER_POINTS = 20_000
@@ -356,3 +367,36 @@ def write_plots(
 
     paths.append(draw_pools(source, folder / "pools.png"))
     return written + [path for path in paths if path is not None]
+
+
+def write_ramp_plot(run_dir: Path, ramp: dict[str, Any] | None) -> list[Path]:
+    """``plots/ramp.png``: per window of summary.json's ``ramp`` table, TTFC and E2E p50 and p99
+    (ms) against the rate the ramp offered in it, where latency knees; nothing without a ramp
+    or without a window holding latency."""
+    windows = [w for w in (ramp or {}).get("windows") or [] if w.get("offered_rate") is not None]
+    if not any(w.get(f"{m}_p50") is not None for w in windows for m in ("ttfc", "e2e")):
+        return []
+    assert ramp is not None
+    fig = _figure(rows=2)
+    axes = fig.subplots(2, 1, sharex=True)
+    for ax, metric in zip(axes, ("ttfc", "e2e"), strict=True):
+        for stat, style in (("p50", "-o"), ("p99", "--s")):
+            points = [
+                (w["offered_rate"], w[f"{metric}_{stat}"] * 1000)
+                for w in windows
+                if w.get(f"{metric}_{stat}") is not None
+            ]
+            if points:
+                xs, ys = zip(*points, strict=True)
+                ax.plot(xs, ys, style, markersize=4, label=f"{metric.upper()} {stat}")
+        ax.set_ylabel(f"{metric.upper()} (ms)")
+        ax.legend(loc="upper left", fontsize="small")
+        ax.grid(alpha=0.3)
+    axes[0].set_title(
+        f"latency per ramp window ({ramp.get('shape')} {ramp.get('start_rate'):g} → "
+        f"{ramp.get('end_rate'):g} sessions/s over {ramp.get('duration'):g} s)"
+    )
+    axes[1].set_xlabel("offered rate in the window (sessions/s)")
+    folder = run_dir / PLOTS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    return [_save(fig, folder / RAMP_PLOT)]

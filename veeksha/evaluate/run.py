@@ -53,7 +53,7 @@ from veeksha.evaluate.jsonio import jsonable
 from veeksha.evaluate.metrics import Digest
 from veeksha.evaluate.outputs import write_metric_csvs, write_slo, write_summary
 from veeksha.evaluate.phases import combine_arrival_checks, phase_sections
-from veeksha.evaluate.plots import CDF_METRICS, write_plots
+from veeksha.evaluate.plots import CDF_METRICS, write_plots, write_ramp_plot
 from veeksha.evaluate.ramp_report import ramp_section
 from veeksha.evaluate.server_plot import write_server_plot
 from veeksha.evaluate.server_view import ServerView, load_server_view
@@ -225,6 +225,7 @@ def evaluate_run(
             if scenario.phases and isinstance(w, dict) and w.get("start") is not None
         ]
         files += write_plots(run_dir, measured_rows(requests), evaluation.digests, boundaries)
+        files += write_ramp_plot(run_dir, evaluation.summary.get("ramp"))
         if server is not None:
             files += write_server_plot(run_dir, requests, server)
     evaluation.files = files

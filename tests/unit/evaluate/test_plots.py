@@ -197,3 +197,39 @@ def test_cdf_of_one_sample_is_a_visible_step(
     assert list(line.get_xdata()) == [20.0, 20.0]
     assert list(line.get_ydata()) == [0.0, 1.0]  # (before: one point at 0, nothing drawn)
     assert [t.get_text() for t in ax.texts] == ["one sample: 20 ms"]
+
+
+def test_ramp_plot_draws_each_windows_latency_at_its_offered_rate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    figures = _caught(monkeypatch)
+    windows = [
+        {"offered_rate": 2.0, "ttfc_p50": 0.01, "ttfc_p99": 0.02, "e2e_p50": 0.3, "e2e_p99": 0.4},
+        {"offered_rate": 4.0, "ttfc_p50": None, "ttfc_p99": None, "e2e_p50": None, "e2e_p99": None},
+        {"offered_rate": 8.0, "ttfc_p50": 0.05, "ttfc_p99": 0.2, "e2e_p50": 0.6, "e2e_p99": 0.9},
+    ]
+    ramp = {"shape": "linear", "start_rate": 2.0, "end_rate": 8.0, "duration": 6.0}
+    assert plots.write_ramp_plot(tmp_path, ramp | {"windows": windows}) == [
+        tmp_path / "plots" / "ramp.png"
+    ]
+    ttfc, e2e = figures[0].axes
+    drawn = {
+        str(line.get_label()): (list(line.get_xdata()), list(line.get_ydata()))
+        for ax in (ttfc, e2e)
+        for line in ax.get_lines()
+    }
+    assert drawn == {  # ms; the window without a request left out, not drawn at 0
+        "TTFC p50": ([2.0, 8.0], [10.0, 50.0]),
+        "TTFC p99": ([2.0, 8.0], [20.0, 200.0]),
+        "E2E p50": ([2.0, 8.0], [300.0, 600.0]),
+        "E2E p99": ([2.0, 8.0], [400.0, 900.0]),
+    }
+    assert e2e.get_xlabel() == "offered rate in the window (sessions/s)"
+    assert ttfc.get_ylabel() == "TTFC (ms)"
+
+
+def test_no_ramp_plot_without_a_ramp_or_latency(tmp_path: Path) -> None:
+    assert plots.write_ramp_plot(tmp_path, None) == []
+    empty = {"offered_rate": 2.0, "ttfc_p50": None, "e2e_p50": None}
+    assert plots.write_ramp_plot(tmp_path, {"windows": [empty]}) == []
+    assert not (tmp_path / "plots").exists()

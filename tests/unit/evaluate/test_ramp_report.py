@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,13 +11,13 @@ from rich.console import Console
 
 from tests.unit.evaluate.builders import request, requests_table, scenario, session, sessions_table
 from veeksha.evaluate.report import render_summary
-from veeksha.evaluate.run import compute_evaluation
+from veeksha.evaluate.run import compute_evaluation, evaluate_run
 from veeksha.schedule.ramp import RateRamp
 
 RAMP = RateRamp(5.0, 40.0, 4.0)
 
 
-def _summary(ramp: bool = True) -> dict[str, object]:
+def _run(ramp: bool = True, run_dir: Path | None = None) -> dict[str, object]:
     """Fixed gaps ramped 5 → 40/s over 4 s: 91 sessions at Λ⁻¹(k), k = 0..90 (0 to 4 s);
     a session's TTFC grows with its start (10 ms + 10 ms per second), E2E is TTFC + 50 ms."""
     starts = RAMP.inverse(np.arange(91.0))
@@ -32,8 +33,23 @@ def _summary(ramp: bool = True) -> dict[str, object]:
         traffic["ramp"] = {"end_rate": 40, "duration": 4}
     cfg = scenario(traffic_scheduler=traffic, runtime={"max_sessions": 91})
     sessions = [session(k, t, t + 0.1) for k, t in enumerate(starts)]
-    evaluation = compute_evaluation(cfg, requests_table(rows), sessions_table(sessions), {})
+    if run_dir is not None:  # the files too, plots included
+        evaluation = evaluate_run(run_dir, cfg, requests_table(rows), sessions_table(sessions), {})
+    else:
+        evaluation = compute_evaluation(cfg, requests_table(rows), sessions_table(sessions), {})
     return evaluation.summary
+
+
+def _summary(ramp: bool = True) -> dict[str, object]:
+    return _run(ramp)
+
+
+def test_a_ramped_run_writes_its_ramp_plot(tmp_path: Path) -> None:
+    _run(True, tmp_path / "ramped")
+    _run(False, tmp_path / "constant")
+    assert (tmp_path / "ramped" / "plots" / "ramp.png").is_file()
+    assert (tmp_path / "constant" / "plots" / "timeline.png").is_file()
+    assert not (tmp_path / "constant" / "plots" / "ramp.png").exists()
 
 
 def test_the_ramp_section_has_ten_windows_of_offered_and_achieved_rates() -> None:
