@@ -11,6 +11,7 @@ while TTFC climbs reads at a glance.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -46,6 +47,26 @@ def _reaching_server(source: ColumnSource) -> tuple[np.ndarray, np.ndarray]:
     return sent, done
 
 
+#: Legend entries that fit in one row above a panel (more, e.g. eight GPUs: inside, as before).
+LEGEND_ROW = 4
+
+
+def _legend_above(ax: Any) -> None:
+    """The panel's legend in one row just above it, never over the lines it names."""
+    count = len(ax.get_legend_handles_labels()[1])
+    if count > LEGEND_ROW:
+        ax.legend(loc="upper right", fontsize="small")
+        return
+    ax.legend(
+        loc="lower left",
+        bbox_to_anchor=(0.0, 1.0),
+        ncols=max(1, count),
+        fontsize="small",
+        frameon=False,
+        borderaxespad=0.1,
+    )
+
+
 def write_server_plot(
     run_dir: Path, requests: pa.Table | ColumnSource, view: ServerView
 ) -> list[Path]:
@@ -62,7 +83,7 @@ def write_server_plot(
         if name in view.series:
             queue.step(*view.series[name], where="post", label=f"server: {name}")
     queue.set_ylabel("requests")
-    queue.legend(loc="upper right", fontsize="small")
+    _legend_above(queue)
     queue.grid(alpha=0.3)
     if "kv_usage" in view.series:
         times, values = view.series["kv_usage"]
@@ -72,7 +93,7 @@ def write_server_plot(
             usage.step(times, values, where="post", label=f"{key.replace('_', ' ')}", alpha=0.6)
     usage.set_ylabel("usage (%)")
     if usage.has_data():
-        usage.legend(loc="upper right", fontsize="small")
+        _legend_above(usage)
     usage.grid(alpha=0.3)
     sent_at, first = _strided(source, ("sent_at", "ttfc"), SCATTER_POINTS)
     if sent_at.size:

@@ -63,3 +63,24 @@ def test_requests_refused_a_connection_are_not_in_flight_at_the_server(
     # a request that failed after it was sent (a reset, a timeout) may have reached it: counted
     reset = [r | {"error_kind": "connection_reset"} for r in refused]
     assert _in_flight_drawn(tmp_path, monkeypatch, [*served, *reset]).max() == 8
+
+
+def test_the_legends_sit_above_the_panels_not_over_the_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    figures: list[Figure] = []
+    monkeypatch.setattr(server_plot, "_save", lambda fig, path: figures.append(fig) or path)
+    series = {
+        "running": (np.array([0.0, 1.0, 2.0]), np.array([0.0, 3.0, 0.0])),
+        "waiting": (np.array([0.0, 1.0, 2.0]), np.array([0.0, 1.0, 0.0])),
+        "kv_usage": (np.array([0.0, 1.0, 2.0]), np.array([0.0, 0.5, 0.0])),
+    }
+    rows = [request(i, sent=0.1 * (i + 1), chunks=(1.0, 1.2, 1.5)) for i in range(3)]
+    server_plot.write_server_plot(tmp_path, requests_table(rows), ServerView(series=series))
+    (fig,) = figures
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    for ax in fig.axes[:2]:
+        legend = ax.get_legend()
+        assert legend is not None
+        # (before: inside the panel's upper right corner, over the in-flight peak)
+        assert legend.get_window_extent(renderer).y0 >= ax.get_window_extent(renderer).y1 - 1
