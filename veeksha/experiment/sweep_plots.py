@@ -4,8 +4,11 @@
 (columns) against the achieved throughput (requests/s of ok requests over the measured window).
 One line per combination of the swept keys that are not the load knob (keys under
 ``traffic_scheduler``): a rate sweep is one curve, a rate x prompt-length sweep one curve per
-prompt length. A sweep with no load key swept draws its points in sweep order. Points that failed
-a health check are drawn hollow and red, and the legend says so: they are not a server result.
+prompt length. A sweep with no load key swept draws its points in sweep order. Each point is
+labelled with its point label (sweep.parquet's ``point``: ``arrival_rate=36``), and each curve's
+legend entry names what it holds (``body_length=256``) and what varies along it (``one point per
+arrival_rate``). Points that failed a health check are drawn hollow and red, and the legend says so:
+they are not a server result.
 
 :func:`write_compare_plot` draws several sweeps' curves on the same axes (``veeksha compare``).
 """
@@ -24,7 +27,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["CURVE_FILE", "PLOTS_DIR", "write_compare_plot", "write_sweep_plots"]
+__all__ = ["CURVE_FILE", "PLOTS_DIR", "curve_name", "write_compare_plot", "write_sweep_plots"]
 
 PLOTS_DIR = "plots"
 CURVE_FILE = "latency_throughput.png"
@@ -53,6 +56,16 @@ def curve_keys(manifest: Mapping[str, Any]) -> list[str]:
     return [c for k, c in columns.items() if not k.startswith(_LOAD_PREFIX)]
 
 
+def curve_name(manifest: Mapping[str, Any], label: str, prefix: str = "") -> str:
+    """A curve's legend entry: ``prefix`` (a compared sweep's ``"name: "``), the curve's own
+    values (``label``) and the load keys that vary along it (``one point per arrival_rate``)."""
+    along = [c for k, c in value_columns(manifest).items() if k.startswith(_LOAD_PREFIX)]
+    parts = [label] if label else []
+    if along:
+        parts.append("one point per " + ", ".join(along))
+    return prefix + (", ".join(parts) or "sweep points")
+
+
 def _curves(table: pd.DataFrame, keys: list[str]) -> list[tuple[str, pd.DataFrame]]:
     if not keys:
         return [("", table)]
@@ -77,12 +90,12 @@ def _draw(
     drawn = 0
     by_load = not any(k.startswith(_LOAD_PREFIX) for k in manifest.get("swept_keys") or [])
     for label, group in _curves(table, keys):
-        name = f"{prefix}{label}" if label else (prefix.rstrip(": ") or "sweep")
+        name = curve_name(manifest, label, prefix)
         for row, (metric, _) in enumerate(_PANELS):
             for col, stat in enumerate(_STATS):
                 axes: Axes = grid[row][col]
                 y_column = f"{metric}_{stat}_s"
-                data = group[[X_COLUMN, y_column, "health", "index"]].dropna(
+                data = group[[X_COLUMN, y_column, "health", "index", "point"]].dropna(
                     subset=[X_COLUMN, y_column]
                 )
                 data = data.sort_values("index" if by_load else X_COLUMN)
@@ -93,6 +106,7 @@ def _draw(
                 failed = data["health"] == "FAIL"
                 good = [i for i, bad in enumerate(failed.tolist()) if not bad]
                 axes.plot(x, y, style, marker="o", markevery=good, label=name)
+                _label_points(axes, x.tolist(), y.tolist(), data["point"].tolist())
                 if failed.any():
                     axes.scatter(
                         x[failed],
@@ -111,12 +125,31 @@ def _draw(
     return drawn
 
 
+def _label_points(axes: Axes, xs: list[float], ys: list[float], points: list[Any]) -> None:
+    """Each point's label (``arrival_rate=36``) just above it, to its right in the left half of
+    the x range and to its left in the right half, so no label runs off the panel's edge."""
+    middle = (min(xs) + max(xs)) / 2
+    for at, value, point in zip(xs, ys, points, strict=True):
+        right = at > middle
+        axes.annotate(
+            str(point),
+            (at, value),
+            xytext=(-4 if right else 4, 4),
+            textcoords="offset points",
+            ha="right" if right else "left",
+            va="bottom",
+            fontsize=7,
+            color="dimgrey",
+        )
+    axes.margins(x=0.06, y=0.16)  # room for the labels of the highest points
+
+
 def _finish(fig: Figure, grid: Any, title: str) -> None:
     for row, (_, shown) in enumerate(_PANELS):
         for col, stat in enumerate(_STATS):
             axes = grid[row][col]
             axes.set_title(f"{shown} {stat}")
-            axes.set_xlabel("achieved throughput (requests/s)")
+            axes.set_xlabel("achieved throughput (ok requests/s, measured window)")
             axes.set_ylabel(f"{shown} {stat} (ms)")
             axes.grid(True, alpha=0.3)
     handles, labels = grid[0][0].get_legend_handles_labels()

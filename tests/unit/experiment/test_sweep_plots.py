@@ -1,0 +1,115 @@
+"""The sweep plot names what it draws: each point carries its point label (sweep.parquet's
+``point``), each curve's legend entry says what it holds and what varies along it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from matplotlib.figure import Figure
+
+from veeksha.experiment import sweep_plots
+
+RATE = "traffic_scheduler.interval_generator.arrival_rate"
+LENGTH = "session_generator.channels.0.body_length_generator.value"
+
+
+def _table(points: list[dict[str, Any]]) -> pd.DataFrame:
+    rows = []
+    for index, point in enumerate(points):
+        values = {k: v for k, v in point.items() if k not in ("rps", "ms")}
+        label = ",".join(f"{k}={v}" for k, v in values.items())
+        row = {"index": index, "point": label, **values, "health": "PASS"}
+        row["requests_per_s"] = point["rps"]
+        for metric in ("ttfc", "tpot", "e2e"):
+            for stat in ("p50", "p99"):
+                row[f"{metric}_{stat}_s"] = point["ms"] / 1000
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    frame["point"] = frame["point"].astype("string")
+    return frame
+
+
+def _manifest(*keys: str) -> dict[str, Any]:
+    return {"swept_keys": list(keys), "short_names": {k: k.rsplit(".", 1)[-1] for k in keys}}
+
+
+def _drawn(monkeypatch: pytest.MonkeyPatch) -> list[Figure]:
+    figures: list[Figure] = []
+    make = sweep_plots._figure
+
+    def keep() -> Figure:
+        figures.append(make())
+        return figures[-1]
+
+    monkeypatch.setattr(sweep_plots, "_figure", keep)
+    return figures
+
+
+def _labels(fig: Figure) -> dict[str, tuple[float, float]]:
+    """The TTFC p50 panel's point labels: text -> the (x, y) it points at."""
+    return {t.get_text(): tuple(t.xy) for t in fig.axes[0].texts}  # type: ignore[attr-defined]
+
+
+def _legend(fig: Figure) -> list[str]:
+    return [t.get_text() for t in fig.legends[0].get_texts()]
+
+
+def test_each_point_is_labelled_with_its_swept_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    figures = _drawn(monkeypatch)
+    measured = ((6, 8.7, 21.0), (12, 15.8, 22.0), (24, 21.8, 59.0), (36, 22.7, 144))
+    table = _table([{"arrival_rate": rate, "rps": rps, "ms": ms} for rate, rps, ms in measured])
+    (path,) = sweep_plots.write_sweep_plots(tmp_path, table, _manifest(RATE))
+    assert path.stat().st_size > 10_000
+    (fig,) = figures
+    assert _labels(fig) == {
+        "arrival_rate=6": (8.7, 21.0),
+        "arrival_rate=12": (15.8, 22.0),
+        "arrival_rate=24": (21.8, 59.0),
+        "arrival_rate=36": (22.7, 144.0),
+    }
+    assert all(len(ax.texts) == 4 for ax in fig.axes)  # every panel labels its points
+    assert _legend(fig) == ["one point per arrival_rate"]  # (it said "sweep")
+    assert fig.axes[0].get_xlabel() == "achieved throughput (ok requests/s, measured window)"
+    assert fig.axes[0].get_ylabel() == "TTFC p50 (ms)"
+
+
+def test_a_curve_per_prompt_length_names_its_length_and_its_points(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    figures = _drawn(monkeypatch)
+    table = _table(
+        [
+            {"arrival_rate": rate, "value": length, "rps": rate * 0.9, "ms": length / 10 + rate}
+            for rate in (4, 8)
+            for length in (256, 1024)
+        ]
+    )
+    sweep_plots.write_sweep_plots(tmp_path, table, _manifest(RATE, LENGTH))
+    (fig,) = figures
+    assert _legend(fig) == [
+        "value=256, one point per arrival_rate",
+        "value=1024, one point per arrival_rate",
+    ]
+    assert set(_labels(fig)) == {
+        "arrival_rate=4,value=256",
+        "arrival_rate=8,value=256",
+        "arrival_rate=4,value=1024",
+        "arrival_rate=8,value=1024",
+    }
+
+
+def test_compared_sweeps_keep_their_names_in_the_legend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    figures = _drawn(monkeypatch)
+    table = _table([{"arrival_rate": r, "rps": r * 0.9, "ms": 20.0 + r} for r in (4, 8)])
+    sweeps = [("A", table, _manifest(RATE)), ("B", table, _manifest(RATE))]
+    sweep_plots.write_compare_plot(tmp_path / "cmp.png", sweeps)
+    (fig,) = figures
+    assert _legend(fig) == ["A: one point per arrival_rate", "B: one point per arrival_rate"]
+    assert [t.get_text() for t in fig.axes[0].texts] == ["arrival_rate=4", "arrival_rate=8"] * 2
