@@ -59,7 +59,7 @@ from veeksha.evaluate.server_plot import write_server_plot
 from veeksha.evaluate.server_view import ServerView, load_server_view
 from veeksha.evaluate.slo import SloResult, all_met, judge_slos, scenario_slos
 from veeksha.evaluate.source import ColumnSource, release_memory
-from veeksha.evaluate.stats import measured_rows
+from veeksha.evaluate.stats import WARMUP, measured_rows
 from veeksha.evaluate.summary import compute_aggregates, summary_document
 from veeksha.record.columns import REQUESTS_SCHEMA, SERVER_TIMING_COLUMNS
 from veeksha.scenario.models import Scenario
@@ -191,6 +191,26 @@ def compute_evaluation(
     )
 
 
+def plot_boundaries(windows: list[Any]) -> list[tuple[str, float]]:
+    """(name, start) of the phases marked on the plots of the measured rows (timeline.png,
+    latency_over_time.png): every phase but the warmup, whose rows they do not draw (a band
+    marked "warmup" with nothing in it would read as a warmup that sent nothing)."""
+    return [
+        (str(w["name"]), float(w["start"]))
+        for w in windows
+        if isinstance(w, dict) and w.get("start") is not None and w.get("name") != WARMUP
+    ]
+
+
+def warmup_window(windows: list[Any]) -> tuple[float, float] | None:
+    """[start, end] of the run's warmup phase (summary.json's ``run.phases``), or None."""
+    for w in windows:
+        if isinstance(w, dict) and w.get("name") == WARMUP and w.get("start") is not None:
+            end = w.get("end")
+            return float(w["start"]), float(w["start"] if end is None else end)
+    return None
+
+
 def evaluate_run(
     run_dir: Path,
     scenario: Scenario,
@@ -219,14 +239,11 @@ def evaluate_run(
     files += write_metric_csvs(run_dir, evaluation.digests)
     if plots:
         release_memory()
-        boundaries = [
-            (str(w["name"]), float(w["start"]))
-            for w in evaluation.summary["run"].get("phases") or []
-            if scenario.phases and isinstance(w, dict) and w.get("start") is not None
-        ]
+        windows = evaluation.summary["run"].get("phases") or []
+        boundaries = plot_boundaries(windows) if scenario.phases else []
         files += write_plots(run_dir, measured_rows(requests), evaluation.digests, boundaries)
         files += write_ramp_plot(run_dir, evaluation.summary.get("ramp"))
         if server is not None:
-            files += write_server_plot(run_dir, requests, server)
+            files += write_server_plot(run_dir, requests, server, warmup_window(windows))
     evaluation.files = files
     return evaluation

@@ -67,15 +67,30 @@ def _legend_above(ax: Any) -> None:
     )
 
 
+#: The warmup's band: its rows are drawn (the server served them), so the span says it.
+WARMUP_LABEL = "warmup"
+
+
 def write_server_plot(
-    run_dir: Path, requests: pa.Table | ColumnSource, view: ServerView
+    run_dir: Path,
+    requests: pa.Table | ColumnSource,
+    view: ServerView,
+    warmup: tuple[float, float] | None = None,
 ) -> list[Path]:
-    """Draw the aligned timeline (nothing when the server's metrics hold no queue series)."""
+    """Draw the aligned timeline (nothing when the server's metrics hold no queue series).
+
+    Every request is drawn, the warmup's too (the server's queue held them); ``warmup``, the
+    warmup phase's [start, end] (s since t0), is shaded grey on each panel and named in the
+    queue panel's legend."""
     if "running" not in view.series and "waiting" not in view.series:
         return []
     source = ColumnSource.of(requests)
     fig = _figure(rows=3)
     queue, usage, ttfc = fig.subplots(3, 1, sharex=True)
+    if warmup is not None and warmup[1] > warmup[0]:
+        for ax in (queue, usage, ttfc):
+            label = WARMUP_LABEL if ax is queue else None
+            ax.axvspan(*warmup, color="grey", alpha=0.15, linewidth=0, zorder=0, label=label)
     sent, done = _reaching_server(source)
     if sent.size:
         queue.plot(*in_flight_envelope(sent, done).line(), label="veeksha: in flight", alpha=0.6)
@@ -92,7 +107,7 @@ def write_server_plot(
         if key.startswith("utilization"):
             usage.step(times, values, where="post", label=f"{key.replace('_', ' ')}", alpha=0.6)
     usage.set_ylabel("usage (%)")
-    if usage.has_data():
+    if usage.get_lines():
         _legend_above(usage)
     usage.grid(alpha=0.3)
     sent_at, first = _strided(source, ("sent_at", "ttfc"), SCATTER_POINTS)

@@ -138,3 +138,11 @@ def test_a_phase_leaves_tool_rows_out_as_the_run_does() -> None:
     assert slow["latency"]["ttfc"]["count"] == 20
     phases_total = sum(p["requests"]["total"] for p in summary["phases"].values())
     assert phases_total == summary["requests"]["total"]
+
+
+def test_plots_of_the_measured_rows_do_not_mark_the_warmup_they_leave_out() -> None:
+    from veeksha.evaluate.run import plot_boundaries, warmup_window
+
+    assert plot_boundaries(WINDOWS) == [("slow", 1.0), ("fast", 11.0)]  # (before: warmup at 0)
+    assert warmup_window(WINDOWS) == (0.0, 1.0)  # shaded on server_timeline.png, which draws it
+    assert warmup_window(WINDOWS[1:]) is None

@@ -84,3 +84,21 @@ def test_the_legends_sit_above_the_panels_not_over_the_lines(
         assert legend is not None
         # (before: inside the panel's upper right corner, over the in-flight peak)
         assert legend.get_window_extent(renderer).y0 >= ax.get_window_extent(renderer).y1 - 1
+
+
+def test_the_warmup_it_draws_is_shaded_and_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    figures: list[Figure] = []
+    monkeypatch.setattr(server_plot, "_save", lambda fig, path: figures.append(fig) or path)
+    view = ServerView(series={"running": (np.array([0.0, 1.0, 2.0]), np.array([0.0, 3.0, 0.0]))})
+    rows = [request(i, sent=0.5 * i, chunks=(0.5 * i + 0.2,)) for i in range(4)]
+    server_plot.write_server_plot(tmp_path, requests_table(rows), view, warmup=(0.0, 1.0))
+    server_plot.write_server_plot(tmp_path, requests_table(rows), view)  # no warmup: no band
+    shaded, plain = figures
+    for ax in shaded.axes:
+        (band,) = ax.patches
+        assert (band.get_x(), band.get_x() + band.get_width()) == (0.0, 1.0)  # type: ignore[attr-defined]
+    assert server_plot.WARMUP_LABEL in shaded.axes[0].get_legend_handles_labels()[1]
+    assert not any(ax.patches for ax in plain.axes)
+    assert len(shaded.axes[2].collections[0].get_offsets()) == 4  # warmup rows drawn too
