@@ -4,7 +4,8 @@ A request is *pending* from its session's start (its first ready time) to its ow
 *waiting* for a slot from its ready time for ``queue_wait``, and *in flight* from dispatch to
 the processing of its result. Each pool's level at a time is the count of intervals holding
 it (two binary searches in the sorted starts and ends), sampled at ``POINTS`` instants. Drawn
-when the run has several clients or a request waited for a slot; tool rows are left out.
+when the run has several clients or a request waited for a slot; tool rows are left out. The
+legend is a row above the first panel, clear of the lines (as ``server_timeline.png``'s).
 """
 
 from __future__ import annotations
@@ -64,7 +65,9 @@ def draw_pools(source: ColumnSource, path: Path) -> Path | None:
         ax.plot(times, pool_levels(dispatched[rows], processed[rows], times), label="in flight")
         ax.set_ylabel(f"{name}\nrequests")
         ax.grid(alpha=0.3)
-    axes[0].legend(loc="upper right", fontsize="small")
+    from veeksha.evaluate.server_plot import _legend_above
+
+    _legend_above(axes[0])  # in a row above the panel: inside, it covered the pools' peaks
     axes[-1].set_xlabel("time since t0 (s)")
     return _save(fig, path)
 
