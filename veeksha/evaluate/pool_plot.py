@@ -65,9 +65,9 @@ def draw_pools(source: ColumnSource, path: Path) -> Path | None:
         ax.plot(times, pool_levels(dispatched[rows], processed[rows], times), label="in flight")
         ax.set_ylabel(f"{name}\nrequests")
         ax.grid(alpha=0.3)
-    from veeksha.evaluate.server_plot import _legend_above
+    from veeksha.evaluate.server_plot import legend_above
 
-    _legend_above(axes[0])  # in a row above the panel: inside, it covered the pools' peaks
+    legend_above(axes[0])  # in a row above the panel: inside, it covered the pools' peaks
     axes[-1].set_xlabel("time since t0 (s)")
     return _save(fig, path)
 

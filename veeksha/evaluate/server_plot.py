@@ -28,7 +28,7 @@ from veeksha.evaluate.server_view import ServerView
 from veeksha.evaluate.source import ColumnSource
 from veeksha.evaluate.stats import column, reached_server
 
-__all__ = ["SERVER_PLOT", "write_server_plot"]
+__all__ = ["SERVER_PLOT", "legend_above", "write_server_plot"]
 
 SERVER_PLOT = "server_timeline.png"
 
@@ -51,7 +51,7 @@ def _reaching_server(source: ColumnSource) -> tuple[np.ndarray, np.ndarray]:
 LEGEND_ROW = 4
 
 
-def _legend_above(ax: Any) -> None:
+def legend_above(ax: Any) -> None:
     """The panel's legend in one row just above it, never over the lines it names."""
     count = len(ax.get_legend_handles_labels()[1])
     if count > LEGEND_ROW:
@@ -98,7 +98,7 @@ def write_server_plot(
         if name in view.series:
             queue.step(*view.series[name], where="post", label=f"server: {name}")
     queue.set_ylabel("requests")
-    _legend_above(queue)
+    legend_above(queue)
     queue.grid(alpha=0.3)
     if "kv_usage" in view.series:
         times, values = view.series["kv_usage"]
@@ -108,7 +108,7 @@ def write_server_plot(
             usage.step(times, values, where="post", label=f"{key.replace('_', ' ')}", alpha=0.6)
     usage.set_ylabel("usage (%)")
     if usage.get_lines():
-        _legend_above(usage)
+        legend_above(usage)
     usage.grid(alpha=0.3)
     sent_at, first = _strided(source, ("sent_at", "ttfc"), SCATTER_POINTS)
     if sent_at.size:
