@@ -94,6 +94,22 @@ def test_the_lead_stays_within_its_cap_and_its_share_of_the_time_between_wake_up
     assert busy.ns == 40_000
 
 
+def test_observe_keeps_the_same_account_as_wake_ups_record() -> None:
+    # observe() does WakeUps.record's work inline (it runs at every release): the two must agree
+    lead = WakeLead(budget=0.02)
+    reference = WakeUps(workers=1)
+    now = 0
+    latencies = [0, 1, 999, 1_000, 1_001, 1_189, 1_190, 40_000, 40_001, 150_000, 2_500_000]
+    for i in range(300):
+        latency = latencies[i % len(latencies)] + (i * 7919) % 3 if i % 13 else lead.ns
+        now += 1_000_000 + (i * 104_729) % 900_000
+        reference.record(latency, lead.ns)
+        lead.observe(latency, now)
+    assert reference.to_dict() == lead.wake_ups.to_dict()
+    assert reference.histogram == lead.wake_ups.histogram
+    assert 0 < lead.ns <= 0.02 * 1_900_000
+
+
 def test_timers_with_a_lead_fire_in_order_and_never_early() -> None:
     async def main() -> tuple[list[tuple[int, int, int]], WakeLead | None]:
         loop = asyncio.get_running_loop()

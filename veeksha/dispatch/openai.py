@@ -135,7 +135,9 @@ class RequestBuilder:
                 [{"role": role, "content": content} for role, content in messages]
             )
         else:
-            head = b'{"prompt":' + msgspec.json.encode("\n".join(c for _, c in messages))
+            # (one message, the usual prompt: its text as is, without a join)
+            prompt = messages[0][1] if len(messages) == 1 else "\n".join([c for _, c in messages])
+            head = b'{"prompt":' + msgspec.json.encode(prompt)
         n = str(max_tokens).encode()
         if self._min_key is None:
             return b"".join((head, self._max_key, n, self._tail))

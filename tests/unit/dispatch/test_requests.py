@@ -42,6 +42,13 @@ def test_completions_flatten_with_newlines() -> None:
     assert "messages" not in got
 
 
+def test_completions_prompt_of_one_message_or_none() -> None:
+    builder = RequestBuilder(chat=False, model="m", stream=False, max_tokens_param="max_tokens")
+    one = json.loads(builder.body([("user", 'only "one"\n')], 3))
+    assert one["prompt"] == 'only "one"\n'  # as is: nothing joined to it
+    assert json.loads(builder.body([], 3))["prompt"] == ""
+
+
 def test_min_tokens_param_gets_the_same_count() -> None:
     got = body(min_tokens_param="min_tokens")
     assert (got["max_completion_tokens"], got["min_tokens"]) == (17, 17)
