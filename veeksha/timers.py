@@ -294,6 +294,7 @@ class LoopTimers:
 
     __slots__ = (
         "_arm_at_ns",
+        "_armed_lead_ns",
         "_armed_ns",
         "_clock",
         "_fd",
@@ -322,6 +323,7 @@ class LoopTimers:
         self._seq = itertools.count()
         self._armed_ns = 0
         self._arm_at_ns = 0  # when the descriptor fires: the deadline less the lead (0: stale)
+        self._armed_lead_ns = 0  # the lead the descriptor was armed with
         self._spec = _Itimerspec()
         self._spec_ref = ctypes.byref(self._spec)  # (made once: passed on every arm)
         if self.precise:
@@ -376,7 +378,8 @@ class LoopTimers:
         self._armed_ns = when_ns
         at = when_ns
         if when_ns and self.lead is not None:
-            at = when_ns - self.lead.ns
+            self._armed_lead_ns = self.lead.ns
+            at = when_ns - self._armed_lead_ns
             # a firing is a wake-up to learn from only if it was armed for the future
             self._arm_at_ns = at if at > time.monotonic_ns() else 0
         value = self._spec.it_value
@@ -393,8 +396,11 @@ class LoopTimers:
                 self.lead.observe(now - self._arm_at_ns, now)
                 self._arm_at_ns = 0
             # waited for in the busy loop: what is due within the lead of *this* wake-up (not
-            # of each callback's end, or a dense train of deadlines would never let I/O in)
-            horizon = now + self.lead.ns
+            # of each callback's end, or a dense train of deadlines would never let I/O in);
+            # at least the lead it was armed with, so that what armed it is released now even
+            # when observe() just shortened the lead (else a second wake-up for the same item)
+            lead = self.lead.ns
+            horizon = now + (lead if lead > self._armed_lead_ns else self._armed_lead_ns)
         while heap and (heap[0][2].cancelled or heap[0][0] <= max(now, horizon)):
             when, _, entry = heapq.heappop(heap)
             if not entry.cancelled:

@@ -185,6 +185,43 @@ def test_a_wake_up_waits_only_for_what_is_due_within_its_own_lead(
     assert ran == [0, 200, 400]
 
 
+def test_a_wake_up_releases_what_armed_it_even_when_it_shortens_the_lead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A wake-up's observe() may shorten the lead (its recent wake-ups were quick): what armed
+    the timer, due within the lead it was armed with, still leaves in this wake-up, not in a
+    second one (each wake-up releases something: at most one per release)."""
+    start = 10**12
+    clock = [start]
+
+    def monotonic_ns() -> int:
+        clock[0] += 1_000
+        return clock[0]
+
+    monkeypatch.setattr("veeksha.timers.time.monotonic_ns", monotonic_ns)
+
+    async def main() -> tuple[list[int], int, int]:
+        timers = LoopTimers(asyncio.get_running_loop(), MonotonicClock(), precise=True, lead=True)
+        lead = timers.lead
+        assert lead is not None
+        _observe_all(lead, [100] * 8)  # quick wake-ups seen: the lead they call for is 100 µs
+        lead.ns = 500_000  # (armed with a longer one, as after a slow wake-up)
+        ran: list[int] = []
+        due = start + 10_000_000
+        timers.call_at_ns(due, lambda: ran.append(1))
+        clock[0] = due - 450_000  # woken 50 µs after its armed time, 450 µs before it is due
+        timers._on_fire()
+        shortened = lead.ns
+        armed = timers._armed_ns
+        timers.close()
+        return ran, shortened, armed
+
+    ran, shortened, armed = asyncio.run(main())
+    assert shortened < 450_000  # this wake-up's observe() shortened the lead below the wait
+    assert ran == [1]  # yet the release that armed it left in it
+    assert armed == 0  # nothing left to arm: no second wake-up for it
+
+
 def test_wake_ups_are_counted_in_quarter_octaves_summed_and_read_back() -> None:
     worker = WakeUps(workers=1)
     for latency_us, lead_us in ((0.5, 100), (90, 100), (100, 100), (256, 100), (1000, 400)):
