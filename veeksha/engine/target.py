@@ -36,6 +36,7 @@ __all__ = [
     "TargetContext",
     "check_reachable",
     "client_api_base",
+    "context_limits",
     "describe",
     "spawn_simulator",
 ]
@@ -252,6 +253,9 @@ class TargetContext(AbstractContextManager["Target"]):
             if self._simulator_cpus:
                 _pin_tree(self._simulator.pid, self._simulator_cpus)
             description = {"simulator": self._simulator.config_dict()}
+            limits = context_limits(scenario)[1]
+            if limits:  # (run.log's target line says where each context window came from)
+                description["context_limits"] = limits
             default_model = self._simulator.config.model
             for i, (name, client) in enumerate(entries):
                 if resolved[i] is None:
@@ -340,6 +344,37 @@ def _simulated(scenario: Scenario) -> list[str]:
     return list(dict.fromkeys(models))
 
 
+def context_limits(scenario: Scenario) -> tuple[dict[str, int], list[str]]:
+    """The context windows the built-in simulator takes from its clients: model → the
+    ``client.max_model_len`` adopted for it (the largest of its clients', so that no request a
+    client holds to fit is refused), for every model whose own ``max_model_len`` was left to
+    its default (``simulator.max_model_len``, or the ``simulator.models`` entry's); and one
+    line per model with a client limit saying which window it serves with and why."""
+    config = scenario.simulator
+    wanted: dict[str, int] = {}
+    for _, client in scenario.client_entries():
+        if client.max_model_len is None or client_api_base(client) is not None:
+            continue
+        model = client.model or config.model
+        wanted[model] = max(wanted.get(model, 0), client.max_model_len)
+    section_set = "max_model_len" in config.model_fields_set
+    adopted: dict[str, int] = {}
+    lines: list[str] = []
+    for model, limit in wanted.items():
+        entry = config.models.get(model)
+        if entry is not None and entry.max_model_len is not None:
+            own, key = entry.max_model_len, f"simulator.models.{model}.max_model_len"
+        elif section_set:
+            own, key = config.max_model_len, "simulator.max_model_len"
+        else:
+            adopted[model] = limit
+            lines.append(f"{model}: max_model_len {limit} from client.max_model_len")
+            continue
+        note = "" if own == limit else f" (client.max_model_len {limit} differs)"
+        lines.append(f"{model}: max_model_len {own} from {key}{note}")
+    return adopted, lines
+
+
 def _simulator_process(scenario: Scenario, fork: bool = False) -> SimulatorProcess:
     from veeksha.simulator.process import SimulatorProcess
 
@@ -353,9 +388,14 @@ def _simulator_process(scenario: Scenario, fork: bool = False) -> SimulatorProce
     for name in models:
         if name != primary:
             extra.setdefault(name, SimulatorModel())
-    return SimulatorProcess(
-        config.model_copy(update={"model": primary, "models": extra}), fork=fork
-    )
+    update: dict[str, Any] = {"model": primary, "models": extra}
+    # a client's max_model_len is the window of its model where the simulator's was left alone
+    for name, limit in context_limits(scenario)[0].items():
+        if name == primary:
+            update["max_model_len"] = limit
+        else:
+            extra[name] = extra[name].model_copy(update={"max_model_len": limit})
+    return SimulatorProcess(config.model_copy(update=update), fork=fork)
 
 
 def _pin_tree(pid: int | None, cpus: list[int]) -> None:

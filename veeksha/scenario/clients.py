@@ -208,7 +208,8 @@ class _OpenAIClientBase(StrictModel):
         ge=2,
         description="The server's context window in tokens (vLLM's --max-model-len): a trace "
         "request whose prompt, history and output exceed it is handled by "
-        "session_generator.oversized.",
+        "session_generator.oversized. The built-in simulator serving the client takes it "
+        "as its own unless simulator.max_model_len is set.",
     )
 
     @field_validator("additional_sampling_params", mode="before")

@@ -192,7 +192,10 @@ class SimulatorConfig(NumbersModel):
         None, gt=0, description="Cached blocks unused for this long are dropped (null: never)."
     )
     max_model_len: int = Field(
-        131_072, ge=2, description="Prompt plus max output tokens allowed (400 beyond)."
+        131_072,
+        ge=2,
+        description="Prompt plus max output tokens allowed (400 beyond); left out, veeksha run "
+        "takes the largest client.max_model_len of the clients the simulator serves.",
     )
     default_max_tokens: int = Field(
         256, ge=1, description="Output limit of requests that send no max_tokens."

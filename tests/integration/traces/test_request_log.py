@@ -236,3 +236,47 @@ def test_a_run_of_a_relative_trace_is_reported_again_from_any_folder(
     for name in ("dispatch_rate", "arrival_distribution"):
         assert "no longer be read" not in checks[name]["detail"], checks[name]
         assert checks[name]["statistics"], checks[name]
+
+
+def test_the_built_in_simulator_takes_client_max_model_len_unless_its_own_is_set(
+    tmp_path: Path,
+) -> None:
+    # no api_base: the simulator veeksha starts refused nothing below its default 131072, so
+    # oversized: send showed a user testing their context-limit handling no refusal at all
+    trace = tmp_path / "long.csv"
+    trace.write_text("session_id,input_length,output_length\ns1,10,5\ns2,30,20\n")
+
+    def run(name: str, simulator: str) -> tuple[dict[int, int], pd.DataFrame, str]:
+        text = f"""
+seed: 1
+traffic_scheduler: {{type: concurrent, target_concurrent_sessions: 2, rampup_seconds: 0}}
+session_generator: {{type: trace, trace_file: {trace}, wrap_mode: false, oversized: send}}
+client: {{max_model_len: 40}}
+runtime: {{max_sessions: 10, num_workers: 1}}
+{simulator}
+"""
+        run_dir = tmp_path / name
+        run_scenario(load_scenario_text(text, "t.yaml"), run_dir, quiet=True, plots=False)
+        requests = pd.read_parquet(run_dir / "requests.parquet")
+        by_length = dict(zip(requests.target_prompt_tokens, requests.http_status, strict=True))
+        target = next(
+            line for line in (run_dir / "run.log").read_text().splitlines() if "target: " in line
+        )
+        return by_length, requests, target
+
+    by_length, requests, target = run("client", "")
+    assert by_length == {10: 200, 30: 400}  # 30 + 20 > 40: the simulator's refusal, recorded
+    refused = requests[requests.target_prompt_tokens == 30].iloc[0]
+    assert refused.status != "ok"
+    assert "context" in str(refused.error_message)
+    assert "veeksha-sim: max_model_len 40 from client.max_model_len" in target
+    assert '"max_model_len": 40' in target
+
+    # both set, differently: the simulator's own is kept (a server larger than the client
+    # believes), and the target line says so
+    by_length, _, target = run("both", "simulator: {max_model_len: 1000}")
+    assert by_length == {10: 200, 30: 200}
+    assert (
+        "veeksha-sim: max_model_len 1000 from simulator.max_model_len "
+        "(client.max_model_len 40 differs)" in target
+    )
