@@ -138,6 +138,30 @@ def test_an_open_loop_points_request_rate_is_the_offered_rate_on_average() -> No
     assert np.mean(by_arrival) - rate > 3 * spread  # (the old window, from the first arrival)
 
 
+def test_an_open_loop_point_without_warmup_is_not_a_request_too_many() -> None:
+    # warmup_duration: 0: the measured phase starts at t0, which is the first arrival (the
+    # engine releases it at ready_at 0.0), so a window from t0 held it besides the Poisson
+    # number of others, as the first-arrival window did. An open loop's window leaves out the
+    # request arriving at its start: what remains holds rate × duration arrivals on average.
+    rate, duration, points = 2.0, 1.0, 100
+    rng = np.random.default_rng(11)
+    fixed, old = [], []
+    for _ in range(points):
+        rows = pd.DataFrame(_poisson_point(rng, rate, 0.0, duration))
+        assert rows["ready_at"].iloc[0] == 0.0
+        point = analyse_point(rate, rows, duration, "p", "PASS", 0.0, open_loop=True)
+        fixed.append(point["requests_per_s"])
+        old.append(analyse_point(rate, rows, duration, "p", "PASS", 0.0)["requests_per_s"])
+    spread = np.sqrt(rate / duration / points)
+    assert abs(np.mean(fixed) - rate) < 3 * spread
+    assert np.mean(old) - rate > 3 * spread  # (the window that counted the t0 arrival)
+    # a closed loop's requests at t0 are its load, not a sample of arrivals: they count
+    rows = pd.DataFrame(_poisson_point(rng, rate, 0.0, duration))
+    closed = analyse_point(rate, rows, duration, "p", "PASS", 0.0)
+    in_window = int(np.sum(rows["completed_at"] < duration))
+    assert closed["requests_per_s"] == pytest.approx(in_window / duration)
+
+
 def test_the_window_starts_where_the_points_measured_phase_did() -> None:
     phases = [{"name": "warmup", "start": 0.0, "end": 1.0}, {"name": "measured", "start": 1.0}]
     assert measured_start({"run": {"phases": phases}}) == 1.0

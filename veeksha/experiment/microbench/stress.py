@@ -13,8 +13,13 @@ go on until ``point_duration`` after the first measured one, which comes after t
 whereas the drain after it is not. The window does not start at a request: one that began at the
 first measured arrival would hold that arrival and a Poisson number of others, one request more
 than the rate gives on average (``1 / point_duration`` req/s too many), whereas a window set by
-the clock holds ``rate × point_duration`` arrivals on average. Throughputs count what the server
-did inside the window, from every row (warmup requests still in flight at its start included):
+the clock holds ``rate × point_duration`` arrivals on average. Without a warmup
+(``warmup_duration: 0``) the window starts at t0, which is an arrival (the first session is
+released at t0): at a rate level that request is left out of the throughputs, so the window opens
+just after it and again holds ``rate × point_duration`` arrivals on average (a concurrency
+level's requests at t0 are its load, not a sample of arrivals: they count). Throughputs count
+what the server did inside the window, from every row (warmup requests still in flight at its
+start included):
 
 - output tokens/s: the content chunks that arrived in the window (× the request's tokens per
   chunk) / window;
@@ -92,15 +97,19 @@ def analyse_point(
     run_dir: str,
     verdict: str | None,
     start: float | None = None,
+    open_loop: bool = False,
 ) -> dict[str, Any]:
     """The figures of one point from all its rows (warmup included), as the module docstring
     defines them; ``start``: the window's (``measured_start``; None: the first measured
-    arrival, for a point whose run left no phases)."""
+    arrival, for a point whose run left no phases); ``open_loop``: a rate level, whose
+    throughputs leave out the measured request that arrived at the window's start."""
     measured = rows[rows["phase"] == "measured"]
     ok = measured[measured["status"] == "ok"]
     if start is None:
         start = float(measured["ready_at"].min()) if len(measured) else float("nan")
     end = start + duration_s
+    if open_loop:  # (the latencies still take it: it is a measured request like the others)
+        rows = rows[~((rows["phase"] == "measured") & (rows["ready_at"] <= start))]
     output_tokens = 0.0
     for times, tokens in zip(rows["chunk_times"], rows["output_tokens"], strict=True):
         if times is None or not len(times):
@@ -222,6 +231,7 @@ def run_stress(config: StressConfig, echo: Callable[[str], None]) -> tuple[Path,
                 str(result.run_dir.relative_to(folder)),
                 verdict,
                 measured_start(result.summary),
+                open_loop=config.traffic == "rate",
             )
             table.append(point)
             echo(f"    {_line(point, config)}")
