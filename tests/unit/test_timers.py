@@ -152,20 +152,27 @@ def test_the_lead_is_off_without_timerfd_or_when_the_environment_says_so(
     assert asyncio.run(lead_of(True)) is None
 
 
-def test_a_wake_up_waits_only_for_what_is_due_within_its_own_lead(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The busy loop waits for what is due within the lead of the wake-up it follows, not of
-    each callback's end: a train of deadlines closer together than the lead must not keep the
-    loop from its I/O. (A fake clock that moves 1 µs a reading: load cannot change it.)"""
-    start = 10**12
-    clock = [start]
+def _fake_monotonic(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The timers' monotonic clock, faked: it moves 1 µs a reading from 10**12 ns (load cannot
+    change it); set ``clock[0]`` to jump it."""
+    clock = [10**12]
 
     def monotonic_ns() -> int:
         clock[0] += 1_000
         return clock[0]
 
     monkeypatch.setattr("veeksha.timers.time.monotonic_ns", monotonic_ns)
+    return clock
+
+
+def test_a_wake_up_waits_only_for_what_is_due_within_its_own_lead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The busy loop waits for what is due within the lead of the wake-up it follows, not of
+    each callback's end: a train of deadlines closer together than the lead must not keep the
+    loop from its I/O. (A fake clock that moves 1 µs a reading: load cannot change it.)"""
+    clock = _fake_monotonic(monkeypatch)
+    start = clock[0]
 
     async def main() -> list[int]:
         timers = LoopTimers(asyncio.get_running_loop(), MonotonicClock(), precise=True, lead=True)
@@ -191,14 +198,8 @@ def test_a_wake_up_releases_what_armed_it_even_when_it_shortens_the_lead(
     """A wake-up's observe() may shorten the lead (its recent wake-ups were quick): what armed
     the timer, due within the lead it was armed with, still leaves in this wake-up, not in a
     second one (each wake-up releases something: at most one per release)."""
-    start = 10**12
-    clock = [start]
-
-    def monotonic_ns() -> int:
-        clock[0] += 1_000
-        return clock[0]
-
-    monkeypatch.setattr("veeksha.timers.time.monotonic_ns", monotonic_ns)
+    clock = _fake_monotonic(monkeypatch)
+    start = clock[0]
 
     async def main() -> tuple[list[int], int, int]:
         timers = LoopTimers(asyncio.get_running_loop(), MonotonicClock(), precise=True, lead=True)
