@@ -97,3 +97,27 @@ def test_the_ramp_table_at_80_columns() -> None:
     assert [r[0] for r in rows] == [f"{0.4 * k:.1f}" for k in range(10)]
     offered = "6.75 10.25 13.75 17.25 20.75 24.25 27.75 31.25 34.75 38.25"
     assert [r[1] for r in rows] == offered.split()
+
+
+def test_tool_calls_are_not_requests_of_a_ramp_window() -> None:
+    # a guard, not a fix: the section is computed from measured_rows, which leaves tool calls
+    # out (a tool call's row reaches no server), as the run's and the phases' figures do
+    starts = RAMP.inverse(np.arange(91.0))
+    rows = [request(k, ready=t, chunks=(t + 0.02, t + 0.07)) for k, t in enumerate(starts)]
+    rows += [
+        request(k, 1, parents=[0], ready=t + 0.08, chunks=(t + 0.5,)) | {"kind": "tool"}
+        for k, t in enumerate(starts)
+    ]
+    traffic = {
+        "type": "rate",
+        "interval_generator": {"type": "fixed", "interval": 0.2},
+        "ramp": {"end_rate": 40, "duration": 4},
+    }
+    cfg = scenario(traffic_scheduler=traffic, runtime={"max_sessions": 91})
+    sessions = [session(k, t, t + 0.6) for k, t in enumerate(starts)]
+    summary = compute_evaluation(cfg, requests_table(rows), sessions_table(sessions), {}).summary
+    section = summary["ramp"]
+    assert isinstance(section, dict)
+    for window in section["windows"]:
+        assert window["requests_per_s"] == pytest.approx(window["sessions_per_s"])
+        assert window["e2e_p99"] < 0.1  # (a tool call's 0.42 s is not among them)
