@@ -350,6 +350,52 @@ runtime: {max_sessions: -1, benchmark_timeout: 1.0, post_timeout_grace_seconds: 
     assert (never_sent.error_message == run_stopped("timeout")).all()
 
 
+@pytest.mark.parametrize("grace", [5.0, 0.2])
+def test_closed_loop_grace_finishes_or_cuts_what_is_in_flight_and_sends_nothing_new(
+    tmp_path: Path, grace: float
+) -> None:
+    # 3 sessions of 2 turns of ~1.2 s each, a 0.6 s timeout. Unlike the public veeksha (which
+    # keeps refilling and dispatching during its grace, docs/scenario.md), nothing is sent after
+    # the timeout: a second turn becomes ready in the grace and is cancelled unsent. A long
+    # grace lets the first turns end ok (in the throughput window); a short one cuts them off,
+    # each keeping its row as cancelled, ended when the grace ran out.
+    run_dir, requests, sessions = run(
+        tmp_path,
+        f"""
+traffic_scheduler: {{type: concurrent, target_concurrent_sessions: 3, rampup_seconds: 0}}
+session_generator:
+  type: synthetic
+  session_graph:
+    type: linear
+    num_request_generator: {{type: fixed, value: 2}}
+  output_spec: {{text: {{output_length_generator: {{type: fixed, value: 30}}}}}}
+runtime: {{max_sessions: -1, benchmark_timeout: 0.6, post_timeout_grace_seconds: {grace}}}
+simulator: {{ttft_ms: 5, itl_ms: 40}}
+""",
+    )
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["run"]["stop_reason"] == "timeout"
+    assert len(sessions) == 3
+    assert len(requests) == 6
+    first, second = requests[requests.node_id == 0], requests[requests.node_id == 1]
+    assert first.sent_at.notna().all()
+    assert (first.dispatched_at <= 0.6 + 0.05).all()
+    assert second.sent_at.isna().all()
+    assert (second.status == "cancelled").all()
+    assert (second.error_message == run_stopped("timeout")).all()
+    if grace > 1:
+        assert (first.status == "ok").all()
+        assert (first.completed_at > 0.6).all()
+        throughput = summary["throughput"]
+        assert throughput["completed_requests"] == 3
+        assert throughput["window_end"] == pytest.approx(first.completed_at.max(), abs=1e-3)
+    else:
+        assert (first.status == "cancelled").all()
+        assert (first.error_kind == "cancelled").all()
+        assert first.completed_at.between(0.6 + grace - 0.05, 0.6 + grace + 0.3).all()
+        assert summary["throughput"]["completed_requests"] == 0
+
+
 def test_cli_run_writes_a_readable_run_folder(tmp_path: Path) -> None:
     scenario = tmp_path / "s.yaml"
     scenario.write_text(

@@ -332,6 +332,34 @@ def test_benchmark_timeout_counts_from_the_first_measured_session_not_the_warmup
     assert [item.dispatched_at_ns for item in h.items] == [0, S, 2 * S, 3 * S, 4 * S]
 
 
+def test_closed_loop_timeout_counts_from_the_first_ramp_slot_and_refills_nothing_after() -> None:
+    # Target 2 over a 2 s ramp: slots open at 1 s and 2 s. The 1.5 s timeout runs from the first
+    # session's start (1 s), not from t0 (the public veeksha's clock): deadline 2.5 s, so the
+    # 2 s slot still starts. A session ending after the deadline, its grace running, frees a
+    # slot that stays empty (the public veeksha keeps refilling during its grace).
+    h = Harness(
+        LoopSettings(
+            cancel_on_failure=True,
+            max_sessions=-1,
+            benchmark_timeout_s=1.5,
+            concurrency=ConcurrencyRamp(2, rampup_s=2.0),
+        ),
+        lambda i: chain(i, 1),
+    )
+    h.start()
+    h.timers.advance(2 * S)
+    assert [item.dispatched_at_ns for item in h.items] == [S, 2 * S]
+    assert h.loop.measured_start_ns == S
+    h.timers.advance(int(2.6 * S))  # past the deadline
+    assert h.loop.stop_reason == "timeout"
+    h.complete(h.items[0], at_ns=h.clock.now)
+    assert len(h.items) == 2  # the freed slot is not refilled
+    assert not h.loop.finished  # session 1 still in flight: its grace runs
+    h.complete(h.items[1], at_ns=h.clock.now)
+    assert h.loop.finished
+    assert h.loop.counters.sessions_started == 2
+
+
 def test_a_burst_starts_in_slices_with_planned_times() -> None:
     h = Harness(
         LoopSettings(cancel_on_failure=True, max_sessions=600, rate_gaps=fixed_gaps(0.0)),
