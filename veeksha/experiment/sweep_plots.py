@@ -7,8 +7,10 @@ One line per combination of the swept keys that are not the load knob (keys unde
 prompt length. A sweep with no load key swept draws its points in sweep order. Each point is
 labelled with its point label (sweep.parquet's ``point``: ``arrival_rate=36``), and each curve's
 legend entry names what it holds (``body_length=256``) and what varies along it (``one point per
-arrival_rate``). Points that failed a health check are drawn hollow and red, and the legend says so:
-they are not a server result.
+arrival_rate``). Labels never overlap (``plot_labels``): one with no room beside its point sits
+farther out on a leader line, or is left out, the panel's title saying how many. Points that
+failed a health check are drawn hollow and red, and the legend says so: they are not a server
+result.
 
 :func:`write_compare_plot` draws several sweeps' curves on the same axes (``veeksha compare``).
 """
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from veeksha.experiment.plot_labels import PointLabel, place_labels
 from veeksha.experiment.sweep_table import value_columns
 
 if TYPE_CHECKING:
@@ -84,8 +87,10 @@ def _draw(
     prefix: str,
     style: str,
     failed_labelled: list[bool],
+    labels: dict[Axes, list[PointLabel]],
 ) -> int:
-    """Draw one sweep's curves on the grid of axes; returns how many points were drawn."""
+    """Draw one sweep's curves on the grid of axes; returns how many points were drawn. Each
+    point's label is added to ``labels`` (placed by :func:`_finish`, once all is drawn)."""
     keys = curve_keys(manifest)
     drawn = 0
     by_load = not any(k.startswith(_LOAD_PREFIX) for k in manifest.get("swept_keys") or [])
@@ -106,7 +111,12 @@ def _draw(
                 failed = data["health"] == "FAIL"
                 good = [i for i, bad in enumerate(failed.tolist()) if not bad]
                 axes.plot(x, y, style, marker="o", markevery=good, label=name)
-                _label_points(axes, x.tolist(), y.tolist(), data["point"].tolist())
+                texts = [str(point) for point in data["point"].tolist()]
+                labels.setdefault(axes, []).extend(
+                    PointLabel(at, value, text)
+                    for at, value, text in zip(x.tolist(), y.tolist(), texts, strict=True)
+                )
+                axes.margins(x=0.06, y=0.16)  # room for the labels of the outermost points
                 if failed.any():
                     axes.scatter(
                         x[failed],
@@ -125,30 +135,13 @@ def _draw(
     return drawn
 
 
-def _label_points(axes: Axes, xs: list[float], ys: list[float], points: list[Any]) -> None:
-    """Each point's label (``arrival_rate=36``) just above it, to its right in the left half of
-    the x range and to its left in the right half, so no label runs off the panel's edge."""
-    middle = (min(xs) + max(xs)) / 2
-    for at, value, point in zip(xs, ys, points, strict=True):
-        right = at > middle
-        axes.annotate(
-            str(point),
-            (at, value),
-            xytext=(-4 if right else 4, 4),
-            textcoords="offset points",
-            ha="right" if right else "left",
-            va="bottom",
-            fontsize=7,
-            color="dimgrey",
-        )
-    axes.margins(x=0.06, y=0.16)  # room for the labels of the highest points
-
-
-def _finish(fig: Figure, grid: Any, title: str) -> None:
+def _finish(fig: Figure, grid: Any, title: str, point_labels: dict[Axes, list[PointLabel]]) -> None:
     for row, (_, shown) in enumerate(_PANELS):
         for col, stat in enumerate(_STATS):
             axes = grid[row][col]
-            axes.set_title(f"{shown} {stat}")
+            _, left_out = place_labels(axes, point_labels.get(axes, []))
+            note = f" ({left_out} point label{'s' * (left_out > 1)} left out: no room)"
+            axes.set_title(f"{shown} {stat}" + (note if left_out else ""))
             axes.set_xlabel("achieved throughput (ok requests/s, measured window)")
             axes.set_ylabel(f"{shown} {stat} (ms)")
             axes.grid(True, alpha=0.3)
@@ -164,9 +157,10 @@ def write_sweep_plots(
     """Write plots/latency_throughput.png of a sweep; nothing when no point has results."""
     fig = _figure()
     grid = fig.subplots(len(_PANELS), len(_STATS), squeeze=False)
-    if not _draw(grid, table, manifest, "", "-", [False]):
+    labels: dict[Axes, list[PointLabel]] = {}
+    if not _draw(grid, table, manifest, "", "-", [False], labels):
         return []
-    _finish(fig, grid, f"{Path(sweep_dir).name}: latency against throughput")
+    _finish(fig, grid, f"{Path(sweep_dir).name}: latency against throughput", labels)
     out = Path(sweep_dir) / PLOTS_DIR
     out.mkdir(exist_ok=True)
     path = out / CURVE_FILE
@@ -181,9 +175,12 @@ def write_compare_plot(
     fig = _figure()
     grid = fig.subplots(len(_PANELS), len(_STATS), squeeze=False)
     labelled = [False]
+    labels: dict[Axes, list[PointLabel]] = {}
     for number, (name, table, manifest) in enumerate(sweeps):
-        _draw(grid, table, manifest, f"{name}: ", _STYLES[number % len(_STYLES)], labelled)
-    _finish(fig, grid, "latency against throughput: " + " vs ".join(n for n, _, _ in sweeps))
+        style = _STYLES[number % len(_STYLES)]
+        _draw(grid, table, manifest, f"{name}: ", style, labelled, labels)
+    title = "latency against throughput: " + " vs ".join(n for n, _, _ in sweeps)
+    _finish(fig, grid, title, labels)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)

@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 import pytest
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 
 from veeksha.experiment import sweep_plots
 
@@ -113,3 +114,81 @@ def test_compared_sweeps_keep_their_names_in_the_legend(
     (fig,) = figures
     assert _legend(fig) == ["A: one point per arrival_rate", "B: one point per arrival_rate"]
     assert [t.get_text() for t in fig.axes[0].texts] == ["arrival_rate=4", "arrival_rate=8"] * 2
+
+
+def _overlapping(boxes: list[Any]) -> list[tuple[int, int]]:
+    return [
+        (i, j)
+        for i, a in enumerate(boxes)
+        for j, b in enumerate(boxes[i + 1 :], i + 1)
+        if a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+    ]
+
+
+def _check_labels(fig: Figure) -> list[int]:
+    """Every panel's labels, as drawn: none overlaps another, each inside its panel and clear
+    of every other point's marker centre; how many each panel drew. (A label's text: an
+    annotation's own extent takes in its leader line.)"""
+    fig.canvas.draw()  # type: ignore[attr-defined]
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    counts = []
+    for ax in fig.axes:
+        boxes = [Text.get_window_extent(t, renderer) for t in ax.texts]
+        assert _overlapping(boxes) == [], ax.get_title()
+        frame = ax.get_window_extent(renderer)
+        points = [tuple(ax.transData.transform(t.xy)) for t in ax.texts]  # type: ignore[attr-defined]
+        for box, own in zip(boxes, points, strict=True):
+            assert frame.x0 <= box.x0, ax.get_title()
+            assert box.x1 <= frame.x1, ax.get_title()
+            assert frame.y0 <= box.y0, ax.get_title()
+            assert box.y1 <= frame.y1, ax.get_title()
+            covered = [p for p in points if p != own and box.contains(*p)]
+            assert covered == [], ax.get_title()
+        counts.append(len(boxes))
+    return counts
+
+
+def test_labels_of_close_points_never_overlap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # rates 10, 11 and 12 req/s close together beside 40 (a run against the simulator): the
+    # three labels were each drawn just above-right of their points, over each other
+    figures = _drawn(monkeypatch)
+    measured = ((10, 13.58, 21.4), (11, 14.73, 21.2), (12, 15.79, 22.0), (40, 22.99, 159.6))
+    table = _table([{"arrival_rate": rate, "rps": rps, "ms": ms} for rate, rps, ms in measured])
+    sweep_plots.write_sweep_plots(tmp_path, table, _manifest(RATE))
+    (fig,) = figures
+    assert _check_labels(fig) == [4] * 6  # every point labelled, in every panel
+    assert not any("left out" in ax.get_title() for ax in fig.axes)
+
+
+def test_a_crowd_of_points_labels_those_with_room_and_says_how_many_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a server past its capacity: 14 rates, all at ~20 req/s, their latencies close
+    figures = _drawn(monkeypatch)
+    crowd = [
+        {"arrival_rate": 20 + 2 * i, "rps": 20.0 + 0.01 * i, "ms": 300.0 + 3 * i} for i in range(14)
+    ]
+    table = _table([{"arrival_rate": 4, "rps": 4.0, "ms": 20.0}, *crowd])
+    sweep_plots.write_sweep_plots(tmp_path, table, _manifest(RATE))
+    (fig,) = figures
+    counts = _check_labels(fig)
+    for ax, drawn in zip(fig.axes, counts, strict=True):
+        left_out = len(crowd) + 1 - drawn
+        assert drawn >= 3
+        if left_out:
+            assert ax.get_title().endswith(f"({left_out} point labels left out: no room)")
+        else:
+            assert "left out" not in ax.get_title()
+
+
+def test_compared_sweeps_labels_of_the_same_points_do_not_overlap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    figures = _drawn(monkeypatch)
+    table = _table([{"arrival_rate": r, "rps": r * 0.9, "ms": 20.0 + r} for r in (4, 8, 9)])
+    sweeps = [("A", table, _manifest(RATE)), ("B", table, _manifest(RATE))]
+    sweep_plots.write_compare_plot(tmp_path / "cmp.png", sweeps)
+    (fig,) = figures
+    assert _check_labels(fig) == [6] * 6  # (both sweeps' labels were drawn on one spot)
