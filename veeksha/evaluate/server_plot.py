@@ -47,24 +47,59 @@ def _reaching_server(source: ColumnSource) -> tuple[np.ndarray, np.ndarray]:
     return sent, done
 
 
-#: Legend entries that fit in one row above a panel (more, e.g. eight GPUs: inside, as before).
-LEGEND_ROW = 4
+#: The legend's font sizes, tried in turn when even one column is wider than the panel.
+LEGEND_FONTS = ("small", "x-small", "xx-small")
+_LEGEND_PAD_PX = 3.0  # clear space kept between a legend and what is above it
 
 
 def legend_above(ax: Any) -> None:
-    """The panel's legend in one row just above it, never over the lines it names."""
+    """The panel's legend just above it, never over the lines it names, and whole: in one row
+    when that fits the panel's width, else wrapped into as many columns as fit (as many rows as
+    that takes; a smaller font when even one column is too wide), the figure made taller where
+    the rows need room between this panel and what is above it (:func:`_make_room_above`)."""
     count = len(ax.get_legend_handles_labels()[1])
-    if count > LEGEND_ROW:
-        ax.legend(loc="upper right", fontsize="small")
+    if not count:
         return
-    ax.legend(
-        loc="lower left",
-        bbox_to_anchor=(0.0, 1.0),
-        ncols=max(1, count),
-        fontsize="small",
-        frameon=False,
-        borderaxespad=0.1,
+    fig = ax.get_figure()
+    renderer = fig.canvas.get_renderer()
+    width = ax.bbox.width
+    for fontsize in LEGEND_FONTS:
+        for ncols in range(count, 0, -1):
+            legend = ax.legend(
+                loc="lower left",
+                bbox_to_anchor=(0.0, 1.0),
+                ncols=ncols,
+                fontsize=fontsize,
+                frameon=False,
+                borderaxespad=0.1,
+            )
+            if legend.get_window_extent(renderer).width <= width:
+                _make_room_above(ax, legend.get_window_extent(renderer).y1)
+                return
+    _make_room_above(ax, legend.get_window_extent(renderer).y1)  # (one column, smallest font)
+
+
+def _make_room_above(ax: Any, top: float) -> None:
+    """Make the figure taller so that something reaching up to ``top`` (display pixels) above
+    ``ax`` clears the panels above it (their tick labels too) or the figure's top edge: the
+    panels above move up by the shortfall, and every panel keeps its size."""
+    fig = ax.get_figure()
+    renderer = fig.canvas.get_renderer()
+    boundary = ax.bbox.y1
+    above = [other for other in fig.axes if other is not ax and other.bbox.y0 >= boundary - 0.5]
+    ceiling = min(
+        [fig.bbox.y1, *(other.get_tightbbox(renderer).y0 for other in above)],
     )
+    shortfall = top + _LEGEND_PAD_PX - ceiling
+    if shortfall <= 0:
+        return
+    old, grow = fig.get_figheight(), shortfall / fig.dpi
+    placed = [(other, other.get_position()) for other in fig.axes]
+    fig.set_figheight(old + grow)
+    new = old + grow
+    for other, box in placed:
+        bottom = box.y0 * old + (grow if other in above else 0.0)
+        other.set_position((box.x0, bottom / new, box.width, box.height * old / new))
 
 
 #: The warmup's band: its rows are drawn (the server served them), so the span says it.

@@ -102,3 +102,38 @@ def test_the_warmup_it_draws_is_shaded_and_named(
     assert server_plot.WARMUP_LABEL in shaded.axes[0].get_legend_handles_labels()[1]
     assert not any(ax.patches for ax in plain.axes)
     assert len(shaded.axes[2].collections[0].get_offsets()) == 4  # warmup rows drawn too
+
+
+@pytest.mark.parametrize("entries", [4, 5, 6, 8])
+def test_every_legend_entry_fits_in_the_figure_above_its_panel(entries: int) -> None:
+    # four long entries made one row wider than the figure (the last cut off at its edge);
+    # five or more went inside the panel's upper right corner, over its lines
+    from veeksha.evaluate.plots import _figure
+
+    fig = _figure(rows=3)
+    axes = fig.subplots(3, 1, sharex=True)
+    times = np.linspace(0.0, 10.0, 20)
+    for ax, count in ((axes[0], entries), (axes[1], entries), (axes[2], 2)):
+        for i in range(count):
+            ax.plot(times, times * i, label=f"server: a long series name of this panel, no. {i}")
+        server_plot.legend_above(ax)
+    fig.canvas.draw()  # type: ignore[attr-defined]
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    page = fig.bbox
+    panels = [ax.get_window_extent(renderer) for ax in axes]
+    for number, ax in enumerate(axes):
+        legend = ax.get_legend()
+        assert legend is not None
+        texts = legend.get_texts()
+        assert len(texts) == (entries if number < 2 else 2)
+        for entry in [*texts, *legend.legend_handles]:
+            box = entry.get_window_extent(renderer)
+            assert page.x0 <= box.x0, entry  # inside the figure
+            assert box.x1 <= page.x1, entry
+            assert page.y0 <= box.y0, entry
+            assert box.y1 <= page.y1, entry
+            assert box.y0 >= panels[number].y1 - 1, entry  # above its own panel ...
+            if number:  # ... and below the one above it
+                assert box.y1 <= panels[number - 1].y0, entry
+    heights = [panel.height for panel in panels]
+    assert max(heights) - min(heights) < 1  # the panels keep their size
