@@ -21,7 +21,7 @@ from veeksha.scenario.models import (
     CompletionsClient,
     Scenario,
 )
-from veeksha.scenario.simulator import SimulatorModel
+from veeksha.scenario.simulator import SimulatorConfig, SimulatorModel
 
 if TYPE_CHECKING:
     from veeksha.server.managed import ManagedServer
@@ -39,6 +39,7 @@ __all__ = [
     "context_limits",
     "describe",
     "spawn_simulator",
+    "with_context_limits",
 ]
 
 PROBE_TIMEOUT_S = 5.0
@@ -245,6 +246,10 @@ class TargetContext(AbstractContextManager["Target"]):
                 ClientTarget(name, api_base.rstrip("/"), client.model, api_key, "endpoint")
             )
         description: dict[str, Any] = {} if managed is None else {"server": managed.describe()}
+        if managed is not None and managed.config.type == "veeksha_sim":
+            limits = context_limits(scenario)[1]
+            if limits:  # (it adopts client windows as the built-in one does: say so)
+                description["context_limits"] = limits
         if any(target is None for target in resolved):
             if self._simulator is None:
                 self._simulator = _simulator_process(scenario)
@@ -375,6 +380,23 @@ def context_limits(scenario: Scenario) -> tuple[dict[str, int], list[str]]:
     return adopted, lines
 
 
+def with_context_limits(scenario: Scenario, config: SimulatorConfig) -> SimulatorConfig:
+    """``config``, the built-in simulator's settings for ``scenario`` (its ``model`` and
+    ``models`` as it serves them), with the window of each model it serves taken from its
+    clients where its own was left out (:func:`context_limits`): the simulator ``veeksha run``
+    starts and a ``server: {type: veeksha_sim}`` alike, so that the managed one's identity
+    (``server_identity``) tells apart sweep points whose client windows differ."""
+    models = dict(config.models)
+    update: dict[str, Any] = {}
+    for name, limit in context_limits(scenario)[0].items():
+        if name == config.model:
+            update["max_model_len"] = limit
+        elif name in models:
+            models[name] = models[name].model_copy(update={"max_model_len": limit})
+            update["models"] = models
+    return config.model_copy(update=update) if update else config
+
+
 def _simulator_process(scenario: Scenario, fork: bool = False) -> SimulatorProcess:
     from veeksha.simulator.process import SimulatorProcess
 
@@ -388,14 +410,9 @@ def _simulator_process(scenario: Scenario, fork: bool = False) -> SimulatorProce
     for name in models:
         if name != primary:
             extra.setdefault(name, SimulatorModel())
-    update: dict[str, Any] = {"model": primary, "models": extra}
+    served = config.model_copy(update={"model": primary, "models": extra})
     # a client's max_model_len is the window of its model where the simulator's was left alone
-    for name, limit in context_limits(scenario)[0].items():
-        if name == primary:
-            update["max_model_len"] = limit
-        else:
-            extra[name] = extra[name].model_copy(update={"max_model_len": limit})
-    return SimulatorProcess(config.model_copy(update=update), fork=fork)
+    return SimulatorProcess(with_context_limits(scenario, served), fork=fork)
 
 
 def _pin_tree(pid: int | None, cpus: list[int]) -> None:

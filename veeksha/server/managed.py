@@ -50,7 +50,8 @@ _PROBE_TIMEOUT_S = 2.0
 
 def server_identity(scenario: Scenario) -> str | None:
     """A key equal for scenarios whose managed servers are the same (the resolved ``server:``
-    section and, for the simulator, its settings); None without a ``server:`` section."""
+    section and, for the simulator, its settings as it runs with them: the window it adopts
+    from ``client.max_model_len`` included); None without a ``server:`` section."""
     if scenario.server is None:
         return None
     resolved = {"server": scenario.server.model_dump(mode="json")}
@@ -60,10 +61,15 @@ def server_identity(scenario: Scenario) -> str | None:
 
 
 def _simulator_settings(scenario: Scenario) -> SimulatorConfig:
+    """What a ``veeksha_sim`` server runs with: the ``simulator:`` section, serving the model
+    the client names, its window the client's ``max_model_len`` where the section leaves its
+    own out (as for the simulator ``veeksha run`` starts: ``target.with_context_limits``)."""
+    from veeksha.engine.target import with_context_limits
+
     config = scenario.simulator
     if scenario.client.model:  # the simulator serves whatever model the scenario names
         config = config.model_copy(update={"model": scenario.client.model})
-    return config
+    return with_context_limits(scenario, config)
 
 
 class ManagedServer:

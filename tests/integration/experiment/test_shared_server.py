@@ -88,6 +88,55 @@ def test_points_with_the_same_server_share_one_lifecycle(
     assert not list(sweep_dir.glob("*/server.log"))  # no point started a server of its own
 
 
+WINDOWS = """
+seed: 3
+server: {type: veeksha_sim}
+server_metrics: {enabled: false}
+traffic_scheduler: {type: concurrent, target_concurrent_sessions: 2, rampup_seconds: 0}
+session_generator: {type: trace, trace_file: long.csv, wrap_mode: false, oversized: send}
+client: {max_model_len: !expand [2048, 4096]}
+runtime: {max_sessions: 2, benchmark_timeout: 30, num_workers: 1}
+trace_recorder: {enabled: false}
+"""
+
+
+def test_points_whose_client_windows_differ_each_get_a_server_of_that_window(
+    tmp_path: Path,
+) -> None:
+    # the managed simulator takes client.max_model_len as its window (simulator.max_model_len
+    # left out), so the points cannot share one: before, both ran against one server of the
+    # default 131072 window and the 3,000-token prompt was refused at neither
+    import pandas as pd
+
+    (tmp_path / "long.csv").write_text(
+        "session_id,input_length,output_length\ns1,3000,20\ns2,100,20\n", encoding="utf-8"
+    )
+    (tmp_path / "sweep.yaml").write_text(WINDOWS, encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, "-m", "veeksha.cli", "run", "sweep.yaml", "--output-dir", "out"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,  # "it did not hang"
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert proc.returncode in (0, 4), proc.stderr
+    (sweep_dir,) = (tmp_path / "out").glob("sweep-*")
+    statuses = []
+    for point in ("000-max_model_len=2048", "001-max_model_len=4096"):
+        requests = pd.read_parquet(sweep_dir / point / "requests.parquet")
+        statuses.append(dict(zip(requests.target_prompt_tokens, requests.http_status, strict=True)))
+    assert statuses == [{3000: 400, 100: 200}, {3000: 200, 100: 200}]
+    assert len(set(_point_server_pids(sweep_dir))) == 2
+    target = json.loads(
+        json.loads((sweep_dir / "000-max_model_len=2048" / "summary.json").read_text())["run"][
+            "target"
+        ]
+    )
+    assert target["context_limits"] == ["veeksha-sim: max_model_len 2048 from client.max_model_len"]
+
+
 SEARCH = """\
 output_dir: {out}
 start_value: 1

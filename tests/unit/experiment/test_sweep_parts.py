@@ -48,6 +48,29 @@ def test_point_folders_are_safe_names_that_show_the_point() -> None:
     assert [[p.index for p in g] for g in point_groups(points)] == [[0, 1, 2]]
 
 
+def test_a_managed_simulator_serves_each_points_client_window() -> None:
+    # the simulator takes client.max_model_len when simulator.max_model_len is left out; a
+    # managed one did not, and its identity left the window out, so every point of a sweep
+    # over client.max_model_len ran against one server with the default 131072
+    from veeksha.server.managed import server_identity
+
+    def windows(points: list) -> list[int]:
+        """The window each point's server runs with, as its identity holds it."""
+        return [
+            json.loads(server_identity(p.scenario) or "{}")["simulator"]["max_model_len"]
+            for p in points
+        ]
+
+    sweep = "server: {type: veeksha_sim}\nclient: {max_model_len: !expand [2048, 4096]}\n"
+    points = load_points_text(sweep, "s.yaml").points
+    assert windows(points) == [2048, 4096]  # (131072 each)
+    assert [[p.index for p in g] for g in point_groups(points)] == [[0], [1]]  # (one group)
+    # the simulator's own window set: it is kept, and the points share one server
+    own = load_points_text(sweep + "simulator: {max_model_len: 8192}\n", "s.yaml").points
+    assert windows(own) == [8192, 8192]
+    assert [[p.index for p in g] for g in point_groups(own)] == [[0, 1]]
+
+
 def test_a_value_column_never_takes_the_name_of_a_table_column() -> None:
     manifest = {
         "swept_keys": ["a.status", "b.rate"],
