@@ -273,10 +273,10 @@ class _Expander:
         self.issues: list[ScenarioIssue] = []
         self.seen: set[tuple[str, int, int]] = set()
 
-    def _issue(self, file: str, line: int, column: int, message: str) -> None:
+    def _issue(self, file: str, line: int, column: int, message: str, key: str = "") -> None:
         if (file, line, column) not in self.seen:
             self.seen.add((file, line, column))
-            self.issues.append(ScenarioIssue(file, line, column, "", message))
+            self.issues.append(ScenarioIssue(file, line, column, key, message))
 
     def variants(self, node: Any, path: tuple[PathPart, ...]) -> list[Variant]:
         if isinstance(node, CommentedMap | CommentedSeq):
@@ -313,6 +313,7 @@ class _Expander:
                 line,
                 column,
                 f"!expand takes a list of values, e.g. !expand [4, 8, 16] (got {shown!r})",
+                _key_path(here),
             )
             return [(None, ())]
         if not child:
@@ -321,6 +322,7 @@ class _Expander:
                 line,
                 column,
                 "!expand of an empty list makes no run; give at least one value",
+                _key_path(here),
             )
             return [(None, ())]
         site = ExpandSite(file, line, column, here)
@@ -329,6 +331,14 @@ class _Expander:
             for value, inner in self.variants(child[index], here):
                 out.append((value, (Choice(site, index, value, child), *inner)))
         return out
+
+
+def _key_path(parts: tuple[PathPart, ...]) -> str:
+    """``traffic_scheduler.interval_generator.arrival_rate``: the tag's key, as problems name
+    it (imported here only for a bad tag)."""
+    from veeksha.scenario.overrides import format_path
+
+    return format_path(parts)
 
 
 def expand(root: CommentedMap, root_file: str, sources: Sources) -> list[Variant]:

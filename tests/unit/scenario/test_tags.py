@@ -139,13 +139,17 @@ def test_include_cycles_are_refused_naming_both_files_and_lines(tmp_path: Path) 
     [
         ("seed: 1\nclient: !include nowhere.yaml\n", "2:9", "!include nowhere.yaml: cannot read"),
         ("seed: 1\nclient: !include [a.yaml]\n", "2:9", "!include takes one file path"),
-        ("seed: !expand []\n", "1:7", "!expand of an empty list makes no run"),
+        ("seed: !expand []\n", "1:7", "seed: !expand of an empty list makes no run"),
         (
             "seed: !expand 3\n",
             "1:7",
-            "!expand takes a list of values, e.g. !expand [4, 8, 16] (got '3')",
+            "seed: !expand takes a list of values, e.g. !expand [4, 8, 16] (got '3')",
         ),
-        ("seed: !expand {a: 1}\n", "1:7", "!expand takes a list of values"),
+        (
+            "runtime:\n  max_sessions: !expand {a: 1}\n",
+            "2:17",
+            "runtime.max_sessions: !expand takes a list of values",
+        ),
         ("runtime:\n  max_sessions: !sweep [1]\n", "2:17", "unknown tag !sweep"),
     ],
 )
@@ -183,7 +187,7 @@ def test_validate_lists_the_points_and_refuses_bad_tags_with_exit_2(tmp_path: Pa
     assert bad.exit_code == 2
     assert (
         bad.stderr.strip()
-        == f"{empty}:1:7: !expand of an empty list makes no run; give at least one value"
+        == f"{empty}:1:7: seed: !expand of an empty list makes no run; give at least one value"
     )
     ran = runner.invoke(cli.main, ["run", str(empty), "--output-dir", str(tmp_path / "out")])
     assert ran.exit_code == 2
