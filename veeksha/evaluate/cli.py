@@ -99,7 +99,7 @@ def report(run_dir: Path, no_plots: bool, quiet: bool) -> None:
     if not quiet:
         console = Console()
         evaluation.render(console)
-        console.print(f"wrote {len(evaluation.files)} files into {run_dir}")
+        console.print(f"wrote {len(evaluation.files)} files into {run_dir}", soft_wrap=True)
 
 
 def _summary(run_dir: Path) -> dict[str, Any]:

@@ -49,7 +49,7 @@ def report(ctx: click.Context, run_dir: Path, no_plots: bool, quiet: bool) -> No
 
         console = Console()
         render_table(console, run_dir.name, table)
-        console.print(f"wrote {run_dir / TABLE_FILE}")
+        console.print(f"wrote {run_dir / TABLE_FILE}", soft_wrap=True)  # (a path: never cut)
 
 
 @click.command()

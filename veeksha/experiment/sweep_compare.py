@@ -111,7 +111,7 @@ def compare_sweeps(console: Console, sweep_dirs: Sequence[Path], plot_path: Path
     if any_failed:
         console.print("! a point of this row failed a health check: not a server result")
     path = write_compare_plot(plot_path, loaded)
-    console.print(f"wrote {path}")
+    console.print(f"wrote {path}", soft_wrap=True)  # (a path: never cut across lines)
 
 
 def render_changes(console: Console, title: str, entries: Sequence[dict[str, Any]]) -> bool:

@@ -157,9 +157,10 @@ def test_report_rebuilds_the_table_and_plots_from_the_run_folders(
     assert isinstance(sweep_dir, Path)
     before = pd.read_parquet(sweep_dir / "sweep.parquet")
     (sweep_dir / "sweep.parquet").unlink()
-    shown = CliRunner().invoke(cli.main, ["report", str(sweep_dir)], env={"COLUMNS": "200"})
+    shown = CliRunner().invoke(cli.main, ["report", str(sweep_dir)], env={"COLUMNS": "80"})
     assert shown.exit_code == 0, shown.output
     assert "interval=0.025" in shown.stdout
+    assert f"wrote {sweep_dir / 'sweep.parquet'}\n" in shown.stdout  # whole, on 80 columns too
     pd.testing.assert_frame_equal(pd.read_parquet(sweep_dir / "sweep.parquet"), before)
     assert (sweep_dir / "plots" / "latency_throughput.png").stat().st_size > 10_000
 
@@ -214,6 +215,14 @@ def test_compare_draws_both_sweeps_and_tabulates_changes_at_matching_values(
     assert [c["matched"] for c in changes] == [c["point"] for c in changes]
     # a dry run answers at once: TTFC falls by nearly all of it
     assert all(c["ttfc_p50_s"] < -0.5 for c in changes)
+    # on an 80-column terminal the tables stack, and the plot's path stays whole on its line
+    # (a path cut across two lines cannot be copied)
+    narrow = runner.invoke(
+        cli.main, ["compare", str(first), str(second), "--plot", str(plot)], env={"COLUMNS": "80"}
+    )
+    assert narrow.exit_code == 0, narrow.output
+    assert f"wrote {plot}\n" in narrow.stdout
+    assert len(f"wrote {plot}") > 80  # (the case that was cut)
     mixed = runner.invoke(cli.main, ["compare", str(first), str(first / LABELS[0])])
     assert mixed.exit_code == 2
     assert "not both" in mixed.stderr

@@ -41,10 +41,11 @@ def _run_folder(path: Path, ttfc: float, *, partial: bool = False) -> Path:
 
 
 def test_report_recomputes_the_files(tmp_path: Path) -> None:
-    run = _run_folder(tmp_path / "run", 0.05)
-    result = CliRunner().invoke(main, ["report", str(run), "--no-plots"])
+    run = _run_folder(tmp_path / ("run-" + "x" * 80), 0.05)
+    result = CliRunner().invoke(main, ["report", str(run), "--no-plots"], env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     assert "TTFC p50" in result.output
+    assert f"files into {run}\n" in result.output  # a path is never cut across lines
     summary = json.loads((run / "summary.json").read_text())
     assert summary["latency"]["ttfc"]["p50"] == pytest.approx(0.05)
     assert summary["run"]["partial"] is False
