@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from veeksha import cli
+from veeksha.errors import ScenarioError
 from veeksha.experiment.capacity.config import load_capacity_config
 from veeksha.experiment.capacity.measure import RunRequest
 from veeksha.experiment.capacity.probe import probe_scenario
@@ -133,6 +134,18 @@ PHASES = SCENARIO.replace(
         (inline(precision="two"), ["search.yaml:1:", "precision", "must be a int"]),
         (inline(confidence=1.5), ["search.yaml:1:", "confidence"]),
         (inline(start_valu=3), ["search.yaml:1:", "start_valu", "unknown key"]),
+        (
+            inline(max_iteration=3),
+            ["search.yaml:1:1: max_iteration: unknown key; did you mean 'max_iterations'?"],
+        ),
+        (
+            "seed: 3\n" + inline(),
+            ["search.yaml:1:1: seed: a key of the scenario: move it under benchmark_config"],
+        ),
+        (
+            "start_value: 1\nbenchmark_config: nowhere.yaml\n",
+            ["search.yaml:2:1: benchmark_config: no scenario file", "nowhere.yaml"],
+        ),
         (inline(TRACE), ["search.yaml:2:", "benchmark_config.traffic_scheduler.type", "trace"]),
         (
             inline(RAMP),
@@ -161,6 +174,56 @@ def test_bad_input_exits_2_with_file_and_line(
     for needle in needles:
         assert needle in result.output, (needle, result.output)
     assert not out.exists()  # nothing half-made
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "start_value=2",
+            "--set start_value=2: start_value: a key of the search, not of its scenario: "
+            "give --start-value 2",
+        ),
+        (
+            "benchmark_config.runtime.max_sessions=9",
+            "--set benchmark_config.runtime.max_sessions=9: benchmark_config: --set takes the "
+            "scenario's own keys: --set runtime.max_sessions=9",
+        ),
+        (
+            "benchmark_config.client.api_key=sk-secret",
+            "--set benchmark_config.client.api_key=***: benchmark_config: --set takes the "
+            "scenario's own keys: --set client.api_key=***",
+        ),
+        (
+            "traffic_scheduler.interval_generator.arrival_rate=3",
+            "--set traffic_scheduler.interval_generator.arrival_rate=3: traffic_scheduler."
+            "interval_generator.arrival_rate: the searched knob: each probe sets it, so this "
+            "--set would change nothing; choose the values with --start-value and --max-value",
+        ),
+    ],
+)
+def test_an_override_that_cannot_reach_the_scenario_says_what_would(
+    tmp_path: Path, override: str, message: str
+) -> None:
+    path = write(tmp_path, inline())
+    with pytest.raises(ScenarioError) as raised:  # (loaded only: a mistake never runs a probe)
+        load_capacity_config(path, overrides=[override])
+    (issue,) = raised.value.issues
+    assert str(issue).startswith(message), str(issue)
+    assert "sk-secret" not in str(issue)
+    # what the scenario's overrides are for still works, next to the search's flags
+    config = load_capacity_config(path, {"start_value": 2.0}, ["runtime.max_sessions=9"])
+    assert (config.start_value, config.scenario.runtime.max_sessions) == (2.0, 9)
+
+
+def test_an_override_of_a_search_key_exits_2_naming_its_flag(tmp_path: Path) -> None:
+    path = write(tmp_path, inline())
+    result = CliRunner().invoke(
+        cli.main, ["capacity-search", str(path), "--set", "max_value=8"], prog_name="veeksha"
+    )
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("--set max_value=8: max_value: a key of the search, not of ")
+    assert "give --max-value 8" in result.output
 
 
 def test_bad_flags_and_the_public_form(tmp_path: Path) -> None:

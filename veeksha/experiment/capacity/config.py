@@ -35,6 +35,7 @@ from veeksha.experiment.capacity.knob import Knob, knob_of
 from veeksha.experiment.capacity.search import SearchSettings
 from veeksha.scenario.loader import load_scenario, load_scenario_node
 from veeksha.scenario.models import SLO, RateScheduler, Scenario
+from veeksha.scenario.overrides import format_path, override_label, parse_override
 
 __all__ = ["CAPACITY_KEYS", "CapacityConfig", "load_capacity_config"]
 
@@ -110,6 +111,19 @@ class _Issues:
         self.found.append(ScenarioIssue(f"<{flag}>", None, None, key, message))
 
 
+def _unknown_key(key: str, allowed: set[str]) -> str:
+    """The message for an unknown key of the search file: the key it resembles, or the
+    scenario section it belongs under, or the list of keys."""
+    import difflib
+
+    close = difflib.get_close_matches(key, sorted(allowed), n=1, cutoff=0.6)
+    if close:
+        return f"unknown key; did you mean {close[0]!r}?"
+    if key in Scenario.model_fields:
+        return "a key of the scenario: move it under benchmark_config (or into its file)"
+    return f"unknown key; allowed keys: {', '.join(sorted(allowed))}"
+
+
 def _read(path: Path) -> CommentedMap:
     source = str(path)
     try:
@@ -179,6 +193,14 @@ def _scenario(
         raise ScenarioError(issues.found)
     if isinstance(node, str):
         path = Path(node) if Path(node).is_absolute() else base / node
+        if not path.is_file():
+            issues.at(
+                root,
+                "benchmark_config",
+                f"no scenario file {str(path)!r}: give a path relative to the search file's "
+                "folder (or an absolute one), or the scenario itself as a mapping",
+            )
+            raise ScenarioError(issues.found)
         try:
             scenario = load_scenario(path, overrides)
         except ScenarioError as exc:
@@ -228,6 +250,53 @@ def _one_load_per_probe(
         )
 
 
+def _search_overrides(overrides: Sequence[str], issues: _Issues) -> list[str]:
+    """The overrides meant for the scenario; an override of a search key (``start_value=2``) or
+    one that spells the scenario as ``benchmark_config.`` is reported with the form that works
+    (``--set`` reaches the scenario's own keys, as in ``veeksha run``)."""
+    kept = []
+    for text in overrides:
+        try:
+            path = parse_override(text).path
+        except ScenarioError:  # (malformed: the scenario loader says how)
+            kept.append(text)
+            continue
+        head, value = path[0], override_label(text).partition("=")[2]  # (a secret: ***)
+        if head in CAPACITY_KEYS and len(path) == 1:
+            flag = "--" + str(head).replace("_", "-")
+            message = (
+                f"a key of the search, not of its scenario: give {flag} {value} "
+                f"(--set reaches the scenario's keys)"
+            )
+        elif head == "benchmark_config" and len(path) > 1:
+            message = f"--set takes the scenario's own keys: --set {format_path(path[1:])}={value}"
+        else:
+            kept.append(text)
+            continue
+        issues.found.append(ScenarioIssue(override_label(text), None, None, str(head), message))
+    return kept
+
+
+def _knob_overrides(overrides: Sequence[str], knob: Knob, issues: _Issues) -> None:
+    """An override of the knob itself would be overwritten by every probe: refused."""
+    for text in overrides:
+        try:
+            path = format_path(parse_override(text).path)
+        except ScenarioError:
+            continue
+        if path == knob.path:
+            issues.found.append(
+                ScenarioIssue(
+                    override_label(text),
+                    None,
+                    None,
+                    path,
+                    "the searched knob: each probe sets it, so this --set would change nothing; "
+                    "choose the values with --start-value and --max-value",
+                )
+            )
+
+
 def load_capacity_config(
     path: str | Path,
     flags: Mapping[str, Any] | None = None,
@@ -243,7 +312,7 @@ def load_capacity_config(
     allowed = {*CAPACITY_KEYS, "benchmark_config"}
     for key in root:
         if key not in allowed:
-            issues.at(root, str(key), f"unknown key; allowed keys: {', '.join(sorted(allowed))}")
+            issues.at(root, str(key), _unknown_key(str(key), allowed))
     for key, (_default, kind, meaning) in CAPACITY_KEYS.items():
         if key in root:
             try:
@@ -259,8 +328,11 @@ def load_capacity_config(
             issues.flag(key, message) if key in given else issues.at(root, key, message)
         ),
     )
-    scenario, origin, node, scenario_file = _scenario(root, file.parent, overrides, issues)
+    scenario_overrides = _search_overrides(overrides, issues)
+    scenario, origin, node, scenario_file = _scenario(root, file.parent, scenario_overrides, issues)
     knob = knob_of(scenario)
+    if knob is not None:
+        _knob_overrides(scenario_overrides, knob, issues)
     where = _Issues(scenario_file)
     prefix = "benchmark_config." if origin == "<inline>" else ""
     if knob is None:
