@@ -548,7 +548,7 @@ def _validate_capacity_search(path: Path, overrides: Sequence[str]) -> None:
     config = load_capacity_config(path, overrides=overrides)
     _check_trace(config.scenario)
     click.echo(
-        f"{path}: ok, a capacity search of {config.knob.path} from {config.start_value:g} "
+        f"{path}: ok, a capacity search of {config.knob.title} from {config.start_value:g} "
         f"to {config.max_value:g}"
     )
 

@@ -88,6 +88,11 @@ def test_the_knob_of_each_scheduler(tmp_path: Path) -> None:
     config = load_capacity_config(write(tmp_path, inline(fixed)))
     probe = probe_scenario(config.scenario, config.knob, RunRequest(4), 0)
     assert probe.traffic_scheduler.interval_generator.interval == 0.25  # type: ignore[union-attr]
+    # the key holds the gap, the value searched is a rate: never printed as "interval=4"
+    assert config.knob.describe(4) == "rate=4/s (interval 0.25 s)"
+    assert config.knob.title == (
+        "the session rate (traffic_scheduler.interval_generator.interval = 1 / rate)"
+    )
 
     concurrent = SCENARIO.replace(
         "{type: rate, interval_generator: {type: gamma, arrival_rate: 1, cv: 2}}",
@@ -95,6 +100,8 @@ def test_the_knob_of_each_scheduler(tmp_path: Path) -> None:
     )
     config = load_capacity_config(write(tmp_path, inline(concurrent), "c.yaml"), {"precision": 2})
     assert config.knob.path == "traffic_scheduler.target_concurrent_sessions"
+    assert config.knob.describe(6) == "target_concurrent_sessions=6"
+    assert config.knob.title == config.knob.path
     assert config.settings.integer
     assert config.settings.step == 1
     probe = probe_scenario(config.scenario, config.knob, RunRequest(6), 0)

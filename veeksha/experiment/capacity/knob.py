@@ -33,6 +33,26 @@ class Knob:
     def integer(self) -> bool:
         return self.scheduler == "concurrent"
 
+    @property
+    def inverse(self) -> bool:
+        """The key holds the gap between sessions, 1 / value (a ``fixed`` interval generator):
+        the value searched is still a rate."""
+        return self.path.endswith(".interval")
+
+    @property
+    def title(self) -> str:
+        """What the value is, for the search's first line and the plot's axis."""
+        if self.inverse:
+            return f"the session rate ({self.path} = 1 / rate)"
+        return self.path
+
+    def describe(self, value: float) -> str:
+        """``value`` as a probe line names it: ``arrival_rate=8``, ``rate=8/s (interval
+        0.125 s)``."""
+        if self.inverse:
+            return f"rate={value:g}/s (interval {1.0 / value:.4g} s)"
+        return f"{self.path.rsplit('.', 1)[-1]}={value:g}"
+
     def apply(self, scenario: Scenario, value: float) -> Scenario:
         """``scenario`` with the knob set to ``value``."""
         traffic = scenario.traffic_scheduler

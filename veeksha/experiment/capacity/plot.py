@@ -33,7 +33,7 @@ def write_capacity_plot(document: dict[str, Any], path: Path) -> Path | None:
     fig = Figure(figsize=(7, 2.8 * len(slos) + 1.2), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(len(slos), 1, squeeze=False)[:, 0]
-    knob = document.get("searched_knob", "value")
+    knob = document.get("knob_title") or document.get("searched_knob", "value")
     best = document.get("best_value")
     for index, (ax, slo) in enumerate(zip(axes, slos, strict=True)):
         threshold_ms = 1000 * slo["threshold"]

@@ -28,6 +28,7 @@ from typing import Any
 from veeksha.errors import ConfigurationError, RunAbortedError
 from veeksha.experiment.capacity.config import CapacityConfig
 from veeksha.experiment.capacity.judge import Judgement, judge
+from veeksha.experiment.capacity.knob import Knob
 from veeksha.experiment.capacity.measure import ProbeRun, ValueResult, measure_value
 from veeksha.experiment.capacity.plot import PLOT_FILE, write_capacity_plot
 from veeksha.experiment.capacity.probe import ProbeRunner
@@ -148,6 +149,7 @@ def _document(
         "traffic_scheduler_type": config.knob.scheduler,
         "searched_knob": config.knob.path,
         "unit": "sessions" if config.knob.integer else "sessions/s",
+        "knob_title": config.knob.title,
         **config.search_keys(),
         "resolution": config.settings.step,
         "server": server,
@@ -201,7 +203,7 @@ def _search(
     folder = _create_folder(config)
     _write_config(folder, config)
     slos = config.slos
-    say(f"capacity search: {config.knob.path} from {config.start_value:g} to {config.max_value:g}")
+    say(f"capacity search: {config.knob.title} from {config.start_value:g} to {config.max_value:g}")
     say(f"folder: {folder}")
     with contextlib.ExitStack() as stack:
         managed = None
@@ -253,7 +255,7 @@ def _probe_all(
     def observe(step: SearchStep) -> None:
         entries.append(_value_entry(results[-1], step.phase, folder))
         write(False)
-        say(_describe(len(entries), config.knob.path, results[-1]))
+        say(_describe(len(entries), config.knob, results[-1]))
 
     interrupted = False
     try:
@@ -274,7 +276,7 @@ def _probe_all(
     return CapacityResult(folder, outcome, results, interrupted, document)
 
 
-def _describe(index: int, knob: str, result: ValueResult) -> str:
+def _describe(index: int, knob: Knob, result: ValueResult) -> str:
     """A probe's lines: its value, verdict and runs, then each SLO's estimate and interval (or
     why no run was healthy) on a line of its own, wrapped at 80 columns."""
     parts = []
@@ -287,8 +289,7 @@ def _describe(index: int, knob: str, result: ValueResult) -> str:
             f"{1000 * judged.slo.value:g} ms (n={interval.samples})"
         )
     runs = f"{len(result.runs)} run" + ("s" if len(result.runs) > 1 else "")
-    name = knob.rsplit(".", 1)[-1]
-    lines = [f"probe {index}: {name}={result.value:g} {result.verdict.upper()} ({runs})"]
+    lines = [f"probe {index}: {knob.describe(result.value)} {result.verdict.upper()} ({runs})"]
     for part in parts or [result.runs[-1].health_detail]:
         lines += textwrap.wrap(part, 80, initial_indent="  ", subsequent_indent="    ")
     return "\n".join(lines)
