@@ -149,6 +149,13 @@ def test_a_runs_samples_are_its_measured_values_and_failures(tmp_path: Path) -> 
     assert again.tolist() == ttfc.tolist()
     (missing,) = read_slo_samples(tmp_path / "nowhere", [P90_TTFC])
     assert missing.size == 0
+    # the counts a probe reports beside them: measured requests of every status, failed ones
+    from veeksha.experiment.capacity.probe import read_probe_sample
+
+    counted = read_probe_sample(tmp_path, [P90_TTFC])
+    assert (counted.requests, counted.failed) == (4, 1)
+    assert counted.values[0].tolist() == ttfc.tolist()
+    assert (read_probe_sample(tmp_path / "nowhere", [P90_TTFC]).requests) == 0
 
 
 def test_a_runs_samples_leave_tool_calls_out_and_take_named_phases(tmp_path: Path) -> None:
@@ -169,6 +176,10 @@ def test_a_runs_samples_leave_tool_calls_out_and_take_named_phases(tmp_path: Pat
     pq.write_table(table, tmp_path / "requests.parquet")
     (ttfc,) = read_slo_samples(tmp_path, [P90_TTFC])
     assert ttfc.tolist() == [0.1, 0.2, float("inf")]
+    from veeksha.experiment.capacity.probe import read_probe_sample
+
+    counted = read_probe_sample(tmp_path, [P90_TTFC])
+    assert (counted.requests, counted.failed) == (3, 1)  # the tool call is no request here
 
 
 def test_failed_requests_break_a_percentile_they_reach() -> None:

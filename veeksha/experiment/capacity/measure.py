@@ -44,6 +44,8 @@ class ProbeRun:
     healthy: bool
     health_detail: str = ""
     samples: tuple[NDArray[np.float64], ...] = ()
+    requests: int = 0  # measured LLM requests, every status
+    failed: int = 0  # of them, failed (error, timeout): the samples' +inf values
 
 
 @dataclass
@@ -58,6 +60,16 @@ class ValueResult:
     @property
     def healthy_runs(self) -> list[ProbeRun]:
         return [run for run in self.runs if run.healthy]
+
+    @property
+    def requests(self) -> int:
+        """Measured requests of the healthy runs (the judged pool), every status."""
+        return sum(run.requests for run in self.healthy_runs)
+
+    @property
+    def failed(self) -> int:
+        """Of them, the failed ones (error, timeout), each judged infinitely slow."""
+        return sum(run.failed for run in self.healthy_runs)
 
 
 def measure_value(

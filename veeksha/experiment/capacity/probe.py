@@ -43,7 +43,13 @@ from veeksha.scenario.phases import WARMUP
 if TYPE_CHECKING:
     from veeksha.server.managed import ManagedServer
 
-__all__ = ["ProbeRunner", "probe_scenario", "read_slo_samples"]
+__all__ = [
+    "ProbeRunner",
+    "ProbeSample",
+    "probe_scenario",
+    "read_probe_sample",
+    "read_slo_samples",
+]
 
 REQUESTS_FILE = "requests.parquet"
 #: Statuses of requests that got no (complete) answer: counted as infinitely slow.
@@ -82,17 +88,32 @@ def probe_scenario(
     return probe.model_copy(update=update)
 
 
+@dataclass(frozen=True, slots=True)
+class ProbeSample:
+    """What a probe run's requests.parquet holds for the judge: per SLO the values (see
+    ``read_slo_samples``), the measured LLM requests and how many of them failed."""
+
+    values: tuple[NDArray[np.float64], ...]
+    requests: int = 0
+    failed: int = 0
+
+
 def read_slo_samples(run_dir: Path, slos: Sequence[SLO]) -> tuple[NDArray[np.float64], ...]:
     """Per SLO, the measured phase's values of its metric (NaN dropped, TBC flattened), plus one
     +inf per measured request that failed (``FAILED``): a request that got no answer met no
     latency objective. Empty arrays when the run left no requests file."""
+    return read_probe_sample(run_dir, slos).values
+
+
+def read_probe_sample(run_dir: Path, slos: Sequence[SLO]) -> ProbeSample:
+    """``read_slo_samples``' values, with the counts of measured and failed requests."""
     metrics = sorted({slo.metric for slo in slos})
     path = run_dir / REQUESTS_FILE
     try:
         kind = ["kind"] if "kind" in pq.read_schema(path).names else []
         table = pq.read_table(path, columns=["phase", "status", *kind, *metrics])
     except (OSError, ValueError):
-        return tuple(np.empty(0) for _ in slos)
+        return ProbeSample(tuple(np.empty(0) for _ in slos))
     # the rows the run's own SLOs judge (evaluate.stats.measured_rows): every phase but the
     # warmup, and no tool call (its call time is no LLM latency)
     keep = pc.not_equal(table["phase"], WARMUP)
@@ -107,7 +128,7 @@ def read_slo_samples(run_dir: Path, slos: Sequence[SLO]) -> tuple[NDArray[np.flo
             column = pc.list_flatten(column)
         array = column.to_numpy(zero_copy_only=False).astype(np.float64)
         values[metric] = np.concatenate((array[~np.isnan(array)], np.full(failed, np.inf)))
-    return tuple(values[slo.metric] for slo in slos)
+    return ProbeSample(tuple(values[slo.metric] for slo in slos), measured.num_rows, failed)
 
 
 @dataclass
@@ -144,5 +165,13 @@ class ProbeRunner:
             checks = health.get("checks", {})
             failed = sorted(name for name, status in checks.items() if status == "FAIL")
             return ProbeRun(request, point.run_dir, False, "health FAIL: " + ", ".join(failed))
-        samples = read_slo_samples(point.run_dir, self.slos)
-        return ProbeRun(request, point.run_dir, True, f"health {verdict}", samples)
+        sample = read_probe_sample(point.run_dir, self.slos)
+        return ProbeRun(
+            request,
+            point.run_dir,
+            True,
+            f"health {verdict}",
+            sample.values,
+            sample.requests,
+            sample.failed,
+        )

@@ -18,6 +18,7 @@ import contextlib
 import datetime as dt
 import hashlib
 import json
+import math
 import os
 import textwrap
 from collections.abc import Callable, Sequence
@@ -39,6 +40,7 @@ from veeksha.experiment.capacity.search import (
     SearchStep,
     Verdict,
     search_capacity,
+    summarise,
 )
 from veeksha.experiment.shared_server import SharedServer, shared_simulator
 from veeksha.scenario.loader import block_yaml, resolved_dict, scenario_hash
@@ -124,6 +126,8 @@ def _value_entry(result: ValueResult, phase: str, folder: Path) -> dict[str, Any
             }
             for run in result.runs
         ],
+        "requests": result.requests,
+        "failed_requests": result.failed,
         "slo_results": [] if judgement is None else [j.to_dict() for j in judgement.slos],
     }
 
@@ -135,10 +139,9 @@ def _document(
     entries: list[dict[str, Any]],
     server: dict[str, Any],
     interrupted: bool,
+    interrupted_value: float | None = None,
 ) -> dict[str, Any]:
-    passed = [e["value"] for e in entries if e["verdict"] == PASS]
-    # an interrupted search has no outcome yet: its best is the highest value that passed
-    best = outcome.best if outcome.steps else max(passed, default=None)
+    best = outcome.best
     best_entry = next(
         (e for e in reversed(entries) if e["value"] == best and e["verdict"] == PASS), None
     )
@@ -172,6 +175,7 @@ def _document(
         "converged": outcome.converged,
         "reached_max_value": outcome.reached_max,
         "interrupted": interrupted,
+        "interrupted_value": interrupted_value,
         "undecided_values": [e["value"] for e in entries if e["verdict"] == "undecided"],
         "unhealthy_values": [e["value"] for e in entries if e["verdict"] == "unhealthy"],
         "history": entries,
@@ -237,24 +241,29 @@ def _probe_all(
     slos = config.slos
     results: list[ValueResult] = []
     entries: list[dict[str, Any]] = []
-    outcome = SearchOutcome()
+    steps: list[SearchStep] = []
+    in_progress: list[float] = []  # the value being measured, until its verdict
 
     def judge_runs(runs: Sequence[ProbeRun]) -> Judgement:
         return judge(slos, [run.samples for run in runs], config.confidence)
 
-    def write(interrupted: bool) -> dict[str, Any]:
-        document = _document(config, folder, outcome, entries, server, interrupted)
+    def write(outcome: SearchOutcome, interrupted: bool) -> dict[str, Any]:
+        stopped_at = in_progress[0] if interrupted and in_progress else None
+        document = _document(config, folder, outcome, entries, server, interrupted, stopped_at)
         (folder / CAPACITY_FILE).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
         return document
 
     def probe(value: float) -> Verdict:
+        in_progress[:] = [value]
         result = measure_value(value, runner, judge_runs, config.max_extensions)
         results.append(result)
+        in_progress.clear()
         return result.verdict
 
     def observe(step: SearchStep) -> None:
+        steps.append(step)
         entries.append(_value_entry(results[-1], step.phase, folder))
-        write(False)
+        write(summarise(config.settings, steps), False)  # (a search killed now keeps this)
         say(_describe(len(entries), config.knob, results[-1]))
 
     interrupted = False
@@ -262,10 +271,12 @@ def _probe_all(
         outcome = search_capacity(config.settings, probe, observe)
     except (RunAbortedError, KeyboardInterrupt):
         interrupted = True
+        # the bracket the finished probes support: the highest pass, the lowest other verdict
+        outcome = summarise(config.settings, steps)
     stop_simulator()  # before the plot: the server's CPU back to the machine
     if runner.server is not None:
         runner.server.stop()  # (likewise; the search's exit stops it again: a no-op)
-    document = write(interrupted)
+    document = write(outcome, interrupted)
     write_capacity_plot(document, folder / PLOT_FILE)
     best_dir = document["best_run_dir"]
     if best_dir is not None:
@@ -276,40 +287,66 @@ def _probe_all(
     return CapacityResult(folder, outcome, results, interrupted, document)
 
 
+def _ms(seconds: float) -> str:
+    """Milliseconds, ``+inf``/``-inf`` (failed requests, an unbounded end), ``-`` (no data)."""
+    if math.isnan(seconds):
+        return "-"
+    return f"{1000 * seconds:.1f}" if math.isfinite(seconds) else f"{seconds:+}"
+
+
 def _describe(index: int, knob: Knob, result: ValueResult) -> str:
-    """A probe's lines: its value, verdict and runs, then each SLO's estimate and interval (or
-    why no run was healthy) on a line of its own, wrapped at 80 columns."""
+    """A probe's lines: its value, verdict, runs and failed requests, then each SLO's estimate
+    and interval (or why no run was healthy) on a line of its own, wrapped at 80 columns."""
     parts = []
     for judged in result.judgement.slos if result.judgement else ():
         interval = judged.interval
-        low = "-inf" if interval.low == float("-inf") else f"{1000 * interval.low:.1f}"
-        high = "+inf" if interval.high == float("inf") else f"{1000 * interval.high:.1f}"
         parts.append(
-            f"{judged.slo.name}: {1000 * interval.estimate:.1f} ms [{low}, {high}] vs "
-            f"{1000 * judged.slo.value:g} ms (n={interval.samples})"
+            f"{judged.slo.name}: {_ms(interval.estimate)} ms [{_ms(interval.low)}, "
+            f"{_ms(interval.high)}] vs {1000 * judged.slo.value:g} ms (n={interval.samples})"
         )
     runs = f"{len(result.runs)} run" + ("s" if len(result.runs) > 1 else "")
+    if result.failed:  # each an infinitely slow value: say so, or "+inf ms" looks like latency
+        runs += f"; {result.failed} of {result.requests} requests failed"
     lines = [f"probe {index}: {knob.describe(result.value)} {result.verdict.upper()} ({runs})"]
     for part in parts or [result.runs[-1].health_detail]:
         lines += textwrap.wrap(part, 80, initial_indent="  ", subsequent_indent="    ")
     return "\n".join(lines)
 
 
+def _failures(document: dict[str, Any], value: float) -> str:
+    """`` (K of N requests failed)`` for a value whose judged requests had failures."""
+    entry = next((e for e in document["history"] if e["value"] == value), None)
+    if entry is None or not entry.get("failed_requests"):
+        return ""
+    return f" ({entry['failed_requests']} of {entry['requests']} requests failed)"
+
+
 def _conclusion(document: dict[str, Any]) -> str:
     best = document["best_value"]
-    if best is None:
-        ceiling = document["ceiling"]
-        if ceiling is None:
-            return "no value was judged"
-        return f"no value met the SLOs: the first, {ceiling['value']:g}, was {ceiling['verdict']}"
     ceiling = document["ceiling"]
+    stopped = document["interrupted_value"]
+    if document["interrupted"]:
+        during = f" while probing {stopped:g}" if stopped is not None else ""
+        note = f" (interrupted{during}: the search did not finish)"
+    else:
+        note = ""
+    if best is None:
+        if ceiling is None:
+            return "no value was judged" + note
+        first = ceiling["value"]
+        text = f"no value met the SLOs: the first, {first:g}, was {ceiling['verdict']}"
+        text += _failures(document, first)
+        if first > document["resolution"] * 1.5:  # a lower value exists on the grid
+            text += f"; the capacity, if any, is below {first:g}: lower start_value"
+        return text + note
     text = f"capacity: {best:g} {document['unit']}"
     if document["reached_max_value"]:
         return text + " (max_value passed: the capacity may be higher)"
     if ceiling is not None:
         text += f"; {ceiling['value']:g} is {ceiling['verdict']}"
+        text += _failures(document, ceiling["value"])
     if document["interrupted"]:
-        text += " (interrupted: the highest value that passed so far)"
+        text += note
     elif not document["converged"]:
         text += " (not converged: max_iterations ran out)"
     return text

@@ -39,6 +39,7 @@ __all__ = [
     "SearchStep",
     "Verdict",
     "search_capacity",
+    "summarise",
 ]
 
 Verdict = Literal["pass", "fail", "undecided", "unhealthy"]
@@ -149,4 +150,26 @@ def search_capacity(
     outcome.best = None if best is None else settings.value(best)
     outcome.ceiling = None if ceiling is None else settings.value(ceiling)
     outcome.converged = best is not None and ceiling is not None and ceiling - best <= 1
+    return outcome
+
+
+def summarise(settings: SearchSettings, steps: list[SearchStep]) -> SearchOutcome:
+    """The outcome the steps taken so far support, for a search that stopped before it ended
+    (interrupted): ``best`` the highest value that passed, ``ceiling`` the lowest that did not
+    (the search only ever probes a value between the two, so every value that did not pass is
+    above every value that did), ``converged`` when they are one step apart."""
+    outcome = SearchOutcome(steps=list(steps))
+    passed = [settings.units(s.value) for s in steps if s.verdict == PASS]
+    others = [s for s in steps if s.verdict != PASS]
+    best = max(passed, default=None)
+    if others:
+        lowest = min(others, key=lambda s: s.value)
+        outcome.ceiling, outcome.ceiling_verdict = lowest.value, lowest.verdict
+    outcome.best = None if best is None else settings.value(best)
+    outcome.reached_max = best is not None and best >= settings.units(settings.max_value)
+    outcome.converged = (
+        best is not None
+        and outcome.ceiling is not None
+        and settings.units(outcome.ceiling) - best <= 1
+    )
     return outcome
