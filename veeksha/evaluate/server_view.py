@@ -4,8 +4,11 @@ requests with veeksha's.
 
 ``ServerView`` holds one time series per canonical name (``veeksha.server.metric_names``): at each
 scrape, the first of the canonical name's metric names present, summed over its label sets (the
-ratios kv_usage and prefix_hit_rate: their largest). Counters are read as their change from the
-first scrape (just before t0) to the last (after the traffic).
+ratios kv_usage and prefix_hit_rate: their largest). Counters are read as their increase from the
+first scrape (just before t0) to the last (after the traffic), series by series (a name and its
+labels) as Prometheus' ``increase()`` reads them: a value below the one before is a reset (the
+server restarted, its counters began again from 0), so the increase goes on from 0 there, and a
+series that first appears after the first scrape (created at its first event) counts from 0.
 
 The summary's ``server`` section (null values where the server does not export the metric)::
 
@@ -34,7 +37,23 @@ from veeksha.record import kernels as ak
 from veeksha.record.server_metrics import SERVER_METRICS_FILE
 from veeksha.server.metric_names import CANONICAL, RATIOS
 
-__all__ = ["ServerView", "load_server_view"]
+__all__ = ["ServerView", "increase", "load_server_view"]
+
+#: canonical names that are gauges (besides the RATIOS): read as they are, never as increases
+_GAUGES = frozenset({"running", "waiting"})
+
+
+def increase(values: np.ndarray, start: float | None = None) -> float:
+    """How much a counter went up over ``values`` (in scrape order), as Prometheus'
+    ``increase()`` reads it: each rise counts, and a value below the one before is a reset (the
+    counter began again from 0), so that value itself counts. ``start``: the value before the
+    first (a series created after the first scrape starts from 0); default the first value."""
+    values = np.asarray(values, dtype=float)
+    if not values.size:
+        return 0.0
+    before = np.concatenate(([values[0] if start is None else start], values[:-1]))
+    steps = values - before
+    return float(np.where(steps >= 0, steps, values).sum())
 
 
 @dataclass
@@ -46,13 +65,17 @@ class ServerView:
     gpu: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     scrape_times: np.ndarray = field(default_factory=lambda: np.empty(0))
     status: dict[str, str] = field(default_factory=dict)
+    #: each counter's increase over the run, summed over its series (load_server_view)
+    increases: dict[str, float] = field(default_factory=dict)
 
     def delta(self, name: str) -> float | None:
-        """A counter's change from the first scrape to the last (None: not exported)."""
+        """A counter's increase from the first scrape to the last, resets counted as such
+        (None: not exported)."""
+        if name in self.increases:
+            return self.increases[name]
         if name not in self.series:
             return None
-        values = self.series[name][1]
-        return float(values[-1] - values[0])
+        return increase(self.series[name][1])
 
     def section(self) -> dict[str, Any]:
         """The summary.json ``server`` section."""
@@ -112,6 +135,28 @@ def load_server_view(run_dir: Path) -> ServerView | None:
         reduce = max if canonical in RATIOS else sum
         values = np.array([float(reduce(at[t][1])) for t in times])
         view.series[canonical] = (times, values)
+    # counters, series by series (a reset, or a label set that vanished, would make the sum fall)
+    per_series: dict[str, dict[tuple[str, str], list[tuple[float, float]]]] = {}
+    for row in named:
+        canonical = row["canonical"]
+        if canonical in RATIOS or canonical in _GAUGES:
+            continue
+        metrics = CANONICAL.get(canonical, ())
+        rank = metrics.index(row["metric"]) if row["metric"] in metrics else len(metrics)
+        if best[canonical][row["t"]][0] != rank:
+            continue
+        series_key = (row["metric"], row["labels"])
+        per_series.setdefault(canonical, {}).setdefault(series_key, []).append(
+            (row["t"], row["value"])
+        )
+    for canonical, series in per_series.items():
+        first = view.series[canonical][0][0]
+        total = 0.0
+        for samples in series.values():
+            samples.sort()
+            values = np.array([value for _, value in samples])
+            total += increase(values, start=None if samples[0][0] == first else 0.0)
+        view.increases[canonical] = total
     gpu_rows: dict[str, tuple[list[float], list[float]]] = {}
     for row in ak.filter_rows(table, gpu).to_pylist():
         index = json.loads(row["labels"]).get("gpu", "0")
