@@ -18,6 +18,7 @@ whatever kills it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -166,6 +167,13 @@ class ManagedServer:
         config = self.config
         if self.port == 0:
             self.port = _free_port(self.host)
+        elif _port_taken(self.host, self.port):
+            # (the server started would fail to bind it, and until it exits, the one already
+            # there would answer the readiness probe: the run would measure that one)
+            raise ConfigurationError(
+                f"server.port: {self.host}:{self.port} is already in use by another process "
+                "(another server?): stop it, or choose another server.port (0 picks a free one)"
+            )
         self.argv = server_argv(config, self.host, self.port, self._simulator)
         env = {**os.environ, **config.env}
         cwd = config.cwd
@@ -284,6 +292,21 @@ class ManagedServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _port_taken(host: str, port: int) -> bool:
+    """Whether another process holds ``host:port`` now. Bound as a server binds it
+    (SO_REUSEADDR: a port left in TIME_WAIT is free), never with SO_REUSEPORT, so a listener
+    that set it is found too (a server that set it as well would share the port with it). Any
+    other failure (an address not of this host, a privileged port) is the server's to report."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
 
 
 def _free_port(host: str) -> int:

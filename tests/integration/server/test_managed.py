@@ -182,6 +182,24 @@ def test_a_program_that_does_not_exist_is_a_configuration_error(tmp_path: Path) 
         _server(tmp_path, "no-such-server-xyz", "--port", "{port}").start()
 
 
+def test_a_port_another_server_holds_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    # Another server answers on the port: the one started there would fail to bind it, and
+    # its readiness probe would have taken the other's /health for its own (the run measured it).
+    other = ManagedServer(
+        CommandServer(command=[sys.executable, TINY, "{port}"]), tmp_path / "o.log", "tiny"
+    )
+    with other:
+        server = _server(tmp_path, sys.executable, TINY, "{port}", port=other.port)
+        with pytest.raises(
+            ConfigurationError,
+            match=rf"^server.port: 127.0.0.1:{other.port} is already in use by another process "
+            r"\(another server\?\): stop it, or choose another server.port \(0 picks a free one\)$",
+        ):
+            server.start()
+        assert server.pid is None  # (nothing started)
+        assert not (tmp_path / SERVER_LOG).exists()
+
+
 def test_a_server_that_exits_at_once_fails_with_its_last_lines(tmp_path: Path) -> None:
     script = "import sys; print('loading sk-secret-key-123'); print('boom: no GPU'); sys.exit(3)"
     server = _server(tmp_path, sys.executable, "-c", script)
