@@ -237,6 +237,9 @@ class _Run(RunSetup, RunFinish):
         except VeekshaError as exc:
             self.log.warning(f"run failed: {exc}")
             raise
+        except KeyboardInterrupt:  # (Ctrl-C outside the traffic: set-up, or its end held)
+            self.log.warning("interrupted (Ctrl-C or SIGTERM)")
+            raise
         finally:
             self.log.close()
         return self.outcome

@@ -25,9 +25,11 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import TYPE_CHECKING
 
 from veeksha.errors import ConfigurationError, TargetError
@@ -209,8 +211,11 @@ class ManagedServer:
         self._log.note(f"starting: {' '.join(self.argv)}")
         self._log.start()
         try:
-            self._wait_ready(time.monotonic() + config.ready_timeout)
-        except BaseException:
+            with _interruptible():
+                self._wait_ready(time.monotonic() + config.ready_timeout)
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                self._log.note("interrupted while waiting for it to be ready")
             self.stop()
             raise
         self._log.note(f"ready at {self.root_url}")
@@ -292,6 +297,32 @@ class ManagedServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """Ctrl-C (SIGINT, or SIGTERM) raises ``KeyboardInterrupt`` while inside, whatever handler
+    was there, which comes back after. The readiness wait blocks the thread that called it: in
+    a run that is the event loop's, whose SIGINT handler (``asyncio.Runner``'s) only asks the
+    main task to stop at its next ``await``, so Ctrl-C was held until the server was ready or
+    ``ready_timeout`` (600 s for an engine) had passed. Only in the main thread (the one
+    signals reach)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.getsignal(sig) for sig in signals}
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    for sig in signals:
+        signal.signal(sig, interrupt)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
 def _port_taken(host: str, port: int) -> bool:

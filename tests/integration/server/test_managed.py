@@ -172,6 +172,58 @@ def test_sigkill_or_ctrl_c_of_veeksha_mid_run_leaves_no_server(
             proc.wait()
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_while_waiting_for_ready_stops_at_once_and_leaves_no_server(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    # a server that never gets ready (its /health is 404) within a long ready_timeout: the
+    # signal was held until the timeout, as the wait blocks the run's event loop
+    command = [sys.executable, TINY, "{port}", "--no-health", "--child"]
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        QUICK.format(sessions=10, timeout=30).replace(
+            "server: {type: veeksha_sim}",
+            f"server: {{type: command, command: {json.dumps(command)}, model: tiny, "
+            "ready_path: /health, ready_timeout: 120}",
+        )
+    )
+    out = tmp_path / "o"
+    proc = subprocess.Popen(
+        [VEEKSHA, "run", str(scenario), "-q", "--no-plots", "--output-dir", str(out)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # until the server runs (and a child of its own)
+            logs = list(out.glob(f"*/{SERVER_LOG}"))
+            if logs and "child pid" in logs[0].read_text():
+                break
+            time.sleep(0.05)
+        (log,) = logs
+        pid = _server_pid(log)
+        child = int(re.search(r"child pid (\d+)", log.read_text()).group(1))  # type: ignore[union-attr]
+        time.sleep(0.3)  # (a few readiness probes in)
+        sent = time.monotonic()
+        proc.send_signal(sig)
+        _, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 3, stderr  # interrupted
+        assert time.monotonic() - sent < 15  # (not at the 120-s ready_timeout)
+        assert "interrupted" in stderr
+        assert "not ready within" not in stderr
+        assert "[veeksha] interrupted while waiting for it to be ready" in log.read_text()
+        assert "interrupted (Ctrl-C or SIGTERM)" in (log.parent / "run.log").read_text()
+        assert _gone(pid)
+        assert _gone(child)
+        assert _group_gone(pid)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def _server(tmp_path: Path, *command: str, **settings: object) -> ManagedServer:
     config = CommandServer(command=list(command), model="tiny", **settings)  # type: ignore[arg-type]
     return ManagedServer(config, tmp_path / SERVER_LOG, "tiny", api_key="sk-secret-key-123")
