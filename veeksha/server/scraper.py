@@ -128,6 +128,9 @@ class MetricsScraper:
                 timeout_s=self._timeout_s,
                 max_body=_MAX_BODY,
             )
+            # when the answer came, not when it was parsed: a long page (a big server's
+            # thousands of series) takes seconds to parse, its values are of the arrival
+            t = (time.monotonic_ns() - self._t0_ns) / _NS
             if not answer.ok:
                 raise ValueError(f"HTTP {answer.status} {answer.reason}".strip())
             samples = parse_metrics(answer.body.decode("utf-8", errors="replace"), _yield_gil)
@@ -139,7 +142,6 @@ class MetricsScraper:
         except (ValueError, UnicodeError) as exc:
             self._failed(f"GET {self.url}: {exc}")
             return
-        t = (time.monotonic_ns() - self._t0_ns) / _NS
         self._writer.add(t, samples)
         if self.scrapes % _FLUSH_EVERY == 0 and self.write_error is None:
             try:

@@ -113,3 +113,50 @@ def test_a_refused_scrape_names_its_url_once_with_the_reason(tmp_path: Path) -> 
     assert warnings[0].count(url) == 1
     assert scraper.error == f"GET {url}: Connection refused (nothing listens there)"
     assert scraper.status()["failed"] == 2
+
+
+def test_a_scrapes_time_is_when_its_answer_came_not_when_its_parse_ended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A big server's page takes seconds to parse (~30 µs a line): its values are those of the
+    # answer's arrival, and were stamped that much later (a 200,000-line page: 7 s late).
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from veeksha.record.server_metrics import ServerMetricsWriter
+    from veeksha.server import scraper as scraper_module
+
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = VLLM.encode()
+            self.send_response(200)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    parse = scraper_module.parse_metrics
+
+    def slow_parse(text: str, pause: object = None) -> list:  # type: ignore[type-arg]
+        time.sleep(0.4)  # (a long page's parse)
+        return parse(text)
+
+    monkeypatch.setattr(scraper_module, "parse_metrics", slow_parse)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        writer = ServerMetricsWriter(tmp_path, {})
+        t0 = time.monotonic_ns()
+        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        scraper = scraper_module.MetricsScraper(url, None, 1.0, t0, writer, print)
+        scraper.scrape()
+        took = (time.monotonic_ns() - t0) / 1e9
+    finally:
+        server.shutdown()
+        server.server_close()
+    (stamp,) = set(writer._columns[0])
+    assert took >= 0.4
+    assert stamp < took - 0.3  # the answer came before the parse, not at its end
