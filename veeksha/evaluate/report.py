@@ -173,6 +173,16 @@ def _server_table(server: dict[str, Any]) -> Table:
     return table
 
 
+def _unknown_note(server: dict[str, Any]) -> str:
+    """What the console says of scrapes that hold none of the metrics veeksha reads."""
+    return (
+        f"server metrics: {server.get('scrapes')} scrapes, none holding a metric veeksha reads "
+        "(running, waiting, KV cache, prefix cache, preemptions, finished requests under "
+        "vLLM's, SGLang's, llama.cpp's or TGI's names: docs/server.md); what the server "
+        "exports is in server_metrics.parquet"
+    )
+
+
 def _scrape_note(server: dict[str, Any], scraper: dict[str, Any]) -> str | None:
     """What the console says of the server's metrics when scrapes failed (None: they did not),
     from summary.json's ``server`` section and the scraper's account (``run.server_metrics``):
@@ -322,7 +332,11 @@ def render_summary(
     if note is not None:
         console.print(f"[yellow]{escape(note)}[/]")
     if server.get("scrapes"):
-        console.print(_server_table(server))
+        table = _server_table(server)
+        if table.row_count:
+            console.print(table)
+        else:  # (a server whose page holds none of the names veeksha reads: no empty table)
+            console.print(f"[yellow]{escape(_unknown_note(server))}[/]")
     console.print(_health_table(health or _checks_from_summary(summary)))
     slos = summary.get("slos", {}).get("results", [])
     if slos:

@@ -203,6 +203,20 @@ def test_some_failed_scrapes_are_said_beside_the_view_of_the_others() -> None:
     assert "server's view (5 scrapes)" in text
 
 
+def test_scrapes_holding_no_known_metric_are_said_instead_of_an_empty_table() -> None:
+    # a server whose page holds none of vLLM's, SGLang's, llama.cpp's or TGI's names
+    keys = ("running_peak", "running_mean", "waiting_peak", "waiting_mean", "kv_usage_peak")
+    keys += ("prefix_hit_rate", "preemptions", "finished")
+    server = {"scrapes": 12, "first_t": -0.04, "status": "ok", **dict.fromkeys(keys)}
+    ok = {"status": "ok", "scrapes": 12, "failed": 0, "error": None, "rows": 119}
+    text = _render(lambda console: render_summary(console, _with_scrapes(ok, server)))
+    joined = " ".join(text.split())
+    assert "server's view (" not in text  # (no table of nothing)
+    assert "server metrics: 12 scrapes, none holding a metric veeksha reads" in joined
+    assert "what the server exports is in server_metrics.parquet" in joined
+    assert max(len(line) for line in text.splitlines()) <= 80
+
+
 def test_compare_says_which_runs_ramped_and_where_their_latency_per_rate_is() -> None:
     flat = _summary()
     ramped = _summary() | {
