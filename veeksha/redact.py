@@ -26,8 +26,9 @@ A text may also *end* inside the key, when a server (or a read window) cut it th
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 
-__all__ = ["MASK", "MIN_FRAGMENT", "READ_WINDOW", "Redactor"]
+__all__ = ["MASK", "MIN_FRAGMENT", "READ_WINDOW", "Redactor", "Redactors", "secret_values"]
 
 MASK = "***"
 #: The shortest beginning of the key masked at the end of a text (shorter ones say too little
@@ -119,3 +120,53 @@ def _char_forms(char: str) -> str:
 
 def _either_case(hex_digits: str) -> str:
     return "".join(f"[{d}{d.upper()}]" if d.isalpha() else d for d in hex_digits)
+
+
+#: Parts of a variable's name (split at ``_``) that say it holds a secret: ``VLLM_API_KEY``,
+#: ``HF_TOKEN``, ``AWS_SECRET_ACCESS_KEY``, ``DB_PASSWORD`` (not ``TOKENIZERS_PARALLELISM``).
+SECRET_NAME_PARTS = frozenset(
+    {"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS"}
+)
+#: Values shorter than this are never masked (``true``, ``1``: masking them would garble
+#: every line and hide nothing).
+MIN_SECRET_LENGTH = 8
+
+
+def secret_values(environ: Mapping[str, str]) -> list[str]:
+    """The values of ``environ``'s variables whose names say they hold a secret (a part of the
+    name, split at ``_``, in :data:`SECRET_NAME_PARTS`), at least :data:`MIN_SECRET_LENGTH`
+    characters long.
+
+    >>> secret_values({"HF_TOKEN": "hf_abcdefgh", "TOKENIZERS_PARALLELISM": "false1234"})
+    ['hf_abcdefgh']
+    """
+    return [
+        value
+        for name, value in environ.items()
+        if len(value) >= MIN_SECRET_LENGTH
+        and not SECRET_NAME_PARTS.isdisjoint(name.upper().split("_"))
+    ]
+
+
+class Redactors:
+    """Masks several secrets (each as :class:`Redactor` does), then cuts: a server's output
+    may quote any variable of its environment, not only the client's key.
+
+    >>> Redactors(["sk-abc123456", None, "hf_zyx987654"])("key sk-abc123456, token hf_zyx987654")
+    'key ***, token ***'
+    """
+
+    __slots__ = ("_each",)
+
+    def __init__(self, secrets: Iterable[str | None]) -> None:
+        # longest first: a secret that contains another is masked whole
+        unique = sorted({secret for secret in secrets if secret}, key=len, reverse=True)
+        self._each = tuple(Redactor(secret) for secret in unique)
+
+    def __call__(self, text: str, limit: int | None = None) -> str:
+        for redact in self._each:
+            text = redact(text)
+        return text if limit is None else text[:limit]
+
+    def __repr__(self) -> str:
+        return f"Redactors({len(self._each)} secrets)"

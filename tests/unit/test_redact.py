@@ -114,3 +114,23 @@ def test_masking_a_window_shows_what_masking_everything_would(
     text = "".join(pieces)
     redact = Redactor(KEY)
     assert redact(text, limit) == redact(text)[:limit]
+
+
+def test_the_secrets_of_an_environment_are_its_variables_named_so() -> None:
+    from veeksha.redact import Redactors, secret_values
+
+    environ = {
+        "VLLM_API_KEY": "sk-abcdefgh12",
+        "HF_TOKEN": "hf_abcdefgh34",
+        "AWS_SECRET_ACCESS_KEY": "aws/abcdefgh56",
+        "DB_PASSWORD": "pw-abcdefgh78",
+        "SHORT_TOKEN": "true",  # (too short to be one: masking it would garble every line)
+        "TOKENIZERS_PARALLELISM": "false-ish-value",  # (TOKENIZERS is not TOKEN)
+        "PATH": "/usr/bin:/bin",
+    }
+    found = secret_values(environ)
+    assert found == ["sk-abcdefgh12", "hf_abcdefgh34", "aws/abcdefgh56", "pw-abcdefgh78"]
+    redact = Redactors([None, *found, "sk-abcdefgh12"])
+    line = "k=sk-abcdefgh12 t=hf_abcdefgh34 a=aws%2Fabcdefgh56 p=pw-abcdefgh78 tp=false-ish-value"
+    assert redact(line) == "k=*** t=*** a=*** p=*** tp=false-ish-value"
+    assert redact(line, limit=5) == "k=***"

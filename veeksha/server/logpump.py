@@ -1,5 +1,5 @@
 """``LogPump``: a managed server's output, line by line, into server.log with the API key
-masked, keeping the last lines for error messages."""
+masked (and the secrets of its environment), keeping the last lines for error messages."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 from typing import IO
 
-from veeksha.redact import Redactor
+from veeksha.redact import Redactor, Redactors
 from veeksha.server.supervise import PID_LINE
 
 __all__ = ["LogPump"]
@@ -20,7 +20,7 @@ class LogPump:
     """A thread copying ``stream`` (the supervisor's stdout, the server's output merged) into
     ``path``, masked by ``redact``; it ends when the stream closes (every writer exited)."""
 
-    def __init__(self, stream: IO[bytes], path: Path, redact: Redactor) -> None:
+    def __init__(self, stream: IO[bytes], path: Path, redact: Redactor | Redactors) -> None:
         self._stream = stream
         self._redact = redact
         self._out = path.open("a", encoding="utf-8", errors="replace")

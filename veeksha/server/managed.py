@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from veeksha.errors import ConfigurationError, TargetError
 from veeksha.isolated import isolated_module_command
 from veeksha.net import fetch
-from veeksha.redact import Redactor
+from veeksha.redact import Redactors, secret_values
 from veeksha.server.commands import server_argv
 from veeksha.server.logpump import LogPump
 
@@ -92,7 +92,12 @@ class ManagedServer:
         self.model = model
         self.host = config.host
         self.port = config.port
-        self._redact = Redactor(api_key)
+        # the client's key, and every secret of the server's environment (veeksha's, plus
+        # ``env``): a server or its wrapper may print them (vLLM logs its --api-key, a shell
+        # with ``set -x`` its whole environment)
+        self._redact = Redactors(
+            [api_key, *secret_values({**os.environ, **config.env})],
+        )
         self._simulator = simulator
         self._supervisor: subprocess.Popen[bytes] | None = None
         self._log: LogPump | None = None

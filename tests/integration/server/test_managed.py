@@ -263,6 +263,24 @@ def test_a_server_that_exits_at_once_fails_with_its_last_lines(tmp_path: Path) -
     assert "loading ***" in (tmp_path / SERVER_LOG).read_text()
 
 
+def test_secrets_of_the_servers_environment_never_reach_its_log_or_the_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a wrapper that prints its environment's secrets (set -x, a launcher echoing its settings),
+    # from veeksha's environment and from the server's env: section
+    monkeypatch.setenv("HF_TOKEN", "hf_TopSecretToken42")
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")  # (not a secret: kept)
+    script = 'echo "hf=$HF_TOKEN db=$DB_PASSWORD tp=$TOKENIZERS_PARALLELISM"; exit 3'
+    server = _server(tmp_path, "sh", "-c", script, env={"DB_PASSWORD": "pw-Hunter2-xyz"})
+    with pytest.raises(TargetError, match=r"exited with code 3") as caught:
+        server.start()
+    log = (tmp_path / SERVER_LOG).read_text()
+    assert "hf=*** db=*** tp=false" in log
+    for text in (log, str(caught.value)):
+        assert "TopSecretToken42" not in text
+        assert "Hunter2" not in text
+
+
 def test_a_server_never_ready_is_stopped_with_its_children(tmp_path: Path) -> None:
     # /health is 404 and /v1/models would do, but ready_path insists on /health
     server = _server(
