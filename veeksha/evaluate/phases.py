@@ -77,7 +77,7 @@ def phase_sections(
         rows, phase_sessions = _rows(requests, name), _rows(sessions, name)
         llm = measured_rows(rows)  # no tool row: out of every metric, as in the run
         aggregates = compute_aggregates(llm, phase_sessions, slos, recorded_sessions=sessions)
-        results = judge_slos(slos, aggregates.digests)
+        results = judge_slos(slos, aggregates.digests, llm)
         own = _phase_scenario(scenario, name)
         health = run_health_checks(HealthInput(rows, llm, phase_sessions, own, run_info))
         reports[name] = health

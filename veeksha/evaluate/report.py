@@ -202,21 +202,43 @@ def _scrape_note(server: dict[str, Any], scraper: dict[str, Any]) -> str | None:
     return None
 
 
+def _slo_observed(slo: dict[str, Any]) -> str:
+    if slo.get("beyond_finished"):  # the quantile falls among requests that never finished
+        return "unfinished"
+    observed = slo["observed"]
+    return "-" if observed is None else f"{observed * 1000:.4g} ms"
+
+
 def _slo_table(slos: Sequence[dict[str, Any]]) -> Table:
     table = Table(title="SLOs", title_justify="left")
-    for name in ("slo", "metric", "observed", "threshold", "met"):
+    unfinished = any(slo.get("unfinished") for slo in slos)
+    names = ("slo", "metric", "observed", "threshold", "met")
+    for name in (*names, "unfinished") if unfinished else names:
         table.add_column(name, overflow="fold", no_wrap=name != "slo")
     for slo in slos:
-        observed = slo["observed"]
         met = "[green]met[/]" if slo["met"] else "[bold red]unmet[/]"
-        table.add_row(
+        cells = [
             slo["name"],
             f"{slo['metric']} p{slo['percentile'] * 100:g}",
-            "-" if observed is None else f"{observed * 1000:.4g} ms",
+            _slo_observed(slo),
             f"{slo['threshold'] * 1000:.4g} ms",
             met,
-        )
+        ]
+        if unfinished:
+            cells.append(f"{slo.get('unfinished') or 0} of {slo['samples']}")
+        table.add_row(*cells)
     return table
+
+
+def _slo_unfinished_note(slos: Sequence[dict[str, Any]]) -> str | None:
+    """The line under the SLO table when requests that never finished were judged."""
+    if not any(slo.get("unfinished") for slo in slos):
+        return None
+    return (
+        "unfinished: requests that failed, timed out or were cut off in flight without the "
+        "metric (for TTFC: without a first chunk), each counted above every bound; "
+        "'unfinished' as observed: the percentile falls among them"
+    )
 
 
 #: (column, key path in a phase's section, scale, unit) of the per-phase table.
@@ -341,6 +363,9 @@ def render_summary(
     slos = summary.get("slos", {}).get("results", [])
     if slos:
         console.print(_slo_table(slos))
+        note = _slo_unfinished_note(slos)
+        if note is not None:
+            console.print(escape(note))
         met = summary["slos"]["all_met"]
         console.print("all SLOs met" if met else "[bold red]SLOs unmet[/]")
 

@@ -165,7 +165,7 @@ def compute_evaluation(
     measured_sessions = measured_rows(sessions)
     slos = scenario_slos(scenario)
     aggregates = compute_aggregates(measured, measured_sessions, slos, cdf_metrics, sessions)
-    slo_results = judge_slos(slos, aggregates.digests)
+    slo_results = judge_slos(slos, aggregates.digests, measured)
     health = run_health_checks(
         HealthInput(requests, measured, measured_sessions, scenario, info, server)
     )

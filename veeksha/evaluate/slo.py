@@ -4,6 +4,22 @@ An SLO says "the ``percentile`` quantile of ``metric`` is at most ``value`` seco
 on the measured phase with the same quantile rule as the summary (numpy linear interpolation),
 TBC over all gaps. An SLO with no data (nothing measured) is not met.
 
+**Requests that never finished count against it.** A request asked of the server that failed
+(``error``, ``timeout``) or was cut off in flight (``cancelled`` with a ``sent_at``: the end of
+``post_timeout_grace_seconds``, a stopped run) has no E2E, TPOT, normalized E2E or TBC; it is
+in the SLO's sample as a value above every bound (+inf: MLPerf counts such queries against the
+latency bound), one per request. For TTFC only when it got no first chunk: one that did has its
+observed ``first_chunk_at − sent_at`` in the sample (the ``ttfc`` column is the ok requests'
+only). A request cancelled before it was sent was never asked and is not in the sample. So an
+overloaded run whose slowest requests time out cannot meet a p99 on the others: the quantile is
++inf, and not met, as soon as it falls among the unfinished requests (``observed`` null,
+``beyond_finished`` true), and is otherwise taken among the finished values at the rank the
+unfinished ones push it to.
+
+Worked example: 8 ok requests with E2E 1..8 s and 2 timeouts, SLO p90 E2E ≤ 10 s: the sample is
+1..8, +inf, +inf; the p90's virtual index 0.9 · 9 = 8.1 falls between 8 s and +inf: not met (the
+ok requests alone would give 7.3 s, met).
+
 Goodput counts the work that met every SLO. A request meets an SLO when its own value is within
 the threshold (``ttfc``, ``tpot``, ``e2e``, ``normalized_e2e``; a value that is undefined, such as
 the TPOT of a one-token answer, breaks nothing), and for ``tbc`` when at least ``percentile`` of
@@ -17,6 +33,7 @@ Worked example: SLO p90 TBC ≤ 20 ms; a request with gaps 10, 15, 30 ms has 2/3
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -25,26 +42,44 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
-from veeksha.evaluate.metrics import Digest
+from veeksha.evaluate.metrics import LATENCY_METRICS, Digest, metric_sample
+from veeksha.evaluate.sample import ArraySample, Sample
 from veeksha.evaluate.sessions import session_ids
 from veeksha.evaluate.source import ColumnSource
-from veeksha.evaluate.stats import column, distinct, floats, int_column, integers, status_is
+from veeksha.evaluate.stats import (
+    Floats,
+    column,
+    distinct,
+    floats,
+    int_column,
+    integers,
+    status_is,
+)
 from veeksha.record import kernels as ak
 from veeksha.scenario.models import SLO, Scenario
 
 __all__ = [
     "SloResult",
     "all_met",
+    "finished_values",
     "goodput",
     "judge_slos",
+    "never_produced",
     "request_meets",
     "scenario_slos",
+    "slo_quantile",
+    "unfinished_rows",
 ]
 
 
 @dataclass(frozen=True, slots=True)
 class SloResult:
-    """One judged SLO: the observed quantile (None without data) against the threshold."""
+    """One judged SLO: the observed quantile against the threshold.
+
+    ``samples``: the values judged, ``unfinished`` (requests that never produced the metric,
+    each one value above every bound) included; ``observed``: the quantile, None without data
+    or when it falls among the unfinished requests (``beyond_finished``: not met).
+    """
 
     name: str
     metric: str
@@ -53,6 +88,8 @@ class SloResult:
     observed: float | None
     samples: int
     met: bool
+    unfinished: int = 0
+    beyond_finished: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"unit": "s"}
@@ -63,16 +100,98 @@ def scenario_slos(scenario: Scenario) -> list[SLO]:
     return [slo for evaluator in scenario.evaluators for slo in evaluator.slos]
 
 
-def judge_slos(slos: list[SLO], digests: Mapping[str, Digest]) -> list[SloResult]:
-    """Judge each SLO on the digests of the measured phase's samples, which hold the SLOs'
-    quantiles (``summary.metric_digests``)."""
+def unfinished_rows(requests: pa.Table | ColumnSource) -> NDArray[np.bool_]:
+    """Per row: a request asked of the server that never finished: failed (``error``,
+    ``timeout``) or cut off in flight (``cancelled`` after it was sent)."""
+    failed = status_is(requests, "error") | status_is(requests, "timeout")
+    if not requests.num_rows:
+        return failed
+    sent = ~np.isnan(column(requests, "sent_at"))
+    return failed | (status_is(requests, "cancelled") & sent)
+
+
+def never_produced(
+    requests: pa.Table | ColumnSource, metric: str, unfinished: NDArray[np.bool_]
+) -> NDArray[np.bool_]:
+    """Per row: an ``unfinished`` request without a value of ``metric``: every one, but for
+    ``ttfc`` only those that got no first chunk."""
+    if metric != "ttfc" or not requests.num_rows:
+        return unfinished
+    return unfinished & np.isnan(column(requests, "first_chunk_at"))
+
+
+def finished_values(
+    requests: pa.Table | ColumnSource, metric: str, unfinished: NDArray[np.bool_]
+) -> Floats:
+    """The values of a per-request ``metric`` (not ``tbc``) an SLO judges besides the unfinished
+    requests: the ok requests' column, and for ``ttfc`` also ``first_chunk_at − sent_at`` of the
+    unfinished requests that got a first chunk."""
+    values = column(requests, metric)
+    if metric == "ttfc" and unfinished.any():
+        first = column(requests, "first_chunk_at")
+        sent = column(requests, "sent_at")
+        values = np.where(unfinished, first - sent, values)
+    out: Floats = values[~np.isnan(values)]
+    return out
+
+
+def slo_quantile(sample: Sample, percentile: float, unfinished: int) -> float | None:
+    """The ``percentile`` quantile (numpy's linear method) of ``sample`` with ``unfinished``
+    values above all of them (+inf): +inf when it falls among those, None without any value."""
+    finished = sample.size
+    total = finished + unfinished
+    if total == 0:
+        return None
+    if unfinished == 0:
+        return float(sample.quantiles(np.array([percentile]))[0])
+    virtual = percentile * (total - 1)  # the index into the finished values, then the +inf ones
+    if finished == 0 or virtual > finished - 1:
+        return math.inf  # (at finished − 1 exactly the +inf above has weight 0)
+    fraction = virtual / (finished - 1) if finished > 1 else 0.0
+    return float(sample.quantiles(np.array([min(fraction, 1.0)]))[0])
+
+
+def _tbc_sample(requests: pa.Table | ColumnSource) -> Sample:
+    return metric_sample(requests, next(m for m in LATENCY_METRICS if m.name == "tbc"))
+
+
+def judge_slos(
+    slos: list[SLO],
+    digests: Mapping[str, Digest],
+    requests: pa.Table | ColumnSource,
+) -> list[SloResult]:
+    """Judge each SLO on the measured phase: its quantile over the finished values with the
+    unfinished requests above every bound (see the module docstring). ``digests``
+    (``summary.metric_digests``) hold the quantiles of the ok requests' samples, used as they
+    are when no measured request (``requests``, the measured rows) is unfinished."""
+    unfinished = unfinished_rows(requests)
     results = []
     for slo in slos:
         found = digests[slo.metric]
         observed = found.quantiles[slo.percentile] if found.count else None
-        met = observed is not None and observed <= slo.value
+        finished, missing = found.count, 0
+        if unfinished.any():
+            missing = int(never_produced(requests, slo.metric, unfinished).sum())
+            if slo.metric == "tbc":  # (the gaps' sample may be streamed: read it again)
+                sample = _tbc_sample(requests)
+            else:
+                sample = ArraySample(finished_values(requests, slo.metric, unfinished))
+            finished = sample.size
+            observed = slo_quantile(sample, slo.percentile, missing)
+        beyond = observed is not None and math.isinf(observed)
+        met = observed is not None and not beyond and observed <= slo.value
         results.append(
-            SloResult(slo.name, slo.metric, slo.percentile, slo.value, observed, found.count, met)
+            SloResult(
+                slo.name,
+                slo.metric,
+                slo.percentile,
+                slo.value,
+                None if beyond else observed,
+                finished + missing,
+                met,
+                missing,
+                beyond,
+            )
         )
     return results
 

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 
 from tests.unit.evaluate.builders import request, requests_table, session, sessions_table
-from veeksha.evaluate.slo import all_met, goodput, judge_slos, request_meets
+from veeksha.evaluate.sample import ArraySample
+from veeksha.evaluate.slo import (
+    SloResult,
+    all_met,
+    goodput,
+    judge_slos,
+    request_meets,
+    slo_quantile,
+)
+from veeksha.evaluate.stats import quantiles
 from veeksha.evaluate.summary import metric_digests
 from veeksha.scenario.models import SLO
 
@@ -22,13 +34,19 @@ ROWS = [
 ]
 
 
+def _judge(rows: list[dict[str, object]], slos: list[SLO]) -> list[SloResult]:
+    table = requests_table(rows)
+    return judge_slos(slos, metric_digests(table, slos), table)
+
+
 def test_slos_met_and_unmet() -> None:
     slos = [_slo("ttfc", 0.5, 0.25), _slo("ttfc", 1.0, 0.25), _slo("tbc", 0.75, 0.011)]
-    results = judge_slos(slos, metric_digests(requests_table(ROWS), slos))
+    results = _judge(ROWS[:3], slos)  # every request answered
     assert [r.met for r in results] == [True, False, True]
     assert results[0].observed == pytest.approx(0.2)
     assert results[1].observed == pytest.approx(0.3)
     assert results[2].samples == 5
+    assert results[2].unfinished == 0
     assert results[0].to_dict()["threshold"] == 0.25
     assert all_met(results) is False
     assert all_met(results[:1]) is True
@@ -37,9 +55,77 @@ def test_slos_met_and_unmet() -> None:
 
 def test_an_slo_without_data_is_not_met() -> None:
     slos = [_slo("e2e", 0.99, 1.0)]
-    results = judge_slos(slos, metric_digests(requests_table([]), slos))
+    results = _judge([], slos)
     assert results[0].observed is None
     assert results[0].met is False
+    assert results[0].beyond_finished is False
+
+
+# 8 answered requests, e2e 1..8 s, each with its first chunk 0.1 s after it was sent
+FINISHED = [request(i, sent=0.0, chunks=(0.1, i + 1.0)) for i in range(8)]
+
+
+def test_requests_that_never_finished_count_above_every_bound() -> None:
+    # the answered ones meet p90 e2e <= 10 s (7.3 s); two timeouts cannot be left out
+    slos = [_slo("e2e", 0.9, 10.0)]
+    assert _judge(FINISHED, slos)[0].met is True
+    timeouts = [request(i, sent=0.0, chunks=(), completed=5.0, status="timeout") for i in (8, 9)]
+    (result,) = _judge(FINISHED + timeouts, slos)
+    assert result.met is False
+    assert result.beyond_finished is True  # virtual index 0.9 * 9 = 8.1: past the 8 finished
+    assert result.observed is None
+    assert (result.samples, result.unfinished) == (10, 2)
+    assert result.to_dict()["observed"] is None
+    # a lower percentile stays among the finished values, at the rank they push it to
+    (p50,) = _judge(FINISHED + timeouts, [_slo("e2e", 0.5, 10.0)])
+    assert p50.met is True
+    assert p50.observed == pytest.approx(5.5)  # index 4.5 of 1..8, +inf, +inf (not 4.5 s)
+
+
+def test_every_metric_counts_unfinished_requests_and_ttfc_keeps_a_first_chunk() -> None:
+    unfinished = [
+        request(8, sent=0.0, chunks=(0.2,), completed=3.0, status="timeout"),  # first chunk
+        request(9, sent=0.0, chunks=(), completed=0.5, status="error"),
+        request(10, sent=1.0, chunks=(), completed=1.5, status="cancelled"),  # cut off in flight
+        request(11, chunks=(), status="cancelled", unsent=True),  # never sent: not asked
+    ]
+    slos = [_slo(m, 0.5, 100.0) for m in ("ttfc", "e2e", "tpot", "tbc", "normalized_e2e")]
+    results = {r.metric: r for r in _judge(FINISHED + unfinished, slos)}
+    assert {m: r.unfinished for m, r in results.items()} == {
+        "ttfc": 2,  # the timeout got its first chunk: its TTFC, 0.2 s, is a value
+        "e2e": 3,
+        "tpot": 3,
+        "tbc": 3,
+        "normalized_e2e": 3,
+    }
+    assert results["ttfc"].samples == 11
+    assert results["tbc"].samples == 8 + 3  # one gap per answered request, one per unfinished
+    # ttfc: 8 × 0.1 s, 0.2 s, +inf, +inf: the p50 (index 5) is 0.1 s; the p85 (index 8.5) is
+    # past the 9 values with a first chunk
+    (p85,) = _judge(FINISHED + unfinished, [_slo("ttfc", 0.85, 100.0)])
+    assert p85.beyond_finished is True
+    assert p85.met is False
+    (p80,) = _judge(FINISHED + unfinished, [_slo("ttfc", 0.8, 0.15)])
+    assert p80.observed == pytest.approx(0.2)  # index 8: the timeout's own TTFC
+    assert p80.met is False
+
+
+@pytest.mark.parametrize("unfinished", [0, 1, 3, 7])
+@pytest.mark.parametrize("percentile", [0.0, 0.3, 0.5, 0.9, 0.99, 1.0])
+def test_slo_quantile_is_numpys_with_the_unfinished_as_infinity(
+    unfinished: int, percentile: float
+) -> None:
+    finished = np.array([3.0, 1.0, 4.0, 1.5, 9.0, 2.6, 5.0, 3.5, 8.0, 7.0])
+    got = slo_quantile(ArraySample(finished), percentile, unfinished)
+    whole = np.concatenate((finished, np.full(unfinished, 1e300)))  # (inf: numpy's lerp NaNs)
+    expected = float(quantiles(whole, [percentile])[0])
+    if expected > 1e299:
+        assert got == math.inf
+    else:
+        assert got == pytest.approx(expected, rel=1e-12)
+    assert slo_quantile(ArraySample(np.empty(0)), percentile, unfinished) == (
+        None if unfinished == 0 else math.inf
+    )
 
 
 def test_request_meets_every_slo() -> None:

@@ -134,6 +134,8 @@ def test_a_runs_samples_are_its_measured_values_and_failures(tmp_path: Path) -> 
         {
             "phase": ["warmup", "measured", "measured", "measured", "measured", "warmup"],
             "status": ["ok", "ok", "timeout", "ok", "cancelled", "error"],
+            "sent_at": [0.0, 1.0, 1.0, 1.0, None, 0.0],
+            "first_chunk_at": [9.0, 1.1, None, 1.3, None, None],
             "ttfc": [9.0, 0.1, None, 0.3, None, None],  # failed requests have no TTFC
             "tbc": pa.array(
                 [[9.0], [0.01, 0.02], None, [0.03], None, None], pa.list_(pa.float64())
@@ -169,6 +171,8 @@ def test_a_runs_samples_leave_tool_calls_out_and_take_named_phases(tmp_path: Pat
         {
             "phase": ["warmup", "rate_4", "rate_4", "rate_8", "rate_8"],
             "status": ["ok", "ok", "ok", "ok", "error"],
+            "sent_at": [0.0, 1.0, 1.0, 1.0, 1.0],
+            "first_chunk_at": [9.0, 1.1, 6.0, 1.2, None],
             "kind": ["llm", "llm", "tool", None, "llm"],
             "ttfc": [9.0, 0.1, 5.0, 0.2, None],
         }
@@ -180,6 +184,33 @@ def test_a_runs_samples_leave_tool_calls_out_and_take_named_phases(tmp_path: Pat
 
     counted = read_probe_sample(tmp_path, [P90_TTFC])
     assert (counted.requests, counted.failed) == (3, 1)  # the tool call is no request here
+
+
+def test_a_runs_samples_judge_unfinished_requests_as_the_run_does(tmp_path: Path) -> None:
+    # the run's own rule (evaluate.slo): a request cut off in flight never finished, and a
+    # timeout that got its first chunk has a TTFC
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from veeksha.experiment.capacity.probe import read_probe_sample
+
+    table = pa.table(
+        {
+            "phase": ["measured"] * 4,
+            "status": ["ok", "timeout", "cancelled", "cancelled"],
+            "sent_at": [1.0, 1.0, 2.0, None],  # the last was cancelled before it was sent
+            "first_chunk_at": [1.1, 1.4, None, None],
+            "ttfc": [0.1, None, None, None],
+            "e2e": [0.5, None, None, None],
+        }
+    )
+    pq.write_table(table, tmp_path / "requests.parquet")
+    e2e = SLO(name="e2e", metric="e2e", percentile=0.5, value=1)
+    counted = read_probe_sample(tmp_path, [P90_TTFC, e2e])
+    ttfc, e2es = (values.tolist() for values in counted.values)
+    assert sorted(ttfc) == pytest.approx([0.1, 0.4, float("inf")])
+    assert e2es == [0.5, float("inf"), float("inf")]
+    assert (counted.requests, counted.failed) == (4, 2)
 
 
 def test_failed_requests_break_a_percentile_they_reach() -> None:

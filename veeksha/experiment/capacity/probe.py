@@ -14,10 +14,10 @@ The probe's scenario is the searched scenario with
 
 It runs through :func:`veeksha.experiment.point.run_point` and is read only from its folder: the
 health verdict of summary.json and, per SLO, the measured phase's values of the SLO's metric in
-requests.parquet (the sample the run's own SLO evaluation judges: ok requests, TBC every gap),
-with every failed request (error, timeout) counted as one infinitely slow value: unlike the run's
-own SLO evaluation, which judges the answered requests only, a server that sheds load by
-failing requests does not pass a capacity probe.
+requests.parquet, the sample the run's own SLO evaluation judges (``veeksha.evaluate.slo``): the
+finished values (TBC every gap), and every request that never finished (failed, timed out or cut
+off in flight; for TTFC one without a first chunk) as one infinitely slow value, so a server that
+sheds load by failing requests does not pass a capacity probe.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
 from veeksha.errors import RunAbortedError
+from veeksha.evaluate.slo import finished_values, never_produced, unfinished_rows
 from veeksha.experiment.capacity.knob import Knob
 from veeksha.experiment.capacity.measure import ProbeRun, RunRequest
 from veeksha.experiment.point import run_point
@@ -52,8 +52,6 @@ __all__ = [
 ]
 
 REQUESTS_FILE = "requests.parquet"
-#: Statuses of requests that got no (complete) answer: counted as infinitely slow.
-FAILED = ("error", "timeout")
 
 
 def probe_scenario(
@@ -95,13 +93,14 @@ class ProbeSample:
 
     values: tuple[NDArray[np.float64], ...]
     requests: int = 0
-    failed: int = 0
+    failed: int = 0  # requests that never finished (``evaluate.slo.unfinished_rows``)
 
 
 def read_slo_samples(run_dir: Path, slos: Sequence[SLO]) -> tuple[NDArray[np.float64], ...]:
     """Per SLO, the measured phase's values of its metric (NaN dropped, TBC flattened), plus one
-    +inf per measured request that failed (``FAILED``): a request that got no answer met no
-    latency objective. Empty arrays when the run left no requests file."""
+    +inf per measured request that never produced it (``evaluate.slo.never_produced``): a
+    request that got no answer met no latency objective. Empty arrays when the run left no
+    requests file."""
     return read_probe_sample(run_dir, slos).values
 
 
@@ -111,7 +110,8 @@ def read_probe_sample(run_dir: Path, slos: Sequence[SLO]) -> ProbeSample:
     path = run_dir / REQUESTS_FILE
     try:
         kind = ["kind"] if "kind" in pq.read_schema(path).names else []
-        table = pq.read_table(path, columns=["phase", "status", *kind, *metrics])
+        columns = ["phase", "status", "sent_at", "first_chunk_at", *kind, *metrics]
+        table = pq.read_table(path, columns=list(dict.fromkeys(columns)))
     except (OSError, ValueError):
         return ProbeSample(tuple(np.empty(0) for _ in slos))
     # the rows the run's own SLOs judge (evaluate.stats.measured_rows): every phase but the
@@ -120,14 +120,18 @@ def read_probe_sample(run_dir: Path, slos: Sequence[SLO]) -> ProbeSample:
     if kind:
         keep = pc.and_(keep, pc.fill_null(pc.not_equal(table["kind"], "tool"), True))
     measured = table.filter(keep)
-    failed = int(pc.sum(pc.is_in(measured["status"], pa.array(FAILED))).as_py() or 0)
+    unfinished = unfinished_rows(measured)
     values: dict[str, NDArray[np.float64]] = {}
     for metric in metrics:
-        column = measured[metric]
         if metric == "tbc":
-            column = pc.list_flatten(column)
-        array = column.to_numpy(zero_copy_only=False).astype(np.float64)
-        values[metric] = np.concatenate((array[~np.isnan(array)], np.full(failed, np.inf)))
+            array = pc.list_flatten(measured[metric]).to_numpy(zero_copy_only=False)
+            finished = np.asarray(array, dtype=np.float64)
+            finished = finished[~np.isnan(finished)]
+        else:
+            finished = finished_values(measured, metric, unfinished)
+        missing = int(never_produced(measured, metric, unfinished).sum())
+        values[metric] = np.concatenate((finished, np.full(missing, np.inf)))
+    failed = int(unfinished.sum())
     return ProbeSample(tuple(values[slo.metric] for slo in slos), measured.num_rows, failed)
 
 
