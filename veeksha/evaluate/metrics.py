@@ -14,8 +14,10 @@ Definitions (SCENARIO_REFERENCE.md; ``sent_at`` = the worker wrote the request):
     generator_delay = sent_at - ready_at             dispatch_lag = dispatched_at - ready_at
 
 The measured window runs from the first ``sent_at`` to the last ``completed_at`` of the measured
-requests; throughputs divide by its length. Worked example: two ok requests sent at 1.0 and 2.0 s,
-completed at 1.5 and 3.0 s, 10 and 30 output tokens: window 2.0 s, 1.0 request/s, 20 tokens/s.
+requests; throughputs divide by its length the ok requests completed inside it: the measured ones,
+and those sent before it opened (a warmup's, an earlier phase's) still being served then
+(``veeksha.evaluate.carried``). Worked example: two ok requests sent at 1.0 and 2.0 s, completed
+at 1.5 and 3.0 s, 10 and 30 output tokens: window 2.0 s, 1.0 request/s, 20 tokens/s.
 """
 
 from __future__ import annotations
@@ -224,26 +226,41 @@ def request_counts(requests: pa.Table) -> dict[str, int]:
     return counts
 
 
-def _ok_sum(requests: pa.Table, ok: np.ndarray, name: str) -> int:
+def _ok_sum(requests: pa.Table | ColumnSource, ok: np.ndarray, name: str) -> int:
     values = column(requests, name)[ok]
     return int(np.nansum(values))
 
 
-def throughput(requests: pa.Table, window: tuple[float, float] | None) -> dict[str, Any]:
-    """System throughput of the ok requests over the measured window (None without a window)."""
+def throughput(
+    requests: pa.Table | ColumnSource,
+    window: tuple[float, float] | None,
+    carried: pa.Table | ColumnSource | None = None,
+) -> dict[str, Any]:
+    """System throughput over the measured window (None without a window): the ok measured
+    requests and the ``carried`` ones (ok requests sent before the window opened and completed
+    inside it, ``veeksha.evaluate.carried``), which the server served in the window too."""
     ok = status_is(requests, "ok")
     input_tokens = _ok_sum(requests, ok, "prompt_tokens_total")
     output_tokens = _ok_sum(requests, ok, "output_tokens")
+    completed = int(ok.sum())
+    carried_over = 0
+    if carried is not None and carried.num_rows:
+        every = np.ones(carried.num_rows, dtype=bool)  # (all ok: carried_over's own filter)
+        carried_over = carried.num_rows
+        input_tokens += _ok_sum(carried, every, "prompt_tokens_total")
+        output_tokens += _ok_sum(carried, every, "output_tokens")
+    completed += carried_over
     out: dict[str, Any] = {
         "window_start": None if window is None else window[0],
         "window_end": None if window is None else window[1],
         "window_s": None if window is None else window[1] - window[0],
-        "completed_requests": int(ok.sum()),
+        "completed_requests": completed,
+        "carried_over_requests": carried_over,
         "input_tokens": input_tokens,
         "output_tokens": output_tokens,
     }
     span = None if window is None else window[1] - window[0]
-    out["requests_per_s"] = None if span is None else int(ok.sum()) / span
+    out["requests_per_s"] = None if span is None else completed / span
     out["input_tokens_per_s"] = None if span is None else input_tokens / span
     out["output_tokens_per_s"] = None if span is None else output_tokens / span
     out["total_tokens_per_s"] = None if span is None else (input_tokens + output_tokens) / span

@@ -76,7 +76,9 @@ def phase_sections(
     for name in measured_phases(scenario, run_info):
         rows, phase_sessions = _rows(requests, name), _rows(sessions, name)
         llm = measured_rows(rows)  # no tool row: out of every metric, as in the run
-        aggregates = compute_aggregates(llm, phase_sessions, slos, recorded_sessions=sessions)
+        aggregates = compute_aggregates(
+            llm, phase_sessions, slos, recorded_sessions=sessions, recorded_requests=requests
+        )
         results = judge_slos(slos, aggregates.digests, llm)
         own = _phase_scenario(scenario, name)
         health = run_health_checks(HealthInput(rows, llm, phase_sessions, own, run_info))

@@ -22,6 +22,7 @@ __all__ = [
     "HEADLINE",
     "PHASE_COLUMNS",
     "RAMP_COLUMNS",
+    "carried_note",
     "headline_value",
     "render_compare",
     "render_summary",
@@ -202,6 +203,17 @@ def _scrape_note(server: dict[str, Any], scraper: dict[str, Any]) -> str | None:
     return None
 
 
+def carried_note(summary: dict[str, Any]) -> str | None:
+    """The line under the headline when the rates count requests sent before the window."""
+    carried = (summary.get("throughput") or {}).get("carried_over_requests")
+    if not carried:
+        return None
+    return (
+        f"requests/s and tokens/s count {carried} request(s) sent before the window opened "
+        "(the warmup's, an earlier phase's) and served inside it: docs/metrics.md, Throughput"
+    )
+
+
 def _slo_observed(slo: dict[str, Any]) -> str:
     if slo.get("beyond_finished"):  # the quantile falls among requests that never finished
         return "unfinished"
@@ -340,6 +352,9 @@ def render_summary(
         reason = run.get("stop_reason") or "interrupted"
         console.print(f"[yellow]partial run ({reason}): numbers cover what was recorded[/]")
     console.print(_headline_table(summary))
+    note = carried_note(summary)
+    if note is not None:
+        console.print(escape(note))
     note = stream_note(run)
     if note is not None:
         console.print(escape(note))

@@ -164,7 +164,9 @@ def compute_evaluation(
     measured = measured_rows(requests)
     measured_sessions = measured_rows(sessions)
     slos = scenario_slos(scenario)
-    aggregates = compute_aggregates(measured, measured_sessions, slos, cdf_metrics, sessions)
+    aggregates = compute_aggregates(
+        measured, measured_sessions, slos, cdf_metrics, sessions, requests
+    )
     slo_results = judge_slos(slos, aggregates.digests, measured)
     health = run_health_checks(
         HealthInput(requests, measured, measured_sessions, scenario, info, server)

@@ -5,7 +5,9 @@ has no row: those sessions are counted as ``incomplete`` (``unrecorded`` says ho
 dropped. A session whose row is another phase's (a warmup session whose later turn was released
 in a measured phase, a session crossing a phase boundary) has a row: it counts in its own phase,
 never as unrecorded in the phase of its later requests. ``sessions_per_s`` is the rate of
-``ok`` sessions over the measured window of the requests (see ``veeksha.evaluate.metrics``).
+``ok`` sessions over the measured window of the requests (see ``veeksha.evaluate.metrics``): the
+measured ones and those carried into the window (started before it, ended inside it:
+``veeksha.evaluate.carried``), ``carried_over`` of them.
 """
 
 from __future__ import annotations
@@ -40,12 +42,14 @@ def session_metrics(
     requests: pa.Table | ColumnSource,
     window: tuple[float, float] | None,
     recorded: pa.Table | ColumnSource | None = None,
+    carried: int = 0,
 ) -> dict[str, Any]:
     """summary.json's ``sessions``: counts by status, rates and per-session distributions.
 
     ``sessions`` and ``requests`` hold the measured rows; ``window`` is the measured window.
     ``recorded``: every session row of the run, whatever its phase (default ``sessions``): a
-    session of the requests is unrecorded only when it has no row there.
+    session of the requests is unrecorded only when it has no row there. ``carried``: ok
+    sessions of another phase that ended inside the window, counted in ``sessions_per_s``.
     """
     counts = dict.fromkeys(SESSION_STATUSES, 0)
     if sessions.num_rows:
@@ -56,7 +60,8 @@ def session_metrics(
     total = sessions.num_rows + unrecorded
     span = None if window is None else window[1] - window[0]
     out: dict[str, Any] = {"total": total, **counts, "unrecorded": unrecorded}
-    out["sessions_per_s"] = None if not span else counts["ok"] / span
+    out["carried_over"] = carried
+    out["sessions_per_s"] = None if not span else (counts["ok"] + carried) / span
     out["success_rate"] = counts["ok"] / total if total else None
     out["duration"] = {"unit": "s", **describe(column(sessions, "duration"))}
     out["requests_per_session"] = {"unit": "requests", **describe(column(sessions, "num_requests"))}

@@ -42,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from veeksha.evaluate.carried import CarriedOver
 from veeksha.evaluate.metrics import LATENCY_METRICS, Digest, metric_sample
 from veeksha.evaluate.sample import ArraySample, Sample
 from veeksha.evaluate.sessions import session_ids
@@ -226,28 +227,43 @@ def request_meets(requests: pa.Table | ColumnSource, slos: list[SLO]) -> NDArray
     return meets
 
 
+def _good_sessions(
+    requests: pa.Table | ColumnSource,
+    meets: NDArray[np.bool_],
+    sessions: pa.Table | ColumnSource,
+) -> int:
+    ok_sessions = session_ids(sessions, "ok")
+    if not requests.num_rows:
+        return int(ok_sessions.size)
+    bad = distinct(int_column(requests, "session_id")[~meets])
+    return int((~np.isin(ok_sessions, bad)).sum())
+
+
 def goodput(
     requests: pa.Table | ColumnSource,
     sessions: pa.Table | ColumnSource,
     slos: list[SLO],
     window: tuple[float, float] | None,
+    carried: CarriedOver | None = None,
 ) -> dict[str, Any]:
-    """summary.json's ``goodput``: requests and sessions meeting every SLO, and their rates."""
+    """summary.json's ``goodput``: requests and sessions meeting every SLO, and their rates;
+    those ``carried`` into the window (``veeksha.evaluate.carried``) count as the throughput
+    counts them, ``request_fraction`` is of the measured requests alone."""
     meets = request_meets(requests, slos)
     good_requests = int(meets.sum())
-    ok_sessions = session_ids(sessions, "ok")
-    if requests.num_rows:
-        ids = int_column(requests, "session_id")
-        bad = distinct(ids[~meets])
-        good_sessions = int((~np.isin(ok_sessions, bad)).sum())
-    else:
-        good_sessions = int(ok_sessions.size)
+    good_sessions = _good_sessions(requests, meets, sessions)
+    counted_requests, counted_sessions = good_requests, good_sessions
+    if carried is not None:
+        counted_requests += int(request_meets(carried.requests, slos).sum())
+        if carried.sessions.num_rows:
+            own = carried.session_requests
+            counted_sessions += _good_sessions(own, request_meets(own, slos), carried.sessions)
     span = None if window is None else window[1] - window[0]
     return {
         "slo_count": len(slos),
-        "requests": good_requests,
-        "sessions": good_sessions,
-        "requests_per_s": None if not span else good_requests / span,
-        "sessions_per_s": None if not span else good_sessions / span,
+        "requests": counted_requests,
+        "sessions": counted_sessions,
+        "requests_per_s": None if not span else counted_requests / span,
+        "sessions_per_s": None if not span else counted_sessions / span,
         "request_fraction": good_requests / requests.num_rows if requests.num_rows else None,
     }

@@ -28,6 +28,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from veeksha.evaluate.carried import carried_over
 from veeksha.evaluate.health import HealthReport
 from veeksha.evaluate.metrics import (
     LATENCY_METRICS,
@@ -85,23 +86,34 @@ def compute_aggregates(
     slos: list[SLO],
     cdf_metrics: tuple[str, ...] = (),
     recorded_sessions: pa.Table | ColumnSource | None = None,
+    recorded_requests: pa.Table | ColumnSource | None = None,
 ) -> Aggregates:
     """Every metric section of summary.json from the measured rows. ``recorded_sessions``: the
     run's every session row (all phases; default ``sessions``), which tells a session without
-    a row from one whose row is another phase's."""
+    a row from one whose row is another phase's; ``recorded_requests`` and it: the rows of the
+    requests and sessions carried into the window (``veeksha.evaluate.carried``; default: the
+    measured rows, which carry none)."""
     digests = metric_digests(requests, slos, cdf_metrics)
     window = measured_window(requests)
+    every_session = sessions if recorded_sessions is None else recorded_sessions
+    every_request = requests if recorded_requests is None else recorded_requests
+    carried = carried_over(every_request, every_session, sessions, window)
     sections: dict[str, Any] = {
         "requests": request_counts(requests),
         "latency": latency_stats(digests),
         "chunk_reads": chunk_reads(requests, digests["tbc"].count),
-        "throughput": throughput(requests, window),
+        "throughput": throughput(requests, window, carried.requests),
     }
     steps = (
-        ("sessions", lambda: session_metrics(sessions, requests, window, recorded_sessions)),
+        (
+            "sessions",
+            lambda: session_metrics(
+                sessions, requests, window, recorded_sessions, carried.sessions.num_rows
+            ),
+        ),
         ("errors", lambda: error_rates(requests)),
         ("prefill", lambda: prefill_buckets(requests)),
-        ("goodput", lambda: goodput(requests, sessions, slos, window)),
+        ("goodput", lambda: goodput(requests, sessions, slos, window, carried)),
     )
     for key, compute in steps:
         release_memory()

@@ -285,3 +285,32 @@ def test_health_notes_lead_the_report_as_they_lead_health_txt() -> None:
     assert joined.startswith("partial run: it did not end")
     assert "at least 3 dispatched requests have no row" in joined
     assert "partial run (" not in joined  # (one note, not two)
+
+
+def test_unfinished_requests_and_carried_over_ones_are_said_at_80_columns() -> None:
+    summary = _summary()
+    summary["throughput"] = {"window_s": 10.9, "requests_per_s": 16.7, "carried_over_requests": 14}
+    slo = {"percentile": 0.99, "threshold": 1.2, "met": False, "samples": 150}
+    summary["slos"] = {
+        "all_met": False,
+        "results": [
+            slo
+            | {"name": "e2e", "metric": "e2e", "observed": None, "unfinished": 110}
+            | {"beyond_finished": True},
+            slo | {"name": "ttfc", "metric": "ttfc", "observed": 0.89, "unfinished": 0},
+        ],
+    }
+    text = _render(lambda console: render_summary(console, summary))
+    assert max(len(line) for line in text.splitlines()) <= 80
+    joined = " ".join(text.split())
+    assert "count 14 request(s) sent before the window opened" in joined
+    assert "110 of 150" in joined  # the unfinished column
+    assert "0 of 150" in joined
+    assert "each counted above every bound" in joined
+    e2e_row = next(line for line in text.splitlines() if line.startswith("│ e2e "))
+    assert "unfinished" in e2e_row  # the observed value falls among them
+    assert "890 ms" in joined
+    plain = _summary()  # nothing carried over, no unfinished request: neither is said
+    joined = " ".join(_render(lambda console: render_summary(console, plain)).split())
+    assert "sent before the window" not in joined
+    assert "unfinished" not in joined
