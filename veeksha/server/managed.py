@@ -66,8 +66,8 @@ def server_identity(scenario: Scenario) -> str | None:
 def _simulator_settings(scenario: Scenario) -> SimulatorConfig:
     """What a ``veeksha_sim`` server runs with: the ``simulator:`` section, serving the model
     the client names, its window the client's ``max_model_len`` where the section leaves its
-    own out (as for the simulator ``veeksha run`` starts: ``target.with_context_limits``)."""
-    from veeksha.engine.target import with_context_limits
+    own out, as for the simulator ``veeksha run`` starts (``scenario.windows``)."""
+    from veeksha.scenario.windows import with_context_limits
 
     config = scenario.simulator
     if scenario.client.model:  # the simulator serves whatever model the scenario names
