@@ -5,11 +5,18 @@ a non-root request may be dispatched no earlier than ``earliest = max(parents' c
 wait_after_ready``, and no request before its ``not_before`` (its trace row's own time,
 ``turn_timing: timestamps``; null elsewhere): ``earliest = max(that, not_before)``. Violations
 (dispatched_at < earliest − 1 µs, or dispatched while a parent never completed) must be 0.
-Lateness = dispatched_at − earliest (roots: dispatched_at − max(ready_at, not_before)); FAIL
+Lateness = dispatched_at − queue_wait − earliest (roots: from max(ready_at, not_before)); FAIL
 also when any request is later than ``late_threshold_s``. A turn held by its own time is thus
-late only by how long after that time it left, never by the wait its time imposed. A parent
+late only by how long after that time it left, never by the wait its time imposed; nor is a
+request late for the time it waited for its client's slot (``queue_wait``: a configured
+``max_in_flight`` held it, not the generator). A parent
 whose row is missing (a killed run loses its last rows) is counted as ``parents_missing``, not
 as a violation.
+
+Re-prompts (``attempt`` > 0, docs/agents.md) give a node several rows: the node is done, and its
+children released, when its last attempt ended, so a parent's ``completed_at`` is its last
+attempt's; an attempt after the first is ready when the one before it ended (its answer failed
+validation), so its earliest is that attempt's ``completed_at``, not its parents'.
 
 ``prompt_length``: in ``veeksha.evaluate.prompt_length`` (re-exported here).
 
@@ -19,7 +26,7 @@ every measured ok request.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -36,6 +43,9 @@ from veeksha.evaluate.stats import (
     status_is,
 )
 from veeksha.record import kernels as ak
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 __all__ = ["DEPENDENCIES", "OUTPUT_LENGTH", "PROMPT_LENGTH", "dependency_lateness"]
 
@@ -69,6 +79,9 @@ def dependency_lateness(requests: pa.Table) -> tuple[Floats, dict[str, int]]:
     del session
     edge_keys += parent_nodes
     del parent_nodes
+    previous = _previous_attempts(requests, keys)
+    if previous is not None:  # a re-prompted parent is done at its last attempt's end
+        keys[previous[0]] = -1  # (its earlier attempts' rows are never a parent's row)
     parent_row = first_rows(keys, edge_keys)
     del keys, edge_keys
     found = parent_row < n
@@ -80,6 +93,9 @@ def dependency_lateness(requests: pa.Table) -> tuple[Floats, dict[str, int]]:
     starts = np.flatnonzero(np.diff(owners, prepend=-1))
     rows = owners[starts]  # the children: rows with at least one parent, ascending
     del owners
+    first_attempt = np.ones(rows.size, dtype=bool)
+    if previous is not None:  # (a re-prompt's parents are its first attempt's: counted once)
+        first_attempt[np.isin(rows, previous[1])] = False
     if starts.size:
         latest = np.fmax.reduceat(parent_done, starts)
         not_completed = np.logical_or.reduceat(np.isnan(parent_done), starts)
@@ -99,9 +115,11 @@ def dependency_lateness(requests: pa.Table) -> tuple[Floats, dict[str, int]]:
     if "not_before" in requests.schema.names:  # (a run recorded before the column: none)
         # (where defined: a request whose parent never completed has no earliest)
         np.fmax(earliest, column(requests, "not_before"), out=earliest, where=~np.isnan(earliest))
+    if previous is not None:  # a re-prompt: ready when the attempt before it ended
+        earliest[previous[1]] = column(requests, "completed_at")[previous[0]]
     dispatched = column(requests, "dispatched_at")
     counts["dispatched"] = int((~np.isnan(dispatched)).sum())
-    sent_child = ~np.isnan(dispatched[rows])
+    sent_child = ~np.isnan(dispatched[rows]) & first_attempt
     counts["parents_missing"] = int((missing & sent_child).sum())
     not_completed &= sent_child & ~missing
     counts["parent_not_completed"] = int(not_completed.sum())
@@ -110,7 +128,25 @@ def dependency_lateness(requests: pa.Table) -> tuple[Floats, dict[str, int]]:
     del early
     lateness = np.subtract(dispatched, earliest, out=dispatched)
     del earliest
+    if "queue_wait" in requests.schema.names:  # (the wait for a capped client's slot)
+        np.subtract(lateness, np.nan_to_num(column(requests, "queue_wait")), out=lateness)
     return lateness[~np.isnan(lateness)], counts
+
+
+def _previous_attempts(
+    requests: pa.Table, keys: NDArray[np.int64]
+) -> tuple[NDArray[np.intp], NDArray[np.intp]] | None:
+    """(earlier, later): the rows of each re-prompt (``later``, ``attempt`` > 0) and of the
+    attempt just before it (``earlier``) of the same node (``keys``, one per node); None when
+    no row is a re-prompt (every node one row: the common case, at no cost beyond a read)."""
+    if "attempt" not in requests.schema.names:
+        return None
+    attempt = int_column(requests, "attempt")
+    if not attempt.any():
+        return None
+    order = np.lexsort((attempt, keys))  # by node, then attempt
+    same = keys[order[1:]] == keys[order[:-1]]
+    return order[:-1][same], order[1:][same]
 
 
 def _dependencies(data: HealthInput) -> Outcome:

@@ -212,6 +212,127 @@ def test_a_turn_held_by_its_own_time_is_not_late_and_one_sent_before_it_is_early
     assert result.statistics["lateness"]["min"] == pytest.approx(-4.0)
 
 
+def _reprompted_parent(child_dispatched: float) -> list[dict[str, Any]]:
+    """A parent whose first answer (ending at 1.0) failed validation and was re-prompted at 1.0
+    (its answer at 7.0 s), and its child (think time 0.5 s): ready at 7.5."""
+    first = request(0, 0, ready=0.0, chunks=(0.1, 1.0))
+    again = request(0, 0, ready=1.0, chunks=(1.1, 7.0), request_id=1)
+    again["attempt"] = 1
+    child = request(
+        0, 1, parents=[0], ready=7.5, wait=0.5, dispatched=child_dispatched,
+        chunks=(child_dispatched + 0.1,), request_id=2,
+    )  # fmt: skip
+    return [first | {"attempt": 0}, again, child | {"attempt": 0}]
+
+
+def test_a_reprompted_parent_releases_its_children_at_its_last_attempts_end() -> None:
+    """A node is done at its last attempt: its child, sent on time at 7.5, is not 6 s late
+    (its first attempt's end, 1.0, + 0.5), nor is the re-prompt itself (ready when the first
+    answer ended, at 1.0) late by the first attempt's 1 s; one sent after the first answer but
+    before the re-prompt ended is a violation."""
+    result = DEPENDENCIES(_input(_reprompted_parent(7.5)))
+    assert result.status == PASS, result.detail
+    assert result.statistics["violations"] == 0
+    assert result.statistics["lateness"]["max"] == pytest.approx(0.0)
+    result = DEPENDENCIES(_input(_reprompted_parent(2.0)))
+    assert result.status == FAIL
+    assert result.statistics["violations"] == 1
+    assert result.statistics["lateness"]["min"] == pytest.approx(-5.5)
+    # a re-prompt sent before the attempt it follows ended
+    rows = _reprompted_parent(7.5)
+    rows[1]["dispatched_at"] = 0.5
+    assert DEPENDENCIES(_input(rows)).statistics["violations"] == 1
+
+
+def test_the_wait_for_a_capped_clients_slot_is_not_lateness() -> None:
+    """A child ready at 1.5 that waited 6 s for its client's slot (max_in_flight: queue_wait)
+    and was sent 1 ms after the slot came: 1 ms late, not 6 s (the cap held it, not the
+    generator)."""
+    rows = _chain(7.501)
+    rows[1]["queue_wait"] = 6.0
+    result = DEPENDENCIES(_input(rows))
+    assert result.status == PASS, result.detail
+    assert result.statistics["late"] == 0
+    assert result.statistics["lateness"]["max"] == pytest.approx(0.001)
+
+
+def _lateness_with_attempts_by_hand(
+    rows: list[dict[str, Any]],
+) -> tuple[list[float], dict[str, int]]:
+    """``dependency_lateness`` with re-prompts and slot waits, row by row: a parent's row is
+    its node's last attempt; an attempt after the first is measured from the end of the one
+    before it; lateness less the queue_wait."""
+    last: dict[tuple[int, int], dict[str, Any]] = {}
+    by_attempt = {(r["session_id"], r["node_id"], r["attempt"]): r for r in rows}
+    for r in rows:
+        key = (r["session_id"], r["node_id"])
+        if key not in last or last[key]["attempt"] < r["attempt"]:
+            last[key] = r
+    firsts = [r | {"queue_wait": 0.0} for r in rows if r["attempt"] == 0]
+    counts = {"dispatched": 0, "violations": 0, "parent_not_completed": 0, "parents_missing": 0}
+    lateness = []
+    for r in rows:
+        if np.isnan(r["dispatched_at"]):
+            continue
+        counts["dispatched"] += 1
+        if r["attempt"]:
+            earliest = by_attempt[(r["session_id"], r["node_id"], r["attempt"] - 1)]["completed_at"]
+        elif not r["parents"]:
+            earliest = r["ready_at"]
+        else:
+            found = [last.get((r["session_id"], p)) for p in r["parents"]]
+            done = [f["completed_at"] for f in found if f is not None]
+            done = [d for d in done if not np.isnan(d)]
+            earliest = max(done) + r["wait_after_ready"] if done else np.nan
+            if any(f is None for f in found):
+                counts["parents_missing"] += 1
+            elif len(done) < len(found):
+                counts["parent_not_completed"] += 1
+        if r["dispatched_at"] < earliest - 1e-6:
+            counts["violations"] += 1
+        if not np.isnan(r["dispatched_at"] - earliest):
+            lateness.append(r["dispatched_at"] - earliest - r["queue_wait"])
+    counts["violations"] += counts["parent_not_completed"]
+    assert firsts  # (every node has its first attempt)
+    return lateness, counts
+
+
+def test_dependency_lateness_with_reprompts_and_slot_waits_matches_a_row_by_row_count() -> None:
+    rng = np.random.default_rng(11)
+    rows: list[dict[str, Any]] = []
+    for session_id in range(300):
+        size = int(rng.integers(1, 6))
+        for node in range(size):
+            picks = rng.integers(0, node, int(rng.integers(0, 3))) if node else []
+            parents = sorted({int(p) for p in picks})
+            if node and not parents and rng.random() < 0.7:
+                parents = [node - 1]
+            for attempt in range(int(rng.choice([1, 1, 2, 3]))):
+                rows.append(
+                    {
+                        "session_id": session_id,
+                        "node_id": node,
+                        "attempt": attempt,
+                        "parents": parents,
+                        "ready_at": float(rng.random() * 10),
+                        "wait_after_ready": float(rng.choice([0.0, 0.25])),
+                        "not_before": np.nan,
+                        "queue_wait": float(rng.choice([0.0, 0.0, 0.5])),
+                        "dispatched_at": np.nan
+                        if rng.random() < 0.05
+                        else float(rng.random() * 12),
+                        "completed_at": np.nan if rng.random() < 0.05 else float(rng.random() * 12),
+                    }
+                )
+    rng.shuffle(rows)  # type: ignore[arg-type]
+    table = pa.table({k: [r[k] for r in rows] for k in rows[0]})
+    lateness, counts = dependency_lateness(table)
+    expected_lateness, expected_counts = _lateness_with_attempts_by_hand(rows)
+    assert counts == expected_counts
+    assert counts["parent_not_completed"] > 0
+    assert sorted(lateness.tolist()) == pytest.approx(sorted(expected_lateness))
+
+
 def test_prompt_length_within_and_beyond_tolerance() -> None:
     ok = [request(i, prompt_new=100 + i % 3, target_prompt=100, prompt_total=107) for i in range(5)]
     result = PROMPT_LENGTH(_input(ok))
