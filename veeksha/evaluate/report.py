@@ -174,6 +174,17 @@ def _server_table(server: dict[str, Any]) -> Table:
     return table
 
 
+def _clients_note(clients: list[str]) -> str:
+    """What the console says above the server's view when the clients are on several servers
+    and its metrics are one server's (summary.json's ``server.clients``)."""
+    if not clients:
+        return "server's view: the metrics scraped are of none of the clients' servers"
+    return (
+        f"server's view: the server of client{'s' if len(clients) > 1 else ''} "
+        f"{', '.join(clients)} only (the other clients' servers were not scraped)"
+    )
+
+
 def _unknown_note(server: dict[str, Any]) -> str:
     """What the console says of scrapes that hold none of the metrics veeksha reads."""
     return (
@@ -371,6 +382,8 @@ def render_summary(
     if server.get("scrapes"):
         table = _server_table(server)
         if table.row_count:
+            if server.get("clients") is not None:  # (the clients are on several servers)
+                console.print(escape(_clients_note(server["clients"])))
             console.print(table)
         else:  # (a server whose page holds none of the names veeksha reads: no empty table)
             console.print(f"[yellow]{escape(_unknown_note(server))}[/]")

@@ -56,7 +56,7 @@ from veeksha.evaluate.phases import combine_arrival_checks, phase_sections
 from veeksha.evaluate.plots import CDF_METRICS, write_plots, write_ramp_plot
 from veeksha.evaluate.ramp_report import ramp_section
 from veeksha.evaluate.server_plot import write_server_plot
-from veeksha.evaluate.server_view import ServerView, load_server_view
+from veeksha.evaluate.server_view import ServerView, load_server_view, scraped_clients
 from veeksha.evaluate.slo import SloResult, all_met, judge_slos, scenario_slos
 from veeksha.evaluate.source import ColumnSource, release_memory
 from veeksha.evaluate.stats import WARMUP, measured_rows
@@ -188,6 +188,9 @@ def compute_evaluation(
     summary |= group_sections(scenario, requests, info.get("target"))
     if server is not None:
         summary["server"] = jsonable(server.section())
+        clients = scraped_clients(scenario, info)  # (several clients on several servers)
+        if clients is not None:
+            summary["server"]["clients"] = list(clients)
     return Evaluation(
         summary, health, slo_results, aggregates.digests, scenario.health_checks.strict
     )
@@ -246,6 +249,7 @@ def evaluate_run(
         files += write_plots(run_dir, measured_rows(requests), evaluation.digests, boundaries)
         files += write_ramp_plot(run_dir, evaluation.summary.get("ramp"))
         if server is not None:
-            files += write_server_plot(run_dir, requests, server, warmup_window(windows))
+            scraped = evaluation.summary.get("server", {}).get("clients")
+            files += write_server_plot(run_dir, requests, server, warmup_window(windows), scraped)
     evaluation.files = files
     return evaluation

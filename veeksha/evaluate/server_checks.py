@@ -12,7 +12,10 @@ traffic) by the number of requests it finished in between. veeksha's rows bound 
   (its retries, earlier attempts that were answered, are not).
 
 Tool rows (``kind`` tool: a tool call's latency in an agent workflow) reach no server and are
-left out of both bounds.
+left out of both bounds. With several clients on several servers, only the rows of the clients
+the scraped server serves are counted (``server_view.scraped_clients``): the others' requests
+went to servers whose metrics were not read; when the scraped address is none of the clients'
+servers, nothing can be compared (SKIP).
 
 A partial run (``veeksha report`` of a killed run) has no row for the requests in flight at its end
 nor for those answered in its last second: a server count above the rows' upper bound is then
@@ -28,11 +31,13 @@ finished requests there meanwhile) and counts that disagree SKIP, with the numbe
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 
 from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
-from veeksha.evaluate.stats import column, llm_requests, reached_server, status_is
+from veeksha.evaluate.server_view import scraped_clients
+from veeksha.evaluate.stats import column, llm_requests, of_clients, reached_server, status_is
 
 __all__ = ["SERVER_AGREEMENT"]
 
@@ -64,7 +69,17 @@ def _agreement(data: HealthInput) -> Outcome:
     first, last = float(times[0]), float(times[-1])
     server = view.delta("finished")
     requests = data.requests
+    clients = scraped_clients(data.scenario, data.run_info)
+    if clients is not None and not clients:
+        return Outcome(
+            SKIP,
+            f"the server's metrics are not of any client's server (the clients' servers differ"
+            f" and none is where they were scraped); it finished {server:g} requests",
+            {"server_finished": server},
+        )
     llm = llm_requests(requests)  # (a tool row reaches no server)
+    if clients is not None:  # (the other clients' requests went to other servers)
+        llm &= of_clients(requests, clients)
     sent = column(requests, "sent_at")
     done = column(requests, "completed_at")
     inside = llm & status_is(requests, "ok") & (sent >= first) & ~np.isnan(done) & (done <= last)
@@ -75,12 +90,16 @@ def _agreement(data: HealthInput) -> Outcome:
     )
     # each request that may have reached the server, and each of its earlier attempts (a
     # refused one's 429/503 answers before it did)
-    reached = reached_server(requests)
+    reached = reached_server(requests, clients)
     low = int(np.count_nonzero(inside))
     high = int(np.count_nonzero(reached) + retries[llm & ~np.isnan(sent)].sum())
-    stats = {"server_finished": server, "ours_at_least": low, "ours_at_most": high,
-             "first_scrape_t": first, "last_scrape_t": last}  # fmt: skip
+    stats: dict[str, Any] = {"server_finished": server, "ours_at_least": low,
+                             "ours_at_most": high, "first_scrape_t": first,
+                             "last_scrape_t": last}  # fmt: skip
     detail = f"the server finished {server:g} requests; veeksha's rows say {low} to {high}"
+    if clients is not None:
+        stats["clients"] = list(clients)
+        detail += f" (its clients' rows: {', '.join(clients)}; the others go to other servers)"
     owned, why = _owned(data)
     if server is not None and low <= server <= high:
         return Outcome(PASS, detail, stats)

@@ -2,7 +2,8 @@
 
 Three panels sharing the x axis (seconds since t0): the server's running and waiting requests
 (from its /metrics) over veeksha's requests in flight (sent → completed, ``in_flight_envelope``,
-of the requests that may have reached the server: ``stats.reached_server``);
+of the requests that may have reached the server: ``stats.reached_server``, of the clients it
+serves when several clients go to several servers: ``server_view.scraped_clients``);
 the server's KV-cache usage (and GPU utilisation, when sampled); the TTFC of each request at the
 time it was sent (at most ``SCATTER_POINTS``, evenly strided). A queue that builds in the server
 while TTFC climbs reads at a glance.
@@ -10,6 +11,7 @@ while TTFC climbs reads at a glance.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +35,15 @@ __all__ = ["SERVER_PLOT", "legend_above", "write_server_plot"]
 SERVER_PLOT = "server_timeline.png"
 
 
-def _reaching_server(source: ColumnSource) -> tuple[np.ndarray, np.ndarray]:
+def _reaching_server(
+    source: ColumnSource, clients: Sequence[str] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The send times and the completion times (each sorted, no NaN) of the requests that may
     have reached the server, by the server checks' rule (``stats.reached_server``): a request
     refused a connection, or a tool call, was never in the server's queue, so it is no part
-    of the in-flight line drawn over it."""
-    reached = reached_server(source)
+    of the in-flight line drawn over it; nor was a request of a client it does not serve
+    (``clients``: those it serves; None, every client)."""
+    reached = reached_server(source, clients)
     sent = column(source, "sent_at")[reached]
     done = column(source, "completed_at")[reached]
     sent.sort()
@@ -111,12 +116,15 @@ def write_server_plot(
     requests: pa.Table | ColumnSource,
     view: ServerView,
     warmup: tuple[float, float] | None = None,
+    clients: Sequence[str] | None = None,
 ) -> list[Path]:
     """Draw the aligned timeline (nothing when the server's metrics hold no queue series).
 
     Every request is drawn, the warmup's too (the server's queue held them); ``warmup``, the
     warmup phase's [start, end] (s since t0), is shaded grey on each panel and named in the
-    queue panel's legend."""
+    queue panel's legend. ``clients``: the clients the scraped server serves (``summary.json``'s
+    ``server.clients``), whose requests alone are drawn in flight over its queue; None: every
+    client's."""
     if "running" not in view.series and "waiting" not in view.series:
         return []
     source = ColumnSource.of(requests)
@@ -126,7 +134,7 @@ def write_server_plot(
         for ax in (queue, usage, ttfc):
             label = WARMUP_LABEL if ax is queue else None
             ax.axvspan(*warmup, color="grey", alpha=0.15, linewidth=0, zorder=0, label=label)
-    sent, done = _reaching_server(source)
+    sent, done = _reaching_server(source, clients)
     if sent.size:
         queue.plot(*in_flight_envelope(sent, done).line(), label="veeksha: in flight", alpha=0.6)
     for name in ("running", "waiting"):

@@ -20,14 +20,24 @@ The summary's ``server`` section (null values where the server does not export t
                                       server saw it (SGLang: its own hit-rate gauge at the end)
     preemptions                       preemptions during the run
     finished                          requests the server finished during the run
+    clients                           with several clients on several servers: the names of
+                                      the clients the scraped server serves (``scraped_clients``;
+                                      absent when it serves every client)
+
+Several clients may go to several servers (docs/agents.md); the metrics are scraped from one
+(``server_metrics.url``, else the first client's). ``scraped_clients`` names the clients whose
+``api_base`` is on that server (same scheme, host and port), so the checks and the plot that
+hold the server's numbers against veeksha's rows take only those clients' rows.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -37,7 +47,10 @@ from veeksha.record import kernels as ak
 from veeksha.record.server_metrics import SERVER_METRICS_FILE
 from veeksha.server.metric_names import CANONICAL, RATIOS
 
-__all__ = ["ServerView", "increase", "load_server_view"]
+if TYPE_CHECKING:
+    from veeksha.scenario.models import Scenario
+
+__all__ = ["ServerView", "increase", "load_server_view", "scraped_clients"]
 
 #: canonical names that are gauges (besides the RATIOS): read as they are, never as increases
 _GAUGES = frozenset({"running", "waiting"})
@@ -104,6 +117,42 @@ class ServerView:
         for key, (_, values) in sorted(self.gpu.items()):
             out[f"{key}_peak"] = float(values.max())
         return out
+
+
+def _root(url: object) -> tuple[str, str] | None:
+    """(scheme, host:port) of a URL, the server it names; None when it is not one."""
+    if not isinstance(url, str) or not url:
+        return None
+    parts = urlsplit(url)
+    return (parts.scheme.lower(), parts.netloc.lower()) if parts.netloc else None
+
+
+def scraped_clients(scenario: Scenario, run_info: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The names of the clients whose server's metrics were scraped, when that is not every
+    client; None when it is (one client, or every client on that server) or when the run does
+    not say where its clients went.
+
+    The scraped address is the scraper's (``run.server_metrics.url``), else
+    ``server_metrics.url``, else the first client's server (``run.target``'s ``api_base``); a
+    client is on that server when its ``api_base`` has the same scheme, host and port. An empty
+    tuple: the address is none of the clients' servers, while they are on several."""
+    try:
+        target = json.loads(run_info.get("target") or "{}")
+    except (TypeError, ValueError):
+        return None
+    clients = target.get("clients") if isinstance(target, Mapping) else None
+    if not isinstance(clients, list) or len(clients) < 2:
+        return None
+    scraper = run_info.get("server_metrics")
+    url = scraper.get("url") if isinstance(scraper, Mapping) else None
+    scraped = _root(url or scenario.server_metrics.url or target.get("api_base"))
+    roots = {
+        str(c.get("name")): _root(c.get("api_base")) for c in clients if isinstance(c, Mapping)
+    }
+    if scraped is None or len(set(roots.values())) < 2:
+        return None  # (one server for every client: its metrics are theirs, wherever scraped)
+    served = tuple(name for name, root in roots.items() if root == scraped)
+    return None if len(served) == len(roots) else served
 
 
 def load_server_view(run_dir: Path) -> ServerView | None:

@@ -41,6 +41,7 @@ __all__ = [
     "integers",
     "llm_requests",
     "measured_rows",
+    "of_clients",
     "percentile_key",
     "reached_server",
     "scalar",
@@ -289,16 +290,31 @@ def llm_requests(table: pa.Table | ColumnSource) -> NDArray[np.bool_]:
     return integers(_llm_mask(table)) > 0
 
 
-def reached_server(table: pa.Table | ColumnSource) -> NDArray[np.bool_]:
+def reached_server(
+    table: pa.Table | ColumnSource, clients: Sequence[str] | None = None
+) -> NDArray[np.bool_]:
     """Boolean mask of the rows whose request may have reached the server: requests to it
     (``llm_requests``), sent (``sent_at`` set: one cancelled before has none), and not failed
-    for want of a connection (``UNREACHED_ERROR_KINDS``: ``connection_refused``)."""
+    for want of a connection (``UNREACHED_ERROR_KINDS``: ``connection_refused``). ``clients``:
+    only the rows of these clients (the server serves them, the others go elsewhere:
+    ``server_view.scraped_clients``); None, every row."""
     mask = llm_requests(table) & ~np.isnan(column(table, "sent_at"))
+    if clients is not None:
+        mask &= of_clients(table, clients)
     if table.num_rows and "error_kind" in table.schema.names:
         kinds = table.column("error_kind")
         for kind in UNREACHED_ERROR_KINDS:
             mask &= integers(ak.fill_null(ak.equal(kinds, scalar(kind)), scalar(False))) == 0
     return mask
+
+
+def of_clients(table: pa.Table | ColumnSource, clients: Sequence[str]) -> NDArray[np.bool_]:
+    """Boolean mask of the rows whose ``client`` is one of ``clients`` (a null client, a tool
+    call's, is none of them)."""
+    if table.num_rows == 0 or "client" not in table.schema.names:
+        return np.zeros(table.num_rows, dtype=bool)
+    found = ak.is_in(table.column("client"), pa.array(list(clients), type=pa.string()))
+    return integers(ak.fill_null(found, scalar(False))) > 0
 
 
 def status_is(table: pa.Table | ColumnSource, status: str) -> NDArray[np.bool_]:

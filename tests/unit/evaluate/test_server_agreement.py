@@ -127,3 +127,78 @@ def test_a_partial_runs_rows_bound_the_count_from_below_only(finished: int, stat
     assert result.status == status, result.detail
     if status == "SKIP":
         assert "not judged: the run did not end" in result.detail
+
+
+def _two_servers(scraped_url: str | None) -> dict:
+    """run.target and run.server_metrics of a run whose clients `big` (the built-in simulator)
+    and `small` (another server) are on two servers; the metrics scraped from ``scraped_url``."""
+    clients = [
+        {"name": "big", "kind": "simulator", "api_base": "http://127.0.0.1:4000/v1"},
+        {"name": "small", "kind": "endpoint", "api_base": "http://127.0.0.1:5000/v1"},
+    ]
+    target = {"kind": "simulator", "api_base": "http://127.0.0.1:4000/v1", "clients": clients}
+    return {"target": json.dumps(target), "server_metrics": {"url": scraped_url}}
+
+
+# the 6 rows above are the big client's; 5 more ok requests, inside the scrapes, the small one's
+TWO_CLIENTS = pa.concat_tables(
+    [
+        ROWS.append_column("client", pa.array(["big"] * 6)),
+        pa.table(
+            {
+                "sent_at": [0.1, 0.2, 0.3, 0.4, 0.5],
+                "completed_at": [0.6, 0.7, 0.8, 0.9, 1.0],
+                "status": ["ok"] * 5,
+                "retries": [0] * 5,
+                "client": ["small"] * 5,
+            }
+        ),
+    ]
+)
+
+
+def test_with_clients_on_several_servers_only_the_scraped_servers_clients_count() -> None:
+    """The metrics are the first client's server's (the built-in simulator, which finished the
+    big client's 4 to 7 requests); the small client's 5 went to another server, whose metrics
+    were not read: counting them made the bounds 9 to 12 and the check FAIL on a server that
+    agrees."""
+    view = ServerView(series={"finished": (np.array([-0.1, 2.0]), np.array([10.0, 15.0]))})
+    info = _two_servers("http://127.0.0.1:4000/metrics")
+    result = SERVER_AGREEMENT(
+        HealthInput(TWO_CLIENTS, TWO_CLIENTS, TWO_CLIENTS, Scenario(), info, view)
+    )
+    assert result.status == "PASS", result.detail
+    assert (result.statistics["ours_at_least"], result.statistics["ours_at_most"]) == (4, 7)
+    assert result.statistics["clients"] == ["big"]
+    assert "big; the others go to other servers" in result.detail
+    # the same server counting 10 is still a disagreement about the big client's requests
+    view = ServerView(series={"finished": (np.array([-0.1, 2.0]), np.array([10.0, 20.0]))})
+    result = SERVER_AGREEMENT(
+        HealthInput(TWO_CLIENTS, TWO_CLIENTS, TWO_CLIENTS, Scenario(), info, view)
+    )
+    assert result.status == "FAIL"
+
+
+def test_metrics_scraped_from_none_of_the_clients_servers_are_not_judged() -> None:
+    view = ServerView(series={"finished": (np.array([-0.1, 2.0]), np.array([10.0, 15.0]))})
+    info = _two_servers("http://10.0.0.9:9100/metrics")
+    result = SERVER_AGREEMENT(
+        HealthInput(TWO_CLIENTS, TWO_CLIENTS, TWO_CLIENTS, Scenario(), info, view)
+    )
+    assert result.status == "SKIP"
+    assert "not of any client's server" in result.detail
+
+
+def test_clients_sharing_one_server_all_count() -> None:
+    # both clients (two models) on the one built-in simulator: all 11 rows are its requests
+    info = _two_servers("http://127.0.0.1:4000/metrics")
+    target = json.loads(info["target"])
+    target["clients"][1]["api_base"] = "http://127.0.0.1:4000/v1"
+    info["target"] = json.dumps(target)
+    view = ServerView(series={"finished": (np.array([-0.1, 2.0]), np.array([10.0, 19.0]))})
+    result = SERVER_AGREEMENT(
+        HealthInput(TWO_CLIENTS, TWO_CLIENTS, TWO_CLIENTS, Scenario(), info, view)
+    )
+    assert result.status == "PASS", result.detail
+    assert (result.statistics["ours_at_least"], result.statistics["ours_at_most"]) == (9, 12)
+    assert "clients" not in result.statistics
