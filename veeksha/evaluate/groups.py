@@ -2,12 +2,14 @@
 
 ``clients``: for each client (``Scenario.client_entries``; written when there are several or one
 has ``max_in_flight``): its model (the one its requests named: the scenario's, else the target's
-resolved one, e.g. the built-in simulator's ``veeksha-sim``), measured LLM requests (ok ones),
-output throughput over the measured window, TTFC, E2E and queue-wait distributions (seconds),
-its cap and the cap's utilisation (the mean of its requests in flight, from dispatch to the
-result's processing, from the first dispatch to the last processed result, divided by the cap).
+resolved one, e.g. the built-in simulator's ``veeksha-sim``), measured LLM requests (ok ones;
+``failed``, its own requests that failed, error or timeout; ``cancelled``, those cancelled, most
+never sent because another request of their session failed), output throughput over the
+measured window, TTFC, E2E and queue-wait distributions (seconds), its cap and the cap's
+utilisation (the mean of its requests in flight, from dispatch to the result's processing, from
+the first dispatch to the last processed result, divided by the cap).
 ``agents`` and ``rounds`` (``agent_rounds`` graphs): per agent and per round, E2E and TTFC
-distributions (LLM rows), re-prompts, and a tool's call time.
+distributions (LLM rows), re-prompts, failed and cancelled turns, and a tool's call time.
 
 Read from the rows' columns (``client``, ``agent``, ``round``, ``kind``, ``attempt``) with
 numpy and Arrow only: no pandas.
@@ -77,6 +79,8 @@ def group_sections(
     measured = ~_is(requests, "phase", WARMUP)  # every phase but warmup (named phases too)
     llm = measured & ~_is(requests, "kind", "tool")
     ok = status_is(requests, "ok")
+    failed = status_is(requests, "error") | status_is(requests, "timeout")
+    cancelled = status_is(requests, "cancelled")
     sent, done = column(requests, "sent_at"), column(requests, "completed_at")
     ttfc, e2e = column(requests, "ttfc"), column(requests, "e2e")
     out: dict[str, Any] = {}
@@ -97,6 +101,8 @@ def group_sections(
                 "model": client.model or models.get(name),
                 "requests": int(rows.sum()),
                 "ok": int(good.sum()),
+                "failed": int((rows & failed).sum()),
+                "cancelled": int((rows & cancelled).sum()),
                 "output_tokens_per_s": None
                 if window is None
                 else float(np.nansum(tokens[good])) / window,
@@ -123,6 +129,8 @@ def group_sections(
             else:
                 entry |= {
                     "reprompts": int((rows & (attempt > 0)).sum()),
+                    "failed": int((rows & failed).sum()),
+                    "cancelled": int((rows & cancelled).sum()),
                     "ttfc_s": _stats(ttfc[good]),
                     "e2e_s": _stats(e2e[good]),
                 }
