@@ -14,7 +14,10 @@ Up to three comparisons, each judged against ``prompt_length_tolerance`` (tokens
     median of those (the chat template's constant overhead); and each history child whose
     parent was answered, both with usage: ``total - (parent's total + parent's output +
     target)``, less the median of those (the template tokens of the turn's two new messages,
-    constant per turn). A template only adds tokens, so a median below 0 is not taken away: a
+    constant per turn). Re-prompts (``attempt`` > 0) are not compared: their prompt adds the
+    failed answer and a note to the first attempt's; a re-prompted parent's total is its first
+    attempt's and its output its last attempt's (its children carry its first prompt and its
+    final answer). A template only adds tokens, so a median below 0 is not taken away: a
     server that counts every prompt 122 tokens short (another tokenizer than the client's, or
     prompts cut) fails, even when every prompt has the same length. Holds where the template
     adds the same tokens to every message and the server re-tokenizes an answer to as many
@@ -32,6 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
 from veeksha.evaluate.stats import (
@@ -41,6 +45,7 @@ from veeksha.evaluate.stats import (
     int_column,
     integers,
     median,
+    previous_attempts,
     status_is,
 )
 from veeksha.record import kernels as ak
@@ -61,10 +66,19 @@ def deviation_stats(deviation: Floats, tolerance: int) -> dict[str, Any]:
     }
 
 
+def _first_attempts(table: pa.Table) -> np.ndarray:
+    """Rows that are a node's first attempt (a re-prompt's prompt also holds the failed answer
+    and the note: neither its target nor its history; docs/agents.md, Re-prompts)."""
+    if "attempt" not in table.schema.names:
+        return np.ones(table.num_rows, dtype=bool)
+    return int_column(table, "attempt") == 0
+
+
 def _server_usage(data: HealthInput) -> Floats:
     table = data.measured
     rows = column(table, "usage_reported") > 0
     rows &= integers(ak.list_value_length(table.column("parents"))) == 0  # roots
+    rows &= _first_attempts(table)
     server = column(table, "prompt_tokens_total")
     server -= column(table, "target_prompt_tokens")
     rows &= ~np.isnan(server)
@@ -73,28 +87,40 @@ def _server_usage(data: HealthInput) -> Floats:
 
 def _server_usage_turns(data: HealthInput) -> Floats:
     """Per history child whose parent was answered with usage (both rows' usage reported):
-    its server total − (its parent's server total + the parent's output + its target)."""
+    its server total − (its parent's server total + the parent's output + its target). A
+    re-prompted parent's children carry its first prompt and its final answer: its first
+    attempt's total and its last attempt's output; a re-prompt is no child's first attempt
+    (``_first_attempts``) and is not compared."""
     table = data.measured
     history = column(table, "history_parent")
-    children = np.flatnonzero(~np.isnan(history))
+    children = np.flatnonzero(~np.isnan(history) & _first_attempts(table))
     if children.size == 0:
         return np.empty(0)
     node = int_column(table, "node_id")
     session = int_column(table, "session_id")
     width = int(max(node.max(initial=0), np.nanmax(history))) + 1
     keys = session * width + node
-    parents = first_rows(keys, session[children] * width + history[children].astype(np.int64))
-    del keys, node, session, history
-    found = parents < table.num_rows
-    children, parents = children[found], parents[found]
+    edges = session[children] * width + history[children].astype(np.int64)
+    pairs = previous_attempts(table, keys)
+    if pairs is None:
+        firsts = lasts = first_rows(keys, edges)
+    else:  # (each lookup sees one row per node: its first attempt, or its last)
+        first_keys, last_keys = keys.copy(), keys
+        first_keys[pairs[1]] = -1
+        last_keys[pairs[0]] = -1
+        firsts, lasts = first_rows(first_keys, edges), first_rows(last_keys, edges)
+        del first_keys
+    del keys, node, session, history, edges
+    found = (firsts < table.num_rows) & (lasts < table.num_rows)
+    children, firsts, lasts = children[found], firsts[found], lasts[found]
     usage = column(table, "usage_reported") > 0
     answered = status_is(table, "ok")  # (a Python "ok" given to a kernel would import pandas)
-    valid = usage[children] & usage[parents] & answered[parents]
+    valid = usage[children] & usage[firsts] & usage[lasts] & answered[lasts]
     del usage, answered
     total = column(table, "prompt_tokens_total")
-    turn = total[children] - total[parents]
+    turn = total[children] - total[firsts]
     del total
-    turn -= column(table, "output_tokens")[parents]
+    turn -= column(table, "output_tokens")[lasts]
     turn -= column(table, "target_prompt_tokens")[children]
     return turn[valid & ~np.isnan(turn)]
 

@@ -26,7 +26,7 @@ every measured ok request.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -40,12 +40,10 @@ from veeksha.evaluate.stats import (
     first_rows,
     int_column,
     integers,
+    previous_attempts,
     status_is,
 )
 from veeksha.record import kernels as ak
-
-if TYPE_CHECKING:
-    from numpy.typing import NDArray
 
 __all__ = ["DEPENDENCIES", "OUTPUT_LENGTH", "PROMPT_LENGTH", "dependency_lateness"]
 
@@ -79,7 +77,7 @@ def dependency_lateness(requests: pa.Table) -> tuple[Floats, dict[str, int]]:
     del session
     edge_keys += parent_nodes
     del parent_nodes
-    previous = _previous_attempts(requests, keys)
+    previous = previous_attempts(requests, keys)
     if previous is not None:  # a re-prompted parent is done at its last attempt's end
         keys[previous[0]] = -1  # (its earlier attempts' rows are never a parent's row)
     parent_row = first_rows(keys, edge_keys)
@@ -131,22 +129,6 @@ def dependency_lateness(requests: pa.Table) -> tuple[Floats, dict[str, int]]:
     if "queue_wait" in requests.schema.names:  # (the wait for a capped client's slot)
         np.subtract(lateness, np.nan_to_num(column(requests, "queue_wait")), out=lateness)
     return lateness[~np.isnan(lateness)], counts
-
-
-def _previous_attempts(
-    requests: pa.Table, keys: NDArray[np.int64]
-) -> tuple[NDArray[np.intp], NDArray[np.intp]] | None:
-    """(earlier, later): the rows of each re-prompt (``later``, ``attempt`` > 0) and of the
-    attempt just before it (``earlier``) of the same node (``keys``, one per node); None when
-    no row is a re-prompt (every node one row: the common case, at no cost beyond a read)."""
-    if "attempt" not in requests.schema.names:
-        return None
-    attempt = int_column(requests, "attempt")
-    if not attempt.any():
-        return None
-    order = np.lexsort((attempt, keys))  # by node, then attempt
-    same = keys[order[1:]] == keys[order[:-1]]
-    return order[:-1][same], order[1:][same]
 
 
 def _dependencies(data: HealthInput) -> Outcome:

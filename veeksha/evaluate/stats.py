@@ -43,6 +43,7 @@ __all__ = [
     "measured_rows",
     "of_clients",
     "percentile_key",
+    "previous_attempts",
     "reached_server",
     "scalar",
     "status_is",
@@ -315,6 +316,24 @@ def of_clients(table: pa.Table | ColumnSource, clients: Sequence[str]) -> NDArra
         return np.zeros(table.num_rows, dtype=bool)
     found = ak.is_in(table.column("client"), pa.array(list(clients), type=pa.string()))
     return integers(ak.fill_null(found, scalar(False))) > 0
+
+
+def previous_attempts(
+    table: pa.Table | ColumnSource, keys: NDArray[np.int64]
+) -> tuple[NDArray[np.intp], NDArray[np.intp]] | None:
+    """(earlier, later): the rows of each re-prompt (``later``, ``attempt`` > 0, docs/agents.md)
+    and of the attempt just before it (``earlier``) of the same node (``keys``: one key per
+    node, e.g. session and node id); None when no row is a re-prompt (every node one row: the
+    common case, at no cost beyond a read). ``earlier`` holds every row but each node's last
+    attempt, ``later`` every row but its first."""
+    if "attempt" not in table.schema.names:
+        return None
+    attempt = int_column(table, "attempt")
+    if not attempt.any():
+        return None
+    order = np.lexsort((attempt, keys))  # by node, then attempt
+    same = keys[order[1:]] == keys[order[:-1]]
+    return order[:-1][same], order[1:][same]
 
 
 def status_is(table: pa.Table | ColumnSource, status: str) -> NDArray[np.bool_]:

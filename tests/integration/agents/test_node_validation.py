@@ -3,6 +3,7 @@ built-in simulator makes invalid, each attempt its own row linked to its node.""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -72,6 +73,13 @@ def test_a_linear_graph_reprompts_every_turn(tmp_path: Path) -> None:
     sent = rows[rows.dispatched_at.notna()].groupby("session_id").size()
     assert (sessions.num_requests.loc[sent.index] == sent).all()
     assert (sessions.num_requests > sessions.num_nodes).any()  # (some were re-prompted)
+    # the simulator counts every prompt exactly: a re-prompt (its first attempt's prompt, the
+    # failed answer and the note) is not a turn off its target, and a turn re-sent after a
+    # re-prompted parent is not late by that re-prompt
+    checks = {c["name"]: c for c in json.loads((run_dir / "health.json").read_text())["checks"]}
+    assert checks["prompt_length"]["status"] == "PASS", checks["prompt_length"]["detail"]
+    assert checks["prompt_length"]["statistics"]["server"]["max_abs_deviation"] == 0
+    assert checks["dependencies"]["statistics"]["lateness"]["max"] < 0.01
 
 
 def test_trace_rows_reprompt_a_share(tmp_path: Path) -> None:

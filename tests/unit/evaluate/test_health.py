@@ -680,6 +680,34 @@ def test_dependency_lateness_matches_a_row_by_row_count_on_random_dags() -> None
     assert sorted(lateness.tolist()) == pytest.approx(sorted(expected_lateness))
 
 
+def test_prompt_length_compares_first_attempts_and_a_reprompted_parents_final_answer() -> None:
+    """A root (20 tokens) answered 4 invalid tokens, was re-prompted (its prompt: the 20, the
+    failed answer and a 14-token note, 38) and answered 24 valid tokens; its child (10 new
+    tokens) carries the root's first prompt and final answer, 20 + 24 + 10 = 54, and was
+    re-prompted too (54 + its 5-token failed answer + the note: 73). Four more sessions of a
+    root and a child, never re-prompted. The server counts all exactly: nothing is off. The old
+    check compared the re-prompts as if their prompt were their target plus their history (off
+    by 18 and 19) and took the parent's first answer for the child's history (off by 20)."""
+    rows = []
+    for i in range(1, 5):
+        rows.append(request(i, 0, chunks=(0.1, 0.2), prompt_total=20) | {"attempt": 0})
+        plain = request(i, 1, parents=[0], ready=0.3, chunks=(0.4, 0.5), prompt_new=10)
+        rows.append(plain | {"attempt": 0, "target_prompt_tokens": 10, "prompt_tokens_total": 32})
+    root = request(0, 0, chunks=(0.1, 0.2, 0.3, 0.4), prompt_total=20) | {"attempt": 0}
+    again = request(0, 0, ready=0.4, chunks=tuple(0.5 + i / 100 for i in range(24)))
+    again |= {"attempt": 1, "prompt_tokens_total": 20 + 4 + 14, "request_id": 1}
+    child = request(0, 1, parents=[0], ready=0.8, chunks=tuple(0.9 + i / 100 for i in range(5)))
+    child |= {"attempt": 0, "prompt_tokens_new": 10, "target_prompt_tokens": 10}
+    child |= {"prompt_tokens_total": 20 + 24 + 10, "request_id": 2}
+    retry = request(0, 1, parents=[0], ready=1.0, chunks=(1.1, 1.2))
+    retry |= {"attempt": 1, "prompt_tokens_new": 10, "target_prompt_tokens": 10}
+    retry |= {"prompt_tokens_total": 54 + 5 + 14, "request_id": 3}
+    result = PROMPT_LENGTH(_input([*rows, root, again, child, retry]))
+    assert result.status == PASS, result.detail
+    assert (result.statistics["server"]["roots"], result.statistics["server"]["turns"]) == (5, 5)
+    assert result.statistics["server"]["max_abs_deviation"] == 0
+
+
 def test_prompt_length_fails_a_server_that_counts_every_prompt_short() -> None:
     """Fixed-length prompts that the server counts 122 tokens short (another tokenizer, or cut
     prompts): the median is not a template's overhead (a template only adds tokens), so every
