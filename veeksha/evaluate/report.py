@@ -258,8 +258,9 @@ def _slo_unfinished_note(slos: Sequence[dict[str, Any]]) -> str | None:
     if not any(slo.get("unfinished") for slo in slos):
         return None
     return (
-        "unfinished: requests that failed, timed out or were cut off in flight without the "
-        "metric (for TTFC: without a first chunk), each counted above every bound; "
+        "unfinished: requests that failed or timed out without the metric (for TTFC: without "
+        "a first chunk), or were cut off in flight after more than the bound, each counted "
+        "above every bound; "
         "'unfinished' as observed: the percentile falls among them"
     )
 

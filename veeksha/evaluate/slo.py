@@ -5,12 +5,16 @@ on the measured phase with the same quantile rule as the summary (numpy linear i
 TBC over all gaps. An SLO with no data (nothing measured) is not met.
 
 **Requests that never finished count against it.** A request asked of the server that failed
-(``error``, ``timeout``) or was cut off in flight (``cancelled`` with a ``sent_at``: the end of
-``post_timeout_grace_seconds``, a stopped run) has no E2E, TPOT, normalized E2E or TBC; it is
-in the SLO's sample as a value above every bound (+inf: MLPerf counts such queries against the
-latency bound), one per request. For TTFC only when it got no first chunk: one that did has its
-observed ``first_chunk_at − sent_at`` in the sample (the ``ttfc`` column is the ok requests'
-only). A request cancelled before it was sent was never asked and is not in the sample. So an
+(``error``, ``timeout``) has no E2E, TPOT, normalized E2E or TBC; it is in the SLO's sample as
+a value above every bound (+inf: MLPerf counts such queries against the latency bound), one per
+request. For TTFC only when it got no first chunk: one that did has its observed
+``first_chunk_at − sent_at`` in the sample (the ``ttfc`` column is the ok requests' only). A
+request cut off in flight by the run's own stop (``cancelled`` with a ``sent_at``: the end of
+``post_timeout_grace_seconds``, a stopped run) is censored, not failed: for TTFC (no first
+chunk) and E2E it counts the same way only when it had been in flight longer than the SLO's
+``value`` (it cannot have met it), and is otherwise left out, as it is for TPOT, TBC and
+normalized E2E (:func:`never_produced`). A request cancelled before it was sent was never asked
+and is not in the sample. So an
 overloaded run whose slowest requests time out cannot meet a p99 on the others: the quantile is
 +inf, and not met, as soon as it falls among the unfinished requests (``observed`` null,
 ``beyond_finished`` true), and is otherwise taken among the finished values at the rank the
@@ -112,13 +116,32 @@ def unfinished_rows(requests: pa.Table | ColumnSource) -> NDArray[np.bool_]:
 
 
 def never_produced(
-    requests: pa.Table | ColumnSource, metric: str, unfinished: NDArray[np.bool_]
+    requests: pa.Table | ColumnSource,
+    metric: str,
+    unfinished: NDArray[np.bool_],
+    bound: float,
 ) -> NDArray[np.bool_]:
-    """Per row: an ``unfinished`` request without a value of ``metric``: every one, but for
-    ``ttfc`` only those that got no first chunk."""
-    if metric != "ttfc" or not requests.num_rows:
+    """Per row: an ``unfinished`` request counted above every bound of an SLO on ``metric``
+    whose threshold is ``bound`` (s). A failed one (``error``, ``timeout``) always, but for
+    ``ttfc`` only when it got no first chunk. One cut off in flight by the run's own stop
+    (``cancelled`` after it was sent) is censored, not failed: all that is known is that its
+    TTFC (without a first chunk) or E2E exceeds the time it was in flight, ``completed_at −
+    sent_at``; it counts only when that time is over ``bound`` (it cannot have met the SLO),
+    and is otherwise left out, like every cut-off for ``tpot``, ``tbc`` and
+    ``normalized_e2e``, which say nothing of a request cut off mid-answer."""
+    if not requests.num_rows:
         return unfinished
-    return unfinished & np.isnan(column(requests, "first_chunk_at"))
+    counted = unfinished
+    cut = unfinished & status_is(requests, "cancelled")
+    if cut.any():
+        if metric in ("ttfc", "e2e"):
+            in_flight = column(requests, "completed_at") - column(requests, "sent_at")
+            counted = unfinished & ~(cut & ~(in_flight > bound))
+        else:
+            counted = unfinished & ~cut
+    if metric == "ttfc":
+        counted = counted & np.isnan(column(requests, "first_chunk_at"))
+    return counted
 
 
 def finished_values(
@@ -172,7 +195,7 @@ def judge_slos(
         observed = found.quantiles[slo.percentile] if found.count else None
         finished, missing = found.count, 0
         if unfinished.any():
-            missing = int(never_produced(requests, slo.metric, unfinished).sum())
+            missing = int(never_produced(requests, slo.metric, unfinished, slo.value).sum())
             if slo.metric == "tbc":  # (the gaps' sample may be streamed: read it again)
                 sample = _tbc_sample(requests)
             else:

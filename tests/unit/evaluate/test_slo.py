@@ -86,28 +86,52 @@ def test_every_metric_counts_unfinished_requests_and_ttfc_keeps_a_first_chunk() 
     unfinished = [
         request(8, sent=0.0, chunks=(0.2,), completed=3.0, status="timeout"),  # first chunk
         request(9, sent=0.0, chunks=(), completed=0.5, status="error"),
-        request(10, sent=1.0, chunks=(), completed=1.5, status="cancelled"),  # cut off in flight
+        request(10, sent=1.0, chunks=(), completed=1.5, status="cancelled"),  # cut off, 0.5 s
         request(11, chunks=(), status="cancelled", unsent=True),  # never sent: not asked
     ]
     slos = [_slo(m, 0.5, 100.0) for m in ("ttfc", "e2e", "tpot", "tbc", "normalized_e2e")]
     results = {r.metric: r for r in _judge(FINISHED + unfinished, slos)}
+    # the cut-off was in flight 0.5 s, under the 100 s bound: it may have met it, left out
     assert {m: r.unfinished for m, r in results.items()} == {
-        "ttfc": 2,  # the timeout got its first chunk: its TTFC, 0.2 s, is a value
-        "e2e": 3,
-        "tpot": 3,
-        "tbc": 3,
-        "normalized_e2e": 3,
+        "ttfc": 1,  # the timeout got its first chunk: its TTFC, 0.2 s, is a value
+        "e2e": 2,
+        "tpot": 2,
+        "tbc": 2,
+        "normalized_e2e": 2,
     }
-    assert results["ttfc"].samples == 11
-    assert results["tbc"].samples == 8 + 3  # one gap per answered request, one per unfinished
-    # ttfc: 8 × 0.1 s, 0.2 s, +inf, +inf: the p50 (index 5) is 0.1 s; the p85 (index 8.5) is
-    # past the 9 values with a first chunk
-    (p85,) = _judge(FINISHED + unfinished, [_slo("ttfc", 0.85, 100.0)])
-    assert p85.beyond_finished is True
-    assert p85.met is False
-    (p80,) = _judge(FINISHED + unfinished, [_slo("ttfc", 0.8, 0.15)])
-    assert p80.observed == pytest.approx(0.2)  # index 8: the timeout's own TTFC
-    assert p80.met is False
+    assert results["ttfc"].samples == 10
+    assert results["tbc"].samples == 8 + 2  # one gap per answered request, one per unfinished
+    # ttfc: 8 × 0.1 s, 0.2 s, +inf: the p95 (index 8.55) is past the 9 values with a first
+    # chunk; lower ones are among the answered ones
+    (p95,) = _judge(FINISHED + unfinished, [_slo("ttfc", 0.95, 100.0)])
+    assert p95.beyond_finished is True
+    assert p95.met is False
+    # (a bound of 0.6 s: the cut-off, 0.5 s in flight, stays out; at 0.15 s it would count)
+    (p75,) = _judge(FINISHED + unfinished, [_slo("ttfc", 0.75, 0.6)])
+    assert p75.observed == pytest.approx(0.1)  # index 6.75 of 10
+    assert p75.met is True
+    (p89,) = _judge(FINISHED + unfinished, [_slo("ttfc", 8 / 9, 0.6)])
+    assert p89.observed == pytest.approx(0.2)  # index 8: the timeout's own TTFC
+    (tight,) = _judge(FINISHED + unfinished, [_slo("ttfc", 0.85, 0.15)])
+    assert (tight.unfinished, tight.beyond_finished) == (2, True)  # index 8.5 of 11
+
+
+def test_a_request_cut_off_in_flight_counts_only_once_it_outlived_the_bound() -> None:
+    # cut off by the run's stop 0.5 s and 2.5 s after it was sent, no first chunk: its TTFC
+    # and E2E exceed those times, nothing more is known
+    short = request(8, sent=1.0, chunks=(), completed=1.5, status="cancelled")
+    long = request(9, sent=1.0, chunks=(), completed=3.5, status="cancelled")
+    slos = [_slo("e2e", 0.5, 1.0), _slo("ttfc", 0.5, 1.0), _slo("tpot", 0.5, 1.0)]
+    e2e, ttfc, tpot = _judge([*FINISHED, short, long], slos)
+    assert (e2e.unfinished, ttfc.unfinished) == (1, 1)  # the 2.5 s one could not have met 1 s
+    assert (e2e.samples, ttfc.samples) == (9, 9)  # the 0.5 s one is left out
+    assert tpot.unfinished == 0  # a cut-off says nothing of the time per token
+    (loose,) = _judge([*FINISHED, short, long], [_slo("e2e", 0.5, 5.0)])
+    assert (loose.unfinished, loose.samples) == (0, 8)  # neither outlived 5 s
+    # a failure counts whatever its time: the server gave up on it
+    failed = request(10, sent=1.0, chunks=(), completed=1.2, status="error")
+    (strict,) = _judge([*FINISHED, failed], [_slo("e2e", 0.5, 5.0)])
+    assert strict.unfinished == 1
 
 
 @pytest.mark.parametrize("unfinished", [0, 1, 3, 7])

@@ -136,6 +136,7 @@ def test_a_runs_samples_are_its_measured_values_and_failures(tmp_path: Path) -> 
             "status": ["ok", "ok", "timeout", "ok", "cancelled", "error"],
             "sent_at": [0.0, 1.0, 1.0, 1.0, None, 0.0],
             "first_chunk_at": [9.0, 1.1, None, 1.3, None, None],
+            "completed_at": [9.5, 1.5, 2.0, 1.5, 3.0, 0.5],
             "ttfc": [9.0, 0.1, None, 0.3, None, None],  # failed requests have no TTFC
             "tbc": pa.array(
                 [[9.0], [0.01, 0.02], None, [0.03], None, None], pa.list_(pa.float64())
@@ -173,6 +174,7 @@ def test_a_runs_samples_leave_tool_calls_out_and_take_named_phases(tmp_path: Pat
             "status": ["ok", "ok", "ok", "ok", "error"],
             "sent_at": [0.0, 1.0, 1.0, 1.0, 1.0],
             "first_chunk_at": [9.0, 1.1, 6.0, 1.2, None],
+            "completed_at": [9.5, 1.5, 6.0, 1.5, 2.0],
             "kind": ["llm", "llm", "tool", None, "llm"],
             "ttfc": [9.0, 0.1, 5.0, 0.2, None],
         }
@@ -187,8 +189,9 @@ def test_a_runs_samples_leave_tool_calls_out_and_take_named_phases(tmp_path: Pat
 
 
 def test_a_runs_samples_judge_unfinished_requests_as_the_run_does(tmp_path: Path) -> None:
-    # the run's own rule (evaluate.slo): a request cut off in flight never finished, and a
-    # timeout that got its first chunk has a TTFC
+    # the run's own rule (evaluate.slo): a request cut off in flight longer than the bound
+    # cannot have met it, one cut off sooner is left out (censored), and a timeout that got its
+    # first chunk has a TTFC
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -196,12 +199,13 @@ def test_a_runs_samples_judge_unfinished_requests_as_the_run_does(tmp_path: Path
 
     table = pa.table(
         {
-            "phase": ["measured"] * 4,
-            "status": ["ok", "timeout", "cancelled", "cancelled"],
-            "sent_at": [1.0, 1.0, 2.0, None],  # the last was cancelled before it was sent
-            "first_chunk_at": [1.1, 1.4, None, None],
-            "ttfc": [0.1, None, None, None],
-            "e2e": [0.5, None, None, None],
+            "phase": ["measured"] * 5,
+            "status": ["ok", "timeout", "cancelled", "cancelled", "cancelled"],
+            "sent_at": [1.0, 1.0, 2.0, 4.95, None],  # the last was cancelled before it was sent
+            "first_chunk_at": [1.1, 1.4, None, None, None],
+            "completed_at": [1.5, 6.0, 5.0, 5.0, 5.0],  # the cut-offs: 3 s and 0.05 s in flight
+            "ttfc": [0.1, None, None, None, None],
+            "e2e": [0.5, None, None, None, None],
         }
     )
     pq.write_table(table, tmp_path / "requests.parquet")
@@ -210,7 +214,7 @@ def test_a_runs_samples_judge_unfinished_requests_as_the_run_does(tmp_path: Path
     ttfc, e2es = (values.tolist() for values in counted.values)
     assert sorted(ttfc) == pytest.approx([0.1, 0.4, float("inf")])
     assert e2es == [0.5, float("inf"), float("inf")]
-    assert (counted.requests, counted.failed) == (4, 2)
+    assert (counted.requests, counted.failed) == (5, 3)
 
 
 def test_failed_requests_break_a_percentile_they_reach() -> None:

@@ -98,8 +98,9 @@ class ProbeSample:
 
 def read_slo_samples(run_dir: Path, slos: Sequence[SLO]) -> tuple[NDArray[np.float64], ...]:
     """Per SLO, the measured phase's values of its metric (NaN dropped, TBC flattened), plus one
-    +inf per measured request that never produced it (``evaluate.slo.never_produced``): a
-    request that got no answer met no latency objective. Empty arrays when the run left no
+    +inf per measured request counted above the SLO's bound (``evaluate.slo.never_produced``):
+    a failed request met no latency objective; one cut off in flight by the run's stop counts
+    only when it was in flight longer than the bound. Empty arrays when the run left no
     requests file."""
     return read_probe_sample(run_dir, slos).values
 
@@ -110,7 +111,7 @@ def read_probe_sample(run_dir: Path, slos: Sequence[SLO]) -> ProbeSample:
     path = run_dir / REQUESTS_FILE
     try:
         kind = ["kind"] if "kind" in pq.read_schema(path).names else []
-        columns = ["phase", "status", "sent_at", "first_chunk_at", *kind, *metrics]
+        columns = ["phase", "status", "sent_at", "first_chunk_at", "completed_at", *kind, *metrics]
         table = pq.read_table(path, columns=list(dict.fromkeys(columns)))
     except (OSError, ValueError):
         return ProbeSample(tuple(np.empty(0) for _ in slos))
@@ -121,18 +122,20 @@ def read_probe_sample(run_dir: Path, slos: Sequence[SLO]) -> ProbeSample:
         keep = pc.and_(keep, pc.fill_null(pc.not_equal(table["kind"], "tool"), True))
     measured = table.filter(keep)
     unfinished = unfinished_rows(measured)
-    values: dict[str, NDArray[np.float64]] = {}
+    finished: dict[str, NDArray[np.float64]] = {}
     for metric in metrics:
         if metric == "tbc":
             array = pc.list_flatten(measured[metric]).to_numpy(zero_copy_only=False)
-            finished = np.asarray(array, dtype=np.float64)
-            finished = finished[~np.isnan(finished)]
+            values = np.asarray(array, dtype=np.float64)
+            finished[metric] = values[~np.isnan(values)]
         else:
-            finished = finished_values(measured, metric, unfinished)
-        missing = int(never_produced(measured, metric, unfinished).sum())
-        values[metric] = np.concatenate((finished, np.full(missing, np.inf)))
+            finished[metric] = finished_values(measured, metric, unfinished)
+    samples = []
+    for slo in slos:  # (a cut-off counts or not by the SLO's own bound: never_produced)
+        missing = int(never_produced(measured, slo.metric, unfinished, slo.value).sum())
+        samples.append(np.concatenate((finished[slo.metric], np.full(missing, np.inf))))
     failed = int(unfinished.sum())
-    return ProbeSample(tuple(values[slo.metric] for slo in slos), measured.num_rows, failed)
+    return ProbeSample(tuple(samples), measured.num_rows, failed)
 
 
 @dataclass
