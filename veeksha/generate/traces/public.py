@@ -27,6 +27,7 @@ from typing import ClassVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from veeksha.generate.traces.arrow import mask
 from veeksha.generate.traces.flavor import TraceFlavor, check_lengths, first_bad
 from veeksha.generate.traces.reader import LINE, Field
 
@@ -57,31 +58,47 @@ class AzureLlmFlavor(TraceFlavor):
         Field("GeneratedTokens", int, required=True),
     )
 
+    def __init__(self, path: object, settings: object = None) -> None:
+        super().__init__(path, settings)  # type: ignore[arg-type]
+        #: whether the first row's TIMESTAMP has a UTC offset, and its line: every row must
+        #: agree (a time without an offset next to one with it is ambiguous)
+        self._zoned: tuple[bool, int] | None = None
+
     def stage(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         check_lengths(self, batch, ("ContextTokens", "GeneratedTokens"))
         return _staged(batch, self._seconds(batch), "ContextTokens", "GeneratedTokens")
 
     def _seconds(self, batch: pa.RecordBatch) -> pa.Array:
         text = pc.utf8_trim_whitespace(batch.column("TIMESTAMP"))
-        zoned = pc.match_substring_regex(text, r"([+-]\d\d:?\d\d|Z)$")
+        zoned = mask(pc.match_substring_regex(text, r"([+-]\d\d:?\d\d|Z)$"))
+        if self._zoned is None and len(zoned):
+            self._zoned = (bool(zoned[0]), int(batch.column(LINE)[0].as_py()))
+        if self._zoned is not None:
+            with_offset, first_line = self._zoned
+            other = first_bad(zoned != with_offset)
+            if other is not None:
+                this, first = ("has no", "has one") if with_offset else ("has a", "has none")
+                raise self.error(
+                    batch.column(LINE)[other].as_py(),
+                    f"TIMESTAMP = {text[other].as_py()!r} {this} UTC offset while line"
+                    f" {first_line}'s {first}; give every row an offset (e.g. +00:00) or none",
+                )
+        kind = pa.timestamp("ns", "UTC" if self._zoned and self._zoned[0] else None)
         try:
-            if pc.any(zoned).as_py():
-                stamps = pc.cast(text, pa.timestamp("ns", "UTC"))
-            else:
-                stamps = pc.cast(text, pa.timestamp("ns"))
+            stamps = pc.cast(text, kind)
         except pa.ArrowInvalid:
             for i, value in enumerate(text.to_pylist()):
                 try:
-                    pc.cast(
-                        pa.array([value]), pa.timestamp("ns", "UTC" if zoned[i].as_py() else None)
-                    )
+                    pc.cast(pa.array([value], pa.string()), kind)
                 except pa.ArrowInvalid:
                     raise self.error(
                         batch.column(LINE)[i].as_py(),
                         f"TIMESTAMP = {value!r} is not a date and time; write e.g."
                         " 2023-11-16 18:15:46.680590 (every row with or without a UTC offset)",
                     ) from None
-            raise
+            raise self.error(  # (not reached: a batch that fails has a row that fails)
+                batch.column(LINE)[0].as_py(), "TIMESTAMP cannot be read as dates and times"
+            ) from None
         nanos = pc.cast(pc.cast(stamps, pa.timestamp("ns")), pa.int64())
         micros = pc.divide(nanos, 1000)  # (doubles hold microseconds of today exactly)
         return pc.divide(pc.cast(micros, pa.float64()), 1e6)

@@ -233,6 +233,48 @@ def test_azure_timestamps_with_or_without_an_offset_are_seconds(tmp_path: Path) 
         assert starts[1] - starts[0] == pytest.approx(1.5)
 
 
+@pytest.mark.parametrize(
+    ("first", "second", "expected"),
+    [
+        (
+            "2023-11-16 18:15:46.6805900",
+            "2023-11-16 18:15:47.6805900+00:00",
+            "a.csv:3: TIMESTAMP = '2023-11-16 18:15:47.6805900+00:00' has a UTC offset while"
+            " line 2's has none; give every row an offset (e.g. +00:00) or none",
+        ),
+        (
+            "2023-11-16 18:15:46.6805900Z",
+            "2023-11-16 18:15:47.6805900",
+            "a.csv:3: TIMESTAMP = '2023-11-16 18:15:47.6805900' has no UTC offset while"
+            " line 2's has one; give every row an offset (e.g. +00:00) or none",
+        ),
+    ],
+)
+def test_azure_timestamps_with_and_without_an_offset_in_one_file_are_refused_at_their_line(
+    tmp_path: Path, first: str, second: str, expected: str
+) -> None:
+    # (the batch was cast as zoned and the one-row re-check found no bad row: a traceback)
+    path = write_csv(
+        tmp_path / "a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens", [f"{first},3,4"]
+    )
+    path.write_text(path.read_text() + f"{second},5,6\n")
+    with pytest.raises(TraceFileError) as caught:
+        open_trace(trace_scenario(path, "azure_llm"))
+    assert str(caught.value) == f"{tmp_path}/{expected}"
+    assert caught.value.exit_code == 2
+
+
+def test_azure_timestamps_with_and_without_an_offset_are_refused_across_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("veeksha.generate.traces.reader._CSV_BLOCK", 64)  # a batch a row or two
+    rows = [f"2023-11-16 18:15:{10 + i}.6805900,3,4" for i in range(6)]
+    rows.append("2023-11-16 18:15:59.6805900+00:00,3,4")
+    path = write_csv(tmp_path / "a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens", rows)
+    with pytest.raises(TraceFileError, match=r"a\.csv:8: .* has a UTC offset while line 2's"):
+        open_trace(trace_scenario(path, "azure_llm"))
+
+
 def test_burstgpt_failed_requests_are_one_account_with_their_lines(tmp_path: Path) -> None:
     path = write_csv(
         tmp_path / "b.csv",
