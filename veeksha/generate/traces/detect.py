@@ -26,7 +26,7 @@ from typing import Any
 
 import msgspec
 
-from veeksha.generate.traces.reader import TraceFileError, detect_format, unreadable
+from veeksha.generate.traces.reader import BOM, TraceFileError, detect_format, unreadable
 from veeksha.scenario import models
 
 __all__ = ["detect_flavor", "detected_keys"]
@@ -40,7 +40,7 @@ def detected_keys(path: Path) -> set[str]:
             if fmt == "csv":
                 delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
                 for row in csv.reader(
-                    (line.decode("utf-8", "replace") for line in file), delimiter=delimiter
+                    (line.decode("utf-8-sig", "replace") for line in file), delimiter=delimiter
                 ):
                     if row:
                         return {name.strip() for name in row}
@@ -48,7 +48,7 @@ def detected_keys(path: Path) -> set[str]:
             if fmt == "jsonl":
                 for number, raw in enumerate(file, start=1):
                     if raw.strip():
-                        return _keys(msgspec.json.decode(raw), path, number)
+                        return _keys(msgspec.json.decode(raw.removeprefix(BOM)), path, number)
                 return set()
     except OSError as exc:
         raise unreadable(path, exc) from None
@@ -61,7 +61,7 @@ def detected_keys(path: Path) -> set[str]:
         ) from None
     # a JSON array (datasets, read whole anyway): its first element's keys
     try:
-        items = msgspec.json.decode(path.read_bytes(), type=list[msgspec.Raw])
+        items = msgspec.json.decode(path.read_bytes().removeprefix(BOM), type=list[msgspec.Raw])
     except (OSError, msgspec.DecodeError):
         return set()  # the reader says what is wrong, with its line
     return _keys(msgspec.json.decode(items[0]), path, 1) if items else set()

@@ -59,6 +59,9 @@ ELEMENT = "__element"
 _CSV_BLOCK = 1 << 20  # larger blocks cost RSS (4 MiB: +150 MB over 10M rows), no speed
 _JSONL_BLOCK = 1 << 20  # bytes of JSON lines decoded in one call
 _BYTE = re.compile(r"\(byte (\d+)\)")  # where msgspec says a JSON document went wrong
+#: the UTF-8 byte order mark some tools (Excel's "CSV UTF-8", PowerShell) write first; it is
+#: skipped, as by Python's utf-8-sig codec and pyarrow's CSV reader
+BOM = b"\xef\xbb\xbf"
 
 _ARROW_TYPES: dict[type, pa.DataType] = {
     int: pa.int64(),
@@ -145,10 +148,12 @@ def detect_format(path: Path) -> str:
 
 def _first_byte(path: Path) -> bytes:
     with open(path, "rb") as file:
-        while chunk := file.read(4096):
+        chunk = file.read(4096).removeprefix(BOM)
+        while chunk:
             stripped = chunk.lstrip()
             if stripped:
                 return stripped[:1]
+            chunk = file.read(4096)
     return b""
 
 
@@ -235,7 +240,7 @@ def _csv_batches(path: Path, fields: Sequence[Field]) -> Iterator[pa.RecordBatch
 
 
 def _csv_header(path: Path, delimiter: str) -> list[str]:
-    with open(path, newline="", encoding="utf-8", errors="replace") as file:
+    with open(path, newline="", encoding="utf-8-sig", errors="replace") as file:
         for line in csv.reader(file, delimiter=delimiter):
             if line:
                 return [name.strip() for name in line]
@@ -262,7 +267,7 @@ def _choose_columns(
 
 def _csv_line_of_row(path: Path, delimiter: str, row: int) -> int:
     """The line a data row (0-based, after the header) starts on, by a Python scan."""
-    with open(path, newline="", encoding="utf-8", errors="replace") as file:
+    with open(path, newline="", encoding="utf-8-sig", errors="replace") as file:
         reader = csv.reader(file, delimiter=delimiter)
         seen_header = False
         data_row = -1
@@ -287,7 +292,7 @@ def _csv_error(
     arrow_message: str,
 ) -> TraceFileError:
     """Find the first bad row with a Python scan and say what is wrong with it."""
-    with open(path, newline="", encoding="utf-8", errors="replace") as file:
+    with open(path, newline="", encoding="utf-8-sig", errors="replace") as file:
         reader = csv.reader(file, delimiter=delimiter)
         header: list[str] | None = None
         start = 1
@@ -361,7 +366,7 @@ def _json_batches(path: Path, fields: Sequence[Field], fmt: str) -> Iterator[pa.
     total = 0
     first_element = 0
     if fmt == "json":
-        data = path.read_bytes()
+        data = path.read_bytes().removeprefix(BOM)  # (a BOM shifts no line)
         try:
             items = msgspec.json.decode(data, type=list[msgspec.Raw])
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
@@ -392,6 +397,8 @@ def _json_batches(path: Path, fields: Sequence[Field], fmt: str) -> Iterator[pa.
         number = 0
         with open(path, "rb") as file:
             while block := file.readlines(_JSONL_BLOCK):
+                if not number:
+                    block[0] = block[0].removeprefix(BOM)
                 kept = []
                 for raw in block:
                     number += 1

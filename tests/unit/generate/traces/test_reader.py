@@ -77,6 +77,41 @@ def test_aliases_csv_and_jsonl_read_the_same(tmp_path: Path) -> None:
         assert rows.output_tokens.tolist() == [3, 2]
 
 
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("a.csv", "input_length,output_length\r\n5,3\r\n7,2\r\n"),
+        ("a.trace", "input_length,output_length\n5,3\n7,2\n"),  # (told CSV by its first byte)
+        (
+            "a.jsonl",
+            '{"input_length": 5, "output_length": 3}\n{"input_length": 7, "output_length": 2}',
+        ),
+        (
+            "a.trace",
+            '{"input_length": 5, "output_length": 3}\n{"input_length": 7, "output_length": 2}',
+        ),
+        (
+            "a.json",
+            '[{"input_length": 5, "output_length": 3},\n {"input_length": 7, "output_length": 2}]',
+        ),
+    ],
+)
+def test_a_utf8_byte_order_mark_is_skipped_in_every_format(
+    tmp_path: Path, name: str, text: str
+) -> None:
+    # Excel's "CSV UTF-8" and PowerShell write one: it made the first column '\ufeffinput_length'
+    # (no column 'input_length'), and JSON "malformed" at byte 0
+    path = tmp_path / name
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    for flavor in ("request_log", "auto"):
+        scenario = trace_scenario(path, generator={"flavor": {"type": flavor}})
+        trace = open_trace(scenario)
+        assert trace.prepared.flavor == "request_log"
+        rows = trace.table.rows(0, 2)[0]
+        assert rows.prompt_tokens.tolist() == [5, 7]
+        assert rows.output_tokens.tolist() == [3, 2]
+
+
 def test_unservable_rows_are_counted_with_their_lines(tmp_path: Path) -> None:
     path = write_csv(tmp_path / "a.csv", "input_length,output_length", ["5,3", "0,3", "4,0", "2,2"])
     prepared = open_trace(trace_scenario(path)).prepared
