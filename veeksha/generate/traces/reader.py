@@ -129,8 +129,62 @@ class Field:
         return (self.name, *self.aliases)
 
 
+#: files that are not text, by their first bytes: what they are, their usual extension and how
+#: to get the text (``{name}``: the file's name, ``{out}``: a name for the text)
+_BINARY: tuple[tuple[bytes, str, str, str], ...] = (
+    (b"\x1f\x8b", "gzip-compressed file", ".gz", "decompress it (gunzip -c {name} > {out})"),
+    (b"BZh", "bzip2-compressed file", ".bz2", "decompress it (bunzip2 -c {name} > {out})"),
+    (b"\xfd7zXZ\x00", "xz-compressed file", ".xz", "decompress it (unxz -c {name} > {out})"),
+    (
+        b"\x28\xb5\x2f\xfd",
+        "zstd-compressed file",
+        ".zst",
+        "decompress it (zstd -dc {name} > {out})",
+    ),
+    (b"PK\x03\x04", "zip archive", ".zip", "extract the trace from it (unzip {name})"),
+    (b"PAR1", "Parquet file", ".parquet", "write it as CSV or JSON lines"),
+    (
+        b"\xff\xfe",
+        "UTF-16 text file",
+        "",
+        "save it as UTF-8 (iconv -f UTF-16 -t UTF-8 {name} > {out})",
+    ),
+    (
+        b"\xfe\xff",
+        "UTF-16 text file",
+        "",
+        "save it as UTF-8 (iconv -f UTF-16 -t UTF-8 {name} > {out})",
+    ),
+)
+
+
+def _not_text(path: Path) -> None:
+    """Refuse a compressed or binary file by its first bytes, saying how to get the text."""
+    with open(path, "rb") as file:
+        head = file.read(4096)
+    for magic, what, extension, fix in _BINARY:
+        if head.startswith(magic):
+            name = path.name
+            if extension and name.endswith(extension):
+                out = name[: -len(extension)]
+            else:
+                out = f"{path.stem}.utf8{path.suffix}" if not extension else f"{name}.txt"
+            raise TraceFileError(
+                path,
+                None,
+                f"is a {what}, not CSV or JSON lines text; {fix.format(name=name, out=out)}"
+                " and point trace_file at the result",
+            )
+    if b"\x00" in head:
+        raise TraceFileError(
+            path, None, "is not text (it holds NUL bytes); give a CSV or JSON lines file"
+        )
+
+
 def detect_format(path: Path) -> str:
-    """``csv``, ``jsonl`` or ``json`` (an array), from the extension, else the first byte."""
+    """``csv``, ``jsonl`` or ``json`` (an array), from the extension, else the first byte.
+    A compressed or binary file is refused (``TraceFileError``) whatever its name."""
+    _not_text(path)
     suffix = path.suffix.lower()
     if suffix in (".csv", ".tsv"):
         return "csv"

@@ -112,6 +112,46 @@ def test_a_utf8_byte_order_mark_is_skipped_in_every_format(
         assert rows.output_tokens.tolist() == [3, 2]
 
 
+@pytest.mark.parametrize("flavor", ["mooncake", "auto"])
+@pytest.mark.parametrize(
+    ("name", "pack", "expected"),
+    [
+        (
+            "m.jsonl.gz",
+            "gzip",
+            "m.jsonl.gz: is a gzip-compressed file, not CSV or JSON lines text; decompress it"
+            " (gunzip -c m.jsonl.gz > m.jsonl) and point trace_file at the result",
+        ),
+        (
+            "m.jsonl",  # (a compressed file under a text file's name)
+            "bz2",
+            "m.jsonl: is a bzip2-compressed file, not CSV or JSON lines text; decompress it"
+            " (bunzip2 -c m.jsonl > m.jsonl.txt) and point trace_file at the result",
+        ),
+        (
+            "m.csv",
+            "utf-16",
+            "m.csv: is a UTF-16 text file, not CSV or JSON lines text; save it as UTF-8 (iconv"
+            " -f UTF-16 -t UTF-8 m.csv > m.utf8.csv) and point trace_file at the result",
+        ),
+    ],
+)
+def test_a_compressed_or_utf16_trace_is_refused_saying_how_to_get_its_text(
+    tmp_path: Path, name: str, pack: str, expected: str, flavor: str
+) -> None:
+    # it was read as CSV: "no column 'input_length' (columns: \x1f\x8b\x08...)", binary noise
+    import bz2
+    import gzip
+
+    text = '{"timestamp": 0, "input_length": 5, "output_length": 3, "hash_ids": [0]}\n'
+    packed = {"gzip": gzip.compress, "bz2": bz2.compress}.get(pack)
+    data = packed(text.encode()) if packed else text.encode("utf-16")
+    path = tmp_path / name
+    path.write_bytes(data)
+    message = _error(path, flavor)
+    assert message == f"{tmp_path}/{expected}"
+
+
 def test_unservable_rows_are_counted_with_their_lines(tmp_path: Path) -> None:
     path = write_csv(tmp_path / "a.csv", "input_length,output_length", ["5,3", "0,3", "4,0", "2,2"])
     prepared = open_trace(trace_scenario(path)).prepared
