@@ -5,9 +5,9 @@ grouped rows) link them (``flavor.py``), sets aside the rows that cannot be serv
 the **canonical table** (``CANONICAL``), one row per request, sessions contiguous and numbered
 0, 1, … in replay order, in row groups of whole sessions. The table is cached beside the trace
 (``.<name>.<key>.veeksha.parquet``; if that folder is not writable, in
-``$XDG_CACHE_HOME/veeksha/traces``), keyed by the trace's real path, size, modification time,
-the flavor's settings and ``CACHE_VERSION``; a later run with the same file starts from it at
-once.
+``$XDG_CACHE_HOME/veeksha/traces``), keyed by the trace's real path, file, size, modification and
+status-change times, the flavor's settings and ``CACHE_VERSION`` (``cache_key``); a later run with
+the same file starts from it at once.
 
 Memory: a trace whose rows are sessions of their own (no ``session_id``) streams through in
 batches of ``BATCH_ROWS`` rows, read and staged on a thread at most ``_AHEAD`` row groups ahead
@@ -217,8 +217,15 @@ class PreparedTrace:
 
 
 def cache_key(source: Path, flavor_settings: str) -> str:
+    """The cache's key: the trace's real path, its file (inode), size, modification time and
+    status-change time, the flavor's settings. The change time is the one no tool sets back
+    (``touch -r``, ``cp -p``, ``rsync -t`` and archives restore the modification time): a file
+    rewritten in place to the same size, its old time restored, is still seen to change."""
     stat = source.stat()
-    text = f"{CACHE_VERSION}|{source.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{flavor_settings}"
+    text = (
+        f"{CACHE_VERSION}|{source.resolve()}|{stat.st_ino}|{stat.st_size}|{stat.st_mtime_ns}"
+        f"|{stat.st_ctime_ns}|{flavor_settings}"
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -182,6 +183,25 @@ def test_the_cache_is_reused_until_the_file_changes(tmp_path: Path) -> None:
     write_csv(path, "input_length,output_length", ["5,3", "6,1"])
     changed = open_trace(trace_scenario(path)).prepared
     assert (changed.reused, changed.sessions) == (False, 2)
+
+
+def test_the_cache_is_made_again_when_the_file_is_rewritten_to_its_size_and_time(
+    tmp_path: Path,
+) -> None:
+    # `cp -p`, `rsync -t`, `touch -r` or an archive restore the modification time: a trace
+    # rewritten in place to the same size then kept the old cache (size and mtime unchanged)
+    path = write_csv(tmp_path / "a.csv", "input_length,output_length", ["5,3", "6,1"])
+    stat = path.stat()
+    first = open_trace(trace_scenario(path)).prepared
+    write_csv(path, "input_length,output_length", ["5,3", "6,0"])  # (one failed row now)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (stat.st_size, stat.st_mtime_ns)
+    changed = open_trace(trace_scenario(path)).prepared
+    assert (first.sessions, changed.reused, changed.sessions) == (2, False, 1)
+    assert changed.unservable_lines == [3]
+    assert [p.name for p in tmp_path.glob(".a.csv.*.veeksha.parquet")] == [
+        Path(changed.cache).name
+    ]  # (the old cache is removed)
 
 
 def test_session_ids_group_rows_into_chats_in_order_of_arrival(tmp_path: Path) -> None:
