@@ -60,16 +60,19 @@ from veeksha.generate.traces.reader import (
     ELEMENT,
     LINE,
     TraceFileError,
+    csv_lines,
+    detect_format,
     read_batches,
     unreadable,
 )
 
 __all__ = ["CACHE_VERSION", "CANONICAL", "ROOTS_ONLY", "PreparedTrace", "prepare_file"]
 
-CACHE_VERSION = 13  # 7: the NODE columns; 8: NODE's valid; 9: agent, round, transcript; 10: a
+CACHE_VERSION = 14  # 7: the NODE columns; 8: NODE's valid; 9: agent, round, transcript; 10: a
 # request log's empty session_id cell is no session id; 11: the oversized policy in the meta;
 # 12: grouped rows keep their own timestamp (``ts``, for ``turn_timing: timestamps``); 13:
-# the lines and wording of the flavor's rows not replayed in the meta
+# the lines and wording of the flavor's rows not replayed in the meta; 14: a CSV's lines in the
+# meta are the file's lines (blank lines and values over several lines counted)
 ROW_GROUP_ROWS = 65_536
 _META_KEY = b"veeksha.trace"
 
@@ -262,7 +265,10 @@ def prepare_file(
             continue
         os.close(fd)
         try:
-            prepared = _convert(source, flavor, Path(tmp), str(path), limit)
+            try:
+                prepared = _convert(source, flavor, Path(tmp), str(path), limit)
+            except TraceFileError as exc:
+                raise _at_file_line(source, exc) from None
             os.chmod(tmp, 0o644)  # (mkstemp makes it private; it is a copy of a readable trace)
             os.replace(tmp, path)
             for stale in path.parent.glob(f".{source.name}.*.veeksha.parquet"):
@@ -336,6 +342,7 @@ def _convert(
         info.dropped = dict(flavor.dropped)
         info.dropped_lines = {k: list(v) for k, v in flavor.dropped_lines.items()}
         info.dropped_why = dict(flavor.dropped_why)
+        _file_lines(source, info)
         writer.add_key_value_metadata({_META_KEY: json.dumps(asdict(info)).encode()})
     if info.sessions == 0:
         if info.oversized_rows:
@@ -355,6 +362,36 @@ def _convert(
             " give rows with lengths of at least 1",
         )
     return info
+
+
+def _at_file_line(source: Path, exc: TraceFileError) -> TraceFileError:
+    """``exc`` at its line of the file: in a CSV, a line from the rows' ``__line`` is the row's
+    number (``reader.csv_lines``), off by the blank lines and values over several lines above
+    it."""
+    if exc.exact or exc.line is None or detect_format(source) != "csv":
+        return exc
+    line = csv_lines(source, [exc.line])[exc.line]
+    return TraceFileError(exc.path, line, exc.detail, exc.element, exc.elements, exact=True)
+
+
+def _file_lines(source: Path, info: PreparedTrace) -> None:
+    """The lines ``info`` shows (run.log's warnings, the errors ``open_trace`` raises) made the
+    file's lines: in a CSV they are the rows' numbers until here (``_at_file_line``)."""
+    if detect_format(source) != "csv":
+        return
+    lists = [info.unservable_lines, info.oversized_lines, *info.dropped_lines.values()]
+    single = [line for line in (info.unsorted_line, info.untimed_line) if line is not None]
+    shown = [line for lines in lists for line in lines] + single + list(info.clients.values())
+    if not shown:
+        return
+    real = csv_lines(source, shown)
+    for lines in lists:
+        lines[:] = [real[line] for line in lines]
+    if info.unsorted_line is not None:
+        info.unsorted_line = real[info.unsorted_line]
+    if info.untimed_line is not None:
+        info.untimed_line = real[info.untimed_line]
+    info.clients = {name: real[line] for name, line in info.clients.items()}
 
 
 def _stage(flavor: TraceFlavor, batch: pa.RecordBatch) -> pa.RecordBatch:

@@ -6,9 +6,10 @@ file each row starts on, so every later error can say ``file:line``. Nothing els
 kept: a 10-million-row CSV is never 10 million Python objects.
 
 * **CSV** (``.csv``, ``.tsv``, or a file whose first byte is neither ``{`` nor ``[``): pyarrow's
-  streaming CSV reader, typed columns, one header line. Rows are numbered from line 2 (blank lines
-  are skipped and so shift the numbering; an error's line is found exactly by a second,
-  Python-level scan, paid only when there is an error).
+  streaming CSV reader, typed columns, one header line. Rows are numbered from line 2 (``__line``:
+  row k is line k + 2, which blank lines and quoted values over several lines shift); a line
+  that is shown (an error's, a warning's) is found exactly by a second, Python-level scan, paid
+  only then: the reader's own errors scan at once, ``prepare`` maps the others (``csv_lines``).
 * **JSONL** (``.jsonl``, ``.ndjson``, or a first byte ``{``): one object per line, decoded with
   msgspec into typed rows in batches; blank lines are skipped; exact line numbers.
 * **JSON array** (first byte ``[``): decoded whole (datasets, not logs), element ``i`` on the
@@ -28,7 +29,7 @@ import csv
 import io
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
@@ -47,6 +48,7 @@ __all__ = [
     "LINE",
     "Field",
     "TraceFileError",
+    "csv_lines",
     "detect_format",
     "read_batches",
     "unreadable",
@@ -75,7 +77,10 @@ class TraceFileError(ConfigurationError):
 
     In a JSON array, ``element`` is the index of the row's element, said after the line
     (``file:line: array element [i]: ...``); ``elements`` > 1: the line holds that many
-    elements from ``element`` on and which one is wrong is not known.
+    elements from ``element`` on and which one is wrong is not known. ``exact``: the CSV
+    reader found the line in the file itself; a CSV line from the rows' ``__line`` (the
+    flavors', the cache's errors) is the row's number and ``prepare`` finds its line
+    (``csv_lines``).
     """
 
     def __init__(
@@ -85,6 +90,7 @@ class TraceFileError(ConfigurationError):
         message: str,
         element: int | None = None,
         elements: int = 1,
+        exact: bool = False,
     ) -> None:
         where = f"{path}:{line}" if line is not None else str(path)
         if element is not None and elements > 1:
@@ -99,6 +105,7 @@ class TraceFileError(ConfigurationError):
         self.detail = message
         self.element = element
         self.elements = elements
+        self.exact = exact
 
 
 def unreadable(path: str | os.PathLike[str], exc: OSError) -> TraceFileError:
@@ -287,10 +294,12 @@ def _csv_batches(path: Path, fields: Sequence[Field]) -> Iterator[pa.RecordBatch
             if f.required and out.column(f.name).null_count:
                 index = int(mask(out.column(f.name).is_null()).argmax())
                 line = _csv_line_of_row(path, delimiter, row - n + int(index))
-                raise TraceFileError(path, line, f"no value for {f.name!r}; every row needs one")
+                raise TraceFileError(
+                    path, line, f"no value for {f.name!r}; every row needs one", exact=True
+                )
         yield out
     if row == 0:
-        raise TraceFileError(path, 2, "the trace has a header but no rows; add rows")
+        raise TraceFileError(path, 2, "the trace has a header but no rows; add rows", exact=True)
 
 
 def _csv_header(path: Path, delimiter: str) -> list[str]:
@@ -298,7 +307,7 @@ def _csv_header(path: Path, delimiter: str) -> list[str]:
         for line in csv.reader(file, delimiter=delimiter):
             if line:
                 return [name.strip() for name in line]
-    raise TraceFileError(path, 1, "the trace file is empty; give a file with rows")
+    raise TraceFileError(path, 1, "the trace file is empty; give a file with rows", exact=True)
 
 
 def _choose_columns(
@@ -314,6 +323,7 @@ def _choose_columns(
                 path,
                 1,
                 f"no column {names} (columns: {', '.join(header)}); add it to the header",
+                exact=True,
             )
         chosen[f] = source
     return chosen
@@ -321,21 +331,47 @@ def _choose_columns(
 
 def _csv_line_of_row(path: Path, delimiter: str, row: int) -> int:
     """The line a data row (0-based, after the header) starts on, by a Python scan."""
+    return _row_starts(path, delimiter, [row]).get(row, row + 2)
+
+
+def _row_starts(path: Path, delimiter: str, rows: Collection[int]) -> dict[int, int]:
+    """The lines data rows (0-based, after the header; -1: the header) start on, by one Python
+    scan of the file up to the last of them (blank lines skipped, quoted values over several
+    lines followed, as pyarrow's reader does)."""
+    wanted = sorted(set(rows))
+    found: dict[int, int] = {}
+    if not wanted:
+        return found
     with open(path, newline="", encoding="utf-8-sig", errors="replace") as file:
         reader = csv.reader(file, delimiter=delimiter)
-        seen_header = False
-        data_row = -1
+        data_row = -2  # (-1: the header)
         start = 1
+        at = 0
         for record in reader:
             if record:
-                if not seen_header:
-                    seen_header = True
-                else:
-                    data_row += 1
-                    if data_row == row:
-                        return start
+                data_row += 1
+                while at < len(wanted) and wanted[at] < data_row:
+                    at += 1  # (a row the file does not have: not found)
+                if at < len(wanted) and wanted[at] == data_row:
+                    found[data_row] = start
+                    at += 1
+                    if at == len(wanted):
+                        break
             start = reader.line_num + 1
-    return start
+    return found
+
+
+def csv_lines(path: Path, lines: Iterable[int]) -> dict[int, int]:
+    """The lines of a CSV where the rows the reader numbered ``lines`` (``__line``) start.
+
+    The reader numbers rows from line 2 on (row k: line k + 2: pyarrow's reader says no more),
+    which holds until a blank line or a quoted value over several lines; this finds each row's
+    real line, with one scan of the file up to the last of them, paid only for the lines an
+    error or a warning shows. Line 1 is the header's."""
+    delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
+    numbered = {line: line - 2 for line in lines if line >= 1}
+    starts = _row_starts(path, delimiter, numbered.values())
+    return {line: starts.get(row, line) for line, row in numbered.items()}
 
 
 def _csv_error(
@@ -364,6 +400,7 @@ def _csv_error(
                     start,
                     f"{len(record)} values where the header has {len(header)}; "
                     "give one value per column",
+                    exact=True,
                 )
             for f, source in chosen.items():
                 if source is None:
@@ -374,14 +411,20 @@ def _csv_error(
                         int(text)
                     except ValueError:
                         return TraceFileError(
-                            path, start, f"{source} = {text!r} is not an integer; write a count"
+                            path,
+                            start,
+                            f"{source} = {text!r} is not an integer; write a count",
+                            exact=True,
                         )
                 elif f.kind is float:
                     try:
                         float(text)
                     except ValueError:
                         return TraceFileError(
-                            path, start, f"{source} = {text!r} is not a number; write one"
+                            path,
+                            start,
+                            f"{source} = {text!r} is not a number; write one",
+                            exact=True,
                         )
             start = reader.line_num + 1
     return TraceFileError(path, None, f"cannot parse the CSV ({arrow_message}); check the file")

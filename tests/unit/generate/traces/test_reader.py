@@ -153,6 +153,52 @@ def test_a_compressed_or_utf16_trace_is_refused_saying_how_to_get_its_text(
     assert message == f"{tmp_path}/{expected}"
 
 
+def _spread(column: str, values: list[str]) -> str:
+    """A CSV whose rows are not where the reader numbered them (row k: line k + 2): a blank
+    line, a quoted note over two lines, a CRLF blank line."""
+    rows = [
+        '0.0,"one line",5,3',  # line 3
+        '0.5,"two\nlines",0,3',  # lines 4-5: 0 prompt tokens
+        "",
+        "1.0,,4,0",  # line 7: 0 output tokens
+        "2.0,,4,2",  # line 8
+    ]
+    values = values or [""] * len(rows)
+    rows = [f"{row},{value}" if row else "\r" for row, value in zip(rows, values, strict=True)]
+    return f"timestamp,note,input_length,output_length,{column}\n\n" + "\n".join(rows) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("column", "values", "tail", "expected"),
+    [
+        ("client", [], "3.0,,4,-2,\n", ":9: output_length = -2 is negative"),
+        ("client", [], "\n1.5,,4,2,\n", ":10: this row arrives before the row above it"),
+        ("client", [], "3.0,,4,2,big\n", ":9: client 'big' is not a client of the scenario"),
+        ("session_id", ["a", "b", "", "c", "d"], "3.0,,4,2,\n", ":9: "),
+    ],
+)
+def test_a_csvs_errors_name_its_lines_past_blank_lines_and_values_over_several_lines(
+    tmp_path: Path, column: str, values: list[str], tail: str, expected: str
+) -> None:
+    # the flavors' and the cache's errors took the reader's row numbers (row k: line k + 2)
+    path = tmp_path / "a.csv"
+    path.write_text(_spread(column, values) + tail)
+    with pytest.raises(TraceFileError) as caught:
+        open_trace(trace_scenario(path, traffic_scheduler={"type": "trace"}))
+    assert f"{path}{expected}" in str(caught.value), str(caught.value)
+
+
+def test_a_csvs_rows_not_replayed_are_named_by_their_lines_past_blank_lines(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "a.csv"
+    path.write_text(_spread("client", []))
+    prepared = open_trace(trace_scenario(path)).prepared
+    assert (prepared.sessions, prepared.unservable_lines) == (2, [4, 7])
+    assert prepared.warnings()[0].endswith("; first lines 4, 7")
+    assert open_trace(trace_scenario(path)).prepared.unservable_lines == [4, 7]  # (the cache)
+
+
 def test_unservable_rows_are_counted_with_their_lines(tmp_path: Path) -> None:
     path = write_csv(tmp_path / "a.csv", "input_length,output_length", ["5,3", "0,3", "4,0", "2,2"])
     prepared = open_trace(trace_scenario(path)).prepared
