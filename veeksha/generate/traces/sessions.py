@@ -35,6 +35,7 @@ import math
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -229,7 +230,7 @@ class TraceSessions:
         self._sizes = _piece_sizes(self.first_pass)
         self._later_sizes = _piece_sizes(self.per_pass)
         self._pass: tuple[int, NDArray[np.int64], list[int]] | None = None
-        self._cache: OrderedDict[tuple[int, int], list[SessionSpec]] = OrderedDict()
+        self._cache: OrderedDict[tuple[int, int], _Piece] = OrderedDict()
 
     def session(self, index: int) -> SessionSpec:
         """Session ``index`` of the run (``IndexError`` past the end of a trace that does not
@@ -250,7 +251,12 @@ class TraceSessions:
             self._cache[(p, k)] = piece
             while len(self._cache) > _CACHED_PIECES:
                 self._cache.popitem(last=False)
-        return piece[j]
+        spec = piece.specs[j]
+        blocks = piece.blocks.pop(j, None)
+        if blocks:  # (its hash-id prompts, made now: a piece's at once held the loop ~50 ms)
+            for node, hash_ids, text in blocks:
+                self._content.blocks_prompt(node, piece.blocks_pass, hash_ids, text)
+        return spec
 
     def _order(self, p: int) -> tuple[NDArray[np.int64], list[int]]:
         if self._pass is None or self._pass[0] != p:
@@ -264,7 +270,7 @@ class TraceSessions:
             self._pass = (p, order, offsets)
         return self._pass[1], self._pass[2]
 
-    def _piece(self, p: int, k: int, source: int, first_index: int) -> list[SessionSpec]:
+    def _piece(self, p: int, k: int, source: int, first_index: int) -> _Piece:
         lo = self.lo + (0 if p == 0 else self.warmup) + source * PIECE
         hi = min(lo + PIECE, self.hi)
         rows = _merge(self.table.rows(lo, hi))
@@ -283,9 +289,7 @@ class TraceSessions:
         # a trace with warm-ups (rag's documents) keeps its blocks in every pass: the documents
         # warmed up once are the same documents later passes ask about
         blocks_pass = 0 if self.warmup else p
-        systems = self._content.apply(
-            rows.content, blocks_pass, texts, prompt_tokens, output_tokens
-        )
+        systems, block_rows = self._content.apply(rows.content, texts, prompt_tokens, output_tokens)
         waits = rows.wait.tolist()
         bounds = rows.bounds.tolist()
         index = self._clients
@@ -325,10 +329,21 @@ class TraceSessions:
             if rows.agent is not None or rows.round is not None or rows.transcript is not None:
                 _recorded_agents(nodes, rows, r0)
             specs.append(SessionSpec(first_index + j, nodes))
+        # the hash-id prompts are made session by session, when asked for (``session``)
+        block_nodes: dict[int, list[tuple[NodeSpec, list[int], str | None]]] = {}
+        if block_rows and rows.content is not None:
+            position = {s: j for j, s in enumerate(order)}
+            of_row = np.searchsorted(rows.bounds, block_rows, side="right") - 1
+            for r, s in zip(block_rows, of_row.tolist(), strict=True):
+                node = specs[position[s]].nodes[r - bounds[s]]
+                hash_ids = rows.content.hash_ids[r] or []
+                block_nodes.setdefault(position[s], []).append(
+                    (node, hash_ids, rows.content.text[r])
+                )
         if self._checks is not None:
             every = [node for spec in specs for node in spec.nodes]
             self._checks.apply(every, self._streams.stream("validation", "trace", p, k))
-        return specs
+        return _Piece(specs, block_nodes, blocks_pass)
 
     def _not_before(self, rows: SessionRows) -> list[float | None] | None:
         """Each row's ``not_before_s`` (see the module doc), or None without turn timing."""
@@ -339,6 +354,16 @@ class TraceSessions:
             return [0.0] * len(rows.start)
         offsets = (rows.ts - rows.start) * scale
         return [None if math.isnan(x) else x for x in offsets.tolist()]
+
+
+@dataclass(slots=True)
+class _Piece:
+    """A piece's sessions; the nodes whose prompts are hash-id blocks, by session (their
+    position in the piece), are given them when their session is first asked for."""
+
+    specs: list[SessionSpec]
+    blocks: dict[int, list[tuple[NodeSpec, list[int], str | None]]]
+    blocks_pass: int
 
 
 def _recorded_kinds(nodes: list[NodeSpec], rows: SessionRows, r0: int) -> None:

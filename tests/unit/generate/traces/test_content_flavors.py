@@ -50,6 +50,62 @@ def test_equal_hash_ids_are_identical_blocks_and_the_last_block_may_be_partial(
     assert wc == wa[8:13]  # id 8's block, cut at 5 tokens
 
 
+def test_blocks_longer_than_their_head_are_exact_and_cut_at_any_length(tmp_path: Path) -> None:
+    # a block of 100: 16 words drawn one by one, then chunks of 16 words (the last one cut)
+    rows = [
+        {"input_length": 150, "output_length": 2, "hash_ids": [1, 2]},
+        {"input_length": 200, "output_length": 2, "hash_ids": [1, 3]},
+        {"input_length": 37, "output_length": 2, "hash_ids": [2]},
+        {"input_length": 100, "output_length": 2, "hash_ids": [2]},
+        {"input_length": 9, "output_length": 2, "hash_ids": [4]},
+    ]
+    path = write_jsonl(tmp_path / "p.jsonl", rows)
+    nodes = [s.nodes[0] for s in _sessions(path, {"type": "shared_prefix", "block_size": 100})]
+    words = [n.prompt.split(" ") for n in nodes]
+    assert [len(w) for w in words] == [n.prompt_tokens for n in nodes] == [150, 200, 37, 100, 9]
+    assert words[0][:100] == words[1][:100]  # id 1
+    assert words[0][100] != words[1][100]  # 2 vs 3 differ from their first word
+    assert words[2] == words[0][100:137] == words[3][:37]  # id 2 cut at 37 and 50 words
+    assert words[3][:50] == words[0][100:]
+    assert all(w in TOK.vocabulary.words for w in words[1])  # (one token each)
+    assert len(set(words[4])) > 1
+
+
+def test_hash_id_prompts_are_made_per_session_not_for_a_whole_piece(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a piece's 256 prompts were made at once when its first session was asked for: a
+    # Mooncake piece (~20 new blocks a request) held the traffic loop for 100s of ms
+    from veeksha.generate.traces.content import TraceContent
+
+    rows = [
+        {"timestamp": 10 * i, "input_length": 40, "output_length": 2, "hash_ids": [0, i + 1]}
+        for i in range(300)
+    ]
+    path = write_jsonl(tmp_path / "m.jsonl", rows)
+    made = open_trace(
+        trace_scenario(path, generator={"flavor": {"type": "mooncake", "block_size": 32}})
+    ).sessions(3, TOK)
+    prompts = [made.session(i).nodes[0].prompt for i in (5, 0, 299)]
+    calls: list[list[int]] = []
+    real = TraceContent.blocks_text
+
+    def counted(self: TraceContent, p: int, hash_ids: list[int], tokens: int) -> str:
+        calls.append(hash_ids)
+        return real(self, p, hash_ids, tokens)
+
+    monkeypatch.setattr(TraceContent, "blocks_text", counted)
+    fresh = open_trace(
+        trace_scenario(path, generator={"flavor": {"type": "mooncake", "block_size": 32}})
+    ).sessions(3, TOK)
+    assert fresh.session(0).nodes[0].prompt == prompts[1]
+    assert calls == [[0, 1]]  # session 0's prompt only
+    assert [fresh.session(i).nodes[0].prompt for i in (5, 299)] == [prompts[0], prompts[2]]
+    assert calls == [[0, 1], [0, 6], [0, 300]]
+    assert fresh.session(5).nodes[0].prompt == prompts[0]  # (made once)
+    assert len(calls) == 3
+
+
 def test_blocks_follow_the_seed_and_a_wrapped_pass_remaps_the_ids(tmp_path: Path) -> None:
     rows = [{"input_length": 8, "output_length": 2, "hash_ids": [1]} for _ in range(3)]
     path = write_jsonl(tmp_path / "p.jsonl", rows)
