@@ -15,7 +15,10 @@ Rules, first match wins (names are the CSV header's, or the first JSON row's key
 anything else                                     ``timed_synthetic_session``
 ================================================  ==============================
 
-The chosen flavor is written to run.log (``... (flavor detected from the file)``).
+The public formats' names (the first two rules) are told loosely, whatever their case, spaces,
+``_`` and ``-``: a header with ``Timestamp`` for ``TIMESTAMP`` is read as ``azure_llm``, whose
+error then says which column to rename. The chosen flavor is written to run.log (``... (flavor
+detected from the file)``).
 """
 
 from __future__ import annotations
@@ -26,7 +29,13 @@ from typing import Any
 
 import msgspec
 
-from veeksha.generate.traces.reader import BOM, TraceFileError, detect_format, unreadable
+from veeksha.generate.traces.reader import (
+    BOM,
+    TraceFileError,
+    detect_format,
+    loose_name,
+    unreadable,
+)
 from veeksha.scenario import models
 
 __all__ = ["detect_flavor", "detected_keys"]
@@ -76,10 +85,13 @@ def _keys(row: Any, path: Path, line: int) -> set[str]:
 def detect_flavor(path: Path) -> models.StrictModel:
     """The flavor settings (defaults) the file's names point to (see module doc)."""
     keys = detected_keys(path)
+    loose = {loose_name(key) for key in keys}
     chosen: models.StrictModel
-    if {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} <= keys:
+    # the public formats' names are told loosely (case, spaces, _ and -): a near-miss reads as
+    # that format and its error names the column to rename, not another flavor's columns
+    if {"timestamp", "contexttokens", "generatedtokens"} <= loose:
         chosen = models.AzureLlmFlavor()
-    elif {"Request tokens", "Response tokens"} <= keys:
+    elif {"requesttokens", "responsetokens"} <= loose:
         chosen = models.BurstGptFlavor()
     elif "conversations" in keys:
         chosen = models.UntimedContentMultiTurnFlavor()

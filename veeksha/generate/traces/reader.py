@@ -50,6 +50,7 @@ __all__ = [
     "TraceFileError",
     "csv_lines",
     "detect_format",
+    "loose_name",
     "read_batches",
     "unreadable",
 ]
@@ -319,14 +320,23 @@ def _choose_columns(
         source = next((name for name in f.names if name in present), None)
         if source is None and f.required:
             names = " or ".join(repr(n) for n in f.names)
+            wanted = {loose_name(n): n for n in f.names}
+            near = [(h, wanted[loose_name(h)]) for h in header if loose_name(h) in wanted]
+            fix = (
+                f"rename {near[0][0]!r} to {near[0][1]!r} (names are matched exactly)"
+                if near
+                else "add it to the header"
+            )
             raise TraceFileError(
-                path,
-                1,
-                f"no column {names} (columns: {', '.join(header)}); add it to the header",
-                exact=True,
+                path, 1, f"no column {names} (columns: {', '.join(header)}); {fix}", exact=True
             )
         chosen[f] = source
     return chosen
+
+
+def loose_name(name: str) -> str:
+    """A column name without case, spaces, ``_`` or ``-``: how near-misses are told."""
+    return re.sub(r"[\s_\-]+", "", name).lower()
 
 
 def _csv_line_of_row(path: Path, delimiter: str, row: int) -> int:

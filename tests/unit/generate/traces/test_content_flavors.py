@@ -478,3 +478,36 @@ def test_the_flavor_is_detected_from_the_header_or_first_row(
     path = tmp_path / name
     path.write_text(text)
     assert detect_flavor(path).type == flavor  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("flavor", ["auto", "azure_llm"])
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        (
+            "Timestamp,ContextTokens,GeneratedTokens",
+            "a.csv:1: no column 'TIMESTAMP' (columns: Timestamp, ContextTokens, GeneratedTokens);"
+            " rename 'Timestamp' to 'TIMESTAMP' (names are matched exactly)",
+        ),
+        (
+            "TIMESTAMP,Context Tokens,GeneratedTokens",
+            "a.csv:1: no column 'ContextTokens' (columns: TIMESTAMP, Context Tokens,"
+            " GeneratedTokens); rename 'Context Tokens' to 'ContextTokens' (names are matched"
+            " exactly)",
+        ),
+    ],
+)
+def test_a_public_header_with_a_misspelt_name_is_told_and_the_rename_named(
+    tmp_path: Path, header: str, expected: str, flavor: str
+) -> None:
+    # with flavor auto it was read as timed_synthetic_session: "no column 'session_id'; add it"
+    path = write_csv(tmp_path / "a.csv", header, ["2023-11-16 18:15:46.6805900,374,44"])
+    with pytest.raises(TraceFileError) as caught:
+        open_trace(trace_scenario(path, flavor))
+    assert str(caught.value) == f"{tmp_path}/{expected}"
+
+
+def test_a_burstgpt_header_with_underscores_is_detected_as_burstgpt(tmp_path: Path) -> None:
+    path = tmp_path / "b.csv"
+    path.write_text("Timestamp,Model,Request_tokens,Response_tokens,Total tokens,Log Type\n")
+    assert detect_flavor(path).type == "burstgpt"  # type: ignore[attr-defined]
