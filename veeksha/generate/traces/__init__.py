@@ -72,6 +72,10 @@ def make_flavor(settings: object, path: Path) -> TraceFlavor:
     return flavor
 
 
+#: what a flavor's timestamps are, said in run.log (others: seconds)
+_TIME_UNITS = {"mooncake": "milliseconds", "azure_llm": "dates and times"}
+
+
 @dataclass
 class OpenTrace:
     """A prepared trace and the window of it a scenario replays."""
@@ -155,6 +159,12 @@ class OpenTrace:
         where = ""
         if (self.lo, self.hi) != (0, self.prepared.sessions):
             where += f"; replaying sessions {self.lo} to {self.hi - 1}"
+        if self.speedup is not None:  # (a unit mismatch shows: a trace of ms read as s...)
+            unit = _TIME_UNITS.get(self.prepared.flavor, "seconds")
+            where += (
+                f"; arrivals over {self.span_s:.3f} s of the trace (its timestamps read as"
+                f" {unit}): {self.span_s / self.speedup:.3f} s at speedup {self.speedup:g}"
+            )
         if self.prepared.reused:
             where += f" (from the cache {self.prepared.cache})"
         return self.prepared.describe(where)

@@ -511,3 +511,24 @@ def test_a_burstgpt_header_with_underscores_is_detected_as_burstgpt(tmp_path: Pa
     path = tmp_path / "b.csv"
     path.write_text("Timestamp,Model,Request_tokens,Response_tokens,Total tokens,Log Type\n")
     assert detect_flavor(path).type == "burstgpt"  # type: ignore[attr-defined]
+
+
+def test_run_log_says_how_long_the_arrivals_span_in_the_units_the_timestamps_were_read_in(
+    tmp_path: Path,
+) -> None:
+    # a Mooncake trace converted to seconds (read as milliseconds) replayed 1000x too fast with
+    # nothing in run.log to show it: the span, its unit and the replay's length now are
+    rows = [
+        {"timestamp": t, "input_length": 5, "output_length": 2, "hash_ids": [0]}
+        for t in (0, 1.5, 3.052)
+    ]
+    path = write_jsonl(tmp_path / "m.jsonl", rows)
+    scenario = trace_scenario(
+        path,
+        generator={"flavor": {"type": "mooncake", "block_size": 8}},
+        traffic_scheduler={"type": "trace", "speedup": 2.0},
+    )
+    assert open_trace(scenario).describe() == (
+        f"mooncake trace {path}: 3 requests in 3 sessions; arrivals over 0.003 s of the trace"
+        " (its timestamps read as milliseconds): 0.002 s at speedup 2"
+    )
