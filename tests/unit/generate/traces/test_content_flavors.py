@@ -146,6 +146,29 @@ def test_blocks_are_exactly_block_size_tokens_of_an_hf_tokenizer(
     assert hf.encode(a.prompt.split(" ", 8)[8])[:5] == tc  # block 8 alone opens c's prompt
 
 
+@pytest.mark.parametrize("fixture", ["wordlevel_json", "bpe_json"])
+def test_blocks_of_chunks_are_exactly_block_size_tokens_of_an_hf_tokenizer(
+    tmp_path: Path, request: pytest.FixtureRequest, fixture: str
+) -> None:
+    from veeksha.generate.tokenizer import HfTokenizerAdapter
+
+    hf = HfTokenizerAdapter(str(request.getfixturevalue(fixture)))
+    rows = [
+        {"input_length": 75, "output_length": 2, "hash_ids": [7, 8]},
+        {"input_length": 61, "output_length": 3, "hash_ids": [7, 4]},
+    ]
+    path = write_jsonl(tmp_path / "p.jsonl", rows)
+    scenario = trace_scenario(
+        path, generator={"flavor": {"type": "shared_prefix", "block_size": 40}}
+    )
+    made = open_trace(scenario).sessions(1, hf)
+    a, b = (made.session(i).nodes[0] for i in range(2))
+    ta, tb = hf.encode(a.prompt), hf.encode(b.prompt)
+    assert [len(ta), len(tb)] == [a.prompt_tokens, b.prompt_tokens] == [75, 61]
+    assert ta[:40] == tb[:40]
+    assert ta[40] != tb[40]
+
+
 def test_a_session_adds_new_tokens_with_history_and_mooncake_derives_them(tmp_path: Path) -> None:
     rows = [
         {
