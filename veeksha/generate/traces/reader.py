@@ -61,6 +61,7 @@ LINE = "__line"
 ELEMENT = "__element"
 _CSV_BLOCK = 1 << 20  # larger blocks cost RSS (4 MiB: +150 MB over 10M rows), no speed
 _JSONL_BLOCK = 1 << 20  # bytes of JSON lines decoded in one call
+_SCAN_BLOCK = 1 << 22  # bytes searched at a time for blank lines and quotes (``csv_lines``)
 _BYTE = re.compile(r"\(byte (\d+)\)")  # where msgspec says a JSON document went wrong
 #: the UTF-8 byte order mark some tools (Excel's "CSV UTF-8", PowerShell) write first; it is
 #: skipped, as by Python's utf-8-sig codec and pyarrow's CSV reader
@@ -352,6 +353,8 @@ def _row_starts(path: Path, delimiter: str, rows: Collection[int]) -> dict[int, 
     found: dict[int, int] = {}
     if not wanted:
         return found
+    if _plain_lines(path, wanted[-1] + 2):
+        return {row: row + 2 for row in wanted}
     with open(path, newline="", encoding="utf-8-sig", errors="replace") as file:
         reader = csv.reader(file, delimiter=delimiter)
         data_row = -2  # (-1: the header)
@@ -369,6 +372,27 @@ def _row_starts(path: Path, delimiter: str, rows: Collection[int]) -> dict[int, 
                         break
             start = reader.line_num + 1
     return found
+
+
+def _plain_lines(path: Path, lines: int) -> bool:
+    """Whether the first ``lines`` lines of the file hold no blank line and no quote (so row k
+    is on line k + 2), told at the speed of a byte search (a Python scan of a CSV is ~0.7 s a
+    million rows; the usual trace has neither)."""
+    seen = 0
+    last = b"\n"  # (the end of the chunk before: a blank first line is a blank line too)
+    with open(path, "rb") as file:
+        chunk = file.read(_SCAN_BLOCK).removeprefix(BOM)
+        while chunk and seen < lines:
+            edge = last + chunk[:2]
+            for mark in (b"\n\n", b"\n\r\n"):
+                if mark in chunk or mark in edge:
+                    return False
+            if b'"' in chunk:
+                return False
+            seen += chunk.count(b"\n")
+            last = chunk[-2:]
+            chunk = file.read(_SCAN_BLOCK)
+    return True
 
 
 def csv_lines(path: Path, lines: Iterable[int]) -> dict[int, int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -188,15 +189,40 @@ def test_a_csvs_errors_name_its_lines_past_blank_lines_and_values_over_several_l
     assert f"{path}{expected}" in str(caught.value), str(caught.value)
 
 
+@pytest.mark.parametrize("block", [1 << 22, 1, 2, 3, 5])
 def test_a_csvs_rows_not_replayed_are_named_by_their_lines_past_blank_lines(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
 ) -> None:
+    # (small blocks: the search for blank lines sees "\n\r\n" cut at every place)
+    monkeypatch.setattr("veeksha.generate.traces.reader._SCAN_BLOCK", block)
     path = tmp_path / "a.csv"
-    path.write_text(_spread("client", []))
+    path.write_text(_spread("client", []).replace('"one line"', "one line"))
     prepared = open_trace(trace_scenario(path)).prepared
     assert (prepared.sessions, prepared.unservable_lines) == (2, [4, 7])
     assert prepared.warnings()[0].endswith("; first lines 4, 7")
     assert open_trace(trace_scenario(path)).prepared.unservable_lines == [4, 7]  # (the cache)
+    path.write_text(_spread("client", []).replace('"two\nlines"', "two lines"))  # (no quote)
+    assert open_trace(trace_scenario(path)).prepared.unservable_lines == [4, 6]
+
+
+def test_a_csv_without_blank_lines_or_quotes_is_not_read_again_for_its_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import csv
+
+    from veeksha.generate.traces import reader
+
+    readers: list[object] = []
+    real = csv.reader
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        readers.append(args)
+        return real(*args, **kwargs)
+
+    path = write_csv(tmp_path / "a.csv", "input_length,output_length", ["5,3", "0,3", "4,0", "2,2"])
+    monkeypatch.setattr(reader.csv, "reader", counted)
+    assert open_trace(trace_scenario(path)).prepared.unservable_lines == [3, 4]
+    assert len(readers) == 1  # the header's (~0.7 s a million rows to read them all)
 
 
 def test_unservable_rows_are_counted_with_their_lines(tmp_path: Path) -> None:
