@@ -1,9 +1,10 @@
 """One HTTP worker process: uvloop, one keep-alive HTTP client, callbacks (not tasks) per request.
 
 Started by ``WorkerPool`` as ``python -m veeksha.dispatch.worker`` with a ``WorkerSpawn`` on its
-stdin (so the API key stays in memory). It ignores SIGINT (the parent stops it with ``Stop``),
-dies with its parent (``PR_SET_PDEATHSIG``), pins itself to its CPUs, opens its end of the link
-to the main process (a Unix socket it inherited: see ``channel``) and says ``WorkerReady``. Then,
+stdin (so the API key stays in memory). It ignores SIGINT, SIGTERM and SIGHUP (the parent stops
+it with ``Stop``), dies with its parent (``PR_SET_PDEATHSIG``), pins itself to its CPUs, opens its
+end of the link to the main process (a Unix socket it inherited: see ``channel``) and says
+``WorkerReady``. Then,
 for every ``WorkItem``, it sends exactly one ``Result``, errors included; Results are flushed in
 one frame per loop iteration. If the main process closes the link, the worker stops at once.
 
@@ -1046,7 +1047,11 @@ def main() -> int:
     A failure before the worker is ready is reported to the pool as ``WorkerReady(error=...)``
     (exit code 1), so the pool can say why instead of pointing at a traceback.
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Ctrl-C, SIGTERM and SIGHUP reach the whole process group (the terminal, `timeout`,
+    # `docker stop`, `kill -- -PGID`): the main process decides what they mean and stops its
+    # workers with ``Stop`` (or SIGKILL); a worker that died of one would lose its requests.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
     spawn = msgspec.msgpack.decode(sys.stdin.buffer.read(), type=WorkerSpawn)
     _die_with_parent(spawn.parent_pid)
     try:

@@ -158,10 +158,11 @@ class RunProcess:
             if time.monotonic() > deadline:
                 self.proc.kill()
                 out, err = self.proc.communicate()
-                raise AssertionError(f"veeksha run did not exit in {timeout} s: {err.decode()}")
+                said = (err or b"").decode()
+                raise AssertionError(f"veeksha run did not exit in {timeout} s: {said}")
             time.sleep(0.05)
         out, err = self.proc.communicate()
-        return CliResult(self.proc.returncode, out.decode(), err.decode())
+        return CliResult(self.proc.returncode, (out or b"").decode(), (err or b"").decode())
 
     def run_dir_or_none(self) -> Path | None:
         folders = [p for p in self.output_dir.iterdir() if p.is_dir()]
@@ -195,16 +196,27 @@ def assert_gone(processes: Any, within: float = 5.0) -> None:
 
 
 def start_run(
-    scenario: Path, output_dir: Path, *extra: str, env: dict[str, str] | None = None
+    scenario: Path,
+    output_dir: Path,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    own_group: bool = False,
+    console: int | None = None,
 ) -> RunProcess:
-    """Launch ``veeksha run SCENARIO --output-dir OUTPUT_DIR`` (no stdin, CI=true)."""
+    """Launch ``veeksha run SCENARIO --output-dir OUTPUT_DIR`` (no stdin, CI=true).
+
+    ``own_group``: in a session (and process group) of its own, as a shell starts a job, so a
+    test can signal the whole group (``os.killpg(run.proc.pid, sig)``) as a terminal, ``timeout``
+    or ``docker stop`` do. ``console``: a file descriptor (a pty's slave end) for its stdout and
+    stderr instead of pipes (``finish`` then returns empty output)."""
     output_dir.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
         veeksha_cmd("run", str(scenario), "--output-dir", str(output_dir), "--no-plots", *extra),
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE if console is None else console,
+        stderr=subprocess.PIPE if console is None else console,
         env=env or cli_env(),
+        start_new_session=own_group,
     )
     return RunProcess(proc, output_dir)
 

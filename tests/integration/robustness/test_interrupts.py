@@ -6,6 +6,7 @@ timing (a request takes ~0.34 s), so at any moment requests are in flight, queue
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from pathlib import Path
@@ -179,3 +180,29 @@ def test_a_signal_while_the_end_is_written_is_held_until_it_is(tmp_path: Path, s
     assert audit.requests.num_rows == 4000
     assert audit.metadata["interrupted"] == "false"
     run.assert_no_survivors()
+
+
+def _kinds_after_a_clean_stop(audit_kinds: dict[tuple[str, str], int]) -> None:
+    # requests in flight finished within the grace; the rest were never sent; no request is
+    # reported as a failure of the server or of veeksha (worker_lost)
+    assert set(audit_kinds) <= {("ok", ""), ("cancelled", "cancelled")}, audit_kinds
+
+
+def test_sigterm_to_the_whole_process_group_is_one_clean_stop(tmp_path: Path) -> None:
+    # `docker stop`, systemd, `timeout` and `kill -- -PGID` signal every process of the group,
+    # the workers too: a worker that died of it lost its requests (worker_lost errors)
+    run = start_run(_scenario(tmp_path), tmp_path / "out", own_group=True)
+    run.wait_dispatching(requests=12)
+    run.track()
+    assert run.workers(), "no worker process found"
+    os.killpg(run.proc.pid, signal.SIGTERM)
+    result = run.finish(timeout=30)
+    assert result.code == 3, result.output
+    assert "Traceback" not in result.output
+    run.assert_no_survivors()
+    audit = audit_run(run.run_dir)
+    assert (audit.metadata["interrupted"], audit.metadata["stop_reason"]) == ("true", "interrupted")
+    kinds = audit.kinds()
+    _kinds_after_a_clean_stop(kinds)
+    assert kinds["ok", ""] >= 12
+
