@@ -150,9 +150,13 @@ class LazyGroup(click.Group):
         return command
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
+        from veeksha.terminal import commanding
+
         # read once, when each library loads: before any command imports one
         set_library_defaults()
-        return super().main(*args, **kwargs)
+        # SIGTERM and SIGHUP stop a command as Ctrl-C does; a closed terminal costs no result
+        with commanding():
+            return super().main(*args, **kwargs)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -163,6 +167,9 @@ class LazyGroup(click.Group):
         except KeyboardInterrupt:
             # Only outside a run's traffic (set-up, evaluation): the run itself turns Ctrl-C
             # into a clean stop. Processes it started are stopped on the way out.
+            from veeksha.terminal import ending
+
+            ending()  # (another Ctrl-C now would be click's "Aborted!", exit 1)
             click.echo("interrupted", err=True)
             ctx.exit(RunAbortedError.exit_code)
 

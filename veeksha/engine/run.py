@@ -15,8 +15,9 @@ import gc
 import os
 import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,6 +57,7 @@ from veeksha.scenario.loader import scenario_hash
 from veeksha.scenario.models import Scenario
 from veeksha.schedule.session_state import NodeState
 from veeksha.schedule.shards import ShardSpec
+from veeksha.terminal import stop_signals
 from veeksha.timers import LoopTimers
 
 if TYPE_CHECKING:
@@ -171,8 +173,14 @@ def run_scenario(
     run.launched = workers
     run.forked_helpers = workers is not None and workers.forked
     run.launched_watch = watch_process
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(run.execute())
+    main = threading.current_thread() is threading.main_thread()
+    sigint_before = signal.getsignal(signal.SIGINT) if main else None
+    try:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(run.execute())
+    finally:  # (the set-up's handler, or the clean-up's after it was interrupted)
+        if main and signal.getsignal(signal.SIGINT) in (_interrupt_set_up, _while_cleaning_up):
+            signal.signal(signal.SIGINT, sigint_before)
 
 
 class _Run(RunSetup, RunFinish):
@@ -195,6 +203,7 @@ class _Run(RunSetup, RunFinish):
         )
         self.pool: WorkerPool | InProcessPool | None = None
         self.signals = 0
+        self.began = False  # the run's signal handlers are in place (t0 is next)
         self._drain_task: asyncio.Task[None] | None = None
         self.num_workers = 0
         self.main_cpu_s = 0.0
@@ -220,6 +229,7 @@ class _Run(RunSetup, RunFinish):
         self.forked_helpers = False  # (the launched processes are forks: veeksha.forked)
 
     async def execute(self) -> RunOutcome:
+        _interruptible_set_up()
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -237,8 +247,15 @@ class _Run(RunSetup, RunFinish):
         except VeekshaError as exc:
             self.log.warning(f"run failed: {exc}")
             raise
-        except KeyboardInterrupt:  # (Ctrl-C outside the traffic: set-up, or its end held)
-            self.log.warning("interrupted (Ctrl-C or SIGTERM)")
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            self.log.warning("interrupted (Ctrl-C, SIGTERM or SIGHUP)")
+            # (Ctrl-C before t0 cancels this task: asyncio.Runner; SIGTERM, SIGHUP likewise,
+            # veeksha.terminal. After it, the run's own handlers answer and the end is written)
+            if not self.began:
+                self._say(
+                    "interrupted during the set-up, before t0: no request was sent, so the run"
+                    f" folder {self.run_dir} holds no results (its run.log says how far it got)"
+                )
             raise
         finally:
             self.log.close()
@@ -433,8 +450,11 @@ class _Run(RunSetup, RunFinish):
             clients = [(client.name, client.model) for client in target.clients]
             self.probe.attach(loop, traffic, t0_ns, t0_wall_ns, clients)
         self.log.info(f"t0 = {t0_wall.isoformat()}")
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self._on_signal)
+        stops = stop_signals()  # (SIGHUP too: the terminal closed; not after nohup)
+        before: dict[int, Any] = {sig: signal.getsignal(sig) for sig in stops}
+        for sig in stops:
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        self.began = True  # (a signal from now on stops the traffic, not the set-up)
         server = None if self.target_context is None else self.target_context.server
         server_exit = None if server is None else server.exit_fd()
         if server is not None and server_exit is not None:
@@ -461,12 +481,13 @@ class _Run(RunSetup, RunFinish):
                         self.release_wake_ups = self.pool.wake_ups()
                         self.deferred_results = self.pool.deferred_results
                 finally:  # (the watch's last scrape after the drain: every answer counted)
-                    for sig in (signal.SIGINT, signal.SIGTERM):
+                    for sig in stops:
                         loop.remove_signal_handler(sig)
                     if server_exit is not None:
                         loop.remove_reader(server_exit)
                         os.close(server_exit)
-                    held.enter_context(signals_held(self._say, self.run_dir))  # (no gap between)
+                    # (no gap between; the handlers of before the traffic come back after it)
+                    held.enter_context(signals_held(self._say, self.run_dir, stops, before))
                     self.watch = None
                     self.server_metrics = None if watch is None else watch.stop()
                 if traffic.in_flight:
@@ -532,18 +553,19 @@ class _Run(RunSetup, RunFinish):
         assert self.pool is not None
         await self.pool.stop(grace_s=grace_s)
 
-    def _on_signal(self) -> None:
+    def _on_signal(self, signum: int = signal.SIGINT) -> None:
         self.signals += 1
         self.outcome.interrupted = True
         traffic = self.traffic
         assert traffic is not None
         if self.signals == 1:
             grace = self.scenario.runtime.post_timeout_grace_seconds
+            how = _SIGNAL_WORDS.get(signum, "")
             waits = f"get {grace:g} s to finish"
             waits = "are awaited" if grace < 0 else "are stopped" if grace == 0 else waits
             self._say(
-                f"interrupted: no new requests; the {len(traffic.in_flight)} in flight {waits}"
-                " (interrupt again to stop them at once)"
+                f"interrupted{how}: no new requests; the {len(traffic.in_flight)} in flight"
+                f" {waits} (interrupt again to stop them at once)"
             )
             traffic.stop("interrupted")
         elif self._drain_task is None or self.signals >= 2:
@@ -583,22 +605,36 @@ class _Run(RunSetup, RunFinish):
 
 
 @contextlib.contextmanager
-def signals_held(say: Callable[[str], None], run_dir: Path) -> Iterator[None]:
-    """Ctrl-C (SIGINT or SIGTERM) while a run writes its end (the last rows, the evaluation,
-    summary.json) is held until the end is written, then raised (``KeyboardInterrupt``): the run
-    is whole, and a sweep or a search runs nothing more. A second one raises at once."""
+def signals_held(
+    say: Callable[[str], None],
+    run_dir: Path,
+    stops: Sequence[int] = (signal.SIGINT, signal.SIGTERM),
+    restore: Mapping[int, Any] | None = None,
+) -> Iterator[None]:
+    """Ctrl-C (one of ``stops``: SIGINT, SIGTERM, SIGHUP) while a run writes its end (the
+    last rows, the evaluation, summary.json) is held until the end is written, then raised
+    (``KeyboardInterrupt``): the run is whole, and a sweep or a search runs nothing more. A
+    second one raises at once, saying so (the evaluation may then be incomplete). The handlers
+    in ``restore`` (default: those in force on entry) are put back on the way out."""
     held: list[int] = []
 
     def hold(signum: int, _frame: object) -> None:
         held.append(signum)
+        name = signal.Signals(signum).name
         if len(held) > 1:
+            say(
+                f"{name} again: stopped at once; the rows are kept, but the evaluation may be"
+                f" missing or incomplete: `veeksha report {run_dir}` evaluates the run again"
+            )
             raise KeyboardInterrupt
         say(
-            f"{signal.Signals(signum).name} while the run's results are written: they are"
+            f"{name} while the run's results are written: they are"
             " finished first (again: stop at once, `veeksha report RUN_DIR` evaluates later)"
         )
 
-    previous = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, hold) for sig in stops}
+    if restore is not None:
+        previous.update(restore)
     try:
         yield
     finally:
@@ -607,6 +643,38 @@ def signals_held(say: Callable[[str], None], run_dir: Path) -> Iterator[None]:
     if held:
         say(f"the run's results are written: {run_dir}")
         raise KeyboardInterrupt
+
+
+def _interruptible_set_up() -> None:
+    """Ctrl-C during the set-up raises ``KeyboardInterrupt`` where the process is, as Python's
+    own handler does. asyncio's Runner would instead cancel the run's task, which takes effect
+    at its next ``await``: after whatever blocks the loop has ended (the server tokenizer's
+    calibration, a trace's first read, pregenerated sessions: seconds to minutes of a set-up
+    that no longer answers Ctrl-C). The run's own handlers replace it at t0."""
+    if threading.current_thread() is threading.main_thread() and callable(
+        signal.getsignal(signal.SIGINT)
+    ):
+        signal.signal(signal.SIGINT, _interrupt_set_up)
+
+
+def _interrupt_set_up(signum: int, frame: object) -> None:
+    # A second one would land inside the clean-up that follows (the run's ``finally`` blocks,
+    # asyncio's own code: "Cannot close a running event loop"): it finishes first (bounded:
+    # the workers and the simulator are killed after a short grace). ``run_scenario`` puts
+    # back the handler of before the run.
+    signal.signal(signal.SIGINT, _while_cleaning_up)
+    raise KeyboardInterrupt
+
+
+def _while_cleaning_up(signum: int, frame: object) -> None:
+    """Ctrl-C while an interrupted set-up cleans up: it is already stopping."""
+
+
+#: how the stop message names a signal other than Ctrl-C
+_SIGNAL_WORDS: dict[int, str] = {
+    signal.SIGTERM: " (SIGTERM)",
+    signal.SIGHUP: " (SIGHUP: the terminal closed)",
+}
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -6,8 +6,11 @@ timing (a request takes ~0.34 s), so at any moment requests are in flight, queue
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -205,4 +208,111 @@ def test_sigterm_to_the_whole_process_group_is_one_clean_stop(tmp_path: Path) ->
     kinds = audit.kinds()
     _kinds_after_a_clean_stop(kinds)
     assert kinds["ok", ""] >= 12
+    assert "interrupted (SIGTERM): no new requests; the " in result.stderr, result.stderr
 
+
+def test_the_terminal_closing_keeps_every_row_and_ends_the_run_whole(tmp_path: Path) -> None:
+    # The terminal closes: its shell sends SIGHUP to the job's process group, and every write
+    # to the terminal fails from then on (EIO). Was: the process died at once (the default
+    # action), its last second of rows and every request in flight lost, no evaluation.
+    master, slave = os.openpty()
+    run = start_run(_scenario(tmp_path), tmp_path / "out", own_group=True, console=slave)
+    os.close(slave)
+    hang_up = threading.Event()
+    reader = threading.Thread(target=_terminal, args=(master, hang_up), daemon=True)
+    reader.start()
+    run.wait_dispatching(requests=12)
+    hang_up.set()
+    reader.join(timeout=5)  # the terminal is gone (its master end closed by the reader) ...
+    assert not reader.is_alive()
+    os.killpg(run.proc.pid, signal.SIGHUP)  # ... and the shell passes its SIGHUP on to the job
+    result = run.finish(timeout=30)
+    assert result.code == 3  # (it said why in run.log: nobody reads the terminal)
+    run.assert_no_survivors()
+    log = (run.run_dir / "run.log").read_text()
+    assert "interrupted (SIGHUP: the terminal closed): no new requests; the " in log, log
+    assert "ended (interrupted): " in log
+    audit = audit_run(run.run_dir)
+    assert summary(run.run_dir)["run"]["stop_reason"] == "interrupted"
+    kinds = audit.kinds()
+    _kinds_after_a_clean_stop(kinds)
+    assert kinds["ok", ""] >= 12
+    assert (run.run_dir / "health.txt").exists()
+
+
+def _terminal(master: int, hang_up: threading.Event) -> None:
+    """Read what the run writes to its terminal (a full pty would block its writes) until
+    ``hang_up``, then close it. (Closed here, not by another thread while this one reads: the
+    number could be reused by a file the test opens, and read from here.)"""
+    try:
+        while not hang_up.is_set():
+            ready, _, _ = select.select([master], [], [], 0.05)
+            if ready:
+                with contextlib.suppress(OSError):
+                    os.read(master, 65536)
+    finally:
+        os.close(master)
+
+
+_SLOW_SET_UP = """\
+    seed: 7
+    traffic_scheduler: {type: rate, interval_generator: {type: fixed, interval: 0.05}}
+    session_generator:
+      type: synthetic
+      session_graph: {type: single_request}
+    client: {tokenizer: {type: server}}
+    runtime: {max_sessions: 10, benchmark_timeout: 60}
+    simulator: {faults: {tokenize_delay_ms: 200}}
+"""
+
+
+@pytest.mark.parametrize(
+    "sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"]
+)
+def test_a_signal_during_the_set_up_stops_at_once_and_says_nothing_was_sent(
+    tmp_path: Path, sig: int
+) -> None:
+    # The server tokenizer's calibration (~60 calls of 0.2 s here) runs before t0. Was: Ctrl-C
+    # waited for its end (asyncio's Runner cancels the run's task at its next await), then said
+    # only "interrupted"; SIGTERM and SIGHUP killed the process without a word (exit -15, -1).
+    run = start_run(write_scenario(tmp_path, _SLOW_SET_UP), tmp_path / "out")
+
+    def calibrating() -> bool:
+        folder = run.run_dir_or_none()
+        log = None if folder is None else folder / "run.log"
+        return log is not None and log.exists() and "server tokenizer:" in log.read_text()
+
+    run.wait_for(calibrating, 30, "the calibration")
+    run.send(sig)
+    sent = time.monotonic()
+    result = run.finish(timeout=30)
+    assert time.monotonic() - sent < 4, "the set-up did not stop at once"
+    assert result.code == 3, result.output
+    assert "Traceback" not in result.output
+    said = (
+        "interrupted during the set-up, before t0: no request was sent, so the run folder"
+        f" {run.run_dir} holds no results (its run.log says how far it got)"
+    )
+    assert said in result.stderr, result.stderr
+    assert result.stderr.rstrip().endswith("interrupted")
+    assert said in (run.run_dir / "run.log").read_text()
+    assert sorted(p.name for p in run.run_dir.iterdir()) == ["config.yaml", "run.log"]
+    run.assert_no_survivors()
+
+
+def test_a_console_that_goes_away_costs_no_result_nor_the_exit_code(tmp_path: Path) -> None:
+    # The reader of the run's output leaves mid-run (`veeksha run ... 2>&1 | head`, or `| tee`
+    # killed with the terminal): every later write fails (EPIPE). Was: the results were written,
+    # then the report's write raised and the command exited 1 with a traceback nobody saw.
+    read, write = os.pipe()
+    scenario = write_scenario(tmp_path, _MANY_FAST)
+    run = start_run(scenario, tmp_path / "out", "--set", "runtime.max_sessions=500", console=write)
+    os.close(write)
+    with os.fdopen(read, "rb") as console:
+        assert console.readline().startswith(b"run folder: ")
+    result = run.finish(timeout=60)
+    assert result.code == 0
+    log = (run.run_dir / "run.log").read_text()
+    assert "ended (completed): 500 sessions" in log
+    assert audit_run(run.run_dir, report=False).requests.num_rows == 500
+    assert (run.run_dir / "summary.json").exists()
