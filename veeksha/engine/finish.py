@@ -63,6 +63,7 @@ class RunFinish:
     deferred_results: int
     server_metrics: dict[str, Any] | None
     target_context: TargetContext | None
+    signal_in_drain: bool
 
     def _on_write_error(self, error: RunAbortedError) -> None:
         self.outcome.interrupted = True
@@ -83,6 +84,10 @@ class RunFinish:
             outcome.interrupted = True
             outcome.extra.setdefault("error", f"no more sessions could be made: {traffic.error}")
         outcome.stop_reason = traffic.stop_reason
+        if self.signal_in_drain and traffic.stop_reason == "timeout":
+            # Ctrl-C in the drain: the user stopped the run (its rows' messages keep the
+            # timeout that stopped the traffic; run.log has both)
+            outcome.stop_reason = "interrupted"
         outcome.requests = counters.requests_done
         outcome.failed = counters.requests_failed
         outcome.cancelled = counters.requests_cancelled

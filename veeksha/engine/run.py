@@ -204,6 +204,7 @@ class _Run(RunSetup, RunFinish):
         self.pool: WorkerPool | InProcessPool | None = None
         self.signals = 0
         self.began = False  # the run's signal handlers are in place (t0 is next)
+        self.signal_in_drain = False  # (a stop signal after the traffic stopped at its timeout)
         self._drain_task: asyncio.Task[None] | None = None
         self.num_workers = 0
         self.main_cpu_s = 0.0
@@ -561,6 +562,16 @@ class _Run(RunSetup, RunFinish):
         if self.signals == 1:
             grace = self.scenario.runtime.post_timeout_grace_seconds
             how = _SIGNAL_WORDS.get(signum, "")
+            if traffic.stopping:  # in the drain: the grace already runs
+                self.signal_in_drain = True
+                waits = f"have what is left of their {grace:g} s"
+                waits = "are awaited" if grace < 0 else "were stopped" if grace == 0 else waits
+                self._say(
+                    f"interrupted{how} after the traffic stopped ({traffic.stop_reason}): the"
+                    f" {len(traffic.in_flight)} in flight {waits} (interrupt again to stop them"
+                    " at once)"
+                )
+                return
             waits = f"get {grace:g} s to finish"
             waits = "are awaited" if grace < 0 else "are stopped" if grace == 0 else waits
             self._say(

@@ -241,3 +241,50 @@ def test_a_point_that_cannot_start_is_recorded_and_the_sweep_exits_2(tmp_path: P
     assert table["status"].tolist() == ["error"]
     assert table["exit_code"].tolist() == [2]
     assert "Connection refused" in table["error"][0]
+
+
+DRAINING = """
+seed: 3
+traffic_scheduler: {type: rate, interval_generator: {type: fixed, interval: !expand [0.05, 0.04]}}
+session_generator:
+  type: synthetic
+  session_graph: {type: single_request}
+  output_spec: {text: {output_length_generator: {type: fixed, value: 100}}}
+runtime: {max_sessions: -1, benchmark_timeout: 1, post_timeout_grace_seconds: 10, num_workers: 1}
+simulator: {timing: fixed, ttft_ms: 10, itl_ms: 20}
+"""
+
+
+def test_ctrl_c_in_a_points_drain_after_its_timeout_stops_the_sweep(tmp_path: Path) -> None:
+    # Each point stops at its timeout (1 s) with ~20 requests of 2 s in flight, then drains.
+    # Ctrl-C there: was "the run was timeout", the point "aborted", and the sweep went on to
+    # its next point as if nothing had been pressed.
+    (tmp_path / "sweep.yaml").write_text(DRAINING, encoding="utf-8")
+    proc = subprocess.Popen(
+        [*_COMMAND, "run", "sweep.yaml", "--output-dir", "out", "--no-plots"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        out = tmp_path / "out"
+        _wait_for(lambda: list(out.glob("sweep-*")), "the sweep folder")
+        sweep_dir = _only_sweep(out)
+        log = sweep_dir / "000-interval=0.05" / "run.log"
+        _wait_for(lambda: log.exists() and "stopping (timeout)" in log.read_text(), "the drain")
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=_LIMIT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 3, stderr
+    assert "Traceback" not in stderr
+    table = pd.read_parquet(sweep_dir / "sweep.parquet")
+    assert table["status"].tolist() == ["interrupted", "not_run"]
+    point = json.loads((sweep_dir / "000-interval=0.05" / "summary.json").read_text())
+    assert (point["run"]["interrupted"], point["run"]["stop_reason"]) == (True, "interrupted")
+    assert f"resume with: veeksha run --resume out/{sweep_dir.name}" in stderr
+    assert "interrupted after the traffic stopped (timeout): the " in stderr, stderr
