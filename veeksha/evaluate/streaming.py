@@ -6,6 +6,9 @@ interval's completed-request rate and TTFC / E2E p50 and p99 of its ok requests,
 
     last 5.0s: 48 req (9.6 req/s, 1 failed)  TTFC p50 52.1 ms p99 61.0 ms  E2E p50 0.41 s p99 0.55 s
 
+Cancelled rows (nodes never sent when the run stopped, requests cut by the stop) are not
+completed requests: they are counted apart (``..., 1 failed, 223 cancelled)``), never in the rate.
+
 Each snapshot starts a new interval; rows of every phase count (a warmup shows progress too).
 
 A snapshot runs on the event loop during the traffic, so its percentiles are
@@ -40,12 +43,17 @@ class StreamingMetrics:
         self._e2e: list[float] = []
         self._count = 0
         self._failed = 0
+        self._cancelled = 0
 
     def add(self, row: Mapping[str, Any]) -> None:
         """Count one request row (a ``veeksha.record.rows.request_row`` dict)."""
+        status = row.get("status")
+        if status == "cancelled":  # (never sent, or cut by the stop: not a completed request)
+            self._cancelled += 1
+            return
         self._count += 1
-        if row.get("status") != "ok":
-            self._failed += row.get("status") != "cancelled"
+        if status != "ok":
+            self._failed += 1
             return
         ttfc, e2e = row.get("ttfc"), row.get("e2e")
         if ttfc is not None:
@@ -58,13 +66,14 @@ class StreamingMetrics:
         now = self._clock()
         elapsed = max(now - self._since, 1e-9)
         line = f"last {elapsed:.1f}s: {self._count} req ({self._count / elapsed:.1f} req/s"
-        line += f", {self._failed} failed)"
+        line += f", {self._failed} failed"
+        line += f", {self._cancelled} cancelled)" if self._cancelled else ")"
         if self._ttfc:
             p50, p99 = percentiles(np.asarray(self._ttfc), _QS).tolist()
             line += f"  TTFC p50 {p50 * 1000:.1f} ms p99 {p99 * 1000:.1f} ms"
         if self._e2e:
             p50, p99 = percentiles(np.asarray(self._e2e), _QS).tolist()
             line += f"  E2E p50 {p50:.3g} s p99 {p99:.3g} s"
-        self._since, self._count, self._failed = now, 0, 0
+        self._since, self._count, self._failed, self._cancelled = now, 0, 0, 0
         self._ttfc, self._e2e = [], []
         return line

@@ -160,7 +160,7 @@ def test_streaming_metrics_snapshot() -> None:
     stream.add({"status": "cancelled"})
     now[0] = 15.0
     line = stream.snapshot()
-    assert line.startswith("last 5.0s: 102 req (20.4 req/s, 1 failed)")
+    assert line.startswith("last 5.0s: 101 req (20.2 req/s, 1 failed, 1 cancelled)")
     assert "TTFC p50 50.5 ms p99 99.0 ms" in line
     assert "E2E p50 0.5 s p99 0.5 s" in line
     now[0] = 20.0
