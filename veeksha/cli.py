@@ -325,7 +325,7 @@ def _run(ctx: click.Context, path: str, overrides: Sequence[str], options: RunOp
     # process, and the collector's passes over them while they are made are wasted: ~150 passes,
     # a quarter of the start-up's CPU. The engine collects once and turns it back on before t0.
     gc.disable()
-    from veeksha.record.run_folder import create_run_folder, write_config
+    from veeksha.record.run_folder import create_run_folder
 
     if _is_capacity_search(Path(path)):
         raise click.UsageError(
@@ -369,7 +369,7 @@ def _run(ctx: click.Context, path: str, overrides: Sequence[str], options: RunOp
 
         checking.result()
         run_dir = create_run_folder(scenario.output_dir, scenario)
-        write_config(run_dir, scenario)
+        _write_config_or_remove(run_dir, scenario)
         if not options.quiet:
             click.echo(f"run folder: {run_dir}")
         result = run_benchmark(
@@ -388,18 +388,32 @@ def _run(ctx: click.Context, path: str, overrides: Sequence[str], options: RunOp
         ctx.exit(result)
 
 
+def _write_config_or_remove(run_dir: Path, scenario: Scenario) -> None:
+    """config.yaml into the new ``run_dir``; Ctrl-C meanwhile (nothing has run, the folder
+    was not named yet) removes the folder instead of leaving it empty or half written."""
+    from veeksha.record.run_folder import write_config
+
+    try:
+        write_config(run_dir, scenario)
+    except KeyboardInterrupt:
+        import shutil
+
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+
 def _run_distributed(ctx: click.Context, scenario: Scenario, options: RunOptions) -> None:
     """``--ray [ADDRESS]`` or ``runtime.distributed``: ``veeksha.distributed.driver``."""
     if options.dry_run:
         raise click.UsageError("--dry-run runs on this host only; drop --ray")
     from veeksha.distributed.driver import connect, run_distributed, settings_for
-    from veeksha.record.run_folder import create_run_folder, write_config
+    from veeksha.record.run_folder import create_run_folder
 
     settings = settings_for(scenario, options.ray)
     assert settings is not None
     connect(settings.address)  # (Ray missing, or no cluster there: exit 2 before any folder)
     run_dir = create_run_folder(scenario.output_dir, scenario)
-    write_config(run_dir, scenario)
+    _write_config_or_remove(run_dir, scenario)
     if not options.quiet:
         click.echo(f"run folder: {run_dir}")
     result = run_distributed(scenario, run_dir, settings, quiet=options.quiet, plots=options.plots)

@@ -19,6 +19,7 @@ import pytest
 from tests.integration.robustness.helpers import (
     audit_run,
     run_cli,
+    run_in_process,
     start_run,
     summary,
     write_scenario,
@@ -316,3 +317,20 @@ def test_a_console_that_goes_away_costs_no_result_nor_the_exit_code(tmp_path: Pa
     assert "ended (completed): 500 sessions" in log
     assert audit_run(run.run_dir, report=False).requests.num_rows == 500
     assert (run.run_dir / "summary.json").exists()
+
+
+def test_ctrl_c_while_the_run_folder_is_made_leaves_no_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Between the folder's creation and its config.yaml: was an empty folder, never named
+    from veeksha.record import run_folder
+
+    def interrupted(run_dir: Path, scenario: object) -> Path:
+        (Path(run_dir) / "config.yaml").write_text("seed: ")  # (half written)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_folder, "write_config", interrupted)
+    result = run_in_process(write_scenario(tmp_path, _MANY_FAST), tmp_path / "out", "--dry-run")
+    assert result.code == 3, result.output
+    assert result.stderr.strip() == "interrupted"
+    assert list((tmp_path / "out").iterdir()) == []
