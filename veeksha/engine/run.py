@@ -179,7 +179,8 @@ def run_scenario(
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             return runner.run(run.execute())
     finally:  # (the set-up's handler, or the clean-up's after it was interrupted)
-        if main and signal.getsignal(signal.SIGINT) in (_interrupt_set_up, _while_cleaning_up):
+        now = signal.getsignal(signal.SIGINT) if main else None
+        if isinstance(now, _SetUpSignals) or now is _while_cleaning_up:
             signal.signal(signal.SIGINT, sigint_before)
 
 
@@ -657,24 +658,44 @@ def signals_held(
 
 
 def _interruptible_set_up() -> None:
-    """Ctrl-C during the set-up raises ``KeyboardInterrupt`` where the process is, as Python's
-    own handler does. asyncio's Runner would instead cancel the run's task, which takes effect
-    at its next ``await``: after whatever blocks the loop has ended (the server tokenizer's
-    calibration, a trace's first read, pregenerated sessions: seconds to minutes of a set-up
-    that no longer answers Ctrl-C). The run's own handlers replace it at t0."""
-    if threading.current_thread() is threading.main_thread() and callable(
-        signal.getsignal(signal.SIGINT)
-    ):
-        signal.signal(signal.SIGINT, _interrupt_set_up)
+    """Ctrl-C during the set-up (before the run's own handlers, at t0): see ``_SetUpSignals``."""
+    if threading.current_thread() is threading.main_thread():
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler):
+            signal.signal(signal.SIGINT, _SetUpSignals(handler))
 
 
-def _interrupt_set_up(signum: int, frame: object) -> None:
-    # A second one would land inside the clean-up that follows (the run's ``finally`` blocks,
-    # asyncio's own code: "Cannot close a running event loop"): it finishes first (bounded:
-    # the workers and the simulator are killed after a short grace). ``run_scenario`` puts
-    # back the handler of before the run.
-    signal.signal(signal.SIGINT, _while_cleaning_up)
-    raise KeyboardInterrupt
+class _SetUpSignals:
+    """Ctrl-C (and SIGTERM, SIGHUP: ``veeksha.terminal``) during a run's set-up.
+
+    The first is asyncio's Runner's (``runner``): the run's task is cancelled, which takes
+    effect at its next ``await``, so a step that blocks (the server tokenizer's calibration, a
+    trace's first read, pregenerated sessions) ends first: it is said at once that the set-up
+    stops and how to stop at once. (Raising KeyboardInterrupt at once instead can land inside
+    an import, where Python swallows it and may leave the import lock held: a lost Ctrl-C, then
+    a hang.) The second raises KeyboardInterrupt where the process is (the Runner's second);
+    any later one, while that clean-up runs (the run's ``finally`` blocks, asyncio's own code,
+    where it would leave the event loop half closed), is ignored: the clean-up is bounded (the
+    workers and the simulator are killed after a short grace). ``run_scenario`` puts back the
+    handler of before the run."""
+
+    def __init__(self, runner: Callable[[int, Any], Any]) -> None:
+        self.runner = runner
+        self.count = 0
+
+    def __call__(self, signum: int, frame: Any) -> Any:
+        self.count += 1
+        if self.count == 1:
+            with contextlib.suppress(OSError):  # (not sys.stderr: not reentrant)
+                os.write(2, _SET_UP_STOPS)
+        else:
+            signal.signal(signal.SIGINT, _while_cleaning_up)
+        return self.runner(signum, frame)
+
+
+_SET_UP_STOPS = (
+    b"interrupted: the set-up stops after its current step (interrupt again to stop at once)\n"
+)
 
 
 def _while_cleaning_up(signum: int, frame: object) -> None:

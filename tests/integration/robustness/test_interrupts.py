@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.integration.robustness.helpers import (
+    CliResult,
+    RunProcess,
     audit_run,
     run_cli,
     run_in_process,
@@ -257,26 +259,23 @@ def _terminal(master: int, hang_up: threading.Event) -> None:
 
 _SLOW_SET_UP = """\
     seed: 7
-    traffic_scheduler: {type: rate, interval_generator: {type: fixed, interval: 0.05}}
+    traffic_scheduler: {{type: rate, interval_generator: {{type: fixed, interval: 0.05}}}}
     session_generator:
       type: synthetic
-      session_graph: {type: single_request}
-    client: {tokenizer: {type: server}}
-    runtime: {max_sessions: 10, benchmark_timeout: 60}
-    simulator: {faults: {tokenize_delay_ms: 200}}
+      session_graph: {{type: single_request}}
+    client: {{tokenizer: {{type: server}}}}
+    runtime: {{max_sessions: 10, benchmark_timeout: 60}}
+    simulator: {{faults: {{tokenize_delay_ms: {delay}}}}}
 """
-
-
-@pytest.mark.parametrize(
-    "sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"]
+_SET_UP_STOPS = (
+    "interrupted: the set-up stops after its current step (interrupt again to stop at once)"
 )
-def test_a_signal_during_the_set_up_stops_at_once_and_says_nothing_was_sent(
-    tmp_path: Path, sig: int
-) -> None:
-    # The server tokenizer's calibration (~60 calls of 0.2 s here) runs before t0. Was: Ctrl-C
-    # waited for its end (asyncio's Runner cancels the run's task at its next await), then said
-    # only "interrupted"; SIGTERM and SIGHUP killed the process without a word (exit -15, -1).
-    run = start_run(write_scenario(tmp_path, _SLOW_SET_UP), tmp_path / "out")
+
+
+def _calibrating(tmp_path: Path, delay_ms: int) -> RunProcess:
+    """A run in its set-up: the server tokenizer's calibration (~60 calls of ``delay_ms``)."""
+    scenario = write_scenario(tmp_path, _SLOW_SET_UP.format(delay=delay_ms))
+    run = start_run(scenario, tmp_path / "out")
 
     def calibrating() -> bool:
         folder = run.run_dir_or_none()
@@ -284,10 +283,10 @@ def test_a_signal_during_the_set_up_stops_at_once_and_says_nothing_was_sent(
         return log is not None and log.exists() and "server tokenizer:" in log.read_text()
 
     run.wait_for(calibrating, 30, "the calibration")
-    run.send(sig)
-    sent = time.monotonic()
-    result = run.finish(timeout=30)
-    assert time.monotonic() - sent < 4, "the set-up did not stop at once"
+    return run
+
+
+def _stopped_in_the_set_up(run: RunProcess, result: CliResult) -> None:
     assert result.code == 3, result.output
     assert "Traceback" not in result.output
     said = (
@@ -299,6 +298,30 @@ def test_a_signal_during_the_set_up_stops_at_once_and_says_nothing_was_sent(
     assert said in (run.run_dir / "run.log").read_text()
     assert sorted(p.name for p in run.run_dir.iterdir()) == ["config.yaml", "run.log"]
     run.assert_no_survivors()
+
+
+@pytest.mark.parametrize(
+    "sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"]
+)
+def test_a_signal_during_the_set_up_is_answered_and_stops_it(tmp_path: Path, sig: int) -> None:
+    # Was: Ctrl-C said nothing until the calibration had ended, then only "interrupted";
+    # SIGTERM and SIGHUP killed the process without a word (exit -15, -1).
+    run = _calibrating(tmp_path, delay_ms=40)
+    run.send(sig)
+    result = run.finish(timeout=30)
+    assert result.stderr.startswith(_SET_UP_STOPS), result.stderr  # (at once, then the step)
+    _stopped_in_the_set_up(run, result)
+
+
+def test_a_second_ctrl_c_stops_the_set_up_at_once(tmp_path: Path) -> None:
+    run = _calibrating(tmp_path, delay_ms=200)  # (~13 s of calibration)
+    run.send(signal.SIGINT)
+    time.sleep(0.3)
+    run.send(signal.SIGINT)
+    sent = time.monotonic()
+    result = run.finish(timeout=30)
+    assert time.monotonic() - sent < 4, "the set-up did not stop at once"
+    _stopped_in_the_set_up(run, result)
 
 
 def test_a_console_that_goes_away_costs_no_result_nor_the_exit_code(tmp_path: Path) -> None:
