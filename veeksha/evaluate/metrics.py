@@ -218,11 +218,17 @@ def measured_window(requests: pa.Table) -> tuple[float, float] | None:
 
 
 def request_counts(requests: pa.Table) -> dict[str, int]:
-    """Measured requests recorded, by status (failed and cancelled ones included)."""
+    """Measured requests recorded, by status (failed and cancelled ones included), and
+    ``cancelled_in_flight``: the cancelled ones that had been dispatched (cut by the run's stop,
+    not nodes it never sent)."""
     counts = {"total": requests.num_rows} | dict.fromkeys(STATUSES, 0)
     if requests.num_rows:
         for entry in ak.value_counts(requests.column("status")).to_pylist():
             counts[entry["values"]] = counts.get(entry["values"], 0) + int(entry["counts"])
+    counts["cancelled_in_flight"] = 0
+    if counts["cancelled"] and "dispatched_at" in requests.schema.names:
+        dispatched = ~np.isnan(column(requests, "dispatched_at"))
+        counts["cancelled_in_flight"] = int((status_is(requests, "cancelled") & dispatched).sum())
     return counts
 
 

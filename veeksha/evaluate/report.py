@@ -108,7 +108,19 @@ def _headline_table(summary: dict[str, Any]) -> Table:
     for label, path, scale, unit in HEADLINE:
         value = headline_value(summary, path, scale)
         table.add_row(label, f"{_num(value)} {unit}".rstrip() if value is not None else "-")
+        if label == "requests total" and (cancelled := _cancelled(summary)) is not None:
+            table.add_row("cancelled", cancelled)  # (a stopped run: where the others went)
     return table
+
+
+def _cancelled(summary: dict[str, Any]) -> str | None:
+    """The headline's ``cancelled`` cell, ``280 (75 in flight)``; None when none was."""
+    requests = summary.get("requests") or {}
+    count = requests.get("cancelled")
+    if not isinstance(count, int) or not count:
+        return None
+    in_flight = requests.get("cancelled_in_flight")
+    return _num(count) + (f" ({_num(in_flight)} in flight)" if in_flight else "")
 
 
 def _latency_table(summary: dict[str, Any]) -> Table:

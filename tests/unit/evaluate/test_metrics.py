@@ -103,7 +103,14 @@ def test_failed_requests_are_counted_not_dropped() -> None:
     ]
     table = requests_table(rows)
     counts = request_counts(table)
-    assert counts == {"total": 4, "ok": 1, "error": 1, "timeout": 1, "cancelled": 1}
+    assert counts == {
+        "total": 4,
+        "ok": 1,
+        "error": 1,
+        "timeout": 1,
+        "cancelled": 1,
+        "cancelled_in_flight": 0,
+    }
     errors = error_rates(table)
     assert errors["failed"] == 2
     assert errors["error_rate"] == approx(0.5)
@@ -210,3 +217,15 @@ def test_buffer_helpers_match_pyarrow_conversions() -> None:
     assert scalar(False).equals(pa.scalar(False))
     assert from_numpy(np.array([True, False, True])).equals(pa.array([True, False, True]))
     assert from_numpy(np.arange(3, dtype=np.int64)).equals(pa.array([0, 1, 2]))
+
+
+def test_requests_cut_in_flight_are_told_from_nodes_never_sent() -> None:
+    # A stopped run: 2 nodes never sent, 1 request cut by the stop (its chunks kept)
+    rows = [
+        request(0, sent=0.0),
+        request(1, unsent=True, status="cancelled", error_kind="cancelled"),
+        request(2, unsent=True, status="cancelled", error_kind="cancelled"),
+        request(3, sent=0.0, status="cancelled", error_kind="cancelled", chunks=(0.1,)),
+    ]
+    counts = request_counts(requests_table(rows))
+    assert (counts["cancelled"], counts["cancelled_in_flight"]) == (3, 1)

@@ -314,3 +314,14 @@ def test_unfinished_requests_and_carried_over_ones_are_said_at_80_columns() -> N
     joined = " ".join(_render(lambda console: render_summary(console, plain)).split())
     assert "sent before the window" not in joined
     assert "unfinished" not in joined
+
+
+def test_a_stopped_runs_headline_says_how_many_were_cancelled_and_cut_in_flight() -> None:
+    # Was: "ok 16, requests total 296, error rate 0 %": where the other 280 went was not said
+    summary = _summary() | {
+        "requests": {"ok": 16, "total": 296, "cancelled": 280, "cancelled_in_flight": 69}
+    }
+    lines = _render(lambda console: render_summary(console, summary)).splitlines()
+    total = next(i for i, line in enumerate(lines) if "requests total" in line)
+    assert lines[total + 1].split() == ["│", "cancelled", "│", "280", "(69", "in", "flight)", "│"]
+    assert "cancelled" not in _render(lambda console: render_summary(console, _summary()))
