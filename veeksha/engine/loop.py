@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import msgspec
+
 from veeksha.clock import Clock
 from veeksha.dispatch.messages import Result, WorkItem
 from veeksha.engine.deferral import loop_defers, node_defers
@@ -28,7 +30,13 @@ from veeksha.engine.loop_settings import LoopSettings, default_phases, shard_clo
 from veeksha.engine.phase_control import PhaseControl
 from veeksha.engine.session_starts import SessionStarts
 from veeksha.engine.tool_nodes import ToolNodes
-from veeksha.engine.traffic_sink import SESSION_FAILED, InFlight, TrafficSink, run_stopped
+from veeksha.engine.traffic_sink import (
+    SESSION_FAILED,
+    InFlight,
+    TrafficSink,
+    cut_in_flight,
+    run_stopped,
+)
 from veeksha.errors import VeekshaError
 from veeksha.generate.spec import NodeSpec, SessionSpec
 from veeksha.schedule.arrivals import ConcurrencyRamp
@@ -496,6 +504,9 @@ class TrafficLoop(SessionStarts, PhaseControl, ToolNodes):
             request.valid = note is None
         if result.status == "cancelled":  # in flight when the run stopped: not answered
             self.counters.requests_cancelled += 1
+            if self.stopping and result.error_message == "cancelled":  # (the worker's word)
+                message = cut_in_flight(self.stop_reason or "stopped")
+                result = msgspec.structs.replace(result, error_message=message)
         else:
             self.counters.requests_done += 1
             if not ok:

@@ -25,6 +25,12 @@ def run_stopped(stop_reason: str) -> str:
     return f"cancelled before it was sent: the run stopped ({stop_reason})"
 
 
+def cut_in_flight(stop_reason: str) -> str:
+    """error_message of a request cancelled in flight because the run stopped (its grace ran
+    out, or a second Ctrl-C): it had been sent; what it received is kept in its row."""
+    return f"cancelled in flight: the run stopped ({stop_reason}) before it ended"
+
+
 @dataclass(slots=True)
 class InFlight:
     """A dispatched request awaiting its result."""

@@ -686,3 +686,37 @@ def test_the_status_line_shows_each_clients_pools() -> None:
     assert format_pools(pools) == (
         " | a pending 2 waiting 1 in flight 1 | b pending 2 waiting 0 in flight 2"
     )
+
+
+def test_a_request_cut_in_flight_by_the_stop_says_so() -> None:
+    # Was "cancelled": not why, nor that it had been sent (a node never sent says both)
+    h = Harness(
+        LoopSettings(
+            cancel_on_failure=True,
+            max_sessions=-1,
+            benchmark_timeout_s=1.5,
+            rate_gaps=fixed_gaps(1.0),
+        ),
+        lambda i: chain(i, 1),
+    )
+    h.start()
+    h.timers.advance(2 * S)
+    assert h.loop.stop_reason == "timeout"
+    item = h.items[-1]
+    h.loop.on_results(
+        [
+            Result(
+                request_id=item.request_id,
+                worker_id=0,
+                status="cancelled",
+                received_at_ns=item.dispatched_at_ns,
+                sent_at_ns=item.dispatched_at_ns,
+                completed_at_ns=2 * S,
+                error_kind="cancelled",
+                error_message="cancelled",  # (the worker's, when its Stop's grace ran out)
+            )
+        ]
+    )
+    ((_, result),) = [done for done in h.rec.done if done[1].request_id == item.request_id]
+    assert result.status == "cancelled"
+    assert result.error_message == "cancelled in flight: the run stopped (timeout) before it ended"
