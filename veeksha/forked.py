@@ -32,7 +32,7 @@ import subprocess
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import IO
 
 __all__ = ["ENV_SWITCH", "ForkedProcess", "prepare", "single_threaded"]
@@ -81,6 +81,7 @@ class ForkedProcess:
         pass_fds: Iterable[int] = (),
         start_new_session: bool = False,
         preexec_fn: Callable[[], None] | None = None,
+        ignore_signals: Collection[int] = (),
     ) -> None:
         ends: dict[int, int] = {}  # the child's standard descriptor: the descriptor it gets
         theirs: list[int] = []  # the child's ends, closed in the parent after the fork
@@ -105,7 +106,17 @@ class ForkedProcess:
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(Exception):
                     stream.flush()  # (nothing buffered here is written twice)
-            self.pid = os.fork()
+            # ``ignore_signals`` are blocked from before the fork until the child ignores them:
+            # one sent to the process group meanwhile (a terminal's Ctrl-C) is not run by the
+            # child with its parent's handlers (and held here for this process, not lost)
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, ignore_signals)
+            try:
+                self.pid = os.fork()
+            except BaseException:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+                raise
+            if self.pid != 0:  # (the child unblocks them once it ignores them)
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         except BaseException:
             for fd in theirs:
                 os.close(fd)
@@ -114,7 +125,8 @@ class ForkedProcess:
                     stream.close()
             raise
         if self.pid == 0:  # pragma: no cover - the child (its code is measured by its tests)
-            _child(target, name, ends, set(pass_fds), start_new_session, preexec_fn)
+            ignored = set(ignore_signals)
+            _child(target, name, ends, set(pass_fds), start_new_session, preexec_fn, ignored)
         for fd in theirs:
             os.close(fd)
         self.args = name
@@ -174,10 +186,11 @@ def _child(
     keep: set[int],
     new_session: bool,
     preexec_fn: Callable[[], None] | None,
+    ignored: set[int],
 ) -> None:  # pragma: no cover - runs in the child
     code = 1
     try:
-        _become_fresh(name, ends, keep, new_session)
+        _become_fresh(name, ends, keep, new_session, ignored)
         if preexec_fn is not None:
             preexec_fn()
         result = target()
@@ -199,7 +212,9 @@ def _child(
         os._exit(code)
 
 
-def _become_fresh(name: str, ends: dict[int, int], keep: set[int], new_session: bool) -> None:
+def _become_fresh(
+    name: str, ends: dict[int, int], keep: set[int], new_session: bool, ignored: set[int]
+) -> None:
     """What a fresh interpreter would be (see the module docstring)."""
     atexit._clear()  # (the parent's exit handlers are the parent's)
     gc.freeze()  # (the parent's objects: never scanned, their pages never written for it)
@@ -218,12 +233,14 @@ def _become_fresh(name: str, ends: dict[int, int], keep: set[int], new_session: 
     for fd in keep - {0, 1, 2}:
         os.set_inheritable(fd, True)  # (as ``pass_fds`` leaves them)
     signal.set_wakeup_fd(-1)
-    signal.pthread_sigmask(signal.SIG_SETMASK, [])
     for number in signal.valid_signals():
         with contextlib.suppress(OSError, ValueError, RuntimeError):
             if callable(signal.getsignal(number)):
                 signal.signal(number, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    for ignore in ignored:
+        signal.signal(ignore, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])  # (after the handlers: ``ignore_signals``)
     sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)))
     sys.stdout = io.TextIOWrapper(
         io.BufferedWriter(io.FileIO(1, "w", closefd=False)), line_buffering=os.isatty(1)

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Any, TextIO
 
-__all__ = ["commanding", "ending", "stop_signals"]
+__all__ = ["STOP_SIGNALS", "commanding", "ending", "stop_signals"]
 
 #: write errors that mean the console is gone, not that the write was wrong
 _GONE = frozenset({errno.EIO, errno.EPIPE, errno.ENXIO})
@@ -56,7 +56,10 @@ class _State:
 _state = _State()
 
 
-_ALL = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: every signal that stops a command as Ctrl-C does: what the run's helper processes ignore
+#: (the main process stops them), blocked from before they start (``dispatch.launch``)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_ALL = STOP_SIGNALS
 
 
 def ending() -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from pathlib import Path
 import veeksha
 from veeksha.dispatch.channel import packet_pair, socket_pair
 from veeksha.forked import ForkedProcess
+from veeksha.terminal import STOP_SIGNALS
 
 __all__ = ["Launched", "WorkerLaunch", "launch_worker"]
 
@@ -64,7 +66,11 @@ def launch_worker(fork: bool = False) -> Launched:
             from veeksha.dispatch.worker import main
 
             proc = ForkedProcess(
-                main, "veeksha-worker", stdin=subprocess.PIPE, pass_fds=(channel_fd, bulk_fd)
+                main,
+                "veeksha-worker",
+                stdin=subprocess.PIPE,
+                pass_fds=(channel_fd, bulk_fd),
+                ignore_signals=STOP_SIGNALS,
             )
         else:
             env = dict(os.environ)
@@ -72,13 +78,22 @@ def launch_worker(fork: bool = False) -> Launched:
             # install's too)
             root = str(Path(veeksha.__file__).resolve().parent.parent)
             env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "veeksha.dispatch.worker"],
-                stdin=subprocess.PIPE,
-                env=env,
-                close_fds=True,
-                pass_fds=(channel_fd, bulk_fd),
-            )
+            # The stop signals are blocked from before the fork (the child inherits the mask
+            # through exec) until the worker ignores them (``worker.main``): one sent to the
+            # process group while the interpreter starts (a terminal's Ctrl-C, which
+            # ``veeksha run`` turns into a clean stop) killed it: "worker 0 was killed by SIGINT
+            # before it was ready", exit 2. This process gets its own once unblocked.
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+            try:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "veeksha.dispatch.worker"],
+                    stdin=subprocess.PIPE,
+                    env=env,
+                    close_fds=True,
+                    pass_fds=(channel_fd, bulk_fd),
+                )
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     except BaseException:
         ours.close()
         bulk.close()

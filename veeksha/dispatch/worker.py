@@ -71,6 +71,7 @@ from veeksha.dispatch.openai import (
 )
 from veeksha.dispatch.settings import WorkerSettings, WorkerSpawn
 from veeksha.redact import READ_WINDOW, Redactor
+from veeksha.terminal import STOP_SIGNALS
 from veeksha.timers import Cancellable, LoopTimers
 
 if TYPE_CHECKING:  # imported when needed: see veeksha.dispatch.aiohttp_client
@@ -1050,8 +1051,10 @@ def main() -> int:
     # Ctrl-C, SIGTERM and SIGHUP reach the whole process group (the terminal, `timeout`,
     # `docker stop`, `kill -- -PGID`): the main process decides what they mean and stops its
     # workers with ``Stop`` (or SIGKILL); a worker that died of one would lose its requests.
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    # (They were blocked from before this process started: ``launch.launch_worker``.)
+    for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # (one pending is dropped)
     spawn = msgspec.msgpack.decode(sys.stdin.buffer.read(), type=WorkerSpawn)
     _die_with_parent(spawn.parent_pid)
     try:

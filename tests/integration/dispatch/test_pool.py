@@ -6,6 +6,9 @@ import asyncio
 import os
 import signal
 import socket
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -295,3 +298,52 @@ def test_repeated_deaths_stop_the_pool(harness: Harness) -> None:
     assert isinstance(fatal[0], RunAbortedError)
     with pytest.raises(RunAbortedError, match="died"):
         pool.submit(item("x"))
+
+
+_SIGNALS = pytest.mark.parametrize(
+    "sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"]
+)
+
+
+@_SIGNALS
+def test_a_stop_signal_while_a_worker_starts_does_not_kill_it(harness: Harness, sig: int) -> None:
+    # A terminal's Ctrl-C (or SIGTERM, SIGHUP to the group) reaches the workers too; one that
+    # came while a worker's interpreter started up killed it ("worker 0 was killed by SIGINT
+    # before it was ready", exit 2 in a sweep's or a stress series' next point). The main
+    # process stops them; they ignore the signal from their first instant.
+    launch = WorkerLaunch(1)
+    (waiting,) = launch._waiting
+    os.kill(waiting.proc.pid, sig)  # (at once: the worker is starting up)
+    time.sleep(0.5)
+    assert waiting.proc.poll() is None, "the worker died of the signal"
+    pool = harness.start_pool(1, launch)
+    assert list(pool.worker_pids.values()) == [waiting.proc.pid]
+    (r,) = send(harness, "a")
+    assert r.status == "ok"
+
+
+_FORK_AND_SIGNAL = """
+import os, signal, sys, time
+from veeksha.forked import prepare
+assert prepare(["veeksha.dispatch.worker"]), "cannot fork here"
+from veeksha.dispatch.launch import launch_worker
+launched = launch_worker(fork=True)
+os.kill(launched.proc.pid, int(sys.argv[1]))  # (at once: the fork is making itself a worker)
+time.sleep(0.5)
+print("alive" if launched.proc.poll() is None else f"died {launched.proc.returncode}")
+launched.kill()
+"""
+
+
+@_SIGNALS
+def test_a_stop_signal_while_a_forked_worker_starts_does_not_kill_it(sig: int) -> None:
+    # the same for a worker forked from the main process (in a fresh process of one thread:
+    # this test's has several, and a process with threads does not fork its helpers)
+    done = subprocess.run(
+        [sys.executable, "-c", _FORK_AND_SIGNAL, str(int(sig))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.stdout.strip() == "alive", done.stdout + done.stderr

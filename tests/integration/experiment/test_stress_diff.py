@@ -121,3 +121,40 @@ def test_diff_of_two_prefill_speeds_finds_the_ratio_of_their_slopes(tmp_path: Pa
     assert "nothing comparable" in output
     assert "has no results" in output
     assert "Traceback" not in output
+
+
+def test_ctrl_c_between_points_says_where_the_points_so_far_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C once a level is done, before the next one's run began: was a bare "interrupted"
+    # (an interrupt inside a point's traffic said where the points were)
+    from veeksha.experiment.microbench import points
+
+    real = points.run_point
+    calls: list[int] = []
+
+    def run_point(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # (the next point's set-up)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(points, "run_point", run_point)
+    code, output = _invoke(
+        "stress",
+        "--quick",
+        "--concurrencies",
+        "1",
+        "2",
+        "--point_duration",
+        "1",
+        "--warmup_duration",
+        "0",
+        "--no_plots",
+        "--output_dir",
+        str(tmp_path),
+    )
+    assert code == 3, output
+    (folder,) = tmp_path.glob("*-stress")
+    assert f"error: interrupted; the points so far are in {folder}" in output
+    assert len(list((folder / "points").iterdir())) == 1

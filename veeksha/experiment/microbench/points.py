@@ -202,7 +202,10 @@ def serving(
                 raise RunAbortedError(f"interrupted; the points so far are in {folder}")
             return result
 
-        yield folder, server, run
+        try:
+            yield folder, server, run
+        except KeyboardInterrupt:  # (between points, or in a point's set-up: said alike)
+            raise RunAbortedError(f"interrupted; the points so far are in {folder}") from None
 
 
 def run_points(
