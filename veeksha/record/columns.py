@@ -276,7 +276,9 @@ REQUESTS_SCHEMA = pa.schema(
             "sent says why: `cancelled before it was sent: the run stopped (<stop_reason>)` "
             "(timeout, interrupted...: summary.json `run.stop_reason`) or `cancelled before it "
             "was sent: another request of its session failed (cancel_session_on_failure: true)` "
-            "(docs/reliability.md)",
+            "(docs/reliability.md); a request cut in flight by the stop (its grace ran out, a "
+            "second Ctrl-C) says `cancelled in flight: the run stopped (<stop_reason>) before it "
+            "ended`, what it received kept in its row",
         ),
         _col(
             "retries",
