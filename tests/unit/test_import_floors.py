@@ -17,6 +17,7 @@ FLOORS: dict[str, int] = {
     "forked": 0,
     "isolated": 0,
     "redact": 0,
+    "terminal": 0,
     "net": 1,
     "timers": 1,
     "scenario": 2,
