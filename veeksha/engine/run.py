@@ -453,7 +453,9 @@ class _Run(RunSetup, RunFinish):
             self.probe.attach(loop, traffic, t0_ns, t0_wall_ns, clients)
         self.log.info(f"t0 = {t0_wall.isoformat()}")
         stops = stop_signals()  # (SIGHUP too: the terminal closed; not after nohup)
-        before: dict[int, Any] = {sig: signal.getsignal(sig) for sig in stops}
+        # (what comes back after the traffic: not the set-up's own Ctrl-C, which would say
+        # "the set-up stops", but what it stood in for)
+        before: dict[int, Any] = {sig: _after_set_up(signal.getsignal(sig)) for sig in stops}
         for sig in stops:
             loop.add_signal_handler(sig, self._on_signal, sig)
         self.began = True  # (a signal from now on stops the traffic, not the set-up)
@@ -696,6 +698,11 @@ class _SetUpSignals:
 _SET_UP_STOPS = (
     b"interrupted: the set-up stops after its current step (interrupt again to stop at once)\n"
 )
+
+
+def _after_set_up(handler: Any) -> Any:
+    """``handler``, or what the set-up's own Ctrl-C stood in for."""
+    return handler.runner if isinstance(handler, _SetUpSignals) else handler
 
 
 def _while_cleaning_up(signum: int, frame: object) -> None:
