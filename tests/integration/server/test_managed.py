@@ -214,7 +214,7 @@ def test_ctrl_c_while_waiting_for_ready_stops_at_once_and_leaves_no_server(
         assert "interrupted" in stderr
         assert "not ready within" not in stderr
         assert "[veeksha] interrupted while waiting for it to be ready" in log.read_text()
-        assert "interrupted (Ctrl-C or SIGTERM)" in (log.parent / "run.log").read_text()
+        assert "interrupted (Ctrl-C, SIGTERM or SIGHUP)" in (log.parent / "run.log").read_text()
         assert _gone(pid)
         assert _gone(child)
         assert _group_gone(pid)
