@@ -255,6 +255,8 @@ def check_command(argv: list[str], folder: Path | None = None) -> list[str]:
     folder), that file loaded with the overrides and flags given. Nothing runs."""
     root = click.Context(cli.main)
     name, args = argv[0], argv[1:]
+    if any(arg.startswith(("[-", "[--")) or arg == "..." for arg in args):
+        return [f"a synopsis, not a command ({' '.join(argv)}): write one a reader can paste"]
     command = cli.main.get_command(root, name)
     if command is None:
         return [f"no command {name!r}"]

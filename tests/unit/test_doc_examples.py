@@ -183,6 +183,8 @@ def test_a_broken_command_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert check_command(["decode", "--batch_size", "4"])[0].startswith("--batch_size: unknown")
     assert check_command(["decode", "--config", "decode.yaml", "--output_lenght", "8"], tmp_path)
     assert check_command(["bench"]) == ["no command 'bench'"]
+    assert check_command(["compare", "A", "B", "[--plot", "P]"])[0].startswith("a synopsis")
+    assert check_command(["stress", "--input_lengths", "[128, 256]"])[0].startswith("--input_len")
     assert expand_globs(["validate", "scenarios/quick*.yaml"]) == [
         "validate",
         "scenarios/quickstart.yaml",
