@@ -18,6 +18,7 @@ FLOORS: dict[str, int] = {
     "isolated": 0,
     "redact": 0,
     "terminal": 0,
+    "plural": 0,
     "net": 1,
     "timers": 1,
     "scenario": 2,

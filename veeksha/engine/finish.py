@@ -25,6 +25,7 @@ from veeksha.errors import RunAbortedError
 from veeksha.generate.calibration import CalibratedTokenizer
 from veeksha.generate.spec import SessionSpec
 from veeksha.generate.tokenizer import TokenizerLike
+from veeksha.plural import counted
 from veeksha.record.parquet import ResultWriter
 from veeksha.scenario.models import Scenario
 from veeksha.schedule.shards import ShardSpec
@@ -93,8 +94,9 @@ class RunFinish:
         outcome.cancelled = counters.requests_cancelled
         outcome.sessions = counters.sessions_done
         if counters.chunk_stamps_clamped:
+            clamped = counted(counters.chunk_stamps_clamped, "chunk read time")
             self.log.warning(
-                f"{counters.chunk_stamps_clamped} chunk read time(s) from the kernel fell outside"
+                f"{clamped} from the kernel fell outside"
                 " [sent_at, the read's own time] (the wall clock stepped) and were clamped into"
                 " it: substituted times, counted per request in requests.parquet's"
                 " chunk_stamps_clamped"
@@ -203,8 +205,9 @@ class RunFinish:
         outcome = self.outcome
         wake_ups = self.release_wake_ups
         if wake_ups is not None and wake_ups["count"]:
+            woken = counted(wake_ups["count"], "wake-up")
             self.log.info(
-                f"release timers: {wake_ups['count']} wake-ups, each after its time by p50"
+                f"release timers: {woken}, each after its time by p50"
                 f" {wake_ups['p50_us']:g} µs, p99 {wake_ups['p99_us']:g} µs, max"
                 f" {wake_ups['max_us']:g} µs; {wake_ups['later_than_lead']} slower than their"
                 f" lead (which reached {wake_ups['lead_max_us']:g} µs)"
@@ -216,8 +219,8 @@ class RunFinish:
                 f" {self.worker_cpu_wait_s:.3f} s in all, main process {main_wait:.3f} s"
             )
         self.log.info(
-            f"ended ({outcome.stop_reason}): {outcome.sessions} sessions, "
-            f"{outcome.requests} requests answered ({outcome.failed} failed), "
+            f"ended ({outcome.stop_reason}): {counted(outcome.sessions, 'session')}, "
+            f"{counted(outcome.requests, 'request')} answered ({outcome.failed} failed), "
             f"{outcome.cancelled} cancelled; {verdicts}"
         )
 

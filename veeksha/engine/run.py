@@ -49,6 +49,7 @@ from veeksha.engine.target import Target, TargetContext, describe
 from veeksha.errors import ConfigurationError, RunAbortedError, VeekshaError
 from veeksha.evaluate.streaming import StreamingMetrics
 from veeksha.generate.spec import SessionSpec
+from veeksha.plural import counted
 from veeksha.record.parquet import ResultWriter, run_metadata
 from veeksha.record.rows import warm_up as warm_up_rows
 from veeksha.record.run_folder import write_config
@@ -278,7 +279,9 @@ class _Run(RunSetup, RunFinish):
         if plan.main_cpus:
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(0, plan.main_cpus)
-        log.info(f"main process on CPUs {plan.main_cpus or 'any'}; {num_workers} worker(s)")
+        log.info(
+            f"main process on CPUs {plan.main_cpus or 'any'}; {counted(num_workers, 'worker')}"
+        )
         # The built-in simulator shares the workers' CPUs, never the main process' one (it
         # would otherwise inherit the main process' pinning).
         spare = sorted({cpu for cpus in plan.worker_cpus for cpu in cpus} - set(plan.main_cpus))

@@ -43,6 +43,7 @@ from veeksha.evaluate.ks import exponential_cdf, gamma_cdf, ks_test
 from veeksha.evaluate.stats import Floats, column, integers, percentile
 from veeksha.evaluate.trace_arrivals import trace_arrival_timeline, trace_dispatch_rate
 from veeksha.generate.distributions import mean_interval
+from veeksha.plural import counted
 from veeksha.record import kernels as ak
 from veeksha.scenario.models import GammaInterval, PoissonInterval, RateScheduler, TraceScheduler
 from veeksha.schedule.ramp import RateRamp, ramp_of
@@ -119,7 +120,7 @@ def _dispatch_rate(data: HealthInput) -> Outcome:
     assert isinstance(cfg, RateScheduler)
     starts = _session_starts(data)
     if starts.size < MIN_GAPS + 1:
-        return Outcome(SKIP, f"{starts.size} measured sessions, need {MIN_GAPS + 1}", {})
+        return Outcome(SKIP, f"{counted(starts.size, 'measured session')}, need {MIN_GAPS + 1}", {})
     ramp = ramp_of(cfg)
     if ramp is not None:
         return _ramped_dispatch_rate(data, ramp, starts)
@@ -211,7 +212,7 @@ def _arrival_distribution(data: HealthInput) -> Outcome:
     starts = _session_starts(data)
     gaps = np.diff(starts)
     if gaps.size < MIN_GAPS:
-        return Outcome(SKIP, f"{gaps.size} inter-arrival gaps, need {MIN_GAPS}", {})
+        return Outcome(SKIP, f"{counted(gaps.size, 'inter-arrival gap')}, need {MIN_GAPS}", {})
     law = cfg.interval_generator
     ramp = ramp_of(cfg)
     if ramp is not None:  # the gaps in operational time, Λ(tᵢ) − Λ(tᵢ₋₁): the law at rate 1

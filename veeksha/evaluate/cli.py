@@ -95,11 +95,14 @@ def report(run_dir: Path, no_plots: bool, quiet: bool) -> None:
     """
     from rich.console import Console
 
+    from veeksha.plural import counted
+
     evaluation = _evaluate(run_dir, write=True, plots=not no_plots)
     if not quiet:
         console = Console()
         evaluation.render(console)
-        console.print(f"wrote {len(evaluation.files)} files into {run_dir}", soft_wrap=True)
+        wrote = counted(len(evaluation.files), "file")
+        console.print(f"wrote {wrote} into {run_dir}", soft_wrap=True)
 
 
 def _summary(run_dir: Path) -> dict[str, Any]:

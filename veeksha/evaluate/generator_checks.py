@@ -48,6 +48,7 @@ from veeksha.evaluate.stats import (
     percentile,
 )
 from veeksha.evaluate.timestamp_order import order_violations
+from veeksha.plural import counted
 
 __all__ = ["CPU_WAIT_NOTE", "GENERATOR_SATURATION", "LIFECYCLE_DELAYS", "WINDOWS", "lag_trend"]
 
@@ -76,7 +77,7 @@ def _lifecycle(data: HealthInput) -> Outcome:
     clamped = _clamped(data)
     statistics["chunk_stamps_clamped"] = clamped
     note = (
-        f"; {clamped} chunk read time(s) from the kernel clamped into [sent_at, read time]"
+        f"; {counted(clamped, 'chunk read time')} from the kernel clamped into [sent_at, read time]"
         " (the wall clock stepped): substituted, see chunk_stamps_clamped"
         if clamped
         else ""
@@ -90,7 +91,7 @@ def _lifecycle(data: HealthInput) -> Outcome:
         f"{name.replace('_', ' ')} p99 {s['p99']:.3f} ms"
         # (why completed → processed may reach the bulk links' read interval, 20 ms)
         + (
-            f" ({deferred} Results nobody waited for, read on the main process' cadence)"
+            f" ({counted(deferred, 'Result')} nobody waited for, read on the main process' cadence)"
             if name == "completed_to_processed" and deferred
             else ""
         )

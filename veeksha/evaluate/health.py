@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 import pyarrow as pa
 
 from veeksha.evaluate.jsonio import jsonable, write_json
+from veeksha.plural import counted
 from veeksha.scenario.models import HealthChecks, Scenario
 
 if TYPE_CHECKING:
@@ -174,7 +175,7 @@ def _fmt(value: Any) -> str:
     if isinstance(value, dict):
         return ", ".join(f"{k}={_fmt(v)}" for k, v in value.items())
     if isinstance(value, list):
-        return f"{len(value)} entries (see health.json)"
+        return f"{counted(len(value), 'entry', 'entries')} (see health.json)"
     if value is None:
         return "-"
     return str(value)

@@ -18,6 +18,7 @@ from typing import Any
 
 from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
 from veeksha.evaluate.stats import from_numpy, reached_server, scalar
+from veeksha.plural import counted
 from veeksha.record import kernels as ak
 
 __all__ = ["SERVER_NUMBERS"]
@@ -44,10 +45,10 @@ def _server_numbers(data: HealthInput) -> Outcome:
         "examples": rejected[:_EXAMPLES],
     }
     if not rejected:
-        return Outcome(PASS, f"every number of {answered} answers taken", statistics)
+        return Outcome(PASS, f"every number of {counted(answered, 'answer')} taken", statistics)
     fields = ", ".join(f"{field} {n}" for field, n in by_field.most_common(4))
     detail = (
-        f"{len(rejected)} of {answered} answers had server numbers veeksha did not take "
+        f"{len(rejected)} of {counted(answered, 'answer')} had server numbers veeksha did not take "
         f"({fields}): see server_numbers_rejected"
     )
     return Outcome(FAIL, detail, statistics)

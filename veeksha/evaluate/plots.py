@@ -37,6 +37,7 @@ from numpy.typing import NDArray
 
 from veeksha.evaluate.source import ColumnSource
 from veeksha.evaluate.stats import Floats, column
+from veeksha.plural import counted
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -125,7 +126,8 @@ def _cdf(digest: Digest, name: str, path: Path) -> Path:
     ax.set_xlabel(f"{name.upper()} (ms)")
     ax.set_ylabel("fraction of samples")
     ax.set_ylim(-0.03, 1.03)
-    ax.set_title(f"{name.upper()} CDF ({digest.count} samples, p50 {digest.median * 1000:.3g} ms)")
+    samples = counted(digest.count, "sample")
+    ax.set_title(f"{name.upper()} CDF ({samples}, p50 {digest.median * 1000:.3g} ms)")
     ax.legend(loc="lower right", fontsize="small")
     ax.grid(alpha=0.3)
     return _save(fig, path)
@@ -283,7 +285,7 @@ def _timeline(requests: ColumnSource, path: Path, boundaries: Boundaries = ()) -
     fig = _figure(rows=2)
     top, bottom = fig.subplots(2, 1, sharex=True)
     top.plot(*flight.line())
-    top.set_title(f"requests in flight and sent ({sent.size} requests)")
+    top.set_title(f"requests in flight and sent ({counted(sent.size, 'request')})")
     top.set_ylabel("requests in flight")
     top.grid(alpha=0.3)
     _send_rate(bottom, sent)
@@ -301,7 +303,7 @@ def _send_rate(ax: Any, sent: Floats) -> None:
     a fall of the rate that never was. Sends all at one instant have no rate: a note says so."""
     span = float(sent[-1] - sent[0])
     if span <= 0:
-        _note(ax, f"{sent.size} request(s) sent at one instant ({sent[0]:.3f} s): no rate")
+        _note(ax, f"{counted(sent.size, 'request')} sent at one instant ({sent[0]:.3f} s): no rate")
         return
     bins = int(min(100, max(1, np.ceil(span))))
     counts, edges = np.histogram(sent, bins=bins, range=(sent[0], sent[-1]))

@@ -48,6 +48,7 @@ from veeksha.evaluate.stats import (
     previous_attempts,
     status_is,
 )
+from veeksha.plural import counted
 from veeksha.record import kernels as ak
 
 __all__ = ["PROMPT_LENGTH", "deviation_stats"]
@@ -139,7 +140,7 @@ def _describe(name: str, stats: dict[str, Any], tolerance: int) -> str:
     outside, total = stats["outside_tolerance"], stats["requests"]
     text = f"{name}: {outside} of {total}"
     if outside:
-        text += f" off by more than {tolerance} tokens"
+        text += f" off by more than {counted(tolerance, 'token')}"
     return text + f" (max {stats['max_abs_deviation']:.0f})"
 
 

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from veeksha.evaluate.group_report import render_groups
 from veeksha.evaluate.health import partial_note
+from veeksha.plural import counted
 
 __all__ = [
     "HEADLINE",
@@ -167,7 +168,7 @@ _SERVER_ROWS = (
 
 def _server_table(server: dict[str, Any]) -> Table:
     """The server's own view (summary.json's ``server``): its queue, KV cache, prefix cache."""
-    title = f"server's view ({server.get('scrapes', 0)} scrapes)"  # (as wide as its table)
+    title = f"server's view ({counted(server.get('scrapes', 0), 'scrape')})"  # (as its table)
     table = Table(title=title, title_justify="left", show_header=False)
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -199,8 +200,9 @@ def _clients_note(clients: list[str]) -> str:
 
 def _unknown_note(server: dict[str, Any]) -> str:
     """What the console says of scrapes that hold none of the metrics veeksha reads."""
+    scrapes = counted(server.get("scrapes", 0), "scrape")
     return (
-        f"server metrics: {server.get('scrapes')} scrapes, none holding a metric veeksha reads "
+        f"server metrics: {scrapes}, none holding a metric veeksha reads "
         "(running, waiting, KV cache, prefix cache, preemptions, finished requests under "
         "vLLM's, SGLang's, llama.cpp's or TGI's names: docs/server.md); what the server "
         "exports is in server_metrics.parquet"
@@ -214,15 +216,17 @@ def _scrape_note(server: dict[str, Any], scraper: dict[str, Any]) -> str | None:
     view"; or how many of them failed beside the view of the others."""
     error = scraper.get("error") or "no reason given"
     tries, failed = scraper.get("scrapes"), scraper.get("failed")
-    counted = f"{failed} of {tries} scrapes failed" if tries is not None and failed else None
+    failures = (
+        f"{failed} of {counted(tries, 'scrape')} failed" if tries is not None and failed else None
+    )
     if not server.get("scrapes") and scraper.get("status") == "failed":
-        how = f" ({counted})" if counted else ""
+        how = f" ({failures})" if failures else ""
         return (
             f"server metrics could not be scraped{how}: {error}; the server's view is left "
             "out (set server_metrics.url, or server_metrics.enabled: false)"
         )
-    if counted is not None:
-        return f"server metrics: {counted}, the first: {error}; the view is of the others"
+    if failures is not None:
+        return f"server metrics: {failures}, the first: {error}; the view is of the others"
     return None
 
 
@@ -232,8 +236,9 @@ def carried_note(summary: dict[str, Any]) -> str | None:
     if not carried:
         return None
     return (
-        f"requests/s and tokens/s count {carried} request(s) sent before the window opened "
-        "(the warmup's, an earlier phase's) and served inside it: docs/metrics.md, Throughput"
+        f"requests/s and tokens/s count {counted(carried, 'request')} sent before the window "
+        "opened (the warmup's, an earlier phase's) and served inside it: docs/metrics.md, "
+        "Throughput"
     )
 
 

@@ -43,6 +43,7 @@ from veeksha.evaluate.stats import (
     previous_attempts,
     status_is,
 )
+from veeksha.plural import counted
 from veeksha.record import kernels as ak
 
 __all__ = ["DEPENDENCIES", "OUTPUT_LENGTH", "PROMPT_LENGTH", "dependency_lateness"]
@@ -158,7 +159,10 @@ def _output_length(data: HealthInput) -> Outcome:
         return Outcome(SKIP, "no measured ok request with output token counts", {})
     statistics = {"tolerance": tol, **deviation_stats(deviation, tol)}
     outside = statistics["outside_tolerance"]
-    detail = f"{outside} ok request(s) off the requested length by more than {tol} tokens"
+    detail = (
+        f"{counted(outside, 'ok request')} off the requested length by more than "
+        f"{counted(tol, 'token')}"
+    )
     return Outcome(FAIL if outside else PASS, detail, statistics)
 
 

@@ -38,6 +38,7 @@ import numpy as np
 from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
 from veeksha.evaluate.server_view import scraped_clients
 from veeksha.evaluate.stats import column, llm_requests, of_clients, reached_server, status_is
+from veeksha.plural import counted
 
 __all__ = ["SERVER_AGREEMENT"]
 
@@ -68,13 +69,14 @@ def _agreement(data: HealthInput) -> Outcome:
         return Outcome(SKIP, "fewer than two scrapes of the server's metrics", {})
     first, last = float(times[0]), float(times[-1])
     server = view.delta("finished")
+    assert server is not None  # ("finished" is one of the series)
     requests = data.requests
     clients = scraped_clients(data.scenario, data.run_info)
     if clients is not None and not clients:
         return Outcome(
             SKIP,
             f"the server's metrics are not of any client's server (the clients' servers differ"
-            f" and none is where they were scraped); it finished {server:g} requests",
+            f" and none is where they were scraped); it finished {counted(server, 'request')}",
             {"server_finished": server},
         )
     llm = llm_requests(requests)  # (a tool row reaches no server)
@@ -96,7 +98,7 @@ def _agreement(data: HealthInput) -> Outcome:
     stats: dict[str, Any] = {"server_finished": server, "ours_at_least": low,
                              "ours_at_most": high, "first_scrape_t": first,
                              "last_scrape_t": last}  # fmt: skip
-    detail = f"the server finished {server:g} requests; veeksha's rows say {low} to {high}"
+    detail = f"the server finished {counted(server, 'request')}; veeksha's rows say {low} to {high}"
     if clients is not None:
         stats["clients"] = list(clients)
         detail += f" (its clients' rows: {', '.join(clients)}; the others go to other servers)"

@@ -29,6 +29,7 @@ import pyarrow as pa
 from veeksha.errors import VeekshaError
 from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthInput, Outcome
 from veeksha.evaluate.stats import Floats, column, integers, percentile
+from veeksha.plural import counted
 from veeksha.record import kernels as ak
 
 __all__ = ["trace_arrival_timeline", "trace_dispatch_rate"]
@@ -63,7 +64,7 @@ def trace_dispatch_rate(data: HealthInput) -> Outcome:
     keep = ~np.isnan(sent)
     ids, sent = ids[keep], sent[keep]
     if ids.size < _MIN_SESSIONS:
-        return Outcome(SKIP, f"{ids.size} measured sessions, need {_MIN_SESSIONS}", {})
+        return Outcome(SKIP, f"{counted(ids.size, 'measured session')}, need {_MIN_SESSIONS}", {})
     expected = _expected(data, ids)
     if expected is None:
         return Outcome(SKIP, "the trace can no longer be read", {})
@@ -127,7 +128,8 @@ def trace_arrival_timeline(data: HealthInput) -> Outcome:
         held_p99 = turns["p99_held_turn_deviation_s"]
         early = turns["turns_sent_before_their_time"]
         ok_all = ok_all and early == 0 and (held_p99 is None or held_p99 <= limit)
-        detail += f"; {early} of {turns['turns_timed']} timed turns sent before their own time"
+        timed = turns["turns_timed"]
+        detail += f"; {early} of {counted(timed, 'timed turn')} sent before their own time"
         if held_p99 is not None:
             detail += (
                 f", the {turns['turns_held_by_their_time']} held by it sent"

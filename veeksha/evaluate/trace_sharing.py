@@ -28,6 +28,7 @@ import numpy as np
 from veeksha.errors import VeekshaError
 from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
 from veeksha.evaluate.stats import column, integers
+from veeksha.plural import counted
 from veeksha.record import kernels as ak
 from veeksha.scenario.models import TraceSessionGenerator
 
@@ -159,9 +160,10 @@ def _prefix_sharing(data: HealthInput) -> Outcome:
         "over_implied": over,
     }
     shown = "n/a" if ratio is None else f"{ratio:.3f}"
+    answered = counted(int(ok.sum()), "request")
     detail = (
         f"{observed_sum:.0f} cached prompt tokens reported where the hash ids imply"
-        f" {expected_sum:.0f} (ratio {shown}); {over} of {int(ok.sum())} requests above the"
+        f" {expected_sum:.0f} (ratio {shown}); {over} of {answered} above the"
         " shared prefix the ids allow"
     )
     bad = over > max(1, _OVER_FRACTION * int(ok.sum()))

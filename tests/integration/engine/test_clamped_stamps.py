@@ -54,11 +54,11 @@ def test_a_wall_clock_step_is_counted_in_rows_summary_log_and_health(
     assert summary["run"]["chunk_stamps_clamped"] == clamped
 
     log = (run_dir / "run.log").read_text()
-    assert f"WARNING {clamped} chunk read time(s) from the kernel" in log
+    assert f"WARNING {clamped} chunk read times from the kernel" in log
 
     health = json.loads((run_dir / "health.json").read_text())
     check = next(c for c in health["checks"] if c["name"] == "lifecycle_delays")
     assert check["status"] == "WARN", check["detail"]
-    assert f"{clamped} chunk read time(s) from the kernel clamped" in check["detail"]
+    assert f"{clamped} chunk read times from the kernel clamped" in check["detail"]
     assert check["statistics"]["chunk_stamps_clamped"] == clamped
     assert "lifecycle_delays" not in health["failed"]  # the rows stay in order

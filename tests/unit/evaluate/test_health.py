@@ -553,7 +553,7 @@ def test_clamped_chunk_stamps_warn_and_are_named_without_failing() -> None:
     result = LIFECYCLE_DELAYS(_input([clean, clamped, warmup]))
     assert result.status == WARN, result.detail
     assert result.statistics["chunk_stamps_clamped"] == 3
-    assert "3 chunk read time(s) from the kernel clamped" in result.detail
+    assert "3 chunk read times from the kernel clamped" in result.detail
     assert "timestamps in order" in result.detail
     report = run_health_checks(_input([clean, clamped]))
     assert report.verdict == PASS

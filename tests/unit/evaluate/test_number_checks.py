@@ -86,4 +86,4 @@ def test_it_is_in_the_report_and_its_files(tmp_path: Path) -> None:
     checks = json.loads((tmp_path / "health.json").read_text())["checks"]
     found = next(c for c in checks if c["name"] == "server_numbers")
     assert found["statistics"]["by_field"] == {"prompt_tokens": 1}
-    assert "[FAIL] server_numbers: 1 of 1 answers" in (tmp_path / "health.txt").read_text()
+    assert "[FAIL] server_numbers: 1 of 1 answer had" in (tmp_path / "health.txt").read_text()

@@ -169,7 +169,7 @@ def test_sends_at_one_instant_draw_a_note_not_a_rate(
     bottom = figures[0].axes[1]
     assert not bottom.patches
     assert [t.get_text() for t in bottom.texts] == [
-        "2 request(s) sent at one instant (5.000 s): no rate"
+        "2 requests sent at one instant (5.000 s): no rate"
     ]
 
 

@@ -303,7 +303,7 @@ def test_unfinished_requests_and_carried_over_ones_are_said_at_80_columns() -> N
     text = _render(lambda console: render_summary(console, summary))
     assert max(len(line) for line in text.splitlines()) <= 80
     joined = " ".join(text.split())
-    assert "count 14 request(s) sent before the window opened" in joined
+    assert "count 14 requests sent before the window opened" in joined
     assert "110 of 150" in joined  # the unfinished column
     assert "0 of 150" in joined
     assert "each counted above every bound" in joined
