@@ -28,6 +28,7 @@ import click
 
 from veeksha import __version__
 from veeksha.errors import RunAbortedError, ScenarioError, VeekshaError
+from veeksha.plural import counted
 
 if TYPE_CHECKING:
     from veeksha.scenario.loader import ScenarioSet
@@ -440,7 +441,7 @@ def _run_sweep(
         base = options.output_dir or Path(points.points[0].scenario.output_dir)
         sweep_dir = create_sweep(points, base, overrides)
     if not options.quiet:
-        click.echo(f"sweep folder: {sweep_dir} ({len(points.points)} points)")
+        click.echo(f"sweep folder: {sweep_dir} ({counted(len(points.points), 'point')})")
     result = run_sweep(
         sweep_dir,
         points,
@@ -545,7 +546,7 @@ def validate(files: tuple[Path, ...], overrides: tuple[str, ...]) -> None:
             if not points.is_sweep:
                 click.echo(f"{path}: ok")
                 continue
-            click.echo(f"{path}: ok, a sweep of {len(points.points)} points")
+            click.echo(f"{path}: ok, a sweep of {counted(len(points.points), 'point')}")
             for point in points.points:
                 click.echo(f"  {point.index:3d}  {point.label}")
     if failed:

@@ -14,7 +14,7 @@ import numpy as np
 from veeksha.errors import RunAbortedError
 from veeksha.experiment.capacity.config import CapacityConfig, load_capacity_config
 from veeksha.experiment.capacity.measure import ProbeRun, RunRequest
-from veeksha.experiment.capacity.runner import CAPACITY_FILE, CapacityResult, _probe_all
+from veeksha.experiment.capacity.runner import CAPACITY_FILE, CapacityResult, _amount, _probe_all
 
 SEARCH = """\
 output_dir: {out}
@@ -129,3 +129,25 @@ def test_a_first_value_above_the_capacity_says_to_lower_start_value(tmp_path: Pa
     (tmp_path / "low").mkdir()
     _result, lines = search(config(tmp_path / "low", start=1), FakeServer(capacity=0))
     assert lines[-1] == "no value met the SLOs: the first, 1, was fail"
+
+
+def test_a_count_of_one_is_singular_in_the_probe_line_and_the_conclusion(tmp_path: Path) -> None:
+    # capacity 1 session (it said "1 sessions"); at 2 one request, which failed (it said
+    # "1 of 1 requests failed"), and with no extension the value stays undecided
+    def one_failing(request: RunRequest) -> ProbeRun:
+        if request.value < 2:
+            return FakeServer(capacity=1)(request)
+        folder = Path(f"runs/run-{request.value:g}")
+        return ProbeRun(request, folder, True, "health PASS", (np.full(1, np.inf),), 1, 1)
+
+    one_failing.server = None  # type: ignore[attr-defined]
+    path = tmp_path / "search.yaml"
+    path.write_text(SEARCH.format(out=tmp_path, start=1) + "max_extensions: 0\n")
+    _result, lines = search(load_capacity_config(path), one_failing)  # type: ignore[arg-type]
+    assert lines[0] == "probe 1: target_concurrent_sessions=1 PASS (1 run)"
+    assert (
+        lines[2] == "probe 2: target_concurrent_sessions=2 UNDECIDED (1 run; 1 of 1 request failed)"
+    )
+    assert lines[-1] == "capacity: 1 session; 2 is undecided (1 of 1 request failed)"
+    assert _amount(1, "sessions/s") == "1 session/s"
+    assert _amount(2.5, "sessions/s") == "2.5 sessions/s"

@@ -202,7 +202,7 @@ def test_prefill_analysis_fits_medians_and_names_each_broken_check(tmp_path: Pat
     _, _, checks, _ = analyse_prefill(bad, tmp_path)
     failed = {c.name: c.detail for c in checks if not c.passed}
     assert set(failed) == {"sequential", "exact_lengths", "no_cache_hits"}
-    assert failed["exact_lengths"] == "L=1024: 3 prompt(s) of [1030] tokens"
+    assert failed["exact_lengths"] == "L=1024: 3 prompts of [1030] tokens"
 
 
 def test_decode_analysis_fits_tbc_against_batch(tmp_path: Path) -> None:

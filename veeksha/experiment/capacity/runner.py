@@ -43,6 +43,7 @@ from veeksha.experiment.capacity.search import (
     summarise,
 )
 from veeksha.experiment.shared_server import SharedServer, shared_simulator
+from veeksha.plural import counted, noun
 from veeksha.scenario.loader import block_yaml, resolved_dict, scenario_hash
 
 __all__ = ["CAPACITY_FILE", "CapacityResult", "run_capacity_search"]
@@ -304,9 +305,9 @@ def _describe(index: int, knob: Knob, result: ValueResult) -> str:
             f"{judged.slo.name}: {_ms(interval.estimate)} ms [{_ms(interval.low)}, "
             f"{_ms(interval.high)}] vs {1000 * judged.slo.value:g} ms (n={interval.samples})"
         )
-    runs = f"{len(result.runs)} run" + ("s" if len(result.runs) > 1 else "")
+    runs = counted(len(result.runs), "run")
     if result.failed:  # each an infinitely slow value: say so, or "+inf ms" looks like latency
-        runs += f"; {result.failed} of {result.requests} requests failed"
+        runs += f"; {result.failed} of {counted(result.requests, 'request')} failed"
     lines = [f"probe {index}: {knob.describe(result.value)} {result.verdict.upper()} ({runs})"]
     for part in parts or [result.runs[-1].health_detail]:
         lines += textwrap.wrap(part, 80, initial_indent="  ", subsequent_indent="    ")
@@ -318,7 +319,13 @@ def _failures(document: dict[str, Any], value: float) -> str:
     entry = next((e for e in document["history"] if e["value"] == value), None)
     if entry is None or not entry.get("failed_requests"):
         return ""
-    return f" ({entry['failed_requests']} of {entry['requests']} requests failed)"
+    return f" ({entry['failed_requests']} of {counted(entry['requests'], 'request')} failed)"
+
+
+def _amount(value: float, unit: str) -> str:
+    """``9 sessions/s``, ``1 session/s``, ``1 session``: a value in its unit (``sessions`` or
+    ``sessions/s``), singular for one."""
+    return f"{value:g} {unit.replace('sessions', noun(value, 'session'), 1)}"
 
 
 def _conclusion(document: dict[str, Any]) -> str:
@@ -339,7 +346,7 @@ def _conclusion(document: dict[str, Any]) -> str:
         if first > document["resolution"] * 1.5:  # a lower value exists on the grid
             text += f"; the capacity, if any, is below {first:g}: lower start_value"
         return text + note
-    text = f"capacity: {best:g} {document['unit']}"
+    text = f"capacity: {_amount(best, document['unit'])}"
     if document["reached_max_value"]:
         return text + " (max_value passed: the capacity may be higher)"
     if ceiling is not None:

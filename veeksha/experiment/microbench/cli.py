@@ -21,6 +21,7 @@ from veeksha.experiment.microbench.config import (
     parse_flags,
 )
 from veeksha.experiment.microbench.stress_config import StressConfig
+from veeksha.plural import counted
 
 __all__ = ["decode", "diff", "prefill", "stress"]
 
@@ -52,7 +53,8 @@ def _report(name: str, folder: Path, document: dict[str, Any]) -> None:
 def _figures(name: str, document: dict[str, Any]) -> list[str]:
     if name == "prefill":
         lines = [
-            f"L={p['input_length']}: TTFC p50 {_num(p['ttfc_p50_ms'])} ms ({p['samples']} samples)"
+            f"L={p['input_length']}: TTFC p50 {_num(p['ttfc_p50_ms'])} ms "
+            f"({counted(p['samples'], 'sample')})"
             for p in document["points"]
         ]
         fit = document.get("fit")
@@ -66,7 +68,8 @@ def _figures(name: str, document: dict[str, Any]) -> list[str]:
         return []  # (a table: _stress_table)
     lines = [
         f"B={p['batch_size']} L={p['input_length']}: TBC p50 {_num(p['tbc_p50_ms'])} ms, "
-        f"p99 {_num(p['tbc_p99_ms'])} ms ({p['tbc_samples']} gaps in {p['window_s']:.2f} s)"
+        f"p99 {_num(p['tbc_p99_ms'])} ms ({counted(p['tbc_samples'], 'gap')} in "
+        f"{p['window_s']:.2f} s)"
         for p in document["points"]
     ]
     lines += [

@@ -45,6 +45,7 @@ from veeksha.experiment.microbench.results import (
     write_results,
 )
 from veeksha.experiment.point import PointResult
+from veeksha.plural import counted
 
 __all__ = ["MIN_WINDOW_GAPS", "DecodeWindow", "analyse_decode", "decode_specs", "run_decode"]
 
@@ -134,12 +135,15 @@ def analyse_decode(
         if not window.length_s > 0 or window.min_gaps < MIN_WINDOW_GAPS:
             no_window.append(
                 f"{where}: window {max(window.length_s, 0) * 1000:.1f} ms, "
-                f"{window.min_gaps} gap(s) for the least covered request (raise output_length)"
+                f"{counted(window.min_gaps, 'gap')} for the least covered request "
+                "(raise output_length)"
             )
         tolerance = 0.5 * (p50 or 1.0) / 1000
         inversions = _fcfs_inversions(ok, tolerance)
         if inversions:
-            unordered.append(f"{where}: {inversions} request(s) served before an earlier one")
+            unordered.append(
+                f"{where}: {counted(inversions, 'request')} served before an earlier one"
+            )
     fits: list[dict[str, Any]] = []
     for length in dict.fromkeys(p["input_length"] for p in table):
         usable = [p for p in table if p["input_length"] == length and p["tbc_p50_ms"] is not None]

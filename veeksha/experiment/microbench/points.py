@@ -31,6 +31,7 @@ from veeksha.errors import ConfigurationError, RunAbortedError
 from veeksha.experiment.microbench.config import BenchConfig
 from veeksha.experiment.point import PointResult, run_point
 from veeksha.experiment.shared_server import SharedServer, aim_at, shared_simulator
+from veeksha.plural import counted
 from veeksha.scenario.models import Scenario
 
 __all__ = [
@@ -219,7 +220,7 @@ def run_points(
     for spec in specs:  # every point's scenario is valid before anything starts
         point_scenario(config, spec)
     with serving(config, specs[0], name, echo, len(specs)) as (folder, server, run):
-        echo(f"{name}: {len(specs)} point(s) -> {folder}")
+        echo(f"{name}: {counted(len(specs), 'point')} -> {folder}")
         done = [(spec, run(spec)) for spec in specs]
     return folder, server, done
 

@@ -37,6 +37,7 @@ from veeksha.experiment.microbench.results import (
     write_results,
 )
 from veeksha.experiment.point import PointResult
+from veeksha.plural import counted
 
 __all__ = ["analyse_prefill", "prefill_specs", "run_prefill"]
 
@@ -105,15 +106,17 @@ def analyse_prefill(
         done = ordered["completed_at"].to_numpy(dtype=float)
         overlap = int(np.sum(sent[1:] < done[:-1]))
         if overlap:
-            overlaps.append(f"{where}: {overlap} request(s) sent before the previous completed")
+            overlaps.append(
+                f"{where}: {counted(overlap, 'request')} sent before the previous completed"
+            )
         lengths = ok["prompt_tokens_total"]
         bad = int(np.sum(lengths.isna() | (lengths != spec.input_length)))
         if bad:
             seen = sorted({int(v) for v in lengths.dropna()})
-            wrong_length.append(f"{where}: {bad} prompt(s) of {seen} tokens")
+            wrong_length.append(f"{where}: {counted(bad, 'prompt')} of {seen} tokens")
         hits = int(np.sum(ok["cached_tokens"].fillna(0) > 0))
         if hits:
-            cached.append(f"{where}: {hits} prompt(s) partly cached")
+            cached.append(f"{where}: {counted(hits, 'prompt')} partly cached")
     fit = fit_line(
         [p["input_length"] for p in table if p["ttfc_p50_ms"] is not None],
         [p["ttfc_p50_ms"] for p in table if p["ttfc_p50_ms"] is not None],

@@ -51,6 +51,7 @@ from veeksha.experiment.microbench.results import Check, write_results
 from veeksha.experiment.microbench.stress_config import StressConfig
 from veeksha.experiment.microbench.stress_levels import auto_levels, log_spaced
 from veeksha.experiment.point import PointResult
+from veeksha.plural import counted
 
 __all__ = ["MONOTONE_SLACK", "analyse_point", "measured_start", "run_stress", "stress_checks"]
 
@@ -171,9 +172,9 @@ def stress_checks(table: list[dict[str, Any]], min_samples: int, unit: str) -> l
         Check(
             "enough_samples",
             not few,
-            f"below {min_samples} measured ok requests: " + "; ".join(few)
+            f"below {counted(min_samples, 'measured ok request')}: " + "; ".join(few)
             if few
-            else f"every point has at least {min_samples} measured ok requests",
+            else f"every point has at least {counted(min_samples, 'measured ok request')}",
         ),
         Check(
             "no_failures",
@@ -274,7 +275,7 @@ def _line(point: dict[str, Any], config: StressConfig) -> str:
     return (
         f"{unit}={_fmt(point['level'])}: {_num(point['output_tokens_per_s'])} output tokens/s, "
         f"TTFC p50 {_num(point['ttfc_p50_ms'])} ms, E2E p50 {_num(point['e2e_p50_ms'])} ms "
-        f"({point['samples']} requests)"
+        f"({counted(point['samples'], 'request')})"
     )
 
 
