@@ -5,7 +5,8 @@ A panel's labels are placed together, after everything is drawn and the axes' li
 (:func:`place_labels`), in display pixels. Each label's size is measured once; its candidate
 positions are around its point, nearest first: beside it (at a corner, above, below or level
 with it), then in rings farther out, each with a thin leader line to the point. A candidate is
-out if it leaves the panel, covers another point's marker, or its leader passes through one. Of
+out if it leaves the panel, covers another point's marker or an artist the caller keeps clear
+(``avoid``: a legend inside the panel, other points' markers), or its leader passes through one. Of
 the rest, a label takes the cheapest free one (not over a label placed before it or its leader,
 its own leader over none): cost grows with the ring, and a label also pays for lying across a
 curve and, beside its point without a leader, for being about as near another point (which it
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from matplotlib.artist import Artist
     from matplotlib.axes import Axes
     from matplotlib.text import Annotation
 
@@ -61,11 +63,14 @@ Segment = tuple[float, float, float, float]
 
 @dataclass(frozen=True)
 class PointLabel:
-    """One label to place: the point (data coordinates) and its text."""
+    """One label to place: the point (data coordinates), its text, its colour, and how large
+    the point's marker is (points across: a label keeps clear of it)."""
 
     x: float
     y: float
     text: str
+    color: str = "dimgrey"
+    marker_pt: float = 2 * _MARKER_PT
 
 
 @dataclass(frozen=True)
@@ -80,15 +85,18 @@ class _Spot:
     leader: Segment | None
 
 
-def place_labels(axes: Axes, labels: Sequence[PointLabel]) -> tuple[list[Annotation], int]:
-    """Annotate ``labels`` on ``axes`` (everything else drawn, its limits final) so that no two
-    overlap; returns the annotations drawn (in the order of ``labels``, less those left out)
-    and how many were left out for want of room."""
+def place_labels(
+    axes: Axes, labels: Sequence[PointLabel], avoid: Sequence[Artist] = ()
+) -> tuple[list[Annotation], int]:
+    """Annotate ``labels`` on ``axes`` (everything else drawn, its limits and position final)
+    so that no two overlap, and none covers an artist of ``avoid`` (its drawn extent) or has
+    its leader through one; returns the annotations drawn (in the order of ``labels``, less
+    those left out) and how many were left out for want of room."""
     if not labels:
         return [], 0
     axes.get_xlim(), axes.get_ylim()  # (settles the autoscaled limits transData maps to)
     at = [(float(x), float(y)) for x, y in axes.transData.transform([(p.x, p.y) for p in labels])]
-    panel = _Panel.of(axes, at)
+    panel = _Panel.of(axes, at, labels, avoid)
     spots = [_spots(panel, label.text, index) for index, label in enumerate(labels)]
     best: tuple[float, dict[int, _Spot]] | None = None
     for order in _orders(at, spots):
@@ -116,37 +124,57 @@ class _Panel:
     px_per_pt: float
     inside: Box
     at: list[tuple[float, float]]  # the points
+    halves: list[float]  # half of each point's marker
     curves: list[Segment]
+    blocked: list[Box]  # what no label covers and no leader crosses (``avoid``)
 
     @classmethod
-    def of(cls, axes: Axes, at: list[tuple[float, float]]) -> _Panel:
+    def of(
+        cls,
+        axes: Axes,
+        at: list[tuple[float, float]],
+        labels: Sequence[PointLabel],
+        avoid: Sequence[Artist],
+    ) -> _Panel:
         fig = axes.get_figure()
         assert fig is not None
         frame = axes.bbox
+        renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+        extents = [artist.get_window_extent(renderer) for artist in avoid]
+        px_per_pt = fig.dpi / 72.0
         return cls(
             axes,
-            fig.canvas.get_renderer(),  # type: ignore[attr-defined]
-            fig.dpi / 72.0,
+            renderer,
+            px_per_pt,
             (frame.x0, frame.y0, frame.x1, frame.y1),
             at,
+            [label.marker_pt / 2 * px_per_pt for label in labels],
             _curve_segments(axes),
+            [(e.x0, e.y0, e.x1, e.y1) for e in extents],
         )
 
 
 def _spots(panel: _Panel, text: str, index: int) -> list[_Spot]:
     """The candidate positions of one label, cheapest first: each inside the panel, over no
     other point's marker, and with a leader through none."""
-    marker = _MARKER_PT * panel.px_per_pt
+    marker = panel.halves[index]
+    clearance = max(0.0, marker - _MARKER_PT * panel.px_per_pt)  # (a marker larger than 6 pt)
     px, py = panel.at[index]
     # (another label's point on the very spot, a compared sweep's, is this one's point too)
-    others = [(x, y) for x, y in panel.at if abs(x - px) > 1 or abs(y - py) > 1]
-    markers = [(x - marker, y - marker, x + marker, y + marker) for x, y in others]
+    apart = [
+        (x, y, half)
+        for (x, y), half in zip(panel.at, panel.halves, strict=True)
+        if abs(x - px) > 1 or abs(y - py) > 1
+    ]
+    others = [(x, y) for x, y, _ in apart]
+    markers = [(x - half, y - half, x + half, y + half) for x, y, half in apart]
+    markers += panel.blocked
     middle = (min(x for x, _ in panel.at) + max(x for x, _ in panel.at)) / 2
     sides = _SIDES_RIGHT_HALF if px > middle else _SIDES_LEFT_HALF
     width, height = _size(panel.axes, text, panel.renderer)
     found: list[_Spot] = []
     for ring in range(_RINGS):
-        distance = (_NEAR_PT + ring * _STEP_PT) * panel.px_per_pt
+        distance = (_NEAR_PT + ring * _STEP_PT) * panel.px_per_pt + clearance
         for order, (ha, va, sx, sy) in enumerate(sides):
             dx, dy = sx * distance, sy * distance
             if sy == 0:  # level with the point: clear of its marker
@@ -282,7 +310,7 @@ def _annotate(axes: Axes, label: PointLabel, spot: _Spot) -> Annotation:
         ha=spot.ha,
         va=spot.va,
         fontsize=FONT_SIZE,
-        color="dimgrey",
+        color=label.color,
         arrowprops=arrow,
     )
 
@@ -349,10 +377,20 @@ def _segments_cross(a: Segment, b: Segment) -> bool:
 
 
 def _curve_segments(axes: Axes) -> list[Segment]:
-    """The panel's drawn lines as display-pixel segments."""
+    """The panel's drawn lines (each in its own coordinates: a threshold's ``axhline`` spans the
+    panel) and line collections (``vlines``: interval bars) as display-pixel segments."""
+    from matplotlib.collections import LineCollection
+
     segments: list[Segment] = []
     for line in axes.get_lines():
-        points = axes.transData.transform(line.get_xydata())
+        points = line.get_transform().transform(line.get_xydata())
         for (ax0, ay0), (ax1, ay1) in itertools.pairwise(points):
             segments.append((float(ax0), float(ay0), float(ax1), float(ay1)))
+    for collection in axes.collections:
+        if isinstance(collection, LineCollection):
+            to_display = collection.get_transform()
+            for path in collection.get_segments():
+                points = to_display.transform(path)
+                for (ax0, ay0), (ax1, ay1) in itertools.pairwise(points):
+                    segments.append((float(ax0), float(ay0), float(ax1), float(ay1)))
     return segments
