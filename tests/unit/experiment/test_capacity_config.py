@@ -300,3 +300,32 @@ def test_run_of_a_search_file_names_the_command_that_runs_it(tmp_path: Path) -> 
     assert f"run it with `veeksha capacity-search {shipped}`" in result.output
     assert "unknown key" not in result.output
     assert not out.exists()
+
+
+def test_a_benchmark_config_naming_another_search_file_says_so(tmp_path: Path) -> None:
+    # each key of the other search file was reported as an unknown key of a scenario
+    (tmp_path / "searches").mkdir()
+    write(tmp_path / "searches", SCENARIO, "rate.yaml")
+    write(tmp_path / "searches", "start_value: 2\nbenchmark_config: rate.yaml\n", "other.yaml")
+    path = write(tmp_path, "max_value: 8\nbenchmark_config: searches/other.yaml\n")
+    result = CliRunner().invoke(cli.main, ["capacity-search", str(path)], prog_name="veeksha")
+    assert result.exit_code == 2
+    assert result.output.splitlines()[-1] == (
+        f"{path}:2:1: benchmark_config: 'searches/other.yaml' is a capacity-search file (it has "
+        "benchmark_config), not a scenario: give the scenario file it names: "
+        "benchmark_config: searches/rate.yaml"
+    )
+    assert "unknown key" not in result.output
+    assert not (tmp_path / "capacity_search_output").exists()
+    # one whose scenario is inline (here under the public wrapper)
+    inline_search = "capacity_search_config:\n" + textwrap.indent(inline(), "  ")
+    write(tmp_path / "searches", inline_search, "inline.yaml")
+    path = write(tmp_path, "benchmark_config: searches/inline.yaml\n")
+    with pytest.raises(ScenarioError) as caught:
+        load_capacity_config(path)
+    (issue,) = caught.value.issues
+    assert (issue.line, issue.path) == (1, "benchmark_config")
+    assert issue.message.endswith(
+        "not a scenario: give a scenario: its benchmark_config mapping, here or in a file of "
+        "its own"
+    )

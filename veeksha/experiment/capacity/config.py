@@ -21,6 +21,7 @@ at once, as ``file:line:column: key: message``, as the scenario loader does (exi
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -124,6 +125,31 @@ def _unknown_key(key: str, allowed: set[str]) -> str:
     return f"unknown key; allowed keys: {', '.join(sorted(allowed))}"
 
 
+def _search_keys(loaded: Any) -> CommentedMap | None:
+    """The keys of a capacity search file as loaded from YAML (a top-level
+    ``capacity_search_config:`` mapping unwrapped), or None when it holds no ``benchmark_config``
+    (a scenario, or not a mapping)."""
+    if not isinstance(loaded, CommentedMap):
+        return None
+    wrapped = loaded.get(_WRAPPER)
+    if len(loaded) == 1 and isinstance(wrapped, CommentedMap):
+        loaded = wrapped
+    return loaded if "benchmark_config" in loaded else None
+
+
+def _not_a_scenario(written: str, path: Path, inner: CommentedMap, base: Path) -> str:
+    """What to say of a ``benchmark_config`` (``written``, at ``path``) that names another
+    capacity search file, whose keys are ``inner``: the scenario that file names, as a path
+    from this search file's folder ``base``, or where its inline scenario is."""
+    named = inner.get("benchmark_config")
+    if isinstance(named, str):
+        target = Path(named) if Path(named).is_absolute() else path.parent / named
+        fix = f"give the scenario file it names: benchmark_config: {os.path.relpath(target, base)}"
+    else:
+        fix = "give a scenario: its benchmark_config mapping, here or in a file of its own"
+    return f"{written!r} is a capacity-search file (it has benchmark_config), not a scenario: {fix}"
+
+
 def _read(path: Path) -> CommentedMap:
     source = str(path)
     try:
@@ -136,10 +162,7 @@ def _read(path: Path) -> CommentedMap:
     if not isinstance(root, CommentedMap):
         message = "a capacity search file is a mapping of keys (start_value, benchmark_config...)"
         raise ScenarioError([ScenarioIssue(source, 1, 1, "", message)])
-    wrapped = root.get(_WRAPPER)
-    if len(root) == 1 and isinstance(wrapped, CommentedMap):
-        return wrapped
-    return root
+    return _search_keys(root) or root
 
 
 def _typed(value: Any, kind: type) -> Any:
@@ -202,10 +225,17 @@ def _scenario(
             )
             raise ScenarioError(issues.found)
         try:
+            scenario_root = YAML(typ="rt").load(path.read_text(encoding="utf-8"))
+        except (OSError, YAMLError, UnicodeDecodeError):
+            scenario_root = None  # (the scenario loader says what is wrong with it)
+        inner = _search_keys(scenario_root)
+        if inner is not None:  # each of its keys would be an unknown key of a scenario
+            issues.at(root, "benchmark_config", _not_a_scenario(node, path, inner, base))
+            raise ScenarioError(issues.found)
+        try:
             scenario = load_scenario(path, overrides)
         except ScenarioError as exc:
             raise ScenarioError([*issues.found, *exc.issues]) from None
-        scenario_root = YAML(typ="rt").load(path.read_text(encoding="utf-8"))
         return scenario, str(path), scenario_root, str(path)
     if not isinstance(node, CommentedMap):
         issues.at(root, "benchmark_config", "must be a scenario mapping or a path to one")
