@@ -34,7 +34,8 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from veeksha.errors import ScenarioError, ScenarioIssue
 from veeksha.scenario._walk import Node, PathPart, aliases_of, allowed_keys, classify, tag_of
 from veeksha.scenario._walk import field_for_key as _field_for_key
-from veeksha.scenario.base import KeyProblem, boolean_note
+from veeksha.scenario.base import KeyProblem
+from veeksha.scenario.messages import REDACTED, closest, shown, unknown_key, value_message
 from veeksha.scenario.models import Scenario
 from veeksha.scenario.overrides import (
     OVERRIDE_SOURCE,
@@ -73,7 +74,6 @@ __all__ = [
     "scenario_hash",
 ]
 
-REDACTED = "***"
 _SECRET_PATHS = (("client", "api_key"),)
 _HASH_EXCLUDED = (*_SECRET_PATHS, ("output_dir",))
 
@@ -499,16 +499,6 @@ def _override_of(
     return found or beside
 
 
-def _shown(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return repr(value if len(value) <= 60 else value[:57] + "...")
-    return repr(value)
-
-
 def _tags(node: Node | None) -> str:
     if node is None:
         return ""
@@ -519,14 +509,6 @@ def _tags(node: Node | None) -> str:
     return ""
 
 
-def _close_matches(word: str, choices: list[str]) -> list[str]:
-    """The choice closest to a misspelt word, if any is close (difflib, imported only for a
-    scenario with a mistake: a valid one never needs it)."""
-    import difflib
-
-    return difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-
-
 def _unknown_key(key: PathPart, holder: Node | None) -> str:
     if holder is None or holder.model is None:
         return "unknown key"
@@ -535,10 +517,7 @@ def _unknown_key(key: PathPart, holder: Node | None) -> str:
     if key in aliases:
         return f"{key!r} is another spelling of {aliases[key]!r}: give only one of them"
     allowed = [k for k in allowed_keys(model) if k != "type" or tag_of(model) is None]
-    close = _close_matches(str(key), allowed)
-    if close:
-        return f"unknown key; did you mean {close[0]!r}?"
-    return f"unknown key; allowed keys: {', '.join(allowed)}"
+    return unknown_key(str(key), allowed)
 
 
 def _message(
@@ -552,32 +531,14 @@ def _message(
         ctx = err.get("ctx") or {}
         message = f"unknown type {ctx.get('tag')!r}; expected one of: {_tags(node)}"
         tags = list(node.members) if node is not None and node.kind == "tagged" else []
-        close = _close_matches(str(ctx.get("tag")), tags)
-        return message + (f"; did you mean {close[0]!r}?" if close else "")
+        close = closest(str(ctx.get("tag")), tags)
+        return message + (f"; did you mean {close!r}?" if close else "")
     if kind == "union_tag_not_found":
         if not isinstance(given, dict):
-            return f"must be a mapping (got {_shown(given)})"
+            return f"must be a mapping (got {shown(given)})"
         return f"missing key 'type' (one of: {_tags(node)})"
-    if kind == "missing":
-        return "missing required key"
-    if kind in ("model_type", "model_attributes_type", "dict_type"):
-        return (
-            f"must be a mapping (got {_shown(given)})"
-            if not isinstance(given, list)
-            else "must be a mapping, not a list"
-        )
-    message = err["msg"]
-    for prefix in ("Value error, ", "Assertion failed, "):
-        message = message.removeprefix(prefix)
-    message = message.replace("Input should be", "must be").replace(
-        "a valid dictionary", "a mapping"
-    )
-    message = message.split(", unable to")[0].split(", got a number")[0]
-    message += boolean_note(given, kind)  # (Python's bool is an int: veeksha.scenario.base)
-    if "(got" not in message and not isinstance(given, dict | list):
-        secret = bool(parts) and tuple(parts[-2:]) in _SECRET_PATHS
-        message += f" (got {REDACTED if secret else _shown(given)})"
-    return message
+    secret = bool(parts) and tuple(parts[-2:]) in _SECRET_PATHS
+    return value_message(err, secret)
 
 
 def _issue_at(

@@ -111,22 +111,59 @@ def test_a_boolean_where_a_number_is_expected_is_refused_at_its_key(tmp_path: Pa
     with pytest.raises(ScenarioError) as caught:
         load_config(DecodeConfig, path, {})
     assert sorted(str(issue) for issue in caught.value.issues) == [
-        f"{path}:1:1: seed: Input should be a valid integer, not a boolean (got true)",
-        f"{path}:2:1: batch_sizes.1: Input should be a valid integer, not a boolean (got false)",
-        f"{path}:4:1: request_timeout: Input should be a valid number, not a boolean (got true)",
-        f"{path}:5:13: simulator.seed: Input should be a valid integer, not a boolean (got true)",
+        f"{path}:1:1: seed: must be a valid integer, not a boolean (got true)",
+        f"{path}:2:18: batch_sizes[1]: must be a valid integer, not a boolean (got false)",
+        f"{path}:4:1: request_timeout: must be a valid number, not a boolean (got true)",
+        f"{path}:5:13: simulator.seed: must be a valid integer, not a boolean (got true)",
     ]
     stress = tmp_path / "s.yaml"
     stress.write_text("rates: [true, 2]\nmin_samples: true\n")
     with pytest.raises(ScenarioError) as caught:
         load_config(StressConfig, stress, {})
-    assert sorted(issue.path for issue in caught.value.issues) == ["min_samples", "rates.0"]
+    assert sorted(issue.path for issue in caught.value.issues) == ["min_samples", "rates[0]"]
     assert all("not a boolean" in issue.message for issue in caught.value.issues)
     # a whole number written as one is taken as before; a flag's text too
     path.write_text("seed: 3\noutput_length: 16.0\nquick: true\nplots: false\n")
     loaded = load_config(DecodeConfig, path, {})
     assert (loaded.seed, loaded.output_length, loaded.plots) == (3, 16, False)
     assert load_config(PrefillConfig, None, {"seed": "7"}).seed == 7
+
+
+def test_bad_keys_and_values_read_as_the_scenario_loaders(tmp_path: Path) -> None:
+    # an unknown key named its near miss only when difflib found one (samples: nothing), a bad
+    # list item was placed at its key's column 1, and values were worded as pydantic's "Input
+    # should be a valid integer, unable to parse string as an integer"
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "samples: 5\ninput_lengths: [128, abc]\nrequest_timeout: -1\nsimulator: 3\n"
+        "num_workers:\n  - 2\n"
+    )
+    with pytest.raises(ScenarioError) as caught:
+        load_config(PrefillConfig, path, {})
+    assert sorted(str(issue) for issue in caught.value.issues) == [
+        f"{path}:1:1: samples: unknown key; did you mean 'samples_per_length'?",
+        f"{path}:2:22: input_lengths[1]: must be a valid integer (got 'abc')",
+        f"{path}:3:1: request_timeout: must be greater than 0 (got -1)",
+        f"{path}:4:1: simulator: must be a mapping (got 3)",
+        f"{path}:5:1: num_workers: must be a valid integer",  # (a list: not quoted, as there)
+    ]
+    block = tmp_path / "d.yaml"
+    block.write_text("batch_sizes:\n  - 1\n  - four\nsample_per_length: 3\n")
+    with pytest.raises(ScenarioError) as caught:
+        load_config(DecodeConfig, block, {})
+    assert [str(issue) for issue in caught.value.issues] == [
+        f"{block}:3:5: batch_sizes[1]: must be a valid integer (got 'four')",
+        f"{block}:4:1: sample_per_length: unknown key; allowed keys: api_base, model, client_type, "
+        "tokenizer, output_dir, quick, seed, max_model_len, num_workers, request_timeout, plots, "
+        "point_plots, simulator, input_lengths, batch_sizes, output_length",
+    ]
+    # a flag's: named as the flag, its item by its index
+    with pytest.raises(ScenarioError) as caught:
+        load_config(StressConfig, None, {"rates": ["1", "x"], "mode": "foo"})
+    assert sorted(str(issue) for issue in caught.value.issues) == [
+        "--mode: must be 'manual', 'range' or 'auto' (got 'foo')",
+        "--rates[1]: must be a valid number (got 'x')",
+    ]
 
 
 def test_points_differ_in_seed_and_run_one_batch_at_once() -> None:

@@ -40,6 +40,17 @@ def test_every_error_at_once_with_line_and_column() -> None:
     ]
 
 
+def test_a_key_that_is_a_part_of_exactly_one_allowed_key_names_it() -> None:
+    # difflib finds nothing close to "rate" in "arrival_rate" (the list of keys was the answer);
+    # a word that is a whole part of one key's name is that key, of two or more none of them
+    rate = only_issue(
+        "traffic_scheduler:\n  type: rate\n  interval_generator: {type: poisson, rate: 5}"
+    )
+    assert rate.message == "unknown key; did you mean 'arrival_rate'?"
+    timeout = only_issue("runtime: {timeout: 5}")  # benchmark_timeout, post_timeout_grace_seconds
+    assert timeout.message.startswith("unknown key; allowed keys: max_sessions, benchmark_timeout")
+
+
 def test_unknown_key_without_a_close_match_lists_the_allowed_keys() -> None:
     issue = only_issue("trace_recorder: {zzz: 1}")
     assert issue.message == "unknown key; allowed keys: enabled, include_content"

@@ -35,6 +35,7 @@ from veeksha.errors import ScenarioError, ScenarioIssue
 from veeksha.experiment.capacity.knob import Knob, knob_of
 from veeksha.experiment.capacity.search import SearchSettings
 from veeksha.scenario.loader import load_scenario, load_scenario_node
+from veeksha.scenario.messages import closest
 from veeksha.scenario.models import SLO, RateScheduler, Scenario
 from veeksha.scenario.overrides import format_path, override_label, parse_override
 
@@ -115,11 +116,9 @@ class _Issues:
 def _unknown_key(key: str, allowed: set[str]) -> str:
     """The message for an unknown key of the search file: the key it resembles, or the
     scenario section it belongs under, or the list of keys."""
-    import difflib
-
-    close = difflib.get_close_matches(key, sorted(allowed), n=1, cutoff=0.6)
-    if close:
-        return f"unknown key; did you mean {close[0]!r}?"
+    near = closest(key, sorted(allowed))
+    if near is not None:
+        return f"unknown key; did you mean {near!r}?"
     if key in Scenario.model_fields:
         return "a key of the scenario: move it under benchmark_config (or into its file)"
     return f"unknown key; allowed keys: {', '.join(sorted(allowed))}"

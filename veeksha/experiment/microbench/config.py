@@ -15,19 +15,20 @@ what the user wrote, never by the key of the scenario a point runs (``--api_base
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
 from veeksha.errors import ScenarioError, ScenarioIssue
-from veeksha.scenario.base import NumbersModel, boolean_note
+from veeksha.scenario.base import NumbersModel
 from veeksha.scenario.clients import DEFAULT_KEY_ENV, api_base_problem
+from veeksha.scenario.messages import unknown_key, value_message
+from veeksha.scenario.overrides import format_path
 from veeksha.scenario.simulator import SimulatorConfig
 
 __all__ = [
@@ -315,21 +316,22 @@ def _issues(
     source: str,
     flags: dict[str, Any],
 ) -> list[ScenarioIssue]:
+    """One issue per key path, worded as the scenario loader words its own
+    (``veeksha.scenario.messages``): ``file:line:column: key: message`` at the key, or at the
+    item of a list (``input_lengths[1]``), and ``--flag: message`` for a flag's."""
     issues: list[ScenarioIssue] = []
     seen: set[str] = set()
     for err in exc.errors():
-        loc = [str(part) for part in err["loc"]]
-        message = err["msg"].removeprefix("Value error, ")
+        loc: list[str | int] = list(err["loc"])
         if err["type"] == "extra_forbidden":
-            near = difflib.get_close_matches(loc[-1], _keys(kind, loc[:-1]), n=1)
-            message = "unknown key" + (f"; did you mean {near[0]!r}?" if near else "")
-        elif loc and "input" in err and not isinstance(err["input"], dict | list):
-            message += boolean_note(err["input"], err["type"])
-            message += "" if "(got" in message else f" (got {err['input']!r})"
-        path = ".".join(loc)
+            parents = [str(part) for part in loc[:-1]]
+            message = unknown_key(str(loc[-1]), _keys(kind, parents))
+        else:
+            message = value_message(err)
+        path = format_path(loc)
         if not loc and ": " in message:  # a check of the whole config names its key
             path, _, message = message.partition(": ")
-            loc = path.split(".")
+            loc = list(path.split("."))
         if path in seen:
             continue
         seen.add(path)
@@ -349,11 +351,15 @@ def _keys(kind: type[BaseModel], parents: list[str]) -> list[str]:
     return list(kind.model_fields) if not parents else []
 
 
-def _position(root: Any, loc: list[str]) -> tuple[int | None, int | None]:
+def _position(root: Any, loc: Sequence[str | int]) -> tuple[int | None, int | None]:
+    """The 1-based line and column of the deepest key or list item of ``loc`` in the file."""
     node, line, column = root, None, None
     for part in loc:
-        if not isinstance(node, CommentedMap) or part not in node:
+        if isinstance(node, CommentedMap) and part in node:
+            line, column = node.lc.key(part)
+        elif isinstance(node, CommentedSeq) and isinstance(part, int) and 0 <= part < len(node):
+            line, column = node.lc.item(part)
+        else:
             break
-        line, column = node.lc.key(part)
         node = node[part]
     return (None, None) if line is None else (line + 1, (column or 0) + 1)
