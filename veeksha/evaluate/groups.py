@@ -8,8 +8,12 @@ never sent because another request of their session failed), output throughput o
 measured window, TTFC, E2E and queue-wait distributions (seconds), its cap and the cap's
 utilisation (the mean of its requests in flight, from dispatch to the result's processing, from
 the first dispatch to the last processed result, divided by the cap).
-``agents`` and ``rounds`` (``agent_rounds`` graphs): per agent and per round, E2E and TTFC
-distributions (LLM rows), re-prompts, failed and cancelled turns, and a tool's call time.
+``agents`` and ``rounds`` (``agent_rounds`` graphs, and the replay of a recorded one, whose rows
+name their agent and round though its scenario has no graph): per agent and per round, E2E and
+TTFC distributions (LLM rows), re-prompts, failed and cancelled turns, and a tool's call time.
+The agents are the graph's, in its order; in a replay, those the rows name, in the order the
+recording's graph had them (each agent's first node), a tool the agent whose rows are tool rows,
+and the rounds up to the last a row names.
 
 Read from the rows' columns (``client``, ``agent``, ``round``, ``kind``, ``attempt``) with
 numpy and Arrow only: no pandas.
@@ -57,24 +61,24 @@ def resolved_models(target: object) -> dict[str, str]:
 
 
 def group_sections(
-    scenario: Scenario, requests: pa.Table | ColumnSource, target: object = None
+    scenario: Scenario,
+    requests: pa.Table | ColumnSource,
+    target: object = None,
+    every_row: pa.Table | ColumnSource | None = None,
 ) -> dict[str, Any]:
     """The ``clients``, ``agents`` and ``rounds`` sections (empty when none applies).
 
     ``target``: summary.json's ``run.target``, which names the model of a client whose scenario
-    entry leaves it to the target (``resolved_models``)."""
+    entry leaves it to the target (``resolved_models``). ``every_row``: the run's rows whose
+    agents are listed when the scenario has no graph (default ``requests``; a phase's sections
+    list the whole run's agents, as the graph's do)."""
     entries = scenario.client_entries()
-    graph = None
-    generator = scenario.session_generator
-    if isinstance(generator, SyntheticSessionGenerator) and isinstance(
-        generator.session_graph, AgentRoundsGraph
-    ):
-        graph = generator.session_graph
     several = len(entries) > 1 or any(c.max_in_flight is not None for _, c in entries)
-    if (not several and graph is None) or requests.num_rows == 0:
-        return {}
     names = set(requests.schema.names)
     if not {"client", "kind"} <= names:
+        return {}
+    agents_of, num_rounds = _agent_plan(scenario, requests if every_row is None else every_row)
+    if not several and not agents_of:
         return {}
     measured = ~_is(requests, "phase", WARMUP)  # every phase but warmup (named phases too)
     llm = measured & ~_is(requests, "kind", "tool")
@@ -114,17 +118,17 @@ def group_sections(
                 if cap is None or span is None
                 else float(held) / (span * cap),
             }
-    if graph is not None:
+    if agents_of:
         attempt = integers(requests.column("attempt"))
         agents: dict[str, Any] = {}
-        for agent in graph.agents:
-            rows = measured & _is(requests, "agent", agent.id)
+        for agent_id, kind in agents_of:
+            rows = measured & _is(requests, "agent", agent_id)
             good = rows & ok
             entry: dict[str, Any] = {
-                "kind": agent.kind,
+                "kind": kind,
                 "turns": int((rows & (attempt == 0)).sum()),
             }
-            if agent.kind == "tool":
+            if kind == "tool":
                 entry["call_s"] = _stats(done[good] - sent[good])
             else:
                 entry |= {
@@ -134,18 +138,50 @@ def group_sections(
                     "ttfc_s": _stats(ttfc[good]),
                     "e2e_s": _stats(e2e[good]),
                 }
-            agents[agent.id] = entry
+            agents[agent_id] = entry
         out["agents"] = agents
-        rounds = integers(requests.column("round"))
+        rounds = column(requests, "round")  # (NaN: a row of no round)
         out["rounds"] = {
             str(r): {
                 "requests": int((llm & (rounds == r)).sum()),
                 "ttfc_s": _stats(ttfc[llm & ok & (rounds == r)]),
                 "e2e_s": _stats(e2e[llm & ok & (rounds == r)]),
             }
-            for r in range(graph.rounds)
+            for r in range(num_rounds)
         }
     return out
+
+
+def _agent_plan(
+    scenario: Scenario, requests: pa.Table | ColumnSource
+) -> tuple[list[tuple[str, str]], int]:
+    """The agents, as (id, kind), and the number of rounds: the scenario's ``agent_rounds``
+    graph's; else (a replay of a recorded agent run) those the rows name, each agent ordered by
+    its first node (the graph's order within a round), a tool when its rows are tool rows, and
+    the rounds up to the last a row names; ([], 0) when neither has agents."""
+    generator = scenario.session_generator
+    if isinstance(generator, SyntheticSessionGenerator) and isinstance(
+        generator.session_graph, AgentRoundsGraph
+    ):
+        graph = generator.session_graph
+        return [(agent.id, agent.kind) for agent in graph.agents], graph.rounds
+    if not {"agent", "round", "node_id"} <= set(requests.schema.names):
+        return [], 0
+    ids = [a for a in ak.unique(requests.column("agent")).to_pylist() if a is not None]
+    if not ids:
+        return [], 0
+    nodes, rounds = column(requests, "node_id"), column(requests, "round")
+    tool = _is(requests, "kind", "tool")
+    found = []
+    for agent_id in ids:
+        rows = _is(requests, "agent", agent_id)
+        kind = "tool" if tool[rows].all() else "llm"
+        found.append((float(np.nanmin(nodes[rows])), str(agent_id), kind))
+    found.sort()
+    named = rounds[~np.isnan(rounds)]
+    return [(agent_id, kind) for _, agent_id, kind in found], int(
+        named.max()
+    ) + 1 if named.size else 0
 
 
 def _is(table: pa.Table | ColumnSource, name: str, value: str) -> np.ndarray:

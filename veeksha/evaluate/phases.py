@@ -4,7 +4,9 @@ Each phase other than ``warmup`` is evaluated like a run of its own on its rows 
 phase is the phase it was released in, a session's the phase it started in): counts,
 throughput over its own window, latency statistics, sessions, errors, goodput, the health
 checks judged against the phase's own scheduler (so ``dispatch_rate`` and
-``arrival_distribution`` hold each phase to its own rate and law), and the SLOs. The whole
+``arrival_distribution`` hold each phase to its own rate and law), the SLOs, and, where the whole
+run has them, the ``clients``, ``agents`` and ``rounds`` sections (``veeksha.evaluate.groups``) of
+the phase's rows (every agent of the run listed, one without a turn in the phase at 0). The whole
 run's headline stays the measured phases together; in a run with several phases its two
 arrival checks are the phases' own, combined (a phase that fails fails the run; see
 ``combine_arrival_checks``), since no single configured rate describes the run.
@@ -18,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from veeksha.evaluate.checks import run_health_checks
+from veeksha.evaluate.groups import group_sections
 from veeksha.evaluate.health import FAIL, PASS, SKIP, CheckResult, HealthInput, HealthReport
 from veeksha.evaluate.slo import all_met, judge_slos
 from veeksha.evaluate.source import ColumnSource
@@ -93,6 +96,7 @@ def phase_sections(
             "checks": {r.name: r.status for r in health.results},
         }
         section["slos"] = {"all_met": all_met(results), "results": [r.to_dict() for r in results]}
+        section |= group_sections(scenario, rows, run_info.get("target"), every_row=requests)
         sections[name] = section
     return sections, reports
 

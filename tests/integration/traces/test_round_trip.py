@@ -405,6 +405,9 @@ def test_a_recorded_agent_rounds_run_replays_with_the_same_conversations(
         return _turns(tmp_path / name)
 
     assert replay(first / "trace.jsonl", "replayed") == recorded
+    # summary.json: the replay's agents and rounds, from its rows (its scenario has no graph)
+    assert _agent_counts(tmp_path / "replayed") == _agent_counts(first)
+    assert list(_agent_counts(first)[0]) == ["pro", "search", "con"]
     # the tools' recorded results are merged as they were: "search: <result>"
     for path in (first, tmp_path / "replayed"):
         entries = read_trace(path / "trace.jsonl")
@@ -427,3 +430,12 @@ def test_a_recorded_agent_rounds_run_replays_with_the_same_conversations(
 
 
 _AGENT_KEYS = {"agent", "round", "transcript"}
+
+
+def _agent_counts(run_dir: Path) -> tuple[dict[str, tuple], dict[str, int]]:  # type: ignore[type-arg]
+    """summary.json's agents (kind, turns, re-prompts) and rounds (requests), in its order."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    agents = {
+        name: (a["kind"], a["turns"], a.get("reprompts")) for name, a in summary["agents"].items()
+    }
+    return agents, {r: v["requests"] for r, v in summary["rounds"].items()}
