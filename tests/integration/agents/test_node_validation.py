@@ -80,9 +80,8 @@ def test_a_linear_graph_reprompts_every_turn(tmp_path: Path) -> None:
     assert checks["prompt_length"]["status"] == "PASS", checks["prompt_length"]["detail"]
     assert checks["prompt_length"]["statistics"]["server"]["max_abs_deviation"] == 0
     # (read from the first attempt, a re-prompted parent made its child ~40 ms late in the run
-    # that found it; the
-    # exact accounting is tests/unit/evaluate/test_health.py's, this bound leaves room for a
-    # loaded machine's hops)
+    # that found it; the exact accounting is tests/unit/evaluate/test_health.py's, this bound
+    # leaves room for a loaded machine's hops)
     assert checks["dependencies"]["statistics"]["lateness"]["max"] < 0.03
 
 
