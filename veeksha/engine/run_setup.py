@@ -7,6 +7,7 @@ A mixin of the run (``veeksha.engine.run``): it works on the run's own state.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -19,7 +20,12 @@ from veeksha.generate.distributions import make_interval_sampler
 from veeksha.generate.rng import RandomStreams
 from veeksha.generate.sessions import SessionGenerator
 from veeksha.generate.spec import SessionSpec
-from veeksha.generate.tokenizer import ServerTokenizer, TokenizerLike, make_tokenizer
+from veeksha.generate.tokenizer import (
+    BuiltinTokenizer,
+    ServerTokenizer,
+    TokenizerLike,
+    make_tokenizer,
+)
 from veeksha.scenario.models import (
     ConcurrentScheduler,
     RateScheduler,
@@ -33,7 +39,13 @@ from veeksha.schedule.ramp import ramp_of
 if TYPE_CHECKING:
     from veeksha.generate.traces import OpenTrace
 
-__all__ = ["RunSetup"]
+__all__ = ["DRY_RUN_SERVER_TOKENIZER", "RunSetup"]
+
+DRY_RUN_SERVER_TOKENIZER = (
+    "client.tokenizer type server: a dry run has no server to calibrate against, so its"
+    " prompts are counted in the builtin tokenizer's tokens (the same lengths, other words);"
+    " a run against the server calibrates its tokenizer"
+)
 
 
 class RunSetup:
@@ -50,7 +62,15 @@ class RunSetup:
         scenario = self.scenario
         runtime = scenario.runtime
         config = scenario.client.tokenizer
-        tokenizer = make_tokenizer(config, target.api_base, target.model, target.api_key)
+        tokenizer: TokenizerLike
+        if self.dry_run and config.type == "server":
+            # a dry run sends nothing, so there is no server to calibrate against: its prompts
+            # have the same lengths in builtin tokens (other words), said on stderr and run.log
+            self.log.warning(DRY_RUN_SERVER_TOKENIZER)
+            sys.stderr.write(f"warning: {DRY_RUN_SERVER_TOKENIZER}\n")
+            tokenizer = BuiltinTokenizer()
+        else:
+            tokenizer = make_tokenizer(config, target.api_base, target.model, target.api_key)
         if isinstance(tokenizer, ServerTokenizer):  # calibrated before t0; a failure is exit 2
             # (the built-in simulator's port changes every run: nothing to reuse)
             use_cache = getattr(config, "cache", True) and target.kind != "simulator"

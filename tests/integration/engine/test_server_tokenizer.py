@@ -178,3 +178,24 @@ def test_a_server_tokenizer_on_which_nothing_calibrates_is_exit_2(tmp_path: Path
     assert "cannot calibrate a vocabulary on the server's tokenizer" in lines[0]
     assert "use client.tokenizer type hf" in lines[0]
     assert "Traceback" not in result.output
+
+
+def test_a_dry_run_counts_in_builtin_tokens_and_says_so(tmp_path: Path) -> None:
+    # a dry run sends nothing: no server to calibrate against (was: exit 2, "POST
+    # dry-run:/tokenize: not an http(s) URL"); the builtin tokenizer stands in, said once
+    text = SCENARIO.format(tokenizer="server", simulator="{}", api_base="")
+    scenario = write_scenario(tmp_path, text)
+    out = tmp_path / "out"
+    result = run_cli(
+        "run", str(scenario), "--dry-run", "-q", "--output-dir", str(out), env=cli_env()
+    )
+    assert result.code == 0, result.output
+    assert result.stderr.count("a dry run has no server to calibrate against") == 1, result.stderr
+    assert "builtin tokenizer" in result.stderr
+    (run_dir,) = out.iterdir()
+    assert "a dry run has no server to calibrate against" in _log(run_dir)
+    requests = pd.read_parquet(run_dir / "requests.parquet")
+    assert len(requests) > 0
+    assert (requests.prompt_tokens_new == requests.target_prompt_tokens).all()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert "server_tokenizer" not in summary["run"]  # (nothing calibrated, nothing to verify)
