@@ -107,7 +107,7 @@ def test_a_request_log_replays_its_chats_lengths_and_arrival_times(
             "a.csv",  # (an empty cell is no session id: not a chat of every such row)
             "session_id,input_length,output_length\na,3,1\n,3,1\n",
             "request_log",
-            [":3:", "this row has no session_id where earlier rows differ"],
+            [":3:", "this row has no session_id where line 2 has one"],
         ),
         ("a.csv", "", "request_log", ["a.csv: the trace file is empty"]),
         ("a.csv", "input_length,output_length\n3,1\n", "mooncake_v9", ["flavor", "request_log"]),

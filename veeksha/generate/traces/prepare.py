@@ -516,17 +516,31 @@ def _servable(table: pa.Table | pa.RecordBatch) -> np.ndarray:
     return ok
 
 
-def _mixed_group(flavor: TraceFlavor, batch: pa.RecordBatch, grouped: bool) -> None:
+def _mixed_group(
+    flavor: TraceFlavor, batch: pa.RecordBatch, grouped: bool, other: int | None
+) -> None:
+    """Exit 2 at the first row of ``batch`` without a session_id (``grouped``) or with one (not
+    ``grouped``): ``other`` is the line of a row of the other kind, before or after it (None:
+    not known, the first batch kept no row)."""
     column = batch.column("group")
     bad = pc.is_null(column) if grouped else pc.is_valid(column)
     hits = np.flatnonzero(mask(bad))
     if hits.size:
         line = batch.column("line")[int(hits[0])].as_py()
-        has = "has no" if grouped else "has a"
-        raise flavor.error(
-            line,
-            f"this row {has} session_id where earlier rows differ; give it on every row or none",
+        where = "other rows have" if other is None else f"line {other} has"
+        why = (
+            f"this row has no session_id where {where} one"
+            if grouped
+            else f"this row has a session_id where {where} none"
         )
+        raise flavor.error(line, f"{why}; give it on every row or none")
+
+
+def _first_line(batch: pa.RecordBatch, grouped: bool) -> int:
+    """The line of ``batch``'s first row with a session_id (``grouped``) or without one."""
+    column = batch.column("group")
+    rows = np.flatnonzero(mask(pc.is_valid(column) if grouped else pc.is_null(column)))
+    return int(batch.column("line")[int(rows[0])].as_py())
 
 
 def _ungrouped(
@@ -544,8 +558,9 @@ def _ungrouped(
     # the flavor's warm-ups (rag's) are the first rows of the first batch: they are not rows of
     # the file, so one that cannot be sent is counted apart, and the warm-ups sent are counted
     warmups = flavor.warmup_sessions
+    plain = _first_line(first, grouped=False) if first.num_rows else None
     while batch is not None:
-        _mixed_group(flavor, batch, grouped=False)
+        _mixed_group(flavor, batch, grouped=False, other=plain)
         warm = np.arange(batch.num_rows) < warmups
         warmups = 0
         ok = _servable(batch)  # (a warm-up is never of 0 tokens: rag makes none)
@@ -658,9 +673,10 @@ def _grouped(
 ) -> Iterator[pa.Table]:
     """Rows grouped by session key: gathered, ordered, linked per session, written in groups."""
     batches = [first]
-    _mixed_group(flavor, first, grouped=True)
+    keyed = _first_line(first, grouped=True)  # (the first batch has one: it is grouped)
+    _mixed_group(flavor, first, grouped=True, other=keyed)
     for batch in rest:
-        _mixed_group(flavor, batch, grouped=True)
+        _mixed_group(flavor, batch, grouped=True, other=keyed)
         batches.append(batch)
     table = pa.Table.from_batches(batches)
     del batches

@@ -201,6 +201,37 @@ def test_a_bad_row_past_the_first_row_groups_is_named(
     assert not list(tmp_path.glob(".t.jsonl.*"))  # nothing half-made
 
 
+@pytest.mark.parametrize(
+    ("first", "then", "expected"),
+    [  # (was, at line 1: "this row has no session_id where earlier rows differ")
+        ({}, {"session_id": "a"}, ":1: this row has no session_id where line 2 has one"),
+        ({"session_id": "a"}, {}, ":2: this row has no session_id where line 1 has one"),
+    ],
+)
+def test_a_session_id_on_some_rows_only_names_a_row_that_has_one(
+    tmp_path: Path, first: dict[str, str], then: dict[str, str], expected: str
+) -> None:
+    rows = [first | {"input_length": 3, "output_length": 1}]
+    rows.append(then | {"input_length": 4, "output_length": 2})
+    path = write_jsonl(tmp_path / "t.jsonl", rows)
+    with pytest.raises(TraceFileError, match=f"{expected}; give it on every row or none"):
+        open_trace(trace_scenario(path))
+
+
+def test_a_session_id_first_seen_past_the_first_batch_names_a_row_without(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the first batch has none: the trace is read as single requests, streamed
+    monkeypatch.setattr(reader, "BATCH_ROWS", 10)
+    monkeypatch.setattr(reader, "_JSONL_BLOCK", 64)  # (bytes: a few lines a block)
+    rows: list[dict[str, object]] = [{"input_length": 2, "output_length": 1} for _ in range(25)]
+    rows[22]["session_id"] = "a"
+    path = write_jsonl(tmp_path / "t.jsonl", rows)
+    expected = ":23: this row has a session_id where line 1 has none"
+    with pytest.raises(TraceFileError, match=expected):
+        open_trace(trace_scenario(path))
+
+
 def test_rag_warm_ups_are_in_the_first_pass_only(tmp_path: Path) -> None:
     rows = ["0,a,q one,32,3", "1,b,q two,16,2", "2,a,q three,32,4", "3,b,q four,16,2"]
     path = write_csv(
