@@ -256,7 +256,12 @@ def _slo_table(slos: Sequence[dict[str, Any]]) -> Table:
     for name in (*names, "unfinished") if unfinished else names:
         table.add_column(name, overflow="fold", no_wrap=name != "slo")
     for slo in slos:
-        met = "[green]met[/]" if slo["met"] else "[bold red]unmet[/]"
+        if slo["met"]:
+            met = "[green]met[/]"
+        elif not slo.get("samples"):  # not met, for want of a value: said so, and why below
+            met = "[yellow]no data[/]"
+        else:
+            met = "[bold red]unmet[/]"
         cells = [
             slo["name"],
             f"{slo['metric']} p{slo['percentile'] * 100:g}",
@@ -280,6 +285,19 @@ def _slo_unfinished_note(slos: Sequence[dict[str, Any]]) -> str | None:
         "above every bound; "
         "'unfinished' as observed: the percentile falls among them"
     )
+
+
+def _slo_no_data_note(slos: Sequence[dict[str, Any]], measured: int) -> str | None:
+    """The line under the SLO table when an SLO had no value to judge (``measured``: the
+    measured requests recorded)."""
+    if all(slo["met"] or slo.get("samples") for slo in slos):
+        return None
+    why = (
+        "no measured request (the run stopped before or during its warmup)"
+        if measured == 0
+        else f"none of the {measured} measured requests has a value of its metric"
+    )
+    return f"no data: {why}; an SLO with no data is not met (slo.json: met false)"
 
 
 #: (column, key path in a phase's section, scale, unit) of the per-phase table.
@@ -409,11 +427,19 @@ def render_summary(
     slos = summary.get("slos", {}).get("results", [])
     if slos:
         console.print(_slo_table(slos))
-        note = _slo_unfinished_note(slos)
-        if note is not None:
-            console.print(escape(note))
+        for note in (
+            _slo_unfinished_note(slos),
+            _slo_no_data_note(slos, summary.get("requests", {}).get("total") or 0),
+        ):
+            if note is not None:
+                console.print(escape(note))
         met = summary["slos"]["all_met"]
-        console.print("all SLOs met" if met else "[bold red]SLOs unmet[/]")
+        if met:
+            console.print("all SLOs met")
+        elif all(slo["met"] or not slo.get("samples") for slo in slos):
+            console.print("[yellow]SLOs not met: no data[/]")
+        else:
+            console.print("[bold red]SLOs unmet[/]")
 
 
 def _checks_from_summary(summary: dict[str, Any]) -> dict[str, Any]:

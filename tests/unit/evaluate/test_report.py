@@ -325,3 +325,45 @@ def test_a_stopped_runs_headline_says_how_many_were_cancelled_and_cut_in_flight(
     total = next(i for i, line in enumerate(lines) if "requests total" in line)
     assert lines[total + 1].split() == ["│", "cancelled", "│", "280", "(69", "in", "flight)", "│"]
     assert "cancelled" not in _render(lambda console: render_summary(console, _summary()))
+
+
+def test_an_slo_without_data_is_shown_as_no_data_and_why() -> None:
+    # a run stopped during its warmup: nothing measured (was: "unmet", as if it were judged)
+    from tests.unit.evaluate.builders import (
+        request,
+        requests_table,
+        scenario,
+        session,
+        sessions_table,
+    )
+    from veeksha.evaluate.run import compute_evaluation
+
+    rows = [request(k, ready=0.1 * k, chunks=(0.1 * k + 0.3,), phase="warmup") for k in range(3)]
+    sessions = [session(k, 0.1 * k, 0.1 * k + 0.3) for k in range(3)]
+    slo = {"name": "ttfc p99", "metric": "ttfc", "percentile": 0.99, "value": 0.5}
+    cfg = scenario(
+        evaluators=[{"type": "performance", "slos": [slo]}], runtime={"warmup_sessions": 3}
+    )
+    run = {"interrupted": True, "stop_reason": "interrupted"}
+    summary = compute_evaluation(cfg, requests_table(rows), sessions_table(sessions), run).summary
+    (result,) = summary["slos"]["results"]  # type: ignore[index]
+    assert (result["samples"], result["met"]) == (0, False)  # (slo.json: not met, as documented)
+    text = _render(lambda console: render_summary(console, summary))
+    assert max(len(line) for line in text.splitlines()) <= 80
+    row = next(line for line in text.splitlines() if line.startswith("│ ttfc p99 "))
+    assert "no data" in row
+    assert "unmet" not in text
+    joined = " ".join(text.split())
+    assert "no data: no measured request (the run stopped before or during its warmup)" in joined
+    assert "an SLO with no data is not met" in joined
+    assert "SLOs not met: no data" in joined
+    # beside a judged SLO: each shown as it is, the run's SLOs unmet
+    summary["slos"]["results"].append(  # type: ignore[index]
+        result | {"name": "e2e", "samples": 5, "observed": 0.9}
+    )
+    summary["requests"]["total"] = 5  # type: ignore[index]
+    text = _render(lambda console: render_summary(console, summary))
+    joined = " ".join(text.split())
+    assert "no data: none of the 5 measured requests has a value of its metric" in joined
+    assert next(line for line in text.splitlines() if line.startswith("│ e2e ")).count("unmet")
+    assert "SLOs unmet" in joined
