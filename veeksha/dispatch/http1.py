@@ -99,7 +99,13 @@ class Exchange:
 
 
 class ConnectFailed(OSError):
-    """No connection could be opened (refused, unreachable, unresolvable)."""
+    """No connection could be opened (refused, unreachable, unresolvable).
+
+    ``ConnectFailed(errno, message)``: ``str()`` is the message alone, which quotes the cause
+    (``[Errno 111] Connection refused``), so the errno is said once, not twice."""
+
+    def __str__(self) -> str:
+        return self.strerror if isinstance(self.strerror, str) else super().__str__()
 
 
 class MalformedResponse(Exception):

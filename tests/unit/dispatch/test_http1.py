@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+import socket
 import tracemalloc
 from typing import Any
 
 import pytest
 
 from veeksha.dispatch.http1 import ConnectFailed, Exchange, Http1Pool, MalformedResponse, _Conn
+from veeksha.dispatch.worker import _msg
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
@@ -554,3 +557,31 @@ def test_a_head_seen_before_frames_its_response_the_same(first: str, second: str
     assert [answer(pool, first), answer(pool, second), answer(pool, second)] == [*fresh, fresh[1]]
     assert pool._known_head is not None
     assert pool._known_head[0] == FRAMINGS[second][0][:-4]
+
+
+@pytest.mark.parametrize("kernel_stamps", [False, True])
+def test_a_refused_connection_says_its_errno_once(kernel_stamps: bool) -> None:
+    # was: "[Errno 111] cannot connect to 127.0.0.1:P: [Errno 111] Connection refused"
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    async def scenario() -> BaseException | None:
+        pool = Http1Pool(
+            f"http://127.0.0.1:{port}/v1/completions", {}, 0, kernel_stamps=kernel_stamps
+        )
+        exchange = Recorder()
+        pool.send(b"{}", exchange)
+        for _ in range(100):
+            if exchange.calls:
+                break
+            await asyncio.sleep(0.01)
+        return exchange.ended()
+
+    failed = asyncio.run(scenario())
+    assert isinstance(failed, ConnectFailed)
+    assert failed.errno == errno.ECONNREFUSED
+    message = _msg(failed)
+    assert message.startswith(f"ConnectFailed: cannot connect to 127.0.0.1:{port}: "), message
+    assert message.count(str(errno.ECONNREFUSED)) == 1, message
+    assert message.count("Errno") == 1, message
