@@ -265,6 +265,10 @@ def _supersede(run_dir: Path) -> None:
             return
 
 
+def _resume_hint(sweep_dir: Path) -> str:
+    return f"resume with: veeksha run --resume {sweep_dir}"
+
+
 def _stopped_by_signal(summary: dict[str, Any], interrupted: bool) -> bool:
     run = summary.get("run") if isinstance(summary.get("run"), dict) else {}
     return bool(interrupted) and (not run or run.get("stop_reason") == "interrupted")
@@ -328,9 +332,14 @@ def run_sweep(
             # (a second Ctrl-C can leave matplotlib half imported: the table is what matters)
             echo(f"sweep plots not drawn: {error!r}; `veeksha report {sweep_dir}` draws them")
 
-        table = write_outputs(sweep_dir, plots=plots, plot_failed=plot_failed)
+        try:
+            table = write_outputs(sweep_dir, plots=plots, plot_failed=plot_failed)
+        except KeyboardInterrupt:  # (a second Ctrl-C, or the first, while the table is written)
+            # the sweep did not finish: resuming runs what is left and writes the table again
+            echo(f"sweep interrupted while writing its table; {_resume_hint(sweep_dir)}")
+            raise
     if interrupted:
-        echo(f"sweep interrupted; resume with: veeksha run --resume {sweep_dir}")
+        echo(f"sweep interrupted; {_resume_hint(sweep_dir)}")
     codes = [int(c) for c in table["exit_code"].dropna().tolist()]
     code = sweep_exit_code(codes, interrupted)
     return SweepRun(sweep_dir, code, interrupted)

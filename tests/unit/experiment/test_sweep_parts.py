@@ -179,3 +179,28 @@ def test_plots_that_cannot_be_drawn_leave_the_table_written(
     with pytest.raises(AttributeError):  # (`veeksha report SWEEP_DIR` says it loudly)
         write_outputs(sweep_dir)
     assert (sweep_dir / "sweep.parquet").exists()
+
+
+@pytest.mark.parametrize("interrupted", [True, False])
+def test_ctrl_c_while_the_table_is_written_still_says_how_to_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, interrupted: bool
+) -> None:
+    # was: a second Ctrl-C in write_outputs left run_sweep before its "resume with" line
+    from veeksha.experiment import sweep, sweep_table
+
+    def stopped(*_args: object, **_kwargs: object) -> bool:  # a point stopped by Ctrl-C, or done
+        return interrupted
+
+    def ctrl_c(*_args: object, **_kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep, "_run_one", stopped)
+    monkeypatch.setattr(sweep_table, "write_outputs", ctrl_c)
+    loaded = load_points_text("seed: !expand [1, 2]\n", "s.yaml")
+    sweep_dir = create_sweep(loaded, tmp_path)
+    lines: list[str] = []
+    with pytest.raises(KeyboardInterrupt):  # (the command then says "interrupted", exit 3)
+        sweep.run_sweep(sweep_dir, loaded, quiet=True, plots=False, echo=lines.append)
+    assert lines == [
+        f"sweep interrupted while writing its table; resume with: veeksha run --resume {sweep_dir}"
+    ]
