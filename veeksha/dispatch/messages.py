@@ -14,6 +14,7 @@ import msgspec
 
 __all__ = [
     "ERROR_KINDS",
+    "SHARD_LOST",
     "STATUSES",
     "UNREACHED_ERROR_KINDS",
     "FromWorker",
@@ -46,6 +47,11 @@ ERROR_KINDS = (
 #: a reset, a timeout or a lost worker may come after the request was written, and a
 #: ``cancelled`` Result may be a request in flight (one never sent has no Result: no ``sent_at``).
 UNREACHED_ERROR_KINDS = ("connection_refused",)
+
+#: The ``error_kind`` of a request a distributed run's shard had in flight when the shard was
+#: lost (``veeksha.distributed.lost``): its outcome is unknown, not a failure, and the SLOs
+#: treat it as cut off in flight (``veeksha.evaluate.slo``).
+SHARD_LOST = "shard_lost"
 
 
 class WorkItem(msgspec.Struct, tag="work", array_like=True, gc=False):

@@ -13,8 +13,10 @@ request cut off in flight by the run's own stop (``cancelled`` with a ``sent_at`
 ``post_timeout_grace_seconds``, a stopped run) is censored, not failed: for TTFC (no first
 chunk) and E2E it counts the same way only when it had been in flight longer than the SLO's
 ``value`` (it cannot have met it), and is otherwise left out, as it is for TPOT, TBC and
-normalized E2E (:func:`never_produced`). A request cancelled before it was sent was never asked
-and is not in the sample. So an
+normalized E2E (:func:`never_produced`). So is a request whose shard was lost with it in flight
+(``error_kind`` ``shard_lost``, a distributed run: veeksha lost its outcome, the server did not
+fail it), in flight from its dispatch to the last time it was known in flight. A request
+cancelled before it was sent was never asked and is not in the sample. So an
 overloaded run whose slowest requests time out cannot meet a p99 on the others: the quantile is
 +inf, and not met, as soon as it falls among the unfinished requests (``observed`` null,
 ``beyond_finished`` true), and is otherwise taken among the finished values at the rank the
@@ -46,6 +48,7 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from veeksha.dispatch.messages import SHARD_LOST
 from veeksha.evaluate.carried import CarriedOver
 from veeksha.evaluate.metrics import LATENCY_METRICS, Digest, metric_sample
 from veeksha.evaluate.sample import ArraySample, Sample
@@ -55,6 +58,7 @@ from veeksha.evaluate.stats import (
     Floats,
     column,
     distinct,
+    error_kind_is,
     floats,
     int_column,
     integers,
@@ -107,7 +111,8 @@ def scenario_slos(scenario: Scenario) -> list[SLO]:
 
 def unfinished_rows(requests: pa.Table | ColumnSource) -> NDArray[np.bool_]:
     """Per row: a request asked of the server that never finished: failed (``error``,
-    ``timeout``) or cut off in flight (``cancelled`` after it was sent)."""
+    ``timeout``; a ``shard_lost`` row too, judged as cut off by :func:`never_produced`) or cut
+    off in flight (``cancelled`` after it was sent)."""
     failed = status_is(requests, "error") | status_is(requests, "timeout")
     if not requests.num_rows:
         return failed
@@ -128,14 +133,21 @@ def never_produced(
     TTFC (without a first chunk) or E2E exceeds the time it was in flight, ``completed_at −
     sent_at``; it counts only when that time is over ``bound`` (it cannot have met the SLO),
     and is otherwise left out, like every cut-off for ``tpot``, ``tbc`` and
-    ``normalized_e2e``, which say nothing of a request cut off mid-answer."""
+    ``normalized_e2e``, which say nothing of a request cut off mid-answer. A ``shard_lost``
+    row (a distributed run's shard lost with it in flight: its outcome unknown, its
+    ``completed_at`` the last time it was known in flight) is cut off in the same way, in
+    flight from its ``dispatched_at`` (its send is unknown)."""
     if not requests.num_rows:
         return unfinished
     counted = unfinished
-    cut = unfinished & status_is(requests, "cancelled")
+    cut = unfinished & (status_is(requests, "cancelled") | error_kind_is(requests, SHARD_LOST))
     if cut.any():
         if metric in ("ttfc", "e2e"):
-            in_flight = column(requests, "completed_at") - column(requests, "sent_at")
+            since = column(requests, "sent_at")
+            unsent = cut & np.isnan(since)  # (shard_lost rows: their send is unknown)
+            if unsent.any():
+                since = np.where(unsent, column(requests, "dispatched_at"), since)
+            in_flight = column(requests, "completed_at") - since
             counted = unfinished & ~(cut & ~(in_flight > bound))
         else:
             counted = unfinished & ~cut

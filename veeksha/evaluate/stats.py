@@ -33,6 +33,7 @@ __all__ = [
     "Floats",
     "column",
     "describe",
+    "error_kind_is",
     "first_rows",
     "flat_list",
     "floats",
@@ -334,6 +335,14 @@ def previous_attempts(
     order = np.lexsort((attempt, keys))  # by node, then attempt
     same = keys[order[1:]] == keys[order[:-1]]
     return order[:-1][same], order[1:][same]
+
+
+def error_kind_is(table: pa.Table | ColumnSource, kind: str) -> NDArray[np.bool_]:
+    """Boolean mask of the rows whose ``error_kind`` is ``kind`` (none without the column)."""
+    if table.num_rows == 0 or "error_kind" not in table.schema.names:
+        return np.zeros(table.num_rows, dtype=bool)
+    mask = ak.fill_null(ak.equal(table.column("error_kind"), scalar(kind)), scalar(False))
+    return integers(mask) > 0
 
 
 def status_is(table: pa.Table | ColumnSource, status: str) -> NDArray[np.bool_]:

@@ -134,6 +134,29 @@ def test_a_request_cut_off_in_flight_counts_only_once_it_outlived_the_bound() ->
     assert strict.unfinished == 1
 
 
+def _shard_lost(session_id: int, dispatched: float, last_known: float) -> dict[str, object]:
+    """A distributed run's row of a request in flight on a shard that was lost: no send, no
+    answer, completed when it was last known in flight (veeksha.distributed.lost)."""
+    row = request(session_id, dispatched=dispatched, chunks=(), status="error")
+    row |= {"sent_at": None, "completed_at": last_known, "error_kind": "shard_lost"}
+    return row
+
+
+def test_a_request_lost_with_its_shard_counts_only_once_it_outlived_the_bound() -> None:
+    # a shard lost (its engine killed) 0.2 s and 2.5 s after it dispatched them: their outcome
+    # is unknown (the server did not fail them), as a cut-off's, so only the one that was
+    # already in flight longer than the bound cannot have met it
+    short, long = _shard_lost(8, 1.0, 1.2), _shard_lost(9, 1.0, 3.5)
+    slos = [_slo("e2e", 0.99, 1.0), _slo("ttfc", 0.5, 1.0), _slo("tbc", 0.5, 1.0)]
+    e2e, ttfc, tbc = _judge([*FINISHED, short, long], slos)
+    assert (e2e.unfinished, ttfc.unfinished, tbc.unfinished) == (1, 1, 0)
+    assert (e2e.samples, ttfc.samples) == (9, 9)  # the 0.2 s one is left out
+    # the answered ones meet p99 E2E <= 10 s (7.9 s): a lost one counted as a failure (+inf)
+    # would put the p99 past them
+    (met,) = _judge([*FINISHED, short, long], [_slo("e2e", 0.99, 10.0)])
+    assert (met.unfinished, met.samples, met.met) == (0, 8, True)
+
+
 @pytest.mark.parametrize("unfinished", [0, 1, 3, 7])
 @pytest.mark.parametrize("percentile", [0.0, 0.3, 0.5, 0.9, 0.99, 1.0])
 def test_slo_quantile_is_numpys_with_the_unfinished_as_infinity(
