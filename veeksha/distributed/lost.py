@@ -4,13 +4,27 @@ from __future__ import annotations
 
 from typing import Any
 
+from veeksha.dispatch.messages import SHARD_LOST
 from veeksha.distributed.results import ShardResult
 from veeksha.scenario.models import Scenario
 
-__all__ = ["SHARD_LOST", "lost_request_rows", "planned_sessions"]
+__all__ = ["SHARD_LOST", "lost_request_rows", "lost_times", "planned_sessions"]
 
-#: error_kind of the rows of requests in flight on a shard that was lost.
-SHARD_LOST = "shard_lost"
+_NS = 1_000_000_000
+
+
+def lost_times(
+    shard: ShardResult, driver_t0_wall_ns: int, now_wall_ns: int
+) -> tuple[float, float | None]:
+    """When a lost shard was seen lost and when it was last known to run, in seconds since
+    the driver's t0: (``lost_at_wall_ns``, else ``now_wall_ns``; ``alive_at_wall_ns``, None
+    when unknown)."""
+    lost = shard.lost_at_wall_ns or now_wall_ns
+    alive = shard.alive_at_wall_ns
+    return (
+        (lost - driver_t0_wall_ns) / _NS,
+        None if alive is None else (min(alive, lost) - driver_t0_wall_ns) / _NS,
+    )
 
 
 def lost_request_rows(
@@ -18,7 +32,12 @@ def lost_request_rows(
 ) -> list[dict[str, Any]]:
     """One ``shard_lost`` error row per request ``shard`` reported in flight and whose row
     (``known``: (session, node, attempt) of its rows) never came; its times moved by
-    ``shift_s``, completed and processed at ``at_s`` (when the driver saw it lost)."""
+    ``shift_s``. Completed and processed when it was last known in flight: the snapshot that
+    named it (``seen_at``), else its dispatch (a trace line: nothing is known after it), never
+    after ``at_s`` (when the driver saw the shard lost, used when neither is known). Not the
+    loss itself, seen up to a pull interval later (30 s for a hung shard): that wait is no time
+    of the request's, nor of the measured window it would end; and the SLOs judge
+    ``completed_at − dispatched_at`` as the least it was in flight (``evaluate.slo``)."""
     rows = []
     for entry in shard.in_flight:
         session_id, node_id = int(entry["session_id"]), int(entry["node_id"])
@@ -27,6 +46,9 @@ def lost_request_rows(
             continue  # its row came back after all
         ready = entry.get("ready_at")
         dispatched = entry.get("dispatched_at")
+        known_at = [entry.get(k) for k in ("seen_at", "dispatched_at", "ready_at")]
+        last = max((float(t) for t in known_at if t is not None), default=None)
+        ended = at_s if last is None else min(at_s, last + shift_s)
         rows.append(
             {
                 "run_id": run_id,
@@ -43,8 +65,8 @@ def lost_request_rows(
                 "attempt": attempt,
                 "ready_at": None if ready is None else float(ready) + shift_s,
                 "dispatched_at": None if dispatched is None else float(dispatched) + shift_s,
-                "completed_at": at_s,
-                "processed_at": at_s,
+                "completed_at": ended,
+                "processed_at": ended,
                 "status": "error",
                 "error_kind": SHARD_LOST,
                 "error_message": f"shard {shard.spec.index} was lost: {shard.lost}",

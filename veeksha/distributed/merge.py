@@ -67,7 +67,12 @@ import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
 from veeksha import __version__
-from veeksha.distributed.lost import SHARD_LOST, lost_request_rows, planned_sessions
+from veeksha.distributed.lost import (
+    SHARD_LOST,
+    lost_request_rows,
+    lost_times,
+    planned_sessions,
+)
 from veeksha.distributed.merged_file import MergedFile
 from veeksha.distributed.merged_rows import ShardInput, merge_tables, merge_traces
 from veeksha.distributed.results import MergeReport, ShardResult
@@ -202,8 +207,8 @@ def merge_shards(
         if shard.lost is not None:
             interrupted = True
             lost[index] = shard.lost
-            lost_wall = shard.lost_at_wall_ns or int(now_wall.timestamp() * _NS)
-            at_s = (lost_wall - driver_t0_wall_ns) / _NS
+            now_ns = int(now_wall.timestamp() * _NS)
+            at_s, alive_s = lost_times(shard, driver_t0_wall_ns, now_ns)
             rows = lost_request_rows(shard, run_id, known, shift_s, at_s)
             lost_rows += rows
             in_flight_sessions = [int(e["session_id"]) for e in shard.in_flight]
@@ -222,6 +227,8 @@ def merge_shards(
                     }
                 )
             info["in_flight_rows"] = len(rows)
+            info["lost_at_s"] = None if shard.lost_at_wall_ns is None else at_s
+            info["alive_at_s"] = alive_s
             info["incomplete_sessions"] = int(without_rows.size)
             started_by[index] = started
         per_shard.append(info)

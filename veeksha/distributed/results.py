@@ -27,7 +27,8 @@ class ShardResult:
     was lost (None: it finished). ``in_flight``: what it last reported as dispatched and not
     completed, one dict per request with ``session_id``, ``node_id`` and optionally
     ``request_id``, ``phase``, ``ready_at``, ``dispatched_at`` (seconds since the shard's t0),
-    ``client``, ``model``, ``worker_id``, ``attempt``. ``started_sessions``: the global
+    ``client``, ``model``, ``worker_id``, ``attempt``, ``seen_at`` (the snapshot that named
+    it: it was in flight then). ``started_sessions``: the global
     indexes of the sessions it started, sorted (None: unknown; then the ids in its rows and in
     ``in_flight``). ``t0_wall_ns``: the shard's t0 on its own wall clock, if the driver knows
     it (else read from the folder).
@@ -42,6 +43,8 @@ class ShardResult:
     started_sessions: NDArray[np.int64] | None = None  # (sorted)
     t0_wall_ns: int | None = None
     lost_at_wall_ns: int | None = None  # when the driver saw it lost (driver's wall clock)
+    # when its last answer found its engine running (driver's wall clock; None: unknown)
+    alive_at_wall_ns: int | None = None
 
     @classmethod
     def from_snapshot(
@@ -61,10 +64,15 @@ class ShardResult:
         if next_session is not None:
             owned = owned_below(spec, int(next_session))
             started = np.arange(owned.start, owned.stop, owned.step, dtype=np.int64)
+        at = snapshot.get("at")  # (each entry was in flight then: ``seen_at``)
+        in_flight = [
+            dict(entry) if at is None else {**entry, "seen_at": at}
+            for entry in snapshot.get("in_flight") or []
+        ]
         return cls(
             spec,
             folder,
-            in_flight=list(snapshot.get("in_flight") or []),
+            in_flight=in_flight,
             started_sessions=started,
             t0_wall_ns=snapshot.get("t0_wall_ns"),
             **known,

@@ -41,6 +41,7 @@ __all__ = [
     "HealthReport",
     "Outcome",
     "Status",
+    "lost_shards_note",
     "partial_note",
 ]
 
@@ -123,6 +124,41 @@ def partial_note(run_info: Mapping[str, Any]) -> str | None:
         "partial run: it did not end (killed, or its results could not be written), so every "
         f"figure covers only the requests recorded; {count} have no row (in flight at the end, "
         "or answered in its last second) and are not counted"
+    )
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def lost_shards_note(run_info: Mapping[str, Any]) -> str | None:
+    """What a distributed run that lost a shard leaves out, in one line (``run_info``'s
+    ``distributed``, written by the merge); None when no shard was lost."""
+    distributed = run_info.get("distributed")
+    if not isinstance(distributed, Mapping) or not distributed.get("lost_shards"):
+        return None
+    lost = dict(distributed["lost_shards"])
+    per_shard = {
+        str(info.get("index")): info
+        for info in distributed.get("per_shard") or []
+        if isinstance(info, Mapping)
+    }
+    shards = []
+    for index, why in sorted(lost.items()):
+        at = (per_shard.get(index) or {}).get("alive_at_s")
+        when = "" if at is None else f", last known running at {at:.3f} s"
+        shards.append(f"shard {index} lost ({why}{when})")
+    in_flight = int(distributed.get("requests_lost_in_flight") or 0)
+    incomplete = int(distributed.get("sessions_incomplete") or 0)
+    not_run = int(distributed.get("sessions_not_run") or 0)
+    return (
+        f"{'; '.join(shards)}: {_count(in_flight, 'request')} in flight "
+        f"{'is a shard_lost row' if in_flight == 1 else 'are shard_lost rows'} (outcome "
+        "unknown: cut off in flight in the SLOs, not in the throughput), "
+        f"{_count(incomplete, 'session')} incomplete, {_count(not_run, 'session')} of its "
+        "never started; what it answered in its last second may be among the shard_lost rows, "
+        "and what it sent after its last report has no row: the rates cover what the shards "
+        "recorded, not the traffic the scenario asked for"
     )
 
 

@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from veeksha.evaluate.group_report import render_groups
-from veeksha.evaluate.health import partial_note
+from veeksha.evaluate.health import lost_shards_note, partial_note
 from veeksha.plural import counted
 
 __all__ = [
@@ -389,10 +389,10 @@ def render_summary(
     ``notes`` lead the report)."""
     run = summary.get("run", {})
     # health's notes (what the reader must know of the run itself), as health.txt leads with
-    # them; without health.json's content, the one note summary.json's run facts give
+    # them; without health.json's content, the notes summary.json's run facts give
     notes = list((health or {}).get("notes") or [])
-    if not notes and (note := partial_note(run)) is not None:
-        notes = [note]
+    if not notes:
+        notes = [note for note in (partial_note(run), lost_shards_note(run)) if note]
     for note in notes:
         console.print(f"[yellow]{escape(str(note))}[/]")
     if not notes and run.get("interrupted"):

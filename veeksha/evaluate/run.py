@@ -48,7 +48,14 @@ import pyarrow as pa
 from veeksha.evaluate.checks import run_health_checks
 from veeksha.evaluate.exit_codes import ExitCode, run_exit_code
 from veeksha.evaluate.groups import group_sections
-from veeksha.evaluate.health import FAIL, HealthInput, HealthReport, Status, partial_note
+from veeksha.evaluate.health import (
+    FAIL,
+    HealthInput,
+    HealthReport,
+    Status,
+    lost_shards_note,
+    partial_note,
+)
 from veeksha.evaluate.jsonio import jsonable
 from veeksha.evaluate.metrics import Digest
 from veeksha.evaluate.outputs import write_metric_csvs, write_slo, write_summary
@@ -175,9 +182,9 @@ def compute_evaluation(
     if scenario.phases:  # each phase on its own, the run's arrival checks the phases' own
         phases, reports = phase_sections(scenario, requests, sessions, slos, info)
         health = combine_arrival_checks(health, reports)
-    note = partial_note(info)
-    if note is not None:
-        health = dataclasses.replace(health, notes=(note,))
+    notes = tuple(note for note in (partial_note(info), lost_shards_note(info)) if note)
+    if notes:
+        health = dataclasses.replace(health, notes=notes)
     summary = summary_document(aggregates, info, health, slo_results)
     if phases:
         summary["phases"] = phases

@@ -298,6 +298,12 @@ def test_a_lost_shard_gives_rows_not_run_counts_and_exit_3(
     assert set(zip(lost_rows.session_id, lost_rows.node_id, strict=True)) == in_flight
     assert (lost_rows.status == "error").all()
     assert (lost_rows.shard == 1).all()
+    # they end when the snapshot last saw them in flight, not when the loss was seen (here
+    # long after the run): neither the rows nor the measured window take that wait
+    # (or when it was to be released, handed over up to 20 ms ahead)
+    assert (lost_rows.completed_at >= at - 1e-6).all()
+    assert (lost_rows.completed_at <= at + 0.021).all()
+    ok_end = out[out.status == "ok"].completed_at.max()
     assert not (set(zip(kept.session_id, kept.node_id, strict=True)) & in_flight)
     # every row of the other shards is there, and shard 1's kept rows
     assert len(out) == 80 - len(requests) + len(kept) + len(in_flight)
@@ -311,4 +317,7 @@ def test_a_lost_shard_gives_rows_not_run_counts_and_exit_3(
     assert distributed["sessions_not_run"] == report.sessions_not_run
     assert distributed["requests_lost_in_flight"] == len(in_flight)
     assert summary["run"]["interrupted"] is True
+    assert summary["throughput"]["window_end"] == max(ok_end, lost_rows.completed_at.max())
+    notes = json.loads((merged / "health.json").read_text())["notes"]
+    assert notes[0].startswith("shard 1 lost (the actor died (test)): ")
     shutil.rmtree(partial)

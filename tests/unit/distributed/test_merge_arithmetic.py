@@ -6,6 +6,7 @@ import pyarrow as pa
 import pytest
 
 from veeksha.distributed.clock import OffsetEstimate
+from veeksha.distributed.lost import lost_request_rows
 from veeksha.distributed.merge import ShardResult, shard_shift_ns
 from veeksha.distributed.merged_rows import sorted_table
 from veeksha.distributed.partition import ShardSpec
@@ -92,3 +93,37 @@ def test_a_result_from_the_probe_snapshot() -> None:
     empty = ShardResult.from_snapshot(spec, None, None, lost="never reported")
     assert empty.started_sessions is None
     assert empty.in_flight == []
+
+
+def test_a_lost_shards_rows_end_when_they_were_last_known_in_flight_not_when_it_was_seen_lost() -> (
+    None
+):
+    # a hung shard: its last snapshot (at 2.0 s of its timeline) named one request; a trace
+    # line pulled after it, another dispatched at 2.3 s; the driver saw it lost 30 s of missed
+    # pulls later. That wait is no time of the requests' (nor of the measured window they
+    # would end), and their SLO judgement reads completed_at - dispatched_at as the least time
+    # they were in flight
+    snapshot = {"at": 2.0, "next_session": 10, "in_flight": [_in_flight(7, 1.5)]}
+    result = ShardResult.from_snapshot(ShardSpec(1, 3), None, snapshot, lost="hung")
+    result.in_flight.append(_in_flight(4, 2.3))  # (a trace line without a row)
+    rows = lost_request_rows(result, "run", set(), 0.1, 32.4)
+    assert [(r["dispatched_at"], r["completed_at"]) for r in rows] == [
+        pytest.approx((1.6, 2.1)),
+        pytest.approx((2.4, 2.4)),
+    ]
+    assert all(r["processed_at"] == r["completed_at"] for r in rows)
+    assert lost_request_rows(result, "run", set(), 0.1, 1.8)[0]["completed_at"] == 1.8
+    # nothing known of a request but that it was in flight: the loss
+    bare = ShardResult(
+        ShardSpec(1, 3), None, lost="hung", in_flight=[{"session_id": 1, "node_id": 0}]
+    )
+    assert lost_request_rows(bare, "run", set(), 0.0, 32.4)[0]["completed_at"] == 32.4
+
+
+def _in_flight(session_id: int, dispatched: float) -> dict[str, object]:
+    return {
+        "session_id": session_id,
+        "node_id": 0,
+        "ready_at": dispatched - 0.01,
+        "dispatched_at": dispatched,
+    }

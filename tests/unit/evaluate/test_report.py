@@ -7,6 +7,7 @@ import io
 import pytest
 from rich.console import Console
 
+from veeksha.evaluate.health import lost_shards_note
 from veeksha.evaluate.report import _display_unit, _num, render_compare, render_summary
 
 _NAMES = (
@@ -285,6 +286,33 @@ def test_health_notes_lead_the_report_as_they_lead_health_txt() -> None:
     assert joined.startswith("partial run: it did not end")
     assert "at least 3 dispatched requests have no row" in joined
     assert "partial run (" not in joined  # (one note, not two)
+
+
+def test_a_lost_shard_is_said_first_with_what_it_took_with_it() -> None:
+    # a distributed run whose shard 1's engine was killed: the figures cover what the shards
+    # recorded; the report says which shard, when, and what of it the numbers leave out
+    summary = _summary()
+    summary["run"] = {
+        "interrupted": True,
+        "stop_reason": "shard_lost",
+        "distributed": {
+            "shards": 2,
+            "per_shard": [{"index": 0, "lost": None}, {"index": 1, "alive_at_s": 3.5091}],
+            "lost_shards": {"1": "its engine process was killed (signal 9) before its run ended"},
+            "sessions_not_run": 23,
+            "requests_lost_in_flight": 1,
+            "sessions_incomplete": 1,
+        },
+    }
+    joined = " ".join(_render(lambda console: render_summary(console, summary)).split())
+    assert joined.startswith(
+        "shard 1 lost (its engine process was killed (signal 9) before its run ended, last "
+        "known running at 3.509 s): 1 request in flight is a shard_lost row (outcome "
+        "unknown: cut off in flight in the SLOs, not in the throughput), 1 session incomplete, "
+        "23 sessions of its never started"
+    )
+    assert "partial run (" not in joined  # (the note says it)
+    assert lost_shards_note({"distributed": {"shards": 2, "lost_shards": {}}}) is None
 
 
 def test_unfinished_requests_and_carried_over_ones_are_said_at_80_columns() -> None:
