@@ -18,8 +18,9 @@ its own on 127.0.0.1, stopped after), reserves one bundle per shard in a placeme
    offsets again, and merges the copies into the run folder (``merge.merge_shards``), which is
    then evaluated like a single-host run's.
 
-A shard lost mid-run (its actor or node died) keeps what was pulled of it and is marked lost;
-the others go on; the run ends with exit 3. Ctrl-C stops every shard's engine as Ctrl-C stops
+A shard lost mid-run (its actor or node died, or its engine process ended without a result:
+killed, crashed) keeps what was pulled of it and is marked lost; the others go on; the run
+ends with exit 3. Ctrl-C stops every shard's engine as Ctrl-C stops
 ``veeksha run`` (a second Ctrl-C: as a second one) and collects what they wrote.
 """
 
@@ -42,7 +43,7 @@ from veeksha.distributed.collect import CHUNK_BYTES, LocalCopy, Pull
 from veeksha.distributed.pulls import MISSED_PULLS, PullRounds
 from veeksha.distributed.ray_api import import_ray
 from veeksha.distributed.run_folder import SHARDS_DIR, SHARDS_FILE, merge_and_evaluate
-from veeksha.distributed.shard import ShardActor
+from veeksha.distributed.shard import ShardActor, engine_died
 from veeksha.errors import ConfigurationError, RunAbortedError
 from veeksha.terminal import stop_signals
 
@@ -126,6 +127,13 @@ class ShardState:
     offset_after: Any = None
     lost: str | None = None
     lost_at_wall_ns: int | None = None
+    # the last pull that found its engine running, when its answer came (driver's wall clock):
+    # what it had in flight was last known then
+    alive_at_wall_ns: int | None = None
+    # the first pull that found its engine ended: when its answer came
+    ended_at_wall_ns: int | None = None
+    # its engine ended without a result (killed, crashed): lost, though its actor answers
+    engine_died: bool = False
     running: bool = True
     missed: int = 0
     final: Pull | None = None
@@ -364,7 +372,7 @@ def _release(ray: ModuleType, shards: Sequence[ShardState], placement: Any) -> N
     a ``local`` cluster). Best effort: a lost shard's actor is gone already."""
     cleanups = []
     for shard in shards:
-        if shard.lost is None:
+        if shard.lost is None or shard.engine_died:  # (its actor still answers)
             with contextlib.suppress(Exception):
                 cleanups.append(shard.actor.cleanup.remote())
     with contextlib.suppress(Exception):
@@ -483,6 +491,11 @@ def _receive(ray: ModuleType, shard: ShardState, ref: Any) -> None:
         return
     shard.missed = 0
     shard.copy.apply(pull)
+    now = time.time_ns()
+    if pull.running:
+        shard.alive_at_wall_ns = now
+    elif shard.running:
+        shard.ended_at_wall_ns = now
     shard.running = pull.running
 
 
@@ -492,9 +505,9 @@ def _missed(shard: ShardState, reason: str) -> None:
         _mark_lost(shard, f"{reason} for {shard.missed} pulls in a row")
 
 
-def _mark_lost(shard: ShardState, reason: str) -> None:
+def _mark_lost(shard: ShardState, reason: str, at_wall_ns: int | None = None) -> None:
     shard.lost = reason
-    shard.lost_at_wall_ns = time.time_ns()
+    shard.lost_at_wall_ns = time.time_ns() if at_wall_ns is None else at_wall_ns
 
 
 def _loss_reason(exc: BaseException) -> str:
@@ -525,6 +538,10 @@ def _finish(ray: ModuleType, shards: Sequence[ShardState]) -> None:
             continue
         shard.final = pull
         shard.running = False
+        died = engine_died(pull.outcome)
+        if died is not None:  # (its actor answers, but its engine's run never ended)
+            shard.engine_died = True
+            _mark_lost(shard, died, shard.ended_at_wall_ns)
     for shard in shards:
         if shard.lost is None:
             try:

@@ -64,8 +64,8 @@ def merge_and_evaluate(
         reasons += [
             str(shard.copy.outcome["error"])
             for shard in shards
-            if shard.copy.outcome and shard.copy.outcome.get("error")
-        ]
+            if shard.lost is None and shard.copy.outcome and shard.copy.outcome.get("error")
+        ]  # (a lost shard's reason says it)
         why = "; ".join(reasons) or "the run was interrupted"
         sys.stderr.write(f"error: {why}\nresults collected so far: {run_dir}\n")
     if interrupted:  # (Ctrl-C reached the driver after every shard had ended)
@@ -144,6 +144,7 @@ def shard_result(shard: ShardState) -> ShardResult:
         "offset_after": shard.offset_after,
         "lost": shard.lost,
         "lost_at_wall_ns": shard.lost_at_wall_ns,
+        "alive_at_wall_ns": shard.alive_at_wall_ns,
     }
     if shard.lost is None:  # its rows say it all: its trace is not read (a line per request)
         return ShardResult(spec=shard.spec, folder=shard.copy.folder, **known)

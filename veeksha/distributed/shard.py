@@ -26,7 +26,7 @@ from typing import Any
 from veeksha.distributed.collect import CHUNK_BYTES, Pull, ShardFiles
 from veeksha.distributed.shard_process import SNAPSHOT_FILE, ShardJob
 
-__all__ = ["ShardActor", "sweep_stale_folders"]
+__all__ = ["ShardActor", "engine_died", "sweep_stale_folders"]
 
 _OUTCOME_FILE = "outcome.json"
 _JOB_FILE = "job.pickle"
@@ -48,6 +48,20 @@ def sweep_stale_folders() -> None:
             shutil.rmtree(folder, ignore_errors=True)
         except PermissionError:  # (another user's live process)
             continue
+
+
+def engine_died(outcome: dict[str, Any] | None) -> str | None:
+    """Why a shard's engine process ended without its run's outcome (killed, crashed: its run
+    never wrote its end, and what it had in flight has no rows), from ``ShardActor.finish``'s
+    outcome; None when its run ended (completed, interrupted, or aborted with its reason)."""
+    if outcome is None or "exit_code" in outcome:
+        return None
+    code = outcome.get("returncode")
+    if isinstance(code, int) and code < 0:  # (what its children wrote as it died is noise)
+        return f"its engine process was killed (signal {-code}) before its run ended"
+    reason = f"its engine process ended (exit code {code}) before its run did"
+    last = str(outcome.get("log_tail") or "").strip().splitlines()
+    return f"{reason}; its log's last line: {last[-1].strip()}" if last else reason
 
 
 class ShardActor:
@@ -148,7 +162,11 @@ class ShardActor:
             returncode = self.process.returncode
             log = self.base / "engine.log"
             tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-            pull.outcome = {"error": f"engine process ended ({returncode}): {tail.strip()}"}
+            pull.outcome = {  # (no exit_code: ``engine_died``)
+                "error": f"engine process ended ({returncode}): {tail.strip()}",
+                "returncode": returncode,
+                "log_tail": tail.strip(),
+            }
         return pull
 
     def read_chunk(self, name: str, offset: int, length: int) -> bytes:

@@ -287,3 +287,70 @@ def test_the_terminal_closing_on_a_local_ray_run_keeps_its_results(tmp_path: Pat
         time.sleep(0.2)
         alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not alive, [" ".join(p.cmdline())[:100] for p in alive]
+
+
+def _engine_pid(run_name: str, index: int) -> int | None:
+    """The pid of shard ``index``'s engine process of the run ``run_name`` (its stderr is the
+    engine.log beside the shard's run folder; its trace names the shard), if running."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if b"veeksha.distributed.shard_process" not in (entry / "cmdline").read_bytes():
+                continue
+            base = Path(os.readlink(entry / "fd" / "2")).parent
+            with (base / run_name / "trace.jsonl").open("rb") as trace:
+                first = trace.readline()
+        except OSError:
+            continue
+        if first and json.loads(first).get("shard") == index:
+            return int(entry.name)
+    return None
+
+
+def test_a_shard_whose_engine_is_killed_is_lost_and_the_report_says_what_it_took(
+    ray_cluster: RayCluster, start_simulator: StartSimulator, tmp_path: Path
+) -> None:
+    """Shard 1's engine process killed mid-run (SIGKILL, as the OOM killer would) while its
+    actor lives: the shard is lost as when its actor dies (it was taken as finished: exit 0,
+    no row for what it had in flight, nothing said), and the run ends by itself."""
+    sim = start_simulator(preset="fast", ttft_ms=20, itl_ms=25)  # ~1 s per answer: in flight
+    path = tmp_path / "s.yaml"
+    path.write_text(_scenario(sim, rate=10, out_min=30, out_max=40, sessions=40))
+    out = tmp_path / "out"
+    proc = _veeksha_run(path, out, ray_cluster.address)
+    deadline = time.monotonic() + 90
+    pid = None
+    while time.monotonic() < deadline and proc.poll() is None and pid is None:
+        found = list(out.glob("*/shards/shard-1/trace.jsonl"))
+        if found and found[0].read_bytes().count(b"\n") >= 8:  # (see the test above)
+            pid = _engine_pid(found[0].parents[2].name, 1)
+        time.sleep(0.2)
+    assert pid is not None, proc.communicate(timeout=5)
+    os.kill(pid, signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=150)
+    assert proc.returncode == 3, stderr
+    assert "shard 1 lost (its engine process was killed (signal 9)" in stderr
+    assert "Traceback" not in stderr
+    (run_dir,) = out.iterdir()
+    shards = json.loads((run_dir / SHARDS_FILE).read_text())["shards"]
+    assert shards[0]["lost"] is None
+    assert shards[0]["outcome"]["stop_reason"] == "completed"
+    assert shards[1]["lost"].startswith("its engine process was killed (signal 9)")
+    requests = pd.read_parquet(run_dir / "requests.parquet")
+    lost = requests[(requests["shard"] == 1) & (requests.error_kind == SHARD_LOST)]
+    assert len(lost) > 0  # its requests in flight, from its last snapshot and trace lines
+    summary = json.loads((run_dir / "summary.json").read_text())
+    distributed = summary["run"]["distributed"]
+    assert distributed["lost_shards"].keys() == {"1"}
+    assert distributed["requests_lost_in_flight"] == len(lost)
+    assert distributed["sessions_not_run"] > 0
+    # its rows end when they were last known in flight, before the loss was seen
+    (info,) = [i for i in distributed["per_shard"] if i["index"] == 1]
+    assert (lost.completed_at <= info["lost_at_s"]).all()
+    assert info["alive_at_s"] < info["lost_at_s"]
+    notes = json.loads((run_dir / "health.json").read_text())["notes"]
+    assert notes[0].startswith("shard 1 lost (its engine process was killed (signal 9)")
+    assert f"{len(lost)} request" in notes[0]
+    # its actor lived on: it deleted the shard's folder on its node at the end
+    assert not list(Path(tempfile.gettempdir()).glob(f"veeksha-shard-*/{run_dir.name}"))
