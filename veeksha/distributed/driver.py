@@ -127,9 +127,6 @@ class ShardState:
     offset_after: Any = None
     lost: str | None = None
     lost_at_wall_ns: int | None = None
-    # the last pull that found its engine running, when its answer came (driver's wall clock):
-    # what it had in flight was last known then
-    alive_at_wall_ns: int | None = None
     # the first pull that found its engine ended: when its answer came
     ended_at_wall_ns: int | None = None
     # its engine ended without a result (killed, crashed): lost, though its actor answers
@@ -491,11 +488,8 @@ def _receive(ray: ModuleType, shard: ShardState, ref: Any) -> None:
         return
     shard.missed = 0
     shard.copy.apply(pull)
-    now = time.time_ns()
-    if pull.running:
-        shard.alive_at_wall_ns = now
-    elif shard.running:
-        shard.ended_at_wall_ns = now
+    if shard.running and not pull.running:
+        shard.ended_at_wall_ns = time.time_ns()
     shard.running = pull.running
 
 

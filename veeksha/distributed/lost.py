@@ -14,17 +14,16 @@ _NS = 1_000_000_000
 
 
 def lost_times(
-    shard: ShardResult, driver_t0_wall_ns: int, now_wall_ns: int
+    shard: ShardResult, driver_t0_wall_ns: int, now_wall_ns: int, shift_s: float
 ) -> tuple[float, float | None]:
-    """When a lost shard was seen lost and when it was last known to run, in seconds since
-    the driver's t0: (``lost_at_wall_ns``, else ``now_wall_ns``; ``alive_at_wall_ns``, None
-    when unknown)."""
-    lost = shard.lost_at_wall_ns or now_wall_ns
-    alive = shard.alive_at_wall_ns
-    return (
-        (lost - driver_t0_wall_ns) / _NS,
-        None if alive is None else (min(alive, lost) - driver_t0_wall_ns) / _NS,
-    )
+    """When a lost shard was seen lost (``lost_at_wall_ns``, else ``now_wall_ns``) and when its
+    engine last reported itself (its last snapshot, ``reported_at``; None when none came), in
+    seconds since the driver's t0 (``shift_s``: the shard's shift onto that timeline). A
+    frozen engine's actor goes on answering pulls: only the engine's own report says when it
+    last ran."""
+    lost_s = ((shard.lost_at_wall_ns or now_wall_ns) - driver_t0_wall_ns) / _NS
+    reported = shard.reported_at
+    return lost_s, None if reported is None else min(reported + shift_s, lost_s)
 
 
 def lost_request_rows(

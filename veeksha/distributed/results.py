@@ -28,10 +28,10 @@ class ShardResult:
     completed, one dict per request with ``session_id``, ``node_id`` and optionally
     ``request_id``, ``phase``, ``ready_at``, ``dispatched_at`` (seconds since the shard's t0),
     ``client``, ``model``, ``worker_id``, ``attempt``, ``seen_at`` (the snapshot that named
-    it: it was in flight then). ``started_sessions``: the global
-    indexes of the sessions it started, sorted (None: unknown; then the ids in its rows and in
-    ``in_flight``). ``t0_wall_ns``: the shard's t0 on its own wall clock, if the driver knows
-    it (else read from the folder).
+    it: it was in flight then; ``reported_at``: that snapshot's time). ``started_sessions``:
+    the global indexes of the sessions it started, sorted (None: unknown; then the ids in its
+    rows and in ``in_flight``). ``t0_wall_ns``: the shard's t0 on its own wall clock, if the
+    driver knows it (else read from the folder).
     """
 
     spec: ShardSpec
@@ -43,8 +43,8 @@ class ShardResult:
     started_sessions: NDArray[np.int64] | None = None  # (sorted)
     t0_wall_ns: int | None = None
     lost_at_wall_ns: int | None = None  # when the driver saw it lost (driver's wall clock)
-    # when its last answer found its engine running (driver's wall clock; None: unknown)
-    alive_at_wall_ns: int | None = None
+    # its last snapshot's time (seconds since its t0): its engine last reported itself then
+    reported_at: float | None = None
 
     @classmethod
     def from_snapshot(
@@ -75,6 +75,7 @@ class ShardResult:
             in_flight=in_flight,
             started_sessions=started,
             t0_wall_ns=snapshot.get("t0_wall_ns"),
+            reported_at=None if at is None else float(at),
             **known,
         )
 

@@ -144,7 +144,6 @@ def shard_result(shard: ShardState) -> ShardResult:
         "offset_after": shard.offset_after,
         "lost": shard.lost,
         "lost_at_wall_ns": shard.lost_at_wall_ns,
-        "alive_at_wall_ns": shard.alive_at_wall_ns,
     }
     if shard.lost is None:  # its rows say it all: its trace is not read (a line per request)
         return ShardResult(spec=shard.spec, folder=shard.copy.folder, **known)

@@ -145,8 +145,8 @@ def lost_shards_note(run_info: Mapping[str, Any]) -> str | None:
     }
     shards = []
     for index, why in sorted(lost.items()):
-        at = (per_shard.get(index) or {}).get("alive_at_s")
-        when = "" if at is None else f", last known running at {at:.3f} s"
+        at = (per_shard.get(index) or {}).get("last_report_s")
+        when = "" if at is None else f", its last report at {at:.3f} s"
         shards.append(f"shard {index} lost ({why}{when})")
     in_flight = int(distributed.get("requests_lost_in_flight") or 0)
     incomplete = int(distributed.get("sessions_incomplete") or 0)

@@ -348,7 +348,7 @@ def test_a_shard_whose_engine_is_killed_is_lost_and_the_report_says_what_it_took
     # its rows end when they were last known in flight, before the loss was seen
     (info,) = [i for i in distributed["per_shard"] if i["index"] == 1]
     assert (lost.completed_at <= info["lost_at_s"]).all()
-    assert info["alive_at_s"] < info["lost_at_s"]
+    assert info["last_report_s"] < info["lost_at_s"]
     notes = json.loads((run_dir / "health.json").read_text())["notes"]
     assert notes[0].startswith("shard 1 lost (its engine process was killed (signal 9)")
     assert f"{len(lost)} request" in notes[0]

@@ -319,5 +319,5 @@ def test_a_lost_shard_gives_rows_not_run_counts_and_exit_3(
     assert summary["run"]["interrupted"] is True
     assert summary["throughput"]["window_end"] == max(ok_end, lost_rows.completed_at.max())
     notes = json.loads((merged / "health.json").read_text())["notes"]
-    assert notes[0].startswith("shard 1 lost (the actor died (test)): ")
+    assert notes[0].startswith("shard 1 lost (the actor died (test), its last report at ")
     shutil.rmtree(partial)

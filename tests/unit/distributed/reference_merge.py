@@ -186,7 +186,7 @@ def merge_shards(
             interrupted = True
             lost[index] = shard.lost
             now_ns = int(now_wall.timestamp() * _NS)
-            at_s, alive_s = lost_times(shard, driver_t0_wall_ns, now_ns)
+            at_s, reported_s = lost_times(shard, driver_t0_wall_ns, now_ns, shift_s)
             rows = lost_request_rows(shard, run_id, known, shift_s, at_s)
             lost_rows += rows
             in_flight_sessions = {int(e["session_id"]) for e in shard.in_flight}
@@ -204,7 +204,7 @@ def merge_shards(
                 )
             info["in_flight_rows"] = len(rows)
             info["lost_at_s"] = None if shard.lost_at_wall_ns is None else at_s
-            info["alive_at_s"] = alive_s
+            info["last_report_s"] = reported_s
             info["incomplete_sessions"] = len(started - with_rows)
         per_shard.append(info)
         seen_sessions.update(started)

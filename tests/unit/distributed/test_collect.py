@@ -144,7 +144,6 @@ def test_a_lost_shards_account_adds_the_trace_lines_its_last_snapshot_missed(
         offset_after=None,
         lost="ActorDiedError",
         lost_at_wall_ns=1,
-        alive_at_wall_ns=None,
     )
     result = shard_result(shard)  # type: ignore[arg-type]
     assert [(e["request_id"], e.get("model")) for e in result.in_flight] == [

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from veeksha.distributed.clock import OffsetEstimate
-from veeksha.distributed.lost import lost_request_rows
+from veeksha.distributed.lost import lost_request_rows, lost_times
 from veeksha.distributed.merge import ShardResult, shard_shift_ns
 from veeksha.distributed.merged_rows import sorted_table
 from veeksha.distributed.partition import ShardSpec
@@ -113,6 +113,8 @@ def test_a_lost_shards_rows_end_when_they_were_last_known_in_flight_not_when_it_
     ]
     assert all(r["processed_at"] == r["completed_at"] for r in rows)
     assert lost_request_rows(result, "run", set(), 0.1, 1.8)[0]["completed_at"] == 1.8
+    # its engine's last report, not the actor's answers (a frozen engine's actor answers on)
+    assert lost_times(result, 0, 32_400_000_000, 0.1) == (32.4, pytest.approx(2.1))
     # nothing known of a request but that it was in flight: the loss
     bare = ShardResult(
         ShardSpec(1, 3), None, lost="hung", in_flight=[{"session_id": 1, "node_id": 0}]

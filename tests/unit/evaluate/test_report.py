@@ -297,7 +297,7 @@ def test_a_lost_shard_is_said_first_with_what_it_took_with_it() -> None:
         "stop_reason": "shard_lost",
         "distributed": {
             "shards": 2,
-            "per_shard": [{"index": 0, "lost": None}, {"index": 1, "alive_at_s": 3.5091}],
+            "per_shard": [{"index": 0, "lost": None}, {"index": 1, "last_report_s": 3.5091}],
             "lost_shards": {"1": "its engine process was killed (signal 9) before its run ended"},
             "sessions_not_run": 23,
             "requests_lost_in_flight": 1,
@@ -306,8 +306,8 @@ def test_a_lost_shard_is_said_first_with_what_it_took_with_it() -> None:
     }
     joined = " ".join(_render(lambda console: render_summary(console, summary)).split())
     assert joined.startswith(
-        "shard 1 lost (its engine process was killed (signal 9) before its run ended, last "
-        "known running at 3.509 s): 1 request in flight is a shard_lost row (outcome "
+        "shard 1 lost (its engine process was killed (signal 9) before its run ended, its "
+        "last report at 3.509 s): 1 request in flight is a shard_lost row (outcome "
         "unknown: cut off in flight in the SLOs, not in the throughput), 1 session incomplete, "
         "23 sessions of its never started"
     )
