@@ -17,6 +17,7 @@ __all__ = [
     "SHARD_LOST",
     "STATUSES",
     "UNREACHED_ERROR_KINDS",
+    "WORKER_LOST",
     "FromWorker",
     "Result",
     "Stop",
@@ -52,6 +53,9 @@ UNREACHED_ERROR_KINDS = ("connection_refused",)
 #: lost (``veeksha.distributed.lost``): its outcome is unknown, not a failure, and the SLOs
 #: treat it as cut off in flight (``veeksha.evaluate.slo``).
 SHARD_LOST = "shard_lost"
+#: The ``error_kind`` of a request whose worker process died with it in flight: lost by
+#: veeksha, not failed by the server; the SLOs treat it as cut off in flight too.
+WORKER_LOST = "worker_lost"
 
 
 class WorkItem(msgspec.Struct, tag="work", array_like=True, gc=False):

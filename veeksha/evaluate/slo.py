@@ -15,7 +15,8 @@ chunk) and E2E it counts the same way only when it had been in flight longer tha
 ``value`` (it cannot have met it), and is otherwise left out, as it is for TPOT, TBC and
 normalized E2E (:func:`never_produced`). So is a request whose shard was lost with it in flight
 (``error_kind`` ``shard_lost``, a distributed run: veeksha lost its outcome, the server did not
-fail it), in flight from its dispatch to the last time it was known in flight. A request
+fail it), in flight from its dispatch to the last time it was known in flight, and a request
+whose worker process died with it in flight (``worker_lost``). A request
 cancelled before it was sent was never asked and is not in the sample. So an
 overloaded run whose slowest requests time out cannot meet a p99 on the others: the quantile is
 +inf, and not met, as soon as it falls among the unfinished requests (``observed`` null,
@@ -48,7 +49,7 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
-from veeksha.dispatch.messages import SHARD_LOST
+from veeksha.dispatch.messages import SHARD_LOST, WORKER_LOST
 from veeksha.evaluate.carried import CarriedOver
 from veeksha.evaluate.metrics import LATENCY_METRICS, Digest, metric_sample
 from veeksha.evaluate.sample import ArraySample, Sample
@@ -136,11 +137,14 @@ def never_produced(
     ``normalized_e2e``, which say nothing of a request cut off mid-answer. A ``shard_lost``
     row (a distributed run's shard lost with it in flight: its outcome unknown, its
     ``completed_at`` the last time it was known in flight) is cut off in the same way, in
-    flight from its ``dispatched_at`` (its send is unknown)."""
+    flight from its ``dispatched_at`` (its send is unknown), and so is a ``worker_lost`` row
+    (a worker process of this host died with it in flight: veeksha lost it, the server did
+    not fail it)."""
     if not requests.num_rows:
         return unfinished
     counted = unfinished
-    cut = unfinished & (status_is(requests, "cancelled") | error_kind_is(requests, SHARD_LOST))
+    lost = error_kind_is(requests, SHARD_LOST) | error_kind_is(requests, WORKER_LOST)
+    cut = unfinished & (status_is(requests, "cancelled") | lost)
     if cut.any():
         if metric in ("ttfc", "e2e"):
             since = column(requests, "sent_at")

@@ -157,6 +157,20 @@ def test_a_request_lost_with_its_shard_counts_only_once_it_outlived_the_bound() 
     assert (met.unfinished, met.samples, met.met) == (0, 8, True)
 
 
+def test_a_request_lost_with_its_worker_is_judged_as_one_cut_off() -> None:
+    # a worker process died 0.3 s and 2.5 s after it sent them (the pool sets sent_at to the
+    # dispatch, completed_at to when it saw the death): veeksha lost them, the server did not
+    # fail them
+    lost = [
+        request(8, sent=1.0, chunks=(), completed=1.3, status="error"),
+        request(9, sent=1.0, chunks=(), completed=3.5, status="error"),
+    ]
+    for row in lost:
+        row["error_kind"] = "worker_lost"
+    e2e, tpot = _judge([*FINISHED, *lost], [_slo("e2e", 0.5, 1.0), _slo("tpot", 0.5, 1.0)])
+    assert (e2e.unfinished, e2e.samples, tpot.unfinished) == (1, 9, 0)
+
+
 @pytest.mark.parametrize("unfinished", [0, 1, 3, 7])
 @pytest.mark.parametrize("percentile", [0.0, 0.3, 0.5, 0.9, 0.99, 1.0])
 def test_slo_quantile_is_numpys_with_the_unfinished_as_infinity(
