@@ -3,14 +3,14 @@
     python -m benchmarks [NAME ...] [--quick] [--no-append] [--repeats N] [--rates R,R,...]
                          [--against REVISION]
 
-NAMEs: imports startup cpu mainrate rate closed precision ttfc streams scale memory trace
-(default: all; ``--quick`` leaves out trace unless named). ``--against REV`` measures that
-revision's ``veeksha`` side by side in the same invocation (its package from ``git archive``,
-run by this interpreter): each repetition runs each figure for both, in alternating order, and
-the table shows both medians. ``--quick`` uses short runs and one repetition (under a minute;
-what CI runs, with ``--no-append``): it prints the figures and never fails on them, since a slow
-or busy machine must not break the build. See ``benchmarks/figures.py`` for the definitions and
-``benchmarks/harness.py`` for the method.
+NAMEs: imports startup startup_plots cpu mainrate rate closed precision ttfc streams scale memory
+trace agents ray (default: all; ``--quick`` leaves out trace and ray unless named).
+``--against REV`` measures that revision's ``veeksha`` side by side in the same invocation (its
+package from ``git archive``, run by this interpreter): each repetition runs each figure for
+both, in alternating order, and the table shows both medians. ``--quick`` uses short runs and
+one repetition (under a minute; what CI runs, with ``--no-append``): it prints the figures and
+never fails on them, since a slow or busy machine must not break the build. See
+``benchmarks/figures.py`` for the definitions and ``benchmarks/harness.py`` for the method.
 """
 
 from __future__ import annotations

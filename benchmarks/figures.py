@@ -35,6 +35,11 @@ startup    a 2 s run at 10 req/s (20 requests): CPU-s, wall time and peak memory
            veeksha starts and stops, so its CPU is in the tree. Both split by the run's own
            account as in ``cpu`` (``traffic_main_cpu_s``, ``workers_cpu_s``,
            ``main_rest_cpu_s``: the main process' start-up and evaluation).
+startup_plots  the startup figure's built-in-simulator run as a plain ``veeksha run`` makes it:
+           with its plots (every figure above runs ``--no-plots``). ``builtin_cpu_s`` and
+           ``builtin_wall_s`` are what a user pays for a 2 s run; the plots' own cost is this
+           minus startup's ``builtin_*`` (same invocation). ``plots`` is the number of PNGs
+           drawn.
 imports    CPU-s of a fresh interpreter (no bytecode written) importing what each process of a
            run imports when it starts (``IMPORTS``): the main process, a worker, the simulator;
            ``python``: the bare interpreter's start, the floor under each. (``veeksha run``
@@ -211,6 +216,19 @@ def fig_startup(plan: Plan, sim: Simulator) -> Sample:
             **_cpu_parts(m, "traffic_"),
         }
     )
+
+
+def fig_startup_plots(plan: Plan, _sim: Simulator) -> Sample:
+    m = run_veeksha(
+        scenario(api_base=None, scheduler=_rate(10), max_sessions=20),
+        plan.workdir,
+        "startup_plots",
+        root=plan.root,
+        plots=True,
+    )
+    _check(m, "startup with plots (built-in simulator)")
+    drawn = len(list((m.run_dir / "plots").glob("*.png")))
+    return Sample({"builtin_cpu_s": m.cpu_s, "builtin_wall_s": m.wall_s, "plots": drawn})
 
 
 #: What each process of a run imports when it starts (``imports``), as Python code, after the
@@ -556,6 +574,7 @@ SLOW: frozenset[str] = frozenset({"trace", "ray"})
 FIGURES: dict[str, Callable[[Plan, Simulator], Sample]] = {
     "imports": fig_imports,
     "startup": fig_startup,
+    "startup_plots": fig_startup_plots,
     "cpu": fig_cpu,
     "mainrate": fig_mainrate,
     "rate": fig_rate,

@@ -353,10 +353,14 @@ def run_veeksha(
     sample_rss: bool = False,
     env: dict[str, str] | None = None,
     root: Path = ROOT,
+    plots: bool = False,
 ) -> RunMeasure:
     """Run ``spec`` with ``veeksha run`` in a subprocess; its folder, CPU and wall time, and
     with ``sample_rss`` its RSS every 20 ms (off by default: a sampler thread is one more thing
     on the 2 cores, and the timing figures need none).
+
+    The run is ``-q --no-plots`` (the PNGs are not what most figures measure); ``plots=True``
+    leaves ``--no-plots`` out: the run draws its plots, as a plain ``veeksha run`` does.
 
     ``root`` is the source tree whose ``veeksha`` runs (``python -m`` puts the working folder
     first on the path, and the workers and the built-in simulator inherit it): another
@@ -372,7 +376,7 @@ def run_veeksha(
     path.write_text(json.dumps(spec, indent=1))
     out = workdir / name
     cmd = [sys.executable, "-m", "veeksha.cli", "run", str(path), "--output-dir", str(out), "-q"]
-    cmd += ["--no-plots"] if _has_no_plots(root) else []
+    cmd += ["--no-plots"] if not plots and _has_no_plots(root) else []
     if dry_run:
         cmd.append("--dry-run")
     cmd += list(extra_args)
