@@ -11,9 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from matplotlib.figure import Figure
+from matplotlib.image import imread
 
 from veeksha.evaluate import plots, source
-from veeksha.evaluate.metrics import digest
+from veeksha.evaluate.metrics import Digest, digest
 from veeksha.evaluate.plots import in_flight_envelope
 from veeksha.evaluate.source import ColumnSource
 
@@ -233,3 +234,48 @@ def test_no_ramp_plot_without_a_ramp_or_latency(tmp_path: Path) -> None:
     empty = {"offered_rate": 2.0, "ttfc_p50": None, "e2e_p50": None}
     assert plots.write_ramp_plot(tmp_path, {"windows": [empty]}) == []
     assert not (tmp_path / "plots").exists()
+
+
+def _cdf_in_a_figure_of_its_own(digest: Digest, name: str, path: Path) -> None:
+    """A CDF drawn as before the CDFs shared one figure: a new figure, its artists added."""
+    assert digest.cdf is not None
+    assert digest.median is not None
+    xs = digest.cdf * 1000
+    fig = plots._figure()
+    ax = fig.add_subplot()
+    if xs.size == 1:
+        ax.plot([xs[0], xs[0]], [0.0, 1.0], marker="o", label="the only sample")
+        plots._note(ax, f"one sample: {xs[0]:.4g} ms")
+    else:
+        ax.plot(xs, np.linspace(0, 1, xs.size), drawstyle="steps-post", label="CDF")
+    for key, style in plots.CDF_MARKS:
+        value = digest.stats.get(key)
+        if value is not None and xs.size > 1:
+            label = f"{key} {value * 1000:.4g} ms"
+            ax.axvline(value * 1000, color="grey", linestyle=style, linewidth=1, label=label)
+    ax.set_xlabel(f"{name.upper()} (ms)")
+    ax.set_ylabel("fraction of samples")
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_title(f"{name.upper()} CDF ({digest.count} samples, p50 {digest.median * 1000:.3g} ms)")
+    ax.legend(loc="lower right", fontsize="small")
+    ax.grid(alpha=0.3)
+    plots._save(fig, path)
+
+
+def test_the_cdfs_drawn_in_one_figure_are_the_images_of_a_figure_each(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    samples = {
+        "ttfc": rng.exponential(0.05, 3000),  # a wide CDF first: its axis must not stay
+        "tbc": np.zeros(600),  # all at one value: a singular axis
+        "tpot": np.array([0.004]),  # one sample: a figure of its own, between shared ones
+        "e2e": rng.normal(2.0, 0.01, 400),  # a narrow one, far from the first
+    }
+    digests = {
+        name: digest(values, "s", cdf_points=plots.CDF_POINTS) for name, values in samples.items()
+    }
+    shared = plots.write_cdf_plots(tmp_path / "shared", digests)
+    assert [path.name for path in shared] == [f"{name}_cdf.png" for name in plots.CDF_METRICS]
+    for name in plots.CDF_METRICS:
+        own = tmp_path / f"own_{name}.png"
+        _cdf_in_a_figure_of_its_own(digests[name], name, own)
+        assert (imread(tmp_path / "shared" / "plots" / f"{name}_cdf.png") == imread(own)).all()
