@@ -108,6 +108,35 @@ def test_evaluate_run_writes_every_file(tmp_path: Path) -> None:
     assert "generator_saturation" in text
 
 
+def test_the_collector_is_off_while_the_plots_are_drawn_and_back_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # its passes over matplotlib's lasting objects took 50-90 ms of a short run's plots
+    import gc
+
+    import veeksha.evaluate.run as run_module
+
+    seen: list[bool] = []
+    drawn = run_module.write_plots
+
+    def spy(*args: object, **kwargs: object) -> list[Path]:
+        seen.append(gc.isenabled())
+        return drawn(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(run_module, "write_plots", spy)
+    requests, sessions = _run_tables()
+    assert gc.isenabled()
+    evaluate_run(tmp_path, scenario(), requests, sessions, {"run_id": "r1"}, plots=True)
+    assert seen == [False]
+    assert gc.isenabled()
+    gc.disable()  # a caller that had it off keeps it off
+    try:
+        evaluate_run(tmp_path, scenario(), requests, sessions, {"run_id": "r1"}, plots=True)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def test_zero_measured_requests(tmp_path: Path) -> None:
     requests = requests_table([request(0, phase="warmup")])
     evaluation = evaluate_run(tmp_path, scenario(), requests, sessions_table([]), {}, plots=True)

@@ -17,6 +17,7 @@ from veeksha.evaluate import plots, source
 from veeksha.evaluate.metrics import Digest, digest
 from veeksha.evaluate.plots import in_flight_envelope
 from veeksha.evaluate.source import ColumnSource
+from veeksha.plural import counted
 
 
 def _brute_force(sent: np.ndarray, done: np.ndarray, bins: int) -> tuple[list[int], ...]:
@@ -256,7 +257,8 @@ def _cdf_in_a_figure_of_its_own(digest: Digest, name: str, path: Path) -> None:
     ax.set_xlabel(f"{name.upper()} (ms)")
     ax.set_ylabel("fraction of samples")
     ax.set_ylim(-0.03, 1.03)
-    ax.set_title(f"{name.upper()} CDF ({digest.count} samples, p50 {digest.median * 1000:.3g} ms)")
+    samples = counted(digest.count, "sample")
+    ax.set_title(f"{name.upper()} CDF ({samples}, p50 {digest.median * 1000:.3g} ms)")
     ax.legend(loc="lower right", fontsize="small")
     ax.grid(alpha=0.3)
     plots._save(fig, path)
