@@ -125,16 +125,17 @@ def test_the_collector_is_off_while_the_plots_are_drawn_and_back_after(
 
     monkeypatch.setattr(run_module, "write_plots", spy)
     requests, sessions = _run_tables()
-    assert gc.isenabled()
-    evaluate_run(tmp_path, scenario(), requests, sessions, {"run_id": "r1"}, plots=True)
-    assert seen == [False]
-    assert gc.isenabled()
-    gc.disable()  # a caller that had it off keeps it off
+    before = gc.isenabled()  # (a CLI test in this process may have left it off: veeksha.cli)
     try:
+        gc.enable()
+        evaluate_run(tmp_path, scenario(), requests, sessions, {"run_id": "r1"}, plots=True)
+        assert seen == [False]
+        assert gc.isenabled()
+        gc.disable()  # a caller that had it off keeps it off
         evaluate_run(tmp_path, scenario(), requests, sessions, {"run_id": "r1"}, plots=True)
         assert not gc.isenabled()
     finally:
-        gc.enable()
+        (gc.enable if before else gc.disable)()
 
 
 def test_zero_measured_requests(tmp_path: Path) -> None:
