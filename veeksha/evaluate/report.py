@@ -332,10 +332,25 @@ def _phase_table(phases: dict[str, Any]) -> Table:
             label += f"\n(drain {window['drain_s']:.1f})"
         cells = [_num(headline_value(section, path, scale)) for _, path, scale, _ in PHASE_COLUMNS]
         verdict = section.get("health", {}).get("verdict", "SKIP")
-        met = section.get("slos", {}).get("all_met")
-        slo = "-" if met is None else "[green]met[/]" if met else "[bold red]unmet[/]"
-        table.add_row(label, span, *cells, f"[{_STYLE.get(verdict, '')}]{verdict}[/]", slo)
+        table.add_row(
+            label, span, *cells, f"[{_STYLE.get(verdict, '')}]{verdict}[/]", _met(section)
+        )
     return table
+
+
+def _met(section: dict[str, Any]) -> str:
+    """A phase's SLO cell: met, unmet, or "no data" when every unmet SLO had no sample (the
+    phase measured nothing: slo.json says not met, as for the whole run)."""
+    slos = section.get("slos", {})
+    met = slos.get("all_met")
+    if met is None:
+        return "-"
+    if met:
+        return "[green]met[/]"
+    unmet = [result for result in slos.get("results", []) if not result.get("met")]
+    if unmet and not any(result.get("samples") for result in unmet):
+        return "[yellow]no\ndata[/]"
+    return "[bold red]unmet[/]"
 
 
 #: (column, key of a ramp window, scale) of the ramp table: rates per s, latency in ms.

@@ -163,6 +163,24 @@ def test_the_phase_table_at_80_columns() -> None:
     assert table[table.index("rate_4_per_s") :].split()[:2] == ["rate_4_per_s", "2.0"]
 
 
+def test_a_phase_that_measured_nothing_says_no_data_not_unmet() -> None:
+    summary = _summary()
+    empty = {"window": {"start": 2.0, "end": 2.0}, "health": {"verdict": "PASS"}}
+    slo = {"name": "e2e", "met": False, "samples": 0, "observed": None}
+    summary["phases"] = {
+        "idle": empty | {"slos": {"all_met": False, "results": [slo]}},
+        "busy": empty | {"slos": {"all_met": False, "results": [slo | {"samples": 9}]}},
+    }
+    text = _render(lambda console: render_summary(console, summary))
+    assert max(len(line) for line in text.splitlines()) <= 80
+    table = text[text.index("phases (") :].splitlines()
+    idle = next(i for i, line in enumerate(table) if line.split()[:1] == ["idle"])
+    assert table[idle].split()[-1] == "no"
+    assert table[idle + 1].split() == ["data"]
+    busy = next(line for line in table if line.split()[:1] == ["busy"])
+    assert busy.split()[-1] == "unmet"
+
+
 _REFUSED = "GET http://127.0.0.1:9/metrics: Connection refused (nothing listens there)"
 
 
