@@ -347,10 +347,15 @@ def _met(section: dict[str, Any]) -> str:
         return "-"
     if met:
         return "[green]met[/]"
-    unmet = [result for result in slos.get("results", []) if not result.get("met")]
-    if unmet and not any(result.get("samples") for result in unmet):
+    results = slos.get("results", [])
+    if results and _unmet_for_want_of_data(results):
         return "[yellow]no\ndata[/]"
     return "[bold red]unmet[/]"
+
+
+def _unmet_for_want_of_data(results: Sequence[dict[str, Any]]) -> bool:
+    """Whether every SLO not met had no sample (slo.json: met false, samples 0)."""
+    return all(result.get("met") or not result.get("samples") for result in results)
 
 
 #: (column, key of a ramp window, scale) of the ramp table: rates per s, latency in ms.
@@ -451,7 +456,7 @@ def render_summary(
         met = summary["slos"]["all_met"]
         if met:
             console.print("all SLOs met")
-        elif all(slo["met"] or not slo.get("samples") for slo in slos):
+        elif _unmet_for_want_of_data(slos):
             console.print("[yellow]SLOs not met: no data[/]")
         else:
             console.print("[bold red]SLOs unmet[/]")
