@@ -53,7 +53,8 @@ class Pull:
     ``trace``: trace.jsonl bytes appended since the previous pull, whole lines; ``snapshot``:
     the engine's latest ``RunProbe`` snapshot (in flight, next session, t0); ``running``:
     whether the shard's engine process still runs; ``outcome``: what its run returned (once
-    ended: ``interrupted``, ``stop_reason``, ``returncode``...).
+    ended: ``interrupted``, ``stop_reason``, ``returncode``...); ``silent_s``: how long ago the
+    running engine process last showed it was not frozen (``shard_process.HEARTBEAT_FILE``).
     """
 
     files: dict[str, bytes] = field(default_factory=dict)
@@ -63,6 +64,8 @@ class Pull:
     final: bool = False
     outcome: dict[str, Any] | None = None
     snapshot: dict[str, Any] | None = None  # the run's latest RunProbe snapshot, if new
+    # seconds since the running engine process last beat (None: not running, or no beat yet)
+    silent_s: float | None = None
 
 
 class ShardFiles:

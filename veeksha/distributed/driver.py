@@ -67,6 +67,9 @@ _SETUP_TIMEOUT_S = 300.0
 _CALL_TIMEOUT_S = 30.0
 _FINISH_TIMEOUT_S = 120.0
 CHUNK_ENV = "VEEKSHA_RAY_CHUNK_BYTES"
+#: a running shard whose engine process has not beaten for this long is frozen: lost
+ENGINE_SILENCE_S = 30.0
+SILENCE_ENV = "VEEKSHA_RAY_ENGINE_SILENCE_S"
 NAMESPACE = "veeksha"
 
 
@@ -80,6 +83,8 @@ class DistributedSettings:
     start_margin_s: float = 0.5  # t0 this far after every shard was set up
     pull_interval_s: float = 1.0
     chunk_bytes: int = CHUNK_BYTES  # the final pull's pieces ($VEEKSHA_RAY_CHUNK_BYTES)
+    # a running engine silent this long is lost ($VEEKSHA_RAY_ENGINE_SILENCE_S)
+    engine_silence_s: float = ENGINE_SILENCE_S
 
 
 def actor_name(run_name: str, index: int) -> str:
@@ -99,6 +104,7 @@ def settings_for(scenario: Any, ray_address: str | None) -> DistributedSettings 
         shards=getattr(config, "shards", None) if config else None,
         workers_per_shard=getattr(config, "workers_per_shard", None) if config else None,
         chunk_bytes=_chunk_bytes(),
+        engine_silence_s=_engine_silence_s(),
     )
 
 
@@ -112,6 +118,18 @@ def _chunk_bytes() -> int:
     if size < 1:
         raise ConfigurationError(f"{CHUNK_ENV}={value!r}: a piece must be at least 1 byte")
     return size
+
+
+def _engine_silence_s() -> float:
+    """:data:`ENGINE_SILENCE_S`, or ``$VEEKSHA_RAY_ENGINE_SILENCE_S``."""
+    value = os.environ.get(SILENCE_ENV, "")
+    try:
+        seconds = float(value) if value else ENGINE_SILENCE_S
+    except ValueError:
+        raise ConfigurationError(f"{SILENCE_ENV}={value!r} is not a number of seconds") from None
+    if not seconds > 0 or seconds == float("inf"):
+        raise ConfigurationError(f"{SILENCE_ENV}={value!r}: give a positive number of seconds")
+    return seconds
 
 
 @dataclass
@@ -131,6 +149,8 @@ class ShardState:
     ended_at_wall_ns: int | None = None
     # its engine ended without a result (killed, crashed): lost, though its actor answers
     engine_died: bool = False
+    # its engine process stopped beating (frozen): lost, though its actor answers
+    engine_silent: bool = False
     running: bool = True
     missed: int = 0
     final: Pull | None = None
@@ -183,7 +203,14 @@ def run_distributed(
             say(f"ray: {count} shard(s) on node(s) " + ", ".join(s.node_id[:12] for s in shards))
             t0_wall_ns = _agree_t0(ray, shards, scenario, settings, interrupts)
             setup_s = time.monotonic() - setup_start
-            _follow(ray, shards, settings.pull_interval_s, interrupts, say)
+            _follow(
+                ray,
+                shards,
+                settings.pull_interval_s,
+                interrupts,
+                say,
+                silence_s=settings.engine_silence_s,
+            )
             interrupted = interrupts.count > 0
             _finish(ray, shards)
         finally:
@@ -369,7 +396,7 @@ def _release(ray: ModuleType, shards: Sequence[ShardState], placement: Any) -> N
     a ``local`` cluster). Best effort: a lost shard's actor is gone already."""
     cleanups = []
     for shard in shards:
-        if shard.lost is None or shard.engine_died:  # (its actor still answers)
+        if shard.lost is None or shard.engine_died or shard.engine_silent:  # (actor answers)
             with contextlib.suppress(Exception):
                 cleanups.append(shard.actor.cleanup.remote())
     with contextlib.suppress(Exception):
@@ -429,11 +456,13 @@ def _follow(
     interrupts: _Interrupts,
     say: Callable[[str], None],
     *,
+    silence_s: float = ENGINE_SILENCE_S,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
     """Pull every shard each ``interval_s`` (all at once, answers taken as they come:
-    ``pulls.PullRounds``) until each has ended or is lost; relay Ctrl-C."""
+    ``pulls.PullRounds``) until each has ended or is lost; relay Ctrl-C. A shard whose engine
+    process has been silent ``silence_s`` (frozen while its actor answers) is lost."""
 
     def wait(refs: list[Any], timeout_s: float) -> Any:
         ready, _ = ray.wait(refs, num_returns=1, timeout=timeout_s)
@@ -455,7 +484,7 @@ def _follow(
         next_pull = clock() + interval_s
         live = [shard.index for shard in shards if shard.lost is None and shard.running]
         for index, ref in rounds.round(live, next_pull):
-            _receive(ray, shards[index], ref)
+            _receive(ray, shards[index], ref, silence_s)
         for index in rounds.in_flight():
             _missed(shards[index], "no answer to pulls")
             if shards[index].lost is not None:
@@ -473,8 +502,9 @@ def _follow(
         sleep(max(0.0, next_pull - clock()))
 
 
-def _receive(ray: ModuleType, shard: ShardState, ref: Any) -> None:
-    """Apply a pull that has answered (its reference is ready)."""
+def _receive(ray: ModuleType, shard: ShardState, ref: Any, silence_s: float) -> None:
+    """Apply a pull that has answered (its reference is ready); lose the shard if its running
+    engine has been silent ``silence_s``."""
     try:
         pull = ray.get(ref, timeout=_CALL_TIMEOUT_S)
     except ray.exceptions.GetTimeoutError:
@@ -491,6 +521,15 @@ def _receive(ray: ModuleType, shard: ShardState, ref: Any) -> None:
     if shard.running and not pull.running:
         shard.ended_at_wall_ns = time.time_ns()
     shard.running = pull.running
+    if pull.running and pull.silent_s is not None and pull.silent_s >= silence_s:
+        # stopped (SIGSTOP, a frozen cgroup) or stuck: its actor ends it at the release
+        shard.engine_silent = True
+        _mark_lost(
+            shard,
+            f"its engine process showed no sign of life for {pull.silent_s:.0f} s (stopped or"
+            " stuck) and was ended",
+            time.time_ns() - int(pull.silent_s * _NS),
+        )
 
 
 def _missed(shard: ShardState, reason: str) -> None:

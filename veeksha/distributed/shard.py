@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from veeksha.distributed.collect import CHUNK_BYTES, Pull, ShardFiles
-from veeksha.distributed.shard_process import SNAPSHOT_FILE, ShardJob
+from veeksha.distributed.shard_process import HEARTBEAT_FILE, SNAPSHOT_FILE, ShardJob
 
-__all__ = ["ShardActor", "engine_died", "sweep_stale_folders"]
+__all__ = ["ShardActor", "engine_died", "silent_s", "sweep_stale_folders"]
 
 _OUTCOME_FILE = "outcome.json"
 _JOB_FILE = "job.pickle"
@@ -62,6 +62,15 @@ def engine_died(outcome: dict[str, Any] | None) -> str | None:
     reason = f"its engine process ended (exit code {code}) before its run did"
     last = str(outcome.get("log_tail") or "").strip().splitlines()
     return f"{reason}; its log's last line: {last[-1].strip()}" if last else reason
+
+
+def silent_s(heartbeat: Path, now_s: float) -> float | None:
+    """Seconds since the engine process last touched ``heartbeat`` (its modification time, on
+    this host's wall clock ``now_s``); None before its first beat."""
+    try:
+        return max(0.0, now_s - heartbeat.stat().st_mtime)
+    except FileNotFoundError:
+        return None
 
 
 class ShardActor:
@@ -132,6 +141,8 @@ class ShardActor:
         running = self.running()  # (read first: a run that ended before the listing is whole)
         pull = self.files.next_pull()
         pull.running = running
+        if running:
+            pull.silent_s = silent_s(self.base / HEARTBEAT_FILE, time.time())
         with contextlib.suppress(OSError, ValueError):
             pull.snapshot = json.loads((self.base / SNAPSHOT_FILE).read_text(encoding="utf-8"))
         return pull
@@ -151,8 +162,7 @@ class ShardActor:
         try:
             self.process.wait(timeout_s)
         except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+            _kill_tree(self.process)
         pull = self.files.next_pull(final=True)
         pull.running = False
         outcome_path = self.base / _OUTCOME_FILE
@@ -175,7 +185,23 @@ class ShardActor:
 
     def cleanup(self) -> None:
         """Delete the shard's local folder (after the driver has everything)."""
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
+        if self.process.poll() is None:  # (a frozen engine: lost)
+            _kill_tree(self.process)
         shutil.rmtree(self.base, ignore_errors=True)
+
+
+def _kill_tree(process: subprocess.Popen[bytes]) -> None:
+    """Kill the engine process and its descendants: its workers and helpers outlive it for a
+    moment, and one (the server watch) writes its file into the folder as it ends."""
+    import psutil
+
+    try:
+        members = psutil.Process(process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        members = []
+    process.kill()  # (SIGKILL ends a stopped process too)
+    process.wait()
+    for member in members:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            member.kill()
+    psutil.wait_procs(members, timeout=5)

@@ -28,12 +28,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SNAPSHOT_FILE", "ShardJob", "main"]
+__all__ = ["HEARTBEAT_FILE", "SNAPSHOT_FILE", "ShardJob", "main"]
 
 _ORPHAN_POLL_S = 0.5
 _SNAPSHOT_EVERY_S = 0.5
 #: beside the job file: the run's latest ``RunProbe`` snapshot (JSON), rewritten every 0.5 s
 SNAPSHOT_FILE = "snapshot.json"
+#: beside it: touched every 0.5 s while the process runs, by a thread of its own (the actor's
+#: pulls read its age: an engine process stopped by SIGSTOP or stuck in the kernel stops it)
+HEARTBEAT_FILE = "heartbeat"
 
 
 @dataclass
@@ -57,8 +60,12 @@ def _watch_parent(parent: int, orphaned: threading.Event) -> None:
 
 
 def _report_snapshots(probe: Any, path: Path, done: threading.Event) -> None:
-    """Write the run's state for the actor's pulls (what a lost shard had in flight)."""
+    """Write the run's state for the actor's pulls (what a lost shard had in flight), and beat
+    (the process lives, even while its run is not running yet or is finishing)."""
+    beat = path.with_name(HEARTBEAT_FILE)
+    beat.touch()
     while not done.wait(_SNAPSHOT_EVERY_S):
+        beat.touch()
         try:
             snapshot = probe.snapshot(timeout=_SNAPSHOT_EVERY_S * 4)
         except Exception:  # noqa: BLE001 (not running yet, or ended: the next one, or none)

@@ -354,3 +354,46 @@ def test_a_shard_whose_engine_is_killed_is_lost_and_the_report_says_what_it_took
     assert f"{len(lost)} request" in notes[0]
     # its actor lived on: it deleted the shard's folder on its node at the end
     assert not list(Path(tempfile.gettempdir()).glob(f"veeksha-shard-*/{run_dir.name}"))
+
+
+def test_a_shard_whose_engine_is_frozen_is_lost_and_ended(
+    ray_cluster: RayCluster, start_simulator: StartSimulator, tmp_path: Path
+) -> None:
+    """Shard 1's engine process stopped mid-run (SIGSTOP) while its actor answers every pull:
+    the run waited for it for ever. Now its silence is seen (the limit shortened to 3 s here;
+    30 s by default), the shard is lost as a killed one is, its engine is ended, and the run
+    ends by itself with the other shard's results and the lost one's in-flight rows."""
+    sim = start_simulator(preset="fast", ttft_ms=20, itl_ms=25)  # ~1 s per answer: in flight
+    path = tmp_path / "s.yaml"
+    path.write_text(_scenario(sim, rate=10, out_min=30, out_max=40, sessions=40))
+    out = tmp_path / "out"
+    proc = _veeksha_run(path, out, ray_cluster.address, VEEKSHA_RAY_ENGINE_SILENCE_S="3")
+    deadline = time.monotonic() + 90
+    pid = None
+    while time.monotonic() < deadline and proc.poll() is None and pid is None:
+        found = list(out.glob("*/shards/shard-1/trace.jsonl"))
+        if found and found[0].read_bytes().count(b"\n") >= 8:  # (see the test above)
+            pid = _engine_pid(found[0].parents[2].name, 1)
+        time.sleep(0.2)
+    assert pid is not None, proc.communicate(timeout=5)
+    engine = psutil.Process(pid)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        _, stderr = proc.communicate(timeout=150)
+    finally:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            engine.kill()
+    assert proc.returncode == 3, stderr
+    assert "shard 1 lost (its engine process showed no sign of life for " in stderr
+    assert "Traceback" not in stderr
+    (run_dir,) = out.iterdir()
+    shards = json.loads((run_dir / SHARDS_FILE).read_text())["shards"]
+    assert shards[0]["lost"] is None
+    assert shards[0]["outcome"]["stop_reason"] == "completed"
+    assert shards[1]["lost"].startswith("its engine process showed no sign of life")
+    requests = pd.read_parquet(run_dir / "requests.parquet")
+    lost = requests[(requests["shard"] == 1) & (requests.error_kind == SHARD_LOST)]
+    assert len(lost) > 0  # its requests in flight, from its last snapshot and trace lines
+    # its actor ended the stopped engine (SIGKILL ends a stopped process) and its folder
+    assert not engine.is_running() or engine.status() == psutil.STATUS_ZOMBIE
+    assert not list(Path(tempfile.gettempdir()).glob(f"veeksha-shard-*/{run_dir.name}"))

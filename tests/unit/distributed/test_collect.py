@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,6 +22,7 @@ from veeksha.distributed.collect import LocalCopy, Pull, ShardFiles
 from veeksha.distributed.lost import SHARD_LOST, lost_request_rows
 from veeksha.distributed.pulls import MISSED_PULLS
 from veeksha.distributed.run_folder import shard_result
+from veeksha.distributed.shard import silent_s
 from veeksha.errors import ConfigurationError
 from veeksha.record.reader import pending_work
 
@@ -193,6 +195,7 @@ class _Shard:
     clock: _Clock
     delays: list[float]
     pulls: int
+    frozen_at: float = math.inf  # its engine process's last beat (then stopped) on the clock
     issued: list[float] = field(default_factory=list)
     answered: list[float] = field(default_factory=list)
 
@@ -204,7 +207,8 @@ class _Shard:
         self.issued.append(self.clock.now)
         n = len(self.issued)
         delay = self.delays[min(n, len(self.delays)) - 1]
-        return _Ref(self, self.clock.now + delay, Pull(running=n < self.pulls))
+        silent = max(0.0, self.clock.now - self.frozen_at)  # (as of the pull's issue: close)
+        return _Ref(self, self.clock.now + delay, Pull(running=n < self.pulls, silent_s=silent))
 
 
 class _RayError(Exception):
@@ -274,6 +278,66 @@ def test_a_hung_shard_delays_no_other_shard_and_is_lost_after_its_missed_pulls(
     assert shards[2].missed == 0
     assert not shards[2].running
     assert [s.copy.pulls for s in shards] == [0, 40, 5]
+
+
+def test_a_shard_whose_engine_stops_beating_is_lost_though_its_actor_answers(
+    tmp_path: Path,
+) -> None:
+    """A frozen engine process (SIGSTOP) leaves its actor answering every pull: the pulls say
+    how long the engine has been silent, and the driver loses the shard at the limit (before,
+    it waited for it for ever), counting the loss from its last beat."""
+    clock = _Clock()
+    frozen = _Shard(clock, [0.1], pulls=1000, frozen_at=4.5)
+    other = _Shard(clock, [0.1], pulls=20)
+    shards = [
+        driver.ShardState(i, actor, LocalCopy(tmp_path / f"shard-{i}"))
+        for i, actor in enumerate((frozen, other))
+    ]
+    driver._follow(
+        _FakeRay(clock),  # type: ignore[arg-type]
+        shards,
+        1.0,
+        driver._Interrupts(),
+        lambda line: None,
+        silence_s=10.0,
+        clock=clock,
+        sleep=clock.sleep,
+    )
+    # silent 10 s at the pull of t = 15 (last beat at 4.5): lost then, and pulled no more
+    assert frozen.issued == [float(n) for n in range(16)]
+    assert shards[0].lost == (
+        "its engine process showed no sign of life for 10 s (stopped or stuck) and was ended"
+    )
+    assert shards[0].engine_silent
+    assert shards[0].lost_at_wall_ns is not None
+    # the other shard ran to its end, untouched
+    assert shards[1].lost is None
+    assert not shards[1].running
+    assert not shards[1].engine_silent
+
+
+def test_an_engines_silence_is_the_age_of_its_heartbeat(tmp_path: Path) -> None:
+    beat = tmp_path / "heartbeat"
+    assert silent_s(beat, 1000.0) is None  # (no beat yet)
+    beat.touch()
+    os.utime(beat, (990.0, 990.0))
+    assert silent_s(beat, 1000.0) == 10.0
+    assert silent_s(beat, 985.0) == 0.0  # (clock steps: never negative)
+
+
+def test_the_engine_silence_limit_comes_from_the_environment_or_is_an_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    scenario = SimpleNamespace(runtime=SimpleNamespace(distributed=None))
+    settings = driver.settings_for(scenario, "local")
+    assert settings is not None
+    assert settings.engine_silence_s == driver.ENGINE_SILENCE_S == 30.0
+    monkeypatch.setenv(driver.SILENCE_ENV, "2.5")
+    assert driver.settings_for(scenario, "local").engine_silence_s == 2.5  # type: ignore[union-attr]
+    for bad in ("30s", "0", "-1", "nan", "inf"):
+        monkeypatch.setenv(driver.SILENCE_ENV, bad)
+        with pytest.raises(ConfigurationError, match="VEEKSHA_RAY_ENGINE_SILENCE_S"):
+            driver.settings_for(scenario, "local")
 
 
 def test_the_piece_size_comes_from_the_environment_or_is_an_error(
