@@ -106,6 +106,8 @@ def report(run_dir: Path, no_plots: bool, quiet: bool) -> None:
 
 
 def _summary(run_dir: Path) -> dict[str, Any]:
+    """The run's summary.json, or its evaluation in memory when it has none (a killed run) or
+    one that is not an evaluation's (no ``schema_version``: a shard's own, a stray file)."""
     from veeksha.evaluate.outputs import SUMMARY_FILE
 
     path = run_dir / SUMMARY_FILE
@@ -114,19 +116,38 @@ def _summary(run_dir: Path) -> dict[str, Any]:
             data = json.loads(path.read_text(encoding="utf-8"))
         except ValueError:
             data = None
-        if isinstance(data, dict):
+        if isinstance(data, dict) and "schema_version" in data:
             return data
     summary: dict[str, Any] = _evaluate(run_dir, write=False).summary
     return summary
 
 
+def _scenario(run_dir: Path) -> dict[str, Any] | None:
+    """The run's config.yaml as a plain mapping (None when absent or unreadable)."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    from veeksha.record.run_folder import CONFIG_FILE
+
+    try:
+        data = YAML(typ="safe", pure=True).load((run_dir / CONFIG_FILE).read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, YAMLError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 @click.command()
 @click.argument("run_dirs", nargs=-1, required=True, type=_RUN_DIR)
 def compare(run_dirs: tuple[Path, ...]) -> None:
-    """Headline metrics of RUN_DIRS side by side, with the change relative to the first."""
+    """Headline metrics of RUN_DIRS side by side, with the change relative to the first.
+
+    Also how each run ended, each SLO's verdict, each phase of runs with phases, and the keys
+    in which a run's scenario differs from the first's. Exits 0, or 2 when a folder is not a
+    run folder.
+    """
     from rich.console import Console
 
-    from veeksha.evaluate.report import render_compare
+    from veeksha.evaluate.compare import ComparedRun, render_compare
 
-    summaries = [_summary(run_dir) for run_dir in run_dirs]
-    render_compare(Console(), [run_dir.name for run_dir in run_dirs], summaries)
+    runs = [ComparedRun(d.name, _summary(d), _scenario(d)) for d in run_dirs]
+    render_compare(Console(), runs)

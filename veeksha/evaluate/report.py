@@ -1,5 +1,5 @@
 """The terminal report (rich): headline numbers, latency table, a ramp's table of latency against
-the offered rate, health verdicts, SLOs; and the side-by-side table of ``veeksha compare``.
+the offered rate, health verdicts, SLOs (``veeksha compare``'s table: ``veeksha.evaluate.compare``).
 
 Everything is read from a summary.json document (``veeksha.evaluate.summary``), so the report of
 a finished run, ``veeksha report`` and ``veeksha compare`` show the same numbers.
@@ -25,7 +25,6 @@ __all__ = [
     "RAMP_COLUMNS",
     "carried_note",
     "headline_value",
-    "render_compare",
     "render_summary",
 ]
 
@@ -469,47 +468,3 @@ def _checks_from_summary(summary: dict[str, Any]) -> dict[str, Any]:
         for name, status in health.get("checks", {}).items()
     ]
     return {"verdict": health.get("verdict", "SKIP"), "checks": checks}
-
-
-def _change(base: float | None, value: float | None) -> str:
-    if base is None or value is None:
-        return ""
-    if base == 0:
-        return "" if value == 0 else " (new)"
-    return f" ({(value - base) / abs(base):+.1%})"
-
-
-def render_compare(
-    console: Console, names: Sequence[str], summaries: Sequence[dict[str, Any]]
-) -> None:
-    """Headline metrics of several runs side by side, with the change relative to the first."""
-    table = Table(title="veeksha compare (change relative to the first run)", title_justify="left")
-    table.add_column("metric")
-    for name in names:
-        table.add_column(name, justify="right", overflow="fold")
-    for label, path, scale, unit in HEADLINE:
-        values = [headline_value(s, path, scale) for s in summaries]
-        cells = [f"{_num(values[0])} {unit}".rstrip() if values[0] is not None else "-"]
-        for value in values[1:]:
-            text = f"{_num(value)} {unit}".rstrip() if value is not None else "-"
-            cells.append(text + _change(values[0], value))
-        table.add_row(label, *cells)
-    table.add_row("health", *[s.get("health", {}).get("verdict", "-") for s in summaries])
-    table.add_row("all SLOs met", *[str(s.get("slos", {}).get("all_met", "-")) for s in summaries])
-    ramps = [s.get("ramp") for s in summaries]
-    if any(ramps):
-        table.add_row("ramp (rates /s)", *[_ramp_label(r) for r in ramps])
-    console.print(table)
-    if any(ramps):
-        console.print(
-            "[yellow]a ramped run's numbers above are over its whole ramp, whatever the rate;"
-            " compare latency at each offered rate in its ramp table (veeksha report RUN)[/]"
-        )
-
-
-def _ramp_label(ramp: dict[str, Any] | None) -> str:
-    """``2 → 16 linear, 12 s`` (``-``: the rate was constant)."""
-    if not ramp:
-        return "-"
-    rates = f"{_num(ramp.get('start_rate'))} → {_num(ramp.get('end_rate'))}"
-    return f"{rates} {ramp.get('shape')}, {_num(ramp.get('duration'))} s"

@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 
 from veeksha.evaluate.health import lost_shards_note
-from veeksha.evaluate.report import _display_unit, _num, render_compare, render_summary
+from veeksha.evaluate.report import _display_unit, _num, render_summary
 
 _NAMES = (
     "ttfc",
@@ -83,14 +83,6 @@ def test_the_report_at_80_columns_cuts_no_name_or_value() -> None:
     joined = " ".join(text.split())  # the SLO's name may fold over lines, but all of it is there
     for word in ("P99", "chat", "tier", "612.3", "ms"):
         assert word in joined
-
-
-def test_compare_at_80_columns_cuts_no_value() -> None:
-    summary = _summary()
-    names = ["20261125T093514Z-614bbfbc0f", "20261125T093518Z-5d7f76a9dc"]
-    text = _render(lambda console: render_compare(console, names, [summary, summary]))
-    assert "…" not in text
-    assert max(len(line) for line in text.splitlines()) <= 80
 
 
 @pytest.mark.parametrize(
@@ -234,24 +226,6 @@ def test_scrapes_holding_no_known_metric_are_said_instead_of_an_empty_table() ->
     assert "server metrics: 12 scrapes, none holding a metric veeksha reads" in joined
     assert "what the server exports is in server_metrics.parquet" in joined
     assert max(len(line) for line in text.splitlines()) <= 80
-
-
-def test_compare_says_which_runs_ramped_and_where_their_latency_per_rate_is() -> None:
-    flat = _summary()
-    ramped = _summary() | {
-        "ramp": {"shape": "linear", "start_rate": 2.0, "end_rate": 16.0, "duration": 12.0}
-    }
-    names = ["constant", "ramped"]
-    text = _render(lambda console: render_compare(console, names, [flat, ramped]))
-    row = next(line for line in text.splitlines() if "ramp (rates /s)" in line)
-    assert "-" in row
-    assert "2 → 16 linear, 12 s" in row
-    assert "over its whole ramp" in text
-    assert "veeksha report RUN" in text
-    assert max(len(line) for line in text.splitlines()) <= 80
-    plain = _render(lambda console: render_compare(console, names, [flat, flat]))
-    assert "ramp (rates" not in plain
-    assert "whole ramp" not in plain
 
 
 def _evaluated(**data: object) -> dict[str, object]:

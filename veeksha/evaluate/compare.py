@@ -1,0 +1,295 @@
+"""``veeksha compare`` of run folders: the headline numbers side by side, and what makes them
+comparable or not.
+
+Each run after the first shows its change relative to the first, ``(value − first) / |first|``,
+coloured by what is better for that metric (green: higher throughput, lower latency or error
+rate; red: the reverse; counts and the window are neither). Beside the numbers it says what a
+reader must know before trusting a change:
+
+- how each run ended (``completed``, ``timeout``, ``interrupted``, ``killed``: a partial run's
+  folder, its end never written), with the partial run's note;
+- each SLO (by metric, percentile and bound) with each run's observed value and verdict; a run
+  whose SLOs are not the first run's gets no change of goodput (it counts other work);
+- the keys in which a run's scenario (its config.yaml) differs from the first's;
+- for runs with ``phases:``, each phase side by side (matched by name), as the headline numbers
+  are over all the measured phases together.
+
+Columns are headed by the run folders' names when they fit the console's width whole; otherwise
+by letters, A for the first, with a legend above the table naming each folder in full.
+
+Worked example: TTFC p99 41.23 ms in A and 43.1 ms in B reads ``43.1 ms (+4.5%)`` in red in B's
+column (B is slower); requests/s 5.55 and 5.49 reads ``5.49 /s (-1.1%)``, also red.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.measure import Measurement
+from rich.table import Table
+
+from veeksha.evaluate.health import lost_shards_note, partial_note
+from veeksha.evaluate.report import _STYLE, HEADLINE, _met, _num, headline_value
+
+__all__ = ["ComparedRun", "ended", "render_compare", "scenario_differences", "slo_key"]
+
+#: Direction of the headline metrics: +1 higher is better, -1 lower is better (latency and
+#: error rate); metrics not listed (counts, the window) have none.
+_BETTER: dict[str, int] = {
+    "error rate": -1,
+    "requests/s": 1,
+    "output tokens/s": 1,
+    "total tokens/s": 1,
+    "goodput requests/s": 1,
+}
+#: (label, key path in a phase's section, scale, unit) of the per-phase comparison.
+_PHASE_ROWS: tuple[tuple[str, tuple[str, ...], float, str], ...] = (
+    ("requests/s", ("throughput", "requests_per_s"), 1, "/s"),
+    ("TTFC p99", ("latency", "ttfc", "p99"), 1000, "ms"),
+    ("TPOT p99", ("latency", "tpot", "p99"), 1000, "ms"),
+    ("E2E p99", ("latency", "e2e", "p99"), 1000, "ms"),
+    ("error rate", ("errors", "error_rate"), 100, "%"),
+)
+_SHOWN_DIFFERENCES = 6  # scenario keys named per run; the rest are counted
+
+
+@dataclass(frozen=True)
+class ComparedRun:
+    """One run of a comparison: its folder's name, its summary.json document and its scenario
+    as config.yaml holds it (a plain mapping; None when unknown)."""
+
+    name: str
+    summary: dict[str, Any]
+    scenario: Mapping[str, Any] | None = field(default=None)
+
+
+def _direction(label: str) -> int:
+    if label in _BETTER:
+        return _BETTER[label]
+    return -1 if label.endswith(("p50", "p99")) else 0  # (latencies, generator delay)
+
+
+def _change(base: float | None, value: float | None, direction: int) -> str:
+    """`` (+4.5%)`` coloured by ``direction`` (empty when either value is missing)."""
+    if base is None or value is None:
+        return ""
+    if base == 0:
+        return "" if value == 0 else " (new)"
+    change = (value - base) / abs(base)
+    text = f"({change:+.1%})"
+    if direction == 0 or change == 0:
+        return f" {text}"
+    return f" [{'green' if change * direction > 0 else 'red'}]{text}[/]"
+
+
+def _cancelled(summary: Mapping[str, Any]) -> int:
+    """The measured requests a run cancelled (never sent, or cut in flight by its stop)."""
+    count = (summary.get("requests") or {}).get("cancelled")
+    return count if isinstance(count, int) else 0
+
+
+def _cell(value: float | None, unit: str) -> str:
+    return f"{_num(value)} {unit}".rstrip() if value is not None else "-"
+
+
+def ended(summary: Mapping[str, Any]) -> str:
+    """How a run ended: ``killed`` for a partial run's folder, else its stop reason
+    (``completed``, ``timeout``, ``interrupted``...); ``-`` when summary.json does not say."""
+    run = summary.get("run") or {}
+    if run.get("partial"):
+        return "killed"
+    reason = run.get("stop_reason")
+    if reason:
+        return str(reason)
+    return "interrupted" if run.get("interrupted") else "-"
+
+
+def slo_key(slo: Mapping[str, Any]) -> tuple[str, float, float]:
+    """What an SLO judges, whatever its name: (metric, percentile, threshold in s)."""
+    return (str(slo.get("metric")), float(slo.get("percentile", 0)), float(slo.get("threshold", 0)))
+
+
+def _slo_label(key: tuple[str, float, float]) -> str:
+    metric, percentile, threshold = key
+    return f"SLO {metric} p{percentile * 100:g} ≤ {threshold * 1000:.4g} ms"
+
+
+def _slos(summary: Mapping[str, Any]) -> dict[tuple[str, float, float], Mapping[str, Any]]:
+    results = (summary.get("slos") or {}).get("results") or []
+    return {slo_key(slo): slo for slo in results if isinstance(slo, Mapping)}
+
+
+def _slo_cell(slo: Mapping[str, Any] | None) -> str:
+    if slo is None:
+        return "-"
+    if slo.get("met"):
+        verdict = "[green]met[/]"
+    elif not slo.get("samples"):
+        return "[yellow]no data[/]"
+    else:
+        verdict = "[bold red]unmet[/]"
+    if slo.get("beyond_finished"):
+        return f"unfinished {verdict}"
+    observed = slo.get("observed")
+    return verdict if observed is None else f"{_num(observed * 1000)} ms {verdict}"
+
+
+#: config.yaml's keys that say where a run wrote, not what it ran.
+_NOT_THE_EXPERIMENT = frozenset({"output_dir"})
+
+
+def scenario_differences(first: Any, other: Any, path: str = "") -> list[str]:
+    """The dotted paths (``client.api_base``, ``evaluators[0].slos``) at which two scenarios
+    as loaded from config.yaml differ: a mapping key by key, a list of equal length item by
+    item, anything else as a whole (the top level's ``output_dir`` is not compared)."""
+    if isinstance(first, Mapping) and isinstance(other, Mapping):
+        differences: list[str] = []
+        for key in [*first, *(k for k in other if k not in first)]:
+            where = f"{path}.{key}" if path else str(key)
+            if not path and key in _NOT_THE_EXPERIMENT:
+                continue
+            if key not in first or key not in other:
+                differences.append(where)
+            else:
+                differences.extend(scenario_differences(first[key], other[key], where))
+        return differences
+    if isinstance(first, list) and isinstance(other, list) and len(first) == len(other):
+        differences = []
+        for index, (a, b) in enumerate(zip(first, other, strict=True)):
+            differences.extend(scenario_differences(a, b, f"{path}[{index}]"))
+        return differences
+    return [] if first == other else [path or "(the whole scenario)"]
+
+
+def _table(headers: Sequence[str]) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    table.add_column("metric")
+    for header in headers:
+        table.add_column(escape(header), justify="right")
+    return table
+
+
+def _fits(console: Console, table: Table) -> bool:
+    unbounded = console.options.update(max_width=1 << 20)  # (measure clamps to the width)
+    return Measurement.get(console, unbounded, table).maximum <= console.width
+
+
+def _headline(runs: Sequence[ComparedRun], headers: Sequence[str]) -> Table:
+    table = _table(headers)
+    summaries = [run.summary for run in runs]
+    base_slos = set(_slos(summaries[0]))
+    for label, path, scale, unit in HEADLINE:
+        values = [headline_value(s, path, scale) for s in summaries]
+        cells = [_cell(values[0], unit)]
+        for summary, value in zip(summaries[1:], values[1:], strict=True):
+            cell = _cell(value, unit)
+            if label.startswith("goodput") and set(_slos(summary)) != base_slos:
+                cells.append(f"{cell} *" if value is not None else cell)  # (other SLOs)
+            else:
+                cells.append(cell + _change(values[0], value, _direction(label)))
+        table.add_row(label, *cells)
+        if label == "requests total" and any(_cancelled(s) for s in summaries):
+            table.add_row("cancelled", *[_num(_cancelled(s)) for s in summaries])
+    verdicts = [(s.get("health") or {}).get("verdict", "-") for s in summaries]
+    table.add_row("health", *[f"[{_STYLE.get(v, '')}]{v}[/]" for v in verdicts])
+    table.add_row("SLOs", *[_met(s) for s in summaries])
+    keys = list(dict.fromkeys(key for s in summaries for key in _slos(s)))
+    for key in keys:
+        table.add_row(_slo_label(key), *[_slo_cell(_slos(s).get(key)) for s in summaries])
+    table.add_row("ended", *[ended(s) for s in summaries])
+    ramps = [s.get("ramp") for s in summaries]
+    if any(ramps):
+        table.add_row("ramp (rates /s)", *[_ramp_label(r) for r in ramps])
+    return table
+
+
+def _phase_table(runs: Sequence[ComparedRun], headers: Sequence[str]) -> Table:
+    """Each measured phase (by name, in the order the runs first name them) side by side."""
+    phases = [run.summary.get("phases") or {} for run in runs]
+    table = _table(headers)
+    for name in dict.fromkeys(name for sections in phases for name in sections):
+        table.add_row(f"[bold]{escape(str(name))}[/]", *["" for _ in runs])
+        sections = [sections.get(name) for sections in phases]
+        for label, path, scale, unit in _PHASE_ROWS:
+            values = [None if s is None else headline_value(s, path, scale) for s in sections]
+            cells = [_cell(values[0], unit)]
+            cells += [_cell(v, unit) + _change(values[0], v, _direction(label)) for v in values[1:]]
+            table.add_row(f"  {label}", *cells)
+        table.add_row("  SLOs", *["-" if s is None else _met(s) for s in sections])
+    return table
+
+
+def _ramp_label(ramp: dict[str, Any] | None) -> str:
+    """``2 → 16 linear, 12 s`` (``-``: the rate was constant)."""
+    if not ramp:
+        return "-"
+    rates = f"{_num(ramp.get('start_rate'))} → {_num(ramp.get('end_rate'))}"
+    return f"{rates} {ramp.get('shape')}, {_num(ramp.get('duration'))} s"
+
+
+def _notes(runs: Sequence[ComparedRun], labels: Sequence[str]) -> list[str]:
+    """What the reader must know beside the numbers, one line each (markup escaped)."""
+    notes: list[str] = []
+    first, base_slos = runs[0], set(_slos(runs[0].summary))
+    for run, label in zip(runs, labels, strict=True):
+        info = run.summary.get("run") or {}
+        for note in (partial_note(info), lost_shards_note(info)):
+            if note:
+                notes.append(f"{label}: {note}")
+        if not info.get("partial") and info.get("interrupted"):
+            how = ended(run.summary)
+            how = "interrupted" if how in ("interrupted", "-") else f"stopped ({how})"
+            notes.append(f"{label}: {how}: its numbers cover what was recorded before the stop")
+    for run, label in zip(runs[1:], labels[1:], strict=True):
+        if set(_slos(run.summary)) != base_slos:
+            notes.append(
+                f"* {label}'s SLOs are not {labels[0]}'s: its goodput counts the requests that "
+                "met its own SLOs, so no change is shown (the SLO rows above: '-' where a run "
+                "has no such SLO)"
+            )
+        if first.scenario is not None and run.scenario is not None:
+            differences = scenario_differences(first.scenario, run.scenario)
+            if differences:
+                shown = ", ".join(differences[:_SHOWN_DIFFERENCES])
+                more = len(differences) - _SHOWN_DIFFERENCES
+                shown += f" and {more} more" if more > 0 else ""
+                notes.append(f"{label}'s scenario differs from {labels[0]}'s in: {shown}")
+    if any(run.summary.get("phases") for run in runs):
+        notes.append(
+            "a run with phases: its numbers above are over all its measured phases together; "
+            "each phase is in the phases table"
+        )
+    if any(run.summary.get("ramp") for run in runs):
+        notes.append(
+            "a ramped run's numbers above are over its whole ramp, whatever the rate;"
+            " compare latency at each offered rate in its ramp table (veeksha report RUN)"
+        )
+    return notes
+
+
+def render_compare(console: Console, runs: Sequence[ComparedRun]) -> None:
+    """Headline metrics of several runs side by side, with the change relative to the first,
+    and the notes that say how far the runs are comparable (see the module docstring)."""
+    names = [run.name for run in runs]
+    phased = any(run.summary.get("phases") for run in runs)
+    headers = names
+    tables = [_headline(runs, names), *([_phase_table(runs, names)] if phased else [])]
+    # (titles on lines of their own: a table's title folds to the table's width)
+    console.print("veeksha compare (change relative to the first run)", highlight=False)
+    if not all(_fits(console, table) for table in tables):
+        headers = [chr(ord("A") + i) if i < 26 else f"R{i + 1}" for i in range(len(runs))]
+        for letter, name in zip(headers, names, strict=True):  # (a name is never cut)
+            console.print(f"{letter}  {escape(name)}", soft_wrap=True, highlight=False)
+        tables = [_headline(runs, headers), *([_phase_table(runs, headers)] if phased else [])]
+    console.print(tables[0])
+    if phased:
+        console.print("phases (change relative to the first run's same phase)", highlight=False)
+        console.print(tables[1])
+    labels = headers
+    for note in _notes(runs, labels):  # (labels: the columns' headers, names or letters)
+        console.print(f"[yellow]{escape(note)}[/]")
