@@ -7,7 +7,9 @@ in a measured phase, a session crossing a phase boundary) has a row: it counts i
 never as unrecorded in the phase of its later requests. ``sessions_per_s`` is the rate of
 ``ok`` sessions over the measured window of the requests (see ``veeksha.evaluate.metrics``): the
 measured ones and those carried into the window (started before it, ended inside it:
-``veeksha.evaluate.carried``), ``carried_over`` of them.
+``veeksha.evaluate.carried``), ``carried_over`` of them. ``duration`` is the ok sessions', as
+latency is the ok requests': a session that failed or was cancelled ended early, when it failed
+or the run stopped, and would read a failing server as a fast one.
 """
 
 from __future__ import annotations
@@ -63,7 +65,9 @@ def session_metrics(
     out["carried_over"] = carried
     out["sessions_per_s"] = None if not span else (counts["ok"] + carried) / span
     out["success_rate"] = counts["ok"] / total if total else None
-    out["duration"] = {"unit": "s", **describe(column(sessions, "duration"))}
+    # (a failed or cancelled session ended when it failed or the run stopped: not its length)
+    ok = rows_where(sessions, ak.equal(sessions.column("status"), scalar("ok")))
+    out["duration"] = {"unit": "s", **describe(column(ok, "duration"))}
     out["requests_per_session"] = {"unit": "requests", **describe(column(sessions, "num_requests"))}
     out["think_time"] = {"unit": "s", **describe(column(sessions, "think_time_total"))}
     return out

@@ -190,9 +190,26 @@ def test_session_metrics_count_unrecorded_sessions_as_incomplete() -> None:
     assert (out["ok"], out["error"], out["cancelled"], out["incomplete"]) == (1, 1, 1, 2)
     assert out["unrecorded"] == 2
     assert out["sessions_per_s"] == approx(0.5)
-    assert out["duration"]["mean"] == approx((2 + 4 + 1) / 3)
+    assert out["duration"]["count"] == 1  # the ok session's: the others ended early
+    assert out["duration"]["mean"] == approx(2.0)
     assert out["requests_per_session"]["max"] == 3
     assert out["think_time"]["max"] == approx(0.5)
+
+
+def test_session_duration_is_the_ok_sessions_as_latency_is_the_ok_requests() -> None:
+    """A server that fails sessions at their first turn, and a run stopped mid-session, end
+    sessions early: their durations would make the session length look shorter."""
+    requests = requests_table([request(s, sent=0.0) for s in range(6)])
+    sessions = sessions_table(
+        [session(k, 0.0, 10.0 + k) for k in range(3)]  # 10, 11, 12 s
+        + [session(3, 0.0, 0.2, "error"), session(4, 0.0, 0.3, "error")]
+        + [session(5, 0.0, 1.0, "cancelled")]
+    )
+    out = session_metrics(sessions, requests, (0.0, 12.0))
+    assert out["duration"]["count"] == 3
+    assert out["duration"]["p50"] == approx(11.0)
+    assert out["duration"]["min"] == approx(10.0)
+    assert out["requests_per_session"]["count"] == 6  # (the work: every session's)
 
 
 def test_describe_and_keys() -> None:
