@@ -147,8 +147,40 @@ def _finish(fig: Figure, grid: Any, title: str, point_labels: dict[Axes, list[Po
             axes.grid(True, alpha=0.3)
     handles, labels = grid[0][0].get_legend_handles_labels()
     if handles:
-        fig.legend(handles, labels, loc="lower center", ncols=min(3, len(labels)), fontsize=9)
+        _legend_below(fig, handles, labels)
     fig.suptitle(title)
+
+
+_LEGEND_FONTS = (9, 8, 7)  # tried in turn when even one column is wider than the figure
+_LEGEND_PAD_PX = 4.0  # clear space kept between the legend and the panels above it
+
+
+def _legend_below(fig: Figure, handles: list[Any], labels: list[str]) -> None:
+    """The figure's legend under the panels, and whole: in up to 3 columns, as many as fit the
+    figure's width (long names: compared sweeps' folder names), a smaller font when even one
+    does not; the figure made taller when its rows reach the lowest panels' axis labels."""
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    for fontsize in _LEGEND_FONTS:
+        for ncols in range(min(3, len(labels)), 0, -1):
+            legend = fig.legend(handles, labels, loc="lower center", ncols=ncols, fontsize=fontsize)
+            if legend.get_window_extent(renderer).width <= fig.bbox.width:
+                break
+            legend.remove()
+        else:
+            continue
+        break
+    else:  # (one column at the smallest font, though wider: as little cut as can be)
+        legend = fig.legend(handles, labels, loc="lower center", ncols=1, fontsize=7)
+    top = legend.get_window_extent(renderer).y1 + _LEGEND_PAD_PX
+    lowest = min(ax.get_tightbbox(renderer).y0 for ax in fig.axes)
+    if top <= lowest:
+        return
+    old, grow = fig.get_figheight(), (top - lowest) / fig.dpi
+    placed = [(ax, ax.get_position()) for ax in fig.axes]
+    fig.set_figheight(old + grow)
+    new = old + grow
+    for ax, box in placed:  # every panel moves up by the shortfall and keeps its size
+        ax.set_position((box.x0, (box.y0 * old + grow) / new, box.width, box.height * old / new))
 
 
 def write_sweep_plots(

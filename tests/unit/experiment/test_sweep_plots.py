@@ -192,3 +192,26 @@ def test_compared_sweeps_labels_of_the_same_points_do_not_overlap(
     sweep_plots.write_compare_plot(tmp_path / "cmp.png", sweeps)
     (fig,) = figures
     assert _check_labels(fig) == [6] * 6  # (both sweeps' labels were drawn on one spot)
+
+
+def test_compared_sweeps_with_long_names_have_their_legend_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Folder names as veeksha writes them (``sweep-<UTC time>-<hash>``), a failed point: the
+    legend's entries fit the figure's width, clear of the panels' axis labels."""
+    figures = _drawn(monkeypatch)
+    table = _table([{"arrival_rate": r, "rps": r * 0.9, "ms": 20.0 + r} for r in (6, 24)])
+    table.loc[1, "health"] = "FAIL"
+    names = ["sweep-20261126T171752Z-3cc51dcfea", "sweep-20261126T171759Z-da8f3da41f"]
+    sweeps = [(name, table, _manifest(RATE)) for name in names]
+    sweep_plots.write_compare_plot(tmp_path / "cmp.png", sweeps)
+    (fig,) = figures
+    fig.canvas.draw()  # type: ignore[attr-defined]
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    assert len(_legend(fig)) == 3  # both sweeps and the failed points
+    for text in fig.legends[0].get_texts():
+        box = text.get_window_extent(renderer)
+        assert box.x0 >= 0, text.get_text()
+        assert box.x1 <= fig.bbox.width, text.get_text()
+    legend_top = fig.legends[0].get_window_extent(renderer).y1
+    assert all(legend_top < ax.get_tightbbox(renderer).y0 for ax in fig.axes)
