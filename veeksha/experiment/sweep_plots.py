@@ -172,7 +172,8 @@ def _legend_below(fig: Figure, handles: list[Any], labels: list[str]) -> None:
     else:  # (one column at the smallest font, though wider: as little cut as can be)
         legend = fig.legend(handles, labels, loc="lower center", ncols=1, fontsize=7)
     top = legend.get_window_extent(renderer).y1 + _LEGEND_PAD_PX
-    lowest = min(ax.get_tightbbox(renderer).y0 for ax in fig.axes)
+    boxes = [ax.get_tightbbox(renderer) for ax in fig.axes]
+    lowest = min(box.y0 for box in boxes if box is not None)
     if top <= lowest:
         return
     old, grow = fig.get_figheight(), (top - lowest) / fig.dpi
