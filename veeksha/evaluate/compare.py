@@ -7,7 +7,8 @@ rate; red: the reverse; counts and the window are neither). Beside the numbers i
 reader must know before trusting a change:
 
 - how each run ended (``completed``, ``timeout``, ``interrupted``, ``killed``: a partial run's
-  folder, its end never written), with the partial run's note;
+  folder, its end never written), with the partial run's note; a run not streamed (its TTFC is
+  the whole answer's time, it has no TBC or TPOT) says so;
 - each SLO (by metric, percentile and bound) with each run's observed value and verdict; a run
   whose SLOs are not the first run's gets no change of goodput (it counts other work);
 - the keys in which a run's scenario (its config.yaml) differs from the first's;
@@ -34,7 +35,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from veeksha.evaluate.health import lost_shards_note, partial_note
-from veeksha.evaluate.report import _STYLE, HEADLINE, _met, _num, headline_value
+from veeksha.evaluate.report import _STYLE, HEADLINE, _met, _num, headline_value, stream_note
 
 __all__ = ["ComparedRun", "ended", "render_compare", "scenario_differences", "slo_key"]
 
@@ -238,7 +239,7 @@ def _notes(runs: Sequence[ComparedRun], labels: Sequence[str]) -> list[str]:
     first, base_slos = runs[0], set(_slos(runs[0].summary))
     for run, label in zip(runs, labels, strict=True):
         info = run.summary.get("run") or {}
-        for note in (partial_note(info), lost_shards_note(info)):
+        for note in (partial_note(info), lost_shards_note(info), stream_note(info)):
             if note:
                 notes.append(f"{label}: {note}")
         if not info.get("partial") and info.get("interrupted"):

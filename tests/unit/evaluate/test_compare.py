@@ -180,6 +180,15 @@ def test_an_interrupted_run_is_said_to_cover_what_was_recorded(tmp_path: Path) -
     )
 
 
+def test_a_run_not_streamed_says_its_ttfc_is_the_whole_answer(tmp_path: Path) -> None:
+    a = _folder(tmp_path, "a", _summary(0.04))
+    run = {"interrupted": False, "stop_reason": "completed", "not_streamed": ["default"]}
+    b = _folder(tmp_path, "b", _summary(0.4, run=run))
+    text = " ".join(_compare(a, b).split())
+    assert "b: not streamed, client.stream: false: TTFC is the whole answer's time" in text
+    assert "a: not streamed" not in text
+
+
 def _phase(ttfc_p99: float, rate: float) -> dict[str, Any]:
     return {
         "throughput": {"requests_per_s": rate},
