@@ -122,20 +122,6 @@ def _summary(run_dir: Path) -> dict[str, Any]:
     return summary
 
 
-def _scenario(run_dir: Path) -> dict[str, Any] | None:
-    """The run's config.yaml as a plain mapping (None when absent or unreadable)."""
-    from ruamel.yaml import YAML
-    from ruamel.yaml.error import YAMLError
-
-    from veeksha.record.run_folder import CONFIG_FILE
-
-    try:
-        data = YAML(typ="safe", pure=True).load((run_dir / CONFIG_FILE).read_text("utf-8"))
-    except (OSError, UnicodeDecodeError, YAMLError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 @click.command()
 @click.argument("run_dirs", nargs=-1, required=True, type=_RUN_DIR)
 def compare(run_dirs: tuple[Path, ...]) -> None:
@@ -147,7 +133,7 @@ def compare(run_dirs: tuple[Path, ...]) -> None:
     """
     from rich.console import Console
 
-    from veeksha.evaluate.compare import ComparedRun, render_compare
+    from veeksha.evaluate.compare import ComparedRun, read_scenario, render_compare
 
-    runs = [ComparedRun(d.name, _summary(d), _scenario(d)) for d in run_dirs]
+    runs = [ComparedRun(d.name, _summary(d), read_scenario(d)) for d in run_dirs]
     render_compare(Console(), runs)

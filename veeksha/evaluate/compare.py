@@ -24,8 +24,9 @@ column (B is slower); requests/s 5.55 and 5.49 reads ``5.49 /s (-1.1%)``, also r
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rich import box
@@ -37,7 +38,16 @@ from rich.table import Table
 from veeksha.evaluate.health import lost_shards_note, partial_note
 from veeksha.evaluate.report import _STYLE, HEADLINE, _met, _num, headline_value, stream_note
 
-__all__ = ["ComparedRun", "ended", "render_compare", "scenario_differences", "slo_key"]
+__all__ = [
+    "ComparedRun",
+    "differences_note",
+    "dotted",
+    "ended",
+    "read_scenario",
+    "render_compare",
+    "scenario_differences",
+    "slo_key",
+]
 
 #: Direction of the headline metrics: +1 higher is better, -1 lower is better (latency and
 #: error rate); metrics not listed (counts, the window) have none.
@@ -167,6 +177,40 @@ def scenario_differences(first: Any, other: Any, path: str = "") -> list[str]:
     return [] if first == other else [path or "(the whole scenario)"]
 
 
+def read_scenario(run_dir: Path) -> dict[str, Any] | None:
+    """A run folder's config.yaml as a plain mapping (None when absent or unreadable)."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    from veeksha.record.run_folder import CONFIG_FILE
+
+    try:
+        data = YAML(typ="safe", pure=True).load((run_dir / CONFIG_FILE).read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, YAMLError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def differences_note(
+    label: str, first_label: str, differences: Sequence[str], besides: str = ""
+) -> str | None:
+    """``B's scenario differs from A's in: seed, client.api_base`` (up to 6 keys named, the
+    rest counted); None when there is no difference."""
+    if not differences:
+        return None
+    shown = ", ".join(differences[:_SHOWN_DIFFERENCES])
+    more = len(differences) - _SHOWN_DIFFERENCES
+    shown += f" and {more} more" if more > 0 else ""
+    return f"{label}'s scenario differs from {first_label}'s{besides} in: {shown}"
+
+
+def dotted(paths: Iterable[str]) -> list[str]:
+    """``scenario_differences``' paths in a sweep's swept-key form (``channels.0.x``)."""
+    import re
+
+    return [re.sub(r"\[(\d+)\]", r".\1", path) for path in paths]
+
+
 def _table(headers: Sequence[str]) -> Table:
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     table.add_column("metric")
@@ -255,11 +299,9 @@ def _notes(runs: Sequence[ComparedRun], labels: Sequence[str]) -> list[str]:
             )
         if first.scenario is not None and run.scenario is not None:
             differences = scenario_differences(first.scenario, run.scenario)
-            if differences:
-                shown = ", ".join(differences[:_SHOWN_DIFFERENCES])
-                more = len(differences) - _SHOWN_DIFFERENCES
-                shown += f" and {more} more" if more > 0 else ""
-                notes.append(f"{label}'s scenario differs from {labels[0]}'s in: {shown}")
+            note = differences_note(label, labels[0], differences)
+            if note is not None:
+                notes.append(note)
     if any(run.summary.get("phases") for run in runs):
         notes.append(
             "a run with phases: its numbers above are over all its measured phases together; "

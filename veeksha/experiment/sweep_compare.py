@@ -10,7 +10,7 @@ change involving a point that failed a health check is marked ``!``: it is not a
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,14 @@ from veeksha.experiment.sweep_table import read_table, value_columns
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["COMPARED", "compare_sweeps", "matched_changes", "render_changes", "render_table"]
+__all__ = [
+    "COMPARED",
+    "compare_sweeps",
+    "matched_changes",
+    "render_changes",
+    "render_table",
+    "scenario_note",
+]
 
 #: Column → label of the metrics compared (latencies in seconds in the table, ms when shown).
 COMPARED = {
@@ -102,16 +109,56 @@ def compare_sweeps(console: Console, sweep_dirs: Sequence[Path], plot_path: Path
     loaded = [(d.name, read_table(d), read_manifest(d)) for d in sweep_dirs]
     name0, table0, manifest0 = loaded[0]
     any_failed = False
-    for name, table, manifest in loaded[1:]:
+    notes = []
+    for directory, (name, table, manifest) in zip(sweep_dirs[1:], loaded[1:], strict=True):
         theirs = set(value_columns(manifest).values())
         keys = [c for c in value_columns(manifest0).values() if c in theirs]
         title = f"{name} relative to {name0} (matched on {', '.join(keys) or 'index'})"
         failed = render_changes(console, title, matched_changes(table0, table, keys))
         any_failed = any_failed or failed
+        note = scenario_note(sweep_dirs[0], table0, manifest0, directory, table, manifest)
+        if note is not None:
+            notes.append(note)
     if any_failed:
         console.print("! a point of this row failed a health check: not a server result")
+    for note in notes:
+        console.print(note, style="yellow", markup=False, highlight=False)
     path = write_compare_plot(plot_path, loaded)
     console.print(f"wrote {path}", soft_wrap=True)  # (a path: never cut across lines)
+
+
+def _first_scenario(sweep_dir: Path, table: pd.DataFrame) -> dict[str, Any] | None:
+    """The scenario (config.yaml) of the sweep's first point that has one."""
+    from veeksha.evaluate.compare import read_scenario
+
+    for folder in table["run_folder"].tolist() if "run_folder" in table else []:
+        scenario = read_scenario(sweep_dir / str(folder)) if folder else None
+        if scenario is not None:
+            return scenario
+    return None
+
+
+def scenario_note(
+    first_dir: Path,
+    first: pd.DataFrame,
+    first_manifest: Mapping[str, Any],
+    other_dir: Path,
+    other: pd.DataFrame,
+    other_manifest: Mapping[str, Any],
+) -> str | None:
+    """The keys, besides the swept ones, in which the other sweep's scenario differs from the
+    first's (each as its first point ran it); None when they do not, or a point's config.yaml
+    cannot be read."""
+    from veeksha.evaluate.compare import differences_note, dotted, scenario_differences
+
+    a, b = _first_scenario(first_dir, first), _first_scenario(other_dir, other)
+    if a is None or b is None:
+        return None
+    swept = {*first_manifest.get("swept_keys", []), *other_manifest.get("swept_keys", [])}
+    differences = scenario_differences(a, b)
+    kept = [path for path, key in zip(differences, dotted(differences), strict=True)
+            if key not in swept]  # fmt: skip
+    return differences_note(other_dir.name, first_dir.name, kept, " (besides the swept keys)")
 
 
 def render_changes(console: Console, title: str, entries: Sequence[dict[str, Any]]) -> bool:

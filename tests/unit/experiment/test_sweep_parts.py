@@ -204,3 +204,35 @@ def test_ctrl_c_while_the_table_is_written_still_says_how_to_resume(
     assert lines == [
         f"sweep interrupted while writing its table; resume with: veeksha run --resume {sweep_dir}"
     ]
+
+
+def _sweep_of(root: Path, api_base: str) -> Path:
+    """A sweep over the seed whose two points ran (a summary and a config.yaml each)."""
+    loaded = load_points_text("seed: !expand [1, 2]\n", "s.yaml")
+    sweep_dir = create_sweep(loaded, root)
+    for point in loaded.points:
+        folder = sweep_dir / point_folder(point)
+        folder.mkdir()
+        (folder / "summary.json").write_text(json.dumps(_summary()))
+        seed = point.values["seed"]
+        (folder / "config.yaml").write_text(f"seed: {seed}\nclient: {{api_base: '{api_base}'}}\n")
+    return sweep_dir
+
+
+def test_compare_of_sweeps_names_the_scenario_keys_that_differ_besides_the_swept(
+    tmp_path: Path,
+) -> None:
+    from click.testing import CliRunner
+
+    from veeksha.cli import main
+
+    first = _sweep_of(tmp_path / "a", "http://127.0.0.1:8000/v1")
+    same = _sweep_of(tmp_path / "b", "http://127.0.0.1:8000/v1")
+    other = _sweep_of(tmp_path / "c", "http://127.0.0.1:9000/v1")
+    plot = tmp_path / "cmp.png"
+    args = ["compare", str(first), str(same), str(other), "--plot", str(plot)]
+    result = CliRunner().invoke(main, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    said = f"{other.name}'s scenario differs from {first.name}'s (besides the swept keys) in:"
+    lines = [line for line in result.output.splitlines() if "scenario differs" in line]
+    assert lines == [f"{said} client.api_base"]  # (not the seed: it is swept; not `same`)
