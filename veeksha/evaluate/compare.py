@@ -86,16 +86,20 @@ def _direction(label: str) -> int:
 
 
 def _change(base: float | None, value: float | None, direction: int) -> str:
-    """`` (+4.5%)`` coloured by ``direction`` (empty when either value is missing)."""
+    """`` (+4.5%)`` coloured by ``direction`` (empty when either value is missing; ``(new)``
+    from 0, coloured by its sign)."""
     if base is None or value is None:
         return ""
+    if value == base:
+        return "" if base == 0 else " (+0.0%)"
     if base == 0:
-        return "" if value == 0 else " (new)"
-    change = (value - base) / abs(base)
-    text = f"({change:+.1%})"
-    if direction == 0 or change == 0:
+        text, better = "(new)", value * direction > 0
+    else:
+        change = (value - base) / abs(base)
+        text, better = f"({change:+.1%})", change * direction > 0
+    if direction == 0:
         return f" {text}"
-    return f" [{'green' if change * direction > 0 else 'red'}]{text}[/]"
+    return f" [{'green' if better else 'red'}]{text}[/]"
 
 
 def _cancelled(summary: Mapping[str, Any]) -> int:

@@ -116,7 +116,7 @@ def test_three_runs_at_80_columns_are_lettered_with_a_legend() -> None:
 def test_lower_latency_is_green_and_lower_throughput_red() -> None:
     runs = [
         ComparedRun("base", _summary(0.04, 5.0)),
-        ComparedRun("other", _summary(0.02, 4.0)),
+        ComparedRun("other", _summary(0.02, 4.0, errors={"error_rate": 0.05})),
     ]
     text = _render(runs, width=120, color=True)
     red, green = "\x1b[31m", "\x1b[32m"
@@ -124,6 +124,8 @@ def test_lower_latency_is_green_and_lower_throughput_red() -> None:
     rate = next(line for line in text.splitlines() if line.startswith("requests/s"))
     assert f"{green}(-50.0%)" in ttfc  # faster: better
     assert f"{red}(-20.0%)" in rate  # fewer requests/s: worse
+    errors = next(line for line in text.splitlines() if line.startswith("error rate"))
+    assert f"{red}(new)" in errors  # failures where there were none: worse
     window = next(line for line in text.splitlines() if line.startswith("window"))
     assert "\x1b[3" not in window.split("6 s")[-1]  # the window's change is neither
 
