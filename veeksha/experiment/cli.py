@@ -77,7 +77,8 @@ def compare(ctx: click.Context, run_dirs: tuple[Path, ...], plot_path: Path | No
     if not all(sweeps):
         runs = ", ".join(str(d) for d, s in zip(run_dirs, sweeps, strict=True) if not s)
         raise ConfigurationError(
-            f"compare takes run folders or sweep folders, not both ({runs} not a sweep)"
+            f"compare takes run folders or sweep folders, not both ({runs} not a sweep); "
+            "compare runs with a sweep's point folders (each a run folder), or sweeps with sweeps"
         )
     if len(run_dirs) < 2:
         raise ConfigurationError("compare of sweeps needs two sweep folders or more")

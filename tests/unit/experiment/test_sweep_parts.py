@@ -236,3 +236,21 @@ def test_compare_of_sweeps_names_the_scenario_keys_that_differ_besides_the_swept
     said = f"{other.name}'s scenario differs from {first.name}'s (besides the swept keys) in:"
     lines = [line for line in result.output.splitlines() if "scenario differs" in line]
     assert lines == [f"{said} client.api_base"]  # (not the seed: it is swept; not `same`)
+
+
+def test_compare_of_a_run_with_a_sweep_refuses_in_one_line_saying_what_to_compare(
+    tmp_path: Path,
+) -> None:
+    from click.testing import CliRunner
+
+    from veeksha.cli import main
+
+    sweep = _sweep_of(tmp_path / "a", "http://127.0.0.1:8000/v1")
+    run = next(p for p in sweep.iterdir() if p.is_dir())
+    result = CliRunner().invoke(main, ["compare", str(run), str(sweep)])
+    assert result.exit_code == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: compare takes run folders or sweep folders, not both (")
+    assert line.endswith(
+        "compare runs with a sweep's point folders (each a run folder), or sweeps with sweeps"
+    )
