@@ -24,20 +24,34 @@ Up to three comparisons, each judged against ``prompt_length_tolerance`` (tokens
     tokens as it generated (the simulator does, to the token; a real server within a token or
     two, well inside the tolerance).
 
+    Only a chat client's rows have a template: the completions API sends the prompt as it is
+    (a BOS at most), so nothing is taken away from its rows, and a server that counts them
+    long fails. Nor can a median be told from another tokenizer when the prompts' lengths are
+    too alike: a tokenizer counting 1.5 tokens a word adds half of every prompt, which on
+    prompts of one length is a constant as well. A median above the tolerance is *undecided*
+    when a share of the prompt that large, ``offset × |target − median target| / median
+    target``, stays within the tolerance for every compared request (so the comparison could
+    not show it); it is still taken away, but the check is WARN and says so, unless the
+    server's /tokenize sample (a comparison of the prompts in its own tokenizer) was made and
+    passed.
+
 The detail names every comparison made, failing ones first, each with its own count and
 maximum, e.g. ``server usage vs expected: 8 of 10 off by more than 15 tokens (max 37); client
-count vs target: 0 of 30 (max 0)``. FAIL when any comparison has a request outside the
-tolerance; SKIP when no comparison has data.
+count vs target: 0 of 30 (max 0)``, and what the usage comparison took away (``server usage
+vs expected, less a template of 30 tokens a prompt and 8 a turn: ...``). FAIL when any
+comparison has a request outside the tolerance; WARN when none does but an offset was
+undecided; SKIP when no comparison has data.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
+from numpy.typing import NDArray
 
-from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
+from veeksha.evaluate.health import FAIL, PASS, SKIP, WARN, HealthCheck, HealthInput, Outcome
 from veeksha.evaluate.stats import (
     Floats,
     column,
@@ -45,6 +59,7 @@ from veeksha.evaluate.stats import (
     int_column,
     integers,
     median,
+    of_clients,
     previous_attempts,
     status_is,
 )
@@ -75,18 +90,40 @@ def _first_attempts(table: pa.Table) -> np.ndarray:
     return int_column(table, "attempt") == 0
 
 
-def _server_usage(data: HealthInput) -> Floats:
+class _Usage(NamedTuple):
+    """Compared requests of one kind (roots, or turns): the server's count less the expected
+    one, their targets, and which went through the chat API (a template applies)."""
+
+    deviation: Floats
+    target: Floats
+    chat: NDArray[np.bool_]
+
+
+def _chat_rows(data: HealthInput) -> NDArray[np.bool_]:
+    """The measured rows of chat clients (the completions API applies no chat template)."""
+    table = data.measured
+    entries = data.scenario.client_entries()
+    chat = [name for name, client in entries if client.type == "openai_chat_completions"]
+    if len(chat) == len(entries):  # (one kind of client: the rows need not be looked at)
+        return np.ones(table.num_rows, dtype=bool)
+    if not chat:
+        return np.zeros(table.num_rows, dtype=bool)
+    return of_clients(table, chat)
+
+
+def _server_usage(data: HealthInput, chat: NDArray[np.bool_]) -> _Usage:
     table = data.measured
     rows = column(table, "usage_reported") > 0
     rows &= integers(ak.list_value_length(table.column("parents"))) == 0  # roots
     rows &= _first_attempts(table)
+    target = column(table, "target_prompt_tokens")
     server = column(table, "prompt_tokens_total")
-    server -= column(table, "target_prompt_tokens")
+    server -= target
     rows &= ~np.isnan(server)
-    return server[rows]
+    return _Usage(server[rows], target[rows], chat[rows])
 
 
-def _server_usage_turns(data: HealthInput) -> Floats:
+def _server_usage_turns(data: HealthInput, chat: NDArray[np.bool_]) -> _Usage:
     """Per history child whose parent was answered with usage (both rows' usage reported):
     its server total − (its parent's server total + the parent's output + its target). A
     re-prompted parent's children carry its first prompt and its final answer: its first
@@ -96,7 +133,7 @@ def _server_usage_turns(data: HealthInput) -> Floats:
     history = column(table, "history_parent")
     children = np.flatnonzero(~np.isnan(history) & _first_attempts(table))
     if children.size == 0:
-        return np.empty(0)
+        return _Usage(np.empty(0), np.empty(0), np.zeros(0, dtype=bool))
     node = int_column(table, "node_id")
     session = int_column(table, "session_id")
     width = int(max(node.max(initial=0), np.nanmax(history))) + 1
@@ -122,8 +159,36 @@ def _server_usage_turns(data: HealthInput) -> Floats:
     turn = total[children] - total[firsts]
     del total
     turn -= column(table, "output_tokens")[lasts]
-    turn -= column(table, "target_prompt_tokens")[children]
-    return turn[valid & ~np.isnan(turn)]
+    target = column(table, "target_prompt_tokens")[children]
+    turn -= target
+    keep = valid & ~np.isnan(turn)
+    return _Usage(turn[keep], target[keep], chat[children][keep])
+
+
+class _Offset(NamedTuple):
+    """What is taken away from one kind of compared requests (see the module docstring)."""
+
+    median: float | None  # the chat rows' median deviation (None: no chat row)
+    taken: float  # the template tokens taken away from the chat rows (0: none)
+    undecided: bool  # taken, though a share of the prompt that large could not have shown
+
+
+def _offset(usage: _Usage, tolerance: int) -> _Offset:
+    """The chat template's tokens in ``usage``'s chat rows: their median deviation, when above
+    0; undecided when above the tolerance while the chat rows' targets are too alike for a
+    share of the prompt that large to leave the tolerance anywhere."""
+    chat = usage.chat
+    if not chat.any():
+        return _Offset(None, 0.0, False)
+    found = median(usage.deviation[chat])
+    taken = max(found, 0.0)
+    undecided = False
+    if taken > tolerance:
+        targets = usage.target[chat]
+        middle = median(targets)
+        spread = float(np.abs(targets - middle).max()) if middle > 0 else 0.0
+        undecided = middle <= 0 or taken * spread / middle <= tolerance
+    return _Offset(found, taken, undecided)
 
 
 def _server_tokenize(data: HealthInput) -> tuple[Floats, str | None]:
@@ -163,24 +228,35 @@ def _prompt_length(data: HealthInput) -> Outcome:
         parts.append((SERVER_TOKENIZE, stats))
     if error:
         statistics["server_tokenize_error"] = error
-    roots, turns = _server_usage(data), _server_usage_turns(data)
-    if roots.size or turns.size:
-        root_offset = median(roots) if roots.size else None
-        turn_offset = median(turns) if turns.size else None
+    chat = _chat_rows(data)
+    roots, turns = _server_usage(data, chat), _server_usage_turns(data, chat)
+    del chat
+    undecided = ""
+    if roots.deviation.size or turns.deviation.size:
         # a template only adds tokens: a median below 0 (the server counts fewer tokens than
-        # were sent: another tokenizer, or prompts cut) is not an offset to take away
+        # were sent: another tokenizer, or prompts cut) is not an offset to take away; and
+        # only a chat request has one
+        root, turn = _offset(roots, tol), _offset(turns, tol)
         usage = np.concatenate(
-            [roots - max(root_offset or 0.0, 0.0), turns - max(turn_offset or 0.0, 0.0)]
+            [
+                roots.deviation - np.where(roots.chat, root.taken, 0.0),
+                turns.deviation - np.where(turns.chat, turn.taken, 0.0),
+            ]
         )
         stats = deviation_stats(usage, tol)
         statistics["server"] = {
-            "template_offset": root_offset,
-            "turn_offset": turn_offset,
-            "roots": int(roots.size),
-            "turns": int(turns.size),
+            "template_offset": root.median,
+            "turn_offset": turn.median,
+            "roots": int(roots.deviation.size),
+            "turns": int(turns.deviation.size),
+            "completions_requests": int((~roots.chat).sum() + (~turns.chat).sum()),
             **stats,
         }
-        parts.append((SERVER_USAGE, stats))
+        confirmed = sampled.size > 0 and not (np.abs(sampled) > tol).any()
+        if (root.undecided or turn.undecided) and not confirmed:
+            undecided = _undecided(roots, root, turns, turn)
+            statistics["server"]["offset_undecided"] = True
+        parts.append((SERVER_USAGE + _taken(root, turn), stats))
     if not parts:
         return Outcome(SKIP, "no measured request with prompt token counts", statistics)
     parts.sort(key=lambda part: part[1]["outside_tolerance"] == 0)  # failing ones first
@@ -188,7 +264,36 @@ def _prompt_length(data: HealthInput) -> Outcome:
     detail = "; ".join(_describe(name, stats, tol) for name, stats in parts)
     if error:
         detail += f"; {SERVER_TOKENIZE}: not checked ({error})"
-    return Outcome(FAIL if failed else PASS, detail, statistics)
+    if failed:
+        return Outcome(FAIL, detail, statistics)
+    if undecided:
+        return Outcome(WARN, f"{detail}; {undecided}", statistics)
+    return Outcome(PASS, detail, statistics)
+
+
+def _taken(root: _Offset, turn: _Offset) -> str:
+    """What the usage comparison took away, for its name in the detail ("" when nothing)."""
+    prompt, turn_tokens = round(root.taken), round(turn.taken)
+    if prompt and turn_tokens:
+        return f", less a template of {prompt} tokens a prompt and {turn_tokens} a turn"
+    if prompt or turn_tokens:
+        what = "prompt" if prompt else "turn"
+        return f", less a template of {counted(prompt or turn_tokens, 'token')} a {what}"
+    return ""
+
+
+def _undecided(roots: _Usage, root: _Offset, turns: _Usage, turn: _Offset) -> str:
+    """Why the offset taken away may not be a template: the share of the prompt it is."""
+    usage, offset = (roots, root) if root.undecided else (turns, turn)
+    what = "prompt" if root.undecided else "turn's new message"
+    middle = median(usage.target[usage.chat])
+    share = f" ({offset.taken / middle:.0%} of its median target)" if middle > 0 else ""
+    return (
+        f"undecided: the server counts every {what} about {round(offset.taken)} tokens more "
+        f"than sent{share}, a chat template's or another tokenizer's than the client's: "
+        "prompts of so alike lengths cannot tell (vary body_length_generator, or use "
+        "client.tokenizer type server)"
+    )
 
 
 PROMPT_LENGTH = HealthCheck(

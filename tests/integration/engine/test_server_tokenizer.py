@@ -112,7 +112,7 @@ def test_builtin_prompts_fail_prompt_length_on_the_servers_usage(tmp_path: Path)
     check = checks["prompt_length"]
     assert check["status"] == "FAIL"
     # the failing comparison leads the detail, with its own maximum; the client's passes
-    assert check["detail"].startswith("server usage vs expected: ")
+    assert check["detail"].startswith("server usage vs expected, less a template of ")
     assert "client count vs target: 0 of" in check["detail"]
     assert check["statistics"]["server"]["max_abs_deviation"] > 15
     assert check["statistics"]["max_abs_deviation"] == 0
@@ -133,7 +133,7 @@ def test_a_tokenize_endpoint_that_disagrees_with_the_usage_is_caught(tmp_path: P
     _, _, checks = _run(tmp_path, "mismatch", simulator=mismatch)
     check = checks["prompt_length"]
     assert check["status"] == "FAIL"
-    assert check["detail"].startswith("server usage vs expected: ")
+    assert check["detail"].startswith("server usage vs expected, less a template of ")
     assert "server /tokenize vs target: 0 of 32 (max 0)" in check["detail"]
 
 

@@ -386,8 +386,97 @@ def test_prompt_length_checks_each_turn_against_its_parents_usage() -> None:
     result = PROMPT_LENGTH(_input([*rows, *session(9, extra=30)]))
     assert result.status == FAIL
     assert result.detail.startswith(
-        "server usage vs expected: 1 of 12 off by more than 15 tokens (max 30)"
+        "server usage vs expected, less a template of 3 tokens a prompt and 4 a turn: "
+        "1 of 12 off by more than 15 tokens (max 30)"
     )
+
+
+def _fixed_roots(total: int, n: int = 6) -> list[dict[str, Any]]:
+    """``n`` roots of 200 target tokens each, which the server counts as ``total``."""
+    return [request(i, prompt_new=200, target_prompt=200, prompt_total=total) for i in range(n)]
+
+
+def test_prompt_length_cannot_take_a_share_of_alike_prompts_for_a_template() -> None:
+    """Prompts of one length (200) that the server counts 1.5 times (300, ±3): another
+    tokenizer than the client's, or a 100-token chat template? The old check took the median
+    (100) away as a template and passed; a share of the prompt that large would stay within
+    the tolerance on prompts this alike, so the check says it cannot tell (WARN)."""
+    rows = _fixed_roots(300)
+    for i, row in enumerate(rows):
+        row["prompt_tokens_total"] += (i % 3 - 1) * 3
+    result = PROMPT_LENGTH(_input(rows))
+    assert result.status == WARN, result.detail
+    assert result.statistics["server"]["offset_undecided"] is True
+    assert result.statistics["server"]["template_offset"] == pytest.approx(100)
+    assert result.detail == (
+        "client count vs target: 0 of 6 (max 0); server usage vs expected, less a template of "
+        "100 tokens a prompt: 0 of 6 (max 3); undecided: the server counts every prompt about "
+        "100 tokens more than sent (50% of its median target), a chat template's or another "
+        "tokenizer's than the client's: prompts of so alike lengths cannot tell (vary "
+        "body_length_generator, or use client.tokenizer type server)"
+    )
+
+
+def test_prompt_length_takes_a_template_away_where_a_share_would_show() -> None:
+    """Prompts of 100 to 400 tokens with 30 template tokens each: a share of the prompt as
+    large (12% of the median 250) would leave the tolerance at the ends (by 18), so the
+    constant is a template (PASS, named); the same prompts counted 1.5 times fail at the
+    ends."""
+    rows = [
+        request(i, prompt_new=t, target_prompt=t, prompt_total=t + 30)
+        for i, t in enumerate((100, 175, 250, 325, 400))
+    ]
+    result = PROMPT_LENGTH(_input(rows))
+    assert result.status == PASS, result.detail
+    assert "offset_undecided" not in result.statistics["server"]
+    assert result.detail.endswith(
+        "server usage vs expected, less a template of 30 tokens a prompt: 0 of 5 (max 0)"
+    )
+    for row in rows:
+        row["prompt_tokens_total"] = row["target_prompt_tokens"] * 3 // 2
+    result = PROMPT_LENGTH(_input(rows))
+    assert result.status == FAIL
+    assert result.statistics["server"]["max_abs_deviation"] == 75
+
+
+def test_prompt_length_takes_a_template_away_where_the_servers_tokenizer_counted_the_prompts() -> (
+    None
+):
+    """Prompts of one length with 100 template tokens, and the server's /tokenize sample
+    counting the prompts exact: their lengths are the server's, the offset its template."""
+    info = {"server_tokenizer": {"verification": {"sampled": 4, "deviations": [0, 0, 1, 0]}}}
+    result = PROMPT_LENGTH(_input(_fixed_roots(300), run_info=info))
+    assert result.status == PASS, result.detail
+    assert "less a template of 100 tokens a prompt: 0 of 6 (max 0)" in result.detail
+
+
+def test_prompt_length_takes_no_template_away_from_the_completions_api() -> None:
+    """The completions API applies no chat template: prompts of one length that the server
+    counts 1.5 times fail (the old check took the 100 away as a template and passed); a
+    chat client's rows beside them still have theirs taken away."""
+    completions = scenario(client={"type": "openai_completions"})
+    result = PROMPT_LENGTH(_input(_fixed_roots(300), scen=completions))
+    assert result.status == FAIL, result.detail
+    assert result.detail.startswith(
+        "server usage vs expected: 6 of 6 off by more than 15 tokens (max 100)"
+    )
+    assert result.statistics["server"]["template_offset"] is None
+    assert result.statistics["server"]["completions_requests"] == 6
+    both = scenario(
+        clients=[
+            {"name": "chat", "type": "openai_chat_completions"},
+            {"name": "plain", "type": "openai_completions"},
+        ]
+    )
+    rows = [
+        request(i, prompt_new=t, target_prompt=t, prompt_total=t + (20 if i % 2 else 1))
+        | {"client": "chat" if i % 2 else "plain"}
+        for i, t in enumerate((50, 50, 400, 400, 1000, 1000))
+    ]
+    result = PROMPT_LENGTH(_input(rows, scen=both))
+    assert result.status == PASS, result.detail
+    assert result.statistics["server"]["template_offset"] == 20
+    assert result.statistics["server"]["max_abs_deviation"] == 1
 
 
 def test_prompt_length_says_when_the_server_could_not_be_asked() -> None:
