@@ -208,8 +208,9 @@ class _OpenAIClientBase(StrictModel):
         ge=2,
         description="The server's context window in tokens (vLLM's --max-model-len): a trace "
         "request whose prompt, history and output exceed it is handled by "
-        "session_generator.oversized. The built-in simulator serving the client takes it "
-        "as its own unless simulator.max_model_len is set.",
+        "session_generator.oversized; a synthetic session's are not checked (a turn that "
+        "outgrows it is sent, and refused by the server). The built-in simulator serving the "
+        "client takes it as its own unless simulator.max_model_len is set.",
     )
 
     @field_validator("additional_sampling_params", mode="before")
