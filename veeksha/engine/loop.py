@@ -527,7 +527,7 @@ class TrafficLoop(SessionStarts, PhaseControl, ToolNodes):
         if session.states[request.node_id] != _IN_FLIGHT:
             return
         if note is not None and request.attempt < node.max_reprompts and not self.stopping:
-            self._reprompt(request, result, note, answer_tokens)
+            self._reprompt(request, result, note, answer_tokens, conversation_tokens)
             return
         released = session.complete(
             request.node_id,

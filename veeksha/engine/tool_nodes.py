@@ -67,10 +67,23 @@ class ToolNodes:
         )
         self._timers.call_at_ns(end, lambda: self.on_results([result]))
 
-    def _reprompt(self, request: InFlight, result: Result, note: str, answer_tokens: int) -> None:
-        """The answer failed the node's validation: the node asks again, with ``note``."""
+    def _reprompt(
+        self,
+        request: InFlight,
+        result: Result,
+        note: str,
+        answer_tokens: int,
+        conversation_tokens: int,
+    ) -> None:
+        """The answer failed the node's validation: the node asks again, with ``note``
+        (``conversation_tokens``: the failed attempt's whole prompt)."""
         session = request.session
         ready_at = session.reprompt(
-            request.node_id, result.output_text, note, answer_tokens, result.completed_at_ns
+            request.node_id,
+            result.output_text,
+            note,
+            answer_tokens,
+            result.completed_at_ns,
+            conversation_tokens,
         )
         self.ready.push(ready_at, (session, request.node_id))

@@ -105,9 +105,11 @@ class SessionState:
         self._answers: dict[int, tuple[str, int]] | None = (
             {} if n and spec.nodes[0].transcript is not None else None
         )
-        # re-prompts: a node's attempts so far (absent: its first) and what its next one sends
+        # re-prompts: a node's attempts so far (absent: its first); what its next one sends, the
+        # tokens of that but the node's own prompt, and its first attempt's whole prompt (what
+        # its history children carry: its first prompt and its final answer)
         self.attempts: dict[int, int] | None = None
-        self._retry: dict[int, tuple[list[tuple[str, str]], int]] = {}
+        self._retry: dict[int, tuple[list[tuple[str, str]], int, int]] = {}
 
     # ----------------------------------------------------------------------------------- queries
 
@@ -159,7 +161,7 @@ class SessionState:
         inherited conversation (0 without a history parent)."""
         node = self.spec.nodes[node_id]
         if self.attempts and node_id in self._retry:
-            messages, tokens = self._retry[node_id]
+            messages, tokens, _ = self._retry[node_id]
             return list(messages), tokens
         if node.transcript is not None:
             return self._transcript(node_id)
@@ -223,14 +225,28 @@ class SessionState:
             return self.started_at_ns
         return self.started_at_ns + round(seconds * 1_000_000_000)
 
-    def reprompt(self, node_id: int, answer: str, note: str, answer_tokens: int, at_ns: int) -> int:
+    def reprompt(
+        self,
+        node_id: int,
+        answer: str,
+        note: str,
+        answer_tokens: int,
+        at_ns: int,
+        conversation_tokens: int,
+    ) -> int:
         """Node ``node_id`` (in flight) answered ``answer``, which failed its validation: it is
         ready again at ``at_ns`` to send what it sent, the answer (``assistant``) and the
-        ``note`` (``user``). Returns its ready time."""
+        ``note`` (``user``). Returns its ready time.
+
+        ``conversation_tokens``: the whole prompt of the attempt that failed (history included),
+        kept from the first attempt for the node's history children. The next attempt's tokens
+        besides the node's own prompt (what ``outgoing`` gives) are the failed attempt's, its
+        answer and the note (counted one token a word)."""
         messages, tokens = self.outgoing(node_id)
         messages += [("assistant", answer), ("user", note)]
-        node = self.spec.nodes[node_id]
-        self._retry[node_id] = (messages, tokens + node.prompt_tokens + answer_tokens)
+        retry = self._retry.get(node_id)
+        first = conversation_tokens if retry is None else retry[2]
+        self._retry[node_id] = (messages, tokens + answer_tokens + len(note.split()), first)
         if self.attempts is None:
             self.attempts = {}
         self.attempts[node_id] = self.attempts.get(node_id, 0) + 1
@@ -284,6 +300,9 @@ class SessionState:
     ) -> None:
         """Store what a history child of ``node_id`` inherits."""
         conversation = self.messages(node_id)
+        retry = self._retry.get(node_id)
+        if retry is not None:  # re-prompted: its children carry its first prompt, not the last
+            conversation_tokens = retry[2]
         if self.spec.nodes[node_id].kind == "tool":  # its result, as the user's message
             conversation = (*conversation[:-1], ("user", answer))
         elif ok:

@@ -181,3 +181,36 @@ def test_a_root_with_a_later_time_waits_for_it() -> None:
     spec.nodes[1].not_before_s = 0.5
     s = SessionState(spec, S, cancel_on_failure=True)
     assert s.start() == [(0, S), (1, S + S // 2)]
+
+
+def _words(messages: list[tuple[str, str]]) -> int:
+    return sum(len(text.split()) for _, text in messages)
+
+
+def test_a_reprompted_nodes_tokens_are_those_of_what_it_sends_and_passes_on() -> None:
+    """a (5 words) answers 2 invalid words and is asked again with a 3-word note (twice), then
+    answers 3 valid words; its child carries a's first prompt and final answer. The tokens
+    beside each send's own prompt (what a row's prompt_tokens_total adds the prompt to when the
+    server reports no usage) are those of the messages sent: the old count gave the re-prompt
+    a's prompt twice and no note (12 for 10 words, then 19 for 15), and the child a's last
+    attempt's whole prompt (the failed answers and notes, 15 + 3 for 8 words)."""
+    a = NodeSpec(0, (), None, 0.0, "w1 w2 w3 w4 w5", 5, 4)
+    b = NodeSpec(1, (0,), 0, 0.0, "v1 v2", 2, 4)
+    s = SessionState(
+        SessionSpec(session_id=1, nodes=[a, b]), started_at_ns=0, cancel_on_failure=True
+    )
+    s.start()
+    s.mark_dispatched(0)
+    s.reprompt(0, "bad one", "answer again please", 2, at_ns=1, conversation_tokens=5)
+    messages, tokens = s.outgoing(0)
+    assert messages[1:] == [("assistant", "bad one"), ("user", "answer again please")]
+    assert tokens + a.prompt_tokens == _words(messages) == 10
+    s.mark_dispatched(0)
+    s.reprompt(0, "bad two", "answer again please", 2, at_ns=2, conversation_tokens=10)
+    messages, tokens = s.outgoing(0)
+    assert tokens + a.prompt_tokens == _words(messages) == 15
+    s.mark_dispatched(0)
+    assert s.complete(0, 3, True, answer="good one here", conversation_tokens=15, answer_tokens=3)
+    messages, tokens = s.outgoing(1)
+    assert messages == [("user", a.prompt), ("assistant", "good one here"), ("user", "v1 v2")]
+    assert tokens == _words(messages[:-1]) == 8
