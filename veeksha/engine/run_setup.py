@@ -74,7 +74,13 @@ class RunSetup:
         if isinstance(tokenizer, ServerTokenizer):  # calibrated before t0; a failure is exit 2
             # (the built-in simulator's port changes every run: nothing to reuse)
             use_cache = getattr(config, "cache", True) and target.kind != "simulator"
-            tokenizer = calibrated_tokenizer(tokenizer, use_cache, log=self.log.info)
+            # (a managed server's port may be a free one, another every run: its calibration
+            # is found by the server's kind, the model and the shape; the fingerprint checks it)
+            server = scenario.server
+            place = None
+            if server is not None and getattr(config, "endpoint", None) is None:
+                place = f"managed {server.type}"
+            tokenizer = calibrated_tokenizer(tokenizer, use_cache, log=self.log.info, place=place)
         self.tokenizer = tokenizer
         make: Callable[[int], SessionSpec]
         total = runtime.max_sessions + runtime.warmup_sessions

@@ -399,16 +399,18 @@ def calibrated_tokenizer(
     cache: TokenizerCache | None = None,
     log: Callable[[str], None] | None = None,
     candidates: Sequence[str] = BUILTIN_VOCAB,
+    place: str | None = None,
 ) -> CalibratedTokenizer:
     """The calibrated tokenizer of a server tokenizer ``client`` (a ``ServerTokenizer``): from
     the cache when the server's fingerprint matches, else calibrated now (and cached).
     ``TargetError`` when the server fails a call, ``ConfigurationError`` when too few words
-    calibrate."""
+    calibrate. ``place`` names the server in the cache's key instead of its endpoint (a server
+    veeksha starts on a free port has another endpoint every run: ``managed vllm``)."""
     say = log or (lambda _: None)
     fingerprint = client.fingerprint()
     say(f"server tokenizer: {client.endpoint} answers in the {client.format} shape")
     cache = cache or TokenizerCache()
-    path = cache.path(client.endpoint, client.model, client.format)
+    path = cache.path(place or client.endpoint, client.model, client.format)
     found = cache.load(path, fingerprint, candidates) if use_cache else None
     if found is not None:
         say(f"server tokenizer: calibration reused from {path} ({len(found.words)} words)")
@@ -421,6 +423,8 @@ def calibrated_tokenizer(
     )
     if use_cache:
         about = {"endpoint": client.endpoint, "model": client.model, "format": client.format}
+        if place:
+            about["server"] = place
         failed = cache.store(path, fingerprint, candidates, calibration, about)
         if failed:
             say(f"server tokenizer: calibration not cached ({failed})")

@@ -168,6 +168,34 @@ def test_the_calibration_is_cached_reused_and_rebuilt(
     assert checks["prompt_length"]["status"] == "PASS"
 
 
+def test_a_managed_servers_calibration_is_reused_though_its_port_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server veeksha starts (``server:``) on a free port has another endpoint every run:
+    its calibration is found by the server's kind, model and shape (the fingerprint still
+    checks it), so the second run reuses it, and one cache file is kept, not one a run; a
+    managed server of another tokenizer rebuilds it."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+
+    def managed(name: str, tokenizer: str) -> str:
+        text = SCENARIO.format(
+            tokenizer="server", simulator=f"{{tokenizer: {tokenizer}}}", api_base=""
+        )
+        run_dir = tmp_path / name
+        scenario = load_scenario_text(text + "server: {type: veeksha_sim}\n", "test.yaml")
+        run_scenario(scenario, run_dir, quiet=True, plots=False)
+        health = json.loads((run_dir / "health.json").read_text())
+        (check,) = [c for c in health["checks"] if c["name"] == "prompt_length"]
+        assert check["status"] == "PASS", check["detail"]
+        return _log(run_dir)
+
+    assert "calibrated 4" in managed("first", "subword")
+    assert "calibration reused from" in managed("second", "subword")
+    assert len(list((tmp_path / "cache" / "tokenizers").glob("*.json"))) == 1
+    assert "calibrated 8190 of 8190" in managed("other", "builtin")
+    assert len(list((tmp_path / "cache" / "tokenizers").glob("*.json"))) == 1
+
+
 def test_a_server_tokenizer_on_which_nothing_calibrates_is_exit_2(tmp_path: Path) -> None:
     text = SCENARIO.format(tokenizer="server", simulator="{tokenizer: bytes}", api_base="")
     scenario = write_scenario(tmp_path, text)
