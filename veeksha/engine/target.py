@@ -17,6 +17,8 @@ from veeksha.net import fetch, setup_timeout
 from veeksha.scenario.clients import DEFAULT_KEY_ENV
 from veeksha.scenario.models import (
     DEFAULT_CLIENT,
+    ChatCompletionsClient,
+    CompletionsClient,
     Scenario,
 )
 from veeksha.scenario.simulator import SimulatorModel
@@ -37,6 +39,7 @@ __all__ = [
     "client_api_base",
     "context_limits",
     "describe",
+    "dry_run_model",
     "spawn_simulator",
     "with_context_limits",
 ]
@@ -210,7 +213,7 @@ class TargetContext(AbstractContextManager["Target"]):
         entries = scenario.client_entries()
         if self._dry_run:
             clients = [
-                ClientTarget(name, "dry-run://", client.model or "dry-run", None, "dry_run")
+                ClientTarget(name, "dry-run://", dry_run_model(scenario, client), None, "dry_run")
                 for name, client in entries
             ]
             first = clients[0]
@@ -319,6 +322,22 @@ def spawn_simulator(
     simulator = _simulator_process(scenario, fork)
     simulator.spawn()
     return simulator
+
+
+def dry_run_model(scenario: Scenario, client: ChatCompletionsClient | CompletionsClient) -> str:
+    """The model a dry run records for ``client``: the one the run would request (its own;
+    without one, the managed server's or the built-in simulator's, whichever would serve it),
+    so a dry run's rows are the run's; ``dry-run`` for an endpoint without a model, which a
+    run refuses."""
+    if client.model:
+        return client.model
+    if client_api_base(client) is not None:
+        return "dry-run"
+    if scenario.server is not None:
+        from veeksha.server.managed import managed_model
+
+        return managed_model(scenario)
+    return scenario.simulator.model
 
 
 def _simulated(scenario: Scenario) -> list[str]:

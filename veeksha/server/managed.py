@@ -44,11 +44,19 @@ if TYPE_CHECKING:
     from veeksha.scenario.server import ManagedServerConfig
     from veeksha.scenario.simulator import SimulatorConfig
 
-__all__ = ["SERVER_LOG", "ManagedServer", "server_identity"]
+__all__ = ["SERVER_LOG", "ManagedServer", "managed_model", "server_identity"]
 
 SERVER_LOG = "server.log"
 _POLL_S = (0.05, 0.1, 0.2, 0.5)  # between readiness probes: quick at first, then calmer
 _PROBE_TIMEOUT_S = 2.0
+
+
+def managed_model(scenario: Scenario) -> str:
+    """The model a client without its own asks the scenario's managed server for: the
+    client's, else the ``server:`` section's, else the simulator's (a ``veeksha_sim`` server
+    serves ``simulator.model``)."""
+    config = scenario.server
+    return scenario.client.model or getattr(config, "model", None) or scenario.simulator.model
 
 
 def server_identity(scenario: Scenario) -> str | None:
@@ -112,7 +120,7 @@ class ManagedServer:
         if config is None:
             raise ConfigurationError("the scenario has no server: section")
         simulator = _simulator_settings(scenario)
-        model = scenario.client.model or getattr(config, "model", None) or simulator.model
+        model = managed_model(scenario)
         return cls(config, log_path, model, resolve_api_key(scenario.client), simulator)
 
     # ----------------------------------------------------------------------------- addresses
