@@ -16,8 +16,10 @@ scheduler share one process (a warmup that changes nothing leaves the schedule a
 boundary where the scheduler changes, the gap that crosses it keeps its part before the boundary
 and has its part beyond it rescaled to the new phase's mean gap (exact for poisson, and for a
 fixed gap or gamma law whose rate changes), then the new phase's own gaps follow: no gap, no
-drain, no extra arrival at the boundary. After a drain the next phase starts afresh: its first
-session at the drain's end, as the first phase's at t0.
+drain, no extra arrival at the boundary. A gap that crosses several phases is rescaled at each
+boundary in turn (never once, at the last: the phases between would get no arrival). After
+a drain the next phase starts afresh: its first session at the drain's end, as the first
+phase's at t0.
 
 Worked example (fixed gaps, 4/s for 1 s then 8/s): arrivals 0, 0.25, 0.5, 0.75, then the gap
 from 0.75 would end at 1.0, the boundary: 0 s beyond it, so 1.0, 1.125, 1.25...
@@ -144,8 +146,16 @@ class PhaseTimeline:
 
     def advance_to(self, t_ns: int) -> None:
         """End every phase whose end is at or before ``t_ns``."""
-        while not (self.drain_pending or self.finished) and t_ns >= self._hi:
-            self._end(self._hi)
+        while self.advance_one(t_ns):
+            pass
+
+    def advance_one(self, t_ns: int) -> bool:
+        """End the current phase if its end is at or before ``t_ns`` (one boundary, not the
+        ones after it); whether it ended."""
+        if self.drain_pending or self.finished or t_ns < self._hi:
+            return False
+        self._end(self._hi)
+        return True
 
     def start_session(self, t_ns: int) -> int:
         """A session starts at ``t_ns``: returns its phase (ending phases it lies beyond)."""
@@ -276,20 +286,21 @@ class PhasedArrivals:
         self._next = None
 
     def _generate(self) -> int | None:
+        # One boundary at a time: a gap that crosses several phases (a slow warmup's gap
+        # beyond short phases after it) is rescaled at each, so no phase is skipped.
         timeline = self.timeline
         while True:
             if timeline.drain_pending or timeline.finished:
                 return None
             candidate = self._seg.peek_ns()
-            timeline.advance_to(candidate)
-            if timeline.drain_pending or timeline.finished:
-                return None
             phase = timeline.index
-            if phase == self._seg_phase or self._keys[phase] == self._keys[self._seg_phase]:
-                self._seg_phase = phase
+            if phase != self._seg_phase and self._keys[phase] != self._keys[self._seg_phase]:
+                boundary = timeline.starts[phase]
+                old, new = self._mean[self._seg_phase], self._mean[phase]
+                beyond = candidate - boundary
+                first = boundary if old <= 0 else boundary + round(beyond * new / old)
+                self._restart(phase, first)
+                continue
+            self._seg_phase = phase
+            if not timeline.advance_one(candidate):
                 return self._seg.pop_ns()
-            boundary = timeline.starts[phase]
-            old, new = self._mean[self._seg_phase], self._mean[phase]
-            beyond = candidate - boundary
-            first = boundary if old <= 0 else boundary + round(beyond * new / old)
-            self._restart(phase, first)

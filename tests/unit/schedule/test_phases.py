@@ -126,3 +126,32 @@ def test_concurrency_ramp_between_phase_targets() -> None:
     assert [ramp.slot_open_ns(k) for k in (2, 3, 6)] == [10 * S, 11 * S, 14 * S]
     lower = ConcurrencyRamp(2, 4.0, start_ns=10 * S, from_target=6)
     assert lower.allowed(10 * S) == 2  # a lower target holds at once
+
+
+def test_a_gap_crossing_several_phases_is_rescaled_at_each_boundary() -> None:
+    # 1 s gaps for 0.5 s, then 4/s for 0.5 s, then 8/s for 1 s: the gap from 0 to 1 s has
+    # 0.5 s beyond the first boundary, 0.125 s at 4/s: 0.625 s, in the second phase (which
+    # a rescaling at the last boundary crossed would skip: its first arrival then at 1 s)
+    phases = [PhaseBounds("slow", S // 2), PhaseBounds("fast", S // 2), PhaseBounds("faster", S)]
+    timeline = PhaseTimeline(phases, 0)
+    means = [1.0, 0.25, 0.125]
+    arrivals = PhasedArrivals(timeline, lambda i: fixed(means[i]), means, [1, 2, 3])
+    got = drain_all(arrivals)
+    assert [t for t, p in got if p == 0] == [0]
+    assert [t for t, p in got if p == 1] == [int(0.625 * S), int(0.875 * S)]
+    # the gap from 0.875 s has 0.125 s beyond 1 s: 0.0625 s at 8/s
+    assert [t for t, p in got if p == 2] == [int((1.0625 + k / 8) * S) for k in range(8)]
+    assert timeline.starts == [0, S // 2, S]
+
+
+def test_a_gap_longer_than_the_phases_after_it_does_not_end_the_run() -> None:
+    # the scenarios/phases.yaml shape, shrunk: a 4/s warmup of 0.1 s, then 0.15 s at 40, 80
+    # and 160/s: the warmup's next gap (0.25 s) reaches past them all, yet each has its share
+    phases = [PhaseBounds("warmup", S // 10)] + [PhaseBounds(n, S * 15 // 100) for n in "abc"]
+    timeline = PhaseTimeline(phases, 0)
+    means = [0.25, 1 / 40, 1 / 80, 1 / 160]
+    arrivals = PhasedArrivals(timeline, lambda i: fixed(means[i]), means, [4, 40, 80, 160])
+    got = drain_all(arrivals)
+    counts = [sum(1 for _, p in got if p == phase) for phase in range(4)]
+    assert counts == [1, 6, 12, 24]
+    assert timeline.finished
