@@ -62,6 +62,7 @@ __all__ = [
     "ResponseError",
     "SSEParser",
     "StreamOver",
+    "with_fallback",
 ]
 
 PROMPT_FALLBACK = " Generate at least {n} tokens."
@@ -129,7 +130,7 @@ class RequestBuilder:
     def body(self, messages: list[tuple[str, str]], max_tokens: int) -> bytes:
         """The JSON body for one request: the conversation and its requested output length."""
         if self._fallback:
-            messages = _with_fallback(messages, max_tokens)
+            messages = with_fallback(messages, max_tokens)
         if self._chat:
             head = b'{"messages":' + msgspec.json.encode(
                 [{"role": role, "content": content} for role, content in messages]
@@ -144,7 +145,9 @@ class RequestBuilder:
         return b"".join((head, self._max_key, n, self._min_key, n, self._tail))
 
 
-def _with_fallback(messages: list[tuple[str, str]], max_tokens: int) -> list[tuple[str, str]]:
+def with_fallback(messages: list[tuple[str, str]], max_tokens: int) -> list[tuple[str, str]]:
+    """``messages`` with :data:`PROMPT_FALLBACK` appended to the last user message (a new
+    list; ``messages`` as is when none is a user's): what the prompt fallback sends."""
     for i in range(len(messages) - 1, -1, -1):
         role, content = messages[i]
         if role == "user":

@@ -389,6 +389,9 @@ class _Run(RunSetup, RunFinish):
                 t0_ns=t0_ns,
                 clients=[name for name, _ in scenario.client_entries()],
                 shard=shard_index,
+                prompt_fallback=[
+                    client.use_min_tokens_prompt_fallback for _, client in scenario.client_entries()
+                ],
             )
         metadata = run_metadata(
             run_id=run_id,

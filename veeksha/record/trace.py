@@ -27,12 +27,17 @@ the lines after it wait for it, so the file stays in hand-over order (a replay b
 equal start times by file order). A node of an ``agent_rounds`` graph adds ``agent``, ``round`` and
 ``transcript`` (the node ids whose turns its messages merge, in order; the turns of nodes of its own
 agent are its ``assistant`` messages), so the replay sends the same merged messages.
+
+``messages`` are the ones sent: with a client's ``use_min_tokens_prompt_fallback``, the last user
+message ends with the ``" Generate at least N tokens."`` its worker appended (N =
+``requested_output_tokens``), appended again here at ``flush`` (the same text, off the worker).
 """
 
 from __future__ import annotations
 
 import os
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -99,8 +104,17 @@ class TraceWriter:
         t0_ns: int,
         clients: list[str] | None = None,
         shard: int | None = None,
+        prompt_fallback: list[bool] | None = None,
     ) -> None:
         self.path = Path(path)
+        # (by client index: the clients whose worker appends the prompt fallback; the line
+        # gets the same text here, off the worker's path, so ``messages`` is what was sent)
+        self._fallback: list[bool] | None = None
+        self._with_fallback: Callable[[list[tuple[str, str]], int], list[tuple[str, str]]]
+        if include_content and prompt_fallback and any(prompt_fallback):
+            from veeksha.dispatch.openai import with_fallback
+
+            self._fallback, self._with_fallback = prompt_fallback, with_fallback
         self._shard = shard
         # client names by index, written only when there are several
         self._clients = clients if clients is not None and len(clients) > 1 else None
@@ -177,6 +191,8 @@ class TraceWriter:
             entry.valid = verdict.valid
         if self.include_content:
             entry.messages = item.messages
+            if self._fallback is not None and self._fallback[node.client]:
+                entry.messages = self._with_fallback(item.messages, item.max_tokens)
         return entry
 
     def flush(self, final: bool = False) -> int:

@@ -111,6 +111,38 @@ def test_linear_sessions_keep_order_think_time_and_exact_history(tmp_path: Path)
     assert all(entry.messages for entry in trace)
 
 
+def test_trace_content_is_what_the_server_received_with_the_prompt_fallback(
+    tmp_path: Path,
+) -> None:
+    # the simulator's builtin tokenizer counts a word a token: a trace line's messages, counted
+    # so, are the prompt tokens the server reported for that request (the worker appended
+    # " Generate at least N tokens.", 5 words, to each prompt)
+    text = """
+seed: 3
+traffic_scheduler: {type: rate, interval_generator: {type: poisson, arrival_rate: 20}}
+session_generator:
+  type: synthetic
+  session_graph: {type: single_request}
+  channels: [{type: text, body_length_generator: {type: uniform, min: 5, max: 40}}]
+  output_spec: {text: {output_length_generator: {type: uniform, min: 3, max: 12}}}
+client: {use_min_tokens_prompt_fallback: true}
+runtime: {max_sessions: 12, benchmark_timeout: 30, num_workers: 1}
+trace_recorder: {enabled: true, include_content: true}
+simulator: {ttft_ms: 2, itl_ms: 1}
+"""
+    run_dir, requests, _ = run(tmp_path, text)
+    assert (requests.status == "ok").all()
+    served = requests.set_index("request_id").prompt_tokens_total
+    trace = read_trace(run_dir / "trace.jsonl")
+    assert len(trace) == len(requests) == 12
+    for entry in trace:
+        assert entry.messages is not None
+        sent = sum(len(content.split()) for _, content in entry.messages)
+        assert sent == served[entry.request_id] == entry.target_prompt_tokens + 5
+        ending = f" Generate at least {entry.requested_output_tokens} tokens."
+        assert entry.messages[-1][1].endswith(ending)
+
+
 def test_same_seed_same_traffic_different_seed_different(tmp_path: Path) -> None:
     def traffic(seed: int, name: str) -> tuple[list[object], list[float]]:
         run_dir, _, sessions = run(tmp_path, LINEAR.format(seed=seed), name)

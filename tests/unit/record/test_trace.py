@@ -66,6 +66,25 @@ def test_lines_with_content(tmp_path: Path) -> None:
     assert list(frame.request_id) == [7]
 
 
+def test_content_holds_the_prompt_fallback_its_client_sent(tmp_path: Path) -> None:
+    # client 1 appends " Generate at least N tokens." (use_min_tokens_prompt_fallback), client 0
+    # does not: each line's messages are what its client's worker sent
+    trace = TraceWriter(
+        tmp_path / "trace.jsonl",
+        include_content=True,
+        t0_ns=T0,
+        clients=["plain", "fallback"],
+        prompt_fallback=[False, True],
+    )
+    trace.add("measured", 3, make_node(client=0), item(7))
+    trace.add("measured", 3, make_node(client=1), item(8))
+    trace.close()
+    plain, fallback = read_trace(tmp_path / "trace.jsonl")
+    assert plain.messages == MESSAGES
+    assert fallback.messages == [*MESSAGES[:2], ("user", "hello Generate at least 3 tokens.")]
+    assert MESSAGES[2] == ("user", "hello")  # (the item's own conversation is left as it was)
+
+
 def test_a_tool_line_has_its_kind_and_latency_and_a_reprompt_its_attempt(tmp_path: Path) -> None:
     trace = TraceWriter(
         tmp_path / "trace.jsonl", include_content=False, t0_ns=T0, clients=["a", "b"]
