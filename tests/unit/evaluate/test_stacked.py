@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
+from veeksha.evaluate.report import _num
 from veeksha.evaluate.stacked import StackedColumn, print_stacked
 from veeksha.experiment.sweep_compare import _SHOWN, COMPARED, render_changes, render_table
 
@@ -65,7 +66,24 @@ def test_the_sweep_table_at_80_columns_cuts_no_point_name_or_value() -> None:
         cells = " ".join(" ".join(line.split()[1:]) for line in lines).split()
         value = 0.123456 * (index + 1) * 37
         assert cells[:4] == ["complete", "PASS", "met" if index < 3 else "UNMET", "0"]
-        assert cells[4:] == [f"{value:.2f}"] + [f"{value * 1000:.2f}"] * 4
+        assert cells[4:] == [_num(value)] + [_num(value * 1000)] * 4
+
+
+def test_the_sweep_table_shows_numbers_as_the_run_report_does() -> None:
+    # 4 significant digits (veeksha.evaluate.report._num), not a fixed 2 decimals: 254 req/s,
+    # not 254.00; a 0.3 ms TTFC, not 0.00; 12,345 req/s as 12.35k
+    row: dict[str, object] = {
+        "point": "arrival_rate=6",
+        "status": "complete",
+        "health": "PASS",
+        "slo_met": None,
+        "exit_code": 0,
+    }
+    row |= {"requests_per_s": 254.0, "ttfc_p50_s": 0.0003, "ttfc_p99_s": 0.0123456}
+    row |= {"tpot_p99_s": None, "e2e_p99_s": 12.345}
+    text = _render(lambda c: render_table(c, "s", pd.DataFrame([row])), 200)
+    (line,) = _rows_of(text, "arrival_rate=6 ")
+    assert line.split()[1:] == ["complete", "PASS", "-", "0", "254", "0.3", "12.35", "-", "12.35k"]
 
 
 def test_the_sweep_comparison_at_80_columns_cuts_no_change() -> None:

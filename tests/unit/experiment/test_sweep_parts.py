@@ -15,7 +15,13 @@ from veeksha.experiment.sweep import (
     point_groups,
     sweep_exit_code,
 )
-from veeksha.experiment.sweep_table import read_table, sweep_table, value_columns, write_outputs
+from veeksha.experiment.sweep_table import (
+    progress_line,
+    read_table,
+    sweep_table,
+    value_columns,
+    write_outputs,
+)
 from veeksha.scenario.loader import load_points_text
 
 SWEEP = "seed: 1\nclient: {model: !expand [a, b/c d, e]}\n"
@@ -253,4 +259,17 @@ def test_compare_of_a_run_with_a_sweep_refuses_in_one_line_saying_what_to_compar
     assert line.startswith("error: compare takes run folders or sweep folders, not both (")
     assert line.endswith(
         "compare runs with a sweep's point folders (each a run folder), or sweeps with sweeps"
+    )
+
+
+def test_a_points_progress_line_shows_numbers_as_the_run_report_does() -> None:
+    # 4 significant digits, not 2 or 1 fixed decimals: 254 req/s, a 30 µs TTFC as 0.03 ms
+    summary = {
+        "throughput": {"requests_per_s": 254.0},
+        "latency": {"ttfc": {"p50": 0.00003, "p99": 0.18904}, "e2e": {"p99": 0.5195}},
+        "health": {"verdict": "PASS"},
+    }
+    assert progress_line("002-arrival_rate=24", summary, 4.4) == (
+        "002-arrival_rate=24: 254 req/s, TTFC p50 0.03 ms, p99 189 ms, E2E p99 519.5 ms,"
+        " health PASS, SLOs - (4.4 s)"
     )
