@@ -43,10 +43,14 @@ __all__ = [
     "differences_note",
     "dotted",
     "ended",
+    "ending_notes",
     "read_scenario",
     "render_compare",
     "scenario_differences",
     "slo_key",
+    "slo_label",
+    "slo_results",
+    "slo_verdict",
 ]
 
 #: Direction of the headline metrics: +1 higher is better, -1 lower is better (latency and
@@ -124,30 +128,50 @@ def ended(summary: Mapping[str, Any]) -> str:
     return "interrupted" if run.get("interrupted") else "-"
 
 
+def ending_notes(summary: Mapping[str, Any]) -> list[str]:
+    """What a run's end means for its numbers, one line each: a partial run's (killed), a lost
+    shard's, a run not streamed, a run interrupted or stopped early; empty for a run that
+    completed streamed."""
+    info = summary.get("run") or {}
+    notes = [n for n in (partial_note(info), lost_shards_note(info), stream_note(info)) if n]
+    if not info.get("partial") and info.get("interrupted"):
+        how = ended(summary)
+        how = "interrupted" if how in ("interrupted", "-") else f"stopped ({how})"
+        notes.append(f"{how}: its numbers cover what was recorded before the stop")
+    return notes
+
+
 def slo_key(slo: Mapping[str, Any]) -> tuple[str, float, float]:
     """What an SLO judges, whatever its name: (metric, percentile, threshold in s)."""
     return (str(slo.get("metric")), float(slo.get("percentile", 0)), float(slo.get("threshold", 0)))
 
 
-def _slo_label(key: tuple[str, float, float]) -> str:
+def slo_label(key: tuple[str, float, float]) -> str:
+    """``SLO ttfc p99 ≤ 200 ms``: an SLO as :func:`slo_key` has it."""
     metric, percentile, threshold = key
     return f"SLO {metric} p{percentile * 100:g} ≤ {threshold * 1000:.4g} ms"
 
 
-def _slos(summary: Mapping[str, Any]) -> dict[tuple[str, float, float], Mapping[str, Any]]:
+def slo_results(summary: Mapping[str, Any]) -> dict[tuple[str, float, float], Mapping[str, Any]]:
+    """A summary.json's SLO results by :func:`slo_key` (empty without SLOs)."""
     results = (summary.get("slos") or {}).get("results") or []
     return {slo_key(slo): slo for slo in results if isinstance(slo, Mapping)}
+
+
+def slo_verdict(slo: Mapping[str, Any]) -> str:
+    """An SLO result's verdict: ``met``, ``unmet``, or ``no data`` (no sample to judge)."""
+    if slo.get("met"):
+        return "met"
+    return "unmet" if slo.get("samples") else "no data"
 
 
 def _slo_cell(slo: Mapping[str, Any] | None) -> str:
     if slo is None:
         return "-"
-    if slo.get("met"):
-        verdict = "[green]met[/]"
-    elif not slo.get("samples"):
+    verdict = slo_verdict(slo)
+    if verdict == "no data":
         return "[yellow]no data[/]"
-    else:
-        verdict = "[bold red]unmet[/]"
+    verdict = "[green]met[/]" if verdict == "met" else "[bold red]unmet[/]"
     if slo.get("beyond_finished"):
         return f"unfinished {verdict}"
     observed = slo.get("observed")
@@ -231,13 +255,13 @@ def _fits(console: Console, table: Table) -> bool:
 def _headline(runs: Sequence[ComparedRun], headers: Sequence[str]) -> Table:
     table = _table(headers)
     summaries = [run.summary for run in runs]
-    base_slos = set(_slos(summaries[0]))
+    base_slos = set(slo_results(summaries[0]))
     for label, path, scale, unit in HEADLINE:
         values = [headline_value(s, path, scale) for s in summaries]
         cells = [_cell(values[0], unit)]
         for summary, value in zip(summaries[1:], values[1:], strict=True):
             cell = _cell(value, unit)
-            if label.startswith("goodput") and set(_slos(summary)) != base_slos:
+            if label.startswith("goodput") and set(slo_results(summary)) != base_slos:
                 cells.append(f"{cell} *" if value is not None else cell)  # (other SLOs)
             else:
                 cells.append(cell + _change(values[0], value, _direction(label)))
@@ -247,9 +271,9 @@ def _headline(runs: Sequence[ComparedRun], headers: Sequence[str]) -> Table:
     verdicts = [(s.get("health") or {}).get("verdict", "-") for s in summaries]
     table.add_row("health", *[f"[{_STYLE.get(v, '')}]{v}[/]" for v in verdicts])
     table.add_row("SLOs", *[_met(s) for s in summaries])
-    keys = list(dict.fromkeys(key for s in summaries for key in _slos(s)))
+    keys = list(dict.fromkeys(key for s in summaries for key in slo_results(s)))
     for key in keys:
-        table.add_row(_slo_label(key), *[_slo_cell(_slos(s).get(key)) for s in summaries])
+        table.add_row(slo_label(key), *[_slo_cell(slo_results(s).get(key)) for s in summaries])
     table.add_row("ended", *[ended(s) for s in summaries])
     ramps = [s.get("ramp") for s in summaries]
     if any(ramps):
@@ -284,18 +308,11 @@ def _ramp_label(ramp: dict[str, Any] | None) -> str:
 def _notes(runs: Sequence[ComparedRun], labels: Sequence[str]) -> list[str]:
     """What the reader must know beside the numbers, one line each (markup escaped)."""
     notes: list[str] = []
-    first, base_slos = runs[0], set(_slos(runs[0].summary))
+    first, base_slos = runs[0], set(slo_results(runs[0].summary))
     for run, label in zip(runs, labels, strict=True):
-        info = run.summary.get("run") or {}
-        for note in (partial_note(info), lost_shards_note(info), stream_note(info)):
-            if note:
-                notes.append(f"{label}: {note}")
-        if not info.get("partial") and info.get("interrupted"):
-            how = ended(run.summary)
-            how = "interrupted" if how in ("interrupted", "-") else f"stopped ({how})"
-            notes.append(f"{label}: {how}: its numbers cover what was recorded before the stop")
+        notes.extend(f"{label}: {note}" for note in ending_notes(run.summary))
     for run, label in zip(runs[1:], labels[1:], strict=True):
-        if set(_slos(run.summary)) != base_slos:
+        if set(slo_results(run.summary)) != base_slos:
             notes.append(
                 f"* {label}'s SLOs are not {labels[0]}'s: its goodput counts the requests that "
                 "met its own SLOs, so no change is shown (the SLO rows above: '-' where a run "

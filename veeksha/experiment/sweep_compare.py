@@ -5,6 +5,11 @@ Points match when their swept values are equal on the swept keys the sweeps shar
 name: ``arrival_rate`` matches ``arrival_rate``); sweeps with no swept key in common match by
 point index. A point of the first sweep with no match in another is listed as missing there. A
 change involving a point that failed a health check is marked ``!``: it is not a server result.
+
+Under the tables, what ``veeksha compare`` of runs says beside its numbers (veeksha.evaluate.
+compare's helpers): how each sweep's points that did not complete ended (interrupted, stopped
+early, killed, refused, not run), matched points judged by other SLOs, matched points whose
+verdict on an SLO differs, and the scenario keys that differ besides the swept ones.
 """
 
 from __future__ import annotations
@@ -24,10 +29,13 @@ if TYPE_CHECKING:
 __all__ = [
     "COMPARED",
     "compare_sweeps",
+    "ending_notes",
     "matched_changes",
+    "point_summaries",
     "render_changes",
     "render_table",
     "scenario_note",
+    "slo_notes",
 ]
 
 #: Column → label of the metrics compared (latencies in seconds in the table, ms when shown).
@@ -88,8 +96,9 @@ def matched_changes(
         entry: dict[str, Any] = {
             "point": row["point"],
             "matched": None if match is None else match["point"],
-            "health_failed": row["health"] == "FAIL"
-            or (match is not None and match["health"] == "FAIL"),
+            # (str: a point without a summary has a null health, pd.NA, that is no bool)
+            "health_failed": str(row["health"]) == "FAIL"
+            or (match is not None and str(match["health"]) == "FAIL"),
         }
         for column in COMPARED:
             entry[column] = None if match is None else _change(row[column], match[column])
@@ -107,15 +116,26 @@ def compare_sweeps(console: Console, sweep_dirs: Sequence[Path], plot_path: Path
     from veeksha.experiment.sweep_plots import write_compare_plot
 
     loaded = [(d.name, read_table(d), read_manifest(d)) for d in sweep_dirs]
+    summaries = [
+        point_summaries(d, table) for d, (_, table, _) in zip(sweep_dirs, loaded, strict=True)
+    ]
     name0, table0, manifest0 = loaded[0]
     any_failed = False
-    notes = []
-    for directory, (name, table, manifest) in zip(sweep_dirs[1:], loaded[1:], strict=True):
+    notes = [
+        note
+        for (name, table, _), points in zip(loaded, summaries, strict=True)
+        for note in ending_notes(name, table, points)
+    ]
+    for directory, (name, table, manifest), points in zip(
+        sweep_dirs[1:], loaded[1:], summaries[1:], strict=True
+    ):
         theirs = set(value_columns(manifest).values())
         keys = [c for c in value_columns(manifest0).values() if c in theirs]
         title = f"{name} relative to {name0} (matched on {', '.join(keys) or 'index'})"
-        failed = render_changes(console, title, matched_changes(table0, table, keys))
+        entries = matched_changes(table0, table, keys)
+        failed = render_changes(console, title, entries)
         any_failed = any_failed or failed
+        notes.extend(slo_notes(name0, name, entries, summaries[0], points))
         note = scenario_note(sweep_dirs[0], table0, manifest0, directory, table, manifest)
         if note is not None:
             notes.append(note)
@@ -125,6 +145,92 @@ def compare_sweeps(console: Console, sweep_dirs: Sequence[Path], plot_path: Path
         console.print(note, style="yellow", markup=False, highlight=False)
     path = write_compare_plot(plot_path, loaded)
     console.print(f"wrote {path}", soft_wrap=True)  # (a path: never cut across lines)
+
+
+#: What is said of a point with no summary.json, by its status (sweep.parquet's).
+_NO_RESULTS = {
+    "incomplete": "no results: no summary.json (killed in set-up or evaluation; veeksha report "
+    "POINT_DIR evaluates what it recorded)",
+    "error": "no results: refused before its traffic",
+    "not_run": "no results: not run",
+}
+_SHOWN_POINTS = 6  # points named per note; the rest are counted
+
+
+def point_summaries(sweep_dir: Path, table: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Each point's summary.json by its label (``{}`` for a point that wrote none)."""
+    from veeksha.experiment.point import read_summary
+
+    folders = table["run_folder"] if "run_folder" in table else [None] * len(table)
+    return {
+        str(point): read_summary(sweep_dir / str(folder)) if folder else {}
+        for point, folder in zip(table["point"], folders, strict=True)
+    }
+
+
+def _named(points: Sequence[str]) -> str:
+    shown = ", ".join(points[:_SHOWN_POINTS])
+    more = len(points) - _SHOWN_POINTS
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def ending_notes(
+    name: str, table: pd.DataFrame, summaries: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
+    """How the sweep's points that did not complete ended (interrupted, stopped, killed, refused,
+    not run...), as ``veeksha compare`` of runs says it, one line per thing said with the points
+    it is said of: ``sweep-B (arrival_rate=24): interrupted: its numbers cover ...``."""
+    from veeksha.evaluate.compare import ending_notes as run_ending_notes
+
+    said: dict[str, list[str]] = {}
+    for point, status in zip(table["point"], table["status"], strict=True):
+        summary = summaries.get(str(point)) or {}
+        if summary:
+            texts = run_ending_notes(summary)
+        else:
+            texts = [_NO_RESULTS.get(str(status), f"no results ({status})")]
+        for text in texts:
+            said.setdefault(text, []).append(str(point))
+    return [f"{name} ({_named(points)}): {text}" for text, points in said.items()]
+
+
+def slo_notes(
+    first_name: str,
+    name: str,
+    entries: Sequence[Mapping[str, Any]],
+    first: Mapping[str, Mapping[str, Any]],
+    other: Mapping[str, Mapping[str, Any]],
+) -> list[str]:
+    """Of the matched points (``matched_changes``' entries) that both have a summary: those
+    judged by other SLOs than the first sweep's, and those whose verdict on an SLO they share
+    differs (``SLO ttfc p99 ≤ 200 ms: met in A, unmet in B at rate=24``)."""
+    from veeksha.evaluate.compare import slo_label, slo_results, slo_verdict
+
+    judged: dict[tuple[str, str], list[str]] = {}
+    verdicts: dict[tuple[str, str, str], list[str]] = {}
+    for entry in entries:
+        a = first.get(str(entry["point"])) or {}
+        b = {} if entry["matched"] is None else other.get(str(entry["matched"])) or {}
+        if not a or not b:
+            continue
+        mine, theirs = slo_results(a), slo_results(b)
+        if set(mine) != set(theirs):
+            slos = tuple(", ".join(map(slo_label, s)) or "none" for s in (mine, theirs))
+            judged.setdefault((slos[0], slos[1]), []).append(str(entry["point"]))
+        for key in (k for k in mine if k in theirs):
+            pair = (slo_verdict(mine[key]), slo_verdict(theirs[key]))
+            if pair[0] != pair[1]:
+                verdicts.setdefault((slo_label(key), *pair), []).append(str(entry["point"]))
+    notes = [
+        f"{name}'s SLOs are not {first_name}'s at {_named(points)}: {first_name} {mine_text}; "
+        f"{name} {theirs_text}"
+        for (mine_text, theirs_text), points in judged.items()
+    ]
+    notes += [
+        f"{label}: {a_verdict} in {first_name}, {b_verdict} in {name} at {_named(points)}"
+        for (label, a_verdict, b_verdict), points in verdicts.items()
+    ]
+    return notes
 
 
 def _first_scenario(sweep_dir: Path, table: pd.DataFrame) -> dict[str, Any] | None:

@@ -273,3 +273,76 @@ def test_a_points_progress_line_shows_numbers_as_the_run_report_does() -> None:
         "002-arrival_rate=24: 254 req/s, TTFC p50 0.03 ms, p99 189 ms, E2E p99 519.5 ms,"
         " health PASS, SLOs - (4.4 s)"
     )
+
+
+def _slo(threshold: float, met: bool) -> dict:
+    return {"metric": "ttfc", "percentile": 0.99, "threshold": threshold, "met": met}
+
+
+def _sweep_with(root: Path, summaries: list[dict | None]) -> Path:
+    """A sweep over the seed whose points wrote these summaries (None: a folder without one)."""
+    values = ", ".join(str(i + 1) for i in range(len(summaries)))
+    loaded = load_points_text(f"seed: !expand [{values}]\n", "s.yaml")
+    sweep_dir = create_sweep(loaded, root)
+    for point, summary in zip(loaded.points, summaries, strict=True):
+        folder = sweep_dir / point_folder(point)
+        folder.mkdir()
+        if summary is not None:
+            slos = summary.pop("slo_results", [])
+            summary["slos"] = {"all_met": all(s["met"] for s in slos), "results": slos}
+            for slo in slos:
+                slo |= {"samples": 4, "observed": 0.02}
+            (folder / "summary.json").write_text(json.dumps(summary))
+    return sweep_dir.rename(root / f"sweep-{root.name}")  # (a name of its own: A, B)
+
+
+def test_compare_of_sweeps_says_how_points_ended_and_where_slos_differ(tmp_path: Path) -> None:
+    # was: compare of sweeps printed only relative changes, silent on a point that was
+    # interrupted or killed and on points judged by other SLOs or with other verdicts
+    from click.testing import CliRunner
+
+    from veeksha.cli import main
+
+    met = [_slo(0.2, True)]
+    first = _sweep_with(tmp_path / "a", [_summary() | {"slo_results": met} for _ in range(4)])
+    stopped = _summary(True, "interrupted") | {"slo_results": [_slo(0.2, True)]}
+    killed = _summary() | {"slo_results": [_slo(0.2, True)]}
+    killed["run"] |= {"partial": True, "unrecorded_requests": 2}
+    other = _sweep_with(
+        tmp_path / "b",
+        [
+            stopped,
+            _summary() | {"slo_results": [_slo(0.2, False)]},  # the same SLO, unmet
+            _summary() | {"slo_results": [_slo(0.1, True)]},  # another bound
+            killed,
+        ],
+    )
+    args = ["compare", str(first), str(other), "--plot", str(tmp_path / "cmp.png")]
+    result = CliRunner().invoke(main, args, env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    a, b = first.name, other.name
+    stop = "interrupted: its numbers cover what was recorded before the stop"
+    assert f"{b} (seed=1): {stop}" in lines
+    (partial,) = [line for line in lines if line.startswith(f"{b} (seed=4): partial run:")]
+    assert "at least 2 dispatched requests have no row" in partial
+    assert (
+        f"{b}'s SLOs are not {a}'s at seed=3: {a} SLO ttfc p99 ≤ 200 ms; {b} SLO ttfc p99 ≤ 100 ms"
+        in lines
+    )
+    assert f"SLO ttfc p99 ≤ 200 ms: met in {a}, unmet in {b} at seed=2" in lines
+    assert not [line for line in lines if line.startswith(f"{a} (")]  # every point completed
+
+
+def test_compare_of_sweeps_names_points_without_results(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from veeksha.cli import main
+
+    first = _sweep_with(tmp_path / "a", [_summary(), _summary()])
+    other = _sweep_with(tmp_path / "b", [_summary(), None])
+    args = ["compare", str(first), str(other), "--plot", str(tmp_path / "cmp.png")]
+    result = CliRunner().invoke(main, args, env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    (line,) = [line for line in result.output.splitlines() if line.startswith(f"{other.name} (")]
+    assert line.startswith(f"{other.name} (seed=2): no results: no summary.json (killed in set-up")
