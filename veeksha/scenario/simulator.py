@@ -158,6 +158,12 @@ class SimulatorConfig(NumbersModel):
         description='/tokenize and /detokenize shape: vllm ({"prompt"} → {"tokens", "count"}) '
         'or llama_cpp ({"content"} → {"tokens"}).',
     )
+    chat_template: bool = Field(
+        False,
+        description="Wrap chat messages in a ChatML-like template of special tokens, as real "
+        "servers do: a prompt of one message counts 9 tokens more than its content, each "
+        "later turn 10 (usage, prefix cache, max_model_len and /tokenize with messages).",
+    )
 
     timing: Literal["fixed", "engine"] | None = Field(
         None,

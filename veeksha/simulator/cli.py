@@ -66,6 +66,11 @@ def load_config(path: Path | None = None, config_json: str | None = None, **over
     help="Shape of /tokenize and /detokenize.",
 )
 @click.option(
+    "--chat-template/--no-chat-template",
+    default=None,
+    help="Wrap chat messages in a ChatML-like template (9 tokens a prompt, 10 a turn).",
+)
+@click.option(
     "--config",
     "config_path",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -88,6 +93,7 @@ def sim_server(
     processes: int | None,
     tokenizer: str | None,
     tokenize_api: str | None,
+    chat_template: bool | None,
     config_path: Path | None,
     config_json: str | None,
     settings_json: str | None,
@@ -110,6 +116,7 @@ def sim_server(
             processes=processes,
             tokenizer=tokenizer,
             tokenize_api=tokenize_api,
+            chat_template=chat_template,
         )
         settings = SimSettings.from_json(config.model_dump_json())
     serve(settings, host, port, parent_pid=parent_pid)

@@ -239,7 +239,12 @@ class SimServer:
         stats.requests[kind] = stats.requests.get(kind, 0) + 1
         if self._prompt_tokens is None:
             req = parse_generation(
-                kind, request.body, config.model, config.default_max_tokens, config.max_model_len
+                kind,
+                request.body,
+                config.model,
+                config.default_max_tokens,
+                config.max_model_len,
+                template=config.chat_template,
             )
         else:
             req = parse_generation(
@@ -249,6 +254,7 @@ class SimServer:
                 config.default_max_tokens,
                 config.max_model_len,
                 self._prompt_tokens,
+                config.chat_template,
             )
         fault = self.faults.pick(request.arrival_ns) if self.faults.enabled else None
         if fault is not None:
@@ -300,8 +306,9 @@ class SimServer:
             ids = tok.encode(content) if isinstance(content, str) else []
             self._tokenizer_reply(conn, {"tokens": ids})
             return
-        if "messages" in body:
-            ids = chat_tokens(body, tok.encode)
+        if "messages" in body:  # (the chat template as the usage counts it, vLLM's default)
+            prompt = body.get("add_generation_prompt", True) is not False
+            ids = chat_tokens(body, tok.encode, self.config.chat_template, prompt)
         elif isinstance(body.get("prompt"), str):
             ids = tok.encode(body["prompt"])
         else:

@@ -81,6 +81,7 @@ class SimSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     seed: int
     tokenizer: Literal["builtin", "subword", "bytes"]
     tokenize_api: Literal["vllm", "llama_cpp"]
+    chat_template: bool
     timing: Literal["fixed", "engine"] | None
     ttft_ms: float | None
     itl_ms: float | None

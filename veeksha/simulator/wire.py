@@ -9,9 +9,10 @@ so it never needs JSON escaping.
 
 Token accounting, with the builtin tokenizer (one token per whitespace-separated word):
 chat prompts count the words of every message's content (text parts of a content list
-included, no template tokens); completion prompts count the words of ``prompt`` (or the ids of
-a token-id prompt). The prompt's token sequence for the prefix cache is the concatenation of
-those words, in message order. With the ``subword`` tokenizer (``veeksha.simulator.subword``)
+included; no template tokens, unless ``chat_template`` wraps them: ``SPECIAL_TOKENS``);
+completion prompts count the words of ``prompt`` (or the ids of a token-id prompt). The
+prompt's token sequence for the prefix cache is the concatenation of those words, in message
+order. With the ``subword`` tokenizer (``veeksha.simulator.subword``)
 each content (or the prompt) is tokenized on its own and the ids concatenated, and answers use
 only words that are one subword token wherever they stand, so an answer of n tokens is n tokens
 again when a later turn sends it back.
@@ -107,14 +108,55 @@ def _split(text: str) -> list[Any]:
     return text.split()
 
 
-def chat_tokens(body: dict[str, Any], tokenize: Tokenize = _split) -> list[Any]:
+#: The special tokens of the simulator's chat template (``chat_template: true``), ChatML's
+#: shape: ``<s>`` opens the prompt; each message is ``<|im_start|>``, its role, a newline, its
+#: content, ``<|im_end|>``, a newline; the generation prompt is ``<|im_start|>``, ``assistant``,
+#: a newline. No text tokenizes to them: ids from ``SPECIAL_BASE`` on (words, with the builtin
+#: tokenizer's split, start with a NUL). One message thus adds ``TEMPLATE_PROMPT_TOKENS`` (9)
+#: with the generation prompt, and each later turn (an answer and a new message) adds
+#: ``TEMPLATE_TURN_TOKENS`` (10) beside their contents.
+SPECIAL_TOKENS = (
+    "<s>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<nl>",
+    "<role>",
+    "system",
+    "user",
+    "assistant",
+)
+SPECIAL_BASE = 1 << 24
+TEMPLATE_PROMPT_TOKENS = 9
+TEMPLATE_TURN_TOKENS = 10
+
+
+def _special(tokenize: Tokenize) -> Callable[[str], Any]:
+    if tokenize is _split:
+        return lambda name: "\0" + name
+    return lambda name: SPECIAL_BASE + SPECIAL_TOKENS.index(name)
+
+
+def chat_tokens(
+    body: dict[str, Any],
+    tokenize: Tokenize = _split,
+    template: bool = False,
+    generation_prompt: bool = True,
+) -> list[Any]:
+    """The prompt tokens of a chat body: the contents' tokens in message order, wrapped in
+    the chat template when ``template`` (see ``SPECIAL_TOKENS``)."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "'messages' must be a non-empty list", param="messages")
     tokens: list[Any] = []
+    special = _special(tokenize) if template else None
+    if special is not None:
+        tokens.append(special("<s>"))
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise ApiError(400, f"messages[{i}] must be an object with a 'role'", param="messages")
+        if special is not None:
+            role = message["role"] if message["role"] in SPECIAL_TOKENS[5:] else "<role>"
+            tokens += (special("<|im_start|>"), special(role), special("<nl>"))
         content = message.get("content")
         if isinstance(content, str):
             tokens.extend(tokenize(content))
@@ -126,6 +168,10 @@ def chat_tokens(body: dict[str, Any], tokenize: Tokenize = _split) -> list[Any]:
             raise ApiError(
                 400, f"messages[{i}].content must be a string or a list", param="messages"
             )
+        if special is not None:
+            tokens += (special("<|im_end|>"), special("<nl>"))
+    if special is not None and generation_prompt:
+        tokens += (special("<|im_start|>"), special("assistant"), special("<nl>"))
     return tokens
 
 
@@ -153,6 +199,7 @@ def parse_generation(
     default_max_tokens: int,
     max_model_len: int,
     tokenize: Tokenize = _split,
+    template: bool = False,
 ) -> GenRequest:
     """Validate the body of ``/v1/chat/completions`` or ``/v1/completions``."""
     try:
@@ -171,7 +218,10 @@ def parse_generation(
             param="model",
             code="model_not_found",
         )
-    tokens = chat_tokens(body, tokenize) if kind == "chat" else _completion_tokens(body, tokenize)
+    if kind == "chat":
+        tokens = chat_tokens(body, tokenize, template)
+    else:
+        tokens = _completion_tokens(body, tokenize)
     n = _int(body, "n", 1)
     if n not in (None, 1):
         raise ApiError(400, "only n=1 is supported", param="n")

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pydantic import ValidationError
 
 from veeksha.generate.tokenizer import BuiltinTokenizer
 from veeksha.scenario.simulator import PRESETS, SimulatorConfig
 from veeksha.simulator.faults import Fault, FaultPicker
-from veeksha.simulator.wire import ApiError, OutputText, parse_generation
+from veeksha.simulator.wire import (
+    SPECIAL_BASE,
+    TEMPLATE_PROMPT_TOKENS,
+    TEMPLATE_TURN_TOKENS,
+    ApiError,
+    OutputText,
+    chat_tokens,
+    parse_generation,
+)
 
 S = 1_000_000_000
 
@@ -104,3 +114,25 @@ def test_output_text_counts_exactly_and_is_seeded() -> None:
     assert text.draw(10, 0, exact=True, seed=None)[0] == 10
     assert text.draw(10, 0, exact=False, seed=5) == text.draw(10, 0, exact=False, seed=5)
     assert all(3 <= text.draw(10, 3, exact=False, seed=None)[0] <= 10 for _ in range(200))
+
+
+def test_the_chat_template_adds_9_tokens_a_prompt_and_10_a_turn_in_usage_and_tokenize() -> None:
+    def conversation(turns: int) -> dict:
+        messages = [{"role": "user", "content": "a b c"}]
+        for _ in range(turns - 1):
+            messages += [{"role": "assistant", "content": "d e"}, {"role": "user", "content": "f"}]
+        return {"model": "m", "messages": messages}
+
+    one, three = conversation(1), conversation(3)
+    assert len(chat_tokens(one)) == 3  # (off by default: the contents only)
+    assert len(chat_tokens(one, template=True)) == 3 + TEMPLATE_PROMPT_TOKENS == 12
+    assert len(chat_tokens(three, template=True)) == 9 + 9 + 2 * TEMPLATE_TURN_TOKENS
+    assert len(chat_tokens(one, template=True, generation_prompt=False)) == 3 + 6
+    # the usage (builtin words) and /tokenize (ids) count the same; no text makes a special id
+    tokenizer = BuiltinTokenizer()
+    ids = chat_tokens(three, tokenizer.encode, template=True)
+    assert len(ids) == len(
+        parse_generation("chat", json.dumps(three).encode(), "m", 1, 100, template=True).tokens
+    )
+    assert ids[0] == SPECIAL_BASE
+    assert max(tokenizer.encode("a b c d e f")) < SPECIAL_BASE
