@@ -48,6 +48,11 @@ def server_tokenizer_info(
         "lead_words": len(calibration.lead),
         "overhead_tokens": calibration.overhead,
     }
+    template = tokenizer.chat_template
+    if isinstance(template, str):
+        info["chat_template_error"] = template
+    elif template is not None:
+        info["chat_template"] = template.to_json()
     measured = measured_rows(requests)
     sent = np.flatnonzero(~np.isnan(column(measured, "dispatched_at")))
     verification: dict[str, Any] = {"sampled": 0, "deviations": []}

@@ -15,7 +15,12 @@ from veeksha.engine.loop_settings import LoopSettings
 from veeksha.engine.phases import apply_phases
 from veeksha.engine.runlog import RunLog
 from veeksha.engine.target import Target
-from veeksha.generate.calibration import calibrated_tokenizer
+from veeksha.generate.calibration import (
+    CalibratedTokenizer,
+    ChatTemplate,
+    calibrated_tokenizer,
+    measure_chat_template,
+)
 from veeksha.generate.distributions import make_interval_sampler
 from veeksha.generate.rng import RandomStreams
 from veeksha.generate.sessions import SessionGenerator
@@ -81,6 +86,8 @@ class RunSetup:
             if server is not None and getattr(config, "endpoint", None) is None:
                 place = f"managed {server.type}"
             tokenizer = calibrated_tokenizer(tokenizer, use_cache, log=self.log.info, place=place)
+            if any(c.type == "openai_chat_completions" for _, c in scenario.client_entries()):
+                tokenizer.chat_template = self._chat_template(tokenizer)
         self.tokenizer = tokenizer
         make: Callable[[int], SessionSpec]
         total = runtime.max_sessions + runtime.warmup_sessions
@@ -104,6 +111,23 @@ class RunSetup:
             return make
         sessions = [make(i) for i in range(total)]
         return sessions.__getitem__
+
+    def _chat_template(self, tokenizer: CalibratedTokenizer) -> ChatTemplate | str:
+        """The server's chat template measured now (3 calls, never cached: a server may change
+        its template and not its tokenizer), said in run.log, or why not (said once)."""
+        found = measure_chat_template(tokenizer.client, tokenizer.calibration)
+        if isinstance(found, str):
+            self.log.warning(
+                f"server tokenizer: chat template not measured: {found}; the prompt_length "
+                "check estimates it from the server's usage instead"
+            )
+        else:
+            self.log.info(
+                f"server tokenizer: chat template measured: {found.prompt} tokens a prompt of "
+                f"one message, {found.turn} a further turn (counts {list(found.counts)} for "
+                f"contents of {list(found.contents)} tokens)"
+            )
+        return found
 
     def _loop_settings(self) -> LoopSettings:
         scenario = self.scenario

@@ -24,6 +24,13 @@ Up to three comparisons, each judged against ``prompt_length_tolerance`` (tokens
     tokens as it generated (the simulator does, to the token; a real server within a token or
     two, well inside the tolerance).
 
+    With a calibrated server tokenizer whose ``/tokenize`` takes a chat request, the template
+    is not estimated: it was measured at set-up in the server's own tokens (``summary.json`` →
+    ``run.server_tokenizer.chat_template``: ``prompt_tokens`` a root, ``turn_tokens`` a turn;
+    ``veeksha.generate.calibration.measure_chat_template``), and exactly that is taken away
+    from the chat rows, never undecided (the medians are still reported). A server that
+    refuses a chat request there (llama.cpp) leaves the estimate below.
+
     Only a chat client's rows have a template: the completions API sends the prompt as it is
     (a BOS at most), so nothing is taken away from its rows, and a server that counts them
     long fails. Nor can a median be told from another tokenizer when the prompts' lengths are
@@ -191,6 +198,25 @@ def _offset(usage: _Usage, tolerance: int) -> _Offset:
     return _Offset(found, taken, undecided)
 
 
+def _measured(median_found: float | None, tokens: int) -> _Offset:
+    """The template measured on the server's /tokenize: taken away exactly from the chat rows
+    (none: ``median_found`` None), never undecided."""
+    return _Offset(median_found, 0.0 if median_found is None else float(tokens), False)
+
+
+def _measured_template(data: HealthInput) -> tuple[int, int] | None:
+    """The chat template's tokens a prompt and a turn, as measured at set-up on the server's
+    /tokenize (``summary.json`` → ``run.server_tokenizer.chat_template``), else None."""
+    info = data.run_info.get("server_tokenizer")
+    template = info.get("chat_template") if isinstance(info, dict) else None
+    if not isinstance(template, dict):
+        return None
+    prompt, turn = template.get("prompt_tokens"), template.get("turn_tokens")
+    if type(prompt) is not int or type(turn) is not int:
+        return None
+    return prompt, turn
+
+
 def _server_tokenize(data: HealthInput) -> tuple[Floats, str | None]:
     info = data.run_info.get("server_tokenizer")
     verification = info.get("verification") if isinstance(info, dict) else None
@@ -237,6 +263,9 @@ def _prompt_length(data: HealthInput) -> Outcome:
         # were sent: another tokenizer, or prompts cut) is not an offset to take away; and
         # only a chat request has one
         root, turn = _offset(roots, tol), _offset(turns, tol)
+        measured = _measured_template(data)
+        if measured is not None:  # (the server's own count of its template: exact)
+            root, turn = _measured(root.median, measured[0]), _measured(turn.median, measured[1])
         usage = np.concatenate(
             [
                 roots.deviation - np.where(roots.chat, root.taken, 0.0),
@@ -250,13 +279,14 @@ def _prompt_length(data: HealthInput) -> Outcome:
             "roots": int(roots.deviation.size),
             "turns": int(turns.deviation.size),
             "completions_requests": int((~roots.chat).sum() + (~turns.chat).sum()),
+            "template_measured": measured is not None,
             **stats,
         }
         confirmed = sampled.size > 0 and not (np.abs(sampled) > tol).any()
         if (root.undecided or turn.undecided) and not confirmed:
             undecided = _undecided(roots, root, turns, turn)
             statistics["server"]["offset_undecided"] = True
-        parts.append((SERVER_USAGE + _taken(root, turn), stats))
+        parts.append((SERVER_USAGE + _taken(root, turn, measured is not None), stats))
     if not parts:
         return Outcome(SKIP, "no measured request with prompt token counts", statistics)
     parts.sort(key=lambda part: part[1]["outside_tolerance"] == 0)  # failing ones first
@@ -271,14 +301,15 @@ def _prompt_length(data: HealthInput) -> Outcome:
     return Outcome(PASS, detail, statistics)
 
 
-def _taken(root: _Offset, turn: _Offset) -> str:
+def _taken(root: _Offset, turn: _Offset, measured: bool = False) -> str:
     """What the usage comparison took away, for its name in the detail ("" when nothing)."""
     prompt, turn_tokens = round(root.taken), round(turn.taken)
+    what = "the measured template" if measured else "a template"
     if prompt and turn_tokens:
-        return f", less a template of {prompt} tokens a prompt and {turn_tokens} a turn"
+        return f", less {what} of {prompt} tokens a prompt and {turn_tokens} a turn"
     if prompt or turn_tokens:
-        what = "prompt" if prompt else "turn"
-        return f", less a template of {counted(prompt or turn_tokens, 'token')} a {what}"
+        kind = "prompt" if prompt else "turn"
+        return f", less {what} of {counted(prompt or turn_tokens, 'token')} a {kind}"
     return ""
 
 

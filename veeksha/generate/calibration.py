@@ -38,6 +38,16 @@ Fewer than ``MIN_WORDS`` words, or no lead word, is a :class:`~veeksha.errors.Co
 tokenizer, and cached (``TokenizerCache``) under the server's *fingerprint*: the ids of a fixed
 probe text, asked again at each start-up (one call), so a changed model rebuilds it.
 
+**Chat template** (``measure_chat_template``, for chat clients, at every start-up and never
+cached: a server may change its template and not its tokenizer): ``/tokenize``'s chat form
+(vLLM's ``{"model", "messages", "add_generation_prompt": true}``) counts conversations of 1, 2
+and 3 user turns (user; user, assistant, user; …), each message a lead word and
+``TEMPLATE_WORDS`` − 1 calibrated words (their count known by construction). The first count's
+excess over the contents is the template's tokens a prompt, the growth of the excess each
+further turn its tokens a turn (``template_of``); a refusal (llama.cpp's ``/tokenize`` takes
+only ``content``) or a growth that is not the same every turn is a reason instead, and the
+``prompt_length`` check estimates the template from the usage as before.
+
 Worked example: a server that splits ``"baba"`` into ``" ba" + "ba"`` but keeps ``" bebe"``
 whole answers step 2 with ids for ``" ba", "ba", " bebe"``; step 3 reads ``"ba", "ba", "bebe"``,
 so ``baba`` took two tokens (dropped) and ``bebe`` one (kept).
@@ -46,6 +56,7 @@ so ``baba`` took two tokens (dropped) and ``bebe`` one (kept).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -65,11 +76,14 @@ __all__ = [
     "MIN_WORDS",
     "CalibratedTokenizer",
     "Calibration",
+    "ChatTemplate",
     "TextTokenizer",
     "TokenizerCache",
     "calibrate",
     "calibrated_tokenizer",
     "default_cache_dir",
+    "measure_chat_template",
+    "template_of",
 ]
 
 MIN_WORDS = 64
@@ -283,6 +297,96 @@ def _lead_words(server: _Counter, words: Sequence[str], newline: bool) -> tuple[
     return tuple(lead)
 
 
+# ----------------------------------------------------------------------------- the chat template
+
+#: Words in each message of the template's measurement (a lead word, then mid-form words).
+TEMPLATE_WORDS = 8
+#: Conversations measured: 1, 2 and 3 user turns (user; user, assistant, user; and one more).
+TEMPLATE_TURNS = 3
+
+
+class ChatTokenizer(Protocol):
+    """What the template's measurement needs: a chat request's ids, or why it was refused."""
+
+    def chat_encode(self, messages: Sequence[dict[str, str]]) -> list[int] | str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ChatTemplate:
+    """The server's chat template in its own tokens, measured with ``/tokenize``'s chat form.
+
+    ``prompt``: the tokens a prompt of one user message counts beside its content (the
+    template's opening, the message's wrapping and the generation prompt); ``turn``: the tokens
+    each later turn adds beside its two new contents (the answer's and the new message's
+    wrapping). ``counts``: the server's counts of conversations of 1, 2 and 3 user turns;
+    ``contents``: their contents' tokens (calibrated words: exact by construction).
+    """
+
+    prompt: int
+    turn: int
+    counts: tuple[int, ...]
+    contents: tuple[int, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "prompt_tokens": self.prompt,
+            "turn_tokens": self.turn,
+            "counts": list(self.counts),
+            "contents": list(self.contents),
+        }
+
+
+def template_of(counts: Sequence[int], contents: Sequence[int]) -> ChatTemplate | str:
+    """The template of the counts of conversations of 1, 2, … user turns (``counts``) whose
+    contents are ``contents`` tokens: ``prompt`` = the first's excess; ``turn`` = how much
+    each further turn's excess grows, which must be the same at every turn (else the reason,
+    a string: the template is not a constant a turn, and no number of tokens describes it)."""
+    if len(counts) != len(contents) or len(counts) < 2:
+        raise ValueError("template_of needs the counts of two conversations at least")
+    excess = [count - content for count, content in zip(counts, contents, strict=True)]
+    steps = [b - a for a, b in itertools.pairwise(excess)]
+    if excess[0] < 0 or any(step < 0 for step in steps):
+        return (
+            f"the chat form counts fewer tokens than the messages' contents (counts "
+            f"{list(counts)} for contents of {list(contents)} tokens)"
+        )
+    if len(set(steps)) > 1:
+        return (
+            "the template does not add the same tokens every turn ("
+            + ", ".join(f"{step} at turn {k}" for k, step in enumerate(steps, 2))
+            + ")"
+        )
+    return ChatTemplate(excess[0], steps[0], tuple(counts), tuple(contents))
+
+
+def measure_chat_template(client: ChatTokenizer, calibration: Calibration) -> ChatTemplate | str:
+    """The server's chat template (``template_of``), from ``TEMPLATE_TURNS`` chat calls of
+    calibrated words (each message a lead word then mid-form words, ``TEMPLATE_WORDS``
+    tokens, as prompts are built); the reason, a string, when the server refuses a chat
+    request on /tokenize or its counts make no constant template."""
+    words, lead = calibration.words, calibration.lead
+    messages: list[dict[str, str]] = []
+    counts: list[int] = []
+    contents: list[int] = []
+    for turn in range(TEMPLATE_TURNS):
+        if turn:
+            messages.append({"role": "assistant", "content": _message(words, lead, 2 * turn - 1)})
+        messages.append({"role": "user", "content": _message(words, lead, 2 * turn)})
+        ids = client.chat_encode(messages)
+        if isinstance(ids, str):
+            return f"its /tokenize refused a chat request ({ids})"
+        counts.append(len(ids))
+        contents.append(TEMPLATE_WORDS * len(messages))
+    return template_of(counts, contents)
+
+
+def _message(words: Sequence[str], lead: Sequence[str], k: int) -> str:
+    """The ``k``-th message's text: a lead word, then ``TEMPLATE_WORDS`` − 1 calibrated words."""
+    rest = TEMPLATE_WORDS - 1
+    body = [words[(k * rest + i) % len(words)] for i in range(rest)]
+    return " ".join([lead[k % len(lead)], *body])
+
+
 class CalibratedTokenizer:
     """A server tokenizer, as far as prompts built from its calibrated vocabulary go.
 
@@ -307,6 +411,9 @@ class CalibratedTokenizer:
         self.vocabulary = calibration.vocabulary
         self.client = client
         self.fingerprint = list(fingerprint)
+        #: the server's chat template (``measure_chat_template``), measured at set-up for chat
+        #: clients; the reason it could not be (a string); None when not asked
+        self.chat_template: ChatTemplate | str | None = None
         self._index = dict(zip(calibration.words, calibration.ids, strict=True))
         self._words = {i: w for w, i in self._index.items()}
 

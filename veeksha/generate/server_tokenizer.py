@@ -11,6 +11,11 @@ llama_cpp  ``{"content", "add_special"}``                  ``{"tokens"}``
            → ``{"tokens": [...]}``                         → ``{"content": text}``
 ========== =============================================== ==========================
 
+vLLM's ``/tokenize`` also takes a chat request, ``{"model", "messages",
+"add_generation_prompt": true}`` → ``{"tokens", "count"}`` with its chat template applied
+(``chat_encode``, how ``veeksha.generate.calibration`` measures the template); llama.cpp's takes
+only ``content`` and answers no tokens, which ``chat_encode`` returns as a reason, not an error.
+
 SGLang serves the vLLM shape (its ``/tokenize`` and ``/detokenize`` follow vLLM's). TGI offers
 ``POST /tokenize`` with ``{"inputs"}`` answering a list of ``{"id", "text"}`` and no
 ``/detokenize``: use ``client.tokenizer`` type ``hf`` with the model's tokenizer.json for TGI.
@@ -93,6 +98,27 @@ class ServerTokenizer:
 
     def count(self, text: str) -> int:
         return len(self.encode(text))
+
+    def chat_encode(self, messages: Sequence[dict[str, str]]) -> list[int] | str:
+        """The ids of ``messages`` in the server's chat template, generation prompt included
+        (vLLM's ``{"model", "messages", "add_generation_prompt": true}``); the reason as a
+        string when the server refuses the request or answers no tokens (llama.cpp's /tokenize
+        takes only ``content``). Unlike the other calls a refusal leaves the client usable."""
+        if self.format is None:
+            self._detect()
+        body: dict[str, object] = {"messages": list(messages), "add_generation_prompt": True}
+        if self.model is not None:
+            body = {"model": self.model, **body}
+        answer = self._send(self.endpoint, body)
+        tokens = _nonempty_tokens(answer)
+        if tokens is not None:
+            return tokens
+        if not answer.ok:
+            text = Redactor(self._api_key)(
+                answer.body[:READ_WINDOW].decode("utf-8", "replace"), _QUOTED
+            )
+            return f"HTTP {answer.status} {answer.reason}: {text!r}"
+        return "no tokens in the answer"
 
     def decode(self, ids: Sequence[int]) -> str:
         if self.format is None:

@@ -133,8 +133,72 @@ def test_a_tokenize_endpoint_that_disagrees_with_the_usage_is_caught(tmp_path: P
     _, _, checks = _run(tmp_path, "mismatch", simulator=mismatch)
     check = checks["prompt_length"]
     assert check["status"] == "FAIL"
-    assert check["detail"].startswith("server usage vs expected, less a template of ")
+    # (its /tokenize measures no chat template, so nothing is taken away as one)
+    assert check["detail"].startswith("server usage vs expected: ")
+    assert check["statistics"]["server"]["template_measured"] is True
     assert "server /tokenize vs target: 0 of 32 (max 0)" in check["detail"]
+
+
+def test_the_chat_template_is_measured_and_taken_away_exactly(tmp_path: Path) -> None:
+    """A server whose chat template adds 9 tokens a prompt and 10 a turn: measured on its
+    /tokenize's chat form at set-up, recorded, and the usage of every root and turn is its
+    prompt plus exactly that (no estimate)."""
+    template = "{tokenizer: subword, chat_template: true}"
+    run_dir, requests, checks = _run(tmp_path, "template", simulator=template)
+    assert (requests.status == "ok").all()
+    check = checks["prompt_length"]
+    assert check["status"] == "PASS", check
+    assert (
+        "server usage vs expected, less the measured template of 9 tokens a prompt and "
+        in (check["detail"])
+    )
+    server = check["statistics"]["server"]
+    assert server["template_measured"] is True
+    assert server["outside_tolerance"] == 0
+    assert server["max_abs_deviation"] == 0
+    assert server["turns"] > 0
+    roots = requests[requests.history_parent.isna()]
+    assert (roots.prompt_tokens_total == roots.target_prompt_tokens + 9).all()
+    done = requests.set_index(["session_id", "node_id"])
+    for row in requests[requests.history_parent.notna()].itertuples():
+        parent = done.loc[(row.session_id, int(row.history_parent))]
+        expected = parent.prompt_tokens_total + parent.output_tokens + row.target_prompt_tokens
+        assert row.prompt_tokens_total == expected + 10
+    summary = json.loads((run_dir / "summary.json").read_text())
+    measured = summary["run"]["server_tokenizer"]["chat_template"]
+    assert measured == {
+        "prompt_tokens": 9,
+        "turn_tokens": 10,
+        "counts": [8 + 9, 24 + 19, 40 + 29],
+        "contents": [8, 24, 40],
+    }
+    assert "chat template measured: 9 tokens a prompt of one message, 10 a further turn" in (
+        _log(run_dir)
+    )
+
+
+def test_a_tokenize_that_refuses_chat_requests_falls_back_to_the_estimate(
+    tmp_path: Path,
+) -> None:
+    """llama.cpp's /tokenize takes only ``content`` (a chat request gets no tokens): the
+    template is not measured, run.log says so once, and prompt_length estimates it from the
+    server's usage, as before."""
+    llama = "{tokenizer: subword, chat_template: true, tokenize_api: llama_cpp}"
+    run_dir, _, checks = _run(tmp_path, "refused", simulator=llama)
+    log = _log(run_dir)
+    assert log.count("chat template not measured") == 1
+    assert "its /tokenize refused a chat request (no tokens in the answer)" in log
+    summary = json.loads((run_dir / "summary.json").read_text())
+    info = summary["run"]["server_tokenizer"]
+    assert "chat_template" not in info
+    assert info["chat_template_error"].startswith("its /tokenize refused a chat request")
+    check = checks["prompt_length"]
+    assert check["status"] == "PASS", check
+    assert check["statistics"]["server"]["template_measured"] is False
+    assert (
+        "server usage vs expected, less a template of 9 tokens a prompt and 10 a turn"
+        in (check["detail"])
+    )
 
 
 def test_the_calibration_is_cached_reused_and_rebuilt(

@@ -450,6 +450,56 @@ def test_prompt_length_takes_a_template_away_where_the_servers_tokenizer_counted
     assert "less a template of 100 tokens a prompt: 0 of 6 (max 0)" in result.detail
 
 
+def _measured(prompt: int, turn: int) -> dict[str, Any]:
+    """run_info with a chat template measured on the server's /tokenize at set-up."""
+    template = {"prompt_tokens": prompt, "turn_tokens": turn, "counts": [], "contents": []}
+    return {"server_tokenizer": {"chat_template": template}}
+
+
+def test_prompt_length_takes_the_measured_template_away_exactly() -> None:
+    """Prompts of one length with a 100-token template: the estimate could not tell it from
+    another tokenizer (WARN, undecided); measured on the server's /tokenize it is known, and
+    exactly that is taken away (PASS, named as measured)."""
+    rows = _fixed_roots(300)
+    result = PROMPT_LENGTH(_input(rows, run_info=_measured(100, 4)))
+    assert result.status == PASS, result.detail
+    assert result.detail.endswith(
+        "server usage vs expected, less the measured template of 100 tokens a prompt: "
+        "0 of 6 (max 0)"
+    )
+    assert result.statistics["server"]["template_measured"] is True
+    assert "offset_undecided" not in result.statistics["server"]
+
+
+def test_prompt_length_fails_usage_beyond_the_measured_template() -> None:
+    """The server counts every prompt 100 tokens over its target but its template is 9: the
+    rest is another tokenizer's (or prompts sized wrong). The median estimate took all 100
+    away; the measured template leaves 91 in every request (FAIL)."""
+    result = PROMPT_LENGTH(_input(_fixed_roots(300), run_info=_measured(9, 10)))
+    assert result.status == FAIL, result.detail
+    assert result.detail.startswith(
+        "server usage vs expected, less the measured template of 9 tokens a prompt: "
+        "6 of 6 off by more than 15 tokens (max 91)"
+    )
+    # turns too: a child counted its parent's conversation, answer, target and 30, not 10
+    root = request(0, 0, prompt_new=100, target_prompt=100, prompt_total=109)
+    root["output_tokens"] = 10
+    child = request(0, 1, parents=[0], prompt_new=50, target_prompt=50)
+    child["prompt_tokens_total"] = 109 + 10 + 50 + 30
+    result = PROMPT_LENGTH(_input([root, child], run_info=_measured(9, 10)))
+    assert result.status == FAIL, result.detail
+    assert result.detail.startswith(
+        "server usage vs expected, less the measured template of 9 tokens a prompt and 10 a "
+        "turn: 1 of 2 off by more than 15 tokens (max 20)"
+    )
+    # (the completions API has no template: nothing measured is taken from its rows)
+    completions = scenario(client={"type": "openai_completions"})
+    rows = _fixed_roots(200)
+    result = PROMPT_LENGTH(_input(rows, scen=completions, run_info=_measured(9, 10)))
+    assert result.status == PASS, result.detail
+    assert "template" not in result.detail
+
+
 def test_prompt_length_takes_no_template_away_from_the_completions_api() -> None:
     """The completions API applies no chat template: prompts of one length that the server
     counts 1.5 times fail (the old check took the 100 away as a template and passed); a

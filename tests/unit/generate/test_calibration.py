@@ -15,11 +15,15 @@ from veeksha.errors import ConfigurationError
 from veeksha.generate.calibration import (
     BATCH_WORDS,
     LEAD_WORDS,
+    TEMPLATE_WORDS,
     CalibratedTokenizer,
     Calibration,
+    ChatTemplate,
     TokenizerCache,
     calibrate,
     calibrated_tokenizer,
+    measure_chat_template,
+    template_of,
 )
 from veeksha.generate.content import PromptBuilder
 from veeksha.generate.rng import RandomStreams
@@ -213,3 +217,98 @@ def test_a_broken_or_unwritable_cache_costs_a_calibration_only(tmp_path: Path) -
     failed = TokenizerCache(blocked).store(blocked / "x.json", [1], (), calibration, {})
     assert failed is not None
     assert str(blocked) in failed
+
+
+# ------------------------------------------------------------------------- the chat template
+
+
+def test_template_of_takes_the_first_excess_and_the_constant_step() -> None:
+    # contents of 8, 24 and 40 tokens, counted 17, 43, 69: 9 a prompt, 10 a further turn
+    found = template_of([17, 43, 69], [8, 24, 40])
+    assert found == ChatTemplate(9, 10, (17, 43, 69), (8, 24, 40))
+    assert found.to_json() == {
+        "prompt_tokens": 9,
+        "turn_tokens": 10,
+        "counts": [17, 43, 69],
+        "contents": [8, 24, 40],
+    }
+    assert template_of([8, 24, 40], [8, 24, 40]) == ChatTemplate(0, 0, (8, 24, 40), (8, 24, 40))
+
+
+def test_template_of_refuses_a_template_that_is_no_constant_a_turn() -> None:
+    # (a template that drops an earlier turn's part, or counts the contents short)
+    assert template_of([17, 43, 60], [8, 24, 40]) == (
+        "the template does not add the same tokens every turn (10 at turn 2, 1 at turn 3)"
+    )
+    assert "fewer tokens than the messages' contents" in str(template_of([5, 30], [8, 24]))
+    with pytest.raises(ValueError, match="two conversations"):
+        template_of([17], [8])
+
+
+class FakeChat:
+    """A chat form of a tokenizer: ``opening`` tokens, ``wrap`` tokens around each message,
+    ``generation`` tokens at the end; ``system`` adds a default system prompt to the first
+    turn only when True (as some templates do with a date). ``refuse``: the reason instead."""
+
+    def __init__(
+        self,
+        tokenizer: FakeTokenizer,
+        opening: int = 1,
+        wrap: int = 5,
+        generation: int = 3,
+        refuse: str | None = None,
+        first_only: int = 0,
+    ) -> None:
+        self.tokenizer, self.opening, self.wrap, self.generation = (
+            tokenizer,
+            opening,
+            wrap,
+            generation,
+        )
+        self.refuse, self.first_only = refuse, first_only
+        self.seen: list[list[dict[str, str]]] = []
+
+    def chat_encode(self, messages: Sequence[dict[str, str]]) -> list[int] | str:
+        self.seen.append([dict(m) for m in messages])
+        if self.refuse is not None:
+            return self.refuse
+        ids = [0] * self.opening
+        for message in messages:
+            ids += [0] * self.wrap + self.tokenizer.encode(message["content"])
+        ids += [0] * (self.generation + (self.first_only if len(messages) == 1 else 0))
+        return ids
+
+
+def _calibration() -> Calibration:
+    return calibrate(FakeTokenizer(split=frozenset(BUILTIN_VOCAB[::3])))
+
+
+def test_the_chat_template_is_measured_in_the_servers_tokens() -> None:
+    calibration = _calibration()
+    chat = FakeChat(FakeTokenizer(split=frozenset(BUILTIN_VOCAB[::3])))
+    found = measure_chat_template(chat, calibration)
+    assert isinstance(found, ChatTemplate)
+    assert (found.prompt, found.turn) == (1 + 5 + 3, 5 + 5)
+    assert found.contents == (TEMPLATE_WORDS, 3 * TEMPLATE_WORDS, 5 * TEMPLATE_WORDS)
+    # the conversations: user; user, assistant, user; and one more turn, of calibrated words
+    assert [[m["role"] for m in c] for c in chat.seen] == [
+        ["user"],
+        ["user", "assistant", "user"],
+        ["user", "assistant", "user", "assistant", "user"],
+    ]
+    words = {w for c in chat.seen for m in c for w in m["content"].split()}
+    assert words <= set(calibration.words)
+    assert all(m["content"].split()[0] in calibration.lead for c in chat.seen for m in c)
+
+
+def test_a_refused_or_inconstant_chat_template_is_a_reason_not_a_number() -> None:
+    calibration = _calibration()
+    tokenizer = FakeTokenizer(split=frozenset(BUILTIN_VOCAB[::3]))
+    refused = measure_chat_template(
+        FakeChat(tokenizer, refuse="no tokens in the answer"), calibration
+    )
+    assert refused == "its /tokenize refused a chat request (no tokens in the answer)"
+    inconstant = measure_chat_template(FakeChat(tokenizer, first_only=4), calibration)
+    assert inconstant == (
+        "the template does not add the same tokens every turn (6 at turn 2, 10 at turn 3)"
+    )
