@@ -27,6 +27,7 @@ ends with exit 3. Ctrl-C stops every shard's engine as Ctrl-C stops
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import socket
@@ -110,26 +111,26 @@ def settings_for(scenario: Any, ray_address: str | None) -> DistributedSettings 
 
 def _chunk_bytes() -> int:
     """:data:`~veeksha.distributed.collect.CHUNK_BYTES`, or ``$VEEKSHA_RAY_CHUNK_BYTES``."""
-    value = os.environ.get(CHUNK_ENV, "")
-    try:
-        size = int(value) if value else CHUNK_BYTES
-    except ValueError:
-        raise ConfigurationError(f"{CHUNK_ENV}={value!r} is not a number of bytes") from None
-    if size < 1:
-        raise ConfigurationError(f"{CHUNK_ENV}={value!r}: a piece must be at least 1 byte")
-    return size
+    return int(_env_number(CHUNK_ENV, CHUNK_BYTES, int, "a number of bytes of at least 1"))
 
 
 def _engine_silence_s() -> float:
     """:data:`ENGINE_SILENCE_S`, or ``$VEEKSHA_RAY_ENGINE_SILENCE_S``."""
-    value = os.environ.get(SILENCE_ENV, "")
+    return _env_number(SILENCE_ENV, ENGINE_SILENCE_S, float, "a positive number of seconds")
+
+
+def _env_number(name: str, default: float, parse: Callable[[str], float], wanted: str) -> float:
+    """The positive, finite number in ``$name`` (``default`` when unset or empty)."""
+    value = os.environ.get(name, "")
+    if not value:
+        return default
     try:
-        seconds = float(value) if value else ENGINE_SILENCE_S
+        number = parse(value)
     except ValueError:
-        raise ConfigurationError(f"{SILENCE_ENV}={value!r} is not a number of seconds") from None
-    if not seconds > 0 or seconds == float("inf"):
-        raise ConfigurationError(f"{SILENCE_ENV}={value!r}: give a positive number of seconds")
-    return seconds
+        number = math.nan
+    if not 0 < number < math.inf:
+        raise ConfigurationError(f"{name}={value!r}: give {wanted}")
+    return number
 
 
 @dataclass

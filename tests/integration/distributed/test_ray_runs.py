@@ -308,6 +308,19 @@ def _engine_pid(run_name: str, index: int) -> int | None:
     return None
 
 
+def _shard_1_engine_in_flight(proc: subprocess.Popen[str], out: Path) -> int:
+    """Shard 1's engine pid once it has sent a few seconds of its trace (see the test above)."""
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = list(out.glob("*/shards/shard-1/trace.jsonl"))
+        if found and found[0].read_bytes().count(b"\n") >= 8:
+            pid = _engine_pid(found[0].parents[2].name, 1)
+            if pid is not None:
+                return pid
+        time.sleep(0.2)
+    raise AssertionError(proc.communicate(timeout=5))
+
+
 def test_a_shard_whose_engine_is_killed_is_lost_and_the_report_says_what_it_took(
     ray_cluster: RayCluster, start_simulator: StartSimulator, tmp_path: Path
 ) -> None:
@@ -319,14 +332,7 @@ def test_a_shard_whose_engine_is_killed_is_lost_and_the_report_says_what_it_took
     path.write_text(_scenario(sim, rate=10, out_min=30, out_max=40, sessions=40))
     out = tmp_path / "out"
     proc = _veeksha_run(path, out, ray_cluster.address)
-    deadline = time.monotonic() + 90
-    pid = None
-    while time.monotonic() < deadline and proc.poll() is None and pid is None:
-        found = list(out.glob("*/shards/shard-1/trace.jsonl"))
-        if found and found[0].read_bytes().count(b"\n") >= 8:  # (see the test above)
-            pid = _engine_pid(found[0].parents[2].name, 1)
-        time.sleep(0.2)
-    assert pid is not None, proc.communicate(timeout=5)
+    pid = _shard_1_engine_in_flight(proc, out)
     os.kill(pid, signal.SIGKILL)
     _, stderr = proc.communicate(timeout=150)
     assert proc.returncode == 3, stderr
@@ -368,14 +374,7 @@ def test_a_shard_whose_engine_is_frozen_is_lost_and_ended(
     path.write_text(_scenario(sim, rate=10, out_min=30, out_max=40, sessions=40))
     out = tmp_path / "out"
     proc = _veeksha_run(path, out, ray_cluster.address, VEEKSHA_RAY_ENGINE_SILENCE_S="3")
-    deadline = time.monotonic() + 90
-    pid = None
-    while time.monotonic() < deadline and proc.poll() is None and pid is None:
-        found = list(out.glob("*/shards/shard-1/trace.jsonl"))
-        if found and found[0].read_bytes().count(b"\n") >= 8:  # (see the test above)
-            pid = _engine_pid(found[0].parents[2].name, 1)
-        time.sleep(0.2)
-    assert pid is not None, proc.communicate(timeout=5)
+    pid = _shard_1_engine_in_flight(proc, out)
     engine = psutil.Process(pid)
     os.kill(pid, signal.SIGSTOP)
     try:
