@@ -12,6 +12,17 @@ A file source's ``schema`` is the given schema's columns that every file holds: 
 by an earlier version lacks the columns added since, and a check that needs one of them looks
 for it in ``schema.names``.
 
+A run's ``parts/`` (one file a second per table, read during the run's own evaluation and by
+``veeksha report`` on a killed run) would make every column read open every part: the evaluation
+reads ~500 columns, so its cost grew with parts × columns (a 180-s run at 400 req/s: 181 parts,
+24,000 file opens, ~12 CPU-s against ~1 for one file; an hour: ~3,600 parts, minutes). A source
+of more than ``CONSOLIDATE_PARTS`` parts and more than ``SMALL_ROWS`` rows therefore first copies
+them, once, a batch of at most ``BATCH_ROWS`` rows at a time (bounded memory), into one scratch
+file beside them (``parts/<table>/.evaluate-*.parquet``: no reader of parts globs it; removed
+when the last source over it is gone, and with ``parts/`` when the run is finalised); each column
+read then opens one file, whatever the run's length. Where it cannot be written (a read-only
+folder) the parts are read as they are.
+
 ``release_memory()`` hands memory freed between two columns back to the operating system: the
 Arrow memory pool (mimalloc or jemalloc) and glibc's malloc both keep freed pages for reuse, which
 would otherwise count in the process' RSS after every large column.
@@ -23,6 +34,8 @@ import contextlib
 import ctypes
 import functools
 import os
+import tempfile
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -46,6 +59,12 @@ BATCH_ROWS = 65_536
 #: (at most a few MB for all columns together).
 SMALL_ROWS = 20_000
 
+#: A file source of more parts than this (and more than ``SMALL_ROWS`` rows) reads them from one
+#: scratch copy (see the module docstring).
+CONSOLIDATE_PARTS = 8
+
+_SCRATCH_COMPRESSION = "lz4"  # (a scratch copy, read a few hundred times: fast to write and read)
+
 
 class ColumnSource:
     """A results table whose columns are read on demand (see the module docstring)."""
@@ -57,8 +76,10 @@ class ColumnSource:
         files: list[Path] | None = None,
         table: pa.Table | None = None,
         mask: NDArray[np.bool_] | None = None,
+        scratch: _Scratch | None = None,
     ) -> None:
         self._files = files or []
+        self._scratch = scratch  # the scratch copy the files are, kept while a source uses it
         self._table = table
         self._mask = mask
         # each file's footer, parsed once: a run's parts are read dozens of times
@@ -143,7 +164,9 @@ class ColumnSource:
         else:
             combined = np.zeros(self._mask.size, dtype=bool)
             combined[np.flatnonzero(self._mask)[keep]] = True
-        source = ColumnSource(self.schema, files=self._files, table=self._table, mask=combined)
+        source = ColumnSource(
+            self.schema, files=self._files, table=self._table, mask=combined, scratch=self._scratch
+        )
         source._footers = self._footers
         source._columns = self._columns
         return source
@@ -213,7 +236,63 @@ def _source(run_dir: Path, final: str, name: str, schema: pa.Schema) -> ColumnSo
         with contextlib.suppress(OSError, pa.ArrowException):  # the reader logs unreadable parts
             _file_rows(part)
             readable.append(part)
-    return ColumnSource(schema, files=readable)
+    source = ColumnSource(schema, files=readable)
+    if len(readable) <= CONSOLIDATE_PARTS or source.num_rows <= SMALL_ROWS:
+        return source
+    scratch = _Scratch.write(source, run_dir / PARTS_DIR / name)
+    if scratch is None:
+        return source
+    return ColumnSource(source.schema, files=[scratch.path], scratch=scratch)
+
+
+class _Scratch:
+    """One file holding a source's parts; deleted when the last source holding it is gone."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._finalizer = weakref.finalize(self, _unlink, path)
+
+    @classmethod
+    def write(cls, source: ColumnSource, folder: Path) -> _Scratch | None:
+        """``source``'s rows (its schema's columns) in one file in ``folder``, written a batch
+        of at most ``BATCH_ROWS`` rows at a time; None if it cannot be written."""
+        try:
+            fd, name = tempfile.mkstemp(prefix=".evaluate-", suffix=".parquet", dir=folder)
+        except OSError:
+            return None
+        os.close(fd)
+        path = Path(name)
+        names = source.schema.names
+        try:
+            with pq.ParquetWriter(path, source.schema, compression=_SCRATCH_COMPRESSION) as out:
+                group: list[pa.Table] = []
+                rows = 0
+                for part in source._files:
+                    with source._open(part) as file:
+                        table = file.read(columns=names, use_threads=False)
+                    table = pa.Table.from_arrays(
+                        [
+                            col if col.type == field.type else ak.cast(col, field.type)
+                            for col, field in zip(table.columns, source.schema, strict=True)
+                        ],
+                        schema=source.schema,
+                    )
+                    if group and rows + table.num_rows > BATCH_ROWS:
+                        out.write_table(pa.concat_tables(group), row_group_size=BATCH_ROWS)
+                        group, rows = [], 0
+                    group.append(table)
+                    rows += table.num_rows
+                if group:
+                    out.write_table(pa.concat_tables(group), row_group_size=BATCH_ROWS)
+        except (OSError, pa.ArrowException):
+            _unlink(path)
+            return None
+        return cls(path)
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()
 
 
 def requests_source(run_dir: str | os.PathLike[str]) -> ColumnSource:

@@ -136,3 +136,47 @@ def test_digest_of_streamed_sample_selects_all_quantiles_in_one_set_of_passes() 
     assert np.array_equal(got.cdf, np.quantile(values, np.linspace(0, 1, 50)))
     # sizing (with the first digit's counts), mean, std, then 3 counting passes for everything
     assert passes == 6
+
+
+def test_many_parts_are_read_from_one_scratch_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A killed or finishing run's parts/ (a file a second) read column by column opened every
+    part per column: the evaluation's ~500 reads cost parts × reads. Over one scratch copy, a
+    column read opens one file however many parts the run wrote."""
+    requests, _ = _run_tables(1_500)
+    parts = tmp_path / "parts" / "requests"
+    parts.mkdir(parents=True)
+    for i, start in enumerate(range(0, requests.num_rows, 75), 1):  # 41 parts
+        pq.write_table(requests.slice(start, 75), parts / f"part-{i:06d}.parquet")
+    monkeypatch.setattr(source_module, "SMALL_ROWS", 1_000)  # (not held: read from disk)
+    monkeypatch.setattr(source_module, "BATCH_ROWS", 1_024)
+    opened: list[Path] = []
+    real_open = source_module.ColumnSource._open
+
+    def counting_open(self: source_module.ColumnSource, path: Path) -> pq.ParquetFile:
+        opened.append(path)
+        return real_open(self, path)
+
+    monkeypatch.setattr(source_module.ColumnSource, "_open", counting_open)
+    source = requests_source(tmp_path)
+    assert source.num_rows == requests.num_rows
+    opened.clear()
+    names = ["ttfc", "e2e", "chunk_times", "status", "session_id"]
+    for name in names:
+        assert source.column(name).to_pylist() == requests.column(name).to_pylist()
+    assert len(opened) == len(names)  # one file a read, not 41
+    ok = source.filter(_equals(source.column("status"), "ok"))
+    opened.clear()
+    batches = list(ok.batches("e2e"))
+    assert len(opened) == 1
+    assert sum(len(b) for b in batches) == ok.num_rows
+    scratch = [p for p in parts.iterdir() if p.name.startswith(".evaluate-")]
+    assert len(scratch) == 1
+    del source, ok, batches
+    assert not scratch[0].exists()  # removed with the last source over it
+    assert sorted(p.name for p in parts.iterdir())[0] == "part-000001.parquet"
+
+
+def _equals(column: pa.ChunkedArray, value: str) -> np.ndarray:
+    return np.array([v == value for v in column.to_pylist()])
