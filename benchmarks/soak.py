@@ -16,7 +16,9 @@ worker's RSS, their open file descriptors and threads, the main process' CPU per
 the interval, and the run folder's file count and bytes (``parts/`` apart). After the run it
 reads the run's t0 (``run.log``) and its last answer (``requests.parquet``'s ``completed_at``)
 and reports the end: from the last answer to the process' exit (the last Parquet part, the
-merge of the parts, the evaluation). Run it at two lengths to see how the end scales.
+evaluation, the merge of the parts), in wall time and in the main process' CPU-s (read every
+0.25 s: on a shared machine the wall time says more about the neighbours). Run it at two
+lengths to see how the end scales.
 
 ``--tracemalloc 60,170`` runs the main process under ``tracemalloc`` (slower: use a lower rate)
 and writes a snapshot at each of those seconds after start into the output folder; the script
@@ -173,8 +175,11 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
         last_cpu, last_t = 0.0, time.monotonic()
         t_start = last_t
         run_dir: Path | None = None
+        cpu_trail: list[tuple[float, float]] = []  # (wall time, main CPU-s), every 0.25 s
         while child.poll() is None:
-            time.sleep(max(0.0, last_t + args.every - time.monotonic()))
+            while child.poll() is None and time.monotonic() < last_t + args.every:
+                time.sleep(0.25)
+                cpu_trail.append((time.time(), _proc_sample(main)[3]))
             if child.poll() is not None:
                 break
             now = time.monotonic()
@@ -217,12 +222,15 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
         "exit_code": child.returncode,
         "wall_s": exited - started,
         "samples": samples,
-        **_end(run_dir, exited),
+        **_end(run_dir, exited, [(t, c) for t, c in cpu_trail if c > 0]),
     }
 
 
-def _end(run_dir: Path | None, exited: float) -> dict[str, Any]:
-    """The run's rows and the time from its last answer to the process' exit."""
+def _end(
+    run_dir: Path | None, exited: float, cpu_trail: list[tuple[float, float]]
+) -> dict[str, Any]:
+    """The run's rows, the time from its last answer to the process' exit and the main
+    process' CPU-s over it (to its last reading, at most 0.25 s before the exit)."""
     if run_dir is None:
         return {}
     import pyarrow.compute as pc
@@ -237,6 +245,10 @@ def _end(run_dir: Path | None, exited: float) -> dict[str, Any]:
     end = {"rows": table.num_rows, "run_dir": str(run_dir)}
     if t0 is not None and last is not None:
         end["last_answer_to_exit_s"] = round(exited - (t0 + last), 2)
+        after = [c for t, c in cpu_trail if t >= t0 + last]
+        before = [c for t, c in cpu_trail if t < t0 + last]
+        if after and before:
+            end["end_main_cpu_s"] = round(after[-1] - before[-1], 2)
     finalized = [ln for ln in (run_dir / "run.log").read_text().splitlines() if "ended (" in ln]
     if finalized:
         end["ended_line"] = finalized[-1]
@@ -258,6 +270,31 @@ def _tracemalloc_diff(out: Path, times: str, top: int = 15) -> None:
         print(f"  {stat}")
 
 
+def table(result: dict[str, Any], every_s: float = 30.0) -> str:
+    """A Markdown table of the samples, one row every ``every_s`` seconds and the last."""
+    lines = [
+        "| t (s) | main RSS (MiB) | worker RSS (MiB) | main fds | worker fds | main threads"
+        " | main CPU/s | run folder files | parts/ files | parts/ MB |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    samples = [x for x in result["samples"] if x["children_rss_mb"]]  # (the traffic's)
+    shown, next_t = [], 0.0
+    for i, x in enumerate(samples):
+        if x["t"] >= next_t or i == len(samples) - 1:
+            shown.append(x)
+            next_t = x["t"] + every_s - 0.5
+    for x in shown:
+        workers = x["children_rss_mb"][:-1] or x["children_rss_mb"]  # (the last: server watch)
+        wfds = x["children_fds"][:-1] or x["children_fds"]
+        lines.append(
+            f"| {x['t']:.0f} | {x['main_rss_mb']:.1f} | {', '.join(f'{w:.1f}' for w in workers)}"
+            f" | {x['main_fds']} | {', '.join(str(f) for f in wfds)} | {x['main_threads']}"
+            f" | {x['main_cpu_per_s']:.3f} | {x['files']} | {x['parts_files']}"
+            f" | {x['parts_bytes'] / 1e6:.1f} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.soak", description=(__doc__ or "").split("\n\n")[0]
@@ -274,9 +311,11 @@ def main(argv: list[str] | None = None) -> int:
     result = soak(args)
     print(
         f"exit {result['exit_code']}, {result.get('rows')} rows, "
-        f"last answer to exit {result.get('last_answer_to_exit_s')} s"
+        f"last answer to exit {result.get('last_answer_to_exit_s')} s, "
+        f"main process CPU over it {result.get('end_main_cpu_s')} s"
     )
     print(result.get("ended_line", ""))
+    print(table(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     if args.tracemalloc and args.output_dir:

@@ -14,8 +14,8 @@ for it in ``schema.names``.
 
 A run's ``parts/`` (one file a second per table, read during the run's own evaluation and by
 ``veeksha report`` on a killed run) would make every column read open every part: the evaluation
-reads ~500 columns, so its cost grew with parts × columns (a 180-s run at 400 req/s: 181 parts,
-24,000 file opens, ~12 CPU-s against ~1 for one file; an hour: ~3,600 parts, minutes). A source
+reads ~130 columns, so its cost grew with parts × columns (a 180-s run at 400 req/s: 181 parts,
+24,000 file opens, ``veeksha report`` 12.5-13.2 CPU-s against 3.4-5.4; an hour: minutes). A source
 of more than ``CONSOLIDATE_PARTS`` parts and more than ``SMALL_ROWS`` rows therefore first copies
 them, once, a batch of at most ``BATCH_ROWS`` rows at a time (bounded memory), into one scratch
 file beside them (``parts/<table>/.evaluate-*.parquet``: no reader of parts globs it; removed
