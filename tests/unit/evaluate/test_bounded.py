@@ -180,3 +180,22 @@ def test_many_parts_are_read_from_one_scratch_copy(
 
 def _equals(column: pa.ChunkedArray, value: str) -> np.ndarray:
     return np.array([v == value for v in column.to_pylist()])
+
+
+def test_parts_are_read_as_they_are_where_no_scratch_copy_can_be_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    requests, _ = _run_tables(300)
+    parts = tmp_path / "parts" / "requests"
+    parts.mkdir(parents=True)
+    for i, start in enumerate(range(0, requests.num_rows, 50), 1):
+        pq.write_table(requests.slice(start, 50), parts / f"part-{i:06d}.parquet")
+    monkeypatch.setattr(source_module, "SMALL_ROWS", 100)
+
+    def read_only(*args: object, **kwargs: object) -> tuple[int, str]:
+        raise PermissionError("read-only folder")
+
+    monkeypatch.setattr(source_module.tempfile, "mkstemp", read_only)
+    source = requests_source(tmp_path)
+    assert len(source._files) == len(list(parts.iterdir()))  # the parts themselves
+    assert source.column("e2e").to_pylist() == requests.column("e2e").to_pylist()
