@@ -50,11 +50,15 @@ from veeksha.scenario.overrides import (
 from veeksha.scenario.phases import phase_issues
 from veeksha.scenario.tags import (
     EXPAND_TAG,
+    INCLUDE_TAG,
     Choice,
     Sources,
     expand,
+    non_text_keys,
     parse_document,
+    read_text,
     resolve_includes,
+    tag_name,
 )
 
 __all__ = [
@@ -82,14 +86,7 @@ _HASH_EXCLUDED = (*_SECRET_PATHS, ("output_dir",))
 
 
 def _read(path: str | Path) -> str:
-    source = str(path)
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ScenarioError([_whole_file(source, "not a text file (UTF-8 expected)")]) from None
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise ScenarioError([_whole_file(source, f"cannot read the file: {reason}")]) from None
+    return read_text(path)
 
 
 def load_scenario(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
@@ -235,6 +232,7 @@ def _load_points_node(
     _refuse_earlier_format(root, source_name)
     sources = Sources()
     include_issues = resolve_includes(root, source_name, sources)
+    include_issues += non_text_keys(root, source_name, sources)
     if include_issues:
         raise ScenarioError(_dedupe(include_issues))
     variants = expand(root, source_name, sources)
@@ -390,7 +388,15 @@ def _parse_yaml(text: str, source: str) -> CommentedMap:
             [_whole_file(source, "the file is empty: a scenario is a YAML mapping of sections")]
         )
     if not isinstance(root, CommentedMap):
-        kind = "a list" if isinstance(root, list) else f"a {type(root).__name__} value"
+        tag = tag_name(root)
+        if tag == INCLUDE_TAG:
+            kind = "an !include: a file cannot be only an !include; give the included file itself"
+        elif tag is not None:
+            kind = f"a {tag} tag (got {shown(root)})"
+        elif isinstance(root, list):
+            kind = "a list"
+        else:
+            kind = f"a single value (got {shown(root)})"
         raise ScenarioError(
             [_whole_file(source, f"the top level must be a mapping of sections, not {kind}", 1)]
         )
@@ -529,9 +535,13 @@ def _message(
         return _unknown_key(parts[-1] if parts else "", parent)
     if kind == "union_tag_invalid":
         ctx = err.get("ctx") or {}
-        message = f"unknown type {ctx.get('tag')!r}; expected one of: {_tags(node)}"
+        # (pydantic's tag is str() of the value: 'None' for null; say what was written)
+        tag = given.get("type", ctx.get("tag")) if isinstance(given, dict) else ctx.get("tag")
+        if not isinstance(tag, str):
+            return f"must be one of: {_tags(node)} (got {shown(tag)})"
+        message = f"unknown type {shown(tag)}; expected one of: {_tags(node)}"
         tags = list(node.members) if node is not None and node.kind == "tagged" else []
-        close = closest(str(ctx.get("tag")), tags)
+        close = closest(tag, tags)
         return message + (f"; did you mean {close!r}?" if close else "")
     if kind == "union_tag_not_found":
         if not isinstance(given, dict):

@@ -13,6 +13,7 @@ veeksha's words, never pydantic's):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -57,14 +58,62 @@ def unknown_key(key: str, allowed: Sequence[str]) -> str:
 
 
 def shown(value: Any) -> str:
-    """A given value as a message quotes it: ``null``, ``true``, ``'text'`` (long text cut)."""
+    """A given value as a message quotes it, as YAML writes it: ``null``, ``true``, ``'text'``
+    (long text cut), ``[1, 'a']``, ``{a: 1}``, ``!tag value``; never a Python repr."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
         return repr(value if len(value) <= 60 else value[:57] + "...")
-    return repr(value)
+    if isinstance(value, int | float):
+        return _number(value)
+    if isinstance(value, list | tuple):
+        return _cut("[" + ", ".join(shown(item) for item in value) + "]")
+    if isinstance(value, dict):
+        pairs = (f"{_key(key)}: {shown(item)}" for key, item in value.items())
+        return _cut("{" + ", ".join(pairs) + "}")
+    tag = getattr(getattr(value, "tag", None), "value", None)
+    if isinstance(tag, str):  # (a YAML tag ruamel kept: !expand 3)
+        return _cut(f"{tag} {getattr(value, 'value', '')}")
+    return _cut(str(value))
+
+
+def _number(value: int | float) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return ".nan" if math.isnan(value) else (".inf" if value > 0 else "-.inf")
+    return repr(int(value) if isinstance(value, int) else float(value))
+
+
+def _key(key: Any) -> str:
+    return key if isinstance(key, str) else shown(key)
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _own_words(kind: str, ctx: dict[str, Any]) -> str | None:
+    """The message of a pydantic error that does not start "Input should be", in veeksha's
+    words (None: ``value_message`` rewords pydantic's own)."""
+    least, most = ctx.get("min_length"), ctx.get("max_length")
+    if kind == "string_too_short":
+        return "must not be empty" if least == 1 else f"must be at least {least} characters long"
+    if kind == "string_too_long":
+        return f"must be at most {most} characters long"
+    if kind == "string_pattern_mismatch":
+        return f"must match the pattern {ctx.get('pattern')}"
+    if kind == "too_short":
+        return "must not be empty" if least == 1 else f"must hold at least {least} items"
+    if kind == "too_long":
+        return f"must hold at most {most} items"
+    if kind == "int_parsing_size":
+        return "must be a valid integer, and this one is too large"
+    if kind == "invalid_key":
+        return "every key must be text"
+    if kind == "string_not_ascii":
+        return "must hold only ASCII characters"
+    return None
 
 
 def value_message(err: ErrorDetails, secret: bool = False) -> str:
@@ -77,7 +126,7 @@ def value_message(err: ErrorDetails, secret: bool = False) -> str:
         if isinstance(given, list):
             return "must be a mapping, not a list"
         return f"must be a mapping (got {shown(given)})"
-    message = err["msg"]
+    message = _own_words(kind, err.get("ctx") or {}) or err["msg"]
     for prefix in ("Value error, ", "Assertion failed, "):
         message = message.removeprefix(prefix)
     message = message.replace("Input should be", "must be").replace(

@@ -31,6 +31,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from veeksha.scenario._walk import PathPart
+from veeksha.scenario.messages import value_message
 from veeksha.scenario.models import (
     ConcurrentScheduler,
     FixedInterval,
@@ -141,9 +142,7 @@ def scheduler_of(base: Scheduler, phase: Phase) -> tuple[Scheduler | None, list[
     except ValidationError as exc:
         for err in exc.errors():
             loc = tuple(p for p in err["loc"] if p not in ("poisson", "gamma", "fixed"))
-            message = err["msg"].removeprefix("Value error, ").replace("Input should be", "must be")
-            if not isinstance(err.get("input"), dict | list):
-                message += f" (got {err.get('input')!r})"
+            message = value_message(err)
             if err["type"] == "extra_forbidden":
                 message = f"not a key of a {base.type} scheduler"
             issues.append((("traffic_scheduler", *loc), message))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,9 @@ from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
+from ruamel.yaml.constructor import DuplicateKeyError
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.reader import ReaderError
 
 from veeksha.errors import ScenarioError, ScenarioIssue
 from veeksha.scenario._walk import PathPart
@@ -38,7 +41,10 @@ __all__ = [
     "ExpandSite",
     "Sources",
     "expand",
+    "non_text_keys",
     "parse_document",
+    "read_text",
+    "refuse_tags",
     "resolve_includes",
     "tag_name",
 ]
@@ -94,20 +100,170 @@ def tag_name(node: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def read_text(path: str | Path, source: str | None = None) -> str:
+    """The text of a file veeksha reads (``source``: its name in messages); raise
+    :class:`ScenarioError` naming the file, and for bytes that are not UTF-8 their line and
+    column, in one line."""
+    source = str(path) if source is None else source
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise ScenarioError(
+            [ScenarioIssue(source, None, None, "", f"cannot read the file: {reason}")]
+        ) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = (
+            len(data[data.rfind(b"\n", 0, exc.start) + 1 : exc.start].decode("utf-8", "replace"))
+            + 1
+        )
+        byte = data[exc.start : exc.start + 1].hex()
+        message = f"not a text file in UTF-8 (byte 0x{byte} here is not UTF-8); save it as UTF-8"
+        raise ScenarioError([ScenarioIssue(source, line, column, "", message)]) from None
+
+
 def parse_document(text: str, source: str) -> Any:
-    """Parse YAML text with round-trip positions; raise :class:`ScenarioError` at the error."""
+    """Parse YAML text with round-trip positions; raise :class:`ScenarioError` at the error,
+    one line in veeksha's words (every file veeksha reads goes through here: a scenario, an
+    included file, a capacity search file, a microbenchmark's config)."""
     try:
         return YAML(typ="rt").load(text)
-    except MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        message = f"YAML syntax error: {exc.problem or exc.context}"
-        if exc.context and exc.problem and exc.context_mark is not None:
-            message += f" ({exc.context} at line {exc.context_mark.line + 1})"
-        line = None if mark is None else mark.line + 1
-        column = None if mark is None else mark.column + 1
-        raise ScenarioError([ScenarioIssue(source, line, column, "", message)]) from None
     except YAMLError as exc:
-        raise ScenarioError([ScenarioIssue(source, None, None, "", f"YAML error: {exc}")]) from None
+        line, column, message = _syntax_error(exc, text)
+        raise ScenarioError([ScenarioIssue(source, line, column, "", message)]) from None
+
+
+_DUPLICATE = re.compile(r'found duplicate key "(?P<key>.*?)" with value')
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def _syntax_error(exc: YAMLError, text: str) -> tuple[int | None, int | None, str]:
+    """Where a YAML error is (1-based line and column, None when unknown) and what it is, as
+    one line: never ruamel's multi-line report, nor the Python repr of a value it quotes."""
+    if isinstance(exc, ReaderError):  # a character YAML does not allow (NUL, a control code)
+        before = text[: exc.position]
+        at_line = before.count("\n") + 1
+        at_column = exc.position - (before.rfind("\n") + 1) + 1
+        code = exc.character if isinstance(exc.character, int) else ord(str(exc.character)[:1])
+        return (
+            at_line,
+            at_column,
+            f"YAML syntax error: the character #x{code:04x} is not allowed in YAML ({exc.reason});"
+            ' remove it (or quote it as an escape, e.g. "\\x00")',
+        )
+    if not isinstance(exc, MarkedYAMLError):
+        return None, None, f"YAML syntax error: {_one_line(exc)}"
+    mark = exc.problem_mark or exc.context_mark
+    line: int | None = None if mark is None else mark.line + 1
+    column: int | None = None if mark is None else mark.column + 1
+    duplicate = _DUPLICATE.search(str(exc.problem or ""))
+    if isinstance(exc, DuplicateKeyError) and duplicate is not None:
+        start = exc.context_mark
+        opened = f" in the mapping that starts at line {start.line + 1}" if start else ""
+        return (
+            line,
+            column,
+            f"YAML syntax error: duplicate key {duplicate.group('key')!r}{opened}; give each key"
+            " once",
+        )
+    if "expected a single document" in str(exc.context):
+        return (
+            line,
+            column,
+            "YAML syntax error: a second document (---) in the file; the file is one YAML"
+            " document: remove the --- and what follows it",
+        )
+    if "'\\t'" in str(exc.problem):
+        return (
+            line,
+            column,
+            "YAML syntax error: a tab character; YAML indents with spaces: replace the tab by"
+            " spaces",
+        )
+    message = f"YAML syntax error: {_one_line(exc.problem or exc.context)}"
+    if exc.context and exc.problem and exc.context_mark is not None:
+        message += f" ({_one_line(exc.context)} at line {exc.context_mark.line + 1})"
+    return line, column, message
+
+
+def non_text_keys(
+    node: Any, source: str, sources: Sources | None = None, path: tuple[PathPart, ...] = ()
+) -> list[ScenarioIssue]:
+    """Every mapping key below ``node`` that is not text (``1:``, ``null:``, ``true:``, a list,
+    a tagged key), at its line: a key names a section or an option, and is text."""
+    issues: list[ScenarioIssue] = []
+    if not isinstance(node, CommentedMap | CommentedSeq):
+        return issues
+    file = sources.file_of(node, source) if sources is not None else source
+    for key, child in _children(node):
+        if isinstance(node, CommentedMap) and not isinstance(key, str):
+            from veeksha.scenario.messages import shown  # (only for a file with a mistake)
+
+            try:
+                line, column = node.lc.key(key)
+            except (KeyError, TypeError):
+                line, column = node.lc.line, node.lc.col
+            written = shown(key)
+            issues.append(
+                ScenarioIssue(
+                    file,
+                    line + 1,
+                    column + 1,
+                    _key_path((*path, written)),
+                    f"a key is a name, and this one is {_kind_of(key)}; remove it, or quote it if"
+                    f' it is a name: "{written}"',
+                )
+            )
+            continue
+        issues += non_text_keys(child, file, sources, (*path, key))
+    return issues
+
+
+def _kind_of(key: Any) -> str:
+    if key is None:
+        return "null"
+    if isinstance(key, bool):
+        return "a boolean"
+    if isinstance(key, int | float):
+        return "a number"
+    if tag_name(key) is not None:
+        return f"a tagged value ({tag_name(key)} tags a value, not a key)"
+    return "a list" if isinstance(key, list | tuple) else "a mapping"
+
+
+def refuse_tags(
+    node: Any, source: str, what: str, skip: tuple[str, ...] = ()
+) -> list[ScenarioIssue]:
+    """Every tagged value (``!expand``, ``!include``, any ``!tag``) below ``node`` but under
+    its keys ``skip``, refused at its line: ``what`` (a microbenchmark's config, a capacity
+    search's own keys) takes plain values; only a scenario reads veeksha's tags."""
+    issues: list[ScenarioIssue] = []
+    for key, child in _children(node):
+        if key in skip:
+            continue
+        tag = tag_name(child)
+        if tag is not None and tag.startswith("!"):
+            line, column = _value_position(node, key)
+            fix = "write the value itself" if tag in _KNOWN else "remove it"
+            known = "" if tag in _KNOWN else " (veeksha knows !expand and !include, in scenarios)"
+            issues.append(
+                ScenarioIssue(
+                    source,
+                    line,
+                    column,
+                    "",
+                    f"{tag}{known}: {what} takes no tags; {fix}",
+                )
+            )
+            continue
+        issues += refuse_tags(child, source, what)
+    return issues
 
 
 def _value_position(parent: Any, key: Any) -> tuple[int, int]:

@@ -138,7 +138,7 @@ PHASES = SCENARIO.replace(
         (inline(max_value=0), ["search.yaml:1:", "max_value", "greater than 0"]),
         (inline(expansion_factor=1), ["search.yaml:1:", "expansion_factor", "greater than 1"]),
         (inline(max_iterations=0), ["search.yaml:1:", "max_iterations"]),
-        (inline(precision="two"), ["search.yaml:1:", "precision", "must be a int"]),
+        (inline(precision="two"), ["search.yaml:1:", "precision", "must be an integer"]),
         (inline(confidence=1.5), ["search.yaml:1:", "confidence"]),
         (inline(start_valu=3), ["search.yaml:1:", "start_valu", "unknown key"]),
         (
@@ -165,6 +165,16 @@ PHASES = SCENARIO.replace(
         ),
         ("start_value: 1\n", ["search.yaml:1:", "benchmark_config", "missing"]),
         ("- 1\n", ["search.yaml:1:", "mapping"]),
+        # a YAML error was ruamel's report over several lines, at no line
+        (
+            "start_value: 1\n" + inline() + "start_value: 2\n",
+            ["search.yaml:", "duplicate key 'start_value' in the mapping that starts at line 1"],
+        ),
+        ("start_value: [1\n" + inline(), ["search.yaml:2:", "YAML syntax error: expected ','"]),
+        # a value of the wrong kind was quoted as Python writes it (None, TaggedScalar(...))
+        (inline(start_value="null"), ["start_value: must be a finite number", "(got null)"]),
+        ("start_value: !expand [1, 2]\n" + inline(), ["search.yaml:1:14: !expand: a search key"]),
+        ("7: 1\n" + inline(), ["search.yaml:1:1: 7: a key is a name, and this one is a number"]),
     ],
 )
 def test_bad_input_exits_2_with_file_and_line(
@@ -180,6 +190,10 @@ def test_bad_input_exits_2_with_file_and_line(
     assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit)
     for needle in needles:
         assert needle in result.output, (needle, result.output)
+    for line in result.output.splitlines():
+        assert line.startswith(str(path)), line  # one line per problem, naming the file
+        assert "None" not in line, line
+        assert "TaggedScalar" not in line, line
     assert not out.exists()  # nothing half-made
 
 

@@ -166,6 +166,36 @@ def test_bad_keys_and_values_read_as_the_scenario_loaders(tmp_path: Path) -> Non
     ]
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # a YAML error was ruamel's report over several lines ("in "<unicode string>", ...")
+        ("batch_sizes: [1, 2\x00]\n", ":1:19: YAML syntax error: the character #x0000 is not"),
+        (
+            "batch_sizes: [1]\nbatch_sizes: [2]\n",
+            ":2:1: YAML syntax error: duplicate key 'batch_sizes' in the mapping that starts at",
+        ),
+        # a tag was validated as a value: a crash (!expand of a list) or its Python repr
+        ("batch_sizes: !expand [[1, 2], [4]]\n", ":1:14: !expand: a microbenchmark's config"),
+        ("output_length: !nonsense 4\n", ":1:16: !nonsense (veeksha knows !expand and"),
+        # a key that is not text was read as its str() and placed at no line
+        ("seed: 1\n3: 4\n", ":2:1: 3: a key is a name, and this one is a number"),
+        ("- 1\n", ":1:1: expected a mapping of keys"),
+        (b"seed: 1 # caf\xe9\n", ":1:14: not a text file in UTF-8 (byte 0xe9"),
+    ],
+)
+def test_a_config_file_that_is_not_plain_yaml_is_one_line_at_its_place(
+    tmp_path: Path, text: str | bytes, expected: str
+) -> None:
+    path = tmp_path / "d.yaml"
+    path.write_bytes(text.encode() if isinstance(text, str) else text)
+    with pytest.raises(ScenarioError) as caught:
+        load_config(DecodeConfig, path, {})
+    (issue,) = caught.value.issues
+    assert str(issue).startswith(f"{path}{expected}"), str(issue)
+    assert "\n" not in str(issue)
+
+
 def test_points_differ_in_seed_and_run_one_batch_at_once() -> None:
     config = load_config(DecodeConfig, None, {"quick": True})
     scenario = point_scenario(config, PointSpec(2, 128, 64, 16, 16))

@@ -85,9 +85,18 @@ def test_list_items_are_located() -> None:
     ("text", "line", "column", "fragment"),
     [
         ("seed: [1\n", 2, 1, "YAML syntax error: expected ',' or ']'"),
-        ("seed: 1\nseed: 2\n", 2, 1, 'duplicate key "seed"'),
-        ("runtime:\n\tmax_sessions: 1\n", 2, 1, "cannot start any token"),
-        ("seed: 1\n---\nseed: 2\n", 2, 1, "but found another document"),
+        (
+            "runtime: {max_sessions: 1}\nseed: 1\nruntime: {seed: 2}\n",
+            3,
+            1,
+            "duplicate key 'runtime' in the mapping that starts at line 1; give each key once",
+        ),
+        ("runtime:\n\tmax_sessions: 1\n", 2, 1, "a tab character; YAML indents with spaces"),
+        ("seed: 1\n---\nseed: 2\n", 2, 1, "a second document (---) in the file"),
+        # not ruamel's multi-line report: one line, at the place
+        ("seed: 1\nruntime: {max_sessions: 2\x00}\n", 2, 26, "the character #x0000 is not"),
+        ("seed: *nowhere\n", 1, 7, "found undefined alias 'nowhere'"),
+        ("<<: 5\nseed: 1\n", 1, 5, "expected a mapping or list of mappings for merging"),
     ],
 )
 def test_yaml_syntax_errors_name_line_and_column(
@@ -96,6 +105,8 @@ def test_yaml_syntax_errors_name_line_and_column(
     issue = only_issue(text)
     assert (issue.line, issue.column) == (line, column)
     assert fragment in issue.message
+    assert "\n" not in issue.message
+    assert "{" not in issue.message  # (ruamel quotes a duplicate's value as a Python dict)
 
 
 @pytest.mark.parametrize(
@@ -104,7 +115,10 @@ def test_yaml_syntax_errors_name_line_and_column(
         ("", "the file is empty"),
         ("# only a comment\n", "the file is empty"),
         ("- seed: 1\n", "must be a mapping of sections, not a list"),
-        ("just text\n", "must be a mapping of sections, not a str value"),
+        ("just text\n", "must be a mapping of sections, not a single value (got 'just text')"),
+        ("42\n", "not a single value (got 42)"),
+        ("!include other.yaml\n", "not an !include: a file cannot be only an !include"),
+        ("!expand [1, 2]\n", "not a !expand tag (got [1, 2])"),
     ],
 )
 def test_empty_and_non_mapping_files(text: str, fragment: str) -> None:
@@ -120,6 +134,42 @@ def test_missing_unreadable_and_binary_files(tmp_path: Path) -> None:
     binary.write_bytes(b"\xff\xfe\x00seed")
     with pytest.raises(ScenarioError, match="not a text file"):
         load_scenario(binary)
+
+
+def test_bytes_that_are_not_utf8_are_named_at_their_line(tmp_path: Path) -> None:
+    latin1 = tmp_path / "l.yaml"
+    latin1.write_bytes("seed: 1\nruntime:\n  max_sessions: 3  # caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(latin1)
+    (issue,) = caught.value.issues
+    assert (issue.file, issue.line, issue.column) == (str(latin1), 3, 25)
+    assert (
+        issue.message == "not a text file in UTF-8 (byte 0xe9 here is not UTF-8); save it as UTF-8"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "column", "path", "kind"),
+    [
+        ("runtime: {1: 2}\n", 1, 11, "runtime.1", "a number"),
+        ("~: 1\n", 1, 1, "null", "null"),
+        ("seed: 1\ntrue: 2\n", 2, 1, "true", "a boolean"),
+        ("evaluators:\n  - type: performance\n    !expand name: x\n", 3, 5, None, "a tagged"),
+    ],
+)
+def test_keys_that_are_not_text_are_named_at_their_line(
+    text: str, line: int, column: int, path: str | None, kind: str
+) -> None:
+    """A key that YAML reads as a number, null, a boolean or a tagged value: pydantic said
+    "Keys should be strings" at a path holding the key's Python repr (``None``,
+    ``TaggedScalar(...)``)."""
+    issue = only_issue(text)
+    assert (issue.line, issue.column) == (line, column)
+    assert path is None or issue.path == path
+    assert f"a key is a name, and this one is {kind}" in issue.message
+    assert "Keys should be strings" not in issue.message
+    assert "TaggedScalar" not in str(issue)
+    assert "None" not in str(issue)
 
 
 @pytest.mark.parametrize("path", UPSTREAM_SAMPLES, ids=lambda p: p.name)
@@ -298,3 +348,36 @@ def test_a_ramp_from_a_zero_interval_is_refused_at_its_key() -> None:
 def test_a_ramp_key_is_checked_like_any_other() -> None:
     issue = only_issue("traffic_scheduler: {type: rate, ramp: {end_rate: 8, duration: 0}}\n")
     assert issue.path == "traffic_scheduler.ramp.duration"
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "message"),
+    [
+        # pydantic's tag is str() of the value: "unknown type 'None'", "{'a': 1}"
+        (
+            "traffic_scheduler: {type: null}\n",
+            "traffic_scheduler.type",
+            "must be one of: 'rate', 'concurrent', 'trace' (got null)",
+        ),
+        (
+            "traffic_scheduler: {type: {a: 1}}\n",
+            "traffic_scheduler.type",
+            "must be one of: 'rate', 'concurrent', 'trace' (got {a: 1})",
+        ),
+        # pydantic's own wording: "Unable to parse input string as an integer, exceeded ..."
+        (
+            "runtime: {max_sessions: 1e300}\n",
+            "runtime.max_sessions",
+            "must be a valid integer, and this one is too large (got 1e+300)",
+        ),
+        (
+            "traffic_scheduler: {type: concurrent}\n"
+            "phases: [{name: a, duration: 1, target_concurrent_sessions: 1e300}]\n",
+            "phases[0].target_concurrent_sessions",
+            "must be a valid integer, and this one is too large (got 1e+300)",
+        ),
+    ],
+)
+def test_values_are_worded_as_veeksha_words_them(text: str, path: str, message: str) -> None:
+    issue = only_issue(text)
+    assert (issue.path, issue.message) == (path, message)

@@ -144,7 +144,7 @@ def test_valid_length_generators(generator: str, expected: object) -> None:
         ("{type: uniform, min: 5, max: 3}", ".min", "must be <= max (got min=5, max=3)"),
         ("{type: zipf, min: 5, max: 3}", ".min", "must be <= max"),
         ("{type: zipf, theta: 1, alpha: 2}", ".alpha", "another spelling of 'theta'"),
-        ("{type: fixed_stair, values: []}", ".values", "at least 1 item"),
+        ("{type: fixed_stair, values: []}", ".values", "must not be empty"),
         ("{type: fixed_stair}", ".values", "missing required key"),
         ("{type: fixed, value: -3}", ".value", "greater than or equal to 0 (got -3)"),
         ("{type: inverse_gaussian, mean: 0}", ".mean", "greater than 0"),
@@ -188,8 +188,8 @@ def test_invalid_session_graph_and_channels() -> None:
 
 def test_channels_must_not_be_empty_and_trace_needs_a_file() -> None:
     assert (
-        "at least 1 item"
-        in only_issue("session_generator: {type: synthetic, channels: []}").message
+        only_issue("session_generator: {type: synthetic, channels: []}").message
+        == "must not be empty"
     )
     issue = only_issue("session_generator: {type: trace}")
     assert (issue.path, issue.message) == ("session_generator.trace_file", "missing required key")

@@ -57,7 +57,7 @@ def test_the_simulator_type_runs_veeksha_sim_server_with_the_scenarios_settings(
         ("server: {type: command, command: [x]}", "needs server.model or client.model"),
         ("server: {type: vllm, model: m, stop_signal: SIGFOO}", "not a signal name"),
         ("server: {type: vllm, model: m, ready_path: health}", "must start with /"),
-        ("server: {type: command, command: []}", "at least 1 item"),
+        ("server: {type: command, command: []}", "must not be empty"),
     ],
 )
 def test_bad_server_sections_are_refused_in_the_users_words(text: str, message: str) -> None:

@@ -27,17 +27,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
-from ruamel.yaml.error import YAMLError
 
 from veeksha.errors import ScenarioError, ScenarioIssue
 from veeksha.experiment.capacity.knob import Knob, knob_of
 from veeksha.experiment.capacity.search import SearchSettings
 from veeksha.scenario.loader import load_scenario, load_scenario_node
-from veeksha.scenario.messages import closest
+from veeksha.scenario.messages import closest, shown
 from veeksha.scenario.models import SLO, RateScheduler, Scenario
 from veeksha.scenario.overrides import format_path, override_label, parse_override
+from veeksha.scenario.tags import non_text_keys, parse_document, read_text, refuse_tags
 
 __all__ = ["CAPACITY_KEYS", "CapacityConfig", "load_capacity_config"]
 
@@ -151,17 +150,23 @@ def _not_a_scenario(written: str, path: Path, inner: CommentedMap, base: Path) -
 
 def _read(path: Path) -> CommentedMap:
     source = str(path)
-    try:
-        root = YAML(typ="rt").load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        issue = ScenarioIssue(source, None, None, "", f"cannot read the file: {exc.strerror}")
-        raise ScenarioError([issue]) from None
-    except (YAMLError, UnicodeDecodeError) as exc:
-        raise ScenarioError([ScenarioIssue(source, None, None, "", f"YAML error: {exc}")]) from None
+    root = parse_document(read_text(path), source)  # (a YAML error: one line at its place)
     if not isinstance(root, CommentedMap):
         message = "a capacity search file is a mapping of keys (start_value, benchmark_config...)"
         raise ScenarioError([ScenarioIssue(source, 1, 1, "", message)])
-    return _search_keys(root) or root
+    keys = _search_keys(root) or root
+    # the search's own keys take plain values (benchmark_config is a scenario: its tags work)
+    wrong = [
+        *non_text_keys(root, source),
+        *refuse_tags(keys, source, "a search key", skip=("benchmark_config",)),
+    ]
+    if wrong:
+        raise ScenarioError(wrong)
+    return keys
+
+
+#: What a search key's value must be, by its kind (``CAPACITY_KEYS``).
+_KINDS = {int: "an integer", float: "a finite number", str: "non-empty text"}
 
 
 def _typed(value: Any, kind: type) -> Any:
@@ -195,7 +200,7 @@ def _check_values(values: Mapping[str, Any], report: Any) -> None:
     )
     for key, ok, message in rules:
         if key in values and not ok(values[key]):
-            report(key, f"{message} (got {values[key]!r})")
+            report(key, f"{message} (got {shown(values[key])})")
     start, top = values.get("start_value", 1.0), values.get("max_value", 100.0)
     if start > 0 and top > 0 and start > top:
         report(
@@ -224,8 +229,8 @@ def _scenario(
             )
             raise ScenarioError(issues.found)
         try:
-            scenario_root = YAML(typ="rt").load(path.read_text(encoding="utf-8"))
-        except (OSError, YAMLError, UnicodeDecodeError):
+            scenario_root = parse_document(path.read_text(encoding="utf-8"), str(path))
+        except (OSError, ScenarioError, UnicodeDecodeError):
             scenario_root = None  # (the scenario loader says what is wrong with it)
         inner = _search_keys(scenario_root)
         if inner is not None:  # each of its keys would be an unknown key of a scenario
@@ -347,7 +352,7 @@ def load_capacity_config(
             try:
                 values[key] = _typed(root[key], kind)
             except ValueError:
-                issues.at(root, key, f"must be a {kind.__name__}: {meaning} (got {root[key]!r})")
+                issues.at(root, key, f"must be {_KINDS[kind]}: {meaning} (got {shown(root[key])})")
     given = {k: v for k, v in (flags or {}).items() if v is not None}
     for key, value in given.items():
         values[key] = value

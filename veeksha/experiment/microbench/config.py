@@ -20,9 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import YAMLError
 
 from veeksha.errors import ScenarioError, ScenarioIssue
 from veeksha.scenario.base import NumbersModel
@@ -30,6 +28,7 @@ from veeksha.scenario.clients import DEFAULT_KEY_ENV, api_base_problem
 from veeksha.scenario.messages import unknown_key, value_message
 from veeksha.scenario.overrides import format_path
 from veeksha.scenario.simulator import SimulatorConfig
+from veeksha.scenario.tags import non_text_keys, parse_document, read_text, refuse_tags
 
 __all__ = [
     "BenchConfig",
@@ -281,23 +280,21 @@ def load_config(kind: type[Config], path: str | Path | None, flags: dict[str, An
 
 def _read_yaml(source: str) -> CommentedMap:
     def problem(message: str, line: int | None = None) -> ScenarioError:
-        return ScenarioError([ScenarioIssue(source, line, None, "", message)])
+        return ScenarioError(
+            [ScenarioIssue(source, line, None if line is None else 1, "", message)]
+        )
 
-    try:
-        text = Path(source).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or str(exc)
-        raise problem(f"cannot read the file: {reason}") from None
-    try:
-        loaded = YAML(typ="rt", pure=True).load(text)
-    except YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = None if mark is None else mark.line + 1
-        raise problem(f"YAML syntax error: {getattr(exc, 'problem', exc)}", line) from None
+    loaded = parse_document(read_text(source), source)  # (a YAML error: one line at its place)
     if loaded is None:
         return CommentedMap()
     if not isinstance(loaded, CommentedMap):
-        raise problem("expected a mapping of keys (input_lengths: [...], ...)")
+        raise problem("expected a mapping of keys (input_lengths: [...], ...)", 1)
+    wrong = [
+        *non_text_keys(loaded, source),
+        *refuse_tags(loaded, source, "a microbenchmark's config"),
+    ]
+    if wrong:
+        raise ScenarioError(wrong)
     return loaded
 
 
