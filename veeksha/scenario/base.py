@@ -92,7 +92,14 @@ class NumbersModel(BaseModel):
     is 2, ``2.5`` an error, ``"3"`` is 3). A loader words the error with :func:`boolean_note`.
     The models of the microbenchmarks' settings (``veeksha.experiment.microbench.config``)
     derive from it too.
+
+    NaN and the infinities (``.nan``, ``.inf``) are refused in every number field too
+    (``must be a finite number``): no key means anything by them, and a comparison with NaN is
+    false whatever the bound, so ``benchmark_timeout: .nan`` passed every check and ran
+    unbounded, and ``duration: .inf`` crashed the run when made nanoseconds.
     """
+
+    model_config = ConfigDict(allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod

@@ -353,6 +353,18 @@ def test_a_ramp_key_is_checked_like_any_other() -> None:
 @pytest.mark.parametrize(
     ("text", "path", "message"),
     [
+        # NaN passed every bound (a comparison with NaN is false): an unbounded run
+        (
+            "runtime: {max_sessions: -1, benchmark_timeout: .nan}\n",
+            "runtime.benchmark_timeout",
+            "must be a finite number (got .nan)",
+        ),
+        # an infinite phase crashed the run (OverflowError making it nanoseconds)
+        (
+            "phases: [{name: a, duration: .inf, arrival_rate: 5}]\n",
+            "phases[0].duration",
+            "must be a finite number (got .inf)",
+        ),
         # pydantic's tag is str() of the value: "unknown type 'None'", "{'a': 1}"
         (
             "traffic_scheduler: {type: null}\n",
