@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from veeksha.scenario.generators import MAX_DRAW
 from veeksha.scenario.models import (
     FixedInterval,
     FixedLength,
@@ -408,7 +409,8 @@ class FixedStairSampler(LengthSampler):
 
 
 class InverseGaussianSampler(LengthSampler):
-    """Wald (inverse Gaussian) with the given mean and shape λ, rounded, at least 1."""
+    """Wald (inverse Gaussian) with the given mean and shape λ, rounded, at least 1 and at most
+    ``MAX_DRAW`` (a heavy tail's rare draw is clipped, before it can overflow an int64)."""
 
     __slots__ = ("_mean", "_shape")
 
@@ -418,11 +420,11 @@ class InverseGaussianSampler(LengthSampler):
 
     @property
     def bounds(self) -> tuple[int, int | None]:
-        return 1, None
+        return 1, MAX_DRAW
 
     def _draw(self, n: int) -> NDArray[np.int64]:
-        values = np.rint(self._rng.wald(self._mean, self._shape, n)).astype(np.int64)
-        return np.maximum(values, 1, out=values)
+        drawn = np.clip(np.rint(self._rng.wald(self._mean, self._shape, n)), 1, MAX_DRAW)
+        return drawn.astype(np.int64)
 
 
 def make_length_sampler(cfg: LengthConfig, rng: np.random.Generator | None = None) -> LengthSampler:

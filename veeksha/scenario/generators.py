@@ -57,20 +57,25 @@ IntervalGenerator = Annotated[
 
 # ----------------------------------------------------------------------------- length generators
 
+#: The largest value a length generator may give: 2**24 tokens (or requests, layers...). No
+#: model's context is longer, and a larger draw is a typo that would exhaust the memory while
+#: the prompts are built (10**12) or overflow the arrays holding the draws (10**30).
+MAX_DRAW = 1 << 24
+
 
 class FixedLength(StrictModel, defer_build=False):
     """Always the same value."""
 
     type: Literal["fixed"] = "fixed"
-    value: int = Field(8, ge=0, description="The constant value.")
+    value: int = Field(8, ge=0, le=MAX_DRAW, description="The constant value.")
 
 
 class UniformLength(StrictModel, defer_build=False):
     """Integer uniform on [min, max], both bounds inclusive."""
 
     type: Literal["uniform"] = "uniform"
-    min: int = Field(6, ge=0, description="Smallest value (inclusive).")
-    max: int = Field(12, ge=0, description="Largest value (inclusive).")
+    min: int = Field(6, ge=0, le=MAX_DRAW, description="Smallest value (inclusive).")
+    max: int = Field(12, ge=0, le=MAX_DRAW, description="Largest value (inclusive).")
 
     @model_validator(mode="after")
     def _ordered(self) -> Self:
@@ -83,8 +88,8 @@ class ZipfLength(StrictModel):
     """Bounded Zipfian over [min, max]: P(rank r) ∝ 1/r^theta; small values most likely."""
 
     type: Literal["zipf"] = "zipf"
-    min: int = Field(6, ge=0, description="Smallest value (inclusive).")
-    max: int = Field(12, ge=0, description="Largest value (inclusive).")
+    min: int = Field(6, ge=0, le=MAX_DRAW, description="Smallest value (inclusive).")
+    max: int = Field(12, ge=0, le=MAX_DRAW, description="Largest value (inclusive).")
     theta: float = Field(
         0.6,
         gt=0,
@@ -106,7 +111,7 @@ class FixedStairLength(StrictModel):
     """Each value repeat_each times in order, then cycle (wrap) or stay on the last."""
 
     type: Literal["fixed_stair"] = "fixed_stair"
-    values: list[Annotated[int, Field(ge=0)]] = Field(
+    values: list[Annotated[int, Field(ge=0, le=MAX_DRAW)]] = Field(
         ..., min_length=1, description="The steps, in order."
     )
     repeat_each: int = Field(1, ge=1, description="Draws per step.")
@@ -117,7 +122,7 @@ class InverseGaussianLength(StrictModel):
     """Wald (inverse Gaussian) distribution, rounded, at least 1."""
 
     type: Literal["inverse_gaussian"] = "inverse_gaussian"
-    mean: float = Field(500.0, gt=0, description="Mean of the distribution.")
+    mean: float = Field(500.0, gt=0, le=MAX_DRAW, description="Mean of the distribution.")
     shape: float = Field(300.0, gt=0, description="Shape λ; higher means less variance.")
 
 

@@ -15,6 +15,7 @@ from veeksha.generate.distributions import (
     make_length_sampler,
     mean_interval,
 )
+from veeksha.scenario.generators import MAX_DRAW
 from veeksha.scenario.models import (
     FixedInterval,
     FixedLength,
@@ -126,10 +127,10 @@ def test_zipf_alias_alpha_and_scramble_keep_the_profile() -> None:
 
 
 def test_zipf_wide_range_uses_the_continuous_approximation_within_bounds() -> None:
-    values = make_length_sampler(ZipfLength(min=1, max=10**8, theta=0.9), rng()).sample(N)
+    values = make_length_sampler(ZipfLength(min=1, max=MAX_DRAW, theta=0.9), rng()).sample(N)
     assert values.min() >= 1
-    assert values.max() <= 10**8
-    assert np.median(values) < 10**8 / 2  # skewed to small values
+    assert values.max() <= MAX_DRAW
+    assert np.median(values) < MAX_DRAW / 2  # skewed to small values
 
 
 def test_fixed_stair_order_and_wrap() -> None:
@@ -154,3 +155,13 @@ def test_inverse_gaussian_mean_rounding_and_floor() -> None:
     assert stats.ttest_1samp(values, 500).pvalue > ALPHA
     small = make_length_sampler(InverseGaussianLength(mean=0.3, shape=0.2), rng()).sample(N)
     assert small.min() >= 1
+
+
+def test_inverse_gaussian_heavy_tail_is_clipped_at_the_largest_draw() -> None:
+    """A mean at the cap with a tiny shape: rare draws far above it, which overflowed the int64
+    cast (to negative lengths) before they were clipped."""
+    sampler = make_length_sampler(InverseGaussianLength(mean=MAX_DRAW, shape=1e6), rng())
+    values = sampler.sample(N)
+    assert values.max() == MAX_DRAW
+    assert values.min() >= 1
+    assert sampler.bounds == (1, MAX_DRAW)

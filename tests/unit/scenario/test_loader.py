@@ -365,6 +365,13 @@ def test_a_ramp_key_is_checked_like_any_other() -> None:
             "phases[0].duration",
             "must be a finite number (got .inf)",
         ),
+        # a length of 10**30 overflowed the draws' array, one of 10**12 exhausted the memory
+        (
+            "session_generator:\n  channels:\n"
+            "    - {type: text, body_length_generator: {type: fixed, value: 1000000000000}}\n",
+            "session_generator.channels[0].body_length_generator.value",
+            "must be less than or equal to 16777216 (got 1000000000000)",
+        ),
         # pydantic's tag is str() of the value: "unknown type 'None'", "{'a': 1}"
         (
             "traffic_scheduler: {type: null}\n",
