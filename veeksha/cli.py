@@ -271,14 +271,45 @@ def _load_points(path: str | Path, overrides: Sequence[str]) -> ScenarioSet:
     return points
 
 
-def _check_trace(scenario: Scenario) -> list[str]:
-    """Read and check a trace scenario's trace (and cache it); raises ``TraceFileError``.
-    Returns what run.log will warn of (rows not replayed as the trace has them)."""
-    if scenario.session_generator.type == "trace":
-        from veeksha.generate.traces import open_trace
+def _check_trace(scenario: Scenario, load_tokenizers: bool = False) -> list[str]:
+    """Check the files the scenario names: read and check a trace scenario's trace (and cache
+    it), find each local tokenizer (and, with ``load_tokenizers``, load it). A problem of a
+    whole file (missing, a folder, empty, nothing to replay) is reported at the key naming it
+    (``scenario.yaml:9:3: session_generator.trace_file: ...``); a trace's bad row at its own
+    line of the trace. Returns what run.log will warn of (rows not replayed as the trace has
+    them)."""
+    from veeksha.errors import ConfigurationError
+    from veeksha.scenario.loader import named_file_error
 
-        return open_trace(scenario).prepared.warnings()
-    return []
+    out: list[str] = []
+    for parts in scenario.named_files():
+        try:
+            if parts[-1] == "trace_file":
+                from veeksha.generate.traces import open_trace
+
+                out += open_trace(scenario).prepared.warnings()
+            else:
+                _check_tokenizer(scenario, parts, load_tokenizers)
+        except ConfigurationError as exc:
+            if getattr(exc, "line", None) is not None:  # (a trace's row: its own file and line)
+                raise
+            placed = named_file_error(scenario, parts, str(exc))
+            if placed is None:
+                raise
+            raise placed from None
+    return out
+
+
+def _check_tokenizer(scenario: Scenario, parts: tuple[str | int, ...], load: bool) -> None:
+    from veeksha.generate.tokenizer import HfTokenizerAdapter, resolve_tokenizer_json
+
+    node: Any = scenario
+    for part in parts:
+        node = node[part] if isinstance(part, int) else getattr(node, part)
+    if load:
+        HfTokenizerAdapter(node)
+    else:
+        resolve_tokenizer_json(node)
 
 
 class _Background:
@@ -537,7 +568,7 @@ def validate(files: tuple[Path, ...], overrides: tuple[str, ...]) -> None:
                 continue
             points = _load_points(path, overrides)
             for point in points.points:
-                for warning in _check_trace(point.scenario):
+                for warning in _check_trace(point.scenario, load_tokenizers=True):
                     click.echo(f"warning: {path}: {warning}", err=True)
         except (ScenarioError, ConfigurationError) as exc:
             _report(exc)
@@ -568,7 +599,7 @@ def _validate_capacity_search(path: Path, overrides: Sequence[str]) -> None:
     from veeksha.experiment.capacity.config import load_capacity_config
 
     config = load_capacity_config(path, overrides=overrides)
-    _check_trace(config.scenario)
+    _check_trace(config.scenario, load_tokenizers=True)
     click.echo(
         f"{path}: ok, a capacity search of {config.knob.title} from {config.start_value:g} "
         f"to {config.max_value:g}"

@@ -42,6 +42,7 @@ __all__ = [
     "builtin_vocab",
     "default_tokenize_endpoint",
     "make_tokenizer",
+    "resolve_tokenizer_json",
 ]
 
 _CONSONANTS = "bcdfghjklmnprstvwz"
@@ -136,7 +137,9 @@ class BuiltinTokenizer:
 # ------------------------------------------------------------------------------- hf and server
 
 
-def _resolve_tokenizer_json(path: str) -> Path:
+def resolve_tokenizer_json(path: str) -> Path:
+    """The tokenizer.json of ``path`` (a file, or a folder holding one); ConfigurationError
+    when there is none."""
     p = Path(path).expanduser()
     candidate = p / "tokenizer.json" if p.is_dir() else p
     if not candidate.is_file():
@@ -158,7 +161,7 @@ class HfTokenizerAdapter:
     name = "hf"
 
     def __init__(self, path: str) -> None:
-        file = _resolve_tokenizer_json(path)
+        file = resolve_tokenizer_json(path)
         try:
             from tokenizers import Tokenizer
         except ImportError as exc:  # pragma: no cover - tokenizers is a test dependency

@@ -74,6 +74,7 @@ __all__ = [
     "load_scenario",
     "load_scenario_node",
     "load_scenario_text",
+    "named_file_error",
     "resolved_dict",
     "scenario_hash",
 ]
@@ -258,6 +259,12 @@ def _load_points_node(
                     issues.append(
                         _issue_at(root, source_name, list(parts), message, applied, sources, chosen)
                     )
+                # where the files it names are written, for the problems found when they are
+                # read (named_file_error)
+                scenario._file_keys = {
+                    parts: _issue_at(root, source_name, list(parts), "", applied, sources, chosen)
+                    for parts in scenario.named_files()
+                }
             except ValidationError as exc:
                 issues += _issues(exc, root, source_name, applied, plain, sources, chosen)
                 scenario = None
@@ -278,6 +285,19 @@ def _load_points_node(
             warnings.warn(message, warning.category, stacklevel=stacklevel)
     # (only a sweep writes its composed source: a single run's start-up skips the dump)
     return ScenarioSet(points, keys, short, _source_yaml(root) if sites else "", sites)
+
+
+def named_file_error(
+    scenario: Scenario, parts: tuple[PathPart, ...], message: str
+) -> ScenarioError | None:
+    """A problem of a file the scenario names (``Scenario.named_files``: the trace, a
+    tokenizer), found when it is read, placed at the key naming it as a validation error is:
+    ``scenario.yaml:9:3: session_generator.trace_file: MESSAGE`` (or the ``--set`` that gave
+    it). None when the scenario was not read from a file (the caller raises its own error)."""
+    where = (scenario._file_keys or {}).get(tuple(parts))
+    if where is None:
+        return None
+    return ScenarioError([ScenarioIssue(where.file, where.line, where.column, where.path, message)])
 
 
 def _refuse_swept_overrides(overrides: Sequence[str], sites: list[Any]) -> None:

@@ -240,6 +240,10 @@ class Scenario(StrictModel, defer_build=False):
         default_factory=factory(ServerMetricsConfig),
         description="Scraping the server's Prometheus /metrics during the run.",
     )
+    #: Where the loader found each key naming a file (the trace, a tokenizer): key path → a
+    #: ScenarioIssue with no message (``veeksha.scenario.loader.named_file_error``); None for
+    #: a scenario not read from a file.
+    _file_keys: dict[tuple[str | int, ...], Any] | None = None
 
     @field_validator("clients", mode="before")
     @classmethod
@@ -259,6 +263,21 @@ class Scenario(StrictModel, defer_build=False):
         if self.clients:
             return [(c.name, c) for c in self.clients]
         return [(DEFAULT_CLIENT, self.client)]
+
+    def named_files(self) -> list[tuple[str | int, ...]]:
+        """The key paths of the files the scenario names and a run reads: the trace, each
+        client's local tokenizer."""
+        keys: list[tuple[str | int, ...]] = []
+        if self.session_generator.type == "trace":
+            keys.append(("session_generator", "trace_file"))
+        entries: list[tuple[str | int, ...]] = [
+            ("clients", i) for i in range(len(self.clients or []))
+        ]
+        entries = entries or [("client",)]
+        for prefix, (_, client) in zip(entries, self.client_entries(), strict=True):
+            if client.tokenizer.type == "hf":
+                keys.append((*prefix, "tokenizer", "path"))
+        return keys
 
     def problems(self) -> list[tuple[tuple[str | int, ...], str]]:
         """Mistakes that span sections, as (key path, message): the loader gives each its

@@ -59,13 +59,16 @@ def _run(folder: Path, text: str, *extra: str) -> CliResult:
         pytest.param(
             "client: {tokenizer: {type: hf, path: /nonexistent/tokenizer.json}}\n"
             "runtime: {max_sessions: 1}\n",
-            ["/nonexistent/tokenizer.json", "client.tokenizer.path"],
+            ["scenario.yaml:1:", "client.tokenizer.path: tokenizer file not found"],
             id="missing-hf-tokenizer",
         ),
         pytest.param(
             "session_generator: {type: trace, trace_file: /nonexistent/trace.jsonl}\n"
             "runtime: {max_sessions: 1}\n",
-            ["/nonexistent/trace.jsonl", "cannot read the trace", "check trace_file"],
+            [
+                "scenario.yaml:1:",
+                "session_generator.trace_file: /nonexistent/trace.jsonl: cannot read the trace",
+            ],
             id="trace-file",
         ),
     ],

@@ -265,3 +265,52 @@ def test_commands_set_the_library_defaults_unless_the_environment_does(
     monkeypatch.setenv(name, "users-choice")
     told = subprocess.run(probe, capture_output=True, text=True, check=True)
     assert told.stdout.split()[-1] == "users-choice"
+
+
+def test_a_file_the_scenario_names_is_reported_at_its_key(
+    tmp_path: Path, files: dict[str, Path], no_engine: None
+) -> None:
+    """A trace or tokenizer file that cannot be read is named at the scenario's line and key
+    (with several files validated, which scenario names it): it was ``error: nowhere.csv:
+    cannot read the trace ...``, and a missing tokenizer passed ``validate``."""
+    trace = tmp_path / "trace.yaml"
+    trace.write_text(
+        "seed: 1\nsession_generator:\n  type: trace\n  trace_file: nowhere.csv\n", encoding="utf-8"
+    )
+    folder = tmp_path / "folder.yaml"
+    folder.write_text(f"session_generator: {{type: trace, trace_file: {tmp_path}}}\n")
+    tokenizer = tmp_path / "tok.yaml"
+    tokenizer.write_text("client:\n  tokenizer: {type: hf, path: /nonexistent/tok.json}\n")
+    result = invoke("validate", str(files["good"]), str(trace), str(folder), str(tokenizer))
+    assert result.exit_code == 2, result.output
+    assert f"{files['good']}: ok" in result.stdout
+    lines = result.stderr.splitlines()
+    assert len(lines) == 3, lines
+    assert lines[0].startswith(
+        f"{trace}:4:3: session_generator.trace_file: nowhere.csv: cannot read the trace: No such"
+    )
+    assert lines[1] == (
+        f"{folder}:1:34: session_generator.trace_file: {tmp_path}: cannot read the trace: is a"
+        " folder, not a trace file; check trace_file"
+    )
+    assert lines[2].startswith(
+        f"{tokenizer}:2:25: client.tokenizer.path: tokenizer file not found: /nonexistent/tok.json."
+    )
+    # a run says the same, before any folder; an override that gave the path is named instead
+    run = invoke("run", str(tokenizer), "--output-dir", str(files["out"]))
+    assert run.exit_code == 2
+    assert run.stderr.startswith(f"{tokenizer}:2:25: client.tokenizer.path: tokenizer file not")
+    given = invoke(
+        "run",
+        str(trace),
+        "--set",
+        "session_generator.trace_file=/nonexistent/t.csv",
+        "--output-dir",
+        str(files["out"]),
+    )
+    assert given.exit_code == 2
+    assert given.stderr.startswith(
+        "--set session_generator.trace_file=/nonexistent/t.csv: session_generator.trace_file: "
+        "/nonexistent/t.csv: cannot read the trace"
+    )
+    assert not files["out"].exists()

@@ -113,7 +113,8 @@ class TraceFileError(ConfigurationError):
 def unreadable(path: str | os.PathLike[str], exc: OSError) -> TraceFileError:
     """The error of a trace file that cannot be opened; a relative path that does not exist
     names the folder it was taken from (the current one, not the scenario file's)."""
-    message = f"cannot read the trace: {exc.strerror or exc}; check trace_file"
+    reason = "is a folder, not a trace file" if isinstance(exc, IsADirectoryError) else None
+    message = f"cannot read the trace: {reason or exc.strerror or exc}; check trace_file"
     if isinstance(exc, FileNotFoundError) and not os.path.isabs(path):
         message += f" (a relative path is taken from the current folder, {os.getcwd()})"
     return TraceFileError(path, None, message)
