@@ -136,6 +136,8 @@ def _dispatch_rate(data: HealthInput) -> Outcome:
         statistics[f"{label}_relative_error"] = error
         worst = max(worst, error or 0.0)
     observed = statistics["sent_rate"] or statistics["started_rate"]
+    if observed is None:
+        return _one_instant(configured, statistics)
     detail = f"observed {observed:.4g}/s vs configured {configured:.4g}/s ({worst:.1%} off"
     detail += f", allowed {allowed:.1%})"
     return Outcome(FAIL if worst > allowed else PASS, detail, statistics)
@@ -163,6 +165,17 @@ def _offered(ramp: RateRamp, times: Floats) -> float | None:
     return float(lam[1] - lam[0]) / span
 
 
+def _one_instant(rate: float, statistics: dict[str, Any]) -> Outcome:
+    """The outcome when every measured session started at the same instant (a rate so high
+    that its gaps round to nothing): no observed rate to compare."""
+    return Outcome(
+        SKIP,
+        "every measured session started at the same instant: no rate to measure"
+        f" (configured {rate:.4g}/s)",
+        statistics,
+    )
+
+
 def _ramped_dispatch_rate(data: HealthInput, ramp: RateRamp, starts: Floats) -> Outcome:
     """dispatch_rate under a ramp: each timeline against Λ over its own span."""
     peak = float(ramp.rate(np.array([starts[0], starts[-1]])).max())
@@ -182,6 +195,8 @@ def _ramped_dispatch_rate(data: HealthInput, ramp: RateRamp, starts: Floats) -> 
     label = "sent" if statistics["sent_rate"] else "started"
     observed, offered = statistics[f"{label}_rate"], statistics[f"{label}_offered_rate"]
     statistics["configured_rate"] = offered
+    if observed is None or offered is None:
+        return _one_instant(peak, statistics)
     detail = f"observed {observed:.4g}/s vs offered {offered:.4g}/s by the ramp over the same"
     detail += f" span ({worst:.1%} off, allowed {allowed:.1%})"
     return Outcome(FAIL if worst > allowed else PASS, detail, statistics)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.unit.evaluate.builders import request, requests_table, scenario, session, sessions_table
 from veeksha.evaluate.run import compute_evaluation
 
@@ -43,3 +45,24 @@ def test_a_late_first_session_beyond_the_accepted_lag_fails() -> None:
     assert check.statistics["lag_share"] == 0.05
     assert check.statistics["allowed_relative_error"] == 0.15
     assert check.status == "FAIL", check.detail
+
+
+@pytest.mark.parametrize("ramp", [None, {"end_rate": 1e30, "duration": 10}])
+def test_sessions_all_started_at_one_instant_have_no_rate_to_judge(ramp: Any) -> None:
+    """A rate so high (1e30/s, a valid scenario) that every session starts in the same
+    nanosecond: the check formatted the observed rate, None, and the evaluation crashed."""
+    requests = [request(k, ready=1.0, sent=1.0, chunks=(1.002, 1.004)) for k in range(6)]
+    sessions = [session(k, 1.0, 1.004) for k in range(6)]
+    traffic: dict[str, Any] = {
+        "type": "rate",
+        "interval_generator": {"type": "poisson", "arrival_rate": 1e30},
+    }
+    if ramp is not None:
+        traffic["ramp"] = ramp
+    cfg = scenario(traffic_scheduler=traffic, runtime={"max_sessions": 6, "benchmark_timeout": 60})
+    evaluation = compute_evaluation(cfg, requests_table(requests), sessions_table(sessions), {})
+    (check,) = [r for r in evaluation.health.results if r.name == "dispatch_rate"]
+    assert check.status == "SKIP"
+    assert check.detail.startswith(
+        "every measured session started at the same instant: no rate to measure (configured"
+    )
