@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from veeksha.scenario.base import MAX_SECONDS
 from veeksha.scenario.generators import MAX_DRAW
 from veeksha.scenario.models import (
     FixedInterval,
@@ -139,6 +140,13 @@ class IntervalSampler(_Sampler):
         """Mean gap in seconds."""
 
 
+def _clipped(gaps: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Gaps of at most ``MAX_SECONDS``: a tiny rate's mean (1e300 s, or an infinite one) or a
+    heavy tail's rare draw would overflow the run's int64 nanoseconds; a gap that long is never
+    reached either way."""
+    return np.minimum(gaps, MAX_SECONDS, out=gaps)
+
+
 class PoissonIntervalSampler(IntervalSampler):
     """Exponential gaps with mean 1/arrival_rate (a Poisson process), not truncated."""
 
@@ -153,7 +161,7 @@ class PoissonIntervalSampler(IntervalSampler):
         return self._scale
 
     def _draw(self, n: int) -> NDArray[np.float64]:
-        return self._rng.exponential(self._scale, n)
+        return _clipped(self._rng.exponential(self._scale, n))
 
 
 class GammaIntervalSampler(IntervalSampler):
@@ -173,7 +181,7 @@ class GammaIntervalSampler(IntervalSampler):
         return self._shape * self._scale
 
     def _draw(self, n: int) -> NDArray[np.float64]:
-        return self._rng.gamma(self._shape, self._scale, n)
+        return _clipped(self._rng.gamma(self._shape, self._scale, n))
 
 
 class FixedIntervalSampler(IntervalSampler):

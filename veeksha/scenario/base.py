@@ -23,11 +23,20 @@ import types
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 _M = TypeVar("_M", bound=BaseModel)
 
 KeyPath = tuple[str | int, ...]
+
+#: The longest time a key of the run's clock may give, seconds: 10**9 (31.7 years). The run
+#: keeps its times as int64 nanoseconds (±292 years from t0); a longer one overflowed them (a
+#: crash, or a hang when the thread computing a deadline died of it). Gaps drawn from an
+#: interval generator are clipped there (``veeksha.generate.distributions``).
+MAX_SECONDS = 1_000_000_000
+
+#: A number of seconds of the run's clock: at most :data:`MAX_SECONDS`.
+Seconds = Annotated[float, Field(le=MAX_SECONDS)]
 
 
 def _shown_path(path: KeyPath) -> str:

@@ -4,7 +4,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import AliasChoices, Field, model_validator
 
-from veeksha.scenario.base import KeyProblem, StrictModel
+from veeksha.scenario.base import KeyProblem, Seconds, StrictModel
 
 # --------------------------------------------------------------------------- interval generators
 
@@ -21,11 +21,15 @@ class GammaInterval(StrictModel):
 
     type: Literal["gamma"] = "gamma"
     arrival_rate: float = Field(1.0, gt=0, description="Mean events per second.")
+    # (bounded: cv² of 1e-300 is 0, of 1e300 infinite, and k = 1/cv² divides by it)
     cv: float | None = Field(
-        None, gt=0, description="Coefficient of variation of the gaps (default 0.5)."
+        None, ge=1e-6, le=10**6, description="Coefficient of variation of the gaps (default 0.5)."
     )
     shape: float | None = Field(
-        None, gt=0, description="Gamma shape k; higher means less variance. Excludes cv."
+        None,
+        ge=1e-12,
+        le=10**12,
+        description="Gamma shape k; higher means less variance. Excludes cv.",
     )
 
     @model_validator(mode="after")
@@ -47,7 +51,7 @@ class FixedInterval(StrictModel, defer_build=False):
     """A constant gap; 0 releases everything at once (an offline burst)."""
 
     type: Literal["fixed"] = "fixed"
-    interval: float = Field(1.0, ge=0, description="Seconds between events.")
+    interval: Seconds = Field(1.0, ge=0, description="Seconds between events.")
 
 
 IntervalGenerator = Annotated[

@@ -19,6 +19,7 @@ from pydantic import Field, field_validator, model_validator
 
 from veeksha.scenario.base import (
     KeyProblem,
+    Seconds,
     StrictModel,
     _default_tags,  # noqa: F401 (re-exported)
     empty_dict,
@@ -165,7 +166,7 @@ class Phase(StrictModel):
     name: str = Field(
         ..., min_length=1, description="Unique label; `warmup` (first phase only) is untracked."
     )
-    duration: float | None = Field(None, gt=0, description="Seconds the phase lasts.")
+    duration: Seconds | None = Field(None, gt=0, description="Seconds the phase lasts.")
     max_sessions: int | None = Field(None, ge=1, description="Sessions started in the phase.")
     drain: bool = Field(
         False,
@@ -175,7 +176,7 @@ class Phase(StrictModel):
     arrival_rate: float | None = Field(
         None, gt=0, description="rate scheduler: the interval generator's arrival_rate."
     )
-    interval: float | None = Field(
+    interval: Seconds | None = Field(
         None, ge=0, description="rate scheduler, fixed interval: seconds between sessions."
     )
     target_concurrent_sessions: int | None = Field(

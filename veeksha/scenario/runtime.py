@@ -7,7 +7,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from veeksha.scenario.base import KeyProblem, StrictModel
+from veeksha.scenario.base import KeyProblem, Seconds, StrictModel
 
 # ---------------------------------------------------------------------------------------- runtime
 
@@ -56,14 +56,14 @@ class Runtime(StrictModel, defer_build=False):
     """Stop conditions, workers, CPU affinity and warmup."""
 
     max_sessions: int = Field(25, ge=-1, description="Sessions to start; -1 unlimited.")
-    benchmark_timeout: float = Field(
+    benchmark_timeout: Seconds = Field(
         300.0,
         description=(
             "Stop starting new work this many seconds after the first measured session"
             " started (a warmup not counted); <= 0 disables."
         ),
     )
-    post_timeout_grace_seconds: float = Field(
+    post_timeout_grace_seconds: Seconds = Field(
         -1.0,
         ge=-1,
         description="After the timeout: -1 wait for all in flight, 0 stop at once, N wait N s.",
@@ -75,7 +75,7 @@ class Runtime(StrictModel, defer_build=False):
         "auto", description="auto (topology plan), off, or CPU ids (first = main process)."
     )
     warmup_sessions: int = Field(0, ge=0, description="Sessions of an untracked warmup phase.")
-    warmup_seconds: float = Field(0.0, ge=0, description="Seconds of an untracked warmup phase.")
+    warmup_seconds: Seconds = Field(0.0, ge=0, description="Seconds of an untracked warmup phase.")
     pregenerate_sessions: bool = Field(
         False, description="Generate all sessions before t0 (needs max_sessions > 0)."
     )

@@ -4,7 +4,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import Field, model_validator
 
-from veeksha.scenario.base import KeyProblem, StrictModel, factory
+from veeksha.scenario.base import KeyProblem, Seconds, StrictModel, factory
 from veeksha.scenario.generators import FixedInterval, IntervalGenerator, PoissonInterval
 
 # ----------------------------------------------------------------------------- traffic schedulers
@@ -15,7 +15,7 @@ class RateRampConfig(StrictModel):
     seconds from t0, then holds end_rate (gaps keep their law, rescaled in time)."""
 
     end_rate: float = Field(..., gt=0, description="Sessions per second at the ramp's end.")
-    duration: float = Field(..., gt=0, description="Seconds from t0 to reach end_rate.")
+    duration: Seconds = Field(..., gt=0, description="Seconds from t0 to reach end_rate.")
     shape: Literal["linear", "exponential"] = Field(
         "linear",
         description=(
@@ -59,7 +59,7 @@ class ConcurrentScheduler(StrictModel):
 
     type: Literal["concurrent"] = "concurrent"
     target_concurrent_sessions: int = Field(3, ge=1, description="Sessions active at once.")
-    rampup_seconds: float = Field(
+    rampup_seconds: Seconds = Field(
         10.0, ge=0, description="target(t) = floor(target × t / rampup) until t ≥ rampup."
     )
     cancel_session_on_failure: bool = Field(
@@ -74,10 +74,10 @@ class TraceScheduler(StrictModel):
     speedup: float = Field(
         1.0, gt=0, description="Time scale: 2.0 replays the trace twice as fast."
     )
-    start_offset: float = Field(
+    start_offset: Seconds = Field(
         0.0, ge=0, description="Trace seconds skipped from its first arrival."
     )
-    max_duration: float | None = Field(
+    max_duration: Seconds | None = Field(
         None, gt=0, description="Trace seconds replayed from start_offset (default: all)."
     )
     turn_timing: Literal["after_answer", "timestamps"] = Field(

@@ -19,6 +19,8 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
+from veeksha.scenario.base import MAX_SECONDS
+
 __all__ = ["ConcurrencyRamp", "RateArrivals"]
 
 _NS = 1_000_000_000
@@ -56,6 +58,9 @@ class RateArrivals:
         self._offset_s = float(offsets[-1])
         if self._warp is not None:
             offsets = self._warp(offsets)
+        # (arrivals past MAX_SECONDS, 31.7 years, all wait there: never reached, and their
+        # nanoseconds would overflow int64 into the past, released at once)
+        np.minimum(offsets, MAX_SECONDS, out=offsets)
         self._buffer = (self.t0_ns + np.rint(offsets * _NS).astype(np.int64)).tolist()
         self._index = 0
 

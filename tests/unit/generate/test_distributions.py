@@ -15,6 +15,7 @@ from veeksha.generate.distributions import (
     make_length_sampler,
     mean_interval,
 )
+from veeksha.scenario.base import MAX_SECONDS
 from veeksha.scenario.generators import MAX_DRAW
 from veeksha.scenario.models import (
     FixedInterval,
@@ -64,6 +65,20 @@ def test_gamma_gaps_match_shape_mean_and_cv(cv: float | None, shape: float | Non
     expected_cv = 1.0 / np.sqrt(cfg.effective_shape)
     assert gaps.std() / gaps.mean() == pytest.approx(expected_cv, rel=0.05)
     assert gaps.mean() == pytest.approx(mean_interval(cfg), rel=0.05)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [PoissonInterval(arrival_rate=1e-300), GammaInterval(arrival_rate=1e-300, cv=2)],
+    ids=["poisson", "gamma"],
+)
+def test_gaps_of_a_tiny_rate_are_clipped_at_max_seconds(config: Any) -> None:
+    """A rate of 1e-300/s: gaps of ~1e300 s, whose nanoseconds overflowed (a session's think
+    time crashed its release: OverflowError)."""
+    sampler = make_interval_sampler(config, rng())
+    gaps = sampler.sample(100)
+    assert gaps.max() == MAX_SECONDS
+    assert sampler.sample_one() <= MAX_SECONDS
 
 
 def test_fixed_interval() -> None:

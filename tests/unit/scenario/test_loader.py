@@ -372,6 +372,23 @@ def test_a_ramp_key_is_checked_like_any_other() -> None:
             "session_generator.channels[0].body_length_generator.value",
             "must be less than or equal to 16777216 (got 1000000000000)",
         ),
+        # times past the int64 nanosecond clock: a hang (a deadline's thread died) or a crash
+        (
+            "runtime: {max_sessions: 3, benchmark_timeout: 1.0e+300}\n",
+            "runtime.benchmark_timeout",
+            "must be less than or equal to 1000000000 (got 1e+300)",
+        ),
+        (
+            "traffic_scheduler: {type: concurrent, rampup_seconds: 1.0e+300}\n",
+            "traffic_scheduler.rampup_seconds",
+            "must be less than or equal to 1000000000 (got 1e+300)",
+        ),
+        # k = 1/cv² divided by zero (cv² of 1e-300 is 0)
+        (
+            "traffic_scheduler:\n  interval_generator: {type: gamma, cv: 1.0e-300}\n",
+            "traffic_scheduler.interval_generator.cv",
+            "must be greater than or equal to 0.000001 (got 1e-300)",
+        ),
         # pydantic's tag is str() of the value: "unknown type 'None'", "{'a': 1}"
         (
             "traffic_scheduler: {type: null}\n",

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from veeksha.scenario.base import MAX_SECONDS
 from veeksha.schedule.arrivals import ConcurrencyRamp, RateArrivals
 
 
@@ -25,6 +26,16 @@ def test_peek_does_not_consume() -> None:
     assert arrivals.peek_ns() == arrivals.pop_ns() == 0
     assert arrivals.pop_ns() == 1_000_000_000
     assert arrivals.peek_ns() == 3_000_000_000
+
+
+def test_arrivals_beyond_the_clock_wait_at_its_end_instead_of_wrapping_into_the_past() -> None:
+    """Gaps of 1e9 s (a tiny rate's): their sum's nanoseconds overflowed int64 into negative
+    times, i.e. sessions released at once; they now all wait at MAX_SECONDS."""
+    arrivals = RateArrivals(lambda n: np.full(n, MAX_SECONDS), t0_ns=5, batch=16)
+    times = [arrivals.pop_ns() for _ in range(16)]
+    assert times[1] == 5 + 1_000_000_000 * 1_000_000_000
+    assert times == sorted(times)
+    assert times[-1] == 5 + round(MAX_SECONDS * 1_000_000_000)
 
 
 def test_ramp_is_floor_of_linear_target() -> None:
