@@ -118,7 +118,7 @@ class FixedStairLength(StrictModel):
     values: list[Annotated[int, Field(ge=0, le=MAX_DRAW)]] = Field(
         ..., min_length=1, description="The steps, in order."
     )
-    repeat_each: int = Field(1, ge=1, description="Draws per step.")
+    repeat_each: int = Field(1, ge=1, le=MAX_DRAW, description="Draws per step.")
     wrap: bool = Field(True, description="Start over after the last step (else stay on it).")
 
 

@@ -372,6 +372,12 @@ def test_a_ramp_key_is_checked_like_any_other() -> None:
             "session_generator.channels[0].body_length_generator.value",
             "must be less than or equal to 16777216 (got 1000000000000)",
         ),
+        (
+            "session_generator:\n  session_graph:\n    type: linear\n    num_request_generator:"
+            " {type: fixed_stair, values: [1], repeat_each: 1000000000000000000000000000000}\n",
+            "session_generator.session_graph.num_request_generator.repeat_each",
+            "must be less than or equal to 16777216 (got 1000000000000000000000000000000)",
+        ),
         # times past the int64 nanosecond clock: a hang (a deadline's thread died) or a crash
         (
             "runtime: {max_sessions: 3, benchmark_timeout: 1.0e+300}\n",
