@@ -554,7 +554,8 @@ def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
 def validate(files: tuple[Path, ...], overrides: tuple[str, ...]) -> None:
     """Check scenario FILEs; print every problem as file:line:col: key: message.
 
-    A trace scenario's trace file is read and checked too (file:line: message). A sweep (a
+    The files a scenario names are read and checked too: its trace (a bad row at its own
+    file:line), a local tokenizer; a file that cannot be used at the key naming it. A sweep (a
     FILE with !expand tags) lists its points, one line each, and every point is checked. Exits
     0 when all are valid, 2 when any is not.
     """
