@@ -640,7 +640,7 @@ _INTERNALS = (
     "Errno",
 )
 #: A Python repr in a message: None, a dict, True/False quoted as text.
-_PYTHON_REPR = re.compile(r"\bNone\b|\{'|'(True|False)'")
+_PYTHON_REPR = re.compile(r"\bNone\b|\{'[^']*': |'(True|False)'")
 #: A problem of a key: ``FILE:LINE:COL: key.path: message``.
 _KEYED = re.compile(r"^(?P<file>.+?):(?P<line>\d+)(:(?P<col>\d+))?: (?P<key>[\w.\[\]<>-]+): \S")
 #: A bad row of a trace file: ``error: TRACE:LINE: message``.

@@ -104,6 +104,8 @@ def _judged(stderr: str, exit_code: int = 2, exception: str = "") -> list[str]:
         ("", 2, "", ["silent"]),
         ("/f/s.yaml:1:7: seed: Input should be a valid integer (got 'x')\n", 2, "", ["internals"]),
         ("/f/s.yaml:1:7: seed: unknown type 'None'\n", 2, "", ["internals"]),
+        ("/f/s.yaml:1:7: seed: unknown type \"{'a': 1}\"\n", 2, "", ["internals"]),
+        ("/f/s.yaml:2:5: YAML syntax error: expected ',' or ']', but got '{'\n", 2, "", []),
         ("/f/s.yaml:1:7: seed: got TaggedScalar(value='x')\n", 2, "", ["internals"]),
         ("/f/s.yaml: YAML error: while parsing\n  in <unicode string>\n", 2, "", ["no_line"] * 1),
         ("error: somewhere.csv: cannot read the trace\n", 2, "", ["no_file"]),
