@@ -49,6 +49,26 @@ def test_a_crossing_gap_is_rescaled_beyond_the_boundary() -> None:
     assert times == [0, S, 2 * S, int(2.625 * S), int(2.875 * S), int(3.125 * S), int(3.375 * S)]
 
 
+def test_a_gap_crossing_several_boundaries_is_rescaled_at_each() -> None:
+    """A slow phase (one arrival per 1000 s) between two fast ones: the gap from its only
+    arrival crosses the slow phase's end and the fast phase's. Advanced to the gap's end at
+    once, the timeline ended both phases there: the fast phase had no arrival and the run
+    finished at 1 s instead of 5 s."""
+    phases = [PhaseBounds("warmup", 1 * S), PhaseBounds("slow", 2 * S), PhaseBounds("fast", 2 * S)]
+    timeline = PhaseTimeline(phases, 0)
+    means = [0.5, 1000.0, 0.5]
+    arrivals = PhasedArrivals(timeline, lambda i: fixed(means[i]), means, ["a", "b", "a"])
+    got = drain_all(arrivals)
+    # the warmup's gap from 0.5 s crosses 1 s: 0 s beyond (at 0.5 s gaps: 1.0 s), rescaled to
+    # the slow phase, 0; its 1000 s gap crosses 3 s with 998 s beyond, rescaled to 0.499 s
+    assert got[:3] == [(0, 0), (S // 2, 0), (S, 1)]
+    fast = [t for t, p in got if p == 2]
+    assert fast[0] == 3 * S + 499_000_000
+    assert fast == [3 * S + 499_000_000 + k * S // 2 for k in range(4)]
+    assert timeline.starts == [0, S, 3 * S]
+    assert timeline.finished
+
+
 def test_poisson_rates_per_phase_and_determinism() -> None:
     def run() -> list[tuple[int, int]]:
         phases = [PhaseBounds("a", 200 * S), PhaseBounds("b", 200 * S), PhaseBounds("c", 200 * S)]
