@@ -135,11 +135,17 @@ def _typed(values: list[Any]) -> list[Any]:
     from veeksha.scenario.loader import format_value
 
     present = [v for v in values if v is not None]
-    if all(isinstance(v, bool) for v in present) or all(
-        isinstance(v, int | float) and not isinstance(v, bool) for v in present
-    ):
+    if all(isinstance(v, bool) for v in present):
+        return values
+    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in present):
+        if any(isinstance(v, int) and not _INT64_MIN <= v <= _INT64_MAX for v in present):
+            # (an integer past int64, 10**30: no Parquet integer holds it; a float column does)
+            return [None if v is None else float(v) for v in values]
         return values
     return [None if v is None else format_value(v) for v in values]
+
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def sweep_table(sweep_dir: str | Path) -> pd.DataFrame:

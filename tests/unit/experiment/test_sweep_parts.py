@@ -124,6 +124,19 @@ def test_the_table_shows_every_state_a_point_folder_can_be_in(tmp_path: Path) ->
     assert [is_complete(f) for f in folders] == [True, False, False, False, False, False]
 
 
+def test_a_swept_integer_past_int64_is_written_as_a_number(tmp_path: Path) -> None:
+    """arrival_rate: !expand [10**30, 12] is a valid sweep (a float key); its swept value, an
+    integer no Parquet integer holds, made writing sweep.parquet crash after every point ran."""
+    loaded = load_points_text(
+        "traffic_scheduler:\n  interval_generator:\n"
+        "    arrival_rate: !expand [1000000000000000000000000000000, 12]\n",
+        "s.yaml",
+    )
+    sweep_dir = create_sweep(loaded, tmp_path)
+    write_outputs(sweep_dir, plots=False)
+    assert read_table(sweep_dir)["arrival_rate"].tolist() == [1e30, 12.0]
+
+
 def test_the_manifest_redacts_secrets_as_the_loader_does() -> None:
     from veeksha.experiment import sweep
     from veeksha.scenario import loader
