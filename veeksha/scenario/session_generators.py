@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import Field, field_validator, model_validator
 
 from veeksha.scenario.base import KeyProblem, StrictModel, factory
-from veeksha.scenario.generators import LengthGenerator, _uniform, zero_output_problem
+from veeksha.scenario.generators import MAX_DRAW, LengthGenerator, _uniform, zero_output_problem
 from veeksha.scenario.graphs import (
     LinearGraph,
     SessionGraph,
@@ -157,7 +157,7 @@ class SharedPrefixFlavor(StrictModel):
     so a prefix cache sees the trace's real sharing (docs/traces.md)."""
 
     type: Literal["shared_prefix"] = "shared_prefix"
-    block_size: int = Field(512, ge=1, description="Tokens of one hash id's block.")
+    block_size: int = Field(512, ge=1, le=MAX_DRAW, description="Tokens of one hash id's block.")
 
 
 class RagFlavor(StrictModel):
@@ -166,7 +166,7 @@ class RagFlavor(StrictModel):
 
     type: Literal["rag"] = "rag"
     num_documents: int = Field(16, ge=1, description="The most frequent documents replayed.")
-    block_size: int = Field(512, ge=1, description="Tokens of one document block.")
+    block_size: int = Field(512, ge=1, le=MAX_DRAW, description="Tokens of one document block.")
 
 
 class MooncakeFlavor(StrictModel):
@@ -174,7 +174,7 @@ class MooncakeFlavor(StrictModel):
     hash_ids (blocks of block_size tokens) and an optional session_id."""
 
     type: Literal["mooncake"] = "mooncake"
-    block_size: int = Field(512, ge=1, description="Tokens of one hash id's block.")
+    block_size: int = Field(512, ge=1, le=MAX_DRAW, description="Tokens of one hash id's block.")
 
 
 class AzureLlmFlavor(StrictModel):

@@ -378,6 +378,13 @@ def test_a_ramp_key_is_checked_like_any_other() -> None:
             "session_generator.session_graph.num_request_generator.repeat_each",
             "must be less than or equal to 16777216 (got 1000000000000000000000000000000)",
         ),
+        # a block of 10**30 tokens: "Maximum allowed size exceeded" as the trace was read
+        (
+            "session_generator:\n  type: trace\n  trace_file: t.jsonl\n"
+            "  flavor: {type: rag, block_size: 1000000000000000000000000000000}\n",
+            "session_generator.flavor.block_size",
+            "must be less than or equal to 16777216 (got 1000000000000000000000000000000)",
+        ),
         # times past the int64 nanosecond clock: a hang (a deadline's thread died) or a crash
         (
             "runtime: {max_sessions: 3, benchmark_timeout: 1.0e+300}\n",
