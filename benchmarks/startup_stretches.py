@@ -5,9 +5,9 @@ start-up figure's run (20 single requests at 10 req/s by default) against the bu
 simulator, PYTHONDONTWRITEBYTECODE=1, timed from the command's start to its exit and cut at
 run.log's first line (interpreter, scenario, engine imported, run folder), "workers ready"
 (target, sessions' source, workers), t0 (the fixed lead), "ended" (arrivals, drain, last
-scrape, evaluation) and the exit. Prints the medians (s); appends nothing. To compare revisions
-run it with each checkout's own interpreter (its venv's editable install is what runs): e.g.
-``PYTHONPATH=. /work/main/.venv/bin/python -m benchmarks.startup_stretches`` for main's.
+scrape, evaluation) and the exit. Prints the medians (s); appends nothing. The run's
+``veeksha`` is this checkout's (run from its folder, as ``benchmarks.harness.run_veeksha``
+does), whichever interpreter runs it: to compare revisions, run each checkout's copy.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from benchmarks.harness import ROOT
 from benchmarks.process_split import startup_run_args
 
 STRETCHES = ("to_first_log", "to_workers_ready", "to_t0", "to_ended", "to_exit", "total")
@@ -39,13 +40,14 @@ def measure(spec: dict[str, object], workdir: Path) -> dict[str, float]:
     folder = Path(tempfile.mkdtemp(prefix="stretch", dir=workdir))
     path = folder / "scenario.json"
     path.write_text(json.dumps(spec))
-    # (without PYTHONPATH, in the run's folder: the interpreter's own install of veeksha runs)
+    # (from this checkout's folder, without PYTHONPATH: this checkout's veeksha runs, not the
+    # interpreter's own install of it)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     command = [sys.executable, "-m", "veeksha.cli", "run", str(path), "--output-dir", str(folder)]
     start = time.time()
     subprocess.run(
-        [*command, "-q", "--no-plots"], env=env, check=True, capture_output=True, cwd=folder
+        [*command, "-q", "--no-plots"], env=env, check=True, capture_output=True, cwd=ROOT
     )
     end = time.time()
     (log,) = folder.glob("*/run.log")
