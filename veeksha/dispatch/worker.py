@@ -503,7 +503,7 @@ class Worker:
             finally:
                 resp.release()
             state.retries += 1
-            await asyncio.sleep(delay)
+            await _sleep_until(time.monotonic_ns() + int(delay * 1e9))
             state.http_status = 0  # a new attempt: the row describes the last one (_resend)
             state.last_byte_at = 0
 
@@ -649,6 +649,7 @@ class _Exchange(Exchange):
         "last_byte_at",
         "received_at",
         "retries",
+        "retry_due_ns",
         "retry_timer",
         "route",
         "sent_at",
@@ -684,6 +685,7 @@ class _Exchange(Exchange):
         self.headers: dict[bytes, bytes] | None = None
         self.body: list[bytes] | None = None
         self.retry_timer: asyncio.TimerHandle | None = None
+        self.retry_due_ns = 0
 
     # ------------------------------------------------------------------ Http1Pool callbacks
 
@@ -787,6 +789,7 @@ class _Exchange(Exchange):
             self.feed = acc.feed
             loop = self.worker._loop
             assert loop is not None
+            self.retry_due_ns = time.monotonic_ns() + int(delay * 1e9)
             self.retry_timer = loop.call_later(delay, self._resend)
             return
         if self.stream:
@@ -799,6 +802,11 @@ class _Exchange(Exchange):
         self.finish("ok")
 
     def _resend(self) -> None:
+        early_s = (self.retry_due_ns - time.monotonic_ns()) / 1e9
+        if early_s > 0:  # (the loop's timers may fire up to a ms early: Retry-After is a minimum)
+            assert self.worker._loop is not None
+            self.retry_timer = self.worker._loop.call_later(early_s, self._resend)
+            return
         self.retry_timer = None
         # A new attempt: the row describes the last one, so nothing of the 429/503 is kept (a
         # retry that then times out has no status and no last byte, not the earlier answer's).
@@ -851,6 +859,13 @@ class _Exchange(Exchange):
 
 def _timeout_message(settings: WorkerSettings) -> str:
     return f"no complete response within {settings.request_timeout_s:g} s"
+
+
+async def _sleep_until(due_ns: int) -> None:
+    """Sleep until the monotonic clock reaches ``due_ns``: the loop's timers may fire up to a
+    millisecond early, and a server's Retry-After is a minimum."""
+    while (left_ns := due_ns - time.monotonic_ns()) > 0:  # noqa: ASYNC110 (a deadline, no event)
+        await asyncio.sleep(left_ns / 1e9)
 
 
 def _retry_after(

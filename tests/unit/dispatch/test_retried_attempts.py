@@ -116,3 +116,26 @@ def assert_timed_out_unanswered(results: list[Result], srv: Server) -> None:
     assert res.last_byte_at_ns == 0  # no byte of the last attempt came
     assert res.first_chunk_at_ns is None
     assert res.chunk_times_ns == []
+
+
+def test_a_retry_wait_never_ends_before_its_deadline() -> None:
+    """The loop's timers (uvloop's, on a millisecond clock) may fire up to a millisecond early;
+    a server's Retry-After is a minimum, so the wait is held to the monotonic clock (CI saw a
+    retry 78 µs before its 100 ms)."""
+    import asyncio
+    import time
+
+    import uvloop
+
+    from veeksha.dispatch.worker import _sleep_until
+
+    async def waits() -> list[int]:
+        lateness = []
+        for _ in range(40):
+            due = time.monotonic_ns() + 3_000_000
+            await _sleep_until(due)
+            lateness.append(time.monotonic_ns() - due)
+        return lateness
+
+    assert min(uvloop.run(waits())) >= 0
+    assert min(asyncio.run(waits())) >= 0
