@@ -8,11 +8,12 @@ kernel hands back, as an ``SCM_TIMESTAMPNS`` control message, the time (``CLOCK_
 which the last segment of the read reached the socket. ``KernelStampTransport`` converts it to
 ``CLOCK_MONOTONIC`` with the offset between the two clocks and hands the bytes to the protocol's
 ``received_at(data, t_ns)``. The offset is sampled per connection, at its first read and then at
-most every ``OFFSET_TTL_NS`` (100 ms), as the narrowest of three brackets (monotonic, wall,
-monotonic: the monotonic time after the wall clock's, so a stamp is later, never earlier, by at
-most the bracket, a fraction of a microsecond); the reads in between share it, so the stamps of
-one stream keep the kernel's order. (Sampled at every read, a pause between the two clock reads
-moved that read's stamp alone: under load a read stamped 0.3 ms late came after its successor's.)
+most every ``OFFSET_TTL_NS`` (100 ms), as the narrowest of three or more brackets (monotonic,
+wall, monotonic: the monotonic time after the wall clock's, so a stamp is later, never earlier,
+by at most the bracket, a fraction of a microsecond; ``clock_offset_ns``); the reads in between
+share it, so the stamps of one stream keep the kernel's order. (Sampled at every read, a pause
+between the two clock reads moved that read's stamp alone: under load a read stamped 0.3 ms late
+came after its successor's.)
 A wall clock stepped is seen within 100 ms; until then its stamps fall out of range (below).
 Chunks that reach the socket before the worker reads it are merged by the kernel and share the
 newest one's time.
@@ -68,18 +69,26 @@ _realtime_ns = time.time_ns
 #: How long a connection's wall-to-monotonic offset is used before it is sampled again.
 OFFSET_TTL_NS = 100_000_000
 _BRACKETS = 3
+#: A bracket this narrow is taken as unpaused; until one is seen, up to ``_MAX_BRACKETS`` are tried.
+_NARROW_NS = 2_000
+_MAX_BRACKETS = 12
 
 
 def clock_offset_ns() -> int:
-    """``CLOCK_MONOTONIC − CLOCK_REALTIME`` now, from the narrowest of ``_BRACKETS`` brackets
-    (monotonic, wall, monotonic), taken at the bracket's end: never less than the true offset."""
+    """``CLOCK_MONOTONIC − CLOCK_REALTIME`` now, from the narrowest of at least ``_BRACKETS``
+    brackets (monotonic, wall, monotonic), taken at the bracket's end: never less than the true
+    offset, and more than it by the bracket's width. A loaded machine can pause every one of three
+    (the error then reaches every stamp until the next sample), so brackets are taken until one
+    is at most ``_NARROW_NS`` wide, ``_MAX_BRACKETS`` at most."""
     best_width = best = -1
-    for _ in range(_BRACKETS):
+    for taken in range(1, _MAX_BRACKETS + 1):
         before = _monotonic_ns()
         real = _realtime_ns()
         after = _monotonic_ns()
         if best_width < 0 or after - before < best_width:
             best_width, best = after - before, after - real
+        if taken >= _BRACKETS and best_width <= _NARROW_NS:
+            break
     return best
 
 
