@@ -562,6 +562,11 @@ class _Run(RunSetup, RunFinish):
     async def _drain(self, grace_s: float) -> None:
         assert self.pool is not None
         await self.pool.stop(grace_s=grace_s)
+        # Every worker's request has its result now; what is still in flight is answered in
+        # this loop, not by a worker (a tool node's latency), and its grace is over too: cut.
+        # (It held the run for the tool's whole latency, a second Ctrl-C included.)
+        if self.traffic is not None and self.traffic.in_flight:
+            self.traffic.abandon_in_flight("cancelled")
 
     def _on_signal(self, signum: int = signal.SIGINT) -> None:
         self.signals += 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -243,3 +244,35 @@ def test_the_report_prints_the_client_agent_and_round_tables(
     summary = json.loads((run_dir / "summary.json").read_text())
     judge_turns = summary["agents"]["judge"]["turns"]
     assert any(line.split()[:3] == ["judge", "llm", str(judge_turns)] for line in text.splitlines())
+
+
+def test_a_tool_in_flight_when_the_run_stops_gets_the_same_grace(tmp_path: Path) -> None:
+    """A tool node is answered in the traffic loop (its latency), not by a worker: stopping the
+    workers left it in flight, and the run waited its whole latency (600 s here), a second
+    Ctrl-C included. It now ends with the grace: cancelled, the run over at once."""
+    text = """
+seed: 3
+traffic_scheduler: {type: concurrent, target_concurrent_sessions: 1, rampup_seconds: 0}
+session_generator:
+  session_graph:
+    type: agent_rounds
+    rounds: 1
+    agents:
+      - {id: pro}
+      - id: search
+        kind: tool
+        latency_generator: {type: fixed, interval: 600}
+        result_length_generator: {type: fixed, value: 5}
+        speak_after_within_round: [pro]
+  channels: [{body_length_generator: {type: fixed, value: 6}}]
+  output_spec: {text: {output_length_generator: {type: fixed, value: 4}}}
+runtime: {max_sessions: 1, benchmark_timeout: 1, post_timeout_grace_seconds: 0, num_workers: 1}
+"""
+    started = time.monotonic()
+    run_scenario(load_scenario_text(text, "tool.yaml"), tmp_path / "run", quiet=True, plots=False)
+    assert time.monotonic() - started < 120  # (600 s before; generous on a loaded machine)
+    rows = pd.read_parquet(tmp_path / "run" / "requests.parquet")
+    tool = rows[rows.kind == "tool"]
+    assert len(tool) == 1
+    assert tool.status.tolist() == ["cancelled"]
+    assert (rows[rows.kind != "tool"].status == "ok").all()
