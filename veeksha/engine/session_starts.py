@@ -153,22 +153,33 @@ class SessionStarts:
 
     def _fill_concurrency(self, elapsed_ns: int, freed_at_ns: int = 0) -> None:
         timeline = self.timeline
+        started = 0
+        more = False
         while self._can_start():
             ramp = self._ramp  # (a phase that ends at a start changes it)
             assert ramp is not None
             if len(self.sessions) >= ramp.allowed(elapsed_ns):
                 break
+            if started >= _STARTS_PER_PASS:
+                # a target beyond one pass (a large one, or a ramp-up of 0) is started in
+                # slices, as a rate's burst: results, the deadline and Ctrl-C are handled in
+                # between (a target of 10**9 started in one loop never gave them a turn)
+                more = True
+                break
             slot_ns = self.t0_ns + ramp.slot_open_ns(len(self.sessions) + 1)
             start_ns = max(slot_ns, freed_at_ns)
             self._start_session(start_ns, timeline.start_session(start_ns))
             timeline.advance_to(start_ns + 1)  # (a count bound ends just after its last start)
+            started += 1
         if self._arrival_timer is not None:
             self._arrival_timer.cancel()
             self._arrival_timer = None
         ramp = self._ramp
         assert ramp is not None
         next_ns = ramp.next_increase_ns(elapsed_ns)
-        if next_ns is not None and self._can_start():
+        if more:
+            self._arrival_timer = self._timers.call_at_ns(self._clock.now_ns(), self._on_ramp_timer)
+        elif next_ns is not None and self._can_start():
             self._arrival_timer = self._timers.call_at_ns(self.t0_ns + next_ns, self._on_ramp_timer)
         if not self._in_results:  # (on_results dispatches once, after its whole batch)
             self._dispatch_due()

@@ -373,6 +373,26 @@ def test_a_burst_starts_in_slices_with_planned_times() -> None:
     assert {req.ready_at_ns for req, _ in h.rec.dispatched} == {0}
 
 
+def test_a_closed_loop_target_beyond_one_pass_starts_in_slices() -> None:
+    """A target of 10**9 with no ramp-up: every session was started in one loop, which never
+    returned (the deadline and Ctrl-C were never handled). It is started in slices, as a rate's
+    burst, each session at its slot."""
+    h = Harness(
+        LoopSettings(
+            cancel_on_failure=True,
+            max_sessions=600,
+            concurrency=ConcurrencyRamp(10**9, rampup_s=0.0),
+        ),
+        lambda i: chain(i, 1),
+    )
+    h.loop.start(0)
+    h.timers.step()  # one timer pass: the first slice only
+    assert len(h.items) == 256
+    h.timers.advance(0)
+    assert len(h.items) == 600
+    assert h.loop.counters.sessions_started == 600
+
+
 # ------------------------------------------------------------------ dispatch ahead of ready time
 
 MS = 1_000_000
