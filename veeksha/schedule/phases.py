@@ -34,12 +34,14 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from veeksha.scenario.base import MAX_SECONDS
 from veeksha.schedule.arrivals import RateArrivals
 
 __all__ = ["Drain", "PhaseBounds", "PhaseTimeline", "PhasedArrivals"]
 
 _NEVER = 1 << 62
 _S = 1e9
+_MAX_BEYOND_NS = MAX_SECONDS * _S
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,8 +300,9 @@ class PhasedArrivals:
                 boundary = timeline.starts[phase]
                 old, new = self._mean[self._seg_phase], self._mean[phase]
                 beyond = candidate - boundary
-                first = boundary if old <= 0 else boundary + round(beyond * new / old)
-                self._restart(phase, first)
+                # (at most MAX_SECONDS beyond: a slow phase's mean, 1e300 s, made it infinite)
+                scaled = 0.0 if old <= 0 else min(beyond * new / old, _MAX_BEYOND_NS)
+                self._restart(phase, boundary + round(scaled))
                 continue
             self._seg_phase = phase
             if not timeline.advance_one(candidate):

@@ -69,6 +69,18 @@ def test_a_gap_crossing_several_boundaries_is_rescaled_at_each() -> None:
     assert timeline.finished
 
 
+def test_a_gap_into_a_phase_of_a_tiny_rate_waits_at_most_max_seconds() -> None:
+    """0.5 s gaps, then a phase of 1e-300/s: the crossing gap's part beyond the boundary,
+    rescaled by 1e300 / 0.5, was infinite and its rounding raised in a timer (the run hung)."""
+    phases = [PhaseBounds("a", S), PhaseBounds("slow", 2 * S), PhaseBounds("fast", 2 * S)]
+    timeline = PhaseTimeline(phases, 0)
+    means = [0.4, 1e300, 0.5]
+    arrivals = PhasedArrivals(timeline, lambda i: fixed(min(means[i], 1e9)), means, [1, 2, 3])
+    got = drain_all(arrivals)
+    assert [p for _, p in got][:3] == [0, 0, 0]
+    assert [t for t, p in got if p == 2] == [3 * S + k * S // 2 for k in range(4)]
+
+
 def test_poisson_rates_per_phase_and_determinism() -> None:
     def run() -> list[tuple[int, int]]:
         phases = [PhaseBounds("a", 200 * S), PhaseBounds("b", 200 * S), PhaseBounds("c", 200 * S)]
