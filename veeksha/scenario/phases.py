@@ -150,11 +150,35 @@ def scheduler_of(base: Scheduler, phase: Phase) -> tuple[Scheduler | None, list[
     return scheduler, issues
 
 
+def _burst(scheduler: object) -> str:
+    """What makes a phase's scheduler start every session at one instant ('' if nothing): a
+    fixed interval of 0, or a rate whose mean gap is under a nanosecond, the clock's step (a
+    phase bounded by duration alone would then start sessions without end: its arrivals never
+    reach its end)."""
+    if not isinstance(scheduler, RateScheduler):
+        return ""
+    generator = scheduler.interval_generator
+    if isinstance(generator, FixedInterval):
+        return "a fixed interval of 0" if generator.interval == 0 else ""
+    rate = generator.arrival_rate
+    return f"an arrival rate of {rate:g}/s (gaps under a nanosecond)" if rate > 1e9 else ""
+
+
 def phase_issues(scenario: Scenario) -> list[PhaseIssue]:
     """Every problem of the scenario's phases, each with the key path it concerns."""
     phases = scenario.phases
     runtime = scenario.runtime
     issues: list[PhaseIssue] = []
+    burst = _burst(scenario.traffic_scheduler)
+    if burst and runtime.warmup_seconds and not phases:
+        # (the warmup is a phase of warmup_seconds: its arrivals never reach its end)
+        issues.append(
+            (
+                ("runtime", "warmup_seconds"),
+                f"{burst} starts every session at once, so a warmup of seconds never ends:"
+                " give warmup_sessions instead",
+            )
+        )
     if not phases:
         return issues
     base = scenario.traffic_scheduler
@@ -183,14 +207,9 @@ def phase_issues(scenario: Scenario) -> list[PhaseIssue]:
         issues += [((*at, *path), message) for path, message in own]
         if "ramp" in phase.traffic_scheduler and phase.traffic_scheduler["ramp"] is not None:
             issues.append(((*at, "traffic_scheduler", "ramp"), _RAMP_WITH_PHASES))
-        burst = isinstance(scheduler, RateScheduler) and (
-            isinstance(scheduler.interval_generator, FixedInterval)
-            and scheduler.interval_generator.interval == 0
-        )
+        burst = _burst(scheduler)
         if burst and phase.max_sessions is None:
-            issues.append(
-                (at, "a fixed interval of 0 starts all its sessions at once: give max_sessions")
-            )
+            issues.append((at, f"{burst} starts all its sessions at once: give max_sessions"))
     if phases[0].name == WARMUP and (runtime.warmup_sessions or runtime.warmup_seconds):
         key = "warmup_sessions" if runtime.warmup_sessions else "warmup_seconds"
         issues.append(

@@ -242,6 +242,30 @@ def test_a_burst_phase_needs_a_session_count() -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # a rate whose gaps round to 0 ns is a burst too: the phase's arrivals never reached
+        # its end, and the run started sessions without end (a dry run ran past 400 s)
+        (
+            "traffic_scheduler: {type: rate, interval_generator: {arrival_rate: 1.0e+300}}\n"
+            "phases:\n  - {name: a, duration: 2}\n  - {name: b, duration: 2, arrival_rate: 4}\n",
+            "s.yaml:3:5: phases[0]: an arrival rate of 1e+300/s (gaps under a nanosecond) starts"
+            " all its sessions at once: give max_sessions",
+        ),
+        # the warmup of runtime.warmup_seconds is such a phase: it never ended
+        (
+            "traffic_scheduler: {type: rate, interval_generator: {type: fixed, interval: 0}}\n"
+            "runtime: {max_sessions: -1, benchmark_timeout: 3, warmup_seconds: 2}\n",
+            "s.yaml:2:51: runtime.warmup_seconds: a fixed interval of 0 starts every session at"
+            " once, so a warmup of seconds never ends: give warmup_sessions instead",
+        ),
+    ],
+)
+def test_a_burst_never_ends_a_phase_of_seconds(text: str, expected: str) -> None:
+    assert str(only_issue(text)) == expected
+
+
+@pytest.mark.parametrize(
     ("api_base", "message"),
     [
         ("http://[::1/v1", "is not a valid URL (Invalid IPv6 URL)"),
