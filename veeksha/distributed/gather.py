@@ -14,17 +14,20 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from numpy.typing import NDArray
 
 from veeksha.distributed import shard_rows
 from veeksha.distributed.kway import Bounds, Keys, SortedStream
 from veeksha.distributed.shard_rows import primary_keys
 from veeksha.distributed.timeline import move_table
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 __all__ = ["ROW", "SOURCE", "TableSource", "gather", "order_stream"]
 

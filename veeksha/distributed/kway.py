@@ -33,16 +33,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeAlias, TypeVar
 
 import numpy as np
-from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 __all__ = ["Bounds", "OutOfOrderError", "Rows", "SortedStream", "merge_streams", "primary_bounds"]
 
 T = TypeVar("T")
 
-Keys = NDArray[np.float64]
+Keys: TypeAlias = "NDArray[np.float64]"
 
 
 @dataclass(frozen=True)

@@ -58,13 +58,12 @@ import logging
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from numpy.typing import NDArray
 
 from veeksha import __version__
 from veeksha.distributed.lost import (
@@ -95,6 +94,9 @@ from veeksha.scenario.loader import scenario_hash
 from veeksha.scenario.models import Scenario
 from veeksha.schedule.shards import owned_below
 from veeksha.timers import WakeUps
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 __all__ = ["SHARD_LOST", "MergeReport", "ShardResult", "merge_shards", "shard_shift_ns"]
 

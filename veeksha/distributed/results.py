@@ -5,14 +5,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from numpy.typing import NDArray
 
 from veeksha.distributed.clock import OffsetEstimate
 from veeksha.evaluate.exit_codes import ExitCode
 from veeksha.schedule.shards import ShardSpec, owned_below
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 __all__ = ["MergeReport", "ShardResult"]
 

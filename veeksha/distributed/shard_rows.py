@@ -14,17 +14,20 @@ import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeAlias
 
 import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from numpy.typing import NDArray
 
 from veeksha.distributed.kway import Bounds, Keys, SortedStream, primary_bounds
 from veeksha.record.parquet import PARTS_DIR
 from veeksha.record.trace import TraceEntry
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 __all__ = [
     "BATCH_ROWS",
@@ -44,7 +47,7 @@ BATCH_ROWS = 8_192
 #: a time (a reader of every column of requests holds ~60 MB instead of ~135).
 _READ_BUFFER = 1 << 16
 
-_IDS = NDArray[np.int64]
+_IDS: TypeAlias = "NDArray[np.int64]"
 
 
 def result_files(folder: Path, final: str, name: str) -> list[Path]:

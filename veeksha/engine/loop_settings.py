@@ -7,13 +7,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-from numpy.typing import NDArray
 
 from veeksha.schedule.arrivals import ConcurrencyRamp
 from veeksha.schedule.phases import PhaseBounds
 from veeksha.schedule.shards import ShardSpec, concurrency_share
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 __all__ = ["LoopSettings", "default_phases", "shard_closed_loop"]
 

@@ -4,9 +4,9 @@ per-phase arrival samplers or concurrency targets). See ``veeksha.schedule.phase
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
-from numpy.typing import NDArray
 
 from veeksha.engine.loop import LoopSettings
 from veeksha.errors import ScenarioError, ScenarioIssue
@@ -16,6 +16,9 @@ from veeksha.scenario.models import ConcurrentScheduler, RateScheduler, Scenario
 from veeksha.scenario.overrides import format_path
 from veeksha.scenario.phases import phase_issues, resolve_phases
 from veeksha.schedule.phases import PhaseBounds
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 __all__ = ["apply_phases"]
 

@@ -22,13 +22,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
-from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 __all__ = ["MAX_MATRIX", "exponential_cdf", "gamma_cdf", "kolmogorov_sf", "ks_test"]
 
-Floats = NDArray[np.float64]
+Floats: TypeAlias = "NDArray[np.float64]"
 
 #: The widest Marsaglia–Tsang–Wang matrix computed (2k − 1 for k = ⌊n·d⌋ + 1): 301 takes
 #: ~0.1 CPU-s at most; wider ones fall to the limiting law.

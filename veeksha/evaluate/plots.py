@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-from numpy.typing import NDArray
 
 from veeksha.evaluate.source import ColumnSource
 from veeksha.evaluate.stats import Floats, column
@@ -41,6 +40,7 @@ from veeksha.plural import counted
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+    from numpy.typing import NDArray
 
     from veeksha.evaluate.metrics import Digest
 

@@ -27,10 +27,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-from numpy.typing import NDArray
 
 from veeksha.evaluate.stats import (
     PERCENTILES,
@@ -41,6 +40,9 @@ from veeksha.evaluate.stats import (
     percentile_key,
     quantiles,
 )
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 __all__ = [
     "ArraySample",

@@ -43,11 +43,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-from numpy.typing import NDArray
 
 from veeksha.dispatch.messages import SHARD_LOST, WORKER_LOST
 from veeksha.evaluate.carried import CarriedOver
@@ -67,6 +66,9 @@ from veeksha.evaluate.stats import (
 )
 from veeksha.record import kernels as ak
 from veeksha.scenario.models import SLO, Scenario
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 __all__ = [
     "SloResult",

@@ -38,16 +38,19 @@ import tempfile
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from numpy.typing import NDArray
 
 from veeksha.evaluate.stats import integers, scalar
 from veeksha.record import kernels as ak
 from veeksha.record.columns import REQUESTS_SCHEMA, SESSIONS_SCHEMA
 from veeksha.record.parquet import PARTS_DIR, REQUESTS_FILE, SESSIONS_FILE
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 __all__ = ["ColumnSource", "release_memory", "requests_source", "sessions_source"]
 

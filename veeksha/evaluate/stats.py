@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
-from numpy.typing import NDArray
 
 from veeksha.dispatch.messages import UNREACHED_ERROR_KINDS
 from veeksha.record import kernels as ak
 
 if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
     from veeksha.evaluate.source import ColumnSource
 
 __all__ = [
@@ -50,7 +51,7 @@ __all__ = [
     "status_is",
 ]
 
-Floats = NDArray[np.float64]
+Floats: TypeAlias = "NDArray[np.float64]"
 
 MEASURED = "measured"
 WARMUP = "warmup"

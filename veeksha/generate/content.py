@@ -35,9 +35,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 from operator import itemgetter
+from typing import TYPE_CHECKING
 
 import numpy as np
-from numpy.typing import NDArray
 
 from veeksha.generate.rng import RandomStreams
 from veeksha.generate.tokenizer import (
@@ -47,6 +47,9 @@ from veeksha.generate.tokenizer import (
     Vocabulary,
 )
 from veeksha.scenario.models import TextChannel
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 __all__ = ["CORPUS_WORDS", "HEAD_WORDS", "LEAD_STRIDE", "PromptBuilder", "random_words"]
 

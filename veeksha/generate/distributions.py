@@ -27,10 +27,9 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from numpy.typing import NDArray
 
 from veeksha.scenario.base import MAX_SECONDS
 from veeksha.scenario.generators import MAX_DRAW
@@ -44,6 +43,9 @@ from veeksha.scenario.models import (
     UniformLength,
     ZipfLength,
 )
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 __all__ = [
     "FixedIntervalSampler",

@@ -27,9 +27,9 @@ import gc
 from collections import OrderedDict
 from collections.abc import Iterator
 from itertools import chain
+from typing import TYPE_CHECKING
 
 import numpy as np
-from numpy.typing import NDArray
 
 from veeksha.errors import ConfigurationError
 from veeksha.generate.agent_rounds import AgentRoundsSessions
@@ -53,6 +53,9 @@ from veeksha.scenario.models import (
     SingleRequestGraph,
     TraceSessionGenerator,
 )
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 __all__ = ["BLOCK_SESSIONS", "SessionGenerator"]
 

@@ -27,11 +27,10 @@ lists, ~1-2 kB a row; the writer swaps the batch out every second.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-from numpy.typing import NDArray
 
 from veeksha.dispatch.messages import Result
 from veeksha.dispatch.numbers import raw_text
@@ -44,6 +43,9 @@ from veeksha.record.numbers import (
     output_tokens,
     server_timings,
 )
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 __all__ = ["NULL", "RequestColumns", "SessionColumns", "server_timings"]
 

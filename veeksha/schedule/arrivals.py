@@ -15,9 +15,12 @@ Worked example: target 4, rampup 10 s → slots open at 2.5 s, 5 s, 7.5 s and 10
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
-from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 from veeksha.scenario.base import MAX_SECONDS
 

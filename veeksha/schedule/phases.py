@@ -30,12 +30,15 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from numpy.typing import NDArray
 
 from veeksha.scenario.base import MAX_SECONDS
 from veeksha.schedule.arrivals import RateArrivals
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 __all__ = ["Drain", "PhaseBounds", "PhaseTimeline", "PhasedArrivals"]
 

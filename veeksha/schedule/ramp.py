@@ -26,12 +26,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
 
 from veeksha.generate.distributions import mean_interval
 from veeksha.scenario.models import RateScheduler
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike, NDArray
 
 __all__ = ["RateRamp", "ramp_of"]
 

@@ -22,14 +22,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from numpy.typing import NDArray
 
 from veeksha.experiment.capacity.order_stats import QuantileInterval, quantile_interval
 from veeksha.experiment.capacity.search import FAIL, PASS, UNDECIDED, Verdict
 from veeksha.scenario.models import SLO
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 __all__ = ["Judgement", "SloJudgement", "judge", "slo_verdict"]
 

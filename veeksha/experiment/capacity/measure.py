@@ -15,12 +15,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from numpy.typing import NDArray
 
 from veeksha.experiment.capacity.judge import Judgement
 from veeksha.experiment.capacity.search import UNDECIDED, UNHEALTHY, Verdict
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 __all__ = ["ProbeRun", "RunRequest", "ValueResult", "measure_value"]
 

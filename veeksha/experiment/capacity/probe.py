@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from numpy.typing import NDArray
 
 from veeksha.errors import RunAbortedError
 from veeksha.evaluate.slo import finished_values, never_produced, unfinished_rows
@@ -41,6 +40,8 @@ from veeksha.scenario.models import SLO, ConcurrentScheduler, Scenario
 from veeksha.scenario.phases import WARMUP
 
 if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
     from veeksha.server.managed import ManagedServer
 
 __all__ = [

@@ -29,11 +29,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-from numpy.typing import NDArray
 
 from veeksha.experiment.microbench.config import DecodeConfig
 from veeksha.experiment.microbench.points import PointSpec, load_rows, run_points
@@ -46,6 +45,9 @@ from veeksha.experiment.microbench.results import (
 )
 from veeksha.experiment.point import PointResult
 from veeksha.plural import counted
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 __all__ = ["MIN_WINDOW_GAPS", "DecodeWindow", "analyse_decode", "decode_specs", "run_decode"]
 

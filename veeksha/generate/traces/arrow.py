@@ -3,11 +3,13 @@ first ``to_numpy`` or ``pa.array`` of Python values, which a run's main process 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 __all__ = ["from_bools", "from_numpy", "mask", "numbers"]
 

@@ -30,11 +30,10 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-from numpy.typing import NDArray
 
 from veeksha.errors import ConfigurationError
 from veeksha.generate.rng import RandomStreams
@@ -46,6 +45,9 @@ from veeksha.generate.tokenizer import (
     TokenizerLike,
     Vocabulary,
 )
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 __all__ = ["ContentRows", "TraceContent", "block_vocabulary", "word_counts"]
 

@@ -26,9 +26,12 @@ Python step per session is paid only for the sessions that do not fit, and for D
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 __all__ = ["ContextLimit", "fit_roots", "fit_session", "linear_contexts"]
 

@@ -36,10 +36,9 @@ from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from numpy.typing import NDArray
 
 from veeksha.generate.content import PromptBuilder
 from veeksha.generate.rng import RandomStreams
@@ -49,6 +48,9 @@ from veeksha.generate.traces.content import ContentRows, TraceContent
 from veeksha.generate.traces.table import SessionRows, TraceTable
 from veeksha.generate.validation import NodeChecks, ReplayedReprompts
 from veeksha.scenario.models import TextChannel
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 __all__ = ["PIECE", "TraceSessions", "TraceTimeline", "empty_window", "window"]
 
