@@ -52,11 +52,10 @@ undecided; SKIP when no comparison has data.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
-from numpy.typing import NDArray
 
 from veeksha.evaluate.health import FAIL, PASS, SKIP, WARN, HealthCheck, HealthInput, Outcome
 from veeksha.evaluate.stats import (
@@ -72,6 +71,9 @@ from veeksha.evaluate.stats import (
 )
 from veeksha.plural import counted
 from veeksha.record import kernels as ak
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 __all__ = ["PROMPT_LENGTH", "deviation_stats"]
 
