@@ -499,7 +499,15 @@ class _Run(RunSetup, RunFinish):
                     # (no gap between; the handlers of before the traffic come back after it)
                     held.enter_context(signals_held(self._say, self.run_dir, stops, before))
                     self.watch = None
-                    self.server_metrics = None if watch is None else watch.stop()
+                    # the watch's last scrape runs in its process, the writer's part in its
+                    # thread, while this one imports the evaluation
+                    if watch is not None:
+                        watch.request_stop()
+                    writer.write_soon()
+                    try:
+                        self._import_finish()
+                    finally:
+                        self.server_metrics = None if watch is None else watch.stop()
                 if traffic.in_flight:
                     traffic.abandon_in_flight("worker_lost")
                 if self.probe is not None:

@@ -209,15 +209,22 @@ class ServerWatch:
             self._process.wait()
             self._process.stdout.close()
 
+    def request_stop(self) -> None:
+        """Ask for the last scrape now, without waiting for it (:meth:`stop` waits): it runs in
+        the watch's process while this one does something else (imports the evaluation)."""
+        stdin = self._process.stdin
+        if stdin is not None and not stdin.closed:  # closing it is the stop request
+            with contextlib.suppress(OSError):
+                stdin.write(MERGE_REQUEST)  # (this process merges: Arrow is loaded here)
+                stdin.flush()
+            with contextlib.suppress(OSError):
+                stdin.close()
+
     def stop(self) -> dict[str, Any]:
-        """One last scrape, server_metrics.parquet finalised; what happened (for summary.json)."""
+        """One last scrape (asked now unless :meth:`request_stop` asked for it),
+        server_metrics.parquet finalised; what happened (for summary.json)."""
         process = self._process
-        if process.stdin is not None:  # closing it is the stop request
-            with contextlib.suppress(OSError):
-                process.stdin.write(MERGE_REQUEST)  # (this process merges: Arrow is loaded here)
-                process.stdin.flush()
-            with contextlib.suppress(OSError):
-                process.stdin.close()
+        self.request_stop()
         # its status line comes after its last part is written: the merge needs nothing more,
         # and the process' own exit (its interpreter's teardown) runs beside the evaluation;
         # the reader reaps it when its output ends
