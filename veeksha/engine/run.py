@@ -44,7 +44,7 @@ from veeksha.engine.recorder import RunRecorder
 from veeksha.engine.run_setup import RunSetup
 from veeksha.engine.runlog import RunLog
 from veeksha.engine.server_watch import ServerWatch
-from veeksha.engine.start import StartAt, agreed_t0
+from veeksha.engine.start import StartAt, agreed_t0, t0_lead_ns
 from veeksha.engine.target import Target, TargetContext, describe
 from veeksha.errors import ConfigurationError, RunAbortedError, VeekshaError
 from veeksha.evaluate.streaming import StreamingMetrics
@@ -72,7 +72,6 @@ __all__ = ["RunOutcome", "StartAt", "exit_code_for", "run_benchmark", "run_scena
 
 _NS = 1_000_000_000
 _WORKER_START_TIMEOUT_S = 60.0
-_T0_LEAD_NS = 50_000_000
 
 
 def run_benchmark(
@@ -141,7 +140,8 @@ def run_scenario(
     schedule is computed as on one host and only the sessions the shard owns start
     (``veeksha.schedule.shards``); every row gets the shard's index in its ``shard`` column.
     ``start_at_wall_ns``: t0 is that wall-clock instant (``time.time_ns()`` on this host, the
-    driver's offset already applied), not 50 ms after the set-up; or a callable that returns
+    driver's offset already applied), not the lead after the set-up (``engine.start.t0_lead_ns``);
+    or a callable that returns
     that instant, called (in a thread: it may block, e.g. on the driver's barrier) once the
     set-up is done (workers ready, sessions' source made), so the driver can choose t0 when
     every shard is ready. ``probe``: a ``RunProbe`` the caller reads the run's state through
@@ -378,7 +378,9 @@ class _Run(RunSetup, RunFinish):
         scenario = self.scenario
         loop = asyncio.get_running_loop()
         run_id = self.run_dir.name
-        t0_ns, t0_wall_ns = await agreed_t0(self.start_at_wall_ns, _T0_LEAD_NS, self.log)
+        settings = self._loop_settings()
+        lead_ns = t0_lead_ns(settings.dispatch_ahead_ns)
+        t0_ns, t0_wall_ns = await agreed_t0(self.start_at_wall_ns, lead_ns, self.log)
         t0_wall = datetime.fromtimestamp(t0_wall_ns // 1000 / 1e6, UTC)
         shard_index = None if self.shard is None else self.shard.index
         trace = None
@@ -424,7 +426,7 @@ class _Run(RunSetup, RunFinish):
         )
         timers = LoopTimers(loop, self.clock)
         traffic = TrafficLoop(
-            self._loop_settings(),
+            settings,
             make_session,
             self._submit,
             recorder,

@@ -16,11 +16,14 @@ from collections.abc import Callable
 from typing import Protocol
 
 __all__ = [
+    "MAX_T0_LEAD_NS",
+    "SET_UP_AFTER_T0_NS",
     "ClockPair",
     "StartAt",
     "agreed_t0",
     "clock_pair",
     "monotonic_at_wall",
+    "t0_lead_ns",
     "wall_at_monotonic",
 ]
 
@@ -28,6 +31,21 @@ ClockPair = tuple[int, int, int]  # (monotonic midpoint, wall, half the bracket)
 #: ``start_at_wall_ns``: a wall instant (ns), or a callable returning it once the set-up is done.
 StartAt = int | Callable[[], int]
 _NS = 1e9
+
+#: What the lead leaves the set-up that follows t0's choice (the writer, the recorder, the
+#: loop, the signal handlers: ~3 ms) before the first hand-over.
+SET_UP_AFTER_T0_NS = 10_000_000
+#: The longest lead: a long ``dispatch_ahead_ms`` hands its first arrivals over later than
+#: that ahead of their time (still ahead of it), not a longer wait before t0.
+MAX_T0_LEAD_NS = 50_000_000
+
+
+def t0_lead_ns(dispatch_ahead_ns: int) -> int:
+    """How far ahead of the end of the set-up t0 is set: the set-up that follows
+    (:data:`SET_UP_AFTER_T0_NS`), then the first arrival handed over ``dispatch_ahead_ns``
+    ahead of its time, as every later one is (at most :data:`MAX_T0_LEAD_NS` in all). With the
+    default 20 ms ahead: 30 ms, of which the set-up after t0 takes ~3."""
+    return min(max(dispatch_ahead_ns, 0) + SET_UP_AFTER_T0_NS, MAX_T0_LEAD_NS)
 
 
 class _Log(Protocol):
