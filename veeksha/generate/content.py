@@ -89,27 +89,30 @@ def _corpus(seed: int, vocab: Vocabulary) -> tuple[str, NDArray[np.int64]]:
         position = {word: i for i, word in enumerate(words)}
         leads = np.array([position[word] for word in vocab.lead], dtype=np.int64)
         idx[::LEAD_STRIDE] = leads[idx[::LEAD_STRIDE] % len(leads)]
-    lengths = (np.fromiter(map(len, words), np.int64, len(words)) + 1)[idx]
-    half = _joined(words, idx)
-    n = len(lengths)
+    spaced = np.fromiter(map(len, words), np.int32, len(words)) + 1  # (a word and its space)
+    n = len(idx)
     starts = np.empty(2 * n + 1, dtype=np.int64)
     starts[0] = 0
-    np.cumsum(lengths, out=starts[1 : n + 1])
+    np.cumsum(spaced[idx], dtype=np.int64, out=starts[1 : n + 1])
     np.add(starts[1 : n + 1], starts[n], out=starts[n + 1 :])  # (the second copy's offsets)
-    return half + " " + half, starts
+    return _joined_twice(words, idx), starts
 
 
-def _joined(words: tuple[str, ...], idx: NDArray[np.int64]) -> str:
-    """``" ".join(words[i] for i in idx)``. ASCII words (the builtin list's): as bytes in numpy,
-    each word and its space a fixed-width record padded with NULs, the records picked by ``idx``
-    in one gather and the padding dropped (a quarter of the CPU of joining half a million
-    Python strings)."""
+def _joined_twice(words: tuple[str, ...], idx: NDArray[np.int64]) -> str:
+    """``half + " " + half`` where ``half = " ".join(words[i] for i in idx)``. ASCII words
+    (the builtin list's): as bytes in numpy, each word and its space a fixed-width record padded
+    with NULs, the records picked by ``idx`` in one gather and the padding dropped (a quarter of
+    the CPU of joining half a million Python strings), the bytes doubled before they are
+    decoded once (every copy of the text made once: ~25 % less memory touched)."""
     if not all(word.isascii() and "\0" not in word for word in words):
-        return " ".join(itemgetter(*idx.tolist())(words))
+        half = " ".join(itemgetter(*idx.tolist())(words))
+        return half + " " + half
     width = max(map(len, words)) + 1
-    records = b"".join(f"{word} ".encode().ljust(width, b"\0") for word in words)
-    picked = np.frombuffer(records, dtype=np.dtype((np.void, width)))[idx].view(np.uint8)
-    return picked[picked != 0].tobytes()[:-1].decode("ascii")
+    records = np.array([f"{word} " for word in words], dtype=f"S{width}")  # (NUL-padded)
+    spaced = records[idx].tobytes().replace(b"\0", b"")  # each word and its space
+    text = bytearray(spaced)
+    text += memoryview(spaced)[:-1]  # (the second copy without its last space)
+    return text.decode("ascii")
 
 
 class PromptBuilder:
