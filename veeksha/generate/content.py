@@ -104,7 +104,8 @@ def _joined_twice(words: tuple[str, ...], idx: NDArray[np.int64]) -> str:
     with NULs, the records picked by ``idx`` in one gather and the padding dropped (a quarter of
     the CPU of joining half a million Python strings), the bytes doubled before they are
     decoded once (every copy of the text made once: ~25 % less memory touched)."""
-    if not all(word.isascii() and "\0" not in word for word in words):
+    joined = "".join(words)  # (one pass in C, not a generator over the words)
+    if not joined.isascii() or "\0" in joined:
         half = " ".join(itemgetter(*idx.tolist())(words))
         return half + " " + half
     width = max(map(len, words)) + 1
