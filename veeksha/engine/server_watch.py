@@ -122,7 +122,6 @@ class ServerWatch:
         self._interval_s = interval_s
         self._gpu: str | None = None
         self._status: dict[str, Any] | None = None
-        self._parts = False  # (the watch left its parts for this process to merge)
         self._run: tuple[Path, dict[str, str]] | None = None  # (begun: the run's folder, metadata)
         self._ready = threading.Event()
         self._reported = threading.Event()  # (its status line came, or its output ended)
@@ -200,8 +199,10 @@ class ServerWatch:
             elif "warning" in message:
                 self._log.warning(str(message["warning"]))
             elif "status" in message:
-                self._status = dict(message["status"])
-                self._parts = bool(message.get("parts"))
+                status = dict(message["status"])
+                if message.get("parts"):  # (here, at once: beside the run's own end)
+                    self._merge(status)
+                self._status = status
                 self._reported.set()
         self._ready.set()  # (it exited: nothing to wait for; stop() says why)
         self._reported.set()
@@ -243,14 +244,20 @@ class ServerWatch:
             error = f"the server watch's process exited with code {code} before it reported"
             self._log.warning(f"server metrics: {error}")
             return {"url": self._url, "status": "failed", "error": error, "rows": 0}
-        if self._parts and self._run is not None:
-            run_dir, metadata = self._run
-            try:
-                merge_parts(run_dir, {**metadata, **status_metadata(self._status)})
-            except (OSError, ValueError) as exc:  # (the disk: these are extras, the run goes on)
-                self._status["write_error"] = str(exc)
-                self._log.warning(f"server metrics: cannot write server_metrics.parquet: {exc}")
         return self._status
+
+    def _merge(self, status: dict[str, Any]) -> None:
+        """server_metrics.parquet from the parts the watch left (in the reader's thread, as its
+        status line comes: Arrow's writing and the parts' removal run beside the main thread,
+        which imports the evaluation meanwhile); a failure is said in ``status``."""
+        if self._run is None:
+            return
+        run_dir, metadata = self._run
+        try:
+            merge_parts(run_dir, {**metadata, **status_metadata(status)})
+        except Exception as exc:  # noqa: BLE001 - extras: the run goes on, and says why
+            status["write_error"] = str(exc)
+            self._log.warning(f"server metrics: cannot write server_metrics.parquet: {exc}")
 
     def abort(self) -> None:
         """Stop the process of a watch that never began (the set-up failed before t0)."""

@@ -1,13 +1,18 @@
 """The server watch's stop in two steps: the request goes at once, the wait comes later (the run
-imports its evaluation between them, while the watch's process scrapes one last time)."""
+imports its evaluation between them, while the watch's process scrapes one last time); the
+parts it hands over are merged as its status line comes, in the thread that reads it."""
 
 from __future__ import annotations
 
 import json
 import os
 import threading
+from pathlib import Path
 from typing import IO, Any
 
+import pytest
+
+from veeksha.engine import server_watch
 from veeksha.engine.server_watch import ServerWatch
 from veeksha.server.watch_process import MERGE_REQUEST
 
@@ -83,4 +88,49 @@ def test_stop_alone_still_asks_for_the_last_scrape() -> None:
     process.exit()
     assert watch.stop() == status
     assert process.heard.read() == MERGE_REQUEST
+    process.heard.close()
+
+
+def test_the_parts_are_merged_as_the_status_line_comes_before_stop_is_called(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    merged = threading.Event()
+    calls: list[tuple[Path, str]] = []
+
+    def merge(run_dir: Path, metadata: dict[str, str]) -> Path:
+        calls.append((run_dir, threading.current_thread().name))
+        merged.set()
+        return run_dir / "server_metrics.parquet"
+
+    monkeypatch.setattr(server_watch, "merge_parts", merge)
+    process = FakeWatchProcess()
+    watch = ServerWatch(1.0, Log(), process)  # type: ignore[arg-type]
+    watch.begin(tmp_path, 0, {"run_id": "r"})
+    watch.request_stop()
+    status = {"url": "http://127.0.0.1:1/metrics", "status": "ok", "rows": 3}
+    process.say({"status": status, "parts": True})
+    # merged by the thread that reads the watch's output, without waiting for stop()
+    assert merged.wait(5.0)
+    assert calls == [(tmp_path, "server-watch")]
+    process.exit()
+    assert watch.stop() == status
+    process.heard.close()
+
+
+def test_a_merge_that_fails_is_said_in_the_status_and_the_run_goes_on(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def merge(run_dir: Path, metadata: dict[str, str]) -> Path:
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(server_watch, "merge_parts", merge)
+    process = FakeWatchProcess()
+    log = Log()
+    watch = ServerWatch(1.0, log, process)  # type: ignore[arg-type]
+    watch.begin(tmp_path, 0, {})
+    process.say({"status": {"status": "ok", "rows": 3}, "parts": True})
+    process.exit()
+    status = watch.stop()
+    assert status["write_error"] == "No space left on device"
+    assert any("cannot write server_metrics.parquet" in line for line in log.lines)
     process.heard.close()
