@@ -43,13 +43,19 @@ def all_fresh(package: Path) -> bool:
     """Whether every module under ``package`` has the bytecode ``compileall`` would leave as it
     is: its cache file starts with this interpreter's magic number, flags 0 (a timestamp) and
     the source's modification time."""
+    head = struct.Struct("<4sLL")
+    magic = importlib.util.MAGIC_NUMBER
     try:
         for source in _sources(str(package)):
-            mtime = int(os.stat(source).st_mtime)
-            expect = struct.pack("<4sLL", importlib.util.MAGIC_NUMBER, 0, mtime & 0xFFFF_FFFF)
-            with open(importlib.util.cache_from_source(source), "rb") as cached:
-                if cached.read(12) != expect:
+            expect = head.pack(magic, 0, int(os.stat(source).st_mtime) & 0xFFFF_FFFF)
+            # (os.open, not open(): no file object, no buffer, no isatty and seek calls; this
+            # runs at the end of every run, after its results are written: ~2 ms less of it)
+            fd = os.open(importlib.util.cache_from_source(source), os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if os.read(fd, 12) != expect:
                     return False
+            finally:
+                os.close(fd)
     except OSError:  # (no cache file: compileall writes it, or says nothing if it cannot)
         return False
     return True
