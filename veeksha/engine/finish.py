@@ -11,6 +11,7 @@ never evaluates never imports it.
 from __future__ import annotations
 
 import resource
+import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -74,16 +75,19 @@ class RunFinish:
             self.traffic.stop("write_error")
             self.outcome.stop_reason = self.traffic.stop_reason
 
-    def _import_finish(self) -> None:
+    def _import_finish(self) -> float:
         """Import what :meth:`_finish` needs (the evaluation: ~25 ms) ahead of it, once the
         traffic has ended, while the run waits for another process anyway (the server watch's
-        last scrape)."""
+        last scrape); the CPU seconds it took (not the traffic's: ``main_cpu_s`` leaves them
+        out)."""
+        started = time.process_time()
         import veeksha.evaluate.jsonio
         import veeksha.evaluate.outputs
         import veeksha.evaluate.source
 
         if self.evaluate:
             import veeksha.evaluate.run  # noqa: F401
+        return time.process_time() - started
 
     def _finish(
         self, target: Target, writer: ResultWriter, t0_ns: int, t0_wall: datetime, t0_wall_ns: int

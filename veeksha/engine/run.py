@@ -472,6 +472,7 @@ class _Run(RunSetup, RunFinish):
         if server is not None and server_exit is not None:
             loop.add_reader(server_exit, self._on_server_exit, server, server_exit, t0_ns)
         cpu_start = time.process_time()
+        finish_import_s = 0.0  # (the evaluation's import after the traffic: not its CPU)
         assert self.pool is not None
         main_wait, worker_wait = CpuWait([os.getpid()]), CpuWait(self.pool.worker_pids.values())
         main_wait.start()
@@ -507,7 +508,7 @@ class _Run(RunSetup, RunFinish):
                         watch.request_stop()
                     writer.write_soon()
                     try:
-                        self._import_finish()
+                        finish_import_s = self._import_finish()
                     finally:
                         self.server_metrics = None if watch is None else watch.stop()
                 if traffic.in_flight:
@@ -515,7 +516,7 @@ class _Run(RunSetup, RunFinish):
                 if self.probe is not None:
                     self.probe.detach()
                 timers.close()
-                self.main_cpu_s = time.process_time() - cpu_start
+                self.main_cpu_s = time.process_time() - cpu_start - finish_import_s
             self._finish(target, writer, t0_ns, t0_wall, t0_wall_ns)
 
     def _submit(self, item: WorkItem) -> int:
