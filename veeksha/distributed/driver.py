@@ -289,7 +289,7 @@ def _connect(ray: ModuleType, address: str) -> None:
         options["address"] = address
         _check_reachable(address)
     try:
-        with _hang_ups_blocked(address == "local"):
+        with _group_stops_blocked(address == "local"):
             ray.init(**options)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise ConfigurationError(
@@ -298,21 +298,27 @@ def _connect(ray: ModuleType, address: str) -> None:
 
 
 @contextlib.contextmanager
-def _hang_ups_blocked(local: bool) -> Iterator[None]:
-    """A local cluster's processes (its GCS, raylet, workers) are children of this process and
-    in its process group: a terminal that closes sends SIGHUP to the group, and they died of it
-    (this process then waited 60 s for a GCS that was gone, and exited 1 without results). They
-    start with SIGHUP blocked (a child inherits its parent's signal mask; Ray blocks SIGINT in
-    them the same way), so this process stops the run as on Ctrl-C and shuts the cluster down.
-    (SIGTERM is not blocked: the cluster shuts down with it, ~4 s more to stop each run.)"""
+def _group_stops_blocked(local: bool) -> Iterator[None]:
+    """A local cluster's processes (its GCS, raylet, agents) are children of this process and
+    in its process group: a terminal that closes sends SIGHUP to the group, and `timeout` or
+    `kill -- -PGID` SIGTERM, and they died of it (this process then waited 60 s for a GCS that
+    was gone, and exited 1 without results). They start with both blocked (a child inherits its
+    parent's signal mask; Ray blocks SIGINT in them the same way), so this process stops the
+    run as on Ctrl-C and shuts the cluster down. The cost: ``ray.shutdown`` gives each of them
+    1 s to take its SIGTERM before it kills it, ~4 s more at the end of each ``--ray local``
+    run. (A shard's actor and engine are in a process group of their own: not signalled.)"""
     if not local or threading.current_thread() is not threading.main_thread():
         yield
         return
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, _GROUP_STOPS)
     try:
         yield
-    finally:  # (a SIGHUP that came meanwhile is delivered now: this process stops the run)
+    finally:  # (a stop that came meanwhile is delivered now: this process stops the run)
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+#: what a terminal or `timeout` sends the whole process group (SIGINT: Ray blocks it itself)
+_GROUP_STOPS = frozenset({signal.SIGHUP, signal.SIGTERM})
 
 
 _START_HINT = "`ray start --head` (docs/distributed.md) or use --ray local"

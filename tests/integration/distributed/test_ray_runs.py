@@ -238,11 +238,16 @@ health_checks: {max_dispatch_lag_p99_ms: 100, clock_sync_floor_ms: 10}
 """
 
 
-def test_the_terminal_closing_on_a_local_ray_run_keeps_its_results(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGHUP, signal.SIGTERM], ids=["SIGHUP", "SIGTERM"])
+def test_a_stop_to_the_process_group_of_a_local_ray_run_keeps_its_results(
+    stop: signal.Signals, tmp_path: Path
+) -> None:
     # `--ray local` starts its cluster as children of the driver, in its process group. A
-    # terminal that closes sends SIGHUP to the group: was, the driver died at once (no merged
-    # results); with the driver kept, the cluster still died of it, and the driver waited 60 s
-    # for a GCS that was gone, then exited 1, leaving a Ray worker behind.
+    # terminal that closes sends SIGHUP to the group, `timeout` or `kill -- -PGID` SIGTERM:
+    # was, the driver died at once (no merged results); with the driver kept, the cluster
+    # still died of it, and the driver waited 60 s for a GCS that was gone, then exited 1 with
+    # no results (SIGTERM until the cluster started with it blocked too), leaving a Ray
+    # worker behind.
     path = tmp_path / "s.yaml"
     path.write_text(LOCAL)
     out = tmp_path / "out"
@@ -267,7 +272,7 @@ def test_the_terminal_closing_on_a_local_ray_run_keeps_its_results(tmp_path: Pat
                 break
             time.sleep(0.2)
         assert proc.poll() is None, proc.communicate(timeout=5)
-        os.killpg(proc.pid, signal.SIGHUP)
+        os.killpg(proc.pid, stop)
         _, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
