@@ -259,11 +259,11 @@ def _load_points_node(
                     issues.append(
                         _issue_at(root, source_name, list(parts), message, applied, sources, chosen)
                     )
-                # where the files it names are written, for the problems found when they are
-                # read (named_file_error)
-                scenario._file_keys = {
+                # where the files it names and its server's keys are written, for the problems
+                # found when they are read or the server starts (named_file_error, at_key)
+                scenario._places = {
                     parts: _issue_at(root, source_name, list(parts), "", applied, sources, chosen)
-                    for parts in scenario.named_files()
+                    for parts in scenario.placed_keys()
                 }
             except ValidationError as exc:
                 issues += _issues(exc, root, source_name, applied, plain, sources, chosen)
@@ -294,7 +294,7 @@ def named_file_error(
     tokenizer), found when it is read, placed at the key naming it as a validation error is:
     ``scenario.yaml:9:3: session_generator.trace_file: MESSAGE`` (or the ``--set`` that gave
     it). None when the scenario was not read from a file (the caller raises its own error)."""
-    where = (scenario._file_keys or {}).get(tuple(parts))
+    where = (scenario._places or {}).get(tuple(parts))
     if where is None:
         return None
     return ScenarioError([ScenarioIssue(where.file, where.line, where.column, where.path, message)])

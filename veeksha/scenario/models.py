@@ -13,6 +13,7 @@ and trace sessions, flavors, client selection), ``clients`` (clients and tokeniz
 ``server`` and ``simulator`` hold the managed server's and the simulator's settings.
 """
 
+import dataclasses
 from typing import Any, Self
 
 from pydantic import Field, field_validator, model_validator
@@ -93,6 +94,20 @@ from veeksha.scenario.session_generators import (
     WeightedClients,
 )
 from veeksha.scenario.simulator import SimulatorConfig
+
+#: the keys of a ``server:`` section that starting the server may find wrong (``placed_keys``)
+_SERVER_KEYS = (
+    "type",
+    "command",
+    "model",
+    "executable",
+    "args",
+    "cwd",
+    "host",
+    "port",
+    "ready_path",
+    "ready_timeout",
+)
 
 __all__ = [
     "SLO",
@@ -241,10 +256,11 @@ class Scenario(StrictModel, defer_build=False):
         default_factory=factory(ServerMetricsConfig),
         description="Scraping the server's Prometheus /metrics during the run.",
     )
-    #: Where the loader found each key naming a file (the trace, a tokenizer): key path → a
-    #: ScenarioIssue with no message (``veeksha.scenario.loader.named_file_error``); None for
-    #: a scenario not read from a file.
-    _file_keys: dict[tuple[str | int, ...], Any] | None = None
+    #: Where the loader found each key a run may find wrong only when it acts on it
+    #: (``placed_keys``: a file it reads, the managed server it starts): key path → a
+    #: ScenarioIssue with no message (``at_key``, ``veeksha.scenario.loader.named_file_error``);
+    #: None for a scenario not read from a file.
+    _places: dict[tuple[str | int, ...], Any] | None = None
 
     @field_validator("clients", mode="before")
     @classmethod
@@ -279,6 +295,30 @@ class Scenario(StrictModel, defer_build=False):
             if client.tokenizer.type == "hf":
                 keys.append((*prefix, "tokenizer", "path"))
         return keys
+
+    def placed_keys(self) -> list[tuple[str | int, ...]]:
+        """The key paths whose place the loader records (``_places``): the files the scenario
+        names, and the keys of its ``server:`` section that starting the server may find
+        wrong (a program not found, a port taken, a model file missing, a readiness wait that
+        runs out: ``veeksha.server.managed``)."""
+        keys = self.named_files()
+        if self.server is not None:
+            keys += [("server",), *(("server", key) for key in _SERVER_KEYS)]
+            if self.server.type == "command":
+                keys.append(("server", "command", 0))
+        return keys
+
+    def at_key(self, parts: tuple[str | int, ...], message: str) -> str:
+        """``message`` about the key ``parts``, said where the key is written, as a validation
+        error is: ``scenario.yaml:12:3: server.port: MESSAGE`` (or ``--set server.port=8000:
+        server.port: MESSAGE``); ``server.port: MESSAGE`` for a scenario not read from a file
+        (or a key not in ``placed_keys``)."""
+        where = (self._places or {}).get(tuple(parts))
+        if where is None:
+            from veeksha.scenario.overrides import format_path
+
+            return f"{format_path(parts)}: {message}"
+        return str(dataclasses.replace(where, message=message))
 
     def problems(self) -> list[tuple[tuple[str | int, ...], str]]:
         """Mistakes that span sections, as (key path, message): the loader gives each its

@@ -27,7 +27,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING
@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 __all__ = ["SERVER_LOG", "ManagedServer", "managed_model", "server_identity"]
 
 SERVER_LOG = "server.log"
+#: a key of the scenario and a message about it → the message said where the key is written
+KeyMessage = Callable[[tuple[str | int, ...], str], str]
 _POLL_S = (0.05, 0.1, 0.2, 0.5)  # between readiness probes: quick at first, then calmer
 _PROBE_TIMEOUT_S = 2.0
 
@@ -94,8 +96,12 @@ class ManagedServer:
         model: str,
         api_key: str | None = None,
         simulator: SimulatorConfig | None = None,
+        at_key: KeyMessage | None = None,
     ) -> None:
+        """``at_key``: says an error of a ``server:`` key where the scenario file has it
+        (``Scenario.at_key``, given by ``for_scenario``); default: the key path alone."""
         self.config = config
+        self._at: KeyMessage = at_key or _key_path_only
         self.log_path = Path(log_path)
         self.model = model
         self.host = config.host
@@ -121,7 +127,8 @@ class ManagedServer:
             raise ConfigurationError("the scenario has no server: section")
         simulator = _simulator_settings(scenario)
         model = managed_model(scenario)
-        return cls(config, log_path, model, resolve_api_key(scenario.client), simulator)
+        key = resolve_api_key(scenario.client)
+        return cls(config, log_path, model, key, simulator, at_key=scenario.at_key)
 
     # ----------------------------------------------------------------------------- addresses
 
@@ -175,34 +182,65 @@ class ManagedServer:
     # ---------------------------------------------------------------------------- lifecycle
 
     def start(self) -> str:
-        """Spawn the server and wait until it is ready; its api_base. On failure it is
-        stopped and ``TargetError`` (exit 2) says why, with the last lines of its log."""
+        """Spawn the server and wait until it is ready; its api_base. A ``server:`` key that
+        cannot work (a program not found, a port taken, a model file missing) is refused
+        before anything starts (``ConfigurationError``, exit 2); a server that exits or is not
+        ready in time is stopped and ``TargetError`` (exit 2) says why, with the last lines of
+        its log. Each names the key to fix, where the scenario file has it."""
         if self._supervisor is not None:
             raise RuntimeError("the server is already started")
         config = self.config
+        unusable = _host_problem(self.host)
+        if unusable is not None:
+            raise ConfigurationError(
+                self._at(
+                    ("server", "host"),
+                    f"{self.host!r} {unusable}: the server listens on this machine; use "
+                    "127.0.0.1 (this machine only), 0.0.0.0 (every interface) or one of its "
+                    "addresses",
+                )
+            )
         if self.port == 0:
             self.port = _free_port(self.host)
         elif _port_taken(self.host, self.port):
             # (the server started would fail to bind it, and until it exits, the one already
             # there would answer the readiness probe: the run would measure that one)
             raise ConfigurationError(
-                f"server.port: {self.host}:{self.port} is already in use by another process "
-                "(another server?): stop it, or choose another server.port (0 picks a free one)"
+                self._at(
+                    ("server", "port"),
+                    f"{self.host}:{self.port} is already in use by another process (another "
+                    "server?): stop it, or choose another server.port (0 picks a free one)",
+                )
             )
         self.argv = server_argv(config, self.host, self.port, self._simulator)
         env = {**os.environ, **config.env}
         cwd = config.cwd
         if cwd is not None and not Path(cwd).is_dir():
-            raise ConfigurationError(f"server.cwd {cwd!r} is not a folder: fix server.cwd")
+            raise ConfigurationError(
+                self._at(("server", "cwd"), f"{cwd!r} is not a folder: fix server.cwd")
+            )
         program = self.argv[0]
         if shutil.which(program, path=env.get("PATH")) is None and not (
             os.sep in program and os.access(Path(cwd or ".") / program, os.X_OK)
         ):
-            key = "server.command[0]" if config.type == "command" else "server.executable"
-            raise ConfigurationError(
-                f"server: the program {program!r} was not found (PATH or the path given): "
-                f"install it or fix {key}"
+            key: tuple[str | int, ...] = ("server", "executable")
+            fix = (
+                "fix server.executable"
+                if program == _executable(config)
+                else ("set server.executable (the program to run instead)")
             )
+            if config.type == "command":
+                key, fix = ("server", "command", 0), "fix server.command[0]"
+            raise ConfigurationError(
+                self._at(
+                    key,
+                    f"the program {program!r} was not found (PATH or the path given): "
+                    f"install it or {fix}",
+                )
+            )
+        missing = _missing_model(config)
+        if missing is not None:
+            raise ConfigurationError(self._at(("server", "model"), missing))
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._supervisor = subprocess.Popen(
             isolated_module_command(
@@ -239,7 +277,15 @@ class ManagedServer:
         problem = "no answer yet"
         for attempt in range(1 << 30):
             if not self.running:
-                raise self._failure(self._exit_text() + " before it was ready")
+                fix = (
+                    "server.command"
+                    if self.config.type == "command"
+                    else "server.model, server.args or server.env"
+                )
+                raise self._failure(
+                    ("server", "command") if self.config.type == "command" else ("server",),
+                    f"{self._exit_text()} before it was ready (its log says why: fix {fix})",
+                )
             try:
                 answer = fetch("GET", self.root_url + paths[0], timeout_s=_PROBE_TIMEOUT_S)
             except TargetError as exc:
@@ -253,9 +299,12 @@ class ManagedServer:
                     continue
             left = deadline - time.monotonic()
             if left <= 0:
+                # (it answered, but not 2xx, on the path given: that path is the suspect)
+                answered = self.config.ready_path is not None and ": HTTP " in problem
                 raise self._failure(
+                    ("server", "ready_path" if answered else "ready_timeout"),
                     f"was not ready within {self.config.ready_timeout:g} s ({problem}); raise "
-                    "server.ready_timeout if it needs longer, or fix server.ready_path"
+                    "server.ready_timeout if it needs longer, or fix server.ready_path",
                 )
             time.sleep(min(_POLL_S[min(attempt, len(_POLL_S) - 1)], left))
 
@@ -266,14 +315,14 @@ class ManagedServer:
             return "could not be started"
         return f"exited with code {code}"
 
-    def _failure(self, what: str) -> TargetError:
+    def _failure(self, key: tuple[str | int, ...], what: str) -> TargetError:
         assert self._log is not None
         if self._supervisor is not None and self._supervisor.poll() is not None:
             self._log.finish()  # (the output is complete: its last lines are all there)
         tail = self._log.tail()
+        argv = " ".join(self._redact(a) for a in self.argv)
         return TargetError(
-            f"the managed server ({' '.join(self._redact(a) for a in self.argv)}) {what}; "
-            f"its log: {self.log_path}"
+            self._at(key, f"the managed server ({argv}) {what}; its log: {self.log_path}")
             + (f"; last lines:\n{tail}" if tail else " (it wrote nothing)")
         )
 
@@ -336,6 +385,57 @@ def _interruptible() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+
+
+def _key_path_only(parts: tuple[str | int, ...], message: str) -> str:
+    """An error of a ``server:`` key of a scenario not read from a file: the key path."""
+    from veeksha.scenario.overrides import format_path
+
+    return f"{format_path(parts)}: {message}"
+
+
+def _executable(config: ManagedServerConfig) -> str | None:
+    """The ``executable`` a ``server:`` section gives (None: its type's usual program)."""
+    return getattr(config, "executable", None)
+
+
+def _host_problem(host: str) -> str | None:
+    """Why a server cannot listen on ``host`` here (not a name this machine resolves, not one
+    of its addresses); None when it can (or the failure is another, a server's to report).
+    (Was: a traceback from binding the port picked for it, exit 1.)"""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, 0))
+        except socket.gaierror as exc:
+            return f"is not a name this machine resolves ({exc.strerror})"
+        except OSError as exc:
+            if exc.errno == errno.EADDRNOTAVAIL:
+                return "is not an address of this machine"
+    return None
+
+
+#: what a model given as a path starts with (a Hugging Face id never does)
+_PATH_STARTS = ("/", "./", "../")
+
+
+def _missing_model(config: ManagedServerConfig) -> str | None:
+    """Why the model of an engine's ``server:`` section cannot be served: a path (llama.cpp's
+    ``-m`` always is one; vLLM's and SGLang's when it starts with ``/``, ``./`` or ``../``,
+    else a Hugging Face id) that does not exist, relative to ``server.cwd`` as the server
+    takes it. The engine would only fail after its start-up, in its own words."""
+    if config.type not in ("vllm", "sglang", "llama_cpp"):
+        return None
+    model = config.model
+    if config.type != "llama_cpp" and not model.startswith(_PATH_STARTS):
+        return None
+    path = Path(model)
+    where = Path(config.cwd) if config.cwd else Path.cwd()
+    if (where / path).exists():
+        return None
+    what = "GGUF file" if config.type == "llama_cpp" else "model folder"
+    relative = "" if path.is_absolute() else f" (a relative path is taken from {where})"
+    return f"{model!r}: no such {what}{relative}: fix server.model"
 
 
 def _port_taken(host: str, port: int) -> bool:

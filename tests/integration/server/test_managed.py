@@ -303,6 +303,73 @@ def test_a_server_never_ready_is_stopped_with_its_children(tmp_path: Path) -> No
     assert _gone(child)
 
 
+PLACED = """\
+seed: 1
+session_generator:
+  type: synthetic
+  session_graph: {{type: single_request}}
+server:
+  type: command
+  model: tiny
+  command: {command}
+  ready_timeout: 1
+{more}"""  # (command: line 8, ready_timeout: line 9, more: from line 10)
+
+
+@pytest.mark.parametrize(
+    ("command", "more", "where"),
+    [
+        # exits before it is ready: its command line is the suspect
+        (
+            f"[{sys.executable}, -c, 'exit(3)']",
+            "",
+            r"^s.yaml:8:3: server.command: the managed server \(.*\) exited with code 3 before "
+            r"it was ready \(its log says why: fix server.command\); its log: ",
+        ),
+        # nothing listens within ready_timeout
+        (
+            f"[{sys.executable}, -c, 'import time; time.sleep(30)']",
+            "",
+            r"^s.yaml:9:3: server.ready_timeout: the managed server \(.*\) was not ready within "
+            r"1 s \(GET http://.*/health: .*\); raise server.ready_timeout if it needs longer, "
+            r"or fix server.ready_path; its log: ",
+        ),
+        # it answers, but not 2xx, on the ready_path given: that path is the suspect
+        (
+            f"[{sys.executable}, {TINY}, '{{port}}', --no-health]",
+            "  ready_path: /health\n",
+            r"^s.yaml:10:3: server.ready_path: the managed server \(.*\) was not ready within "
+            r"1 s \(GET /health: HTTP 404\)",
+        ),
+    ],
+    ids=["exits", "never_listens", "ready_path_404"],
+)
+def test_a_server_that_fails_to_become_ready_is_named_at_the_key_to_fix(
+    tmp_path: Path, command: str, more: str, where: str
+) -> None:
+    # was: `the managed server (...) ...` with no file, line or key
+    scenario = load_scenario_text(PLACED.format(command=command, more=more), "s.yaml")
+    with pytest.raises(TargetError, match=where):
+        ManagedServer.for_scenario(scenario, tmp_path / SERVER_LOG).start()
+
+
+def test_veeksha_run_names_a_bad_server_key_on_one_line_with_exit_2(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(PLACED.format(command="[no-such-server-xyz]", more=""))
+    proc = subprocess.run(
+        [VEEKSHA, "run", str(path), "--output-dir", str(tmp_path / "out"), "-q"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: {path}:8:13: server.command[0]: the program 'no-such-server-xyz' was not found "
+        "(PATH or the path given): install it or fix server.command[0]"
+    )
+
+
 def test_ready_falls_back_to_models_and_stop_kills_the_process_group(tmp_path: Path) -> None:
     server = _server(tmp_path, sys.executable, TINY, "{port}", "--no-health", "--child")
     with server:
