@@ -73,10 +73,13 @@ class CapacityResult:
         return 4 if self.outcome.ceiling_verdict == UNHEALTHY else 5
 
 
-def _create_folder(config: CapacityConfig) -> Path:
+def _create_folder(config: CapacityConfig, now: dt.datetime | None = None) -> Path:
+    """A new folder ``<output_dir>/capacity-<UTC time>-<hash>/`` (``-2``, ``-3``... when
+    another search, started in the same second, has the name)."""
     keys = json.dumps(config.search_keys(), sort_keys=True, default=str)
     digest = hashlib.sha256(f"{scenario_hash(config.scenario)}{keys}".encode()).hexdigest()[:10]
-    name = f"capacity-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{digest}"
+    moment = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
+    name = f"capacity-{moment:%Y%m%dT%H%M%SZ}-{digest}"
     base = Path(config.output_dir)
     try:
         base.mkdir(parents=True, exist_ok=True)
