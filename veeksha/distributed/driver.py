@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -88,9 +89,12 @@ class DistributedSettings:
     engine_silence_s: float = ENGINE_SILENCE_S
 
 
-def actor_name(run_name: str, index: int) -> str:
-    """The Ray name of a run's shard actor (in namespace :data:`NAMESPACE`)."""
-    return f"veeksha-{run_name}-shard-{index}"
+def actor_name(run_name: str, index: int, token: str) -> str:
+    """The Ray name of a run's shard actor (in namespace :data:`NAMESPACE`): its run folder's
+    name, a token of this run's own (``_start_actors``), its index. (Without the token, two
+    runs of one scenario started in the same second on one cluster, from two drivers or two
+    output folders, had one name: the second crashed on Ray's ``ActorAlreadyExistsError``.)"""
+    return f"veeksha-{run_name}-{token}-shard-{index}"
 
 
 def settings_for(scenario: Any, ray_address: str | None) -> DistributedSettings | None:
@@ -370,13 +374,14 @@ def _start_actors(
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     actor_class = ray.remote(ShardActor)
+    token = secrets.token_hex(4)  # (a name of this run's own on a cluster shared with others)
     shards = []
     for index in range(count):
         actor = actor_class.options(
             num_cpus=1,
             max_restarts=0,
             max_task_retries=0,
-            name=actor_name(run_dir.name, index),
+            name=actor_name(run_dir.name, index, token),
             namespace=NAMESPACE,
             scheduling_strategy=PlacementGroupSchedulingStrategy(
                 placement_group=placement, placement_group_bundle_index=index

@@ -22,7 +22,7 @@ import pytest
 
 from tests.integration.conftest import StartSimulator
 from tests.integration.distributed.conftest import RayCluster, ray_env
-from veeksha.distributed.driver import NAMESPACE, SHARDS_FILE, actor_name
+from veeksha.distributed.driver import NAMESPACE, SHARDS_FILE
 from veeksha.distributed.merge import SHARD_LOST
 from veeksha.distributed.shard import sweep_stale_folders
 from veeksha.engine.run import run_scenario
@@ -151,8 +151,11 @@ def _starts(requests: pd.DataFrame) -> pd.Series:
 
 _KILL = """
 import sys, ray
-ray.init(address=sys.argv[1], log_to_driver=False, logging_level="ERROR")
-ray.kill(ray.get_actor(sys.argv[2], namespace=sys.argv[3]))
+ray.init(address=sys.argv[1], log_to_driver=False, logging_level="ERROR", namespace=sys.argv[3])
+# the run's shard-1 actor: veeksha-<run folder>-<the run's token>-shard-1 (actor_name)
+names = ray.util.list_named_actors()
+(name,) = [n for n in names if n.startswith(sys.argv[2]) and n.endswith(sys.argv[4])]
+ray.kill(ray.get_actor(name, namespace=sys.argv[3]))
 """
 
 
@@ -180,7 +183,10 @@ def test_a_killed_shard_is_lost_and_ctrl_c_stops_the_other_and_keeps_everything(
     assert copy is not None, proc.communicate(timeout=5)
     run_dir = copy.parent.parent
     subprocess.run(  # shard 1's actor killed: the shard is lost
-        [sys.executable, "-c", _KILL, ray_cluster.address, actor_name(run_dir.name, 1), NAMESPACE],
+        [
+            *(sys.executable, "-c", _KILL, ray_cluster.address),
+            *(f"veeksha-{run_dir.name}-", NAMESPACE, "-shard-1"),
+        ],
         env=ray_env(),
         timeout=60,
         check=True,
