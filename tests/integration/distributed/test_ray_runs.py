@@ -162,7 +162,7 @@ ray.kill(ray.get_actor(name, namespace=sys.argv[3]))
 def test_a_killed_shard_is_lost_and_ctrl_c_stops_the_other_and_keeps_everything(
     ray_cluster: RayCluster, start_simulator: StartSimulator, tmp_path: Path
 ) -> None:
-    sim = start_simulator(preset="fast", ttft_ms=20, itl_ms=25)  # ~1 s per answer: in flight
+    sim = start_simulator(preset="fast", ttft_ms=20, itl_ms=50)  # ~2 s per answer: in flight
     path = tmp_path / "s.yaml"
     path.write_text(
         _scenario(sim, rate=4, out_min=30, out_max=40, sessions=80)
@@ -338,7 +338,7 @@ def test_a_shard_whose_engine_is_killed_is_lost_and_the_report_says_what_it_took
     """Shard 1's engine process killed mid-run (SIGKILL, as the OOM killer would) while its
     actor lives: the shard is lost as when its actor dies (it was taken as finished: exit 0,
     no row for what it had in flight, nothing said), and the run ends by itself."""
-    sim = start_simulator(preset="fast", ttft_ms=20, itl_ms=25)  # ~1 s per answer: in flight
+    sim = start_simulator(preset="fast", ttft_ms=20, itl_ms=50)  # ~2 s per answer: in flight
     path = tmp_path / "s.yaml"
     path.write_text(_scenario(sim, rate=10, out_min=30, out_max=40, sessions=40))
     out = tmp_path / "out"
@@ -380,7 +380,7 @@ def test_a_shard_whose_engine_is_frozen_is_lost_and_ended(
     the run waited for it for ever. Now its silence is seen (the limit shortened to 3 s here;
     30 s by default), the shard is lost as a killed one is, its engine is ended, and the run
     ends by itself with the other shard's results and the lost one's in-flight rows."""
-    sim = start_simulator(preset="fast", ttft_ms=20, itl_ms=25)  # ~1 s per answer: in flight
+    sim = start_simulator(preset="fast", ttft_ms=20, itl_ms=50)  # ~2 s per answer: in flight
     path = tmp_path / "s.yaml"
     path.write_text(_scenario(sim, rate=10, out_min=30, out_max=40, sessions=40))
     out = tmp_path / "out"
