@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tests.fakes import FakeClock, FakeTimers
 from veeksha.dispatch.messages import Result, WorkItem
@@ -360,37 +361,29 @@ def test_closed_loop_timeout_counts_from_the_first_ramp_slot_and_refills_nothing
     assert h.loop.counters.sessions_started == 2
 
 
-def test_a_burst_starts_in_slices_with_planned_times() -> None:
-    h = Harness(
+@pytest.mark.parametrize(
+    "settings",
+    [
         LoopSettings(cancel_on_failure=True, max_sessions=600, rate_gaps=fixed_gaps(0.0)),
-        lambda i: chain(i, 1),
-    )
-    h.loop.start(0)
-    h.timers.step()  # one timer pass: the first slice only
-    assert len(h.items) == 256
-    h.timers.advance(0)
-    assert len(h.items) == 600
-    assert {req.ready_at_ns for req, _ in h.rec.dispatched} == {0}
-
-
-def test_a_closed_loop_target_beyond_one_pass_starts_in_slices() -> None:
-    """A target of 10**9 with no ramp-up: every session was started in one loop, which never
-    returned (the deadline and Ctrl-C were never handled). It is started in slices, as a rate's
-    burst, each session at its slot."""
-    h = Harness(
+        # a closed loop's target of 10**9 with no ramp-up: every session was started in one
+        # loop, which never returned (the deadline and Ctrl-C were never handled)
         LoopSettings(
             cancel_on_failure=True,
             max_sessions=600,
             concurrency=ConcurrencyRamp(10**9, rampup_s=0.0),
         ),
-        lambda i: chain(i, 1),
-    )
+    ],
+    ids=["rate_burst", "closed_loop_target"],
+)
+def test_a_burst_starts_in_slices_with_planned_times(settings: LoopSettings) -> None:
+    h = Harness(settings, lambda i: chain(i, 1))
     h.loop.start(0)
     h.timers.step()  # one timer pass: the first slice only
     assert len(h.items) == 256
     h.timers.advance(0)
     assert len(h.items) == 600
     assert h.loop.counters.sessions_started == 600
+    assert {req.ready_at_ns for req, _ in h.rec.dispatched} == {0}
 
 
 # ------------------------------------------------------------------ dispatch ahead of ready time

@@ -12,20 +12,10 @@ from typing import IO, Any
 
 import pytest
 
+from tests.unit.engine.lines_log import Log
 from veeksha.engine import server_watch
 from veeksha.engine.server_watch import ServerWatch
 from veeksha.server.watch_process import MERGE_REQUEST
-
-
-class Log:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def info(self, message: str) -> None:
-        self.lines.append(message)
-
-    def warning(self, message: str) -> None:
-        self.lines.append("warning: " + message)
 
 
 class FakeWatchProcess:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from tests.unit.engine.lines_log import Log
 from veeksha.engine.start import (
     agreed_t0,
     clock_pair,
@@ -12,17 +13,6 @@ from veeksha.engine.start import (
     t0_lead_ns,
     wall_at_monotonic,
 )
-
-
-class Log:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def info(self, message: str) -> None:
-        self.lines.append(message)
-
-    def warning(self, message: str) -> None:
-        self.lines.append("warning: " + message)
 
 
 def test_the_pair_maps_each_clock_onto_the_other_exactly() -> None:
