@@ -66,7 +66,10 @@ class RunSetup:
     def _session_source(self, target: Target) -> Callable[[int], SessionSpec]:
         scenario = self.scenario
         runtime = scenario.runtime
-        config = scenario.client.tokenizer
+        # one tokenizer counts the run's prompts: the first client's (``clients:`` or the one
+        # ``client:``), calibrated against the first client's target (``Target``'s own);
+        # a later client giving another is refused at validation (``scenario.crosscheck``)
+        config = scenario.client_entries()[0][1].tokenizer
         tokenizer: TokenizerLike
         if self.dry_run and config.type == "server":
             # a dry run sends nothing, so there is no server to calibrate against: its prompts

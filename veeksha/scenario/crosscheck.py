@@ -36,6 +36,7 @@ def scenario_problems(scenario: Scenario) -> list[Problem]:
                 (("clients", index, "name"), f"client name {name!r} is used twice: rename one")
             )
         seen.add(name)
+    problems += _tokenizer_problems(scenario)
     problems += _selection_problems(scenario, names)
     problems += _agent_problems(scenario, names)
     return problems
@@ -44,6 +45,35 @@ def scenario_problems(scenario: Scenario) -> list[Problem]:
 def unknown_client(name: str, names: list[str]) -> str:
     """The message for a reference to a client that does not exist."""
     return f"unknown client {name!r}; the clients are: {', '.join(repr(n) for n in names)}"
+
+
+def _tokenizer_problems(scenario: Scenario) -> list[Problem]:
+    """A later client naming a tokenizer other than the first client's: one tokenizer counts
+    (and writes) a run's prompts, the first client's, whichever client a prompt goes to."""
+    if not scenario.clients:
+        return []
+    first = scenario.clients[0].tokenizer
+    problems: list[Problem] = []
+    for index, client in enumerate(scenario.clients[1:], start=1):
+        if "tokenizer" not in client.model_fields_set:
+            continue
+        if client.tokenizer.model_dump() == first.model_dump():
+            continue
+        problems.append(
+            (
+                ("clients", index, "tokenizer"),
+                f"only one tokenizer counts a run's prompts, the first client's "
+                f"({_tokenizer_label(first)}), not this one ({_tokenizer_label(client.tokenizer)}):"
+                f" remove this tokenizer, or make it the first client's",
+            )
+        )
+    return problems
+
+
+def _tokenizer_label(tokenizer: object) -> str:
+    kind = getattr(tokenizer, "type", "?")
+    path = getattr(tokenizer, "path", None)
+    return f"{kind} {path}" if path else str(kind)
 
 
 def _selection_problems(scenario: Scenario, names: list[str]) -> list[Problem]:

@@ -223,7 +223,8 @@ class Scenario(StrictModel, defer_build=False):
     clients: list[NamedClient] | None = Field(
         None,
         min_length=1,
-        description="Several targets in one run, each with a name (instead of client).",
+        description="Several targets in one run, each with a name (instead of client); the "
+        "first client's tokenizer counts every client's prompts (docs/agents.md).",
     )
     runtime: Runtime = Field(
         default_factory=factory(Runtime),

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from veeksha.engine.run import run_scenario
+from veeksha.generate.tokenizer import BUILTIN_VOCAB
 from veeksha.scenario.loader import load_scenario_text
 
 TWO_MODELS = """
@@ -129,3 +130,55 @@ def test_a_node_naming_an_unknown_client_exits_2_with_its_line(tmp_path: Path) -
     assert "unknown client 'huge'" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def _bpe_tokenizer_json(folder: Path) -> Path:
+    """A small byte-level BPE (words split into several of its tokens, unlike the builtin
+    tokenizer's one a word), built here from the builtin vocabulary: never downloaded."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    text = [" ".join(BUILTIN_VOCAB[i : i + 50]) for i in range(0, len(BUILTIN_VOCAB), 50)]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    tok.train_from_iterator(text, trainers.BpeTrainer(vocab_size=400, initial_alphabet=alphabet))
+    path = folder / "tokenizer.json"
+    tok.save(str(path))
+    return path
+
+
+def test_the_first_clients_tokenizer_counts_every_clients_prompts(tmp_path: Path) -> None:
+    """clients: [a with an hf tokenizer, b]: every prompt, a's and b's, is written and counted
+    in a's tokenizer (the run used the builtin one, silently, ignoring a's)."""
+    from tokenizers import Tokenizer
+
+    path = _bpe_tokenizer_json(tmp_path)
+    text = f"""
+seed: 5
+clients:
+  - {{name: a, model: m-a, tokenizer: {{type: hf, path: {path}}}}}
+  - {{name: b, model: m-b}}
+traffic_scheduler: {{type: concurrent, target_concurrent_sessions: 2, rampup_seconds: 0}}
+session_generator:
+  session_graph: {{type: single_request}}
+  channels: [{{body_length_generator: {{type: uniform, min: 40, max: 80}}}}]
+  output_spec: {{text: {{output_length_generator: {{type: fixed, value: 2}}}}}}
+trace_recorder: {{include_content: true}}
+runtime: {{max_sessions: 6, benchmark_timeout: 60, num_workers: 1}}
+"""
+    run_dir = tmp_path / "run"
+    run_scenario(load_scenario_text(text, "tok.yaml"), run_dir, quiet=True, plots=False)
+    rows = pd.read_parquet(run_dir / "requests.parquet")
+    assert (rows.status == "ok").all()
+    assert set(rows.client) == {"a", "b"}
+    assert (rows.prompt_tokens_new == rows.target_prompt_tokens).all()
+    bpe = Tokenizer.from_file(str(path))
+    lines = [json.loads(line) for line in (run_dir / "trace.jsonl").read_text().splitlines()]
+    assert len(lines) == len(rows)
+    targets = dict(zip(rows.request_id, rows.target_prompt_tokens, strict=True))
+    for line in lines:
+        prompt = line["messages"][-1][1]
+        assert len(bpe.encode(prompt).ids) == targets[line["request_id"]], line["client"]
+    # the simulator counts in builtin tokens (a word each): fewer than the BPE's here
+    assert (rows.prompt_tokens_total < rows.target_prompt_tokens).all()

@@ -161,3 +161,27 @@ def test_a_role_naming_an_unknown_client_is_refused_at_its_line() -> None:
     issue = only_issue(text)
     assert (issue.line, issue.path) == (5, "session_generator.session_graph.role_clients.judge")
     assert "unknown client 'nope'" in issue.message
+
+
+def test_a_later_clients_other_tokenizer_is_refused_at_its_line() -> None:
+    # one tokenizer counts a run's prompts, the first client's: a later client's own, other
+    # one was silently ignored (validate said ok, the run counted in the first's)
+    text = "clients:\n  - {name: a, model: m-a}\n  - {name: b, tokenizer: {type: server}}\n"
+    issue = only_issue(text)
+    assert (issue.line, issue.path) == (3, "clients[1].tokenizer")
+    assert "only one tokenizer counts a run's prompts, the first client's (builtin)" in (
+        issue.message
+    )
+    assert "make it the first client's" in issue.message
+
+
+def test_a_later_client_may_repeat_the_first_clients_tokenizer() -> None:
+    text = (
+        "clients:\n"
+        "  - {name: a, tokenizer: {type: server}}\n"
+        "  - {name: b, tokenizer: {type: server}}\n"
+        "  - {name: c}\n"
+    )
+    assert [c.tokenizer.type for _, c in load(text).client_entries()] == ["server"] * 2 + [
+        "builtin"
+    ]
