@@ -44,6 +44,7 @@ __all__ = [
     "TraceFlavor",
     "make_flavor",
     "open_trace",
+    "trace_context_window",
 ]
 
 #: flavor settings model → its implementation (the one place a flavor is added)
@@ -87,7 +88,7 @@ class OpenTrace:
     wrap: bool
     speedup: float | None  # set when the arrivals come from the trace
     span_s: float = 0.0  # trace seconds from the window's first start to its last
-    max_model_len: int | None = None  # client.max_model_len
+    max_model_len: int | None = None  # client.max_model_len (``trace_context_window``)
     #: session_generator.oversized, the policy the rows were checked with; None without
     #: client.max_model_len (nothing was checked)
     oversized: str | None = None
@@ -179,6 +180,21 @@ def _window(
     return window(TraceTable(read_meta(cache)), start_offset, max_duration)
 
 
+def trace_context_window(scenario: models.Scenario) -> int | None:
+    """The context window a trace's requests are held to: the ``max_model_len`` of the one
+    client, or with ``clients:`` the smallest of those the clients give (None: none gives
+    one, nothing is checked). The fit is made as the trace is prepared, with one window for
+    the whole file (``fit.py``), so one judges every row: the smallest, with which a request
+    fits whichever client serves it (a row for a client of a larger window may be skipped or
+    clipped, and is counted as ever)."""
+    windows = [
+        client.max_model_len
+        for _, client in scenario.client_entries()
+        if client.max_model_len is not None
+    ]
+    return min(windows) if windows else None
+
+
 def open_trace(scenario: models.Scenario) -> OpenTrace:
     """Prepare (or reuse) the scenario's trace and choose the replayed window.
 
@@ -188,7 +204,7 @@ def open_trace(scenario: models.Scenario) -> OpenTrace:
     assert isinstance(generator, models.TraceSessionGenerator)
     path = Path(generator.trace_file)
     flavor = make_flavor(generator.flavor, path)
-    max_model_len: int | None = getattr(scenario.client, "max_model_len", None)
+    max_model_len = trace_context_window(scenario)
     limit = None
     if max_model_len is not None and generator.oversized != "send":
         limit = ContextLimit(max_model_len, truncate=generator.oversized == "truncate")

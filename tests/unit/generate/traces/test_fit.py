@@ -214,3 +214,19 @@ def test_a_replayed_agent_rounds_session_is_fitted_with_its_transcripts(tmp_path
     assert _lengths(_open(path, 13, flavor="timed_synthetic_session")) == [(4, 4), (4, 4)]
     trace = _open(path, 12, "truncate", flavor="timed_synthetic_session")
     assert _lengths(trace) == [(4, 4), (4, 3)]
+
+
+def test_with_clients_the_smallest_of_their_windows_judges_every_row(tmp_path: Path) -> None:
+    # the run read the unset client: section's max_model_len and checked nothing
+    path = write_csv(tmp_path / "a.csv", "input_length,output_length", ["5,3", "10,10", "2,2"])
+    clients = [
+        {"name": "big", "max_model_len": 100},
+        {"name": "small", "max_model_len": 12},
+        {"name": "open"},  # (no window: not checked)
+    ]
+    trace = open_trace(trace_scenario(path, clients=clients))
+    assert trace.summary()["max_model_len"] == 12
+    assert _lengths(trace) == [(5, 3), (2, 2)]
+    assert trace.prepared.oversized_lines == [3]
+    unchecked = open_trace(trace_scenario(path, clients=[{"name": "a"}, {"name": "b"}]))
+    assert unchecked.summary()["max_model_len"] is None
