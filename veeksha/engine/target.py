@@ -21,8 +21,13 @@ from veeksha.scenario.models import (
     CompletionsClient,
     Scenario,
 )
-from veeksha.scenario.simulator import SimulatorModel
-from veeksha.scenario.windows import client_api_base, context_limits, with_context_limits
+from veeksha.scenario.windows import (
+    client_api_base,
+    context_limits,
+    served_simulator,
+    simulated_models,
+    with_context_limits,
+)
 
 if TYPE_CHECKING:
     from veeksha.server.managed import ManagedServer
@@ -319,7 +324,7 @@ def spawn_simulator(
     ``TargetContext``, which waits for it and stops it. Spawned before the caller's own set-up
     (the engine's imports), its start-up runs beside that on the other core. ``fork``: a fork
     of this process (``veeksha.forked``) instead of a fresh interpreter."""
-    if dry_run or scenario.server is not None or not _simulated(scenario):
+    if dry_run or scenario.server is not None or not simulated_models(scenario):
         return None
     simulator = _simulator_process(scenario, fork)
     simulator.spawn()
@@ -342,33 +347,12 @@ def dry_run_model(scenario: Scenario, client: ChatCompletionsClient | Completion
     return scenario.simulator.model
 
 
-def _simulated(scenario: Scenario) -> list[str]:
-    """The models the built-in simulator must serve (empty: every client has its endpoint):
-    each client without an endpoint names its model, or takes ``simulator.model``."""
-    models = [
-        client.model or scenario.simulator.model
-        for _, client in scenario.client_entries()
-        if client_api_base(client) is None
-    ]
-    return list(dict.fromkeys(models))
-
-
 def _simulator_process(scenario: Scenario, fork: bool = False) -> SimulatorProcess:
     from veeksha.simulator.process import SimulatorProcess
 
-    config = scenario.simulator
-    models = _simulated(scenario) or [config.model]
-    # the simulator serves whatever models the clients name: the first as its ``model``
-    # (unless simulator.models describes it), the others as ``models`` entries (their own
-    # settings if simulator.models has them, else the simulator section's)
-    primary = config.model if models[0] in config.models else models[0]
-    extra = dict(config.models)
-    for name in models:
-        if name != primary:
-            extra.setdefault(name, SimulatorModel())
-    served = config.model_copy(update={"model": primary, "models": extra})
-    # a client's max_model_len is the window of its model where the simulator's was left alone
-    return SimulatorProcess(with_context_limits(scenario, served), fork=fork)
+    # every model of the clients it serves, a client's max_model_len the window of its model
+    # where the simulator's was left alone (``scenario.windows.served_simulator``)
+    return SimulatorProcess(served_simulator(scenario), fork=fork)
 
 
 def _pin_tree(pid: int | None, cpus: list[int], descendants: bool = True) -> None:

@@ -338,16 +338,24 @@ class Scenario(StrictModel, defer_build=False):
                 "server",
             )
         server = self.server
-        if (
-            server is not None
-            and server.type == "command"
-            and not (server.model or self.client.model)
-        ):
-            raise KeyProblem(
-                "server type 'command' needs server.model or client.model",
-                "server.model",
-                "client.model",
-            )
+        if server is not None and server.type == "command" and not server.model:
+            if not self.clients and not self.client.model:
+                raise KeyProblem(
+                    "server type 'command' needs server.model or client.model",
+                    "server.model",
+                    "client.model",
+                )
+            # (the clients without an api_base go to the managed server: each names its model,
+            # else server.model is the one it asks for)
+            for i, named in enumerate(self.clients or []):
+                if named.api_base is None and not named.model:
+                    raise KeyProblem(
+                        f"client {named.name!r} goes to the managed server (it has no "
+                        "api_base), and server type 'command' has no model: set this client's "
+                        "model, or server.model",
+                        ("clients", i, "model"),
+                        ("server", "model"),
+                    )
         if self.client.api_base is not None and not self.client.model:
             raise KeyProblem(
                 "required when client.api_base is set (the model the server serves)",

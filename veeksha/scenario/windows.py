@@ -11,9 +11,15 @@ from typing import Any
 from veeksha.errors import ConfigurationError
 from veeksha.scenario.clients import SCENARIO_KEY_HOME, api_base_problem
 from veeksha.scenario.models import ChatCompletionsClient, CompletionsClient, Scenario
-from veeksha.scenario.simulator import SimulatorConfig
+from veeksha.scenario.simulator import SimulatorConfig, SimulatorModel
 
-__all__ = ["client_api_base", "context_limits", "with_context_limits"]
+__all__ = [
+    "client_api_base",
+    "context_limits",
+    "served_simulator",
+    "simulated_models",
+    "with_context_limits",
+]
 
 
 def client_api_base(
@@ -78,3 +84,33 @@ def with_context_limits(scenario: Scenario, config: SimulatorConfig) -> Simulato
             models[name] = models[name].model_copy(update={"max_model_len": limit})
             update["models"] = models
     return config.model_copy(update=update) if update else config
+
+
+def simulated_models(scenario: Scenario) -> list[str]:
+    """The models a simulator serving the scenario's clients must serve, in order (empty:
+    every client has its endpoint): each client without an endpoint names its model, or takes
+    ``simulator.model``."""
+    models = [
+        client.model or scenario.simulator.model
+        for _, client in scenario.client_entries()
+        if client_api_base(client) is None
+    ]
+    return list(dict.fromkeys(models))
+
+
+def served_simulator(scenario: Scenario) -> SimulatorConfig:
+    """The simulator's settings as it serves the scenario's clients: the one ``veeksha run``
+    starts and a ``server: {type: veeksha_sim}`` alike. It serves whatever models the clients
+    without an endpoint name: the first as its ``model`` (unless ``simulator.models``
+    describes it), the others as ``models`` entries (their own settings if
+    ``simulator.models`` has them, else the section's); each model's window is its clients'
+    ``max_model_len`` where the simulator's was left out (:func:`with_context_limits`)."""
+    config = scenario.simulator
+    models = simulated_models(scenario) or [config.model]
+    primary = config.model if models[0] in config.models else models[0]
+    extra = dict(config.models)
+    for name in models:
+        if name != primary:
+            extra.setdefault(name, SimulatorModel())
+    served = config.model_copy(update={"model": primary, "models": extra})
+    return with_context_limits(scenario, served)

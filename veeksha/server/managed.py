@@ -27,7 +27,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING
@@ -74,15 +74,13 @@ def server_identity(scenario: Scenario) -> str | None:
 
 
 def _simulator_settings(scenario: Scenario) -> SimulatorConfig:
-    """What a ``veeksha_sim`` server runs with: the ``simulator:`` section, serving the model
-    the client names, its window the client's ``max_model_len`` where the section leaves its
+    """What a ``veeksha_sim`` server runs with: the ``simulator:`` section, serving every model
+    its clients name (each client without an api_base goes to it; ``clients:`` may name
+    several), each model's window its clients' ``max_model_len`` where the section leaves its
     own out, as for the simulator ``veeksha run`` starts (``scenario.windows``)."""
-    from veeksha.scenario.windows import with_context_limits
+    from veeksha.scenario.windows import served_simulator
 
-    config = scenario.simulator
-    if scenario.client.model:  # the simulator serves whatever model the scenario names
-        config = config.model_copy(update={"model": scenario.client.model})
-    return with_context_limits(scenario, config)
+    return served_simulator(scenario)
 
 
 class ManagedServer:
@@ -94,12 +92,13 @@ class ManagedServer:
         config: ManagedServerConfig,
         log_path: Path,
         model: str,
-        api_key: str | None = None,
+        api_key: str | Sequence[str | None] | None = None,
         simulator: SimulatorConfig | None = None,
         at_key: KeyMessage | None = None,
     ) -> None:
-        """``at_key``: says an error of a ``server:`` key where the scenario file has it
-        (``Scenario.at_key``, given by ``for_scenario``); default: the key path alone."""
+        """``api_key``: the clients' key (or keys), masked in server.log; ``at_key``: says an
+        error of a ``server:`` key where the scenario file has it (``Scenario.at_key``, given
+        by ``for_scenario``); default: the key path alone."""
         self.config = config
         self._at: KeyMessage = at_key or _key_path_only
         self.log_path = Path(log_path)
@@ -109,8 +108,9 @@ class ManagedServer:
         # the client's key, and every secret of the server's environment (veeksha's, plus
         # ``env``): a server or its wrapper may print them (vLLM logs its --api-key, a shell
         # with ``set -x`` its whole environment)
+        keys = [api_key] if api_key is None or isinstance(api_key, str) else list(api_key)
         self._redact = Redactors(
-            [api_key, *secret_values({**os.environ, **config.env})],
+            [*keys, *secret_values({**os.environ, **config.env})],
         )
         self._simulator = simulator
         self._supervisor: subprocess.Popen[bytes] | None = None
@@ -127,8 +127,9 @@ class ManagedServer:
             raise ConfigurationError("the scenario has no server: section")
         simulator = _simulator_settings(scenario)
         model = managed_model(scenario)
-        key = resolve_api_key(scenario.client)
-        return cls(config, log_path, model, key, simulator, at_key=scenario.at_key)
+        # every client's key is masked in its log, whichever server the client goes to
+        keys = [resolve_api_key(client) for _, client in scenario.client_entries()]
+        return cls(config, log_path, model, keys, simulator, at_key=scenario.at_key)
 
     # ----------------------------------------------------------------------------- addresses
 

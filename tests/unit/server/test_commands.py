@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,7 @@ from veeksha.scenario.server import (
 )
 from veeksha.scenario.simulator import SimulatorConfig
 from veeksha.server.commands import server_argv
+from veeksha.server.managed import SERVER_LOG, ManagedServer, server_identity
 
 
 def test_each_engine_type_builds_its_projects_command_line() -> None:
@@ -63,6 +66,57 @@ def test_the_simulator_type_runs_veeksha_sim_server_with_the_scenarios_settings(
 def test_bad_server_sections_are_refused_in_the_users_words(text: str, message: str) -> None:
     with pytest.raises(ScenarioError, match=message):
         load_scenario_text(text, "s.yaml")
+
+
+def test_a_command_server_takes_the_model_of_each_client_it_serves() -> None:
+    # with clients: the check read the unset client: section and refused every command server
+    # without server.model, telling to set client.model, which clients: cannot have
+    clients = (
+        "clients:\n  - {name: a, model: m-a}\n  - {name: b, api_base: 'http://x/v1', model: x}\n"
+    )
+    server = "server: {type: command, command: [x]}\n"
+    load_scenario_text(clients + server, "s.yaml")
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario_text(clients + "  - {name: c}\n" + server, "s.yaml")
+    (issue,) = caught.value.issues
+    assert (issue.line, issue.path) == (4, "clients[2].model")
+    assert "client 'c' goes to the managed server" in issue.message
+    assert "set this client's model, or server.model" in issue.message
+
+
+def test_a_managed_simulator_serves_every_model_its_clients_name(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # it served simulator.model alone, and every client's request was answered 404
+    monkeypatch.delenv("OPENAI_API_BASE", raising=False)
+    text = (
+        "clients:\n"
+        "  - {name: a, model: m-a, max_model_len: 900}\n"
+        "  - {name: b, model: m-b}\n"
+        "  - {name: c, model: m-c, api_base: 'http://x/v1'}\n"
+        "server: {type: veeksha_sim}\n"
+    )
+    scenario = load_scenario_text(text, "s.yaml")
+    served = json.loads(server_identity(scenario) or "")["simulator"]
+    assert served["model"] == "m-a"
+    assert served["max_model_len"] == 900
+    assert set(served["models"]) == {"m-b"}  # (m-c has its own endpoint)
+    assert ManagedServer.for_scenario(scenario, tmp_path / SERVER_LOG).model == "veeksha-sim"
+
+
+def test_a_managed_servers_log_masks_every_clients_key(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("KEY_B", "sk-bbbbbbbbbbbb")
+    text = (
+        "clients:\n"
+        "  - {name: a, model: m, api_key: sk-aaaaaaaaaaaa}\n"
+        "  - {name: b, model: m, api_key_env: KEY_B}\n"
+        "server: {type: veeksha_sim}\n"
+    )
+    managed = ManagedServer.for_scenario(load_scenario_text(text, "s.yaml"), tmp_path / "log")
+    managed.argv = ["serve", "--api-key", "sk-aaaaaaaaaaaa", "--other", "sk-bbbbbbbbbbbb"]
+    assert managed.describe()["argv"] == ["serve", "--api-key", "***", "--other", "***"]
 
 
 def test_stop_signal_takes_short_names() -> None:
