@@ -3,9 +3,10 @@
 An experiment of many points (a microbenchmark, a capacity search) would otherwise start and stop
 a simulator per point, paying its start-up each time and losing its state (prefix cache, process
 warm-up) between points. :func:`shared_simulator` starts the simulator the scenario would use
-(``scenario.simulator``, serving ``client.model`` when set), yields the scenario rewritten to
-point at it, and stops it on the way out. A scenario with a target of its own
-(``client.api_base`` or ``OPENAI_API_BASE``) is yielded unchanged and nothing is started.
+(``scenario.simulator``, serving every model its clients name), yields the scenario rewritten
+to point at it, and stops it on the way out. A scenario with a target of its own
+(``client.api_base`` or ``OPENAI_API_BASE``; with ``clients:``, every client's) is yielded
+unchanged and nothing is started.
 
 >>> with shared_simulator(scenario) as (aimed, server):  # doctest: +SKIP
 ...     for point in points:
@@ -21,7 +22,7 @@ from typing import Any
 
 from veeksha.scenario.models import Scenario
 
-__all__ = ["SharedServer", "aim_at", "shared_simulator"]
+__all__ = ["SharedServer", "aim_at", "aim_clients", "shared_simulator"]
 
 
 @dataclass(frozen=True)
@@ -48,10 +49,30 @@ class SharedServer:
 
 def aim_at(scenario: Scenario, server: SharedServer) -> Scenario:
     """``scenario`` with its client pointed at ``server`` (unchanged for an endpoint)."""
-    if not server.is_simulator:
+    if not server.is_simulator or server.api_base is None or server.model is None:
         return scenario
-    client = scenario.client.model_copy(update={"api_base": server.api_base, "model": server.model})
-    return scenario.model_copy(update={"client": client})
+    return aim_clients(scenario, server.api_base, server.model)
+
+
+def aim_clients(scenario: Scenario, api_base: str, model: str) -> Scenario:
+    """``scenario`` with the clients the shared simulator serves pointed at it (``api_base``):
+    the one ``client:`` (asking for ``model``, the simulator's), or each of ``clients:``
+    without an endpoint of its own, each asking for its own model (the simulator serves every
+    one, ``scenario.windows.served_simulator``), else ``simulator.model``."""
+    from veeksha.scenario.windows import client_api_base
+
+    if not scenario.clients:
+        client = scenario.client.model_copy(update={"api_base": api_base, "model": model})
+        return scenario.model_copy(update={"client": client})
+    clients = [
+        client
+        if client_api_base(client) is not None
+        else client.model_copy(
+            update={"api_base": api_base, "model": client.model or scenario.simulator.model}
+        )
+        for client in scenario.clients
+    ]
+    return scenario.model_copy(update={"clients": clients})
 
 
 @contextmanager
@@ -62,10 +83,9 @@ def shared_simulator(scenario: Scenario) -> Iterator[tuple[Scenario, SharedServe
 
     simulator = spawn_simulator(scenario)
     if simulator is None:
-        api_base = client_api_base(scenario.client)
-        server = SharedServer(
-            api_base, scenario.client.model, {"kind": "endpoint", "api_base": api_base}
-        )
+        first = scenario.client_entries()[0][1]  # (the first client's, as a run's target)
+        api_base = client_api_base(first)
+        server = SharedServer(api_base, first.model, {"kind": "endpoint", "api_base": api_base})
         yield scenario, server
         return
     try:

@@ -83,6 +83,28 @@ def test_a_probe_scenario_sets_the_knob_warmup_target_and_extensions(tmp_path: P
     assert (probe.runtime.warmup_sessions, probe.runtime.warmup_seconds) == (3, 0)
 
 
+def test_a_probe_with_clients_aims_each_client_the_shared_simulator_serves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the probe aimed the unset client: section: its clients went to a simulator of their own
+    # each probe, never to the search's shared one
+    monkeypatch.delenv("OPENAI_API_BASE", raising=False)
+    clients = (
+        "clients:\n"
+        "  - {name: a, model: m-a}\n"
+        "  - {name: b}\n"
+        "  - {name: c, model: m-c, api_base: 'http://other:2/v1'}\n"
+    )
+    config = load_capacity_config(write(tmp_path, inline(SCENARIO + clients)))
+    probe = probe_scenario(config.scenario, config.knob, RunRequest(3), 1.0, ("http://h:1/v1", "m"))
+    assert [(name, c.api_base, c.model) for name, c in probe.client_entries()] == [
+        ("a", "http://h:1/v1", "m-a"),
+        ("b", "http://h:1/v1", config.scenario.simulator.model),
+        ("c", "http://other:2/v1", "m-c"),
+    ]
+    assert probe.problems() == []
+
+
 def test_the_knob_of_each_scheduler(tmp_path: Path) -> None:
     fixed = SCENARIO.replace("{type: gamma, arrival_rate: 1, cv: 2}", "{type: fixed, interval: 1}")
     config = load_capacity_config(write(tmp_path, inline(fixed)))

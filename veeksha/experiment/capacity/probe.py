@@ -81,10 +81,12 @@ def probe_scenario(
     update: dict[str, object] = {"runtime": runtime.model_copy(update=runtime_update)}
     if request.extension:
         update["seed"] = probe.seed + request.extension
-    if target is not None:
-        api_base, model = target
-        update["client"] = probe.client.model_copy(update={"api_base": api_base, "model": model})
-    return probe.model_copy(update=update)
+    probe = probe.model_copy(update=update)
+    if target is not None:  # (every client the shared simulator serves: ``aim_clients``)
+        from veeksha.experiment.shared_server import aim_clients
+
+        probe = aim_clients(probe, *target)
+    return probe
 
 
 @dataclass(frozen=True, slots=True)
