@@ -37,6 +37,18 @@ def scenario_problems(scenario: Scenario) -> list[Problem]:
             )
         seen.add(name)
     problems += _tokenizer_problems(scenario)
+    if (
+        scenario.server is not None
+        and scenario.clients
+        and all(client.api_base is not None for client in scenario.clients)
+    ):
+        problems.append(
+            (
+                ("server",),
+                "every client has its api_base, so no request would go to the managed server:"
+                " remove server, or the api_base of the clients it should serve",
+            )
+        )
     problems += _selection_problems(scenario, names)
     problems += _agent_problems(scenario, names)
     return problems

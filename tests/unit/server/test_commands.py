@@ -84,6 +84,19 @@ def test_a_command_server_takes_the_model_of_each_client_it_serves() -> None:
     assert "set this client's model, or server.model" in issue.message
 
 
+def test_a_server_no_client_goes_to_is_refused_at_its_line() -> None:
+    # (one client: its api_base is refused beside server:; several went unchecked, and the
+    # server was started for nothing)
+    text = (
+        "clients:\n  - {name: a, api_base: 'http://x/v1', model: m}\nserver: {type: veeksha_sim}\n"
+    )
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario_text(text, "s.yaml")
+    (issue,) = caught.value.issues
+    assert (issue.line, issue.path) == (3, "server")
+    assert "no request would go to the managed server" in issue.message
+
+
 def test_a_managed_simulator_serves_every_model_its_clients_name(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
