@@ -39,13 +39,15 @@ tokenizer, and cached (``TokenizerCache``) under the server's *fingerprint*: the
 probe text, asked again at each start-up (one call), so a changed model rebuilds it.
 
 **Chat template** (``measure_chat_template``, for chat clients, at every start-up and never
-cached: a server may change its template and not its tokenizer): ``/tokenize``'s chat form
-(vLLM's ``{"model", "messages", "add_generation_prompt": true}``) counts conversations of 1, 2
-and 3 user turns (user; user, assistant, user; …), each message a lead word and
-``TEMPLATE_WORDS`` − 1 calibrated words (their count known by construction). The first count's
-excess over the contents is the template's tokens a prompt, the growth of the excess each
-further turn its tokens a turn (``template_of``); a refusal (llama.cpp's ``/tokenize`` takes
-only ``content``) or a growth that is not the same every turn is a reason instead, and the
+cached: a server may change its template and not its tokenizer): the server counts
+conversations of 1, 2 and 3 user turns (user; user, assistant, user; …) as its chat endpoint
+does (``ServerTokenizer.chat_encode``: vLLM's ``/tokenize`` chat form, ``{"model", "messages",
+"add_generation_prompt": true}``; llama.cpp's ``/apply-template`` then ``/tokenize`` of the
+rendered text), each message a lead word and ``TEMPLATE_WORDS`` − 1 calibrated words (their
+count known by construction). The first count's excess over the contents is the template's
+tokens a prompt, the growth of the excess each further turn its tokens a turn
+(``template_of``); a refusal (a server without the chat form or ``/apply-template``; asked
+no further) or a growth that is not the same every turn is a reason instead, and the
 ``prompt_length`` check estimates the template from the usage as before.
 
 Worked example: a server that splits ``"baba"`` into ``" ba" + "ba"`` but keeps ``" bebe"``
@@ -306,14 +308,15 @@ TEMPLATE_TURNS = 3
 
 
 class ChatTokenizer(Protocol):
-    """What the template's measurement needs: a chat request's ids, or why it was refused."""
+    """What the template's measurement needs: a chat request's ids, or why it was refused (a
+    clause naming the endpoint, e.g. ``its /tokenize refused a chat request (…)``)."""
 
     def chat_encode(self, messages: Sequence[dict[str, str]]) -> list[int] | str: ...
 
 
 @dataclass(frozen=True, slots=True)
 class ChatTemplate:
-    """The server's chat template in its own tokens, measured with ``/tokenize``'s chat form.
+    """The server's chat template in its own tokens, measured as its chat endpoint counts.
 
     ``prompt``: the tokens a prompt of one user message counts beside its content (the
     template's opening, the message's wrapping and the generation prompt); ``turn``: the tokens
@@ -363,7 +366,8 @@ def measure_chat_template(client: ChatTokenizer, calibration: Calibration) -> Ch
     """The server's chat template (``template_of``), from ``TEMPLATE_TURNS`` chat calls of
     calibrated words (each message a lead word then mid-form words, ``TEMPLATE_WORDS``
     tokens, as prompts are built); the reason, a string, when the server refuses a chat
-    request on /tokenize or its counts make no constant template."""
+    request (the first refusal, as ``chat_encode`` words it) or its counts make no constant
+    template."""
     words, lead = calibration.words, calibration.lead
     messages: list[dict[str, str]] = []
     counts: list[int] = []
@@ -374,7 +378,7 @@ def measure_chat_template(client: ChatTokenizer, calibration: Calibration) -> Ch
         messages.append({"role": "user", "content": _message(words, lead, 2 * turn)})
         ids = client.chat_encode(messages)
         if isinstance(ids, str):
-            return f"its /tokenize refused a chat request ({ids})"
+            return ids  # (the first refusal: nothing more is asked)
         counts.append(len(ids))
         contents.append(TEMPLATE_WORDS * len(messages))
     return template_of(counts, contents)

@@ -11,10 +11,16 @@ llama_cpp  ``{"content", "add_special"}``                  ``{"tokens"}``
            → ``{"tokens": [...]}``                         → ``{"content": text}``
 ========== =============================================== ==========================
 
-vLLM's ``/tokenize`` also takes a chat request, ``{"model", "messages",
-"add_generation_prompt": true}`` → ``{"tokens", "count"}`` with its chat template applied
-(``chat_encode``, how ``veeksha.generate.calibration`` measures the template); llama.cpp's takes
-only ``content`` and answers no tokens, which ``chat_encode`` returns as a reason, not an error.
+``chat_encode`` (how ``veeksha.generate.calibration`` measures the chat template) counts
+messages as the chat endpoint does. vLLM's ``/tokenize`` takes a chat request, ``{"model",
+"messages", "add_generation_prompt": true}`` → ``{"tokens", "count"}`` with its chat template
+applied. llama.cpp's takes only ``content``, so there it is two calls, as llama-server's
+``/v1/chat/completions`` does it: ``POST /apply-template`` ``{"messages"}`` → ``{"prompt"}``
+(the model's chat template rendered, generation prompt included), then ``/tokenize`` of that
+text with ``"add_special": true, "parse_special": true``, the flags its chat path tokenizes the
+rendered prompt with (a BOS the vocabulary adds, which the rendering leaves out; the template's
+special tokens read as tokens, not as text). A refusal (an HTTP error, say a llama-server
+without ``/apply-template``, or an answer without tokens) is returned as a reason, not an error.
 
 SGLang serves the vLLM shape (its ``/tokenize`` and ``/detokenize`` follow vLLM's). TGI offers
 ``POST /tokenize`` with ``{"inputs"}`` answering a list of ``{"id", "text"}`` and no
@@ -69,6 +75,8 @@ class ServerTokenizer:
     ) -> None:
         self.endpoint = endpoint
         self.detokenize_endpoint = endpoint.rsplit("/", 1)[0] + "/detokenize"
+        #: llama.cpp's chat template renderer, beside /tokenize (``chat_encode``)
+        self.apply_template_endpoint = endpoint.rsplit("/", 1)[0] + "/apply-template"
         self.model = model
         self.timeout = setup_timeout(SERVER_TOKENIZER_TIMEOUT_S) if timeout is None else timeout
         self.format: Format | None = format
@@ -100,12 +108,15 @@ class ServerTokenizer:
         return len(self.encode(text))
 
     def chat_encode(self, messages: Sequence[dict[str, str]]) -> list[int] | str:
-        """The ids of ``messages`` in the server's chat template, generation prompt included
-        (vLLM's ``{"model", "messages", "add_generation_prompt": true}``); the reason as a
-        string when the server refuses the request or answers no tokens (llama.cpp's /tokenize
-        takes only ``content``). Unlike the other calls a refusal leaves the client usable."""
+        """The ids of ``messages`` in the server's chat template, generation prompt included,
+        as its chat endpoint counts them (the module docstring: vLLM's chat form of /tokenize,
+        llama.cpp's /apply-template then /tokenize); the reason, a clause, when the server
+        refuses a request or answers no tokens. Unlike the other calls a refusal leaves the
+        client usable."""
         if self.format is None:
             self._detect()
+        if self.format == "llama_cpp":
+            return self._llama_cpp_chat_encode(messages)
         body: dict[str, object] = {"messages": list(messages), "add_generation_prompt": True}
         if self.model is not None:
             body = {"model": self.model, **body}
@@ -113,12 +124,7 @@ class ServerTokenizer:
         tokens = _nonempty_tokens(answer)
         if tokens is not None:
             return tokens
-        if not answer.ok:
-            text = Redactor(self._api_key)(
-                answer.body[:READ_WINDOW].decode("utf-8", "replace"), _QUOTED
-            )
-            return f"HTTP {answer.status} {answer.reason}: {text!r}"
-        return "no tokens in the answer"
+        return f"its /tokenize refused a chat request ({self._refusal(answer)})"
 
     def decode(self, ids: Sequence[int]) -> str:
         if self.format is None:
@@ -134,6 +140,39 @@ class ServerTokenizer:
         return text
 
     # ------------------------------------------------------------------------------- internals
+
+    def _llama_cpp_chat_encode(self, messages: Sequence[dict[str, str]]) -> list[int] | str:
+        """llama.cpp: ``/apply-template`` renders the messages, ``/tokenize`` counts the text
+        with the chat path's flags (``add_special``, ``parse_special``)."""
+        url = self.apply_template_endpoint
+        answer = self._send(url, {"messages": list(messages)})
+        if not answer.ok:
+            return f"its /apply-template refused a chat request ({self._refusal(answer)})"
+        try:
+            data = answer.json()
+        except ValueError:
+            data = None
+        prompt = data.get("prompt") if isinstance(data, dict) else None
+        if not isinstance(prompt, str):
+            return "its /apply-template answered no 'prompt' text for a chat request"
+        body = {"content": prompt, "add_special": True, "parse_special": True}
+        answer = self._send(self.endpoint, body)
+        tokens = _nonempty_tokens(answer)
+        if tokens is not None:
+            return tokens
+        return (
+            "its /tokenize did not count the prompt /apply-template rendered "
+            f"({self._refusal(answer)})"
+        )
+
+    def _refusal(self, answer: Answer) -> str:
+        """Why ``answer`` has no tokens: its status and (redacted) text, or none in a 2xx."""
+        if answer.ok:
+            return "no tokens in the answer"
+        text = Redactor(self._api_key)(
+            answer.body[:READ_WINDOW].decode("utf-8", "replace"), _QUOTED
+        )
+        return f"HTTP {answer.status} {answer.reason}: {text!r}"
 
     def _tokenize_body(self, text: str, form: Format | None = None) -> dict[str, object]:
         if (form or self.format) == "llama_cpp":

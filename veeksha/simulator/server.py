@@ -33,9 +33,11 @@ from veeksha.simulator.wire import (
     OutputText,
     Templates,
     Tokenize,
+    chat_text,
     chat_tokens,
     error_body,
     parse_generation,
+    special_tokens,
 )
 
 __all__ = ["SimServer", "Stats", "engine_params", "merge_families"]
@@ -164,6 +166,9 @@ class SimServer:
             (b"GET", b"/health"): self._health,
             (b"GET", b"/metrics"): self._metrics,
         }
+        if config.tokenize_api == "llama_cpp" and config.chat_template:
+            # llama.cpp's chat template renderer (only where there is a template to render)
+            self._routes[(b"POST", b"/apply-template")] = self._apply_template
         self._paths = {path for _, path in self._routes}
         # More models (``config.models``): each its own server object (engine, cache, text,
         # faults) on this loop; a generation request goes to the one its body names.
@@ -303,7 +308,13 @@ class SimServer:
         llama = self.config.tokenize_api == "llama_cpp"
         if llama:  # llama.cpp: {"content"} → {"tokens"}; no content → no tokens, as it does
             content = body.get("content")
-            ids = tok.encode(content) if isinstance(content, str) else []
+            ids: list[Any] = []
+            if isinstance(content, str):
+                # (its parse_special, default true: the template's special tokens' texts are
+                # those tokens; "add_special" adds nothing, the vocabulary having no BOS of
+                # its own: the template writes <s>)
+                parse = self.config.chat_template and body.get("parse_special", True) is not False
+                ids = special_tokens(content, tok.encode) if parse else tok.encode(content)
             self._tokenizer_reply(conn, {"tokens": ids})
             return
         if "messages" in body:  # (the chat template as the usage counts it, vLLM's default)
@@ -315,6 +326,12 @@ class SimServer:
             raise ApiError(400, "'prompt' (a string) or 'messages' is required", param="prompt")
         out = {"count": len(ids), "max_model_len": self.config.max_model_len, "tokens": ids}
         self._tokenizer_reply(conn, out)
+
+    def _apply_template(self, conn: HttpConnection, request: Request) -> None:
+        """llama.cpp's ``/apply-template``: ``{"messages"}`` → ``{"prompt"}``, the chat template
+        rendered with the generation prompt (``chat_text``), which ``/tokenize`` counts as the
+        usage of those messages does."""
+        self._tokenizer_reply(conn, {"prompt": chat_text(self._json(request))})
 
     def _detokenize(self, conn: HttpConnection, request: Request) -> None:
         body = self._json(request)

@@ -21,6 +21,7 @@ again when a later turn sends it back.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -34,9 +35,11 @@ __all__ = [
     "GenRequest",
     "OutputText",
     "Templates",
+    "chat_text",
     "chat_tokens",
     "error_body",
     "parse_generation",
+    "special_tokens",
 ]
 
 Kind = Literal["chat", "completion"]
@@ -130,10 +133,52 @@ TEMPLATE_PROMPT_TOKENS = 9
 TEMPLATE_TURN_TOKENS = 10
 
 
+#: How ``/apply-template`` writes each special token (``tokenize_api: llama_cpp``), and the
+#: texts its ``/tokenize`` reads back as them (llama.cpp's ``parse_special``, on by default): the
+#: token's name, the roles bracketed (``<|user|>``), so no prompt of words contains one.
+SPECIAL_TEXTS = tuple(name if name.startswith("<") else f"<|{name}|>" for name in SPECIAL_TOKENS)
+_SPECIAL_TEXT = re.compile("(" + "|".join(re.escape(text) for text in SPECIAL_TEXTS) + ")")
+
+
 def _special(tokenize: Tokenize) -> Callable[[str], Any]:
     if tokenize is _split:
         return lambda name: "\0" + name
     return lambda name: SPECIAL_BASE + SPECIAL_TOKENS.index(name)
+
+
+def _chat_parts(
+    body: dict[str, Any], template: bool, generation_prompt: bool
+) -> list[tuple[bool, str]]:
+    """A chat body's prompt in order: ``(True, name)`` a special token of the template (when
+    ``template``), ``(False, text)`` a content (or one text part of a content list)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "'messages' must be a non-empty list", param="messages")
+    parts: list[tuple[bool, str]] = []
+    if template:
+        parts.append((True, "<s>"))
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise ApiError(400, f"messages[{i}] must be an object with a 'role'", param="messages")
+        if template:
+            role = message["role"] if message["role"] in SPECIAL_TOKENS[5:] else "<role>"
+            parts += ((True, "<|im_start|>"), (True, role), (True, "<nl>"))
+        content = message.get("content")
+        if isinstance(content, str):
+            parts.append((False, content))
+        elif isinstance(content, list):
+            for part in content:
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    parts.append((False, part["text"]))
+        elif content is not None:
+            raise ApiError(
+                400, f"messages[{i}].content must be a string or a list", param="messages"
+            )
+        if template:
+            parts += ((True, "<|im_end|>"), (True, "<nl>"))
+    if template and generation_prompt:
+        parts += ((True, "<|im_start|>"), (True, "assistant"), (True, "<nl>"))
+    return parts
 
 
 def chat_tokens(
@@ -144,34 +189,42 @@ def chat_tokens(
 ) -> list[Any]:
     """The prompt tokens of a chat body: the contents' tokens in message order, wrapped in
     the chat template when ``template`` (see ``SPECIAL_TOKENS``)."""
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise ApiError(400, "'messages' must be a non-empty list", param="messages")
+    special = _special(tokenize)
     tokens: list[Any] = []
-    special = _special(tokenize) if template else None
-    if special is not None:
-        tokens.append(special("<s>"))
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            raise ApiError(400, f"messages[{i}] must be an object with a 'role'", param="messages")
-        if special is not None:
-            role = message["role"] if message["role"] in SPECIAL_TOKENS[5:] else "<role>"
-            tokens += (special("<|im_start|>"), special(role), special("<nl>"))
-        content = message.get("content")
-        if isinstance(content, str):
-            tokens.extend(tokenize(content))
-        elif isinstance(content, list):
-            for part in content:
-                if isinstance(part, dict) and isinstance(part.get("text"), str):
-                    tokens.extend(tokenize(part["text"]))
-        elif content is not None:
-            raise ApiError(
-                400, f"messages[{i}].content must be a string or a list", param="messages"
-            )
-        if special is not None:
-            tokens += (special("<|im_end|>"), special("<nl>"))
-    if special is not None and generation_prompt:
-        tokens += (special("<|im_start|>"), special("assistant"), special("<nl>"))
+    for is_special, text in _chat_parts(body, template, generation_prompt):
+        if is_special:
+            tokens.append(special(text))
+        else:
+            tokens.extend(tokenize(text))
+    return tokens
+
+
+def chat_text(body: dict[str, Any]) -> str:
+    """The chat template rendered as text, generation prompt included (the simulator's
+    ``/apply-template``): each special token as its ``SPECIAL_TEXTS`` form, each content as it
+    is; a content list's text parts are joined by a space. ``special_tokens`` of it is
+    ``chat_tokens`` of the body, to the token, for string contents."""
+    texts = dict(zip(SPECIAL_TOKENS, SPECIAL_TEXTS, strict=True))
+    parts = _chat_parts(body, True, True)
+    out: list[str] = []
+    for k, (is_special, text) in enumerate(parts):
+        if not is_special and k and not parts[k - 1][0]:
+            out.append(" ")  # (two text parts of one content list)
+        out.append(texts[text] if is_special else text)
+    return "".join(out)
+
+
+def special_tokens(text: str, tokenize: Tokenize) -> list[Any]:
+    """``text``'s tokens with the special tokens' texts (``SPECIAL_TEXTS``) read as those
+    tokens and the text between them tokenized piece by piece (llama.cpp's ``parse_special``)."""
+    special = _special(tokenize)
+    index = dict(zip(SPECIAL_TEXTS, SPECIAL_TOKENS, strict=True))
+    tokens: list[Any] = []
+    for k, piece in enumerate(_SPECIAL_TEXT.split(text)):
+        if k % 2:
+            tokens.append(special(index[piece]))
+        elif piece:
+            tokens.extend(tokenize(piece))
     return tokens
 
 

@@ -177,28 +177,60 @@ def test_the_chat_template_is_measured_and_taken_away_exactly(tmp_path: Path) ->
     )
 
 
-def test_a_tokenize_that_refuses_chat_requests_falls_back_to_the_estimate(
+def test_a_llama_cpp_servers_chat_template_is_measured_through_apply_template(
     tmp_path: Path,
 ) -> None:
-    """llama.cpp's /tokenize takes only ``content`` (a chat request gets no tokens): the
-    template is not measured, run.log says so once, and prompt_length estimates it from the
-    server's usage, as before."""
+    """llama.cpp's /tokenize takes only ``content``: the template is measured by rendering
+    the messages with /apply-template and counting the text with /tokenize, as llama-server's
+    chat path does, and taken away exactly, as with vLLM's chat form."""
     llama = "{tokenizer: subword, chat_template: true, tokenize_api: llama_cpp}"
+    run_dir, requests, checks = _run(
+        tmp_path, "llama", tokenizer="server, format: llama_cpp", simulator=llama
+    )
+    assert (requests.status == "ok").all()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    info = summary["run"]["server_tokenizer"]
+    assert info["format"] == "llama_cpp"
+    assert "chat_template_error" not in info
+    assert info["chat_template"] == {
+        "prompt_tokens": 9,
+        "turn_tokens": 10,
+        "counts": [8 + 9, 24 + 19, 40 + 29],
+        "contents": [8, 24, 40],
+    }
+    assert "chat template measured: 9 tokens a prompt of one message, 10 a further turn" in (
+        _log(run_dir)
+    )
+    check = checks["prompt_length"]
+    assert check["status"] == "PASS", check
+    assert (
+        "server usage vs expected, less the measured template of 9 tokens a prompt and 10 a "
+        "turn" in check["detail"]
+    )
+    server = check["statistics"]["server"]
+    assert server["template_measured"] is True
+    assert server["max_abs_deviation"] == 0
+    assert server["turns"] > 0
+
+
+def test_a_server_without_apply_template_falls_back_to_the_estimate(tmp_path: Path) -> None:
+    """A llama.cpp-shaped server without /apply-template (the simulator has none without a
+    template; so did llama-server before it): the template is not measured, run.log says so
+    once, and prompt_length estimates it from the server's usage, as before."""
+    llama = "{tokenizer: subword, tokenize_api: llama_cpp}"
     run_dir, _, checks = _run(tmp_path, "refused", simulator=llama)
     log = _log(run_dir)
     assert log.count("chat template not measured") == 1
-    assert "its /tokenize refused a chat request (no tokens in the answer)" in log
+    assert "its /apply-template refused a chat request (HTTP 404 Not Found: " in log
     summary = json.loads((run_dir / "summary.json").read_text())
     info = summary["run"]["server_tokenizer"]
     assert "chat_template" not in info
-    assert info["chat_template_error"].startswith("its /tokenize refused a chat request")
+    assert info["chat_template_error"].startswith("its /apply-template refused a chat request")
     check = checks["prompt_length"]
     assert check["status"] == "PASS", check
     assert check["statistics"]["server"]["template_measured"] is False
-    assert (
-        "server usage vs expected, less a template of 9 tokens a prompt and 10 a turn"
-        in (check["detail"])
-    )
+    assert "server usage vs expected" in check["detail"]
+    assert "measured template" not in check["detail"]
 
 
 def test_the_calibration_is_cached_reused_and_rebuilt(

@@ -214,3 +214,39 @@ def test_models_tokenize_detokenize_health_metrics(fast_simulator: SimulatorProc
     for name in ("num_requests_running", "num_requests_waiting", "prefix_cache_hit_rate",
                  "generation_tokens_total", "prompt_tokens_total"):  # fmt: skip
         assert f"veeksha_sim_{name}{{" in text
+
+
+def test_llama_cpp_apply_template_then_tokenize_counts_as_the_usage(
+    start_simulator: StartSimulator,
+) -> None:
+    """tokenize_api llama_cpp with chat_template: /apply-template renders the messages, and its
+    /tokenize (special tokens' texts parsed, as llama.cpp's by default) counts that text as
+    the chat usage counts the messages: the contents + 9, + 10 a further turn."""
+    sim = start_simulator(tokenizer="subword", tokenize_api="llama_cpp", chat_template=True)
+    root = sim.root_url
+    one = [{"role": "user", "content": words(12, "tpl")}]
+    two = [*one, {"role": "assistant", "content": "ba be"}, {"role": "user", "content": "bi"}]
+    for messages in (one, two):
+        rendered = request(f"{root}/apply-template", {"messages": messages}).json()["prompt"]
+        assert rendered.startswith("<s><|im_start|><|user|><nl>")
+        tokenize = {"content": rendered, "add_special": True, "parse_special": True}
+        counted = len(request(f"{root}/tokenize", tokenize).json()["tokens"])
+        usage = request(f"{sim.base_url}/chat/completions", chat(stream=False, messages=messages))
+        assert counted == usage.json()["usage"]["prompt_tokens"]
+        contents = sum(
+            len(request(f"{root}/tokenize", {"content": m["content"]}).json()["tokens"])
+            for m in messages
+        )
+        assert counted == contents + (9 if len(messages) == 1 else 19)
+    # parse_special false: the template's texts are text
+    plain = {"content": "<|im_end|>", "parse_special": False}
+    assert len(request(f"{root}/tokenize", plain).json()["tokens"]) > 1
+
+
+def test_apply_template_is_llama_cpp_modes_with_a_template_only(
+    start_simulator: StartSimulator,
+) -> None:
+    body = {"messages": [{"role": "user", "content": "ba"}]}
+    for settings in ({"chat_template": True}, {"tokenize_api": "llama_cpp"}):
+        sim = start_simulator(**settings)
+        assert request(f"{sim.root_url}/apply-template", body).status == 404

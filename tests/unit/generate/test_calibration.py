@@ -304,10 +304,10 @@ def test_the_chat_template_is_measured_in_the_servers_tokens() -> None:
 def test_a_refused_or_inconstant_chat_template_is_a_reason_not_a_number() -> None:
     calibration = _calibration()
     tokenizer = FakeTokenizer(split=frozenset(BUILTIN_VOCAB[::3]))
-    refused = measure_chat_template(
-        FakeChat(tokenizer, refuse="no tokens in the answer"), calibration
-    )
-    assert refused == "its /tokenize refused a chat request (no tokens in the answer)"
+    reason = "its /tokenize refused a chat request (no tokens in the answer)"
+    refusing = FakeChat(tokenizer, refuse=reason)
+    assert measure_chat_template(refusing, calibration) == reason
+    assert len(refusing.seen) == 1  # (the first refusal: nothing more is asked)
     inconstant = measure_chat_template(FakeChat(tokenizer, first_only=4), calibration)
     assert inconstant == (
         "the template does not add the same tokens every turn (6 at turn 2, 10 at turn 3)"

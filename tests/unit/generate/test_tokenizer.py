@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 from aiohttp import web
 
 from veeksha.errors import ConfigurationError, TargetError
+from veeksha.generate.calibration import ChatTemplate, calibrate, measure_chat_template
 from veeksha.generate.server_tokenizer import PROBE_TEXT
 from veeksha.generate.tokenizer import (
     BuiltinTokenizer,
@@ -65,6 +67,11 @@ def test_make_tokenizer_kinds(wordlevel_json: Path) -> None:
 # ----------------------------------------------------------------------------- server tokenizer
 
 
+#: The fake llama.cpp's BOS id, and the special tokens' texts its /tokenize parses
+LLAMA_BOS = 1
+_LLAMA_SPECIAL = re.compile(r"(<\|im_(?:start|end)\|>)")
+
+
 async def _with_server(check: Callable[[str], Any]) -> tuple[Any, list[dict[str, Any]]]:
     """Run a vLLM-like /tokenize server on loopback; run ``check(base_url)`` in a thread."""
     seen: list[dict[str, Any]] = []
@@ -88,7 +95,19 @@ async def _with_server(check: Callable[[str], Any]) -> tuple[Any, list[dict[str,
     async def llama_tokenize(request: web.Request) -> web.Response:
         body = await request.json()
         seen.append(body)  # llama.cpp: no "content", no tokens (and still 200)
-        return web.json_response({"tokens": builtin.encode(body.get("content", ""))})
+        content = body.get("content", "")
+        if body.get("parse_special", True):  # (its default: a special token's text is one)
+            content = _LLAMA_SPECIAL.sub(r" \1 ", content)
+        bos = [LLAMA_BOS] if body.get("add_special", False) else []
+        return web.json_response({"tokens": bos + builtin.encode(content)})
+
+    async def llama_apply_template(request: web.Request) -> web.Response:
+        body = await request.json()
+        seen.append(body)  # ChatML, the BOS left out: the vocabulary adds it (add_special)
+        prompt = "".join(
+            f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in body["messages"]
+        )
+        return web.json_response({"prompt": prompt + "<|im_start|>assistant\n"})
 
     async def llama_detokenize(request: web.Request) -> web.Response:
         body = await request.json()
@@ -98,6 +117,8 @@ async def _with_server(check: Callable[[str], Any]) -> tuple[Any, list[dict[str,
     app = web.Application()
     app.router.add_post("/llama/tokenize", llama_tokenize)
     app.router.add_post("/llama/detokenize", llama_detokenize)
+    app.router.add_post("/llama/apply-template", llama_apply_template)
+    app.router.add_post("/old-llama/tokenize", llama_tokenize)  # (no /apply-template)
     app.router.add_post("/broken/tokenize", broken)
     app.router.add_post("/tokenize", tokenize)
     app.router.add_post("/detokenize", detokenize)
@@ -220,3 +241,47 @@ def test_make_tokenizer_passes_the_shape() -> None:
     assert auto.format is None
     assert llama.format == "llama_cpp"
     assert llama.detokenize_endpoint == "http://h:1/detokenize"
+
+
+def test_a_llama_cpp_chat_template_is_rendered_then_tokenized_as_its_chat_path_does() -> None:
+    """llama.cpp's /tokenize takes no messages: /apply-template renders them (its BOS left
+    out), and /tokenize counts the text with the chat path's flags, the BOS added and the
+    template's special tokens read as tokens."""
+    calibration = calibrate(BuiltinTokenizer())
+
+    def check(base: str) -> ChatTemplate | str:
+        tok = ServerTokenizer(base + "/llama/tokenize", "m", 5, format="llama_cpp")
+        return measure_chat_template(tok, calibration)
+
+    found, seen = asyncio.run(_with_server(check))
+    # a prompt: BOS, <|im_start|>, user, <|im_end|>, and <|im_start|> assistant; a turn: the
+    # three of each of its two messages
+    assert isinstance(found, ChatTemplate), found
+    assert (found.prompt, found.turn) == (6, 6)
+    assert found.counts == (8 + 6, 24 + 12, 40 + 18)
+    assert [sorted(body) for body in seen] == 3 * [
+        ["messages"],
+        ["add_special", "content", "parse_special"],
+    ]
+    rendered, counted = seen[0], seen[1]
+    assert [m["role"] for m in rendered["messages"]] == ["user"]
+    assert counted["add_special"] is True
+    assert counted["parse_special"] is True
+    first = rendered["messages"][0]["content"]
+    assert counted["content"] == f"<|im_start|>user\n{first}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_a_llama_cpp_server_without_apply_template_is_one_refusal_and_stays_usable() -> None:
+    calibration = calibrate(BuiltinTokenizer())
+
+    def check(base: str) -> tuple[ChatTemplate | str, int, list[int]]:
+        tok = ServerTokenizer(base + "/old-llama/tokenize", "m", 5, format="llama_cpp")
+        found = measure_chat_template(tok, calibration)
+        return found, tok.calls, tok.encode("ba be")
+
+    (found, calls, ids), _ = asyncio.run(_with_server(check))
+    assert found == (
+        "its /apply-template refused a chat request (HTTP 404 Not Found: '404: Not Found')"
+    )
+    assert calls == 1  # (the first refusal: nothing more asked)
+    assert ids == BuiltinTokenizer().encode("ba be")

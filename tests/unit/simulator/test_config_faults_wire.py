@@ -10,14 +10,17 @@ from pydantic import ValidationError
 from veeksha.generate.tokenizer import BuiltinTokenizer
 from veeksha.scenario.simulator import PRESETS, SimulatorConfig
 from veeksha.simulator.faults import Fault, FaultPicker
+from veeksha.simulator.subword import subword_tokenizer
 from veeksha.simulator.wire import (
     SPECIAL_BASE,
     TEMPLATE_PROMPT_TOKENS,
     TEMPLATE_TURN_TOKENS,
     ApiError,
     OutputText,
+    chat_text,
     chat_tokens,
     parse_generation,
+    special_tokens,
 )
 
 S = 1_000_000_000
@@ -136,3 +139,29 @@ def test_the_chat_template_adds_9_tokens_a_prompt_and_10_a_turn_in_usage_and_tok
     )
     assert ids[0] == SPECIAL_BASE
     assert max(tokenizer.encode("a b c d e f")) < SPECIAL_BASE
+
+
+def test_the_rendered_chat_template_tokenizes_as_the_usage_counts_it() -> None:
+    """llama.cpp mode's /apply-template text, read back by its /tokenize (special tokens'
+    texts parsed), is the usage's tokens to the id, with either tokenizer: 9 a prompt, 10 a
+    turn; without the parsing the template's texts are words."""
+    body = {
+        "messages": [
+            {"role": "user", "content": "baba bebe ok"},
+            {"role": "assistant", "content": "dodo"},
+            {"role": "user", "content": "kiki lulu"},
+        ]
+    }
+    text = chat_text(body)
+    assert text == (
+        "<s><|im_start|><|user|><nl>baba bebe ok<|im_end|><nl>"
+        "<|im_start|><|assistant|><nl>dodo<|im_end|><nl>"
+        "<|im_start|><|user|><nl>kiki lulu<|im_end|><nl><|im_start|><|assistant|><nl>"
+    )
+    for tokenizer in (BuiltinTokenizer(), subword_tokenizer()):
+        ids = special_tokens(text, tokenizer.encode)
+        assert ids == chat_tokens(body, tokenizer.encode, template=True)
+        contents = sum(len(tokenizer.encode(m["content"])) for m in body["messages"])
+        assert len(ids) == contents + TEMPLATE_PROMPT_TOKENS + TEMPLATE_TURN_TOKENS
+    assert special_tokens("ba <|im_end|>", BuiltinTokenizer().encode)[1] == SPECIAL_BASE + 2
+    assert max(BuiltinTokenizer().encode(text)) < SPECIAL_BASE
