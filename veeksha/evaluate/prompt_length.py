@@ -24,12 +24,14 @@ Up to three comparisons, each judged against ``prompt_length_tolerance`` (tokens
     tokens as it generated (the simulator does, to the token; a real server within a token or
     two, well inside the tolerance).
 
-    With a calibrated server tokenizer whose ``/tokenize`` takes a chat request, the template
-    is not estimated: it was measured at set-up in the server's own tokens (``summary.json`` →
+    With a calibrated server tokenizer whose server counts a chat request (vLLM's ``/tokenize``
+    chat form; llama.cpp's ``/apply-template`` then ``/tokenize``), the template is not
+    estimated: it was measured at set-up in the server's own tokens (``summary.json`` →
     ``run.server_tokenizer.chat_template``: ``prompt_tokens`` a root, ``turn_tokens`` a turn;
     ``veeksha.generate.calibration.measure_chat_template``), and exactly that is taken away
     from the chat rows, never undecided (the medians are still reported). A server that
-    refuses a chat request there (llama.cpp) leaves the estimate below.
+    refuses a chat request (a llama-server without ``/apply-template``) leaves the estimate
+    below.
 
     Only a chat client's rows have a template: the completions API sends the prompt as it is
     (a BOS at most), so nothing is taken away from its rows, and a server that counts them

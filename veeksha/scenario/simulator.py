@@ -162,7 +162,8 @@ class SimulatorConfig(NumbersModel):
         False,
         description="Wrap chat messages in a ChatML-like template of special tokens, as real "
         "servers do: a prompt of one message counts 9 tokens more than its content, each "
-        "later turn 10 (usage, prefix cache, max_model_len and /tokenize with messages).",
+        "later turn 10 (usage, prefix cache, max_model_len, /tokenize with messages, and "
+        "with tokenize_api llama_cpp /apply-template).",
     )
 
     timing: Literal["fixed", "engine"] | None = Field(
