@@ -311,7 +311,8 @@ def test_a_dry_run_counts_in_builtin_tokens_and_says_so(tmp_path: Path) -> None:
     scenario = write_scenario(tmp_path, text)
     out = tmp_path / "out"
     result = run_cli(
-        "run", str(scenario), "--dry-run", "-q", "--output-dir", str(out), env=cli_env()
+        *("run", str(scenario), "--dry-run", "-q", "--no-plots", "--output-dir", str(out)),
+        env=cli_env(),
     )
     assert result.code == 0, result.output
     assert result.stderr.count("a dry run has no server to calibrate against") == 1, result.stderr

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+# (--no-plots: no test here reads a plot; the sweeps' plots are test_sweep's)
+_COMMAND = [sys.executable, "-m", "veeksha.cli", "run"]
+
 SWEEP = """
 seed: 5
 server: {type: veeksha_sim}
@@ -34,9 +37,8 @@ def _sweep(folder: Path, itl: str, interval: str) -> Path:
     (folder / "sweep.yaml").write_text(
         SWEEP.replace("ITL", itl).replace("INTERVAL", interval), encoding="utf-8"
     )
-    command = [sys.executable, "-m", "veeksha.cli", "run", "sweep.yaml", "--output-dir", "out"]
     proc = subprocess.run(
-        [*command, "--no-plots"],
+        [*_COMMAND, "sweep.yaml", "--output-dir", "out", "--no-plots"],
         cwd=folder,
         capture_output=True,
         text=True,
@@ -113,7 +115,7 @@ def test_points_whose_client_windows_differ_each_get_a_server_of_that_window(
     )
     (tmp_path / "sweep.yaml").write_text(WINDOWS, encoding="utf-8")
     proc = subprocess.run(
-        [sys.executable, "-m", "veeksha.cli", "run", "sweep.yaml", "--output-dir", "out"],
+        [*_COMMAND, "sweep.yaml", "--output-dir", "out", "--no-plots"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -203,7 +205,7 @@ def test_a_group_whose_server_cannot_start_is_each_points_error_and_exit_2(
     )
     (tmp_path / "sweep.yaml").write_text(text, encoding="utf-8")
     proc = subprocess.run(
-        [sys.executable, "-m", "veeksha.cli", "run", "sweep.yaml", "--output-dir", "out"],
+        [*_COMMAND, "sweep.yaml", "--output-dir", "out", "--no-plots"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
