@@ -35,7 +35,7 @@ def _scenario(**data: Any) -> Scenario:
 
 def _run(scenario: Scenario, run_dir: Path) -> tuple[int, dict[str, Any], dict[str, Any]]:
     assert run_benchmark is not None
-    code = run_benchmark(scenario, run_dir, quiet=True)
+    code = run_benchmark(scenario, run_dir, quiet=True, plots=False)  # (no test here reads one)
     summary = json.loads((run_dir / "summary.json").read_text())
     health = json.loads((run_dir / "health.json").read_text())
     return code, summary, health
