@@ -37,12 +37,17 @@ def _manifest(*keys: str) -> dict[str, Any]:
     return {"swept_keys": list(keys), "short_names": {k: k.rsplit(".", 1)[-1] for k in keys}}
 
 
-def _drawn(monkeypatch: pytest.MonkeyPatch) -> list[Figure]:
+def _drawn(monkeypatch: pytest.MonkeyPatch, saved: bool = True) -> list[Figure]:
+    """The figures the plot functions make, kept for the test. ``saved=False``: their PNG is
+    not written (a test that draws the figure itself and reads no file: the encoding at
+    another dpi was a third of its time; the tests with ``saved`` keep the PNG covered)."""
     figures: list[Figure] = []
     make = sweep_plots._figure
 
     def keep() -> Figure:
         figures.append(make())
+        if not saved:
+            figures[-1].savefig = lambda *args, **kwargs: None  # type: ignore[method-assign]
         return figures[-1]
 
     monkeypatch.setattr(sweep_plots, "_figure", keep)
@@ -153,7 +158,7 @@ def test_labels_of_close_points_never_overlap(
 ) -> None:
     # rates 10, 11 and 12 req/s close together beside 40 (a run against the simulator): the
     # three labels were each drawn just above-right of their points, over each other
-    figures = _drawn(monkeypatch)
+    figures = _drawn(monkeypatch, saved=False)
     measured = ((10, 13.58, 21.4), (11, 14.73, 21.2), (12, 15.79, 22.0), (40, 22.99, 159.6))
     table = _table([{"arrival_rate": rate, "rps": rps, "ms": ms} for rate, rps, ms in measured])
     sweep_plots.write_sweep_plots(tmp_path, table, _manifest(RATE))
@@ -166,7 +171,7 @@ def test_a_crowd_of_points_labels_those_with_room_and_says_how_many_not(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # a server past its capacity: 14 rates, all at ~20 req/s, their latencies close
-    figures = _drawn(monkeypatch)
+    figures = _drawn(monkeypatch, saved=False)
     crowd = [
         {"arrival_rate": 20 + 2 * i, "rps": 20.0 + 0.01 * i, "ms": 300.0 + 3 * i} for i in range(14)
     ]
@@ -186,7 +191,7 @@ def test_a_crowd_of_points_labels_those_with_room_and_says_how_many_not(
 def test_compared_sweeps_labels_of_the_same_points_do_not_overlap(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    figures = _drawn(monkeypatch)
+    figures = _drawn(monkeypatch, saved=False)
     table = _table([{"arrival_rate": r, "rps": r * 0.9, "ms": 20.0 + r} for r in (4, 8, 9)])
     sweeps = [("A", table, _manifest(RATE)), ("B", table, _manifest(RATE))]
     sweep_plots.write_compare_plot(tmp_path / "cmp.png", sweeps)
@@ -199,7 +204,7 @@ def test_compared_sweeps_with_long_names_have_their_legend_whole(
 ) -> None:
     """Folder names as veeksha writes them (``sweep-<UTC time>-<hash>``), a failed point: the
     legend's entries fit the figure's width, clear of the panels' axis labels."""
-    figures = _drawn(monkeypatch)
+    figures = _drawn(monkeypatch, saved=False)
     table = _table([{"arrival_rate": r, "rps": r * 0.9, "ms": 20.0 + r} for r in (6, 24)])
     table.loc[1, "health"] = "FAIL"
     names = ["sweep-20261126T171752Z-3cc51dcfea", "sweep-20261126T171759Z-da8f3da41f"]
