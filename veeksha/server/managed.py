@@ -424,8 +424,10 @@ def _missing_model(config: ManagedServerConfig) -> str | None:
     """Why the model of an engine's ``server:`` section cannot be served: a path (llama.cpp's
     ``-m`` always is one; vLLM's and SGLang's when it starts with ``/``, ``./`` or ``../``,
     else a Hugging Face id) that does not exist, relative to ``server.cwd`` as the server
-    takes it. The engine would only fail after its start-up, in its own words."""
-    if config.type not in ("vllm", "sglang", "llama_cpp"):
+    takes it. The engine would only fail after its start-up, in its own words. Not checked
+    with a ``server.executable`` of the user's: a wrapper may run the engine where the path is
+    (a container's own folders)."""
+    if config.type not in ("vllm", "sglang", "llama_cpp") or getattr(config, "executable", None):
         return None
     model = config.model
     if config.type != "llama_cpp" and not model.startswith(_PATH_STARTS):

@@ -106,19 +106,27 @@ def test_a_working_folder_that_is_not_one_is_named_at_its_key(tmp_path: Path) ->
     )
 
 
+def _fake_engines(tmp_path: Path) -> str:
+    """A folder holding a ``llama-server`` and a ``vllm`` that exit at once: a server's PATH."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for name in ("llama-server", "vllm"):
+        (folder / name).write_text("#!/bin/sh\nexit 1\n")
+        (folder / name).chmod(0o755)
+    return f"  env: {{PATH: '{folder}'}}\n"
+
+
 def test_a_model_file_that_does_not_exist_is_refused_before_the_engine_starts(
     tmp_path: Path,
 ) -> None:
     # the engine would load for a while, then fail in its own words in server.log
-    fake = tmp_path / "engine"
-    fake.write_text("#!/bin/sh\nexit 1\n")
-    fake.chmod(0o755)
-    llama = f"  type: llama_cpp\n  executable: {fake}\n  cwd: {tmp_path}\n  model: q4.gguf\n"
+    path = _fake_engines(tmp_path)
+    llama = f"  type: llama_cpp\n{path}  cwd: {tmp_path}\n  model: q4.gguf\n"
     assert _refused(tmp_path, llama) == (
         f"s.yaml:9:3: server.model: 'q4.gguf': no such GGUF file (a relative path is taken "
         f"from {tmp_path}): fix server.model"
     )
-    vllm = f"  type: vllm\n  executable: {fake}\n  model: /models/nowhere\n"
+    vllm = f"  type: vllm\n{path}  model: /models/nowhere\n"
     assert _refused(tmp_path, vllm) == (
         "s.yaml:8:3: server.model: '/models/nowhere': no such model folder: fix server.model"
     )
@@ -133,6 +141,9 @@ def test_a_model_that_exists_or_is_a_hub_id_is_not_refused(tmp_path: Path) -> No
     for server in (
         f"  type: llama_cpp\n  executable: {fake}\n  cwd: {tmp_path}\n  model: q4.gguf\n",
         f"  type: vllm\n  executable: {fake}\n  model: Qwen/Qwen2.5-0.5B\n",
+        # a wrapper of the user's (a container) may have the path where this machine has not
+        f"  type: vllm\n  executable: {fake}\n  model: /models/in-the-container\n",
+        f"  type: llama_cpp\n  executable: {fake}\n  model: /models/q4.gguf\n",
     ):
         with pytest.raises(TargetError, match="exited with code 1 before it was ready"):
             _start(tmp_path, server + "  ready_timeout: 30\n")
