@@ -119,13 +119,15 @@ def load_matplotlib() -> None:
         return
     import matplotlib.artist
 
-    kwdoc = matplotlib.artist.kwdoc
-    matplotlib.artist.kwdoc = _no_kwdoc
+    kwdoc = getattr(matplotlib.artist, "kwdoc", None)  # (a matplotlib without it: as it is)
+    if kwdoc is not None:
+        matplotlib.artist.kwdoc = _no_kwdoc
     try:
         import matplotlib.backends.backend_agg
         import matplotlib.figure
     finally:
-        matplotlib.artist.kwdoc = kwdoc
+        if kwdoc is not None:
+            matplotlib.artist.kwdoc = kwdoc
 
 
 def _no_kwdoc(artist: object) -> str:
