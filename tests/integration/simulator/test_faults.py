@@ -50,7 +50,9 @@ def test_stall_sends_no_bytes_for_stall_s(start_simulator: StartSimulator) -> No
     _, status, pieces = asyncio.run(timed_stream(url, chat(max_tokens=4, ignore_eos=True)))
     assert status == 200
     gaps = [b[0] - a[0] for a, b in itertools.pairwise(pieces)]
-    assert max(gaps) >= 0.29e9
+    # (read times: the piece before the stall read late shortens the gap the client sees, by
+    # 12 ms once on a loaded CI machine; the server's write times below hold the 0.3 s)
+    assert max(gaps) >= 0.2e9
     body = b"".join(p for _, p in pieces).decode()
     assert body.endswith("data: [DONE]\n\n")
     timings = json.loads(body.split("data: ")[-2])["timings"]
