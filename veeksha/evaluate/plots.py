@@ -1,8 +1,8 @@
 """PNG plots of a run (plots/ in the run folder), drawn with matplotlib's Agg canvas.
 
-matplotlib is imported only here, inside ``write_plots``, so importing veeksha stays cheap; no
-pyplot global state is used (a ``Figure`` on a ``FigureCanvasAgg``), which is safe off the main
-thread. Files:
+matplotlib is imported only when a plot is drawn (``evaluate.png``), so importing veeksha stays
+cheap; no pyplot global state is used (a ``Figure`` on a ``FigureCanvasAgg``), which is safe off
+the main thread. Files:
 
 - ``<metric>_cdf.png`` for ttfc, tbc, tpot, e2e: empirical CDF in ms (at most ``CDF_POINTS``
   points, taken at evenly spaced quantiles), the summary's p50 and p99 marked; one sample is
@@ -26,9 +26,6 @@ through every send and completion would give, without matplotlib holding million
 
 from __future__ import annotations
 
-import struct
-import sys
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from veeksha.evaluate.png import agg_figure, save_png
 from veeksha.evaluate.source import ColumnSource
 from veeksha.evaluate.stats import Floats, column
 from veeksha.plural import counted
@@ -53,8 +51,6 @@ __all__ = [
     "RAMP_PLOT",
     "InFlight",
     "in_flight_envelope",
-    "load_matplotlib",
-    "png_bytes",
     "write_cdf_plots",
     "write_plots",
     "write_ramp_plot",
@@ -78,12 +74,8 @@ _LEFT_IN, _RIGHT_IN, _TOP_IN, _BOTTOM_IN, _GAP_IN = 1.0, 0.2, 0.45, 0.6, 0.3
 
 
 def _figure(rows: int = 1) -> Figure:
-    load_matplotlib()
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     width, height = 7.0, 2.6 * rows + 1.4
-    fig = Figure(figsize=(width, height), dpi=DPI)
+    fig = agg_figure(figsize=(width, height), dpi=DPI)
     axes_height = (height - _TOP_IN - _BOTTOM_IN - _GAP_IN * (rows - 1)) / rows
     fig.subplots_adjust(
         left=_LEFT_IN / width,
@@ -92,105 +84,11 @@ def _figure(rows: int = 1) -> Figure:
         bottom=_BOTTOM_IN / height,
         hspace=_GAP_IN / axes_height,
     )
-    FigureCanvasAgg(fig)
     return fig
 
 
 #: The PNGs' resolution (pixels per inch): a 7-inch-wide figure is 700 pixels wide.
 DPI = 100
-
-#: zlib's level for the PNGs: 3 compresses about as well as the default (6, ~20 % smaller files)
-#: in half its time.
-PNG_COMPRESS_LEVEL = 3
-#: Rows filtered at a time when writing a PNG (~180 kB for a 700-pixel-wide image).
-PNG_BLOCK_ROWS = 64
-
-
-def load_matplotlib() -> None:
-    """Import what the plots draw with (~0.35 CPU-s), once per process.
-
-    matplotlib writes, as it defines each of its ~100 artist classes, the docstring of the
-    class's ``set`` method: the list of every property, each setter's docstring parsed
-    (``matplotlib.artist.kwdoc``, ~0.1 CPU-s, a quarter of the import). The import here makes
-    those lists empty (``help(Line2D.set)`` says less; nothing drawn reads them: ``set``'s
-    signature and behaviour are unchanged) and puts ``kwdoc`` back after. When matplotlib is
-    already imported, nothing is done."""
-    if "matplotlib.figure" in sys.modules:
-        return
-    import matplotlib.artist
-
-    kwdoc = getattr(matplotlib.artist, "kwdoc", None)  # (a matplotlib without it: as it is)
-    if kwdoc is not None:
-        matplotlib.artist.kwdoc = _no_kwdoc
-    try:
-        import matplotlib.backends.backend_agg
-        import matplotlib.figure
-    finally:
-        if kwdoc is not None:
-            matplotlib.artist.kwdoc = kwdoc
-
-
-def _no_kwdoc(artist: object) -> str:
-    return ""
-
-
-def _save(fig: Figure, path: Path) -> Path:
-    """Draw ``fig`` on its Agg canvas and write it to ``path`` as a PNG (``png_bytes``): the
-    pixels, text chunk and resolution ``fig.savefig(path, dpi=DPI)`` writes, in ~5 ms where
-    Pillow's encoder (``savefig``'s) took ~15 ms a plot, most of it choosing a filter per row."""
-    canvas = fig.canvas
-    canvas.draw()
-    import matplotlib
-
-    software = f"Matplotlib version{matplotlib.__version__}, https://matplotlib.org/"
-    rgba = np.asarray(canvas.buffer_rgba())  # type: ignore[attr-defined]
-    path.write_bytes(png_bytes(rgba, fig.dpi, {"Software": software}))
-    return path
-
-
-def _chunk(kind: bytes, data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-
-def png_bytes(rgba: NDArray[np.uint8], dpi: float, text: dict[str, str] | None = None) -> bytes:
-    """The PNG of an RGBA image (height × width × 4, 8 bits a channel) at ``dpi``, with ``text``
-    as tEXt chunks (latin-1). Every row is filtered by its difference to the row above (PNG's
-    "Up" filter, numpy's subtraction over ``PNG_BLOCK_ROWS`` rows at a time): a plot's rows are
-    mostly white or repeat the row above, so the file is about the size Pillow's per-row choice
-    of filter gave (±3 % on a run's plots).
-
-    >>> import io
-    >>> from PIL import Image
-    >>> image = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
-    >>> decoded = Image.open(io.BytesIO(png_bytes(image, 100.0)))
-    >>> bool((np.asarray(decoded) == image).all()), decoded.info["dpi"]
-    (True, (99.9998, 99.9998))
-    """
-    height, width, _ = rgba.shape
-    rows = rgba.reshape(height, width * 4)
-    compressor = zlib.compressobj(PNG_COMPRESS_LEVEL)
-    data = []
-    block = np.empty((min(height, PNG_BLOCK_ROWS), width * 4 + 1), dtype=np.uint8)
-    block[:, 0] = 2  # each row's filter: "Up"
-    for start in range(0, height, PNG_BLOCK_ROWS):
-        stop = min(start + PNG_BLOCK_ROWS, height)
-        filtered = block[: stop - start]
-        # a row less the row above, modulo 256 as PNG's filter (the first row: itself)
-        if start == 0:
-            filtered[0, 1:] = rows[0]
-            np.subtract(rows[1:stop], rows[: stop - 1], out=filtered[1:, 1:])
-        else:
-            np.subtract(rows[start:stop], rows[start - 1 : stop - 1], out=filtered[:, 1:])
-        data.append(compressor.compress(filtered.data))
-    data.append(compressor.flush())
-    per_metre = int(dpi / 0.0254 + 0.5)
-    chunks = [_chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 6, 0, 0, 0))]
-    for key, value in (text or {}).items():
-        chunks.append(_chunk(b"tEXt", key.encode("latin-1") + b"\0" + value.encode("latin-1")))
-    chunks.append(_chunk(b"pHYs", struct.pack(">IIB", per_metre, per_metre, 1)))
-    chunks.append(_chunk(b"IDAT", b"".join(data)))
-    chunks.append(_chunk(b"IEND", b""))
-    return b"\x89PNG\r\n\x1a\n" + b"".join(chunks)
 
 
 def _note(ax: Any, text: str) -> None:
@@ -250,7 +148,7 @@ class _CdfFigure:
         ax.set_xlabel(f"{name.upper()} (ms)")
         ax.set_title(_cdf_title(digest, name))
         ax.legend(loc="lower right", fontsize="small")
-        return _save(fig, path)
+        return save_png(fig, path)
 
 
 def _cdf_title(digest: Digest, name: str) -> str:
@@ -273,7 +171,7 @@ def _one_sample_cdf(digest: Digest, name: str, path: Path) -> Path:
     ax.set_title(_cdf_title(digest, name))
     ax.legend(loc="lower right", fontsize="small")
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def _cdf(digest: Digest, name: str, path: Path) -> Path:
@@ -419,7 +317,7 @@ def _latency_over_time(requests: ColumnSource, path: Path, boundaries: Boundarie
         ax.grid(alpha=0.3)
         _mark(ax, boundaries, label=ax is top)
     bottom.set_xlabel("sent at, time since t0 (s)")
-    return _save(fig, path) if drawn else None
+    return save_png(fig, path) if drawn else None
 
 
 def _timeline(requests: ColumnSource, path: Path, boundaries: Boundaries = ()) -> Path | None:
@@ -442,7 +340,7 @@ def _timeline(requests: ColumnSource, path: Path, boundaries: Boundaries = ()) -
     bottom.grid(alpha=0.3)
     _mark(top, boundaries, label=True)
     _mark(bottom, boundaries)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def _send_rate(ax: Any, sent: Floats) -> None:
@@ -487,7 +385,7 @@ def _ttfc_vs_prompt(requests: ColumnSource, path: Path) -> Path | None:
     ax.set_ylabel("TTFC (ms)")
     ax.set_title("TTFC vs prompt length")
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def write_plots(
@@ -567,4 +465,4 @@ def write_ramp_plot(run_dir: Path, ramp: dict[str, Any] | None) -> list[Path]:
     axes[1].set_xlabel("offered rate in the window (sessions/s)")
     folder = run_dir / PLOTS_DIR
     folder.mkdir(parents=True, exist_ok=True)
-    return [_save(fig, folder / RAMP_PLOT)]
+    return [save_png(fig, folder / RAMP_PLOT)]

@@ -52,7 +52,8 @@ def draw_pools(source: ColumnSource, path: Path) -> Path | None:
     if span.size == 0:
         return None
     times = np.linspace(float(span.min()), float(span.max()), POINTS)
-    from veeksha.evaluate.plots import _figure, _save
+    from veeksha.evaluate.plots import _figure
+    from veeksha.evaluate.png import save_png
 
     fig = _figure(rows=len(clients))
     axes = np.atleast_1d(fig.subplots(len(clients), 1, sharex=True))
@@ -69,7 +70,7 @@ def draw_pools(source: ColumnSource, path: Path) -> Path | None:
 
     legend_above(axes[0])  # in a row above the panel: inside, it covered the pools' peaks
     axes[-1].set_xlabel("time since t0 (s)")
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def _session_starts(session: np.ndarray, ready: Floats) -> Floats:

@@ -22,10 +22,10 @@ from veeksha.evaluate.plots import (
     PLOTS_DIR,
     SCATTER_POINTS,
     _figure,
-    _save,
     _strided,
     in_flight_envelope,
 )
+from veeksha.evaluate.png import save_png
 from veeksha.evaluate.server_view import ServerView
 from veeksha.evaluate.source import ColumnSource
 from veeksha.evaluate.stats import column, reached_server
@@ -163,4 +163,4 @@ def write_server_plot(
         ttfc.set_xlim(min(float(np.min(view.scrape_times)), 0.0), None)
     folder = run_dir / PLOTS_DIR
     folder.mkdir(parents=True, exist_ok=True)
-    return [_save(fig, folder / SERVER_PLOT)]
+    return [save_png(fig, folder / SERVER_PLOT)]

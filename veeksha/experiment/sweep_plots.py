@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from veeksha.evaluate.png import agg_figure, save_png
 from veeksha.experiment.plot_labels import PointLabel, place_labels
 from veeksha.experiment.sweep_table import value_columns
 
@@ -43,13 +44,9 @@ _STYLES = ("-", "--", ":", "-.")
 
 
 def _figure() -> Figure:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     # fixed margins: the constrained layout engine took as much CPU as drawing the six panels
-    fig = Figure(figsize=(10, 10))
+    fig = agg_figure(figsize=(10, 10))
     fig.subplots_adjust(left=0.08, right=0.98, top=0.92, bottom=0.11, hspace=0.42, wspace=0.22)
-    FigureCanvasAgg(fig)
     return fig
 
 
@@ -197,7 +194,7 @@ def write_sweep_plots(
     out = Path(sweep_dir) / PLOTS_DIR
     out.mkdir(exist_ok=True)
     path = out / CURVE_FILE
-    fig.savefig(path, dpi=90)
+    save_png(fig, path, dpi=90)
     return [path]
 
 
@@ -216,5 +213,5 @@ def write_compare_plot(
     _finish(fig, grid, title, labels)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
+    save_png(fig, path, dpi=90)
     return path

@@ -3,9 +3,6 @@ against whole-column slicing, and the memory a large file source takes to plot."
 
 from __future__ import annotations
 
-import io
-import subprocess
-import sys
 import tracemalloc
 from pathlib import Path
 
@@ -15,11 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 from matplotlib.figure import Figure
 from matplotlib.image import imread
-from PIL import Image
 
 from veeksha.evaluate import plots, source
 from veeksha.evaluate.metrics import Digest, digest
 from veeksha.evaluate.plots import in_flight_envelope
+from veeksha.evaluate.png import save_png
 from veeksha.evaluate.source import ColumnSource
 from veeksha.plural import counted
 
@@ -148,7 +145,7 @@ def _caught(monkeypatch: pytest.MonkeyPatch) -> list[Figure]:
         figures.append(fig)
         return path
 
-    monkeypatch.setattr(plots, "_save", keep)
+    monkeypatch.setattr(plots, "save_png", keep)
     return figures
 
 
@@ -265,7 +262,7 @@ def _cdf_in_a_figure_of_its_own(digest: Digest, name: str, path: Path) -> None:
     ax.set_title(f"{name.upper()} CDF ({samples}, p50 {digest.median * 1000:.3g} ms)")
     ax.legend(loc="lower right", fontsize="small")
     ax.grid(alpha=0.3)
-    plots._save(fig, path)
+    save_png(fig, path)
 
 
 def test_the_cdfs_drawn_in_one_figure_are_the_images_of_a_figure_each(tmp_path: Path) -> None:
@@ -285,51 +282,3 @@ def test_the_cdfs_drawn_in_one_figure_are_the_images_of_a_figure_each(tmp_path: 
         own = tmp_path / f"own_{name}.png"
         _cdf_in_a_figure_of_its_own(digests[name], name, own)
         assert (imread(tmp_path / "shared" / "plots" / f"{name}_cdf.png") == imread(own)).all()
-
-
-def test_png_bytes_decode_to_the_image_at_its_resolution() -> None:
-    # random bytes: every row's difference to the row above wraps around modulo 256; rows in
-    # three blocks, the last one short
-    height = 2 * plots.PNG_BLOCK_ROWS + 9
-    rgba = np.random.default_rng(5).integers(0, 256, (height, 23, 4), dtype=np.uint8)
-    decoded = Image.open(io.BytesIO(plots.png_bytes(rgba, 100.0, {"Software": "x y"})))
-    assert decoded.mode == "RGBA"
-    assert (np.asarray(decoded) == rgba).all()
-    assert decoded.info == {"Software": "x y", "dpi": (99.9998, 99.9998)}
-
-
-def test_a_saved_plot_is_the_png_savefig_writes(tmp_path: Path) -> None:
-    """``_save`` writes its own PNG (``png_bytes``): the pixels and the text and resolution
-    chunks of matplotlib's ``savefig`` (through Pillow), a figure made taller after its axes
-    (as ``server_plot.legend_above`` does) too."""
-    fig = plots._figure(rows=2)
-    top, bottom = fig.subplots(2, 1, sharex=True)
-    top.plot([0, 1, 2], [3, 1, 2], label="line")
-    top.legend(loc="lower right", fontsize="small")
-    bottom.scatter(np.arange(50), np.arange(50) % 7, s=4, alpha=0.5)
-    plots._note(bottom, "a note")
-    top.set_title("title")
-    fig.set_figheight(fig.get_figheight() + 0.37)
-    ours = plots._save(fig, tmp_path / "ours.png")
-    fig.savefig(tmp_path / "savefig.png", dpi=100, format="png")
-    with Image.open(ours) as mine, Image.open(tmp_path / "savefig.png") as theirs:
-        assert mine.size == theirs.size == (700, 697)
-        assert (np.asarray(mine) == np.asarray(theirs)).all()
-        assert mine.info == theirs.info
-
-
-def test_matplotlib_is_imported_without_its_set_docstrings() -> None:
-    """``load_matplotlib`` skips the property lists of the artists' ``set`` docstrings (a
-    quarter of the import's CPU) and leaves ``kwdoc`` and ``set``'s signature as they were."""
-    code = (
-        "import inspect\n"
-        "from veeksha.evaluate.plots import load_matplotlib\n"
-        "load_matplotlib()\n"
-        "import matplotlib.artist, matplotlib.lines\n"
-        "Line2D = matplotlib.lines.Line2D\n"
-        "print('markevery' in inspect.signature(Line2D.set).parameters)\n"
-        "print('markevery' in Line2D.set.__doc__)\n"
-        "print('markevery' in matplotlib.artist.kwdoc(Line2D))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["True", "False", "True"]

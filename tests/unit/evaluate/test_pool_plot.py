@@ -29,10 +29,10 @@ def test_a_rows_session_start_is_its_sessions_first_ready_time() -> None:
 def test_the_legend_sits_above_the_first_panel(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from veeksha.evaluate import plots
+    from veeksha.evaluate import png
 
     figures: list[Figure] = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or path)
+    monkeypatch.setattr(png, "save_png", lambda fig, path: figures.append(fig) or path)
     # one capped client whose waiting pool peaks at its end, under the old legend's corner
     rows = [
         request(i, ready=0.1 * i, sent=0.1 * i + 0.05 * i, chunks=(0.1 * i + 0.05 * i + 0.3,))

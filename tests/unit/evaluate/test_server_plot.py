@@ -25,7 +25,7 @@ def _in_flight_drawn(
         figures.append(fig)
         return path
 
-    monkeypatch.setattr(server_plot, "_save", keep)
+    monkeypatch.setattr(server_plot, "save_png", keep)
     view = ServerView(series={"running": (np.array([0.0, 1.0, 2.0]), np.array([0.0, 3.0, 0.0]))})
     for table in (requests_table(rows), ColumnSource.of(requests_table(rows))):
         server_plot.write_server_plot(tmp_path, table, view)
@@ -69,7 +69,7 @@ def test_the_legends_sit_above_the_panels_not_over_the_lines(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     figures: list[Figure] = []
-    monkeypatch.setattr(server_plot, "_save", lambda fig, path: figures.append(fig) or path)
+    monkeypatch.setattr(server_plot, "save_png", lambda fig, path: figures.append(fig) or path)
     series = {
         "running": (np.array([0.0, 1.0, 2.0]), np.array([0.0, 3.0, 0.0])),
         "waiting": (np.array([0.0, 1.0, 2.0]), np.array([0.0, 1.0, 0.0])),
@@ -90,7 +90,7 @@ def test_the_warmup_it_draws_is_shaded_and_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     figures: list[Figure] = []
-    monkeypatch.setattr(server_plot, "_save", lambda fig, path: figures.append(fig) or path)
+    monkeypatch.setattr(server_plot, "save_png", lambda fig, path: figures.append(fig) or path)
     view = ServerView(series={"running": (np.array([0.0, 1.0, 2.0]), np.array([0.0, 3.0, 0.0]))})
     rows = [request(i, sent=0.5 * i, chunks=(0.5 * i + 0.2,)) for i in range(4)]
     server_plot.write_server_plot(tmp_path, requests_table(rows), view, warmup=(0.0, 1.0))

@@ -46,11 +46,11 @@ def _drawn(monkeypatch: pytest.MonkeyPatch, saved: bool = True) -> list[Figure]:
 
     def keep() -> Figure:
         figures.append(make())
-        if not saved:
-            figures[-1].savefig = lambda *args, **kwargs: None  # type: ignore[method-assign]
         return figures[-1]
 
     monkeypatch.setattr(sweep_plots, "_figure", keep)
+    if not saved:
+        monkeypatch.setattr(sweep_plots, "save_png", lambda fig, path, dpi=None: path)
     return figures
 
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from veeksha.evaluate.png import agg_figure, save_png
 from veeksha.experiment.plot_labels import PointLabel, place_labels
 from veeksha.plural import counted
 
@@ -37,22 +38,18 @@ def write_capacity_plot(document: dict[str, Any], path: Path) -> Path | None:
     fig = capacity_figure(document)
     if fig is None:
         return None
-    fig.savefig(path, dpi=100)
+    save_png(fig, path, dpi=100)
     return path
 
 
 def capacity_figure(document: dict[str, Any]) -> Figure | None:
     """The figure of a capacity.json ``document`` (see the module docstring); None without any
     probe."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     history: Sequence[dict[str, Any]] = document.get("history", [])
     slos: Sequence[dict[str, Any]] = document.get("slos", [])
     if not history or not slos:
         return None
-    fig = Figure(figsize=(7, 2.8 * len(slos) + 1.2), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = agg_figure(figsize=(7, 2.8 * len(slos) + 1.2), layout="constrained")
     axes = fig.subplots(len(slos), 1, squeeze=False)[:, 0]
     knob = document.get("knob_title") or document.get("searched_knob", "value")
     panels = [

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from veeksha.evaluate.png import agg_figure, save_png
 from veeksha.experiment.microbench.diff import unhealthy
 
 if TYPE_CHECKING:
@@ -25,12 +26,7 @@ _STYLES = (("tab:blue", "o-"), ("tab:orange", "s--"))
 
 
 def _figure(panels: int) -> Figure:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(6 * panels, 4.2), layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
+    return agg_figure(figsize=(6 * panels, 4.2), layout="constrained")
 
 
 def _finish(ax: Axes, xlabel: str, ylabel: str, title: str) -> None:
@@ -111,7 +107,7 @@ def diff_plot(
         _finish(axes[1], unit, "output throughput (tokens/s)", "stress: throughput")
     for document in results:
         _mark_unhealthy(name, axes, document)
-    fig.savefig(path, dpi=100, format="png")
+    save_png(fig, path, dpi=100)
     return path
 
 

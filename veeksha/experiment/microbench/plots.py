@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from veeksha.evaluate.png import agg_figure, save_png
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
@@ -22,12 +24,7 @@ __all__ = ["decode_plot", "prefill_plot", "stress_plot"]
 
 
 def _figure(width: float = 7) -> Figure:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, 4.2), layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
+    return agg_figure(figsize=(width, 4.2), layout="constrained")
 
 
 def prefill_plot(
@@ -66,7 +63,7 @@ def prefill_plot(
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left")
-    fig.savefig(path, dpi=100, format="png")
+    save_png(fig, path, dpi=100)
     return path
 
 
@@ -111,7 +108,7 @@ def decode_plot(table: list[dict[str, Any]], fits: list[dict[str, Any]], path: P
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", fontsize="small")
-    fig.savefig(path, dpi=100, format="png")
+    save_png(fig, path, dpi=100)
     return path
 
 
@@ -162,5 +159,5 @@ def stress_plot(table: list[dict[str, Any]], traffic: str, path: Path) -> Path:
     load.set_ylim(bottom=0)
     load.grid(alpha=0.3)
     load.legend(loc="upper left", fontsize="small")
-    fig.savefig(path, dpi=100, format="png")
+    save_png(fig, path, dpi=100)
     return path
