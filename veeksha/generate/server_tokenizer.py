@@ -7,7 +7,7 @@ format     ``POST /tokenize``                              ``POST /detokenize``
 ========== =============================================== ==========================
 vllm       ``{"model", "prompt", "add_special_tokens"}``   ``{"model", "tokens"}``
            → ``{"tokens": [...], "count": N}``             → ``{"prompt": text}``
-llama_cpp  ``{"content", "add_special"}``                  ``{"tokens"}``
+llama_cpp  ``{"model", "content", "add_special"}``         ``{"model", "tokens"}``
            → ``{"tokens": [...]}``                         → ``{"content": text}``
 ========== =============================================== ==========================
 
@@ -21,6 +21,10 @@ text with ``"add_special": true, "parse_special": true``, the flags its chat pat
 rendered prompt with (a BOS the vocabulary adds, which the rendering leaves out; the template's
 special tokens read as tokens, not as text). A refusal (an HTTP error, say a llama-server
 without ``/apply-template``, or an answer without tokens) is returned as a reason, not an error.
+
+Every body names the client's model (``"model"`` first) when it has one, in both shapes:
+llama-server serving one model ignores it, and in router mode (several models, each in a child
+process) answers 400 "model name is missing from the request" to a body without it.
 
 SGLang serves the vLLM shape (its ``/tokenize`` and ``/detokenize`` follow vLLM's). TGI offers
 ``POST /tokenize`` with ``{"inputs"}`` answering a list of ``{"id", "text"}`` and no
@@ -117,9 +121,7 @@ class ServerTokenizer:
             self._detect()
         if self.format == "llama_cpp":
             return self._llama_cpp_chat_encode(messages)
-        body: dict[str, object] = {"messages": list(messages), "add_generation_prompt": True}
-        if self.model is not None:
-            body = {"model": self.model, **body}
+        body = self._with_model({"messages": list(messages), "add_generation_prompt": True})
         answer = self._send(self.endpoint, body)
         tokens = _nonempty_tokens(answer)
         if tokens is not None:
@@ -130,11 +132,8 @@ class ServerTokenizer:
         if self.format is None:
             self._detect()
         url = self.detokenize_endpoint
-        body: dict[str, object] = {"tokens": list(ids)}
         key = "content" if self.format == "llama_cpp" else "prompt"
-        if self.format == "vllm" and self.model is not None:
-            body = {"model": self.model, **body}
-        text = self._post(url, body).get(key)
+        text = self._post(url, self._with_model({"tokens": list(ids)})).get(key)
         if not isinstance(text, str):
             raise self._fail(f"server detokenizer at {url}: no {key!r} text in the answer")
         return text
@@ -145,7 +144,7 @@ class ServerTokenizer:
         """llama.cpp: ``/apply-template`` renders the messages, ``/tokenize`` counts the text
         with the chat path's flags (``add_special``, ``parse_special``)."""
         url = self.apply_template_endpoint
-        answer = self._send(url, {"messages": list(messages)})
+        answer = self._send(url, self._with_model({"messages": list(messages)}))
         if not answer.ok:
             return f"its /apply-template refused a chat request ({self._refusal(answer)})"
         try:
@@ -155,7 +154,7 @@ class ServerTokenizer:
         prompt = data.get("prompt") if isinstance(data, dict) else None
         if not isinstance(prompt, str):
             return "its /apply-template answered no 'prompt' text for a chat request"
-        body = {"content": prompt, "add_special": True, "parse_special": True}
+        body = self._with_model({"content": prompt, "add_special": True, "parse_special": True})
         answer = self._send(self.endpoint, body)
         tokens = _nonempty_tokens(answer)
         if tokens is not None:
@@ -176,8 +175,13 @@ class ServerTokenizer:
 
     def _tokenize_body(self, text: str, form: Format | None = None) -> dict[str, object]:
         if (form or self.format) == "llama_cpp":
-            return {"content": text, "add_special": False}
-        body: dict[str, object] = {"prompt": text, "add_special_tokens": False}
+            return self._with_model({"content": text, "add_special": False})
+        return self._with_model({"prompt": text, "add_special_tokens": False})
+
+    def _with_model(self, body: dict[str, object]) -> dict[str, object]:
+        """``body`` naming the model first, in either shape: vLLM checks it; llama-server
+        ignores it when it serves one model and, in router mode (several models), answers 400
+        "model name is missing from the request" without it."""
         return body if self.model is None else {"model": self.model, **body}
 
     def _tokens(self, data: dict[str, Any]) -> list[int]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,8 @@ def test_make_tokenizer_kinds(wordlevel_json: Path) -> None:
 # ----------------------------------------------------------------------------- server tokenizer
 
 
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+
 #: The fake llama.cpp's BOS id, and the special tokens' texts its /tokenize parses
 LLAMA_BOS = 1
 _LLAMA_SPECIAL = re.compile(r"(<\|im_(?:start|end)\|>)")
@@ -114,7 +116,22 @@ async def _with_server(check: Callable[[str], Any]) -> tuple[Any, list[dict[str,
         seen.append(body)
         return web.json_response({"content": builtin.decode(body["tokens"])})
 
+    def router(handler: Handler) -> Handler:
+        """llama-server in router mode: a body must name one of its models."""
+
+        async def routed(request: web.Request) -> web.Response:
+            if (await request.json()).get("model") != "m":
+                message = "model name is missing from the request"
+                error = {"code": 400, "message": message, "type": "invalid_request_error"}
+                return web.json_response({"error": error}, status=400)
+            return await handler(request)
+
+        return routed
+
     app = web.Application()
+    app.router.add_post("/router/tokenize", router(llama_tokenize))
+    app.router.add_post("/router/detokenize", router(llama_detokenize))
+    app.router.add_post("/router/apply-template", router(llama_apply_template))
     app.router.add_post("/llama/tokenize", llama_tokenize)
     app.router.add_post("/llama/detokenize", llama_detokenize)
     app.router.add_post("/llama/apply-template", llama_apply_template)
@@ -206,9 +223,9 @@ def test_the_llama_cpp_shape_is_found_when_the_vllm_one_gives_no_tokens() -> Non
     assert ids == BuiltinTokenizer().encode("ba be")
     assert text == "ba be"
     assert seen[0] == {"model": "m", "prompt": PROBE_TEXT, "add_special_tokens": False}
-    assert seen[1] == {"content": PROBE_TEXT, "add_special": False}
-    assert seen[2] == {"content": "ba be", "add_special": False}
-    assert seen[3] == {"tokens": ids}
+    assert seen[1] == {"model": "m", "content": PROBE_TEXT, "add_special": False}
+    assert seen[2] == {"model": "m", "content": "ba be", "add_special": False}
+    assert seen[3] == {"model": "m", "tokens": ids}
 
 
 def test_an_explicit_shape_is_used_without_probing() -> None:
@@ -260,8 +277,8 @@ def test_a_llama_cpp_chat_template_is_rendered_then_tokenized_as_its_chat_path_d
     assert (found.prompt, found.turn) == (6, 6)
     assert found.counts == (8 + 6, 24 + 12, 40 + 18)
     assert [sorted(body) for body in seen] == 3 * [
-        ["messages"],
-        ["add_special", "content", "parse_special"],
+        ["messages", "model"],
+        ["add_special", "content", "model", "parse_special"],
     ]
     rendered, counted = seen[0], seen[1]
     assert [m["role"] for m in rendered["messages"]] == ["user"]
@@ -285,3 +302,20 @@ def test_a_llama_cpp_server_without_apply_template_is_one_refusal_and_stays_usab
     )
     assert calls == 1  # (the first refusal: nothing more asked)
     assert ids == BuiltinTokenizer().encode("ba be")
+
+
+def test_llama_server_in_router_mode_is_named_the_model_in_every_call() -> None:
+    """llama-server serving several models (router mode) refuses a /tokenize, /detokenize or
+    /apply-template body without "model": every call names the client's."""
+    calibration = calibrate(BuiltinTokenizer())
+
+    def check(base: str) -> tuple[str | None, list[int], str, ChatTemplate | str]:
+        tok = ServerTokenizer(base + "/router/tokenize", "m", timeout=5)
+        ids = tok.encode("ba be")
+        return tok.format, ids, tok.decode(ids), measure_chat_template(tok, calibration)
+
+    (form, ids, text, template), seen = asyncio.run(_with_server(check))
+    assert (form, ids, text) == ("llama_cpp", BuiltinTokenizer().encode("ba be"), "ba be")
+    assert isinstance(template, ChatTemplate), template
+    assert (template.prompt, template.turn) == (6, 6)
+    assert all(body.get("model") == "m" for body in seen)
