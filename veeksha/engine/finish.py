@@ -56,6 +56,7 @@ class RunFinish:
     shard: ShardSpec | None
     trace: OpenTrace | None
     tokenizer: TokenizerLike
+    tokenizers: list[TokenizerLike]
     make_session: Callable[[int], SessionSpec]
     num_workers: int
     main_cpu_s: float
@@ -122,7 +123,7 @@ class RunFinish:
             "stop_reason": outcome.stop_reason,
         }
         writer.write_soon()  # (rows the traffic's end added since the run's own call)
-        if self.target_context is not None and not isinstance(self.tokenizer, CalibratedTokenizer):
+        if self.target_context is not None and not self._calibrated():
             # the watch's last scrape is done, the evaluation asks the server nothing (the
             # server tokenizer's check does): the simulator's shutdown runs beside it
             self.target_context.stop_simulator_soon()
@@ -198,11 +199,21 @@ class RunFinish:
         # read a column at a time from the files: bounded memory at any run size
         requests = requests_source(self.run_dir)
         sessions = sessions_source(self.run_dir)
-        if isinstance(self.tokenizer, CalibratedTokenizer):  # (after the traffic, never in it)
+        calibrated = self._calibrated()
+        infos = []
+        for tokenizer, names in calibrated:  # (after the traffic, never in it)
             info = server_tokenizer_info(
-                self.tokenizer, requests, self.make_session, self.scenario.seed
+                tokenizer,
+                requests,
+                self.make_session,
+                self.scenario.seed,
+                clients=names if self.scenario.clients else None,
             )
-            run_info["server_tokenizer"] = info
+            infos.append(info)
+        if infos:  # (the first, as ever; each, with several: docs/evaluation_outputs.md)
+            run_info["server_tokenizer"] = infos[0]
+            if len(infos) > 1:
+                run_info["server_tokenizers"] = infos
         evaluation = evaluate_run(
             self.run_dir, self.scenario, requests, sessions, run_info, plots=self.plots
         )
@@ -214,6 +225,16 @@ class RunFinish:
             from rich.console import Console  # (a quiet run never loads rich)
 
             evaluation.render(Console(stderr=True))
+
+    def _calibrated(self) -> list[tuple[CalibratedTokenizer, list[str]]]:
+        """Each calibrated server tokenizer of the run and the names of the clients whose
+        prompts it counts, in the clients' order."""
+        found: dict[int, tuple[CalibratedTokenizer, list[str]]] = {}
+        entries = self.scenario.client_entries()
+        for (name, _), tokenizer in zip(entries, self.tokenizers, strict=True):
+            if isinstance(tokenizer, CalibratedTokenizer):
+                found.setdefault(id(tokenizer), (tokenizer, []))[1].append(name)
+        return list(found.values())
 
     def _log_end(self, verdicts: str) -> None:
         outcome = self.outcome

@@ -20,7 +20,7 @@ import numpy as np
 
 from veeksha.errors import TargetError
 from veeksha.evaluate.source import ColumnSource
-from veeksha.evaluate.stats import column, int_column, measured_rows
+from veeksha.evaluate.stats import column, int_column, measured_rows, of_clients
 from veeksha.generate.calibration import CalibratedTokenizer
 from veeksha.generate.rng import RandomStreams
 from veeksha.generate.spec import SessionSpec
@@ -36,8 +36,11 @@ def server_tokenizer_info(
     make_session: Callable[[int], SessionSpec],
     seed: int,
     sample: int = SAMPLE,
+    clients: list[str] | None = None,
 ) -> dict[str, Any]:
-    """The calibration's facts and the verification of a sample of sent prompts (see above)."""
+    """The calibration's facts and the verification of a sample of sent prompts (see above):
+    with ``clients`` (the names of the clients whose prompts it counts, with ``clients:``),
+    of those clients' requests only, named in the facts."""
     client = tokenizer.client
     calibration = tokenizer.calibration
     info: dict[str, Any] = {
@@ -48,13 +51,18 @@ def server_tokenizer_info(
         "lead_words": len(calibration.lead),
         "overhead_tokens": calibration.overhead,
     }
+    if clients is not None:
+        info["clients"] = clients
     template = tokenizer.chat_template
     if isinstance(template, str):
         info["chat_template_error"] = template
     elif template is not None:
         info["chat_template"] = template.to_json()
     measured = measured_rows(requests)
-    sent = np.flatnonzero(~np.isnan(column(measured, "dispatched_at")))
+    sent_rows = ~np.isnan(column(measured, "dispatched_at"))
+    if clients is not None:  # (another client's prompt is in another tokenizer's tokens)
+        sent_rows &= of_clients(measured, clients)
+    sent = np.flatnonzero(sent_rows)
     verification: dict[str, Any] = {"sampled": 0, "deviations": []}
     info["verification"] = verification
     if sent.size == 0:

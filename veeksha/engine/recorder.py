@@ -26,6 +26,22 @@ _NO_CLIENT: tuple[None, None] = (None, None)  # a tool row's client and model: n
 _OK, _FAILED, _CANCELLED = NodeState.OK, NodeState.FAILED, NodeState.CANCELLED
 
 
+def _counting(
+    tokenizer: TokenizerLike,
+) -> tuple[bool, Callable[[str], int | None], Callable[[str], int | None] | None]:
+    """How a client's rows are counted: whether its prompts count their target, its
+    tokenizer's count (local: a server tokenizer is never called during a run), and its
+    output counter (None: none)."""
+    # Prompts built from a tokenizer's vocabulary (builtin, a calibrated server's) have
+    # exactly their target length, one token a word: their count is the target, not redone.
+    exact = getattr(tokenizer, "vocabulary", None) is not None
+    count: Callable[[str], int | None] = tokenizer.count
+    # A calibrated server tokenizer counts no text locally and the server is never called
+    # here: an answer without usage is counted by its content chunks (record/numbers.py).
+    counter = count if getattr(tokenizer, "counts_text", True) else None
+    return exact, count, counter
+
+
 class RunRecorder:
     """Implements ``TrafficSink``: one row per request (every outcome) and per session."""
 
@@ -39,22 +55,20 @@ class RunRecorder:
         trace: TraceWriter | None = None,
         on_row: Callable[[dict[str, Any]], None] | None = None,
         clients: list[tuple[str, str]] | None = None,
+        tokenizers: list[TokenizerLike] | None = None,
     ) -> None:
+        """``tokenizer`` counts every client's prompts unless ``tokenizers`` gives each
+        client's (by the nodes' client index, as ``clients``)."""
         self.run_id = run_id
         self.model = model
         # (name, model) of each client, by the nodes' client index
         self._clients = clients or [("default", model)]
         self.t0_ns = t0_ns
         self._writer = writer
-        self._tokenizer = tokenizer
         self._trace = trace
         self._on_row = on_row
-        # Prompts built from a tokenizer's vocabulary (builtin, a calibrated server's) have
-        # exactly their target length, one token a word: their count is the target, not redone.
-        self._exact_prompts = getattr(tokenizer, "vocabulary", None) is not None
-        # A calibrated server tokenizer counts no text locally and the server is never called
-        # here: an answer without usage is counted by its content chunks (record/numbers.py).
-        self._counter = self._count if getattr(tokenizer, "counts_text", True) else None
+        # per client (by the nodes' client index): (exact, count, counter), made once here
+        self._counting = [_counting(t) for t in tokenizers or [tokenizer] * len(self._clients)]
 
     def dispatched(self, request: InFlight, item: WorkItem) -> None:
         if self._trace is not None:
@@ -67,12 +81,13 @@ class RunRecorder:
         node = session.spec.nodes[request.node_id]
         if node.validation is not None and self._trace is not None:
             self._trace.judged(request.request_id, request.valid)
-        # veeksha's own count of the new prompt part (and of the output, lacking the server's)
-        new_tokens = node.prompt_tokens if self._exact_prompts else self._count(node.prompt)
-        if node.system is not None and new_tokens is not None and not self._exact_prompts:
-            system_tokens = self._count(node.system)  # a dataset's system message is new too
+        # veeksha's own count of the new prompt part (and of the output, lacking the server's),
+        # in the tokenizer of the node's client
+        exact, count, counter = self._counting[node.client]
+        new_tokens = node.prompt_tokens if exact else count(node.prompt)
+        if node.system is not None and new_tokens is not None and not exact:
+            system_tokens = count(node.system)  # a dataset's system message is new too
             new_tokens = None if system_tokens is None else new_tokens + system_tokens
-        counter = self._counter
         output_tokens = (
             None
             if result.completion_tokens is not None or counter is None
@@ -118,10 +133,6 @@ class RunRecorder:
                     "e2e": (result.completed_at_ns - sent) / _NS if ok else None,
                 }
             )
-
-    def _count(self, text: str) -> int | None:
-        """The tokenizer's count (local: a server tokenizer is never called during a run)."""
-        return self._tokenizer.count(text)
 
     def request_cancelled(
         self, session: SessionState, node_id: int, request_id: int, at_ns: int, reason: str

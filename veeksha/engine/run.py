@@ -423,6 +423,7 @@ class _Run(RunSetup, RunFinish):
             trace,
             on_row=None if streaming is None else streaming.add,
             clients=[(client.name, client.model) for client in target.clients],
+            tokenizers=self.tokenizers,
         )
         timers = LoopTimers(loop, self.clock)
         traffic = TrafficLoop(

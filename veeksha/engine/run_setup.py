@@ -15,6 +15,7 @@ from veeksha.engine.loop_settings import LoopSettings
 from veeksha.engine.phases import apply_phases
 from veeksha.engine.runlog import RunLog
 from veeksha.engine.target import Target
+from veeksha.errors import ConfigurationError
 from veeksha.generate.calibration import (
     CalibratedTokenizer,
     ChatTemplate,
@@ -44,13 +45,18 @@ from veeksha.schedule.ramp import ramp_of
 if TYPE_CHECKING:
     from veeksha.generate.traces import OpenTrace
 
-__all__ = ["DRY_RUN_SERVER_TOKENIZER", "RunSetup"]
+__all__ = ["RunSetup", "dry_run_server_tokenizer"]
 
-DRY_RUN_SERVER_TOKENIZER = (
-    "client.tokenizer type server: a dry run has no server to calibrate against, so its"
-    " prompts are counted in the builtin tokenizer's tokens (the same lengths, other words);"
-    " a run against the server calibrates its tokenizer"
-)
+DEFAULT_KEY = "client.tokenizer"
+
+
+def dry_run_server_tokenizer(key: str = DEFAULT_KEY) -> str:
+    """The warning of a dry run given a server tokenizer (at ``key``)."""
+    return (
+        f"{key} type server: a dry run has no server to calibrate against, so its"
+        " prompts are counted in the builtin tokenizer's tokens (the same lengths, other words);"
+        " a run against the server calibrates its tokenizer"
+    )
 
 
 class RunSetup:
@@ -60,37 +66,20 @@ class RunSetup:
     dry_run: bool
     log: RunLog
     trace: OpenTrace | None
-    tokenizer: TokenizerLike
+    tokenizer: TokenizerLike  # the first client's
+    tokenizers: list[TokenizerLike]  # each client's (``client_entries`` order)
     make_session: Callable[[int], SessionSpec]
 
     def _session_source(self, target: Target) -> Callable[[int], SessionSpec]:
         scenario = self.scenario
         runtime = scenario.runtime
-        # one tokenizer counts the run's prompts: the first client's (``clients:`` or the one
-        # ``client:``), calibrated against the first client's target (``Target``'s own);
-        # a later client giving another is refused at validation (``scenario.crosscheck``)
-        config = scenario.client_entries()[0][1].tokenizer
-        tokenizer: TokenizerLike
-        if self.dry_run and config.type == "server":
-            # a dry run sends nothing, so there is no server to calibrate against: its prompts
-            # have the same lengths in builtin tokens (other words), said on stderr and run.log
-            self.log.warning(DRY_RUN_SERVER_TOKENIZER)
-            sys.stderr.write(f"warning: {DRY_RUN_SERVER_TOKENIZER}\n")
-            tokenizer = BuiltinTokenizer()
-        else:
-            tokenizer = make_tokenizer(config, target.api_base, target.model, target.api_key)
-        if isinstance(tokenizer, ServerTokenizer):  # calibrated before t0; a failure is exit 2
-            # (the built-in simulator's port changes every run: nothing to reuse)
-            use_cache = getattr(config, "cache", True) and target.kind != "simulator"
-            # (a managed server's port may be a free one, another every run: its calibration
-            # is found by the server's kind, the model and the shape; the fingerprint checks it)
-            server = scenario.server
-            place = None
-            if server is not None and getattr(config, "endpoint", None) is None:
-                place = f"managed {server.type}"
-            tokenizer = calibrated_tokenizer(tokenizer, use_cache, log=self.log.info, place=place)
-            if any(c.type == "openai_chat_completions" for _, c in scenario.client_entries()):
-                tokenizer.chat_template = self._chat_template(tokenizer)
+        # each client's prompts are counted in its own tokenizer (a server one calibrated
+        # against its own target), clients of the same one sharing it
+        # (``Scenario.tokenizer_sharing``); the trace replay counts in the first client's,
+        # a later client giving another being refused at validation (``scenario.crosscheck``)
+        tokenizers = self._tokenizers(target)
+        self.tokenizers = tokenizers
+        tokenizer = tokenizers[0]
         self.tokenizer = tokenizer
         make: Callable[[int], SessionSpec]
         total = runtime.max_sessions + runtime.warmup_sessions
@@ -107,7 +96,7 @@ class RunSetup:
             if trace_sessions.limit is not None:
                 total = min(total, trace_sessions.limit)
         else:
-            make = SessionGenerator(scenario, tokenizer).session
+            make = SessionGenerator(scenario, tokenizer, tokenizers).session
             make(0)  # the first block (256 sessions) is made now, not in the loop at t0
         self.make_session = make
         if not runtime.pregenerate_sessions:
@@ -115,7 +104,70 @@ class RunSetup:
         sessions = [make(i) for i in range(total)]
         return sessions.__getitem__
 
-    def _chat_template(self, tokenizer: CalibratedTokenizer) -> ChatTemplate | str:
+    def _tokenizers(self, target: Target) -> list[TokenizerLike]:
+        """Each client's tokenizer (``client_entries`` order), built before t0: one instance
+        for the clients that share one; a server one calibrated against its client's target,
+        with the chat template measured when a chat client uses it."""
+        scenario = self.scenario
+        entries = scenario.client_entries()
+        sharing = scenario.tokenizer_sharing()
+        tokenizers: list[TokenizerLike] = []
+        warned = False
+        for index, (_, client) in enumerate(entries):
+            if sharing[index] != index:
+                tokenizers.append(tokenizers[sharing[index]])
+                continue
+            config = client.tokenizer
+            key = scenario.tokenizer_key(index)
+            users = [entries[j] for j, first in enumerate(sharing) if first == index]
+            if self.dry_run and config.type == "server":
+                # a dry run sends nothing, so there is no server to calibrate against: its
+                # prompts have the same lengths in builtin tokens (other words), said on
+                # stderr and run.log (once: the first such client's)
+                if not warned:
+                    warned = True
+                    message = dry_run_server_tokenizer(key)
+                    self.log.warning(message)
+                    sys.stderr.write(f"warning: {message}\n")
+                tokenizers.append(BuiltinTokenizer())
+                continue
+            own = target.clients[index]
+            made = make_tokenizer(config, own.api_base, own.model, own.api_key, key=key)
+            if isinstance(made, ServerTokenizer):  # calibrated before t0; a failure is exit 2
+                # (the built-in simulator's port changes every run: nothing to reuse)
+                use_cache = getattr(config, "cache", True) and own.kind != "simulator"
+                # (a managed server's port may be a free one, another every run: its
+                # calibration is found by the server's kind, the model and the shape; the
+                # fingerprint checks it)
+                server = scenario.server
+                place = None
+                own_port = getattr(config, "endpoint", None) is None
+                if own.kind == "managed" and server is not None and own_port:
+                    place = f"managed {server.type}"
+                say = self._said_of([name for name, _ in users])
+                try:
+                    calibrated = calibrated_tokenizer(made, use_cache, log=say, place=place)
+                except ConfigurationError as exc:  # (named at this client's key)
+                    if key == DEFAULT_KEY:
+                        raise
+                    raise ConfigurationError(str(exc).replace(DEFAULT_KEY, key)) from None
+                if any(c.type == "openai_chat_completions" for _, c in users):
+                    calibrated.chat_template = self._chat_template(calibrated, say)
+                made = calibrated
+            tokenizers.append(made)
+        return tokenizers
+
+    def _said_of(self, names: list[str]) -> Callable[[str], None]:
+        """run.log's info, naming the clients a server tokenizer counts for (with
+        ``clients:``)."""
+        if not self.scenario.clients:
+            return self.log.info
+        who = ", ".join(names)
+        return lambda message: self.log.info(f"{message} (clients: {who})")
+
+    def _chat_template(
+        self, tokenizer: CalibratedTokenizer, say: Callable[[str], None] | None = None
+    ) -> ChatTemplate | str:
         """The server's chat template measured now (3 calls, never cached: a server may change
         its template and not its tokenizer), said in run.log, or why not (said once)."""
         found = measure_chat_template(tokenizer.client, tokenizer.calibration)
@@ -125,7 +177,7 @@ class RunSetup:
                 "check estimates it from the server's usage instead"
             )
         else:
-            self.log.info(
+            (say or self.log.info)(
                 f"server tokenizer: chat template measured: {found.prompt} tokens a prompt of "
                 f"one message, {found.turn} a further turn (counts {list(found.counts)} for "
                 f"contents of {list(found.contents)} tokens)"

@@ -108,6 +108,7 @@ class _Usage(NamedTuple):
     deviation: Floats
     target: Floats
     chat: NDArray[np.bool_]
+    rows: NDArray[np.intp]  # the compared rows (indices of the measured table)
 
 
 def _chat_rows(data: HealthInput) -> NDArray[np.bool_]:
@@ -131,7 +132,7 @@ def _server_usage(data: HealthInput, chat: NDArray[np.bool_]) -> _Usage:
     server = column(table, "prompt_tokens_total")
     server -= target
     rows &= ~np.isnan(server)
-    return _Usage(server[rows], target[rows], chat[rows])
+    return _Usage(server[rows], target[rows], chat[rows], np.flatnonzero(rows))
 
 
 def _server_usage_turns(data: HealthInput, chat: NDArray[np.bool_]) -> _Usage:
@@ -144,7 +145,7 @@ def _server_usage_turns(data: HealthInput, chat: NDArray[np.bool_]) -> _Usage:
     history = column(table, "history_parent")
     children = np.flatnonzero(~np.isnan(history) & _first_attempts(table))
     if children.size == 0:
-        return _Usage(np.empty(0), np.empty(0), np.zeros(0, dtype=bool))
+        return _Usage(np.empty(0), np.empty(0), np.zeros(0, dtype=bool), children)
     node = int_column(table, "node_id")
     session = int_column(table, "session_id")
     width = int(max(node.max(initial=0), np.nanmax(history))) + 1
@@ -166,6 +167,10 @@ def _server_usage_turns(data: HealthInput, chat: NDArray[np.bool_]) -> _Usage:
     answered = status_is(table, "ok")  # (a Python "ok" given to a kernel would import pandas)
     valid = usage[children] & usage[firsts] & usage[lasts] & answered[lasts]
     del usage, answered
+    groups = _tokenizer_groups(data)
+    if groups is not None:  # (a history in another tokenizer's tokens: its server differs)
+        valid &= groups[children] == groups[firsts]
+        del groups
     total = column(table, "prompt_tokens_total")
     turn = total[children] - total[firsts]
     del total
@@ -173,7 +178,23 @@ def _server_usage_turns(data: HealthInput, chat: NDArray[np.bool_]) -> _Usage:
     target = column(table, "target_prompt_tokens")[children]
     turn -= target
     keep = valid & ~np.isnan(turn)
-    return _Usage(turn[keep], target[keep], chat[children][keep])
+    return _Usage(turn[keep], target[keep], chat[children][keep], children[keep])
+
+
+def _tokenizer_groups(data: HealthInput) -> NDArray[np.int64] | None:
+    """Each measured row's tokenizer group (``Scenario.tokenizer_sharing``: the clients
+    whose prompts one tokenizer counts; -1 for a row of no client, a tool's), or None when
+    every client's prompts are counted by one."""
+    sharing = data.scenario.tokenizer_sharing()
+    if len(set(sharing)) < 2:
+        return None
+    table = data.measured
+    names = [name for name, _ in data.scenario.client_entries()]
+    groups = np.full(table.num_rows, -1, dtype=np.int64)
+    for group in sorted(set(sharing)):
+        members = [name for name, g in zip(names, sharing, strict=True) if g == group]
+        groups[of_clients(table, members)] = group
+    return groups
 
 
 class _Offset(NamedTuple):
@@ -208,27 +229,72 @@ def _measured(median_found: float | None, tokens: int) -> _Offset:
     return _Offset(median_found, 0.0 if median_found is None else float(tokens), False)
 
 
-def _measured_template(data: HealthInput) -> tuple[int, int] | None:
-    """The chat template's tokens a prompt and a turn, as measured at set-up on the server's
-    /tokenize (``summary.json`` → ``run.server_tokenizer.chat_template``), else None."""
+def _server_tokenizers(data: HealthInput) -> list[dict[str, Any]]:
+    """Each calibrated server tokenizer's facts (``summary.json`` → ``run.server_tokenizers``,
+    with several; else ``run.server_tokenizer``)."""
+    several = data.run_info.get("server_tokenizers")
+    if isinstance(several, list):
+        return [info for info in several if isinstance(info, dict)]
     info = data.run_info.get("server_tokenizer")
-    template = info.get("chat_template") if isinstance(info, dict) else None
-    if not isinstance(template, dict):
+    return [info] if isinstance(info, dict) else []
+
+
+class _Measured(NamedTuple):
+    """The chat templates measured at set-up, per compared row of the chat clients."""
+
+    prompt: Floats  # a prompt's template tokens, per measured row (0: not a chat row)
+    turn: Floats  # a turn's
+    sizes: set[tuple[int, int]]  # the templates measured (prompt, turn), for the detail
+
+
+def _measured_template(data: HealthInput) -> _Measured | None:
+    """The chat template's tokens a prompt and a turn of each chat client's rows, as measured
+    at set-up on its server's /tokenize (``summary.json`` → ``run.server_tokenizer
+    .chat_template``, ``run.server_tokenizers`` with several), else None: every chat client's
+    template must have been measured (its server tokenizer's ``clients``), or none is used."""
+    table = data.measured
+    entries = data.scenario.client_entries()
+    chat = {name for name, client in entries if client.type == "openai_chat_completions"}
+    prompt = np.zeros(table.num_rows)
+    turn = np.zeros(table.num_rows)
+    sizes: set[tuple[int, int]] = set()
+    covered: set[str] = set()
+    for info in _server_tokenizers(data):
+        template = info.get("chat_template")
+        if not isinstance(template, dict):
+            continue
+        tokens, turn_tokens = template.get("prompt_tokens"), template.get("turn_tokens")
+        if type(tokens) is not int or type(turn_tokens) is not int:
+            continue
+        names = info.get("clients")
+        if not isinstance(names, list):  # (one client, or the one tokenizer of them all)
+            names = [name for name, _ in entries]
+        if len(names) == len(entries):
+            rows: NDArray[np.bool_] | slice = slice(None)
+        else:
+            rows = of_clients(table, names)
+        prompt[rows] = tokens
+        turn[rows] = turn_tokens
+        sizes.add((tokens, turn_tokens))
+        covered.update(names)
+    if not sizes or not chat <= covered:
         return None
-    prompt, turn = template.get("prompt_tokens"), template.get("turn_tokens")
-    if type(prompt) is not int or type(turn) is not int:
-        return None
-    return prompt, turn
+    return _Measured(prompt, turn, sizes)
 
 
 def _server_tokenize(data: HealthInput) -> tuple[Floats, str | None]:
-    info = data.run_info.get("server_tokenizer")
-    verification = info.get("verification") if isinstance(info, dict) else None
-    if not isinstance(verification, dict):
-        return np.empty(0), None
-    deviations = np.asarray(verification.get("deviations") or [], dtype=np.float64)
-    error = verification.get("error")
-    return deviations, str(error) if error else None
+    found: list[Floats] = []
+    errors: list[str] = []
+    for info in _server_tokenizers(data):
+        verification = info.get("verification")
+        if not isinstance(verification, dict):
+            continue
+        found.append(np.asarray(verification.get("deviations") or [], dtype=np.float64))
+        error = verification.get("error")
+        if error:
+            errors.append(str(error))
+    deviations = np.concatenate(found) if found else np.empty(0)
+    return deviations, "; ".join(errors) if errors else None
 
 
 def _describe(name: str, stats: dict[str, Any], tolerance: int) -> str:
@@ -268,14 +334,15 @@ def _prompt_length(data: HealthInput) -> Outcome:
         # only a chat request has one
         root, turn = _offset(roots, tol), _offset(turns, tol)
         measured = _measured_template(data)
-        if measured is not None:  # (the server's own count of its template: exact)
-            root, turn = _measured(root.median, measured[0]), _measured(turn.median, measured[1])
-        usage = np.concatenate(
-            [
-                roots.deviation - np.where(roots.chat, root.taken, 0.0),
-                turns.deviation - np.where(turns.chat, turn.taken, 0.0),
-            ]
-        )
+        root_taken = np.where(roots.chat, root.taken, 0.0)
+        turn_taken = np.where(turns.chat, turn.taken, 0.0)
+        if measured is not None:  # (each server's own count of its template: exact)
+            # (one template: the detail names it; several: "each client's")
+            (one_prompt, one_turn) = min(measured.sizes)
+            root, turn = _measured(root.median, one_prompt), _measured(turn.median, one_turn)
+            root_taken = np.where(roots.chat, measured.prompt[roots.rows], 0.0)
+            turn_taken = np.where(turns.chat, measured.turn[turns.rows], 0.0)
+        usage = np.concatenate([roots.deviation - root_taken, turns.deviation - turn_taken])
         stats = deviation_stats(usage, tol)
         statistics["server"] = {
             "template_offset": root.median,
@@ -290,7 +357,9 @@ def _prompt_length(data: HealthInput) -> Outcome:
         if (root.undecided or turn.undecided) and not confirmed:
             undecided = _undecided(roots, root, turns, turn)
             statistics["server"]["offset_undecided"] = True
-        parts.append((SERVER_USAGE + _taken(root, turn, measured is not None), stats))
+        several = measured is not None and len(measured.sizes) > 1
+        taken = ", less each client's measured template" if several else ""
+        parts.append((SERVER_USAGE + (taken or _taken(root, turn, measured is not None)), stats))
     if not parts:
         return Outcome(SKIP, "no measured request with prompt token counts", statistics)
     parts.sort(key=lambda part: part[1]["outside_tolerance"] == 0)  # failing ones first

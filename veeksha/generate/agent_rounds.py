@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from veeksha.errors import ConfigurationError
-from veeksha.generate.content import PromptBuilder
+from veeksha.generate.content import ClientPrompts
 from veeksha.generate.distributions import (
     LengthSampler,
     make_interval_sampler,
@@ -101,7 +101,7 @@ class AgentRoundsSessions:
     def __init__(
         self,
         graph: AgentRoundsGraph,
-        prompts: PromptBuilder,
+        prompts: ClientPrompts,
         bodies: LengthGenerator,
         outputs: LengthGenerator,
         client_index: dict[str, int],
@@ -179,8 +179,11 @@ class AgentRoundsSessions:
         # a tool's "prompt" is its result: text of its result length
         is_tool = np.array([agents[n.agent].kind == "tool" for n in layout] * count)
         targets = np.where(is_tool, outputs, bodies)
+        clients = None
+        if not self._prompts.single:  # (each node's prompt in its agent's client's tokens)
+            clients = np.array([self._clients[n.agent] for n in layout] * count, dtype=np.int64)
         texts, shared = self._prompts.build(
-            targets, roots, streams.stream("content", "block", block)
+            targets, roots, streams.stream("content", "block", block), clients
         )
         sessions = []
         k = 0

@@ -45,16 +45,23 @@ class ClientPicker:
         nodes each; the block's first session is ``first_session``)."""
         if self._n == 1:
             return
+        picks = self.picks(len(nodes), first_session, sizes, streams, block)
+        for node, pick in zip(nodes, picks, strict=True):
+            node.client = pick
+
+    def picks(
+        self, total: int, first_session: int, sizes: list[int], streams: RandomStreams, block: int
+    ) -> list[int]:
+        """The client index of each of a block's ``total`` nodes (as ``assign`` sets them):
+        known before the nodes are made, so their prompts are sized in their clients'
+        tokenizers."""
         if self._probabilities is not None:
             rng = streams.stream("clients", "block", block)
-            picks = rng.choice(self._n, size=len(nodes), p=self._probabilities).tolist()
-            for node, pick in zip(nodes, picks, strict=True):
-                node.client = pick
-            return
+            picked: list[int] = rng.choice(self._n, size=total, p=self._probabilities).tolist()
+            return picked
         n = self._n
-        k = 0
+        out: list[int] = []
         for offset, size in enumerate(sizes):
             session = first_session + offset
-            for j in range(size):
-                nodes[k].client = (session + j) % n
-                k += 1
+            out.extend((session + j) % n for j in range(size))
+        return out

@@ -33,6 +33,7 @@ shift a token).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 from operator import itemgetter
 from typing import TYPE_CHECKING
@@ -51,7 +52,14 @@ from veeksha.scenario.models import TextChannel
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
-__all__ = ["CORPUS_WORDS", "HEAD_WORDS", "LEAD_STRIDE", "PromptBuilder", "random_words"]
+__all__ = [
+    "CORPUS_WORDS",
+    "HEAD_WORDS",
+    "LEAD_STRIDE",
+    "ClientPrompts",
+    "PromptBuilder",
+    "random_words",
+]
 
 CORPUS_WORDS = 1 << 19
 HEAD_WORDS = 4
@@ -181,8 +189,13 @@ class PromptBuilder:
         targets, so changing lengths or the prefix settings never shifts other draws.
         Returns the texts and each node's ``shared_prefix_tokens``.
         """
+        return self.build_drawn(targets, roots, rng.random((3, len(targets))))
+
+    def build_drawn(
+        self, targets: NDArray[np.int64], roots: NDArray[np.bool_], u: NDArray[np.float64]
+    ) -> tuple[list[str], list[int]]:
+        """``build`` with its 3 uniforms per node already drawn (``u``: shape (3, n))."""
         n = len(targets)
-        u = rng.random((3, n))
         ch = self.channel
         prefix_tokens = np.zeros(n, dtype=np.int64)
         if ch.shared_prefix_ratio > 0:
@@ -234,3 +247,60 @@ class PromptBuilder:
                 pad_at = (pad_at + -err) % CORPUS_WORDS
                 text = f"{text} {pad}" if text else pad
         return best
+
+
+class ClientPrompts:
+    """Prompt bodies each sized in the tokenizer of the client its node goes to: one
+    ``PromptBuilder`` per distinct tokenizer instance (clients sharing one share its builder).
+
+    A node's body depends only on its own three uniforms (drawn for every node of the call at
+    once, as ``PromptBuilder.build`` draws them) and its client's builder, so with one
+    tokenizer every body is exactly ``PromptBuilder.build``'s, and with several each client's
+    bodies are exact in its own tokens, deterministically per seed.
+    """
+
+    def __init__(
+        self, channel: TextChannel, tokenizers: Sequence[TokenizerLike], seed: int
+    ) -> None:
+        builders: dict[int, PromptBuilder] = {}
+        #: each client's builder (by client index)
+        self.of_client: list[PromptBuilder] = []
+        for tokenizer in tokenizers:
+            builder = builders.get(id(tokenizer))
+            if builder is None:
+                builder = builders[id(tokenizer)] = PromptBuilder(channel, tokenizer, seed)
+            self.of_client.append(builder)
+        self._builders = list(builders.values())
+        position = {id(b): i for i, b in enumerate(self._builders)}
+        self._group = np.array([position[id(b)] for b in self.of_client], dtype=np.int64)
+
+    @property
+    def single(self) -> bool:
+        """One tokenizer for every client."""
+        return len(self._builders) == 1
+
+    def build(
+        self,
+        targets: NDArray[np.int64],
+        roots: NDArray[np.bool_],
+        rng: np.random.Generator,
+        clients: NDArray[np.int64] | None = None,
+    ) -> tuple[list[str], list[int]]:
+        """``PromptBuilder.build`` of each node in its client's builder (``clients``: each
+        node's client index; None: every node is client 0's)."""
+        if clients is None or self.single:
+            return self.of_client[0].build(targets, roots, rng)
+        n = len(targets)
+        u = rng.random((3, n))
+        groups = self._group[clients]
+        texts: list[str] = [""] * n
+        shared: list[int] = [0] * n
+        for g, builder in enumerate(self._builders):
+            where = np.flatnonzero(groups == g)
+            if where.size == 0:
+                continue
+            own_texts, own_shared = builder.build_drawn(targets[where], roots[where], u[:, where])
+            for i, text, tokens in zip(where.tolist(), own_texts, own_shared, strict=True):
+                texts[i] = text
+                shared[i] = tokens
+        return texts, shared

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import gc
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from itertools import chain
 from typing import TYPE_CHECKING
 
@@ -34,7 +34,7 @@ import numpy as np
 from veeksha.errors import ConfigurationError
 from veeksha.generate.agent_rounds import AgentRoundsSessions
 from veeksha.generate.clients import ClientPicker
-from veeksha.generate.content import PromptBuilder
+from veeksha.generate.content import ClientPrompts
 from veeksha.generate.distributions import (
     FixedStairSampler,
     IntervalSampler,
@@ -92,7 +92,15 @@ class SessionGenerator:
     Returned specs are shared with a small cache of recent blocks: treat them as read-only.
     """
 
-    def __init__(self, scenario: Scenario, tokenizer: TokenizerLike) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        tokenizer: TokenizerLike,
+        tokenizers: Sequence[TokenizerLike] | None = None,
+    ) -> None:
+        """``tokenizer`` counts every client's prompts unless ``tokenizers`` gives each
+        client's (``Scenario.client_entries`` order; the engine's, ``RunSetup._tokenizers``):
+        a node's prompt is then sized in the tokenizer of the client it goes to."""
         generator = scenario.session_generator
         if isinstance(generator, TraceSessionGenerator):
             raise ConfigurationError(
@@ -107,12 +115,19 @@ class SessionGenerator:
         self.scenario = scenario
         self.streams = RandomStreams(scenario.seed)
         names = [name for name, _ in scenario.client_entries()]
+        if tokenizers is None:
+            tokenizers = [tokenizer] * len(names)
+        if len(tokenizers) != len(names):
+            raise ConfigurationError(
+                f"{len(tokenizers)} tokenizers given for {len(names)} clients: give one a client"
+            )
+        prompts = ClientPrompts(channel, tokenizers, scenario.seed)
         self._agents: AgentRoundsSessions | None = None
         graph = generator.session_graph
         if isinstance(graph, AgentRoundsGraph):
             self._agents = AgentRoundsSessions(
                 graph,
-                PromptBuilder(channel, tokenizer, scenario.seed),
+                prompts,
                 channel.body_length_generator,
                 generator.output_spec.text.output_length_generator,
                 {name: i for i, name in enumerate(names)},
@@ -129,7 +144,7 @@ class SessionGenerator:
         self._outputs = make_length_sampler(generator.output_spec.text.output_length_generator)
         wait = self._graphs.wait_config
         self._waits = make_interval_sampler(wait) if wait is not None else None
-        self._prompts = PromptBuilder(channel, tokenizer, scenario.seed)
+        self._prompts = prompts
         self._clients = ClientPicker(generator.client_selection, names)
         samplers = [*self._graphs.samplers, self._bodies, self._outputs]
         self._stairs = [s for s in samplers if isinstance(s, FixedStairSampler)]
@@ -241,8 +256,18 @@ class SessionGenerator:
             non_roots = ~roots
             self._waits.rng = streams.stream("think_times", "block", block)
             waits[non_roots] = self._waits.sample(total - int(roots.sum()))
+        first = block * BLOCK_SESSIONS
+        # each node's client, known now: its prompt is sized in that client's tokenizer
+        picks = (
+            None
+            if self._clients.single
+            else self._clients.picks(total, first, sizes.tolist(), streams, block)
+        )
         texts, shared = self._prompts.build(
-            bodies, roots, streams.stream("content", "block", block)
+            bodies,
+            roots,
+            streams.stream("content", "block", block),
+            None if picks is None or self._prompts.single else np.array(picks, dtype=np.int64),
         )
 
         nodes = list(
@@ -258,13 +283,13 @@ class SessionGenerator:
                 shared,
             )
         )
-        first = block * BLOCK_SESSIONS
         if self._tools is not None:
             self._mix_tools(nodes, roots, block)
         if self._checks is not None:
             self._checks.apply(nodes, streams.stream("validation", "block", block))
-        if not self._clients.single:
-            self._clients.assign(nodes, first, sizes.tolist(), streams, block)
+        if picks is not None:
+            for node, pick in zip(nodes, picks, strict=True):
+                node.client = pick
         ends = np.cumsum(sizes).tolist()
         starts = [0, *ends[:-1]]
         if graphs.chain:

@@ -197,9 +197,11 @@ def make_tokenizer(
     api_base: str | None = None,
     model: str | None = None,
     api_key: str | None = None,
+    key: str = "client.tokenizer",
 ) -> TokenizerLike:
     """The tokenizer of a ``client.tokenizer`` config (``api_base``/``model``/``api_key``: the
-    target's; a server tokenizer gets the key only on the target's own origin)."""
+    target's; a server tokenizer gets the key only on the target's own origin). ``key``: the
+    config's key path, as messages name it (``clients[1].tokenizer``)."""
     # (by the type tag: the simulator imports this module, and needs no scenario models)
     if cfg.type == "hf":
         return HfTokenizerAdapter(cfg.path)
@@ -207,9 +209,10 @@ def make_tokenizer(
         endpoint = cfg.endpoint
         if endpoint is None:
             if api_base is None:
+                client = key.rsplit(".", 1)[0]
                 raise ConfigurationError(
-                    "client.tokenizer type server needs client.api_base (or "
-                    "client.tokenizer.endpoint); the built-in simulator uses type builtin"
+                    f"{key} type server needs {client}.api_base (or "
+                    f"{key}.endpoint); the built-in simulator uses type builtin"
                 )
             endpoint = default_tokenize_endpoint(api_base)
         same_server = api_base is not None and origin(endpoint) == origin(api_base)

@@ -195,7 +195,8 @@ class _OpenAIClientBase(StrictModel):
     )
     stream: bool = Field(True, description="Stream responses (SSE) and time every chunk.")
     tokenizer: Tokenizer = Field(
-        default_factory=factory(BuiltinTokenizer), description="How prompt tokens are counted."
+        default_factory=factory(BuiltinTokenizer),
+        description="How this client's prompt tokens are counted (and its prompts sized).",
     )
     max_in_flight: int | None = Field(
         None, ge=1, description="Cap on requests in flight; ready requests wait in the queue."

@@ -60,9 +60,10 @@ def unknown_client(name: str, names: list[str]) -> str:
 
 
 def _tokenizer_problems(scenario: Scenario) -> list[Problem]:
-    """A later client naming a tokenizer other than the first client's: one tokenizer counts
-    (and writes) a run's prompts, the first client's, whichever client a prompt goes to."""
-    if not scenario.clients:
+    """A trace replay's later client naming a tokenizer other than the first client's: a
+    trace's rows are fitted and counted in one tokenizer, the first client's, whichever client
+    a row goes to (synthetic sessions size each prompt in its own client's)."""
+    if not scenario.clients or scenario.session_generator.type != "trace":
         return []
     first = scenario.clients[0].tokenizer
     problems: list[Problem] = []
@@ -74,9 +75,10 @@ def _tokenizer_problems(scenario: Scenario) -> list[Problem]:
         problems.append(
             (
                 ("clients", index, "tokenizer"),
-                f"only one tokenizer counts a run's prompts, the first client's "
-                f"({_tokenizer_label(first)}), not this one ({_tokenizer_label(client.tokenizer)}):"
-                f" remove this tokenizer, or make it the first client's",
+                f"a trace replay counts every row's prompt in one tokenizer, the first "
+                f"client's ({_tokenizer_label(first)}), not this one "
+                f"({_tokenizer_label(client.tokenizer)}): remove this tokenizer, or make it the"
+                " first client's",
             )
         )
     return problems

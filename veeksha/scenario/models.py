@@ -223,8 +223,9 @@ class Scenario(StrictModel, defer_build=False):
     clients: list[NamedClient] | None = Field(
         None,
         min_length=1,
-        description="Several targets in one run, each with a name (instead of client); the "
-        "first client's tokenizer counts every client's prompts (docs/agents.md).",
+        description="Several targets in one run, each with a name (instead of client); each "
+        "client's prompts are sized in its own tokenizer (a trace replay's in the first "
+        "client's; docs/agents.md).",
     )
     runtime: Runtime = Field(
         default_factory=factory(Runtime),
@@ -281,6 +282,30 @@ class Scenario(StrictModel, defer_build=False):
         if self.clients:
             return [(c.name, c) for c in self.clients]
         return [(DEFAULT_CLIENT, self.client)]
+
+    def tokenizer_sharing(self) -> list[int]:
+        """Per client (``client_entries`` order), the index of the first client whose prompts
+        the same tokenizer counts: the same ``tokenizer`` (none is ``builtin``) and, for a
+        ``server`` one, the same target too (``api_base``, ``model``, ``api_key_env``: it is
+        calibrated against the client's own server). Clients of one index share one tokenizer
+        instance. A trace replay's clients all share the first client's."""
+        entries = self.client_entries()
+        if self.session_generator.type == "trace":
+            # a trace's rows are fitted and counted in the first client's tokenizer, whichever
+            # client a row goes to (docs/agents.md; a later client naming another is refused)
+            return [0] * len(entries)
+        seen: dict[str, int] = {}
+        sharing: list[int] = []
+        for index, (_, client) in enumerate(entries):
+            key = client.tokenizer.model_dump_json()
+            if client.tokenizer.type == "server":
+                key += f"\0{client.api_base}\0{client.model}\0{client.api_key_env}"
+            sharing.append(seen.setdefault(key, index))
+        return sharing
+
+    def tokenizer_key(self, index: int) -> str:
+        """The key path of client ``index``'s tokenizer, as messages name it."""
+        return f"clients[{index}].tokenizer" if self.clients else "client.tokenizer"
 
     def named_files(self) -> list[tuple[str | int, ...]]:
         """The key paths of the files the scenario names and a run reads: the trace, each

@@ -163,16 +163,44 @@ def test_a_role_naming_an_unknown_client_is_refused_at_its_line() -> None:
     assert "unknown client 'nope'" in issue.message
 
 
-def test_a_later_clients_other_tokenizer_is_refused_at_its_line() -> None:
-    # one tokenizer counts a run's prompts, the first client's: a later client's own, other
-    # one was silently ignored (validate said ok, the run counted in the first's)
+def test_a_later_clients_other_tokenizer_is_its_own() -> None:
+    # each client's prompts are sized in its own tokenizer (was: refused, one tokenizer
+    # counted a run's prompts, the first client's)
     text = "clients:\n  - {name: a, model: m-a}\n  - {name: b, tokenizer: {type: server}}\n"
+    scenario = load(text)
+    assert [c.tokenizer.type for _, c in scenario.client_entries()] == ["builtin", "server"]
+    assert scenario.tokenizer_sharing() == [0, 1]
+    assert scenario.tokenizer_key(1) == "clients[1].tokenizer"
+
+
+def test_a_trace_replays_later_client_of_another_tokenizer_is_refused_at_its_line() -> None:
+    # a trace's rows are fitted and counted in the first client's tokenizer
+    text = (
+        "clients:\n  - {name: a, model: m-a}\n  - {name: b, tokenizer: {type: server}}\n"
+        "session_generator: {type: trace, trace_file: t.jsonl}\n"
+    )
     issue = only_issue(text)
     assert (issue.line, issue.path) == (3, "clients[1].tokenizer")
-    assert "only one tokenizer counts a run's prompts, the first client's (builtin)" in (
+    assert "a trace replay counts every row's prompt in one tokenizer, the first client's" in (
         issue.message
     )
+    assert "(builtin), not this one (server)" in issue.message
     assert "make it the first client's" in issue.message
+
+
+def test_clients_of_one_tokenizer_share_it() -> None:
+    text = (
+        "clients:\n"
+        "  - {name: a}\n"
+        "  - {name: b, tokenizer: {type: builtin}}\n"  # (none is builtin: a's)
+        "  - {name: c, api_base: http://h:1/v1, model: m, tokenizer: {type: server}}\n"
+        "  - {name: d, api_base: http://h:1/v1, model: m, tokenizer: {type: server}}\n"
+        "  - {name: e, api_base: http://h:2/v1, model: m, tokenizer: {type: server}}\n"
+        "  - {name: f, api_base: http://h:1/v1, model: n, tokenizer: {type: server}}\n"
+    )
+    # a server tokenizer is its target's: the same config on another target is another one
+    assert load(text).tokenizer_sharing() == [0, 0, 2, 2, 4, 5]
+    assert load("seed: 1\n").tokenizer_key(0) == "client.tokenizer"
 
 
 def test_a_later_client_may_repeat_the_first_clients_tokenizer() -> None:
