@@ -148,9 +148,9 @@ def _bpe_tokenizer_json(folder: Path) -> Path:
     return path
 
 
-def test_the_first_clients_tokenizer_counts_every_clients_prompts(tmp_path: Path) -> None:
-    """clients: [a with an hf tokenizer, b]: every prompt, a's and b's, is written and counted
-    in a's tokenizer (the run used the builtin one, silently, ignoring a's)."""
+def test_each_clients_prompts_are_written_and_counted_in_its_own_tokenizer(tmp_path: Path) -> None:
+    """clients: [a with an hf tokenizer, b without one (builtin)]: a's prompts are written and
+    counted in a's tokenizer, b's in the builtin one (was: every prompt in a's, b's too)."""
     from tokenizers import Tokenizer
 
     path = _bpe_tokenizer_json(tmp_path)
@@ -179,6 +179,10 @@ runtime: {{max_sessions: 6, benchmark_timeout: 60, num_workers: 1}}
     targets = dict(zip(rows.request_id, rows.target_prompt_tokens, strict=True))
     for line in lines:
         prompt = line["messages"][-1][1]
-        assert len(bpe.encode(prompt).ids) == targets[line["request_id"]], line["client"]
-    # the simulator counts in builtin tokens (a word each): fewer than the BPE's here
-    assert (rows.prompt_tokens_total < rows.target_prompt_tokens).all()
+        counted = len(bpe.encode(prompt).ids) if line["client"] == "a" else len(prompt.split())
+        assert counted == targets[line["request_id"]], line["client"]
+    # the simulator counts in builtin tokens (a word each): fewer than the BPE's for a's
+    # prompts, exactly the target for b's
+    a, b = rows[rows.client == "a"], rows[rows.client == "b"]
+    assert (a.prompt_tokens_total < a.target_prompt_tokens).all()
+    assert (b.prompt_tokens_total == b.target_prompt_tokens).all()

@@ -322,3 +322,67 @@ def test_a_dry_run_counts_in_builtin_tokens_and_says_so(tmp_path: Path) -> None:
     assert (requests.prompt_tokens_new == requests.target_prompt_tokens).all()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert "server_tokenizer" not in summary["run"]  # (nothing calibrated, nothing to verify)
+
+
+TWO_TOKENIZERS = """
+seed: 13
+clients:
+  - {{name: a, model: m-a}}
+  - name: b
+    api_base: {api_base}
+    model: veeksha-sim
+    tokenizer: {{type: server}}
+traffic_scheduler: {{type: concurrent, target_concurrent_sessions: 4, rampup_seconds: 0}}
+session_generator:
+  client_selection: {{type: weighted, weights: {{a: 1, b: 1}}}}
+  session_graph:
+    type: linear
+    num_request_generator: {{type: uniform, min: 1, max: 4}}
+    request_wait_generator: {{type: fixed, interval: 0}}
+    inherit_history: true
+  channels: [{{body_length_generator: {{type: uniform, min: 40, max: 200}}}}]
+  output_spec: {{text: {{output_length_generator: {{type: uniform, min: 5, max: 20}}}}}}
+runtime: {{max_sessions: 24, benchmark_timeout: 60, num_workers: 1}}
+"""
+
+
+def test_each_client_measures_its_target_exactly_in_its_own_tokenizer(tmp_path: Path) -> None:
+    """clients: a on the built-in simulator (builtin tokens), b on a simulator of its own
+    ``subword`` tokenizer with ``tokenizer: server``: each server's usage counts every root
+    prompt of its client at exactly its target, and every turn that follows its own client's
+    turn at exactly the parent's conversation, answer and new part (was: refused; b's prompts
+    in a's builtin words, which the subword server counts longer)."""
+    with SimulatorProcess(SimulatorConfig(tokenizer="subword")) as sim:
+        text = TWO_TOKENIZERS.format(api_base=sim.base_url)
+        run_dir = tmp_path / "run"
+        run_scenario(load_scenario_text(text, "two.yaml"), run_dir, quiet=True, plots=False)
+    requests = pd.read_parquet(run_dir / "requests.parquet")
+    assert (requests.status == "ok").all()
+    assert (requests.prompt_tokens_new == requests.target_prompt_tokens).all()
+    roots = requests[requests.history_parent.isna()]
+    for client in ("a", "b"):
+        own = roots[roots.client == client]
+        assert len(own) > 3, client
+        assert (own.prompt_tokens_total == own.target_prompt_tokens).all(), client
+    done = requests.set_index(["session_id", "node_id"])
+    same = 0
+    for row in requests[requests.history_parent.notna()].itertuples():
+        parent = done.loc[(row.session_id, int(row.history_parent))]
+        if parent.client != row.client:
+            continue  # (the history is in the other tokenizer's words: its server differs)
+        same += 1
+        expected = parent.prompt_tokens_total + parent.output_tokens + row.target_prompt_tokens
+        assert row.prompt_tokens_total == expected, row.client
+    assert same > 3
+    summary = json.loads((run_dir / "summary.json").read_text())
+    info = summary["run"]["server_tokenizer"]
+    assert info["clients"] == ["b"]
+    sampled = info["verification"]["sampled"]
+    assert sampled == min(32, int((requests.client == "b").sum()))
+    assert info["verification"]["deviations"] == [0] * sampled
+    assert "calibrated 4" in _log(run_dir)
+    health = json.loads((run_dir / "health.json").read_text())
+    check = {c["name"]: c for c in health["checks"]}["prompt_length"]
+    assert check["status"] == "PASS", check
+    assert f"server /tokenize vs target: 0 of {sampled} (max 0)" in check["detail"]
+    assert check["statistics"]["server"]["max_abs_deviation"] == 0

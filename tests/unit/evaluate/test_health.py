@@ -500,6 +500,70 @@ def test_prompt_length_fails_usage_beyond_the_measured_template() -> None:
     assert "template" not in result.detail
 
 
+_TWO_SERVERS = [
+    {"name": "x", "api_base": "http://h:1/v1", "model": "m", "tokenizer": {"type": "server"}},
+    {"name": "y", "api_base": "http://h:2/v1", "model": "m", "tokenizer": {"type": "server"}},
+]
+
+
+def _info(clients: list[str], prompt: int, turn: int) -> dict[str, Any]:
+    """A server tokenizer's facts: its clients, its measured template, a clean sample."""
+    template = {"prompt_tokens": prompt, "turn_tokens": turn, "counts": [], "contents": []}
+    return {
+        "clients": clients,
+        "chat_template": template,
+        "verification": {"sampled": 2, "deviations": [0, 0]},
+    }
+
+
+def test_prompt_length_takes_each_clients_measured_template_away() -> None:
+    """Two chat clients, each on a server of its own tokenizer (templates of 9 and 40 tokens
+    a prompt): each client's rows lose their own server's template (was: the first's, from
+    every row: the second's off by 31)."""
+    rows = [
+        request(i, prompt_new=t, target_prompt=t, prompt_total=t + (40 if i % 2 else 9))
+        | {"client": "y" if i % 2 else "x"}
+        for i, t in enumerate((50, 60, 400, 410, 1000, 1010))
+    ]
+    infos = [_info(["x"], 9, 10), _info(["y"], 40, 12)]
+    run_info = {"server_tokenizer": infos[0], "server_tokenizers": infos}
+    result = PROMPT_LENGTH(_input(rows, scen=scenario(clients=_TWO_SERVERS), run_info=run_info))
+    assert result.status == PASS, result.detail
+    assert "server usage vs expected, less each client's measured template: 0 of 6" in (
+        result.detail
+    )
+    assert "server /tokenize vs target: 0 of 4 (max 0)" in result.detail
+    assert result.statistics["server"]["template_measured"] is True
+    assert result.statistics["server"]["max_abs_deviation"] == 0
+    # a chat client whose template nobody measured: no measured one is taken from anyone
+    # (the estimate is, from every chat row, as without any)
+    only_x = {"server_tokenizer": infos[0]}
+    result = PROMPT_LENGTH(_input(rows, scen=scenario(clients=_TWO_SERVERS), run_info=only_x))
+    assert result.statistics["server"]["template_measured"] is False
+
+
+def test_prompt_length_compares_a_turn_only_with_a_parent_of_its_tokenizer() -> None:
+    """A child on client y whose parent went to x, another tokenizer (another server): y's
+    server counts the carried history in its own tokens, not x's total, so the turn is not
+    compared (was: compared, and failed by the tokenizers' difference); a turn after its own
+    tokenizer's parent still is."""
+    root = request(0, 0, prompt_new=100, target_prompt=100, prompt_total=100) | {"client": "x"}
+    root["output_tokens"] = 10
+    across = request(0, 1, parents=[0], prompt_new=50, target_prompt=50) | {"client": "y"}
+    across["prompt_tokens_total"] = 2 * (100 + 10) + 50  # (y counts x's words twice over)
+    # (the completions API: no template taken away, so a turn's difference shows whole)
+    plain = [client | {"type": "openai_completions"} for client in _TWO_SERVERS]
+    scen = scenario(clients=plain)
+    result = PROMPT_LENGTH(_input([root, across], scen=scen))
+    assert result.status == PASS, result.detail
+    assert result.statistics["server"]["turns"] == 0
+    within = request(0, 1, parents=[0], prompt_new=50, target_prompt=50) | {"client": "x"}
+    within["prompt_tokens_total"] = 2 * (100 + 10) + 50
+    result = PROMPT_LENGTH(_input([root, within], scen=scen))
+    assert result.status == FAIL, result.detail
+    assert result.statistics["server"]["turns"] == 1
+
+
 def test_prompt_length_takes_no_template_away_from_the_completions_api() -> None:
     """The completions API applies no chat template: prompts of one length that the server
     counts 1.5 times fail (the old check took the 100 away as a template and passed); a
