@@ -287,7 +287,7 @@ def _check_trace(scenario: Scenario, load_tokenizers: bool = False) -> list[str]
             if parts[-1] == "trace_file":
                 from veeksha.generate.traces import open_trace
 
-                out += open_trace(scenario).prepared.warnings()
+                out += open_trace(scenario).warnings()
             else:
                 _check_tokenizer(scenario, parts, load_tokenizers)
         except ConfigurationError as exc:

@@ -88,7 +88,7 @@ class RunSetup:
 
             self.trace = open_trace(scenario)
             self.log.info(self.trace.describe())
-            for warning in self.trace.prepared.warnings():
+            for warning in self.trace.warnings():
                 self.log.warning(warning)
             trace_sessions = self.trace.sessions(scenario.seed, tokenizer)
             make = trace_sessions.session

@@ -8,13 +8,16 @@ Up to three comparisons, each judged against ``prompt_length_tolerance`` (tokens
 ``server /tokenize vs target``
     with a calibrated server tokenizer: a seeded sample of up to 32 sent prompts' new parts,
     tokenized by the server after the run (``veeksha.engine.prompt_check``), less its
-    overhead, minus the target. From ``summary.json`` → ``run.server_tokenizer.verification``.
+    overhead, minus the target. From ``summary.json`` → ``run.server_tokenizer.verification``
+    (each of ``run.server_tokenizers`` with several: each samples its own clients' prompts).
 ``server usage vs expected``
     the roots that the server reported usage for: ``prompt_tokens_total - target``, less the
     median of those (the chat template's constant overhead); and each history child whose
     parent was answered, both with usage: ``total - (parent's total + parent's output +
     target)``, less the median of those (the template tokens of the turn's two new messages,
-    constant per turn). Re-prompts (``attempt`` > 0) are not compared: their prompt adds the
+    constant per turn), compared only when the parent's client is of the child's tokenizer
+    (``Scenario.tokenizer_sharing``: another's server counts the history in other tokens).
+    Re-prompts (``attempt`` > 0) are not compared: their prompt adds the
     failed answer and a note to the first attempt's; a re-prompted parent's total is its first
     attempt's and its output its last attempt's (its children carry its first prompt and its
     final answer). A template only adds tokens, so a median below 0 is not taken away: a
@@ -29,7 +32,9 @@ Up to three comparisons, each judged against ``prompt_length_tolerance`` (tokens
     estimated: it was measured at set-up in the server's own tokens (``summary.json`` →
     ``run.server_tokenizer.chat_template``: ``prompt_tokens`` a root, ``turn_tokens`` a turn;
     ``veeksha.generate.calibration.measure_chat_template``), and exactly that is taken away
-    from the chat rows, never undecided (the medians are still reported). A server that
+    from the chat rows, never undecided (the medians are still reported); with several
+    clients, each chat client's rows lose their own server's template, and only when every
+    chat client's was measured (else the estimate below, from every chat row). A server that
     refuses a chat request (a llama-server without ``/apply-template``) leaves the estimate
     below.
 
@@ -355,7 +360,8 @@ def _prompt_length(data: HealthInput) -> Outcome:
         }
         confirmed = sampled.size > 0 and not (np.abs(sampled) > tol).any()
         if (root.undecided or turn.undecided) and not confirmed:
-            undecided = _undecided(roots, root, turns, turn)
+            key = "the clients' tokenizer" if data.scenario.clients else "client.tokenizer"
+            undecided = _undecided(roots, root, turns, turn, key)
             statistics["server"]["offset_undecided"] = True
         several = measured is not None and len(measured.sizes) > 1
         taken = ", less each client's measured template" if several else ""
@@ -386,7 +392,9 @@ def _taken(root: _Offset, turn: _Offset, measured: bool = False) -> str:
     return ""
 
 
-def _undecided(roots: _Usage, root: _Offset, turns: _Usage, turn: _Offset) -> str:
+def _undecided(
+    roots: _Usage, root: _Offset, turns: _Usage, turn: _Offset, key: str = "client.tokenizer"
+) -> str:
     """Why the offset taken away may not be a template: the share of the prompt it is."""
     usage, offset = (roots, root) if root.undecided else (turns, turn)
     what = "prompt" if root.undecided else "turn's new message"
@@ -396,7 +404,7 @@ def _undecided(roots: _Usage, root: _Offset, turns: _Usage, turn: _Offset) -> st
         f"undecided: the server counts every {what} about {round(offset.taken)} tokens more "
         f"than sent{share}, a chat template's or another tokenizer's than the client's: "
         "prompts of so alike lengths cannot tell (vary body_length_generator, or use "
-        "client.tokenizer type server)"
+        f"{key} type server)"
     )
 
 

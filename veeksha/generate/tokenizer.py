@@ -144,7 +144,7 @@ def resolve_tokenizer_json(path: str) -> Path:
     candidate = p / "tokenizer.json" if p.is_dir() else p
     if not candidate.is_file():
         raise ConfigurationError(
-            f"tokenizer file not found: {candidate}. Set client.tokenizer.path to a local "
+            f"tokenizer file not found: {candidate}. Set this path to a local "
             "tokenizer.json (or a folder holding one), e.g. from a downloaded model snapshot; "
             "veeksha never downloads tokenizers."
         )

@@ -542,6 +542,17 @@ def test_prompt_length_takes_each_clients_measured_template_away() -> None:
     assert result.statistics["server"]["template_measured"] is False
 
 
+def test_prompt_length_undecided_names_the_clients_tokenizer_key() -> None:
+    rows = _fixed_roots(300)
+    result = PROMPT_LENGTH(_input(rows, scen=scenario(clients=[{"name": "x"}])))
+    assert result.status == WARN, result.detail
+    assert result.detail.endswith(
+        "(vary body_length_generator, or use the clients' tokenizer type server)"
+    )
+    result = PROMPT_LENGTH(_input(rows))
+    assert result.detail.endswith("or use client.tokenizer type server)")
+
+
 def test_prompt_length_compares_a_turn_only_with_a_parent_of_its_tokenizer() -> None:
     """A child on client y whose parent went to x, another tokenizer (another server): y's
     server counts the carried history in its own tokens, not x's total, so the turn is not

@@ -44,6 +44,7 @@ __all__ = [
     "TraceFlavor",
     "make_flavor",
     "open_trace",
+    "trace_context_key",
     "trace_context_window",
 ]
 
@@ -97,6 +98,12 @@ class OpenTrace:
     checks: NodeChecks | None = None  # session_generator.validation
     #: traffic_scheduler.turn_timing (``timestamps``: later requests wait for their rows' times)
     turn_timing: str = "after_answer"
+    #: the key of ``max_model_len`` as messages name it (``trace_context_key``)
+    window_key: str = "client.max_model_len"
+
+    def warnings(self) -> list[str]:
+        """run.log's lines of the rows not replayed as the trace has them."""
+        return self.prepared.warnings(self.window_key)
 
     @property
     def warmup(self) -> int:
@@ -195,6 +202,19 @@ def trace_context_window(scenario: models.Scenario) -> int | None:
     return min(windows) if windows else None
 
 
+def trace_context_key(scenario: models.Scenario) -> str:
+    """The key of the window ``trace_context_window`` gives, as messages name it: the one
+    client's ``client.max_model_len``, or the smallest client's ``clients[i].max_model_len``."""
+    if not scenario.clients:
+        return "client.max_model_len"
+    windows = [
+        (client.max_model_len, index)
+        for index, client in enumerate(scenario.clients)
+        if client.max_model_len is not None
+    ]
+    return f"clients[{min(windows)[1] if windows else 0}].max_model_len"
+
+
 def open_trace(scenario: models.Scenario) -> OpenTrace:
     """Prepare (or reuse) the scenario's trace and choose the replayed window.
 
@@ -207,7 +227,9 @@ def open_trace(scenario: models.Scenario) -> OpenTrace:
     max_model_len = trace_context_window(scenario)
     limit = None
     if max_model_len is not None and generator.oversized != "send":
-        limit = ContextLimit(max_model_len, truncate=generator.oversized == "truncate")
+        limit = ContextLimit(
+            max_model_len, generator.oversized == "truncate", trace_context_key(scenario)
+        )
     prepared = prepare_file(path, flavor, generator.flavor.model_dump_json(), limit)
     clients = {name: i for i, (name, _) in enumerate(scenario.client_entries())}
     for name, line in sorted(prepared.clients.items(), key=lambda item: item[1]):
@@ -268,4 +290,5 @@ def open_trace(scenario: models.Scenario) -> OpenTrace:
         clients,
         NodeChecks.of(generator),
         turn_timing,
+        trace_context_key(scenario),
     )

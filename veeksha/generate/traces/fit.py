@@ -25,7 +25,7 @@ Python step per session is paid only for the sessions that do not fit, and for D
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -38,10 +38,13 @@ __all__ = ["ContextLimit", "fit_roots", "fit_session", "linear_contexts"]
 
 @dataclass(frozen=True)
 class ContextLimit:
-    """``client.max_model_len`` and whether oversized requests are clipped (else skipped)."""
+    """``client.max_model_len`` and whether oversized requests are clipped (else skipped);
+    ``key``: the key it comes from, as messages name it (``clients[1].max_model_len``; not
+    part of the trace cache's key, which is the limit's repr)."""
 
     tokens: int
     truncate: bool
+    key: str = field(default="client.max_model_len", repr=False, compare=False)
 
 
 def fit_roots(

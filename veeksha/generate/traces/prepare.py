@@ -176,8 +176,9 @@ class PreparedTrace:
         counts["truncated"] = self.truncated_rows
         return {reason: n for reason, n in counts.items() if n}
 
-    def warnings(self) -> list[str]:
-        """One run.log line per reason a row was not replayed as the trace has it."""
+    def warnings(self, window: str = "client.max_model_len") -> list[str]:
+        """One run.log line per reason a row was not replayed as the trace has it; ``window``:
+        the key of the context window the rows were fitted to (``clients[1].max_model_len``)."""
         why = {
             "zero_length": (
                 f"rows of {self.unservable_sessions} session(s) with a 0 prompt or output length;"
@@ -190,15 +191,15 @@ class PreparedTrace:
             ),
             "oversized": (
                 "rows of sessions with a request whose history and prompt leave no room for an"
-                " output in client.max_model_len (oversized: truncate clips outputs, never a"
+                f" output in {window} (oversized: truncate clips outputs, never a"
                 " later turn's prompt or the trace's own text)"
                 if self.oversized == "truncate"
-                else "rows of sessions longer than client.max_model_len (oversized: skip)"
+                else f"rows of sessions longer than {window} (oversized: skip)"
             ),
-            "truncated": "requests clipped to client.max_model_len (oversized: truncate)",
+            "truncated": f"requests clipped to {window} (oversized: truncate)",
             "oversized_warmups": (
                 "rag warm-ups (not rows of the file) of documents longer than"
-                " client.max_model_len, each named by its document's first line; those"
+                f" {window}, each named by its document's first line; those"
                 " documents' questions find no warmed cache"
             ),
             "other_documents": "rows of documents beyond the num_documents most frequent",
@@ -346,13 +347,14 @@ def _convert(
         writer.add_key_value_metadata({_META_KEY: json.dumps(asdict(info)).encode()})
     if info.sessions == 0:
         if info.oversized_rows:
-            fix = "raise client.max_model_len"
+            window = "client.max_model_len" if limit is None else limit.key
+            fix = f"raise {window}"
             if info.oversized != "truncate":
                 fix += " or set session_generator.oversized: truncate"
             raise TraceFileError(
                 source,
                 None,
-                f"no row can be served ({info.oversized_rows} longer than client.max_model_len,"
+                f"no row can be served ({info.oversized_rows} longer than {window},"
                 f" {info.unservable_rows} with a 0 prompt or output length); {fix}",
             )
         raise TraceFileError(

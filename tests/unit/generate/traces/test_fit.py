@@ -117,6 +117,27 @@ def test_a_trace_nothing_of_which_fits_names_the_fix_the_policy_leaves(tmp_path:
     )
 
 
+def test_with_clients_the_messages_name_the_smallest_clients_window(tmp_path: Path) -> None:
+    """clients: the rows are fitted to the smallest client's max_model_len, and the messages
+    name that key (was: client.max_model_len, a key the scenario does not have)."""
+    rows = ["a,5,3", "a,2,3", "b,4,1", "b,2,1", "c,6,6", "c,1,1"]
+    path = write_csv(tmp_path / "a.csv", "session_id,input_length,output_length", rows)
+    clients = [
+        {"name": "big", "type": "openai_completions", "max_model_len": 99},
+        {"name": "small", "type": "openai_completions", "max_model_len": 12},
+    ]
+    trace = open_trace(trace_scenario(path, clients=clients))
+    (skipped,) = trace.warnings()
+    assert "(rows of sessions longer than clients[1].max_model_len (oversized: skip))" in skipped
+    nothing = write_csv(tmp_path / "b.csv", "session_id,input_length,output_length", ["a,11,2"])
+    with pytest.raises(TraceFileError) as caught:
+        open_trace(trace_scenario(nothing, clients=clients))
+    assert "longer than clients[1].max_model_len," in str(caught.value)
+    assert "; raise clients[1].max_model_len or set session_generator.oversized" in (
+        str(caught.value)
+    )
+
+
 def test_a_dataset_prompt_is_never_cut(tmp_path: Path) -> None:
     rows = [{"input_length": 20, "output_length": 5, "hash_ids": [0, 1]}]
     rows.append({"input_length": 8, "output_length": 5, "hash_ids": [2]})
