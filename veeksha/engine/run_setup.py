@@ -112,7 +112,7 @@ class RunSetup:
         entries = scenario.client_entries()
         sharing = scenario.tokenizer_sharing()
         tokenizers: list[TokenizerLike] = []
-        warned = False
+        stand_in: BuiltinTokenizer | None = None  # (a dry run's, for every server one)
         for index, (_, client) in enumerate(entries):
             if sharing[index] != index:
                 tokenizers.append(tokenizers[sharing[index]])
@@ -124,12 +124,12 @@ class RunSetup:
                 # a dry run sends nothing, so there is no server to calibrate against: its
                 # prompts have the same lengths in builtin tokens (other words), said on
                 # stderr and run.log (once: the first such client's)
-                if not warned:
-                    warned = True
+                if stand_in is None:
+                    stand_in = BuiltinTokenizer()
                     message = dry_run_server_tokenizer(key)
                     self.log.warning(message)
                     sys.stderr.write(f"warning: {message}\n")
-                tokenizers.append(BuiltinTokenizer())
+                tokenizers.append(stand_in)
                 continue
             own = target.clients[index]
             made = make_tokenizer(config, own.api_base, own.model, own.api_key, key=key)
@@ -144,7 +144,8 @@ class RunSetup:
                 own_port = getattr(config, "endpoint", None) is None
                 if own.kind == "managed" and server is not None and own_port:
                     place = f"managed {server.type}"
-                say = self._said_of([name for name, _ in users])
+                names = [name for name, _ in users]
+                say = self._said_of(names, self.log.info)
                 try:
                     calibrated = calibrated_tokenizer(made, use_cache, log=say, place=place)
                 except ConfigurationError as exc:  # (named at this client's key)
@@ -152,27 +153,31 @@ class RunSetup:
                         raise
                     raise ConfigurationError(str(exc).replace(DEFAULT_KEY, key)) from None
                 if any(c.type == "openai_chat_completions" for _, c in users):
-                    calibrated.chat_template = self._chat_template(calibrated, say)
+                    warn = self._said_of(names, self.log.warning)
+                    calibrated.chat_template = self._chat_template(calibrated, say, warn)
                 made = calibrated
             tokenizers.append(made)
         return tokenizers
 
-    def _said_of(self, names: list[str]) -> Callable[[str], None]:
-        """run.log's info, naming the clients a server tokenizer counts for (with
-        ``clients:``)."""
+    def _said_of(self, names: list[str], say: Callable[[str], None]) -> Callable[[str], None]:
+        """``say`` (run.log's info or warning), naming the clients a server tokenizer counts
+        for (with ``clients:``)."""
         if not self.scenario.clients:
-            return self.log.info
+            return say
         who = ", ".join(names)
-        return lambda message: self.log.info(f"{message} (clients: {who})")
+        return lambda message: say(f"{message} (clients: {who})")
 
     def _chat_template(
-        self, tokenizer: CalibratedTokenizer, say: Callable[[str], None] | None = None
+        self,
+        tokenizer: CalibratedTokenizer,
+        say: Callable[[str], None] | None = None,
+        warn: Callable[[str], None] | None = None,
     ) -> ChatTemplate | str:
         """The server's chat template measured now (3 calls, never cached: a server may change
         its template and not its tokenizer), said in run.log, or why not (said once)."""
         found = measure_chat_template(tokenizer.client, tokenizer.calibration)
         if isinstance(found, str):
-            self.log.warning(
+            (warn or self.log.warning)(
                 f"server tokenizer: chat template not measured: {found}; the prompt_length "
                 "check estimates it from the server's usage instead"
             )

@@ -78,7 +78,7 @@ def test_clients_of_one_tokenizer_share_one_instance_each_server_its_own_target(
     monkeypatch.setattr(run_setup, "calibrated_tokenizer", calibrate)
     setup, _ = _setup(CLIENTS)
     measured: list[object] = []
-    monkeypatch.setattr(setup, "_chat_template", lambda t, say: measured.append(t) or "none")
+    monkeypatch.setattr(setup, "_chat_template", lambda t, say, warn: measured.append(t) or "none")
     a, b, c, d = setup._tokenizers(_target(CLIENTS))
     assert isinstance(a, BuiltinTokenizer)
     assert a is b  # (none is builtin: one instance)
@@ -94,6 +94,7 @@ def test_a_dry_runs_server_tokenizer_is_said_at_its_clients_key() -> None:
     setup, log = _setup(CLIENTS, dry_run=True)
     tokenizers = setup._tokenizers(_target(CLIENTS))
     assert all(isinstance(t, BuiltinTokenizer) for t in tokenizers)
+    assert tokenizers[2] is tokenizers[3]
     assert len(log.lines) == 1
     assert log.lines[0].startswith("clients[2].tokenizer type server: a dry run has no server")
 
