@@ -302,9 +302,26 @@ class SimServer:
         ]
         self._reply(conn, self.encode({"object": "list", "data": models}))
 
+    def _tokenizer_server(self, body: dict[str, Any]) -> SimServer:
+        """The served model whose tokenizer a /tokenize, /detokenize or /apply-template body
+        asks for: with several models, the one its ``model`` names (vLLM's shape: the first
+        model when none is named). llama-server serving several models (router mode) refuses a
+        body without ``model``, as here with ``tokenize_api: llama_cpp``."""
+        if not self.by_model:
+            return self
+        name = body.get("model")
+        if name is None or name == "":
+            if self.config.tokenize_api == "llama_cpp":
+                raise ApiError(400, "model name is missing from the request")
+            return self
+        served = self.by_model.get(name) if isinstance(name, str) else None
+        if served is None:
+            raise ApiError(404, f"model {name!r} not found", code="model_not_found")
+        return served
+
     def _tokenize(self, conn: HttpConnection, request: Request) -> None:
         body = self._json(request)
-        tok = self.endpoint_tokenizer
+        tok = self._tokenizer_server(body).endpoint_tokenizer
         llama = self.config.tokenize_api == "llama_cpp"
         if llama:  # llama.cpp: {"content"} → {"tokens"}; no content → no tokens, as it does
             content = body.get("content")
@@ -331,7 +348,9 @@ class SimServer:
         """llama.cpp's ``/apply-template``: ``{"messages"}`` → ``{"prompt"}``, the chat template
         rendered with the generation prompt (``chat_text``), which ``/tokenize`` counts as the
         usage of those messages does."""
-        self._tokenizer_reply(conn, {"prompt": chat_text(self._json(request))})
+        body = self._json(request)
+        self._tokenizer_server(body)  # (one template for every model: its model is checked)
+        self._tokenizer_reply(conn, {"prompt": chat_text(body)})
 
     def _detokenize(self, conn: HttpConnection, request: Request) -> None:
         body = self._json(request)
@@ -341,7 +360,8 @@ class SimServer:
         ):
             raise ApiError(400, "'tokens' must be a list of integers", param="tokens")
         key = "content" if self.config.tokenize_api == "llama_cpp" else "prompt"
-        self._tokenizer_reply(conn, {key: self.endpoint_tokenizer.decode(ids)})
+        tok = self._tokenizer_server(body).endpoint_tokenizer
+        self._tokenizer_reply(conn, {key: tok.decode(ids)})
 
     def _tokenizer_reply(self, conn: HttpConnection, answer: dict[str, Any]) -> None:
         """Answer a tokenizer call, after the configured faults (a delay, an idle engine)."""

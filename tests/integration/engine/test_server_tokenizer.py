@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from tests.integration.robustness.helpers import cli_env, run_cli, write_scenario
+from tests.integration.simulator.helpers import request
 from veeksha.engine.run import run_scenario
 from veeksha.generate.calibration import CACHE_ENV
 from veeksha.scenario.loader import load_scenario_text
@@ -209,6 +210,35 @@ def test_a_llama_cpp_servers_chat_template_is_measured_through_apply_template(
     assert server["template_measured"] is True
     assert server["max_abs_deviation"] == 0
     assert server["turns"] > 0
+
+
+def test_llama_server_in_router_mode_is_calibrated_and_its_template_measured(
+    tmp_path: Path,
+) -> None:
+    """A llama.cpp-shaped simulator serving two models (llama-server's router mode) refuses a
+    /tokenize, /detokenize or /apply-template body without "model" (400, llama-server's
+    message): veeksha names the client's model in every call, so the calibration and the
+    template's measure go through, and prompt_length takes the template away exactly."""
+    router = (
+        "{tokenizer: subword, chat_template: true, tokenize_api: llama_cpp,"
+        " models: {other-model: {}}}"
+    )
+    config = load_scenario_text(f"simulator: {router}", "sim.yaml").simulator
+    with SimulatorProcess(config) as sim:
+        refused = request(sim.root_url + "/tokenize", {"content": "ba be"})
+        assert refused.status == 400
+        assert json.loads(refused.body)["error"]["message"] == (
+            "model name is missing from the request"
+        )
+        run_dir, requests, checks = _run(tmp_path, "router", api_base=sim.base_url)
+    assert len(requests) > 0
+    assert (requests.status == "ok").all()
+    info = json.loads((run_dir / "summary.json").read_text())["run"]["server_tokenizer"]
+    assert info["format"] == "llama_cpp"
+    _assert_the_simulators_template_measured(info["chat_template"], run_dir)
+    check = checks["prompt_length"]
+    assert check["status"] == "PASS", check
+    assert check["statistics"]["server"]["max_abs_deviation"] == 0
 
 
 def test_a_server_without_apply_template_falls_back_to_the_estimate(tmp_path: Path) -> None:
