@@ -39,7 +39,11 @@ benchmark_config:
   runtime: {{max_sessions: 60, benchmark_timeout: 60, num_workers: 1}}
   simulator: {{timing: fixed, ttft_ms: 40, itl_ms: 10, max_num_seqs: 3}}
   # a closed loop on a shared 2-core machine: the generator's lag is not the measurement here
-  health_checks: {{max_dispatch_lag_p99_ms: 50}}
+  # (a TTFC runs from the request's send). At 50 ms both runs of the first probe were
+  # unhealthy in a suite on a saturated machine (p99 120 and 150 ms of 60 requests: the main
+  # process waited for a CPU 7-17% of the time), and the search ended without a verdict; a lag
+  # that thinned C = 4's queue would show in its verdict, which the test holds
+  health_checks: {{max_dispatch_lag_p99_ms: 200}}
   evaluators:
     - type: performance
       stream_metrics: false

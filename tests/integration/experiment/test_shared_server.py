@@ -159,8 +159,9 @@ benchmark_config:
   runtime: {{max_sessions: 6, benchmark_timeout: 30, num_workers: 1}}
   trace_recorder: {{enabled: false}}
   # the subject is the shared server, not the generator's lag on a shared 2-core machine
-  # (5 ms by default: a probe FAILed generator_saturation with the suite's 4 processes)
-  health_checks: {{max_dispatch_lag_p99_ms: 50}}
+  # (5 ms by default: a probe FAILed generator_saturation with the suite's 4 processes; 50 ms
+  # is what test_capacity.py's probes exceeded, twice, on a saturated machine)
+  health_checks: {{max_dispatch_lag_p99_ms: 200}}
   evaluators:
     - type: performance
       stream_metrics: false
