@@ -35,10 +35,11 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
 
 from veeksha.errors import ConfigurationError, TargetError
-from veeksha.redact import Redactor
+from veeksha.redact import Redactors, header_secrets
 
 if TYPE_CHECKING:
     import http.client
+    from collections.abc import Mapping
     from email.message import Message
 
 __all__ = ["MAX_BODY", "MAX_REDIRECTS", "TIMEOUT_ENV", "Answer", "fetch", "origin", "setup_timeout"]
@@ -105,10 +106,13 @@ def fetch(
     timeout_s: float = 5.0,
     max_body: int = MAX_BODY,
     fix: str = "",
+    headers: Mapping[str, str] | None = None,
 ) -> Answer:
-    """``method url`` (with ``json_body`` as JSON and ``api_key`` as a bearer token, if given),
-    whole within ``timeout_s``; the answer, whatever its status. Raises ``TargetError``
-    (``"{method} {url}: {what happened}. {fix}"``) when no complete HTTP answer came."""
+    """``method url`` (with ``json_body`` as JSON, ``api_key`` as a bearer token and
+    ``headers``, a client's own, if given), whole within ``timeout_s``; the answer, whatever
+    its status. Raises ``TargetError`` (``"{method} {url}: {what happened}. {fix}"``) when no
+    complete HTTP answer came. A header of ``headers`` named as one of the request's own
+    (``User-Agent``) replaces it."""
     import http.client  # (with email's parser: imported by the call, not by every process)
 
     deadline = time.monotonic() + timeout_s
@@ -117,9 +121,9 @@ def fetch(
     current = url
     for _ in range(MAX_REDIRECTS + 1):
         try:
-            answer = _exchange(method, current, body, api_key, deadline, max_body)
+            answer = _exchange(method, current, body, api_key, deadline, max_body, headers)
         except (OSError, http.client.HTTPException, ValueError, _Failure) as exc:
-            redact = Redactor(api_key)
+            redact = Redactors(header_secrets(api_key, headers))
             if isinstance(exc, TimeoutError):
                 what = f"no complete answer within {timeout_s:g} s"
             else:
@@ -135,14 +139,15 @@ def fetch(
                 "so that neither the request nor the API key goes where it was not configured to "
                 "go; use that address instead if it is the right one"
             )
-            raise _error(method, current, what, "", Redactor(api_key))
+            raise _error(method, current, what, "", Redactors(header_secrets(api_key, headers)))
         if answer.status == 303 or (answer.status in (301, 302) and method == "POST"):
             method, body = "GET", None
         current = target
-    raise _error(method, url, f"more than {MAX_REDIRECTS} redirects", fix, Redactor(api_key))
+    redact = Redactors(header_secrets(api_key, headers))
+    raise _error(method, url, f"more than {MAX_REDIRECTS} redirects", fix, redact)
 
 
-def _error(method: str, url: str, what: str, fix: str, redact: Redactor) -> TargetError:
+def _error(method: str, url: str, what: str, fix: str, redact: Redactors) -> TargetError:
     message = f"{method} {url}: {what}"
     if fix:
         message += f". {fix}"
@@ -153,7 +158,7 @@ class _Failure(Exception):
     """A failure already described in the user's words."""
 
 
-def _describe(exc: BaseException, redact: Redactor) -> str:
+def _describe(exc: BaseException, redact: Redactors) -> str:
     import http.client
     import ssl
 
@@ -181,7 +186,7 @@ def _describe(exc: BaseException, redact: Redactor) -> str:
     return f"{type(exc).__name__}: {_quote(str(exc), redact)}"
 
 
-def _quote(text: str, redact: Redactor) -> str:
+def _quote(text: str, redact: Redactors) -> str:
     """What the server sent, masked, then cut, as a Python literal."""
     return repr(redact(text, _QUOTED))
 
@@ -190,7 +195,13 @@ def _quote(text: str, redact: Redactor) -> str:
 
 
 def _exchange(
-    method: str, url: str, body: bytes | None, api_key: str | None, deadline: float, max_body: int
+    method: str,
+    url: str,
+    body: bytes | None,
+    api_key: str | None,
+    deadline: float,
+    max_body: int,
+    headers: Mapping[str, str] | None = None,
 ) -> Answer:
     import http.client
 
@@ -208,6 +219,10 @@ def _exchange(
     ]
     if api_key:
         lines.append(f"Authorization: Bearer {api_key}")
+    if headers:
+        own = {name.lower() for name in headers}
+        lines = [line for line in lines if line.partition(":")[0].lower() not in own]
+        lines += [f"{name}: {value}" for name, value in headers.items()]
     if body is not None:
         lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
     request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")

@@ -28,7 +28,17 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-__all__ = ["MASK", "MIN_FRAGMENT", "READ_WINDOW", "Redactor", "Redactors", "secret_values"]
+__all__ = [
+    "MASK",
+    "MIN_FRAGMENT",
+    "READ_WINDOW",
+    "Redactor",
+    "Redactors",
+    "header_secrets",
+    "masked_headers",
+    "secret_header",
+    "secret_values",
+]
 
 MASK = "***"
 #: The shortest beginning of the key masked at the end of a text (shorter ones say too little
@@ -146,6 +156,59 @@ def secret_values(environ: Mapping[str, str]) -> list[str]:
         if len(value) >= MIN_SECRET_LENGTH
         and not SECRET_NAME_PARTS.isdisjoint(name.upper().split("_"))
     ]
+
+
+#: Parts of a header's lower-cased name that say its value is a credential (``X-Api-Key``,
+#: ``X-Auth-Token``, ``Proxy-Authorization``, ``Cookie``, ``X-Session-Secret``): a literal value
+#: of such a header is written as ``***`` in the run's files and masked in its logs.
+SECRET_HEADER_PARTS = (
+    "auth",
+    "key",
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "credential",
+    "cookie",
+    "session",
+    "signature",
+)
+
+
+def secret_header(name: str) -> bool:
+    """Whether header ``name``'s value is a credential (see :data:`SECRET_HEADER_PARTS`).
+
+    >>> [secret_header(n) for n in ("Authorization", "X-Api-Key", "X-Tenant", "Cookie")]
+    [True, True, False, True]
+    """
+    lowered = name.lower()
+    return any(part in lowered for part in SECRET_HEADER_PARTS)
+
+
+def masked_headers(headers: Mapping[str, object]) -> dict[str, object]:
+    """``headers`` as the run's files show them: a credential-like one's value
+    (:func:`secret_header`) as :data:`MASK`, unless it reads the environment (``${NAME}``,
+    shown as written: the name says where the value comes from, not what it is).
+
+    >>> masked_headers({"X-Api-Key": "sk-1", "X-Tenant": "acme", "X-Token": "${TOKEN}"})
+    {'X-Api-Key': '***', 'X-Tenant': 'acme', 'X-Token': '${TOKEN}'}
+    """
+    return {
+        name: MASK
+        if secret_header(str(name)) and not (isinstance(value, str) and "${" in value)
+        else value
+        for name, value in headers.items()
+    }
+
+
+def header_secrets(api_key: str | None, headers: Mapping[str, str] | None) -> list[str]:
+    """``api_key`` and the values of the credential-like ``headers`` (resolved), for
+    :class:`Redactors`: what a request to the server carries that an answer may echo."""
+    secrets = [api_key] if api_key else []
+    for name, value in (headers or {}).items():
+        if secret_header(name) and value:
+            secrets += [value, *value.split()[1:2]]  # ("Basic abc": "abc" alone too)
+    return secrets
 
 
 class Redactors:

@@ -589,6 +589,18 @@ class Http1Pool:
         self._active += 1
         self._start(exchange)
 
+    def send_with(self, body: bytes, exchange: Exchange, lines: bytes) -> None:
+        """``send``, with header ``lines`` (each ending in CRLF) written after the pool's own:
+        the headers that differ per request (``client.session_header``). (``send``'s body
+        again rather than a call more on its path.)"""
+        exchange._payload = b"%b%d\r\n%b\r\n%b" % (self._prefix, len(body), lines, body)
+        exchange._stale_retried = False
+        if self._limit and self._active >= self._limit:
+            self._waiting.append(exchange)
+            return
+        self._active += 1
+        self._start(exchange)
+
     def _start(self, exchange: Exchange) -> None:
         idle = self._idle
         while idle:

@@ -66,6 +66,9 @@ class WorkItem(msgspec.Struct, tag="work", array_like=True, gc=False):
     carries it in ``not_before_ns``: the worker holds it until then (a precise timer) and
     releases it, reporting that moment as ``Result.released_at_ns``; 0 means send at once.
 
+    ``session`` is the id of the request's session (``session_id`` of its rows), which a
+    client's ``session_header`` sends.
+
     ``deferrable``: nothing in the main process waits for this request's success (an open-loop
     leaf of an uncapped client, see ``engine.deferral``), so its successful Result may travel
     on the worker's bulk link, which the main process reads on its own cadence (``WorkerPool``).
@@ -78,6 +81,7 @@ class WorkItem(msgspec.Struct, tag="work", array_like=True, gc=False):
     not_before_ns: int = 0
     client: int = 0  # which of the run's clients sends it (the worker's route)
     deferrable: bool = False  # an ok Result may go on the bulk link (see above)
+    session: int = 0  # its session's id (the run's, in a distributed run too): session_header
 
 
 class Stop(msgspec.Struct, tag="stop", array_like=True):

@@ -7,6 +7,7 @@ never appears in argv, the environment, logs or outputs; ``repr`` masks it).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -16,7 +17,14 @@ from veeksha.errors import ConfigurationError
 if TYPE_CHECKING:
     from veeksha.scenario.models import ChatCompletionsClient, CompletionsClient
 
-__all__ = ["WorkerSettings", "WorkerSpawn", "resolve_api_key"]
+__all__ = [
+    "HeaderVariableMissing",
+    "WorkerSettings",
+    "WorkerSpawn",
+    "client_secrets",
+    "resolve_api_key",
+    "resolve_headers",
+]
 
 
 class WorkerSettings(msgspec.Struct, kw_only=True):
@@ -43,12 +51,21 @@ class WorkerSettings(msgspec.Struct, kw_only=True):
     max_connections: int = 0
     dry_run: bool = False
     chunk_timestamps: str = "kernel"  # runtime.chunk_timestamps: read | kernel
+    headers: dict[str, str] = {}  # client.headers, resolved (``resolve_headers``)
+    session_header: str = ""  # client.session_header; "": none
+    secrets: list[str] = []  # what to mask in what servers echo (``client_secrets``)
 
     def __repr__(self) -> str:
-        fields = ", ".join(
-            f"{name}={'***' if name == 'api_key' and value else value!r}"
-            for name, value in ((f, getattr(self, f)) for f in self.__struct_fields__)
-        )
+        def shown(name: str, value: Any) -> str:
+            if name == "api_key" and value:
+                return "***"
+            if name == "headers":
+                return repr({k: "***" for k in value})
+            if name == "secrets":
+                return f"[{len(value)} secrets]"
+            return repr(value)
+
+        fields = ", ".join(f"{f}={shown(f, getattr(self, f))}" for f in self.__struct_fields__)
         return f"WorkerSettings({fields})"
 
     @classmethod
@@ -58,10 +75,12 @@ class WorkerSettings(msgspec.Struct, kw_only=True):
         api_base: str,
         api_key: str | None,
         dry_run: bool = False,
+        headers: dict[str, str] | None = None,
     ) -> WorkerSettings:
         """Settings for a scenario's ``client`` section sending to ``api_base`` (…/v1).
 
-        ``api_key`` is the resolved key (see ``resolve_api_key``) or None for no header.
+        ``api_key`` is the resolved key (see ``resolve_api_key``) or None for no header;
+        ``headers`` the client's resolved ``headers`` (``resolve_headers``).
         Raises ``ConfigurationError`` when ``additional_sampling_params`` sets a key veeksha
         controls itself.
         """
@@ -90,14 +109,89 @@ class WorkerSettings(msgspec.Struct, kw_only=True):
             request_timeout_s=client_cfg.request_timeout,
             max_retries=client_cfg.max_retries,
             dry_run=dry_run,
+            headers=dict(headers or {}),
+            session_header=client_cfg.session_header or "",
+            secrets=client_secrets(client_cfg),
         )
 
 
 def resolve_api_key(client_cfg: ChatCompletionsClient | CompletionsClient) -> str | None:
-    """The key to send: ``client.api_key``, else the variable named by ``api_key_env``."""
+    """The key to send: ``client.api_key``, else the variable named by ``api_key_env``; None
+    when the client's ``headers`` set ``Authorization`` (it replaces the bearer key: the
+    scenario's validation refuses it beside an ``api_key`` or ``api_key_env`` given)."""
     if client_cfg.api_key is not None:
         return client_cfg.api_key.get_secret_value() or None
+    if any(name.lower() == "authorization" for name in client_cfg.headers):
+        return None
     return os.environ.get(client_cfg.api_key_env) or None
+
+
+class HeaderVariableMissing(ConfigurationError):
+    """A ``${NAME}`` of ``client.headers`` names a variable that is unset or empty (or whose
+    value cannot be sent): ``header`` is the header's name, ``variable`` the variable's, and
+    ``message`` what to do, without the key's place (the caller adds it: ``Scenario.at_key``)."""
+
+    def __init__(self, header: str, variable: str, message: str) -> None:
+        super().__init__(f"headers.{header}: {message}")
+        self.header = header
+        self.variable = variable
+        self.message = message
+
+
+def resolve_headers(
+    client_cfg: ChatCompletionsClient | CompletionsClient,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """``client.headers`` with each ``${NAME}`` replaced by the variable ``NAME`` of
+    ``environ`` (default: this process' environment, as ``api_key_env`` is read: a distributed
+    run's shards read their own nodes'). Raises :class:`HeaderVariableMissing` when one is unset
+    or empty, or holds what a header cannot (a line break, a control character)."""
+    from veeksha.scenario.clients import ENV_REFERENCE, header_value_problem
+
+    env = os.environ if environ is None else environ
+    out: dict[str, str] = {}
+    for name, value in client_cfg.headers.items():
+        if "${" in value:
+            for variable in ENV_REFERENCE.findall(value):
+                given = env.get(variable, "")
+                if not given:
+                    raise HeaderVariableMissing(
+                        name,
+                        variable,
+                        f"${{{variable}}} is not set (or is empty) in this environment: export "
+                        f"{variable}, or write the header's value in the scenario",
+                    )
+                problem = header_value_problem(given)
+                if problem is not None:
+                    raise HeaderVariableMissing(
+                        name, variable, f"${{{variable}}} cannot be sent: {problem}"
+                    )
+        out[name] = ENV_REFERENCE.sub(lambda m: env[m.group(1)], value)
+    return out
+
+
+def client_secrets(
+    client_cfg: ChatCompletionsClient | CompletionsClient,
+    environ: Mapping[str, str] | None = None,
+) -> list[str]:
+    """What a client sends that must never be written out, for the redactors of error texts,
+    run.log and server.log: its API key, the value of each credential-like header
+    (``secret_header``), and each variable a ``${NAME}`` of its headers reads that is at least
+    :data:`~veeksha.redact.MIN_SECRET_LENGTH` long (shorter ones, ``eu-1``, would mask common
+    words). Variables that are unset are left out (the run refuses them before it starts)."""
+    from veeksha.redact import MIN_SECRET_LENGTH, header_secrets
+    from veeksha.scenario.clients import ENV_REFERENCE
+
+    env = os.environ if environ is None else environ
+    resolved: dict[str, str] = {}
+    variables: list[str] = []
+    for name, value in client_cfg.headers.items():
+        read = [env.get(variable, "") for variable in ENV_REFERENCE.findall(value)]
+        variables += [v for v in read if len(v) >= MIN_SECRET_LENGTH]
+        if all(read):
+            resolved[name] = ENV_REFERENCE.sub(lambda m: env[m.group(1)], value)
+    secrets = header_secrets(resolve_api_key(client_cfg), resolved) + variables
+    return [secret for secret in secrets if secret]
 
 
 class WorkerSpawn(msgspec.Struct, kw_only=True):

@@ -70,11 +70,13 @@ from veeksha.dispatch.openai import (
     StreamOver,
 )
 from veeksha.dispatch.settings import WorkerSettings, WorkerSpawn
-from veeksha.redact import READ_WINDOW, Redactor
+from veeksha.redact import READ_WINDOW, Redactors
 from veeksha.terminal import STOP_SIGNALS
 from veeksha.timers import Cancellable, LoopTimers
 
 if TYPE_CHECKING:  # imported when needed: see veeksha.dispatch.aiohttp_client
+    from collections.abc import Callable
+
     import aiohttp
 
 __all__ = ["Worker", "main", "sendable"]
@@ -107,7 +109,9 @@ class _Route:
         "headers",
         "http",
         "redact",
+        "send",
         "session",
+        "session_header",
         "settings",
         "shapes",
         "timeouts",
@@ -135,28 +139,54 @@ class _Route:
             headers["Accept"] = "text/event-stream"
         if settings.api_key:
             headers["Authorization"] = f"Bearer {settings.api_key}"
+        headers.update(settings.headers)  # (validated: none of the above but User-Agent)
         self.headers = headers
-        self.redact = Redactor(settings.api_key)  # for what servers echo back in errors
+        # for what servers echo back in errors: the key, and the headers' credentials
+        self.redact = Redactors([settings.api_key, *settings.secrets])
         self.shapes = ShapeMemory()  # the chunk shape of this client's last stream
         self.timeouts = _Timeouts(settings.request_timeout_s)  # (plain http's requests)
+        self.session_header = settings.session_header
         self.http: Http1Pool | None = None
+        self.send: Callable[[bytes, _Exchange], None] = _not_open
         self.session: aiohttp.ClientSession | None = None
 
     async def open(self) -> None:
         settings = self.settings
         if Http1Pool.supports(settings.endpoint):
-            self.http = Http1Pool(
-                settings.endpoint,
-                {"User-Agent": "veeksha", **self.headers},
-                settings.max_connections,
-                stamp_first=True,
-                kernel_stamps=settings.chunk_timestamps == "kernel",
+            own_agent = any(name.lower() == "user-agent" for name in self.headers)
+            self.bind(
+                Http1Pool(
+                    settings.endpoint,
+                    self.headers if own_agent else {"User-Agent": "veeksha", **self.headers},
+                    settings.max_connections,
+                    stamp_first=True,
+                    kernel_stamps=settings.chunk_timestamps == "kernel",
+                )
             )
+            assert self.http is not None
             await self.http.warm(_prewarm(settings.max_connections))
         else:
             from veeksha.dispatch import aiohttp_client
 
             self.session = aiohttp_client.make_session(settings, _sent_slot)
+
+    def bind(self, http: Http1Pool | None) -> None:
+        """Send this client's plain-http requests on ``http``: ``send`` is the pool's own
+        without a ``session_header`` (nothing per request), else one that writes the header
+        line of the request's session after the pool's head."""
+        self.http = http
+        if http is None:
+            self.send = _not_open
+        elif not self.session_header:
+            self.send = http.send
+        else:
+            line = f"{self.session_header}: ".encode("latin-1")
+            send_with = http.send_with
+
+            def send(body: bytes, exchange: _Exchange) -> None:
+                send_with(body, exchange, b"%b%d\r\n" % (line, exchange.item.session))
+
+            self.send = send
 
     async def close(self) -> None:
         self.timeouts.close()
@@ -164,6 +194,10 @@ class _Route:
             await self.session.close()
         if self.http is not None:
             self.http.close()
+
+
+def _not_open(body: bytes, exchange: _Exchange) -> None:
+    raise RuntimeError("the client's plain-http pool is not open")
 
 
 class Worker:
@@ -211,7 +245,7 @@ class Worker:
 
     @_http.setter
     def _http(self, pool: Http1Pool | None) -> None:  # (benchmarks/worker_replay.py)
-        self._routes[0].http = pool
+        self._routes[0].bind(pool)
 
     @property
     def _session(self) -> aiohttp.ClientSession | None:
@@ -417,7 +451,7 @@ class Worker:
         assert self._loop is not None
         route.timeouts.start(exchange, self._loop)
         self._exchanges.add(exchange)
-        http.send(body, exchange)
+        route.send(body, exchange)
 
     async def _run_item(
         self, item: WorkItem, received_at: int, route: _Route | None = None
@@ -471,9 +505,12 @@ class Worker:
         assert session is not None
         from veeksha.dispatch.aiohttp_client import read_stream
 
+        headers = route.headers
+        if route.session_header:
+            headers = {**headers, route.session_header: str(item.session)}
         while True:
             resp = await session.post(
-                settings.endpoint, data=body, headers=route.headers, allow_redirects=False
+                settings.endpoint, data=body, headers=headers, allow_redirects=False
             )
             state.last_byte_at = time.monotonic_ns()  # the head came
             try:
@@ -813,7 +850,7 @@ class _Exchange(Exchange):
         self.http_status = 0
         self.last_byte_at = 0
         item = self.item  # the body is built again rather than held through every request
-        self.http.send(self.route.builder.body(item.messages, item.max_tokens), self)
+        self.route.send(self.route.builder.body(item.messages, item.max_tokens), self)
 
     # ------------------------------------------------------------------------ the worker's
 

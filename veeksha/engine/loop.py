@@ -425,6 +425,7 @@ class TrafficLoop(SessionStarts, PhaseControl, ToolNodes):
             self._defers
             and self._arrival_timer is not None
             and node_defers(session.spec, node_id, self._caps),
+            session.spec.session_id,
         )
         worker_id = self._submit(item)
         self._unflushed = True

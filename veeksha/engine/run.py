@@ -31,7 +31,7 @@ from veeksha.dispatch.affinity import plan_affinity
 from veeksha.dispatch.inprocess import InProcessPool
 from veeksha.dispatch.messages import Result, WorkItem
 from veeksha.dispatch.pool import WorkerPool
-from veeksha.dispatch.settings import WorkerSettings, resolve_api_key
+from veeksha.dispatch.settings import WorkerSettings, client_secrets
 from veeksha.engine.cpu_wait import CpuWait
 from veeksha.engine.finish import RunFinish, children_cpu_s
 from veeksha.engine.launch import worker_count
@@ -243,7 +243,7 @@ class _Run(RunSetup, RunFinish):
         if not (self.run_dir / "config.yaml").exists():
             write_config(self.run_dir, self.scenario)
         self.log = RunLog(
-            self.run_dir, [resolve_api_key(c) for _, c in self.scenario.client_entries()]
+            self.run_dir, [s for _, c in self.scenario.client_entries() for s in client_secrets(c)]
         )
         try:
             await self._execute()
@@ -316,7 +316,11 @@ class _Run(RunSetup, RunFinish):
         worker_settings, *more_settings = [
             msgspec.structs.replace(
                 WorkerSettings.from_client(
-                    configs[client.name], client.api_base, client.api_key, dry_run=self.dry_run
+                    configs[client.name],
+                    client.api_base,
+                    client.api_key,
+                    dry_run=self.dry_run,
+                    headers=client.headers,
                 ),
                 model=client.model,
                 chunk_timestamps=self.scenario.runtime.chunk_timestamps,

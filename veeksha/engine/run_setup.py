@@ -132,7 +132,9 @@ class RunSetup:
                 tokenizers.append(stand_in)
                 continue
             own = target.clients[index]
-            made = make_tokenizer(config, own.api_base, own.model, own.api_key, key=key)
+            made = make_tokenizer(
+                config, own.api_base, own.model, own.api_key, own.headers, key=key
+            )
             if isinstance(made, ServerTokenizer):  # calibrated before t0; a failure is exit 2
                 # (the built-in simulator's port changes every run: nothing to reuse)
                 use_cache = getattr(config, "cache", True) and own.kind != "simulator"

@@ -119,6 +119,7 @@ class ServerWatch:
         self._log = log
         self._url = ""
         self._api_key: str | None = None
+        self._headers: dict[str, str] | None = None
         self._interval_s = interval_s
         self._gpu: str | None = None
         self._status: dict[str, Any] | None = None
@@ -150,6 +151,7 @@ class ServerWatch:
         config = scenario.server_metrics
         self._url = config.url or metrics_url(target.api_base)
         self._api_key = target.api_key
+        self._headers = target.headers or None
         if config.gpu:
             program = GpuSampler.find()
             if target.kind != "managed":
@@ -178,6 +180,7 @@ class ServerWatch:
             str(run_dir),
             metadata,
             self._gpu,
+            self._headers,
         )
         self._run = (run_dir, dict(metadata))
         assert self._process.stdin is not None

@@ -11,7 +11,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from veeksha.dispatch.settings import resolve_api_key
+from veeksha.dispatch.settings import HeaderVariableMissing, resolve_api_key, resolve_headers
 from veeksha.errors import ConfigurationError, TargetError
 from veeksha.net import fetch, setup_timeout
 from veeksha.scenario.clients import DEFAULT_KEY_ENV
@@ -78,6 +78,7 @@ class ClientTarget:
     model: str
     api_key: str | None
     kind: str  # "simulator" | "endpoint" | "dry_run"
+    headers: dict[str, str] = field(default_factory=dict)  # client.headers, resolved
 
     def public_description(self) -> dict[str, Any]:
         return {
@@ -109,6 +110,11 @@ class Target:
                 ClientTarget(DEFAULT_CLIENT, self.api_base, self.model, self.api_key, self.kind)
             ]
 
+    @property
+    def headers(self) -> dict[str, str]:
+        """The first client's resolved ``headers`` (sent beside ``api_key``)."""
+        return self.clients[0].headers
+
     def public_description(self) -> dict[str, Any]:
         """What may be written to outputs: never the API key."""
         out = {
@@ -128,16 +134,19 @@ def check_reachable(
     timeout_s: float | None = None,
     model: str | None = None,
     names: SettingNames = SCENARIO_NAMES,
+    headers: dict[str, str] | None = None,
 ) -> None:
     """GET {api_base}/models; a clear TargetError when no HTTP answer comes from there (within
     ``timeout_s``, the whole exchange: see ``veeksha.net``), when it refuses the key, when it
     answers 2xx with something that is not JSON, or when it lists its models and ``model`` is
-    not one of them (every request would fail). ``names``: how the fixes name the settings."""
+    not one of them (every request would fail). ``names``: how the fixes name the settings;
+    ``headers``: the client's own (``client.headers``), sent as its requests send them."""
     url = api_base.rstrip("/") + "/models"
     answer = fetch(
         "GET",
         url,
         api_key=api_key,
+        headers=headers,
         timeout_s=setup_timeout(PROBE_TIMEOUT_S) if timeout_s is None else timeout_s,
         fix=f"Is an OpenAI-compatible server running there? Fix {names.api_base} (or unset it "
         "to use the built-in simulator)",
@@ -148,7 +157,7 @@ def check_reachable(
             "a valid key"
         )
     if answer.status == 404 and not api_base.rstrip("/").endswith("/v1"):
-        _refuse_missing_v1(api_base, api_key, names)
+        _refuse_missing_v1(api_base, api_key, names, headers)
     if not answer.ok:  # some servers have no /models; anything that answers HTTP is reachable
         return
     try:
@@ -167,12 +176,20 @@ def check_reachable(
         )
 
 
-def _refuse_missing_v1(api_base: str, api_key: str | None, names: SettingNames) -> None:
+def _refuse_missing_v1(
+    api_base: str, api_key: str | None, names: SettingNames, headers: dict[str, str] | None
+) -> None:
     """``{api_base}/models`` is not found: when ``{api_base}/v1/models`` lists models, every
     request would be a 404 too (the paths live under /v1): a TargetError naming the fix."""
     with_v1 = api_base.rstrip("/") + "/v1"
     try:
-        answer = fetch("GET", with_v1 + "/models", api_key=api_key, timeout_s=setup_timeout(2.0))
+        answer = fetch(
+            "GET",
+            with_v1 + "/models",
+            api_key=api_key,
+            headers=headers,
+            timeout_s=setup_timeout(2.0),
+        )
         served = _served_models(answer.json()) if answer.ok else []
     except (TargetError, ValueError):
         return
@@ -223,9 +240,10 @@ class TargetContext(AbstractContextManager["Target"]):
             ]
             first = clients[0]
             return Target(first.api_base, first.model, None, "dry_run", clients=clients)
+        headers = _resolved_headers(scenario)  # (before a managed server starts)
         managed = self._managed() if scenario.server is not None else None
         resolved: list[ClientTarget | None] = []
-        for name, client in entries:
+        for (name, client), sent in zip(entries, headers, strict=True):
             api_key = resolve_api_key(client)
             api_base = client_api_base(client)
             label = "client" if name == DEFAULT_CLIENT and not scenario.clients else name
@@ -238,7 +256,9 @@ class TargetContext(AbstractContextManager["Target"]):
                 )
             if api_base is None and managed is not None:  # served by the managed server
                 model = client.model or managed.model
-                resolved.append(ClientTarget(name, managed.api_base, model, api_key, "managed"))
+                resolved.append(
+                    ClientTarget(name, managed.api_base, model, api_key, "managed", sent)
+                )
                 continue
             if api_base is None:
                 resolved.append(None)  # served by the built-in simulator
@@ -248,9 +268,9 @@ class TargetContext(AbstractContextManager["Target"]):
                     f"{label}: model is required with api_base {api_base}: set its model to "
                     "the model the server serves"
                 )
-            check_reachable(api_base, api_key, model=client.model)
+            check_reachable(api_base, api_key, model=client.model, headers=sent)
             resolved.append(
-                ClientTarget(name, api_base.rstrip("/"), client.model, api_key, "endpoint")
+                ClientTarget(name, api_base.rstrip("/"), client.model, api_key, "endpoint", sent)
             )
         description: dict[str, Any] = {} if managed is None else {"server": managed.describe()}
         if managed is not None and managed.config.type == "veeksha_sim":
@@ -275,7 +295,7 @@ class TargetContext(AbstractContextManager["Target"]):
                 if resolved[i] is None:
                     model = client.model or default_model
                     key = resolve_api_key(client)
-                    resolved[i] = ClientTarget(name, base, model, key, "simulator")
+                    resolved[i] = ClientTarget(name, base, model, key, "simulator", headers[i])
         clients = [target for target in resolved if target is not None]
         first = clients[0]
         return Target(first.api_base, first.model, first.api_key, first.kind, description, clients)
@@ -314,6 +334,21 @@ class TargetContext(AbstractContextManager["Target"]):
         if self._simulator is not None:
             self._simulator.stop()
             self._simulator = None
+
+
+def _resolved_headers(scenario: Scenario) -> list[dict[str, str]]:
+    """Each client's ``headers`` with its ``${NAME}`` variables read (``resolve_headers``); a
+    variable unset is a ConfigurationError at the key that names it."""
+    out = []
+    entries = scenario.client_entries()
+    for prefix, (_, client) in zip(scenario.client_key_paths(), entries, strict=True):
+        try:
+            out.append(resolve_headers(client))
+        except HeaderVariableMissing as missing:
+            raise ConfigurationError(
+                scenario.at_key((*prefix, "headers", missing.header), missing.message)
+            ) from None
+    return out
 
 
 def spawn_simulator(

@@ -92,7 +92,8 @@ def _redacted_overrides(overrides: Sequence[str]) -> list[str]:
     out = []
     for text in overrides:
         key = text.partition("=")[0].strip()
-        out.append(f"{key}={REDACTED}" if key in _SECRET_OVERRIDES else text)
+        secret = key in _SECRET_OVERRIDES or ".headers" in key  # (any header may be a credential)
+        out.append(f"{key}={REDACTED}" if secret else text)
     return out
 
 

@@ -47,7 +47,7 @@ from typing import Any, Literal
 
 from veeksha.errors import TargetError
 from veeksha.net import Answer, fetch, setup_timeout
-from veeksha.redact import READ_WINDOW, Redactor
+from veeksha.redact import READ_WINDOW, Redactors, header_secrets
 
 __all__ = ["FORMATS", "PROBE_TEXT", "SERVER_TOKENIZER_TIMEOUT_S", "ServerTokenizer"]
 
@@ -76,6 +76,7 @@ class ServerTokenizer:
         timeout: float | None = None,
         api_key: str | None = None,
         format: Format | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.detokenize_endpoint = endpoint.rsplit("/", 1)[0] + "/detokenize"
@@ -86,6 +87,8 @@ class ServerTokenizer:
         self.format: Format | None = format
         self.calls = 0
         self._api_key = api_key
+        self._headers = headers  # the client's own (client.headers), beside its key
+        self._redact = Redactors(header_secrets(api_key, headers))
         self._broken: TargetError | None = None
 
     def __repr__(self) -> str:
@@ -168,9 +171,7 @@ class ServerTokenizer:
         """Why ``answer`` has no tokens: its status and (redacted) text, or none in a 2xx."""
         if answer.ok:
             return "no tokens in the answer"
-        text = Redactor(self._api_key)(
-            answer.body[:READ_WINDOW].decode("utf-8", "replace"), _QUOTED
-        )
+        text = self._redact(answer.body[:READ_WINDOW].decode("utf-8", "replace"), _QUOTED)
         return f"HTTP {answer.status} {answer.reason}: {text!r}"
 
     def _tokenize_body(self, text: str, form: Format | None = None) -> dict[str, object]:
@@ -225,6 +226,7 @@ class ServerTokenizer:
                 url,
                 json_body=body,
                 api_key=self._api_key,
+                headers=self._headers,
                 timeout_s=self.timeout,
                 fix=_FIX,
             )
@@ -236,7 +238,7 @@ class ServerTokenizer:
         return self._json(url, self._send(url, body))
 
     def _json(self, url: str, answer: Answer) -> dict[str, Any]:
-        redact = Redactor(self._api_key)
+        redact = self._redact
         if not answer.ok:
             text = redact(answer.body[:READ_WINDOW].decode("utf-8", "replace"), _QUOTED)
             raise self._fail(

@@ -197,11 +197,13 @@ def make_tokenizer(
     api_base: str | None = None,
     model: str | None = None,
     api_key: str | None = None,
+    headers: dict[str, str] | None = None,
     key: str = "client.tokenizer",
 ) -> TokenizerLike:
-    """The tokenizer of a ``client.tokenizer`` config (``api_base``/``model``/``api_key``: the
-    target's; a server tokenizer gets the key only on the target's own origin). ``key``: the
-    config's key path, as messages name it (``clients[1].tokenizer``)."""
+    """The tokenizer of a ``client.tokenizer`` config (``api_base``/``model``/``api_key`` and
+    ``headers``, the client's own: the target's; a server tokenizer gets the key and the
+    headers only on the target's own origin). ``key``: the config's key path, as messages name
+    it (``clients[1].tokenizer``)."""
     # (by the type tag: the simulator imports this module, and needs no scenario models)
     if cfg.type == "hf":
         return HfTokenizerAdapter(cfg.path)
@@ -220,6 +222,7 @@ def make_tokenizer(
             endpoint,
             model,
             api_key=api_key if same_server else None,
+            headers=headers if same_server else None,
             format=None if cfg.format == "auto" else cfg.format,
         )
     return BuiltinTokenizer()

@@ -2,6 +2,8 @@
 prompt tokens are counted (tokenizers)."""
 
 import json
+import re
+import string
 from typing import Annotated, Any, Literal, Self
 from urllib.parse import urlsplit
 
@@ -145,6 +147,53 @@ def _not_in_host_name(host: str) -> str | None:
     return next((ch for ch in host if not (ch.isalnum() or ch in "-._")), None)
 
 
+# ---------------------------------------------------------------------------------------- headers
+
+#: Characters of an HTTP header name (RFC 9110 ``token``).
+_TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~" + string.ascii_letters + string.digits)
+
+#: Headers veeksha writes itself on every request, lower-cased: ``headers:`` may not set them
+#: (the framing, the body's type, the answer's shape are veeksha's). ``User-Agent`` may be set
+#: (it replaces ``veeksha``); ``Authorization`` may be set when the client has no API key.
+RESERVED_HEADERS = frozenset(
+    {
+        "host",
+        "content-length",
+        "content-type",
+        "transfer-encoding",
+        "connection",
+        "accept",
+        "accept-encoding",
+    }
+)
+
+#: A ``${NAME}`` in a header value: replaced by the variable ``NAME`` when the run starts.
+ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def header_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a header's name (None: it can)."""
+    if not name:
+        return "a header name cannot be empty"
+    wrong = next((ch for ch in name if ch not in _TOKEN_CHARS), None)
+    if wrong is not None:
+        return (
+            f"{name!r} is not a header name ({wrong!r}: a name is letters, digits and "
+            "!#$%&'*+-.^_`|~)"
+        )
+    return None
+
+
+def header_value_problem(value: str) -> str | None:
+    """Why ``value`` cannot be sent as a header's value (None: it can); never quotes it (it may
+    be a credential)."""
+    if "\r" in value or "\n" in value:
+        return "its value holds a line break (CR or LF), which would end the header"
+    if any(ch != "\t" and not " " <= ch <= "~" for ch in value):
+        return "its value holds a control or non-ASCII character: write it ASCII (printable)"
+    return None
+
+
 def _masked(value: str) -> str:
     """``value`` with the password of its ``user:password@`` part, if any, shown as ``***``
     (the user part ends at the last ``@`` of the authority, as ``urlsplit`` reads it)."""
@@ -214,6 +263,65 @@ class _OpenAIClientBase(StrictModel):
         "built-in simulator serving the "
         "client takes it as its own unless simulator.max_model_len is set.",
     )
+
+    headers: dict[str, str] = Field(
+        default_factory=empty_dict,
+        description="Headers sent with every request of this client and with its calls to the "
+        "server's own address (model check, server tokenizer, /metrics): name → value; "
+        "${NAME} in a value is the environment variable NAME, read when the run starts. "
+        "Not: Host, Content-Length, Content-Type, Transfer-Encoding, Connection, Accept, "
+        "Accept-Encoding, nor Authorization with an API key. A credential's literal value "
+        "(a name holding auth, key, token, secret, password, cookie, session...) is written "
+        "as ***.",
+    )
+    session_header: str | None = Field(
+        None,
+        description="A header carrying each request's session_id (as a router's session "
+        "affinity reads it), e.g. X-Session-Id; null: none.",
+    )
+
+    @field_validator("headers", mode="before")
+    @classmethod
+    def _numbers_as_text(cls, value: Any) -> Any:
+        if isinstance(value, dict):  # (X-Tenant: 42 is a header's text)
+            return {
+                k: str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
+                for k, v in value.items()
+            }
+        return value
+
+    @model_validator(mode="after")
+    def _sendable_headers(self) -> Self:
+        seen: dict[str, str] = {}
+        has_key = self.api_key is not None or "api_key_env" in self.model_fields_set
+        for name, value in self.headers.items():
+            lowered = name.lower()
+            problem = header_name_problem(name) or header_value_problem(value)
+            if problem is None and lowered in RESERVED_HEADERS:
+                problem = f"veeksha sets {name} itself: remove it"
+            if problem is None and lowered == "authorization" and has_key:
+                given = "api_key" if self.api_key is not None else "api_key_env"
+                problem = (
+                    f"the client's {given} sends Authorization: Bearer: remove {given}, or "
+                    "this header"
+                )
+            if problem is None and lowered in seen:
+                problem = f"given twice ({seen[lowered]!r} and {name!r}): a header name's case "
+                problem += "does not matter; keep one"
+            if problem is not None:
+                raise KeyProblem(problem, ("headers", name))
+            seen[lowered] = name
+        session = self.session_header
+        if session is not None:
+            lowered = session.lower()
+            problem = header_name_problem(session)
+            if problem is None and (lowered in RESERVED_HEADERS or lowered == "authorization"):
+                problem = f"veeksha sets {session} itself: choose another name, e.g. X-Session-Id"
+            if problem is None and lowered in seen:
+                problem = f"headers sets {seen[lowered]} too: keep one"
+            if problem is not None:
+                raise KeyProblem(problem, "session_header")
+        return self
 
     @field_validator("additional_sampling_params", mode="before")
     @classmethod

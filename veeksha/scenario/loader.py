@@ -390,6 +390,7 @@ def _source_yaml(root: CommentedMap) -> str:
             holder = holder.get(part) if isinstance(holder, dict) else None
         if isinstance(holder, dict) and holder.get(path[-1]) is not None:
             holder[path[-1]] = REDACTED
+    _mask_headers(tree, REDACTED)
     stream = io.StringIO()
     yaml = YAML(typ="rt")
     yaml.width = 4096  # one line per flow value, as written
@@ -568,6 +569,7 @@ def _message(
             return f"must be a mapping (got {shown(given)})"
         return f"missing key 'type' (one of: {_tags(node)})"
     secret = bool(parts) and tuple(parts[-2:]) in _SECRET_PATHS
+    secret = secret or (len(parts) >= 2 and parts[-2] == "headers")  # (any header's value)
     return value_message(err, secret)
 
 
@@ -659,7 +661,27 @@ def resolved_dict(scenario: Scenario, *, redact: bool = True) -> dict[str, Any]:
             holder = holder.get(part) if isinstance(holder, dict) else None
         if isinstance(holder, dict) and holder.get(path[-1]) is not None:
             holder[path[-1]] = REDACTED if redact else None
+    _mask_headers(data, REDACTED if redact else None)
     return data
+
+
+def _mask_headers(tree: Any, mask: str | None) -> None:
+    """Each client's credential-like ``headers``, and the simulator's ``required_headers``,
+    written as ``mask`` in ``tree`` (a scenario as data), unless the value reads them from the
+    environment (``veeksha.redact.masked_headers``)."""
+    from veeksha.redact import MASK, masked_headers
+
+    if not isinstance(tree, dict):
+        return
+    clients = tree.get("clients")
+    sections = [tree.get("client"), *(clients if isinstance(clients, list) else [])]
+    found = [(s, "headers") for s in sections] + [(tree.get("simulator"), "required_headers")]
+    for section, key in found:
+        headers = section.get(key) if isinstance(section, dict) else None
+        if isinstance(headers, dict):
+            for name, value in masked_headers(headers).items():
+                if value == MASK and headers[name] != MASK:
+                    headers[name] = mask
 
 
 def block_yaml() -> YAML:

@@ -313,14 +313,15 @@ class Scenario(StrictModel, defer_build=False):
         keys: list[tuple[str | int, ...]] = []
         if self.session_generator.type == "trace":
             keys.append(("session_generator", "trace_file"))
-        entries: list[tuple[str | int, ...]] = [
-            ("clients", i) for i in range(len(self.clients or []))
-        ]
-        entries = entries or [("client",)]
-        for prefix, (_, client) in zip(entries, self.client_entries(), strict=True):
+        for prefix, (_, client) in zip(self.client_key_paths(), self.client_entries(), strict=True):
             if client.tokenizer.type == "hf":
                 keys.append((*prefix, "tokenizer", "path"))
         return keys
+
+    def client_key_paths(self) -> list[tuple[str | int, ...]]:
+        """Where each client of ``client_entries`` is written: ``("clients", i)``, or
+        ``("client",)``."""
+        return [("clients", i) for i in range(len(self.clients or []))] or [("client",)]
 
     def placed_keys(self) -> list[tuple[str | int, ...]]:
         """The key paths whose place the loader records (``_places``): the files the scenario
@@ -328,6 +329,10 @@ class Scenario(StrictModel, defer_build=False):
         wrong (a program not found, a port taken, a model file missing, a readiness wait that
         runs out: ``veeksha.server.managed``)."""
         keys = self.named_files()
+        for prefix, (_, client) in zip(
+            self.client_key_paths(), self.client_entries(), strict=True
+        ):  # (a ${NAME} read when the run starts)
+            keys += [(*prefix, "headers", k) for k, v in client.headers.items() if "${" in v]
         if self.server is not None:
             keys += [("server",), *(("server", key) for key in _SERVER_KEYS)]
             if self.server.type == "command":

@@ -43,7 +43,7 @@ __all__ = [
 #: the source of a problem of the command-line arguments that is no one ``--set`` (a stray one)
 OVERRIDE_SOURCE = "<--set>"
 _INDEX = re.compile(r"\[(\d+)\]")
-_SECRET = re.compile(r"api_key(?!_env)")
+_SECRET = re.compile(r"api_key(?!_env)|\bheaders\b")  # (any header: it may be a credential)
 _LABEL_VALUE_CHARS = 60
 
 
@@ -63,7 +63,8 @@ class Override:
 
 def override_label(text: str) -> str:
     """An override as the source of a problem: ``--set runtime.max_sessions=0``, its value
-    shortened past 60 characters and hidden (``***``) when it holds an API key."""
+    shortened past 60 characters and hidden (``***``) when it holds an API key or sets a
+    client's ``headers``."""
     key, sep, value = text.partition("=")
     if _SECRET.search(text):
         value = "***"

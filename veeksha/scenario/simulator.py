@@ -219,11 +219,37 @@ class SimulatorConfig(NumbersModel):
         False, description="timings also lists the write time (ns) of every content chunk."
     )
     faults: FaultConfig = Field(FaultConfig.model_validate({}), description="Fault injection.")
+    required_headers: dict[str, str] = Field(
+        default_factory=empty_dict,
+        description="Headers every request but GET /health must carry, name → value, as a "
+        "gateway checks its key: without one (or with another value) the answer is 401 with "
+        "an OpenAI-style error. A credential's value (a name holding auth, key, token...) is "
+        "written as ***.",
+    )
+    count_header: str | None = Field(
+        None,
+        description="Count the generation requests by the value of this header (e.g. "
+        "X-Session-Id): /metrics' veeksha_sim_header_requests_total{value=...}.",
+    )
     models: dict[str, SimulatorModel] = Field(
         default_factory=empty_dict,
         description="More models served by the same process, each with its own engine "
         "(its own slots, cache and timing): name → the keys that differ from this section.",
     )
+
+    @model_validator(mode="after")
+    def _header_names(self) -> Self:
+        from veeksha.scenario.clients import header_name_problem, header_value_problem
+
+        for name, value in self.required_headers.items():
+            problem = header_name_problem(name) or header_value_problem(value)
+            if problem is not None:
+                raise KeyProblem(problem, ("required_headers", name))
+        if self.count_header is not None:
+            problem = header_name_problem(self.count_header)
+            if problem is not None:
+                raise KeyProblem(problem, "count_header")
+        return self
 
     @model_validator(mode="before")
     @classmethod

@@ -120,15 +120,16 @@ class ManagedServer:
     @classmethod
     def for_scenario(cls, scenario: Scenario, log_path: Path) -> ManagedServer:
         """The server of ``scenario``'s ``server:`` section (not started)."""
-        from veeksha.dispatch.settings import resolve_api_key
+        from veeksha.dispatch.settings import client_secrets
 
         config = scenario.server
         if config is None:
             raise ConfigurationError("the scenario has no server: section")
         simulator = _simulator_settings(scenario)
         model = managed_model(scenario)
-        # every client's key is masked in its log, whichever server the client goes to
-        keys = [resolve_api_key(client) for _, client in scenario.client_entries()]
+        # every client's key (and headers' secrets) is masked in its log, whichever server the
+        # client goes to
+        keys = [key for _, client in scenario.client_entries() for key in client_secrets(client)]
         return cls(config, log_path, model, keys, simulator, at_key=scenario.at_key)
 
     # ----------------------------------------------------------------------------- addresses

@@ -23,7 +23,7 @@ from typing import Any
 from veeksha.errors import TargetError
 from veeksha.net import fetch
 from veeksha.record.server_metrics import Sample, ServerMetricsWriter
-from veeksha.redact import Redactor
+from veeksha.redact import Redactors, header_secrets
 from veeksha.server.metric_names import canonical_name
 
 __all__ = ["MetricsScraper", "parse_metrics"]
@@ -68,10 +68,13 @@ class MetricsScraper:
         t0_ns: int,
         writer: ServerMetricsWriter,
         warn: Callable[[str], None],
+        headers: dict[str, str] | None = None,
     ) -> None:
         self.url = url
         self._api_key = api_key
-        self._redact = Redactor(api_key)  # (a parser error quotes the body: it may echo the key)
+        self._headers = headers  # the client's own (client.headers), sent beside its key
+        # (a parser error quotes the body: it may echo the key or a header's credential)
+        self._redact = Redactors(header_secrets(api_key, headers))
         self._interval_ns = round(interval_s * _NS)
         self._timeout_s = min(max(interval_s, 0.5), 5.0)
         self._t0_ns = t0_ns
@@ -125,6 +128,7 @@ class MetricsScraper:
                 "GET",
                 self.url,
                 api_key=self._api_key,
+                headers=self._headers,
                 timeout_s=self._timeout_s,
                 max_body=_MAX_BODY,
             )

@@ -61,6 +61,7 @@ class WatchSettings:
     run_dir: str
     metadata: dict[str, str]
     nvidia_smi: str | None = None
+    headers: dict[str, str] | None = None  # the client's own, sent with each scrape
 
 
 def die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
@@ -127,7 +128,13 @@ def watch(settings: WatchSettings, received: bytes = b"") -> tuple[dict[str, Any
 
     writer = ServerMetricsWriter(Path(settings.run_dir), settings.metadata)
     scraper = MetricsScraper(
-        settings.url, settings.api_key, settings.interval_s, settings.t0_ns, writer, warn
+        settings.url,
+        settings.api_key,
+        settings.interval_s,
+        settings.t0_ns,
+        writer,
+        warn,
+        settings.headers,
     )
     gpu = None
     if settings.nvidia_smi is not None:

@@ -21,6 +21,7 @@ MAX_BODY = 64 * 1024 * 1024
 _REASONS = {
     200: b"OK",
     400: b"Bad Request",
+    401: b"Unauthorized",
     404: b"Not Found",
     405: b"Method Not Allowed",
     411: b"Length Required",

@@ -30,6 +30,7 @@ from typing import IO, Any
 from veeksha.errors import TargetError
 from veeksha.forked import ForkedProcess
 from veeksha.net import fetch
+from veeksha.redact import masked_headers
 from veeksha.scenario.simulator import SimulatorConfig
 
 __all__ = ["SimulatorProcess"]
@@ -75,6 +76,8 @@ class SimulatorProcess:
             "target": "simulator",
             "base_url": self.base_url,
             **self.config.model_dump(mode="json"),
+            # (a credential the simulator checks is never written out: the run's key)
+            "required_headers": masked_headers(self.config.required_headers),
         }
 
     def start(self, timeout: float = 30.0) -> str:

@@ -74,6 +74,7 @@ class Stats:
     generation_tokens: int = 0
     cancelled: int = 0
     tokenize_delayed: int = 0
+    header_values: dict[str, int] = field(default_factory=dict)  # count_header's, by value
     vllm: VllmCounters = field(default_factory=VllmCounters)
 
 
@@ -170,6 +171,12 @@ class SimServer:
             # llama.cpp's chat template renderer (only where there is a template to render)
             self._routes[(b"POST", b"/apply-template")] = self._apply_template
         self._paths = {path for _, path in self._routes}
+        # required_headers (lower-cased name, value) and count_header, as bytes: a gateway's
+        self._required = [
+            (name.lower().encode(), value.encode())
+            for name, value in config.required_headers.items()
+        ]
+        self._count = None if config.count_header is None else config.count_header.lower().encode()
         # More models (``config.models``): each its own server object (engine, cache, text,
         # faults) on this loop; a generation request goes to the one its body names.
         self.by_model: dict[str, SimServer] = {}
@@ -188,6 +195,12 @@ class SimServer:
     def handle(self, conn: HttpConnection, request: Request) -> None:
         """Route one request; every exception becomes an error response."""
         route = self._routes.get((request.method, request.path))
+        if self._required and request.path != b"/health" and self._refused(conn, request):
+            return
+        if self._count is not None and request.path in _GENERATION_PATHS:
+            value = request.headers.get(self._count, b"").decode("latin-1")
+            values = self.stats.header_values
+            values[value] = values.get(value, 0) + 1
         try:
             if route is None:
                 if request.path in self._paths:
@@ -198,6 +211,18 @@ class SimServer:
             self._error(conn, exc.status, exc.body())
         except Exception as exc:  # noqa: BLE001  (the server must survive anything)
             self._error(conn, 500, error_body(f"internal error: {exc!r}", "server_error"))
+
+    def _refused(self, conn: HttpConnection, request: Request) -> bool:
+        """Answer 401 when a required header is missing or another value (True), as a
+        gateway checking its key does; the message names the header, never the value."""
+        for name, value in self._required:
+            given = request.headers.get(name)
+            if given != value:
+                what = "missing" if given is None else "has the wrong value"
+                message = f"header {name.decode()} {what} (simulator.required_headers)"
+                self._error(conn, 401, error_body(message, code="invalid_api_key"))
+                return True
+        return False
 
     def bad_request(self, conn: HttpConnection, status: int, message: str) -> None:
         """The connection could not even frame a request."""
@@ -437,6 +462,14 @@ class SimServer:
         lines += [
             f'veeksha_sim_errors_total{{{label},status="{k}"}} {v}' for k, v in s.errors.items()
         ]
+        if s.header_values:
+            header = _label(self.config.count_header or "")
+            lines.append("# TYPE veeksha_sim_header_requests_total counter")
+            lines += [
+                f'veeksha_sim_header_requests_total{{{label},header="{header}",'
+                f'value="{_label(k)}"}} {v}'
+                for k, v in s.header_values.items()
+            ]
         lines.append("# TYPE veeksha_sim_faults_total counter")
         lines += [
             f'veeksha_sim_faults_total{{{label},kind="{k}"}} {v}' for k, v in s.faults.items()
@@ -462,6 +495,14 @@ class SimServer:
         running = self.driver.slots.running
         held = sum(-(-(seq.prompt_tokens + seq.generated) // block) for seq in running)
         return min(held * block / capacity, 1.0) if capacity else 0.0
+
+
+_GENERATION_PATHS = frozenset((b"/v1/chat/completions", b"/v1/completions"))
+
+
+def _label(text: str) -> str:
+    """``text`` as a Prometheus label value (backslash, quote and line feed escaped)."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def merge_families(texts: Iterable[str]) -> str:

@@ -99,6 +99,8 @@ class SimSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     record_chunk_times: bool
     faults: FaultSettings
     models: dict[str, ModelSettings]
+    required_headers: dict[str, str] = {}
+    count_header: str | None = None
 
     @classmethod
     def from_json(cls, text: str | bytes) -> SimSettings:
