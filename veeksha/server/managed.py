@@ -121,6 +121,7 @@ class ManagedServer:
     def for_scenario(cls, scenario: Scenario, log_path: Path) -> ManagedServer:
         """The server of ``scenario``'s ``server:`` section (not started)."""
         from veeksha.dispatch.settings import client_secrets
+        from veeksha.redact import header_secrets
 
         config = scenario.server
         if config is None:
@@ -130,6 +131,8 @@ class ManagedServer:
         # every client's key (and headers' secrets) is masked in its log, whichever server the
         # client goes to
         keys = [key for _, client in scenario.client_entries() for key in client_secrets(client)]
+        if simulator is not None:  # (its command line holds the values it requires)
+            keys += header_secrets(None, simulator.required_headers)
         return cls(config, log_path, model, keys, simulator, at_key=scenario.at_key)
 
     # ----------------------------------------------------------------------------- addresses

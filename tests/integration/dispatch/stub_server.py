@@ -7,6 +7,7 @@ The last user message (or the last prompt line) is a command: words separated by
     hang           never answer
     reset=I        close the connection after I chunks
     garbage        send a malformed SSE event
+    echo           answer 400 with the request's headers as the body (a proxy's echo)
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ class StubServer:
         text = body["messages"][-1]["content"] if chat else body["prompt"].split("\n")[-1]
         cmd = dict(w.partition("=")[::2] for w in text.split())
         n = body.get("max_completion_tokens") or body.get("max_tokens") or 4
+        if "echo" in cmd:
+            return web.json_response({"error": dict(request.headers)}, status=400)
         if "status" in cmd:
             return web.Response(status=int(cmd["status"]), text="boom: injected failure")
         if "retry" in cmd:

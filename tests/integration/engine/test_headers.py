@@ -1,0 +1,208 @@
+"""client.headers and client.session_header in whole runs against the real simulator: a
+gateway's headers pass its check, their absence is a 401 row per request, an unset ``${NAME}``
+is refused before t0, a session's requests all carry its id, and no secret reaches a file of
+the run folder or the terminal."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.integration.conftest import StartSimulator
+from tests.integration.simulator.helpers import request
+
+pytestmark = pytest.mark.timeout(120)
+
+# the secrets: one from the environment, literal ones of credential-like headers
+ENV_SECRET = "gw-env-secret-4f9a21"
+LITERAL_SECRET = "lit-secret-77c0de"
+AUTH_SECRET = "auth-secret-3b8e55"
+
+_TRAFFIC = """
+traffic_scheduler: {type: rate, interval_generator: {type: fixed, interval: 0.02}}
+session_generator:
+  type: synthetic
+  session_graph:
+    type: linear
+    num_request_generator: {type: uniform, min: 1, max: 4}
+    request_wait_generator: {type: fixed, interval: 0.0}
+    inherit_history: true
+  channels:
+    - type: text
+      body_length_generator: {type: uniform, min: 5, max: 10}
+  output_spec:
+    text:
+      output_length_generator: {type: uniform, min: 2, max: 4}
+runtime: {max_sessions: 8}
+"""
+
+_GATEWAY = f"""
+simulator:
+  required_headers:
+    X-Api-Key: {ENV_SECRET}
+    X-Session-Secret: {LITERAL_SECRET}
+    Authorization: Token {AUTH_SECRET}
+    X-Tenant: acme
+"""
+
+_HEADERS = f"""
+client:
+  headers:
+    X-Api-Key: "${{S20C_GATEWAY_KEY}}"
+    X-Session-Secret: {LITERAL_SECRET}
+    Authorization: Token {AUTH_SECRET}
+    X-Tenant: acme
+"""
+
+
+def _run(
+    tmp_path: Path, text: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], Path | None]:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(text)
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "veeksha.cli",
+            "run",
+            str(scenario),
+            "--no-plots",
+            "--output-dir",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL,
+        check=False,
+        cwd=tmp_path,
+    )
+    folders = sorted(out.iterdir()) if out.exists() else []
+    return proc, folders[0] if folders else None
+
+
+def _requests(run_dir: Path) -> list[dict[str, Any]]:
+    return pq.read_table(run_dir / "requests.parquet").to_pylist()
+
+
+def _parquet_texts(path: Path) -> list[str]:
+    """Every text of a Parquet file as read back: its metadata and each cell."""
+    parquet = pq.ParquetFile(path)
+    texts = [str(parquet.schema_arrow.metadata), str(parquet.metadata.metadata)]
+    texts += [repr(row) for row in parquet.read().to_pylist()]
+    return texts
+
+
+@pytest.mark.parametrize(
+    "server", ["", "server: {type: veeksha_sim}\n"], ids=["built_in", "managed"]
+)
+def test_a_run_with_the_gateways_headers_passes_and_writes_no_secret(
+    tmp_path: Path, server: str
+) -> None:
+    """A managed server's server.log holds its command line (the simulator's settings, with
+    the values it requires) and whatever it prints: masked too."""
+    proc, run_dir = _run(
+        tmp_path, _TRAFFIC + _GATEWAY + _HEADERS + server, {"S20C_GATEWAY_KEY": ENV_SECRET}
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert run_dir is not None
+    rows = _requests(run_dir)
+    assert rows
+    assert all(r["status"] == "ok" for r in rows)
+    # the server's /metrics was scraped with them too (a 401 there would be no scrape)
+    assert pq.read_table(run_dir / "server_metrics.parquet").num_rows > 0
+    config = (run_dir / "config.yaml").read_text()
+    assert "X-Api-Key: ${S20C_GATEWAY_KEY}" in config  # (written as given)
+    assert "X-Session-Secret: '***'" in config
+    assert "Authorization: '***'" in config
+    assert "X-Tenant: acme" in config
+    texts = [proc.stdout, proc.stderr]
+    for path in sorted(p for p in run_dir.rglob("*") if p.is_file()):
+        texts.append(path.read_bytes().decode("latin-1"))
+        if path.suffix == ".parquet":
+            texts += _parquet_texts(path)
+    for secret in (ENV_SECRET, LITERAL_SECRET, AUTH_SECRET):
+        leaks = [t[:80] for t in texts if secret in t]
+        assert not leaks, f"{secret} written: {leaks}"
+
+
+def test_without_the_headers_every_request_is_a_401_row(tmp_path: Path) -> None:
+    proc, run_dir = _run(tmp_path, _TRAFFIC + _GATEWAY)
+    assert run_dir is not None, proc.stderr[-3000:]
+    # (a session's later turns are cancelled by its first one's failure: never sent)
+    rows = [r for r in _requests(run_dir) if r["status"] != "cancelled"]
+    assert len(rows) == 8  # (every session's first request)
+    assert {(r["status"], r["http_status"], r["error_kind"]) for r in rows} == {
+        ("error", 401, "http_4xx")
+    }
+    message = rows[0]["error_message"]
+    assert message.startswith("HTTP 401: ")
+    assert "header x-api-key missing (simulator.required_headers)" in message
+
+
+def test_an_unset_variable_is_refused_before_the_run_starts(tmp_path: Path) -> None:
+    env_without = {k: v for k, v in os.environ.items() if k != "S20C_GATEWAY_KEY"}
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(_TRAFFIC + _GATEWAY + _HEADERS)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "veeksha.cli",
+            "run",
+            str(scenario),
+            "--no-plots",
+            "--output-dir",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env=env_without,
+        stdin=subprocess.DEVNULL,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    line = _TRAFFIC.count("\n") + _GATEWAY.count("\n") + 4  # (the X-Api-Key line of client:)
+    assert (
+        f"{scenario}:{line}:5: client.headers.X-Api-Key: ${{S20C_GATEWAY_KEY}} is not set (or "
+        "is empty) in this environment: export S20C_GATEWAY_KEY, or write the header's value in "
+        "the scenario"
+    ) in proc.stderr
+    assert not list((tmp_path / "out").rglob("requests.parquet"))  # (nothing was sent)
+
+
+def test_every_request_of_a_session_carries_its_session_id(
+    tmp_path: Path, start_simulator: StartSimulator
+) -> None:
+    sim = start_simulator(count_header="X-Session-Id")
+    client = (
+        f"client:\n  api_base: {sim.base_url}\n  model: veeksha-sim\n"
+        "  session_header: X-Session-Id\n"
+    )
+    proc, run_dir = _run(tmp_path, _TRAFFIC + client)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert run_dir is not None
+    rows = _requests(run_dir)
+    per_session = Counter(str(r["session_id"]) for r in rows)
+    assert len(per_session) == 8
+    assert max(per_session.values()) > 1
+    metrics = request(f"{sim.root_url}/metrics", method="GET").body.decode()
+    seen = Counter[str]()
+    for line in metrics.splitlines():
+        if line.startswith("veeksha_sim_header_requests_total{"):
+            labels, count = line.rsplit(" ", 1)
+            assert 'header="X-Session-Id"' in labels
+            seen[labels.split('value="', 1)[1].split('"', 1)[0]] += int(float(count))
+    assert seen == per_session  # each session's id on each of its requests, none other
