@@ -152,9 +152,10 @@ def check_reachable(
         "to use the built-in simulator)",
     )
     if answer.status in (401, 403):
+        also = " (and check the client's headers)" if headers else ""
         raise TargetError(
             f"{api_base} refused the credentials (HTTP {answer.status}): set {names.api_key} "
-            "a valid key"
+            f"a valid key{also}"
         )
     if answer.status == 404 and not api_base.rstrip("/").endswith("/v1"):
         _refuse_missing_v1(api_base, api_key, names, headers)

@@ -65,6 +65,7 @@ client:
 def _run(
     tmp_path: Path, text: str, env: dict[str, str] | None = None
 ) -> tuple[subprocess.CompletedProcess[str], Path | None]:
+    tmp_path.mkdir(exist_ok=True)
     scenario = tmp_path / "s.yaml"
     scenario.write_text(text)
     out = tmp_path / "out"
@@ -206,3 +207,26 @@ def test_every_request_of_a_session_carries_its_session_id(
             assert 'header="X-Session-Id"' in labels
             seen[labels.split('value="', 1)[1].split('"', 1)[0]] += int(float(count))
     assert seen == per_session  # each session's id on each of its requests, none other
+
+
+def test_the_model_check_server_tokenizer_and_scrapes_send_the_headers_too(
+    tmp_path: Path, start_simulator: StartSimulator
+) -> None:
+    """Against a server behind a gateway (a simulator requiring a key header on every path but
+    /health): the start-up model check, the server tokenizer's calibration and the /metrics
+    scrapes carry the client's headers; without them the model check refuses the run."""
+    sim = start_simulator(required_headers={"X-Api-Key": ENV_SECRET})
+    client = (
+        f"client:\n  api_base: {sim.base_url}\n  model: veeksha-sim\n"
+        "  tokenizer: {type: server, cache: false}\n"
+    )
+    headers = '  headers: {X-Api-Key: "${S20C_GATEWAY_KEY}"}\n'
+    env = {"S20C_GATEWAY_KEY": ENV_SECRET}
+    proc, run_dir = _run(tmp_path / "with", _TRAFFIC + client + headers, env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert run_dir is not None
+    assert all(r["status"] == "ok" for r in _requests(run_dir))
+    assert pq.read_table(run_dir / "server_metrics.parquet").num_rows > 0
+    proc, _ = _run(tmp_path / "without", _TRAFFIC + client, env)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"{sim.base_url} refused the credentials (HTTP 401)" in proc.stderr
