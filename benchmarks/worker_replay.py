@@ -2,6 +2,7 @@
 
     python -m benchmarks.worker_replay capture [--chat] [--output-tokens 32] FILE
     python -m benchmarks.worker_replay replay FILE [--responses 2000] [--split]
+        [--session-header X-Session-Id]
     valgrind --tool=callgrind python -m benchmarks.worker_replay replay FILE --responses N
 
 ``capture`` sends one streaming request to the built-in simulator (fast preset, which writes a
@@ -12,7 +13,9 @@ an ``_Exchange`` started on an ``Http1Pool`` connection (whose transport only co
 socket, timer or event loop: what is left is the worker's per-response Python and C work, the
 same for every run, so two callgrind runs (``--responses`` N and 0) give the instructions of one
 response by difference. ``--split`` delivers every SSE event in its own read (a server that
-writes each token as it is made) instead of the recorded reads.
+writes each token as it is made) instead of the recorded reads. ``--session-header`` sends
+each request with that header carrying its session id (``client.session_header``); its price is
+the difference to a replay without it.
 """
 
 from __future__ import annotations
@@ -129,7 +132,7 @@ def offline_worker(
     return worker, pool, conn, (a, b)
 
 
-def replay(path: Path, responses: int, split: bool) -> list[Any]:
+def replay(path: Path, responses: int, split: bool, session_header: str = "") -> list[Any]:
     """Feed the recorded response ``responses`` times; return the Results (the last 16 kept)."""
     saved = pickle.loads(path.read_bytes())
     reads: list[bytes] = _split(saved["reads"]) if split else saved["reads"]
@@ -139,13 +142,16 @@ def replay(path: Path, responses: int, split: bool) -> list[Any]:
         model="veeksha-sim",
         chat=saved["chat"],
         max_tokens_param="max_tokens",
+        session_header=session_header,
     )
     worker, _, conn, (a, b) = offline_worker(settings)
     last: list[Any] = []
     messages = [("user", PROMPT)]
     for i in range(responses):
         worker._start_http1(
-            worker._routes[0], WorkItem(i, list(messages), 32, 0), time.monotonic_ns()
+            worker._routes[0],
+            WorkItem(i, list(messages), 32, 0, session=i // 4),
+            time.monotonic_ns(),
         )
         for read in reads:
             conn.data_received(read)
@@ -168,12 +174,13 @@ def main() -> None:
     rep.add_argument("file", type=Path)
     rep.add_argument("--responses", type=int, default=2000)
     rep.add_argument("--split", action="store_true")
+    rep.add_argument("--session-header", default="")
     args = parser.parse_args()
     if args.command == "capture":
         capture(args.chat, args.output_tokens, args.file)
         return
     t = time.process_time()
-    results = replay(args.file, args.responses, args.split)
+    results = replay(args.file, args.responses, args.split, args.session_header)
     cpu = time.process_time() - t
     if results:
         r = results[-1]
