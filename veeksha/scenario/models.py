@@ -325,8 +325,9 @@ class Scenario(StrictModel, defer_build=False):
 
     def placed_keys(self) -> list[tuple[str | int, ...]]:
         """The key paths whose place the loader records (``_places``): the files the scenario
-        names, and the keys of its ``server:`` section that starting the server may find
-        wrong (a program not found, a port taken, a model file missing, a readiness wait that
+        names, each client's ``headers`` that read a ``${NAME}`` when the run starts
+        (``veeksha.engine.target``), and the keys of its ``server:`` section that starting the
+        server may find wrong (a program not found, a port taken, a model file missing, a readiness wait that
         runs out: ``veeksha.server.managed``)."""
         keys = self.named_files()
         for prefix, (_, client) in zip(

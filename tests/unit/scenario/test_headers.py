@@ -205,3 +205,31 @@ def test_the_simulators_required_headers_are_checked_like_a_clients() -> None:
     assert "is not a header name" in issue.message
     issue = only_issue("simulator:\n  count_header: 'a:b'\n")
     assert issue.path == "simulator.count_header"
+
+
+def test_each_client_resolves_its_own_headers(
+    tmp_path: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pathlib import Path
+
+    from veeksha.engine.target import _resolved_headers
+    from veeksha.scenario.loader import load_scenario
+
+    monkeypatch.setenv("S20C_A", "key-a")
+    monkeypatch.delenv("S20C_B", raising=False)
+    path = Path(str(tmp_path)) / "s.yaml"
+    path.write_text(
+        "clients:\n"
+        "  - name: a\n"
+        "    headers: {X-Api-Key: '${S20C_A}'}\n"
+        "  - name: b\n"
+        "  - name: c\n"
+        "    headers:\n"
+        "      X-Api-Key: '${S20C_B}'\n"
+    )
+    scenario = load_scenario(path)
+    with pytest.raises(ConfigurationError) as error:
+        _resolved_headers(scenario)
+    assert str(error.value).startswith(f"{path}:7:7: clients[2].headers.X-Api-Key: ${{S20C_B}}")
+    monkeypatch.setenv("S20C_B", "key-b")
+    assert _resolved_headers(scenario) == [{"X-Api-Key": "key-a"}, {}, {"X-Api-Key": "key-b"}]
