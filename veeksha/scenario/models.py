@@ -327,8 +327,8 @@ class Scenario(StrictModel, defer_build=False):
         """The key paths whose place the loader records (``_places``): the files the scenario
         names, each client's ``headers`` that read a ``${NAME}`` when the run starts
         (``veeksha.engine.target``), and the keys of its ``server:`` section that starting the
-        server may find wrong (a program not found, a port taken, a model file missing, a readiness wait that
-        runs out: ``veeksha.server.managed``)."""
+        server may find wrong (a program not found, a port taken, a model file missing, a
+        readiness wait that runs out: ``veeksha.server.managed``)."""
         keys = self.named_files()
         for prefix, (_, client) in zip(
             self.client_key_paths(), self.client_entries(), strict=True
