@@ -6,12 +6,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+from veeksha.isolated import isolated_module_command
 from veeksha.record.server_metrics import SERVER_METRICS_FILE
 from veeksha.server.watch_process import MERGE_REQUEST, WatchSettings
 
@@ -22,7 +22,7 @@ def test_the_watch_hands_over_its_parts_only_when_asked(
 ) -> None:
     settings = WatchSettings("http://127.0.0.1:1/metrics", None, 60.0, 0, str(tmp_path), {})
     proc = subprocess.Popen(
-        [sys.executable, "-I", "-m", "veeksha.server.watch_process"],
+        isolated_module_command("veeksha.server.watch_process"),  # (this checkout's veeksha)
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
     )
