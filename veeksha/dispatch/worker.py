@@ -180,11 +180,11 @@ class _Route:
         elif not self.session_header:
             self.send = http.send
         else:
-            line = f"{self.session_header}: ".encode("latin-1")
-            send_with = http.send_with
+            name = f"{self.session_header}: ".encode("latin-1")
+            send_numbered = http.send_numbered
 
             def send(body: bytes, exchange: _Exchange) -> None:
-                send_with(body, exchange, b"%b%d\r\n" % (line, exchange.item.session))
+                send_numbered(body, exchange, name, exchange.item.session)
 
             self.send = send
 
