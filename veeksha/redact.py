@@ -207,7 +207,8 @@ def header_secrets(api_key: str | None, headers: Mapping[str, str] | None) -> li
     secrets = [api_key] if api_key else []
     for name, value in (headers or {}).items():
         if secret_header(name) and value:
-            secrets += [value, *value.split()[1:2]]  # ("Basic abc": "abc" alone too)
+            # ("Basic dXNlcjpwYXNz": the credential alone too, when long enough to say it)
+            secrets += [value, *(p for p in value.split()[1:2] if len(p) >= MIN_SECRET_LENGTH)]
     return secrets
 
 
