@@ -300,6 +300,8 @@ def error_rates(requests: pa.Table) -> dict[str, Any]:
             count = int(entry["counts"])
             by_kind[entry["values"]] = {"count": count, "rate": count / total}
         by_kind = dict(sorted(by_kind.items(), key=lambda kv: (-kv[1]["count"], kv[0])))
+        for kind, example in _error_examples(bad, set(by_kind)).items():
+            by_kind[kind]["example"] = example
     return {
         "requests": total,
         "failed": failed,
@@ -308,6 +310,46 @@ def error_rates(requests: pa.Table) -> dict[str, Any]:
         "cancellation_rate": counts["cancelled"] / total if total else None,
         "by_kind": by_kind,
     }
+
+
+#: The longest ``example`` message of an error kind kept in summary.json (characters).
+ERROR_EXAMPLE_CHARS = 300
+
+
+def _error_examples(bad: pa.Table | ColumnSource, kinds: set[str]) -> dict[str, str]:
+    """The first ``error_message`` of each of ``kinds`` among the rows ``bad`` (a kind's
+    name as ``error_rates`` counts it), cut to ``ERROR_EXAMPLE_CHARS``: what the server or
+    veeksha said, so a run whose requests failed says why without opening its rows. The rows
+    are read a batch at a time until every kind has one (the first batch, as a rule); none
+    without the column (a run recorded before it, or a table of ``EVALUATION_COLUMNS``)."""
+    source = ColumnSource.of(bad)
+    names = source.schema.names
+    if "error_message" not in names or "error_kind" not in names or not kinds:
+        return {}
+    found: dict[str, str] = {}
+    pending_kinds: list[Any] = []
+    pending_messages: list[Any] = []
+    messages = source.batches("error_message")
+    for kind_batch in source.batches("error_kind"):
+        pending_kinds.extend(kind_batch.to_pylist())
+        while len(pending_messages) < len(pending_kinds):
+            batch = next(messages, None)
+            if batch is None:
+                break
+            pending_messages.extend(batch.to_pylist())
+        for kind, message in zip(pending_kinds, pending_messages, strict=False):
+            name = kind or "unknown"
+            if name in kinds and name not in found and message:
+                found[name] = _cut(str(message), ERROR_EXAMPLE_CHARS)
+        taken = min(len(pending_kinds), len(pending_messages))
+        del pending_kinds[:taken], pending_messages[:taken]
+        if len(found) == len(kinds):
+            break
+    return found
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _bucket_bounds(tokens: int) -> tuple[int, int]:

@@ -123,6 +123,28 @@ def _cancelled(summary: dict[str, Any]) -> str | None:
     return _num(count) + (f" ({_num(in_flight)} in flight)" if in_flight else "")
 
 
+def _errors_table(summary: dict[str, Any]) -> Table | None:
+    """The requests that did not succeed, by kind: count, share of the requests and the first
+    message of each (summary.json's ``errors.by_kind``); None when every request succeeded."""
+    errors = summary.get("errors") or {}
+    by_kind = errors.get("by_kind") or {}
+    if not by_kind:
+        return None
+    total = errors.get("requests")
+    title = f"requests that did not succeed (of {_num(total)})" if total else None
+    table = Table(title=title, title_justify="left")
+    table.add_column("kind", no_wrap=True)
+    table.add_column("count", justify="right", no_wrap=True)
+    table.add_column("share", justify="right", no_wrap=True)
+    table.add_column("first message", overflow="fold")
+    for kind, entry in by_kind.items():
+        rate = entry.get("rate")
+        share = "-" if rate is None else f"{_num(rate * 100)} %"
+        example = entry.get("example") or ""
+        table.add_row(escape(kind), _num(entry.get("count")), share, escape(example))
+    return table
+
+
 def _latency_table(summary: dict[str, Any]) -> Table:
     """One row per metric; its unit under its name (it fits 80 columns whole: see ``_num``)."""
     table = Table(
@@ -424,6 +446,9 @@ def render_summary(
     note = stream_note(run)
     if note is not None:
         console.print(escape(note))
+    errors = _errors_table(summary)
+    if errors is not None:
+        console.print(errors)
     console.print(_latency_table(summary))
     if summary.get("phases"):
         console.print(_phase_table(summary["phases"]))

@@ -98,7 +98,6 @@ EVALUATION_COLUMNS: tuple[str, ...] = tuple(
         "cached_tokens",
         "tbc_mean",
         "http_status",
-        "error_message",
         "retries",
         "server_output_tokens",
         "shard",

@@ -8,6 +8,7 @@ import pytest
 
 from tests.unit.evaluate.builders import request, requests_table, session, sessions_table
 from veeksha.evaluate.metrics import (
+    ERROR_EXAMPLE_CHARS,
     LATENCY_METRICS,
     error_rates,
     latency_stats,
@@ -123,6 +124,29 @@ def test_failed_requests_are_counted_not_dropped() -> None:
     stats = latency_stats(metric_digests(table, []))
     assert stats["ttfc"]["count"] == 1  # latencies of ok requests only
     assert stats["generator_delay"]["count"] == 3  # the generator's lag of every sent request
+
+
+def test_each_error_kind_keeps_its_first_message() -> None:
+    """``errors.by_kind`` holds each kind's first ``error_message`` (cut to
+    ``ERROR_EXAMPLE_CHARS``), read from the rows in order; a kind whose rows have none has no
+    example, nor does a table without the column."""
+    long = "HTTP 500: " + "x" * 400
+    rows = [
+        request(0, sent=0.0),
+        request(1, sent=0.0, status="error", error_kind="http_4xx", chunks=()),
+        request(2, sent=0.0, status="error", error_kind="http_4xx", chunks=()),
+        request(3, sent=0.0, status="error", error_kind="http_5xx", chunks=()),
+        request(4, sent=0.0, status="timeout", error_kind="timeout", chunks=()),
+    ]
+    messages = [None, "", "HTTP 401: no key", long, None]
+    for row, message in zip(rows, messages, strict=True):
+        row["error_message"] = message
+    by_kind = error_rates(requests_table(rows))["by_kind"]
+    assert by_kind["http_4xx"]["example"] == "HTTP 401: no key"  # (the first with a message)
+    assert by_kind["http_5xx"]["example"] == long[: ERROR_EXAMPLE_CHARS - 1] + "…"
+    assert "example" not in by_kind["timeout"]
+    without = requests_table(rows).drop_columns(["error_message"])
+    assert all("example" not in entry for entry in error_rates(without)["by_kind"].values())
 
 
 def test_warmup_rows_are_excluded() -> None:

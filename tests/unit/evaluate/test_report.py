@@ -85,6 +85,40 @@ def test_the_report_at_80_columns_cuts_no_name_or_value() -> None:
         assert word in joined
 
 
+def test_requests_that_did_not_succeed_are_shown_by_kind_with_their_first_message() -> None:
+    """A run whose requests failed says why in its report: each kind's count, share and first
+    message (summary.json's ``errors.by_kind``), readable at 80 columns; nothing when all
+    succeeded."""
+    message = (
+        'HTTP 401: {"error":{"message":"header api-key has the wrong value",'
+        '"type":"invalid_request_error","code":"invalid_api_key"}}'
+    )
+    summary = _summary()
+    summary["errors"] = {
+        "requests": 12_400_000,
+        "error_rate": 0.00443,
+        "by_kind": {
+            "http_4xx": {"count": 54_322, "rate": 0.004381, "example": message},
+            "cancelled": {"count": 7, "rate": 5.6e-7},  # (a run recorded before examples)
+        },
+    }
+    text = _render(lambda console: render_summary(console, summary))
+    assert "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "requests that did not succeed (of 12.4M)" in text
+    row = text[text.index("http_4xx") :].splitlines()[0]
+    assert "54.32k" in row
+    assert "0.4381 %" in row
+    # the message column, folded over lines: all of it is there
+    table = text[text.index("did not succeed") :].split("latency")[0]
+    cells = [line.split("│")[-2] for line in table.splitlines() if line.count("│") == 5]
+    assert "".join(message.split()) in "".join("".join(cells).split())
+    assert "cancelled" in text
+    assert "5.6e-05 %" in text
+    del summary["errors"]["by_kind"]
+    assert "did not succeed" not in _render(lambda console: render_summary(console, summary))
+
+
 @pytest.mark.parametrize(
     ("value", "text"),
     [
