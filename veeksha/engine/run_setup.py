@@ -75,8 +75,7 @@ class RunSetup:
         runtime = scenario.runtime
         # each client's prompts are counted in its own tokenizer (a server one calibrated
         # against its own target), clients of the same one sharing it
-        # (``Scenario.tokenizer_sharing``); the trace replay counts in the first client's,
-        # a later client giving another being refused at validation (``scenario.crosscheck``)
+        # (``Scenario.tokenizer_sharing``); a trace replay's rows too, each in its client's
         tokenizers = self._tokenizers(target)
         self.tokenizers = tokenizers
         tokenizer = tokenizers[0]
@@ -90,7 +89,7 @@ class RunSetup:
             self.log.info(self.trace.describe())
             for warning in self.trace.warnings():
                 self.log.warning(warning)
-            trace_sessions = self.trace.sessions(scenario.seed, tokenizer)
+            trace_sessions = self.trace.sessions(scenario.seed, tokenizer, tokenizers)
             make = trace_sessions.session
             make(0)  # the first piece (and its row group) is read now, not after t0
             if trace_sessions.limit is not None:

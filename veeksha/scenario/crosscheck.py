@@ -36,7 +36,6 @@ def scenario_problems(scenario: Scenario) -> list[Problem]:
                 (("clients", index, "name"), f"client name {name!r} is used twice: rename one")
             )
         seen.add(name)
-    problems += _tokenizer_problems(scenario)
     if (
         scenario.server is not None
         and scenario.clients
@@ -57,37 +56,6 @@ def scenario_problems(scenario: Scenario) -> list[Problem]:
 def unknown_client(name: str, names: list[str]) -> str:
     """The message for a reference to a client that does not exist."""
     return f"unknown client {name!r}; the clients are: {', '.join(repr(n) for n in names)}"
-
-
-def _tokenizer_problems(scenario: Scenario) -> list[Problem]:
-    """A trace replay's later client naming a tokenizer other than the first client's: a
-    trace's rows are fitted and counted in one tokenizer, the first client's, whichever client
-    a row goes to (synthetic sessions size each prompt in its own client's)."""
-    if not scenario.clients or scenario.session_generator.type != "trace":
-        return []
-    first = scenario.clients[0].tokenizer
-    problems: list[Problem] = []
-    for index, client in enumerate(scenario.clients[1:], start=1):
-        if "tokenizer" not in client.model_fields_set:
-            continue
-        if client.tokenizer.model_dump() == first.model_dump():
-            continue
-        problems.append(
-            (
-                ("clients", index, "tokenizer"),
-                f"a trace replay counts every row's prompt in one tokenizer, the first "
-                f"client's ({_tokenizer_label(first)}), not this one "
-                f"({_tokenizer_label(client.tokenizer)}): remove this tokenizer, or make it the"
-                " first client's",
-            )
-        )
-    return problems
-
-
-def _tokenizer_label(tokenizer: object) -> str:
-    kind = getattr(tokenizer, "type", "?")
-    path = getattr(tokenizer, "path", None)
-    return f"{kind} {path}" if path else str(kind)
 
 
 def _selection_problems(scenario: Scenario, names: list[str]) -> list[Problem]:

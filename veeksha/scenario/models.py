@@ -224,8 +224,8 @@ class Scenario(StrictModel, defer_build=False):
         None,
         min_length=1,
         description="Several targets in one run, each with a name (instead of client); each "
-        "client's prompts are sized in its own tokenizer (a trace replay's in the first "
-        "client's; docs/agents.md).",
+        "client's prompts are sized in its own tokenizer, a trace replay's rows too "
+        "(docs/agents.md).",
     )
     runtime: Runtime = Field(
         default_factory=factory(Runtime),
@@ -288,12 +288,8 @@ class Scenario(StrictModel, defer_build=False):
         the same tokenizer counts: the same ``tokenizer`` (none is ``builtin``) and, for a
         ``server`` one, the same target too (``api_base``, ``model``, ``api_key_env``: it is
         calibrated against the client's own server). Clients of one index share one tokenizer
-        instance. A trace replay's clients all share the first client's."""
+        instance (a trace replay's rows too, each in its client's)."""
         entries = self.client_entries()
-        if self.session_generator.type == "trace":
-            # a trace's rows are fitted and counted in the first client's tokenizer, whichever
-            # client a row goes to (docs/agents.md; a later client naming another is refused)
-            return [0] * len(entries)
         seen: dict[str, int] = {}
         sharing: list[int] = []
         for index, (_, client) in enumerate(entries):

@@ -416,3 +416,78 @@ def test_each_client_measures_its_target_exactly_in_its_own_tokenizer(tmp_path: 
     assert check["status"] == "PASS", check
     assert f"server /tokenize vs target: 0 of {sampled} (max 0)" in check["detail"]
     assert check["statistics"]["server"]["max_abs_deviation"] == 0
+
+
+TRACE_TWO_TOKENIZERS = """
+seed: 13
+clients:
+  - {{name: a, model: m-a}}
+  - name: b
+    api_base: {api_base}
+    model: veeksha-sim
+    tokenizer: {{type: server}}
+traffic_scheduler: {{type: concurrent, target_concurrent_sessions: 4, rampup_seconds: 0}}
+session_generator:
+  type: trace
+  trace_file: {trace}
+  flavor: {{type: request_log}}
+runtime: {{max_sessions: 12, benchmark_timeout: 60, num_workers: 1}}
+"""
+
+
+def test_a_trace_replays_rows_measure_their_lengths_in_their_own_clients_tokenizer(
+    tmp_path: Path,
+) -> None:
+    """A trace replay with clients a (the built-in simulator, builtin tokens) and b (a
+    simulator of a ``subword`` tokenizer, ``tokenizer: server``): each row is built in its
+    own client's tokenizer, so each server's usage counts every root at exactly its row's
+    input_length, and every turn after its own client's turn at the parent's conversation,
+    answer and its own length (was: refused at validation; the rows were in a's words)."""
+    rows = []
+    lengths = {}
+    for s in range(12):
+        for turn in range(1 + s % 3):
+            client = "ab"[(s + (turn if s % 4 == 3 else 0)) % 2]  # (every 4th mixes them)
+            length = 30 + (17 * s + 41 * turn) % 150
+            rows.append(f"s{s},{length},{5 + turn},{client}")
+            lengths[(s, turn)] = (length, client)
+    trace = tmp_path / "trace.csv"
+    trace.write_text(
+        "session_id,input_length,output_length,client\n" + "".join(r + "\n" for r in rows)
+    )
+    with SimulatorProcess(SimulatorConfig(tokenizer="subword")) as sim:
+        text = TRACE_TWO_TOKENIZERS.format(api_base=sim.base_url, trace=trace)
+        run_dir = tmp_path / "run"
+        run_scenario(load_scenario_text(text, "trace.yaml"), run_dir, quiet=True, plots=False)
+    requests = pd.read_parquet(run_dir / "requests.parquet")
+    assert len(requests) == len(rows)
+    assert (requests.status == "ok").all()
+    # each row is its trace row, at its client, with the trace's length as its target
+    for row in requests.itertuples():
+        assert lengths[(row.session_id, row.node_id)] == (row.target_prompt_tokens, row.client)
+    assert (requests.prompt_tokens_new == requests.target_prompt_tokens).all()
+    roots = requests[requests.history_parent.isna()]
+    for client in ("a", "b"):
+        own = roots[roots.client == client]
+        assert len(own) >= 4, client
+        assert (own.prompt_tokens_total == own.target_prompt_tokens).all(), client
+    done = requests.set_index(["session_id", "node_id"])
+    same = 0
+    for row in requests[requests.history_parent.notna()].itertuples():
+        parent = done.loc[(row.session_id, int(row.history_parent))]
+        if parent.client != row.client:
+            continue  # (the history is in the other tokenizer's words: its server differs)
+        same += 1
+        expected = parent.prompt_tokens_total + parent.output_tokens + row.target_prompt_tokens
+        assert row.prompt_tokens_total == expected, row.client
+    assert same >= 4
+    summary = json.loads((run_dir / "summary.json").read_text())
+    info = summary["run"]["server_tokenizer"]
+    assert info["clients"] == ["b"]
+    sampled = info["verification"]["sampled"]
+    assert sampled == int((requests.client == "b").sum())
+    assert info["verification"]["deviations"] == [0] * sampled
+    health = json.loads((run_dir / "health.json").read_text())
+    check = {c["name"]: c for c in health["checks"]}["prompt_length"]
+    assert check["status"] == "PASS", check
+    assert check["statistics"]["server"]["max_abs_deviation"] == 0

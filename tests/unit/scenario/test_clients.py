@@ -173,19 +173,16 @@ def test_a_later_clients_other_tokenizer_is_its_own() -> None:
     assert scenario.tokenizer_key(1) == "clients[1].tokenizer"
 
 
-def test_a_trace_replays_later_client_of_another_tokenizer_is_refused_at_its_line() -> None:
-    # a trace's rows are fitted and counted in the first client's tokenizer
+def test_a_trace_replays_later_client_of_another_tokenizer_is_its_own() -> None:
+    # each trace row's prompt is built in its own client's tokenizer (was: refused, the rows
+    # were counted in the first client's)
     text = (
         "clients:\n  - {name: a, model: m-a}\n  - {name: b, tokenizer: {type: server}}\n"
         "session_generator: {type: trace, trace_file: t.jsonl}\n"
     )
-    issue = only_issue(text)
-    assert (issue.line, issue.path) == (3, "clients[1].tokenizer")
-    assert "a trace replay counts every row's prompt in one tokenizer, the first client's" in (
-        issue.message
-    )
-    assert "(builtin), not this one (server)" in issue.message
-    assert "make it the first client's" in issue.message
+    scenario = load(text)
+    assert [c.tokenizer.type for _, c in scenario.client_entries()] == ["builtin", "server"]
+    assert scenario.tokenizer_sharing() == [0, 1]
 
 
 def test_clients_of_one_tokenizer_share_it() -> None:

@@ -17,6 +17,7 @@ generator.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,7 +111,14 @@ class OpenTrace:
         """Warm-up sessions (rag's) in the window: its first ones, replayed in pass 0 only."""
         return max(0, min(self.prepared.warmup_sessions, self.hi) - self.lo)
 
-    def sessions(self, seed: int, tokenizer: TokenizerLike) -> TraceSessions:
+    def sessions(
+        self,
+        seed: int,
+        tokenizer: TokenizerLike,
+        tokenizers: Sequence[TokenizerLike] | None = None,
+    ) -> TraceSessions:
+        """The replayed sessions, every row's prompt built in ``tokenizer``, or with
+        ``tokenizers`` (each client's, ``client_entries`` order) in its own client's."""
         return TraceSessions(
             self.table,
             self.lo,
@@ -126,6 +134,7 @@ class OpenTrace:
                 if self.turn_timing == "timestamps" and self.speedup is not None
                 else None
             ),
+            tokenizers=tokenizers,
         )
 
     def timeline(self) -> TraceTimeline:

@@ -253,26 +253,33 @@ class TraceContent:
         texts: list[str],
         prompt_tokens: list[int],
         output_tokens: list[int],
+        rows: list[int] | None = None,
     ) -> tuple[list[str | None], list[int]]:
         """Replace corpus prompts by the rows' text (in place); returns each row's system
         message (or None) and the rows whose prompts are hash-id blocks, left to
-        ``blocks_prompt`` (made when their session is, not a piece of sessions at once)."""
+        ``blocks_prompt`` (made when their session is, not a piece of sessions at once).
+        ``rows``: only those rows (the ones whose client's tokenizer this is); None: all."""
         if content is None:
             return [None] * len(texts), []
         count = self.tokenizer.count
         blocks = []
-        for r, (text, hashes) in enumerate(zip(content.text, content.hash_ids, strict=True)):
-            if hashes is not None:
+        every = range(len(texts)) if rows is None else rows
+        text_of, hashes_of, system_of = content.text, content.hash_ids, content.system
+        for r in every:
+            text = text_of[r]
+            if hashes_of[r] is not None:
                 blocks.append(r)
                 continue
             if text is None:
                 continue
             texts[r] = text
             if not self.exact:
-                system = content.system[r]
+                system = system_of[r]
                 prompt_tokens[r] = count(text) + (0 if system is None else count(system))
         if not self.exact:
-            for r, reply in enumerate(content.reply):
+            replies = content.reply
+            for r in every:
+                reply = replies[r]
                 if reply is not None:
                     output_tokens[r] = max(1, count(reply))
         return content.system, blocks

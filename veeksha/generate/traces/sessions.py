@@ -22,7 +22,11 @@ without a timestamp has none. Otherwise (``after_answer``) nodes have none.
 
 Every session is a pure function of (prepared trace, window, seed, i): prompts are built by the
 text channel's ``PromptBuilder`` (exact token counts with the builtin tokenizer) from the
-``content`` stream keyed by (pass, piece), so wrapped passes send fresh prompt text.
+``content`` stream keyed by (pass, piece), so wrapped passes send fresh prompt text. With
+``clients:`` each row's prompt is built in its own client's tokenizer (``ClientPrompts``: one
+builder per distinct tokenizer, each node's draws the same whichever it is; a trace's own
+content, its text, replies and hash-id blocks, by one ``TraceContent`` per distinct tokenizer),
+so one tokenizer for every client replays exactly as one client does.
 
 Arrival timeline (``TraceTimeline``): session ``k`` of pass 0 arrives ``(start_k − start_0) /
 speedup`` after t0; pass ``p`` repeats the same slots (without the warm-ups'), one mean gap after
@@ -34,13 +38,13 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from veeksha.generate.content import PromptBuilder
+from veeksha.generate.content import ClientPrompts
 from veeksha.generate.rng import RandomStreams
 from veeksha.generate.spec import NodeSpec, SessionSpec
 from veeksha.generate.tokenizer import TokenizerLike
@@ -213,7 +217,10 @@ class TraceSessions:
         clients: dict[str, int] | None = None,
         checks: NodeChecks | None = None,
         turn_scale: float | None = None,
+        tokenizers: Sequence[TokenizerLike] | None = None,
     ) -> None:
+        """``tokenizer`` builds every row's prompt unless ``tokenizers`` gives each client's
+        (by client index, as ``clients``)."""
         self.table = table
         #: 1 / speedup with ``turn_timing: timestamps`` (nodes get ``not_before_s``); else None
         self._turn_scale = turn_scale
@@ -227,8 +234,15 @@ class TraceSessions:
         self.wrap = wrap and self.per_pass > 0
         self.limit: int | None = None if self.wrap else self.first_pass
         self._streams = RandomStreams(seed)
-        self._prompts = PromptBuilder(TextChannel(), tokenizer, seed)
-        self._content = TraceContent(seed, tokenizer, table.prepared.block_size)
+        every = list(tokenizers) if tokenizers else [tokenizer]
+        self._prompts = ClientPrompts(TextChannel(), every, seed)
+        # each client's content builder (by client index), one per distinct tokenizer
+        contents: dict[int, TraceContent] = {}
+        for t in every:
+            if id(t) not in contents:
+                contents[id(t)] = TraceContent(seed, t, table.prepared.block_size)
+        self._contents = [contents[id(t)] for t in every]
+        self._content = self._contents[0]
         self._sizes = _piece_sizes(self.first_pass)
         self._later_sizes = _piece_sizes(self.per_pass)
         self._pass: tuple[int, NDArray[np.int64], list[int]] | None = None
@@ -256,8 +270,9 @@ class TraceSessions:
         spec = piece.specs[j]
         blocks = piece.blocks.pop(j, None)
         if blocks:  # (its hash-id prompts, made now: a piece's at once held the loop ~50 ms)
-            for node, hash_ids, text in blocks:
-                self._content.blocks_prompt(node, piece.blocks_pass, hash_ids, text)
+            contents = self._contents
+            for node, hash_ids, text in blocks:  # (each in its client's tokenizer)
+                contents[node.client].blocks_prompt(node, piece.blocks_pass, hash_ids, text)
         return spec
 
     def _order(self, p: int) -> tuple[NDArray[np.int64], list[int]]:
@@ -281,21 +296,23 @@ class TraceSessions:
             roots = np.ones(len(rows.prompt_tokens), dtype=np.bool_)
         else:
             roots = np.fromiter((not ps for ps in rows.parents), np.bool_, len(rows.parents))
+        index = self._clients
+        clients = [index[c] if c else 0 for c in rows.client] if rows.client else None
+        of_row = None if clients is None else np.asarray(clients, dtype=np.int64)
         texts, _ = self._prompts.build(
             self._content.corpus_targets(rows.content, rows.prompt_tokens),
             roots,
             self._streams.stream("content", "trace", p, k),
+            of_row,
         )
         prompt_tokens = rows.prompt_tokens.tolist()
         output_tokens = rows.output_tokens.tolist()
         # a trace with warm-ups (rag's documents) keeps its blocks in every pass: the documents
         # warmed up once are the same documents later passes ask about
         blocks_pass = 0 if self.warmup else p
-        systems, block_rows = self._content.apply(rows.content, texts, prompt_tokens, output_tokens)
+        systems, block_rows = self._apply(rows.content, texts, prompt_tokens, output_tokens, of_row)
         waits = rows.wait.tolist()
         bounds = rows.bounds.tolist()
-        index = self._clients
-        clients = [index[c] if c else 0 for c in rows.client] if rows.client else None
         priorities = rows.priority
         not_before = self._not_before(rows)
         order = (
@@ -346,6 +363,33 @@ class TraceSessions:
             every = [node for spec in specs for node in spec.nodes]
             self._checks.apply(every, self._streams.stream("validation", "trace", p, k))
         return _Piece(specs, block_nodes, blocks_pass)
+
+    def _apply(
+        self,
+        content: ContentRows | None,
+        texts: list[str],
+        prompt_tokens: list[int],
+        output_tokens: list[int],
+        clients: NDArray[np.int64] | None,
+    ) -> tuple[list[str | None], list[int]]:
+        """``TraceContent.apply`` of each row in its client's content builder (``clients``:
+        each row's client index; None: every row is the first client's)."""
+        contents = self._contents
+        if clients is None or all(c is contents[0] for c in contents):
+            return contents[0].apply(content, texts, prompt_tokens, output_tokens)
+        systems: list[str | None] = [None] * len(texts)
+        blocks: list[int] = []
+        done: set[int] = set()
+        for own in contents:
+            if id(own) in done:
+                continue
+            done.add(id(own))
+            users = [i for i, c in enumerate(contents) if c is own]
+            rows = np.flatnonzero(np.isin(clients, users)).tolist()
+            if rows:
+                systems, found = own.apply(content, texts, prompt_tokens, output_tokens, rows=rows)
+                blocks += found
+        return systems, sorted(blocks)
 
     def _not_before(self, rows: SessionRows) -> list[float | None] | None:
         """Each row's ``not_before_s`` (see the module doc), or None without turn timing."""
