@@ -257,8 +257,8 @@ class _OpenAIClientBase(StrictModel):
         None,
         ge=2,
         description="The server's context window in tokens (vLLM's --max-model-len): a trace "
-        "request whose prompt, history and output exceed it (with clients:, the smallest of "
-        "the clients') is handled by session_generator.oversized; a synthetic session's are "
+        "request whose prompt, history and output exceed it (with clients:, a row is held to "
+        "its own client's) is handled by session_generator.oversized; a synthetic session's are "
         "not checked (a turn that outgrows it is sent, and refused by the server). The "
         "built-in simulator serving the "
         "client takes it as its own unless simulator.max_model_len is set.",

@@ -228,7 +228,8 @@ class TraceSessionGenerator(StrictModel):
     )
     oversized: Literal["skip", "truncate", "send"] = Field(
         "skip",
-        description="A request longer than client.max_model_len (prompt, history and output): "
+        description="A request longer than client.max_model_len (prompt, history and output; "
+        "with clients:, its own client's): "
         "skip (its session is not replayed; counted), truncate (its output, then a lone "
         "request's prompt, clipped to fit), send (sent as is; the server refuses it).",
     )

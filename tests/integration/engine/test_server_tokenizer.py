@@ -491,3 +491,44 @@ def test_a_trace_replays_rows_measure_their_lengths_in_their_own_clients_tokeniz
     check = {c["name"]: c for c in health["checks"]}["prompt_length"]
     assert check["status"] == "PASS", check
     assert check["statistics"]["server"]["max_abs_deviation"] == 0
+
+
+TRACE_TWO_WINDOWS = """
+seed: 5
+clients:
+  - {{name: small, model: m-a, max_model_len: 64}}
+  - {{name: big, api_base: {api_base}, model: veeksha-sim, max_model_len: 4096}}
+traffic_scheduler: {{type: concurrent, target_concurrent_sessions: 4, rampup_seconds: 0}}
+session_generator:
+  type: trace
+  trace_file: {trace}
+  flavor: {{type: request_log}}
+  wrap_mode: false
+runtime: {{max_sessions: 20, benchmark_timeout: 60, num_workers: 1}}
+"""
+
+
+def test_a_trace_replays_rows_each_fit_their_own_clients_window(tmp_path: Path) -> None:
+    """clients small (the built-in simulator, max_model_len 64) and big (a simulator of 4096):
+    big's rows longer than small's window are replayed whole and served, small's longer
+    ones are skipped and counted (was: the smallest window judged every row, big's skipped)."""
+    rows = ["30,10,small", "300,10,big", "100,10,small", "40,20,small", "1000,50,big"]
+    trace = tmp_path / "trace.csv"
+    trace.write_text("input_length,output_length,client\n" + "".join(r + "\n" for r in rows))
+    with SimulatorProcess(SimulatorConfig(max_model_len=4096)) as sim:
+        text = TRACE_TWO_WINDOWS.format(api_base=sim.base_url, trace=trace)
+        run_dir = tmp_path / "run"
+        run_scenario(load_scenario_text(text, "trace.yaml"), run_dir, quiet=True, plots=False)
+    requests = pd.read_parquet(run_dir / "requests.parquet").sort_values("session_id")
+    assert (requests.status == "ok").all()
+    sent = list(zip(requests.client, requests.target_prompt_tokens, strict=True))
+    assert sent == [("small", 30), ("big", 300), ("small", 40), ("big", 1000)]
+    assert (requests.prompt_tokens_total == requests.target_prompt_tokens).all()
+    summary = json.loads((run_dir / "summary.json").read_text())["run"]["trace"]
+    assert summary["max_model_len"] == {"small": 64, "big": 4096}
+    assert summary["not_replayed"] == {"oversized": 1}
+    assert summary["oversized_lines"] == [4]
+    assert "longer than clients[0].max_model_len (oversized: skip)" in _log(run_dir)
+    health = json.loads((run_dir / "health.json").read_text())
+    failed = [c for c in health["checks"] if c["status"] == "FAIL"]
+    assert not failed, failed

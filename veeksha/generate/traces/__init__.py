@@ -46,6 +46,7 @@ __all__ = [
     "make_flavor",
     "open_trace",
     "trace_context_key",
+    "trace_context_limit",
     "trace_context_window",
 ]
 
@@ -90,7 +91,8 @@ class OpenTrace:
     wrap: bool
     speedup: float | None  # set when the arrivals come from the trace
     span_s: float = 0.0  # trace seconds from the window's first start to its last
-    max_model_len: int | None = None  # client.max_model_len (``trace_context_window``)
+    #: client.max_model_len, or each client's by name (``trace_context_window``)
+    max_model_len: int | dict[str, int | None] | None = None
     #: session_generator.oversized, the policy the rows were checked with; None without
     #: client.max_model_len (nothing was checked)
     oversized: str | None = None
@@ -196,24 +198,22 @@ def _window(
     return window(TraceTable(read_meta(cache)), start_offset, max_duration)
 
 
-def trace_context_window(scenario: models.Scenario) -> int | None:
+def trace_context_window(scenario: models.Scenario) -> int | dict[str, int | None] | None:
     """The context window a trace's requests are held to: the ``max_model_len`` of the one
-    client, or with ``clients:`` the smallest of those the clients give (None: none gives
-    one, nothing is checked). The fit is made as the trace is prepared, with one window for
-    the whole file (``fit.py``), so one judges every row: the smallest, with which a request
-    fits whichever client serves it (a row for a client of a larger window may be skipped or
-    clipped, and is counted as ever)."""
-    windows = [
-        client.max_model_len
-        for _, client in scenario.client_entries()
-        if client.max_model_len is not None
-    ]
-    return min(windows) if windows else None
+    client, or with several clients each one's by name (a client without one: None, its rows
+    not checked); None when no client gives one (nothing is checked)."""
+    entries = scenario.client_entries()
+    if all(client.max_model_len is None for _, client in entries):
+        return None
+    if len(entries) == 1:
+        return entries[0][1].max_model_len
+    return {name: client.max_model_len for name, client in entries}
 
 
 def trace_context_key(scenario: models.Scenario) -> str:
-    """The key of the window ``trace_context_window`` gives, as messages name it: the one
-    client's ``client.max_model_len``, or the smallest client's ``clients[i].max_model_len``."""
+    """The key of a window as messages name it: the one client's ``client.max_model_len``, or
+    the smallest client's ``clients[i].max_model_len`` (the rows' own clients' keys are the
+    prepared trace's, ``PreparedTrace.windows``)."""
     if not scenario.clients:
         return "client.max_model_len"
     windows = [
@@ -222,6 +222,27 @@ def trace_context_key(scenario: models.Scenario) -> str:
         if client.max_model_len is not None
     ]
     return f"clients[{min(windows)[1] if windows else 0}].max_model_len"
+
+
+def trace_context_limit(scenario: models.Scenario) -> ContextLimit | None:
+    """The limit a trace's rows are fitted to as it is prepared (``fit.py``): the one client's
+    window, or with several clients each row's own client's (``ContextLimit.clients``); None
+    without a window or with ``oversized: send`` (nothing is checked)."""
+    generator = scenario.session_generator
+    assert isinstance(generator, models.TraceSessionGenerator)
+    entries = scenario.client_entries()
+    given = [client.max_model_len for _, client in entries if client.max_model_len is not None]
+    if not given or generator.oversized == "send":
+        return None
+    truncate = generator.oversized == "truncate"
+    key = trace_context_key(scenario)
+    if len(entries) == 1:
+        return ContextLimit(given[0], truncate, key)
+    clients = tuple(
+        (name, client.max_model_len, f"clients[{index}].max_model_len")
+        for index, (name, client) in enumerate(entries)
+    )
+    return ContextLimit(min(given), truncate, key, clients)
 
 
 def open_trace(scenario: models.Scenario) -> OpenTrace:
@@ -234,11 +255,7 @@ def open_trace(scenario: models.Scenario) -> OpenTrace:
     path = Path(generator.trace_file)
     flavor = make_flavor(generator.flavor, path)
     max_model_len = trace_context_window(scenario)
-    limit = None
-    if max_model_len is not None and generator.oversized != "send":
-        limit = ContextLimit(
-            max_model_len, generator.oversized == "truncate", trace_context_key(scenario)
-        )
+    limit = trace_context_limit(scenario)
     prepared = prepare_file(path, flavor, generator.flavor.model_dump_json(), limit)
     clients = {name: i for i, (name, _) in enumerate(scenario.client_entries())}
     for name, line in sorted(prepared.clients.items(), key=lambda item: item[1]):

@@ -18,6 +18,11 @@ A node with a transcript (``agent_rounds``) holds its transcript's turns instead
 each turn's answer (its requested output; a tool's result) plus one token for another speaker's
 name, as veeksha counts the merged messages (``SessionState.outgoing``).
 
+With several clients (``clients:``) each row is held to the window of the client it names (none:
+the first's; a client without ``max_model_len`` is not checked): ``ContextLimit.clients``, each
+row's window from ``ContextLimit.windows``. A row's context is its own client's to hold, whichever
+clients served its history.
+
 The check is vectorised for one-request sessions and linear chats (the common big traces); a
 Python step per session is paid only for the sessions that do not fit, and for DAG flavors
 (which link per session anyway).
@@ -29,22 +34,69 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from veeksha.generate.traces.arrow import mask
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
-__all__ = ["ContextLimit", "fit_roots", "fit_session", "linear_contexts"]
+__all__ = ["UNCHECKED", "ContextLimit", "fit_roots", "fit_session", "linear_contexts"]
+
+#: the window of a row whose client gives none (or names no client of the scenario, which
+#: ``open_trace`` refuses): larger than any context
+UNCHECKED = 1 << 62
 
 
 @dataclass(frozen=True)
 class ContextLimit:
     """``client.max_model_len`` and whether oversized requests are clipped (else skipped);
-    ``key``: the key it comes from, as messages name it (``clients[1].max_model_len``; not
-    part of the trace cache's key, which is the limit's repr)."""
+    ``key``: the key it comes from, as messages name it (not part of the trace cache's key,
+    which is ``cache_text``). With several clients, ``clients`` gives each client's (name,
+    window or None, key) in the clients' order, and ``tokens`` is the smallest window given."""
 
     tokens: int
     truncate: bool
     key: str = field(default="client.max_model_len", repr=False, compare=False)
+    clients: tuple[tuple[str, int | None, str], ...] = field(default=(), repr=False)
+
+    def cache_text(self) -> str:
+        """What of the limit the trace cache's key holds: the repr (one client's, as ever),
+        and with several clients each one's window (a change of one rebuilds the cache)."""
+        if not self.clients:
+            return repr(self)
+        return repr(self) + "|" + ",".join(f"{name}={tokens}" for name, tokens, _ in self.clients)
+
+    def row_clients(self, table: pa.Table | pa.RecordBatch) -> NDArray[np.int64]:
+        """Each row's client index (``client`` column; null or empty: 0, the first; a name of
+        no client: -1, whose window is ``UNCHECKED``)."""
+        n = table.num_rows
+        out = np.zeros(n, dtype=np.int64)
+        if not self.clients or "client" not in table.schema.names:
+            return out
+        column = table.column("client")
+        if column.null_count == n:
+            return out
+        named = mask(pc.not_equal(column, ""))  # (null: false)
+        out[named] = -1
+        for index, (name, _, _) in enumerate(self.clients):
+            out[mask(pc.equal(column, name))] = index
+        return out
+
+    def windows(self, clients: NDArray[np.int64]) -> NDArray[np.int64]:
+        """The window of each row of client index ``clients`` (``row_clients``)."""
+        if not self.clients:
+            return np.full(clients.size, self.tokens, dtype=np.int64)
+        table = [UNCHECKED if t is None else t for _, t, _ in self.clients] + [UNCHECKED]
+        out: NDArray[np.int64] = np.asarray(table, dtype=np.int64)[clients]
+        return out
+
+    def key_of(self, client: int) -> str:
+        """The key of client ``client``'s window, as messages name it."""
+        if not self.clients or client < 0:
+            return self.key
+        return self.clients[client][2]
 
 
 def fit_roots(
@@ -52,19 +104,21 @@ def fit_roots(
     output: NDArray[np.int64],
     fixed: NDArray[np.bool_],
     limit: ContextLimit,
+    windows: NDArray[np.int64] | None = None,
 ) -> tuple[NDArray[np.bool_], NDArray[np.int64], NDArray[np.int64], int]:
     """One-request sessions: (kept, prompt, output, rows clipped). ``fixed``: the prompt cannot
-    be cut (text or hash-id blocks)."""
-    over = prompt + output > limit.tokens
+    be cut (text or hash-id blocks); ``windows``: each row's window (None: ``limit.tokens``)."""
+    tokens = limit.tokens if windows is None else windows
+    over = prompt + output > tokens
     if not over.any():
         return np.ones(prompt.size, dtype=np.bool_), prompt, output, 0
     if not limit.truncate:
         return ~over, prompt, output, 0
-    room = limit.tokens - prompt
+    room = tokens - prompt
     output = np.where(over, np.minimum(output, np.maximum(room, 1)), output)
     cut = over & (room < 1)
     keep = ~(cut & fixed)
-    prompt = np.where(cut & ~fixed, limit.tokens - 1, prompt)
+    prompt = np.where(cut & ~fixed, tokens - 1, prompt)
     return keep, prompt, output, int((over & keep).sum())
 
 
@@ -91,13 +145,18 @@ def fit_session(
     limit: ContextLimit,
     tool: list[bool] | None = None,
     merged: tuple[list[list[int] | None], list[str | None]] | None = None,
+    windows: list[int] | None = None,
+    over: list[int] | None = None,
 ) -> tuple[bool, int]:
     """One session's requests in topological order, clipped in place when ``limit.truncate``:
     (whether it fits, requests clipped). ``tool``: the rows that are tool nodes; ``merged``:
-    the rows' transcripts and agents (``agent_rounds``)."""
+    the rows' transcripts and agents (``agent_rounds``); ``windows``: each row's window (None:
+    ``limit.tokens``); ``over`` is given each row over its window (clipped, or the one that
+    does not fit)."""
     context: list[int] = []
     clipped = 0
     for r in range(len(prompt)):
+        tokens = limit.tokens if windows is None else windows[r]
         h = history[r]
         before = 0 if h is None else context[h]
         turns = None if merged is None else merged[0][r]
@@ -111,14 +170,16 @@ def fit_session(
         if tool is not None and tool[r]:
             context.append(before + prompt[r])
             continue
-        if before + prompt[r] + output[r] > limit.tokens:
+        if before + prompt[r] + output[r] > tokens:
+            if over is not None:
+                over.append(r)
             if not limit.truncate:
                 return False, 0
-            room = limit.tokens - before - prompt[r]
+            room = tokens - before - prompt[r]
             if room < 1:
                 if h is not None or turns or fixed[r]:
                     return False, 0
-                prompt[r] = limit.tokens - 1
+                prompt[r] = tokens - 1
                 room = 1
             output[r] = min(output[r], room)
             clipped += 1

@@ -21,7 +21,8 @@ session's rows), ties and untimed traces by first appearance in the file.
 Unservable rows: a request needs at least one prompt token and one output token. Rows with a 0
 length are not replayed; a grouped session with such a row is not replayed at all (its DAG would
 be broken). With ``client.max_model_len``, requests that do not fit the context window are
-skipped with their sessions or clipped (``fit.py``; the limit is part of the cache's key). All
+skipped with their sessions or clipped (``fit.py``; the limit is part of the cache's key, with
+several clients each one's window, each row held to its own client's). All
 are counted, by reason and with their first lines, in ``PreparedTrace`` (and so in run.log and
 summary.json), never dropped silently.
 """
@@ -39,7 +40,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -65,6 +66,9 @@ from veeksha.generate.traces.reader import (
     read_batches,
     unreadable,
 )
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 __all__ = ["CACHE_VERSION", "CANONICAL", "ROOTS_ONLY", "PreparedTrace", "prepare_file"]
 
@@ -149,6 +153,11 @@ class PreparedTrace:
     notes: list[str] = field(default_factory=list)
     #: client names the rows give (``client`` column), each with the first line naming it
     clients: dict[str, int] = field(default_factory=dict)
+    #: with several clients' windows: per reason (``oversized``, ``truncated``,
+    #: ``oversized_warmups``), the keys of the windows its rows exceeded, as messages name them
+    #: (``clients[1].max_model_len``); not in the cache's meta when empty, as before clients
+    #: had windows of their own
+    windows: dict[str, list[str]] = field(default_factory=dict)
 
     def describe(self, where: str = "") -> str:
         """run.log's line of what is replayed (what is not: ``warnings``, one account);
@@ -178,7 +187,18 @@ class PreparedTrace:
 
     def warnings(self, window: str = "client.max_model_len") -> list[str]:
         """One run.log line per reason a row was not replayed as the trace has it; ``window``:
-        the key of the context window the rows were fitted to (``clients[1].max_model_len``)."""
+        the key of the context window the rows were fitted to (``clients[1].max_model_len``),
+        unless the rows were held to their own clients' windows (``windows``)."""
+        own = self.windows
+
+        def held(reason: str) -> str:  # (the window(s) the reason's rows exceeded)
+            keys = own.get(reason)
+            if not keys:
+                return window
+            if len(keys) == 1:
+                return keys[0]
+            return f"their clients' windows ({', '.join(keys)})"
+
         why = {
             "zero_length": (
                 f"rows of {self.unservable_sessions} session(s) with a 0 prompt or output length;"
@@ -191,15 +211,15 @@ class PreparedTrace:
             ),
             "oversized": (
                 "rows of sessions with a request whose history and prompt leave no room for an"
-                f" output in {window} (oversized: truncate clips outputs, never a"
+                f" output in {held('oversized')} (oversized: truncate clips outputs, never a"
                 " later turn's prompt or the trace's own text)"
                 if self.oversized == "truncate"
-                else f"rows of sessions longer than {window} (oversized: skip)"
+                else f"rows of sessions longer than {held('oversized')} (oversized: skip)"
             ),
-            "truncated": f"requests clipped to {window} (oversized: truncate)",
+            "truncated": f"requests clipped to {held('truncated')} (oversized: truncate)",
             "oversized_warmups": (
                 "rag warm-ups (not rows of the file) of documents longer than"
-                f" {window}, each named by its document's first line; those"
+                f" {held('oversized_warmups')}, each named by its document's first line; those"
                 " documents' questions find no warmed cache"
             ),
             "other_documents": "rows of documents beyond the num_documents most frequent",
@@ -245,7 +265,9 @@ def prepare_file(
     """The canonical table of ``source`` read as ``flavor`` (cached; see module doc), its
     requests fitted into ``limit`` (``fit.py``)."""
     try:
-        key = cache_key(source, f"{flavor_settings}|{limit}")
+        key = cache_key(
+            source, f"{flavor_settings}|{None if limit is None else limit.cache_text()}"
+        )
         if source.is_dir():
             raise IsADirectoryError(21, "is a folder, not a trace file")
     except OSError as exc:
@@ -344,10 +366,16 @@ def _convert(
         info.dropped_lines = {k: list(v) for k, v in flavor.dropped_lines.items()}
         info.dropped_why = dict(flavor.dropped_why)
         _file_lines(source, info)
-        writer.add_key_value_metadata({_META_KEY: json.dumps(asdict(info)).encode()})
+        meta = asdict(info)
+        if not info.windows:  # (one window for every row: the meta as it ever was)
+            del meta["windows"]
+        writer.add_key_value_metadata({_META_KEY: json.dumps(meta).encode()})
     if info.sessions == 0:
         if info.oversized_rows:
-            window = "client.max_model_len" if limit is None else limit.key
+            keys = info.windows.get("oversized") or [
+                "client.max_model_len" if limit is None else limit.key
+            ]
+            window = " or ".join(keys)
             fix = f"raise {window}"
             if info.oversized != "truncate":
                 fix += " or set session_generator.oversized: truncate"
@@ -473,6 +501,20 @@ def _note_unservable(info: PreparedTrace, lines: np.ndarray, sessions: int) -> N
         info.unservable_lines.extend(int(v) for v in lines[:room])
 
 
+def _note_windows(
+    info: PreparedTrace, limit: ContextLimit, reason: str, clients: NDArray[np.int64]
+) -> None:
+    """Remember the keys of the windows of ``clients`` (rows' client indices) that rows of
+    ``reason`` exceeded (several clients' windows only)."""
+    if not clients.size:
+        return
+    keys = info.windows.setdefault(reason, [])
+    for client in np.unique(clients).tolist():
+        key = limit.key_of(int(client))
+        if key not in keys:
+            keys.append(key)
+
+
 def _note_oversized(info: PreparedTrace, lines: np.ndarray, sessions: int, rows: int) -> None:
     info.oversized_rows += rows
     info.oversized_sessions += sessions
@@ -575,10 +617,17 @@ def _ungrouped(
         prompt_col: pa.Array = batch.column("prompt_tokens")
         output_col: pa.Array = batch.column("output_tokens")
         if limit is not None and batch.num_rows:
-            fits, prompt, output, clipped = fit_roots(
-                numbers(prompt_col, np.int64), numbers(output_col, np.int64), _fixed(batch), limit
-            )
+            prompt, output = numbers(prompt_col, np.int64), numbers(output_col, np.int64)
+            owners = limit.row_clients(batch)
+            windows = limit.windows(owners) if limit.clients else None
+            if windows is not None:  # (the keys of the windows rows exceed, for the messages)
+                exceeds = prompt + output > windows
+            fits, prompt, output, clipped = fit_roots(prompt, output, _fixed(batch), limit, windows)
             info.truncated_rows += clipped
+            if windows is not None:
+                _note_windows(info, limit, "truncated", owners[exceeds & fits])
+                _note_windows(info, limit, "oversized", owners[~fits & ~warm])
+                _note_windows(info, limit, "oversized_warmups", owners[~fits & warm])
             if clipped:
                 prompt_col, output_col = from_numpy(prompt), from_numpy(output)
             if not fits.all():
@@ -729,6 +778,9 @@ def _grouped(
         if limit is not None:
             prompt = prompt_col.to_pylist()
             output = output_col.to_pylist()
+            owners = limit.row_clients(linked)
+            windows = limit.windows(owners).tolist() if limit.clients else None
+            over: list[int] = []
             fits, clipped = fit_session(
                 prompt,
                 output,
@@ -737,7 +789,12 @@ def _grouped(
                 limit,
                 _tools(linked),
                 _merged(linked),
+                windows,
+                over,
             )
+            if windows is not None:
+                reason = "truncated" if fits else "oversized"
+                _note_windows(info, limit, reason, owners[over[-1:] if not fits else over])
             if not fits:
                 lines = numbers(linked.column("line"), np.int64)
                 _note_oversized(info, lines[:1], 1, m)
@@ -872,7 +929,9 @@ def _fit_linear(
     chats' sizes and the (clipped) lengths."""
     prompt = numbers(table.column("prompt_tokens"), np.int64)
     output = numbers(table.column("output_tokens"), np.int64)
-    over = linear_contexts(prompt, output, firsts) > limit.tokens
+    owners = limit.row_clients(table)
+    windows = limit.windows(owners) if limit.clients else None
+    over = linear_contexts(prompt, output, firsts) > (limit.tokens if windows is None else windows)
     chat = np.repeat(np.arange(len(sizes)), sizes)
     bad_chats = np.unique(chat[over])
     keep_chat = np.ones(len(sizes), dtype=np.bool_)
@@ -883,7 +942,14 @@ def _fit_linear(
             lo, hi = int(firsts[c]), int(firsts[c]) + int(sizes[c])
             p, o = prompt[lo:hi].tolist(), output[lo:hi].tolist()
             history: list[int | None] = [None, *range(hi - lo - 1)]
-            fits, clipped = fit_session(p, o, history, fixed[lo:hi].tolist(), limit)
+            own = None if windows is None else windows[lo:hi].tolist()
+            seen: list[int] = []
+            fits, clipped = fit_session(
+                p, o, history, fixed[lo:hi].tolist(), limit, windows=own, over=seen
+            )
+            if own is not None:
+                reason = "truncated" if fits else "oversized"
+                _note_windows(info, limit, reason, owners[lo:hi][seen if fits else seen[-1:]])
             if fits:
                 prompt[lo:hi], output[lo:hi] = p, o
                 info.truncated_rows += clipped

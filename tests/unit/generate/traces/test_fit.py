@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from tests.unit.generate.traces.helpers import trace_scenario, write_csv, write_jsonl
 from veeksha.generate.traces import TraceFileError, open_trace
 from veeksha.generate.traces.fit import ContextLimit, fit_session, linear_contexts
+from veeksha.generate.traces.prepare import cache_key
 
 
 def _open(path: Path, limit: int, oversized: str = "skip", flavor: str = "request_log"):  # type: ignore[no-untyped-def]
@@ -117,11 +120,12 @@ def test_a_trace_nothing_of_which_fits_names_the_fix_the_policy_leaves(tmp_path:
     )
 
 
-def test_with_clients_the_messages_name_the_smallest_clients_window(tmp_path: Path) -> None:
-    """clients: the rows are fitted to the smallest client's max_model_len, and the messages
-    name that key (was: client.max_model_len, a key the scenario does not have)."""
-    rows = ["a,5,3", "a,2,3", "b,4,1", "b,2,1", "c,6,6", "c,1,1"]
-    path = write_csv(tmp_path / "a.csv", "session_id,input_length,output_length", rows)
+def test_with_clients_the_messages_name_the_window_the_rows_exceeded(tmp_path: Path) -> None:
+    """clients: each row is held to its own client's max_model_len, and the messages name that
+    key (was: the smallest client's, whichever client the rows went to)."""
+    rows = ["a,5,3,", "a,2,3,", "b,4,1,small", "b,2,1,small", "c,6,6,small", "c,1,1,small"]
+    header = "session_id,input_length,output_length,client"
+    path = write_csv(tmp_path / "a.csv", header, rows)
     clients = [
         {"name": "big", "type": "openai_completions", "max_model_len": 99},
         {"name": "small", "type": "openai_completions", "max_model_len": 12},
@@ -129,12 +133,20 @@ def test_with_clients_the_messages_name_the_smallest_clients_window(tmp_path: Pa
     trace = open_trace(trace_scenario(path, clients=clients))
     (skipped,) = trace.warnings()
     assert "(rows of sessions longer than clients[1].max_model_len (oversized: skip))" in skipped
-    nothing = write_csv(tmp_path / "b.csv", "session_id,input_length,output_length", ["a,11,2"])
+    assert "first lines 7" in skipped
+    nothing = write_csv(tmp_path / "b.csv", header, ["a,11,2,small"])
     with pytest.raises(TraceFileError) as caught:
         open_trace(trace_scenario(nothing, clients=clients))
     assert "longer than clients[1].max_model_len," in str(caught.value)
     assert "; raise clients[1].max_model_len or set session_generator.oversized" in (
         str(caught.value)
+    )
+    # rows of both clients over their windows: both named
+    both = write_csv(tmp_path / "c.csv", header, ["a,99,2,", "b,11,2,small", "c,1,1,"])
+    (skipped,) = open_trace(trace_scenario(both, clients=clients)).warnings()
+    assert (
+        "longer than their clients' windows (clients[0].max_model_len, clients[1].max_model_len)"
+        in skipped
     )
 
 
@@ -237,17 +249,102 @@ def test_a_replayed_agent_rounds_session_is_fitted_with_its_transcripts(tmp_path
     assert _lengths(trace) == [(4, 4), (4, 3)]
 
 
-def test_with_clients_the_smallest_of_their_windows_judges_every_row(tmp_path: Path) -> None:
-    # the run read the unset client: section's max_model_len and checked nothing
-    path = write_csv(tmp_path / "a.csv", "input_length,output_length", ["5,3", "10,10", "2,2"])
-    clients = [
-        {"name": "big", "max_model_len": 100},
-        {"name": "small", "max_model_len": 12},
-        {"name": "open"},  # (no window: not checked)
-    ]
-    trace = open_trace(trace_scenario(path, clients=clients))
-    assert trace.summary()["max_model_len"] == 12
-    assert _lengths(trace) == [(5, 3), (2, 2)]
-    assert trace.prepared.oversized_lines == [3]
-    unchecked = open_trace(trace_scenario(path, clients=[{"name": "a"}, {"name": "b"}]))
+CLIENTS = [
+    {"name": "big", "max_model_len": 100},
+    {"name": "small", "max_model_len": 12},
+    {"name": "open"},  # (no window: not checked)
+]
+
+
+def test_with_clients_each_row_fits_its_own_clients_window(tmp_path: Path) -> None:
+    # each row is held to the window of the client it names (none: the first's); was: the
+    # smallest window of the clients judged every row
+    rows = ["5,3,small", "10,10,small", "10,10,", "10,10,big", "200,10,open", "200,10,big"]
+    path = write_csv(tmp_path / "a.csv", "input_length,output_length,client", rows)
+    trace = open_trace(trace_scenario(path, clients=CLIENTS))
+    assert trace.summary()["max_model_len"] == {"big": 100, "small": 12, "open": None}
+    assert _lengths(trace) == [(5, 3), (10, 10), (10, 10), (200, 10)]
+    assert trace.prepared.oversized_lines == [3, 7]
+    (skipped,) = trace.warnings()
+    assert "their clients' windows (clients[0].max_model_len, clients[1].max_model_len)" in (
+        skipped
+    )
+    plain = write_csv(tmp_path / "b.csv", "input_length,output_length", ["5,3"])
+    unchecked = open_trace(trace_scenario(plain, clients=[{"name": "a"}, {"name": "b"}]))
     assert unchecked.summary()["max_model_len"] is None
+
+
+def test_with_clients_truncate_clips_a_row_to_its_own_clients_window(tmp_path: Path) -> None:
+    rows = ["10,10,small", "10,200,big", "10,10,big"]
+    path = write_csv(tmp_path / "a.csv", "input_length,output_length,client", rows)
+    truncate = {"oversized": "truncate"}
+    trace = open_trace(trace_scenario(path, clients=CLIENTS, generator=truncate))
+    assert _lengths(trace) == [(10, 2), (10, 90), (10, 10)]
+    (clipped,) = trace.warnings()
+    assert "2 sent clipped: truncated (requests clipped to their clients' windows" in clipped
+
+
+def test_with_clients_a_chat_is_held_to_each_turns_own_clients_window(tmp_path: Path) -> None:
+    # a linear chat (grouped rows) and a DAG (timed sessions): a turn's context, its history
+    # included, is its own client's to hold
+    rows = ["s,5,5,big", "s,5,5,small", "t,5,5,small", "t,5,5,big", "u,5,5,small", "u,5,5,small"]
+    path = write_csv(tmp_path / "a.csv", "session_id,input_length,output_length,client", rows)
+    trace = open_trace(trace_scenario(path, clients=CLIENTS))
+    # s's second turn holds 20 tokens for small (12): skipped; t's for big (100): kept
+    assert _lengths(trace) == [(5, 5), (5, 5)]
+    assert trace.prepared.oversized_lines == [3, 7]
+    rows = ["v,2,2,big", "v,2,20,small", "w,2,2,small", "w,2,20,big"]
+    path = write_csv(tmp_path / "b.csv", "session_id,input_length,output_length,client", rows)
+    truncate = open_trace(
+        trace_scenario(path, clients=CLIENTS, generator={"oversized": "truncate"})
+    )
+    # small's turn: 4 of history and 2 of prompt leave it 6 of output; big's all 20
+    assert _lengths(truncate) == [(2, 2), (2, 6), (2, 2), (2, 20)]
+
+    def line(node: int, client: str, output: int = 4) -> dict:  # type: ignore[type-arg]
+        return {
+            "session_id": 1, "node_id": node, "parents": [node - 1] if node else [],
+            "history_parent": node - 1 if node else None,
+            "new_input_length": 4, "output_length": output, "client": client,
+        }  # fmt: skip
+
+    dag = write_jsonl(tmp_path / "t.jsonl", [line(0, "small"), line(1, "big"), line(2, "open")])
+    kept = open_trace(trace_scenario(dag, "timed_synthetic_session", clients=CLIENTS))
+    assert _lengths(kept) == [(4, 4)] * 3  # (node 1 holds 16 tokens: big's 100, not small's 12)
+    over = write_jsonl(tmp_path / "u.jsonl", [line(0, "big", 2), line(1, "small", 20)])
+    clipped = open_trace(
+        trace_scenario(
+            over, "timed_synthetic_session", clients=CLIENTS, generator={"oversized": "truncate"}
+        )
+    )
+    # node 1: 6 of history and 4 of prompt leave 2 of small's 12 for its output
+    assert _lengths(clipped) == [(4, 2), (4, 2)]
+
+
+def test_the_cache_key_holds_each_clients_window_and_one_clients_is_unchanged(
+    tmp_path: Path,
+) -> None:
+    path = write_csv(
+        tmp_path / "a.csv", "input_length,output_length,client", ["10,10,small", "5,3,big"]
+    )
+    assert len(_lengths(open_trace(trace_scenario(path, clients=CLIENTS)))) == 1
+    again = open_trace(trace_scenario(path, clients=CLIENTS))
+    assert again.prepared.reused
+    assert [c["name"] for c in CLIENTS] == ["big", "small", "open"]
+    wider = [CLIENTS[0], {"name": "small", "max_model_len": 30}, CLIENTS[2]]
+    rebuilt = open_trace(trace_scenario(path, clients=wider))  # (one client's window changed)
+    assert not rebuilt.prepared.reused
+    assert len(_lengths(rebuilt)) == 2
+    assert rebuilt.prepared.windows == {}
+    # one client's cache: the key and the meta as before clients had windows of their own
+    single = write_csv(tmp_path / "b.csv", "input_length,output_length", ["5,3", "10,10"])
+    trace = _open(single, 12)
+    settings = trace_scenario(single).session_generator.flavor.model_dump_json()
+    key = cache_key(single, f"{settings}|ContextLimit(tokens=12, truncate=False)")
+    assert Path(trace.prepared.cache).name == f".b.csv.{key}.veeksha.parquet"
+    meta = json.loads(pq.read_metadata(trace.prepared.cache).metadata[b"veeksha.trace"])
+    assert "windows" not in meta
+    over = open_trace(trace_scenario(path, clients=CLIENTS)).prepared.cache
+    assert json.loads(pq.read_metadata(over).metadata[b"veeksha.trace"])["windows"] == {
+        "oversized": ["clients[1].max_model_len"]
+    }
