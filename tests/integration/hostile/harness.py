@@ -1,7 +1,7 @@
 """Hostile servers for the robustness tests: real processes on loopback that misbehave on purpose.
 
 ``HostileServer("tests.integration.hostile.behaviours_x:name", key=value, ...)`` starts
-``server.py`` with that behaviour as a subprocess, and ``hostile_run`` runs ``veeksha run``
+``server.py`` with that behaviour in a forked process, and ``hostile_run`` runs ``veeksha run``
 against it (3-turn linear chats with history, as a user's first try would be) and audits the run
 folder: one row per node, readable Parquet, ``veeksha report`` works, no traceback, no orphan
 process, the API key (planted for every run) in no output in any form. Behaviours live in modules
@@ -10,10 +10,12 @@ beside ``server.py``, one module per kind of misbehaviour.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
-import subprocess
-import sys
+import signal
+import traceback
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +45,9 @@ _ROOT = Path(__file__).resolve().parents[3]
 
 
 class HostileServer:
-    """``server.py`` in a subprocess with ``behaviour`` (``module:function``) and its options.
+    """``server.py`` in a process of its own with ``behaviour`` (``module:function``) and its
+    options, forked from the test's process (an interpreter of its own would add ~0.1 CPU-s of
+    start-up and imports to each of the ~150 hostile tests: the server needs nothing fresh).
 
     ``base_url`` is ``http://127.0.0.1:PORT/v1``; ``received()`` the requests it logged.
     """
@@ -52,24 +56,36 @@ class HostileServer:
         self.behaviour = behaviour
         self.log_file = log_dir / f"hostile-{os.getpid()}-{id(self)}.jsonl"
         self.options = {"log": str(self.log_file), **{k: str(v) for k, v in options.items()}}
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._pid = 0
         self.port = 0
 
     def __enter__(self) -> HostileServer:
-        args = [f"{k}={v}" for k, v in self.options.items()]
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.integration.hostile.server", self.behaviour, *args],
-            cwd=_ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        assert self._proc.stdout is not None
-        line = self._proc.stdout.readline()
+        from tests.integration.hostile.server import load_behaviour, main
+
+        load_behaviour(self.behaviour)  # (imported here: an error is the test's, not a child's)
+        args = [self.behaviour, *(f"{k}={v}" for k, v in self.options.items())]
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the server: it never returns into the test's code
+            code = 1
+            try:
+                gc.freeze()  # (the test process's objects: never collected, so never copied)
+                os.close(read_end)
+                devnull = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(devnull, 0)
+                main(args, port_fd=write_end)
+                code = 0
+            except BaseException:  # noqa: BLE001 - said, then the child ends: never pytest
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        self._pid = pid
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as port_pipe:
+            line = port_pipe.readline()
         if not line.strip():
-            self._proc.kill()
-            _, err = self._proc.communicate()
-            raise RuntimeError(f"the hostile server did not start: {err.decode()}")
+            self._stop()
+            raise RuntimeError(f"the hostile server {self.behaviour} did not start")
         self.port = int(line)
         return self
 
@@ -79,9 +95,14 @@ class HostileServer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.communicate()
+        self._stop()
+
+    def _stop(self) -> None:
+        if self._pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._pid, signal.SIGKILL)
+            os.waitpid(self._pid, 0)
+            self._pid = 0
 
     @property
     def root_url(self) -> str:

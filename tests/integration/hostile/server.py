@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import importlib
 import json
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -207,23 +208,29 @@ def load_behaviour(spec: str) -> Behaviour:
     return getattr(importlib.import_module(module_name), function)  # type: ignore[no-any-return]
 
 
-async def serve(server: Server, options: dict[str, str]) -> None:
+async def serve(server: Server, options: dict[str, str], port_fd: int | None = None) -> None:
     listener = await asyncio.start_server(
         server.handle, "127.0.0.1", int(options.get("port", "0")), limit=1 << 26
     )
     port = listener.sockets[0].getsockname()[1]
-    print(port, flush=True)
+    if port_fd is None:
+        print(port, flush=True)
+    else:
+        os.write(port_fd, f"{port}\n".encode())
+        os.close(port_fd)
     async with listener:
         await listener.serve_forever()
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str], port_fd: int | None = None) -> None:
+    """Serve ``argv`` (``MODULE:FUNCTION key=value ...``) until killed; the port goes to stdout,
+    or to the file descriptor ``port_fd`` (``HostileServer``'s forked server)."""
     options = dict(arg.partition("=")[::2] for arg in argv[1:])
     server = Server(load_behaviour(argv[0]), options)
     if "log" in options:
         server.log = open(options["log"], "a")  # noqa: SIM115 - open for the process' life
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(server, options))
+        asyncio.run(serve(server, options, port_fd))
 
 
 if __name__ == "__main__":
