@@ -42,7 +42,7 @@ session_generator:
   type: synthetic
   session_graph:
     type: linear
-    num_request_generator: {{type: uniform, min: 2, max: 3}}
+    num_request_generator: {{type: uniform, min: 2, max: {turns}}}
     request_wait_generator: {{type: fixed, interval: 0.05}}
   channels:
     - type: text
@@ -63,7 +63,7 @@ health_checks: {{max_dispatch_lag_p99_ms: 100, clock_sync_floor_ms: 10}}
 
 
 def _scenario(sim: SimulatorProcess, **values: object) -> str:
-    fields: dict[str, object] = {"rate": 10, "out_min": 3, "out_max": 8, "sessions": 12}
+    fields: dict[str, object] = {"rate": 10, "out_min": 3, "out_max": 8, "sessions": 12, "turns": 3}
     return SCENARIO.format(api_base=sim.base_url, **(fields | values))
 
 
@@ -275,7 +275,10 @@ def test_a_shard_whose_engine_is_killed_is_lost_and_the_report_says_what_it_took
     no row for what it had in flight, nothing said), and the run ends by itself."""
     sim = start_simulator(preset="fast", ttft_ms=20, itl_ms=50)  # ~2 s per answer: in flight
     path = tmp_path / "s.yaml"
-    path.write_text(_scenario(sim, rate=10, out_min=30, out_max=40, sessions=40))
+    # 2 turns a session (not 2 or 3): after the loss shard 0 runs its sessions to their end,
+    # ~2 s sooner; the loss lands in flight as before (it waits for shard 1's 8th dispatch)
+    text = _scenario(sim, rate=10, out_min=30, out_max=40, sessions=40, turns=2)
+    path.write_text(text)
     out = tmp_path / "out"
     proc = _veeksha_run(path, out, ray_cluster.address)
     pid = _shard_1_engine_in_flight(proc, out)
@@ -317,7 +320,8 @@ def test_a_shard_whose_engine_is_frozen_is_lost_and_ended(
     ends by itself with the other shard's results and the lost one's in-flight rows."""
     sim = start_simulator(preset="fast", ttft_ms=20, itl_ms=50)  # ~2 s per answer: in flight
     path = tmp_path / "s.yaml"
-    path.write_text(_scenario(sim, rate=10, out_min=30, out_max=40, sessions=40))
+    # (2 turns a session: as in the test above)
+    path.write_text(_scenario(sim, rate=10, out_min=30, out_max=40, sessions=40, turns=2))
     out = tmp_path / "out"
     proc = _veeksha_run(path, out, ray_cluster.address, VEEKSHA_RAY_ENGINE_SILENCE_S="3")
     pid = _shard_1_engine_in_flight(proc, out)
