@@ -344,33 +344,98 @@ def overrides(case: Case, traces: Path, workers: int | None) -> list[str]:
 
 
 def run_cases(out: Path, traces: Path, mode: str, names: list[str]) -> int:
-    """Run the named cases into ``out/<name>``; the worst exit code."""
-    from veeksha.experiment.point import run_point
+    """Run the named cases into ``out/<name>``; the worst exit code.
+
+    A dry run answers in this process. A run against the simulator runs in a fork of this
+    process, as ``veeksha run`` runs one scenario: its simulator and workers forked from it
+    (``veeksha.engine.launch``), not fresh interpreters (``run_point``'s, a sweep's points:
+    ~0.15 CPU-s each, 57 of them between C and D); this process only imports what they need
+    and forks, so each case's process can fork its helpers (one thread, no Arrow pool yet)."""
+    from veeksha.cli import set_library_defaults
+
+    set_library_defaults()  # (as `veeksha run`: no BLAS threads, which would forbid the forks)
+    fork = mode not in ("dry", "cache") and _can_fork()
+    worst = 0
+    for name in names:
+        case = BY_NAME[name]
+        if fork:
+            from veeksha.forked import ForkedProcess
+
+            child = ForkedProcess(lambda case=case: _run_case(out, traces, mode, case), name)
+            code = child.wait()
+        else:
+            code = _run_case(out, traces, mode, case)
+        if code not in (0, 4, 5):  # (health or SLO verdicts are no concern here)
+            print(f"{name}: exit {code}", file=sys.stderr)
+            worst = max(worst, code)
+    return worst
+
+
+def _can_fork() -> bool:
+    """Import what a case's process and its helpers need (once, here: a fork keeps them); say
+    whether this process can still fork them (one thread)."""
+    from veeksha.engine.launch import HELPER_MODULES
+    from veeksha.forked import prepare
+
+    return prepare([*HELPER_MODULES, *_RUN_MODULES])
+
+
+#: what a run against the simulator imports: once, in the process the cases are forked from
+_RUN_MODULES = (
+    "veeksha.scenario.loader",
+    "veeksha.engine.run",
+    "veeksha.record.run_folder",
+    "veeksha.evaluate.run",
+    "veeksha.generate.traces",
+)
+
+
+def _run_case(out: Path, traces: Path, mode: str, case: Case) -> int:
+    """One case into ``out/<name>``: its exit code (0 for ``cache``)."""
     from veeksha.scenario.loader import load_scenario
 
     dry = mode in ("dry", "cache")
     workers = None if dry else int(mode.partition(":")[2] or 1)
-    worst = 0
-    for name in names:
-        case = BY_NAME[name]
-        folder = out / name
-        folder.mkdir(parents=True, exist_ok=True)
-        text = scenario_file(case, folder).read_text(encoding="utf-8")
-        text = text.replace("{traces}", str(traces))  # (inline scenarios name the folder too)
-        source = folder / "scenario.yaml"
-        source.write_text(text, encoding="utf-8")
-        scenario = load_scenario(source, overrides(case, traces, workers))
-        if mode == "cache":
-            if scenario.session_generator.type == "trace":
-                from veeksha.generate.traces import open_trace
+    folder = out / case.name
+    folder.mkdir(parents=True, exist_ok=True)
+    text = scenario_file(case, folder).read_text(encoding="utf-8")
+    text = text.replace("{traces}", str(traces))  # (inline scenarios name the folder too)
+    source = folder / "scenario.yaml"
+    source.write_text(text, encoding="utf-8")
+    scenario = load_scenario(source, overrides(case, traces, workers))
+    if mode == "cache":
+        if scenario.session_generator.type == "trace":
+            from veeksha.generate.traces import open_trace
 
-                open_trace(scenario)
-            continue
-        result = run_point(scenario, run_dir=folder / "run", quiet=True, plots=False, dry_run=dry)
-        if result.exit_code not in (0, 4, 5):  # (health or SLO verdicts are no concern here)
-            print(f"{name}: exit {result.exit_code}", file=sys.stderr)
-            worst = max(worst, result.exit_code)
-    return worst
+            open_trace(scenario)
+        return 0
+    if dry:
+        from veeksha.experiment.point import run_point
+
+        result = run_point(scenario, run_dir=folder / "run", quiet=True, plots=False, dry_run=True)
+        return result.exit_code
+    from veeksha.engine.launch import launch_helpers
+    from veeksha.engine.run import exit_code_for, run_scenario
+    from veeksha.record.run_folder import write_config
+
+    # (first, as `veeksha run` does: before the run's own threads, if any, begin)
+    helpers = launch_helpers(scenario, dry_run=False)
+    try:
+        run_dir = folder / "run"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_config(run_dir, scenario)
+        outcome = run_scenario(
+            scenario,
+            run_dir,
+            quiet=True,
+            plots=False,
+            simulator=helpers.simulator,
+            workers=helpers.workers,
+            watch_process=helpers.watch,
+        )
+    finally:
+        helpers.close()
+    return exit_code_for(outcome, scenario)
 
 
 if __name__ == "__main__":
