@@ -3,9 +3,11 @@ a list of cases in one process (``python -m tests.integration.engine.determinism
 
 Each case is a shipped scenario (``scenarios/``) or a small one written here, shrunk with
 ``--set`` overrides to a fraction of a second of traffic. The driver runs them one after the
-other as ``veeksha run`` runs a scenario (``veeksha.experiment.point.run_point``: the same
-set-up, folder and config.yaml), in a process of its own, so each process has its own
-``PYTHONHASHSEED``, its own start time and its own trace caches::
+other as ``veeksha run`` runs a scenario (the same set-up, folder and config.yaml: a dry run
+through ``veeksha.experiment.point.run_point``; a run against the simulator in a fork of the
+driver whose simulator and workers are forked from it, as ``veeksha run`` forks its helpers),
+in a process of its own, so each process has its own ``PYTHONHASHSEED``, its own start time
+and its own trace caches::
 
     python -m tests.integration.engine.determinism_runs OUT TRACES dry CASE...
     python -m tests.integration.engine.determinism_runs OUT TRACES sim:2 CASE...   # 2 workers
