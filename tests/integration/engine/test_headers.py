@@ -63,8 +63,10 @@ client:
 
 
 def _run(
-    tmp_path: Path, text: str, env: dict[str, str] | None = None
+    tmp_path: Path, text: str, env: dict[str, str] | None = None, unset: tuple[str, ...] = ()
 ) -> tuple[subprocess.CompletedProcess[str], Path | None]:
+    """``veeksha run`` of ``text`` (``env`` added to the environment, ``unset`` taken out of
+    it): its process and its run folder (None when none was made)."""
     tmp_path.mkdir(exist_ok=True)
     scenario = tmp_path / "s.yaml"
     scenario.write_text(text)
@@ -83,7 +85,7 @@ def _run(
         capture_output=True,
         text=True,
         timeout=100,
-        env={**os.environ, **(env or {})},
+        env={k: v for k, v in {**os.environ, **(env or {})}.items() if k not in unset},
         stdin=subprocess.DEVNULL,
         check=False,
         cwd=tmp_path,
@@ -152,28 +154,8 @@ def test_without_the_headers_every_request_is_a_401_row(tmp_path: Path) -> None:
 
 
 def test_an_unset_variable_is_refused_before_the_run_starts(tmp_path: Path) -> None:
-    env_without = {k: v for k, v in os.environ.items() if k != "S20C_GATEWAY_KEY"}
+    proc, _ = _run(tmp_path, _TRAFFIC + _GATEWAY + _HEADERS, unset=("S20C_GATEWAY_KEY",))
     scenario = tmp_path / "s.yaml"
-    scenario.write_text(_TRAFFIC + _GATEWAY + _HEADERS)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "veeksha.cli",
-            "run",
-            str(scenario),
-            "--no-plots",
-            "--output-dir",
-            str(tmp_path / "out"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=100,
-        env=env_without,
-        stdin=subprocess.DEVNULL,
-        check=False,
-        cwd=tmp_path,
-    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     line = _TRAFFIC.count("\n") + _GATEWAY.count("\n") + 4  # (the X-Api-Key line of client:)
     assert (

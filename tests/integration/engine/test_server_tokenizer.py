@@ -354,7 +354,9 @@ def test_a_dry_run_counts_in_builtin_tokens_and_says_so(tmp_path: Path) -> None:
     assert "server_tokenizer" not in summary["run"]  # (nothing calibrated, nothing to verify)
 
 
-TWO_TOKENIZERS = """
+#: client a on the built-in simulator (builtin tokens), b on the simulator at {api_base} with
+#: ``tokenizer: server``
+TWO_CLIENTS = """
 seed: 13
 clients:
   - {{name: a, model: m-a}}
@@ -363,6 +365,11 @@ clients:
     model: veeksha-sim
     tokenizer: {{type: server}}
 traffic_scheduler: {{type: concurrent, target_concurrent_sessions: 4, rampup_seconds: 0}}
+"""
+
+TWO_TOKENIZERS = (
+    TWO_CLIENTS
+    + """
 session_generator:
   client_selection: {{type: weighted, weights: {{a: 1, b: 1}}}}
   session_graph:
@@ -374,6 +381,7 @@ session_generator:
   output_spec: {{text: {{output_length_generator: {{type: uniform, min: 5, max: 20}}}}}}
 runtime: {{max_sessions: 24, benchmark_timeout: 60, num_workers: 1}}
 """
+)
 
 
 def test_each_client_measures_its_target_exactly_in_its_own_tokenizer(tmp_path: Path) -> None:
@@ -389,21 +397,7 @@ def test_each_client_measures_its_target_exactly_in_its_own_tokenizer(tmp_path: 
     requests = pd.read_parquet(run_dir / "requests.parquet")
     assert (requests.status == "ok").all()
     assert (requests.prompt_tokens_new == requests.target_prompt_tokens).all()
-    roots = requests[requests.history_parent.isna()]
-    for client in ("a", "b"):
-        own = roots[roots.client == client]
-        assert len(own) > 3, client
-        assert (own.prompt_tokens_total == own.target_prompt_tokens).all(), client
-    done = requests.set_index(["session_id", "node_id"])
-    same = 0
-    for row in requests[requests.history_parent.notna()].itertuples():
-        parent = done.loc[(row.session_id, int(row.history_parent))]
-        if parent.client != row.client:
-            continue  # (the history is in the other tokenizer's words: its server differs)
-        same += 1
-        expected = parent.prompt_tokens_total + parent.output_tokens + row.target_prompt_tokens
-        assert row.prompt_tokens_total == expected, row.client
-    assert same > 3
+    _assert_each_client_measured_in_its_own_tokens(requests)
     summary = json.loads((run_dir / "summary.json").read_text())
     info = summary["run"]["server_tokenizer"]
     assert info["clients"] == ["b"]
@@ -418,21 +412,37 @@ def test_each_client_measures_its_target_exactly_in_its_own_tokenizer(tmp_path: 
     assert check["statistics"]["server"]["max_abs_deviation"] == 0
 
 
-TRACE_TWO_TOKENIZERS = """
-seed: 13
-clients:
-  - {{name: a, model: m-a}}
-  - name: b
-    api_base: {api_base}
-    model: veeksha-sim
-    tokenizer: {{type: server}}
-traffic_scheduler: {{type: concurrent, target_concurrent_sessions: 4, rampup_seconds: 0}}
+def _assert_each_client_measured_in_its_own_tokens(requests: pd.DataFrame) -> None:
+    """Clients a and b of ``TWO_CLIENTS``: every root's usage (its server's count) is its
+    target, and every turn after a parent of its own client is the parent's conversation,
+    answer and its new part, exactly; at least 4 of each."""
+    roots = requests[requests.history_parent.isna()]
+    for client in ("a", "b"):
+        own = roots[roots.client == client]
+        assert len(own) >= 4, client
+        assert (own.prompt_tokens_total == own.target_prompt_tokens).all(), client
+    done = requests.set_index(["session_id", "node_id"])
+    same = 0
+    for row in requests[requests.history_parent.notna()].itertuples():
+        parent = done.loc[(row.session_id, int(row.history_parent))]
+        if parent.client != row.client:
+            continue  # (the history is in the other tokenizer's words: its server differs)
+        same += 1
+        expected = parent.prompt_tokens_total + parent.output_tokens + row.target_prompt_tokens
+        assert row.prompt_tokens_total == expected, row.client
+    assert same >= 4
+
+
+TRACE_TWO_TOKENIZERS = (
+    TWO_CLIENTS
+    + """
 session_generator:
   type: trace
   trace_file: {trace}
   flavor: {{type: request_log}}
 runtime: {{max_sessions: 12, benchmark_timeout: 60, num_workers: 1}}
 """
+)
 
 
 def test_a_trace_replays_rows_measure_their_lengths_in_their_own_clients_tokenizer(
@@ -466,21 +476,7 @@ def test_a_trace_replays_rows_measure_their_lengths_in_their_own_clients_tokeniz
     for row in requests.itertuples():
         assert lengths[(row.session_id, row.node_id)] == (row.target_prompt_tokens, row.client)
     assert (requests.prompt_tokens_new == requests.target_prompt_tokens).all()
-    roots = requests[requests.history_parent.isna()]
-    for client in ("a", "b"):
-        own = roots[roots.client == client]
-        assert len(own) >= 4, client
-        assert (own.prompt_tokens_total == own.target_prompt_tokens).all(), client
-    done = requests.set_index(["session_id", "node_id"])
-    same = 0
-    for row in requests[requests.history_parent.notna()].itertuples():
-        parent = done.loc[(row.session_id, int(row.history_parent))]
-        if parent.client != row.client:
-            continue  # (the history is in the other tokenizer's words: its server differs)
-        same += 1
-        expected = parent.prompt_tokens_total + parent.output_tokens + row.target_prompt_tokens
-        assert row.prompt_tokens_total == expected, row.client
-    assert same >= 4
+    _assert_each_client_measured_in_its_own_tokens(requests)
     summary = json.loads((run_dir / "summary.json").read_text())
     info = summary["run"]["server_tokenizer"]
     assert info["clients"] == ["b"]

@@ -4,10 +4,10 @@ exact per client, deterministic per seed, and one tokenizer's prompts unchanged 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
 
+from tests.unit.generate.other_words import OtherWords
 from veeksha.generate.sessions import SessionGenerator
-from veeksha.generate.tokenizer import BuiltinTokenizer, TokenizerLike, Vocabulary
+from veeksha.generate.tokenizer import BuiltinTokenizer, TokenizerLike
 from veeksha.scenario.loader import load_scenario_text
 from veeksha.scenario.models import Scenario
 
@@ -31,23 +31,6 @@ session_generator:
 # tokenizers of their own (main at d0c85c6): one tokenizer's prompts must not change a byte
 GOLDEN_TWO_CLIENTS = "f42177379eaa41426548011dccadb21527c2c72d5e7f1c228aa90b386d722bf5"
 GOLDEN_ONE_CLIENT = "5d636247c9777a4992131da13e6f53bdbd95d498e1b1ca500b57396a66da2d44"
-
-
-class _OtherWords:
-    """A tokenizer of another vocabulary than the builtin one (one token a word, as a
-    calibrated server tokenizer is for its words): ``xq0`` … ``xq1999``."""
-
-    name = "other"
-    vocabulary = Vocabulary(tuple(f"xq{i}" for i in range(2000)))
-
-    def count(self, text: str) -> int:
-        return len(text.split())
-
-    def encode(self, text: str) -> list[int]:
-        return [int(word[2:]) for word in text.split()]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return " ".join(f"xq{i}" for i in ids)
 
 
 def _digest(generator: SessionGenerator, sessions: int = 300) -> str:
@@ -79,7 +62,7 @@ def _words(text: str) -> set[str]:
 
 
 def test_each_nodes_prompt_is_sized_in_its_clients_tokenizer() -> None:
-    builtin, other = BuiltinTokenizer(), _OtherWords()
+    builtin, other = BuiltinTokenizer(), OtherWords()
     tokenizers: list[TokenizerLike] = [builtin, other]
     generator = SessionGenerator(_scenario(TWO), builtin, tokenizers)
     others = set(other.vocabulary.words)
@@ -100,14 +83,14 @@ def test_each_nodes_prompt_is_sized_in_its_clients_tokenizer() -> None:
 
 def test_per_client_sizing_is_deterministic_and_keeps_clients_lengths_and_builtin_prompts() -> None:
     builtin = BuiltinTokenizer()
-    mixed = SessionGenerator(_scenario(TWO), builtin, [builtin, _OtherWords()])
-    fresh: list[TokenizerLike] = [BuiltinTokenizer(), _OtherWords()]
+    mixed = SessionGenerator(_scenario(TWO), builtin, [builtin, OtherWords()])
+    fresh: list[TokenizerLike] = [BuiltinTokenizer(), OtherWords()]
     again = SessionGenerator(_scenario(TWO), BuiltinTokenizer(), fresh)
     assert _digest(mixed) == _digest(again)
     plain = SessionGenerator(_scenario(TWO), builtin)
     # random access: a later block first, the same sessions
     assert mixed.session(555) == SessionGenerator(
-        _scenario(TWO), builtin, [builtin, _OtherWords()]
+        _scenario(TWO), builtin, [builtin, OtherWords()]
     ).session(555)
     for i in range(300):
         ours, before = mixed.session(i).nodes, plain.session(i).nodes
@@ -123,7 +106,7 @@ def test_per_client_sizing_is_deterministic_and_keeps_clients_lengths_and_builti
 
 def test_round_robin_clients_alternate_tokenizers_within_a_conversation() -> None:
     text = TWO.replace("{type: weighted, weights: {a: 1, b: 2}}", "{type: round_robin}")
-    other = _OtherWords()
+    other = OtherWords()
     generator = SessionGenerator(_scenario(text), BuiltinTokenizer(), [BuiltinTokenizer(), other])
     for i in range(50):
         for j, node in enumerate(generator.session(i).nodes):
@@ -149,7 +132,7 @@ session_generator:
 
 
 def test_an_agents_prompts_are_in_its_clients_tokenizer() -> None:
-    other = _OtherWords()
+    other = OtherWords()
     generator = SessionGenerator(_scenario(AGENTS), BuiltinTokenizer(), [BuiltinTokenizer(), other])
     for i in range(20):
         for node in generator.session(i).nodes:

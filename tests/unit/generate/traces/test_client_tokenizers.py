@@ -10,8 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tests.unit.generate.other_words import OtherWords
 from tests.unit.generate.traces.helpers import trace_scenario, write_csv, write_jsonl
-from veeksha.generate.tokenizer import BuiltinTokenizer, TokenizerLike, Vocabulary
+from veeksha.generate.tokenizer import BuiltinTokenizer, TokenizerLike
 from veeksha.generate.traces import open_trace
 
 CLIENTS = {"clients": [{"name": "a", "model": "m-a"}, {"name": "b", "model": "m-b"}]}
@@ -23,23 +24,6 @@ GOLDEN = {
     "builtin": "911d02c2a46a64086bb68dadb34013ae22a5f210dd6fd637a65dacf5d5f73e89",
     "other": "eec95ba1110fd7419b89da1258132f4d9d53138a57254d8240fc07a8a2b127a8",
 }
-
-
-class _OtherWords:
-    """A tokenizer of another vocabulary than the builtin one (one token a word, as a
-    calibrated server tokenizer is for its words): ``xq0`` … ``xq1999``."""
-
-    name = "other"
-    vocabulary = Vocabulary(tuple(f"xq{i}" for i in range(2000)))
-
-    def count(self, text: str) -> int:
-        return len(text.split())
-
-    def encode(self, text: str) -> list[int]:
-        return [int(word[2:]) for word in text.split()]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return " ".join(f"xq{i}" for i in ids)
 
 
 def _traces(tmp_path: Path) -> list[tuple[Path, dict[str, Any], dict[str, Any]]]:
@@ -105,7 +89,7 @@ def _digest(tmp_path: Path, tokenizer: TokenizerLike) -> str:
 
 def test_one_tokenizers_replay_is_unchanged_to_the_byte(tmp_path: Path) -> None:
     assert _digest(tmp_path, BuiltinTokenizer()) == GOLDEN["builtin"]
-    assert _digest(tmp_path, _OtherWords()) == GOLDEN["other"]
+    assert _digest(tmp_path, OtherWords()) == GOLDEN["other"]
 
 
 def test_clients_sharing_one_tokenizer_replay_as_one(tmp_path: Path) -> None:
@@ -135,7 +119,7 @@ def _log(tmp_path: Path) -> Path:
 
 def test_each_rows_prompt_is_exact_in_its_own_clients_tokenizer(tmp_path: Path) -> None:
     trace = open_trace(trace_scenario(_log(tmp_path), **CLIENTS, generator={"wrap_mode": True}))
-    builtin, other = BuiltinTokenizer(), _OtherWords()
+    builtin, other = BuiltinTokenizer(), OtherWords()
     theirs = trace.sessions(3, builtin, [builtin, other])
     again = trace.sessions(3, builtin, [builtin, other])
     alone = trace.sessions(3, builtin)
