@@ -397,13 +397,7 @@ def test_each_client_measures_its_target_exactly_in_its_own_tokenizer(tmp_path: 
     requests = pd.read_parquet(run_dir / "requests.parquet")
     assert (requests.status == "ok").all()
     assert (requests.prompt_tokens_new == requests.target_prompt_tokens).all()
-    _assert_each_client_measured_in_its_own_tokens(requests)
-    summary = json.loads((run_dir / "summary.json").read_text())
-    info = summary["run"]["server_tokenizer"]
-    assert info["clients"] == ["b"]
-    sampled = info["verification"]["sampled"]
-    assert sampled == min(32, int((requests.client == "b").sum()))
-    assert info["verification"]["deviations"] == [0] * sampled
+    sampled = _assert_each_client_measured_in_its_own_tokens(requests, run_dir)
     assert "calibrated 4" in _log(run_dir)
     health = json.loads((run_dir / "health.json").read_text())
     check = {c["name"]: c for c in health["checks"]}["prompt_length"]
@@ -412,10 +406,16 @@ def test_each_client_measures_its_target_exactly_in_its_own_tokenizer(tmp_path: 
     assert check["statistics"]["server"]["max_abs_deviation"] == 0
 
 
-def _assert_each_client_measured_in_its_own_tokens(requests: pd.DataFrame) -> None:
+def _assert_each_client_measured_in_its_own_tokens(requests: pd.DataFrame, run_dir: Path) -> int:
     """Clients a and b of ``TWO_CLIENTS``: every root's usage (its server's count) is its
     target, and every turn after a parent of its own client is the parent's conversation,
-    answer and its new part, exactly; at least 4 of each."""
+    answer and its new part, exactly (at least 4 of each); b's server tokenizer sampled up to
+    32 of b's prompts after the run, none off its target: how many it sampled."""
+    info = json.loads((run_dir / "summary.json").read_text())["run"]["server_tokenizer"]
+    assert info["clients"] == ["b"]
+    sampled = info["verification"]["sampled"]
+    assert sampled == min(32, int((requests.client == "b").sum()))
+    assert info["verification"]["deviations"] == [0] * sampled
     roots = requests[requests.history_parent.isna()]
     for client in ("a", "b"):
         own = roots[roots.client == client]
@@ -431,6 +431,7 @@ def _assert_each_client_measured_in_its_own_tokens(requests: pd.DataFrame) -> No
         expected = parent.prompt_tokens_total + parent.output_tokens + row.target_prompt_tokens
         assert row.prompt_tokens_total == expected, row.client
     assert same >= 4
+    return int(sampled)
 
 
 TRACE_TWO_TOKENIZERS = (
@@ -476,13 +477,8 @@ def test_a_trace_replays_rows_measure_their_lengths_in_their_own_clients_tokeniz
     for row in requests.itertuples():
         assert lengths[(row.session_id, row.node_id)] == (row.target_prompt_tokens, row.client)
     assert (requests.prompt_tokens_new == requests.target_prompt_tokens).all()
-    _assert_each_client_measured_in_its_own_tokens(requests)
-    summary = json.loads((run_dir / "summary.json").read_text())
-    info = summary["run"]["server_tokenizer"]
-    assert info["clients"] == ["b"]
-    sampled = info["verification"]["sampled"]
-    assert sampled == int((requests.client == "b").sum())
-    assert info["verification"]["deviations"] == [0] * sampled
+    sampled = _assert_each_client_measured_in_its_own_tokens(requests, run_dir)
+    assert sampled == int((requests.client == "b").sum())  # (fewer than 32: every one)
     health = json.loads((run_dir / "health.json").read_text())
     check = {c["name"]: c for c in health["checks"]}["prompt_length"]
     assert check["status"] == "PASS", check

@@ -4,12 +4,12 @@ each client's rows counted in its own (``RunRecorder``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.unit.engine.char_tokenizer import CharTokenizer
 from tests.unit.record.builders import T0, make_metadata, make_node, make_result, ns
 from veeksha.engine import run_setup
 from veeksha.engine.loop import InFlight
@@ -121,19 +121,6 @@ def test_a_server_tokenizer_without_api_base_names_its_key() -> None:
         make_tokenizer(config, None, "m", key="clients[2].tokenizer")
 
 
-class _CharTokenizer:
-    """Counts characters (no vocabulary: prompts are re-counted)."""
-
-    def count(self, text: str) -> int:
-        return len(text)
-
-    def encode(self, text: str) -> list[int]:
-        return [ord(c) for c in text]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return "".join(map(chr, ids))
-
-
 def test_each_clients_rows_are_counted_in_its_own_tokenizer(tmp_path: Path) -> None:
     nodes = [
         make_node(0, prompt="ba be bi", prompt_tokens=3, client=0),
@@ -149,7 +136,7 @@ def test_each_clients_rows_are_counted_in_its_own_tokenizer(tmp_path: Path) -> N
         writer,
         BuiltinTokenizer(),
         clients=[("a", "m-a"), ("b", "m-b")],
-        tokenizers=[BuiltinTokenizer(), _CharTokenizer()],
+        tokenizers=[BuiltinTokenizer(), CharTokenizer()],
     )
     for node_id in (0, 1):
         state.mark_dispatched(node_id)

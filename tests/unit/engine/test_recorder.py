@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tests.unit.engine.char_tokenizer import CharTokenizer
 from tests.unit.record.builders import T0, make_metadata, make_node, make_result, ns
 from veeksha.dispatch.messages import WorkItem
 from veeksha.engine.loop import InFlight
@@ -104,26 +104,13 @@ def test_rows_are_refused_after_a_write_error(tmp_path: Path) -> None:
     assert len(writer.sessions) == 0
 
 
-class _CharTokenizer:
-    """A tokenizer whose prompts are not built to length: one token per character."""
-
-    def count(self, text: str) -> int:
-        return len(text)
-
-    def encode(self, text: str) -> list[int]:
-        return [ord(c) for c in text]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return "".join(map(chr, ids))
-
-
 def test_other_tokenizers_count_the_prompt_sent(tmp_path: Path) -> None:
     node = make_node(0, prompt="a b c", prompt_tokens=20)
     state = SessionState(SessionSpec(1, [node]), ns(0.5), cancel_on_failure=False)
     state.start()
     state.mark_dispatched(0)
     writer = ResultWriter(tmp_path, make_metadata(), t0_ns=T0)
-    recorder = RunRecorder("run-1", "m", T0, writer, _CharTokenizer())
+    recorder = RunRecorder("run-1", "m", T0, writer, CharTokenizer())
     request = InFlight(state, 0, 7, ns(0.5), ns(0.8), 2, history_tokens=0)
     recorder.request_done(request, make_result(prompt_tokens=None), ns(2.0))
     writer.close()
