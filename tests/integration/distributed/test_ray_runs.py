@@ -167,6 +167,14 @@ ray.kill(ray.get_actor(name, namespace=sys.argv[3]))
 """
 
 
+def _highest_session(trace: Path) -> int:
+    """The highest session id among a shard's flushed trace lines (-1 when none is whole)."""
+    if not trace.exists():
+        return -1
+    lines = trace.read_bytes().split(b"\n")[:-1]  # (the last piece: a line still being written)
+    return max((json.loads(line)["session_id"] for line in lines), default=-1)
+
+
 def test_a_killed_shard_is_lost_and_ctrl_c_stops_the_other_and_keeps_everything(
     ray_cluster: RayCluster, start_simulator: StartSimulator, tmp_path: Path
 ) -> None:
@@ -201,6 +209,14 @@ def test_a_killed_shard_is_lost_and_ctrl_c_stops_the_other_and_keeps_everything(
         stdin=subprocess.DEVNULL,
         capture_output=True,
     )
+    # sessions_not_run counts shard 1's sessions below the run's highest started one: Ctrl-C
+    # only once shard 0 (2 sessions/s) has started sessions well past shard 1's last (its trace
+    # is flushed each tick, so a margin of 5 of its sessions covers lines it never flushed)
+    killed_at = _highest_session(copy / "trace.jsonl")
+    while time.monotonic() < deadline and proc.poll() is None:
+        if _highest_session(run_dir / "shards" / "shard-0" / "trace.jsonl") > killed_at + 10:
+            break
+        time.sleep(0.2)
     proc.send_signal(signal.SIGINT)  # then Ctrl-C: shard 0 stops as `veeksha run` would
     _, stderr = proc.communicate(timeout=150)
     assert proc.returncode == 3, stderr
