@@ -45,6 +45,7 @@ __all__ = [
     "context_limits",
     "describe",
     "dry_run_model",
+    "resolved_headers",
     "spawn_simulator",
     "with_context_limits",
 ]
@@ -235,13 +236,16 @@ class TargetContext(AbstractContextManager["Target"]):
         scenario = self._scenario
         entries = scenario.client_entries()
         if self._dry_run:
+            # (nothing is sent, but the run it stands for would refuse an unset ${NAME}: a dry
+            # run that checks a scenario says so too)
+            resolved_headers(scenario)
             clients = [
                 ClientTarget(name, "dry-run://", dry_run_model(scenario, client), None, "dry_run")
                 for name, client in entries
             ]
             first = clients[0]
             return Target(first.api_base, first.model, None, "dry_run", clients=clients)
-        headers = _resolved_headers(scenario)  # (before a managed server starts)
+        headers = resolved_headers(scenario)  # (before a managed server starts)
         managed = self._managed() if scenario.server is not None else None
         resolved: list[ClientTarget | None] = []
         for (name, client), sent in zip(entries, headers, strict=True):
@@ -337,9 +341,11 @@ class TargetContext(AbstractContextManager["Target"]):
             self._simulator = None
 
 
-def _resolved_headers(scenario: Scenario) -> list[dict[str, str]]:
+def resolved_headers(scenario: Scenario) -> list[dict[str, str]]:
     """Each client's ``headers`` with its ``${NAME}`` variables read (``resolve_headers``); a
-    variable unset is a ConfigurationError at the key that names it."""
+    variable unset is a ConfigurationError at the key that names it. A run reads them when its
+    target is resolved (before t0, a dry run too); a sweep or capacity search reads every
+    point's before its first point, so that a missing variable stops it before any runs."""
     out = []
     entries = scenario.client_entries()
     for prefix, (_, client) in zip(scenario.client_key_paths(), entries, strict=True):

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.integration.conftest import StartSimulator
+from tests.integration.robustness.helpers import leaked_secrets
 from tests.integration.simulator.helpers import request
 
 pytestmark = pytest.mark.timeout(120)
@@ -63,10 +64,15 @@ client:
 
 
 def _run(
-    tmp_path: Path, text: str, env: dict[str, str] | None = None, unset: tuple[str, ...] = ()
+    tmp_path: Path,
+    text: str,
+    env: dict[str, str] | None = None,
+    unset: tuple[str, ...] = (),
+    extra: tuple[str, ...] = (),
 ) -> tuple[subprocess.CompletedProcess[str], Path | None]:
     """``veeksha run`` of ``text`` (``env`` added to the environment, ``unset`` taken out of
-    it): its process and its run folder (None when none was made)."""
+    it, ``extra`` arguments after the file): its process and its run folder (None when none
+    was made)."""
     tmp_path.mkdir(exist_ok=True)
     scenario = tmp_path / "s.yaml"
     scenario.write_text(text)
@@ -81,6 +87,7 @@ def _run(
             "--no-plots",
             "--output-dir",
             str(out),
+            *extra,
         ],
         capture_output=True,
         text=True,
@@ -96,14 +103,6 @@ def _run(
 
 def _requests(run_dir: Path) -> list[dict[str, Any]]:
     return pq.read_table(run_dir / "requests.parquet").to_pylist()
-
-
-def _parquet_texts(path: Path) -> list[str]:
-    """Every text of a Parquet file as read back: its metadata and each cell."""
-    parquet = pq.ParquetFile(path)
-    texts = [str(parquet.schema_arrow.metadata), str(parquet.metadata.metadata)]
-    texts += [repr(row) for row in parquet.read().to_pylist()]
-    return texts
 
 
 @pytest.mark.parametrize(
@@ -129,14 +128,8 @@ def test_a_run_with_the_gateways_headers_passes_and_writes_no_secret(
     assert "X-Session-Secret: '***'" in config
     assert "Authorization: '***'" in config
     assert "X-Tenant: acme" in config
-    texts = [proc.stdout, proc.stderr]
-    for path in sorted(p for p in run_dir.rglob("*") if p.is_file()):
-        texts.append(path.read_bytes().decode("latin-1"))
-        if path.suffix == ".parquet":
-            texts += _parquet_texts(path)
-    for secret in (ENV_SECRET, LITERAL_SECRET, AUTH_SECRET):
-        leaks = [t[:80] for t in texts if secret in t]
-        assert not leaks, f"{secret} written: {leaks}"
+    secrets = (ENV_SECRET, LITERAL_SECRET, AUTH_SECRET)
+    assert not leaked_secrets(run_dir, [proc.stdout, proc.stderr], secrets)
 
 
 def test_without_the_headers_every_request_is_a_401_row(tmp_path: Path) -> None:
@@ -153,8 +146,15 @@ def test_without_the_headers_every_request_is_a_401_row(tmp_path: Path) -> None:
     assert "header x-api-key missing (simulator.required_headers)" in message
 
 
-def test_an_unset_variable_is_refused_before_the_run_starts(tmp_path: Path) -> None:
-    proc, _ = _run(tmp_path, _TRAFFIC + _GATEWAY + _HEADERS, unset=("S20C_GATEWAY_KEY",))
+@pytest.mark.parametrize("extra", [(), ("--dry-run",)], ids=["run", "dry_run"])
+def test_an_unset_variable_is_refused_before_the_run_starts(
+    tmp_path: Path, extra: tuple[str, ...]
+) -> None:
+    """A dry run, which sends nothing, refuses it too: a scenario it passes does not then fail
+    to start for a variable the run reads."""
+    proc, _ = _run(
+        tmp_path, _TRAFFIC + _GATEWAY + _HEADERS, unset=("S20C_GATEWAY_KEY",), extra=extra
+    )
     scenario = tmp_path / "s.yaml"
     assert proc.returncode == 2, proc.stderr[-3000:]
     line = _TRAFFIC.count("\n") + _GATEWAY.count("\n") + 4  # (the X-Api-Key line of client:)

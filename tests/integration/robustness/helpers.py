@@ -27,7 +27,7 @@ import textwrap
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -329,6 +329,24 @@ def audit_run(
         assert invoked.exit_code in (0, 3, 4, 5), invoked.output
         assert (run_dir / "summary.json").exists()
     return Audit(requests, sessions, metadata)
+
+
+def leaked_secrets(folder: Path, outputs: Sequence[str], secrets: Sequence[str]) -> list[str]:
+    """Where each of ``secrets`` was written: in ``outputs`` (a command's stdout, stderr), in
+    a file below ``folder`` (its bytes), or in a Parquet file's metadata or cells as read back
+    (compression may hide them from the bytes). ``secret: where`` for each; empty when none."""
+    import pyarrow.parquet as pq
+
+    texts = [(f"output {i}", text) for i, text in enumerate(outputs)]
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        texts.append((str(path), path.read_bytes().decode("latin-1")))
+        if path.suffix == ".parquet":
+            parquet = pq.ParquetFile(path)
+            read = [str(parquet.schema_arrow.metadata), str(parquet.metadata.metadata)]
+            read += [repr(row) for row in parquet.read().to_pylist()]
+            texts += [(f"{path} (read)", text) for text in read]
+    found = (f"{secret}: {where}" for secret in secrets for where, text in texts if secret in text)
+    return list(dict.fromkeys(found))
 
 
 def summary(run_dir: Path) -> dict[str, Any]:

@@ -5,10 +5,13 @@ only (docs/engine.md, "Determinism")."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from veeksha.engine.target import TargetContext
-from veeksha.scenario.loader import load_scenario_text
+from veeksha.errors import ConfigurationError
+from veeksha.scenario.loader import load_scenario, load_scenario_text
 
 
 def _dry_models(text: str) -> dict[str, str]:
@@ -46,3 +49,24 @@ def test_a_clients_own_model_wins_and_an_endpoint_without_one_stays_dry_run(
     # (OPENAI_API_BASE without a model: a run refuses it; the dry run has no model to name)
     monkeypatch.setenv("OPENAI_API_BASE", "http://127.0.0.1:9/v1")
     assert _dry_models("seed: 1\n") == {"default": "dry-run"}
+
+
+def test_an_unset_header_variable_is_refused_as_the_run_would_refuse_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dry run sends nothing, but the run it stands for reads each ``${NAME}`` of the
+    headers before t0: a dry run that checks a scenario refuses an unset one alike."""
+    monkeypatch.delenv("S21B_GATEWAY_KEY", raising=False)
+    path = tmp_path / "s.yaml"
+    path.write_text("seed: 1\nclient:\n  headers:\n    X-Api-Key: ${S21B_GATEWAY_KEY}\n")
+    scenario = load_scenario(path)
+    with pytest.raises(ConfigurationError) as error, TargetContext(scenario, dry_run=True):
+        pass
+    assert str(error.value) == (
+        f"{path}:4:5: client.headers.X-Api-Key: ${{S21B_GATEWAY_KEY}} is not set (or is empty) "
+        "in this environment: export S21B_GATEWAY_KEY, or write the header's value in the "
+        "scenario"
+    )
+    monkeypatch.setenv("S21B_GATEWAY_KEY", "k")
+    with TargetContext(scenario, dry_run=True) as target:
+        assert target.kind == "dry_run"

@@ -212,7 +212,7 @@ def test_each_client_resolves_its_own_headers(
 ) -> None:
     from pathlib import Path
 
-    from veeksha.engine.target import _resolved_headers
+    from veeksha.engine.target import resolved_headers
     from veeksha.scenario.loader import load_scenario
 
     monkeypatch.setenv("S20C_A", "key-a")
@@ -229,7 +229,7 @@ def test_each_client_resolves_its_own_headers(
     )
     scenario = load_scenario(path)
     with pytest.raises(ConfigurationError) as error:
-        _resolved_headers(scenario)
+        resolved_headers(scenario)
     assert str(error.value).startswith(f"{path}:7:7: clients[2].headers.X-Api-Key: ${{S20C_B}}")
     monkeypatch.setenv("S20C_B", "key-b")
-    assert _resolved_headers(scenario) == [{"X-Api-Key": "key-a"}, {}, {"X-Api-Key": "key-b"}]
+    assert resolved_headers(scenario) == [{"X-Api-Key": "key-a"}, {}, {"X-Api-Key": "key-b"}]
