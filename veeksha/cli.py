@@ -464,10 +464,12 @@ def _run_sweep(
     sweep_dir: Path | None = None,
 ) -> None:
     """Run (or, given ``sweep_dir``, resume) a sweep: ``veeksha.experiment.sweep``."""
+    from veeksha.engine.target import resolved_headers
     from veeksha.experiment.sweep import create_sweep, run_sweep
 
     for point in points.points:
         _check_trace(point.scenario)  # a bad trace: exit 2 before any folder exists
+        resolved_headers(point.scenario)  # an unset ${NAME} too, not at each point's start
     if sweep_dir is None:
         base = options.output_dir or Path(points.points[0].scenario.output_dir)
         sweep_dir = create_sweep(points, base, overrides)

@@ -16,6 +16,7 @@ import json
 import textwrap
 from pathlib import Path
 
+import pyarrow.parquet as pq
 from click.testing import CliRunner
 
 from veeksha import cli
@@ -190,3 +191,37 @@ def test_a_rate_search_sets_the_probes_arrival_rate(tmp_path: Path) -> None:
         config = (folder / entry["run_dir"] / "config.yaml").read_text()
         assert f"arrival_rate: {entry['value']}" in config
     assert "capacity: 12.5" in result.output
+
+
+_CAPACITY_KEY = "capacity-gateway-key-0c7e4a"
+
+
+def test_the_headers_are_read_before_the_search_and_sent_by_every_probe(tmp_path: Path) -> None:
+    """An unset ``${NAME}`` of the client's headers stops the search before the server starts
+    or any folder is made (was: at the first probe, in a search folder); set, every probe's
+    requests carry it (the shared simulator answers 401 without it)."""
+    (tmp_path / "rate.yaml").write_text(
+        RATE_SCENARIO
+        + f"simulator: {{required_headers: {{X-Api-Key: {_CAPACITY_KEY}}}}}\n"
+        + "client:\n  headers:\n    X-Api-Key: ${S21B_CAPACITY_KEY}\n",
+        encoding="utf-8",
+    )
+    path = tmp_path / "search.yaml"
+    path.write_text(RATE.format(out=tmp_path / "out"), encoding="utf-8")
+    args = ["capacity-search", str(path), "--no-plots", "-q"]
+    unset = CliRunner().invoke(cli.main, args, env={"S21B_CAPACITY_KEY": None})
+    assert unset.exit_code == 2, unset.output
+    line = RATE_SCENARIO.count("\n") + 4  # (the X-Api-Key line of rate.yaml)
+    assert (
+        f"{tmp_path / 'rate.yaml'}:{line}:5: client.headers.X-Api-Key: ${{S21B_CAPACITY_KEY}} "
+        "is not set (or is empty) in this environment"
+    ) in unset.stderr
+    assert not (tmp_path / "out").exists()
+    done = CliRunner().invoke(cli.main, args, env={"S21B_CAPACITY_KEY": _CAPACITY_KEY})
+    assert done.exit_code == 0, done.output
+    (folder,) = (tmp_path / "out").iterdir()
+    document = json.loads((folder / "capacity.json").read_text())
+    assert document["best_value"] == 12.5
+    for entry in document["history"]:
+        rows = pq.read_table(folder / entry["run_dir"] / "requests.parquet").to_pylist()
+        assert {row["status"] for row in rows} == {"ok"}

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from tests.integration.robustness.helpers import run_in_process
+from tests.integration.robustness.helpers import cli_env, run_in_process
 from veeksha import cli
 
 SWEEP = """
@@ -288,3 +288,37 @@ def test_ctrl_c_in_a_points_drain_after_its_timeout_stops_the_sweep(tmp_path: Pa
     assert (point["run"]["interrupted"], point["run"]["stop_reason"]) == (True, "interrupted")
     assert f"resume with: veeksha run --resume out/{sweep_dir.name}" in stderr
     assert "interrupted after the traffic stopped (timeout): the " in stderr, stderr
+
+
+_SWEEP_KEY = "sweep-gateway-key-6d02b9"
+GATEWAY_SWEEP = SWEEP.replace("[0.05, 0.025, 0.0125]", "[0.05, 0.025]").replace(
+    "simulator: {ttft_ms: 2, itl_ms: 1}",
+    f"simulator: {{ttft_ms: 2, itl_ms: 1, required_headers: {{X-Api-Key: {_SWEEP_KEY}}}}}\n"
+    "client:\n  headers:\n    X-Api-Key: ${S21B_SWEEP_KEY}\n",
+)
+
+
+def test_a_sweeps_headers_are_read_before_its_first_point_and_sent_by_every_point(
+    tmp_path: Path,
+) -> None:
+    """An unset ``${NAME}`` stops the sweep before any point (was: each point failed in turn,
+    in a sweep folder of failed points); set, every point's requests carry it (the simulator
+    answers 401 without it)."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text(GATEWAY_SWEEP, encoding="utf-8")
+    done = run_in_process(path, tmp_path / "unset", env=cli_env())
+    assert done.code == 2, done.output[-3000:]
+    line = GATEWAY_SWEEP[: GATEWAY_SWEEP.index("X-Api-Key: ${")].count("\n") + 1
+    assert (
+        f"{path}:{line}:5: client.headers.X-Api-Key: ${{S21B_SWEEP_KEY}} is not set (or is "
+        "empty) in this environment"
+    ) in done.output
+    assert not list((tmp_path / "unset").iterdir())  # (no sweep folder, no point)
+    done = run_in_process(path, tmp_path / "set", env=cli_env(S21B_SWEEP_KEY=_SWEEP_KEY))
+    assert done.code == 0, done.output[-3000:]
+    sweep_dir = _only_sweep(tmp_path / "set")
+    points = sorted(p for p in sweep_dir.iterdir() if (p / "requests.parquet").exists())
+    assert len(points) == 2
+    for point in points:
+        statuses = pd.read_parquet(point / "requests.parquet", columns=["status"])["status"]
+        assert statuses.tolist() == ["ok"] * 8, point.name

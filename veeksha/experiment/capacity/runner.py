@@ -195,7 +195,11 @@ def run_capacity_search(
 ) -> CapacityResult:
     """Run the search of ``config`` (see the module docstring); ``plots``: the probe runs' own
     plots (capacity.png is always drawn); ``echo`` receives one line per value."""
+    from veeksha.engine.target import resolved_headers
+
     say = echo or (lambda _line: None)
+    # an unset ${NAME} of the client's headers: exit 2 before anything starts, not at probe 1
+    resolved_headers(config.scenario)
     # the server first, before any folder: a simulator that cannot start leaves no half-made search
     with shared_simulator(config.scenario) as (_aimed, shared):
         return _search(config, shared, plots, say)
