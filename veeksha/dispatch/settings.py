@@ -23,6 +23,7 @@ __all__ = [
     "WorkerSpawn",
     "client_secrets",
     "resolve_api_key",
+    "resolve_header_values",
     "resolve_headers",
 ]
 
@@ -146,11 +147,23 @@ def resolve_headers(
     ``environ`` (default: this process' environment, as ``api_key_env`` is read: a distributed
     run's shards read their own nodes'). Raises :class:`HeaderVariableMissing` when one is unset
     or empty, or holds what a header cannot (a line break, a control character)."""
+    return resolve_header_values(client_cfg.headers, environ)
+
+
+def resolve_header_values(
+    headers: Mapping[str, str],
+    environ: Mapping[str, str] | None = None,
+    where: str = "the scenario",
+) -> dict[str, str]:
+    """``headers`` with each ``${NAME}`` replaced by the variable ``NAME`` of ``environ``
+    (default: this process' environment); :class:`HeaderVariableMissing` as
+    :func:`resolve_headers` raises it, its fix naming ``where`` (where the value may be written
+    instead: ``the scenario``, a microbenchmark's ``--headers``)."""
     from veeksha.scenario.clients import ENV_REFERENCE, header_value_problem
 
     env = os.environ if environ is None else environ
     out: dict[str, str] = {}
-    for name, value in client_cfg.headers.items():
+    for name, value in headers.items():
         if "${" in value:
             for variable in ENV_REFERENCE.findall(value):
                 given = env.get(variable, "")
@@ -159,7 +172,7 @@ def resolve_headers(
                         name,
                         variable,
                         f"${{{variable}}} is not set (or is empty) in this environment: export "
-                        f"{variable}, or write the header's value in the scenario",
+                        f"{variable}, or write the header's value in {where}",
                     )
                 problem = header_value_problem(given)
                 if problem is not None:

@@ -63,6 +63,7 @@ class SettingNames:
     api_base: str
     model: str
     api_key: str  # (what to set to a valid key)
+    headers: str = "the client's headers"  # (what to check beside it, when headers are sent)
 
 
 SCENARIO_NAMES = SettingNames(
@@ -153,7 +154,7 @@ def check_reachable(
         "to use the built-in simulator)",
     )
     if answer.status in (401, 403):
-        also = " (and check the client's headers)" if headers else ""
+        also = f" (and check {names.headers})" if headers else ""
         raise TargetError(
             f"{api_base} refused the credentials (HTTP {answer.status}): set {names.api_key} "
             f"a valid key{also}"

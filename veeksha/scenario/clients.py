@@ -4,6 +4,7 @@ prompt tokens are counted (tokenizers)."""
 import json
 import re
 import string
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Self
 from urllib.parse import urlsplit
 
@@ -194,6 +195,43 @@ def header_value_problem(value: str) -> str | None:
     return None
 
 
+def headers_as_text(value: Any) -> Any:
+    """A ``headers`` mapping as given, each number as its text (``X-Tenant: 42`` is a header's
+    text); anything else unchanged, for the model to refuse."""
+    if isinstance(value, dict):
+        return {
+            k: str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
+            for k, v in value.items()
+        }
+    return value
+
+
+def headers_problem(headers: Mapping[str, str], key_given: str | None) -> tuple[str, str] | None:
+    """The first header of ``headers`` that cannot be sent, and why, or None: a name that is no
+    HTTP token, a value that is no header's text, a header veeksha writes itself
+    (``RESERVED_HEADERS``), ``Authorization`` beside the key ``key_given`` names (``api_key``,
+    ``api_key_env``; None: no key given), a name given twice in two cases. The rules of a
+    scenario's ``client.headers`` and of a microbenchmark's ``headers``."""
+    seen: dict[str, str] = {}
+    for name, value in headers.items():
+        lowered = name.lower()
+        problem = header_name_problem(name) or header_value_problem(value)
+        if problem is None and lowered in RESERVED_HEADERS:
+            problem = f"veeksha sets {name} itself: remove it"
+        if problem is None and lowered == "authorization" and key_given is not None:
+            problem = (
+                f"the client's {key_given} sends Authorization: Bearer: remove {key_given}, or "
+                "this header"
+            )
+        if problem is None and lowered in seen:
+            problem = f"given twice ({seen[lowered]!r} and {name!r}): a header name's case "
+            problem += "does not matter; keep one"
+        if problem is not None:
+            return name, problem
+        seen[lowered] = name
+    return None
+
+
 def _masked(value: str) -> str:
     """``value`` with the password of its ``user:password@`` part, if any, shown as ``***``
     (the user part ends at the last ``@`` of the authority, as ``urlsplit`` reads it)."""
@@ -283,36 +321,18 @@ class _OpenAIClientBase(StrictModel):
     @field_validator("headers", mode="before")
     @classmethod
     def _numbers_as_text(cls, value: Any) -> Any:
-        if isinstance(value, dict):  # (X-Tenant: 42 is a header's text)
-            return {
-                k: str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
-                for k, v in value.items()
-            }
-        return value
+        return headers_as_text(value)
 
     @model_validator(mode="after")
     def _sendable_headers(self) -> Self:
-        seen: dict[str, str] = {}
         has_key = self.api_key is not None or "api_key_env" in self.model_fields_set
-        for name, value in self.headers.items():
-            lowered = name.lower()
-            problem = header_name_problem(name) or header_value_problem(value)
-            if problem is None and lowered in RESERVED_HEADERS:
-                problem = f"veeksha sets {name} itself: remove it"
-            if problem is None and lowered == "authorization" and has_key:
-                given = "api_key" if self.api_key is not None else "api_key_env"
-                problem = (
-                    f"the client's {given} sends Authorization: Bearer: remove {given}, or "
-                    "this header"
-                )
-            if problem is None and lowered in seen:
-                problem = f"given twice ({seen[lowered]!r} and {name!r}): a header name's case "
-                problem += "does not matter; keep one"
-            if problem is not None:
-                raise KeyProblem(problem, ("headers", name))
-            seen[lowered] = name
+        given = None if not has_key else "api_key" if self.api_key is not None else "api_key_env"
+        found = headers_problem(self.headers, given)
+        if found is not None:
+            raise KeyProblem(found[1], ("headers", found[0]))
         session = self.session_header
         if session is not None:
+            seen = {name.lower(): name for name in self.headers}
             lowered = session.lower()
             problem = header_name_problem(session)
             if problem is None and (lowered in RESERVED_HEADERS or lowered == "authorization"):

@@ -16,7 +16,7 @@ from veeksha.experiment.microbench.config import (
     parse_flags,
 )
 from veeksha.experiment.microbench.decode import DecodeWindow, _fcfs_inversions, analyse_decode
-from veeksha.experiment.microbench.points import PointSpec, point_scenario
+from veeksha.experiment.microbench.points import PointSpec, point_scenario, serving
 from veeksha.experiment.microbench.prefill import analyse_prefill
 from veeksha.experiment.microbench.results import fit_line
 from veeksha.experiment.microbench.stress_config import StressConfig
@@ -155,7 +155,7 @@ def test_bad_keys_and_values_read_as_the_scenario_loaders(tmp_path: Path) -> Non
         f"{block}:3:5: batch_sizes[1]: must be a valid integer (got 'four')",
         f"{block}:4:1: sample_per_length: unknown key; allowed keys: api_base, model, client_type, "
         "tokenizer, output_dir, quick, seed, max_model_len, num_workers, request_timeout, plots, "
-        "point_plots, simulator, input_lengths, batch_sizes, output_length",
+        "point_plots, simulator, headers, input_lengths, batch_sizes, output_length",
     ]
     # a flag's: named as the flag, its item by its index
     with pytest.raises(ScenarioError) as caught:
@@ -299,3 +299,113 @@ def test_a_line_needs_two_distinct_x() -> None:
     fit = fit_line([1, 2, 3], [3, 5, 7])
     assert fit is not None
     assert (fit.slope, fit.intercept, fit.r2) == pytest.approx((2, 1, 1))
+
+
+def test_headers_flags_read_as_yaml_mappings_with_names_as_written() -> None:
+    # the natural shell form: single quotes, ${NAME} unquoted (YAML alone reads its braces as
+    # a mapping's and refuses the text)
+    assert parse_flags(["--headers", "{X-Api-Key: ${MY_KEY}, X-Tenant: 42}"]) == {
+        "headers": {"X-Api-Key": "${MY_KEY}", "X-Tenant": 42}
+    }
+    assert parse_flags(["--headers={Authorization: Token ${A}${B}}"]) == {
+        "headers": {"Authorization": "Token ${A}${B}"}
+    }
+    # a header's name keeps its dashes (they read as underscores in veeksha's own keys)
+    assert parse_flags(["--headers.X-Api-Key", "${K}", "--simulator.required-headers.X-Key=v"]) == {
+        "headers": {"X-Api-Key": "${K}"},
+        "simulator": {"required_headers": {"X-Key": "v"}},
+    }
+    with pytest.raises(ScenarioError) as caught:
+        parse_flags(["--headers", "{X-Api-Key: 'sk-secret-1}"])
+    (issue,) = caught.value.issues
+    assert str(issue).startswith("--headers: expected a mapping, e.g. '{X-Api-Key: ${MY_KEY}")
+    assert "sk-secret" not in str(issue)
+
+
+def test_headers_are_refused_as_a_scenarios_are_and_a_flag_replaces_the_files_by_name(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text("headers:\n  Host: h\n")
+    with pytest.raises(ScenarioError) as caught:
+        load_config(PrefillConfig, path, {})
+    assert [str(issue) for issue in caught.value.issues] == [
+        f"{path}:2:3: headers.Host: veeksha sets Host itself: remove it"
+    ]
+    # a value of the wrong type: never quoted (a header's value may be a credential)
+    path.write_text("headers:\n  X-Tenant: a\n  X-Key: true\n")
+    with pytest.raises(ScenarioError) as caught:
+        load_config(PrefillConfig, path, {})
+    assert [str(issue) for issue in caught.value.issues] == [
+        f"{path}:3:3: headers.X-Key: must be a valid string (got ***)"
+    ]
+    path.write_text("headers:\n  X-Tenant: a\n  x-tenant: b\n")
+    with pytest.raises(ScenarioError) as caught:
+        load_config(PrefillConfig, path, {})
+    assert [str(issue) for issue in caught.value.issues] == [
+        f"{path}:3:3: headers.x-tenant: given twice ('X-Tenant' and 'x-tenant'): a header "
+        "name's case does not matter; keep one"
+    ]
+    with pytest.raises(ScenarioError) as caught:
+        load_config(PrefillConfig, None, parse_flags(["--headers", '{X-Key: "a\\nb"}']))
+    assert [str(issue) for issue in caught.value.issues] == [
+        "--headers.X-Key: its value holds a line break (CR or LF), which would end the header"
+    ]
+    # a flag's header replaces the file's of the same name in any case; the others stay
+    path.write_text("headers: {X-Api-Key: file, X-Tenant: a}\n")
+    loaded = load_config(PrefillConfig, path, parse_flags(["--headers.x-api-key", "flag"]))
+    assert loaded.headers == {"X-Tenant": "a", "x-api-key": "flag"}
+    # Authorization replaces OPENAI_API_KEY's bearer, as for a scenario's client without a key
+    auth = load_config(PrefillConfig, None, {"headers": {"Authorization": "Token t"}})
+    scenario = point_scenario(auth, PointSpec(0, 16, 1, 1, 1))
+    assert scenario.client.headers == {"Authorization": "Token t"}
+
+
+def test_an_unset_variable_is_refused_at_its_key_or_flag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("S21B_MB_KEY", raising=False)
+    fix = (
+        "${S21B_MB_KEY} is not set (or is empty) in this environment: export S21B_MB_KEY, or "
+        "write the header's value in --headers (or the --config file)"
+    )
+    path = tmp_path / "p.yaml"
+    path.write_text("quick: true\nheaders:\n  X-Tenant: a\n  X-Api-Key: ${S21B_MB_KEY}\n")
+    # (loading reads no environment, as a scenario's: the doc examples load without it)
+    from_file = load_config(PrefillConfig, path, {})
+    with pytest.raises(ScenarioError) as caught:
+        from_file.resolved_headers()
+    assert [str(issue) for issue in caught.value.issues] == [
+        f"{path}:4:3: headers.X-Api-Key: {fix}"
+    ]
+    flags = parse_flags(["--headers", "{X-Api-Key: ${S21B_MB_KEY}}"])
+    config = load_config(PrefillConfig, path, flags)
+    with pytest.raises(ScenarioError) as caught:
+        config.resolved_headers()
+    assert [str(issue) for issue in caught.value.issues] == [f"--headers.X-Api-Key: {fix}"]
+    # the command reads them before anything starts: no folder, no simulator
+    config = load_config(PrefillConfig, path, {"output_dir": str(tmp_path / "out")})
+    with pytest.raises(ScenarioError), serving(config, PointSpec(0, 16, 1, 1, 1), "p", print):
+        pass
+    assert not (tmp_path / "out").exists()
+    monkeypatch.setenv("S21B_MB_KEY", "sk-from-env")
+    config = load_config(PrefillConfig, path, flags)
+    assert config.resolved_headers() == {"X-Tenant": "a", "X-Api-Key": "sk-from-env"}
+    # each point's run reads it again when it starts: its scenario keeps the name
+    scenario = point_scenario(config, PointSpec(0, 16, 1, 1, 1))
+    assert scenario.client.headers == {"X-Tenant": "a", "X-Api-Key": "${S21B_MB_KEY}"}
+
+
+def test_the_results_settings_mask_literal_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("K", "sk-from-env")
+    flags = parse_flags(
+        [
+            "--headers",
+            "{X-Api-Key: ${K}, X-Auth-Token: sk-lit, X-Tenant: a}",
+            "--simulator.required_headers",
+            "{X-Auth-Token: sk-lit}",
+        ]
+    )
+    data = load_config(PrefillConfig, None, {**flags, "quick": True}).public_dict()
+    assert data["headers"] == {"X-Api-Key": "${K}", "X-Auth-Token": "***", "X-Tenant": "a"}
+    assert data["simulator"]["required_headers"] == {"X-Auth-Token": "***"}

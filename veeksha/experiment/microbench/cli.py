@@ -31,7 +31,8 @@ _SETTINGS = {"ignore_unknown_options": True, "allow_extra_args": False}
 def _keys_help(kind: type[BenchConfig]) -> str:
     lines = []
     for name, info in kind.model_fields.items():
-        default = (kind.FULL | {"simulator": "{preset: realistic}"}).get(name, info.default)
+        shown = {"simulator": "{preset: realistic}", "headers": "{}"}
+        default = (kind.FULL | shown).get(name, info.default)
         quick = kind.QUICK.get(name)
         extra = f" (--quick: {quick})" if quick is not None and quick != default else ""
         text = f"--{name}: {info.description} Default: {default}{extra}."

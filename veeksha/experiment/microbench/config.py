@@ -15,16 +15,31 @@ what the user wrote, never by the key of the scenario a point runs (``--api_base
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from veeksha.errors import ScenarioError, ScenarioIssue
-from veeksha.scenario.base import NumbersModel
-from veeksha.scenario.clients import DEFAULT_KEY_ENV, api_base_problem
+from veeksha.scenario.base import KeyProblem, NumbersModel, empty_dict
+from veeksha.scenario.clients import (
+    DEFAULT_KEY_ENV,
+    ENV_REFERENCE,
+    api_base_problem,
+    headers_as_text,
+    headers_problem,
+)
 from veeksha.scenario.messages import unknown_key, value_message
 from veeksha.scenario.overrides import format_path
 from veeksha.scenario.simulator import SimulatorConfig
@@ -89,6 +104,31 @@ class BenchConfig(NumbersModel):
         default_factory=_realistic,
         description="The built-in simulator (default preset realistic), used without api_base.",
     )
+    #: where each header reading a ``${NAME}`` was given (``load_config``), for its message
+    _header_places: dict[str, ScenarioIssue] = PrivateAttr(default_factory=dict)
+
+    headers: dict[str, str] = Field(
+        default_factory=empty_dict,
+        description="Headers sent with every request and with the model check (a gateway's "
+        "X-Api-Key, a tenant), as a scenario's client.headers: name → value, e.g. "
+        "'{X-Api-Key: ${MY_KEY}}'; ${NAME} in a value is the environment variable NAME, read "
+        "at start. A credential's literal value is written as ***.",
+    )
+
+    @field_validator("headers", mode="before")
+    @classmethod
+    def _numbers_as_text(cls, value: Any) -> Any:
+        return headers_as_text(value)
+
+    @field_validator("headers")
+    @classmethod
+    def _sendable_headers(cls, value: dict[str, str]) -> dict[str, str]:
+        # (the key goes in OPENAI_API_KEY, which an Authorization header replaces, as it does
+        # for a scenario's client without api_key or api_key_env)
+        found = headers_problem(value, None)
+        if found is not None:
+            raise KeyProblem(found[1], (found[0],))
+        return value
 
     @field_validator("api_base")
     @classmethod
@@ -117,6 +157,35 @@ class BenchConfig(NumbersModel):
                 f"model: required with api_base {self.api_base}: set it to the model it serves"
             )
         return self
+
+    def resolved_headers(self) -> dict[str, str]:
+        """``headers`` with each ``${NAME}`` read from the environment, as a scenario's run
+        reads them when it starts (``veeksha.dispatch.settings.resolve_headers``); an unset or
+        empty one is a :class:`ScenarioError` at its key (the flag, or the file's line, that
+        ``load_config`` recorded), exit 2. A microbenchmark reads them before anything starts;
+        each point's run reads them again when it starts (the same environment)."""
+        from veeksha.dispatch.settings import HeaderVariableMissing, resolve_header_values
+
+        try:
+            return resolve_header_values(self.headers, where="--headers (or the --config file)")
+        except HeaderVariableMissing as missing:
+            place = self._header_places.get(missing.header)
+            if place is None:
+                place = ScenarioIssue(f"--headers.{missing.header}", None, None, "", "")
+            issue = ScenarioIssue(place.file, place.line, place.column, place.path, missing.message)
+            raise ScenarioError([issue]) from None
+
+    def public_dict(self) -> dict[str, Any]:
+        """The settings as the results write them: every key, a credential-like header's
+        literal value (and one the simulator requires) as ``***``
+        (``veeksha.redact.masked_headers``); a ``${NAME}`` stays as written."""
+        from veeksha.redact import masked_headers
+
+        data: dict[str, Any] = self.model_dump(mode="json")
+        data["headers"] = masked_headers(data["headers"])
+        simulator = data["simulator"]
+        simulator["required_headers"] = masked_headers(simulator["required_headers"])
+        return data
 
     def context_limit(self) -> int | None:
         """The context the lengths must fit in: ``max_model_len``, else the simulator's when it
@@ -209,9 +278,10 @@ Config = TypeVar("Config", bound=BenchConfig)
 
 def parse_flags(args: Sequence[str]) -> dict[str, Any]:
     """``--key v [v ...]`` pairs as a nested mapping: a key with several values is a list, one
-    value a scalar (``[a, b]``: a list, as in YAML), none ``True`` (``--no_x``: ``x: false``);
-    dots nest (``--simulator.seed 1``). Dashes in keys read as underscores. Values stay text:
-    the model types them."""
+    value a scalar (``[a, b]``: a list, ``{a: b}``: a mapping, as in YAML), none ``True``
+    (``--no_x``: ``x: false``); dots nest (``--simulator.seed 1``). Dashes in keys read as
+    underscores, except in a header's name (``--headers.X-Api-Key V``). Values stay text: the
+    model types them."""
     out: dict[str, Any] = {}
     i = 0
     while i < len(args):
@@ -224,18 +294,37 @@ def parse_flags(args: Sequence[str]) -> dict[str, Any]:
         while not eq and i < len(args) and not args[i].startswith("--"):
             values.append(args[i])
             i += 1
-        key = key.replace("-", "_")
+        parts, header = _key_parts(key)
         value: Any = values if len(values) > 1 else values[0] if values else True
-        if isinstance(value, str) and value.startswith("[") and value.endswith("]"):
-            value = _flow_list(value)
-        if not values and key.startswith("no_"):
-            key, value = key[3:], False
+        if isinstance(value, str) and not header:  # (a header's value is its text)
+            if value.startswith("[") and value.endswith("]"):
+                value = _flow_list(value)
+            elif value.startswith("{") and value.endswith("}"):
+                value = _flow_mapping(value, ".".join(parts))
+        if not values and parts[0].startswith("no_"):
+            parts, value = [parts[0][3:], *parts[1:]], False
         holder = out
-        *parents, last = key.split(".")
+        *parents, last = parts
         for part in parents:
             holder = holder.setdefault(part, {})
         holder[last] = value
     return out
+
+
+#: the keys holding headers (name → value): a header's name is kept as written
+_HEADER_MAPS = ("headers", "required_headers")
+
+
+def _key_parts(key: str) -> tuple[list[str], bool]:
+    """The parts of a dotted flag key, dashes read as underscores up to a mapping of headers
+    (``headers.X-Api-Key``: the header's name as written), and whether it names one header."""
+    parts: list[str] = []
+    pieces = key.split(".")
+    for i, piece in enumerate(pieces):
+        parts.append(piece.replace("-", "_"))
+        if parts[-1] in _HEADER_MAPS and i + 1 < len(pieces):
+            return [*parts, ".".join(pieces[i + 1 :])], True
+    return parts, False
 
 
 def _flow_list(text: str) -> list[str] | str:
@@ -245,6 +334,47 @@ def _flow_list(text: str) -> list[str] | str:
     if not inner:
         return []
     return [part.strip() for part in inner.split(",")] if "[" not in inner else text
+
+
+def _flow_mapping(text: str, key: str) -> dict[str, Any]:
+    """``{X-Api-Key: ${MY_KEY}, X-Tenant: a}`` (a YAML flow mapping, as in the --config file)
+    as a mapping. A ``${NAME}`` may stand unquoted (YAML would read its braces as a mapping's):
+    it is kept as written. A problem is one line naming the flag, never quoting the text (it
+    may hold a credential)."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    found: list[str] = []
+
+    def mark(match: re.Match[str]) -> str:
+        found.append(match.group(0))
+        return f"{_MARK}{len(found) - 1}{_MARK}"
+
+    try:
+        loaded = YAML(typ="safe", pure=True).load(ENV_REFERENCE.sub(mark, text))
+    except YAMLError:
+        loaded = None
+    if not isinstance(loaded, dict) or not all(isinstance(k, str) for k in loaded):
+        message = (
+            "expected a mapping, e.g. '{X-Api-Key: ${MY_KEY}, X-Tenant: acme}' (YAML's flow "
+            "form; quote a value holding a comma, a brace or a bracket)"
+        )
+        raise ScenarioError([ScenarioIssue(f"--{key}", None, None, "", message)])
+
+    def unmark(value: Any) -> Any:
+        if isinstance(value, str):
+            return _MARKED.sub(lambda m: found[int(m.group(1))], value)
+        if isinstance(value, dict):
+            return {unmark(k): unmark(v) for k, v in value.items()}
+        return [unmark(v) for v in value] if isinstance(value, list) else value
+
+    result: dict[str, Any] = unmark(loaded)
+    return result
+
+
+#: what stands for a ``${NAME}`` while a flag's mapping is read as YAML (plain-scalar safe)
+_MARK = "VEEKSHAENVREF"
+_MARKED = re.compile(f"{_MARK}(\\d+){_MARK}")
 
 
 def _stray(arg: str) -> str:
@@ -259,10 +389,15 @@ def load_config(kind: type[Config], path: str | Path | None, flags: dict[str, An
     if path is not None:
         root = _read_yaml(source)
     data: dict[str, Any] = _plain(root)
-    # a flag replaces the file's value; the simulator mapping merges key by key
+    # a flag replaces the file's value; the simulator mapping merges key by key, and headers
+    # header by header (a flag's replacing the file's of the same name, in any case)
     for key, value in flags.items():
         if key == "simulator" and isinstance(value, dict) and isinstance(data.get(key), dict):
             data[key] = {**data[key], **value}
+        elif key == "headers" and isinstance(value, dict) and isinstance(data.get(key), dict):
+            given = {str(name).lower() for name in value}
+            kept = {k: v for k, v in data[key].items() if k.lower() not in given}
+            data[key] = {**kept, **value}
         else:
             data[key] = value
     # the simulator keys given refine the default preset (realistic), not the fast one
@@ -273,9 +408,39 @@ def load_config(kind: type[Config], path: str | Path | None, flags: dict[str, An
         if isinstance(flags.get(key), str):
             data[key] = [flags[key]]
     try:
-        return kind.model_validate(data)
+        config = kind.model_validate(data)
     except ValidationError as exc:
         raise ScenarioError(_issues(exc, kind, root, source, flags)) from None
+    for name, value in config.headers.items():  # (where a ${NAME} read at start is written)
+        if "${" in value:
+            config._header_places[name] = _where(root, source, flags, ["headers", name])
+    return config
+
+
+def _where(
+    root: CommentedMap, source: str, flags: dict[str, Any], loc: list[str | int]
+) -> ScenarioIssue:
+    """The place of the key ``loc`` as an issue without a message: the flag that gave it
+    (``--headers.X-Api-Key``), else its line and column in the file."""
+    if source == FLAGS_SOURCE or _given_by_flags(flags, loc):
+        return ScenarioIssue(f"--{format_path(loc)}", None, None, "", "")
+    line, column = _position(root, loc)
+    return ScenarioIssue(source, line, column, format_path(loc), "")
+
+
+def _given_by_flags(flags: dict[str, Any], loc: Sequence[str | int]) -> bool:
+    """Whether the key ``loc`` (or a value holding it: a list, a mapping given whole) came
+    from a flag rather than the file: ``simulator.seed`` is a flag's when ``--simulator.seed``
+    (or ``--simulator '{seed: 1}'``) was given, the file's when only ``--simulator.preset``
+    was."""
+    node: Any = flags
+    for part in loc:
+        if not isinstance(node, dict):
+            return True
+        if part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def _read_yaml(source: str) -> CommentedMap:
@@ -320,11 +485,17 @@ def _issues(
     seen: set[str] = set()
     for err in exc.errors():
         loc: list[str | int] = list(err["loc"])
+        problem = (err.get("ctx") or {}).get("error")
         if err["type"] == "extra_forbidden":
             parents = [str(part) for part in loc[:-1]]
             message = unknown_key(str(loc[-1]), _keys(kind, parents))
+        elif err["type"] == "value_error" and isinstance(problem, KeyProblem):
+            loc += list(problem.keys[0])  # (a check of a mapping's entries: at the entry)
+            message = problem.message
         else:
-            message = value_message(err)
+            # (a header's value may be a credential: never quoted, as in a scenario)
+            secret = len(loc) >= 2 and loc[-2] in _HEADER_MAPS
+            message = value_message(err, secret)
         path = format_path(loc)
         if not loc and ": " in message:  # a check of the whole config names its key
             path, _, message = message.partition(": ")
@@ -332,7 +503,7 @@ def _issues(
         if path in seen:
             continue
         seen.add(path)
-        if (loc and loc[0] in flags) or source == FLAGS_SOURCE:  # (a flag: named as written)
+        if source == FLAGS_SOURCE or (loc and _given_by_flags(flags, loc)):  # (as written)
             issues.append(
                 ScenarioIssue(f"--{path}" if path else FLAGS_SOURCE, None, None, "", message)
             )

@@ -178,7 +178,7 @@ def run_decode(config: DecodeConfig, echo: Callable[[str], None]) -> tuple[Path,
     plot = f"{NAME}.png" if config.plots and table else None
     body: dict[str, Any] = {
         "target": server.description,
-        "config": config.model_dump(mode="json"),
+        "config": config.public_dict(),
         "window": "from the last request's first chunk to the first request's last chunk",
         "fits": fits,
         "plot": plot,

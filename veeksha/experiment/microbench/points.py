@@ -130,6 +130,9 @@ def point_scenario(config: BenchConfig, spec: PointSpec) -> Scenario:
             "model": config.model,
             "request_timeout": config.request_timeout,
             "ignore_eos": True,
+            # (as given: each point's run reads ${NAME} when it starts, and its config.yaml
+            # keeps the name, not the value; load_config checked that every one is set)
+            "headers": dict(config.headers),
         },
         "runtime": runtime,
         "trace_recorder": {"enabled": False},
@@ -185,13 +188,14 @@ def serving(
     from veeksha.scenario.clients import DEFAULT_KEY_ENV
 
     assert config.output_dir is not None
+    config.resolved_headers()  # an unset ${NAME}: exit 2 at its key, before anything starts
     scenario = point_scenario(config, first)
     # a bad OPENAI_API_BASE stops here, its message in this command's words (the key goes in
     # OPENAI_API_KEY: a microbenchmark has no api_key_env)
     client_api_base(scenario.client, DEFAULT_KEY_ENV)
     with shared_simulator(scenario) as (aimed, server):
-        if not server.is_simulator:
-            _check_endpoint(aimed, config)
+        # (the built-in simulator too: one with required_headers refuses a run without them)
+        _check_endpoint(aimed, config)
         folder = result_folder(config.output_dir, name)
 
         def run(spec: PointSpec) -> PointResult:
@@ -236,8 +240,11 @@ def _check_endpoint(scenario: Scenario, config: BenchConfig) -> None:
     api_base = client_api_base(client)
     assert api_base is not None
     where = "--api_base" if config.api_base else "OPENAI_API_BASE"
-    names = SettingNames(where, "--model", f"{DEFAULT_KEY_ENV} to")
-    check_reachable(api_base, resolve_api_key(client), model=client.model, names=names)
+    names = SettingNames(where, "--model", f"{DEFAULT_KEY_ENV} to", "--headers")
+    headers = config.resolved_headers()
+    check_reachable(
+        api_base, resolve_api_key(client), model=client.model, names=names, headers=headers
+    )
 
 
 def load_rows(run_dir: Path, *, warmup: bool = False) -> pd.DataFrame:

@@ -158,7 +158,7 @@ def run_prefill(config: PrefillConfig, echo: Callable[[str], None]) -> tuple[Pat
     plot = f"{NAME}.png" if config.plots and table else None
     body: dict[str, Any] = {
         "target": server.description,
-        "config": config.model_dump(mode="json"),
+        "config": config.public_dict(),
         "fit": fit,
         "plot": plot,
     }

@@ -256,7 +256,7 @@ def run_stress(config: StressConfig, echo: Callable[[str], None]) -> tuple[Path,
     plot = f"{NAME}.png" if config.plots and table else None
     body: dict[str, Any] = {
         "target": server.description,
-        "config": config.model_dump(mode="json"),
+        "config": config.public_dict(),
         "traffic": config.traffic,
         "window": "from the end of the warmup (the measured phase's start) for point_duration "
         "seconds",
