@@ -19,6 +19,7 @@ FLOORS: dict[str, int] = {
     "redact": 0,
     "terminal": 0,
     "plural": 0,
+    "open_files": 0,
     "net": 1,
     "timers": 1,
     "scenario": 2,

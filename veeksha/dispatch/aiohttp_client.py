@@ -18,6 +18,7 @@ import aiohttp
 from veeksha.dispatch.http1 import ConnectFailed
 from veeksha.dispatch.openai import ResponseAccumulator, ResponseError
 from veeksha.dispatch.settings import WorkerSettings
+from veeksha.open_files import CLIENT_LIMIT_ERRNOS
 
 __all__ = ["error_kind", "make_session", "protocol_error", "read_stream"]
 
@@ -82,7 +83,8 @@ def protocol_error(exc: BaseException) -> str | None:
 def error_kind(exc: BaseException) -> str | None:
     """The ``error_kind`` of an aiohttp failure, or None when ``exc`` is not one."""
     if isinstance(exc, aiohttp.ClientConnectorError | ConnectFailed):
-        return "connection_refused"
+        # (this machine's limit, never the server's: veeksha.open_files)
+        return "client_limit" if exc.errno in CLIENT_LIMIT_ERRNOS else "connection_refused"
     if isinstance(
         exc,
         aiohttp.ServerDisconnectedError

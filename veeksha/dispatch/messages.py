@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 __all__ = [
+    "CLIENT_LIMIT",
     "ERROR_KINDS",
     "SHARD_LOST",
     "STATUSES",
@@ -35,6 +36,7 @@ ERROR_KINDS = (
     "http_4xx",  # the server answered 4xx (429 included: see http_status)
     "http_5xx",  # the server answered 5xx
     "connection_refused",  # nothing listening / connect failed
+    "client_limit",  # never sent: this machine refused a connection (open files, local ports)
     "connection_reset",  # the connection broke before or during the response
     "timeout",  # request_timeout elapsed (status "timeout")
     "malformed_response",  # bytes that break HTTP/1.1, SSE, UTF-8 or JSON, or no answer (204, 3xx)
@@ -43,11 +45,17 @@ ERROR_KINDS = (
     "client_error",  # anything else raised inside the worker
 )
 
-#: The ``error_kind`` of a request that never reached the server: no connection could be opened
-#: (its ``retries``, answers of 429/503 before it, did reach it). The others may have reached it:
+#: The ``error_kind`` of a request that never reached the server: no connection could be opened,
+#: for the server's want or this machine's (its ``retries``, answers of 429/503 before it, did
+#: reach it). The others may have reached it:
 #: a reset, a timeout or a lost worker may come after the request was written, and a
 #: ``cancelled`` Result may be a request in flight (one never sent has no Result: no ``sent_at``).
-UNREACHED_ERROR_KINDS = ("connection_refused",)
+UNREACHED_ERROR_KINDS = ("connection_refused", "client_limit")
+
+#: The ``error_kind`` of a request this machine refused a connection (no open file or local port
+#: left: ``veeksha.open_files``): the load generator's failure, which ``generator_saturation``
+#: fails on.
+CLIENT_LIMIT = "client_limit"
 
 #: The ``error_kind`` of a request a distributed run's shard had in flight when the shard was
 #: lost (``veeksha.distributed.lost``): its outcome is unknown, not a failure, and the SLOs

@@ -70,6 +70,7 @@ from veeksha.dispatch.openai import (
     StreamOver,
 )
 from veeksha.dispatch.settings import WorkerSettings, WorkerSpawn
+from veeksha.open_files import CLIENT_LIMIT_ERRNOS, raise_open_file_limit
 from veeksha.redact import READ_WINDOW, Redactors
 from veeksha.terminal import STOP_SIGNALS
 from veeksha.timers import Cancellable, LoopTimers
@@ -978,7 +979,8 @@ def _retry_after_s(value: str | None) -> float | None:
 
 def _classify(exc: BaseException) -> str:
     if isinstance(exc, ConnectFailed):
-        return "connection_refused"
+        # (this machine's limit, never the server's: veeksha.open_files)
+        return "client_limit" if exc.errno in CLIENT_LIMIT_ERRNOS else "connection_refused"
     if "aiohttp" in sys.modules:  # only an https worker imported it
         from veeksha.dispatch.aiohttp_client import error_kind
 
@@ -1109,6 +1111,7 @@ def main() -> int:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # (one pending is dropped)
     spawn = msgspec.msgpack.decode(sys.stdin.buffer.read(), type=WorkerSpawn)
     _die_with_parent(spawn.parent_pid)
+    raise_open_file_limit()  # (a connection per request in flight: veeksha.open_files)
     try:
         if spawn.cpus:
             os.sched_setaffinity(0, spawn.cpus)

@@ -49,13 +49,14 @@ from veeksha.engine.target import Target, TargetContext, describe
 from veeksha.errors import ConfigurationError, RunAbortedError, VeekshaError
 from veeksha.evaluate.streaming import StreamingMetrics
 from veeksha.generate.spec import SessionSpec
+from veeksha.open_files import connection_shortfall
 from veeksha.plural import counted
 from veeksha.record.parquet import ResultWriter, run_metadata
 from veeksha.record.rows import warm_up as warm_up_rows
 from veeksha.record.run_folder import write_config
 from veeksha.record.trace import TraceWriter
 from veeksha.scenario.loader import scenario_hash
-from veeksha.scenario.models import Scenario
+from veeksha.scenario.models import ConcurrentScheduler, Scenario
 from veeksha.schedule.session_state import NodeState
 from veeksha.schedule.shards import ShardSpec
 from veeksha.terminal import stop_signals
@@ -282,6 +283,9 @@ class _Run(RunSetup, RunFinish):
         log.info(
             f"main process on CPUs {plan.main_cpus or 'any'}; {counted(num_workers, 'worker')}"
         )
+        shortfall = _connection_shortfall(self.scenario, num_workers)
+        if shortfall is not None and not self.dry_run:
+            log.warning(shortfall)
         # The built-in simulator shares the workers' CPUs, never the main process' one (it
         # would otherwise inherit the main process' pinning).
         spare = sorted({cpu for cpus in plan.worker_cpus for cpu in cpus} - set(plan.main_cpus))
@@ -725,6 +729,18 @@ class _SetUpSignals:
 _SET_UP_STOPS = (
     b"interrupted: the set-up stops after its current step (interrupt again to stop at once)\n"
 )
+
+
+def _connection_shortfall(scenario: Scenario, num_workers: int) -> str | None:
+    """A closed loop's warning when its workers could not each hold their share of its peak
+    target of sessions (one connection each, at least) under this machine's open-file limit
+    (``veeksha.open_files``); None for other traffic, whose connections depend on the server."""
+    scheduler = scenario.traffic_scheduler
+    if not isinstance(scheduler, ConcurrentScheduler) or num_workers < 1:
+        return None
+    targets = [phase.target_concurrent_sessions for phase in scenario.phases]
+    peak = max([scheduler.target_concurrent_sessions, *(t for t in targets if t is not None)])
+    return connection_shortfall(-(-peak // num_workers))
 
 
 def _after_set_up(handler: Any) -> Any:

@@ -7,7 +7,9 @@ request's timestamps break their documented order (``veeksha.evaluate.timestamp_
 the rows stay ordered, but those times were substituted, and the detail says how many.
 
 ``generator_saturation``: FAIL when the load generator, not the server, limited the offered load,
-so that an open-loop result never silently becomes a closed-loop one. Its lag is
+so that an open-loop result never silently becomes a closed-loop one: when this machine refused
+any request a connection (``client_limit``, every phase: no open file or local port left,
+``veeksha.open_files``), or by its lag. Its lag is
 ``generator_delay = sent_at − ready_at`` of the measured requests, less their ``queue_wait`` (the
 time a request waited for its client's ``max_in_flight`` slot is the configured cap's, not the
 generator's). FAIL when
@@ -37,12 +39,14 @@ from typing import Any
 
 import numpy as np
 
+from veeksha.dispatch.messages import CLIENT_LIMIT
 from veeksha.evaluate.health import FAIL, PASS, SKIP, WARN, HealthCheck, HealthInput, Outcome
 from veeksha.evaluate.stats import (
     Floats,
     column,
     describe,
     distinct,
+    error_kind_is,
     int_column,
     median,
     percentile,
@@ -147,7 +151,20 @@ def lag_trend(ready: Floats, lag: Floats) -> tuple[float | None, list[dict[str, 
     return slope, windows
 
 
+def _client_limited(data: HealthInput) -> int:
+    """Requests of every phase that this machine refused a connection (``client_limit``)."""
+    if data.requests.num_rows == 0 or "error_kind" not in data.requests.schema.names:
+        return 0
+    return int(error_kind_is(data.requests, CLIENT_LIMIT).sum())
+
+
 def _saturation(data: HealthInput) -> Outcome:
+    refused = _client_limited(data)
+    limited = (
+        f"{counted(refused, 'request')} never sent: this machine refused a connection for"
+        " them (error_kind client_limit: no open file or local port left, see error_message;"
+        " raise the open-file limit, ulimit -Hn, or use more runtime.num_workers)"
+    )
     t = data.measured
     ready, lag = column(t, "ready_at"), column(t, "generator_delay")
     if "queue_wait" in t.schema.names:  # waiting for a client's slot is the cap, not veeksha
@@ -157,6 +174,8 @@ def _saturation(data: HealthInput) -> Outcome:
         ready, lag = ready[keep], lag[keep]
     del keep
     if lag.size == 0:
+        if refused:
+            return Outcome(FAIL, limited, {"client_limit": refused})
         return Outcome(SKIP, "no measured request was sent", {})
     limit_ms = data.thresholds.max_dispatch_lag_p99_ms
     p99_ms = percentile(lag, 99) * 1000
@@ -164,7 +183,7 @@ def _saturation(data: HealthInput) -> Outcome:
     span = float(ready.max() - ready.min())
     del ready
     growth_ms = None if slope is None else slope * span * 1000
-    statistics: dict[str, Any] = {"limit_ms": limit_ms, "p99_ms": p99_ms}
+    statistics: dict[str, Any] = {"limit_ms": limit_ms, "p99_ms": p99_ms, "client_limit": refused}
     statistics |= {"lag": _ms(describe(lag)), "slope_ms_per_s": None, "growth_ms": growth_ms}
     del lag
     if slope is not None:
@@ -183,7 +202,7 @@ def _saturation(data: HealthInput) -> Outcome:
     main_waited = data.run_info.get("main_cpu_wait_s")
     if main_waited is not None and duration > 0:
         statistics["main_cpu_wait_share"] = float(main_waited) / duration
-    reasons = []
+    reasons = [limited] if refused else []
     if p99_ms > limit_ms:
         reasons.append(f"lag p99 {p99_ms:.3f} ms > {limit_ms:g} ms")
     if growth_ms is not None and growth_ms > limit_ms:

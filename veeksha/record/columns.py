@@ -265,7 +265,8 @@ REQUESTS_SCHEMA = pa.schema(
             "error_kind",
             _STR,
             "",
-            "empty when ok; else e.g. http_5xx, timeout, worker_lost, shard_lost, cancelled",
+            "empty when ok; else e.g. http_5xx, timeout, client_limit, worker_lost, shard_lost,"
+            " cancelled",
         ),
         _col(
             "error_message",

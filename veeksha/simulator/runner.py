@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import uvloop
 
+from veeksha.open_files import raise_open_file_limit
 from veeksha.simulator.http import HttpConnection
 from veeksha.simulator.server import SimServer
 from veeksha.simulator.settings import SimSettings
@@ -114,6 +115,7 @@ def serve(
     """
     if parent_pid is not None:
         _stop_with_parent(parent_pid)
+    raise_open_file_limit()  # (a connection per client stream; its processes inherit it)
     count = processes or config.processes
     t0_ns = time.monotonic_ns()
     sock = make_socket(host, port, reuse_port=count > 1)

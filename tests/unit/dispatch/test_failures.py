@@ -1,15 +1,19 @@
 """How the worker files a failure: the server's malformed bytes are ``malformed_response`` with
-a readable message on both paths (http1 and aiohttp), never ``client_error``."""
+a readable message on both paths (http1 and aiohttp), never ``client_error``; a connection this
+machine refused (no open file or local port) is ``client_limit``, one the server refused
+``connection_refused``."""
 
 from __future__ import annotations
 
+import errno
+
 import aiohttp
 import pytest
-from aiohttp.client_reqrep import RequestInfo
+from aiohttp.client_reqrep import ConnectionKey, RequestInfo
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from veeksha.dispatch.http1 import MalformedResponse
+from veeksha.dispatch.http1 import ConnectFailed, MalformedResponse
 from veeksha.dispatch.openai import ResponseError
 from veeksha.dispatch.worker import _failure, _no_answer
 
@@ -45,3 +49,24 @@ def test_a_head_aiohttp_refuses_is_malformed_in_its_own_words() -> None:
 def test_no_answer_statuses(status: int, says: str) -> None:
     assert _no_answer(status).startswith(f"HTTP {status}: ")
     assert says in _no_answer(status)
+
+
+@pytest.mark.parametrize("code", [errno.EMFILE, errno.ENFILE, errno.EADDRNOTAVAIL, errno.ENOBUFS])
+def test_a_connection_this_machine_refused_is_the_load_generators_failure(code: int) -> None:
+    # (no file descriptor or local port left: the request was never sent, by veeksha's limit)
+    cause = OSError(code, "no resource")
+    http1 = ConnectFailed(code, f"cannot connect to 127.0.0.1:8000: {cause}")
+    assert _failure(http1)[0] == "client_limit"
+    key = ConnectionKey("127.0.0.1", 8443, True, True, None, None, None, "127.0.0.1")
+    assert _failure(aiohttp.ClientConnectorError(key, cause))[0] == "client_limit"
+
+
+def test_a_connection_the_server_refused_stays_the_servers() -> None:
+    cause = ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
+    refused = ConnectFailed(errno.ECONNREFUSED, f"cannot connect to 127.0.0.1:8000: {cause}")
+    assert _failure(refused) == (
+        "connection_refused",
+        "ConnectFailed: cannot connect to 127.0.0.1:8000: [Errno 111] Connection refused",
+    )
+    key = ConnectionKey("127.0.0.1", 8443, True, True, None, None, None, "127.0.0.1")
+    assert _failure(aiohttp.ClientConnectorError(key, cause))[0] == "connection_refused"

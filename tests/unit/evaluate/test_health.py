@@ -695,6 +695,29 @@ def test_generator_saturation_of_a_dry_run_names_no_worker_and_no_server() -> No
     assert "worker_cpu_utilisation" not in result.statistics
 
 
+def test_generator_saturation_fails_on_requests_this_machine_refused_to_connect() -> None:
+    # 3 of 200 never sent for want of a file descriptor (one in the warmup: every phase
+    # counts), the lag otherwise small: the generator, not the server, limited the load
+    rows = _lagged(np.full(200, 0.001))
+    for i in (5, 50):
+        rows[i] |= {"status": "error", "error_kind": "client_limit"}
+    rows[0] |= {"status": "error", "error_kind": "client_limit", "phase": "warmup"}
+    rows[9] |= {"status": "error", "error_kind": "connection_refused"}  # (the server's)
+    result = GENERATOR_SATURATION(_input(rows))
+    assert result.status == FAIL
+    assert result.statistics["client_limit"] == 3
+    assert result.detail.startswith("3 requests never sent: this machine refused a connection")
+    assert "ulimit -Hn" in result.detail
+    assert "lag p99" not in result.detail  # (the lag itself passed)
+    # every request refused: nothing was sent, still the generator's failure, not a SKIP
+    refused = [request(i, ready=i * 0.01, error_kind="client_limit", unsent=True) for i in range(5)]
+    assert GENERATOR_SATURATION(_input(refused)).status == FAIL
+    rows[5] = rows[50] = rows[0] = rows[1]
+    passed = GENERATOR_SATURATION(_input(rows))
+    assert passed.status == PASS
+    assert passed.statistics["client_limit"] == 0
+
+
 def test_generator_saturation_fails_on_p99() -> None:
     lags = np.full(200, 0.001)
     lags[::20] = 0.05
