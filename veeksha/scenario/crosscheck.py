@@ -59,10 +59,14 @@ def unknown_client(name: str, names: list[str]) -> str:
 
 
 def _selection_problems(scenario: Scenario, names: list[str]) -> list[Problem]:
-    from veeksha.scenario.models import SyntheticSessionGenerator, WeightedClients
+    from veeksha.scenario.models import (
+        SyntheticSessionGenerator,
+        TraceSessionGenerator,
+        WeightedClients,
+    )
 
     generator = scenario.session_generator
-    if not isinstance(generator, SyntheticSessionGenerator):
+    if not isinstance(generator, SyntheticSessionGenerator | TraceSessionGenerator):
         return []
     selection = generator.client_selection
     if not isinstance(selection, WeightedClients):

@@ -233,6 +233,12 @@ class TraceSessionGenerator(StrictModel):
         "skip (its session is not replayed; counted), truncate (its output, then a lone "
         "request's prompt, clipped to fit), send (sent as is; the server refuses it).",
     )
+    client_selection: ClientSelection | None = Field(
+        None,
+        description="With several clients, which one serves a row that names none (no client"
+        " column, or an empty value): round_robin (node j of the trace's session i: client"
+        " (i + j) mod n) or weighted; absent: the first client. A row's own client wins.",
+    )
 
     validation: Validation | None = _validation()
     max_reprompts: int = _max_reprompts()

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from veeksha.generate.clients import TraceClients
 from veeksha.generate.tokenizer import TokenizerLike
 from veeksha.generate.traces.conversations import ConversationFlavor
 from veeksha.generate.traces.detect import detect_flavor
@@ -45,6 +46,7 @@ __all__ = [
     "TraceFlavor",
     "make_flavor",
     "open_trace",
+    "trace_client_selection",
     "trace_context_key",
     "trace_context_limit",
     "trace_context_window",
@@ -245,6 +247,18 @@ def trace_context_limit(scenario: models.Scenario) -> ContextLimit | None:
     return ContextLimit(min(given), truncate, key, clients)
 
 
+def trace_client_selection(scenario: models.Scenario) -> TraceClients | None:
+    """``session_generator.client_selection`` of a trace replay of several clients (the
+    clients of the rows that name none, chosen as the trace's cache is built); None without
+    one (those rows are the first client's, as ever) or with one client (it serves them all)."""
+    generator = scenario.session_generator
+    assert isinstance(generator, models.TraceSessionGenerator)
+    names = [name for name, _ in scenario.client_entries()]
+    if generator.client_selection is None or len(names) < 2:
+        return None
+    return TraceClients(generator.client_selection, names, scenario.seed)
+
+
 def open_trace(scenario: models.Scenario) -> OpenTrace:
     """Prepare (or reuse) the scenario's trace and choose the replayed window.
 
@@ -256,7 +270,8 @@ def open_trace(scenario: models.Scenario) -> OpenTrace:
     flavor = make_flavor(generator.flavor, path)
     max_model_len = trace_context_window(scenario)
     limit = trace_context_limit(scenario)
-    prepared = prepare_file(path, flavor, generator.flavor.model_dump_json(), limit)
+    selection = trace_client_selection(scenario)
+    prepared = prepare_file(path, flavor, generator.flavor.model_dump_json(), limit, selection)
     clients = {name: i for i, (name, _) in enumerate(scenario.client_entries())}
     for name, line in sorted(prepared.clients.items(), key=lambda item: item[1]):
         if name not in clients:

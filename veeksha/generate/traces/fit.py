@@ -19,7 +19,8 @@ each turn's answer (its requested output; a tool's result) plus one token for an
 name, as veeksha counts the merged messages (``SessionState.outgoing``).
 
 With several clients (``clients:``) each row is held to the window of the client it names (none:
-the first's; a client without ``max_model_len`` is not checked): ``ContextLimit.clients``, each
+the first's, or the one ``client_selection`` wrote into its ``client`` before the fit; a client
+without ``max_model_len`` is not checked): ``ContextLimit.clients``, each
 row's window from ``ContextLimit.windows``. A row's context is its own client's to hold, whichever
 clients served its history.
 

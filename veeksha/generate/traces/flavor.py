@@ -17,7 +17,8 @@ request's own text), ``system`` (string: a system message before a root's text),
 (list<int64>: token blocks of ``block_size`` tokens, before ``text``).
 
 Routing columns (optional, ``ROUTING``): ``client`` (string: the name of the scenario's client
-that serves the request; null or empty: the first) and ``priority`` (int64: the node's priority for
+that serves the request; null or empty: the first, unless ``client_selection`` chooses it as the
+cache is made, ``prepare.py``) and ``priority`` (int64: the node's priority for
 ``runtime.priority: node``, null: 0). A client name the scenario does not have is exit 2 at the
 first row naming it (``open_trace``).
 

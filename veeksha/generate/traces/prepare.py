@@ -6,8 +6,14 @@ the **canonical table** (``CANONICAL``), one row per request, sessions contiguou
 0, 1, … in replay order, in row groups of whole sessions. The table is cached beside the trace
 (``.<name>.<key>.veeksha.parquet``; if that folder is not writable, in
 ``$XDG_CACHE_HOME/veeksha/traces``), keyed by the trace's real path, file, size, modification and
-status-change times, the flavor's settings and ``CACHE_VERSION`` (``cache_key``); a later run with
-the same file starts from it at once.
+status-change times, the flavor's settings and ``CACHE_VERSION`` (``cache_key``), and the limit
+and ``client_selection`` the rows were shaped by; a later run with the same file starts from it at
+once.
+
+Rows that name no client are given one by ``client_selection`` (``TraceClients``), when the
+scenario has one and several clients, before they are fitted: the chosen name is written into
+their ``client`` column, so everything after (the fit, ``sessions.py``'s tokenizers) treats them
+as rows naming that client. Without one the cache (and its key) is what it always was.
 
 Memory: a trace whose rows are sessions of their own (no ``session_id``) streams through in
 batches of ``BATCH_ROWS`` rows, read and staged on a thread at most ``_AHEAD`` row groups ahead
@@ -37,16 +43,17 @@ import os
 import queue
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from veeksha.generate.clients import TraceClients
 from veeksha.generate.traces.arrow import from_bools, from_numpy, mask, numbers
 from veeksha.generate.traces.fit import ContextLimit, fit_roots, fit_session, linear_contexts
 from veeksha.generate.traces.flavor import (
@@ -78,6 +85,7 @@ CACHE_VERSION = 14  # 7: the NODE columns; 8: NODE's valid; 9: agent, round, tra
 # the lines and wording of the flavor's rows not replayed in the meta; 14: a CSV's lines in the
 # meta are the file's lines (blank lines and values over several lines counted)
 ROW_GROUP_ROWS = 65_536
+_Rows = TypeVar("_Rows", pa.Table, pa.RecordBatch)
 _META_KEY = b"veeksha.trace"
 
 #: The columns of every trace (the content ones null where the flavor has none); a trace of
@@ -260,14 +268,20 @@ def _cache_paths(source: Path, key: str) -> list[Path]:
 
 
 def prepare_file(
-    source: Path, flavor: TraceFlavor, flavor_settings: str, limit: ContextLimit | None = None
+    source: Path,
+    flavor: TraceFlavor,
+    flavor_settings: str,
+    limit: ContextLimit | None = None,
+    clients: TraceClients | None = None,
 ) -> PreparedTrace:
-    """The canonical table of ``source`` read as ``flavor`` (cached; see module doc), its
-    requests fitted into ``limit`` (``fit.py``)."""
+    """The canonical table of ``source`` read as ``flavor`` (cached; see module doc), the rows
+    that name no client given theirs by ``clients`` (``client_selection``; None: the first's,
+    as ever), its requests fitted into ``limit`` (``fit.py``), each row to its own client's."""
+    settings = f"{flavor_settings}|{None if limit is None else limit.cache_text()}"
+    if clients is not None:  # (without a selection, the key it always was)
+        settings += f"|{clients.cache_text()}"
     try:
-        key = cache_key(
-            source, f"{flavor_settings}|{None if limit is None else limit.cache_text()}"
-        )
+        key = cache_key(source, settings)
         if source.is_dir():
             raise IsADirectoryError(21, "is a folder, not a trace file")
     except OSError as exc:
@@ -289,7 +303,7 @@ def prepare_file(
         os.close(fd)
         try:
             try:
-                prepared = _convert(source, flavor, Path(tmp), str(path), limit)
+                prepared = _convert(source, flavor, Path(tmp), str(path), limit, clients)
             except TraceFileError as exc:
                 raise _at_file_line(source, exc) from None
             os.chmod(tmp, 0o644)  # (mkstemp makes it private; it is a copy of a readable trace)
@@ -329,10 +343,17 @@ def _load_meta(path: Path) -> PreparedTrace | None:
 
 
 def _convert(
-    source: Path, flavor: TraceFlavor, tmp: Path, cache: str, limit: ContextLimit | None
+    source: Path,
+    flavor: TraceFlavor,
+    tmp: Path,
+    cache: str,
+    limit: ContextLimit | None,
+    clients: TraceClients | None = None,
 ) -> PreparedTrace:
     info = PreparedTrace(cache=cache, source=str(source), flavor=flavor.name, sessions=0, rows=0)
     info.unservable_reason = flavor.unservable_reason
+    if clients is not None:
+        clients.start()  # (the weighted draws from the first row, whatever was built before)
     if limit is not None:
         info.oversized = "truncate" if limit.truncate else "skip"
     staged = (_stage(flavor, batch) for batch in read_batches(source, flavor.fields))
@@ -351,9 +372,9 @@ def _convert(
         column_encoding={"session": "DELTA_BINARY_PACKED", "line": "DELTA_BINARY_PACKED"},
     ) as writer:
         if grouped:
-            tables = _grouped(flavor, first, staged, info, limit)
+            tables = _grouped(flavor, first, staged, info, limit, clients)
         else:
-            tables = _ungrouped(flavor, first, staged, info, limit)
+            tables = _ungrouped(flavor, first, staged, info, limit, clients)
         # the file is read and staged on a thread while this one writes: both release the GIL
         # in Arrow's C++, so the conversion takes the longer of the two, not their sum
         for table in _ahead(tables):
@@ -593,10 +614,12 @@ def _ungrouped(
     rest: Iterator[pa.RecordBatch],
     info: PreparedTrace,
     limit: ContextLimit | None,
+    clients: TraceClients | None = None,
 ) -> Iterator[pa.Table]:
     """Each row a session of one request, in file order, streamed."""
     pending: list[pa.Table] = []
     pending_rows = 0
+    read = 0  # sessions of the trace so far, replayed or not (``client_selection``'s ``i``)
     last_ts = -np.inf
     batch: pa.RecordBatch | None = first
     # the flavor's warm-ups (rag's) are the first rows of the first batch: they are not rows of
@@ -605,6 +628,9 @@ def _ungrouped(
     plain = _first_line(first, grouped=False) if first.num_rows else None
     while batch is not None:
         _mixed_group(flavor, batch, grouped=False, other=plain)
+        if clients is not None:  # (before the fit: each row is held to its client's window)
+            batch = _choose_clients(batch, clients, read, np.ones(batch.num_rows, np.int64))
+        read += batch.num_rows
         warm = np.arange(batch.num_rows) < warmups
         warmups = 0
         ok = _servable(batch)  # (a warm-up is never of 0 tokens: rag makes none)
@@ -703,6 +729,24 @@ def _note_clients(info: PreparedTrace, table: pa.Table) -> None:
             info.clients[name] = int(table.column("line")[at].as_py())
 
 
+def _choose_clients(
+    rows: _Rows, clients: TraceClients, first_session: int, sizes: Sequence[int] | np.ndarray
+) -> _Rows:
+    """``rows`` (sessions ``first_session, …`` of ``sizes`` rows each, in replay order) with
+    the rows that name no client (none, null or empty) given the one ``clients`` picks; a
+    row's own client is kept."""
+    picks = clients.picks(first_session, sizes)
+    names = pa.array(clients.names, pa.string())
+    chosen = pa.DictionaryArray.from_arrays(from_numpy(picks.astype(np.int32)), names)
+    chosen = chosen.cast(pa.string())
+    if "client" not in rows.schema.names:
+        return rows.append_column("client", chosen)
+    own = rows.column("client")
+    named = pc.fill_null(pc.not_equal(own, ""), False)
+    at = rows.schema.get_field_index("client")
+    return rows.set_column(at, "client", pc.if_else(named, own, chosen))
+
+
 def _emit(tables: list[pa.Table], info: PreparedTrace, split: bool = False) -> Iterator[pa.Table]:
     """One row group of whole sessions (``split``: rows are sessions, cut every
     ``ROW_GROUP_ROWS`` rows)."""
@@ -721,8 +765,11 @@ def _grouped(
     rest: Iterator[pa.RecordBatch],
     info: PreparedTrace,
     limit: ContextLimit | None,
+    clients: TraceClients | None = None,
 ) -> Iterator[pa.Table]:
-    """Rows grouped by session key: gathered, ordered, linked per session, written in groups."""
+    """Rows grouped by session key: gathered, ordered, linked per session, written in groups;
+    ``clients`` chooses the client of rows naming none, before the fit (a linear chat's rows
+    in file order, a linked session's in its nodes' order)."""
     batches = [first]
     keyed = _first_line(first, grouped=True)  # (the first batch has one: it is grouped)
     _mixed_group(flavor, first, grouped=True, other=keyed)
@@ -758,6 +805,8 @@ def _grouped(
     if untimed.size and info.has_timestamps:
         info.untimed_line = int(table.column("line")[int(bounds[untimed[0]])].as_py())
     if type(flavor).link is TraceFlavor.link:  # linear chats: all sessions at once
+        if clients is not None:
+            table = _choose_clients(table, clients, 0, np.diff(bounds))
         yield from _linear_sessions(table, bounds, row_start, info, limit)
         return
     pending: list[pa.Table] = []
@@ -773,6 +822,8 @@ def _grouped(
             continue
         linked = flavor.link(session)
         m = linked.num_rows
+        if clients is not None:
+            linked = _choose_clients(linked, clients, s, [m])
         prompt_col = pc.cast(linked.column("prompt_tokens"), pa.int32())
         output_col = pc.cast(linked.column("output_tokens"), pa.int32())
         if limit is not None:
