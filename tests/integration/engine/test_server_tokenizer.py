@@ -406,11 +406,13 @@ def test_each_client_measures_its_target_exactly_in_its_own_tokenizer(tmp_path: 
     assert check["statistics"]["server"]["max_abs_deviation"] == 0
 
 
-def _assert_each_client_measured_in_its_own_tokens(requests: pd.DataFrame, run_dir: Path) -> int:
+def _assert_each_client_measured_in_its_own_tokens(
+    requests: pd.DataFrame, run_dir: Path, turns: bool = True
+) -> int:
     """Clients a and b of ``TWO_CLIENTS``: every root's usage (its server's count) is its
-    target, and every turn after a parent of its own client is the parent's conversation,
-    answer and its new part, exactly (at least 4 of each); b's server tokenizer sampled up to
-    32 of b's prompts after the run, none off its target: how many it sampled."""
+    target, and (``turns``) every turn after a parent of its own client is the parent's
+    conversation, answer and its new part, exactly (at least 4 of each); b's server tokenizer
+    sampled up to 32 of b's prompts after the run, none off its target: how many it sampled."""
     info = json.loads((run_dir / "summary.json").read_text())["run"]["server_tokenizer"]
     assert info["clients"] == ["b"]
     sampled = info["verification"]["sampled"]
@@ -421,6 +423,8 @@ def _assert_each_client_measured_in_its_own_tokens(requests: pd.DataFrame, run_d
         own = roots[roots.client == client]
         assert len(own) >= 4, client
         assert (own.prompt_tokens_total == own.target_prompt_tokens).all(), client
+    if not turns:
+        return int(sampled)
     done = requests.set_index(["session_id", "node_id"])
     same = 0
     for row in requests[requests.history_parent.notna()].itertuples():
@@ -479,6 +483,50 @@ def test_a_trace_replays_rows_measure_their_lengths_in_their_own_clients_tokeniz
     assert (requests.prompt_tokens_new == requests.target_prompt_tokens).all()
     sampled = _assert_each_client_measured_in_its_own_tokens(requests, run_dir)
     assert sampled == int((requests.client == "b").sum())  # (fewer than 32: every one)
+    health = json.loads((run_dir / "health.json").read_text())
+    check = {c["name"]: c for c in health["checks"]}["prompt_length"]
+    assert check["status"] == "PASS", check
+    assert check["statistics"]["server"]["max_abs_deviation"] == 0
+
+
+MOONCAKE = Path(__file__).resolve().parents[3] / "scenarios" / "traces" / "mooncake_trace.jsonl"
+
+TRACE_SELECTED = (
+    TWO_CLIENTS
+    + """
+session_generator:
+  type: trace
+  trace_file: {trace}
+  flavor: {{type: mooncake}}
+  wrap_mode: false
+  client_selection: {{type: round_robin}}
+runtime: {{max_sessions: 100, benchmark_timeout: 60, num_workers: 1}}
+"""
+)
+
+
+def test_a_trace_naming_no_client_is_shared_by_client_selection(tmp_path: Path) -> None:
+    """The shipped Mooncake sample (no client column) with ``client_selection: round_robin``
+    over clients a (the built-in simulator, builtin tokens) and b (a simulator of a
+    ``subword`` tokenizer, ``tokenizer: server``): each takes every other row, each row's
+    hash-id blocks are built in its own client's tokenizer, so each server counts every prompt
+    at exactly its row's input_length (was: every row sent to a)."""
+    trace = tmp_path / MOONCAKE.name  # (its cache is made beside it)
+    trace.write_bytes(MOONCAKE.read_bytes())
+    rows = [json.loads(line) for line in trace.read_text().splitlines()]
+    with SimulatorProcess(SimulatorConfig(tokenizer="subword")) as sim:
+        text = TRACE_SELECTED.format(api_base=sim.base_url, trace=trace)
+        run_dir = tmp_path / "run"
+        run_scenario(load_scenario_text(text, "trace.yaml"), run_dir, quiet=True, plots=False)
+    requests = pd.read_parquet(run_dir / "requests.parquet").sort_values("session_id")
+    assert len(requests) == len(rows)
+    assert (requests.status == "ok").all()
+    # session i (the trace's row i) at client i mod 2, with its row's input_length as target
+    expected = [("ab"[i % 2], row["input_length"]) for i, row in enumerate(rows)]
+    assert list(zip(requests.client, requests.target_prompt_tokens, strict=True)) == expected
+    assert (requests.client == "a").sum() == (requests.client == "b").sum() == len(rows) // 2
+    sampled = _assert_each_client_measured_in_its_own_tokens(requests, run_dir, turns=False)
+    assert sampled == min(32, len(rows) // 2)
     health = json.loads((run_dir / "health.json").read_text())
     check = {c["name"]: c for c in health["checks"]}["prompt_length"]
     assert check["status"] == "PASS", check
