@@ -6,7 +6,10 @@ read). Here a request is one ``transport.write`` of head and body (``Exchange.on
 with the time right before it) and the response is parsed from ``data_received``: the body
 bytes of each read go to the exchange's ``on_data(data, t_ns)`` with the read's timestamp (at
 once, or with ``stamp_first`` after the other reads of the same loop pass: ``Http1Pool``), and
-the end of the response (or its failure) to ``on_end``. Nothing awaits: no task,
+the end of the response (or its failure) to ``on_end``. A request that has to open a
+connection (no idle one) is first told how long that took (``on_connected``: from the start of
+opening it to the pool holding it, name resolution and TCP connect; a reused connection costs
+nothing, not even the call). Nothing awaits: no task,
 no future, no coroutine per request; the caller is called back. With ``kernel_stamps`` the
 connections run on ``kernel_stamps.KernelStampTransport`` instead of uvloop's, and a read's
 timestamp is the kernel's receipt of its bytes (``received_at``); a stamp the transport had to
@@ -65,9 +68,10 @@ _monotonic_ns = time.monotonic_ns
 
 
 class Exchange:
-    """One request's receiver; subclass it. The pool calls, in order: ``on_sent`` (once per
-    attempt), ``on_head``, ``on_data`` (per read with body bytes), then ``on_end`` exactly once;
-    ``on_resent`` before a reused connection's stale-close re-send (a new attempt).
+    """One request's receiver; subclass it. The pool calls, in order: ``on_connected`` (only
+    for an attempt that opened a new connection), ``on_sent`` (once per attempt), ``on_head``,
+    ``on_data`` (per read with body bytes), then ``on_end`` exactly once; ``on_resent`` before
+    a reused connection's stale-close re-send (a new attempt, on a new connection).
 
     ``stamps_clamped`` counts the reads of its responses (every attempt) whose kernel stamp was
     out of range and clamped (``kernel_stamps``): their times were substituted, not observed.
@@ -80,6 +84,11 @@ class Exchange:
         self._payload = b""
         self._stale_retried = False
         self.stamps_clamped = 0
+
+    def on_connected(self, connect_ns: int) -> None:
+        """The attempt about to be written opened a new connection, which took ``connect_ns``
+        from the start of opening it (name resolution and TCP connect) until the pool held it
+        usable. Not called when an idle kept-alive connection was reused."""
 
     def on_sent(self, t_ns: int) -> None:
         """Called with the time right before the request is written."""
@@ -620,6 +629,8 @@ class Http1Pool:
         )
 
     async def _connect_and_start(self, exchange: Exchange) -> None:
+        # (timed from here, the task's first step: the pass it waited to run is the worker's)
+        start = _monotonic_ns()
         try:
             conn = await self._connect()
         except asyncio.CancelledError:
@@ -628,7 +639,9 @@ class Http1Pool:
             del self._connecting[exchange]
             self._ended(None, exchange, exc)
             return
+        connect_ns = _monotonic_ns() - start
         del self._connecting[exchange]
+        exchange.on_connected(connect_ns)
         conn.start(exchange._payload, exchange, False)
 
     def _ended(self, conn: _Conn | None, exchange: Exchange, exc: BaseException | None) -> None:

@@ -129,6 +129,13 @@ class Result(msgspec.Struct, tag="result", array_like=True, gc=False):
     failure was seen (a timeout's timer, a cancellation, a reset, the end of an error body).
     ``last_byte_at_ns`` is the last read that carried response bytes (head or body), 0 when
     none came; on a request that failed after a stall, the two are far apart.
+
+    ``connect_ns`` is the set-up of the new connection its request waited for before it was
+    first written (``sent_at_ns``): from the start of opening it (name resolution, TCP connect,
+    for https the TLS handshake) to the worker holding it usable; 0 when it went out on a
+    kept-alive connection, or none was opened. A later attempt's connection (a stale keep-alive
+    re-send, a 429/503 retry) is opened after ``sent_at_ns``, inside the request's latencies: not
+    counted here.
     """
 
     request_id: int
@@ -154,6 +161,8 @@ class Result(msgspec.Struct, tag="result", array_like=True, gc=False):
     server_numbers_rejected: str = ""
     # reads whose kernel stamp fell outside [sent_at, the read's time] and was clamped into it
     chunk_stamps_clamped: int = 0
+    # the new connection's set-up before the request was first written (ns); 0: none opened
+    connect_ns: int = 0
 
 
 ToWorker = WorkItem | Stop

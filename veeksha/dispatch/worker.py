@@ -19,7 +19,10 @@ and counts them as in flight; a ``Stop`` without grace withdraws them: cancelled
 sent.
 
 Timestamps (monotonic ns): ``received_at`` when the item was decoded; ``sent_at`` right before
-the request is written to the socket (the first attempt's, when retrying); one timestamp per
+the request is written to the socket (the first attempt's, when retrying), hence after opening a
+connection when no idle kept-alive one was there: that set-up (TCP connect; on https the TLS
+handshake too) is measured and reported as ``Result.connect_ns``, so that it is counted neither as
+the server's latency nor as the generator's lag; one timestamp per
 read of the response, shared by the SSE events of that read (every connection made readable by
 one wake-up of the loop is read and stamped before any of those reads is parsed:
 ``Http1Pool(stamp_first=True)``); ``last_byte_at`` at the last read
@@ -91,7 +94,8 @@ _RESULTS_LINGER_S = 5.0  # at exit, for the last Results to leave
 
 _monotonic_ns = time.monotonic_ns
 
-# Set per request task; the write task aiohttp creates inherits it (see aiohttp_client).
+# Set per request task: [sent_at, connect_ns]; the write task aiohttp creates inherits it, and
+# its connector sets the set-up of a connection it opens for the task (see aiohttp_client).
 _sent_slot: contextvars.ContextVar[list[int]] = contextvars.ContextVar("veeksha_sent_slot")
 
 
@@ -460,7 +464,7 @@ class Worker:
         if route is None:
             route = self._routes[0]
         acc = ResponseAccumulator(route.settings.chat, route.shapes)
-        slot = [0]
+        slot = [0, 0]  # sent_at, and the set-up of a connection opened before it (aiohttp_client)
         _sent_slot.set(slot)
         state = _Attempt()
         result: Result | None = None
@@ -493,6 +497,8 @@ class Worker:
         finally:
             if result is None:  # BaseException other than cancellation: still one Result
                 result = make("error", "client_error", "aborted")
+            if slot[1] and slot[0]:  # (a connection opened, then the request written on it)
+                result.connect_ns = slot[1]
             self._emit(result)
 
     async def _request(
@@ -677,6 +683,7 @@ class _Exchange(Exchange):
     __slots__ = (
         "acc",
         "body",
+        "connect_ns",
         "feed",
         "finished",
         "headers",
@@ -712,6 +719,7 @@ class _Exchange(Exchange):
         self.received_at = received_at
         self.started_at = 0
         self.sent_at = 0
+        self.connect_ns = 0
         self.last_byte_at = 0
         self.http_status = 0
         self.retries = 0
@@ -726,6 +734,10 @@ class _Exchange(Exchange):
         self.retry_due_ns = 0
 
     # ------------------------------------------------------------------ Http1Pool callbacks
+
+    def on_connected(self, connect_ns: int) -> None:
+        if not self.sent_at:  # (a later attempt's connection is opened after sent_at: its
+            self.connect_ns = connect_ns  # set-up is inside the latencies, not before them)
 
     def on_sent(self, t_ns: int) -> None:
         if not self.sent_at:
@@ -890,6 +902,8 @@ class _Exchange(Exchange):
         )
         if self.stamps_clamped:
             result.chunk_stamps_clamped = self.stamps_clamped
+        if self.connect_ns:
+            result.connect_ns = self.connect_ns
         worker._emit(result)
         if not exchanges and worker._drained is not None and not worker._drained.done():
             worker._drained.set_result(None)
@@ -1052,6 +1066,7 @@ def _unsendable(result: Result, exc: BaseException) -> Result:
         retries=result.retries,
         released_at_ns=result.released_at_ns,
         chunk_stamps_clamped=result.chunk_stamps_clamped,
+        connect_ns=result.connect_ns,
     )
 
 
