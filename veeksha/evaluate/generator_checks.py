@@ -1,7 +1,8 @@
 """Health checks of veeksha's own timing: lifecycle delays and generator saturation.
 
 ``lifecycle_delays``: distributions of ready → dispatched (the main loop), dispatched → sent (IPC
-and the worker) and completed → processed (the result's way back); FAIL when any recorded
+and the worker), completed → processed (the result's way back) and the set-up of the new
+connections requests waited for (``connect_time``, of those that opened one); FAIL when any recorded
 request's timestamps break their documented order (``veeksha.evaluate.timestamp_order``). WARN
 (when in order) if any read's kernel stamp was clamped (``chunk_stamps_clamped``, every phase):
 the rows stay ordered, but those times were substituted, and the detail says how many.
@@ -12,7 +13,12 @@ any request a connection (``client_limit``, every phase: no open file or local p
 ``veeksha.open_files``), or by its lag. Its lag is
 ``generator_delay = sent_at − ready_at`` of the measured requests, less their ``queue_wait`` (the
 time a request waited for its client's ``max_in_flight`` slot is the configured cap's, not the
-generator's). FAIL when
+generator's) and their ``connect_time`` (the set-up of a new connection its worker opened for it
+before writing it: a network round trip, a TLS handshake, a SYN retransmitted by a server whose
+accept queue overflowed, which the network and the server take, not the generator; null, 0,
+for a request sent on a kept-alive connection). A run recorded before the column existed has
+none taken away. How many measured requests opened a connection, and the set-up's p50 and p99,
+are reported (``connections_opened``, ``connect_p50_ms``, ``connect_p99_ms``). FAIL when
 
 - its p99 exceeds ``max_dispatch_lag_p99_ms``, or
 - it grows over the run (a backlog building up): the requests are split by ready time into
@@ -27,7 +33,7 @@ time is reported as ``worker_cpu_wait_share`` and, in a failure's detail, named 
 ``CPU_WAIT_NOTE`` (1 %) up: other processes held the workers' CPUs; the main process' wait
 (``run_info["main_cpu_wait_s"]``) likewise as ``main_cpu_wait_share``. A failure's detail also
 says where the lag arose: its p99 before the hand-over (ready → dispatched, the main process)
-and after it (dispatched → sent, the worker). (The share sums every wait;
+and after it (dispatched → sent less the connection set-up, the worker). (The share sums every wait;
 many waits of ~25 µs behind a server on the same machine make 3-5 % with a lag p99 of 0.12 ms,
 so a passing run is not flagged for it.) A dry run (``num_workers`` 0) has no workers and no
 server: a failure says so instead of naming either.
@@ -62,6 +68,9 @@ _MIN_PER_WINDOW = 5
 _SLICE = 1 << 20
 
 
+_SPAN_NAMES = {"connect": "connection set-up"}
+
+
 def _ms(stats: dict[str, Any]) -> dict[str, Any]:
     return {k: v * 1000 if isinstance(v, float) else v for k, v in stats.items()} | {"unit": "ms"}
 
@@ -75,6 +84,8 @@ def _lifecycle(data: HealthInput) -> Outcome:
     statistics: dict[str, Any] = {
         name: _ms(describe(_span(data, *ends))) for name, ends in spans.items()
     }
+    # the set-up of the new connections requests waited for (a reused one set up nothing)
+    statistics["connect"] = _ms(describe(_connect_times(data.measured)))
     delays = dict(statistics)
     violations = order_violations(data.requests)  # every phase: order is a correctness property
     statistics["order_violations"] = violations
@@ -92,13 +103,14 @@ def _lifecycle(data: HealthInput) -> Outcome:
         return Outcome(FAIL, detail + note, statistics)
     deferred = data.run_info.get("deferred_results")
     parts = [
-        f"{name.replace('_', ' ')} p99 {s['p99']:.3f} ms"
+        f"{_SPAN_NAMES.get(name, name.replace('_', ' '))} p99 {s['p99']:.3f} ms"
         # (why completed → processed may reach the bulk links' read interval, 20 ms)
         + (
             f" ({counted(deferred, 'Result')} nobody waited for, read on the main process' cadence)"
             if name == "completed_to_processed" and deferred
             else ""
         )
+        + (f" ({counted(s['count'], 'request')} opened one)" if name == "connect" else "")
         for name, s in delays.items()
         if s["count"]
     ]
@@ -107,6 +119,22 @@ def _lifecycle(data: HealthInput) -> Outcome:
         return Outcome(WARN if clamped else SKIP, detail + note, statistics)
     detail = "; ".join(parts) + "; timestamps in order" + note
     return Outcome(WARN if clamped else PASS, detail, statistics)
+
+
+def _connect_times(t: Any) -> Floats:
+    """The ``connect_time`` of the rows of ``t`` that opened a connection (none for a run
+    recorded without the column)."""
+    if "connect_time" not in t.schema.names:
+        return np.zeros(0)
+    values = column(t, "connect_time")
+    return values[~np.isnan(values)]
+
+
+def _without_connect(t: Any, values: Floats) -> Floats:
+    """``values`` (one per row of ``t``) less each row's ``connect_time`` (null: 0)."""
+    if "connect_time" not in t.schema.names:
+        return values
+    return values - np.nan_to_num(column(t, "connect_time"))
 
 
 def _clamped(data: HealthInput) -> int:
@@ -169,6 +197,7 @@ def _saturation(data: HealthInput) -> Outcome:
     ready, lag = column(t, "ready_at"), column(t, "generator_delay")
     if "queue_wait" in t.schema.names:  # waiting for a client's slot is the cap, not veeksha
         lag = lag - np.nan_to_num(column(t, "queue_wait"))
+    lag = _without_connect(t, lag)  # a new connection's set-up is the network's and the server's
     keep = ~np.isnan(ready) & ~np.isnan(lag)
     if not keep.all():
         ready, lag = ready[keep], lag[keep]
@@ -184,6 +213,17 @@ def _saturation(data: HealthInput) -> Outcome:
     del ready
     growth_ms = None if slope is None else slope * span * 1000
     statistics: dict[str, Any] = {"limit_ms": limit_ms, "p99_ms": p99_ms, "client_limit": refused}
+    connect = _connect_times(t)
+    statistics["connections_opened"] = int(connect.size)
+    statistics["connect_p50_ms"] = percentile(connect, 50) * 1000 if connect.size else None
+    statistics["connect_p99_ms"] = percentile(connect, 99) * 1000 if connect.size else None
+    opened = (
+        f"; {counted(connect.size, 'request')} opened a connection first (set-up p99"
+        f" {statistics['connect_p99_ms']:.3f} ms: not the generator's lag)"
+        if connect.size
+        else ""
+    )
+    del connect
     statistics |= {"lag": _ms(describe(lag)), "slope_ms_per_s": None, "growth_ms": growth_ms}
     del lag
     if slope is not None:
@@ -208,7 +248,7 @@ def _saturation(data: HealthInput) -> Outcome:
     if growth_ms is not None and growth_ms > limit_ms:
         reasons.append(f"lag grew by {growth_ms:.3f} ms over the run")
     if not reasons:
-        detail = f"lag p99 {p99_ms:.3f} ms ≤ {limit_ms:g} ms"
+        detail = f"lag p99 {p99_ms:.3f} ms ≤ {limit_ms:g} ms" + opened
         return Outcome(PASS, detail, statistics)
     if dry_run:
         detail = "; ".join(reasons) + ": a dry run, answered in the main process at its own pace"
@@ -217,6 +257,7 @@ def _saturation(data: HealthInput) -> Outcome:
     detail = "; ".join(reasons) + ": the generator, not the server, limited the load"
     if utilisation is not None:
         detail += f" (workers at {utilisation:.0%} CPU)"
+    detail += opened
     statistics |= _lag_parts(t)
     if "main_part_p99_ms" in statistics:
         detail += (
@@ -241,7 +282,8 @@ def _saturation(data: HealthInput) -> Outcome:
 
 def _lag_parts(t: Any) -> dict[str, float]:
     """A failing lag's two parts, p99 in ms: ready → dispatched (the main process' hand-over,
-    less the time waited for a client's slot) and dispatched → sent (the worker)."""
+    less the time waited for a client's slot) and dispatched → sent (the worker, less the set-up
+    of a new connection it opened for the request)."""
     names = t.schema.names
     if not {"ready_at", "dispatched_at", "sent_at"} <= set(names):
         return {}
@@ -249,7 +291,7 @@ def _lag_parts(t: Any) -> dict[str, float]:
     main = dispatched - ready
     if "queue_wait" in names:
         main = main - np.nan_to_num(column(t, "queue_wait"))
-    worker = column(t, "sent_at") - dispatched
+    worker = _without_connect(t, column(t, "sent_at") - dispatched)
     main, worker = main[~np.isnan(main)], worker[~np.isnan(worker)]
     if main.size == 0 or worker.size == 0:
         return {}
@@ -266,11 +308,12 @@ def _worker_count(data: HealthInput) -> int:
 
 LIFECYCLE_DELAYS = HealthCheck(
     "lifecycle_delays",
-    "ready→dispatch, dispatch→sent and completed→processed delays (informative)",
+    "ready→dispatch, dispatch→sent, completed→processed and connection set-up (informative)",
     _lifecycle,
 )
 GENERATOR_SATURATION = HealthCheck(
     "generator_saturation",
-    "the load generator kept up: p99 and trend of sent − ready, worker CPU",
+    "the load generator kept up: p99 and trend of sent − ready (less slot waits and connection"
+    " set-up), worker CPU",
     _saturation,
 )

@@ -56,10 +56,12 @@ MAX_ERROR_MESSAGE_CHARS = 2000  # also rows.MAX_ERROR_MESSAGE_CHARS
 _SLICE_ROWS = 8192  # rows converted per GIL-holding slice
 
 # Row layouts. Every REQUESTS_SCHEMA column is in exactly one of them, except chunk_times, tbc and
-# chunks_coalesced (computed from chunk_times_ns) and chunk_stamps_clamped (0 but in the rows
-# ``_clamped`` names); "parents" and "chunk_times_ns" hold the list lengths. add_result's tuple
-# of ints is at 30 values, CPython's limit for a tuple display built on the stack
-# (``STACK_USE_GUIDELINE``): from 31 on it is built through a list, ~0.4 us more a row.
+# chunks_coalesced (computed from chunk_times_ns), chunk_stamps_clamped (0 but in the rows
+# ``_clamped`` names) and connect_time (null but in the rows ``_connects`` names: the few that
+# opened a connection, so the common row pays one test for it); "parents" and "chunk_times_ns"
+# hold the list lengths. add_result's tuple of ints is at 30 values, CPython's limit for a tuple
+# display built on the stack (``STACK_USE_GUIDELINE``): from 31 on it is built through a list,
+# ~0.4 us more a row.
 _REQ_FLOATS = (
     "wait_after_ready",
     "not_before",  # (second: add_result gives it, as the first)
@@ -160,6 +162,14 @@ def _sparse(values: dict[int, int | None], n: int) -> pa.Array:
     return _ints(column, pa.int32())
 
 
+def _sparse_floats(values: dict[int, float], n: int) -> pa.Array:
+    """A float64 column of ``n`` nulls but for ``values`` (row → value)."""
+    column = np.full(n, _NAN)
+    for row, value in values.items():
+        column[row] = value
+    return _floats(column)
+
+
 def _constant(value: int | None, n: int) -> pa.Array:
     """The ``shard`` column: ``value`` (int32) in every row, or nulls."""
     if value is None:
@@ -239,7 +249,17 @@ class RequestColumns:
     for a fresh one under a lock) before ``to_table``.
     """
 
-    __slots__ = ("_chunks", "_clamped", "_floats", "_ints", "_parents", "_strs", "rows", "shard")
+    __slots__ = (
+        "_chunks",
+        "_clamped",
+        "_connects",
+        "_floats",
+        "_ints",
+        "_parents",
+        "_strs",
+        "rows",
+        "shard",
+    )
 
     def __init__(self, shard: int | None = None) -> None:
         self.shard = shard  # every row's ``shard`` column (None: a single-host run)
@@ -249,6 +269,7 @@ class RequestColumns:
         self._parents: list[int] = []  # every row's parents, flat
         self._chunks: list[int] = []  # every row's chunk_times_ns, flat
         self._clamped: dict[int, int | None] = {}  # row → chunk_stamps_clamped where not 0
+        self._connects: dict[int, float] = {}  # row → connect_time where not null
         self.rows = 0
 
     def __len__(self) -> int:
@@ -366,6 +387,8 @@ class RequestColumns:
         self._chunks += chunks
         if res.chunk_stamps_clamped:  # (a wall-clock step: rare)
             self._clamped[self.rows] = res.chunk_stamps_clamped
+        if res.connect_ns:  # (a new connection: the few requests no idle one was there for)
+            self._connects[self.rows] = res.connect_ns / _NS
         self.rows += 1
 
     def add_cancelled(
@@ -442,6 +465,9 @@ class RequestColumns:
         clamped = get("chunk_stamps_clamped")
         if clamped != 0:  # (None: null)
             self._clamped[self.rows] = clamped
+        connect = get("connect_time")
+        if connect is not None:
+            self._connects[self.rows] = connect
         self.rows += 1
 
     def to_table(self, t0_ns: int, pause: Callable[[], None] | None = None) -> pa.Table:
@@ -479,6 +505,7 @@ class RequestColumns:
             else:
                 columns[name] = _ints(values, REQUESTS_SCHEMA.field(name).type)
         columns["chunk_stamps_clamped"] = _sparse(self._clamped, self.rows)
+        columns["connect_time"] = _sparse_floats(self._connects, self.rows)
         columns["shard"] = _constant(self.shard, self.rows)
         return pa.Table.from_arrays(
             [columns[f.name] for f in REQUESTS_SCHEMA], schema=REQUESTS_SCHEMA

@@ -238,7 +238,12 @@ REQUESTS_SCHEMA = pa.schema(
         _col("normalized_e2e", _F64, "s/token", "e2e / output_tokens; null for zero tokens"),
         _col("output_throughput", _F64, "tokens/s", "output_tokens / e2e of this request"),
         _col(
-            "generator_delay", _F64, _S, "sent_at - ready_at: veeksha's own scheduling + IPC delay"
+            "generator_delay",
+            _F64,
+            _S,
+            "sent_at - ready_at: veeksha's own scheduling + IPC delay, and any wait for a slot "
+            "(queue_wait) or a new connection (connect_time), which generator_saturation takes "
+            "away",
         ),
         _col(
             "dispatch_lag",
@@ -253,6 +258,16 @@ REQUESTS_SCHEMA = pa.schema(
             _S,
             "ready_at to the moment its client's in-flight slot was free (client max_in_flight);"
             " 0 when it never waited for one, null when never dispatched",
+        ),
+        _col(
+            "connect_time",
+            _F64,
+            _S,
+            "set-up of the new connection the worker opened for it before writing it (no idle "
+            "kept-alive one): name resolution, TCP connect and, on https, the TLS handshake; it "
+            "lies before sent_at (in generator_delay, not in ttfc or e2e); null when it went out "
+            "on a reused connection or was never sent (a later attempt's new connection, a "
+            "re-send or a 429/503 retry, is inside its latencies, not here)",
         ),
         _col("status", _STR, "", "ok | error | timeout | cancelled", nullable=False),
         _col(

@@ -21,6 +21,7 @@ Metric definitions (SCENARIO_REFERENCE.md; seconds; ``sent_at`` = the worker wro
     normalized_e2e    = e2e / output_tokens           null for 0 tokens
     output_throughput = output_tokens / e2e           tokens/s
     generator_delay   = sent_at - ready_at;   dispatch_lag = dispatched_at - ready_at
+    connect_time      = the new connection's set-up before sent_at; null: reused, or none
 
 Latency metrics (ttfc, tbc, tbc_mean, tpot, e2e, normalized_e2e, output_throughput) are defined
 for ``status == "ok"`` only; failed rows keep their raw timestamps. A non-streaming answer has
@@ -219,6 +220,7 @@ def request_row(
     )
     row["retries"] = res.retries
     row["chunk_stamps_clamped"] = res.chunk_stamps_clamped
+    row["connect_time"] = res.connect_ns / _NS if res.connect_ns else None
     if res.server_timings:
         note = _add_server_timings(row, res.server_timings, (completed - sent) / _NS)
         notes = join_notes(notes, note)

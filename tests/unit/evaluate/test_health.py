@@ -734,6 +734,82 @@ def test_generator_saturation_fails_on_a_growing_backlog() -> None:
     assert len(result.statistics["windows"]) == 10
 
 
+def _with_connections(opened: range | list[int], connect_s: float = 0.03) -> list[dict[str, Any]]:
+    """200 requests sent 0.5 ms after ready, but ``opened`` sent ``connect_s`` later still:
+    their worker opened a connection for them first (``connect_time``), as a remote server's
+    round trip or a TLS handshake takes."""
+    rows = _lagged(np.full(200, 0.0005))
+    for i in opened:
+        rows[i]["sent_at"] += connect_s
+        rows[i]["generator_delay"] += connect_s
+        rows[i]["connect_time"] = connect_s
+    return rows
+
+
+def test_generator_saturation_does_not_count_connection_set_up_as_lag() -> None:
+    """5 % of the requests each waited 30 ms for a new connection (the first of a closed loop
+    against a server 30 ms away): the network's and the server's time, not the generator's.
+    The check passes and says how many opened one; a run recorded without ``connect_time``
+    (as the old check read every run) takes nothing away and fails on the same times."""
+    rows = _with_connections(range(0, 200, 20))
+    result = GENERATOR_SATURATION(_input(rows))
+    assert result.status == PASS, result.detail
+    assert result.statistics["p99_ms"] == pytest.approx(0.5, abs=1e-6)
+    assert result.statistics["connections_opened"] == 10
+    assert result.statistics["connect_p50_ms"] == pytest.approx(30.0)
+    assert result.statistics["connect_p99_ms"] == pytest.approx(30.0)
+    assert "10 requests opened a connection first (set-up p99 30.000 ms" in result.detail
+    # the same times without the column (a run recorded before it existed): all counted as lag
+    old = _input(rows)
+    old_table = old.requests.drop_columns(["connect_time"])
+    without = GENERATOR_SATURATION(
+        HealthInput(old_table, measured_rows(old_table), old.sessions, old.scenario, {})
+    )
+    assert without.status == FAIL
+    assert without.statistics["p99_ms"] == pytest.approx(30.5, abs=1e-6)
+    assert without.statistics["connections_opened"] == 0
+    assert without.statistics["connect_p99_ms"] is None
+    assert "opened a connection" not in without.detail
+    # none opened: nothing said
+    plain = GENERATOR_SATURATION(_input(_lagged(np.full(200, 0.0005))))
+    assert plain.statistics["connections_opened"] == 0
+    assert "opened a connection" not in plain.detail
+
+
+def test_generator_saturation_judges_the_lag_left_after_connection_set_up() -> None:
+    """Only the set-up itself is taken away: a worker 20 ms late on the same requests is still
+    the generator's lag, and its part after the hand-over is reported without the set-up."""
+    rows = _with_connections(range(0, 200, 20))
+    for row in rows[::20]:
+        row["sent_at"] += 0.02  # late beyond the set-up
+        row["generator_delay"] += 0.02
+    result = GENERATOR_SATURATION(_input(rows))
+    assert result.status == FAIL
+    assert result.statistics["p99_ms"] == pytest.approx(20.5, abs=1e-6)
+    assert result.statistics["worker_part_p99_ms"] == pytest.approx(20.5, abs=1e-6)
+    assert "generator, not the server, limited the load" in result.detail
+    assert "10 requests opened a connection first (set-up p99 30.000 ms" in result.detail
+
+
+def test_lifecycle_delays_show_the_connection_set_up_of_the_requests_that_opened_one() -> None:
+    rows = _with_connections([0, 1, 2], 0.02)
+    rows[2]["connect_time"] = 0.04
+    rows[2]["sent_at"] += 0.02
+    result = LIFECYCLE_DELAYS(_input(rows))
+    assert result.status == PASS
+    connect = result.statistics["connect"]
+    assert (connect["count"], connect["unit"]) == (3, "ms")
+    assert connect["p50"] == pytest.approx(20.0)
+    assert connect["max"] == pytest.approx(40.0)
+    assert "connection set-up p99 39.600 ms (3 requests opened one)" in result.detail
+    # none opened (or a run recorded without the column): a count of 0, nothing in the detail
+    table = requests_table(_lagged(np.full(5, 0.001))).drop_columns(["connect_time"])
+    old_input = HealthInput(table, measured_rows(table), sessions_table([]), scenario(), {})
+    old = LIFECYCLE_DELAYS(old_input)
+    assert old.statistics["connect"]["count"] == 0
+    assert "connection" not in old.detail
+
+
 def test_lifecycle_delays_are_informative() -> None:
     rows = [request(0, ready=0.0, dispatched=0.001, sent=0.003, chunks=(0.1,))]
     result = LIFECYCLE_DELAYS(_input(rows))

@@ -158,6 +158,8 @@ def examples() -> list[RequestRecord]:
         make_record(make_result(), not_before_ns=ns(0.5)),
         make_record(make_result(server_timings=sim), not_before_ns=ns(0.4375)),
         make_record(None, dispatched_at_ns=None, not_before_ns=ns(0.5)),
+        # its worker opened a connection for it (31.25 ms) before writing it
+        make_record(make_result(connect_ns=31_250_000)),
     ]
 
 
@@ -307,6 +309,24 @@ def test_chunk_stamps_clamped_is_the_workers_count_null_when_never_sent() -> Non
         add_record(batch, rec)
     for table in (requests_from_rows(rows, T0), batch.to_table(T0)):
         assert table.column("chunk_stamps_clamped").to_pylist() == [want for _, want in cases]
+
+
+def test_connect_time_is_the_workers_set_up_null_when_reused_or_never_sent() -> None:
+    """A request whose worker opened a connection for it has that set-up in seconds; one sent
+    on a kept-alive connection (connect_ns 0), or never sent, has none (null, not 0)."""
+    cases = [
+        (make_result(connect_ns=1_000_125_000, request_id=0), 1.000125),
+        (make_result(request_id=1), None),
+        (make_result(connect_ns=1, request_id=2, status="error", error_kind="timeout"), 1e-9),
+        (None, None),
+    ]
+    records = [make_record(res, request_id=i) for i, (res, _) in enumerate(cases)]
+    rows = [request_row(rec, T0) for rec in records]
+    batch = RequestColumns()
+    for rec in records:
+        add_record(batch, rec)
+    for table in (requests_from_rows(rows, T0), batch.to_table(T0)):
+        assert table.column("connect_time").to_pylist() == [want for _, want in cases]
 
 
 def test_a_one_chunk_answer_has_no_tpot_in_the_run_s_recorder() -> None:
