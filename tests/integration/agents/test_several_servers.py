@@ -48,7 +48,7 @@ def several(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFram
     from veeksha.scenario.simulator import SimulatorConfig
     from veeksha.simulator.process import SimulatorProcess
 
-    with SimulatorProcess(SimulatorConfig(model="w-ext", ttft_ms=3, itl_ms=1)) as other:
+    with SimulatorProcess(SimulatorConfig(model="w-ext", ttft_ms=3, itl_ms=1), fork=True) as other:
         text = SEVERAL_SERVERS.replace("API_BASE", other.base_url)
         run_dir = tmp_path_factory.mktemp("several") / "run"
         run_scenario(load_scenario_text(text, "several.yaml"), run_dir, quiet=True, plots=True)

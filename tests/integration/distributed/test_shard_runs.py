@@ -60,7 +60,7 @@ health_checks: {{max_dispatch_lag_p99_ms: 100}}
 def scenario() -> Iterator[Scenario]:
     # (requests of 45-70 ms: the probed shard has two in flight at once often enough for its
     # mid-run snapshot; with 5-10 ms requests a quiet machine could pass the whole run without)
-    with SimulatorProcess(SimulatorConfig(ttft_ms=30, itl_ms=5)) as sim:
+    with SimulatorProcess(SimulatorConfig(ttft_ms=30, itl_ms=5), fork=True) as sim:
         yield load_scenario_text(SCENARIO.format(base=sim.base_url), "test.yaml")
 
 

@@ -224,7 +224,7 @@ def test_llama_server_in_router_mode_is_calibrated_and_its_template_measured(
         " models: {other-model: {}}}"
     )
     config = load_scenario_text(f"simulator: {router}", "sim.yaml").simulator
-    with SimulatorProcess(config) as sim:
+    with SimulatorProcess(config, fork=True) as sim:
         refused = request(sim.root_url + "/tokenize", {"content": "ba be"})
         assert refused.status == 400
         assert json.loads(refused.body)["error"]["message"] == (
@@ -265,7 +265,7 @@ def test_the_calibration_is_cached_reused_and_rebuilt(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
-    with SimulatorProcess(SimulatorConfig(tokenizer="subword")) as sim:
+    with SimulatorProcess(SimulatorConfig(tokenizer="subword"), fork=True) as sim:
         assert sim.base_url is not None
         base, port = sim.base_url, sim.base_url.rsplit(":", 1)[1].split("/")[0]
         first, _, _ = _run(tmp_path, "first", api_base=base)
@@ -285,7 +285,7 @@ def test_the_calibration_is_cached_reused_and_rebuilt(
         assert stale["prompt_length"]["status"] == "FAIL"
         assert stale["prompt_length"]["detail"].startswith("server /tokenize vs target: ")
     # the same address now serves another tokenizer: its fingerprint differs, so it is rebuilt
-    with SimulatorProcess(SimulatorConfig(tokenizer="builtin"), port=int(port)) as other:
+    with SimulatorProcess(SimulatorConfig(tokenizer="builtin"), port=int(port), fork=True) as other:
         assert other.base_url == base
         rebuilt, _, checks = _run(tmp_path, "rebuilt", api_base=base)
     assert "calibrated 8190 of 8190" in _log(rebuilt)
@@ -390,7 +390,7 @@ def test_each_client_measures_its_target_exactly_in_its_own_tokenizer(tmp_path: 
     prompt of its client at exactly its target, and every turn that follows its own client's
     turn at exactly the parent's conversation, answer and new part (was: refused; b's prompts
     in a's builtin words, which the subword server counts longer)."""
-    with SimulatorProcess(SimulatorConfig(tokenizer="subword")) as sim:
+    with SimulatorProcess(SimulatorConfig(tokenizer="subword"), fork=True) as sim:
         text = TWO_TOKENIZERS.format(api_base=sim.base_url)
         run_dir = tmp_path / "run"
         run_scenario(load_scenario_text(text, "two.yaml"), run_dir, quiet=True, plots=False)
@@ -470,7 +470,7 @@ def test_a_trace_replays_rows_measure_their_lengths_in_their_own_clients_tokeniz
     trace.write_text(
         "session_id,input_length,output_length,client\n" + "".join(r + "\n" for r in rows)
     )
-    with SimulatorProcess(SimulatorConfig(tokenizer="subword")) as sim:
+    with SimulatorProcess(SimulatorConfig(tokenizer="subword"), fork=True) as sim:
         text = TRACE_TWO_TOKENIZERS.format(api_base=sim.base_url, trace=trace)
         run_dir = tmp_path / "run"
         run_scenario(load_scenario_text(text, "trace.yaml"), run_dir, quiet=True, plots=False)
@@ -555,7 +555,7 @@ def test_a_trace_replays_rows_each_fit_their_own_clients_window(tmp_path: Path) 
     rows = ["30,10,small", "300,10,big", "100,10,small", "40,20,small", "1000,50,big"]
     trace = tmp_path / "trace.csv"
     trace.write_text("input_length,output_length,client\n" + "".join(r + "\n" for r in rows))
-    with SimulatorProcess(SimulatorConfig(max_model_len=4096)) as sim:
+    with SimulatorProcess(SimulatorConfig(max_model_len=4096), fork=True) as sim:
         text = TRACE_TWO_WINDOWS.format(api_base=sim.base_url, trace=trace)
         run_dir = tmp_path / "run"
         run_scenario(load_scenario_text(text, "trace.yaml"), run_dir, quiet=True, plots=False)

@@ -160,7 +160,7 @@ def test_a_server_that_dies_mid_run_and_comes_back(tmp_path: Path) -> None:
     config = SimulatorConfig(timing="fixed", ttft_ms=20, itl_ms=20)
 
     def serve() -> SimulatorProcess:
-        sim = SimulatorProcess(config, port=port)
+        sim = SimulatorProcess(config, port=port, fork=True)
         sim.start(timeout=30)
         return sim
 
