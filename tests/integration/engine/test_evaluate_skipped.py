@@ -22,7 +22,11 @@ _EVALUATION_FILES = {"health.json", "health.txt", "slo.json", "metrics", "plots"
 
 def test_a_run_without_evaluation_writes_its_rows_and_run_facts_only(tmp_path: Path) -> None:
     scenario = load_scenario_text(_SCENARIO, "s.yaml")
-    evaluated = run_scenario(scenario, tmp_path / "evaluated", quiet=True, dry_run=True)
+    # (the evaluated run draws no plots: none is read; the skipped one is asked for them, and
+    # must still draw none)
+    evaluated = run_scenario(
+        scenario, tmp_path / "evaluated", quiet=True, dry_run=True, plots=False
+    )
     skipped = run_scenario(scenario, tmp_path / "skipped", quiet=True, dry_run=True, evaluate=False)
 
     # the same run evaluated writes what the skipped one must not (the names are right)
