@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 
+from tests.integration.robustness.helpers import run_as_the_command
 from veeksha.dispatch.kernel_stamps import KERNEL_STAMPS_SUPPORTED
 from veeksha.engine.cpu_wait import run_delay_ns
-from veeksha.engine.run import run_scenario
 from veeksha.engine.traffic_sink import SESSION_FAILED, run_stopped
 from veeksha.record.columns import REQUESTS_SCHEMA, SESSIONS_SCHEMA
 from veeksha.record.trace import read_trace
@@ -26,7 +26,7 @@ from veeksha.scenario.loader import load_scenario_text
 def run(tmp_path: Path, text: str, name: str = "run") -> tuple[Path, pd.DataFrame, pd.DataFrame]:
     scenario = load_scenario_text(text, "test.yaml")
     run_dir = tmp_path / name
-    outcome = run_scenario(scenario, run_dir, quiet=True, plots=False)
+    outcome = run_as_the_command(scenario, run_dir, quiet=True, plots=False)
     assert outcome.run_dir == run_dir
     requests = pd.read_parquet(run_dir / "requests.parquet")
     sessions = pd.read_parquet(run_dir / "sessions.parquet")

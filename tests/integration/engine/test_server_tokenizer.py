@@ -12,9 +12,13 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from tests.integration.robustness.helpers import cli_env, run_cli, write_scenario
+from tests.integration.robustness.helpers import (
+    cli_env,
+    run_as_the_command,
+    run_cli,
+    write_scenario,
+)
 from tests.integration.simulator.helpers import request
-from veeksha.engine.run import run_scenario
 from veeksha.generate.calibration import CACHE_ENV
 from veeksha.scenario.loader import load_scenario_text
 from veeksha.scenario.simulator import SimulatorConfig
@@ -68,7 +72,7 @@ def _run(
         api_base=f"api_base: {api_base}\n  model: veeksha-sim" if api_base else "",
     )
     run_dir = tmp_path / name
-    run_scenario(load_scenario_text(text, "test.yaml"), run_dir, quiet=True, plots=False)
+    run_as_the_command(load_scenario_text(text, "test.yaml"), run_dir, quiet=True, plots=False)
     health = json.loads((run_dir / "health.json").read_text())
     checks = {check["name"]: check for check in health["checks"]}
     return run_dir, pd.read_parquet(run_dir / "requests.parquet"), checks
@@ -307,7 +311,7 @@ def test_a_managed_servers_calibration_is_reused_though_its_port_changes(
         )
         run_dir = tmp_path / name
         scenario = load_scenario_text(text + "server: {type: veeksha_sim}\n", "test.yaml")
-        run_scenario(scenario, run_dir, quiet=True, plots=False)
+        run_as_the_command(scenario, run_dir, quiet=True, plots=False)
         health = json.loads((run_dir / "health.json").read_text())
         (check,) = [c for c in health["checks"] if c["name"] == "prompt_length"]
         assert check["status"] == "PASS", check["detail"]
@@ -393,7 +397,7 @@ def test_each_client_measures_its_target_exactly_in_its_own_tokenizer(tmp_path: 
     with SimulatorProcess(SimulatorConfig(tokenizer="subword"), fork=True) as sim:
         text = TWO_TOKENIZERS.format(api_base=sim.base_url)
         run_dir = tmp_path / "run"
-        run_scenario(load_scenario_text(text, "two.yaml"), run_dir, quiet=True, plots=False)
+        run_as_the_command(load_scenario_text(text, "two.yaml"), run_dir, quiet=True, plots=False)
     requests = pd.read_parquet(run_dir / "requests.parquet")
     assert (requests.status == "ok").all()
     assert (requests.prompt_tokens_new == requests.target_prompt_tokens).all()
@@ -473,7 +477,7 @@ def test_a_trace_replays_rows_measure_their_lengths_in_their_own_clients_tokeniz
     with SimulatorProcess(SimulatorConfig(tokenizer="subword"), fork=True) as sim:
         text = TRACE_TWO_TOKENIZERS.format(api_base=sim.base_url, trace=trace)
         run_dir = tmp_path / "run"
-        run_scenario(load_scenario_text(text, "trace.yaml"), run_dir, quiet=True, plots=False)
+        run_as_the_command(load_scenario_text(text, "trace.yaml"), run_dir, quiet=True, plots=False)
     requests = pd.read_parquet(run_dir / "requests.parquet")
     assert len(requests) == len(rows)
     assert (requests.status == "ok").all()
@@ -558,7 +562,7 @@ def test_a_trace_replays_rows_each_fit_their_own_clients_window(tmp_path: Path) 
     with SimulatorProcess(SimulatorConfig(max_model_len=4096), fork=True) as sim:
         text = TRACE_TWO_WINDOWS.format(api_base=sim.base_url, trace=trace)
         run_dir = tmp_path / "run"
-        run_scenario(load_scenario_text(text, "trace.yaml"), run_dir, quiet=True, plots=False)
+        run_as_the_command(load_scenario_text(text, "trace.yaml"), run_dir, quiet=True, plots=False)
     requests = pd.read_parquet(run_dir / "requests.parquet").sort_values("session_id")
     assert (requests.status == "ok").all()
     sent = list(zip(requests.client, requests.target_prompt_tokens, strict=True))

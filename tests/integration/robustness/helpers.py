@@ -30,13 +30,17 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 import pyarrow as pa
 
 from veeksha.record.reader import load_requests, load_sessions, read_metadata
 from veeksha.record.trace import read_trace
+
+if TYPE_CHECKING:
+    from veeksha.engine.outcome import RunOutcome
+    from veeksha.scenario.models import Scenario
 
 _MAIN = "from veeksha.cli import main; main(prog_name='veeksha')"
 
@@ -244,6 +248,29 @@ def helpers_forked_here() -> Iterator[None]:
         yield
     finally:
         veeksha.forked.single_threaded = real
+
+
+def run_as_the_command(scenario: Scenario, run_dir: Path, **options: Any) -> RunOutcome:
+    """``run_scenario(scenario, run_dir, **options)`` with its helpers launched first, forked
+    from this process, as ``veeksha run`` launches them (``launch_helpers``,
+    ``helpers_forked_here``): not the three fresh interpreters ``run_scenario`` called as a
+    library starts itself (~0.6 CPU-s a run)."""
+    from veeksha.engine.launch import launch_helpers
+    from veeksha.engine.run import run_scenario
+
+    with helpers_forked_here():
+        helpers = launch_helpers(scenario, bool(options.get("dry_run", False)))
+    try:
+        return run_scenario(
+            scenario,
+            run_dir,
+            simulator=helpers.simulator,
+            workers=helpers.workers,
+            watch_process=helpers.watch,
+            **options,
+        )
+    finally:
+        helpers.close()  # (what the run did not adopt or stop, if it failed before it did)
 
 
 def run_in_process(
