@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from veeksha.engine.run import run_scenario
+from tests.integration.robustness.helpers import run_as_the_command
 from veeksha.scenario.loader import load_scenario_text
 
 from .test_clients import max_overlap
@@ -54,7 +54,7 @@ trace_recorder: {enabled: true, include_content: true}
 @pytest.fixture(scope="module")
 def debate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]:
     run_dir = tmp_path_factory.mktemp("debate") / "run"
-    run_scenario(load_scenario_text(DEBATE, "debate.yaml"), run_dir, quiet=True, plots=False)
+    run_as_the_command(load_scenario_text(DEBATE, "debate.yaml"), run_dir, quiet=True, plots=False)
     return run_dir, pd.read_parquet(run_dir / "requests.parquet")
 
 
@@ -202,7 +202,7 @@ def test_the_shipped_debate_scenario_runs(tmp_path: Path) -> None:
     scenario = load_scenario(
         root / "scenarios" / "multi_agent_debate.yaml", ["runtime.max_sessions=2"]
     )
-    run_scenario(scenario, tmp_path / "run", quiet=True, plots=True)
+    run_as_the_command(scenario, tmp_path / "run", quiet=True, plots=True)
     assert (tmp_path / "run" / "plots" / "pools.png").stat().st_size > 0
     rows = pd.read_parquet(tmp_path / "run" / "requests.parquet")
     assert (rows.status == "ok").all()
@@ -269,7 +269,9 @@ session_generator:
 runtime: {max_sessions: 1, benchmark_timeout: 1, post_timeout_grace_seconds: 0, num_workers: 1}
 """
     started = time.monotonic()
-    run_scenario(load_scenario_text(text, "tool.yaml"), tmp_path / "run", quiet=True, plots=False)
+    run_as_the_command(
+        load_scenario_text(text, "tool.yaml"), tmp_path / "run", quiet=True, plots=False
+    )
     assert time.monotonic() - started < 120  # (600 s before; generous on a loaded machine)
     rows = pd.read_parquet(tmp_path / "run" / "requests.parquet")
     tool = rows[rows.kind == "tool"]

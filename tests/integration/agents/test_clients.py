@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from veeksha.engine.run import run_scenario
+from tests.integration.robustness.helpers import run_as_the_command
 from veeksha.generate.tokenizer import BUILTIN_VOCAB
 from veeksha.scenario.loader import load_scenario_text
 
@@ -38,7 +38,7 @@ runtime: {max_sessions: 8, benchmark_timeout: 60, num_workers: 1}
 @pytest.fixture(scope="module")
 def two_models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = tmp_path_factory.mktemp("clients") / "run"
-    run_scenario(load_scenario_text(TWO_MODELS, "two.yaml"), run_dir, quiet=True, plots=False)
+    run_as_the_command(load_scenario_text(TWO_MODELS, "two.yaml"), run_dir, quiet=True, plots=False)
     return run_dir
 
 
@@ -168,7 +168,7 @@ trace_recorder: {{include_content: true}}
 runtime: {{max_sessions: 6, benchmark_timeout: 60, num_workers: 1}}
 """
     run_dir = tmp_path / "run"
-    run_scenario(load_scenario_text(text, "tok.yaml"), run_dir, quiet=True, plots=False)
+    run_as_the_command(load_scenario_text(text, "tok.yaml"), run_dir, quiet=True, plots=False)
     rows = pd.read_parquet(run_dir / "requests.parquet")
     assert (rows.status == "ok").all()
     assert set(rows.client) == {"a", "b"}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from veeksha.engine.run import run_scenario
+from tests.integration.robustness.helpers import run_as_the_command
 from veeksha.scenario.loader import load_scenario_text
 
 COMMON = """
@@ -78,7 +78,7 @@ def _lateness(rows: pd.DataFrame, parent_attempt: str) -> pd.Series:
 def test_a_linear_graph_reprompts_every_turn(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     scenario = load_scenario_text(COMMON + LINEAR, "linear.yaml")
-    run_scenario(scenario, run_dir, quiet=True, plots=False)
+    run_as_the_command(scenario, run_dir, quiet=True, plots=False)
     rows = pd.read_parquet(run_dir / "requests.parquet")
     assert len(rows[rows.attempt == 0]) == 30
     assert rows.valid.notna().all()
@@ -119,7 +119,7 @@ def test_trace_rows_reprompt_a_share(tmp_path: Path) -> None:
     )
     run_dir = tmp_path / "run"
     scenario = load_scenario_text(COMMON + TRACE.format(trace=trace), "trace.yaml")
-    run_scenario(scenario, run_dir, quiet=True, plots=False)
+    run_as_the_command(scenario, run_dir, quiet=True, plots=False)
     rows = pd.read_parquet(run_dir / "requests.parquet")
     assert len(rows[rows.attempt == 0]) == 30  # max_sessions 10 of 3 rows
     checked = rows[rows.valid.notna()]

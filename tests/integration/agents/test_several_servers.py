@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from veeksha.engine.run import run_scenario
+from tests.integration.robustness.helpers import run_as_the_command
 from veeksha.scenario.loader import load_scenario_text
 
 # planner and flaky: two models of the built-in simulator (whose /metrics are scraped: it is
@@ -51,7 +51,9 @@ def several(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFram
     with SimulatorProcess(SimulatorConfig(model="w-ext", ttft_ms=3, itl_ms=1), fork=True) as other:
         text = SEVERAL_SERVERS.replace("API_BASE", other.base_url)
         run_dir = tmp_path_factory.mktemp("several") / "run"
-        run_scenario(load_scenario_text(text, "several.yaml"), run_dir, quiet=True, plots=True)
+        run_as_the_command(
+            load_scenario_text(text, "several.yaml"), run_dir, quiet=True, plots=True
+        )
     return run_dir, pd.read_parquet(run_dir / "requests.parquet")
 
 
@@ -158,7 +160,7 @@ def test_reprompts_and_slot_waits_are_not_lateness(tmp_path: Path) -> None:
     first attempt (the first row of the node) and with the wait for the capped client's slot
     counted, the check FAILed with requests 'later than 0.15 s'."""
     run_dir = tmp_path / "run"
-    run_scenario(load_scenario_text(WAITS, "waits.yaml"), run_dir, quiet=True, plots=False)
+    run_as_the_command(load_scenario_text(WAITS, "waits.yaml"), run_dir, quiet=True, plots=False)
     rows = pd.read_parquet(run_dir / "requests.parquet")
     assert (rows.status == "ok").all()
     assert (rows.attempt > 0).any()  # re-prompts happened

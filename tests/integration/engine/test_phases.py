@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from veeksha.engine.run import run_scenario
+from tests.integration.robustness.helpers import run_as_the_command
 from veeksha.scenario.loader import load_scenario_text
 from veeksha.simulator.process import SimulatorProcess
 
@@ -42,7 +42,7 @@ evaluators:
 def test_three_phases_in_one_run(tmp_path: Path, fast_simulator: SimulatorProcess) -> None:
     scenario = load_scenario_text(PHASED.format(base=fast_simulator.base_url), "phases.yaml")
     run_dir = tmp_path / "run"
-    run_scenario(scenario, run_dir, quiet=True, plots=False)
+    run_as_the_command(scenario, run_dir, quiet=True, plots=False)
     requests = pd.read_parquet(run_dir / "requests.parquet")
     sessions = pd.read_parquet(run_dir / "sessions.parquet")
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from veeksha.engine.run import run_scenario
+from tests.integration.robustness.helpers import run_as_the_command
 from veeksha.scenario.loader import load_scenario_text
 
 # a closed loop of 16 on 4 slots at 0.24 s a request: 16.7 requests/s, 12 queued at all times
@@ -29,7 +29,7 @@ evaluators: [{type: performance, stream_metrics: false}]
 
 def test_a_saturated_closed_loop_reads_the_servers_rate_after_a_warmup(tmp_path: Path) -> None:
     scenario = load_scenario_text(SATURATED, "saturated.yaml")
-    run_scenario(scenario, tmp_path / "run", quiet=True, plots=False)
+    run_as_the_command(scenario, tmp_path / "run", quiet=True, plots=False)
     requests = pd.read_parquet(tmp_path / "run" / "requests.parquet")
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     throughput = summary["throughput"]

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.integration.robustness.helpers import run_as_the_command
 from veeksha.engine.outcome import exit_code_for
-from veeksha.engine.run import run_scenario
 from veeksha.evaluate.exit_codes import ExitCode
 from veeksha.evaluate.stats import quantiles
 from veeksha.scenario.loader import load_scenario_text
@@ -47,7 +47,7 @@ def test_an_overloaded_run_cannot_meet_an_slo_on_the_requests_that_finished(
     tmp_path: Path,
 ) -> None:
     scenario = load_scenario_text(OVERLOADED, "overloaded.yaml")
-    outcome = run_scenario(scenario, tmp_path / "run", quiet=True, plots=False)
+    outcome = run_as_the_command(scenario, tmp_path / "run", quiet=True, plots=False)
     requests = pd.read_parquet(tmp_path / "run" / "requests.parquet")
     ok = requests[requests.status == "ok"]
     failed = requests.status.isin(["error", "timeout"])

@@ -12,6 +12,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from tests.integration.robustness.helpers import run_as_the_command
 from veeksha.engine.run import run_scenario
 from veeksha.record.server_metrics import SERVER_METRICS_FILE
 from veeksha.scenario.loader import load_scenario_text
@@ -39,7 +40,7 @@ evaluators: [{type: performance, stream_metrics: false}]
 def queued_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = tmp_path_factory.mktemp("metrics") / "run"
     scenario = load_scenario_text(QUEUED, "queued.yaml")
-    outcome = run_scenario(scenario, run_dir, quiet=True, plots=True)
+    outcome = run_as_the_command(scenario, run_dir, quiet=True, plots=True)
     assert outcome.requests == 40
     return run_dir
 
@@ -170,7 +171,7 @@ def test_gpus_are_sampled_with_nvidia_smi_for_a_managed_server(
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     text = QUEUED.replace("max_sessions: 40", "max_sessions: 8").replace("0.2}", "0.1}")
-    outcome = run_scenario(
+    outcome = run_as_the_command(
         load_scenario_text(text, "s.yaml"), tmp_path / "run", plots=False, quiet=True
     )
     assert outcome.requests == 8

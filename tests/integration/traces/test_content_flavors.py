@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 
 from tests.integration.conftest import StartSimulator
+from tests.integration.robustness.helpers import run_as_the_command
 from tests.integration.traces.bad_trace import assert_refused
-from veeksha.engine.run import run_scenario
 from veeksha.evaluate.trace_sharing import SharedPrefixes, segments
 from veeksha.scenario.loader import load_scenario_text
 from veeksha.simulator.process import SimulatorProcess
@@ -46,7 +46,9 @@ output_dir: {tmp}
 {extra}
 """
     run_dir = tmp / "run"
-    outcome = run_scenario(load_scenario_text(text, "t.yaml"), run_dir, quiet=True, plots=False)
+    outcome = run_as_the_command(
+        load_scenario_text(text, "t.yaml"), run_dir, quiet=True, plots=False
+    )
     assert outcome.stop_reason == "completed"
     return run_dir
 

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from tests.integration.conftest import StartSimulator
+from tests.integration.robustness.helpers import run_as_the_command
 from tests.integration.traces.bad_trace import assert_refused
-from veeksha.engine.run import run_scenario
 from veeksha.scenario.loader import load_scenario_text
 from veeksha.simulator.process import SimulatorProcess
 
@@ -54,7 +54,7 @@ def test_a_request_log_replays_its_chats_lengths_and_arrival_times(
     rows = _write_log(trace)
     scenario = load_scenario_text(_scenario(trace, fast_simulator, tmp_path), "t.yaml")
     run_dir = tmp_path / "run"
-    outcome = run_scenario(scenario, run_dir, quiet=True, plots=False)
+    outcome = run_as_the_command(scenario, run_dir, quiet=True, plots=False)
     assert outcome.stop_reason == "completed"
     requests = pd.read_parquet(run_dir / "requests.parquet")
     sessions = pd.read_parquet(run_dir / "sessions.parquet")
@@ -138,7 +138,9 @@ client: {{api_base: {sim.base_url}, model: veeksha-sim}}
 runtime: {runtime}
 """
     run_dir = tmp_path / name
-    outcome = run_scenario(load_scenario_text(text, "t.yaml"), run_dir, quiet=True, plots=False)
+    outcome = run_as_the_command(
+        load_scenario_text(text, "t.yaml"), run_dir, quiet=True, plots=False
+    )
     assert outcome.stop_reason == "completed"
     return pd.read_parquet(run_dir / "requests.parquet").sort_values("session_id")
 
@@ -194,7 +196,7 @@ client: {{api_base: {sim.base_url}, model: veeksha-sim, max_model_len: 40}}
 runtime: {{max_sessions: 10, num_workers: 1}}
 """
         run_dir = tmp_path / oversized
-        run_scenario(load_scenario_text(text, "t.yaml"), run_dir, quiet=True, plots=False)
+        run_as_the_command(load_scenario_text(text, "t.yaml"), run_dir, quiet=True, plots=False)
         summary = json.loads((run_dir / "summary.json").read_text())
         requests = pd.read_parquet(run_dir / "requests.parquet")
         return requests, summary["run"]["trace"], (run_dir / "run.log").read_text()
@@ -227,7 +229,7 @@ def test_a_run_of_a_relative_trace_is_reported_again_from_any_folder(
     monkeypatch.chdir(here)  # the trace is named relative to the current folder, as documented
     text = _scenario(Path("log.csv"), fast_simulator, tmp_path)
     run_dir = tmp_path / "run"
-    run_scenario(load_scenario_text(text, "t.yaml"), run_dir, quiet=True, plots=False)
+    run_as_the_command(load_scenario_text(text, "t.yaml"), run_dir, quiet=True, plots=False)
     assert f"trace_file: {here / 'log.csv'}" in (run_dir / "config.yaml").read_text()
     monkeypatch.chdir(elsewhere)
     invoked = CliRunner().invoke(main, ["report", str(run_dir), "--no-plots", "--quiet"])
@@ -256,7 +258,7 @@ runtime: {{max_sessions: 10, num_workers: 1}}
 {simulator}
 """
         run_dir = tmp_path / name
-        run_scenario(load_scenario_text(text, "t.yaml"), run_dir, quiet=True, plots=False)
+        run_as_the_command(load_scenario_text(text, "t.yaml"), run_dir, quiet=True, plots=False)
         requests = pd.read_parquet(run_dir / "requests.parquet")
         by_length = dict(zip(requests.target_prompt_tokens, requests.http_status, strict=True))
         target = next(

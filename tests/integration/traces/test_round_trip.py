@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tests.integration.robustness.helpers import run_as_the_command
 from veeksha.engine.outcome import RunOutcome
-from veeksha.engine.run import run_scenario
 from veeksha.record.trace import read_trace
 from veeksha.scenario.loader import load_scenario_text
 from veeksha.simulator.process import SimulatorProcess
@@ -69,7 +69,7 @@ def _shapes(run_dir: Path) -> list[list[tuple]]:  # type: ignore[type-arg]
 
 def _run(text: str, folder: Path, name: str = "a.yaml") -> RunOutcome:
     """Run the scenario ``text`` (read as the file ``name``) into ``folder``, in this process."""
-    return run_scenario(load_scenario_text(text, name), folder, quiet=True, plots=False)
+    return run_as_the_command(load_scenario_text(text, name), folder, quiet=True, plots=False)
 
 
 def test_a_recorded_run_replays_as_the_same_sessions(

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from tests.integration.conftest import StartSimulator
-from veeksha.engine.run import run_scenario
+from tests.integration.robustness.helpers import run_as_the_command
 from veeksha.scenario.loader import load_scenario_text
 
 SPEEDUP = 2.0
@@ -45,7 +45,9 @@ runtime: {{max_sessions: 10, benchmark_timeout: 60, num_workers: 1}}
 health_checks: {{max_dispatch_lag_p99_ms: 50}}
 """
     run_dir = tmp_path / "run"
-    outcome = run_scenario(load_scenario_text(text, "t.yaml"), run_dir, quiet=True, plots=False)
+    outcome = run_as_the_command(
+        load_scenario_text(text, "t.yaml"), run_dir, quiet=True, plots=False
+    )
     assert outcome.stop_reason == "completed"
     requests = pd.read_parquet(run_dir / "requests.parquet")
     sessions = pd.read_parquet(run_dir / "sessions.parquet").set_index("session_id")
