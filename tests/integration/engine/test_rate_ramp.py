@@ -1,17 +1,16 @@
-"""A ramped open-loop rate through ``veeksha run`` against the built-in simulator: the sessions
-start where Λ⁻¹ puts them, the arrival checks pass against the ramp, and summary.json's ``ramp``
-section offers a rising rate."""
+"""A ramped open-loop rate through ``veeksha run``'s code against the built-in simulator: the
+sessions start where Λ⁻¹ puts them, the arrival checks pass against the ramp, and summary.json's
+``ramp`` section offers a rising rate."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 
+from tests.integration.robustness.helpers import run_in_process
 from veeksha.schedule.ramp import RateRamp
 
 # fixed gaps of 0.2 s (5/s), linearly to 40/s over 4 s: Λ(4) = 90, so 91 sessions span the ramp
@@ -31,16 +30,9 @@ runtime: {max_sessions: 91, benchmark_timeout: 30, num_workers: 1}
 def test_a_linear_ramp_runs_as_planned_and_is_reported(tmp_path: Path) -> None:
     scenario = tmp_path / "ramp.yaml"
     scenario.write_text(_SCENARIO)
-    command = [sys.executable, "-m", "veeksha.cli", "run", str(scenario), "-q", "--no-plots"]
-    done = subprocess.run(
-        [*command, "--output-dir", str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    # (the command's own code, in this process: its process is not what this test is about)
+    done = run_in_process(scenario, tmp_path / "out", "-q")
+    assert done.code == 0, done.output[-3000:]
     (run_dir,) = (tmp_path / "out").iterdir()
     rows = pq.read_table(run_dir / "requests.parquet").to_pylist()
     roots = sorted((r["session_id"], r["ready_at"]) for r in rows if not r["parents"])
