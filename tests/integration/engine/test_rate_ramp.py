@@ -13,7 +13,9 @@ import pyarrow.parquet as pq
 from tests.integration.robustness.helpers import run_in_process
 from veeksha.schedule.ramp import RateRamp
 
-# fixed gaps of 0.2 s (5/s), linearly to 40/s over 4 s: Λ(4) = 90, so 91 sessions span the ramp
+# fixed gaps of 0.2 s (5/s), linearly to 40/s over 4 s: Λ(4) = 90, so 91 sessions span the ramp;
+# each session's second turn 50 ms after its first is answered (the default think time, Poisson
+# with a mean of 1 s, kept the run going ~6 s after the ramp for its last sessions' turns)
 _SCENARIO = """
 seed: 4
 traffic_scheduler:
@@ -22,7 +24,10 @@ traffic_scheduler:
   ramp: {end_rate: 40, duration: 4, shape: linear}
 session_generator:
   type: synthetic
-  session_graph: {type: linear, num_request_generator: {type: fixed, value: 2}}
+  session_graph:
+    type: linear
+    num_request_generator: {type: fixed, value: 2}
+    request_wait_generator: {type: fixed, interval: 0.05}
 runtime: {max_sessions: 91, benchmark_timeout: 30, num_workers: 1}
 """
 
