@@ -21,7 +21,12 @@ seed: 5
 traffic_scheduler: {type: rate, interval_generator: {type: fixed, interval: 0.01}}
 session_generator:
   type: synthetic
-  session_graph: {type: linear, num_request_generator: {type: fixed, value: TURNS}}
+  session_graph:
+    type: linear
+    num_request_generator: {type: fixed, value: TURNS}
+    # (think times of 0.1 s on average: with the default's 1 s the 3-turn run went on ~5 s
+    # after its 0.6 s of arrivals)
+    request_wait_generator: {type: poisson, arrival_rate: 10}
   channels: [{type: text, body_length_generator: {type: uniform, min: 5, max: 30}}]
   output_spec: {text: {output_length_generator: {type: uniform, min: 3, max: 12}}}
 runtime: {max_sessions: 60, benchmark_timeout: 30, num_workers: 1}

@@ -21,7 +21,11 @@ traffic_scheduler:
   interval_generator: {type: poisson, arrival_rate: 20}
 session_generator:
   type: synthetic
-  session_graph: {type: linear, num_request_generator: {type: fixed, value: 2}}
+  session_graph:
+    type: linear
+    num_request_generator: {type: fixed, value: 2}
+    # (think times of 0.1 s on average: the default's 1 s kept the run ~3 s past its arrivals)
+    request_wait_generator: {type: poisson, arrival_rate: 10}
 runtime: {max_sessions: 12, benchmark_timeout: 30, num_workers: 2}
 server_metrics: {interval: 0.2}
 """
