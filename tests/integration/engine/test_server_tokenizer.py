@@ -521,7 +521,7 @@ def test_a_trace_naming_no_client_is_shared_by_client_selection(tmp_path: Path) 
     with SimulatorProcess(SimulatorConfig(tokenizer="subword")) as sim:
         text = TRACE_SELECTED.format(api_base=sim.base_url, trace=trace)
         run_dir = tmp_path / "run"
-        run_scenario(load_scenario_text(text, "trace.yaml"), run_dir, quiet=True, plots=False)
+        run_as_the_command(load_scenario_text(text, "trace.yaml"), run_dir, quiet=True, plots=False)
     requests = pd.read_parquet(run_dir / "requests.parquet").sort_values("session_id")
     assert len(requests) == len(rows)
     assert (requests.status == "ok").all()
