@@ -130,11 +130,12 @@ def _connect_times(t: Any) -> Floats:
     return values[~np.isnan(values)]
 
 
-def _without_connect(t: Any, values: Floats) -> Floats:
-    """``values`` (one per row of ``t``) less each row's ``connect_time`` (null: 0)."""
-    if "connect_time" not in t.schema.names:
+def _less(t: Any, values: Floats, name: str) -> Floats:
+    """``values`` (one per row of ``t``) less each row's ``name`` column (null: 0; a run
+    recorded without the column: nothing taken away)."""
+    if name not in t.schema.names:
         return values
-    return values - np.nan_to_num(column(t, "connect_time"))
+    return values - np.nan_to_num(column(t, name))
 
 
 def _clamped(data: HealthInput) -> int:
@@ -195,9 +196,8 @@ def _saturation(data: HealthInput) -> Outcome:
     )
     t = data.measured
     ready, lag = column(t, "ready_at"), column(t, "generator_delay")
-    if "queue_wait" in t.schema.names:  # waiting for a client's slot is the cap, not veeksha
-        lag = lag - np.nan_to_num(column(t, "queue_wait"))
-    lag = _without_connect(t, lag)  # a new connection's set-up is the network's and the server's
+    lag = _less(t, lag, "queue_wait")  # waiting for a client's slot is the cap, not veeksha
+    lag = _less(t, lag, "connect_time")  # a new connection's set-up: the network's, the server's
     keep = ~np.isnan(ready) & ~np.isnan(lag)
     if not keep.all():
         ready, lag = ready[keep], lag[keep]
@@ -288,10 +288,8 @@ def _lag_parts(t: Any) -> dict[str, float]:
     if not {"ready_at", "dispatched_at", "sent_at"} <= set(names):
         return {}
     ready, dispatched = column(t, "ready_at"), column(t, "dispatched_at")
-    main = dispatched - ready
-    if "queue_wait" in names:
-        main = main - np.nan_to_num(column(t, "queue_wait"))
-    worker = _without_connect(t, column(t, "sent_at") - dispatched)
+    main = _less(t, dispatched - ready, "queue_wait")
+    worker = _less(t, column(t, "sent_at") - dispatched, "connect_time")
     main, worker = main[~np.isnan(main)], worker[~np.isnan(worker)]
     if main.size == 0 or worker.size == 0:
         return {}
