@@ -86,7 +86,7 @@ async def read_stream(content: aiohttp.StreamReader, acc: ResponseAccumulator, s
         state.last_byte_at = t
         feed(data, t)
     acc.end(state.last_byte_at)
-    if not acc.done and not acc.parts and acc.completion_tokens is None:
+    if not acc.done and not acc.chunk_times_ns and acc.completion_tokens is None:
         raise ResponseError("malformed_response", "stream ended without any event")
 
 

@@ -163,6 +163,12 @@ class Result(msgspec.Struct, tag="result", array_like=True, gc=False):
     chunk_stamps_clamped: int = 0
     # the new connection's set-up before the request was first written (ns); 0: none opened
     connect_ns: int = 0
+    # a reasoning model's chunks of thinking (among chunk_times_ns), and the read of its first
+    # answer chunk after them (0: it did not think, or never answered)
+    reasoning_chunks: int = 0
+    first_answer_at_ns: int = 0
+    # usage.completion_tokens_details.reasoning_tokens, when the server gave it
+    reasoning_tokens: int | None = None
 
 
 ToWorker = WorkItem | Stop

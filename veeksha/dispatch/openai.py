@@ -278,6 +278,10 @@ class SSEParser:
 # gc=False: decoded JSON cannot form reference cycles, and untracked structs are cheaper to make.
 class _Delta(msgspec.Struct, gc=False):
     content: str | None = None
+    # a reasoning model's thinking, streamed before its answer: vLLM's and SGLang's reasoning
+    # parsers, DeepSeek's API and llama.cpp say ``reasoning_content``, newer vLLM ``reasoning``
+    reasoning_content: str | None = None
+    reasoning: str | None = None
 
 
 class _Choice(msgspec.Struct, gc=False):
@@ -295,10 +299,15 @@ class _PromptDetails(msgspec.Struct, gc=False):
     cached_tokens: Any = None
 
 
+class _CompletionDetails(msgspec.Struct, gc=False):
+    reasoning_tokens: Any = None
+
+
 class _Usage(msgspec.Struct, gc=False):
     prompt_tokens: Any = None
     completion_tokens: Any = None
     prompt_tokens_details: _PromptDetails | None = None
+    completion_tokens_details: _CompletionDetails | None = None
 
 
 class _Chunk(msgspec.Struct, gc=False):
@@ -354,7 +363,14 @@ class ResponseAccumulator:
     is an ``array('q')`` (8 bytes a chunk instead of a list slot and an int object, ~40), and
     ``parts`` is joined into one string every ``_JOIN_EVERY`` parts (an ASCII token then costs
     its characters, not a ~55-byte str object and a list slot). ``chunk_count`` is the number
-    of non-empty content chunks; ``chunk_times()`` gives the times as a list.
+    of non-empty chunks; ``chunk_times()`` gives the times as a list.
+
+    A reasoning model's chunks of thinking (``delta.reasoning_content`` or ``delta.reasoning``,
+    chat only) are generated tokens like the answer's: they are chunks, stamped and counted
+    (``first_chunk_at_ns`` is the first token of either), and ``reasoning_chunks`` counts them;
+    their text is not the answer's (``parts`` holds the answer only, as the next turn of a
+    conversation sends it back). ``first_answer_at_ns`` is the first answer chunk's read, set
+    once a response has thought (None when it did not, or never answered).
     """
 
     __slots__ = (
@@ -369,9 +385,12 @@ class ResponseAccumulator:
         "completion_tokens",
         "done",
         "done_at_ns",
+        "first_answer_at_ns",
         "first_chunk_at_ns",
         "parts",
         "prompt_tokens",
+        "reasoning_chunks",
+        "reasoning_tokens",
         "rejected",
         "server_timings",
     )
@@ -385,6 +404,9 @@ class ResponseAccumulator:
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
         self.cached_tokens: int | None = None
+        self.reasoning_tokens: int | None = None  # usage.completion_tokens_details'
+        self.reasoning_chunks = 0
+        self.first_answer_at_ns: int | None = None
         self.server_timings: dict[str, Any] | None = None
         self.rejected: Rejections | None = None  # the server's numbers not taken, and why
         self.done = False  # [DONE] seen (or the whole body of a non-streamed answer)
@@ -495,6 +517,8 @@ class ResponseAccumulator:
                 shape = memory.recall(data)
                 if shape is not None:  # (the events from here on go to its split)
                     self._shape = shape
+                    if self.reasoning_chunks and self.first_answer_at_ns is None:
+                        self.first_answer_at_ns = t_ns  # (its first event: an answer chunk)
                     break
             end = data.find(b"\n")  # an event that is one line ``data: X``: its payload is X
             payload = data[6:end]
@@ -544,7 +568,7 @@ class ResponseAccumulator:
             and chunk.error is None
             and chunk.choices is not None
             and len(chunk.choices) == 1
-            and self._absorb(chunk) == probe
+            and self._answer(chunk) == probe
         ):
             self._shape = ChunkShape(before, after)
             if self._memory is not None:
@@ -553,7 +577,7 @@ class ResponseAccumulator:
     def on_events(self, events: list[bytes], t_ns: int) -> None:
         """Interpret the SSE payloads of one read, all stamped ``t_ns``."""
         parts = self.parts
-        before = len(parts)
+        n = 0  # the non-empty chunks of this read
         chat = self.chat
         decode = _decode_chunk if chat else _decode_text_chunk
         last = events[-1]
@@ -570,25 +594,40 @@ class ResponseAccumulator:
                 except UnicodeDecodeError as exc:
                     raise _not_utf8(payload, exc) from None
                 if chunk.usage is not None or chunk.timings is not None or chunk.error is not None:
-                    text = self._absorb(chunk)
-                elif chunk.choices:  # the common chunk: one choice, content only
-                    choice = chunk.choices[0]
-                    if chat:
-                        assert type(choice) is _Choice
-                        delta = choice.delta if choice.delta is not None else choice.message
-                        text = delta.content if delta is not None else None
-                    else:
-                        text = choice.text
-                    if text and self._tries and self._shape is None and len(chunk.choices) == 1:
-                        self._learn(payload, text)
-                else:
+                    self._absorb(chunk)
+                if not chunk.choices:
                     continue
-                if text:
-                    parts.append(text)
+                choice = chunk.choices[0]
+                if chat:
+                    assert type(choice) is _Choice
+                    delta = choice.delta if choice.delta is not None else choice.message
+                    if delta is None:
+                        continue
+                    text = delta.content
+                    if not text:
+                        if delta.reasoning_content or delta.reasoning:
+                            self.reasoning_chunks += 1
+                            n += 1
+                        continue
+                    if self.reasoning_chunks and self.first_answer_at_ns is None:
+                        self.first_answer_at_ns = t_ns
+                else:
+                    text = choice.text
+                    if not text:
+                        continue
+                if (
+                    self._tries
+                    and self._shape is None
+                    and len(chunk.choices) == 1
+                    and chunk.usage is None
+                    and chunk.timings is None
+                ):
+                    self._learn(payload, text)
+                parts.append(text)
+                n += 1
         finally:  # (also when an event fails: the chunks before it keep their times)
-            added = len(parts) - before
-            if added:
-                self._stamp(added, t_ns)
+            if n:
+                self._stamp(n, t_ns)
         if ends:
             self._over(t_ns, False)
 
@@ -613,7 +652,8 @@ class ResponseAccumulator:
             chunk = self._lenient(body, exc)
         except UnicodeDecodeError as exc:
             raise _not_utf8(body, exc) from None
-        text = self._absorb(chunk)
+        self._absorb(chunk)
+        text = self._answer(chunk)
         self.done = True
         self.done_at_ns = t_ns
         self.first_chunk_at_ns = t_ns
@@ -621,7 +661,19 @@ class ResponseAccumulator:
             self.parts.append(text)
             self.chunk_times_ns.append(t_ns)
 
-    def _absorb(self, chunk: _Chunk | _TextChunk) -> str | None:
+    def _answer(self, chunk: _Chunk | _TextChunk) -> str | None:
+        """The answer's text in ``chunk``'s first choice (not a reasoning model's thinking)."""
+        if not chunk.choices:
+            return None
+        choice = chunk.choices[0]
+        if type(choice) is _TextChoice or not self.chat:
+            return choice.text
+        assert type(choice) is _Choice
+        delta = choice.delta if choice.delta is not None else choice.message
+        return delta.content if delta is not None else None
+
+    def _absorb(self, chunk: _Chunk | _TextChunk) -> None:
+        """Take ``chunk``'s usage and server timings; raise its error."""
         if chunk.error is not None:
             raise _server_error(chunk.error)
         if chunk.usage is not None:
@@ -641,18 +693,34 @@ class ResponseAccumulator:
                     self.cached_tokens = cached
             else:
                 self._usage(prompt, completion, details, cached)
+            if usage.completion_tokens_details is not None:
+                self._reasoning_tokens(usage.completion_tokens_details.reasoning_tokens)
         if chunk.timings is not None:  # (a value the link cannot carry: worker.sendable)
             self.server_timings = chunk.timings
-        if not chunk.choices:
-            return None
-        choice = chunk.choices[0]
-        if type(choice) is _TextChoice:
-            return choice.text
-        assert type(choice) is _Choice
-        if not self.chat:
-            return choice.text
-        delta = choice.delta if choice.delta is not None else choice.message
-        return delta.content if delta is not None else None
+
+    def _reasoning_tokens(self, given: Any) -> None:
+        """``usage.completion_tokens_details.reasoning_tokens``: a count no larger than the
+        completion's, else noted in ``rejected``; absent or null, nothing."""
+        if given is None:
+            return
+        completion = self.completion_tokens
+        if (
+            type(given) is int
+            and 0 <= given < MAX_COUNT
+            and (completion is None or given <= completion)
+        ):
+            self.reasoning_tokens = given
+            return
+        rejected = self.rejected
+        if rejected is None:
+            rejected = self.rejected = Rejections()
+        count = rejected.count("reasoning_tokens", given)
+        if count is not None and completion is not None and count > completion:
+            rejected.add(
+                "reasoning_tokens", str(count), f"more than completion_tokens {completion}"
+            )
+            count = None
+        self.reasoning_tokens = count
 
     def _usage(
         self, prompt: Any, completion: Any, details: _PromptDetails | None, cached: Any
@@ -694,12 +762,20 @@ class ResponseAccumulator:
                 if details is not None and details_fields is None and _given(details):
                     text = raw_text(raw_value(details))
                     rejected.add("prompt_tokens_details", text, "not an object")
+                done = fields.get("completion_tokens_details")
+                done_fields = None if done is None else _fields(done)
+                if done is not None and done_fields is None and _given(done):
+                    text = raw_text(raw_value(done))
+                    rejected.add("completion_tokens_details", text, "not an object")
                 chunk.usage = _Usage(
                     _raw_field(fields, "prompt_tokens"),
                     _raw_field(fields, "completion_tokens"),
                     None
                     if details_fields is None
                     else _PromptDetails(_raw_field(details_fields, "cached_tokens")),
+                    None
+                    if done_fields is None
+                    else _CompletionDetails(_raw_field(done_fields, "reasoning_tokens")),
                 )
         if _given(raw.timings):
             fields = _fields(raw.timings)

@@ -598,6 +598,11 @@ class Worker:
         )
         if acc.rejected is not None:
             result.server_numbers_rejected = acc.rejected.text()
+        if acc.reasoning_chunks:  # (a reasoning model's answer; any other pays one test)
+            result.reasoning_chunks = acc.reasoning_chunks
+            result.first_answer_at_ns = acc.first_answer_at_ns or 0
+        if acc.reasoning_tokens is not None:
+            result.reasoning_tokens = acc.reasoning_tokens
         return result
 
 
@@ -844,7 +849,7 @@ class _Exchange(Exchange):
             return
         if self.stream:
             acc.end(self.last_byte_at)
-            if not acc.done and not acc.parts and acc.completion_tokens is None:
+            if not acc.done and not acc.chunk_times_ns and acc.completion_tokens is None:
                 raise ResponseError("malformed_response", "stream ended without any event")
         else:
             assert self.body is not None

@@ -97,8 +97,14 @@ def _gaps(table: pa.Table) -> Floats:
 
 
 LATENCY_METRICS: tuple[Metric, ...] = (
-    Metric("ttfc", "s", "time to first content chunk: first_chunk_at − sent_at", _scalar("ttfc")),
-    Metric("tbc", "s", "every gap between consecutive content chunks", _gaps, is_list=True),
+    Metric("ttfc", "s", "time to first chunk: first_chunk_at − sent_at", _scalar("ttfc")),
+    Metric(
+        "answer_ttfc",
+        "s",
+        "a reasoning model's time to its first answer chunk, after its thinking",
+        _scalar("answer_ttfc"),
+    ),
+    Metric("tbc", "s", "every gap between consecutive chunks", _gaps, is_list=True),
     Metric("tpot", "s", "(e2e − ttfc) / (output_tokens − 1), ≥ 2 tokens", _scalar("tpot")),
     Metric("e2e", "s", "end to end latency: completed_at − sent_at", _scalar("e2e")),
     Metric("normalized_e2e", "s/token", "e2e / output_tokens", _scalar("normalized_e2e")),

@@ -48,6 +48,14 @@ HEADLINE: tuple[tuple[str, tuple[str, ...], float, str], ...] = (
     ("E2E p99", ("latency", "e2e", "p99"), 1000, "ms"),
     ("generator delay p99", ("latency", "generator_delay", "p99"), 1000, "ms"),
 )
+#: Latency metrics shown only when the run has values of them: ``answer_ttfc`` (a reasoning
+#: model's time to its answer) has none against any other model, and a row of dashes would say
+#: nothing. The headline shows its p50 and p99 after TTFC's then.
+_ONLY_WITH_DATA = ("answer_ttfc",)
+_ANSWER_HEADLINE = (
+    ("answer TTFC p50", ("latency", "answer_ttfc", "p50"), 1000, "ms"),
+    ("answer TTFC p99", ("latency", "answer_ttfc", "p99"), 1000, "ms"),
+)
 _STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
 _LATENCY_COLUMNS = ("mean", "p50", "p90", "p99", "p99_9", "max")
 _LABEL_WIDTH = 17  # the longest metric name (output_throughput); a longer label takes two lines
@@ -110,7 +118,17 @@ def _headline_table(summary: dict[str, Any]) -> Table:
         table.add_row(label, f"{_num(value)} {unit}".rstrip() if value is not None else "-")
         if label == "requests total" and (cancelled := _cancelled(summary)) is not None:
             table.add_row("cancelled", cancelled)  # (a stopped run: where the others went)
+        if label == "TTFC p99" and _has_values(summary, "answer_ttfc"):
+            for answer_label, answer_path, answer_scale, answer_unit in _ANSWER_HEADLINE:
+                value = headline_value(summary, answer_path, answer_scale)
+                shown = f"{_num(value)} {answer_unit}".rstrip() if value is not None else "-"
+                table.add_row(answer_label, shown)
     return table
+
+
+def _has_values(summary: dict[str, Any], metric: str) -> bool:
+    stats = (summary.get("latency") or {}).get(metric)
+    return isinstance(stats, dict) and bool(stats.get("count"))
 
 
 def _cancelled(summary: dict[str, Any]) -> str | None:
@@ -155,6 +173,8 @@ def _latency_table(summary: dict[str, Any]) -> Table:
     for name in _LATENCY_COLUMNS:
         table.add_column(name.replace("_", "."), justify="right", no_wrap=True)
     for name, stats in summary.get("latency", {}).items():
+        if name in _ONLY_WITH_DATA and not stats.get("count"):
+            continue
         unit, scale = _display_unit(stats["unit"], stats.get("p50"))
         cells = [_num(None if stats.get(c) is None else stats[c] * scale) for c in _LATENCY_COLUMNS]
         label = f"{name} ({unit})"

@@ -47,7 +47,7 @@ from veeksha.record.numbers import (
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
-__all__ = ["NULL", "RequestColumns", "SessionColumns", "server_timings"]
+__all__ = ["NULL", "RequestColumns", "SessionColumns", "reasoning_values", "server_timings"]
 
 NULL = -(2**63)  # null in an int64 slot
 _NAN = float("nan")
@@ -57,8 +57,10 @@ _SLICE_ROWS = 8192  # rows converted per GIL-holding slice
 
 # Row layouts. Every REQUESTS_SCHEMA column is in exactly one of them, except chunk_times, tbc and
 # chunks_coalesced (computed from chunk_times_ns), chunk_stamps_clamped (0 but in the rows
-# ``_clamped`` names) and connect_time (null but in the rows ``_connects`` names: the few that
-# opened a connection, so the common row pays one test for it); "parents" and "chunk_times_ns"
+# ``_clamped`` names), connect_time (null but in the rows ``_connects`` names: the few that
+# opened a connection, so the common row pays one test for it) and reasoning_tokens,
+# reasoning_chunks and answer_ttfc (null but in the rows ``_reasoning`` names: a reasoning
+# model's answers, or a server that counts reasoning tokens); "parents" and "chunk_times_ns"
 # hold the list lengths. add_result's tuple of ints is at 30 values, CPython's limit for a tuple
 # display built on the stack (``STACK_USE_GUIDELINE``): from 31 on it is built through a list,
 # ~0.4 us more a row.
@@ -162,6 +164,24 @@ def _sparse(values: dict[int, int | None], n: int) -> pa.Array:
     return _ints(column, pa.int32())
 
 
+def reasoning_values(res: Result) -> tuple[int | None, int | None, float | None]:
+    """A result's ``reasoning_tokens``, ``reasoning_chunks`` (null when it did not think) and
+    ``answer_ttfc`` (its first answer chunk after the thinking, from ``sent_at``; an ok answer's
+    only)."""
+    chunks = res.reasoning_chunks or None
+    answer = res.first_answer_at_ns
+    ttfc = (answer - res.sent_at_ns) / _NS if answer and res.status == "ok" else None
+    return res.reasoning_tokens, chunks, ttfc
+
+
+def _sparse_nullable(values: dict[int, int], n: int) -> pa.Array:
+    """An int32 column of ``n`` nulls but for ``values`` (row → value)."""
+    column = np.full(n, NULL, dtype=np.int64)
+    for row, value in values.items():
+        column[row] = value
+    return _ints(column, pa.int32())
+
+
 def _sparse_floats(values: dict[int, float], n: int) -> pa.Array:
     """A float64 column of ``n`` nulls but for ``values`` (row → value)."""
     column = np.full(n, _NAN)
@@ -256,6 +276,7 @@ class RequestColumns:
         "_floats",
         "_ints",
         "_parents",
+        "_reasoning",
         "_strs",
         "rows",
         "shard",
@@ -270,6 +291,8 @@ class RequestColumns:
         self._chunks: list[int] = []  # every row's chunk_times_ns, flat
         self._clamped: dict[int, int | None] = {}  # row → chunk_stamps_clamped where not 0
         self._connects: dict[int, float] = {}  # row → connect_time where not null
+        # row → (reasoning_tokens, reasoning_chunks, answer_ttfc) where one is not null
+        self._reasoning: dict[int, tuple[int | None, int | None, float | None]] = {}
         self.rows = 0
 
     def __len__(self) -> int:
@@ -315,7 +338,13 @@ class RequestColumns:
             usage = True
         else:
             out, usage, note = output_tokens(
-                out, n, requested, res.output_text, output_tokens_counted, count_tokens
+                out,
+                n,
+                requested,
+                res.output_text,
+                output_tokens_counted,
+                count_tokens,
+                res.reasoning_chunks,
             )
             if note:
                 notes = join_notes(notes, note)
@@ -389,6 +418,8 @@ class RequestColumns:
             self._clamped[self.rows] = res.chunk_stamps_clamped
         if res.connect_ns:  # (a new connection: the few requests no idle one was there for)
             self._connects[self.rows] = res.connect_ns / _NS
+        if res.reasoning_chunks or res.reasoning_tokens is not None:
+            self._reasoning[self.rows] = reasoning_values(res)
         self.rows += 1
 
     def add_cancelled(
@@ -468,6 +499,9 @@ class RequestColumns:
         connect = get("connect_time")
         if connect is not None:
             self._connects[self.rows] = connect
+        thought = (get("reasoning_tokens"), get("reasoning_chunks"), get("answer_ttfc"))
+        if thought != (None, None, None):
+            self._reasoning[self.rows] = thought
         self.rows += 1
 
     def to_table(self, t0_ns: int, pause: Callable[[], None] | None = None) -> pa.Table:
@@ -506,6 +540,17 @@ class RequestColumns:
                 columns[name] = _ints(values, REQUESTS_SCHEMA.field(name).type)
         columns["chunk_stamps_clamped"] = _sparse(self._clamped, self.rows)
         columns["connect_time"] = _sparse_floats(self._connects, self.rows)
+        tokens, chunks, answers = {}, {}, {}
+        for row, (token_count, chunk_count, answer) in self._reasoning.items():
+            if token_count is not None:
+                tokens[row] = token_count
+            if chunk_count is not None:
+                chunks[row] = chunk_count
+            if answer is not None:
+                answers[row] = answer
+        columns["reasoning_tokens"] = _sparse_nullable(tokens, self.rows)
+        columns["reasoning_chunks"] = _sparse_nullable(chunks, self.rows)
+        columns["answer_ttfc"] = _sparse_floats(answers, self.rows)
         columns["shard"] = _constant(self.shard, self.rows)
         return pa.Table.from_arrays(
             [columns[f.name] for f in REQUESTS_SCHEMA], schema=REQUESTS_SCHEMA

@@ -225,9 +225,37 @@ REQUESTS_SCHEMA = pa.schema(
             "usage.completion_tokens as the server reported it; null when absent or not a count "
             "in [0, 2^31)",
         ),
-        _col("ttfc", _F64, _S, "time to first content chunk: first_chunk_at - sent_at (ok rows)"),
-        _col("tbc", pa.list_(_F64), _S, "gaps between consecutive content chunks (ok rows)"),
+        _col(
+            "reasoning_tokens",
+            _I32,
+            _TOK,
+            "of output_tokens, a reasoning model's thinking: usage.completion_tokens_details."
+            "reasoning_tokens as the server reported it; null when absent",
+        ),
+        _col(
+            "ttfc",
+            _F64,
+            _S,
+            "time to first chunk: first_chunk_at - sent_at (ok rows); a reasoning model's first "
+            "chunk of thinking counts, as its first generated token (answer_ttfc: its answer's)",
+        ),
+        _col(
+            "answer_ttfc",
+            _F64,
+            _S,
+            "time to the first answer chunk after a reasoning model's thinking (delta.content "
+            "after delta.reasoning_content or delta.reasoning), from sent_at (ok rows); null "
+            "when the response streamed no thinking, or no answer",
+        ),
+        _col("tbc", pa.list_(_F64), _S, "gaps between consecutive chunks (ok rows)"),
         _col("tbc_mean", _F64, _S, "mean of tbc; null with fewer than two chunks"),
+        _col(
+            "reasoning_chunks",
+            _I32,
+            "",
+            "chunks of a reasoning model's thinking (delta.reasoning_content or delta.reasoning;"
+            " among chunk_times and tbc, not in the answer's text); null when none",
+        ),
         _col(
             "tpot",
             _F64,

@@ -82,12 +82,15 @@ def output_tokens(
     text: str,
     counted: int | None,
     count_tokens: Callable[[str], int | None] | None,
+    thinking: int = 0,
 ) -> tuple[int | None, bool, str]:
     """(output_tokens, whether it is the server's figure, note) of one answer.
 
     ``server``: the usage's completion_tokens (None: not reported or rejected by the worker);
-    ``counted``: veeksha's count if already known, else ``count_tokens(text)`` is called when
-    needed (without either, or if it fails, the chunk count stands for the client's figure).
+    ``counted``: veeksha's count of the answer's text if already known, else
+    ``count_tokens(text)`` is called when needed (without either, or if it fails, the chunk
+    count stands for the client's figure). ``thinking``: a reasoning model's chunks of thinking,
+    whose text is not the answer's: one token each in veeksha's count.
     """
     if server is not None and output_plausible(server, chunks, requested):
         return server, True, ""
@@ -96,6 +99,8 @@ def output_tokens(
             counted = count_tokens(text)
         except Exception:  # noqa: BLE001 - a text the tokenizer fails on costs its count only
             counted = None
+    if counted is not None:
+        counted += thinking
     if server is None:
         return counted, False, ""
     # (not max(counted, chunks): a proxy that splits tokens across chunks sends more chunks)

@@ -22,6 +22,7 @@ Metric definitions (SCENARIO_REFERENCE.md; seconds; ``sent_at`` = the worker wro
     output_throughput = output_tokens / e2e           tokens/s
     generator_delay   = sent_at - ready_at;   dispatch_lag = dispatched_at - ready_at
     connect_time      = the new connection's set-up before sent_at; null: reused, or none
+    answer_ttfc       = first answer chunk - sent_at, after a reasoning model's thinking
 
 Latency metrics (ttfc, tbc, tbc_mean, tpot, e2e, normalized_e2e, output_throughput) are defined
 for ``status == "ok"`` only; failed rows keep their raw timestamps. A non-streaming answer has
@@ -47,6 +48,7 @@ from veeksha.record.columnar import (
     MAX_ERROR_MESSAGE_CHARS,
     RequestColumns,
     SessionColumns,
+    reasoning_values,
     requests_from_rows,
     sessions_from_rows,
 )
@@ -195,6 +197,7 @@ def request_row(
         res.output_text,
         rec.output_tokens_counted,
         count_tokens,
+        res.reasoning_chunks,
     )
     row["server_output_tokens"] = server_out
     notes = join_notes(res.server_numbers_rejected, note)
@@ -221,6 +224,7 @@ def request_row(
     row["retries"] = res.retries
     row["chunk_stamps_clamped"] = res.chunk_stamps_clamped
     row["connect_time"] = res.connect_ns / _NS if res.connect_ns else None
+    row["reasoning_tokens"], row["reasoning_chunks"], row["answer_ttfc"] = reasoning_values(res)
     if res.server_timings:
         note = _add_server_timings(row, res.server_timings, (completed - sent) / _NS)
         notes = join_notes(notes, note)

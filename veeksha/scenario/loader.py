@@ -703,12 +703,29 @@ def dump_resolved_yaml(scenario: Scenario) -> str:
     return stream.getvalue()
 
 
+def _drop_no_reasoning(simulator: Any) -> None:
+    """The simulator's reasoning keys out of a hashed dict where they change nothing (no
+    thinking), so that a scenario hashes as it did before they existed."""
+    if not isinstance(simulator, dict):
+        return
+    models = [m for m in (simulator.get("models") or {}).values() if isinstance(m, dict)]
+    for model in models:
+        if model.get("reasoning_tokens") is None:
+            model.pop("reasoning_tokens", None)
+    if simulator.get("reasoning_tokens") or any(m.get("reasoning_tokens") for m in models):
+        return
+    simulator.pop("reasoning_tokens", None)
+    if simulator.get("reasoning_field") == "reasoning_content":
+        simulator.pop("reasoning_field")
+
+
 def scenario_hash(scenario: Scenario) -> str:
     """A short, stable hex digest of the resolved scenario, without secrets or ``output_dir``
     (where results go does not change what is measured)."""
     data = resolved_dict(scenario)
     if not data.get("phases"):  # (a run without phases keeps the hash it always had)
         data.pop("phases", None)
+    _drop_no_reasoning(data.get("simulator"))  # (likewise a simulator that does not think)
     for path in _HASH_EXCLUDED:
         holder: Any = data
         for part in path[:-1]:

@@ -133,6 +133,7 @@ class SimulatorModel(NumbersModel):
     max_model_len: int | None = Field(None, ge=2, description="As simulator's.")
     default_max_tokens: int | None = Field(None, ge=1, description="As simulator's.")
     tokens_per_chunk: int | None = Field(None, ge=1, description="As simulator's.")
+    reasoning_tokens: int | None = Field(None, ge=0, description="As simulator's.")
     faults: FaultConfig | None = Field(None, description="This model's faults (whole section).")
 
 
@@ -208,6 +209,23 @@ class SimulatorConfig(NumbersModel):
         256, ge=1, description="Output limit of requests that send no max_tokens."
     )
     tokens_per_chunk: int = Field(1, ge=1, description="Tokens per streamed SSE chunk.")
+    reasoning_tokens: int = Field(
+        0,
+        ge=0,
+        description=(
+            "A reasoning model: the first N tokens of each chat answer are its thinking,"
+            " streamed in delta.<reasoning_field> (message.<reasoning_field> unstreamed) and"
+            " counted in usage.completion_tokens_details.reasoning_tokens; an answer of N tokens"
+            " or fewer is all thinking. 0: none."
+        ),
+    )
+    reasoning_field: Literal["reasoning_content", "reasoning"] = Field(
+        "reasoning_content",
+        description=(
+            "The key of the thinking: reasoning_content (vLLM's and SGLang's reasoning parsers,"
+            " DeepSeek, llama.cpp) or reasoning (newer vLLM)."
+        ),
+    )
     role_chunk: bool = Field(
         False,
         description=(

@@ -62,6 +62,7 @@ class Generation:
         "sent",
         "seq",
         "server",
+        "thinking",
         "timer",
         "tpl",
     )
@@ -91,6 +92,8 @@ class Generation:
         self.first_ns = 0
         self.last_ns = 0
         self.chunk_ns: list[int] | None = [] if server.config.record_chunk_times else None
+        # a reasoning model's tokens of thinking before its answer (chat only)
+        self.thinking = server.config.reasoning_tokens if req.kind == "chat" else 0
         self.timer: NsTimer | None = None
         self._cork: list[bytes] | None = None
         self._hold: list[tuple[bytes | None, int]] | None = None
@@ -159,11 +162,18 @@ class Generation:
         if count - sent < k and not last:
             return
         words = self.server.text.slice(self.offset, sent, count)
-        if self.invalid and sent == 0 and words:
-            words[0] = INVALID_WORD
+        thinking = self.thinking
+        if sent <= thinking < count:  # the answer's first word: unspaced, as the body's text
+            at = thinking - sent
+            if self.invalid:
+                words[at] = INVALID_WORD
+            elif thinking:
+                words[at] = words[at].lstrip(b" ")
         prefix, suffix = self.tpl.prefix, self.tpl.suffix
         stop = len(words) if last else len(words) - len(words) % k
-        if k == 1:
+        if thinking > sent:
+            events = self._thinking_events(words, thinking - sent, stop)
+        elif k == 1:
             events = [prefix + word + suffix for word in words]
         else:
             events = [prefix + b"".join(words[i : i + k]) + suffix for i in range(0, stop, k)]
@@ -206,6 +216,19 @@ class Generation:
             self._emit(None, 0)
 
     # ------------------------------------------------------------------ output path
+    def _thinking_events(self, words: list[bytes], split: int, stop: int) -> list[bytes]:
+        """The events of ``words[:stop]`` when the first ``split`` of them are thinking: each
+        part in chunks of ``tokens_per_chunk`` of its own."""
+        k = self.server.config.tokens_per_chunk
+        tpl = self.tpl
+        split = min(split, stop)
+        events = []
+        for lo, hi, head in ((0, split, tpl.thinking), (split, stop, tpl.prefix)):
+            events += [
+                head + b"".join(words[i : min(i + k, hi)]) + tpl.suffix for i in range(lo, hi, k)
+            ]
+        return events
+
     def _content(self, data: bytes) -> None:
         if (
             self.fault in _MID_STREAM
@@ -324,16 +347,20 @@ class Generation:
         req = self.req
         server = self.server
         finish = "length" if seq.generated >= req.max_tokens else "stop"
-        use = usage(seq.prompt_tokens, seq.generated, seq.cached_tokens)
+        thinking = min(self.thinking, seq.generated)
+        use = usage(
+            seq.prompt_tokens, seq.generated, seq.cached_tokens, thinking if self.thinking else -1
+        )
         timings = self.timings()
         if not req.stream:
             if self.fault is Fault.MALFORMED_SSE:
                 body = b'{"id": "malformed", "choices": ['
             else:
-                text = server.text.text(self.offset, seq.generated)
+                text = server.text.text_range(self.offset, thinking, seq.generated)
                 if self.invalid and text:
                     text = " ".join([INVALID_WORD.decode(), *text.split(" ")[1:]])
-                body = self.tpl.body(text, finish, use, timings)
+                thought = server.text.text(self.offset, thinking) if self.thinking else None
+                body = self.tpl.body(text, finish, use, timings, thought)
             head = response_head(
                 200, b"application/json", length=len(body), keep_alive=self.conn.keep_alive
             )

@@ -296,7 +296,9 @@ class SimServer:
         self._counter += 1
         prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
         rid = f"{prefix}{self._rid_prefix}{self._counter}"
-        tpl = Templates(kind, rid, int(time.time()), self._model_json, config.model)
+        tpl = Templates(
+            kind, rid, int(time.time()), self._model_json, config.model, config.reasoning_field
+        )
         Generation(self, conn, req, request.arrival_ns, fault, tpl).start()
 
     def _http_fault(self, conn: HttpConnection, fault: Fault) -> None:

@@ -70,6 +70,7 @@ class ModelSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     default_max_tokens: int | None
     tokens_per_chunk: int | None
     faults: FaultSettings | None
+    reasoning_tokens: int | None = None
 
 
 class SimSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -101,6 +102,8 @@ class SimSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     models: dict[str, ModelSettings]
     required_headers: dict[str, str] = {}
     count_header: str | None = None
+    reasoning_tokens: int = 0
+    reasoning_field: Literal["reasoning_content", "reasoning"] = "reasoning_content"
 
     @classmethod
     def from_json(cls, text: str | bytes) -> SimSettings:

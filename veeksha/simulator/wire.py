@@ -366,17 +366,41 @@ class OutputText:
         """The answer's text: ``n`` words joined by single spaces."""
         return " ".join(self._words(offset, n))
 
+    def text_range(self, offset: int, start: int, stop: int) -> str:
+        """Words ``start..stop`` of the answer at ``offset``, joined by single spaces."""
+        strs, size = self.strs, self.SIZE
+        return " ".join(strs[(offset + i) % size] for i in range(start, stop))
+
 
 class Templates:
     """Pre-encoded pieces of one request's SSE chunks and its JSON body."""
 
-    __slots__ = ("created", "head", "kind", "model", "prefix", "rid", "suffix")
+    __slots__ = (
+        "created",
+        "head",
+        "kind",
+        "model",
+        "prefix",
+        "reasoning",
+        "rid",
+        "suffix",
+        "thinking",
+    )
 
-    def __init__(self, kind: Kind, rid: str, created: int, model_json: bytes, model: str) -> None:
+    def __init__(
+        self,
+        kind: Kind,
+        rid: str,
+        created: int,
+        model_json: bytes,
+        model: str,
+        reasoning: str = "reasoning_content",
+    ) -> None:
         self.kind = kind
         self.rid = rid
         self.created = created
         self.model = model
+        self.reasoning = reasoning
         obj = b"chat.completion.chunk" if kind == "chat" else b"text_completion"
         self.head = b'data: {"id":"%b","object":"%b","created":%d,"model":%b,' % (
             rid.encode(),
@@ -386,9 +410,14 @@ class Templates:
         )
         if kind == "chat":
             self.prefix = self.head + b'"choices":[{"index":0,"delta":{"content":"'
+            # (a reasoning model's chunk of thinking: simulator.reasoning_tokens)
+            self.thinking = (
+                self.head + b'"choices":[{"index":0,"delta":{"%b":"' % reasoning.encode()
+            )
             self.suffix = b'"},"logprobs":null,"finish_reason":null}]}\n\n'
         else:
             self.prefix = self.head + b'"choices":[{"index":0,"text":"'
+            self.thinking = self.prefix  # (completions: no thinking apart)
             self.suffix = b'","logprobs":null,"finish_reason":null}]}\n\n'
 
     def role_chunk(self) -> bytes:
@@ -412,13 +441,21 @@ class Templates:
         return self.head + b'"choices":[],"usage":%b,"timings":%b}\n\n' % (usage, timings)
 
     def body(
-        self, text: str, finish_reason: str, usage: dict[str, Any], timings: dict[str, Any]
+        self,
+        text: str,
+        finish_reason: str,
+        usage: dict[str, Any],
+        timings: dict[str, Any],
+        thinking: str | None = None,
     ) -> bytes:
-        """The non-streaming JSON response."""
+        """The non-streaming JSON response (``thinking``: a reasoning model's, chat only)."""
         if self.kind == "chat":
+            message: dict[str, str | None] = {"role": "assistant", "content": text}
+            if thinking is not None:
+                message = {"role": "assistant", self.reasoning: thinking, "content": text or None}
             choice: dict[str, Any] = {
                 "index": 0,
-                "message": {"role": "assistant", "content": text},
+                "message": message,
                 "logprobs": None,
                 "finish_reason": finish_reason,
             }
@@ -439,11 +476,16 @@ class Templates:
         )
 
 
-def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
-    """The OpenAI ``usage`` object."""
-    return {
+def usage(
+    prompt_tokens: int, completion_tokens: int, cached_tokens: int, reasoning_tokens: int = -1
+) -> dict[str, Any]:
+    """The OpenAI ``usage`` object (``reasoning_tokens`` given when ≥ 0: a reasoning model)."""
+    out: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
+    if reasoning_tokens >= 0:
+        out["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return out

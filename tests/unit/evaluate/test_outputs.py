@@ -81,6 +81,9 @@ def test_evaluate_run_writes_every_file(tmp_path: Path) -> None:
     for metric in LATENCY_METRICS:
         with (tmp_path / "metrics" / f"{metric.name}.csv").open() as handle:
             table = list(csv.DictReader(handle))
+        if metric.name == "answer_ttfc":  # (no reasoning model here: the header alone)
+            assert table == []
+            continue
         assert table[0].keys() == {"percentile", "value", "unit"}
         assert table[0]["unit"] == metric.unit
         assert [r["percentile"] for r in table][-2:] == ["99.9", "100"]

@@ -160,6 +160,13 @@ def examples() -> list[RequestRecord]:
         make_record(None, dispatched_at_ns=None, not_before_ns=ns(0.5)),
         # its worker opened a connection for it (31.25 ms) before writing it
         make_record(make_result(connect_ns=31_250_000)),
+        # a reasoning model: two chunks of thinking, then the answer at 1.5 s
+        make_record(
+            make_result(reasoning_chunks=2, first_answer_at_ns=ns(1.5), reasoning_tokens=2)
+        ),
+        make_record(make_result(reasoning_tokens=0)),  # (a server that says so of every answer)
+        # thinking without usage: the answer's text counted, one token a chunk of thinking
+        make_record(make_result(tokens=None, reasoning_chunks=4, output_text="a b")),
     ]
 
 
@@ -339,3 +346,39 @@ def test_a_one_chunk_answer_has_no_tpot_in_the_run_s_recorder() -> None:
     assert got[0]["ttfc"] == pytest.approx(got[0]["e2e"])
     assert got[0]["tpot"] is None  # no time between its tokens was seen: not 0
     assert got[1]["tpot"] == pytest.approx(0.15)
+
+
+def test_reasoning_columns_are_null_for_a_model_that_does_not_think() -> None:
+    """A reasoning model's answer has its thinking's chunks and tokens and the time to its
+    answer (from sent_at, ok rows only); any other row has nulls there, not zeros."""
+    cases = [
+        (
+            make_result(reasoning_chunks=2, first_answer_at_ns=ns(1.25), reasoning_tokens=2),
+            (2, 2, 0.25),
+        ),
+        (make_result(reasoning_chunks=3, first_answer_at_ns=0), (None, 3, None)),  # no answer
+        (
+            make_result(
+                reasoning_chunks=1, first_answer_at_ns=ns(1.3), status="error", error_kind="x"
+            ),
+            (None, 1, None),
+        ),
+        (make_result(reasoning_tokens=0), (0, None, None)),
+        (make_result(), (None, None, None)),
+        (None, (None, None, None)),
+    ]
+    records = [make_record(res, request_id=i) for i, (res, _) in enumerate(cases)]
+    rows = [request_row(rec, T0) for rec in records]
+    batch = RequestColumns()
+    for rec in records:
+        add_record(batch, rec)
+    for table in (requests_from_rows(rows, T0), batch.to_table(T0)):
+        got = zip(
+            table.column("reasoning_tokens").to_pylist(),
+            table.column("reasoning_chunks").to_pylist(),
+            table.column("answer_ttfc").to_pylist(),
+            strict=True,
+        )
+        for (tokens, chunks, answer), (_, want) in zip(got, cases, strict=True):
+            assert (tokens, chunks) == want[:2]
+            assert answer == (None if want[2] is None else pytest.approx(want[2]))

@@ -39,6 +39,12 @@ def test_output_plausible(server: int, chunks: int, requested: int, plausible: b
     assert output_plausible(server, chunks, requested) is plausible
 
 
+def test_chunks_of_thinking_count_a_token_each_beside_the_answers_text() -> None:
+    assert output_tokens(None, 6, 6, "a b", None, words, thinking=4) == (6, False, "")
+    assert output_tokens(None, 6, 6, "a b", 3, None, thinking=4) == (7, False, "")
+    assert output_tokens(None, 6, 6, "a b", None, None, thinking=4) == (None, False, "")
+
+
 def test_the_servers_plausible_figure_is_taken_without_counting() -> None:
     def count(text: str) -> int:
         raise AssertionError("counted")

@@ -1,0 +1,87 @@
+"""``simulator.reasoning_tokens``: the simulator answers as a reasoning model served by vLLM or
+SGLang with a reasoning parser does, its thinking first, in its own key, then the answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.integration.simulator.helpers import chat, request
+from veeksha.generate.tokenizer import BuiltinTokenizer
+
+TOK = BuiltinTokenizer()
+
+
+def split_stream(chunks: list[dict[str, Any]], key: str) -> tuple[list[str], list[str]]:
+    """The texts of the thinking chunks and of the answer chunks, in order (and no chunk that
+    carries both)."""
+    thoughts, answers = [], []
+    for c in chunks:
+        if not c["choices"]:
+            continue
+        delta = c["choices"][0]["delta"]
+        assert not (delta.get(key) and delta.get("content"))
+        if delta.get(key):
+            assert not answers, "thinking after the answer began"
+            thoughts.append(delta[key])
+        elif delta.get("content"):
+            answers.append(delta["content"])
+    return thoughts, answers
+
+
+@pytest.mark.parametrize(
+    ("key", "per_chunk", "sizes"),
+    [("reasoning_content", 1, [1] * 5 + [1] * 7), ("reasoning", 2, [2, 2, 1, 2, 2, 2, 1])],
+)
+def test_a_streamed_answer_thinks_first_in_its_own_key(
+    start_simulator: Any, key: str, per_chunk: int, sizes: list[int]
+) -> None:
+    sim = start_simulator(reasoning_tokens=5, reasoning_field=key, tokens_per_chunk=per_chunk)
+    reply = request(f"{sim.base_url}/chat/completions", chat(max_tokens=12, ignore_eos=True))
+    chunks = reply.chunks()
+    thoughts, answers = split_stream(chunks, key)
+    # the thinking's chunks and the answer's are cut apart at the fifth token
+    assert [TOK.count(t) for t in thoughts + answers] == sizes
+    assert TOK.count("".join(thoughts)) == 5
+    assert TOK.count("".join(answers)) == 7
+    assert not answers[0].startswith(" ")  # (the answer's first word, as a body's text)
+    assert chunks[-1]["usage"]["completion_tokens"] == 12
+    assert chunks[-1]["usage"]["completion_tokens_details"] == {"reasoning_tokens": 5}
+
+
+def test_an_answer_no_longer_than_the_thinking_is_all_thinking(start_simulator: Any) -> None:
+    sim = start_simulator(reasoning_tokens=20)
+    chunks = request(
+        f"{sim.base_url}/chat/completions", chat(max_tokens=6, ignore_eos=True)
+    ).chunks()
+    thoughts, answers = split_stream(chunks, "reasoning_content")
+    assert (len(thoughts), answers) == (6, [])
+    assert chunks[-1]["usage"]["completion_tokens_details"] == {"reasoning_tokens": 6}
+
+
+def test_a_non_streamed_answer_has_its_thinking_in_the_message(start_simulator: Any) -> None:
+    sim = start_simulator(reasoning_tokens=3, reasoning_field="reasoning")
+    body = request(
+        f"{sim.base_url}/chat/completions", chat(max_tokens=9, stream=False, ignore_eos=True)
+    ).json()
+    message = body["choices"][0]["message"]
+    assert TOK.count(message["reasoning"]) == 3
+    assert TOK.count(message["content"]) == 6
+    assert body["usage"]["completion_tokens_details"] == {"reasoning_tokens": 3}
+
+
+def test_completions_and_a_model_that_does_not_think_are_as_before(start_simulator: Any) -> None:
+    sim = start_simulator(reasoning_tokens=4, models={"plain": {"reasoning_tokens": 0}})
+    completion = request(
+        f"{sim.base_url}/completions",
+        {"model": "veeksha-sim", "prompt": "ba", "max_tokens": 6, "ignore_eos": True},
+    ).json()
+    assert TOK.count(completion["choices"][0]["text"]) == 6
+    assert "completion_tokens_details" not in completion["usage"]
+    plain = request(
+        f"{sim.base_url}/chat/completions", chat(max_tokens=6, ignore_eos=True, model="plain")
+    ).chunks()
+    thoughts, answers = split_stream(plain, "reasoning_content")
+    assert (thoughts, TOK.count("".join(answers))) == ([], 6)
+    assert "completion_tokens_details" not in plain[-1]["usage"]
