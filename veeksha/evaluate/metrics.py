@@ -147,6 +147,8 @@ def metric_sample(
     else streamed (the same aggregates either way, see ``veeksha.evaluate.sample``)."""
     source = ColumnSource.of(requests)
     name = metric.name
+    if name not in source.schema.names:  # (a run recorded before the column existed)
+        return ArraySample(np.empty(0))
     max_held = MAX_HELD_VALUES if max_held is None else max_held
 
     def chunks() -> Iterator[Floats]:

@@ -162,12 +162,23 @@ def never_produced(
     return counted
 
 
+def never_answered(requests: pa.Table | ColumnSource) -> NDArray[np.bool_]:
+    """Per row: an ok request whose reasoning model thought and never answered (its output
+    ran out while thinking): no ``answer_ttfc``, counted above every bound of an SLO on it."""
+    if "reasoning_chunks" not in requests.schema.names:  # (recorded before the column existed)
+        return np.zeros(requests.num_rows, dtype=bool)
+    thought = int_column(requests, "reasoning_chunks") > 0
+    return thought & np.isnan(column(requests, "answer_ttfc")) & status_is(requests, "ok")
+
+
 def finished_values(
     requests: pa.Table | ColumnSource, metric: str, unfinished: NDArray[np.bool_]
 ) -> Floats:
     """The values of a per-request ``metric`` (not ``tbc``) an SLO judges besides the unfinished
     requests: the ok requests' column, and for ``ttfc`` also ``first_chunk_at − sent_at`` of the
     unfinished requests that got a first chunk."""
+    if metric not in requests.schema.names:  # (a run recorded before the column existed)
+        return np.empty(0)
     values = column(requests, metric)
     if metric == "ttfc" and unfinished.any():
         first = column(requests, "first_chunk_at")
@@ -212,8 +223,12 @@ def judge_slos(
         found = digests[slo.metric]
         observed = found.quantiles[slo.percentile] if found.count else None
         finished, missing = found.count, 0
-        if unfinished.any():
+        unanswered = 0
+        if slo.metric == "answer_ttfc":  # (an ok answer that thought and never answered)
+            unanswered = int(never_answered(requests).sum())
+        if unfinished.any() or unanswered:
             missing = int(never_produced(requests, slo.metric, unfinished, slo.value).sum())
+            missing += unanswered
             if slo.metric == "tbc":  # (the gaps' sample may be streamed: read it again)
                 sample = _tbc_sample(requests)
             else:
@@ -262,9 +277,11 @@ def request_meets(requests: pa.Table | ColumnSource, slos: list[SLO]) -> NDArray
     for slo in slos:
         if slo.metric == "tbc":
             meets &= _tbc_meets(requests, slo)
-        else:
+        elif slo.metric in requests.schema.names:
             values = column(requests, slo.metric)
             meets &= np.isnan(values) | (values <= slo.value)
+            if slo.metric == "answer_ttfc":
+                meets &= ~never_answered(requests)
     return meets
 
 

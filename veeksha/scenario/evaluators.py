@@ -13,8 +13,10 @@ class SLO(StrictModel):
     """A service-level objective: the metric's percentile must be at most value (seconds)."""
 
     name: str = Field(..., description="Label shown in reports.")
-    metric: Literal["ttfc", "tbc", "tpot", "e2e", "normalized_e2e"] = Field(
-        ..., description="Latency metric the objective is about."
+    metric: Literal["ttfc", "answer_ttfc", "tbc", "tpot", "e2e", "normalized_e2e"] = Field(
+        ...,
+        description="Latency metric the objective is about (answer_ttfc: a reasoning model's"
+        " time to its answer, docs/metrics.md).",
     )
     percentile: float = Field(..., ge=0, le=1, description="Quantile in [0, 1], e.g. 0.99.")
     value: float = Field(..., gt=0, description="Threshold in seconds.")

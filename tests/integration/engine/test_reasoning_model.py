@@ -38,6 +38,9 @@ session_generator:
 client: {{type: openai_chat_completions}}
 simulator: {{reasoning_tokens: {THINKING}, reasoning_field: reasoning, ttft_ms: 5, itl_ms: 2}}
 runtime: {{max_sessions: 6, benchmark_timeout: 60, num_workers: 1}}
+evaluators:
+  - type: performance
+    slos: [{{name: answer shown, metric: answer_ttfc, percentile: 0.99, value: 30}}]
 """
 
 
@@ -72,5 +75,8 @@ def test_a_reasoning_models_thinking_is_timed_as_chunks_and_not_sent_back(tmp_pa
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["latency"]["answer_ttfc"]["count"] == 18
     assert summary["latency"]["ttfc"]["p50"] < summary["latency"]["answer_ttfc"]["p50"]
+    (slo,) = json.loads((run_dir / "slo.json").read_text())["slos"]
+    assert (slo["metric"], slo["met"], slo["samples"]) == ("answer_ttfc", True, 18)
+    assert slo["observed"] == pytest.approx(summary["latency"]["answer_ttfc"]["p99"])
     assert "answer TTFC p50" in result.output
     assert "answer_ttfc" in result.output

@@ -220,3 +220,35 @@ def test_goodput_counts_requests_and_sessions_meeting_every_slo() -> None:
     assert out["sessions_per_s"] == pytest.approx(1.0)
     assert out["request_fraction"] == pytest.approx(3 / 5)
     assert goodput(requests_table([]), sessions_table([]), [], None)["requests_per_s"] is None
+
+
+def _thinking(session_id: int, answer: float | None, status: str = "ok") -> dict[str, object]:
+    """A reasoning model's request: its first chunk (thinking) at 0.1 s, its answer's at
+    ``answer`` (None: it ran out of tokens while thinking)."""
+    row = request(session_id, sent=0.0, chunks=(0.1, 0.2, 0.9), status=status)
+    return row | {"reasoning_chunks": 2, "answer_ttfc": answer}
+
+
+def test_an_answer_ttfc_slo_counts_the_answers_that_never_came_above_its_bound() -> None:
+    slo = _slo("answer_ttfc", 0.5, 1.0)
+    answered = [_thinking(i, 0.2 + 0.1 * i) for i in range(3)]  # 0.2, 0.3, 0.4 s
+    (result,) = _judge(answered, [slo])
+    assert (result.met, result.observed, result.unfinished) == (True, pytest.approx(0.3), 0)
+    # two that thought until their output ran out, and one that failed: above every bound
+    worse = [*answered, _thinking(3, None), _thinking(4, None), _thinking(5, None, "error")]
+    (result,) = _judge(worse, [slo])
+    assert (result.met, result.samples, result.unfinished) == (False, 6, 3)
+    assert result.beyond_finished  # (the p50 falls among the 3 that never answered)
+    table = requests_table(worse)
+    assert request_meets(table, [slo]).tolist() == [True] * 3 + [False] * 3
+    # against a model that does not think: no data, not met (as any SLO without data)
+    (result,) = _judge(ROWS[:3], [slo])
+    assert (result.met, result.observed, result.samples) == (False, None, 0)
+
+
+def test_a_run_recorded_before_answer_ttfc_existed_is_judged_without_it() -> None:
+    table = requests_table(ROWS).drop_columns(["answer_ttfc", "reasoning_chunks"])
+    slos = [_slo("answer_ttfc", 0.5, 1.0), _slo("ttfc", 0.5, 0.25)]
+    results = judge_slos(slos, metric_digests(table, slos), table)
+    assert [(r.met, r.samples) for r in results] == [(False, 1), (True, 4)]  # (1: the error)
+    assert request_meets(table, slos[:1]).tolist() == [True, True, True, False]

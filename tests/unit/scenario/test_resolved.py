@@ -63,6 +63,24 @@ def test_hash_is_short_stable_and_ignores_secrets_and_output_dir() -> None:
     assert scenario_hash(load("seed: 42")) == scenario_hash(load("runtime: {max_sessions: 25}"))
 
 
+def test_a_simulator_that_does_not_think_hashes_as_before_its_reasoning_keys() -> None:
+    # the hash of the default scenario from before simulator.reasoning_tokens existed
+    assert scenario_hash(load("seed: 42")) == "41a55509ee"
+    plain = scenario_hash(load("seed: 42"))
+    assert scenario_hash(load("simulator: {reasoning_tokens: 0}")) == plain
+    thinking = scenario_hash(load("simulator: {reasoning_tokens: 3}"))
+    assert thinking != plain
+    assert scenario_hash(
+        load("simulator: {reasoning_tokens: 3, reasoning_field: reasoning}")
+    ) not in (
+        plain,
+        thinking,
+    )
+    # one served model thinks: the key of its thinking counts, the simulator's own 0 too
+    model = "simulator: {models: {m2: {reasoning_tokens: 2}}, reasoning_field: %s}"
+    assert len({scenario_hash(load(model % f)) for f in ("reasoning", "reasoning_content")}) == 2
+
+
 def test_run_folder_name_and_no_overwrite(tmp_path: Path) -> None:
     scenario = load(WITH_KEY)
     now = dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
