@@ -36,7 +36,16 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from veeksha.evaluate.health import lost_shards_note, partial_note
-from veeksha.evaluate.report import _STYLE, HEADLINE, _met, _num, headline_value, stream_note
+from veeksha.evaluate.report import (
+    _STYLE,
+    ANSWER_HEADLINE,
+    HEADLINE,
+    _met,
+    _num,
+    has_values,
+    headline_value,
+    stream_note,
+)
 
 __all__ = [
     "ComparedRun",
@@ -256,7 +265,11 @@ def _headline(runs: Sequence[ComparedRun], headers: Sequence[str]) -> Table:
     table = _table(headers)
     summaries = [run.summary for run in runs]
     base_slos = set(slo_results(summaries[0]))
-    for label, path, scale, unit in HEADLINE:
+    rows = list(HEADLINE)
+    if any(has_values(s, "answer_ttfc") for s in summaries):  # (a reasoning model's answer)
+        at = next(i for i, row in enumerate(rows) if row[0] == "TTFC p99") + 1
+        rows[at:at] = ANSWER_HEADLINE
+    for label, path, scale, unit in rows:
         values = [headline_value(s, path, scale) for s in summaries]
         cells = [_cell(values[0], unit)]
         for summary, value in zip(summaries[1:], values[1:], strict=True):

@@ -20,10 +20,12 @@ from veeksha.evaluate.health import lost_shards_note, partial_note
 from veeksha.plural import counted
 
 __all__ = [
+    "ANSWER_HEADLINE",
     "HEADLINE",
     "PHASE_COLUMNS",
     "RAMP_COLUMNS",
     "carried_note",
+    "has_values",
     "headline_value",
     "render_summary",
 ]
@@ -52,7 +54,7 @@ HEADLINE: tuple[tuple[str, tuple[str, ...], float, str], ...] = (
 #: model's time to its answer) has none against any other model, and a row of dashes would say
 #: nothing. The headline shows its p50 and p99 after TTFC's then.
 _ONLY_WITH_DATA = ("answer_ttfc",)
-_ANSWER_HEADLINE = (
+ANSWER_HEADLINE = (
     ("answer TTFC p50", ("latency", "answer_ttfc", "p50"), 1000, "ms"),
     ("answer TTFC p99", ("latency", "answer_ttfc", "p99"), 1000, "ms"),
 )
@@ -118,15 +120,16 @@ def _headline_table(summary: dict[str, Any]) -> Table:
         table.add_row(label, f"{_num(value)} {unit}".rstrip() if value is not None else "-")
         if label == "requests total" and (cancelled := _cancelled(summary)) is not None:
             table.add_row("cancelled", cancelled)  # (a stopped run: where the others went)
-        if label == "TTFC p99" and _has_values(summary, "answer_ttfc"):
-            for answer_label, answer_path, answer_scale, answer_unit in _ANSWER_HEADLINE:
+        if label == "TTFC p99" and has_values(summary, "answer_ttfc"):
+            for answer_label, answer_path, answer_scale, answer_unit in ANSWER_HEADLINE:
                 value = headline_value(summary, answer_path, answer_scale)
                 shown = f"{_num(value)} {answer_unit}".rstrip() if value is not None else "-"
                 table.add_row(answer_label, shown)
     return table
 
 
-def _has_values(summary: dict[str, Any], metric: str) -> bool:
+def has_values(summary: dict[str, Any], metric: str) -> bool:
+    """Whether ``summary`` has values of the latency ``metric``."""
     stats = (summary.get("latency") or {}).get(metric)
     return isinstance(stats, dict) and bool(stats.get("count"))
 

@@ -274,3 +274,21 @@ def test_compare_says_which_runs_ramped_and_where_their_latency_per_rate_is() ->
     plain = _render([ComparedRun("constant", flat), ComparedRun("again", flat)])
     assert "ramp (rates" not in plain
     assert "whole ramp" not in plain
+
+
+def test_a_reasoning_models_answer_ttfc_is_compared_only_where_a_run_has_it() -> None:
+    answer = {"count": 30, "p50": 0.5, "p99": 0.8}
+    thinking = _summary(0.04)
+    thinking["latency"]["answer_ttfc"] = answer
+    faster = _summary(0.04)
+    faster["latency"]["answer_ttfc"] = answer | {"p50": 0.25}
+    text = _render([ComparedRun("base", thinking), ComparedRun("other", faster)])
+    _fits(text)
+    lines = text.splitlines()
+    names = [line.split("  ")[0].strip("│ ") for line in lines]
+    at = names.index("TTFC p99")
+    assert names[at + 1 : at + 3] == ["answer TTFC p50", "answer TTFC p99"]
+    assert "500 ms" in lines[at + 1]
+    assert "250 ms (-50.0%)" in lines[at + 1]
+    plain = _render([ComparedRun("base", _summary(0.04)), ComparedRun("other", _summary(0.05))])
+    assert "answer TTFC" not in plain

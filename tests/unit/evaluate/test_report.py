@@ -421,3 +421,20 @@ def test_an_slo_without_data_is_shown_as_no_data_and_why() -> None:
     assert "no data: none of the 5 measured requests has a value of its metric" in joined
     assert next(line for line in text.splitlines() if line.startswith("│ e2e ")).count("unmet")
     assert "SLOs unmet" in joined
+
+
+def test_answer_ttfc_shows_only_for_a_run_that_has_it() -> None:
+    summary = _summary()
+    latency = summary["latency"]
+    assert isinstance(latency, dict)
+    latency["answer_ttfc"] = _stats("s", 0, (None, None, None, None, None, None))  # type: ignore[arg-type]
+    text = _render(lambda console: render_summary(console, summary))
+    assert "answer" not in text
+    latency["answer_ttfc"] = _stats("s", 30, (0.51, 0.5, 0.6, 0.7, 0.71, 0.72))
+    text = _render(lambda console: render_summary(console, summary))
+    assert "…" not in text
+    lines = text.splitlines()
+    row = next(line for line in lines if line.lstrip().startswith("answer_ttfc (ms)"))
+    assert row.split()[2:5] == ["30", "510", "500"]
+    assert any("answer TTFC p50" in line and "500 ms" in line for line in lines)
+    assert any("answer TTFC p99" in line and "700 ms" in line for line in lines)
