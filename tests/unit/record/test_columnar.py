@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.record.builders import T0, make_node, make_record, make_result, ns
+from veeksha.dispatch.messages import Result
 from veeksha.record.columnar import (
     RequestColumns,
     SessionColumns,
@@ -302,6 +303,17 @@ def _columns_of(rows: list[dict[str, Any]]) -> RequestColumns:
     return batch
 
 
+def _both_paths(results: list[Result | None]) -> tuple[pa.Table, pa.Table]:
+    """The requests table of one record per result (request ids 0, 1, ...) from
+    ``request_row`` dicts and from the column batches."""
+    records = [make_record(res, request_id=i) for i, res in enumerate(results)]
+    batch = RequestColumns()
+    for rec in records:
+        add_record(batch, rec)
+    rows = [request_row(rec, T0) for rec in records]
+    return requests_from_rows(rows, T0), batch.to_table(T0)
+
+
 def test_chunk_stamps_clamped_is_the_workers_count_null_when_never_sent() -> None:
     """A substituted (clamped) read time is counted in the row of its request."""
     cases = [
@@ -309,12 +321,7 @@ def test_chunk_stamps_clamped_is_the_workers_count_null_when_never_sent() -> Non
         (make_result(request_id=1), 0),
         (None, None),
     ]
-    records = [make_record(res, request_id=i) for i, (res, _) in enumerate(cases)]
-    rows = [request_row(rec, T0) for rec in records]
-    batch = RequestColumns()
-    for rec in records:
-        add_record(batch, rec)
-    for table in (requests_from_rows(rows, T0), batch.to_table(T0)):
+    for table in _both_paths([res for res, _ in cases]):
         assert table.column("chunk_stamps_clamped").to_pylist() == [want for _, want in cases]
 
 
@@ -327,12 +334,7 @@ def test_connect_time_is_the_workers_set_up_null_when_reused_or_never_sent() -> 
         (make_result(connect_ns=1, request_id=2, status="error", error_kind="timeout"), 1e-9),
         (None, None),
     ]
-    records = [make_record(res, request_id=i) for i, (res, _) in enumerate(cases)]
-    rows = [request_row(rec, T0) for rec in records]
-    batch = RequestColumns()
-    for rec in records:
-        add_record(batch, rec)
-    for table in (requests_from_rows(rows, T0), batch.to_table(T0)):
+    for table in _both_paths([res for res, _ in cases]):
         assert table.column("connect_time").to_pylist() == [want for _, want in cases]
 
 
@@ -367,12 +369,7 @@ def test_reasoning_columns_are_null_for_a_model_that_does_not_think() -> None:
         (make_result(), (None, None, None)),
         (None, (None, None, None)),
     ]
-    records = [make_record(res, request_id=i) for i, (res, _) in enumerate(cases)]
-    rows = [request_row(rec, T0) for rec in records]
-    batch = RequestColumns()
-    for rec in records:
-        add_record(batch, rec)
-    for table in (requests_from_rows(rows, T0), batch.to_table(T0)):
+    for table in _both_paths([res for res, _ in cases]):
         got = zip(
             table.column("reasoning_tokens").to_pylist(),
             table.column("reasoning_chunks").to_pylist(),
