@@ -62,7 +62,7 @@ def test_a_reasoning_models_thinking_is_timed_as_chunks_and_not_sent_back(tmp_pa
         assert len(row["tbc"]) == len(chunks) - 1
         assert row["ttfc"] == pytest.approx(chunks[0] - row["sent_at"], abs=1e-9)
         assert row["answer_ttfc"] == pytest.approx(chunks[THINKING] - row["sent_at"], abs=1e-9)
-        assert row["answer_ttfc"] > row["ttfc"]
+        assert row["answer_ttfc"] >= row["ttfc"]  # (equal when both came in one read)
     by_session: dict[int, list[dict[str, object]]] = {}
     for row in sorted(rows, key=lambda r: (r["session_id"], r["node_id"])):
         by_session.setdefault(row["session_id"], []).append(row)
@@ -74,7 +74,7 @@ def test_a_reasoning_models_thinking_is_timed_as_chunks_and_not_sent_back(tmp_pa
             )
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["latency"]["answer_ttfc"]["count"] == 18
-    assert summary["latency"]["ttfc"]["p50"] < summary["latency"]["answer_ttfc"]["p50"]
+    assert summary["latency"]["ttfc"]["p50"] <= summary["latency"]["answer_ttfc"]["p50"]
     (slo,) = json.loads((run_dir / "slo.json").read_text())["slos"]
     assert (slo["metric"], slo["met"], slo["samples"]) == ("answer_ttfc", True, 18)
     assert slo["observed"] == pytest.approx(summary["latency"]["answer_ttfc"]["p99"])
