@@ -96,6 +96,17 @@ def test_a_point_counts_throughput_inside_its_steady_window_only() -> None:
     assert point["interactivity_p50"] == pytest.approx(1 / 0.575)
 
 
+def test_a_reasoning_models_answer_ttfc_is_a_points_figure_of_its_own() -> None:
+    rows = _rows()
+    assert analyse_point(4, rows, 2.0, "p", "PASS")["answer_ttfc_p50_ms"] is None  # (no column)
+    rows["answer_ttfc"] = [0.9, 0.3, 0.5, None]  # (the warmup's and the failure's not counted)
+    point = analyse_point(4, rows, 2.0, "p", "PASS")
+    assert point["answer_ttfc_p50_ms"] == pytest.approx(400)
+    assert point["answer_ttfc_p99_ms"] == pytest.approx(498)
+    rows["answer_ttfc"] = [None] * 4  # (a model that does not think)
+    assert analyse_point(4, rows, 2.0, "p", "PASS")["answer_ttfc_p99_ms"] is None
+
+
 def _poisson_point(rng: np.random.Generator, rate: float, warmup: float, duration: float) -> dict:
     """The rows of a rate point as the engine makes them: arrivals from t0 at Poisson gaps,
     warmup until ``warmup``, measured ones until ``duration`` after the first measured arrival;
@@ -236,3 +247,19 @@ def test_a_rate_point_is_a_timed_open_loop_run() -> None:
     runtime = scenario.runtime
     assert (runtime.max_sessions, runtime.warmup_seconds, runtime.benchmark_timeout) == (-1, 1, 3)
     assert scenario.seed == config.seed + 1
+
+
+def test_the_printed_table_has_the_answer_ttfc_only_for_a_reasoning_model(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from veeksha.experiment.microbench.cli import _stress_table
+
+    point = analyse_point(4, _rows(), 2.0, "p", "PASS")
+    _stress_table({"traffic": "concurrency", "points": [point]})
+    assert "answer" not in capsys.readouterr().out
+    rows = _rows()
+    rows["answer_ttfc"] = [0.9, 0.3, 0.5, None]
+    _stress_table({"traffic": "concurrency", "points": [analyse_point(4, rows, 2.0, "p", "PASS")]})
+    out = capsys.readouterr().out
+    assert "answer TTFC" in out
+    assert "400.00" in out

@@ -102,7 +102,11 @@ def _stress_table(document: dict[str, Any]) -> None:
     points = document["points"]
     unit = "concurrency" if document["traffic"] == "concurrency" else "req/s offered"
     key = StackedColumn(unit, [f"{p['level']:g}" for p in points])
-    columns = [StackedColumn(h, [_num(p[k]) for p in points]) for h, k in _STRESS_COLUMNS]
+    shown = list(_STRESS_COLUMNS)
+    if any(p.get("answer_ttfc_p50_ms") is not None for p in points):  # (a reasoning model)
+        at = shown.index(("TTFC p99 ms", "ttfc_p99_ms")) + 1
+        shown[at:at] = [("answer TTFC p50 ms", "answer_ttfc_p50_ms")]
+    columns = [StackedColumn(h, [_num(p[k]) for p in points]) for h, k in shown]
     columns.append(StackedColumn("requests", [str(p["samples"]) for p in points]))
     print_stacked(Console(), "  throughput and latency per load level", key, columns)
 

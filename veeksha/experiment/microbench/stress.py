@@ -136,6 +136,9 @@ def analyse_point(
         "requests_per_s": completed / window if window else None,
         "ttfc_p50_ms": _pct(ok["ttfc"], 50),
         "ttfc_p99_ms": _pct(ok["ttfc"], 99),
+        # a reasoning model's time to its answer, after its thinking (None for another model)
+        "answer_ttfc_p50_ms": _pct(ok["answer_ttfc"], 50) if "answer_ttfc" in ok else None,
+        "answer_ttfc_p99_ms": _pct(ok["answer_ttfc"], 99) if "answer_ttfc" in ok else None,
         "e2e_p50_ms": _pct(ok["e2e"], 50),
         "e2e_p99_ms": _pct(ok["e2e"], 99),
         "tpot_p50_ms": None if tpot_p50 is None else tpot_p50 * 1000,
