@@ -341,6 +341,10 @@ _decode_text_chunk = msgspec.json.Decoder(_TextChunk).decode
 _decode_lenient = msgspec.json.Decoder(_LenientChunk).decode
 _decode_fields = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
 _JOIN_EVERY = 64
+# A reasoning model's thinking inline in its content (``<think>…</think>``, a server without a
+# reasoning parser): where a stream is (``ResponseAccumulator._inline``).
+_UNSEEN, _THINKING, _THOUGHT, _PLAIN = range(4)
+_THINK, _THOUGHT_END = "<think>", "</think>"
 _LEARN_TRIES = 3
 _PEEL_EVENTS = 4
 _pack_q = struct.Struct("=q").pack  # an array('q') item's bytes
@@ -370,11 +374,17 @@ class ResponseAccumulator:
     (``first_chunk_at_ns`` is the first token of either), and ``reasoning_chunks`` counts them;
     their text is not the answer's (``parts`` holds the answer only, as the next turn of a
     conversation sends it back). ``first_answer_at_ns`` is the first answer chunk's read, set
-    once a response has thought (None when it did not, or never answered).
+    once a response has thought (None when it did not, or never answered). A server without a
+    reasoning parser streams the thinking inline, in the content, between ``<think>`` and
+    ``</think>`` (the first content chunk opens it): those chunks are chunks of thinking too,
+    and the answer's text is what follows the block. A stream in such a block is read event by
+    event (no chunk shape is learned or recalled in it); any other pays one test a decoded
+    content chunk.
     """
 
     __slots__ = (
         "_bom",
+        "_inline",
         "_memory",
         "_parser",
         "_shape",
@@ -415,6 +425,7 @@ class ResponseAccumulator:
         self._shape: ChunkShape | None = None
         self._tries = _LEARN_TRIES
         self._bom = 0  # bytes of a byte order mark taken at the stream's start; -1: past it
+        self._inline = _UNSEEN  # thinking inline in the content: _THINKING, _THOUGHT, _PLAIN
 
     @property
     def output_text(self) -> str:
@@ -515,6 +526,8 @@ class ResponseAccumulator:
         for _ in range(_PEEL_EVENTS):
             if memory is not None:
                 shape = memory.recall(data)
+                if shape is not None and self._inline != _PLAIN:
+                    shape = self._recallable(shape, data)
                 if shape is not None:  # (the events from here on go to its split)
                     self._shape = shape
                     if self.reasoning_chunks and self.first_answer_at_ns is None:
@@ -531,6 +544,41 @@ class ResponseAccumulator:
             if self._shape is not None or not self._tries:
                 break
         return data
+
+    def _recallable(self, shape: ChunkShape, data: bytes) -> ChunkShape | None:
+        """``shape``, recalled for the answer chunk that starts ``data``, unless the stream may
+        think inline: in a block of thinking, or at its first content chunk when that one is
+        empty or may open one (then it is decoded: the next event may recall the shape)."""
+        if self._inline != _UNSEEN:
+            return None
+        first = data[shape.head_len : shape.head_len + 24]
+        if first[:1] == b'"' or b"think" in first:
+            return None
+        self._inline = _PLAIN
+        return shape
+
+    def _answer_after_thinking(self, text: str) -> str | None:
+        """The answer's part of content chunk ``text`` of a stream that may think inline; None
+        when the chunk is thinking (or the break between the thinking and the answer)."""
+        state = self._inline
+        if state == _UNSEEN:
+            opened = text.lstrip()
+            if not opened.startswith(_THINK):
+                self._inline = _PLAIN
+                return text
+            state = self._inline = _THINKING
+            text = opened[len(_THINK) :]
+        if state == _THINKING:
+            end = text.find(_THOUGHT_END)
+            if end < 0:
+                return None
+            self._inline = _THOUGHT
+            text = text[end + len(_THOUGHT_END) :]
+        answer = text.lstrip()
+        if not answer:
+            return None
+        self._inline = _PLAIN
+        return answer
 
     def _add(self, text: str, n: int, t_ns: int) -> None:
         """``n`` non-empty content chunks of one read, their texts joined in ``text``."""
@@ -609,6 +657,19 @@ class ResponseAccumulator:
                             self.reasoning_chunks += 1
                             n += 1
                         continue
+                    if self._inline != _PLAIN:
+                        answer = self._answer_after_thinking(text)
+                        if answer is None:  # (thinking inline)
+                            self.reasoning_chunks += 1
+                            n += 1
+                            continue
+                        if answer is not text:  # (the rest of a block's last chunk: no shape)
+                            text = answer
+                            parts.append(text)
+                            n += 1
+                            if self.first_answer_at_ns is None:
+                                self.first_answer_at_ns = t_ns
+                            continue
                     if self.reasoning_chunks and self.first_answer_at_ns is None:
                         self.first_answer_at_ns = t_ns
                 else:
@@ -654,6 +715,8 @@ class ResponseAccumulator:
             raise _not_utf8(body, exc) from None
         self._absorb(chunk)
         text = self._answer(chunk)
+        if text and self.chat:
+            text = _without_thinking(text)
         self.done = True
         self.done_at_ns = t_ns
         self.first_chunk_at_ns = t_ns
@@ -787,6 +850,16 @@ class ResponseAccumulator:
         if _given(raw.error):
             chunk.error = raw_value(raw.error)
         return chunk
+
+
+def _without_thinking(text: str) -> str:
+    """An answer's ``text`` without the block of thinking it opens with, if any
+    (``<think>…</think>``: a reasoning model's, inline; cut off inside it: nothing is left)."""
+    opened = text.lstrip()
+    if not opened.startswith(_THINK):
+        return text
+    end = opened.find(_THOUGHT_END)
+    return "" if end < 0 else opened[end + len(_THOUGHT_END) :].lstrip()
 
 
 def _given(raw: msgspec.Raw) -> bool:

@@ -244,8 +244,9 @@ REQUESTS_SCHEMA = pa.schema(
             _F64,
             _S,
             "time to the first answer chunk after a reasoning model's thinking (delta.content "
-            "after delta.reasoning_content or delta.reasoning), from sent_at (ok rows); null "
-            "when the response streamed no thinking, or no answer",
+            "after delta.reasoning_content or delta.reasoning, or after a <think>...</think> "
+            "block the content opened with), from sent_at (ok rows); null when the response "
+            "streamed no thinking, or no answer",
         ),
         _col("tbc", pa.list_(_F64), _S, "gaps between consecutive chunks (ok rows)"),
         _col("tbc_mean", _F64, _S, "mean of tbc; null with fewer than two chunks"),
@@ -253,8 +254,9 @@ REQUESTS_SCHEMA = pa.schema(
             "reasoning_chunks",
             _I32,
             "",
-            "chunks of a reasoning model's thinking (delta.reasoning_content or delta.reasoning;"
-            " among chunk_times and tbc, not in the answer's text); null when none",
+            "chunks of a reasoning model's thinking (delta.reasoning_content or delta.reasoning,"
+            " or inside a <think>...</think> block the content opened with; among chunk_times"
+            " and tbc, not in the answer's text); null when none",
         ),
         _col(
             "tpot",

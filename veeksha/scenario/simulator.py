@@ -219,11 +219,13 @@ class SimulatorConfig(NumbersModel):
             " or fewer is all thinking. 0: none."
         ),
     )
-    reasoning_field: Literal["reasoning_content", "reasoning"] = Field(
+    reasoning_field: Literal["reasoning_content", "reasoning", "inline"] = Field(
         "reasoning_content",
         description=(
             "The key of the thinking: reasoning_content (vLLM's and SGLang's reasoning parsers,"
-            " DeepSeek, llama.cpp) or reasoning (newer vLLM)."
+            " DeepSeek, llama.cpp) or reasoning (newer vLLM); inline: in the content, between"
+            " <think> and </think>, with no reasoning_tokens in the usage (a server without a"
+            " reasoning parser)."
         ),
     )
     role_chunk: bool = Field(

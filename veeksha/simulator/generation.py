@@ -39,6 +39,7 @@ _LAST_CHUNK = b"0\r\n\r\n"
 _MID_STREAM = (Fault.DISCONNECT, Fault.STALL, Fault.MALFORMED_SSE)
 
 
+_THINK_OPEN, _THINK_CLOSE = b"<think>", b"</think>\\n\\n"  # (JSON: a newline escaped)
 INVALID_WORD = b"INVALID"  # an invalid answer's first word (faults.invalid_answer_probability)
 
 
@@ -55,6 +56,7 @@ class Generation:
         "conn",
         "fault",
         "first_ns",
+        "inline",
         "invalid",
         "last_ns",
         "offset",
@@ -94,6 +96,8 @@ class Generation:
         self.chunk_ns: list[int] | None = [] if server.config.record_chunk_times else None
         # a reasoning model's tokens of thinking before its answer (chat only)
         self.thinking = server.config.reasoning_tokens if req.kind == "chat" else 0
+        # (its thinking in the content, between <think> and </think>: no reasoning parser)
+        self.inline = bool(self.thinking) and server.config.reasoning_field == "inline"
         self.timer: NsTimer | None = None
         self._cork: list[bytes] | None = None
         self._hold: list[tuple[bytes | None, int]] | None = None
@@ -163,6 +167,11 @@ class Generation:
             return
         words = self.server.text.slice(self.offset, sent, count)
         thinking = self.thinking
+        if self.inline:
+            if sent == 0 and words:
+                words[0] = _THINK_OPEN + words[0]
+            if sent <= thinking - 1 < count:  # (the thinking's last word closes the block)
+                words[thinking - 1 - sent] += _THINK_CLOSE
         if sent <= thinking < count:  # the answer's first word: unspaced, as the body's text
             at = thinking - sent
             if self.invalid:
@@ -348,9 +357,8 @@ class Generation:
         server = self.server
         finish = "length" if seq.generated >= req.max_tokens else "stop"
         thinking = min(self.thinking, seq.generated)
-        use = usage(
-            seq.prompt_tokens, seq.generated, seq.cached_tokens, thinking if self.thinking else -1
-        )
+        counted = thinking if self.thinking and not self.inline else -1  # (a parser's count)
+        use = usage(seq.prompt_tokens, seq.generated, seq.cached_tokens, counted)
         timings = self.timings()
         if not req.stream:
             if self.fault is Fault.MALFORMED_SSE:

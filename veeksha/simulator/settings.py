@@ -103,7 +103,7 @@ class SimSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     required_headers: dict[str, str] = {}
     count_header: str | None = None
     reasoning_tokens: int = 0
-    reasoning_field: Literal["reasoning_content", "reasoning"] = "reasoning_content"
+    reasoning_field: Literal["reasoning_content", "reasoning", "inline"] = "reasoning_content"
 
     @classmethod
     def from_json(cls, text: str | bytes) -> SimSettings:

@@ -410,9 +410,12 @@ class Templates:
         )
         if kind == "chat":
             self.prefix = self.head + b'"choices":[{"index":0,"delta":{"content":"'
-            # (a reasoning model's chunk of thinking: simulator.reasoning_tokens)
+            # (a reasoning model's chunk of thinking: simulator.reasoning_tokens; inline, in
+            # the content, between <think> and </think>, as a server without a parser sends it)
             self.thinking = (
-                self.head + b'"choices":[{"index":0,"delta":{"%b":"' % reasoning.encode()
+                self.prefix
+                if reasoning == "inline"
+                else self.head + b'"choices":[{"index":0,"delta":{"%b":"' % reasoning.encode()
             )
             self.suffix = b'"},"logprobs":null,"finish_reason":null}]}\n\n'
         else:
@@ -451,7 +454,9 @@ class Templates:
         """The non-streaming JSON response (``thinking``: a reasoning model's, chat only)."""
         if self.kind == "chat":
             message: dict[str, str | None] = {"role": "assistant", "content": text}
-            if thinking is not None:
+            if thinking is not None and self.reasoning == "inline":
+                message["content"] = f"<think>{thinking}</think>\n\n{text}"
+            elif thinking is not None:
                 message = {"role": "assistant", self.reasoning: thinking, "content": text or None}
             choice: dict[str, Any] = {
                 "index": 0,

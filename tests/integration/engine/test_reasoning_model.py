@@ -36,7 +36,7 @@ session_generator:
   channels: [{{type: text, body_length_generator: {{type: fixed, value: 20}}}}]
   output_spec: {{text: {{output_length_generator: {{type: fixed, value: {THINKING + ANSWER}}}}}}}
 client: {{type: openai_chat_completions}}
-simulator: {{reasoning_tokens: {THINKING}, reasoning_field: reasoning, ttft_ms: 5, itl_ms: 2}}
+simulator: {{reasoning_tokens: {THINKING}, reasoning_field: FIELD, ttft_ms: 5, itl_ms: 2}}
 runtime: {{max_sessions: 6, benchmark_timeout: 60, num_workers: 1}}
 evaluators:
   - type: performance
@@ -44,9 +44,14 @@ evaluators:
 """
 
 
-def test_a_reasoning_models_thinking_is_timed_as_chunks_and_not_sent_back(tmp_path: Path) -> None:
+@pytest.mark.parametrize("field", ["reasoning", "inline"])
+def test_a_reasoning_models_thinking_is_timed_as_chunks_and_not_sent_back(
+    tmp_path: Path, field: str
+) -> None:
+    """``reasoning``: in its own key, counted in the usage; ``inline``: in the content between
+    ``<think>`` and ``</think>``, as a server without a reasoning parser sends it (no count)."""
     path = tmp_path / "reasoning.yaml"
-    path.write_text(SCENARIO)
+    path.write_text(SCENARIO.replace("FIELD", field))
     result = run_in_process(path, tmp_path / "out")
     assert result.code == 0, result.output
     (run_dir,) = (tmp_path / "out").iterdir()
@@ -55,7 +60,7 @@ def test_a_reasoning_models_thinking_is_timed_as_chunks_and_not_sent_back(tmp_pa
     for row in rows:
         assert row["status"] == "ok"
         assert row["output_tokens"] == THINKING + ANSWER
-        assert row["reasoning_tokens"] == THINKING
+        assert row["reasoning_tokens"] == (THINKING if field == "reasoning" else None)
         assert row["reasoning_chunks"] == THINKING
         chunks = row["chunk_times"]
         assert len(chunks) == THINKING + ANSWER  # (one token a chunk, thinking included)

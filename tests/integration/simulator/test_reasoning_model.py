@@ -85,3 +85,26 @@ def test_completions_and_a_model_that_does_not_think_are_as_before(start_simulat
     thoughts, answers = split_stream(plain, "reasoning_content")
     assert (thoughts, TOK.count("".join(answers))) == ([], 6)
     assert "completion_tokens_details" not in plain[-1]["usage"]
+
+
+def test_thinking_inline_is_in_the_content_between_think_tags(start_simulator: Any) -> None:
+    """A server without a reasoning parser: the thinking in the content, no count of it."""
+    sim = start_simulator(reasoning_tokens=3, reasoning_field="inline")
+    chunks = request(
+        f"{sim.base_url}/chat/completions", chat(max_tokens=7, ignore_eos=True)
+    ).chunks()
+    contents = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
+    contents = [text for text in contents if text]
+    assert contents[0].startswith("<think>")
+    assert contents[2].endswith("</think>\n\n")
+    assert not contents[3].startswith(" ")  # (the answer's first word)
+    thinking = "".join(contents[:3]).removeprefix("<think>").removesuffix("</think>\n\n")
+    assert (TOK.count(thinking), TOK.count("".join(contents[3:]))) == (3, 4)
+    assert "completion_tokens_details" not in chunks[-1]["usage"]
+    body = request(
+        f"{sim.base_url}/chat/completions", chat(max_tokens=7, stream=False, ignore_eos=True)
+    ).json()
+    content = body["choices"][0]["message"]["content"]
+    assert content.startswith("<think>")
+    head, _, answer = content.partition("</think>\n\n")
+    assert (TOK.count(head.removeprefix("<think>")), TOK.count(answer)) == (3, 4)

@@ -164,3 +164,84 @@ def test_a_non_streamed_answer_keeps_its_text_and_reasoning_tokens() -> None:
     acc.on_body(json.dumps(body).encode(), 9)
     assert (acc.output_text, acc.first_chunk_at_ns, acc.reasoning_tokens) == ("hi", 9, 4)
     assert acc.reasoning_chunks == 0  # (one body: nothing streamed apart)
+
+
+# ------------------------------------------------------------- thinking inline: <think>…</think>
+
+
+def inline(thoughts: list[str], words: list[str], split_close: bool = True) -> list[bytes]:
+    """A server without a reasoning parser: the thinking in the content, the first chunk
+    opening the block; ``split_close``: the chunk closing it holds nothing of the answer."""
+    texts = ["<think>" + thoughts[0], *thoughts[1:]]
+    if split_close:
+        texts += ["</think>", "\n\n", *words]
+    else:
+        texts += ["</think>\n\n" + words[0], *words[1:]]
+    return [event({"role": "assistant", "content": ""}), *(event({"content": t}) for t in texts)]
+
+
+@pytest.mark.parametrize("split_close", [True, False])
+def test_thinking_inline_in_the_content_is_thinking_and_the_answer_follows_the_block(
+    split_close: bool,
+) -> None:
+    acc = ResponseAccumulator(chat=True)
+    words = ["Hi", " there"] + [f" w{i}" for i in range(20)]
+    reads = inline(["hm", " let", " me", " see"], words, split_close)
+    shaped = False
+    for i, data in enumerate(reads):
+        acc.feed(data, 100 + 10 * i)
+        shaped = shaped or acc._shape is not None
+    acc.end(100 + 10 * len(reads))
+    thinking = 4 + (2 if split_close else 0)  # (the block's close and the break apart)
+    assert acc.reasoning_chunks == thinking
+    assert acc.chunk_count == thinking + len(words)
+    assert acc.first_chunk_at_ns == 110
+    assert acc.first_answer_at_ns == 110 + 10 * thinking
+    assert acc.output_text == "".join(words)  # (the block is not the answer)
+    assert shaped  # (the answer's later chunks by their shape)
+
+
+def test_a_recalled_shape_waits_for_the_first_content_chunk_when_it_may_open_a_block() -> None:
+    memory = ShapeMemory()
+    plain = ResponseAccumulator(chat=True, memory=memory)
+    feed(plain, stream("reasoning_content", [], ["a", " b", " c", " d"]))
+    assert (plain.reasoning_chunks, plain.output_text) == (0, "a b c d")
+    acc = ResponseAccumulator(chat=True, memory=memory)
+    reads = inline(["x", " y"], ["A", " B", " C"])
+    for i, data in enumerate(reads):
+        acc.feed(data, 1000 + 10 * i)
+    acc.end(2000)
+    assert (acc.reasoning_chunks, acc.output_text) == (4, "A B C")
+    assert acc.first_answer_at_ns == 1000 + 10 * 5
+    # and a stream that does not think recalls it at once
+    again = ResponseAccumulator(chat=True, memory=memory)
+    assert feed(again, stream("reasoning_content", [], ["p", " q", " r"]))
+    assert (again.reasoning_chunks, again.first_answer_at_ns) == (0, None)
+
+
+def test_an_answer_that_only_mentions_think_tags_later_is_no_thinking() -> None:
+    acc = ResponseAccumulator(chat=True)
+    feed(acc, stream("reasoning_content", [], ["Use", " <think>", " tags"]))
+    assert (acc.reasoning_chunks, acc.output_text) == (0, "Use <think> tags")
+
+
+def test_thinking_inline_cut_off_leaves_no_answer() -> None:
+    acc = ResponseAccumulator(chat=True)
+    reads = [event({"content": "<think>a"}), event({"content": " b"}), b"data: [DONE]\n\n"]
+    feed(acc, reads)
+    assert (acc.reasoning_chunks, acc.first_answer_at_ns, acc.output_text) == (2, None, "")
+
+
+@pytest.mark.parametrize(
+    ("content", "answer"),
+    [
+        ("<think>hm</think>\n\nHello", "Hello"),
+        ("\n<think>hm, ok</think>Hi", "Hi"),
+        ("<think>never closed", ""),
+        ("No <think> here", "No <think> here"),
+    ],
+)
+def test_a_non_streamed_answer_drops_its_inline_thinking(content: str, answer: str) -> None:
+    acc = ResponseAccumulator(chat=True)
+    acc.on_body(json.dumps({"choices": [{"message": {"content": content}}]}).encode(), 9)
+    assert acc.output_text == answer
