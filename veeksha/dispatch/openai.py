@@ -526,8 +526,19 @@ class ResponseAccumulator:
         for _ in range(_PEEL_EVENTS):
             if memory is not None:
                 shape = memory.recall(data)
-                if shape is not None and self._inline != _PLAIN:
-                    shape = self._recallable(shape, data)
+                if shape is not None and (inline := self._inline) != _PLAIN:
+                    # Not while the stream may think inline: in a block of thinking, or at its
+                    # first content chunk when that one is empty or may open one (then it is
+                    # decoded, and the next event may recall the shape).
+                    at = shape.head_len
+                    if (
+                        inline != _UNSEEN
+                        or data[at : at + 1] == b'"'
+                        or data.find(b"think", at, at + 24) >= 0
+                    ):
+                        shape = None
+                    else:
+                        self._inline = _PLAIN
                 if shape is not None:  # (the events from here on go to its split)
                     self._shape = shape
                     if self.reasoning_chunks and self.first_answer_at_ns is None:
@@ -544,18 +555,6 @@ class ResponseAccumulator:
             if self._shape is not None or not self._tries:
                 break
         return data
-
-    def _recallable(self, shape: ChunkShape, data: bytes) -> ChunkShape | None:
-        """``shape``, recalled for the answer chunk that starts ``data``, unless the stream may
-        think inline: in a block of thinking, or at its first content chunk when that one is
-        empty or may open one (then it is decoded: the next event may recall the shape)."""
-        if self._inline != _UNSEEN:
-            return None
-        first = data[shape.head_len : shape.head_len + 24]
-        if first[:1] == b'"' or b"think" in first:
-            return None
-        self._inline = _PLAIN
-        return shape
 
     def _answer_after_thinking(self, text: str) -> str | None:
         """The answer's part of content chunk ``text`` of a stream that may think inline; None
