@@ -138,3 +138,16 @@ def test_report_reads_a_run_recorded_before_a_column_existed(tmp_path: Path) -> 
     check = next(c for c in health["checks"] if c["name"] == "lifecycle_delays")
     assert check["status"] == "PASS", check["detail"]
     assert check["statistics"]["chunk_stamps_clamped"] == 0
+
+
+def test_report_of_a_folder_recorded_before_the_reasoning_columns(tmp_path: Path) -> None:
+    run = _run_folder(tmp_path / "run", 0.05)
+    table = pq.read_table(run / REQUESTS_FILE)
+    old = table.drop_columns(["answer_ttfc", "reasoning_chunks", "reasoning_tokens"])
+    pq.write_table(old, run / REQUESTS_FILE)
+    result = CliRunner().invoke(main, ["report", str(run), "--no-plots"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["latency"]["answer_ttfc"]["count"] == 0
+    assert summary["latency"]["ttfc"]["p50"] == pytest.approx(0.05)
+    assert "answer" not in result.output
