@@ -6,6 +6,9 @@ interval's completed-request rate and TTFC / E2E p50 and p99 of its ok requests,
 
     last 5.0s: 48 req (9.6 req/s, 1 failed)  TTFC p50 52.1 ms p99 61.0 ms  E2E p50 0.41 s p99 0.55 s
 
+A reasoning model's answers add the time to the answer after the thinking (``answer_ttfc``)
+after TTFC: ``answer p50 0.53 s p99 0.61 s``.
+
 Cancelled rows (nodes never sent when the run stopped, requests cut by the stop) are not
 completed requests: they are counted apart (``..., 1 failed, 223 cancelled)``), never in the rate.
 
@@ -40,6 +43,7 @@ class StreamingMetrics:
         self._clock = clock
         self._since = clock()
         self._ttfc: list[float] = []
+        self._answer: list[float] = []  # (a reasoning model's answer_ttfc)
         self._e2e: list[float] = []
         self._count = 0
         self._failed = 0
@@ -55,9 +59,11 @@ class StreamingMetrics:
         if status != "ok":
             self._failed += 1
             return
-        ttfc, e2e = row.get("ttfc"), row.get("e2e")
+        ttfc, e2e, answer = row.get("ttfc"), row.get("e2e"), row.get("answer_ttfc")
         if ttfc is not None:
             self._ttfc.append(ttfc)
+        if answer is not None:
+            self._answer.append(answer)
         if e2e is not None:
             self._e2e.append(e2e)
 
@@ -71,9 +77,12 @@ class StreamingMetrics:
         if self._ttfc:
             p50, p99 = percentiles(np.asarray(self._ttfc), _QS).tolist()
             line += f"  TTFC p50 {p50 * 1000:.1f} ms p99 {p99 * 1000:.1f} ms"
+        if self._answer:
+            p50, p99 = percentiles(np.asarray(self._answer), _QS).tolist()
+            line += f"  answer p50 {p50:.3g} s p99 {p99:.3g} s"
         if self._e2e:
             p50, p99 = percentiles(np.asarray(self._e2e), _QS).tolist()
             line += f"  E2E p50 {p50:.3g} s p99 {p99:.3g} s"
         self._since, self._count, self._failed, self._cancelled = now, 0, 0, 0
-        self._ttfc, self._e2e = [], []
+        self._ttfc, self._answer, self._e2e = [], [], []
         return line

@@ -58,3 +58,14 @@ def test_cancelled_rows_are_not_counted_as_completed_requests() -> None:
     line = streaming.snapshot()
     assert line.startswith("last 5.0s: 63 req (12.6 req/s, 1 failed, 223 cancelled)"), line
     assert streaming.snapshot() == "last 5.0s: 0 req (0.0 req/s, 0 failed)"
+
+
+def test_a_reasoning_models_answers_show_their_time_to_the_answer() -> None:
+    ticks = iter([0.0, 5.0, 10.0])
+    metrics = StreamingMetrics(clock=lambda: next(ticks))
+    metrics.add({"status": "ok", "ttfc": 0.05, "e2e": 1.0, "answer_ttfc": 0.5})
+    metrics.add({"status": "ok", "ttfc": 0.05, "e2e": 1.0, "answer_ttfc": 0.7})
+    line = metrics.snapshot()
+    assert "TTFC p50 50.0 ms p99 50.0 ms  answer p50 0.6 s p99 0.698 s  E2E" in line
+    metrics.add({"status": "ok", "ttfc": 0.05, "e2e": 1.0, "answer_ttfc": None})
+    assert "answer" not in metrics.snapshot()  # (a new interval; a model that does not think)
