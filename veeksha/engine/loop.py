@@ -187,6 +187,7 @@ class TrafficLoop(SessionStarts, PhaseControl, ToolNodes):
         self._dispatch_wake_ns: int | None = None
         self._deadline_timer: Cancellable | None = None
         self._deadline_ns: int | None = None  # nothing becomes due at or after it
+        self._freed_past_deadline = False  # (a closed loop's slot freed after it: not refilled)
         caps = settings.client_caps
         capped = caps is not None and any(cap is not None for cap in caps)
         # the pre-departure pool (schedule/slots.py); None: no client has a cap
@@ -353,10 +354,12 @@ class TrafficLoop(SessionStarts, PhaseControl, ToolNodes):
     # --------------------------------------------------------------------------------- dispatch
 
     def _horizon(self, now: int) -> int:
-        """The latest ready time handed over in a pass at ``now``."""
+        """The latest ready time handed over in a pass at ``now``: never the timeout's or later,
+        also in a pass that runs after it, before the timeout's own timer (a loop that was busy:
+        what its schedule puts after the timeout is never started, however late the pass)."""
         horizon = now + self._ahead_ns
         if self._deadline_ns is not None and horizon >= self._deadline_ns:
-            horizon = max(now, self._deadline_ns - 1)
+            horizon = self._deadline_ns - 1
         return horizon
 
     def _past_deadline(self, at_ns: int) -> bool:
@@ -370,7 +373,7 @@ class TrafficLoop(SessionStarts, PhaseControl, ToolNodes):
         if self.timeline.end_unknown:  # nothing ahead beyond a boundary not known yet
             arrivals = self._arrivals
             at = None if arrivals is None else arrivals.peek_ns()
-            horizon = now if at is None else min(horizon, max(now, at - 1))
+            horizon = min(horizon, now) if at is None else min(horizon, max(now, at - 1))
         if self.slots is not None:
             self._dispatch_slotted(self.slots, now, horizon)
         else:

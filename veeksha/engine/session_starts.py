@@ -54,6 +54,7 @@ class SessionStarts:
     _warmup_started: int
     _deadline_ns: int | None
     _deadline_timer: Cancellable | None
+    _freed_past_deadline: bool
     _arrivals: PhasedArrivals | None
     _arrival_timer: Cancellable | None
     _ramp: ConcurrencyRamp | ShardRamp | None
@@ -168,6 +169,11 @@ class SessionStarts:
                 break
             slot_ns = self.t0_ns + ramp.slot_open_ns(len(self.sessions) + 1)
             start_ns = max(slot_ns, freed_at_ns)
+            if self._past_deadline(start_ns) or (self._freed_past_deadline and not freed_at_ns):
+                # A slot freed at or after the timeout, its answer handled before the timeout's
+                # own timer fired (a busy loop): not refilled, in this pass or a later one.
+                self._freed_past_deadline = True
+                break
             self._start_session(start_ns, timeline.start_session(start_ns))
             timeline.advance_to(start_ns + 1)  # (a count bound ends just after its last start)
             started += 1

@@ -733,3 +733,74 @@ def test_a_request_cut_in_flight_by_the_stop_says_so() -> None:
     ((_, result),) = [done for done in h.rec.done if done[1].request_id == item.request_id]
     assert result.status == "cancelled"
     assert result.error_message == "cancelled in flight: the run stopped (timeout) before it ended"
+
+
+def test_a_pass_late_past_the_timeout_starts_nothing_planned_after_it() -> None:
+    """The loop was busy across the timeout: the arrival timer due before it fires after it
+    (before the timeout's own timer). The sessions planned before the timeout start, late;
+    those planned at or after it never do (the schedule decides, not how late the pass was:
+    a run under load started 2 sessions more than the same scenario's other runs)."""
+    h = Harness(
+        LoopSettings(
+            cancel_on_failure=True,
+            max_sessions=-1,
+            benchmark_timeout_s=0.5,
+            rate_gaps=fixed_gaps(0.1),
+        ),
+        lambda i: chain(i, 1),
+    )
+    h.start()
+    h.timers.advance(int(0.35 * S))  # sessions at 0, 0.1, 0.2 and 0.3 s
+    h.clock.now = int(0.62 * S)  # busy: the timer of 0.4 s fires at 0.62 s
+    h.timers.advance(int(0.62 * S))
+    assert [req.ready_at_ns for req, _ in h.rec.dispatched] == [i * S // 10 for i in range(5)]
+    assert h.loop.stop_reason == "timeout"
+
+
+def test_a_child_due_after_the_timeout_is_not_sent_by_a_late_pass() -> None:
+    """Two sessions' second turns: one due before the timeout, one after it; the loop's pass
+    for the first runs after the timeout. The first is sent (late); the second is cancelled."""
+    h = Harness(
+        LoopSettings(
+            cancel_on_failure=True,
+            max_sessions=2,
+            benchmark_timeout_s=1.0,
+            rate_gaps=fixed_gaps(0.1),
+        ),
+        lambda i: chain(i, 2, wait_s=0.2),
+    )
+    h.start()
+    h.timers.advance(int(0.15 * S))
+    first, second = h.items
+    h.clock.now = int(0.75 * S)
+    h.complete(first, int(0.75 * S))  # its child is due at 0.95 s
+    h.clock.now = int(0.85 * S)
+    h.complete(second, int(0.85 * S))  # its child at 1.05 s: after the timeout
+    h.clock.now = int(1.2 * S)  # busy: the pass of 0.95 s runs at 1.2 s
+    h.timers.advance(int(1.2 * S))
+    sent = [req.ready_at_ns for req, _ in h.rec.dispatched]
+    assert sent == [0, S // 10, int(0.95 * S)]
+    assert (1, 1) in h.rec.cancelled
+    assert h.loop.stop_reason == "timeout"
+
+
+def test_a_closed_loop_answer_handled_after_the_timeout_refills_nothing() -> None:
+    """A session's answer is handled after the timeout, before the timeout's own timer fired
+    (a busy loop): the slot it frees is not refilled by a session starting past the timeout."""
+    h = Harness(
+        LoopSettings(
+            cancel_on_failure=True,
+            max_sessions=-1,
+            benchmark_timeout_s=1.0,
+            concurrency=ConcurrencyRamp(1, rampup_s=0.0),
+        ),
+        lambda i: chain(i, 1),
+    )
+    h.start()
+    assert len(h.items) == 1
+    h.clock.now = int(1.1 * S)
+    h.complete(h.items[0], at_ns=int(1.1 * S))  # handled before the timers ran
+    assert len(h.items) == 1
+    h.timers.advance(int(1.1 * S))
+    assert h.loop.stop_reason == "timeout"
+    assert h.loop.counters.sessions_started == 1
