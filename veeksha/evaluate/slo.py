@@ -141,7 +141,8 @@ def never_produced(
     ``completed_at`` the last time it was known in flight) is cut off in the same way, in
     flight from its ``dispatched_at`` (its send is unknown), and so is a ``worker_lost`` row
     (a worker process of this host died with it in flight: veeksha lost it, the server did
-    not fail it)."""
+    not fail it). For ``answer_ttfc``, an ok answer that thought and never answered counts too
+    (:func:`never_answered`)."""
     if not requests.num_rows:
         return unfinished
     counted = unfinished
@@ -159,6 +160,8 @@ def never_produced(
             counted = unfinished & ~cut
     if metric == "ttfc":
         counted = counted & np.isnan(column(requests, "first_chunk_at"))
+    elif metric == "answer_ttfc":  # (and an ok answer that thought, then never answered)
+        counted = counted | never_answered(requests)
     return counted
 
 
@@ -223,12 +226,8 @@ def judge_slos(
         found = digests[slo.metric]
         observed = found.quantiles[slo.percentile] if found.count else None
         finished, missing = found.count, 0
-        unanswered = 0
-        if slo.metric == "answer_ttfc":  # (an ok answer that thought and never answered)
-            unanswered = int(never_answered(requests).sum())
-        if unfinished.any() or unanswered:
+        if unfinished.any() or slo.metric == "answer_ttfc":
             missing = int(never_produced(requests, slo.metric, unfinished, slo.value).sum())
-            missing += unanswered
             if slo.metric == "tbc":  # (the gaps' sample may be streamed: read it again)
                 sample = _tbc_sample(requests)
             else:

@@ -156,9 +156,10 @@ def _strings(values: list[str | None]) -> pa.Array:
     )
 
 
-def _sparse(values: dict[int, int | None], n: int) -> pa.Array:
-    """An int32 column of ``n`` zeros but for ``values`` (row → value; None: null)."""
-    column = np.zeros(n, dtype=np.int64)
+def _sparse(values: dict[int, int | None], n: int, empty: int = 0) -> pa.Array:
+    """An int32 column of ``n`` ``empty`` values (``NULL``: nulls) but for ``values`` (row →
+    value; None: null)."""
+    column = np.full(n, empty, dtype=np.int64)
     for row, value in values.items():
         column[row] = NULL if value is None else value
     return _ints(column, pa.int32())
@@ -172,14 +173,6 @@ def reasoning_values(res: Result) -> tuple[int | None, int | None, float | None]
     answer = res.first_answer_at_ns
     ttfc = (answer - res.sent_at_ns) / _NS if answer and res.status == "ok" else None
     return res.reasoning_tokens, chunks, ttfc
-
-
-def _sparse_nullable(values: dict[int, int], n: int) -> pa.Array:
-    """An int32 column of ``n`` nulls but for ``values`` (row → value)."""
-    column = np.full(n, NULL, dtype=np.int64)
-    for row, value in values.items():
-        column[row] = value
-    return _ints(column, pa.int32())
 
 
 def _sparse_floats(values: dict[int, float], n: int) -> pa.Array:
@@ -540,7 +533,9 @@ class RequestColumns:
                 columns[name] = _ints(values, REQUESTS_SCHEMA.field(name).type)
         columns["chunk_stamps_clamped"] = _sparse(self._clamped, self.rows)
         columns["connect_time"] = _sparse_floats(self._connects, self.rows)
-        tokens, chunks, answers = {}, {}, {}
+        tokens: dict[int, int | None] = {}
+        chunks: dict[int, int | None] = {}
+        answers: dict[int, float] = {}
         for row, (token_count, chunk_count, answer) in self._reasoning.items():
             if token_count is not None:
                 tokens[row] = token_count
@@ -548,8 +543,8 @@ class RequestColumns:
                 chunks[row] = chunk_count
             if answer is not None:
                 answers[row] = answer
-        columns["reasoning_tokens"] = _sparse_nullable(tokens, self.rows)
-        columns["reasoning_chunks"] = _sparse_nullable(chunks, self.rows)
+        columns["reasoning_tokens"] = _sparse(tokens, self.rows, NULL)
+        columns["reasoning_chunks"] = _sparse(chunks, self.rows, NULL)
         columns["answer_ttfc"] = _sparse_floats(answers, self.rows)
         columns["shard"] = _constant(self.shard, self.rows)
         return pa.Table.from_arrays(

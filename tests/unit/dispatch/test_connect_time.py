@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from tests.unit.dispatch.test_retried_attempts import read_request
 from veeksha.dispatch.http1 import Exchange, Http1Pool, _Conn
 from veeksha.dispatch.messages import Result, WorkItem
 from veeksha.dispatch.settings import WorkerSettings
@@ -44,13 +45,7 @@ class Server:
         self.writers.append(writer)
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next(
-                    int(line.split(b":")[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                )
-                await reader.readexactly(length)
+                await read_request(reader)
                 await asyncio.sleep(self.delay_s)
                 writer.write(RESPONSE)
                 await writer.drain()

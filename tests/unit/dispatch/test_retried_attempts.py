@@ -22,6 +22,17 @@ _429 = (
 )
 
 
+async def read_request(reader: asyncio.StreamReader) -> None:
+    """Read one HTTP request (its head and its Content-Length body) off ``reader``."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    await reader.readexactly(length)
+
+
 class Server:
     """Answers its first POST 429 and holds every later one unanswered (connection open)."""
 
@@ -33,13 +44,7 @@ class Server:
         self.writers.append(writer)
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next(
-                    int(line.split(b":")[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                )
-                await reader.readexactly(length)
+                await read_request(reader)
                 self.posts += 1
                 if self.posts == 1:
                     writer.write(_429)
