@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from benchmarks.harness import RunMeasure, run_veeksha, scenario
+from benchmarks.harness import RunMeasure, check_complete, run_veeksha, scenario
 
 __all__ = ["fig_agents"]
 
@@ -43,8 +43,7 @@ def _spec(n: int, multi: bool) -> dict[str, Any]:
 
 
 def _figures(m: RunMeasure, prefix: str) -> dict[str, float]:
-    if m.exit_code not in (0, 3, 4):
-        raise RuntimeError(f"agents {prefix}: veeksha exited {m.exit_code}:\n{m.stderr}")
+    check_complete(m, f"agents {prefix}")
     run = json.loads((m.run_dir / "summary.json").read_text())["run"]
     table = pq.read_table(
         m.run_dir / "requests.parquet", columns=["phase", "status", "dispatch_lag"]

@@ -108,6 +108,7 @@ from benchmarks.harness import (
     ROOT,
     RunMeasure,
     Simulator,
+    check_complete,
     python_cpu_s,
     run_veeksha,
     scale_scenario,
@@ -147,8 +148,7 @@ def _rate(per_s: float) -> dict[str, Any]:
 
 
 def _check(m: RunMeasure, what: str) -> None:
-    if m.exit_code not in (0, 3, 4):  # 3/4: health or SLO verdicts, still a complete run
-        raise RuntimeError(f"{what}: veeksha exited {m.exit_code}:\n{m.stderr}")
+    check_complete(m, what)
 
 
 def _requests(m: RunMeasure, *columns: str) -> Any:

@@ -46,6 +46,7 @@ from typing import Any
 
 import psutil
 
+from veeksha.evaluate.exit_codes import ExitCode
 from veeksha.scenario.simulator import SimulatorConfig
 from veeksha.simulator.process import SimulatorProcess
 
@@ -255,6 +256,17 @@ class RunMeasure:
     rss_samples: list[tuple[float, float, float]] = field(default_factory=list)  # t, tree, main
     stderr: str = ""
     steal_pct: float = 0.0  # CPU time the hypervisor took from this VM during the run (all CPUs)
+
+
+#: The exit codes of a run that went to its end: its figures stand whatever its verdicts say
+#: (a health check's or an SLO's: 4, 5). A run aborted (3) or a crash (1) has none.
+COMPLETE_RUN = (ExitCode.OK, ExitCode.HEALTH_FAILED, ExitCode.SLO_UNMET)
+
+
+def check_complete(m: RunMeasure, what: str) -> None:
+    """Raise unless the measured run went to its end (``COMPLETE_RUN``), with its stderr."""
+    if m.exit_code not in COMPLETE_RUN:
+        raise RuntimeError(f"{what}: veeksha exited {m.exit_code}:\n{m.stderr}")
 
 
 def cpu_ticks() -> tuple[int, int]:

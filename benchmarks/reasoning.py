@@ -26,7 +26,15 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from benchmarks.harness import ROOT, Simulator, baseline_tree, machine, run_veeksha, scenario
+from benchmarks.harness import (
+    ROOT,
+    Simulator,
+    baseline_tree,
+    check_complete,
+    machine,
+    run_veeksha,
+    scenario,
+)
 from benchmarks.report import append
 
 TTFT_MS, ITL_MS, THINKING, OUTPUT = 50.0, 10.0, 48, 64
@@ -70,8 +78,7 @@ def measure(against: str | None, repeats: int, workdir: Path) -> dict[str, list[
         for i in range(repeats):
             for name, root in trees.items():
                 run = run_veeksha(_spec(sim.base_url), workdir, f"{name}-{i}", root=root)
-                if run.exit_code not in (0, 4, 5):  # (a health or SLO verdict: still figures)
-                    raise RuntimeError(f"{name}: veeksha run exited {run.exit_code}: {run.stderr}")
+                check_complete(run, name)
                 out[name].append(_figures(run.run_dir))
     return out
 

@@ -42,7 +42,7 @@ from typing import Any
 
 import psutil
 
-from benchmarks.harness import ROOT, Simulator
+from benchmarks.harness import COMPLETE_RUN, ROOT, Simulator
 
 _TURNS_MEAN = 3.5  # uniform 2..5
 
@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps(result, indent=1))
     if args.tracemalloc and args.output_dir:
         _tracemalloc_diff(Path(args.output_dir), args.tracemalloc)
-    return 0 if result["exit_code"] in (0, 4, 5) else 1
+    return 0 if result["exit_code"] in COMPLETE_RUN else 1
 
 
 if __name__ == "__main__":

@@ -101,6 +101,7 @@ from benchmarks.harness import (
     RunMeasure,
     Simulator,
     baseline_tree,
+    check_complete,
     machine,
     run_veeksha,
     scenario,
@@ -213,8 +214,7 @@ def measure(
         sim_cpu = sim.cpu_s() - cpu0
     finally:
         _pin(sim, pinned)
-    if m.exit_code not in (0, 3, 4):
-        raise RuntimeError(f"streams {config.name}: veeksha exited {m.exit_code}:\n{m.stderr}")
+    check_complete(m, f"streams {config.name}")
     values = _from_rows(m)
     values.update(_from_probe(sorted(probe_dir.glob("probe-*.msgpack"))))
     values["cpu_s"] = m.cpu_s

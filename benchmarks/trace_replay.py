@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from benchmarks.harness import RunMeasure, Simulator, run_veeksha
+from benchmarks.harness import RunMeasure, Simulator, check_complete, run_veeksha
 
 __all__ = ["fig_trace", "write_request_log"]
 
@@ -102,8 +102,7 @@ def _first_send_s(m: RunMeasure, launched: float) -> float:
 def _run(spec: dict[str, Any], workdir: Path, name: str) -> tuple[RunMeasure, float]:
     launched = time.time()
     m = run_veeksha(spec, workdir, name, sample_rss=True)
-    if m.exit_code not in (0, 1):
-        raise RuntimeError(f"{name}: exit {m.exit_code}: {m.stderr}")
+    check_complete(m, name)
     return m, _first_send_s(m, launched)
 
 
