@@ -537,6 +537,57 @@ def test_a_trace_naming_no_client_is_shared_by_client_selection(tmp_path: Path) 
     assert check["statistics"]["server"]["max_abs_deviation"] == 0
 
 
+RAG = Path(__file__).resolve().parents[3] / "scenarios" / "traces" / "rag.csv"
+
+RAG_SELECTED = """
+seed: 13
+clients:
+  - {{name: a, model: m-a}}
+  - {{name: b, api_base: {api_base}, model: veeksha-sim, tokenizer: {{type: server}}}}
+traffic_scheduler: {{type: trace, speedup: 6.0}}
+session_generator:
+  type: trace
+  trace_file: {trace}
+  flavor: {{type: rag, num_documents: 5, block_size: 64}}  # (all of its documents)
+  wrap_mode: false
+  client_selection: {{type: round_robin}}
+runtime: {{max_sessions: 100, benchmark_timeout: 60, num_workers: 1}}
+"""
+
+
+def test_a_rag_trace_over_several_clients_warms_each_document_on_each(tmp_path: Path) -> None:
+    """The shipped rag sample over clients a (the built-in simulator) and b (a simulator of a
+    ``subword`` tokenizer) in round robin: each of the 5 documents is warmed on both servers,
+    in each one's tokens, so every question finds its whole document in its own server's
+    prefix cache (was: one warm-up per document, on one client: the first question of a
+    document on the other found nothing cached)."""
+    trace = tmp_path / RAG.name  # (its cache is made beside it)
+    trace.write_bytes(RAG.read_bytes())
+    with SimulatorProcess(SimulatorConfig(tokenizer="subword")) as sim:
+        text = RAG_SELECTED.format(api_base=sim.base_url, trace=trace)
+        run_dir = tmp_path / "run"
+        run_as_the_command(load_scenario_text(text, "rag.yaml"), run_dir, quiet=True, plots=False)
+    requests = pd.read_parquet(run_dir / "requests.parquet")
+    assert (requests.status == "ok").all()
+    warm = requests[requests.phase == "warmup"]
+    assert sorted(zip(warm.client, warm.requested_output_tokens, strict=True)) == sorted(
+        [("a", 1), ("b", 1)] * 5
+    )
+    assert warm.groupby("client").target_prompt_tokens.apply(sorted).to_dict() == {
+        "a": sorted(warm[warm.client == "b"].target_prompt_tokens)
+    } | {"b": sorted(warm[warm.client == "a"].target_prompt_tokens)}
+    measured = requests[requests.phase == "measured"]
+    assert len(measured) == len(RAG.read_text().splitlines()) - 1
+    assert set(measured.client) == {"a", "b"}
+    # every question: its document (input_length, at most a block of 16 short) served cached
+    rows = pd.read_csv(RAG).reset_index(names="row")
+    documents = measured.sort_values("session_id").target_prompt_tokens.to_numpy()
+    questions = rows.prompt_text.str.split().str.len().to_numpy()
+    cached = measured.sort_values("session_id").cached_tokens.to_numpy()
+    assert (documents - questions == rows.input_length.to_numpy()).all()
+    assert (cached >= rows.input_length.to_numpy() - 16).all(), cached - rows.input_length
+
+
 TRACE_TWO_WINDOWS = """
 seed: 5
 clients:

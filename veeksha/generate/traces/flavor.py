@@ -113,6 +113,8 @@ class TraceFlavor(ABC):
     extra: ClassVar[Sequence[tuple[str, pa.DataType]]] = ()
     #: the reason reported for rows with a 0 prompt or output length (summary.json)
     unservable_reason: ClassVar[str] = "zero_length"
+    #: whether ``stage`` adds warm-up sessions before the rows (``warmup_sessions``)
+    warms_up: ClassVar[bool] = False
 
     def __init__(self, path: Path, settings: object = None) -> None:
         self.path = path
@@ -121,6 +123,9 @@ class TraceFlavor(ABC):
         self.block_size = 0
         #: sessions at the start of the trace that warm the server up (not measured)
         self.warmup_sessions = 0
+        #: the clients ``client_selection`` spreads the rows over (set before the first
+        #: ``stage``; None: one client): a flavor with warm-ups warms each of them
+        self.warmup_clients: list[str] | None = None
         #: what run.log should say about the trace beyond its counts (e.g. rows left out)
         self.notes: list[str] = []
         #: rows of the file this flavor does not replay, by reason (summary.json, run.log),

@@ -157,6 +157,8 @@ class PreparedTrace:
     #: for run.log
     block_size: int = 0
     warmup_sessions: int = 0
+    #: the clients each document is warmed on (rag with ``client_selection``: all of them)
+    warmup_clients: int = 1
     oversized_warmups: int = 0
     notes: list[str] = field(default_factory=list)
     #: client names the rows give (``client`` column), each with the first line naming it
@@ -176,7 +178,8 @@ class PreparedTrace:
         if self.warmup_sessions:
             text += (
                 f" ({self.rows - self.warmup_sessions} from the trace's rows and"
-                f" {self.warmup_sessions} warm-up(s), one per document, before them)"
+                f" {self.warmup_sessions} warm-up(s), one per document"
+                f"{' and client' if self.warmup_clients > 1 else ''}, before them)"
             )
         for note in self.notes:
             text += f"; {note}"
@@ -280,6 +283,9 @@ def prepare_file(
     settings = f"{flavor_settings}|{None if limit is None else limit.cache_text()}"
     if clients is not None:  # (without a selection, the key it always was)
         settings += f"|{clients.cache_text()}"
+        flavor.warmup_clients = list(clients.names)
+        if flavor.warms_up:  # (its warm-ups, one per client, are rows of the cache)
+            settings += "|warmups=each_client"
     try:
         key = cache_key(source, settings)
         if source.is_dir():
@@ -354,6 +360,8 @@ def _convert(
     info.unservable_reason = flavor.unservable_reason
     if clients is not None:
         clients.start()  # (the weighted draws from the first row, whatever was built before)
+        if flavor.warms_up:
+            info.warmup_clients = len(clients.names)
     if limit is not None:
         info.oversized = "truncate" if limit.truncate else "skip"
     staged = (_stage(flavor, batch) for batch in read_batches(source, flavor.fields))

@@ -11,7 +11,8 @@ rows of other documents are left out and **counted in run.log** with their first
 public veeksha project drops them silently). Before the rows, one warm-up request per replayed
 document (its text alone, as long as its longest ``input_length``, so it holds every row's
 document; 1 output token; none for a document of 0 tokens in every row) fills the server's
-cache; these sessions are the
+cache (with ``client_selection`` over several clients, one per document and client: the
+questions of a document go to each of them); these sessions are the
 run's warmup phase (rows with ``phase = warmup``, not in the metrics), arrive first (with the
 trace scheduler, together, ``WARMUP_LEAD_S`` = 1 trace second before the first row) and are
 added to ``runtime.warmup_sessions``.
@@ -41,6 +42,7 @@ class RagFlavor(TraceFlavor):
     """Document questions (see module doc)."""
 
     name = "rag"
+    warms_up = True
     fields: ClassVar = (
         Field("doc_id", str, required=True),
         Field("prompt_text", str, required=True),
@@ -81,7 +83,8 @@ class RagFlavor(TraceFlavor):
                 " frequent (num_documents)"
             )
         # (a document of 0 tokens in every row has nothing to cache: no warm-up)
-        self.warmup_sessions = sum(1 for d in order if first[d][0] > 0)
+        warmed = sum(1 for d in order if first[d][0] > 0)
+        self.warmup_sessions = warmed * len(self.warmup_clients or (None,))
         return {d: (rank, *first[d]) for rank, d in enumerate(order)}
 
     def _ids(self, rank: int, tokens: int) -> list[int]:
@@ -113,29 +116,43 @@ class RagFlavor(TraceFlavor):
             "text": text.to_pylist(),
             "hash_ids": hashes,
         }
+        spread = self.warmup_clients is not None  # (the rows' clients are chosen later)
+        if spread:
+            columns["client"] = [None] * len(columns["line"])
         if warm:
             first_ts = columns["ts"][0] if columns["ts"] else None
             start = None if first_ts is None else first_ts - WARMUP_LEAD_S
-            ordered = sorted(v for v in docs.values() if v[1] > 0)
+            # one warm-up per document and client: a document's questions go to every client
+            targets: list[str | None] = [None]
+            if self.warmup_clients is not None:
+                targets = [*self.warmup_clients]
+            ordered = [
+                (*doc, client)
+                for doc in sorted(v for v in docs.values() if v[1] > 0)
+                for client in targets
+            ]
             warmups: dict[str, list[Any]] = {
-                "line": [line for _, _, line in ordered],
+                "line": [line for _, _, line, _ in ordered],
                 "ts": [start] * len(ordered),
-                "prompt_tokens": [tokens for _, tokens, _ in ordered],
+                "prompt_tokens": [tokens for _, tokens, _, _ in ordered],
                 "output_tokens": [1] * len(ordered),
                 "text": [None] * len(ordered),
-                "hash_ids": [self._ids(rank, tokens) for rank, tokens, _ in ordered],
+                "hash_ids": [self._ids(rank, tokens) for rank, tokens, _, _ in ordered],
+                "client": [client for _, _, _, client in ordered],
             }
             columns = {k: warmups[k] + columns[k] for k in columns}
         n = len(columns["line"])
-        return pa.RecordBatch.from_arrays(
-            [
-                pa.array(columns["line"], pa.int64()),
-                pa.nulls(n, pa.string()),
-                pa.array(columns["ts"], pa.float64()),
-                pa.array(columns["prompt_tokens"], pa.int64()),
-                pa.array(columns["output_tokens"], pa.int64()),
-                pa.array(columns["text"], pa.string()),
-                pa.array(columns["hash_ids"], _HASH_IDS),
-            ],
-            names=["line", "group", "ts", "prompt_tokens", "output_tokens", "text", "hash_ids"],
-        )
+        arrays = [
+            pa.array(columns["line"], pa.int64()),
+            pa.nulls(n, pa.string()),
+            pa.array(columns["ts"], pa.float64()),
+            pa.array(columns["prompt_tokens"], pa.int64()),
+            pa.array(columns["output_tokens"], pa.int64()),
+            pa.array(columns["text"], pa.string()),
+            pa.array(columns["hash_ids"], _HASH_IDS),
+        ]
+        names = ["line", "group", "ts", "prompt_tokens", "output_tokens", "text", "hash_ids"]
+        if spread:
+            arrays.append(pa.array(columns["client"], pa.string()))
+            names.append("client")
+        return pa.RecordBatch.from_arrays(arrays, names=names)

@@ -178,6 +178,53 @@ def test_mooncake_blocks_are_built_in_their_chosen_clients_tokenizer(tmp_path: P
         assert (other if node.client else TOK).count(node.prompt) == 24
 
 
+def test_rag_warms_each_document_on_every_client_in_its_tokenizer(tmp_path: Path) -> None:
+    """A document's questions go to every client, so each client's server gets the document's
+    warm-up, built in that client's tokenizer (was: one warm-up per document, on whichever
+    client the selection gave it, so the questions on the others found no warmed cache)."""
+    rows = ["b,q1,8,1", "a,q2,16,1", "a,q3,8,1", "b,q4,8,1", "a,q5,16,1"]
+    path = write_csv(tmp_path / "r.csv", "doc_id,prompt_text,input_length,output_length", rows)
+    flavor = {"flavor": {"type": "rag", "block_size": 8}}
+    trace, clients = _open(_scenario(path, "rag", generator=flavor))
+    # a (3 rows) then b (2): each on client 0 and client 1, then the rows in round robin
+    assert trace.warmup == trace.prepared.warmup_sessions == 4
+    assert clients == [[0], [1], [0], [1]] + [[i % 2] for i in range(4, 9)]
+    assert (
+        "9 requests in 9 sessions (5 from the trace's rows and 4 warm-up(s), one per"
+        " document and client, before them)" in trace.describe()
+    )
+    other = OtherWords()
+    sessions = trace.sessions(1, TOK, [TOK, other])
+    nodes = [sessions.session(i).nodes[0] for i in range(9)]
+    warm = {(n.client, n.prompt_tokens): n.prompt for n in nodes[:4]}
+    assert sorted(warm) == [(0, 8), (0, 16), (1, 8), (1, 16)]
+    own = set(other.vocabulary.words)
+    for node, row in zip(nodes[4:], rows, strict=True):
+        doc_tokens = int(row.split(",")[2])
+        tokens = 16 if row[0] == "a" else 8  # (a warm-up: the document's longest row)
+        # the question's document is its client's warm-up, up to the row's length
+        document = " ".join(node.prompt.split()[:doc_tokens])
+        assert warm[(node.client, tokens)].split()[:doc_tokens] == document.split()
+        assert (set(document.split()) <= own) == (node.client == 1)
+    # one client: one warm-up per document, as before
+    single = open_trace(_scenario(path, "rag", selection=None, generator=flavor))
+    assert single.warmup == 2
+
+
+def test_rag_with_a_selection_has_a_cache_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = ["b,q1,8,1", "a,q2,16,1"]
+    path = write_csv(tmp_path / "r.csv", "doc_id,prompt_text,input_length,output_length", rows)
+    flavor = {"flavor": {"type": "rag", "block_size": 8}}
+    assert _settings(monkeypatch, _scenario(path, "rag", generator=flavor)).endswith(
+        "|warmups=each_client"
+    )
+    assert "warmups" not in _settings(
+        monkeypatch, _scenario(path, "rag", selection=None, generator=flavor)
+    )
+
+
 def _settings(monkeypatch: pytest.MonkeyPatch, scenario: Scenario) -> str:
     """The text the trace cache's key is made of (besides the file's identity)."""
     seen: list[str] = []
