@@ -16,6 +16,10 @@ one (in tokens, the *implied* sharing) follows from the ids alone:
 Only root requests of the first pass are judged (later turns' cached tokens come from their
 history; wrapped passes use fresh ids). SKIP when the trace has no hash ids or the server reported
 no cached tokens.
+
+With several clients, each target (``api_base`` and ``model``: one server's engine) has a cache
+of its own: a request shares only with the requests sent to its own target, so the bound and the
+expected sharing are computed per target (clients of one target share its cache).
 """
 
 from __future__ import annotations
@@ -118,6 +122,20 @@ def _root_prompts(data: HealthInput) -> tuple[np.ndarray, list[list[Segment]]] |
     return np.asarray(keep, dtype=np.int64), [content[int(sessions[i])] for i in keep]
 
 
+def _caches(data: HealthInput, rows: np.ndarray) -> np.ndarray:
+    """Per judged row, the index of its target's prefix cache: one per ``api_base`` and
+    ``model`` among the scenario's clients (a row of an unknown client: the first's)."""
+    target: dict[tuple[str, str], int] = {}
+    of_client: dict[str, int] = {}
+    for name, client in data.scenario.client_entries():
+        key = (client.api_base or "", client.model or "")
+        of_client[name] = target.setdefault(key, len(target))
+    if len(target) == 1 or "client" not in data.requests.schema.names:
+        return np.zeros(len(rows), dtype=np.int64)
+    names = data.requests.column("client").take(rows).to_pylist()
+    return np.asarray([of_client.get(str(n), 0) for n in names], dtype=np.int64)
+
+
 def _prefix_sharing(data: HealthInput) -> Outcome:
     if not isinstance(data.scenario.session_generator, TraceSessionGenerator):
         return Outcome(SKIP, "not a trace replay", {})
@@ -125,6 +143,7 @@ def _prefix_sharing(data: HealthInput) -> Outcome:
     if isinstance(found, str):
         return Outcome(SKIP, found, {})
     rows, prompts = found
+    caches = _caches(data, rows)
     cached_all = column(data.requests, "cached_tokens")
     cached = cached_all[rows] if rows.size else cached_all[:0]
     reported = ~np.isnan(cached)
@@ -135,18 +154,21 @@ def _prefix_sharing(data: HealthInput) -> Outcome:
     total = column(data.requests, "prompt_tokens_total")[rows]
     order = np.argsort(sent, kind="stable")
     by_first = [int(i) for i in np.argsort(first, kind="stable") if not np.isnan(first[i])]
-    upper_seen, expected_seen = SharedPrefixes(), SharedPrefixes()
+    count = int(caches.max()) + 1 if caches.size else 1
+    upper_seen = [SharedPrefixes() for _ in range(count)]
+    expected_seen = [SharedPrefixes() for _ in range(count)]
     upper = np.zeros(len(rows))
     expected = np.zeros(len(rows))
     j = 0
     for i in order.tolist():
         while j < len(by_first) and first[by_first[j]] < sent[i]:
-            expected_seen.add(prompts[by_first[j]])
+            done = by_first[j]
+            expected_seen[caches[done]].add(prompts[done])
             j += 1
         cap = max(0.0, total[i] - 1) if not np.isnan(total[i]) else np.inf
-        upper[i] = min(upper_seen.shared(prompts[i]), cap)
-        expected[i] = min(expected_seen.shared(prompts[i]), cap)
-        upper_seen.add(prompts[i])
+        upper[i] = min(upper_seen[caches[i]].shared(prompts[i]), cap)
+        expected[i] = min(expected_seen[caches[i]].shared(prompts[i]), cap)
+        upper_seen[caches[i]].add(prompts[i])
     ok = reported
     over = int(np.count_nonzero(cached[ok] > upper[ok]))
     observed_sum = float(np.nansum(cached[ok]))
@@ -158,6 +180,7 @@ def _prefix_sharing(data: HealthInput) -> Outcome:
         "implied_tokens": expected_sum,
         "hit_ratio": ratio,
         "over_implied": over,
+        "caches": len(np.unique(caches[ok])),
     }
     shown = "n/a" if ratio is None else f"{ratio:.3f}"
     answered = counted(int(ok.sum()), "request")
@@ -166,6 +189,8 @@ def _prefix_sharing(data: HealthInput) -> Outcome:
         f" {expected_sum:.0f} (ratio {shown}); {over} of {answered} above the"
         " shared prefix the ids allow"
     )
+    if statistics["caches"] > 1:
+        detail += f"; each of {statistics['caches']} targets' caches apart"
     bad = over > max(1, _OVER_FRACTION * int(ok.sum()))
     return Outcome(FAIL if bad else PASS, detail, statistics)
 

@@ -586,6 +586,13 @@ def test_a_rag_trace_over_several_clients_warms_each_document_on_each(tmp_path: 
     cached = measured.sort_values("session_id").cached_tokens.to_numpy()
     assert (documents - questions == rows.input_length.to_numpy()).all()
     assert (cached >= rows.input_length.to_numpy() - 16).all(), cached - rows.input_length
+    # prefix_sharing holds each server's hits to what that server saw: all of it, to a block
+    health = json.loads((run_dir / "health.json").read_text())
+    check = {c["name"]: c for c in health["checks"]}["prefix_sharing"]
+    assert check["status"] == "PASS", check
+    assert check["statistics"]["caches"] == 2
+    assert check["statistics"]["over_implied"] == 0
+    assert check["statistics"]["hit_ratio"] > 0.95, check
 
 
 TRACE_TWO_WINDOWS = """
