@@ -90,6 +90,8 @@ class WorkItem(msgspec.Struct, tag="work", array_like=True, gc=False):
     client: int = 0  # which of the run's clients sends it (the worker's route)
     deferrable: bool = False  # an ok Result may go on the bulk link (see above)
     session: int = 0  # its session's id (the run's, in a distributed run too): session_header
+    # the images of its messages (the image channel): (message index, width, height, seed)
+    images: list[tuple[int, int, int, int]] = []
 
 
 class Stop(msgspec.Struct, tag="stop", array_like=True):

@@ -52,6 +52,7 @@ from veeksha.dispatch.numbers import (
     raw_value,
     sendable_timings,
 )
+from veeksha.generate.images import data_url
 from veeksha.redact import READ_WINDOW
 
 __all__ = [
@@ -127,14 +128,24 @@ class RequestBuilder:
         # '{"model":...}' → ',"model":...}' : the part after the per-request keys.
         self._tail = b"," + encode(static)[1:]
 
-    def body(self, messages: list[tuple[str, str]], max_tokens: int) -> bytes:
-        """The JSON body for one request: the conversation and its requested output length."""
+    def body(
+        self,
+        messages: list[tuple[str, str]],
+        max_tokens: int,
+        images: list[tuple[int, int, int, int]] | None = None,
+    ) -> bytes:
+        """The JSON body for one request: the conversation and its requested output length;
+        ``images`` (message index, width, height, seed) go in their messages as ``image_url``
+        parts before the text (chat only: a completions client never gets images)."""
         if self._fallback:
             messages = with_fallback(messages, max_tokens)
         if self._chat:
-            head = b'{"messages":' + msgspec.json.encode(
-                [{"role": role, "content": content} for role, content in messages]
-            )
+            if images:
+                head = b'{"messages":' + msgspec.json.encode(_with_images(messages, images))
+            else:
+                head = b'{"messages":' + msgspec.json.encode(
+                    [{"role": role, "content": content} for role, content in messages]
+                )
         else:
             # (one message, the usual prompt: its text as is, without a join)
             prompt = messages[0][1] if len(messages) == 1 else "\n".join([c for _, c in messages])
@@ -143,6 +154,25 @@ class RequestBuilder:
         if self._min_key is None:
             return b"".join((head, self._max_key, n, self._tail))
         return b"".join((head, self._max_key, n, self._min_key, n, self._tail))
+
+
+def _with_images(
+    messages: list[tuple[str, str]], images: list[tuple[int, int, int, int]]
+) -> list[dict[str, Any]]:
+    """Chat messages whose messages with images have a content of parts: each image as a
+    ``data:`` URL (``veeksha.generate.images``), then the text."""
+    parts: dict[int, list[dict[str, Any]]] = {}
+    for at, width, height, seed in images:
+        url = data_url(width, height, seed)
+        parts.setdefault(at, []).append({"type": "image_url", "image_url": {"url": url}})
+    out: list[dict[str, Any]] = []
+    for i, (role, content) in enumerate(messages):
+        own = parts.get(i)
+        if own is None:
+            out.append({"role": role, "content": content})
+        else:
+            out.append({"role": role, "content": [*own, {"type": "text", "text": content}]})
+    return out
 
 
 def with_fallback(messages: list[tuple[str, str]], max_tokens: int) -> list[tuple[str, str]]:

@@ -73,6 +73,7 @@ from veeksha.dispatch.openai import (
     StreamOver,
 )
 from veeksha.dispatch.settings import WorkerSettings, WorkerSpawn
+from veeksha.generate.images import data_url
 from veeksha.open_files import CLIENT_LIMIT_ERRNOS, raise_open_file_limit
 from veeksha.redact import READ_WINDOW, Redactors
 from veeksha.terminal import STOP_SIGNALS
@@ -357,6 +358,10 @@ class Worker:
         request_id = item.request_id
         timer = self._timers.call_at_ns(item.not_before_ns, lambda: self._release(request_id))
         self._held[request_id] = (item, timer)
+        if item.images:  # made while it waits, not as it leaves (a bad one: at its send)
+            with contextlib.suppress(ValueError):
+                for _, width, height, seed in item.images:
+                    data_url(width, height, seed)
 
     def _release(self, request_id: int) -> None:
         held = self._held.pop(request_id, None)
@@ -448,7 +453,7 @@ class Worker:
         assert http is not None
         exchange = _Exchange(self, http, item, received_at, route)
         try:
-            body = route.builder.body(item.messages, item.max_tokens)
+            body = route.builder.body(item.messages, item.max_tokens, item.images)
         except Exception as exc:  # noqa: BLE001 - every failure becomes this item's Result
             exchange.finish("error", "client_error", _msg(exc))
             return
@@ -506,7 +511,7 @@ class Worker:
     ) -> None:
         """The aiohttp path (https)."""
         settings = route.settings
-        body = route.builder.body(item.messages, item.max_tokens)
+        body = route.builder.body(item.messages, item.max_tokens, item.images)
         state.started_at = time.monotonic_ns()
         session = route.session
         assert session is not None
@@ -868,7 +873,7 @@ class _Exchange(Exchange):
         self.http_status = 0
         self.last_byte_at = 0
         item = self.item  # the body is built again rather than held through every request
-        self.route.send(self.route.builder.body(item.messages, item.max_tokens), self)
+        self.route.send(self.route.builder.body(item.messages, item.max_tokens, item.images), self)
 
     # ------------------------------------------------------------------------ the worker's
 

@@ -430,6 +430,8 @@ class TrafficLoop(SessionStarts, PhaseControl, ToolNodes):
             and node_defers(session.spec, node_id, self._caps),
             session.spec.session_id,
         )
+        if session.spec.images:
+            item.images = session.outgoing_images(node_id, messages)
         worker_id = self._submit(item)
         self._unflushed = True
         session.mark_dispatched(node_id)

@@ -128,9 +128,20 @@ def _chat_rows(data: HealthInput) -> NDArray[np.bool_]:
     return of_clients(table, chat)
 
 
+def _with_images(table: pa.Table) -> NDArray[np.bool_]:
+    """The rows whose own message carried images (the server counts their image tokens too,
+    which no tokenizer here knows: they are not compared with its count); none in a run
+    recorded before the column."""
+    if "images" not in table.schema.names:
+        return np.zeros(table.num_rows, dtype=bool)
+    with_images: NDArray[np.bool_] = int_column(table, "images") > 0
+    return with_images
+
+
 def _server_usage(data: HealthInput, chat: NDArray[np.bool_]) -> _Usage:
     table = data.measured
     rows = column(table, "usage_reported") > 0
+    rows &= ~_with_images(table)
     rows &= integers(ak.list_value_length(table.column("parents"))) == 0  # roots
     rows &= _first_attempts(table)
     target = column(table, "target_prompt_tokens")
@@ -148,7 +159,7 @@ def _server_usage_turns(data: HealthInput, chat: NDArray[np.bool_]) -> _Usage:
     (``_first_attempts``) and is not compared."""
     table = data.measured
     history = column(table, "history_parent")
-    children = np.flatnonzero(~np.isnan(history) & _first_attempts(table))
+    children = np.flatnonzero(~np.isnan(history) & _first_attempts(table) & ~_with_images(table))
     if children.size == 0:
         return _Usage(np.empty(0), np.empty(0), np.zeros(0, dtype=bool), children)
     node = int_column(table, "node_id")
@@ -366,6 +377,9 @@ def _prompt_length(data: HealthInput) -> Outcome:
         several = measured is not None and len(measured.sizes) > 1
         taken = ", less each client's measured template" if several else ""
         parts.append((SERVER_USAGE + (taken or _taken(root, turn, measured is not None)), stats))
+    imaged = int(_with_images(data.measured).sum())
+    if imaged:
+        statistics["image_requests"] = imaged
     if not parts:
         return Outcome(SKIP, "no measured request with prompt token counts", statistics)
     parts.sort(key=lambda part: part[1]["outside_tolerance"] == 0)  # failing ones first
@@ -373,6 +387,11 @@ def _prompt_length(data: HealthInput) -> Outcome:
     detail = "; ".join(_describe(name, stats, tol) for name, stats in parts)
     if error:
         detail += f"; {SERVER_TOKENIZE}: not checked ({error})"
+    if imaged:
+        detail += (
+            f"; {counted(imaged, 'request')} with images not held to the server's count (it"
+            " counts their image tokens too)"
+        )
     if failed:
         return Outcome(FAIL, detail, statistics)
     if undecided:

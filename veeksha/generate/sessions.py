@@ -42,6 +42,7 @@ from veeksha.generate.distributions import (
     make_length_sampler,
 )
 from veeksha.generate.graphs import GraphShape, chain_tables, make_graph_generator
+from veeksha.generate.image_channel import ImageSampler
 from veeksha.generate.rng import RandomStreams
 from veeksha.generate.spec import NodeSpec, SessionSpec
 from veeksha.generate.tokenizer import TokenizerLike
@@ -49,8 +50,10 @@ from veeksha.generate.validation import NodeChecks
 from veeksha.scenario.models import (
     AgentRoundsGraph,
     BranchingGraph,
+    ImageChannel,
     Scenario,
     SingleRequestGraph,
+    TextChannel,
     TraceSessionGenerator,
 )
 
@@ -106,12 +109,9 @@ class SessionGenerator:
             raise ConfigurationError(
                 "SessionGenerator makes synthetic sessions; traces are veeksha.generate.traces"
             )
-        if len(generator.channels) != 1:
-            raise ConfigurationError(
-                f"session_generator.channels: exactly one text channel is supported "
-                f"(got {len(generator.channels)})"
-            )
-        channel = generator.channels[0]
+        channel = next(c for c in generator.channels if isinstance(c, TextChannel))
+        pictures = [c for c in generator.channels if isinstance(c, ImageChannel)]
+        self._images = None if not pictures else ImageSampler(pictures[0])
         self.scenario = scenario
         self.streams = RandomStreams(scenario.seed)
         names = [name for name, _ in scenario.client_entries()]
@@ -147,6 +147,8 @@ class SessionGenerator:
         self._prompts = prompts
         self._clients = ClientPicker(generator.client_selection, names)
         samplers = [*self._graphs.samplers, self._bodies, self._outputs]
+        if self._images is not None:
+            samplers += self._images.samplers
         self._stairs = [s for s in samplers if isinstance(s, FixedStairSampler)]
         self._positions: dict[int, tuple[int, ...]] = {0: tuple(0 for _ in self._stairs)}
         self._cache: OrderedDict[int, list[SessionSpec]] = OrderedDict()
@@ -293,11 +295,15 @@ class SessionGenerator:
         ends = np.cumsum(sizes).tolist()
         starts = [0, *ends[:-1]]
         if graphs.chain:
-            return [
+            sessions = [
                 SessionSpec(first + k, nodes[lo:hi], _chain_children(hi - lo))
                 for k, (lo, hi) in enumerate(zip(starts, ends, strict=True))
             ]
-        return [
-            SessionSpec(first + k, nodes[lo:hi], shape.children())
-            for k, (lo, hi, shape) in enumerate(zip(starts, ends, shapes, strict=True))
-        ]
+        else:
+            sessions = [
+                SessionSpec(first + k, nodes[lo:hi], shape.children())
+                for k, (lo, hi, shape) in enumerate(zip(starts, ends, shapes, strict=True))
+            ]
+        if self._images is not None:
+            self._images.add(sessions, streams.stream("images", "block", block))
+        return sessions

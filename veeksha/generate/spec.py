@@ -49,6 +49,9 @@ class NodeSpec:
     validation: Callable[[str], str | None] | None = None
     max_reprompts: int = 0
     not_before_s: float | None = None
+    # the images of its user message (the image channel): (width, height, seed) each, sent
+    # as data: URLs (``veeksha.generate.images``); a history child re-sends them
+    images: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(slots=True)
@@ -58,6 +61,7 @@ class SessionSpec:
     session_id: int
     nodes: list[NodeSpec]
     children: list[list[int]] = field(default_factory=list)
+    images: bool = False  # some node has images (the dispatch then sends them)
 
     def __post_init__(self) -> None:
         if not self.children:

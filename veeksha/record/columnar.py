@@ -47,7 +47,14 @@ from veeksha.record.numbers import (
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
-__all__ = ["NULL", "RequestColumns", "SessionColumns", "reasoning_values", "server_timings"]
+__all__ = [
+    "NULL",
+    "RequestColumns",
+    "SessionColumns",
+    "image_values",
+    "reasoning_values",
+    "server_timings",
+]
 
 NULL = -(2**63)  # null in an int64 slot
 _NAN = float("nan")
@@ -60,7 +67,8 @@ _SLICE_ROWS = 8192  # rows converted per GIL-holding slice
 # ``_clamped`` names), connect_time (null but in the rows ``_connects`` names: the few that
 # opened a connection, so the common row pays one test for it) and reasoning_tokens,
 # reasoning_chunks and answer_ttfc (null but in the rows ``_reasoning`` names: a reasoning
-# model's answers, or a server that counts reasoning tokens); "parents" and "chunk_times_ns"
+# model's answers, or a server that counts reasoning tokens), images and image_pixels (null but
+# in the rows ``_images`` names: a request with images); "parents" and "chunk_times_ns"
 # hold the list lengths. add_result's tuple of ints is at 30 values, CPython's limit for a tuple
 # display built on the stack (``STACK_USE_GUIDELINE``): from 31 on it is built through a list,
 # ~0.4 us more a row.
@@ -165,6 +173,11 @@ def _sparse(values: dict[int, int | None], n: int, empty: int = 0) -> pa.Array:
     return _ints(column, pa.int32())
 
 
+def image_values(node: NodeSpec) -> tuple[int, int]:
+    """A node's ``images`` and ``image_pixels`` (its own message's images)."""
+    return len(node.images), sum(width * height for width, height, _ in node.images)
+
+
 def reasoning_values(res: Result) -> tuple[int | None, int | None, float | None]:
     """A result's ``reasoning_tokens``, ``reasoning_chunks`` (null when it did not think) and
     ``answer_ttfc`` (its first answer chunk after the thinking, from ``sent_at``; an ok answer's
@@ -267,6 +280,7 @@ class RequestColumns:
         "_clamped",
         "_connects",
         "_floats",
+        "_images",
         "_ints",
         "_parents",
         "_reasoning",
@@ -286,6 +300,7 @@ class RequestColumns:
         self._connects: dict[int, float] = {}  # row → connect_time where not null
         # row → (reasoning_tokens, reasoning_chunks, answer_ttfc) where one is not null
         self._reasoning: dict[int, tuple[int | None, int | None, float | None]] = {}
+        self._images: dict[int, tuple[int, int]] = {}  # row → (images, pixels) where some
         self.rows = 0
 
     def __len__(self) -> int:
@@ -413,6 +428,8 @@ class RequestColumns:
             self._connects[self.rows] = res.connect_ns / _NS
         if res.reasoning_chunks or res.reasoning_tokens is not None:
             self._reasoning[self.rows] = reasoning_values(res)
+        if node.images:
+            self._images[self.rows] = image_values(node)
         self.rows += 1
 
     def add_cancelled(
@@ -457,6 +474,8 @@ class RequestColumns:
                 "shared_prefix_tokens": node.shared_prefix_tokens,
                 "prompt_tokens_new": prompt_tokens_new,
                 "requested_output_tokens": node.max_tokens,
+                "images": len(node.images) or None,
+                "image_pixels": image_values(node)[1] or None,
                 "status": "cancelled",
                 "error_kind": "cancelled",
                 "error_message": reason,
@@ -495,6 +514,9 @@ class RequestColumns:
         thought = (get("reasoning_tokens"), get("reasoning_chunks"), get("answer_ttfc"))
         if thought != (None, None, None):
             self._reasoning[self.rows] = thought
+        images = get("images")
+        if images:
+            self._images[self.rows] = (images, get("image_pixels") or 0)
         self.rows += 1
 
     def to_table(self, t0_ns: int, pause: Callable[[], None] | None = None) -> pa.Table:
@@ -546,6 +568,12 @@ class RequestColumns:
         columns["reasoning_tokens"] = _sparse(tokens, self.rows, NULL)
         columns["reasoning_chunks"] = _sparse(chunks, self.rows, NULL)
         columns["answer_ttfc"] = _sparse_floats(answers, self.rows)
+        counts = np.full(self.rows, NULL, dtype=np.int64)
+        pixels = np.full(self.rows, NULL, dtype=np.int64)
+        for row, (count, area) in self._images.items():
+            counts[row], pixels[row] = count, area
+        columns["images"] = _ints(counts, pa.int32())
+        columns["image_pixels"] = _ints(pixels, pa.int64())
         columns["shard"] = _constant(self.shard, self.rows)
         return pa.Table.from_arrays(
             [columns[f.name] for f in REQUESTS_SCHEMA], schema=REQUESTS_SCHEMA

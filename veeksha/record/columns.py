@@ -180,6 +180,20 @@ REQUESTS_SCHEMA = pa.schema(
         ),
         _col("target_prompt_tokens", _I32, _TOK, "requested length of the new prompt part"),
         _col(
+            "images",
+            _I32,
+            "",
+            "images in the new user message (the image channel), sent as data: URLs before its"
+            " text; a conversation's later turns send them again in their history, not counted"
+            " here; null when none",
+        ),
+        _col(
+            "image_pixels",
+            pa.int64(),
+            "",
+            "pixels (width × height) of those images, summed; null when none",
+        ),
+        _col(
             "shared_prefix_tokens",
             _I32,
             _TOK,

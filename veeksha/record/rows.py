@@ -48,6 +48,7 @@ from veeksha.record.columnar import (
     MAX_ERROR_MESSAGE_CHARS,
     RequestColumns,
     SessionColumns,
+    image_values,
     reasoning_values,
     requests_from_rows,
     sessions_from_rows,
@@ -174,6 +175,8 @@ def request_row(
         "shared_prefix_tokens": node.shared_prefix_tokens,
         "prompt_tokens_new": rec.prompt_tokens_new,
         "requested_output_tokens": node.max_tokens,
+        "images": len(node.images) or None,
+        "image_pixels": image_values(node)[1] or None,
     }
     if res is None:
         row["status"] = "cancelled"

@@ -26,7 +26,10 @@ failed last answer when its re-prompts ran out. Such a line is written once its 
 the lines after it wait for it, so the file stays in hand-over order (a replay breaks ties between
 equal start times by file order). A node of an ``agent_rounds`` graph adds ``agent``, ``round`` and
 ``transcript`` (the node ids whose turns its messages merge, in order; the turns of nodes of its own
-agent are its ``assistant`` messages), so the replay sends the same merged messages.
+agent are its ``assistant`` messages), so the replay sends the same merged messages. A request
+whose message carried images (the image channel) adds ``images``: each of its own message's as
+``[width, height, seed]`` (its history's are its history parent's lines'); ``messages`` hold the
+texts only.
 
 ``messages`` are the ones sent: with a client's ``use_min_tokens_prompt_fallback``, the last user
 message ends with the ``" Generate at least N tokens."`` its worker appended (N =
@@ -72,6 +75,7 @@ class TraceEntry(msgspec.Struct, omit_defaults=True):
     transcript: tuple[int, ...] | None = None  # and the nodes whose turns its messages merge
     result: str | None = None
     messages: list[tuple[str, str]] | None = None
+    images: tuple[tuple[int, int, int], ...] | None = None  # its own message's: width, height, seed
     shard: int | None = None  # the shard that sent it (a distributed run's shards only)
 
 
@@ -187,6 +191,8 @@ class TraceWriter:
             entry.priority = node.priority
         if attempt:
             entry.attempt = attempt
+        if node.images:
+            entry.images = node.images
         if verdict is not None and verdict.done:
             entry.valid = verdict.valid
         if self.include_content:

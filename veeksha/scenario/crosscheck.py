@@ -50,6 +50,44 @@ def scenario_problems(scenario: Scenario) -> list[Problem]:
         )
     problems += _selection_problems(scenario, names)
     problems += _agent_problems(scenario, names)
+    problems += _channel_problems(scenario)
+    return problems
+
+
+def _channel_problems(scenario: Scenario) -> list[Problem]:
+    """One text channel and at most one image channel; images go in chat messages, so every
+    client is a chat client; an agent_rounds graph takes no images (yet)."""
+    from veeksha.scenario.models import AgentRoundsGraph, SyntheticSessionGenerator
+
+    generator = scenario.session_generator
+    if not isinstance(generator, SyntheticSessionGenerator):
+        return []
+    problems: list[Problem] = []
+    path = ("session_generator", "channels")
+    kinds = [channel.type for channel in generator.channels]
+    for kind in ("text", "image"):
+        if kinds.count(kind) > 1:
+            second = [i for i, k in enumerate(kinds) if k == kind][1]
+            problems.append(((*path, second, "type"), f"a second {kind} channel: give one"))
+    if "text" not in kinds:
+        problems.append(((*path,), "no text channel: add one (- type: text)"))
+    if "image" not in kinds:
+        return problems
+    at = (*path, kinds.index("image"), "type")
+    for index, (name, client) in enumerate(scenario.client_entries()):
+        if client.type == "openai_completions":
+            where = f"clients[{index}] ({name})" if scenario.clients else "client"
+            problems.append(
+                (
+                    at,
+                    f"images go in chat messages, and {where} is an openai_completions client:"
+                    " make it openai_chat_completions, or remove the image channel",
+                )
+            )
+    if isinstance(generator.session_graph, AgentRoundsGraph):
+        problems.append(
+            (at, "an agent_rounds graph takes no images: remove the image channel or the graph")
+        )
     return problems
 
 

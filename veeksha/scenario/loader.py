@@ -719,6 +719,18 @@ def _drop_no_reasoning(simulator: Any) -> None:
         simulator.pop("reasoning_field")
 
 
+def _drop_default_image_patch(simulator: Any) -> None:
+    """The simulator's ``image_patch_px`` out of a hashed dict where it is the default (or,
+    a served model's, unset), so that a scenario hashes as it did before the key existed."""
+    if not isinstance(simulator, dict):
+        return
+    for model in (simulator.get("models") or {}).values():
+        if isinstance(model, dict) and model.get("image_patch_px") is None:
+            model.pop("image_patch_px", None)
+    if simulator.get("image_patch_px") == 28:
+        simulator.pop("image_patch_px")
+
+
 def scenario_hash(scenario: Scenario) -> str:
     """A short, stable hex digest of the resolved scenario, without secrets or ``output_dir``
     (where results go does not change what is measured)."""
@@ -726,6 +738,7 @@ def scenario_hash(scenario: Scenario) -> str:
     if not data.get("phases"):  # (a run without phases keeps the hash it always had)
         data.pop("phases", None)
     _drop_no_reasoning(data.get("simulator"))  # (likewise a simulator that does not think)
+    _drop_default_image_patch(data.get("simulator"))
     for path in _HASH_EXCLUDED:
         holder: Any = data
         for part in path[:-1]:

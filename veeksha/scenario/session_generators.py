@@ -7,7 +7,16 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import Field, field_validator, model_validator
 
 from veeksha.scenario.base import KeyProblem, StrictModel, factory
-from veeksha.scenario.generators import MAX_DRAW, LengthGenerator, _uniform, zero_output_problem
+from veeksha.scenario.generators import (
+    MAX_DRAW,
+    FixedLength,
+    FixedStairLength,
+    LengthGenerator,
+    UniformLength,
+    ZipfLength,
+    _uniform,
+    zero_output_problem,
+)
 from veeksha.scenario.graphs import (
     LinearGraph,
     SessionGraph,
@@ -18,6 +27,9 @@ from veeksha.scenario.graphs import (
 )
 
 # ------------------------------------------------------------------------------ session generator
+
+#: The largest side of an image the image channel draws (veeksha.generate.images.MAX_SIDE)
+MAX_IMAGE_SIDE = 16_384
 
 
 class TextChannel(StrictModel, defer_build=False):
@@ -34,6 +46,66 @@ class TextChannel(StrictModel, defer_build=False):
     shared_prefix_probability: float = Field(
         1.0, ge=0, le=1, description="Probability that a root request uses the shared prefix."
     )
+
+
+class ImageChannel(StrictModel, defer_build=False):
+    """Images in the user's messages, for vision-language models: each request that starts a
+    conversation (or every request, ``every_turn``) carries its own images, of the drawn
+    sizes, as data: URLs in its chat message; a conversation's later turns send them again
+    with its history (docs/scenario.md, "Images")."""
+
+    type: Literal["image"] = "image"
+    count_generator: LengthGenerator = Field(
+        default_factory=lambda: FixedLength(value=1),
+        description="Images of each request that carries images (0: none for that request).",
+    )
+    width_generator: LengthGenerator = Field(
+        default_factory=lambda: FixedLength(value=512),
+        description="Width of each image in pixels (1 to 16384).",
+    )
+    height_generator: LengthGenerator = Field(
+        default_factory=lambda: FixedLength(value=512),
+        description="Height of each image in pixels (1 to 16384).",
+    )
+    every_turn: bool = Field(
+        False,
+        description="Images in every request's new message too, not only where a conversation"
+        " starts (a request without a history parent).",
+    )
+
+    @field_validator("width_generator", "height_generator")
+    @classmethod
+    def _a_side(cls, value: Any) -> Any:
+        problem = zero_output_problem(value, "an image is at least 1 pixel a side")
+        if problem is not None:
+            raise problem
+        for key, drawn in _bounds(value):
+            if drawn > MAX_IMAGE_SIDE:
+                raise KeyProblem(
+                    f"must be at most {MAX_IMAGE_SIDE}: an image is at most {MAX_IMAGE_SIDE}"
+                    f" pixels a side (got {drawn})",
+                    key,
+                )
+        return value
+
+
+def _bounds(generator: Any) -> list[tuple[str | tuple[str, int], int]]:
+    """The keys of a length generator that bound its draws, with their values (none for an
+    unbounded one: its draws are cut to the largest side)."""
+    if isinstance(generator, FixedLength):
+        return [("value", generator.value)]
+    if isinstance(generator, UniformLength | ZipfLength):
+        return [("max", generator.max)]
+    if isinstance(generator, FixedStairLength):
+        return [(("values", i), v) for i, v in enumerate(generator.values)]
+    return []
+
+
+Channel = Annotated[TextChannel | ImageChannel, Field(discriminator="type")]
+
+
+def _text_only() -> list[TextChannel | ImageChannel]:
+    return [TextChannel()]
 
 
 class TextOutputSpec(StrictModel, defer_build=False):
@@ -93,8 +165,10 @@ class SyntheticSessionGenerator(StrictModel, defer_build=False):
     session_graph: SessionGraph = Field(
         default_factory=factory(LinearGraph), description="Shape of each session's request DAG."
     )
-    channels: list[TextChannel] = Field(
-        default_factory=lambda: [TextChannel()], min_length=1, description="Prompt content."
+    channels: list[Channel] = Field(
+        default_factory=_text_only,
+        min_length=1,
+        description="Prompt content: one text channel, and at most one image channel.",
     )
     output_spec: OutputSpec = Field(
         default_factory=factory(OutputSpec),

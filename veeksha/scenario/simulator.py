@@ -134,6 +134,7 @@ class SimulatorModel(NumbersModel):
     default_max_tokens: int | None = Field(None, ge=1, description="As simulator's.")
     tokens_per_chunk: int | None = Field(None, ge=1, description="As simulator's.")
     reasoning_tokens: int | None = Field(None, ge=0, description="As simulator's.")
+    image_patch_px: int | None = Field(None, ge=1, description="As simulator's.")
     faults: FaultConfig | None = Field(None, description="This model's faults (whole section).")
 
 
@@ -226,6 +227,15 @@ class SimulatorConfig(NumbersModel):
             " DeepSeek, llama.cpp) or reasoning (newer vLLM); inline: in the content, between"
             " <think> and </think>, with no reasoning_tokens in the usage (a server without a"
             " reasoning parser)."
+        ),
+    )
+    image_patch_px: int = Field(
+        28,
+        ge=1,
+        description=(
+            "A chat's image (a data: URL of a PNG or JPEG in an image_url part) counts"
+            " ceil(width / N) * ceil(height / N) prompt tokens: one token an N × N-pixel patch"
+            " (28: Qwen2-VL's merged patch)."
         ),
     )
     role_chunk: bool = Field(

@@ -32,9 +32,11 @@ from enum import IntEnum
 
 from veeksha.generate.spec import SessionSpec
 
-__all__ = ["Conversation", "NodeState", "SessionState"]
+__all__ = ["Conversation", "Image", "NodeState", "SessionState"]
 
 Conversation = tuple[tuple[str, str], ...]
+#: an image of a conversation: (index of its message, width, height, seed)
+Image = tuple[int, int, int, int]
 
 
 class NodeState(IntEnum):
@@ -64,6 +66,7 @@ class SessionState:
         "_conversation",
         "_dispatched_cancelled",
         "_history_tokens",
+        "_images",
         "_remaining",
         "_retry",
         "_unfinished_parents",
@@ -99,6 +102,8 @@ class SessionState:
         # token count of that whole conversation (veeksha's count, used when usage is absent).
         self._conversation: dict[int, Conversation] = {}
         self._history_tokens: dict[int, int] = {}
+        # the images of a node's kept conversation: (message index, width, height, seed)
+        self._images: dict[int, tuple[Image, ...]] = {}
         self._remaining = n
         self.ended_at_ns: int | None = None
         # agent_rounds: each answered node's answer and its tokens, for the transcripts
@@ -174,6 +179,19 @@ class SessionState:
             [*self._conversation.get(parent, ()), ("user", node.prompt)],
             self._history_tokens.get(parent, 0),
         )
+
+    def outgoing_images(self, node_id: int, messages: list[tuple[str, str]]) -> list[Image]:
+        """The images of what ``outgoing`` gave (its ``messages``), each as (message index,
+        width, height, seed): those of the history it inherits, then the node's own in its user
+        message (before a re-prompt's answers and notes)."""
+        node = self.spec.nodes[node_id]
+        parent = node.history_parent
+        images = [] if parent is None or node.transcript else list(self._images.get(parent, ()))
+        if node.images:
+            retries = self.attempts.get(node_id, 0) if self.attempts else 0
+            at = len(messages) - 1 - 2 * retries
+            images += [(at, *image) for image in node.images]
+        return images
 
     def _transcript(self, node_id: int) -> tuple[list[tuple[str, str]], int]:
         """An agent's messages: the answers of its transcript, its own as ``assistant`` and the
@@ -309,6 +327,15 @@ class SessionState:
             conversation = (*conversation, ("assistant", answer))
         self._conversation[node_id] = conversation
         self._history_tokens[node_id] = conversation_tokens + (answer_tokens if ok else 0)
+        if self.spec.images:
+            node = self.spec.nodes[node_id]
+            parent = node.history_parent
+            images = () if parent is None else self._images.get(parent, ())
+            if node.images and node.kind != "tool":
+                at = len(self.messages(node_id)) - 1
+                images = (*images, *((at, *image) for image in node.images))
+            if images:
+                self._images[node_id] = images
 
     def cancel_pending(self, at_ns: int) -> list[int]:
         """Cancel every node not yet dispatched (pending or ready); returns their ids."""
@@ -343,6 +370,7 @@ class SessionState:
                     latest = t
             self.ended_at_ns = latest
             self._conversation.clear()
+            self._images.clear()
             if self._answers is not None:
                 self._answers.clear()
 

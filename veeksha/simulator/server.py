@@ -275,6 +275,7 @@ class SimServer:
                 config.default_max_tokens,
                 config.max_model_len,
                 template=config.chat_template,
+                image_patch_px=config.image_patch_px,
             )
         else:
             req = parse_generation(
@@ -285,6 +286,7 @@ class SimServer:
                 config.max_model_len,
                 self._prompt_tokens,
                 config.chat_template,
+                config.image_patch_px,
             )
         fault = self.faults.pick(request.arrival_ns) if self.faults.enabled else None
         if fault is not None:
@@ -348,7 +350,8 @@ class SimServer:
 
     def _tokenize(self, conn: HttpConnection, request: Request) -> None:
         body = self._json(request)
-        tok = self._tokenizer_server(body).endpoint_tokenizer
+        served = self._tokenizer_server(body)
+        tok = served.endpoint_tokenizer
         llama = self.config.tokenize_api == "llama_cpp"
         if llama:  # llama.cpp: {"content"} → {"tokens"}; no content → no tokens, as it does
             content = body.get("content")
@@ -363,7 +366,15 @@ class SimServer:
             return
         if "messages" in body:  # (the chat template as the usage counts it, vLLM's default)
             prompt = body.get("add_generation_prompt", True) is not False
-            ids = chat_tokens(body, tok.encode, self.config.chat_template, prompt)
+            config = served.config  # (an image bigger than the whole context: refused)
+            ids = chat_tokens(
+                body,
+                tok.encode,
+                config.chat_template,
+                prompt,
+                config.image_patch_px,
+                config.max_model_len,
+            )
         elif isinstance(body.get("prompt"), str):
             ids = tok.encode(body["prompt"])
         else:

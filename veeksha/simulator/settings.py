@@ -71,6 +71,7 @@ class ModelSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     tokens_per_chunk: int | None
     faults: FaultSettings | None
     reasoning_tokens: int | None = None
+    image_patch_px: int | None = None
 
 
 class SimSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -104,6 +105,7 @@ class SimSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     count_header: str | None = None
     reasoning_tokens: int = 0
     reasoning_field: Literal["reasoning_content", "reasoning", "inline"] = "reasoning_content"
+    image_patch_px: int = 28
 
     @classmethod
     def from_json(cls, text: str | bytes) -> SimSettings:

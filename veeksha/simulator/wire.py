@@ -15,7 +15,9 @@ prompt's token sequence for the prefix cache is the concatenation of those words
 order. With the ``subword`` tokenizer (``veeksha.simulator.subword``)
 each content (or the prompt) is tokenized on its own and the ids concatenated, and answers use
 only words that are one subword token wherever they stand, so an answer of n tokens is n tokens
-again when a later turn sends it back.
+again when a later turn sends it back. An image part of a content list is
+``ceil(width / P) * ceil(height / P)`` tokens of its own where it stands, P being
+``image_patch_px`` (``veeksha.simulator.vision``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,14 @@ from typing import Any, Literal
 import msgspec
 
 from veeksha.generate.tokenizer import BUILTIN_VOCAB
+from veeksha.simulator.vision import (
+    IMAGE_PATCH_PX,
+    IMAGE_PLACEHOLDER,
+    UNSUPPORTED_PARTS,
+    Image,
+    ImageProblem,
+    read_image,
+)
 
 __all__ = [
     "ApiError",
@@ -148,13 +158,14 @@ def _special(tokenize: Tokenize) -> Callable[[str], Any]:
 
 def _chat_parts(
     body: dict[str, Any], template: bool, generation_prompt: bool
-) -> list[tuple[bool, str]]:
+) -> list[tuple[bool, str | Image]]:
     """A chat body's prompt in order: ``(True, name)`` a special token of the template (when
-    ``template``), ``(False, text)`` a content (or one text part of a content list)."""
+    ``template``), ``(False, text)`` a content (or one text part of a content list),
+    ``(False, image)`` an image part of a content list (``veeksha.simulator.vision``)."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "'messages' must be a non-empty list", param="messages")
-    parts: list[tuple[bool, str]] = []
+    parts: list[tuple[bool, str | Image]] = []
     if template:
         parts.append((True, "<s>"))
     for i, message in enumerate(messages):
@@ -167,9 +178,23 @@ def _chat_parts(
         if isinstance(content, str):
             parts.append((False, content))
         elif isinstance(content, list):
-            for part in content:
-                if isinstance(part, dict) and isinstance(part.get("text"), str):
+            for j, part in enumerate(content):
+                if not isinstance(part, dict):
+                    continue
+                if isinstance(part.get("text"), str):
                     parts.append((False, part["text"]))
+                elif part.get("type") == "image_url":
+                    try:
+                        parts.append((False, read_image(part.get("image_url"), _at(i, j))))
+                    except ImageProblem as exc:
+                        raise ApiError(400, str(exc), param="messages") from None
+                elif part.get("type") in UNSUPPORTED_PARTS:
+                    raise ApiError(
+                        400,
+                        f"{_at(i, j)}: content parts of type {part['type']!r} are not "
+                        "supported by the simulator (text and image_url only)",
+                        param="messages",
+                    )
         elif content is not None:
             raise ApiError(
                 400, f"messages[{i}].content must be a string or a list", param="messages"
@@ -181,36 +206,67 @@ def _chat_parts(
     return parts
 
 
+def _at(i: int, j: int) -> str:
+    return f"messages[{i}].content[{j}]"
+
+
 def chat_tokens(
     body: dict[str, Any],
     tokenize: Tokenize = _split,
     template: bool = False,
     generation_prompt: bool = True,
+    image_patch_px: int = IMAGE_PATCH_PX,
+    limit: int | None = None,
 ) -> list[Any]:
     """The prompt tokens of a chat body: the contents' tokens in message order, wrapped in
-    the chat template when ``template`` (see ``SPECIAL_TOKENS``)."""
-    special = _special(tokenize)
+    the chat template when ``template`` (see ``SPECIAL_TOKENS``); an image part's tokens
+    where it stands (``veeksha.simulator.vision``, ``image_patch_px``-pixel patches). An image
+    that would take the prompt beyond ``limit`` tokens is refused before its tokens are made
+    (``context_length_exceeded``)."""
+    special: Callable[[Any], Any] = _special(tokenize)  # (a special token's part is a str)
     tokens: list[Any] = []
-    for is_special, text in _chat_parts(body, template, generation_prompt):
+    for is_special, part in _chat_parts(body, template, generation_prompt):
         if is_special:
-            tokens.append(special(text))
+            tokens.append(special(part))
+        elif isinstance(part, str):
+            tokens.extend(tokenize(part))
         else:
-            tokens.extend(tokenize(text))
+            words = tokenize is _split
+            tokens.extend(_image_tokens(part, words, image_patch_px, len(tokens), limit))
     return tokens
+
+
+def _image_tokens(
+    image: Image, words: bool, patch_px: int, before: int, limit: int | None
+) -> list[Any]:
+    n = image.count(patch_px)
+    if limit is not None and before + n > limit:
+        raise ApiError(
+            400,
+            f"This model's maximum context length is {limit} tokens; the request has at least "
+            f"{before + n} prompt tokens ({image.where} is an image of {image.width} × "
+            f"{image.height} pixels: {n} tokens).",
+            code="context_length_exceeded",
+        )
+    return image.words(n) if words else image.ids(n)
 
 
 def chat_text(body: dict[str, Any]) -> str:
     """The chat template rendered as text, generation prompt included (the simulator's
     ``/apply-template``): each special token as its ``SPECIAL_TEXTS`` form, each content as it
-    is; a content list's text parts are joined by a space. ``special_tokens`` of it is
-    ``chat_tokens`` of the body, to the token, for string contents."""
+    is; a content list's parts are joined by a space, an image part written as
+    ``IMAGE_PLACEHOLDER`` (``<image>``). ``special_tokens`` of it is ``chat_tokens`` of the
+    body, to the token, for contents without images."""
     texts = dict(zip(SPECIAL_TOKENS, SPECIAL_TEXTS, strict=True))
     parts = _chat_parts(body, True, True)
     out: list[str] = []
-    for k, (is_special, text) in enumerate(parts):
+    for k, (is_special, part) in enumerate(parts):
         if not is_special and k and not parts[k - 1][0]:
-            out.append(" ")  # (two text parts of one content list)
-        out.append(texts[text] if is_special else text)
+            out.append(" ")  # (two parts of one content list)
+        if isinstance(part, Image):
+            out.append(IMAGE_PLACEHOLDER)
+        else:
+            out.append(texts[part] if is_special else part)
     return "".join(out)
 
 
@@ -253,8 +309,10 @@ def parse_generation(
     max_model_len: int,
     tokenize: Tokenize = _split,
     template: bool = False,
+    image_patch_px: int = IMAGE_PATCH_PX,
 ) -> GenRequest:
-    """Validate the body of ``/v1/chat/completions`` or ``/v1/completions``."""
+    """Validate the body of ``/v1/chat/completions`` or ``/v1/completions`` (a chat's image
+    parts counted with ``image_patch_px``-pixel patches)."""
     try:
         body = _decode(raw)
     except msgspec.DecodeError as exc:
@@ -272,7 +330,7 @@ def parse_generation(
             code="model_not_found",
         )
     if kind == "chat":
-        tokens = chat_tokens(body, tokenize, template)
+        tokens = chat_tokens(body, tokenize, template, True, image_patch_px, max_model_len)
     else:
         tokens = _completion_tokens(body, tokenize)
     n = _int(body, "n", 1)

@@ -391,6 +391,32 @@ def test_prompt_length_checks_each_turn_against_its_parents_usage() -> None:
     )
 
 
+def test_prompt_length_leaves_requests_with_images_out_of_the_servers_count() -> None:
+    """A root with images: the server counts its image tokens too (here 160 more), which no
+    tokenizer here knows, so it is not compared; its child, whose history holds the images,
+    is (they are in the parent's count too); a child with images of its own is not."""
+
+    def session(sid: int, own: bool = False) -> list[dict[str, Any]]:
+        root = request(sid, 0, prompt_new=100, target_prompt=100, prompt_total=260)
+        root["images"], root["output_tokens"] = 1, 10
+        child = request(sid, 1, parents=[0], prompt_new=50, target_prompt=50)
+        child["prompt_tokens_total"] = 260 + 10 + 50 + (160 if own else 0)
+        if own:
+            child["images"] = 1
+        return [root, child]
+
+    rows = [row for sid in range(4) for row in session(sid)] + session(8, own=True)
+    rows.append(request(9, prompt_new=100, target_prompt=100, prompt_total=100))
+    result = PROMPT_LENGTH(_input(rows))
+    assert result.status == PASS, result.detail
+    assert result.statistics["server"]["roots"] == 1
+    assert result.statistics["server"]["turns"] == 4
+    assert result.statistics["image_requests"] == 6
+    assert result.detail.endswith(
+        "; 6 requests with images not held to the server's count (it counts their image tokens too)"
+    )
+
+
 def _fixed_roots(total: int, n: int = 6) -> list[dict[str, Any]]:
     """``n`` roots of 200 target tokens each, which the server counts as ``total``."""
     return [request(i, prompt_new=200, target_prompt=200, prompt_total=total) for i in range(n)]

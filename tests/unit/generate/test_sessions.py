@@ -149,12 +149,11 @@ def test_fixed_stair_is_global_and_order_independent() -> None:
     assert late == ordered[2 * BLOCK_SESSIONS + 1]
 
 
-def test_trace_and_multiple_channels_are_rejected() -> None:
+def test_a_trace_and_a_negative_index_are_rejected() -> None:
+    """(Two text channels, or none, are the scenario's problems: tests/unit/scenario.)"""
     trace = Scenario.model_validate({"session_generator": {"type": "trace", "trace_file": "x"}})
     with pytest.raises(ConfigurationError, match=r"veeksha\.generate\.traces"):
         SessionGenerator(trace, TOK)
-    with pytest.raises(ConfigurationError, match="one text channel"):
-        SessionGenerator(scenario(channels=[{"type": "text"}, {"type": "text"}]), TOK)
     with pytest.raises(ValueError, match=">= 0"):
         SessionGenerator(scenario(), TOK).session(-1)
 

@@ -379,3 +379,22 @@ def test_reasoning_columns_are_null_for_a_model_that_does_not_think() -> None:
         for (tokens, chunks, answer), (_, want) in zip(got, cases, strict=True):
             assert (tokens, chunks) == want[:2]
             assert answer == (None if want[2] is None else pytest.approx(want[2]))
+
+
+def test_image_columns_are_the_nodes_own_images_null_without() -> None:
+    """A request whose message carried images has their count and pixels (answered, failed or
+    never sent alike); any other row nulls, not zeros."""
+    two = make_node(images=((10, 20, 1), (3, 4, 2)))
+    records = [
+        make_record(make_result(request_id=0), request_id=0, node=two),
+        make_record(make_result(request_id=1), request_id=1),
+        make_record(None, request_id=2, node=two),
+        make_record(make_result(request_id=3, status="error", error_kind="x"), request_id=3),
+    ]
+    batch = RequestColumns()
+    for rec in records:
+        add_record(batch, rec)
+    rows = [request_row(rec, T0) for rec in records]
+    for table in (requests_from_rows(rows, T0), batch.to_table(T0)):
+        assert table.column("images").to_pylist() == [2, None, 2, None]
+        assert table.column("image_pixels").to_pylist() == [212, None, 212, None]

@@ -21,6 +21,7 @@ CONFIGS = [
                 "big": {"preset": "realistic", "max_num_seqs": 4},
                 "slow": {"ttft_ms": 200, "faults": {"disconnect_rate": 0.5}},
                 "a": {"itl_ms": 9},
+                "vision": {"image_patch_px": 14, "reasoning_tokens": 3},
             },
         }
     ),

@@ -91,6 +91,7 @@ NODE = pa.schema(
         ("agent", pa.string()),
         ("round", pa.int32()),
         ("transcript", pa.list_(pa.int32())),
+        ("images", pa.list_(pa.int64())),  # the image channel's, flat: width, height, seed, ...
     ]
 )
 LINKED = pa.schema(

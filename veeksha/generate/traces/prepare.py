@@ -79,11 +79,12 @@ if TYPE_CHECKING:
 
 __all__ = ["CACHE_VERSION", "CANONICAL", "ROOTS_ONLY", "PreparedTrace", "prepare_file"]
 
-CACHE_VERSION = 14  # 7: the NODE columns; 8: NODE's valid; 9: agent, round, transcript; 10: a
+CACHE_VERSION = 15  # 7: the NODE columns; 8: NODE's valid; 9: agent, round, transcript; 10: a
 # request log's empty session_id cell is no session id; 11: the oversized policy in the meta;
 # 12: grouped rows keep their own timestamp (``ts``, for ``turn_timing: timestamps``); 13:
 # the lines and wording of the flavor's rows not replayed in the meta; 14: a CSV's lines in the
-# meta are the file's lines (blank lines and values over several lines counted)
+# meta are the file's lines (blank lines and values over several lines counted); 15: NODE's
+# images (a recorded image channel's)
 ROW_GROUP_ROWS = 65_536
 _Rows = TypeVar("_Rows", pa.Table, pa.RecordBatch)
 _META_KEY = b"veeksha.trace"
@@ -163,6 +164,8 @@ class PreparedTrace:
     notes: list[str] = field(default_factory=list)
     #: client names the rows give (``client`` column), each with the first line naming it
     clients: dict[str, int] = field(default_factory=dict)
+    #: the first line of a row with images (a recorded image channel's; None: none)
+    images_line: int | None = None
     #: with several clients' windows: per reason (``oversized``, ``truncated``,
     #: ``oversized_warmups``), the keys of the windows its rows exceeded, as messages name them
     #: (``clients[1].max_model_len``); not in the cache's meta when empty, as before clients
@@ -761,6 +764,9 @@ def _emit(tables: list[pa.Table], info: PreparedTrace, split: bool = False) -> I
     table = pa.concat_tables(tables).combine_chunks()
     step = ROW_GROUP_ROWS if split else max(1, table.num_rows)
     _note_clients(info, table)
+    if info.images_line is None and table.column("images").null_count < table.num_rows:
+        at = int(pc.index(pc.is_valid(table.column("images")), True).as_py())
+        info.images_line = int(table.column("line")[at].as_py())
     for offset in range(0, table.num_rows, step):
         part = table.slice(offset, step)
         info.group_sessions.append(int(part.column("session")[0].as_py()))

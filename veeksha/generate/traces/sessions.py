@@ -347,7 +347,10 @@ class TraceSessions:
                 _recorded_kinds(nodes, rows, r0)
             if rows.agent is not None or rows.round is not None or rows.transcript is not None:
                 _recorded_agents(nodes, rows, r0)
-            specs.append(SessionSpec(first_index + j, nodes))
+            spec = SessionSpec(first_index + j, nodes)
+            if rows.images is not None:
+                spec.images = _recorded_images(nodes, rows.images, r0)
+            specs.append(spec)
         # the hash-id prompts are made session by session, when asked for (``session``)
         block_nodes: dict[int, list[tuple[NodeSpec, list[int], str | None]]] = {}
         if block_rows and rows.content is not None:
@@ -446,6 +449,18 @@ def _recorded_agents(nodes: list[NodeSpec], rows: SessionRows, r0: int) -> None:
             node.transcript = tuple(transcript)
 
 
+def _recorded_images(nodes: list[NodeSpec], images: list[list[int] | None], r0: int) -> bool:
+    """Give the session's request rows their recorded images (a recorded image channel's:
+    each row's own message's, flat ``width, height, seed``); whether any has some."""
+    some = False
+    for node in nodes:
+        flat = images[r0 + node.node_id]
+        if flat and node.kind != "tool":
+            node.images = tuple((flat[k], flat[k + 1], flat[k + 2]) for k in range(0, len(flat), 3))
+            some = True
+    return some
+
+
 def _piece_sizes(count: int) -> NDArray[np.int64]:
     pieces = -(-count // PIECE)
     sizes = np.full(pieces, PIECE, dtype=np.int64)
@@ -491,6 +506,7 @@ def _merge(pieces: list[SessionRows]) -> SessionRows:
         None
         if all(p.ts is None for p in pieces)
         else np.concatenate([p.start if p.ts is None else p.ts for p in pieces]),
+        _merged([p.images for p in pieces], [int(p.bounds[-1]) for p in pieces]),
     )
 
 

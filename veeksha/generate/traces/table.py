@@ -40,6 +40,7 @@ class SessionRows:
     round: list[int | None] | None = None
     transcript: list[list[int] | None] | None = None  # None: history parents' conversations
     ts: np.ndarray | None = None  # each row's own timestamp (NaN: none); None: ``start`` is it
+    images: list[list[int] | None] | None = None  # None: no row has images (flat triples)
 
 
 class TraceTable:
@@ -95,6 +96,7 @@ class TraceTable:
                     None if rows.round is None else rows.round[r0:r1],
                     None if rows.transcript is None else rows.transcript[r0:r1],
                     None if rows.ts is None else rows.ts[r0:r1],
+                    None if rows.images is None else rows.images[r0:r1],
                 )
             )
             lo = end
@@ -128,6 +130,7 @@ class TraceTable:
                 _given(table, "round"),
                 _given(table, "transcript"),
                 numbers(table.column("ts"), np.float64, np.nan) if linked else None,
+                _given(table, "images"),
             )
             if len(self._decoded) >= 2:
                 self._decoded.pop(next(iter(self._decoded)))

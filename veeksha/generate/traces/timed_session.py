@@ -48,6 +48,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from veeksha.generate.images import MAX_SIDE
 from veeksha.generate.traces.arrow import from_numpy, numbers
 from veeksha.generate.traces.flavor import TraceFlavor, check_lengths
 from veeksha.generate.traces.reader import LINE, Field
@@ -85,6 +86,7 @@ class TimedSessionFlavor(TraceFlavor):
         Field("agent", object),
         Field("round", object),
         Field("transcript", object),
+        Field("images", object),
     )
 
     def stage(self, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -116,6 +118,7 @@ class TimedSessionFlavor(TraceFlavor):
         agents: list[Any] = [_decoded(v) for v in batch.column("agent").to_pylist()]
         rounds: list[Any] = [_decoded(v) for v in batch.column("round").to_pylist()]
         transcripts: list[Any] = [_decoded(v) for v in batch.column("transcript").to_pylist()]
+        images: list[Any] = [_decoded(v) for v in batch.column("images").to_pylist()]
         tool_latency: list[float | None] = [None] * len(contexts)
         for i, raw in enumerate(contexts):
             line = int(lines[i])
@@ -131,6 +134,7 @@ class TimedSessionFlavor(TraceFlavor):
                 agents[i] = context.get("agent", agents[i])
                 rounds[i] = context.get("round", rounds[i])
                 transcripts[i] = context.get("transcript", transcripts[i])
+                images[i] = context.get("images", images[i])
             elif top_nodes[i] is not None:
                 context = {
                     "node_id": top_nodes[i],
@@ -148,6 +152,8 @@ class TimedSessionFlavor(TraceFlavor):
                 agents[i], rounds[i], transcripts[i] = self._speaker(
                     agents[i], rounds[i], transcripts[i], line
                 )
+            if images[i] is not None:
+                images[i] = self._images(images[i], line)
             if context is None:
                 nodes.append(None)
                 parents.append(None)
@@ -193,6 +199,7 @@ class TimedSessionFlavor(TraceFlavor):
                 pa.array(agents, pa.string()),
                 pa.array(rounds, pa.int32()),
                 pa.array(transcripts, pa.string()),
+                pa.array(images, pa.list_(pa.int64())),
             ],
             names=[
                 "line",
@@ -215,10 +222,33 @@ class TimedSessionFlavor(TraceFlavor):
                 "agent",
                 "round",
                 "node_transcript",
+                "images",
             ],
         )
 
     # -------------------------------------------------------------------------- per row
+
+    def _images(self, value: Any, line: int) -> list[int] | None:
+        """A row's recorded ``images`` (each ``[width, height, seed]``: the image channel's),
+        flat; None for an empty list."""
+        fix = (
+            f"images must be a list of [width, height, seed]: whole numbers, width and height"
+            f" 1 to {MAX_SIDE}, seed 0 or more (got {str(value)[:60]})"
+        )
+        if not isinstance(value, list):
+            raise self.error(line, fix)
+        flat: list[int] = []
+        for image in value:
+            if (
+                not isinstance(image, list)
+                or len(image) != 3
+                or any(isinstance(v, bool) or not isinstance(v, int) for v in image)
+                or not (1 <= image[0] <= MAX_SIDE and 1 <= image[1] <= MAX_SIDE)
+                or not 0 <= image[2] < 1 << 63
+            ):
+                raise self.error(line, fix)
+            flat += image
+        return flat or None
 
     def _context(self, raw: str, line: int) -> dict[str, Any]:
         try:

@@ -1,0 +1,78 @@
+"""A recorded image channel replays as itself: trace.jsonl's ``images`` (each request's own
+message's, ``[width, height, seed]``) become the replayed nodes' images; bad values are exit 2
+at their line; a completions client cannot send them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.unit.generate.traces.helpers import trace_scenario, write_jsonl
+from veeksha.generate.tokenizer import BuiltinTokenizer
+from veeksha.generate.traces import TraceFileError, open_trace
+
+TOK = BuiltinTokenizer()
+
+
+def _line(session: int, node: int, images: Any = None, **extra: Any) -> dict[str, Any]:
+    line: dict[str, Any] = {
+        "session_id": session,
+        "node_id": node,
+        "parents": [] if node == 0 else [node - 1],
+        "history_parent": None if node == 0 else node - 1,
+        "wait_after_ready": 0.0,
+        "target_prompt_tokens": 5,
+        "requested_output_tokens": 3,
+        **extra,
+    }
+    if images is not None:
+        line["images"] = images
+    return line
+
+
+def test_each_node_gets_its_recorded_images(tmp_path: Path) -> None:
+    rows = [
+        _line(0, 0, [[64, 32, 7], [28, 28, 0]]),
+        _line(0, 1),
+        _line(0, 2, [[100, 200, 9]]),
+        _line(1, 0),
+    ]
+    path = write_jsonl(tmp_path / "trace.jsonl", rows)
+    trace = open_trace(trace_scenario(path, "timed_synthetic_session"))
+    sessions = trace.sessions(0, TOK)
+    first, second = sessions.session(0), sessions.session(1)
+    assert [node.images for node in first.nodes] == [
+        ((64, 32, 7), (28, 28, 0)),
+        (),
+        ((100, 200, 9),),
+    ]
+    assert first.images
+    assert not second.images
+    assert second.nodes[0].images == ()
+
+
+@pytest.mark.parametrize(
+    "images",
+    [[[0, 5, 1]], [[5, 5]], [[5, 5, -1]], [[5, True, 1]], "big", [[20000, 5, 1]]],
+)
+def test_a_bad_images_value_is_refused_at_its_line(tmp_path: Path, images: Any) -> None:
+    rows = [_line(0, 0), _line(0, 1, images)]
+    path = write_jsonl(tmp_path / "trace.jsonl", rows)
+    with pytest.raises(TraceFileError) as caught:
+        open_trace(trace_scenario(path, "timed_synthetic_session"))
+    assert caught.value.line == 2
+    assert "images must be a list of [width, height, seed]" in str(caught.value)
+
+
+def test_a_completions_client_cannot_replay_images(tmp_path: Path) -> None:
+    rows = [_line(0, 0), _line(1, 0, [[5, 5, 1]])]
+    path = write_jsonl(tmp_path / "trace.jsonl", rows)
+    scenario = trace_scenario(
+        path, "timed_synthetic_session", client={"type": "openai_completions"}
+    )
+    with pytest.raises(TraceFileError) as caught:
+        open_trace(scenario)
+    assert caught.value.line == 2
+    assert "client is an openai_completions client" in str(caught.value)
