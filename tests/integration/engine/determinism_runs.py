@@ -239,6 +239,16 @@ CASES = [
         planned=4,
     ),
     Case(
+        "vision",  # chats opening with images (count, widths, heights drawn), every turn re-sent
+        "vision_chat.yaml",
+        (
+            "runtime.max_sessions=10",
+            "traffic_scheduler.interval_generator.arrival_rate=50",
+            "session_generator.session_graph.request_wait_generator.arrival_rate=40",
+            "simulator.preset=fast",
+        ),
+    ),
+    Case(
         "request_log",  # a request log with chats, each turn held to its own timestamp
         "trace_replay.yaml",
         (

@@ -14,11 +14,11 @@ each file format) runs in separate processes that differ in what must not matter
 
 The runs are compared row by row (:func:`fingerprint`: requests.parquet, sessions.parquet and
 trace.jsonl with content, read back with pyarrow): per request its session, node, parents,
-history parent, kind, agent, client and model, think time, lengths and prompt text; per session
-its node count and, where the schedule fixes it, its start and phase. Answers and measured times
-are not compared: a run against a server has other answers than a dry run, so there only the
-text each request adds (its last message, and a system message) is compared, not the history
-that carries earlier answers.
+history parent, kind, agent, client and model, think time, lengths, images and prompt text; per
+session its node count and, where the schedule fixes it, its start and phase. Answers and
+measured times are not compared: a run against a server has other answers than a dry run, so
+there only the text each request adds (its last message, and a system message) is compared, not
+the history that carries earlier answers.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ _LIMIT_S = 180  # "it did not hang"
 _DRIVER = [sys.executable, "-m", "tests.integration.engine.determinism_runs"]
 _SIM = [c.name for c in CASES if c.sim]
 #: the cases whose sessions have several requests or clients: where workers could matter
-_WORKERS = ["chat", "agentic", "concurrency", "debate", "clients"]
+_WORKERS = ["chat", "agentic", "concurrency", "debate", "clients", "vision"]
 _WORKERS += ["request_log", "mooncake"]  # (traces: read from the caches C made)
 _SWEPT = [c.name for c in CASES if c.name.startswith("sweep_")]
 
@@ -70,8 +70,19 @@ _REQUEST_KEYS = (
     "shared_prefix_tokens",
     "prompt_tokens_new",
     "requested_output_tokens",
+    "images",
+    "image_pixels",
 )
-_TRACE_KEYS = ("result", "latency_s", "transcript", "priority", "agent", "round", "client")
+_TRACE_KEYS = (
+    "result",
+    "latency_s",
+    "transcript",
+    "priority",
+    "agent",
+    "round",
+    "client",
+    "images",
+)
 
 
 def _env(hash_seed: int) -> dict[str, str]:
