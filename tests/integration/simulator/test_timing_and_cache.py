@@ -81,9 +81,10 @@ def test_engine_timing_prefill_and_decode_follow_the_formula(
     t = request(f"{sim.base_url}/chat/completions", body).json()["timings"]
     assert 0.0599 <= t["prefill_s"] < 0.09  # 10 ms step + 50 tokens at 1000 tokens/s
     # 4 more steps of 10 ms, on the engine's own timeline: a first token written late (a timer's
-    # lateness: 3.1 ms once on a loaded CI machine) is caught up by the next steps, so decode_s
-    # may read that much under 40 ms, and the two together keep the five steps' 100 ms
-    assert 0.03 <= t["decode_s"] < 0.07
+    # lateness: 3.1 ms once on a loaded CI machine, 10.2 ms once in a busy local suite) is
+    # caught up by the next steps, so decode_s may read that much under 40 ms, and the two
+    # together keep the five steps' 100 ms
+    assert 0.02 <= t["decode_s"] < 0.07
     assert 0.0999 <= t["prefill_s"] + t["decode_s"] < 0.15
 
 
