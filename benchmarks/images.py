@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from benchmarks.harness import Simulator, check_complete, machine, run_veeksha, scenario
-from benchmarks.report import append
+from benchmarks.report import publish
 from veeksha.dispatch.openai import RequestBuilder
 from veeksha.generate.images import data_url, png
 
@@ -178,10 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="veeksha-images-") as tmp:
         results = runs(args.repeats, Path(tmp))
     text = render(figures, results)
-    print(text)
-    if not args.no_append:
-        append(text)
-    return 0
+    return publish(text, not args.no_append)
 
 
 if __name__ == "__main__":

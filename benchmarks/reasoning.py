@@ -35,7 +35,7 @@ from benchmarks.harness import (
     run_veeksha,
     scenario,
 )
-from benchmarks.report import append
+from benchmarks.report import publish
 
 TTFT_MS, ITL_MS, THINKING, OUTPUT = 50.0, 10.0, 48, 64
 SESSIONS = 30
@@ -132,10 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="veeksha-reasoning-") as tmp:
         results = measure(args.against, args.repeats, Path(tmp))
     text = render(results, args.against, args.repeats)
-    print(text)
-    if not args.no_append:
-        append(text)
-    return 0
+    return publish(text, not args.no_append)
 
 
 if __name__ == "__main__":

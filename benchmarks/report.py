@@ -174,3 +174,12 @@ def append(text: str, path: Path = ROOT / "BENCHMARKS.md") -> None:
     """Append a section to BENCHMARKS.md (newest last)."""
     with path.open("a") as f:
         f.write("\n" + text)
+
+
+def publish(text: str, append_it: bool = True) -> int:
+    """A figure script's end: print its section and, unless told not to (``--no-append``),
+    append it to BENCHMARKS.md; the script's exit status (0)."""
+    print(text)
+    if append_it:
+        append(text)
+    return 0

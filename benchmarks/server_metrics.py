@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import machine
-from benchmarks.report import append
+from benchmarks.report import publish
 from veeksha.experiment.point import run_point
 from veeksha.net import fetch
 from veeksha.scenario.models import Scenario
@@ -164,10 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     out = measure(args.repeats, args.sessions)
     out["sessions"] = args.sessions
     text = render(out, args.repeats)
-    print(text)
-    if not args.no_append:
-        append(text)
-    return 0
+    return publish(text, not args.no_append)
 
 
 if __name__ == "__main__":

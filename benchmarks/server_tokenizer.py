@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import machine
-from benchmarks.report import append
+from benchmarks.report import publish
 from veeksha.generate.calibration import TokenizerCache, calibrated_tokenizer
 from veeksha.generate.server_tokenizer import ServerTokenizer
 from veeksha.generate.sessions import SessionGenerator
@@ -125,10 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-append", action="store_true", help="do not write BENCHMARKS.md")
     args = parser.parse_args(argv)
     text = render(measure(args.repeats), args.repeats)
-    print(text)
-    if not args.no_append:
-        append(text)
-    return 0
+    return publish(text, not args.no_append)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from typing import Any
 
 import psutil
 
+from benchmarks.report import publish
 from veeksha.scenario.simulator import SimulatorConfig
 from veeksha.simulator.process import SimulatorProcess
 
@@ -187,10 +188,7 @@ def main() -> None:
             f"| {r['server_cpu_util']:.2f} cores | {r['failed']} |"
         )
     text = "\n".join(lines) + "\n"
-    print(text)
-    if not args.no_append:
-        with (ROOT / "BENCHMARKS.md").open("a") as f:
-            f.write(text)
+    publish(text, not args.no_append)
 
 
 if __name__ == "__main__":

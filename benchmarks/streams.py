@@ -605,11 +605,9 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m benchmarks.streams " + " ".join(sys.argv[1:] if argv is None else argv)
     text = render(results, configs, command.strip())
     print()
-    print(text)
-    if not args.no_append:
-        with (ROOT / "BENCHMARKS.md").open("a") as f:
-            f.write("\n" + text)
-    return 0
+    from benchmarks.report import publish  # (report imports figures, which imports this)
+
+    return publish(text, not args.no_append)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from benchmarks.harness import ROOT, Simulator, machine
-from benchmarks.report import append
+from benchmarks.report import publish
 
 _SCENARIO = """\
 seed: 1
@@ -177,10 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             f"| {_median(samples, 'report_cpu_s')} |"
         )
     text = "\n".join(lines) + "\n"
-    print(text)
-    if not args.no_append:
-        append(text)
-    return 0
+    return publish(text, not args.no_append)
 
 
 if __name__ == "__main__":
