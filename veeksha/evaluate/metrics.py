@@ -46,6 +46,7 @@ from veeksha.evaluate.stats import (
     distinct,
     flat_list,
     floats,
+    int_column,
     rows_where,
     scalar,
     status_is,
@@ -228,7 +229,8 @@ def measured_window(requests: pa.Table) -> tuple[float, float] | None:
 def request_counts(requests: pa.Table) -> dict[str, int]:
     """Measured requests recorded, by status (failed and cancelled ones included), and
     ``cancelled_in_flight``: the cancelled ones that had been dispatched (cut by the run's stop,
-    not nodes it never sent)."""
+    not nodes it never sent); with the image channel, ``with_images`` (requests whose own
+    message carried images) and ``images`` (how many in all)."""
     counts = {"total": requests.num_rows} | dict.fromkeys(STATUSES, 0)
     if requests.num_rows:
         for entry in ak.value_counts(requests.column("status")).to_pylist():
@@ -237,6 +239,11 @@ def request_counts(requests: pa.Table) -> dict[str, int]:
     if counts["cancelled"] and "dispatched_at" in requests.schema.names:
         dispatched = ~np.isnan(column(requests, "dispatched_at"))
         counts["cancelled_in_flight"] = int((status_is(requests, "cancelled") & dispatched).sum())
+    if "images" in requests.schema.names:
+        images = int_column(requests, "images")  # (the image channel's; nulls are 0)
+        if images.any():
+            counts["with_images"] = int((images > 0).sum())
+            counts["images"] = int(images.sum())
     return counts
 
 

@@ -120,6 +120,8 @@ def _headline_table(summary: dict[str, Any]) -> Table:
         table.add_row(label, f"{_num(value)} {unit}".rstrip() if value is not None else "-")
         if label == "requests total" and (cancelled := _cancelled(summary)) is not None:
             table.add_row("cancelled", cancelled)  # (a stopped run: where the others went)
+        if label == "requests total" and (images := _with_images(summary)) is not None:
+            table.add_row("with images", images)
         if label == "TTFC p99" and has_values(summary, "answer_ttfc"):
             for answer_label, answer_path, answer_scale, answer_unit in ANSWER_HEADLINE:
                 value = headline_value(summary, answer_path, answer_scale)
@@ -142,6 +144,15 @@ def _cancelled(summary: dict[str, Any]) -> str | None:
         return None
     in_flight = requests.get("cancelled_in_flight")
     return _num(count) + (f" ({_num(in_flight)} in flight)" if in_flight else "")
+
+
+def _with_images(summary: dict[str, Any]) -> str | None:
+    """The headline's ``with images`` cell, ``30 (45 images)``; None without the channel."""
+    requests = summary.get("requests") or {}
+    count, images = requests.get("with_images"), requests.get("images")
+    if not isinstance(count, int) or not isinstance(images, int):
+        return None
+    return f"{_num(count)} ({_num(images)} images)"
 
 
 def _errors_table(summary: dict[str, Any]) -> Table | None:

@@ -96,6 +96,9 @@ def test_the_server_counts_each_turns_images_and_caches_the_resent_ones(tmp_path
     assert check["statistics"]["image_requests"] == 8
     assert check["statistics"]["server"]["turns"] == 16  # (later turns are still compared)
     assert "8 requests with images not held to the server's count" in check["detail"]
+    counts = json.loads((tmp_path / "run" / "summary.json").read_text())["requests"]
+    assert counts["with_images"] == 8
+    assert counts["images"] == sum(len(own) for own in images.values())
 
     # the recorded trace replays as itself: the same images, so the same server counts
     replay = REPLAY.replace("TRACE", str(tmp_path / "run" / "trace.jsonl"))

@@ -381,6 +381,25 @@ def test_a_stopped_runs_headline_says_how_many_were_cancelled_and_cut_in_flight(
     assert "cancelled" not in _render(lambda console: render_summary(console, _summary()))
 
 
+def test_a_run_with_images_says_how_many_requests_carried_them() -> None:
+    summary = _summary() | {"requests": {"ok": 60, "total": 60, "with_images": 30, "images": 45}}
+    lines = _render(lambda console: render_summary(console, summary)).splitlines()
+    total = next(i for i, line in enumerate(lines) if "requests total" in line)
+    assert lines[total + 1].split() == ["│", "with", "images", "│", "30", "(45", "images)", "│"]
+    assert "with images" not in _render(lambda console: render_summary(console, _summary()))
+
+
+def test_request_counts_count_the_requests_with_images_and_their_images() -> None:
+    from tests.unit.evaluate.builders import request, requests_table
+    from veeksha.evaluate.metrics import request_counts
+
+    rows = [request(i) for i in range(4)]
+    rows[1]["images"], rows[3]["images"] = 2, 1
+    counts = request_counts(requests_table(rows))
+    assert (counts["with_images"], counts["images"]) == (2, 3)
+    assert "images" not in request_counts(requests_table([request(0)]))
+
+
 def test_an_slo_without_data_is_shown_as_no_data_and_why() -> None:
     # a run stopped during its warmup: nothing measured (was: "unmet", as if it were judged)
     from tests.unit.evaluate.builders import (
