@@ -38,14 +38,17 @@ Linked columns (``LINKED``), per row of a session in topological order: ``parent
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
+import msgspec
 import numpy as np
 import pyarrow as pa
 
+from veeksha.generate.images import MAX_SIDE
 from veeksha.generate.traces.arrow import mask as arrow_mask
 from veeksha.generate.traces.arrow import numbers
 from veeksha.generate.traces.reader import ELEMENT, LINE, Field, TraceFileError
@@ -175,6 +178,33 @@ class TraceFlavor(ABC):
         if ELEMENT in batch.schema.names:
             self._row_lines.append(numbers(batch.column(LINE), np.int64))
             self._row_elements.append(numbers(batch.column(ELEMENT), np.int64))
+
+    def images(self, value: Any, line: int) -> list[int] | None:
+        """A row's ``images`` (the image channel's, or a log's own), flat ``width, height,
+        seed, ...``; None for none. Each is ``[width, height]`` (its seed then made from the
+        row's line and its place in the row: every image of the file its own) or ``[width,
+        height, seed]`` (veeksha's own trace.jsonl)."""
+        if isinstance(value, str):  # (a CSV cell: the list's JSON text)
+            with contextlib.suppress(msgspec.DecodeError):
+                value = msgspec.json.decode(value)
+        fix = (
+            f"images must be a list of [width, height] or [width, height, seed]: whole numbers,"
+            f" width and height 1 to {MAX_SIDE}, seed 0 or more (got {str(value)[:60]})"
+        )
+        if not isinstance(value, list):
+            raise self.error(line, fix)
+        flat: list[int] = []
+        for k, image in enumerate(value):
+            if (
+                not isinstance(image, list)
+                or len(image) not in (2, 3)
+                or any(isinstance(v, bool) or not isinstance(v, int) for v in image)
+                or not (1 <= image[0] <= MAX_SIDE and 1 <= image[1] <= MAX_SIDE)
+                or (len(image) == 3 and not 0 <= image[2] < 1 << 63)
+            ):
+                raise self.error(line, fix)
+            flat += image if len(image) == 3 else [*image, line << 16 | k]
+        return flat or None
 
     def error(self, line: int | None, message: str) -> TraceFileError:
         """The error of the row at ``line``; in a JSON array it names the row's element too

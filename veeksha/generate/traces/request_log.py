@@ -7,7 +7,10 @@ request); ``timestamp`` or ``arrival_time`` (optional, seconds: arrival times fo
 ``traffic_scheduler: {type: trace}``; a grouped session arrives at its earliest row's time, and
 with ``turn_timing: timestamps`` each later turn also waits for its own row's time);
 ``client`` (optional: the name of the scenario's client that serves the row; empty: the first)
-and ``priority`` (optional integer: the row's priority for ``runtime.priority: node``; empty: 0).
+and ``priority`` (optional integer: the row's priority for ``runtime.priority: node``; empty: 0);
+``images`` (optional: the row's images for a vision-language model, a JSON list of ``[width,
+height]`` in pixels, sent before its text as the image channel sends them, each picture its own;
+``input_length`` is the text's tokens).
 
 Example (CSV)::
 
@@ -47,22 +50,31 @@ class RequestLogFlavor(TraceFlavor):
         TIMESTAMP,
         CLIENT,
         PRIORITY,
+        Field("images", object),
     )
 
     def stage(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         check_lengths(self, batch, ("input_length", "output_length"))
-        return pa.RecordBatch.from_arrays(
-            [
-                batch.column(LINE),
-                _empty_as_null(batch.column("session_id")),
-                pc.cast(batch.column("timestamp"), pa.float64()),
-                batch.column("input_length"),
-                batch.column("output_length"),
-                batch.column("client"),
-                pc.cast(batch.column("priority"), pa.int64()),
-            ],
-            names=["line", "group", "ts", "prompt_tokens", "output_tokens", "client", "priority"],
-        )
+        columns = [
+            batch.column(LINE),
+            _empty_as_null(batch.column("session_id")),
+            pc.cast(batch.column("timestamp"), pa.float64()),
+            batch.column("input_length"),
+            batch.column("output_length"),
+            batch.column("client"),
+            pc.cast(batch.column("priority"), pa.int64()),
+        ]
+        names = ["line", "group", "ts", "prompt_tokens", "output_tokens", "client", "priority"]
+        given = batch.column("images")
+        if given.null_count < len(given):  # (a log without images stages as it always did)
+            lines = batch.column(LINE).to_pylist()
+            images = [
+                None if value is None or value == "" else self.images(value, line)
+                for value, line in zip(given.to_pylist(), lines, strict=True)
+            ]
+            columns.append(pa.array(images, pa.list_(pa.int64())))
+            names.append("images")
+        return pa.RecordBatch.from_arrays(columns, names=names)
 
 
 def _empty_as_null(column: pa.Array) -> pa.Array:

@@ -48,7 +48,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from veeksha.generate.images import MAX_SIDE
 from veeksha.generate.traces.arrow import from_numpy, numbers
 from veeksha.generate.traces.flavor import TraceFlavor, check_lengths
 from veeksha.generate.traces.reader import LINE, Field
@@ -153,7 +152,7 @@ class TimedSessionFlavor(TraceFlavor):
                     agents[i], rounds[i], transcripts[i], line
                 )
             if images[i] is not None:
-                images[i] = self._images(images[i], line)
+                images[i] = self.images(images[i], line)
             if context is None:
                 nodes.append(None)
                 parents.append(None)
@@ -227,28 +226,6 @@ class TimedSessionFlavor(TraceFlavor):
         )
 
     # -------------------------------------------------------------------------- per row
-
-    def _images(self, value: Any, line: int) -> list[int] | None:
-        """A row's recorded ``images`` (each ``[width, height, seed]``: the image channel's),
-        flat; None for an empty list."""
-        fix = (
-            f"images must be a list of [width, height, seed]: whole numbers, width and height"
-            f" 1 to {MAX_SIDE}, seed 0 or more (got {str(value)[:60]})"
-        )
-        if not isinstance(value, list):
-            raise self.error(line, fix)
-        flat: list[int] = []
-        for image in value:
-            if (
-                not isinstance(image, list)
-                or len(image) != 3
-                or any(isinstance(v, bool) or not isinstance(v, int) for v in image)
-                or not (1 <= image[0] <= MAX_SIDE and 1 <= image[1] <= MAX_SIDE)
-                or not 0 <= image[2] < 1 << 63
-            ):
-                raise self.error(line, fix)
-            flat += image
-        return flat or None
 
     def _context(self, raw: str, line: int) -> dict[str, Any]:
         try:
