@@ -14,7 +14,8 @@ that size would be ~50-500 KB. The server's work (decoding, its vision encoder) 
 picture of its size; the bytes sent are not a photograph's.
 
 ``data_url(width, height, seed)`` is the ``data:image/png;base64,...`` URL a chat message's
-``image_url`` part carries (cached: a conversation re-sends its images with its history).
+``image_url`` part carries (the latest 64 MB of them kept: a conversation re-sends its images
+with its history).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import base64
 import random
 import struct
 import zlib
+from collections import OrderedDict
 from functools import lru_cache
 
 __all__ = ["MAX_SIDE", "data_url", "png", "png_size"]
@@ -115,7 +117,36 @@ def png_size(data: bytes) -> tuple[int, int] | None:
     return int(width), int(height)
 
 
-@lru_cache(maxsize=256)
+class _Urls:
+    """The data: URLs made lately (a conversation sends its images again in every later
+    turn), newest last, within ``budget`` characters (16384 × 16384 is 4.8 MB of them,
+    1024 × 768 21 KB)."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.size = 0
+        self.urls: OrderedDict[tuple[int, int, int], str] = OrderedDict()
+
+    def get(self, width: int, height: int, seed: int) -> str:
+        key = (width, height, seed)
+        url = self.urls.get(key)
+        if url is not None:
+            self.urls.move_to_end(key)
+            return url
+        png_bytes = png(width, height, seed)
+        url = "data:image/png;base64," + base64.b64encode(png_bytes).decode("ascii")
+        self.urls[key] = url
+        self.size += len(url)
+        while self.size > self.budget and len(self.urls) > 1:
+            _, dropped = self.urls.popitem(last=False)
+            self.size -= len(dropped)
+        return url
+
+
+_URLS = _Urls(64 << 20)
+
+
 def data_url(width: int, height: int, seed: int) -> str:
-    """The ``data:`` URL of the image of ``seed``, as a chat message's ``image_url`` sends it."""
-    return "data:image/png;base64," + base64.b64encode(png(width, height, seed)).decode("ascii")
+    """The ``data:`` URL of the image of ``seed``, as a chat message's ``image_url`` sends it
+    (the latest 64 MB of them kept)."""
+    return _URLS.get(width, height, seed)

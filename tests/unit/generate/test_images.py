@@ -67,3 +67,16 @@ def test_the_checksum_of_two_parts_is_zlibs_of_both() -> None:
         second = rng.randbytes(rng.randrange(0, 50)) + second
         combined = _adler32_combine(zlib.adler32(first), zlib.adler32(second), len(second))
         assert combined == zlib.adler32(first + second)
+
+
+def test_the_urls_kept_stay_within_their_budget_newest_kept() -> None:
+    from veeksha.generate.images import _Urls
+
+    urls = _Urls(budget=3 * len(data_url(40, 40, 0)) + 10)
+    for seed in range(5):
+        assert urls.get(40, 40, seed) == data_url(40, 40, seed)
+    assert list(urls.urls) == [(40, 40, 2), (40, 40, 3), (40, 40, 4)]
+    assert urls.size == sum(len(u) for u in urls.urls.values())
+    urls.get(40, 40, 2)  # (used again: the newest now)
+    urls.get(40, 40, 9)
+    assert list(urls.urls) == [(40, 40, 4), (40, 40, 2), (40, 40, 9)]
