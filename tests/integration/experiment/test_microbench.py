@@ -80,6 +80,42 @@ def test_prefill_recovers_the_simulators_prefill_cost(tmp_path: Path, truth_file
         assert rows["phase"].tolist() == ["warmup", "measured", "measured", "measured"]
 
 
+def test_prefill_by_image_size_recovers_the_simulators_cost_of_a_megapixel(
+    tmp_path: Path, truth_file: Path
+) -> None:
+    """``--image_sides``: one image of each side (and 32 tokens of text) a request. The
+    simulator counts a side-S image as (S / 28)² tokens, each prefilled at the truth's rate, so
+    the fit must find 1e6 / 784 tokens × 1000 / prefill_tokens_per_s ms per megapixel."""
+    sides = ["224", "448", "672", "896"]
+    code, output = _invoke(
+        "prefill",
+        "--config",
+        str(truth_file),
+        "--image_sides",
+        *sides,
+        "--output_dir",
+        str(tmp_path),
+    )
+    folder, doc = _results(tmp_path, "prefill")
+    passed_unless_the_machine_was_busy(code, output, folder, doc)
+    assert [p["image_side"] for p in doc["points"]] == [224, 448, 672, 896]
+    assert [p["input_length"] for p in doc["points"]] == [32] * 4
+    assert [p["image_tokens"] for p in doc["points"]] == [64, 256, 576, 1024]
+    assert [p["server_prompt_tokens"] for p in doc["points"]] == [96, 288, 608, 1056]
+    true_slope = 1e6 / 784 * 1000 / PREFILL_TOKENS_PER_S
+    fit = doc["fit"]
+    assert fit["slope_ms_per_megapixel"] == pytest.approx(true_slope, rel=0.10)
+    true_intercept = DECODE_STEP_MS + PER_SEQ_MS + 32 * 1000 / PREFILL_TOKENS_PER_S
+    assert true_intercept - 1 <= fit["intercept_ms"] <= true_intercept + _LATENESS_MS
+    assert "896x896 (1024 tokens): TTFC p50" in output
+    assert "ms per megapixel" in output
+    csv = pd.read_csv(folder / "prefill_results.csv")
+    assert csv["image_side"].tolist() == [224, 448, 672, 896]
+    assert (folder / "prefill.png").stat().st_size > 0
+    rows = pd.read_parquet(folder / doc["points"][0]["run_dir"] / "requests.parquet")
+    assert rows["images"].tolist() == [1, 1, 1, 1]  # (the warmup's too)
+
+
 def test_decode_recovers_the_simulators_step_cost(tmp_path: Path, truth_file: Path) -> None:
     code, output = _invoke("decode", "--config", str(truth_file), "--output_dir", str(tmp_path))
     folder, doc = _results(tmp_path, "decode")

@@ -205,6 +205,42 @@ def test_points_differ_in_seed_and_run_one_batch_at_once() -> None:
     assert scenario.runtime.max_sessions == 16
 
 
+def test_image_sides_make_a_point_a_side_at_one_text_length() -> None:
+    from veeksha.experiment.microbench.prefill import prefill_specs
+
+    config = load_config(PrefillConfig, None, {"quick": True, "image_sides": ["224", "448"]})
+    assert config.input_lengths == [32]  # (not --quick's ladder of lengths)
+    specs = prefill_specs(config)
+    assert [(s.image_side, s.input_length) for s in specs] == [(224, 32), (448, 32)]
+    scenario = point_scenario(config, specs[1])
+    generator = scenario.session_generator
+    (image,) = [c for c in generator.channels if c.type == "image"]  # type: ignore[union-attr]
+    assert (image.width_generator.value, image.height_generator.value) == (448, 448)  # type: ignore[union-attr]
+    plain = point_scenario(config, PointSpec(0, 32, 1, 1, 3))
+    assert [c.type for c in plain.session_generator.channels] == ["text"]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"image_sides": ["0"]}, "image_sides: every side must be 1 to 16384 pixels"),
+        ({"image_sides": ["20000"]}, "image_sides: every side must be 1 to 16384 pixels"),
+        (
+            {"image_sides": ["224"], "input_lengths": ["16", "32"]},
+            "input_lengths: with image_sides, give one length",
+        ),
+        (
+            {"image_sides": ["224"], "client_type": "openai_completions"},
+            "images go in chat messages",
+        ),
+    ],
+)
+def test_image_sides_are_checked(given: dict[str, object], message: str) -> None:
+    with pytest.raises(ScenarioError) as caught:
+        load_config(PrefillConfig, None, {"quick": True, **given})
+    assert message in str(caught.value)
+
+
 def test_the_decode_window_holds_only_the_gaps_where_all_decode() -> None:
     # request a: chunks every 10 ms from 0; b joins at 25 ms; a ends at 90 ms, b at 125 ms
     a = np.arange(0, 100, 10, dtype=float) / 1000

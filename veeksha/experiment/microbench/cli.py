@@ -54,15 +54,19 @@ def _report(name: str, folder: Path, document: dict[str, Any]) -> None:
 def _figures(name: str, document: dict[str, Any]) -> list[str]:
     if name == "prefill":
         lines = [
-            f"L={p['input_length']}: TTFC p50 {_num(p['ttfc_p50_ms'])} ms "
-            f"({counted(p['samples'], 'sample')})"
+            f"{_prefill_point(p)}: TTFC p50 {_num(p['ttfc_p50_ms'])} ms"
+            f" ({counted(p['samples'], 'sample')})"
             for p in document["points"]
         ]
         fit = document.get("fit")
         if fit:
+            slope = (
+                f"{fit['slope_ms_per_megapixel']:.2f} ms per megapixel"
+                if "slope_ms_per_megapixel" in fit
+                else f"{fit['slope_ms_per_1k_tokens']:.2f} ms per 1k tokens"
+            )
             lines.append(
-                f"fit: {fit['slope_ms_per_1k_tokens']:.2f} ms per 1k tokens, "
-                f"intercept {fit['intercept_ms']:.2f} ms (r2 {fit['r2']:.3f})"
+                f"fit: {slope}, intercept {fit['intercept_ms']:.2f} ms (r2 {fit['r2']:.3f})"
             )
         return lines
     if name == "stress":
@@ -109,6 +113,14 @@ def _stress_table(document: dict[str, Any]) -> None:
     columns = [StackedColumn(h, [_num(p[k]) for p in points]) for h, k in shown]
     columns.append(StackedColumn("requests", [str(p["samples"]) for p in points]))
     print_stacked(Console(), "  throughput and latency per load level", key, columns)
+
+
+def _prefill_point(point: dict[str, Any]) -> str:
+    """A prefill point's name: ``L=512``, or with images ``448x448 (256 tokens)``."""
+    if "image_side" not in point:
+        return f"L={point['input_length']}"
+    side, tokens = point["image_side"], point.get("image_tokens")
+    return f"{side}x{side} ({'-' if tokens is None else tokens} tokens)"
 
 
 def _num(value: float | None) -> str:

@@ -32,6 +32,7 @@ from pydantic import (
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from veeksha.errors import ScenarioError, ScenarioIssue
+from veeksha.generate.images import MAX_SIDE
 from veeksha.scenario.base import KeyProblem, NumbersModel, empty_dict
 from veeksha.scenario.clients import (
     DEFAULT_KEY_ENV,
@@ -55,9 +56,11 @@ __all__ = [
 ]
 
 FLAGS_SOURCE = "<flags>"
+#: the text of each request of ``veeksha prefill --image_sides`` (tokens) unless given
+IMAGE_TEXT_TOKENS = 32
 
 #: keys holding lists: one value after the flag is a one-element list
-LIST_KEYS = ("input_lengths", "batch_sizes", "concurrencies", "rates", "labels")
+LIST_KEYS = ("input_lengths", "batch_sizes", "concurrencies", "rates", "labels", "image_sides")
 
 
 def _realistic() -> SimulatorConfig:
@@ -144,11 +147,16 @@ class BenchConfig(NumbersModel):
         if not isinstance(data, dict):
             return data
         filled = dict(data)
-        defaults = cls.QUICK if filled.get("quick") in (True, "true", "True", "1") else cls.FULL
-        for key, value in defaults.items():
+        quick = filled.get("quick") in (True, "true", "True", "1")
+        for key, value in cls.defaults(filled, quick).items():
             if filled.get(key) is None:
                 filled[key] = value
         return filled
+
+    @classmethod
+    def defaults(cls, data: dict[str, Any], quick: bool) -> dict[str, Any]:
+        """The values of the keys left unset (``--quick``'s, else the full ones)."""
+        return cls.QUICK if quick else cls.FULL
 
     @model_validator(mode="after")
     def _check_model(self) -> BenchConfig:
@@ -235,10 +243,40 @@ class PrefillConfig(MicrobenchConfig):
     }
 
     samples_per_length: int | None = Field(None, ge=1, description="Requests at each input length.")
+    image_sides: list[int] | None = Field(
+        None,
+        description="Square image sides in pixels: TTFC against the image's size instead of the"
+        " prompt's (a point a side, each request one image of its own and a text of the one"
+        f" input length, {IMAGE_TEXT_TOKENS} tokens unless given).",
+    )
+
+    @classmethod
+    def defaults(cls, data: dict[str, Any], quick: bool) -> dict[str, Any]:
+        """With ``image_sides`` the text of each request is one length, not the ladder."""
+        defaults = super().defaults(data, quick)
+        if data.get("image_sides") is not None:
+            defaults = defaults | {"input_lengths": [IMAGE_TEXT_TOKENS]}
+        return defaults
 
     @model_validator(mode="after")
     def _fits(self) -> PrefillConfig:
         self.check_context(1)
+        if self.image_sides is not None:
+            if not self.image_sides or any(not 1 <= s <= MAX_SIDE for s in self.image_sides):
+                raise ValueError(
+                    f"image_sides: every side must be 1 to {MAX_SIDE} pixels (got"
+                    f" {self.image_sides})"
+                )
+            if len(self.input_lengths or ()) != 1:
+                raise ValueError(
+                    "input_lengths: with image_sides, give one length (the text sent with each"
+                    f" image; got {self.input_lengths})"
+                )
+            if self.client_type != "openai_chat_completions":
+                raise ValueError(
+                    "image_sides: images go in chat messages; use client_type"
+                    " openai_chat_completions"
+                )
         return self
 
 

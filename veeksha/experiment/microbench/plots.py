@@ -1,7 +1,8 @@
 """The microbenchmarks' PNG plots, drawn with matplotlib's Agg canvas (imported only here).
 
 - ``prefill.png``: every TTFC sample against its input length, the per-length medians, and the
-  fitted line with its slope (ms per 1k tokens) and intercept;
+  fitted line with its slope (ms per 1k tokens) and intercept (with ``image_sides``: against
+  the image's megapixels, ms per megapixel);
 - ``decode.png``: TBC p50 (solid) and p99 (dashed) against batch size, one colour per input
   length, with the fitted p50 line;
 - ``stress.png``: left, TTFC and E2E (p50 solid, p99 dashed) against output throughput (the
@@ -33,32 +34,41 @@ def prefill_plot(
     fit: dict[str, Any] | None,
     path: Path,
 ) -> Path:
-    """TTFC (ms) against input length (tokens), with the fit."""
+    """TTFC (ms) against input length (tokens), with the fit; with images (``image_side`` in
+    the table, ``samples`` keyed by side) against the image's megapixels."""
     fig = _figure()
     ax = fig.add_subplot()
-    for length, values in samples.items():
-        ax.scatter([length] * len(values), values, s=12, alpha=0.4, color="tab:blue")
+    images = bool(table) and "image_side" in table[0]
+    for key, values in samples.items():
+        x = key * key / 1e6 if images else key
+        ax.scatter([x] * len(values), values, s=12, alpha=0.4, color="tab:blue")
     usable = [p for p in table if p["ttfc_p50_ms"] is not None]
+    x_key = "megapixels" if images else "input_length"
     ax.plot(
-        [p["input_length"] for p in usable],
+        [p[x_key] for p in usable],
         [p["ttfc_p50_ms"] for p in usable],
         "o",
         color="tab:blue",
         label="median",
     )
     if fit is not None:
-        xs = np.array([0, max(p["input_length"] for p in usable)], dtype=float)
-        slope, intercept = fit["slope_ms_per_1k_tokens"], fit["intercept_ms"]
-        ax.plot(
-            xs,
-            intercept + slope * xs / 1000,
-            "--",
-            color="tab:orange",
-            label=f"fit: {intercept:.2f} ms + {slope:.2f} ms per 1k tokens",
-        )
-    ax.set_xlabel("input length (tokens)")
+        xs = np.array([0, max(p[x_key] for p in usable)], dtype=float)
+        intercept = fit["intercept_ms"]
+        if images:
+            slope = fit["slope_ms_per_megapixel"]
+            ys, shown = intercept + slope * xs, f"{slope:.2f} ms per megapixel"
+        else:
+            slope = fit["slope_ms_per_1k_tokens"]
+            ys, shown = intercept + slope * xs / 1000, f"{slope:.2f} ms per 1k tokens"
+        ax.plot(xs, ys, "--", color="tab:orange", label=f"fit: {intercept:.2f} ms + {shown}")
+    if images:
+        text = table[0]["input_length"]
+        ax.set_xlabel(f"image (megapixels; one a request, with {text} tokens of text)")
+        ax.set_title("prefill: time to first chunk against image size")
+    else:
+        ax.set_xlabel("input length (tokens)")
+        ax.set_title("prefill: time to first chunk against prompt length")
     ax.set_ylabel("TTFC (ms)")
-    ax.set_title("prefill: time to first chunk against prompt length")
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)

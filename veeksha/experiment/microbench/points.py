@@ -80,6 +80,7 @@ class PointSpec:
     rate: float | None = None
     duration_s: float | None = None
     warmup_s: float = 0.0
+    image_side: int | None = None  # each request also carries one image of this side (pixels)
 
 
 def point_scenario(config: BenchConfig, spec: PointSpec) -> Scenario:
@@ -141,6 +142,16 @@ def point_scenario(config: BenchConfig, spec: PointSpec) -> Scenario:
         "health_checks": {"max_dispatch_lag_p99_ms": DISPATCH_LAG_LIMIT_MS},
         "simulator": config.simulator.model_dump(),
     }
+    if spec.image_side is not None:
+        side = {"type": "fixed", "value": spec.image_side}
+        data["session_generator"]["channels"].append(
+            {
+                "type": "image",
+                "count_generator": {"type": "fixed", "value": 1},
+                "width_generator": side,
+                "height_generator": side,
+            }
+        )
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:  # a combination of keys no scenario allows

@@ -45,9 +45,16 @@ NAME = "prefill"
 
 
 def prefill_specs(config: PrefillConfig) -> list[PointSpec]:
-    """One point per input length, in the given order."""
+    """One point per input length, in the given order (with ``image_sides``: one per side, at
+    the one input length)."""
     assert config.input_lengths is not None
     assert config.samples_per_length is not None
+    if config.image_sides is not None:
+        (length,) = config.input_lengths
+        return [
+            PointSpec(i, length, 1, 1, config.samples_per_length, warmup_sessions=1, image_side=s)
+            for i, s in enumerate(config.image_sides)
+        ]
     return [
         PointSpec(i, length, 1, 1, config.samples_per_length, warmup_sessions=1)
         for i, length in enumerate(config.input_lengths)
@@ -78,13 +85,19 @@ def analyse_prefill(
     overlaps: list[str] = []
     wrong_length: list[str] = []
     cached: list[str] = []
+    images = any(spec.image_side is not None for spec, _, _ in points)
     for spec, result, rows in points:
         ok = rows[rows["status"] == "ok"]
         ttfc = _ms(ok["ttfc"])
-        samples[spec.input_length] = sorted((ok["ttfc"].dropna() * 1000).tolist())
+        side = spec.image_side or 0
+        samples[side if images else spec.input_length] = sorted(
+            (ok["ttfc"].dropna() * 1000).tolist()
+        )
         verdict = result.summary.get("health", {}).get("verdict")
+        point: dict[str, Any] = {"image_side": side, "megapixels": side * side / 1e6}
         table.append(
-            {
+            (point if images else {})
+            | {
                 "input_length": spec.input_length,
                 "samples": len(ok),
                 "failed": len(rows) - len(ok),
@@ -99,7 +112,7 @@ def analyse_prefill(
                 "run_dir": str(result.run_dir.relative_to(folder)),
             }
         )
-        where = f"L={spec.input_length}"
+        where = f"side={side}" if images else f"L={spec.input_length}"
         per_point.note(where, len(ok), spec.sessions, verdict)
         ordered = rows.sort_values("sent_at")
         sent = ordered["sent_at"].to_numpy(dtype=float)
@@ -110,19 +123,33 @@ def analyse_prefill(
                 f"{where}: {counted(overlap, 'request')} sent before the previous completed"
             )
         lengths = ok["prompt_tokens_total"]
-        bad = int(np.sum(lengths.isna() | (lengths != spec.input_length)))
+        if images:  # (the text and the image: a count only the server knows, the same each)
+            expected = lengths.median() if len(lengths.dropna()) else -1
+            table[-1]["image_tokens"] = None if expected < 0 else int(expected) - spec.input_length
+            bad = int(np.sum(lengths.isna() | (lengths != expected)))
+        else:
+            bad = int(np.sum(lengths.isna() | (lengths != spec.input_length)))
         if bad:
             seen = sorted({int(v) for v in lengths.dropna()})
             wrong_length.append(f"{where}: {counted(bad, 'prompt')} of {seen} tokens")
         hits = int(np.sum(ok["cached_tokens"].fillna(0) > 0))
         if hits:
             cached.append(f"{where}: {counted(hits, 'prompt')} partly cached")
+    x_key = "megapixels" if images else "input_length"
     fit = fit_line(
-        [p["input_length"] for p in table if p["ttfc_p50_ms"] is not None],
+        [p[x_key] for p in table if p["ttfc_p50_ms"] is not None],
         [p["ttfc_p50_ms"] for p in table if p["ttfc_p50_ms"] is not None],
     )
     fit_doc = None
-    if fit is not None:
+    if fit is not None and images:
+        fit_doc = {
+            "method": "least squares through the per-side TTFC medians, against megapixels",
+            "slope_ms_per_megapixel": fit.slope,
+            "intercept_ms": fit.intercept,
+            "r2": fit.r2,
+            "sides": [p["image_side"] for p in table if p["ttfc_p50_ms"] is not None],
+        }
+    elif fit is not None:
         fit_doc = {
             "method": "least squares through the per-length TTFC medians",
             "slope_ms_per_1k_tokens": fit.slope * 1000,
@@ -130,10 +157,16 @@ def analyse_prefill(
             "r2": fit.r2,
             "lengths": fit.points,
         }
+    exact = (
+        "the server counted the same prompt tokens for every request of a side (its text and"
+        " one image)"
+        if images
+        else "the server counted exactly the target prompt tokens"
+    )
     checks = [
         *per_point.checks(),
         check("sequential", overlaps, "each request was sent after the previous one completed"),
-        check("exact_lengths", wrong_length, "the server counted exactly the target prompt tokens"),
+        check("exact_lengths", wrong_length, exact),
         check("no_cache_hits", cached, "no prompt token came from the server's prefix cache"),
     ]
     return table, fit_doc, checks, samples
