@@ -81,3 +81,32 @@ def test_the_plot_rings_unhealthy_points(tmp_path: Path) -> None:
 
     assert red(plain) == 0
     assert red(ringed) > 20
+
+
+def _prefill_images(slope: float) -> dict:
+    points = [
+        {
+            "image_side": side,
+            "megapixels": side * side / 1e6,
+            "input_length": 32,
+            "ttfc_p50_ms": 5 + slope * side * side / 1e6,
+            "ttfc_p99_ms": 6 + slope * side * side / 1e6,
+            "health": "PASS",
+        }
+        for side in (224, 448)
+    ]
+    fit = {"slope_ms_per_megapixel": slope, "intercept_ms": 5.0}
+    return {"benchmark": "prefill", "created_at": "x", "points": points, "fit": fit}
+
+
+def test_prefill_by_image_size_is_compared_side_by_side_and_drawn(tmp_path: Path) -> None:
+    from veeksha.experiment.microbench.diff_plots import diff_plot
+
+    _write(tmp_path / "a", _prefill_images(60.0))
+    _write(tmp_path / "b", _prefill_images(90.0))
+    _, changes, _ = compare(tmp_path / "a", tmp_path / "b")
+    by = {(c.point, c.metric): c.change for c in changes}
+    assert by[("fit", "slope_ms_per_megapixel")] == pytest.approx(0.5)
+    assert set(by) >= {("224x224", "ttfc_p50_ms"), ("448x448", "ttfc_p50_ms")}
+    pair = (_prefill_images(60.0), _prefill_images(90.0))
+    assert diff_plot("prefill", pair, ("a", "b"), tmp_path / "d.png").stat().st_size > 0

@@ -139,21 +139,25 @@ def _pairs(
 def _prefill(a: dict[str, Any], b: dict[str, Any]) -> list[Change]:
     changes: list[Change] = []
     if a.get("fit") and b.get("fit"):
+        images = "slope_ms_per_megapixel" in a["fit"]
         changes += _pairs(
             "prefill",
             [a["fit"]],
             [b["fit"]],
             lambda _: "fit",
-            ("slope_ms_per_1k_tokens", "intercept_ms"),
+            ("slope_ms_per_megapixel" if images else "slope_ms_per_1k_tokens", "intercept_ms"),
             lambda _a, _b: _fit_health(a["points"], b["points"]),
         )
     return changes + _pairs(
-        "prefill",
-        a["points"],
-        b["points"],
-        lambda p: f"L={p['input_length']}",
-        ("ttfc_p50_ms", "ttfc_p99_ms"),
+        "prefill", a["points"], b["points"], _prefill_point, ("ttfc_p50_ms", "ttfc_p99_ms")
     )
+
+
+def _prefill_point(point: dict[str, Any]) -> str:
+    """A prefill point's name: ``L=512``, or with an image ``448x448``."""
+    if "image_side" in point:
+        return f"{point['image_side']}x{point['image_side']}"
+    return f"L={point['input_length']}"
 
 
 def _decode(a: dict[str, Any], b: dict[str, Any]) -> list[Change]:

@@ -1,6 +1,6 @@
 """``veeksha diff``'s plots: the two results of one benchmark overlaid, A solid, B dashed.
 
-- ``diff_prefill.png``: TTFC p50 against input length with each fit;
+- ``diff_prefill.png``: TTFC p50 against input length (or image megapixels) with each fit;
 - ``diff_decode.png``: TBC p50 against batch size, per input length;
 - ``diff_stress.png``: E2E and TTFC p50 against output throughput, and output throughput
   against the load level.
@@ -38,6 +38,11 @@ def _finish(ax: Axes, xlabel: str, ylabel: str, title: str) -> None:
     ax.legend(loc="upper left", fontsize="small")
 
 
+def prefill_x(points: list[dict[str, Any]]) -> str:
+    """The x of a prefill result's points: ``input_length``, or ``megapixels`` (images)."""
+    return "megapixels" if points and "image_side" in points[0] else "input_length"
+
+
 def _usable(points: list[dict[str, Any]], *keys: str) -> list[dict[str, Any]]:
     return [p for p in points if all(p.get(k) is not None for k in keys)]
 
@@ -53,11 +58,16 @@ def diff_plot(
     for document, label, (colour, style) in zip(results, labels, _STYLES, strict=True):
         points = document["points"]
         if name == "prefill":
-            rows = sorted(_usable(points, "ttfc_p50_ms"), key=lambda p: p["input_length"])
+            x = prefill_x(points)
+            rows = sorted(_usable(points, "ttfc_p50_ms"), key=lambda p: p[x])
             fit = document.get("fit")
-            extra = f" ({fit['slope_ms_per_1k_tokens']:.1f} ms per 1k tokens)" if fit else ""
+            extra = ""
+            if fit and "slope_ms_per_megapixel" in fit:
+                extra = f" ({fit['slope_ms_per_megapixel']:.1f} ms per megapixel)"
+            elif fit:
+                extra = f" ({fit['slope_ms_per_1k_tokens']:.1f} ms per 1k tokens)"
             axes[0].plot(
-                [p["input_length"] for p in rows],
+                [p[x] for p in rows],
                 [p["ttfc_p50_ms"] for p in rows],
                 style,
                 color=colour,
@@ -96,7 +106,9 @@ def diff_plot(
             )
             axes[1].plot([p["level"] for p in rows], tput, style, color=colour, label=label)
     if name == "prefill":
-        _finish(axes[0], "input length (tokens)", "TTFC p50 (ms)", "prefill")
+        images = prefill_x(results[0]["points"]) == "megapixels"
+        xlabel = "image (megapixels)" if images else "input length (tokens)"
+        _finish(axes[0], xlabel, "TTFC p50 (ms)", "prefill")
     elif name == "decode":
         _finish(axes[0], "batch size", "TBC p50 (ms)", "decode")
     else:
@@ -115,7 +127,8 @@ def _mark_unhealthy(name: str, axes: Any, document: dict[str, Any]) -> None:
     """Hollow red rings on the points whose run was not healthy (as the sweep plots do)."""
     bad = [p for p in document["points"] if unhealthy(p)]
     if name == "prefill":
-        spots = [(p["input_length"], p.get("ttfc_p50_ms")) for p in bad]
+        x = prefill_x(document["points"])
+        spots = [(p[x], p.get("ttfc_p50_ms")) for p in bad]
     elif name == "decode":
         spots = [(p["batch_size"], p.get("tbc_p50_ms")) for p in bad]
     else:
