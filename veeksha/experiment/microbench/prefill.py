@@ -16,6 +16,12 @@ and the true intercept 6.05 ms, plus the HTTP round trip.
 Checks: every request ok and every point healthy; strictly sequential (each request sent after
 the one before it completed); exact lengths (the server's prompt tokens equal the target);
 no prefix-cache hits (a cached prompt would prefill less than L).
+
+With ``image_sides`` (a vision-language model) the points are image sides S at the one input
+length: each request carries one S × S image of its own (the image channel's) before its text,
+and the fit is against megapixels, ``TTFC(S) ≈ intercept_ms + slope_ms_per_megapixel × S² /
+1e6``; each point reports ``image_tokens`` (the server's prompt tokens less the text's, a count
+only the server knows), and exact lengths means one count for every request of a side.
 """
 
 from __future__ import annotations
