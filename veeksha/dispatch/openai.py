@@ -409,13 +409,16 @@ class ResponseAccumulator:
     ``</think>`` (the first content chunk opens it): those chunks are chunks of thinking too,
     and the answer's text is what follows the block. A stream in such a block is read event by
     event (no chunk shape is learned or recalled in it); any other pays one test a decoded
-    content chunk.
+    content chunk. With ``thinking_opened`` (``client.thinking_opened``: the chat template
+    opened the block in the prompt, and the stream holds only ``</think>``), every stream
+    starts inside the block.
     """
 
     __slots__ = (
         "_bom",
         "_inline",
         "_memory",
+        "_opened",
         "_parser",
         "_shape",
         "_tries",
@@ -435,8 +438,11 @@ class ResponseAccumulator:
         "server_timings",
     )
 
-    def __init__(self, chat: bool, memory: ShapeMemory | None = None) -> None:
+    def __init__(
+        self, chat: bool, memory: ShapeMemory | None = None, thinking_opened: bool = False
+    ) -> None:
         self.chat = chat
+        self._opened = thinking_opened  # (the template opened <think>: the content starts in it)
         self._memory = memory
         self.parts: list[str] = []
         self.chunk_times_ns = array("q")
@@ -455,7 +461,8 @@ class ResponseAccumulator:
         self._shape: ChunkShape | None = None
         self._tries = _LEARN_TRIES
         self._bom = 0  # bytes of a byte order mark taken at the stream's start; -1: past it
-        self._inline = _UNSEEN  # thinking inline in the content: _THINKING, _THOUGHT, _PLAIN
+        # thinking inline in the content: _THINKING, _THOUGHT, _PLAIN
+        self._inline = _THINKING if thinking_opened else _UNSEEN
 
     @property
     def output_text(self) -> str:
@@ -745,7 +752,7 @@ class ResponseAccumulator:
         self._absorb(chunk)
         text = self._answer(chunk)
         if text and self.chat:
-            text = _without_thinking(text)
+            text = _without_thinking(text, self._opened)
         self.done = True
         self.done_at_ns = t_ns
         self.first_chunk_at_ns = t_ns
@@ -881,11 +888,14 @@ class ResponseAccumulator:
         return chunk
 
 
-def _without_thinking(text: str) -> str:
+def _without_thinking(text: str, opened_before: bool = False) -> str:
     """An answer's ``text`` without the block of thinking it opens with, if any
-    (``<think>…</think>``: a reasoning model's, inline; cut off inside it: nothing is left)."""
+    (``<think>…</think>``: a reasoning model's, inline; cut off inside it: nothing is left);
+    ``opened_before``: the chat template opened the block, so the text starts inside it."""
     opened = text.lstrip()
-    if not opened.startswith(_THINK):
+    if opened.startswith(_THINK):
+        opened = opened[len(_THINK) :]
+    elif not opened_before:
         return text
     end = opened.find(_THOUGHT_END)
     return "" if end < 0 else opened[end + len(_THOUGHT_END) :].lstrip()

@@ -468,7 +468,7 @@ class Worker:
     ) -> None:
         if route is None:
             route = self._routes[0]
-        acc = ResponseAccumulator(route.settings.chat, route.shapes)
+        acc = ResponseAccumulator(route.settings.chat, route.shapes, route.settings.thinking_opened)
         slot = [0, 0]  # sent_at, and the set-up of a connection opened before it (aiohttp_client)
         _sent_slot.set(slot)
         state = _Attempt()
@@ -735,7 +735,9 @@ class _Exchange(Exchange):
         self.retries = 0
         self.finished = False
         self.stream = route.settings.stream
-        self.acc = ResponseAccumulator(route.settings.chat, route.shapes)
+        self.acc = ResponseAccumulator(
+            route.settings.chat, route.shapes, route.settings.thinking_opened
+        )
         self.feed = self.acc.feed
         self.inflate: zlib._Decompress | None = None  # a compressed answer's decoder
         self.headers: dict[bytes, bytes] | None = None

@@ -361,6 +361,12 @@ class ChatCompletionsClient(_OpenAIClientBase, defer_build=False):
     max_tokens_param: str = Field(
         "max_completion_tokens", description="Body key carrying the requested output length."
     )
+    thinking_opened: bool = Field(
+        False,
+        description="The chat template opens the model's thinking (DeepSeek-R1's, Qwen3's with"
+        " thinking on) and the server has no reasoning parser: each answer's content is"
+        " thinking until </think>.",
+    )
 
 
 class CompletionsClient(_OpenAIClientBase):

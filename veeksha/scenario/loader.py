@@ -719,6 +719,15 @@ def _drop_no_reasoning(simulator: Any) -> None:
         simulator.pop("reasoning_field")
 
 
+def _drop_unopened_thinking(data: dict[str, Any]) -> None:
+    """Each client's ``thinking_opened`` out of a hashed dict where it is false (the default),
+    so that a scenario hashes as it did before the key existed."""
+    clients = [data.get("client"), *(data.get("clients") or [])]
+    for client in clients:
+        if isinstance(client, dict) and client.get("thinking_opened") is False:
+            client.pop("thinking_opened")
+
+
 def _drop_default_image_patch(simulator: Any) -> None:
     """The simulator's ``image_patch_px`` out of a hashed dict where it is the default (or,
     a served model's, unset), so that a scenario hashes as it did before the key existed."""
@@ -739,6 +748,7 @@ def scenario_hash(scenario: Scenario) -> str:
         data.pop("phases", None)
     _drop_no_reasoning(data.get("simulator"))  # (likewise a simulator that does not think)
     _drop_default_image_patch(data.get("simulator"))
+    _drop_unopened_thinking(data)
     for path in _HASH_EXCLUDED:
         holder: Any = data
         for part in path[:-1]:

@@ -220,13 +220,14 @@ class SimulatorConfig(NumbersModel):
             " or fewer is all thinking. 0: none."
         ),
     )
-    reasoning_field: Literal["reasoning_content", "reasoning", "inline"] = Field(
+    reasoning_field: Literal["reasoning_content", "reasoning", "inline", "template"] = Field(
         "reasoning_content",
         description=(
             "The key of the thinking: reasoning_content (vLLM's and SGLang's reasoning parsers,"
             " DeepSeek, llama.cpp) or reasoning (newer vLLM); inline: in the content, between"
             " <think> and </think>, with no reasoning_tokens in the usage (a server without a"
-            " reasoning parser)."
+            " reasoning parser); template: likewise, but the chat template opened <think> in"
+            " the prompt, so the content starts inside the block (client.thinking_opened)."
         ),
     )
     image_patch_px: int = Field(

@@ -22,7 +22,7 @@ from veeksha.simulator.engine import SeqState, chain_hashes
 from veeksha.simulator.faults import Fault
 from veeksha.simulator.http import HttpConnection, chunk, response_head
 from veeksha.simulator.timing import NsTimer
-from veeksha.simulator.wire import GenRequest, Templates, usage
+from veeksha.simulator.wire import INLINE_FIELDS, GenRequest, Templates, usage
 
 if TYPE_CHECKING:
     from veeksha.simulator.server import SimServer
@@ -60,6 +60,7 @@ class Generation:
         "invalid",
         "last_ns",
         "offset",
+        "opened",
         "req",
         "sent",
         "seq",
@@ -97,7 +98,10 @@ class Generation:
         # a reasoning model's tokens of thinking before its answer (chat only)
         self.thinking = server.config.reasoning_tokens if req.kind == "chat" else 0
         # (its thinking in the content, between <think> and </think>: no reasoning parser)
-        self.inline = bool(self.thinking) and server.config.reasoning_field == "inline"
+        # (template: the chat template opened <think> in the prompt: the content has only
+        # </think>)
+        self.inline = bool(self.thinking) and server.config.reasoning_field in INLINE_FIELDS
+        self.opened = server.config.reasoning_field == "template"
         self.timer: NsTimer | None = None
         self._cork: list[bytes] | None = None
         self._hold: list[tuple[bytes | None, int]] | None = None
@@ -168,7 +172,7 @@ class Generation:
         words = self.server.text.slice(self.offset, sent, count)
         thinking = self.thinking
         if self.inline:
-            if sent == 0 and words:
+            if sent == 0 and words and not self.opened:
                 words[0] = _THINK_OPEN + words[0]
             if sent <= thinking - 1 < count:  # (the thinking's last word closes the block)
                 words[thinking - 1 - sent] += _THINK_CLOSE

@@ -104,7 +104,9 @@ class SimSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     required_headers: dict[str, str] = {}
     count_header: str | None = None
     reasoning_tokens: int = 0
-    reasoning_field: Literal["reasoning_content", "reasoning", "inline"] = "reasoning_content"
+    reasoning_field: Literal["reasoning_content", "reasoning", "inline", "template"] = (
+        "reasoning_content"
+    )
     image_patch_px: int = 28
 
     @classmethod

@@ -40,7 +40,12 @@ from veeksha.simulator.vision import (
     read_image,
 )
 
+#: ``reasoning_field`` values whose thinking is in the content (no reasoning parser): ``inline``
+#: opens it with ``<think>``, ``template`` leaves that to the prompt's chat template
+INLINE_FIELDS = ("inline", "template")
+
 __all__ = [
+    "INLINE_FIELDS",
     "ApiError",
     "GenRequest",
     "OutputText",
@@ -472,7 +477,7 @@ class Templates:
             # the content, between <think> and </think>, as a server without a parser sends it)
             self.thinking = (
                 self.prefix
-                if reasoning == "inline"
+                if reasoning in INLINE_FIELDS
                 else self.head + b'"choices":[{"index":0,"delta":{"%b":"' % reasoning.encode()
             )
             self.suffix = b'"},"logprobs":null,"finish_reason":null}]}\n\n'
@@ -512,8 +517,9 @@ class Templates:
         """The non-streaming JSON response (``thinking``: a reasoning model's, chat only)."""
         if self.kind == "chat":
             message: dict[str, str | None] = {"role": "assistant", "content": text}
-            if thinking is not None and self.reasoning == "inline":
-                message["content"] = f"<think>{thinking}</think>\n\n{text}"
+            if thinking is not None and self.reasoning in INLINE_FIELDS:
+                opening = "" if self.reasoning == "template" else "<think>"
+                message["content"] = f"{opening}{thinking}</think>\n\n{text}"
             elif thinking is not None:
                 message = {"role": "assistant", self.reasoning: thinking, "content": text or None}
             choice: dict[str, Any] = {

@@ -35,7 +35,7 @@ session_generator:
     inherit_history: true
   channels: [{{type: text, body_length_generator: {{type: fixed, value: 20}}}}]
   output_spec: {{text: {{output_length_generator: {{type: fixed, value: {THINKING + ANSWER}}}}}}}
-client: {{type: openai_chat_completions}}
+client: {{type: openai_chat_completions, thinking_opened: OPENED}}
 simulator: {{reasoning_tokens: {THINKING}, reasoning_field: FIELD, ttft_ms: 5, itl_ms: 2}}
 runtime: {{max_sessions: 6, benchmark_timeout: 60, num_workers: 1}}
 evaluators:
@@ -44,14 +44,17 @@ evaluators:
 """
 
 
-@pytest.mark.parametrize("field", ["reasoning", "inline"])
+@pytest.mark.parametrize("field", ["reasoning", "inline", "template"])
 def test_a_reasoning_models_thinking_is_timed_as_chunks_and_not_sent_back(
     tmp_path: Path, field: str
 ) -> None:
     """``reasoning``: in its own key, counted in the usage; ``inline``: in the content between
-    ``<think>`` and ``</think>``, as a server without a reasoning parser sends it (no count)."""
+    ``<think>`` and ``</think>``, as a server without a reasoning parser sends it (no count);
+    ``template``: likewise, but the chat template opened ``<think>`` in the prompt, so the
+    stream has only ``</think>`` (``client.thinking_opened``)."""
     path = tmp_path / "reasoning.yaml"
-    path.write_text(SCENARIO.replace("FIELD", field))
+    opened = "true" if field == "template" else "false"
+    path.write_text(SCENARIO.replace("FIELD", field).replace("OPENED", opened))
     result = run_in_process(path, tmp_path / "out")
     assert result.code == 0, result.output
     (run_dir,) = (tmp_path / "out").iterdir()

@@ -108,3 +108,24 @@ def test_thinking_inline_is_in_the_content_between_think_tags(start_simulator: A
     assert content.startswith("<think>")
     head, _, answer = content.partition("</think>\n\n")
     assert (TOK.count(head.removeprefix("<think>")), TOK.count(answer)) == (3, 4)
+
+
+def test_thinking_opened_by_the_template_has_only_its_close(start_simulator: Any) -> None:
+    """``reasoning_field: template``: the chat template opened ``<think>`` in the prompt, so
+    the content starts inside the block: no ``<think>``, the thinking's last word closes it."""
+    sim = start_simulator(reasoning_tokens=3, reasoning_field="template")
+    chunks = request(
+        f"{sim.base_url}/chat/completions", chat(max_tokens=7, ignore_eos=True)
+    ).chunks()
+    contents = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
+    contents = [text for text in contents if text]
+    assert "<think>" not in "".join(contents)
+    assert contents[2].endswith("</think>\n\n")
+    thinking = "".join(contents[:3]).removesuffix("</think>\n\n")
+    assert (TOK.count(thinking), TOK.count("".join(contents[3:]))) == (3, 4)
+    body = request(
+        f"{sim.base_url}/chat/completions", chat(max_tokens=7, stream=False, ignore_eos=True)
+    ).json()
+    head, _, answer = body["choices"][0]["message"]["content"].partition("</think>\n\n")
+    assert "<think>" not in head
+    assert (TOK.count(head), TOK.count(answer)) == (3, 4)

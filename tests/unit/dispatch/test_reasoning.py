@@ -245,3 +245,46 @@ def test_a_non_streamed_answer_drops_its_inline_thinking(content: str, answer: s
     acc = ResponseAccumulator(chat=True)
     acc.on_body(json.dumps({"choices": [{"message": {"content": content}}]}).encode(), 9)
     assert acc.output_text == answer
+
+
+def test_thinking_opened_by_the_template_is_thinking_until_its_close() -> None:
+    """``client.thinking_opened``: the chat template opened ``<think>`` in the prompt, so the
+    stream has only ``</think>``: its content is thinking until then (was: the thinking was the
+    answer, sent back in the next turn, and no answer_ttfc). A second stream, with the first's
+    chunk shape remembered, is read the same."""
+    memory = ShapeMemory()
+    words = ["Hi", " there", " you"]
+    for _ in range(2):
+        acc = ResponseAccumulator(chat=True, memory=memory, thinking_opened=True)
+        reads = [event({"role": "assistant", "content": ""})]
+        reads += [event({"content": t}) for t in ["hm", " let", " me", "</think>\n\n"]]
+        reads += [event({"content": w}) for w in words]
+        reads.append(b"data: [DONE]\n\n")
+        feed(acc, reads)
+        assert acc.reasoning_chunks == 4
+        assert acc.first_chunk_at_ns == 110
+        assert acc.first_answer_at_ns == 110 + 10 * 4
+        assert acc.output_text == "Hi there you"
+    # a model that opens the block itself anyway is read the same; one that never closes it
+    # thought all along
+    opens = ResponseAccumulator(chat=True, thinking_opened=True)
+    feed(
+        opens,
+        [event({"content": "<think>x"}), event({"content": "</think>Yes"}), b"data: [DONE]\n\n"],
+    )
+    assert (opens.reasoning_chunks, opens.output_text) == (1, "Yes")
+    never = ResponseAccumulator(chat=True, thinking_opened=True)
+    feed(never, [event({"content": "all"}), event({"content": " thought"}), b"data: [DONE]\n\n"])
+    assert (never.reasoning_chunks, never.first_answer_at_ns, never.output_text) == (2, None, "")
+
+
+@pytest.mark.parametrize(
+    ("content", "answer"),
+    [("hm, ok</think>\n\nHello", "Hello"), ("<think>hm</think>Hi", "Hi"), ("no close", "")],
+)
+def test_a_non_streamed_answer_drops_the_thinking_the_template_opened(
+    content: str, answer: str
+) -> None:
+    acc = ResponseAccumulator(chat=True, thinking_opened=True)
+    acc.on_body(json.dumps({"choices": [{"message": {"content": content}}]}).encode(), 9)
+    assert acc.output_text == answer
