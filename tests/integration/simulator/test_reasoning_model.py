@@ -87,14 +87,19 @@ def test_completions_and_a_model_that_does_not_think_are_as_before(start_simulat
     assert "completion_tokens_details" not in plain[-1]["usage"]
 
 
-def test_thinking_inline_is_in_the_content_between_think_tags(start_simulator: Any) -> None:
-    """A server without a reasoning parser: the thinking in the content, no count of it."""
-    sim = start_simulator(reasoning_tokens=3, reasoning_field="inline")
+def _streamed_contents(sim: Any) -> tuple[list[dict[str, Any]], list[str]]:
+    """A streamed chat answer of 7 tokens: its chunks, and their non-empty contents."""
     chunks = request(
         f"{sim.base_url}/chat/completions", chat(max_tokens=7, ignore_eos=True)
     ).chunks()
     contents = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
-    contents = [text for text in contents if text]
+    return chunks, [text for text in contents if text]
+
+
+def test_thinking_inline_is_in_the_content_between_think_tags(start_simulator: Any) -> None:
+    """A server without a reasoning parser: the thinking in the content, no count of it."""
+    sim = start_simulator(reasoning_tokens=3, reasoning_field="inline")
+    chunks, contents = _streamed_contents(sim)
     assert contents[0].startswith("<think>")
     assert contents[2].endswith("</think>\n\n")
     assert not contents[3].startswith(" ")  # (the answer's first word)
@@ -114,11 +119,7 @@ def test_thinking_opened_by_the_template_has_only_its_close(start_simulator: Any
     """``reasoning_field: template``: the chat template opened ``<think>`` in the prompt, so
     the content starts inside the block: no ``<think>``, the thinking's last word closes it."""
     sim = start_simulator(reasoning_tokens=3, reasoning_field="template")
-    chunks = request(
-        f"{sim.base_url}/chat/completions", chat(max_tokens=7, ignore_eos=True)
-    ).chunks()
-    contents = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
-    contents = [text for text in contents if text]
+    _, contents = _streamed_contents(sim)
     assert "<think>" not in "".join(contents)
     assert contents[2].endswith("</think>\n\n")
     thinking = "".join(contents[:3]).removesuffix("</think>\n\n")
