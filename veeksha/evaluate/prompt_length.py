@@ -138,10 +138,11 @@ def _with_images(table: pa.Table) -> NDArray[np.bool_]:
     return with_images
 
 
-def _server_usage(data: HealthInput, chat: NDArray[np.bool_]) -> _Usage:
+def _server_usage(data: HealthInput, chat: NDArray[np.bool_], imaged: NDArray[np.bool_]) -> _Usage:
+    """The roots with usage, but those with images (``imaged``): server total − target."""
     table = data.measured
     rows = column(table, "usage_reported") > 0
-    rows &= ~_with_images(table)
+    rows &= ~imaged
     rows &= integers(ak.list_value_length(table.column("parents"))) == 0  # roots
     rows &= _first_attempts(table)
     target = column(table, "target_prompt_tokens")
@@ -151,7 +152,9 @@ def _server_usage(data: HealthInput, chat: NDArray[np.bool_]) -> _Usage:
     return _Usage(server[rows], target[rows], chat[rows], np.flatnonzero(rows))
 
 
-def _server_usage_turns(data: HealthInput, chat: NDArray[np.bool_]) -> _Usage:
+def _server_usage_turns(
+    data: HealthInput, chat: NDArray[np.bool_], imaged: NDArray[np.bool_]
+) -> _Usage:
     """Per history child whose parent was answered with usage (both rows' usage reported):
     its server total − (its parent's server total + the parent's output + its target). A
     re-prompted parent's children carry its first prompt and its final answer: its first
@@ -159,7 +162,7 @@ def _server_usage_turns(data: HealthInput, chat: NDArray[np.bool_]) -> _Usage:
     (``_first_attempts``) and is not compared."""
     table = data.measured
     history = column(table, "history_parent")
-    children = np.flatnonzero(~np.isnan(history) & _first_attempts(table) & ~_with_images(table))
+    children = np.flatnonzero(~np.isnan(history) & _first_attempts(table) & ~imaged)
     if children.size == 0:
         return _Usage(np.empty(0), np.empty(0), np.zeros(0, dtype=bool), children)
     node = int_column(table, "node_id")
@@ -341,7 +344,9 @@ def _prompt_length(data: HealthInput) -> Outcome:
     if error:
         statistics["server_tokenize_error"] = error
     chat = _chat_rows(data)
-    roots, turns = _server_usage(data, chat), _server_usage_turns(data, chat)
+    with_images = _with_images(data.measured)
+    roots = _server_usage(data, chat, with_images)
+    turns = _server_usage_turns(data, chat, with_images)
     del chat
     undecided = ""
     if roots.deviation.size or turns.deviation.size:
@@ -377,7 +382,8 @@ def _prompt_length(data: HealthInput) -> Outcome:
         several = measured is not None and len(measured.sizes) > 1
         taken = ", less each client's measured template" if several else ""
         parts.append((SERVER_USAGE + (taken or _taken(root, turn, measured is not None)), stats))
-    imaged = int(_with_images(data.measured).sum())
+    imaged = int(with_images.sum())
+    del with_images
     if imaged:
         statistics["image_requests"] = imaged
     if not parts:

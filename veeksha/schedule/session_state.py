@@ -184,14 +184,20 @@ class SessionState:
         """The images of what ``outgoing`` gave (its ``messages``), each as (message index,
         width, height, seed): those of the history it inherits, then the node's own in its user
         message (before a re-prompt's answers and notes)."""
+        retries = self.attempts.get(node_id, 0) if self.attempts else 0
+        return list(self._images_of(node_id, len(messages) - 1 - 2 * retries))
+
+    def _images_of(self, node_id: int, at: int) -> tuple[Image, ...]:
+        """The images of the node's conversation: its history parent's, then its own, in its
+        user message at index ``at`` (a tool's result carries none)."""
         node = self.spec.nodes[node_id]
         parent = node.history_parent
-        images = [] if parent is None or node.transcript else list(self._images.get(parent, ()))
-        if node.images:
-            retries = self.attempts.get(node_id, 0) if self.attempts else 0
-            at = len(messages) - 1 - 2 * retries
-            images += [(at, *image) for image in node.images]
-        return images
+        inherited = self._images.get(parent, ()) if parent is not None else ()
+        if node.transcript is not None:
+            inherited = ()
+        if not node.images or node.kind == "tool":
+            return inherited
+        return (*inherited, *((at, *image) for image in node.images))
 
     def _transcript(self, node_id: int) -> tuple[list[tuple[str, str]], int]:
         """An agent's messages: the answers of its transcript, its own as ``assistant`` and the
@@ -317,7 +323,7 @@ class SessionState:
         self, node_id: int, ok: bool, answer: str, conversation_tokens: int, answer_tokens: int
     ) -> None:
         """Store what a history child of ``node_id`` inherits."""
-        conversation = self.messages(node_id)
+        conversation = sent = self.messages(node_id)
         retry = self._retry.get(node_id)
         if retry is not None:  # re-prompted: its children carry its first prompt, not the last
             conversation_tokens = retry[2]
@@ -327,15 +333,8 @@ class SessionState:
             conversation = (*conversation, ("assistant", answer))
         self._conversation[node_id] = conversation
         self._history_tokens[node_id] = conversation_tokens + (answer_tokens if ok else 0)
-        if self.spec.images:
-            node = self.spec.nodes[node_id]
-            parent = node.history_parent
-            images = () if parent is None else self._images.get(parent, ())
-            if node.images and node.kind != "tool":
-                at = len(self.messages(node_id)) - 1
-                images = (*images, *((at, *image) for image in node.images))
-            if images:
-                self._images[node_id] = images
+        if self.spec.images and (images := self._images_of(node_id, len(sent) - 1)):
+            self._images[node_id] = images
 
     def cancel_pending(self, at_ns: int) -> list[int]:
         """Cancel every node not yet dispatched (pending or ready); returns their ids."""

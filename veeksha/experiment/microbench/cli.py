@@ -116,11 +116,13 @@ def _stress_table(document: dict[str, Any]) -> None:
 
 
 def _prefill_point(point: dict[str, Any]) -> str:
-    """A prefill point's name: ``L=512``, or with images ``448x448 (256 tokens)``."""
+    """A prefill point's name, an image side's with its tokens: ``448x448 (256 tokens)``."""
+    from veeksha.experiment.microbench.results import prefill_point
+
     if "image_side" not in point:
-        return f"L={point['input_length']}"
-    side, tokens = point["image_side"], point.get("image_tokens")
-    return f"{side}x{side} ({'-' if tokens is None else tokens} tokens)"
+        return prefill_point(point)
+    tokens = point.get("image_tokens")
+    return f"{prefill_point(point)} ({'-' if tokens is None else tokens} tokens)"
 
 
 def _num(value: float | None) -> str:

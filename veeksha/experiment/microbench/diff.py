@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from veeksha.errors import ConfigurationError
+from veeksha.experiment.microbench.results import prefill_point
 
 __all__ = ["BENCHMARKS", "Change", "compare", "find_results", "unhealthy"]
 
@@ -149,15 +150,8 @@ def _prefill(a: dict[str, Any], b: dict[str, Any]) -> list[Change]:
             lambda _a, _b: _fit_health(a["points"], b["points"]),
         )
     return changes + _pairs(
-        "prefill", a["points"], b["points"], _prefill_point, ("ttfc_p50_ms", "ttfc_p99_ms")
+        "prefill", a["points"], b["points"], prefill_point, ("ttfc_p50_ms", "ttfc_p99_ms")
     )
-
-
-def _prefill_point(point: dict[str, Any]) -> str:
-    """A prefill point's name: ``L=512``, or with an image ``448x448``."""
-    if "image_side" in point:
-        return f"{point['image_side']}x{point['image_side']}"
-    return f"L={point['input_length']}"
 
 
 def _decode(a: dict[str, Any], b: dict[str, Any]) -> list[Change]:

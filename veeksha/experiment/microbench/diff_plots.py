@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from veeksha.evaluate.png import agg_figure, save_png
 from veeksha.experiment.microbench.diff import unhealthy
+from veeksha.experiment.microbench.results import prefill_x
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -36,11 +37,6 @@ def _finish(ax: Axes, xlabel: str, ylabel: str, title: str) -> None:
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", fontsize="small")
-
-
-def prefill_x(points: list[dict[str, Any]]) -> str:
-    """The x of a prefill result's points: ``input_length``, or ``megapixels`` (images)."""
-    return "megapixels" if points and "image_side" in points[0] else "input_length"
 
 
 def _usable(points: list[dict[str, Any]], *keys: str) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from veeksha.evaluate.png import agg_figure, save_png
+from veeksha.experiment.microbench.results import prefill_x
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -38,12 +39,12 @@ def prefill_plot(
     the table, ``samples`` keyed by side) against the image's megapixels."""
     fig = _figure()
     ax = fig.add_subplot()
-    images = bool(table) and "image_side" in table[0]
+    x_key = prefill_x(table)
+    images = x_key == "megapixels"
     for key, values in samples.items():
         x = key * key / 1e6 if images else key
         ax.scatter([x] * len(values), values, s=12, alpha=0.4, color="tab:blue")
     usable = [p for p in table if p["ttfc_p50_ms"] is not None]
-    x_key = "megapixels" if images else "input_length"
     ax.plot(
         [p[x_key] for p in usable],
         [p["ttfc_p50_ms"] for p in usable],

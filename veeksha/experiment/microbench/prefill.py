@@ -40,6 +40,7 @@ from veeksha.experiment.microbench.results import (
     PointChecks,
     check,
     fit_line,
+    prefill_x,
     write_results,
 )
 from veeksha.experiment.point import PointResult
@@ -141,7 +142,7 @@ def analyse_prefill(
         hits = int(np.sum(ok["cached_tokens"].fillna(0) > 0))
         if hits:
             cached.append(f"{where}: {counted(hits, 'prompt')} partly cached")
-    x_key = "megapixels" if images else "input_length"
+    x_key = prefill_x(table)
     fit = fit_line(
         [p[x_key] for p in table if p["ttfc_p50_ms"] is not None],
         [p["ttfc_p50_ms"] for p in table if p["ttfc_p50_ms"] is not None],

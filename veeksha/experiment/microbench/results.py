@@ -24,6 +24,8 @@ __all__ = [
     "PointChecks",
     "check",
     "fit_line",
+    "prefill_point",
+    "prefill_x",
     "write_results",
 ]
 
@@ -120,3 +122,16 @@ def write_results(
         writer.writeheader()
         writer.writerows(points)
     return document
+
+
+def prefill_x(points: Sequence[dict[str, Any]]) -> str:
+    """The x of a prefill result's points: ``input_length``, or ``megapixels`` when they are
+    image sides (``veeksha prefill --image_sides``)."""
+    return "megapixels" if points and "image_side" in points[0] else "input_length"
+
+
+def prefill_point(point: dict[str, Any]) -> str:
+    """A prefill point's name: ``L=512``, or an image side's ``448x448``."""
+    if "image_side" in point:
+        return f"{point['image_side']}x{point['image_side']}"
+    return f"L={point['input_length']}"
