@@ -4,7 +4,8 @@ Imported by the worker only when it needs it: aiohttp costs ~0.18 CPU-s to impor
 worker on a plain-http target (the built-in simulator, most local servers) never pays.
 
 ``sent_at`` is taken when aiohttp starts writing the request (``write_bytes``) into the
-per-task slot the worker sets in ``sent_slot`` (a context variable the write task inherits).
+per-task slot the worker sets in ``sent_slot`` (a context variable the write task inherits),
+and the slot's third entry, when set, is called then (a request its user will abandon).
 A connection the connector opens for a request not yet written (no idle kept-alive one) is timed
 around the connector's ``_create_connection`` (name resolution, TCP connect and the TLS
 handshake, until the connection is handed back to the request) into the slot's second entry, the
@@ -32,7 +33,7 @@ __all__ = ["error_kind", "make_session", "protocol_error", "read_stream"]
 
 
 def make_session(
-    settings: WorkerSettings, sent_slot: contextvars.ContextVar[list[int]]
+    settings: WorkerSettings, sent_slot: contextvars.ContextVar[list[Any]]
 ) -> aiohttp.ClientSession:
     """One keep-alive session whose requests stamp ``sent_slot``'s slot when written."""
 
@@ -43,6 +44,8 @@ def make_session(
             slot = sent_slot.get(None)
             if slot is not None and not slot[0]:
                 slot[0] = time.monotonic_ns()
+                if slot[2] is not None:  # (the request's abandonment starts from here)
+                    slot[2]()
             await super().write_bytes(*args, **kwargs)
 
     class TimedConnector(aiohttp.TCPConnector):

@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 # Request outcomes recorded in requests.parquet's ``status`` column.
-STATUSES = ("ok", "error", "timeout", "cancelled")
+STATUSES = ("ok", "error", "timeout", "cancelled", "abandoned")
 
 # Values of ``error_kind`` (empty string when status is ok).
 ERROR_KINDS = (
@@ -42,6 +42,7 @@ ERROR_KINDS = (
     "malformed_response",  # bytes that break HTTP/1.1, SSE, UTF-8 or JSON, or no answer (204, 3xx)
     "worker_lost",  # the worker process died with the request in flight
     "cancelled",  # never sent: cancelled by its session or by the run's end (status "cancelled")
+    "abandoned",  # its user gave up on it: the scenario's abandonment (status "abandoned")
     "client_error",  # anything else raised inside the worker
 )
 
@@ -92,6 +93,9 @@ class WorkItem(msgspec.Struct, tag="work", array_like=True, gc=False):
     session: int = 0  # its session's id (the run's, in a distributed run too): session_header
     # the images of its messages (the image channel): (message index, width, height, seed)
     images: list[tuple[int, int, int, int]] = []
+    # its user abandons it this long after it is sent (the scenario's ``abandonment``): the
+    # worker drops the connection then if the answer has not ended; -1: never
+    abandon_after_ns: int = -1
 
 
 class Stop(msgspec.Struct, tag="stop", array_like=True):

@@ -54,7 +54,7 @@ import socket
 import sys
 import time
 import zlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import uvloop
@@ -97,7 +97,7 @@ _monotonic_ns = time.monotonic_ns
 
 # Set per request task: [sent_at, connect_ns]; the write task aiohttp creates inherits it, and
 # its connector sets the set-up of a connection it opens for the task (see aiohttp_client).
-_sent_slot: contextvars.ContextVar[list[int]] = contextvars.ContextVar("veeksha_sent_slot")
+_sent_slot: contextvars.ContextVar[list[Any]] = contextvars.ContextVar("veeksha_sent_slot")
 
 
 class _HttpError(Exception):
@@ -469,10 +469,13 @@ class Worker:
         if route is None:
             route = self._routes[0]
         acc = ResponseAccumulator(route.settings.chat, route.shapes, route.settings.thinking_opened)
-        slot = [0, 0]  # sent_at, and the set-up of a connection opened before it (aiohttp_client)
+        # sent_at, the set-up of a connection opened before it, and what is called as it is
+        # written (aiohttp_client): its abandonment's start, if its user abandons it
+        slot: list[Any] = [0, 0, None]
         _sent_slot.set(slot)
         state = _Attempt()
         result: Result | None = None
+        abandon = _Abandonment(item, slot) if item.abandon_after_ns >= 0 else None
 
         def make(status: str, kind: str = "", message: str = "") -> Result:
             return self._result(
@@ -491,12 +494,19 @@ class Worker:
 
         try:
             async with asyncio.timeout(route.settings.request_timeout_s):
-                await self._request(route, item, acc, state)
+                if abandon is None:
+                    await self._request(route, item, acc, state)
+                else:
+                    async with asyncio.timeout(None) as abandon.timeout:
+                        await self._request(route, item, acc, state)
             result = make("ok")
         except asyncio.CancelledError:
             result = make("cancelled", "cancelled", "cancelled")
         except TimeoutError:
-            result = make("timeout", "timeout", _timeout_message(route.settings))
+            if abandon is not None and abandon.timeout is not None and abandon.timeout.expired():
+                result = make("abandoned", "abandoned", _abandoned_message(item))
+            else:
+                result = make("timeout", "timeout", _timeout_message(route.settings))
         except Exception as exc:  # noqa: BLE001 - every failure becomes this item's Result
             result = make("error", *_failure(exc))
         finally:
@@ -504,6 +514,8 @@ class Worker:
                 result = make("error", "client_error", "aborted")
             if slot[1] and slot[0]:  # (a connection opened, then the request written on it)
                 result.connect_ns = slot[1]
+            if abandon is not None:
+                abandon.close()
             self._emit(result)
 
     async def _request(
@@ -663,6 +675,40 @@ class _Timeouts:
             self._handle = None
 
 
+class _Abandonment:
+    """The abandonment of one request on the aiohttp path: armed as the request is written
+    (``start``, the slot's third entry), it expires ``timeout`` (the ``asyncio.timeout``
+    around the request) at ``sent_at`` + ``WorkItem.abandon_after_ns``, never before."""
+
+    __slots__ = ("_due_ns", "_handle", "_slot", "timeout")
+
+    def __init__(self, item: WorkItem, slot: list[Any]) -> None:
+        self._due_ns = item.abandon_after_ns
+        self._slot = slot
+        self._handle: asyncio.TimerHandle | None = None
+        self.timeout: asyncio.Timeout | None = None
+        slot[2] = self.start
+
+    def start(self) -> None:
+        self._due_ns += self._slot[0]
+        self._check()
+
+    def _check(self) -> None:
+        early_s = (self._due_ns - time.monotonic_ns()) / 1e9
+        loop = asyncio.get_running_loop()
+        if early_s > 0:  # (the loop's timers may fire up to a ms early)
+            self._handle = loop.call_later(early_s, self._check)
+            return
+        self._handle = None
+        if self.timeout is not None and not self.timeout.expired():
+            self.timeout.reschedule(loop.time())  # (expires at once)
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+
 class _Attempt:
     """The aiohttp path's per-request state."""
 
@@ -691,6 +737,7 @@ class _Exchange(Exchange):
     """
 
     __slots__ = (
+        "abandon_timer",
         "acc",
         "body",
         "connect_ns",
@@ -744,6 +791,7 @@ class _Exchange(Exchange):
         self.body: list[bytes] | None = None
         self.retry_timer: asyncio.TimerHandle | None = None
         self.retry_due_ns = 0
+        self.abandon_timer: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------------ Http1Pool callbacks
 
@@ -754,6 +802,10 @@ class _Exchange(Exchange):
     def on_sent(self, t_ns: int) -> None:
         if not self.sent_at:
             self.sent_at = t_ns
+            after_ns = self.item.abandon_after_ns
+            if after_ns >= 0:  # (a timer even at 0: the request is written after this call)
+                assert self.worker._loop is not None
+                self.abandon_timer = self.worker._loop.call_later(after_ns / 1e9, self._abandon)
 
     def on_resent(self) -> None:
         # (the server may have taken the first: it is counted, not hidden). Nothing of the
@@ -879,6 +931,20 @@ class _Exchange(Exchange):
 
     # ------------------------------------------------------------------------ the worker's
 
+    def _abandon(self) -> None:
+        """Its user abandons it now if its time has come (``WorkItem.abandon_after_ns`` after
+        ``sent_at``), else at that time: the connection is closed (what was written still goes
+        out) and the Result is ``abandoned``, with whatever of the answer came before."""
+        self.abandon_timer = None
+        due_ns = self.sent_at + self.item.abandon_after_ns
+        early_s = (due_ns - time.monotonic_ns()) / 1e9
+        if early_s > 0:  # (the loop's timers may fire up to a ms early: never before its time)
+            assert self.worker._loop is not None
+            self.abandon_timer = self.worker._loop.call_later(early_s, self._abandon)
+            return
+        self.http.abort(self)
+        self.finish("abandoned", "abandoned", _abandoned_message(self.item))
+
     def on_timeout(self) -> None:
         self.http.abort(self)
         self.finish("timeout", "timeout", _timeout_message(self.route.settings))
@@ -899,6 +965,9 @@ class _Exchange(Exchange):
         if self.retry_timer is not None:
             self.retry_timer.cancel()
             self.retry_timer = None
+        if self.abandon_timer is not None:
+            self.abandon_timer.cancel()
+            self.abandon_timer = None
         result = worker._result(
             self.route,
             self.item,
@@ -919,6 +988,10 @@ class _Exchange(Exchange):
         worker._emit(result)
         if not exchanges and worker._drained is not None and not worker._drained.done():
             worker._drained.set_result(None)
+
+
+def _abandoned_message(item: WorkItem) -> str:
+    return f"abandoned by its user {item.abandon_after_ns / 1e9:.3g} s after it was sent"
 
 
 def _timeout_message(settings: WorkerSettings) -> str:

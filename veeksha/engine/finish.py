@@ -108,6 +108,7 @@ class RunFinish:
             outcome.stop_reason = "interrupted"
         outcome.requests = counters.requests_done
         outcome.failed = counters.requests_failed
+        outcome.abandoned = counters.requests_abandoned
         outcome.cancelled = counters.requests_cancelled
         outcome.sessions = counters.sessions_done
         if counters.chunk_stamps_clamped:
@@ -255,7 +256,8 @@ class RunFinish:
             )
         self.log.info(
             f"ended ({outcome.stop_reason}): {counted(outcome.sessions, 'session')}, "
-            f"{counted(outcome.requests, 'request')} answered ({outcome.failed} failed), "
+            f"{counted(outcome.requests, 'request')} answered ({outcome.failed} failed"
+            f"{f', {outcome.abandoned} abandoned' if outcome.abandoned else ''}), "
             f"{outcome.cancelled} cancelled; {verdicts}"
         )
 

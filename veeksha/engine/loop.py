@@ -31,6 +31,7 @@ from veeksha.engine.phase_control import PhaseControl
 from veeksha.engine.session_starts import SessionStarts
 from veeksha.engine.tool_nodes import ToolNodes
 from veeksha.engine.traffic_sink import (
+    SESSION_ABANDONED,
     SESSION_FAILED,
     InFlight,
     TrafficSink,
@@ -97,7 +98,8 @@ _KEYS: dict[str, Callable[[SessionState, int], tuple[int, ...]]] = {
 @dataclass(slots=True)
 class LoopCounters:
     """Live counts for the progress line and the run summary: ``requests_done`` counts the
-    answered and failed requests (``requests_failed`` the failed ones), ``requests_cancelled``
+    answered, failed and abandoned requests (``requests_failed`` the failed ones,
+    ``requests_abandoned`` those their user abandoned), ``requests_cancelled``
     those cancelled before they were sent or while in flight; ``chunk_stamps_clamped`` the
     reads whose kernel stamp was clamped (``Result.chunk_stamps_clamped``, summed)."""
 
@@ -106,6 +108,7 @@ class LoopCounters:
     requests_dispatched: int = 0
     requests_done: int = 0
     requests_failed: int = 0
+    requests_abandoned: int = 0
     requests_cancelled: int = 0
     last_dispatch_lag_ns: int = 0
     chunk_stamps_clamped: int = 0
@@ -432,6 +435,8 @@ class TrafficLoop(SessionStarts, PhaseControl, ToolNodes):
         )
         if session.spec.images:
             item.images = session.outgoing_images(node_id, messages)
+        if node.abandon_after_s is not None:
+            item.abandon_after_ns = round(node.abandon_after_s * 1e9)
         worker_id = self._submit(item)
         self._unflushed = True
         session.mark_dispatched(node_id)
@@ -513,6 +518,9 @@ class TrafficLoop(SessionStarts, PhaseControl, ToolNodes):
             if self.stopping and result.error_message == "cancelled":  # (the worker's word)
                 message = cut_in_flight(self.stop_reason or "stopped")
                 result = msgspec.structs.replace(result, error_message=message)
+        elif result.status == "abandoned":  # its user gave up on it: not a failure
+            self.counters.requests_done += 1
+            self.counters.requests_abandoned += 1
         else:
             self.counters.requests_done += 1
             if not ok:
@@ -540,6 +548,7 @@ class TrafficLoop(SessionStarts, PhaseControl, ToolNodes):
             result.completed_at_ns,  # (a failure's: when it was seen, e.g. the give-up)
             ok,
             cancelled=not ok and result.status == "cancelled",
+            abandoned=result.status == "abandoned",
             answer=result.output_text,
             conversation_tokens=conversation_tokens,
             answer_tokens=answer_tokens,
@@ -550,24 +559,30 @@ class TrafficLoop(SessionStarts, PhaseControl, ToolNodes):
         else:
             for child, ready_at in released:
                 self.ready.push(ready_at, (session, child))
-        self._report_cancelled(session, now)
+        cause = SESSION_ABANDONED if result.status == "abandoned" else SESSION_FAILED
+        self._report_cancelled(session, now, cause=cause)
         if session.done:
             self._end_session(session)
             if self.settings.concurrency is not None and not self.stopping:
                 self._fill_concurrency(now - self.t0_ns, session.ended_at_ns or now)
 
     def _report_cancelled(
-        self, session: SessionState, now: int, withdrawn: InFlight | None = None
+        self,
+        session: SessionState,
+        now: int,
+        withdrawn: InFlight | None = None,
+        cause: str = SESSION_FAILED,
     ) -> None:
         """One row per node just cancelled; a ``withdrawn`` hand-over keeps its request id.
 
         Its cause: the run's stop when the loop is stopping (``stop`` cancels every node not
-        dispatched, so a failure after it finds none left to cancel), else the failure of
-        another request of its session (``cancel_session_on_failure``)."""
+        dispatched, so a failure after it finds none left to cancel), else ``cause``: the
+        failure of another request of its session (``cancel_session_on_failure``), or its
+        abandonment (``SESSION_ABANDONED``)."""
         cancelled = session.take_cancelled()
         if not cancelled:
             return
-        reason = run_stopped(self.stop_reason or "stopped") if self.stopping else SESSION_FAILED
+        reason = run_stopped(self.stop_reason or "stopped") if self.stopping else cause
         for node_id in cancelled:
             self.counters.requests_cancelled += 1
             if withdrawn is not None and node_id == withdrawn.node_id:

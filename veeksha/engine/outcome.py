@@ -21,6 +21,7 @@ class RunOutcome:
     interrupted: bool = False
     requests: int = 0
     failed: int = 0
+    abandoned: int = 0  # by their user (the scenario's abandonment); not among failed
     cancelled: int = 0
     sessions: int = 0
     verdict: str | None = None

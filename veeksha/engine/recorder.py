@@ -169,14 +169,14 @@ class RunRecorder:
         nodes = session.spec.nodes
         states = session.states
         num_ok = states.count(_OK)
-        num_error = states.count(_FAILED)
+        num_error = states.count(_FAILED) - session.abandoned  # (abandoned: not an error)
         num_cancelled = states.count(_CANCELLED)  # never sent, or cancelled in flight
         if num_cancelled:
             dispatched = session.dispatched()
             num_requests = len(dispatched)
             think_time = sum([nodes[i].wait_after_ready_s for i in dispatched])
         else:  # every node was dispatched (and answered or failed)
-            num_requests = num_ok + num_error
+            num_requests = num_ok + num_error + session.abandoned
             # (a list, not a generator: the same sum in the same order, without a generator
             # frame resumed per node)
             think_time = sum([node.wait_after_ready_s for node in nodes])

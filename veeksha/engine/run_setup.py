@@ -97,6 +97,10 @@ class RunSetup:
         else:
             make = SessionGenerator(scenario, tokenizer, tokenizers).session
             make(0)  # the first block (256 sessions) is made now, not in the loop at t0
+        if scenario.abandonment.probability > 0:
+            from veeksha.generate.abandonment import Abandoner
+
+            make = Abandoner(scenario.abandonment, scenario.seed).source(make)
         self.make_session = make
         if not runtime.pregenerate_sessions:
             return make

@@ -9,12 +9,19 @@ from typing import Protocol
 from veeksha.dispatch.messages import Result, WorkItem
 from veeksha.schedule.session_state import SessionState
 
-__all__ = ["SESSION_FAILED", "InFlight", "TrafficSink", "run_stopped"]
+__all__ = ["SESSION_ABANDONED", "SESSION_FAILED", "InFlight", "TrafficSink", "run_stopped"]
 
 #: error_message of a node never sent because another request of its session failed
 #: (``cancel_session_on_failure: true``).
 SESSION_FAILED = (
     "cancelled before it was sent: another request of its session failed "
+    "(cancel_session_on_failure: true)"
+)
+
+#: error_message of a node never sent because its user abandoned another request of its session
+#: (the scenario's ``abandonment``, with ``cancel_session_on_failure: true``).
+SESSION_ABANDONED = (
+    "cancelled before it was sent: its user abandoned another request of its session "
     "(cancel_session_on_failure: true)"
 )
 
@@ -61,6 +68,7 @@ class TrafficSink(Protocol):
     ) -> None:
         """A node cancelled before it was sent; ``request_id`` may be that of a hand-over that
         was withdrawn (see ``dispatch_ahead_ns``), whose ``dispatched`` was already reported;
-        ``reason``: why (``SESSION_FAILED`` or ``run_stopped``), its row's error_message."""
+        ``reason``: why (``SESSION_FAILED``, ``SESSION_ABANDONED`` or ``run_stopped``), its
+        row's error_message."""
 
     def session_done(self, session: SessionState) -> None: ...

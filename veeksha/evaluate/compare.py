@@ -115,9 +115,10 @@ def _change(base: float | None, value: float | None, direction: int) -> str:
     return f" [{'green' if better else 'red'}]{text}[/]"
 
 
-def _cancelled(summary: Mapping[str, Any]) -> int:
-    """The measured requests a run cancelled (never sent, or cut in flight by its stop)."""
-    count = (summary.get("requests") or {}).get("cancelled")
+def _requests(summary: Mapping[str, Any], status: str) -> int:
+    """The measured requests of a run with ``status``: ``cancelled`` (never sent, or cut in
+    flight by its stop), ``abandoned`` (by their users); 0 when summary.json does not say."""
+    count = (summary.get("requests") or {}).get(status)
     return count if isinstance(count, int) else 0
 
 
@@ -279,8 +280,9 @@ def _headline(runs: Sequence[ComparedRun], headers: Sequence[str]) -> Table:
             else:
                 cells.append(cell + _change(values[0], value, _direction(label)))
         table.add_row(label, *cells)
-        if label == "requests total" and any(_cancelled(s) for s in summaries):
-            table.add_row("cancelled", *[_num(_cancelled(s)) for s in summaries])
+        for status in ("cancelled", "abandoned"):
+            if label == "requests total" and any(_requests(s, status) for s in summaries):
+                table.add_row(status, *[_num(_requests(s, status)) for s in summaries])
     verdicts = [(s.get("health") or {}).get("verdict", "-") for s in summaries]
     table.add_row("health", *[f"[{_STYLE.get(v, '')}]{v}[/]" for v in verdicts])
     table.add_row("SLOs", *[_met(s) for s in summaries])

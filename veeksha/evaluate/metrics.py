@@ -71,7 +71,7 @@ __all__ = [
 ]
 
 #: Request statuses of requests.parquet, in report order.
-STATUSES = ("ok", "error", "timeout", "cancelled")
+STATUSES = ("ok", "error", "timeout", "cancelled", "abandoned")
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,7 +302,8 @@ def chunk_reads(requests: pa.Table | ColumnSource, tbc_gaps: int) -> dict[str, A
 
 
 def error_rates(requests: pa.Table) -> dict[str, Any]:
-    """Failure and cancellation rates over all measured requests, overall and by error kind."""
+    """Failure and cancellation rates over all measured requests, overall and by error kind
+    (``abandoned`` among the kinds: requests their user abandoned, not counted as failed)."""
     total = requests.num_rows
     counts = request_counts(requests)
     failed = counts["error"] + counts["timeout"]
@@ -317,7 +318,7 @@ def error_rates(requests: pa.Table) -> dict[str, Any]:
         by_kind = dict(sorted(by_kind.items(), key=lambda kv: (-kv[1]["count"], kv[0])))
         for kind, example in _error_examples(bad, set(by_kind)).items():
             by_kind[kind]["example"] = example
-    return {
+    out = {
         "requests": total,
         "failed": failed,
         "cancelled": counts["cancelled"],
@@ -325,6 +326,10 @@ def error_rates(requests: pa.Table) -> dict[str, Any]:
         "cancellation_rate": counts["cancelled"] / total if total else None,
         "by_kind": by_kind,
     }
+    if counts["abandoned"]:  # (the scenario's abandonment: its users', not failures)
+        out["abandoned"] = counts["abandoned"]
+        out["abandonment_rate"] = counts["abandoned"] / total
+    return out
 
 
 #: The longest ``example`` message of an error kind kept in summary.json (characters).

@@ -120,6 +120,8 @@ def _headline_table(summary: dict[str, Any]) -> Table:
         table.add_row(label, f"{_num(value)} {unit}".rstrip() if value is not None else "-")
         if label == "requests total" and (cancelled := _cancelled(summary)) is not None:
             table.add_row("cancelled", cancelled)  # (a stopped run: where the others went)
+        if label == "requests total" and (abandoned := _abandoned(summary)) is not None:
+            table.add_row("abandoned", abandoned)  # (by their users: the scenario's abandonment)
         if label == "requests total" and (images := _with_images(summary)) is not None:
             table.add_row("with images", images)
         if label == "TTFC p99" and has_values(summary, "answer_ttfc"):
@@ -144,6 +146,15 @@ def _cancelled(summary: dict[str, Any]) -> str | None:
         return None
     in_flight = requests.get("cancelled_in_flight")
     return _num(count) + (f" ({_num(in_flight)} in flight)" if in_flight else "")
+
+
+def _abandoned(summary: dict[str, Any]) -> str | None:
+    """The headline's ``abandoned`` cell, ``16 (20 %)``; None when no request was."""
+    requests = summary.get("requests") or {}
+    count, total = requests.get("abandoned"), requests.get("total")
+    if not isinstance(count, int) or not count or not isinstance(total, int):
+        return None
+    return f"{_num(count)} ({_num(100 * count / total)} %)"
 
 
 def _with_images(summary: dict[str, Any]) -> str | None:

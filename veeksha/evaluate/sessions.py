@@ -26,7 +26,7 @@ from veeksha.record import kernels as ak
 __all__ = ["SESSION_STATUSES", "session_ids", "session_metrics"]
 
 #: Session statuses of sessions.parquet, in report order.
-SESSION_STATUSES = ("ok", "error", "cancelled", "incomplete")
+SESSION_STATUSES = ("ok", "error", "abandoned", "cancelled", "incomplete")
 
 
 def _unrecorded(sessions: pa.Table | ColumnSource, requests: pa.Table | ColumnSource) -> int:

@@ -115,12 +115,12 @@ def scenario_slos(scenario: Scenario) -> list[SLO]:
 def unfinished_rows(requests: pa.Table | ColumnSource) -> NDArray[np.bool_]:
     """Per row: a request asked of the server that never finished: failed (``error``,
     ``timeout``; a ``shard_lost`` row too, judged as cut off by :func:`never_produced`) or cut
-    off in flight (``cancelled`` after it was sent)."""
+    off in flight (``cancelled`` after it was sent, ``abandoned`` by its user)."""
     failed = status_is(requests, "error") | status_is(requests, "timeout")
     if not requests.num_rows:
         return failed
     sent = ~np.isnan(column(requests, "sent_at"))
-    return failed | (status_is(requests, "cancelled") & sent)
+    return failed | (status_is(requests, "cancelled") & sent) | status_is(requests, "abandoned")
 
 
 def never_produced(
@@ -136,7 +136,8 @@ def never_produced(
     TTFC (without a first chunk) or E2E exceeds the time it was in flight, ``completed_at −
     sent_at``; it counts only when that time is over ``bound`` (it cannot have met the SLO),
     and is otherwise left out, like every cut-off for ``tpot``, ``tbc`` and
-    ``normalized_e2e``, which say nothing of a request cut off mid-answer. A ``shard_lost``
+    ``normalized_e2e``, which say nothing of a request cut off mid-answer; one its user
+    abandoned (``abandoned``) is cut off in the same way. A ``shard_lost``
     row (a distributed run's shard lost with it in flight: its outcome unknown, its
     ``completed_at`` the last time it was known in flight) is cut off in the same way, in
     flight from its ``dispatched_at`` (its send is unknown), and so is a ``worker_lost`` row
@@ -147,7 +148,7 @@ def never_produced(
         return unfinished
     counted = unfinished
     lost = error_kind_is(requests, SHARD_LOST) | error_kind_is(requests, WORKER_LOST)
-    cut = unfinished & (status_is(requests, "cancelled") | lost)
+    cut = unfinished & (status_is(requests, "cancelled") | status_is(requests, "abandoned") | lost)
     if cut.any():
         if metric in ("ttfc", "e2e"):
             since = column(requests, "sent_at")

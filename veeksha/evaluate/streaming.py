@@ -47,6 +47,7 @@ class StreamingMetrics:
         self._e2e: list[float] = []
         self._count = 0
         self._failed = 0
+        self._abandoned = 0
         self._cancelled = 0
 
     def add(self, row: Mapping[str, Any]) -> None:
@@ -57,7 +58,10 @@ class StreamingMetrics:
             return
         self._count += 1
         if status != "ok":
-            self._failed += 1
+            if status == "abandoned":  # (its user gave up: not a failure)
+                self._abandoned += 1
+            else:
+                self._failed += 1
             return
         ttfc, e2e, answer = row.get("ttfc"), row.get("e2e"), row.get("answer_ttfc")
         if ttfc is not None:
@@ -73,6 +77,7 @@ class StreamingMetrics:
         elapsed = max(now - self._since, 1e-9)
         line = f"last {elapsed:.1f}s: {self._count} req ({self._count / elapsed:.1f} req/s"
         line += f", {self._failed} failed"
+        line += f", {self._abandoned} abandoned" if self._abandoned else ""
         line += f", {self._cancelled} cancelled)" if self._cancelled else ")"
         if self._ttfc:
             p50, p99 = percentiles(np.asarray(self._ttfc), _QS).tolist()
@@ -84,5 +89,6 @@ class StreamingMetrics:
             p50, p99 = percentiles(np.asarray(self._e2e), _QS).tolist()
             line += f"  E2E p50 {p50:.3g} s p99 {p99:.3g} s"
         self._since, self._count, self._failed, self._cancelled = now, 0, 0, 0
+        self._abandoned = 0
         self._ttfc, self._answer, self._e2e = [], [], []
         return line

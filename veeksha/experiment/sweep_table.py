@@ -44,7 +44,7 @@ TABLE_FILE = "sweep.parquet"
 _LATENCY = ("ttfc", "tbc", "tpot", "e2e")
 _STATS = ("mean", "p50", "p90", "p99")
 LATENCY_COLUMNS = tuple(f"{m}_{s}_s" for m in _LATENCY for s in _STATS)
-_COUNTS = ("total", "ok", "error", "timeout", "cancelled")
+_COUNTS = ("total", "ok", "error", "timeout", "cancelled", "abandoned")
 _THROUGHPUT = ("requests_per_s", "input_tokens_per_s", "output_tokens_per_s", "total_tokens_per_s")
 
 

@@ -52,6 +52,9 @@ class NodeSpec:
     # the images of its user message (the image channel): (width, height, seed) each, sent
     # as data: URLs (``veeksha.generate.images``); a history child re-sends them
     images: tuple[tuple[int, int, int], ...] = ()
+    # seconds after its request is sent that its user abandons it (the scenario's
+    # ``abandonment``: the connection is dropped then); None: never
+    abandon_after_s: float | None = None
 
 
 @dataclass(slots=True)

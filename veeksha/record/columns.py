@@ -313,7 +313,7 @@ REQUESTS_SCHEMA = pa.schema(
             "on a reused connection or was never sent (a later attempt's new connection, a "
             "re-send or a 429/503 retry, is inside its latencies, not here)",
         ),
-        _col("status", _STR, "", "ok | error | timeout | cancelled", nullable=False),
+        _col("status", _STR, "", "ok | error | timeout | cancelled | abandoned", nullable=False),
         _col(
             "http_status",
             _I32,
@@ -409,7 +409,7 @@ SESSIONS_SCHEMA = pa.schema(
             _S,
             "sum of wait_after_ready over its dispatched nodes (a re-prompt waits none)",
         ),
-        _col("status", _STR, "", "ok | error | cancelled | incomplete", nullable=False),
+        _col("status", _STR, "", "ok | error | abandoned | cancelled | incomplete", nullable=False),
         _SHARD,
     ]
 )

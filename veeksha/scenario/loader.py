@@ -740,6 +740,14 @@ def _drop_default_image_patch(simulator: Any) -> None:
         simulator.pop("image_patch_px")
 
 
+def _drop_no_abandonment(data: dict[str, Any]) -> None:
+    """``abandonment`` out of a hashed dict where nothing is abandoned (the default), so that
+    a scenario hashes as it did before the section existed."""
+    section = data.get("abandonment")
+    if isinstance(section, dict) and not section.get("probability"):
+        data.pop("abandonment")
+
+
 def scenario_hash(scenario: Scenario) -> str:
     """A short, stable hex digest of the resolved scenario, without secrets or ``output_dir``
     (where results go does not change what is measured)."""
@@ -749,6 +757,7 @@ def scenario_hash(scenario: Scenario) -> str:
     _drop_no_reasoning(data.get("simulator"))  # (likewise a simulator that does not think)
     _drop_default_image_patch(data.get("simulator"))
     _drop_unopened_thinking(data)
+    _drop_no_abandonment(data)
     for path in _HASH_EXCLUDED:
         holder: Any = data
         for part in path[:-1]:

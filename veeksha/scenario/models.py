@@ -18,6 +18,7 @@ from typing import Any, Self
 
 from pydantic import Field, field_validator, model_validator
 
+from veeksha.scenario.abandonment import Abandonment
 from veeksha.scenario.base import (
     KeyProblem,
     Seconds,
@@ -112,6 +113,7 @@ _SERVER_KEYS = (
 
 __all__ = [
     "SLO",
+    "Abandonment",
     "Agent",
     "AgentRoundsGraph",
     "AutoFlavor",
@@ -218,6 +220,11 @@ class Scenario(StrictModel, defer_build=False):
     )
     session_generator: SessionGenerator = Field(
         default_factory=factory(SyntheticSessionGenerator), description="What sessions look like."
+    )
+    abandonment: Abandonment = Field(
+        default_factory=factory(Abandonment),
+        description="Requests whose user gives up before the answer ends: the connection is "
+        "dropped a drawn time after the request was sent (docs/scenario.md).",
     )
     client: Client = Field(
         default_factory=factory(ChatCompletionsClient), description="How requests are sent."

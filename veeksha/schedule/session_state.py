@@ -70,6 +70,7 @@ class SessionState:
         "_remaining",
         "_retry",
         "_unfinished_parents",
+        "abandoned",
         "attempts",
         "cancel_on_failure",
         "ended_at_ns",
@@ -105,6 +106,7 @@ class SessionState:
         # the images of a node's kept conversation: (message index, width, height, seed)
         self._images: dict[int, tuple[Image, ...]] = {}
         self._remaining = n
+        self.abandoned = 0  # failed nodes whose user abandoned them (the scenario's abandonment)
         self.ended_at_ns: int | None = None
         # agent_rounds: each answered node's answer and its tokens, for the transcripts
         self._answers: dict[int, tuple[str, int]] | None = (
@@ -128,11 +130,12 @@ class SessionState:
 
     @property
     def status(self) -> str:
-        """ok | error | cancelled | incomplete (some nodes never reached a terminal state)."""
+        """ok | error | abandoned (a failure, each one a request its user abandoned) |
+        cancelled | incomplete (some nodes never reached a terminal state)."""
         if not self.done:
             return "incomplete"
         if _FAILED in self.states:
-            return "error"
+            return "abandoned" if self.abandoned == self.states.count(_FAILED) else "error"
         if _CANCELLED in self.states:
             return "cancelled"
         return "ok"
@@ -288,6 +291,7 @@ class SessionState:
         ok: bool,
         *,
         cancelled: bool = False,
+        abandoned: bool = False,
         answer: str = "",
         conversation_tokens: int = 0,
         answer_tokens: int = 0,
@@ -297,7 +301,8 @@ class SessionState:
         ``completed_at_ns`` is when its request ended (for a failure, when it was seen).
         ``cancelled``: not ok because the run cancelled it in flight (it has its row already,
         so it is not reported by ``take_cancelled``); its children are treated as after a
-        failure. ``conversation_tokens`` is the node's whole prompt (history included) and
+        failure. ``abandoned``: not ok because its user abandoned it (a failure, counted in
+        ``abandoned``). ``conversation_tokens`` is the node's whole prompt (history included) and
         ``answer_tokens`` its answer, so history children can account their inherited tokens.
         """
         if cancelled:
@@ -307,6 +312,8 @@ class SessionState:
             self._dispatched_cancelled.append(node_id)
         else:
             self._finish(node_id, _OK if ok else _FAILED, completed_at_ns)
+            if abandoned:
+                self.abandoned += 1
         nodes = self.spec.nodes
         if self._answers is not None and ok:
             self._answers[node_id] = (answer, answer_tokens)

@@ -110,6 +110,7 @@ def test_failed_requests_are_counted_not_dropped() -> None:
         "error": 1,
         "timeout": 1,
         "cancelled": 1,
+        "abandoned": 0,
         "cancelled_in_flight": 0,
     }
     errors = error_rates(table)

@@ -132,6 +132,11 @@ def test_a_request_cut_off_in_flight_counts_only_once_it_outlived_the_bound() ->
     failed = request(10, sent=1.0, chunks=(), completed=1.2, status="error")
     (strict,) = _judge([*FINISHED, failed], [_slo("e2e", 0.5, 5.0)])
     assert strict.unfinished == 1
+    # a request its user abandoned is cut off the same way (the server did not fail it)
+    short, long = (dict(row, status="abandoned", error_kind="abandoned") for row in (short, long))
+    e2e, ttfc, tpot = _judge([*FINISHED, short, long], slos)
+    assert (e2e.unfinished, ttfc.unfinished, tpot.unfinished) == (1, 1, 0)
+    assert (e2e.samples, ttfc.samples) == (9, 9)
 
 
 def _shard_lost(session_id: int, dispatched: float, last_known: float) -> dict[str, object]:

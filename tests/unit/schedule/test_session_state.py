@@ -70,6 +70,28 @@ def test_failure_cancels_what_was_not_dispatched() -> None:
     assert s.status == "error"
 
 
+def test_an_abandoned_request_is_a_failure_of_its_own_status() -> None:
+    s = SessionState(_diamond(), started_at_ns=0, cancel_on_failure=True)
+    s.start()
+    s.mark_dispatched(0)
+    s.complete(0, S, True, answer="a0")
+    s.mark_dispatched(1)
+    assert s.complete(1, 2 * S, False, abandoned=True) == []  # its user left: the rest goes
+    assert s.states == [NodeState.OK, NodeState.FAILED, NodeState.CANCELLED, NodeState.CANCELLED]
+    assert (s.abandoned, s.status) == (1, "abandoned")
+    # without cancelling: the children go on; one real failure among them makes it an error
+    s = SessionState(_diamond(), started_at_ns=0, cancel_on_failure=False)
+    s.start()
+    s.mark_dispatched(0)
+    assert s.complete(0, S, False, abandoned=True) == [(1, 2 * S), (2, 2 * S)]
+    for node in (1, 2):
+        s.mark_dispatched(node)
+        s.complete(node, 3 * S, True)
+    s.mark_dispatched(3)
+    s.complete(3, 5 * S, False)
+    assert (s.abandoned, s.status) == (1, "error")
+
+
 def test_failure_without_cancel_releases_children_without_answer() -> None:
     spec = SessionSpec(session_id=1, nodes=[_node(0, (), None), _node(1, (0,), 0, 0.5)])
     s = SessionState(spec, started_at_ns=0, cancel_on_failure=False)
