@@ -541,6 +541,7 @@ class Http1Pool:
         self._active = 0
         self._waiting: deque[Exchange] = deque()
         self._connecting: dict[Exchange, asyncio.Task[None]] = {}
+        self._reopening: set[asyncio.Task[None]] = set()  # replacements of aborted connections
         # reads of the current loop pass, not parsed yet (None: parsed as they come)
         self._pending: list[tuple[_Conn, bytes, int]] | None = None
         # the last final response head parsed: (bytes, status, headers, keep-alive, chunked,
@@ -666,15 +667,22 @@ class Http1Pool:
             self._active += 1
             self._start(self._waiting.popleft())
 
-    def abort(self, exchange: Exchange) -> None:
+    def abort(self, exchange: Exchange, replace: bool = False) -> None:
         """Give up on ``exchange`` (timeout, cancellation): close its connection; no more calls.
 
-        Does nothing when the exchange has already ended or was never sent.
+        Does nothing when the exchange has already ended or was never sent. ``replace``: a
+        connection closed for it is replaced by a new idle one, opened now in the background, so
+        that the requests after it do not pay a connection's set-up for a close that was the
+        client's choice (an abandoned request's).
         """
         conn = exchange._conn
         if conn is not None:
             exchange._conn = None
             conn.detach()
+            if replace:
+                task = asyncio.get_running_loop().create_task(self._reopen())
+                self._reopening.add(task)
+                task.add_done_callback(self._reopening.discard)
         elif exchange in self._connecting:
             self._connecting.pop(exchange).cancel()
         elif exchange in self._waiting:
@@ -686,6 +694,14 @@ class Http1Pool:
         exchange._payload = b""
         self._release()
 
+    async def _reopen(self) -> None:
+        """One more idle connection (none if it cannot be opened: a request will say why)."""
+        try:
+            conn = await self._connect()
+        except ConnectFailed:
+            return
+        self._idle.append(conn)
+
     def close(self) -> None:
         """Close every idle connection and cancel connections being opened."""
         for conn in self._idle:
@@ -694,3 +710,5 @@ class Http1Pool:
         for task in self._connecting.values():
             task.cancel()
         self._connecting.clear()
+        for task in self._reopening:
+            task.cancel()

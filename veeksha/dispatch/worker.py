@@ -942,7 +942,7 @@ class _Exchange(Exchange):
             assert self.worker._loop is not None
             self.abandon_timer = self.worker._loop.call_later(early_s, self._abandon)
             return
-        self.http.abort(self)
+        self.http.abort(self, replace=True)  # (the next request finds a connection ready)
         self.finish("abandoned", "abandoned", _abandoned_message(self.item))
 
     def on_timeout(self) -> None:

@@ -301,6 +301,30 @@ def chunk_reads(requests: pa.Table | ColumnSource, tbc_gaps: int) -> dict[str, A
     return {"gaps": tbc_gaps, "coalesced": coalesced, "coalesced_share": share}
 
 
+def abandonment(requests: pa.Table | ColumnSource) -> dict[str, Any] | None:
+    """summary.json's ``abandonment`` (the scenario's ``abandonment``; None when no measured
+    request was to be abandoned, or for rows recorded before ``abandon_after`` existed): how
+    many requests sent were to be (``chosen``), were ``abandoned``, and were answered before their
+    time (``answered_first``), and how late the worker dropped each abandoned one after its
+    time (``lateness``, s: ``completed_at − sent_at − abandon_after``, never negative)."""
+    try:
+        after = column(requests, "abandon_after")
+    except (KeyError, IndexError, pa.ArrowInvalid):  # (a run recorded before the column)
+        return None
+    sent = column(requests, "sent_at")
+    chosen = ~np.isnan(after) & ~np.isnan(sent)  # (a node cancelled before it was sent: not)
+    if not chosen.any():
+        return None
+    abandoned = status_is(requests, "abandoned")
+    held = column(requests, "completed_at") - sent
+    return {
+        "chosen": int(chosen.sum()),
+        "abandoned": int(abandoned.sum()),
+        "answered_first": int((chosen & status_is(requests, "ok")).sum()),
+        "lateness": {"unit": "s", **describe((held - after)[abandoned])},
+    }
+
+
 def error_rates(requests: pa.Table) -> dict[str, Any]:
     """Failure and cancellation rates over all measured requests, overall and by error kind
     (``abandoned`` among the kinds: requests their user abandoned, not counted as failed)."""

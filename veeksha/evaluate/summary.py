@@ -12,6 +12,8 @@ Top-level keys (``docs/evaluation_outputs.md`` documents each field):
     throughput      measured window and requests/s, input/output/total tokens/s
     sessions        outcomes, sessions/s, duration / requests_per_session / think_time
     errors          error and cancellation rates, by error kind
+    abandonment     with the scenario's abandonment: requests chosen, abandoned, answered
+                    first, and how late each abandoned one was dropped after its time
     prefill         TTFC per prompt-length bucket
     goodput         requests and sessions meeting every SLO, per second
     health          verdict and each check's status
@@ -33,6 +35,7 @@ from veeksha.evaluate.health import HealthReport
 from veeksha.evaluate.metrics import (
     LATENCY_METRICS,
     Digest,
+    abandonment,
     chunk_reads,
     digest,
     error_rates,
@@ -118,6 +121,9 @@ def compute_aggregates(
     for key, compute in steps:
         release_memory()
         sections[key] = compute()
+    abandoned = abandonment(requests)
+    if abandoned is not None:
+        sections["abandonment"] = abandoned
     release_memory()
     return Aggregates(digests, window, sections)
 

@@ -68,7 +68,8 @@ _SLICE_ROWS = 8192  # rows converted per GIL-holding slice
 # opened a connection, so the common row pays one test for it) and reasoning_tokens,
 # reasoning_chunks and answer_ttfc (null but in the rows ``_reasoning`` names: a reasoning
 # model's answers, or a server that counts reasoning tokens), images and image_pixels (null but
-# in the rows ``_images`` names: a request with images); "parents" and "chunk_times_ns"
+# in the rows ``_images`` names: a request with images) and abandon_after (null but in the rows
+# ``_abandons`` names: a request its user abandons); "parents" and "chunk_times_ns"
 # hold the list lengths. add_result's tuple of ints is at 30 values, CPython's limit for a tuple
 # display built on the stack (``STACK_USE_GUIDELINE``): from 31 on it is built through a list,
 # ~0.4 us more a row.
@@ -276,6 +277,7 @@ class RequestColumns:
     """
 
     __slots__ = (
+        "_abandons",
         "_chunks",
         "_clamped",
         "_connects",
@@ -298,6 +300,7 @@ class RequestColumns:
         self._chunks: list[int] = []  # every row's chunk_times_ns, flat
         self._clamped: dict[int, int | None] = {}  # row → chunk_stamps_clamped where not 0
         self._connects: dict[int, float] = {}  # row → connect_time where not null
+        self._abandons: dict[int, float] = {}  # row → abandon_after where not null
         # row → (reasoning_tokens, reasoning_chunks, answer_ttfc) where one is not null
         self._reasoning: dict[int, tuple[int | None, int | None, float | None]] = {}
         self._images: dict[int, tuple[int, int]] = {}  # row → (images, pixels) where some
@@ -430,6 +433,8 @@ class RequestColumns:
             self._reasoning[self.rows] = reasoning_values(res)
         if node.images:
             self._images[self.rows] = image_values(node)
+        if node.abandon_after_s is not None:
+            self._abandons[self.rows] = node.abandon_after_s
         self.rows += 1
 
     def add_cancelled(
@@ -476,6 +481,7 @@ class RequestColumns:
                 "requested_output_tokens": node.max_tokens,
                 "images": len(node.images) or None,
                 "image_pixels": image_values(node)[1] or None,
+                "abandon_after": node.abandon_after_s,
                 "status": "cancelled",
                 "error_kind": "cancelled",
                 "error_message": reason,
@@ -517,6 +523,9 @@ class RequestColumns:
         images = get("images")
         if images:
             self._images[self.rows] = (images, get("image_pixels") or 0)
+        abandon = get("abandon_after")
+        if abandon is not None:
+            self._abandons[self.rows] = abandon
         self.rows += 1
 
     def to_table(self, t0_ns: int, pause: Callable[[], None] | None = None) -> pa.Table:
@@ -555,6 +564,7 @@ class RequestColumns:
                 columns[name] = _ints(values, REQUESTS_SCHEMA.field(name).type)
         columns["chunk_stamps_clamped"] = _sparse(self._clamped, self.rows)
         columns["connect_time"] = _sparse_floats(self._connects, self.rows)
+        columns["abandon_after"] = _sparse_floats(self._abandons, self.rows)
         tokens: dict[int, int | None] = {}
         chunks: dict[int, int | None] = {}
         answers: dict[int, float] = {}

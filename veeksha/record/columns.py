@@ -313,6 +313,14 @@ REQUESTS_SCHEMA = pa.schema(
             "on a reused connection or was never sent (a later attempt's new connection, a "
             "re-send or a 429/503 retry, is inside its latencies, not here)",
         ),
+        _col(
+            "abandon_after",
+            _F64,
+            _S,
+            "the delay after sent_at at which its user abandons it (the scenario's "
+            "abandonment; status abandoned when its answer had not ended by then); null when "
+            "its user waits for the answer",
+        ),
         _col("status", _STR, "", "ok | error | timeout | cancelled | abandoned", nullable=False),
         _col(
             "http_status",

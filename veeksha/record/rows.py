@@ -177,6 +177,7 @@ def request_row(
         "requested_output_tokens": node.max_tokens,
         "images": len(node.images) or None,
         "image_pixels": image_values(node)[1] or None,
+        "abandon_after": node.abandon_after_s,
     }
     if res is None:
         row["status"] = "cancelled"

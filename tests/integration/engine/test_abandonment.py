@@ -92,6 +92,7 @@ def test_the_chosen_requests_are_abandoned_after_their_delay(tmp_path: Path) -> 
 
     abandoned = rows[rows.status == "abandoned"]
     assert len(abandoned) == len(abandoning)
+    assert (abandoned.abandon_after == AFTER_S).all()
     held = abandoned.completed_at - abandoned.sent_at
     assert (held >= AFTER_S).all(), held.tolist()  # never before its time
     assert (abandoned.error_kind == "abandoned").all()
@@ -117,6 +118,12 @@ def test_the_chosen_requests_are_abandoned_after_their_delay(tmp_path: Path) -> 
     assert summary["errors"]["failed"] == 0
     assert summary["errors"]["abandonment_rate"] == len(abandoned) / len(rows)
     assert summary["sessions"]["abandoned"] == len(abandoning)
+    section = summary["abandonment"]
+    assert (section["chosen"], section["abandoned"]) == (len(abandoned), len(abandoned))
+    assert section["answered_first"] == 0  # (every answer takes longer than the delay)
+    assert section["lateness"]["count"] == len(abandoned)
+    assert section["lateness"]["min"] >= 0
+    assert section["lateness"]["max"] == (held - AFTER_S).max()
     log = (run_dir / "run.log").read_text()
     assert f"(0 failed, {len(abandoned)} abandoned)" in log
     out = io.StringIO()

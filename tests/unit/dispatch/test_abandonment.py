@@ -3,7 +3,8 @@
 streams a chunk every 20 ms: the worker drops the connection no sooner than the delay after
 ``sent_at`` (the server sees it go before its answer ends), and the Result is ``abandoned`` with
 the chunks that came; a request answered sooner is ``ok``; a delay of 0 still writes the whole
-request first; a request without one is never abandoned."""
+request first; a request without one is never abandoned; on plain http the connection closed
+for it is replaced at once, so the next request does not open one."""
 
 from __future__ import annotations
 
@@ -30,17 +31,23 @@ def _event(text: str) -> bytes:
 
 
 class Server:
-    """Streams ``CHUNKS`` events ``GAP_S`` apart to each POST; counts the requests it read
-    whole, the answers it finished and those whose client went away first."""
+    """Streams ``CHUNKS`` events ``GAP_S`` apart to each POST; counts the connections, the
+    requests it read whole, the answers it finished and those whose client went away first."""
 
     def __init__(self) -> None:
+        self.connections = 0
         self.requests = 0
         self.finished = 0
         self.gone = 0
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         try:
             await read_request(reader)
+        except asyncio.IncompleteReadError:  # (an idle connection closed: no request)
+            writer.close()
+            return
+        try:
             self.requests += 1
             writer.write(
                 b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
@@ -53,7 +60,6 @@ class Server:
                 writer.write(_event(f"t{i} "))
                 await writer.drain()
             writer.write(_event("") + b"0\r\n\r\n")
-            writer.write(b"")
             await writer.drain()
             self.finished += 1
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -143,3 +149,43 @@ def test_a_delay_of_zero_writes_the_whole_request_then_goes(path: str) -> None:
     assert result.completed_at_ns >= result.sent_at_ns
     assert server.requests == 1  # (the server read it whole)
     assert server.finished == 0
+
+
+def test_the_connection_it_closed_is_replaced_for_the_next_request() -> None:
+    async def scenario() -> tuple[list[Result], Server]:
+        server = Server()
+        listener = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+        port = listener.sockets[0].getsockname()[1]
+        settings = WorkerSettings(
+            endpoint=f"http://127.0.0.1:{port}/v1/chat/completions", stream=True
+        )
+        sockets = socket.socketpair()
+        worker = Worker(0, settings, sockets[0])
+        results: list[Result] = []
+        emitted = asyncio.Event()
+
+        def emit(result: Result) -> None:
+            results.append(result)
+            emitted.set()
+
+        worker._emit = emit  # type: ignore[method-assign]
+        worker._loop = asyncio.get_running_loop()
+        route: _Route = worker._routes[0]
+        route.bind(Http1Pool(settings.endpoint, {}))
+        for item in (_item(0, 0.05), _item(1, None)):
+            emitted.clear()
+            worker._start_http1(route, item, time.monotonic_ns())
+            await emitted.wait()
+            await asyncio.sleep(0.05)  # (the replacement is opened meanwhile)
+        await route.close()
+        listener.close()
+        for s in sockets:
+            s.close()
+        return results, server
+
+    (abandoned, after), server = asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert abandoned.status == "abandoned"
+    assert abandoned.connect_ns > 0  # (no connection was idle: it opened one)
+    assert after.status == "ok"
+    assert after.connect_ns == 0  # sent on the replacement, opened before it came
+    assert server.connections == 2

@@ -10,6 +10,7 @@ from tests.unit.evaluate.builders import request, requests_table, session, sessi
 from veeksha.evaluate.metrics import (
     ERROR_EXAMPLE_CHARS,
     LATENCY_METRICS,
+    abandonment,
     error_rates,
     latency_stats,
     measured_window,
@@ -271,3 +272,27 @@ def test_requests_cut_in_flight_are_told_from_nodes_never_sent() -> None:
     ]
     counts = request_counts(requests_table(rows))
     assert (counts["cancelled"], counts["cancelled_in_flight"]) == (3, 1)
+
+
+def test_abandonment_counts_the_chosen_requests_and_how_late_each_was_dropped() -> None:
+    def leaving(i: int, after: float, **kw: object) -> dict[str, object]:
+        return request(i, **kw) | {"abandon_after": after}  # type: ignore[arg-type]
+
+    rows = [
+        leaving(0, 0.5, sent=1.0, chunks=(1.2,), completed=1.503, status="abandoned"),
+        leaving(1, 0.2, sent=1.0, chunks=(), completed=1.2001, status="abandoned"),
+        leaving(2, 5.0, sent=1.0, chunks=(1.1, 1.4)),  # answered before its time
+        leaving(3, 0.3, unsent=True, status="cancelled"),  # never sent: not counted
+        request(4, sent=1.0),
+    ]
+    section = abandonment(requests_table(rows))
+    assert section is not None
+    assert (section["chosen"], section["abandoned"], section["answered_first"]) == (3, 2, 1)
+    lateness = section["lateness"]
+    assert lateness["count"] == 2
+    assert lateness["max"] == pytest.approx(0.003)
+    assert lateness["min"] == pytest.approx(0.0001)
+    # nothing to say without a chosen request, or for rows from before the column
+    assert abandonment(requests_table([request(0, sent=1.0)])) is None
+    old = requests_table([request(0, sent=1.0)]).drop_columns(["abandon_after"])
+    assert abandonment(old) is None

@@ -398,3 +398,22 @@ def test_image_columns_are_the_nodes_own_images_null_without() -> None:
     for table in (requests_from_rows(rows, T0), batch.to_table(T0)):
         assert table.column("images").to_pylist() == [2, None, 2, None]
         assert table.column("image_pixels").to_pylist() == [212, None, 212, None]
+
+
+def test_abandon_after_is_the_nodes_drawn_delay_null_without() -> None:
+    """A request its user abandons has the delay drawn for it (abandoned, answered sooner, or
+    never sent alike); any other row null."""
+    leaving = make_node(abandon_after_s=0.25)
+    records = [
+        make_record(make_result(request_id=0, status="abandoned"), request_id=0, node=leaving),
+        make_record(make_result(request_id=1), request_id=1, node=leaving),
+        make_record(None, request_id=2, node=leaving),
+        make_record(make_result(request_id=3), request_id=3),
+    ]
+    batch = RequestColumns()
+    for rec in records:
+        add_record(batch, rec)
+    rows = [request_row(rec, T0) for rec in records]
+    for table in (requests_from_rows(rows, T0), batch.to_table(T0)):
+        assert table.column("abandon_after").to_pylist() == [0.25, 0.25, 0.25, None]
+        assert table.column("status").to_pylist() == ["abandoned", "ok", "cancelled", "ok"]
