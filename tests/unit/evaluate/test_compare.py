@@ -182,6 +182,14 @@ def test_an_interrupted_run_is_said_to_cover_what_was_recorded(tmp_path: Path) -
     )
 
 
+def test_abandoned_requests_have_a_row_when_a_run_has_some(tmp_path: Path) -> None:
+    a = _folder(tmp_path, "a", _summary())
+    b = _folder(tmp_path, "b", _summary(requests={"total": 30, "ok": 24, "abandoned": 6}))
+    text = _compare(a, b)
+    assert re.search(r"^abandoned\s+0\s+6$", text, re.MULTILINE), text
+    assert not re.search(r"^abandoned", _compare(a, a), re.MULTILINE)
+
+
 def test_a_run_not_streamed_says_its_ttfc_is_the_whole_answer(tmp_path: Path) -> None:
     a = _folder(tmp_path, "a", _summary(0.04))
     run = {"interrupted": False, "stop_reason": "completed", "not_streamed": ["default"]}

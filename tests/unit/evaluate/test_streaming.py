@@ -60,6 +60,19 @@ def test_cancelled_rows_are_not_counted_as_completed_requests() -> None:
     assert streaming.snapshot() == "last 5.0s: 0 req (0.0 req/s, 0 failed)"
 
 
+def test_abandoned_rows_are_requests_but_not_failures() -> None:
+    ticks = iter([0.0, 5.0, 10.0])
+    streaming = StreamingMetrics(clock=lambda: next(ticks))
+    for _ in range(8):
+        streaming.add({"status": "ok", "ttfc": 0.05, "e2e": 0.4})
+    streaming.add({"status": "timeout"})
+    for _ in range(3):
+        streaming.add({"status": "abandoned"})
+    line = streaming.snapshot()
+    assert line.startswith("last 5.0s: 12 req (2.4 req/s, 1 failed, 3 abandoned)"), line
+    assert streaming.snapshot() == "last 5.0s: 0 req (0.0 req/s, 0 failed)"
+
+
 def test_a_reasoning_models_answers_show_their_time_to_the_answer() -> None:
     ticks = iter([0.0, 5.0, 10.0])
     metrics = StreamingMetrics(clock=lambda: next(ticks))
