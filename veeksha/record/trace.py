@@ -29,7 +29,9 @@ equal start times by file order). A node of an ``agent_rounds`` graph adds ``age
 agent are its ``assistant`` messages), so the replay sends the same merged messages. A request
 whose message carried images (the image channel) adds ``images``: each of its own message's as
 ``[width, height, seed]`` (its history's are its history parent's lines'); ``messages`` hold the
-texts only.
+texts only. A request the scenario's ``abandonment`` chose adds ``abandon_after``: the seconds
+after it was sent that its worker drops the connection (its user gives up), so the replay
+abandons it after as long (a request answered sooner completes).
 
 ``messages`` are the ones sent: with a client's ``use_min_tokens_prompt_fallback``, the last user
 message ends with the ``" Generate at least N tokens."`` its worker appended (N =
@@ -76,6 +78,7 @@ class TraceEntry(msgspec.Struct, omit_defaults=True):
     result: str | None = None
     messages: list[tuple[str, str]] | None = None
     images: tuple[tuple[int, int, int], ...] | None = None  # its own message's: width, height, seed
+    abandon_after: float | None = None  # seconds after it was sent that its user abandons it
     shard: int | None = None  # the shard that sent it (a distributed run's shards only)
 
 
@@ -193,6 +196,8 @@ class TraceWriter:
             entry.attempt = attempt
         if node.images:
             entry.images = node.images
+        if node.abandon_after_s is not None:
+            entry.abandon_after = node.abandon_after_s
         if verdict is not None and verdict.done:
             entry.valid = verdict.valid
         if self.include_content:

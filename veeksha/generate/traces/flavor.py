@@ -25,11 +25,14 @@ first row naming it (``open_trace``).
 Node columns (optional, ``NODE``): ``tool_latency`` (float64: the row is a tool node, no request,
 which takes this many seconds and whose result is the row's ``text``, or a placeholder of
 ``prompt_tokens`` tokens; null: an LLM request), ``reprompts`` (int32: the recorded re-prompts
-of the node, replayed as that many failed validations; null: 0) and ``valid`` (bool: whether the
+of the node, replayed as that many failed validations; null: 0), ``valid`` (bool: whether the
 node's last recorded attempt passed its validation, replayed as recorded; null: not recorded),
-``agent`` (string: the speaking agent of an ``agent_rounds`` node), ``round`` (int32: its round)
-and ``transcript`` (list<int32>: node indices within the session, all smaller than the row's
-own, whose turns the node's messages merge; null: the history parent's conversation instead).
+``agent`` (string: the speaking agent of an ``agent_rounds`` node), ``round`` (int32: its round),
+``transcript`` (list<int32>: node indices within the session, all smaller than the row's
+own, whose turns the node's messages merge; null: the history parent's conversation instead),
+``images`` (list<int64>: the images of the row's own message, flat ``width, height, seed``) and
+``abandon_after`` (float64: seconds after its request is sent that its user abandons it, as
+recorded; null: never).
 
 Linked columns (``LINKED``), per row of a session in topological order: ``parents``
 (list<int32>, node indices within the session, all smaller than the row's own), ``history``
@@ -95,6 +98,7 @@ NODE = pa.schema(
         ("round", pa.int32()),
         ("transcript", pa.list_(pa.int32())),
         ("images", pa.list_(pa.int64())),  # the image channel's, flat: width, height, seed, ...
+        ("abandon_after", pa.float64()),
     ]
 )
 LINKED = pa.schema(

@@ -79,12 +79,12 @@ if TYPE_CHECKING:
 
 __all__ = ["CACHE_VERSION", "CANONICAL", "ROOTS_ONLY", "PreparedTrace", "prepare_file"]
 
-CACHE_VERSION = 15  # 7: the NODE columns; 8: NODE's valid; 9: agent, round, transcript; 10: a
+CACHE_VERSION = 16  # 7: the NODE columns; 8: NODE's valid; 9: agent, round, transcript; 10: a
 # request log's empty session_id cell is no session id; 11: the oversized policy in the meta;
 # 12: grouped rows keep their own timestamp (``ts``, for ``turn_timing: timestamps``); 13:
 # the lines and wording of the flavor's rows not replayed in the meta; 14: a CSV's lines in the
 # meta are the file's lines (blank lines and values over several lines counted); 15: NODE's
-# images (a recorded image channel's)
+# images (a recorded image channel's); 16: NODE's abandon_after (a recorded abandonment's)
 ROW_GROUP_ROWS = 65_536
 _Rows = TypeVar("_Rows", pa.Table, pa.RecordBatch)
 _META_KEY = b"veeksha.trace"

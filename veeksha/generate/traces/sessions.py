@@ -314,6 +314,7 @@ class TraceSessions:
         waits = rows.wait.tolist()
         bounds = rows.bounds.tolist()
         priorities = rows.priority
+        abandons = rows.abandon_after
         not_before = self._not_before(rows)
         order = (
             range(count)
@@ -336,6 +337,7 @@ class TraceSessions:
                     client=0 if clients is None else clients[r],
                     priority=(0 if priorities is None else priorities[r]) or 0,
                     not_before_s=None if not_before is None else not_before[r],
+                    abandon_after_s=None if abandons is None else abandons[r],
                 )
                 for r in range(r0, r1)
             ]
@@ -507,6 +509,7 @@ def _merge(pieces: list[SessionRows]) -> SessionRows:
         if all(p.ts is None for p in pieces)
         else np.concatenate([p.start if p.ts is None else p.ts for p in pieces]),
         _merged([p.images for p in pieces], [int(p.bounds[-1]) for p in pieces]),
+        _merged([p.abandon_after for p in pieces], [int(p.bounds[-1]) for p in pieces]),
     )
 
 

@@ -41,6 +41,7 @@ class SessionRows:
     transcript: list[list[int] | None] | None = None  # None: history parents' conversations
     ts: np.ndarray | None = None  # each row's own timestamp (NaN: none); None: ``start`` is it
     images: list[list[int] | None] | None = None  # None: no row has images (flat triples)
+    abandon_after: list[float | None] | None = None  # None: no row was abandoned by its user
 
 
 class TraceTable:
@@ -97,6 +98,7 @@ class TraceTable:
                     None if rows.transcript is None else rows.transcript[r0:r1],
                     None if rows.ts is None else rows.ts[r0:r1],
                     None if rows.images is None else rows.images[r0:r1],
+                    None if rows.abandon_after is None else rows.abandon_after[r0:r1],
                 )
             )
             lo = end
@@ -131,6 +133,7 @@ class TraceTable:
                 _given(table, "transcript"),
                 numbers(table.column("ts"), np.float64, np.nan) if linked else None,
                 _given(table, "images"),
+                _given(table, "abandon_after"),
             )
             if len(self._decoded) >= 2:
                 self._decoded.pop(next(iter(self._decoded)))

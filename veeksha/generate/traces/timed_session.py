@@ -20,9 +20,12 @@ Optional node keys (columns of the row, or keys of its ``session_context``, whic
 trace.jsonl writes them: ``kind`` (``llm``, the default, or ``tool``: no request; the node takes
 ``latency_s`` seconds, required, and its result, the next prompt's text, is ``result`` if given,
 else a placeholder of the row's prompt tokens), ``attempt`` (a re-prompt: the node's line
-again with 1, 2, ...; a node with ``n`` such rows is replayed with ``n`` re-prompts) and
+again with 1, 2, ...; a node with ``n`` such rows is replayed with ``n`` re-prompts),
 ``valid`` (true or false: whether that attempt's answer passed the recording's validation; a
-node whose last attempt says false is replayed with that answer failing too).
+node whose last attempt says false is replayed with that answer failing too) and
+``abandon_after`` (seconds, 0 or more: its user abandoned the request that long after it was
+sent, as the scenario's ``abandonment`` does, and the replay abandons it so; a re-prompted
+node's is its first row's; refused on a tool row).
 
 Optional ``timestamp`` (alias ``arrival_time``, or ``dispatched_at`` as in trace.jsonl):
 seconds; a session arrives at its earliest row (and with ``turn_timing: timestamps`` each node
@@ -86,6 +89,7 @@ class TimedSessionFlavor(TraceFlavor):
         Field("round", object),
         Field("transcript", object),
         Field("images", object),
+        Field("abandon_after", object),
     )
 
     def stage(self, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -118,6 +122,7 @@ class TimedSessionFlavor(TraceFlavor):
         rounds: list[Any] = [_decoded(v) for v in batch.column("round").to_pylist()]
         transcripts: list[Any] = [_decoded(v) for v in batch.column("transcript").to_pylist()]
         images: list[Any] = [_decoded(v) for v in batch.column("images").to_pylist()]
+        abandons: list[Any] = [_decoded(v) for v in batch.column("abandon_after").to_pylist()]
         tool_latency: list[float | None] = [None] * len(contexts)
         for i, raw in enumerate(contexts):
             line = int(lines[i])
@@ -134,6 +139,7 @@ class TimedSessionFlavor(TraceFlavor):
                 rounds[i] = context.get("round", rounds[i])
                 transcripts[i] = context.get("transcript", transcripts[i])
                 images[i] = context.get("images", images[i])
+                abandons[i] = context.get("abandon_after", abandons[i])
             elif top_nodes[i] is not None:
                 context = {
                     "node_id": top_nodes[i],
@@ -153,6 +159,8 @@ class TimedSessionFlavor(TraceFlavor):
                 )
             if images[i] is not None:
                 images[i] = self.images(images[i], line)
+            if abandons[i] is not None:
+                abandons[i] = self._abandon_after(abandons[i], tool_latency[i] is not None, line)
             if context is None:
                 nodes.append(None)
                 parents.append(None)
@@ -199,6 +207,7 @@ class TimedSessionFlavor(TraceFlavor):
                 pa.array(rounds, pa.int32()),
                 pa.array(transcripts, pa.string()),
                 pa.array(images, pa.list_(pa.int64())),
+                pa.array(abandons, pa.float64()),
             ],
             names=[
                 "line",
@@ -222,6 +231,7 @@ class TimedSessionFlavor(TraceFlavor):
                 "round",
                 "node_transcript",
                 "images",
+                "abandon_after",
             ],
         )
 
@@ -307,6 +317,27 @@ class TimedSessionFlavor(TraceFlavor):
                 line, "valid is given on a tool row; a tool's result is never checked, drop it"
             )
         return flag
+
+    def _abandon_after(self, value: Any, tool: bool, line: int) -> float:
+        """The row's ``abandon_after``: seconds after its request was sent that its user
+        abandoned it (a JSON number; in a CSV, its text: ``nan`` or ``inf`` is not one)."""
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value < 0
+        ):
+            raise self.error(
+                line,
+                f"abandon_after = {value!r} must be 0 or more seconds (a number); write the"
+                " seconds after the request was sent that its user abandoned it",
+            )
+        if tool:
+            raise self.error(
+                line,
+                "abandon_after is given on a tool row; a tool sends no request to abandon, drop it",
+            )
+        return float(value)
 
     def _speaker(
         self, agent: Any, round_: Any, transcript: Any, line: int
