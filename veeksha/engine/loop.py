@@ -162,6 +162,9 @@ class TrafficLoop(SessionStarts, PhaseControl, ToolNodes):
         self.measured_start_ns: int | None = None
         self.stopping = False
         self.stop_reason = ""
+        # why the run stopped, in words, when the loop stopped it itself ("errors")
+        self.stop_detail: str | None = None
+        self._error_budget = settings.error_budget
         self.error: VeekshaError | None = None  # why a session could not be made, if it stopped
         self._next_session = 0  # the next global session index this loop may start
         self._warmup_started = 0
@@ -525,6 +528,8 @@ class TrafficLoop(SessionStarts, PhaseControl, ToolNodes):
             self.counters.requests_done += 1
             if not ok:
                 self.counters.requests_failed += 1
+            if self._error_budget is not None and not self.stopping:
+                self.stop_detail = self._error_budget.ended(not ok) or self.stop_detail
         if result.chunk_stamps_clamped:  # (a substituted time: said in summary.json, run.log)
             self.counters.chunk_stamps_clamped += result.chunk_stamps_clamped
         self._sink.request_done(request, result, now)
@@ -565,6 +570,8 @@ class TrafficLoop(SessionStarts, PhaseControl, ToolNodes):
             self._end_session(session)
             if self.settings.concurrency is not None and not self.stopping:
                 self._fill_concurrency(now - self.t0_ns, session.ended_at_ns or now)
+        if self.stop_detail is not None and not self.stopping:  # (its error budget is spent)
+            self.stop("errors")
 
     def _report_cancelled(
         self,

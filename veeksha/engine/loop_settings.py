@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from veeksha.engine.error_budget import ErrorBudget
 from veeksha.schedule.arrivals import ConcurrencyRamp
 from veeksha.schedule.phases import PhaseBounds
 from veeksha.schedule.shards import ShardSpec, concurrency_share
@@ -55,6 +56,9 @@ class LoopSettings:
     # for a slot are ordered (schedule/slots.py). None: no client is capped.
     client_caps: list[int | None] | None = None
     priority: str = "fifo"
+    # The failures the run accepts before it stops (runtime.max_errors, max_error_rate); None:
+    # it never stops for them.
+    error_budget: ErrorBudget | None = None
 
 
 def default_phases(settings: LoopSettings) -> list[PhaseBounds]:

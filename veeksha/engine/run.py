@@ -575,6 +575,11 @@ class _Run(RunSetup, RunFinish):
     def _on_stop(self, reason: str) -> None:
         grace = self.scenario.runtime.post_timeout_grace_seconds
         in_flight = 0 if self.traffic is None else len(self.traffic.in_flight)
+        if reason == "errors" and self.traffic is not None:  # (runtime.max_errors, ...)
+            message = f"{self.traffic.stop_detail}: the run stops, keeping what it has"
+            self._say(message)
+            self.outcome.interrupted = True
+            self.outcome.extra.setdefault("error", message)
         self.log.info(f"stopping ({reason}): {in_flight} in flight, grace {grace:g} s")
         if grace >= 0 and self._drain_task is None:
             self._drain_task = asyncio.get_running_loop().create_task(self._drain(grace))

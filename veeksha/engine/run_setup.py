@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from veeksha.engine.error_budget import ErrorBudget
 from veeksha.engine.loop_settings import LoopSettings
 from veeksha.engine.phases import apply_phases
 from veeksha.engine.runlog import RunLog
@@ -209,6 +210,10 @@ class RunSetup:
             # a dry run answers at once in this process: nothing could hold an item until due
             dispatch_ahead_ns=0 if self.dry_run else round(runtime.dispatch_ahead_ms * 1e6),
         )
+        if runtime.max_errors is not None or runtime.max_error_rate is not None:
+            settings.error_budget = ErrorBudget(
+                runtime.max_errors, runtime.max_error_rate, runtime.error_rate_window
+            )
         extra_warmup = 0
         if self.trace is not None:
             limit = self.trace.hi - self.trace.lo

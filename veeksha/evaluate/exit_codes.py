@@ -5,8 +5,8 @@
     2  CONFIG_ERROR    invalid scenario, override or input (bad file, not a run folder,
                        unreachable target): ScenarioError, ConfigurationError, TargetError
     3  RUN_ABORTED     the run was interrupted or aborted (signal, fatal worker or write error,
-                       a distributed run's lost shard); results collected so far are kept
-                       and evaluated
+                       a distributed run's lost shard, its failures over runtime.max_errors or
+                       max_error_rate); results collected so far are kept and evaluated
     4  HEALTH_FAILED   a health check failed and ``health_checks.strict`` is true
     5  SLO_UNMET       at least one SLO of ``evaluators[].slos`` was not met
 

@@ -748,6 +748,19 @@ def _drop_no_abandonment(data: dict[str, Any]) -> None:
         data.pop("abandonment")
 
 
+def _drop_no_error_budget(data: dict[str, Any]) -> None:
+    """The runtime's error stops out of a hashed dict where none is set (the default), so that
+    a scenario hashes as it did before they existed."""
+    runtime = data.get("runtime")
+    if not isinstance(runtime, dict) or runtime.get("max_errors") is not None:
+        return
+    if runtime.get("max_error_rate") is None:
+        runtime.pop("max_error_rate", None)
+        if runtime.get("error_rate_window") == 100:
+            runtime.pop("error_rate_window")
+        runtime.pop("max_errors", None)
+
+
 def scenario_hash(scenario: Scenario) -> str:
     """A short, stable hex digest of the resolved scenario, without secrets or ``output_dir``
     (where results go does not change what is measured)."""
@@ -758,6 +771,7 @@ def scenario_hash(scenario: Scenario) -> str:
     _drop_default_image_patch(data.get("simulator"))
     _drop_unopened_thinking(data)
     _drop_no_abandonment(data)
+    _drop_no_error_budget(data)
     for path in _HASH_EXCLUDED:
         holder: Any = data
         for part in path[:-1]:

@@ -100,6 +100,23 @@ class Runtime(StrictModel, defer_build=False):
         "time), progress (re-prompts, further sessions, older sessions, lower rounds first) "
         "or node (the nodes' priority field, higher first).",
     )
+    max_errors: int | None = Field(
+        None,
+        ge=1,
+        description="Stop the run once this many requests have failed (error or timeout; an "
+        "abandoned or cancelled one is not a failure): a server that died is not benchmarked "
+        "for the rest of the run; exit 3. null: never.",
+    )
+    max_error_rate: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Stop the run once more than this share of the last error_rate_window "
+        "requests that ended (answered or failed) failed; exit 3. null: never.",
+    )
+    error_rate_window: int = Field(
+        100, ge=1, description="Requests max_error_rate is judged over (the latest that ended)."
+    )
     distributed: Distributed | None = Field(
         None,
         description="Run on a Ray cluster: {backend: ray, address, shards, workers_per_shard}"

@@ -164,7 +164,10 @@ class ProbeRunner:
         if server is not None and server_identity(scenario) != server_identity(self.scenario):
             server = None  # (the knob changes the server itself: the probe starts its own)
         point = run_point(scenario, self.runs_dir, quiet=True, plots=self.plots, server=server)
-        if point.interrupted:
+        run = point.summary.get("run")
+        stopped = run.get("stop_reason") if isinstance(run, dict) else None
+        if point.interrupted and stopped != "errors":  # (its failures over runtime.max_errors
+            # or max_error_rate: the value's own result, judged on what it had, not a stop)
             raise RunAbortedError(f"interrupted during the probe at {request.value:g}")
         health = point.summary.get("health", {})
         verdict = health.get("verdict") if isinstance(health, dict) else None
