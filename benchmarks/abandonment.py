@@ -13,7 +13,8 @@ ok requests' TTFC p99 (the server's, here: the simulator's own queueing); the wo
 a request's lag (``sent_at − dispatched_at``) p99; the generator delay p99; the workers' CPU
 per 1,000 requests; and whether the server's aborted requests (its
 ``vllm:request_success_total{finished_reason="abort"}``) equal the abandoned rows. Medians of
-``--repeats`` pairs (1 by default).
+``--repeats`` pairs (1 by default). One simulator serves every run, so the machine's load
+moves both columns alike.
 
 Printed, and appended to BENCHMARKS.md with the machine, date and commit.
 """
@@ -50,12 +51,14 @@ def _spec(api_base: str, rate: float, abandon: bool) -> dict[str, Any]:
 
 
 def _aborted(run_dir: Path) -> float:
+    """The requests the server aborted during the run: its counter's rise from the run's first
+    scrape to its last (the simulator serves every run of the benchmark)."""
     table = pq.read_table(run_dir / "server_metrics.parquet").to_pandas()
     rows = table[
         (table.metric == "vllm:request_success_total")
         & table.labels.str.contains('"finished_reason":"abort"', regex=False)
-    ]
-    return float(rows.sort_values("t").value.iloc[-1]) if len(rows) else 0.0
+    ].sort_values("t")
+    return float(rows.value.iloc[-1] - rows.value.iloc[0]) if len(rows) else 0.0
 
 
 def _figures(run_dir: Path) -> dict[str, float]:

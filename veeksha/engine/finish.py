@@ -34,6 +34,7 @@ from veeksha.schedule.shards import ShardSpec
 
 if TYPE_CHECKING:
     from veeksha.generate.traces import OpenTrace
+    from veeksha.server.profiler import ServerProfiler
 
 __all__ = ["RunFinish", "children_cpu_s"]
 
@@ -66,6 +67,7 @@ class RunFinish:
     release_wake_ups: dict[str, Any] | None
     deferred_results: int
     server_metrics: dict[str, Any] | None
+    profiler: ServerProfiler | None
     target_context: TargetContext | None
     signal_in_drain: bool
 
@@ -183,6 +185,8 @@ class RunFinish:
             "target": describe(target),
             "server_metrics": self.server_metrics,
         }
+        if self.profiler is not None:
+            run_info["server_profile"] = self.profiler.account
         run_info["phases"] = traffic.phase_windows(self.clock.now_ns())
         if self.shard is not None:
             run_info["shard"] = self.shard.to_dict()

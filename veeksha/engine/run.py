@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from veeksha.engine.server_watch import WatchProcess
     from veeksha.generate.traces import OpenTrace
     from veeksha.server.managed import ManagedServer
+    from veeksha.server.profiler import ServerProfiler
     from veeksha.simulator.process import SimulatorProcess
 
 __all__ = ["RunOutcome", "StartAt", "exit_code_for", "run_benchmark", "run_scenario"]
@@ -224,6 +225,7 @@ class _Run(RunSetup, RunFinish):
         self.target_context: TargetContext | None = None
         self.server: ManagedServer | None = None
         self.server_metrics: dict[str, Any] | None = None  # what the scraper did (ServerWatch)
+        self.profiler: ServerProfiler | None = None  # the server's profiler (server_profile)
         self.watch: ServerWatch | None = None  # its process starts when the run begins
         self.shard: ShardSpec | None = None
         self.start_at_wall_ns: StartAt | None = None
@@ -369,8 +371,11 @@ class _Run(RunSetup, RunFinish):
             self.log.info(f"workers ready: pids {sorted(self.pool.worker_pids.values())}{how}")
             if self.watch is not None:  # (started with the workers: ready by now, usually)
                 self.watch.wait_ready()
+            self._start_profile(target)
             await self._drive(target, make_session)
         finally:
+            if self.profiler is not None:  # (the traffic failed before its drain stopped it)
+                self.profiler.stop()
             if not starting.done():  # the set-up failed while the workers started
                 starting.cancel()
             with contextlib.suppress(asyncio.CancelledError, VeekshaError):
@@ -499,6 +504,8 @@ class _Run(RunSetup, RunFinish):
                     if self._drain_task is not None:
                         await self._drain_task
                     await self.pool.stop(grace_s=0.0)
+                    if self.profiler is not None:  # (its trace is written now: off the loop)
+                        await asyncio.to_thread(self.profiler.stop)
                     if isinstance(self.pool, WorkerPool):  # (a dry run's pool holds nothing)
                         self.release_wake_ups = self.pool.wake_ups()
                         self.deferred_results = self.pool.deferred_results
@@ -527,6 +534,23 @@ class _Run(RunSetup, RunFinish):
                 timers.close()
                 self.main_cpu_s = time.process_time() - cpu_start - finish_import_s
             self._finish(target, writer, t0_ns, t0_wall, t0_wall_ns)
+
+    def _start_profile(self, target: Target) -> None:
+        """Start the profiler of each server of the run (``server_profile``), before t0; a
+        server that refuses is exit 2, nothing sent."""
+        config = self.scenario.server_profile
+        if not config.enabled:
+            return
+        if self.dry_run:
+            self.log.info("server profile: not started (a dry run sends nothing)")
+            return
+        from veeksha.server.profiler import ServerProfiler
+
+        targets = [(c.api_base, c.api_key, c.headers) for c in target.clients]
+        profiler = ServerProfiler(config, targets, self.log.warning)
+        profiler.start()
+        self.profiler = profiler
+        self.log.info(f"server profile: started on {', '.join(profiler.account['servers'])}")
 
     def _submit(self, item: WorkItem) -> int:
         assert self.pool is not None

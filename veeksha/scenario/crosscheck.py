@@ -48,6 +48,14 @@ def scenario_problems(scenario: Scenario) -> list[Problem]:
                 " remove server, or the api_base of the clients it should serve",
             )
         )
+    if scenario.server_profile.enabled and scenario.runtime.distributed is not None:
+        problems.append(
+            (
+                ("server_profile", "enabled"),
+                "not with runtime.distributed (each shard would start and stop the server's "
+                "profiler on its own): profile a run on one host",
+            )
+        )
     problems += _selection_problems(scenario, names)
     problems += _agent_problems(scenario, names)
     problems += _channel_problems(scenario)

@@ -761,6 +761,12 @@ def _drop_no_error_budget(data: dict[str, Any]) -> None:
         runtime.pop("max_errors", None)
 
 
+def _drop_no_profile(data: dict[str, Any]) -> None:
+    """``server_profile`` out of a hashed dict: profiling the server changes where its time is
+    recorded, not the traffic (and a scenario hashes as it did before the section existed)."""
+    data.pop("server_profile", None)
+
+
 def scenario_hash(scenario: Scenario) -> str:
     """A short, stable hex digest of the resolved scenario, without secrets or ``output_dir``
     (where results go does not change what is measured)."""
@@ -772,6 +778,7 @@ def scenario_hash(scenario: Scenario) -> str:
     _drop_unopened_thinking(data)
     _drop_no_abandonment(data)
     _drop_no_error_budget(data)
+    _drop_no_profile(data)
     for path in _HASH_EXCLUDED:
         holder: Any = data
         for part in path[:-1]:

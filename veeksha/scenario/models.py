@@ -72,7 +72,11 @@ from veeksha.scenario.schedulers import (
     TraceScheduler,
     TrafficScheduler,
 )
-from veeksha.scenario.server import ManagedServerConfig, ServerMetricsConfig
+from veeksha.scenario.server import (
+    ManagedServerConfig,
+    ServerMetricsConfig,
+    ServerProfileConfig,
+)
 from veeksha.scenario.session_generators import (
     AutoFlavor,
     AzureLlmFlavor,
@@ -266,6 +270,11 @@ class Scenario(StrictModel, defer_build=False):
     server_metrics: ServerMetricsConfig = Field(
         default_factory=factory(ServerMetricsConfig),
         description="Scraping the server's Prometheus /metrics during the run.",
+    )
+    server_profile: ServerProfileConfig = Field(
+        default_factory=factory(ServerProfileConfig),
+        description="The server's profiler (vLLM's, SGLang's /start_profile) run during the "
+        "traffic (docs/server.md).",
     )
     #: Where the loader found each key a run may find wrong only when it acts on it
     #: (``placed_keys``: a file it reads, the managed server it starts): key path → a

@@ -1,5 +1,6 @@
-"""Settings of a managed server (the `server:` section) and of the server-metrics scraper (the
-`server_metrics:` section). See docs/server.md.
+"""Settings of a managed server (the `server:` section), of the server-metrics scraper (the
+`server_metrics:` section) and of the server's profiler (the `server_profile:` section). See
+docs/server.md.
 
 A managed server is a process veeksha starts before the run, waits for, points the client at
 and stops after the run. ``type: command`` runs any argv; the other types build the command
@@ -25,6 +26,7 @@ __all__ = [
     "LlamaCppServer",
     "ManagedServerConfig",
     "ServerMetricsConfig",
+    "ServerProfileConfig",
     "SglangServer",
     "SimulatorServer",
     "VllmServer",
@@ -153,3 +155,32 @@ class ServerMetricsConfig(NumbersModel):
         description="Sample GPU utilisation, memory and power with nvidia-smi (managed "
         "servers on this host only).",
     )
+
+
+class ServerProfileConfig(NumbersModel):
+    """The server's own profiler, started before the traffic and stopped after it (vLLM's and
+    SGLang's ``POST /start_profile`` and ``POST /stop_profile`` at the server's root, as
+    ``vllm bench serve --profile`` calls them)."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True, defer_build=False)
+
+    enabled: bool = Field(False, description="Profile the server during the run.")
+    start_path: str = Field(
+        "/start_profile", description="Path (at the server's root) that starts its profiler."
+    )
+    stop_path: str = Field(
+        "/stop_profile", description="Path (at the server's root) that stops its profiler."
+    )
+    stop_timeout: float = Field(
+        600.0,
+        gt=0,
+        le=86_400,
+        description="Seconds allowed to the stop call (the server writes its trace then).",
+    )
+
+    @field_validator("start_path", "stop_path")
+    @classmethod
+    def _a_path(cls, value: str) -> str:
+        if not value.startswith("/") or any(c.isspace() for c in value):
+            raise ValueError(f"must be a path starting with / and without spaces (got {value!r})")
+        return value

@@ -3,9 +3,11 @@
 Endpoints: ``POST /v1/chat/completions``, ``POST /v1/completions`` (streaming or not),
 ``GET /v1/models``, ``POST /tokenize`` and ``POST /detokenize`` (vLLM's shape, or llama.cpp's
 with ``tokenize_api: llama_cpp``; also under ``/v1``), ``GET /health``, ``GET /metrics``
-(Prometheus text). Prompts and answers are counted with the configured ``tokenizer`` (builtin,
-or the simulator's own ``subword``, ``veeksha.simulator.subword``). Every refusal is an OpenAI-style
-JSON error with its 4xx status; an unexpected exception becomes a 500, never a dead server.
+(Prometheus text), ``POST /start_profile`` and ``POST /stop_profile`` (vLLM's and SGLang's
+profiler: counted, nothing traced). Prompts and answers are counted with the configured
+``tokenizer`` (builtin, or the simulator's own ``subword``, ``veeksha.simulator.subword``).
+Every refusal is an OpenAI-style JSON error with its 4xx status; an unexpected exception
+becomes a 500, never a dead server.
 """
 
 from __future__ import annotations
@@ -74,6 +76,12 @@ class Stats:
     generation_tokens: int = 0
     cancelled: int = 0
     tokenize_delayed: int = 0
+    # the profiler (POST /start_profile, /stop_profile, as vLLM's and SGLang's): whether it
+    # runs, its starts and stops, and the generation requests that came while it ran
+    profiling: bool = False
+    profile_starts: int = 0
+    profile_stops: int = 0
+    profiled_requests: int = 0
     header_values: dict[str, int] = field(default_factory=dict)  # count_header's, by value
     vllm: VllmCounters = field(default_factory=VllmCounters)
 
@@ -166,6 +174,8 @@ class SimServer:
             (b"POST", b"/v1/detokenize"): self._detokenize,
             (b"GET", b"/health"): self._health,
             (b"GET", b"/metrics"): self._metrics,
+            (b"POST", b"/start_profile"): self._start_profile,
+            (b"POST", b"/stop_profile"): self._stop_profile,
         }
         if config.tokenize_api == "llama_cpp" and config.chat_template:
             # llama.cpp's chat template renderer (only where there is a template to render)
@@ -197,6 +207,8 @@ class SimServer:
         route = self._routes.get((request.method, request.path))
         if self._required and request.path != b"/health" and self._refused(conn, request):
             return
+        if self.stats.profiling and request.path in _GENERATION_PATHS:
+            self.stats.profiled_requests += 1
         if self._count is not None and request.path in _GENERATION_PATHS:
             value = request.headers.get(self._count, b"").decode("latin-1")
             values = self.stats.header_values
@@ -418,6 +430,20 @@ class SimServer:
             return
         self._reply(conn, body)
 
+    def _start_profile(self, conn: HttpConnection, request: Request) -> None:
+        """vLLM's and SGLang's profiler start: nothing is traced here; it is counted, and so
+        are the generation requests that come until the stop."""
+        self.stats.profiling = True
+        self.stats.profile_starts += 1
+        self._reply(conn, b"", b"text/plain")
+
+    def _stop_profile(self, conn: HttpConnection, request: Request) -> None:
+        if not self.stats.profiling:
+            raise ApiError(400, "the profiler is not running")
+        self.stats.profiling = False
+        self.stats.profile_stops += 1
+        self._reply(conn, b"", b"text/plain")
+
     def _health(self, conn: HttpConnection, request: Request) -> None:
         self._reply(conn, b"", b"text/plain")
 
@@ -465,6 +491,16 @@ class SimServer:
             f"veeksha_sim_generation_tokens_total{{{label}}} {s.generation_tokens}",
             "# TYPE veeksha_sim_requests_cancelled_total counter",
             f"veeksha_sim_requests_cancelled_total{{{label}}} {s.cancelled}",
+            "# HELP veeksha_sim_profiler_active Whether the profiler runs (/start_profile).",
+            "# TYPE veeksha_sim_profiler_active gauge",
+            f"veeksha_sim_profiler_active{{{label}}} {int(s.profiling)}",
+            "# TYPE veeksha_sim_profile_starts_total counter",
+            f"veeksha_sim_profile_starts_total{{{label}}} {s.profile_starts}",
+            "# TYPE veeksha_sim_profile_stops_total counter",
+            f"veeksha_sim_profile_stops_total{{{label}}} {s.profile_stops}",
+            "# HELP veeksha_sim_profiled_requests_total Generation requests while it ran.",
+            "# TYPE veeksha_sim_profiled_requests_total counter",
+            f"veeksha_sim_profiled_requests_total{{{label}}} {s.profiled_requests}",
             "# TYPE veeksha_sim_requests_total counter",
         ]
         lines += [
