@@ -95,8 +95,9 @@ _RESULTS_LINGER_S = 5.0  # at exit, for the last Results to leave
 
 _monotonic_ns = time.monotonic_ns
 
-# Set per request task: [sent_at, connect_ns]; the write task aiohttp creates inherits it, and
-# its connector sets the set-up of a connection it opens for the task (see aiohttp_client).
+# Set per request task: [sent_at, connect_ns, on_sent]; the write task aiohttp creates inherits
+# it, and its connector sets the set-up of a connection it opens for the task (see
+# aiohttp_client); on_sent, when not None, is called as the request is first written.
 _sent_slot: contextvars.ContextVar[list[Any]] = contextvars.ContextVar("veeksha_sent_slot")
 
 
