@@ -68,3 +68,19 @@ def write_metric_csvs(run_dir: Path, digests: dict[str, Digest]) -> list[Path]:
                     writer.writerow([f"{q:g}", repr(float(v)), metric.unit])
         paths.append(path)
     return paths
+
+
+def write_timeslices_csv(run_dir: Path, section: dict[str, Any]) -> Path:
+    """Write metrics/timeslices.csv: summary.json's ``timeslices``, a slice a row (empty cell:
+    no value); returns its path."""
+    folder = run_dir / METRICS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "timeslices.csv"
+    slices = section["slices"]
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        names = list(slices[0]) if slices else ["start", "end"]
+        writer.writerow(names)
+        for entry in slices:
+            writer.writerow(["" if entry[n] is None else repr(entry[n]) for n in names])
+    return path

@@ -455,6 +455,52 @@ def _ramp_table(ramp: dict[str, Any]) -> Table:
     return table
 
 
+TIMESLICE_COLUMNS: tuple[tuple[str, str, float], ...] = (
+    ("ok", "ok", 1),
+    ("failed", "failed", 1),
+    ("req/s", "requests_per_s", 1),
+    ("tok/s", "output_tokens_per_s", 1),
+    ("TTFC p50", "ttfc_p50", 1000),
+    ("TTFC p99", "ttfc_p99", 1000),
+    ("TPOT p50", "tpot_p50", 1000),
+    ("E2E p99", "e2e_p99", 1000),
+)
+#: The most slices the report shows; a run with more shows this many, evenly spaced.
+TIMESLICE_ROWS = 24
+
+
+def _timeslice_table(section: dict[str, Any]) -> Table:
+    """One row per time slice (at most ``TIMESLICE_ROWS``): what completed in it, and its
+    latency."""
+    slices = section.get("slices") or []
+    shown = slices
+    title = f"time slices of {_num(section.get('slice_seconds'))} s (from: s; latency ms)"
+    caption = None
+    if len(slices) > TIMESLICE_ROWS:
+        last = len(slices) - 1
+        picks = sorted({round(i * last / (TIMESLICE_ROWS - 1)) for i in range(TIMESLICE_ROWS)})
+        shown = [slices[i] for i in picks]
+        caption = f"{len(shown)} of {len(slices)} shown; all in metrics/timeslices.csv"
+    table = Table(
+        title=title,
+        title_justify="left",
+        caption=caption,
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    table.add_column("from", justify="right", no_wrap=True)
+    for label, _, _ in TIMESLICE_COLUMNS:
+        table.add_column(label, justify="right", no_wrap=True)
+    for entry in shown:
+        cells = [
+            _num(None if entry.get(key) is None else entry[key] * scale)
+            for _, key, scale in TIMESLICE_COLUMNS
+        ]
+        table.add_row(f"{entry['start']:.1f}", *cells)
+    return table
+
+
 def stream_note(run: dict[str, Any]) -> str | None:
     """One line when the run's requests (or some clients') were not streamed, so TTFC equal to
     E2E and the absent TBC and TPOT are explained (``run.not_streamed``: the clients' names)."""
@@ -499,6 +545,8 @@ def render_summary(
         console.print(_phase_table(summary["phases"]))
     if summary.get("ramp"):
         console.print(_ramp_table(summary["ramp"]))
+    if summary.get("timeslices"):
+        console.print(_timeslice_table(summary["timeslices"]))
     render_groups(console, summary)
     server = summary.get("server") or {}
     note = _scrape_note(server, run.get("server_metrics") or {})

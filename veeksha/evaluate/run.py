@@ -60,7 +60,12 @@ from veeksha.evaluate.health import (
 )
 from veeksha.evaluate.jsonio import jsonable
 from veeksha.evaluate.metrics import Digest
-from veeksha.evaluate.outputs import write_metric_csvs, write_slo, write_summary
+from veeksha.evaluate.outputs import (
+    write_metric_csvs,
+    write_slo,
+    write_summary,
+    write_timeslices_csv,
+)
 from veeksha.evaluate.phases import combine_arrival_checks, phase_sections
 from veeksha.evaluate.plots import CDF_METRICS, write_plots, write_ramp_plot
 from veeksha.evaluate.ramp_report import ramp_section
@@ -70,6 +75,7 @@ from veeksha.evaluate.slo import SloResult, all_met, judge_slos, scenario_slos
 from veeksha.evaluate.source import ColumnSource, release_memory
 from veeksha.evaluate.stats import WARMUP, measured_rows
 from veeksha.evaluate.summary import compute_aggregates, summary_document
+from veeksha.evaluate.timeslices import timeslices
 from veeksha.record.columns import REQUESTS_SCHEMA, SERVER_TIMING_COLUMNS
 from veeksha.scenario.models import Scenario
 
@@ -198,6 +204,11 @@ def compute_evaluation(
     ramp = ramp_section(scenario, measured)  # latency against the offered rate
     if ramp is not None:
         summary["ramp"] = ramp
+    sliced = [e.timeslice_seconds for e in scenario.evaluators if e.timeslice_seconds]
+    if sliced:  # throughput and latency through the run
+        section = timeslices(measured, aggregates.window, sliced[0])
+        if section is not None:
+            summary["timeslices"] = section
     # several clients, agents (evaluate/groups)
     summary |= group_sections(scenario, requests, info.get("target"))
     if server is not None:
@@ -256,6 +267,8 @@ def evaluate_run(
     evaluation.health.write(run_dir)
     files += [run_dir / "health.json", run_dir / "health.txt"]
     files += write_metric_csvs(run_dir, evaluation.digests)
+    if "timeslices" in evaluation.summary:
+        files.append(write_timeslices_csv(run_dir, evaluation.summary["timeslices"]))
     if plots:
         release_memory()
         windows = evaluation.summary["run"].get("phases") or []

@@ -4,7 +4,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from veeksha.scenario.base import StrictModel, empty_list
+from veeksha.scenario.base import MAX_SECONDS, StrictModel, empty_list
 
 # ------------------------------------------------------------------------------------ evaluators
 
@@ -34,6 +34,13 @@ class PerformanceEvaluator(StrictModel, defer_build=False):
     stream_metrics_interval: float = Field(5.0, gt=0, description="Seconds between them.")
     slos: list[SLO] = Field(
         default_factory=empty_list, description="Objectives judged after the run."
+    )
+    timeslice_seconds: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_SECONDS,
+        description="Cut the measured window into slices this long, each with its throughput "
+        "and latency (summary.json timeslices, metrics/timeslices.csv); null: none.",
     )
 
 

@@ -761,6 +761,14 @@ def _drop_no_error_budget(data: dict[str, Any]) -> None:
         runtime.pop("max_errors", None)
 
 
+def _drop_no_timeslices(data: dict[str, Any]) -> None:
+    """Each evaluator's ``timeslice_seconds`` out of a hashed dict: it changes what the
+    evaluation reports, not the traffic (and a scenario hashes as before the key existed)."""
+    for evaluator in data.get("evaluators") or []:
+        if isinstance(evaluator, dict):
+            evaluator.pop("timeslice_seconds", None)
+
+
 def _drop_no_profile(data: dict[str, Any]) -> None:
     """``server_profile`` out of a hashed dict: profiling the server changes where its time is
     recorded, not the traffic (and a scenario hashes as it did before the section existed)."""
@@ -779,6 +787,7 @@ def scenario_hash(scenario: Scenario) -> str:
     _drop_no_abandonment(data)
     _drop_no_error_budget(data)
     _drop_no_profile(data)
+    _drop_no_timeslices(data)
     for path in _HASH_EXCLUDED:
         holder: Any = data
         for part in path[:-1]:

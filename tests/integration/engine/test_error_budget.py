@@ -2,7 +2,8 @@
 (its ``faults``), ``runtime.max_error_rate`` stops an open-loop run once more than its share of
 the last ``error_rate_window`` requests failed, and ``runtime.max_errors`` once that many did.
 The run keeps every row it has, says why in run.log and on stderr, and ends as aborted (exit 3,
-``stop_reason: errors``); a run whose failures stay under the limits runs to its end."""
+``stop_reason: errors``); a run whose failures stay under the limits runs to its end (and its
+``timeslices`` hold every one of its requests)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from tests.integration.robustness.helpers import run_as_the_command
 from veeksha.engine.outcome import exit_code_for
@@ -23,6 +25,7 @@ session_generator:
   output_spec: {text: {output_length_generator: {type: fixed, value: 4}}}
 runtime: {max_sessions: 400, benchmark_timeout: 60, num_workers: 1, RUNTIME}
 simulator: {faults: {http_500_rate: RATE}}
+evaluators: [{type: performance, timeslice_seconds: 0.5}]
 """
 
 
@@ -68,3 +71,13 @@ def test_failures_under_the_limits_do_not_stop_the_run(tmp_path: Path) -> None:
     assert summary["run"]["stop_reason"] == "completed"
     assert len(rows) == 400
     assert 0 < (rows.status == "error").sum() < 100
+    # (the same run's time slices: every request in one, the CSV as summary.json)
+    slices = summary["timeslices"]["slices"]
+    assert 3 <= len(slices) <= 6  # (2 s of arrivals)
+    assert sum(s["ok"] for s in slices) == (rows.status == "ok").sum()
+    assert sum(s["failed"] for s in slices) == (rows.status == "error").sum()
+    assert slices[0]["start"] == summary["throughput"]["window_start"]
+    assert slices[-1]["end"] == summary["throughput"]["window_end"]
+    table = pd.read_csv(tmp_path / "run" / "metrics" / "timeslices.csv")
+    assert table.ok.tolist() == [s["ok"] for s in slices]
+    assert table.ttfc_p99.tolist() == pytest.approx([s["ttfc_p99"] for s in slices])
