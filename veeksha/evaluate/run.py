@@ -280,6 +280,11 @@ def evaluate_run(
                 scraped = evaluation.summary.get("server", {}).get("clients")
                 views = warmup_window(windows)
                 files += write_server_plot(run_dir, requests, server, views, scraped)
+        from veeksha.evaluate.html_report import write_html_report
+
+        files.append(
+            write_html_report(run_dir, evaluation, [f for f in files if f.suffix == ".png"])
+        )
     evaluation.files = files
     return evaluation
 

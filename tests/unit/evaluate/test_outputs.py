@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import csv
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -109,6 +111,18 @@ def test_evaluate_run_writes_every_file(tmp_path: Path) -> None:
     assert "TTFC p99" in text
     assert "fast e2e" in text
     assert "generator_saturation" in text
+
+    # report.html: the same report, every plot embedded as it was written, nothing fetched
+    page = (tmp_path / "report.html").read_text()
+    assert tmp_path / "report.html" in evaluation.files
+    assert page.startswith("<!DOCTYPE html>")
+    assert "TTFC p99" in page
+    assert "generator_saturation" in page
+    images = re.findall(r'<img src="data:image/png;base64,([^"]+)" alt="([^"]+)">', page)
+    assert sorted(name for _, name in images) == plots
+    for data, name in images:
+        assert base64.b64decode(data) == (tmp_path / "plots" / name).read_bytes()
+    assert not re.search(r'(src|href)="(https?:)?//', page)
 
 
 def test_the_collector_is_off_while_the_plots_are_drawn_and_back_after(
