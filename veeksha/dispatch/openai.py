@@ -93,7 +93,7 @@ class StreamOver(Exception):
 class RequestBuilder:
     """Encodes request bodies for one endpoint; build once per worker, call ``body`` per request."""
 
-    __slots__ = ("_chat", "_fallback", "_max_key", "_min_key", "_tail")
+    __slots__ = ("_chat", "_embeddings", "_fallback", "_max_key", "_min_key", "_tail")
 
     def __init__(
         self,
@@ -106,19 +106,22 @@ class RequestBuilder:
         ignore_eos: bool = True,
         prompt_fallback: bool = False,
         extra_params: dict[str, Any] | None = None,
+        embeddings: bool = False,
     ) -> None:
         self._chat = chat
-        self._fallback = prompt_fallback
+        self._embeddings = embeddings  # (the prompt is the input; nothing to generate)
+        self._fallback = prompt_fallback and not embeddings
         encode = msgspec.json.encode
         self._max_key = b"," + encode(max_tokens_param) + b":"
         self._min_key = b"," + encode(min_tokens_param) + b":" if min_tokens_param else None
         static: dict[str, Any] = {}
         if model is not None:
             static["model"] = model
-        if ignore_eos:
+        if ignore_eos and not embeddings:
             static["ignore_eos"] = True
-        static["stream"] = stream
-        if stream:
+        if not embeddings:
+            static["stream"] = stream
+        if stream and not embeddings:
             static["stream_options"] = {"include_usage": True}
         for key, value in (extra_params or {}).items():
             if key == "stream_options" and isinstance(value, dict) and stream:
@@ -126,7 +129,7 @@ class RequestBuilder:
             else:
                 static[key] = value
         # '{"model":...}' → ',"model":...}' : the part after the per-request keys.
-        self._tail = b"," + encode(static)[1:]
+        self._tail = b"," + encode(static)[1:] if static else b"}"
 
     def body(
         self,
@@ -136,7 +139,11 @@ class RequestBuilder:
     ) -> bytes:
         """The JSON body for one request: the conversation and its requested output length;
         ``images`` (message index, width, height, seed) go in their messages as ``image_url``
-        parts before the text (chat only: a completions client never gets images)."""
+        parts before the text (chat only: a completions client never gets images). An
+        embeddings request's ``input`` is the conversation flattened, as a completions prompt."""
+        if self._embeddings:  # (its prompt as a completions client sends it; no output)
+            prompt = messages[0][1] if len(messages) == 1 else "\n".join([c for _, c in messages])
+            return b'{"input":' + msgspec.json.encode(prompt) + self._tail
         if self._fallback:
             messages = with_fallback(messages, max_tokens)
         if self._chat:
@@ -366,6 +373,27 @@ class _LenientChunk(msgspec.Struct, gc=False):
     error: msgspec.Raw = msgspec.Raw()
 
 
+class _Embedding(msgspec.Struct, gc=False):
+    embedding: Any = None
+
+
+class _Embeddings(msgspec.Struct, gc=False):
+    """An /v1/embeddings answer: its vectors and usage (the rest, such as ``object``, is not
+    read)."""
+
+    data: list[_Embedding] | None = None
+    usage: _Usage | None = None
+    error: Any = None
+
+
+def _a_vector(value: Any) -> bool:
+    """A vector as a server writes one: a non-empty list of numbers, or base64 text."""
+    if isinstance(value, str):
+        return bool(value)
+    return isinstance(value, list) and bool(value) and all(type(x) in (int, float) for x in value)
+
+
+_decode_embeddings = msgspec.json.Decoder(_Embeddings).decode
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
 _decode_text_chunk = msgspec.json.Decoder(_TextChunk).decode
 _decode_lenient = msgspec.json.Decoder(_LenientChunk).decode
@@ -428,6 +456,7 @@ class ResponseAccumulator:
         "completion_tokens",
         "done",
         "done_at_ns",
+        "embeddings",
         "first_answer_at_ns",
         "first_chunk_at_ns",
         "parts",
@@ -439,9 +468,14 @@ class ResponseAccumulator:
     )
 
     def __init__(
-        self, chat: bool, memory: ShapeMemory | None = None, thinking_opened: bool = False
+        self,
+        chat: bool,
+        memory: ShapeMemory | None = None,
+        thinking_opened: bool = False,
+        embeddings: bool = False,
     ) -> None:
         self.chat = chat
+        self.embeddings = embeddings  # (an /v1/embeddings answer: ``on_body`` reads its vectors)
         self._opened = thinking_opened  # (the template opened <think>: the content starts in it)
         self._memory = memory
         self.parts: list[str] = []
@@ -743,6 +777,9 @@ class ResponseAccumulator:
         """Interpret a whole non-streamed JSON response read at ``t_ns``."""
         if body[:3] == _BOM:  # (JSON readers may ignore one: RFC 8259)
             body = body[3:]
+        if self.embeddings:
+            self._on_embeddings(body, t_ns)
+            return
         try:
             chunk = _decode_chunk(body)
         except msgspec.MsgspecError as exc:
@@ -759,6 +796,31 @@ class ResponseAccumulator:
         if text:
             self.parts.append(text)
             self.chunk_times_ns.append(t_ns)
+
+    def _on_embeddings(self, body: bytes, t_ns: int) -> None:
+        """An /v1/embeddings answer: its usage (``prompt_tokens``; nothing is generated, so
+        ``completion_tokens`` is 0), and a vector for the input, else ``malformed_response``."""
+        try:
+            answer = _decode_embeddings(body)
+        except msgspec.MsgspecError as exc:
+            raise _malformed(body, exc) from None
+        except UnicodeDecodeError as exc:
+            raise _not_utf8(body, exc) from None
+        if answer.error is not None:
+            raise _server_error(answer.error)
+        vectors = answer.data or []
+        if not vectors or not all(_a_vector(item.embedding) for item in vectors):
+            raise ResponseError("malformed_response", "no embedding vector in the answer")
+        usage = answer.usage
+        prompt = None if usage is None else usage.prompt_tokens
+        if type(prompt) is int and 0 <= prompt < MAX_COUNT:
+            self.prompt_tokens = prompt
+        elif prompt is not None:
+            self._usage(prompt, 0, None, None)
+        self.completion_tokens = 0
+        self.done = True
+        self.done_at_ns = t_ns
+        self.first_chunk_at_ns = t_ns
 
     def _answer(self, chunk: _Chunk | _TextChunk) -> str | None:
         """The answer's text in ``chunk``'s first choice (not a reasoning model's thinking)."""

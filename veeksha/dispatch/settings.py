@@ -15,7 +15,7 @@ import msgspec
 from veeksha.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from veeksha.scenario.models import ChatCompletionsClient, CompletionsClient
+    from veeksha.scenario.models import AnyClient
 
 __all__ = [
     "HeaderVariableMissing",
@@ -31,16 +31,17 @@ __all__ = [
 class WorkerSettings(msgspec.Struct, kw_only=True):
     """How the workers send requests.
 
-    ``endpoint`` is the full URL (``.../v1/chat/completions`` or ``.../v1/completions``);
-    ``chat`` selects the body and response shape. ``max_connections`` 0 means no cap on the
-    keep-alive pool. ``dry_run`` sends nothing: each request completes at once with
-    ``max_tokens`` synthetic words.
+    ``endpoint`` is the full URL (``.../v1/chat/completions``, ``.../v1/completions`` or
+    ``.../v1/embeddings``); ``chat`` and ``embeddings`` select the body and response shape.
+    ``max_connections`` 0 means no cap on the keep-alive pool. ``dry_run`` sends nothing: each
+    request completes at once with ``max_tokens`` synthetic words.
     """
 
     endpoint: str
     api_key: str | None = None
     model: str | None = None
     chat: bool = True
+    embeddings: bool = False  # /v1/embeddings: the prompt is the input, the answer a vector
     thinking_opened: bool = False  # client.thinking_opened: every answer begins inside <think>
     stream: bool = True
     max_tokens_param: str = "max_completion_tokens"
@@ -73,7 +74,7 @@ class WorkerSettings(msgspec.Struct, kw_only=True):
     @classmethod
     def from_client(
         cls,
-        client_cfg: ChatCompletionsClient | CompletionsClient,
+        client_cfg: AnyClient,
         api_base: str,
         api_key: str | None,
         dry_run: bool = False,
@@ -87,28 +88,44 @@ class WorkerSettings(msgspec.Struct, kw_only=True):
         controls itself.
         """
         chat = client_cfg.type == "openai_chat_completions"
-        reserved = {"messages", "prompt", "model", "stream", client_cfg.max_tokens_param}
-        if client_cfg.min_tokens_param:
-            reserved.add(client_cfg.min_tokens_param)
-        clash = sorted(reserved & set(client_cfg.additional_sampling_params))
+        embeddings = client_cfg.type == "openai_embeddings"
+        extra = dict(client_cfg.additional_sampling_params)
+        # (the scenario's models are not imported here, for the workers: the type's keys by name)
+        max_tokens_param: str = getattr(client_cfg, "max_tokens_param", "")
+        if embeddings:
+            reserved = {"input", "model", "encoding_format", "dimensions"}
+            controlled = "client.model, client.encoding_format and client.dimensions"
+            path = "/embeddings"
+        else:
+            reserved = {"messages", "prompt", "model", "stream", max_tokens_param}
+            if client_cfg.min_tokens_param:
+                reserved.add(client_cfg.min_tokens_param)
+            controlled = "client.stream, client.model and the output length settings"
+            path = "/chat/completions" if chat else "/completions"
+        clash = sorted(reserved & set(extra))
         if clash:
             raise ConfigurationError(
                 f"client.additional_sampling_params sets {', '.join(clash)}, which veeksha "
-                "controls (use client.stream, client.model and the output length settings)"
+                f"controls (use {controlled})"
             )
-        path = "/chat/completions" if chat else "/completions"
+        if embeddings:
+            extra["encoding_format"] = getattr(client_cfg, "encoding_format", "float")
+            dimensions = getattr(client_cfg, "dimensions", None)
+            if dimensions is not None:
+                extra["dimensions"] = dimensions
         return cls(
             endpoint=api_base.rstrip("/") + path,
             api_key=api_key,
             model=client_cfg.model,
             chat=chat,
+            embeddings=embeddings,
             thinking_opened=chat and getattr(client_cfg, "thinking_opened", False),
             stream=client_cfg.stream,
-            max_tokens_param=client_cfg.max_tokens_param,
+            max_tokens_param=max_tokens_param,
             min_tokens_param=client_cfg.min_tokens_param,
             ignore_eos=client_cfg.ignore_eos,
             prompt_fallback=client_cfg.use_min_tokens_prompt_fallback,
-            extra_params=dict(client_cfg.additional_sampling_params),
+            extra_params=extra,
             request_timeout_s=client_cfg.request_timeout,
             max_retries=client_cfg.max_retries,
             dry_run=dry_run,
@@ -118,7 +135,7 @@ class WorkerSettings(msgspec.Struct, kw_only=True):
         )
 
 
-def resolve_api_key(client_cfg: ChatCompletionsClient | CompletionsClient) -> str | None:
+def resolve_api_key(client_cfg: AnyClient) -> str | None:
     """The key to send: ``client.api_key``, else the variable named by ``api_key_env``; None
     when the client's ``headers`` set ``Authorization`` (it replaces the bearer key: the
     scenario's validation refuses it beside an ``api_key`` or ``api_key_env`` given)."""
@@ -142,7 +159,7 @@ class HeaderVariableMissing(ConfigurationError):
 
 
 def resolve_headers(
-    client_cfg: ChatCompletionsClient | CompletionsClient,
+    client_cfg: AnyClient,
     environ: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """``client.headers`` with each ``${NAME}`` replaced by the variable ``NAME`` of
@@ -186,7 +203,7 @@ def resolve_header_values(
 
 
 def client_secrets(
-    client_cfg: ChatCompletionsClient | CompletionsClient,
+    client_cfg: AnyClient,
     environ: Mapping[str, str] | None = None,
 ) -> list[str]:
     """What a client sends that must never be written out, for the redactors of error texts,

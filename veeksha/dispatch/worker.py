@@ -135,6 +135,7 @@ class _Route:
             ignore_eos=settings.ignore_eos,
             prompt_fallback=settings.prompt_fallback,
             extra_params=settings.extra_params,
+            embeddings=settings.embeddings,
         )
         # identity: no compressed answers (a server that compresses anyway is decoded)
         headers = {
@@ -469,7 +470,10 @@ class Worker:
     ) -> None:
         if route is None:
             route = self._routes[0]
-        acc = ResponseAccumulator(route.settings.chat, route.shapes, route.settings.thinking_opened)
+        settings = route.settings
+        acc = ResponseAccumulator(
+            settings.chat, route.shapes, settings.thinking_opened, settings.embeddings
+        )
         # sent_at, the set-up of a connection opened before it, and what is called as it is
         # written (aiohttp_client): its abandonment's start, if its user abandons it
         slot: list[Any] = [0, 0, None]
@@ -783,8 +787,9 @@ class _Exchange(Exchange):
         self.retries = 0
         self.finished = False
         self.stream = route.settings.stream
+        settings = route.settings
         self.acc = ResponseAccumulator(
-            route.settings.chat, route.shapes, route.settings.thinking_opened
+            settings.chat, route.shapes, settings.thinking_opened, settings.embeddings
         )
         self.feed = self.acc.feed
         self.inflate: zlib._Decompress | None = None  # a compressed answer's decoder

@@ -7,6 +7,7 @@ A mixin of the run (``veeksha.engine.run``): it works on the run's own state.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -26,7 +27,7 @@ from veeksha.generate.calibration import (
 from veeksha.generate.distributions import make_interval_sampler
 from veeksha.generate.rng import RandomStreams
 from veeksha.generate.sessions import SessionGenerator
-from veeksha.generate.spec import SessionSpec
+from veeksha.generate.spec import NodeSpec, SessionSpec, map_nodes
 from veeksha.generate.tokenizer import (
     BuiltinTokenizer,
     ServerTokenizer,
@@ -98,6 +99,9 @@ class RunSetup:
         else:
             make = SessionGenerator(scenario, tokenizer, tokenizers).session
             make(0)  # the first block (256 sessions) is made now, not in the loop at t0
+        vectors = [c.type == "openai_embeddings" for _, c in scenario.client_entries()]
+        if any(vectors):  # (an embeddings request generates nothing: it asks for no output)
+            make = _without_outputs(make, vectors)
         if scenario.abandonment.probability > 0:
             from veeksha.generate.abandonment import Abandoner
 
@@ -236,3 +240,18 @@ class RunSetup:
             )
         apply_phases(settings, scenario, extra_warmup)
         return settings
+
+
+def _without_outputs(
+    make: Callable[[int], SessionSpec], embeddings: list[bool]
+) -> Callable[[int], SessionSpec]:
+    """The session source ``make`` whose requests to an embeddings client (``embeddings``:
+    per client index) ask for no output (``max_tokens`` 0: what their rows' requested output
+    is, and what a dry run answers them with)."""
+
+    def without_output(node: NodeSpec) -> NodeSpec:
+        if node.kind == "llm" and embeddings[node.client] and node.max_tokens:
+            return dataclasses.replace(node, max_tokens=0)
+        return node
+
+    return lambda index: map_nodes(make(index), without_output)

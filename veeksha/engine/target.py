@@ -17,8 +17,7 @@ from veeksha.net import fetch, setup_timeout
 from veeksha.scenario.clients import DEFAULT_KEY_ENV
 from veeksha.scenario.models import (
     DEFAULT_CLIENT,
-    ChatCompletionsClient,
-    CompletionsClient,
+    AnyClient,
     Scenario,
 )
 from veeksha.scenario.windows import (
@@ -374,7 +373,7 @@ def spawn_simulator(
     return simulator
 
 
-def dry_run_model(scenario: Scenario, client: ChatCompletionsClient | CompletionsClient) -> str:
+def dry_run_model(scenario: Scenario, client: AnyClient) -> str:
     """The model a dry run records for ``client``: the one the run would request (its own;
     without one, the managed server's or the built-in simulator's, whichever would serve it),
     so a dry run's rows are the run's; ``dry-run`` for an endpoint without a model, which a

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from veeksha.generate.distributions import make_interval_sampler
 from veeksha.generate.rng import RandomStreams
-from veeksha.generate.spec import SessionSpec
+from veeksha.generate.spec import NodeSpec, SessionSpec, map_nodes
 from veeksha.scenario.abandonment import Abandonment
 
 __all__ = ["Abandoner"]
@@ -40,15 +40,14 @@ class Abandoner:
         n = len(spec.nodes)
         chosen = rng.random(n) < self._config.probability
         delays = make_interval_sampler(self._config.after_generator, rng).sample(n)
-        nodes = [
-            dataclasses.replace(node, abandon_after_s=float(delays[i]))
-            if chosen[i] and node.kind != "tool"
-            else node
-            for i, node in enumerate(spec.nodes)
-        ]
-        if all(new is old for new, old in zip(nodes, spec.nodes, strict=True)):
-            return spec
-        return dataclasses.replace(spec, nodes=nodes)
+
+        def mark(node: NodeSpec) -> NodeSpec:
+            i = node.node_id
+            if chosen[i] and node.kind != "tool":
+                return dataclasses.replace(node, abandon_after_s=float(delays[i]))
+            return node
+
+        return map_nodes(spec, mark)
 
     def source(self, make: Callable[[int], SessionSpec]) -> Callable[[int], SessionSpec]:
         """The session source ``make`` with each session's abandoned requests marked."""

@@ -8,9 +8,9 @@ topological order (every parent id is smaller than its child's id).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-__all__ = ["NodeSpec", "SessionSpec"]
+__all__ = ["NodeSpec", "SessionSpec", "map_nodes"]
 
 
 @dataclass(slots=True)
@@ -76,3 +76,12 @@ class SessionSpec:
     @property
     def roots(self) -> list[int]:
         return [node.node_id for node in self.nodes if not node.parents]
+
+
+def map_nodes(spec: SessionSpec, change: Callable[[NodeSpec], NodeSpec]) -> SessionSpec:
+    """``spec`` with each node passed through ``change``: a new spec when a node changed (a
+    source may hand out one spec more than once: it is never modified), else ``spec`` itself."""
+    nodes = [change(node) for node in spec.nodes]
+    if all(new is old for new, old in zip(nodes, spec.nodes, strict=True)):
+        return spec
+    return replace(spec, nodes=nodes)

@@ -378,7 +378,43 @@ class CompletionsClient(_OpenAIClientBase):
     )
 
 
-Client = Annotated[ChatCompletionsClient | CompletionsClient, Field(discriminator="type")]
+#: keys of a generating client that mean nothing to an embeddings one, with their defaults
+#: (another value is refused; the default is what a resolved config.yaml holds)
+_GENERATION_KEYS = {
+    "min_tokens_param": None,
+    "ignore_eos": True,
+    "use_min_tokens_prompt_fallback": False,
+}
+
+
+class EmbeddingsClient(_OpenAIClientBase):
+    """OpenAI /v1/embeddings: each request's prompt (a conversation flattened, as a completions
+    client sends it) is one input; the answer is its vector, not streamed (docs/scenario.md)."""
+
+    type: Literal["openai_embeddings"] = "openai_embeddings"
+    stream: bool = Field(False, description="Embeddings are not streamed: false.")
+    encoding_format: Literal["float", "base64"] = Field(
+        "float", description="How the server writes the vectors: float (JSON numbers) or base64."
+    )
+    dimensions: int | None = Field(
+        None, ge=1, description="Numbers per vector asked of the server (null: the model's own)."
+    )
+
+    @model_validator(mode="after")
+    def _embeddings_only(self) -> Self:
+        if self.stream:
+            raise KeyProblem("embeddings are not streamed: remove stream (false)", "stream")
+        for key, default in _GENERATION_KEYS.items():
+            if getattr(self, key) != default:
+                raise KeyProblem(
+                    f"an embeddings client generates nothing: remove {key}", key
+                )  # fmt: skip
+        return self
+
+
+Client = Annotated[
+    ChatCompletionsClient | CompletionsClient | EmbeddingsClient, Field(discriminator="type")
+]
 
 _CLIENT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 DEFAULT_CLIENT = "default"  # the name of the one client of a scenario with ``client:``
@@ -412,6 +448,13 @@ class NamedCompletionsClient(CompletionsClient, _Named):
     """One of several targets (``clients:``): a completions client with a name."""
 
 
+class NamedEmbeddingsClient(EmbeddingsClient, _Named):
+    """One of several targets (``clients:``): an embeddings client with a name."""
+
+
 NamedClient = Annotated[
-    NamedChatCompletionsClient | NamedCompletionsClient, Field(discriminator="type")
+    NamedChatCompletionsClient | NamedCompletionsClient | NamedEmbeddingsClient,
+    Field(discriminator="type"),
 ]
+#: Any one client of a scenario, named or not.
+AnyClient = ChatCompletionsClient | CompletionsClient | EmbeddingsClient

@@ -83,12 +83,12 @@ def _channel_problems(scenario: Scenario) -> list[Problem]:
         return problems
     at = (*path, kinds.index("image"), "type")
     for index, (name, client) in enumerate(scenario.client_entries()):
-        if client.type == "openai_completions":
+        if client.type != "openai_chat_completions":
             where = f"clients[{index}] ({name})" if scenario.clients else "client"
             problems.append(
                 (
                     at,
-                    f"images go in chat messages, and {where} is an openai_completions client:"
+                    f"images go in chat messages, and {where} is an {client.type} client:"
                     " make it openai_chat_completions, or remove the image channel",
                 )
             )
@@ -136,6 +136,15 @@ def _agent_problems(scenario: Scenario, names: list[str]) -> list[Problem]:
         return []
     path = ("session_generator", "session_graph", "agents")
     problems: list[Problem] = []
+    embedders = [name for name, c in scenario.client_entries() if c.type == "openai_embeddings"]
+    if embedders:
+        problems.append(
+            (
+                ("session_generator", "session_graph", "type"),
+                f"agents speak, and {', '.join(embedders)} only embeds (openai_embeddings):"
+                " give the agents generating clients",
+            )
+        )
     ids = [agent.id for agent in graph.agents]
     problems += [
         (("session_generator", "session_graph", "role_clients", role), unknown_client(name, names))

@@ -740,6 +740,18 @@ def _drop_default_image_patch(simulator: Any) -> None:
         simulator.pop("image_patch_px")
 
 
+def _drop_default_embedding_dims(simulator: Any) -> None:
+    """The simulator's ``embedding_dims`` out of a hashed dict where it is the default (or,
+    a served model's, unset), so that a scenario hashes as it did before the key existed."""
+    if not isinstance(simulator, dict):
+        return
+    for model in (simulator.get("models") or {}).values():
+        if isinstance(model, dict) and model.get("embedding_dims") is None:
+            model.pop("embedding_dims", None)
+    if simulator.get("embedding_dims") == 64:
+        simulator.pop("embedding_dims")
+
+
 def _drop_no_abandonment(data: dict[str, Any]) -> None:
     """``abandonment`` out of a hashed dict where nothing is abandoned (the default), so that
     a scenario hashes as it did before the section existed."""
@@ -783,6 +795,7 @@ def scenario_hash(scenario: Scenario) -> str:
         data.pop("phases", None)
     _drop_no_reasoning(data.get("simulator"))  # (likewise a simulator that does not think)
     _drop_default_image_patch(data.get("simulator"))
+    _drop_default_embedding_dims(data.get("simulator"))
     _drop_unopened_thinking(data)
     _drop_no_abandonment(data)
     _drop_no_error_budget(data)

@@ -30,14 +30,17 @@ from veeksha.scenario.base import (
 )
 from veeksha.scenario.clients import (
     DEFAULT_CLIENT,
+    AnyClient,
     BuiltinTokenizer,
     ChatCompletionsClient,
     Client,
     CompletionsClient,
+    EmbeddingsClient,
     HfTokenizer,
     NamedChatCompletionsClient,
     NamedClient,
     NamedCompletionsClient,
+    NamedEmbeddingsClient,
     ServerTokenizer,
 )
 from veeksha.scenario.evaluators import SLO, Evaluator, HealthChecks, PerformanceEvaluator
@@ -120,6 +123,7 @@ __all__ = [
     "Abandonment",
     "Agent",
     "AgentRoundsGraph",
+    "AnyClient",
     "AutoFlavor",
     "AzureLlmFlavor",
     "BranchingGraph",
@@ -130,6 +134,7 @@ __all__ = [
     "ClientSelection",
     "CompletionsClient",
     "ConcurrentScheduler",
+    "EmbeddingsClient",
     "FixedInterval",
     "FixedLength",
     "FixedStairLength",
@@ -145,6 +150,7 @@ __all__ = [
     "NamedChatCompletionsClient",
     "NamedClient",
     "NamedCompletionsClient",
+    "NamedEmbeddingsClient",
     "OutputSpec",
     "PerformanceEvaluator",
     "Phase",
@@ -294,7 +300,7 @@ class Scenario(StrictModel, defer_build=False):
             ]
         return value
 
-    def client_entries(self) -> list[tuple[str, ChatCompletionsClient | CompletionsClient]]:
+    def client_entries(self) -> list[tuple[str, AnyClient]]:
         """Every client of the run as (name, client), in order: ``clients:``, or the one
         ``client:`` named ``default``. A node's client index points into this list."""
         if self.clients:

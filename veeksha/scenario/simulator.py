@@ -135,6 +135,7 @@ class SimulatorModel(NumbersModel):
     tokens_per_chunk: int | None = Field(None, ge=1, description="As simulator's.")
     reasoning_tokens: int | None = Field(None, ge=0, description="As simulator's.")
     image_patch_px: int | None = Field(None, ge=1, description="As simulator's.")
+    embedding_dims: int | None = Field(None, ge=1, le=8192, description="As simulator's.")
     faults: FaultConfig | None = Field(None, description="This model's faults (whole section).")
 
 
@@ -239,6 +240,15 @@ class SimulatorConfig(NumbersModel):
             " (28: Qwen2-VL's merged patch)."
         ),
     )
+    embedding_dims: int = Field(
+        64,
+        ge=1,
+        le=8192,
+        description=(
+            "Numbers in each vector of POST /v1/embeddings (an embedding model's size); a"
+            " request's dimensions may ask for fewer."
+        ),
+    )
     role_chunk: bool = Field(
         False,
         description=(
@@ -259,8 +269,8 @@ class SimulatorConfig(NumbersModel):
     )
     count_header: str | None = Field(
         None,
-        description="Count the generation requests by the value of this header (e.g. "
-        "X-Session-Id): /metrics' veeksha_sim_header_requests_total{value=...}.",
+        description="Count the generation and embedding requests by the value of this header "
+        "(e.g. X-Session-Id): /metrics' veeksha_sim_header_requests_total{value=...}.",
     )
     models: dict[str, SimulatorModel] = Field(
         default_factory=empty_dict,

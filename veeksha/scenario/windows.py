@@ -10,7 +10,7 @@ from typing import Any
 
 from veeksha.errors import ConfigurationError
 from veeksha.scenario.clients import SCENARIO_KEY_HOME, api_base_problem
-from veeksha.scenario.models import ChatCompletionsClient, CompletionsClient, Scenario
+from veeksha.scenario.models import AnyClient, Scenario
 from veeksha.scenario.simulator import SimulatorConfig, SimulatorModel
 
 __all__ = [
@@ -22,9 +22,7 @@ __all__ = [
 ]
 
 
-def client_api_base(
-    client: ChatCompletionsClient | CompletionsClient, key_home: str = SCENARIO_KEY_HOME
-) -> str | None:
+def client_api_base(client: AnyClient, key_home: str = SCENARIO_KEY_HOME) -> str | None:
     """The client's endpoint: its ``api_base``, else ``OPENAI_API_BASE`` (checked as the
     scenario's is, a problem named as that variable: the user wrote no key), else None (the
     built-in simulator or a managed server serves it). ``key_home``: where the message of a

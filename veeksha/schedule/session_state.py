@@ -334,9 +334,10 @@ class SessionState:
         retry = self._retry.get(node_id)
         if retry is not None:  # re-prompted: its children carry its first prompt, not the last
             conversation_tokens = retry[2]
-        if self.spec.nodes[node_id].kind == "tool":  # its result, as the user's message
+        node = self.spec.nodes[node_id]
+        if node.kind == "tool":  # its result, as the user's message
             conversation = (*conversation[:-1], ("user", answer))
-        elif ok:
+        elif ok and node.max_tokens:  # (one that asked for no output, an embedding: none)
             conversation = (*conversation, ("assistant", answer))
         self._conversation[node_id] = conversation
         self._history_tokens[node_id] = conversation_tokens + (answer_tokens if ok else 0)

@@ -11,6 +11,11 @@ Pure state machines: every method takes the time as an argument and does no I/O;
       step_ms = decode_step_ms + decode_step_ms_per_seq × batch
                 + 1000 × uncached_prompt_tokens_of_newly_admitted / prefill_tokens_per_s
 
+- a *prefill-only* sequence (``target_tokens`` 0: one input of an embedding request) holds a
+  slot for the one step that prefills it and finishes at that step's end without a token; it
+  adds its prompt to the step's prefill but is not in ``batch``, which counts the sequences
+  that decode;
+
 - a *block* is ``block_size`` consecutive tokens; the prefix cache keys full blocks by a chained
   hash (a block's key depends on every token before it), so a prompt hits the cache on its
   longest cached run of leading blocks.
@@ -158,6 +163,7 @@ class SeqState:
     prompt_hashes: list[int]
     arrival_ns: int
     owner: Any = None
+    uses_prefix_cache: bool = True  # (False: looked up in no cache, counted in no hit rate)
     scheduled_ns: int = 0
     cached_tokens: int = 0
     generated: int = 0
@@ -194,7 +200,7 @@ class SlotQueue:
             seq = waiting.popleft()
             seq.scheduled_ns = now_ns
             seq.running = True
-            if self.cache is not None:
+            if self.cache is not None and seq.uses_prefix_cache:
                 seq.cached_tokens = self.cache.lookup(seq.prompt_hashes, seq.prompt_tokens, now_ns)
             self.running.append(seq)
             admitted.append(seq)
@@ -225,7 +231,8 @@ class BatchEngine:
     """Continuous batching: each step admits waiting sequences and advances every running one.
 
     Drive it with ``begin_step(now)`` (None when idle), then ``end_step(step, now)`` at
-    ``step.end_ns``: it returns the sequences that emitted a token, finished ones already freed.
+    ``step.end_ns``: it returns the sequences that emitted a token (or, prefill-only, are
+    done), finished ones already freed.
     """
 
     __slots__ = ("params", "slots")
@@ -265,22 +272,26 @@ class BatchEngine:
         if not batch:
             return None
         prefill_tokens = sum(s.prompt_tokens - s.cached_tokens for s in admitted)
-        duration = self.params.step_ns(len(batch), prefill_tokens)
+        # (a prefill-only sequence runs in the step that admits it only, and decodes nothing)
+        decoding = len(batch) - sum(1 for s in admitted if not s.target_tokens)
+        duration = self.params.step_ns(decoding, prefill_tokens)
         return Step(now_ns, now_ns + duration, batch, admitted)
 
     def end_step(self, step: Step, now_ns: int) -> list[SeqState]:
-        """Every sequence of the step still running emits one token; finished ones are freed."""
+        """Every sequence of the step still running emits one token (a prefill-only one none);
+        finished ones are freed. Returns the sequences that advanced, in batch order."""
         cache = self.slots.cache
         if cache is not None:
             for seq in step.prefill:
-                if seq.running:
+                if seq.running and seq.uses_prefix_cache:
                     cache.insert(seq.prompt_hashes, now_ns)
-        emitted: list[SeqState] = []
+        advanced: list[SeqState] = []
         for seq in step.batch:
             if not seq.running:
                 continue  # aborted during the step
-            seq.generated += 1
-            emitted.append(seq)
+            if seq.target_tokens:
+                seq.generated += 1
+            advanced.append(seq)
             if seq.generated >= seq.target_tokens:
                 self.slots.release(seq)
-        return emitted
+        return advanced

@@ -1,8 +1,9 @@
 """The simulator's HTTP application: routes, the OpenAI endpoints, tokenize, health, metrics.
 
 Endpoints: ``POST /v1/chat/completions``, ``POST /v1/completions`` (streaming or not),
-``GET /v1/models``, ``POST /tokenize`` and ``POST /detokenize`` (vLLM's shape, or llama.cpp's
-with ``tokenize_api: llama_cpp``; also under ``/v1``), ``GET /health``, ``GET /metrics``
+``POST /v1/embeddings`` (``veeksha.simulator.embeddings``), ``GET /v1/models``,
+``POST /tokenize`` and ``POST /detokenize`` (vLLM's shape, or llama.cpp's with
+``tokenize_api: llama_cpp``; also under ``/v1``), ``GET /health``, ``GET /metrics``
 (Prometheus text), ``POST /start_profile`` and ``POST /stop_profile`` (vLLM's and SGLang's
 profiler: counted, nothing traced). Prompts and answers are counted with the configured
 ``tokenizer`` (builtin, or the simulator's own ``subword``, ``veeksha.simulator.subword``).
@@ -15,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
 from veeksha.generate.tokenizer import BuiltinTokenizer
+from veeksha.simulator.embeddings import EMBEDDING_FAULTS, Embedding, parse_embeddings
 from veeksha.simulator.engine import BatchEngine, EngineParams, PrefixCache
 from veeksha.simulator.faults import Fault, FaultPicker
 from veeksha.simulator.generation import Generation
@@ -77,7 +79,7 @@ class Stats:
     cancelled: int = 0
     tokenize_delayed: int = 0
     # the profiler (POST /start_profile, /stop_profile, as vLLM's and SGLang's): whether it
-    # runs, its starts and stops, and the generation requests that came while it ran
+    # runs, its starts and stops, and the model requests (_MODEL_PATHS) that came while it ran
     profiling: bool = False
     profile_starts: int = 0
     profile_stops: int = 0
@@ -167,6 +169,7 @@ class SimServer:
         self._routes = {
             (b"POST", b"/v1/chat/completions"): self._chat,
             (b"POST", b"/v1/completions"): self._completion,
+            (b"POST", b"/v1/embeddings"): self._embeddings,
             (b"GET", b"/v1/models"): self._models,
             (b"POST", b"/tokenize"): self._tokenize,
             (b"POST", b"/v1/tokenize"): self._tokenize,
@@ -207,9 +210,9 @@ class SimServer:
         route = self._routes.get((request.method, request.path))
         if self._required and request.path != b"/health" and self._refused(conn, request):
             return
-        if self.stats.profiling and request.path in _GENERATION_PATHS:
+        if self.stats.profiling and request.path in _MODEL_PATHS:
             self.stats.profiled_requests += 1
-        if self._count is not None and request.path in _GENERATION_PATHS:
+        if self._count is not None and request.path in _MODEL_PATHS:
             value = request.headers.get(self._count, b"").decode("latin-1")
             values = self.stats.header_values
             values[value] = values.get(value, 0) + 1
@@ -300,12 +303,10 @@ class SimServer:
                 config.chat_template,
                 config.image_patch_px,
             )
-        fault = self.faults.pick(request.arrival_ns) if self.faults.enabled else None
-        if fault is not None:
-            stats.faults[fault.value] = stats.faults.get(fault.value, 0) + 1
-            if fault.is_http_error:
-                self._http_fault(conn, fault)
-                return
+        fault = self._draw_fault(request.arrival_ns)
+        if fault is not None and fault.is_http_error:
+            self._http_fault(conn, fault)
+            return
         stats.prompt_tokens += len(req.tokens)
         self._counter += 1
         prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
@@ -314,6 +315,44 @@ class SimServer:
             kind, rid, int(time.time()), self._model_json, config.model, config.reasoning_field
         )
         Generation(self, conn, req, request.arrival_ns, fault, tpl).start()
+
+    def _embeddings(self, conn: HttpConnection, request: Request) -> None:
+        if self.by_model:
+            served = self.by_model.get(_model_named(request.body), self)
+            if served is not self:
+                served._embeddings(conn, request)
+                return
+        config = self.config
+        stats = self.stats
+        stats.requests["embeddings"] = stats.requests.get("embeddings", 0) + 1
+        req = parse_embeddings(
+            request.body,
+            config.model,
+            config.max_model_len,
+            config.embedding_dims,
+            self.tokenizer.encode,
+        )
+        fault = self._draw_fault(request.arrival_ns, EMBEDDING_FAULTS)
+        if fault is not None and fault.is_http_error:
+            self._http_fault(conn, fault)
+            return
+        stats.prompt_tokens += req.prompt_tokens
+        self._counter += 1
+        rid = f"embd-{self._rid_prefix}{self._counter}"
+        Embedding(self, conn, req, request.arrival_ns, fault, rid).start()
+
+    def _draw_fault(
+        self, arrival_ns: int, applicable: Collection[Fault] | None = None
+    ) -> Fault | None:
+        """The fault of a request arriving at ``arrival_ns`` (counted in ``stats.faults``), or
+        None; a drawn fault not in ``applicable`` (None: every kind) is served as none."""
+        if not self.faults.enabled:
+            return None
+        fault = self.faults.pick(arrival_ns)
+        if fault is None or (applicable is not None and fault not in applicable):
+            return None
+        self.stats.faults[fault.value] = self.stats.faults.get(fault.value, 0) + 1
+        return fault
 
     def _http_fault(self, conn: HttpConnection, fault: Fault) -> None:
         retry = b"retry-after: %d\r\n" % self.config.faults.retry_after_s
@@ -498,7 +537,7 @@ class SimServer:
             f"veeksha_sim_profile_starts_total{{{label}}} {s.profile_starts}",
             "# TYPE veeksha_sim_profile_stops_total counter",
             f"veeksha_sim_profile_stops_total{{{label}}} {s.profile_stops}",
-            "# HELP veeksha_sim_profiled_requests_total Generation requests while it ran.",
+            "# HELP veeksha_sim_profiled_requests_total Model requests while it ran.",
             "# TYPE veeksha_sim_profiled_requests_total counter",
             f"veeksha_sim_profiled_requests_total{{{label}}} {s.profiled_requests}",
             "# TYPE veeksha_sim_requests_total counter",
@@ -546,7 +585,8 @@ class SimServer:
         return min(held * block / capacity, 1.0) if capacity else 0.0
 
 
-_GENERATION_PATHS = frozenset((b"/v1/chat/completions", b"/v1/completions"))
+#: The paths of model requests (the profiler's and ``count_header``'s counts).
+_MODEL_PATHS = frozenset((b"/v1/chat/completions", b"/v1/completions", b"/v1/embeddings"))
 
 
 def _label(text: str) -> str:

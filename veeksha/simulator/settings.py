@@ -72,6 +72,7 @@ class ModelSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     faults: FaultSettings | None
     reasoning_tokens: int | None = None
     image_patch_px: int | None = None
+    embedding_dims: int | None = None
 
 
 class SimSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -108,6 +109,7 @@ class SimSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         "reasoning_content"
     )
     image_patch_px: int = 28
+    embedding_dims: int = 64
 
     @classmethod
     def from_json(cls, text: str | bytes) -> SimSettings:

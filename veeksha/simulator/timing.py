@@ -9,7 +9,10 @@ Two timings, both behind ``max_num_seqs`` slots and a FIFO queue (``SlotQueue``)
 - ``EngineDriver``: continuous batching (``BatchEngine``), one timer per engine step.
 
 A driver talks to its requests (``Sink``) through three calls: ``on_scheduled``,
-``on_tokens(count)`` with the total tokens generated so far, and ``on_done``.
+``on_tokens(count)`` with the total tokens generated so far, and ``on_done``. A prefill-only
+sequence (``target_tokens`` 0, an embedding's input) gets no ``on_tokens``: it is done when its
+first token would have come (``fixed``: ``ttft_ms`` after it was scheduled; ``engine``: at the
+end of the step that prefills it).
 """
 
 from __future__ import annotations
@@ -131,17 +134,18 @@ class FixedDriver:
         while seq.running:
             first = seq.generated == 0
             count = target if self.itl_ns == 0 else min(seq.generated + k, target)
-            due = seq.scheduled_ns + self.ttft_ns + (count - 1) * self.itl_ns
+            due = seq.scheduled_ns + self.ttft_ns + max(count - 1, 0) * self.itl_ns
             now = time.monotonic_ns()
             if due > now:
                 sink.timer = NsTimer(self._loop, due, self._advance, sink)
                 return
             seq.generated = count
-            if first and self.slots.cache is not None:
+            if first and self.slots.cache is not None and seq.uses_prefix_cache:
                 self.slots.cache.insert(seq.prompt_hashes, now)
             if count >= target:
                 self.slots.release(seq)
-                sink.on_tokens(count, now)
+                if count:
+                    sink.on_tokens(count, now)
                 sink.on_done(now)
                 self._admit()
                 return
@@ -188,7 +192,8 @@ class EngineDriver:
         now = time.monotonic_ns()
         for seq in self.engine.end_step(step, now):
             sink: Sink = seq.owner
-            sink.on_tokens(seq.generated, now)
+            if seq.generated:
+                sink.on_tokens(seq.generated, now)
             if seq.finished:
                 sink.on_done(now)
         self._begin(step.end_ns)

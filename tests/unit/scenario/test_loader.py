@@ -33,7 +33,8 @@ def test_every_error_at_once_with_line_and_column() -> None:
         "did you mean 'arrival_rate'?",
         "s.yaml:8:3: runtime.max_sessions: must be greater than or equal to -1 (got -5)",
         "s.yaml:10:3: client.type: unknown type 'openai_chat_completion'; expected one of: "
-        "'openai_chat_completions', 'openai_completions'; did you mean 'openai_chat_completions'?",
+        "'openai_chat_completions', 'openai_completions', 'openai_embeddings'; did you mean "
+        "'openai_chat_completions'?",
         "s.yaml:11:17: health_checks.strict: must be a valid boolean (got 'maybe')",
         "s.yaml:11:32: health_checks.late_treshold_s: unknown key; "
         "did you mean 'late_threshold_s'?",

@@ -284,13 +284,13 @@ def open_trace(scenario: models.Scenario) -> OpenTrace:
             )
     if prepared.images_line is not None:
         for index, (name, client) in enumerate(scenario.client_entries()):
-            if client.type == "openai_completions":
+            if client.type != "openai_chat_completions":
                 where = f"clients[{index}] ({name})" if scenario.clients else "client"
                 raise TraceFileError(
                     path,
                     prepared.images_line,
                     f"this row has images, which go in chat messages, and {where} is an"
-                    " openai_completions client; make it openai_chat_completions",
+                    f" {client.type} client; make it openai_chat_completions",
                 )
     table = TraceTable(prepared)
     scheduler = scenario.traffic_scheduler
