@@ -80,6 +80,32 @@ def test_prefill_recovers_the_simulators_prefill_cost(tmp_path: Path, truth_file
         assert rows["phase"].tolist() == ["warmup", "measured", "measured", "measured"]
 
 
+def test_prefill_of_an_embedding_model_recovers_the_simulators_prefill_cost(
+    tmp_path: Path, truth_file: Path
+) -> None:
+    # an embedding is its prefill alone: one step that decodes nothing (no per-sequence cost)
+    code, output = _invoke(
+        "prefill",
+        "--config",
+        str(truth_file),
+        "--client_type",
+        "openai_embeddings",
+        "--output_dir",
+        str(tmp_path),
+    )
+    folder, doc = _results(tmp_path, "prefill")
+    passed_unless_the_machine_was_busy(code, output, folder, doc)
+    assert all(
+        p["samples"] == 3 and p["server_prompt_tokens"] == p["input_length"] for p in doc["points"]
+    )
+    fit = doc["fit"]
+    assert fit["slope_ms_per_1k_tokens"] == pytest.approx(1e6 / PREFILL_TOKENS_PER_S, rel=0.10)
+    assert DECODE_STEP_MS - 1 <= fit["intercept_ms"] <= DECODE_STEP_MS + _LATENESS_MS
+    rows = pd.read_parquet(folder / doc["points"][0]["run_dir"] / "requests.parquet")
+    assert (rows.output_tokens == 0).all()
+    assert (rows.ttfc == rows.e2e).all()
+
+
 def test_prefill_by_image_size_recovers_the_simulators_cost_of_a_megapixel(
     tmp_path: Path, truth_file: Path
 ) -> None:

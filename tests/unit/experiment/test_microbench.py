@@ -445,3 +445,20 @@ def test_the_results_settings_mask_literal_credentials(monkeypatch: pytest.Monke
     data = load_config(PrefillConfig, None, {**flags, "quick": True}).public_dict()
     assert data["headers"] == {"X-Api-Key": "${K}", "X-Auth-Token": "***", "X-Tenant": "a"}
     assert data["simulator"]["required_headers"] == {"X-Auth-Token": "***"}
+
+
+def test_only_prefill_measures_an_embeddings_client() -> None:
+    from veeksha.experiment.microbench.config import DecodeConfig, PrefillConfig
+    from veeksha.experiment.microbench.stress_config import StressConfig
+
+    assert (
+        PrefillConfig.model_validate(
+            {"quick": True, "client_type": "openai_embeddings", "input_lengths": [64]}
+        ).client_type
+        == "openai_embeddings"
+    )
+    for config, command in ((DecodeConfig, "decode"), (StressConfig, "stress")):
+        with pytest.raises(ValueError, match=f"veeksha {command} measures what is generated"):
+            config.model_validate(
+                {"quick": True, "client_type": "openai_embeddings"} | config.QUICK
+            )

@@ -81,9 +81,12 @@ class BenchConfig(NumbersModel):
         None, description="Server under test (…/v1); absent: the built-in simulator."
     )
     model: str | None = Field(None, description="Model name sent in each request.")
-    client_type: Literal["openai_chat_completions", "openai_completions"] = Field(
-        "openai_chat_completions",
-        description="API: openai_completions sends the prompt without a chat template.",
+    client_type: Literal["openai_chat_completions", "openai_completions", "openai_embeddings"] = (
+        Field(
+            "openai_chat_completions",
+            description="API: openai_completions sends the prompt without a chat template; "
+            "openai_embeddings (veeksha prefill only) embeds it.",
+        )
     )
     tokenizer: Literal["builtin", "server"] = Field(
         "builtin",
@@ -203,6 +206,16 @@ class BenchConfig(NumbersModel):
         return self.simulator.max_model_len if self.api_base is None else None
 
 
+def refuse_embeddings(client_type: str, command: str) -> None:
+    """A command that measures generated tokens refuses an embeddings client."""
+    if client_type == "openai_embeddings":
+        raise ValueError(
+            f"client_type: openai_embeddings generates nothing, and veeksha {command} measures"
+            " what is generated; use veeksha prefill (an embedding's time by input length) or"
+            " a scenario with that client"
+        )
+
+
 class MicrobenchConfig(BenchConfig):
     """Keys of the microbenchmarks that measure several prompt lengths (prefill, decode)."""
 
@@ -303,6 +316,7 @@ class DecodeConfig(MicrobenchConfig):
 
     @model_validator(mode="after")
     def _check_batches(self) -> DecodeConfig:
+        refuse_embeddings(self.client_type, "decode")
         if not self.batch_sizes:
             raise ValueError("batch_sizes: give at least one batch size")
         if any(b < 1 for b in self.batch_sizes):

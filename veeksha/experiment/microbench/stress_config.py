@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from veeksha.experiment.microbench.config import BenchConfig
+from veeksha.experiment.microbench.config import BenchConfig, refuse_embeddings
 
 __all__ = ["StressConfig"]
 
@@ -84,6 +84,7 @@ class StressConfig(BenchConfig):
 
     @model_validator(mode="after")
     def _check_levels(self) -> StressConfig:
+        refuse_embeddings(self.client_type, "stress")
         if self.concurrencies is not None and self.rates is not None:
             raise ValueError("rates: give concurrencies or rates, not both")
         given: Literal["concurrency", "rate"] = "rate" if self.rates is not None else "concurrency"
