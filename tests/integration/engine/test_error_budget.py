@@ -73,7 +73,7 @@ def test_failures_under_the_limits_do_not_stop_the_run(tmp_path: Path) -> None:
     assert 0 < (rows.status == "error").sum() < 100
     # (the same run's time slices: every request in one, the CSV as summary.json)
     slices = summary["timeslices"]["slices"]
-    assert 3 <= len(slices) <= 6  # (2 s of arrivals)
+    assert 3 <= len(slices) <= 10  # (2 s of arrivals, and what a loaded machine adds)
     assert sum(s["ok"] for s in slices) == (rows.status == "ok").sum()
     assert sum(s["failed"] for s in slices) == (rows.status == "error").sum()
     assert slices[0]["start"] == summary["throughput"]["window_start"]
