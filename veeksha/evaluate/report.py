@@ -442,14 +442,31 @@ def _ramp_table(ramp: dict[str, Any]) -> Table:
         f"ramp {_num(ramp.get('start_rate'))} → {_num(ramp.get('end_rate'))}/s,"
         f" {ramp.get('shape')} (from: s; rates /s; latency ms)"
     )
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    return _windows_table(title, RAMP_COLUMNS, ramp.get("windows", []))
+
+
+def _windows_table(
+    title: str,
+    columns: tuple[tuple[str, str, float], ...],
+    windows: list[dict[str, Any]],
+    caption: str | None = None,
+) -> Table:
+    """A row per window of time (``start``, s), a cell per ``columns`` (label, key, scale)."""
+    table = Table(
+        title=title,
+        title_justify="left",
+        caption=caption,
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
     table.add_column("from", justify="right", no_wrap=True)
-    for label, _, _ in RAMP_COLUMNS:
+    for label, _, _ in columns:
         table.add_column(label, justify="right", no_wrap=True)
-    for window in ramp.get("windows", []):
+    for window in windows:
         cells = [
             _num(None if window.get(key) is None else window[key] * scale)
-            for _, key, scale in RAMP_COLUMNS
+            for _, key, scale in columns
         ]
         table.add_row(f"{window['start']:.1f}", *cells)
     return table
@@ -481,24 +498,7 @@ def _timeslice_table(section: dict[str, Any]) -> Table:
         picks = sorted({round(i * last / (TIMESLICE_ROWS - 1)) for i in range(TIMESLICE_ROWS)})
         shown = [slices[i] for i in picks]
         caption = f"{len(shown)} of {len(slices)} shown; all in metrics/timeslices.csv"
-    table = Table(
-        title=title,
-        title_justify="left",
-        caption=caption,
-        caption_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-    )
-    table.add_column("from", justify="right", no_wrap=True)
-    for label, _, _ in TIMESLICE_COLUMNS:
-        table.add_column(label, justify="right", no_wrap=True)
-    for entry in shown:
-        cells = [
-            _num(None if entry.get(key) is None else entry[key] * scale)
-            for _, key, scale in TIMESLICE_COLUMNS
-        ]
-        table.add_row(f"{entry['start']:.1f}", *cells)
-    return table
+    return _windows_table(title, TIMESLICE_COLUMNS, shown, caption)
 
 
 def stream_note(run: dict[str, Any]) -> str | None:

@@ -11,6 +11,7 @@ import pytest
 from tests.unit.scenario.helpers import load, only_issue
 from veeksha.dispatch.openai import RequestBuilder, ResponseAccumulator, ResponseError
 from veeksha.dispatch.settings import WorkerSettings
+from veeksha.dispatch.worker import _Route
 from veeksha.errors import ConfigurationError
 
 EMBED = "client: {type: openai_embeddings, model: e5, encoding_format: base64, dimensions: 256}"
@@ -22,17 +23,7 @@ def _settings(text: str = EMBED) -> WorkerSettings:
 
 
 def _builder(settings: WorkerSettings) -> RequestBuilder:
-    return RequestBuilder(
-        chat=settings.chat,
-        model=settings.model,
-        stream=settings.stream,
-        max_tokens_param=settings.max_tokens_param,
-        min_tokens_param=settings.min_tokens_param,
-        ignore_eos=settings.ignore_eos,
-        prompt_fallback=settings.prompt_fallback,
-        extra_params=settings.extra_params,
-        embeddings=settings.embeddings,
-    )
+    return _Route(settings).builder  # (the worker's own, from its settings)
 
 
 def test_the_body_is_the_prompt_as_input_and_nothing_of_a_generation() -> None:
