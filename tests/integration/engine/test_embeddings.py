@@ -30,7 +30,10 @@ WITH_CHAT = """
 seed: 8
 traffic_scheduler: {type: rate, interval_generator: {type: fixed, interval: 0.02}}
 session_generator:
-  session_graph: {type: linear, num_request_generator: {type: fixed, value: 2}}
+  session_graph:
+    type: linear
+    num_request_generator: {type: fixed, value: 2}
+    request_wait_generator: {type: fixed, interval: 0.01}
   channels: [{type: text, body_length_generator: {type: fixed, value: 40}}]
   output_spec: {text: {output_length_generator: {type: fixed, value: 6}}}
   client_selection: {type: round_robin}

@@ -20,7 +20,10 @@ SCENARIO = """
 seed: 2
 traffic_scheduler: {type: rate, interval_generator: {type: fixed, interval: 0.02}}
 session_generator:
-  session_graph: {type: linear, num_request_generator: {type: fixed, value: 2}}
+  session_graph:
+    type: linear
+    num_request_generator: {type: fixed, value: 2}
+    request_wait_generator: {type: fixed, interval: 0.01}
   output_spec: {text: {output_length_generator: {type: fixed, value: 4}}}
 runtime: {max_sessions: 20, benchmark_timeout: 60, num_workers: 1}
 server_profile: {enabled: true, START}
