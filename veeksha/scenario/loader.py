@@ -728,28 +728,16 @@ def _drop_unopened_thinking(data: dict[str, Any]) -> None:
             client.pop("thinking_opened")
 
 
-def _drop_default_image_patch(simulator: Any) -> None:
-    """The simulator's ``image_patch_px`` out of a hashed dict where it is the default (or,
-    a served model's, unset), so that a scenario hashes as it did before the key existed."""
+def _drop_default_simulator_key(simulator: Any, key: str, default: Any) -> None:
+    """The simulator's ``key`` out of a hashed dict where it is ``default`` (or, a served
+    model's, unset), so that a scenario hashes as it did before the key existed."""
     if not isinstance(simulator, dict):
         return
     for model in (simulator.get("models") or {}).values():
-        if isinstance(model, dict) and model.get("image_patch_px") is None:
-            model.pop("image_patch_px", None)
-    if simulator.get("image_patch_px") == 28:
-        simulator.pop("image_patch_px")
-
-
-def _drop_default_embedding_dims(simulator: Any) -> None:
-    """The simulator's ``embedding_dims`` out of a hashed dict where it is the default (or,
-    a served model's, unset), so that a scenario hashes as it did before the key existed."""
-    if not isinstance(simulator, dict):
-        return
-    for model in (simulator.get("models") or {}).values():
-        if isinstance(model, dict) and model.get("embedding_dims") is None:
-            model.pop("embedding_dims", None)
-    if simulator.get("embedding_dims") == 64:
-        simulator.pop("embedding_dims")
+        if isinstance(model, dict) and model.get(key) is None:
+            model.pop(key, None)
+    if simulator.get(key) == default:
+        simulator.pop(key)
 
 
 def _drop_no_abandonment(data: dict[str, Any]) -> None:
@@ -794,8 +782,8 @@ def scenario_hash(scenario: Scenario) -> str:
     if not data.get("phases"):  # (a run without phases keeps the hash it always had)
         data.pop("phases", None)
     _drop_no_reasoning(data.get("simulator"))  # (likewise a simulator that does not think)
-    _drop_default_image_patch(data.get("simulator"))
-    _drop_default_embedding_dims(data.get("simulator"))
+    _drop_default_simulator_key(data.get("simulator"), "image_patch_px", 28)
+    _drop_default_simulator_key(data.get("simulator"), "embedding_dims", 64)
     _drop_unopened_thinking(data)
     _drop_no_abandonment(data)
     _drop_no_error_budget(data)

@@ -68,7 +68,11 @@ class Server:
             writer.close()
 
 
-async def _send(path: str, items: list[WorkItem]) -> tuple[list[Result], Server]:
+async def _send(
+    path: str, items: list[WorkItem], one_by_one: bool = False
+) -> tuple[list[Result], Server]:
+    """``items`` sent by a worker on ``path``: at once, or (http1) ``one_by_one``, each after
+    the one before it ended and 50 ms more; their Results, in id order, and the server."""
     server = Server()
     listener = await asyncio.start_server(server.handle, "127.0.0.1", 0)
     port = listener.sockets[0].getsockname()[1]
@@ -92,7 +96,11 @@ async def _send(path: str, items: list[WorkItem]) -> tuple[list[Result], Server]
     if path == "http1":
         route.bind(Http1Pool(settings.endpoint, {}))
         for item in items:
+            emitted.clear()
             worker._start_http1(route, item, time.monotonic_ns())
+            if one_by_one:
+                await emitted.wait()
+                await asyncio.sleep(0.05)  # (a connection closed for it is replaced meanwhile)
         while len(results) < len(items):
             emitted.clear()
             await emitted.wait()
@@ -152,38 +160,9 @@ def test_a_delay_of_zero_writes_the_whole_request_then_goes(path: str) -> None:
 
 
 def test_the_connection_it_closed_is_replaced_for_the_next_request() -> None:
-    async def scenario() -> tuple[list[Result], Server]:
-        server = Server()
-        listener = await asyncio.start_server(server.handle, "127.0.0.1", 0)
-        port = listener.sockets[0].getsockname()[1]
-        settings = WorkerSettings(
-            endpoint=f"http://127.0.0.1:{port}/v1/chat/completions", stream=True
-        )
-        sockets = socket.socketpair()
-        worker = Worker(0, settings, sockets[0])
-        results: list[Result] = []
-        emitted = asyncio.Event()
-
-        def emit(result: Result) -> None:
-            results.append(result)
-            emitted.set()
-
-        worker._emit = emit  # type: ignore[method-assign]
-        worker._loop = asyncio.get_running_loop()
-        route: _Route = worker._routes[0]
-        route.bind(Http1Pool(settings.endpoint, {}))
-        for item in (_item(0, 0.05), _item(1, None)):
-            emitted.clear()
-            worker._start_http1(route, item, time.monotonic_ns())
-            await emitted.wait()
-            await asyncio.sleep(0.05)  # (the replacement is opened meanwhile)
-        await route.close()
-        listener.close()
-        for s in sockets:
-            s.close()
-        return results, server
-
-    (abandoned, after), server = asyncio.run(asyncio.wait_for(scenario(), 30))
+    items = [_item(0, 0.05), _item(1, None)]
+    sent = _send("http1", items, one_by_one=True)
+    (abandoned, after), server = asyncio.run(asyncio.wait_for(sent, 30))
     assert abandoned.status == "abandoned"
     assert abandoned.connect_ns > 0  # (no connection was idle: it opened one)
     assert after.status == "ok"

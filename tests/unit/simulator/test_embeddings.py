@@ -10,7 +10,6 @@ import http.client
 import json
 import socket
 import time
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import aiohttp
@@ -18,6 +17,7 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.integration.conftest import StartSimulator
 from tests.integration.simulator.helpers import MODEL, chat, request, words
 from veeksha.generate.tokenizer import BuiltinTokenizer
 from veeksha.scenario.loader import load_scenario_text, scenario_hash
@@ -29,30 +29,6 @@ from veeksha.simulator.settings import SimSettings
 from veeksha.simulator.subword import subword_tokenizer
 
 MS = 1_000_000
-Start = Callable[..., SimulatorProcess]
-
-
-@pytest.fixture
-def start() -> Iterator[Start]:
-    """``start(**settings)`` → a started simulator (stopped after the test)."""
-    started: list[SimulatorProcess] = []
-
-    def start(**settings: Any) -> SimulatorProcess:
-        sim = SimulatorProcess(SimulatorConfig(**settings), fork=True)
-        started.append(sim)
-        sim.start(timeout=30)
-        return sim
-
-    yield start
-    for sim in started:
-        sim.stop()
-
-
-@pytest.fixture(scope="module")
-def fast() -> Iterator[SimulatorProcess]:
-    """One fast-preset simulator for the tests that read no counters."""
-    with SimulatorProcess(SimulatorConfig(), fork=True) as sim:
-        yield sim
 
 
 def embed(sim: SimulatorProcess, body: dict[str, Any]) -> dict[str, Any]:
@@ -159,11 +135,11 @@ def test_a_vector_is_a_unit_float32_vector_fixed_by_its_tokens_and_model() -> No
 
 
 def test_a_string_a_list_of_strings_and_token_ids_are_counted_as_the_tokenizer_counts(
-    fast: SimulatorProcess,
+    fast_simulator: SimulatorProcess,
 ) -> None:
     tok = BuiltinTokenizer()
     text = words(37, "embed-text")
-    answer = embed(fast, {"model": MODEL, "input": text})
+    answer = embed(fast_simulator, {"model": MODEL, "input": text})
     assert set(answer) == {"id", "object", "created", "model", "data", "usage", "timings"}
     assert (answer["object"], answer["model"]) == ("list", MODEL)
     assert answer["id"].startswith("embd-")
@@ -172,24 +148,26 @@ def test_a_string_a_list_of_strings_and_token_ids_are_counted_as_the_tokenizer_c
     assert vector.tobytes() == embedding_vector(tok.encode(text), 64, MODEL)
 
     texts = [words(n, f"embed-{n}") for n in (3, 11, 1)]
-    answer = embed(fast, {"input": texts, "user": "u", "truncate_prompt_tokens": 5})
+    answer = embed(fast_simulator, {"input": texts, "user": "u", "truncate_prompt_tokens": 5})
     assert answer["usage"]["prompt_tokens"] == sum(tok.count(t) for t in texts) == 15
     assert [v.tobytes() for v in vectors(answer)] == [
         embedding_vector(tok.encode(t), 64, MODEL) for t in texts
     ]
 
     ids = tok.encode(texts[1])
-    answer = embed(fast, {"input": ids})
+    answer = embed(fast_simulator, {"input": ids})
     assert answer["usage"]["prompt_tokens"] == 11
     assert vectors(answer)[0].tobytes() == embedding_vector(tok.encode(texts[1]), 64, MODEL)
-    answer = embed(fast, {"input": [ids, [7, 8, 9]]})
+    answer = embed(fast_simulator, {"input": [ids, [7, 8, 9]]})
     assert answer["usage"] == {"prompt_tokens": 14, "total_tokens": 14}
     assert len(answer["data"]) == 2
 
 
 @pytest.mark.parametrize("tokenizer", ["subword", "bytes"])
-def test_the_usage_is_the_simulators_tokenizer_count(start: Start, tokenizer: str) -> None:
-    sim = start(tokenizer=tokenizer)
+def test_the_usage_is_the_simulators_tokenizer_count(
+    start_simulator: StartSimulator, tokenizer: str
+) -> None:
+    sim = start_simulator(tokenizer=tokenizer)
     text = words(20, "embed-subword")
     counted = request(f"{sim.root_url}/tokenize", {"prompt": text}).json()["count"]
     if tokenizer == "subword":
@@ -204,25 +182,29 @@ def test_the_usage_is_the_simulators_tokenizer_count(start: Start, tokenizer: st
     assert completion["usage"]["prompt_tokens"] == counted
 
 
-def test_vectors_are_deterministic_unit_and_sized_by_dimensions(fast: SimulatorProcess) -> None:
-    first = vectors(embed(fast, {"input": ["ba be bi", "bo bu"]}))
-    again = vectors(embed(fast, {"input": ["ba be bi", "bo bu"]}))
+def test_vectors_are_deterministic_unit_and_sized_by_dimensions(
+    fast_simulator: SimulatorProcess,
+) -> None:
+    first = vectors(embed(fast_simulator, {"input": ["ba be bi", "bo bu"]}))
+    again = vectors(embed(fast_simulator, {"input": ["ba be bi", "bo bu"]}))
     assert [v.tobytes() for v in first] == [v.tobytes() for v in again]
     assert first[0].tobytes() != first[1].tobytes()
     for vector in first:
         assert vector.shape == (64,)
         assert abs(float(np.linalg.norm(vector.astype(np.float64))) - 1) < 1e-5
-    [small] = vectors(embed(fast, {"input": "ba be bi", "dimensions": 5}))
+    [small] = vectors(embed(fast_simulator, {"input": "ba be bi", "dimensions": 5}))
     assert small.shape == (5,)
     assert abs(float(np.linalg.norm(small.astype(np.float64))) - 1) < 1e-5
-    [whole] = vectors(embed(fast, {"input": "ba be bi", "dimensions": 64}))
+    [whole] = vectors(embed(fast_simulator, {"input": "ba be bi", "dimensions": 64}))
     assert whole.tobytes() == first[0].tobytes()
 
 
-def test_base64_is_the_float_vectors_little_endian_float32_bytes(fast: SimulatorProcess) -> None:
+def test_base64_is_the_float_vectors_little_endian_float32_bytes(
+    fast_simulator: SimulatorProcess,
+) -> None:
     body: dict[str, Any] = {"input": ["da de di", "do du"], "dimensions": 12}
-    floats = embed(fast, {**body, "encoding_format": "float"})
-    packed = embed(fast, {**body, "encoding_format": "base64"})
+    floats = embed(fast_simulator, {**body, "encoding_format": "float"})
+    packed = embed(fast_simulator, {**body, "encoding_format": "base64"})
     assert all(isinstance(item["embedding"], str) for item in packed["data"])
     assert all(isinstance(item["embedding"], list) for item in floats["data"])
     assert [v.tobytes() for v in vectors(packed)] == [v.tobytes() for v in vectors(floats)]
@@ -256,9 +238,17 @@ def test_base64_is_the_float_vectors_little_endian_float32_bytes(fast: Simulator
     ],
 )
 def test_a_bad_request_is_an_openai_400(
-    start: Start, fast: SimulatorProcess, body: dict[str, Any], param: str, says: str
+    start_simulator: StartSimulator,
+    fast_simulator: SimulatorProcess,
+    body: dict[str, Any],
+    param: str,
+    says: str,
 ) -> None:
-    sim = start(max_model_len=100) if "context length" in says or "101" in says else fast
+    sim = (
+        start_simulator(max_model_len=100)
+        if "context length" in says or "101" in says
+        else fast_simulator
+    )
     reply = request(f"{sim.base_url}/embeddings", body)
     assert reply.status == 400, reply.body
     error = reply.json()["error"]
@@ -269,17 +259,19 @@ def test_a_bad_request_is_an_openai_400(
         assert error["code"] == "context_length_exceeded"
 
 
-def test_a_broken_body_or_an_unknown_model_is_refused(fast: SimulatorProcess) -> None:
-    assert request(f"{fast.base_url}/embeddings", b"{not json").status == 400
-    assert request(f"{fast.base_url}/embeddings", b"[1, 2]").status == 400
-    reply = request(f"{fast.base_url}/embeddings", {"input": "ba", "model": "nobody"})
+def test_a_broken_body_or_an_unknown_model_is_refused(fast_simulator: SimulatorProcess) -> None:
+    assert request(f"{fast_simulator.base_url}/embeddings", b"{not json").status == 400
+    assert request(f"{fast_simulator.base_url}/embeddings", b"[1, 2]").status == 400
+    reply = request(f"{fast_simulator.base_url}/embeddings", {"input": "ba", "model": "nobody"})
     assert reply.status == 404
     assert reply.json()["error"]["code"] == "model_not_found"
-    assert request(f"{fast.base_url}/embeddings", method="GET").status == 405
+    assert request(f"{fast_simulator.base_url}/embeddings", method="GET").status == 405
 
 
-def test_metrics_count_embedding_requests_their_tokens_and_answers(start: Start) -> None:
-    sim = start()
+def test_metrics_count_embedding_requests_their_tokens_and_answers(
+    start_simulator: StartSimulator,
+) -> None:
+    sim = start_simulator()
     embed(sim, {"input": "ba be bi"})
     embed(sim, {"input": ["ba be", "bi bo bu da"], "encoding_format": "base64"})
     embed(sim, {"input": [[1, 2, 3, 4, 5]]})
@@ -300,8 +292,10 @@ def test_metrics_count_embedding_requests_their_tokens_and_answers(start: Start)
     assert vllm(found, "vllm:num_requests_running") == 0
 
 
-def test_the_profiler_and_count_header_count_embedding_requests(start: Start) -> None:
-    sim = start(count_header="X-Session-Id")
+def test_the_profiler_and_count_header_count_embedding_requests(
+    start_simulator: StartSimulator,
+) -> None:
+    sim = start_simulator(count_header="X-Session-Id")
     assert request(f"{sim.root_url}/start_profile").status == 200
     conn = http.client.HTTPConnection("127.0.0.1", int(sim.root_url.rsplit(":", 1)[1]), timeout=5)
     try:
@@ -320,8 +314,10 @@ def test_the_profiler_and_count_header_count_embedding_requests(start: Start) ->
     assert own(found, "veeksha_sim_header_requests_total", **counted, value="s2") == 1
 
 
-def test_an_embedding_costs_its_prefill_and_queues_for_a_slot(start: Start) -> None:
-    sim = start(
+def test_an_embedding_costs_its_prefill_and_queues_for_a_slot(
+    start_simulator: StartSimulator,
+) -> None:
+    sim = start_simulator(
         timing="engine",
         prefill_tokens_per_s=10_000,
         decode_step_ms=0,
@@ -361,16 +357,16 @@ def test_an_embedding_costs_its_prefill_and_queues_for_a_slot(start: Start) -> N
     assert embedding["timings"]["prefill_s"] >= 0.099
 
 
-def test_fixed_timing_answers_ttft_ms_after_the_slot(start: Start) -> None:
-    sim = start(ttft_ms=100, itl_ms=50)
+def test_fixed_timing_answers_ttft_ms_after_the_slot(start_simulator: StartSimulator) -> None:
+    sim = start_simulator(ttft_ms=100, itl_ms=50)
     began = time.monotonic()
     timings = embed(sim, {"input": ["ba be", "bi"]})["timings"]
     assert time.monotonic() - began >= 0.095
     assert timings["prefill_s"] >= 0.099  # (when its first token would be: not 50 ms sooner)
 
 
-def test_the_model_field_chooses_the_served_model(start: Start) -> None:
-    sim = start(embedding_dims=16, models={"small": {"embedding_dims": 4}, "same": {}})
+def test_the_model_field_chooses_the_served_model(start_simulator: StartSimulator) -> None:
+    sim = start_simulator(embedding_dims=16, models={"small": {"embedding_dims": 4}, "same": {}})
     default = embed(sim, {"input": "ba be"})
     assert (default["model"], len(default["data"][0]["embedding"])) == (MODEL, 16)
     assert embed(sim, {"input": "ba be", "model": None})["data"] == default["data"]
@@ -392,8 +388,10 @@ def test_the_model_field_chooses_the_served_model(start: Start) -> None:
 
 
 @pytest.mark.parametrize(("kind", "status"), [("http_503", 503), ("http_429", 429)])
-def test_an_http_error_fault_answers_an_embedding(start: Start, kind: str, status: int) -> None:
-    sim = start(faults={f"{kind}_rate": 1.0, "retry_after_s": 3})
+def test_an_http_error_fault_answers_an_embedding(
+    start_simulator: StartSimulator, kind: str, status: int
+) -> None:
+    sim = start_simulator(faults={f"{kind}_rate": 1.0, "retry_after_s": 3})
     reply = request(f"{sim.base_url}/embeddings", {"input": "ba be"})
     assert reply.status == status
     assert reply.headers["retry-after"] == "3"
@@ -402,21 +400,25 @@ def test_an_http_error_fault_answers_an_embedding(start: Start, kind: str, statu
     assert vllm(found, "vllm:prompt_tokens_total") == 0
 
 
-def test_slow_headers_delay_an_embedding_and_stream_faults_pass_it_by(start: Start) -> None:
-    sim = start(faults={"slow_headers_rate": 1.0, "slow_headers_s": 0.3})
+def test_slow_headers_delay_an_embedding_and_stream_faults_pass_it_by(
+    start_simulator: StartSimulator,
+) -> None:
+    sim = start_simulator(faults={"slow_headers_rate": 1.0, "slow_headers_s": 0.3})
     began = time.monotonic()
     answer = embed(sim, {"input": "ba be"})
     assert time.monotonic() - began >= 0.29
     assert answer["timings"]["fault"] == "slow_headers"
     kinds = ("disconnect", "stall", "malformed_sse", "never_ending")
-    other = start(faults={f"{kind}_rate": 0.25 for kind in kinds} | {"stall_s": 5})
+    other = start_simulator(faults={f"{kind}_rate": 0.25 for kind in kinds} | {"stall_s": 5})
     for _ in range(8):
         assert embed(other, {"input": "ba be"})["timings"]["fault"] is None
     assert not [key for key in samples(other) if key[0] == "veeksha_sim_faults_total"]
 
 
-def test_a_client_that_leaves_is_an_abort_and_frees_the_slot(start: Start) -> None:
-    sim = start(timing="engine", prefill_tokens_per_s=1000, max_num_seqs=1)
+def test_a_client_that_leaves_is_an_abort_and_frees_the_slot(
+    start_simulator: StartSimulator,
+) -> None:
+    sim = start_simulator(timing="engine", prefill_tokens_per_s=1000, max_num_seqs=1)
     port = int(sim.root_url.rsplit(":", 1)[1])
     body = json.dumps({"input": [list(range(2000)), list(range(2000))]}).encode()
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
