@@ -1,5 +1,6 @@
 """``ServerWatch``: what veeksha watches of the server while a run goes: its Prometheus metrics
-(``MetricsScraper``) and, for a managed server on this host, its GPUs (``GpuSampler``), both into
+(``MetricsScraper``) and its GPUs (the dcgm-exporters of ``server_metrics.gpu_urls``, else for a
+managed server on this host ``GpuSampler``'s nvidia-smi), all into
 server_metrics.parquet, in a process of their own (``veeksha.server.watch_process``): parsing a
 vLLM answer costs ~40 ms of CPU, which the main process' event loop never pays. The run starts
 it before t0 and stops it when the traffic ends; then this process, which has Arrow loaded, merges
@@ -122,6 +123,7 @@ class ServerWatch:
         self._headers: dict[str, str] | None = None
         self._interval_s = interval_s
         self._gpu: str | None = None
+        self._gpu_urls: list[str] = []
         self._status: dict[str, Any] | None = None
         self._run: tuple[Path, dict[str, str]] | None = None  # (begun: the run's folder, metadata)
         self._ready = threading.Event()
@@ -146,13 +148,20 @@ class ServerWatch:
         return cls(scenario.server_metrics.interval, log, process)
 
     def aim(self, scenario: Scenario, target: Target) -> None:
-        """Scrape ``target`` (``server_metrics.url``, else its server root's /metrics); sample
-        its GPUs when it is a managed server on this host."""
+        """Scrape ``target`` (``server_metrics.url``, else its server root's /metrics) and the
+        GPU exporters of ``server_metrics.gpu_urls``; without those, sample its GPUs with
+        nvidia-smi when it is a managed server on this host."""
         config = scenario.server_metrics
         self._url = config.url or metrics_url(target.api_base)
         self._api_key = target.api_key
         self._headers = target.headers or None
-        if config.gpu:
+        self._gpu_urls = list(config.gpu_urls)
+        if self._gpu_urls:
+            self._log.info(
+                f"GPU metrics: scraping {len(self._gpu_urls)} exporter(s) of "
+                "server_metrics.gpu_urls (nvidia-smi is not run)"
+            )
+        elif config.gpu:
             program = GpuSampler.find()
             if target.kind != "managed":
                 self._log.info(
@@ -181,6 +190,7 @@ class ServerWatch:
             metadata,
             self._gpu,
             self._headers,
+            self._gpu_urls or None,
         )
         self._run = (run_dir, dict(metadata))
         assert self._process.stdin is not None

@@ -70,7 +70,14 @@ _BETTER: dict[str, int] = {
     "output tokens/s": 1,
     "total tokens/s": 1,
     "goodput requests/s": 1,
+    "energy / output token": -1,
 }
+#: (label, key path, scale, unit) of the GPUs' rows, when a run has summary.json's ``gpus``
+_GPU_ROWS: tuple[tuple[str, tuple[str, ...], float, str], ...] = (
+    ("energy / output token", ("gpus", "joules_per_output_token"), 1, "J"),
+    ("GPU power (mean)", ("gpus", "power_mean_w"), 1, "W"),
+    ("GPU utilisation", ("gpus", "utilization_mean"), 1, "%"),
+)
 #: (label, key path in a phase's section, scale, unit) of the per-phase comparison.
 _PHASE_ROWS: tuple[tuple[str, tuple[str, ...], float, str], ...] = (
     ("requests/s", ("throughput", "requests_per_s"), 1, "/s"),
@@ -124,6 +131,13 @@ def _requests(summary: Mapping[str, Any], status: str) -> int:
 
 def _cell(value: float | None, unit: str) -> str:
     return f"{_num(value)} {unit}".rstrip() if value is not None else "-"
+
+
+def _compared(label: str, values: Sequence[float | None], unit: str) -> list[str]:
+    """A row's cells: the first run's value, then each other's with its change from it."""
+    cells = [_cell(values[0], unit)]
+    cells += [_cell(v, unit) + _change(values[0], v, _direction(label)) for v in values[1:]]
+    return cells
 
 
 def ended(summary: Mapping[str, Any]) -> str:
@@ -283,6 +297,10 @@ def _headline(runs: Sequence[ComparedRun], headers: Sequence[str]) -> Table:
         for status in ("cancelled", "abandoned"):
             if label == "requests total" and any(_requests(s, status) for s in summaries):
                 table.add_row(status, *[_num(_requests(s, status)) for s in summaries])
+    if any(s.get("gpus") for s in summaries):  # (the GPUs were sampled: energy per token)
+        for label, path, scale, unit in _GPU_ROWS:
+            values = [headline_value(s, path, scale) for s in summaries]
+            table.add_row(label, *_compared(label, values, unit))
     verdicts = [(s.get("health") or {}).get("verdict", "-") for s in summaries]
     table.add_row("health", *[f"[{_STYLE.get(v, '')}]{v}[/]" for v in verdicts])
     table.add_row("SLOs", *[_met(s) for s in summaries])
@@ -305,9 +323,7 @@ def _phase_table(runs: Sequence[ComparedRun], headers: Sequence[str]) -> Table:
         sections = [sections.get(name) for sections in phases]
         for label, path, scale, unit in _PHASE_ROWS:
             values = [None if s is None else headline_value(s, path, scale) for s in sections]
-            cells = [_cell(values[0], unit)]
-            cells += [_cell(v, unit) + _change(values[0], v, _direction(label)) for v in values[1:]]
-            table.add_row(f"  {label}", *cells)
+            table.add_row(f"  {label}", *_compared(label, values, unit))
         table.add_row("  SLOs", *["-" if s is None else _met(s) for s in sections])
     return table
 

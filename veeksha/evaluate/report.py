@@ -232,8 +232,9 @@ _SERVER_ROWS = (
 )
 
 
-def _server_table(server: dict[str, Any]) -> Table:
-    """The server's own view (summary.json's ``server``): its queue, KV cache, prefix cache."""
+def _server_table(server: dict[str, Any], gpus: bool = False) -> Table:
+    """The server's own view (summary.json's ``server``): its queue, KV cache, prefix cache;
+    its GPUs' peaks unless ``gpus`` (summary.json has a ``gpus`` section: a table of its own)."""
     title = f"server's view ({counted(server.get('scrapes', 0), 'scrape')})"  # (as its table)
     table = Table(title=title, title_justify="left", show_header=False)
     table.add_column("metric")
@@ -248,9 +249,64 @@ def _server_table(server: dict[str, Any]) -> Table:
             text += f" / {_num(server[mean_key])}"
         table.add_row(label, text)
     for key, value in server.items():
+        if gpus:  # (the GPUs have a table of their own)
+            break
         if key.endswith("_peak") and "_gpu" in key and value is not None:
             table.add_row(f"{key.removesuffix('_peak').replace('_', ' ')} (peak)", _num(value))
     return table
+
+
+_GPU_ROWS = (
+    ("utilisation (mean)", "utilization_mean", "%"),
+    ("power (mean, together)", "power_mean_w", " W"),
+    ("energy per output token", "joules_per_output_token", " J"),
+    ("output tokens per joule", "output_tokens_per_joule", ""),
+    ("energy per request", "joules_per_request", " J"),
+    ("output tokens/s per GPU", "output_tokens_per_s_per_gpu", "/s"),
+)
+_GPU_LINES = 8  # GPUs shown one a row; more: the totals only (summary.json has each)
+
+
+def _gpu_table(gpus: dict[str, Any]) -> Table:
+    """The GPUs during the window (summary.json's ``gpus``): use, power, energy per token."""
+    title = f"GPUs ({gpus.get('count')}, {gpus.get('source')})"
+    table = Table(title=title, title_justify="left", show_header=False)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    energy = gpus.get("energy_j")
+    if energy is not None:
+        table.add_row("energy", f"{_num(energy)} J in {_num(gpus.get('covered_s'))} s")
+    for label, key, unit in _GPU_ROWS:
+        if gpus.get(key) is not None:
+            table.add_row(label, f"{_num(gpus[key])}{unit}")
+    per_gpu = gpus.get("per_gpu") or []
+    if 1 < len(per_gpu) <= _GPU_LINES:
+        for gpu in per_gpu:
+            parts = [
+                f"{_num(gpu[key])}{unit}"
+                for key, unit in (
+                    ("utilization_mean", "%"),
+                    ("power_mean_w", " W"),
+                    ("energy_j", " J"),
+                )
+                if gpu.get(key) is not None
+            ]
+            table.add_row(f"GPU {gpu.get('gpu')}", " · ".join(parts) or "-")
+    return table
+
+
+def _exporter_notes(scraper: dict[str, Any]) -> list[str]:
+    """What the console says of the GPU exporters (``server_metrics.gpu_urls``) whose scrapes
+    failed: how many, and the first failure."""
+    notes = []
+    for exporter in scraper.get("gpu_exporters") or []:
+        failed, tries = exporter.get("failed"), exporter.get("scrapes")
+        if failed:
+            notes.append(
+                f"GPU metrics: {failed} of {counted(tries, 'scrape')} of {exporter.get('url')} "
+                f"failed, the first: {exporter.get('error') or 'no reason given'}"
+            )
+    return notes
 
 
 def _clients_note(clients: list[str]) -> str:
@@ -553,13 +609,17 @@ def render_summary(
     if note is not None:
         console.print(f"[yellow]{escape(note)}[/]")
     if server.get("scrapes"):
-        table = _server_table(server)
+        table = _server_table(server, gpus=bool(summary.get("gpus")))
         if table.row_count:
             if server.get("clients") is not None:  # (the clients are on several servers)
                 console.print(escape(_clients_note(server["clients"])))
             console.print(table)
         else:  # (a server whose page holds none of the names veeksha reads: no empty table)
             console.print(f"[yellow]{escape(_unknown_note(server))}[/]")
+    for note in _exporter_notes(run.get("server_metrics") or {}):
+        console.print(f"[yellow]{escape(note)}[/]")
+    if summary.get("gpus"):
+        console.print(_gpu_table(summary["gpus"]))
     console.print(_health_table(health or _checks_from_summary(summary)))
     slos = summary.get("slos", {}).get("results", [])
     if slos:

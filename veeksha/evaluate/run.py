@@ -49,6 +49,7 @@ import pyarrow as pa
 
 from veeksha.evaluate.checks import run_health_checks
 from veeksha.evaluate.exit_codes import ExitCode, run_exit_code
+from veeksha.evaluate.gpus import gpu_section
 from veeksha.evaluate.groups import group_sections
 from veeksha.evaluate.health import (
     FAIL,
@@ -213,6 +214,9 @@ def compute_evaluation(
     summary |= group_sections(scenario, requests, info.get("target"))
     if server is not None:
         summary["server"] = jsonable(server.section())
+        gpus = gpu_section(server, summary["throughput"])  # (energy per output token)
+        if gpus is not None:
+            summary["gpus"] = jsonable(gpus)
         clients = scraped_clients(scenario, info)  # (several clients on several servers)
         if clients is not None:
             summary["server"]["clients"] = list(clients)

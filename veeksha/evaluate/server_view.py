@@ -54,6 +54,9 @@ __all__ = ["ServerView", "increase", "load_server_view", "scraped_clients"]
 
 #: canonical names that are gauges (besides the RATIOS): read as they are, never as increases
 _GAUGES = frozenset({"running", "waiting"})
+#: GPU series without a peak in the ``server`` section: the energy counter (summary's ``gpus``)
+#: and the exporter's fields veeksha does not read (gpu:DCGM_FI_... rows, kept in the file)
+_NO_PEAK = ("energy_", "DCGM_")
 
 
 def increase(values: np.ndarray, start: float | None = None) -> float:
@@ -80,6 +83,9 @@ class ServerView:
     status: dict[str, str] = field(default_factory=dict)
     #: each counter's increase over the run, summed over its series (load_server_view)
     increases: dict[str, float] = field(default_factory=dict)
+    #: each GPU (its index; "K.I" for GPU I of the K-th of several exporters) → what the
+    #: exporter said of it: source, uuid, model
+    gpu_info: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def delta(self, name: str) -> float | None:
         """A counter's increase from the first scrape to the last, resets counted as such
@@ -115,7 +121,8 @@ class ServerView:
         out["preemptions"] = self.delta("preemptions")
         out["finished"] = self.delta("finished")
         for key, (_, values) in sorted(self.gpu.items()):
-            out[f"{key}_peak"] = float(values.max())
+            if not key.startswith(_NO_PEAK):  # (energy since boot, fields veeksha does not read)
+                out[f"{key}_peak"] = float(values.max())
         return out
 
 
@@ -207,8 +214,15 @@ def load_server_view(run_dir: Path) -> ServerView | None:
             total += increase(values, start=None if samples[0][0] == first else 0.0)
         view.increases[canonical] = total
     gpu_rows: dict[str, tuple[list[float], list[float]]] = {}
-    for row in ak.filter_rows(table, gpu).to_pylist():
-        index = json.loads(row["labels"]).get("gpu", "0")
+    labelled = [(row, json.loads(row["labels"])) for row in ak.filter_rows(table, gpu).to_pylist()]
+    several = len({labels.get("source") for _, labels in labelled}) > 1
+    for row, labels in labelled:
+        index = str(labels.get("gpu", "0"))
+        if several:  # (GPUs of several exporters: the exporter's place in gpu_urls first)
+            index = f"{labels.get('source', '0')}.{index}"
+        view.gpu_info.setdefault(
+            index, {key: str(labels[key]) for key in ("source", "uuid", "model") if key in labels}
+        )
         key = f"{row['metric'].removeprefix('gpu:')}_gpu{index}"
         times_values = gpu_rows.setdefault(key, ([], []))
         times_values[0].append(row["t"])

@@ -63,9 +63,12 @@ def server_metrics_schema() -> pa.Schema:
 
 
 def status_metadata(status: dict[str, object]) -> dict[str, str]:
-    """The file's ``server_metrics_*`` keys of what the watch reported."""
+    """The file's ``server_metrics_*`` keys of what the watch reported (a list, the GPU
+    exporters' accounts, as JSON)."""
     return {
-        f"server_metrics_{key}": "" if value is None else str(value)
+        f"server_metrics_{key}": (
+            "" if value is None else json.dumps(value) if isinstance(value, list) else str(value)
+        )
         for key, value in status.items()
     }
 

@@ -775,6 +775,14 @@ def _drop_no_profile(data: dict[str, Any]) -> None:
     data.pop("server_profile", None)
 
 
+def _drop_no_gpu_urls(data: dict[str, Any]) -> None:
+    """``server_metrics.gpu_urls`` out of a hashed dict when empty (a scenario hashes as it did
+    before the key existed)."""
+    metrics = data.get("server_metrics")
+    if isinstance(metrics, dict) and not metrics.get("gpu_urls"):
+        metrics.pop("gpu_urls", None)
+
+
 def scenario_hash(scenario: Scenario) -> str:
     """A short, stable hex digest of the resolved scenario, without secrets or ``output_dir``
     (where results go does not change what is measured)."""
@@ -784,11 +792,15 @@ def scenario_hash(scenario: Scenario) -> str:
     _drop_no_reasoning(data.get("simulator"))  # (likewise a simulator that does not think)
     _drop_default_simulator_key(data.get("simulator"), "image_patch_px", 28)
     _drop_default_simulator_key(data.get("simulator"), "embedding_dims", 64)
+    _drop_default_simulator_key(data.get("simulator"), "gpus", 0)
+    _drop_default_simulator_key(data.get("simulator"), "gpu_idle_watts", 80.0)
+    _drop_default_simulator_key(data.get("simulator"), "gpu_busy_watts", 700.0)
     _drop_unopened_thinking(data)
     _drop_no_abandonment(data)
     _drop_no_error_budget(data)
     _drop_no_profile(data)
     _drop_no_timeslices(data)
+    _drop_no_gpu_urls(data)
     for path in _HASH_EXCLUDED:
         holder: Any = data
         for part in path[:-1]:

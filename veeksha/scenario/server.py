@@ -30,6 +30,7 @@ __all__ = [
     "SglangServer",
     "SimulatorServer",
     "VllmServer",
+    "exporter_url",
 ]
 
 
@@ -153,8 +154,47 @@ class ServerMetricsConfig(NumbersModel):
     gpu: bool = Field(
         True,
         description="Sample GPU utilisation, memory and power with nvidia-smi (managed "
-        "servers on this host only).",
+        "servers on this host only, and only when gpu_urls is empty).",
     )
+    gpu_urls: list[str] = Field(
+        default_factory=empty_list,
+        description="NVIDIA dcgm-exporter addresses scraped beside the server for its GPUs' "
+        "utilisation, power, energy, memory and clocks (summary.json's gpus section: energy "
+        "per output token); host:port means http://host:port/metrics. No key or header is "
+        "sent to them.",
+    )
+
+    @field_validator("gpu_urls")
+    @classmethod
+    def _exporter_addresses(cls, value: list[str]) -> list[str]:
+        return [exporter_url(url) for url in value]
+
+
+def exporter_url(address: str) -> str:
+    """A metrics exporter's address as a URL: ``host:port`` → ``http://host:port/metrics``, a
+    URL without a path gets ``/metrics``; ``ValueError`` for what is not an http(s) address.
+
+    >>> exporter_url("node1:9400")
+    'http://node1:9400/metrics'
+    >>> exporter_url("https://gpu.example/dcgm")
+    'https://gpu.example/dcgm'
+    """
+    from urllib.parse import urlsplit
+
+    text = address.strip()
+    if "://" not in text:
+        text = f"http://{text}"
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname or " " in text:
+        raise ValueError(
+            f"{address!r} is not an exporter's address: give host:port (e.g. 127.0.0.1:9400) "
+            "or an http(s) URL"
+        )
+    try:
+        parts.port  # noqa: B018  (raises for a port that is not a number)
+    except ValueError as exc:
+        raise ValueError(f"{address!r}: {exc}") from None
+    return text if parts.path not in ("", "/") else f"{parts.scheme}://{parts.netloc}/metrics"
 
 
 class ServerProfileConfig(NumbersModel):

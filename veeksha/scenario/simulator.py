@@ -249,6 +249,24 @@ class SimulatorConfig(NumbersModel):
             " request's dimensions may ask for fewer."
         ),
     )
+    gpus: int = Field(
+        0,
+        ge=0,
+        description=(
+            "Simulated GPUs of each server process, answered at GET /dcgm/metrics as NVIDIA's"
+            " dcgm-exporter answers (utilisation, power, energy, memory, clocks), busy while any"
+            " request holds a running slot; every GPU reports the same load (tensor"
+            " parallelism). 0: none (/dcgm/metrics is a 404)."
+        ),
+    )
+    gpu_idle_watts: float = Field(
+        80.0, ge=0, description="Power of a simulated GPU while no request runs, W."
+    )
+    gpu_busy_watts: float = Field(
+        700.0,
+        gt=0,
+        description="Power of a simulated GPU while any request runs, W (at least gpu_idle_watts).",
+    )
     role_chunk: bool = Field(
         False,
         description=(
@@ -262,10 +280,10 @@ class SimulatorConfig(NumbersModel):
     faults: FaultConfig = Field(FaultConfig.model_validate({}), description="Fault injection.")
     required_headers: dict[str, str] = Field(
         default_factory=empty_dict,
-        description="Headers every request but GET /health must carry, name → value, as a "
-        "gateway checks its key: without one (or with another value) the answer is 401 with "
-        "an OpenAI-style error. A credential's value (a name holding auth, key, token...) is "
-        "written as ***.",
+        description="Headers every request but GET /health and /dcgm/metrics must carry, "
+        "name → value, as a gateway checks its key: without one (or with another value) the "
+        "answer is 401 with an OpenAI-style error. A credential's value (a name holding auth, "
+        "key, token...) is written as ***.",
     )
     count_header: str | None = Field(
         None,
@@ -277,6 +295,17 @@ class SimulatorConfig(NumbersModel):
         description="More models served by the same process, each with its own engine "
         "(its own slots, cache and timing): name → the keys that differ from this section.",
     )
+
+    @model_validator(mode="after")
+    def _busy_at_least_idle(self) -> Self:
+        if self.gpu_busy_watts < self.gpu_idle_watts:
+            raise KeyProblem(
+                f"must be at least gpu_idle_watts (got {self.gpu_busy_watts:g} < "
+                f"{self.gpu_idle_watts:g})",
+                "gpu_busy_watts",
+                "gpu_idle_watts",
+            )
+        return self
 
     @model_validator(mode="after")
     def _header_names(self) -> Self:

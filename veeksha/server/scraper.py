@@ -69,8 +69,15 @@ class MetricsScraper:
         writer: ServerMetricsWriter,
         warn: Callable[[str], None],
         headers: dict[str, str] | None = None,
+        transform: Callable[[list[Sample]], list[Sample]] | None = None,
+        what: str = "server metrics",
+        hint: str = "set server_metrics.url, or server_metrics.enabled: false",
     ) -> None:
         self.url = url
+        # (a GPU exporter's scrape: its fields renamed to gpu:* rows, veeksha.server.dcgm)
+        self._transform = transform
+        self._what = what  # how its warnings start, and what they suggest
+        self._hint = hint
         self._api_key = api_key
         self._headers = headers  # the client's own (client.headers), sent beside its key
         # (a parser error quotes the body: it may echo the key or a header's credential)
@@ -81,7 +88,7 @@ class MetricsScraper:
         self._writer = writer
         self._warn = warn
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="server-metrics", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=what, daemon=True)
         self.scrapes = 0
         self.failed = 0
         self.error: str | None = None
@@ -138,6 +145,10 @@ class MetricsScraper:
             if not answer.ok:
                 raise ValueError(f"HTTP {answer.status} {answer.reason}".strip())
             samples = parse_metrics(answer.body.decode("utf-8", errors="replace"), _yield_gil)
+            if samples and self._transform is not None:
+                samples = self._transform(samples)
+                if not samples:
+                    raise ValueError("the answer holds no GPU's fields (no sample labelled gpu)")
             if not samples:
                 raise ValueError("the answer holds no metrics")
         except TargetError as exc:  # (fetch's own words: "GET {url}: {what happened}")
@@ -152,14 +163,11 @@ class MetricsScraper:
                 self._writer.flush()
             except OSError as exc:  # (kept in memory; close tries once more)
                 self.write_error = str(exc)
-                self._warn(f"server metrics: cannot write a part of server_metrics.parquet: {exc}")
+                self._warn(f"{self._what}: cannot write a part of server_metrics.parquet: {exc}")
 
     def _failed(self, error: str) -> None:
         """Count a failed scrape; ``error`` names the request once and says why."""
         self.failed += 1
         if self.error is None:
             self.error = self._redact(error, limit=500)
-            self._warn(
-                f"server metrics: {self.error}; the run goes on without them (set "
-                "server_metrics.url, or server_metrics.enabled: false)"
-            )
+            self._warn(f"{self._what}: {self.error}; the run goes on without them ({self._hint})")

@@ -2,15 +2,18 @@
 
 Scraping a real server's ``/metrics`` (~1,000 lines from vLLM) costs ~40 ms of CPU a scrape in
 ``prometheus_client``'s parser, under the GIL the traffic's event loop needs: so the scraper
-(``MetricsScraper``), the GPU sampler (``GpuSampler``) and the server-metrics writer run in this
-small process, never in veeksha's main one (``benchmarks/server_metrics.py`` measures both).
+(``MetricsScraper``), the GPU sampler (``GpuSampler``), the scrapers of the GPU exporters
+(``server_metrics.gpu_urls``, a thread each, their answers turned into ``gpu:*`` rows by
+``veeksha.server.dcgm``) and the server-metrics writer run in this small process, never in
+veeksha's main one (``benchmarks/server_metrics.py`` measures both).
 
 The protocol, one JSON object a line:
 
 - veeksha starts it when the run begins (its imports overlap the run's set-up); it says
   ``{"ready": true}`` once its imports are done;
 - veeksha writes one line, the watch's settings (:class:`WatchSettings`: url, key, interval,
-  t0, folder, metadata, nvidia-smi), and keeps standard input open; scraping starts at t0;
+  t0, folder, metadata, nvidia-smi, GPU exporters), and keeps standard input open; scraping
+  starts at t0;
 - each warning comes back as ``{"warning": "..."}`` while the run goes (the first failed scrape);
 - standard input closes (veeksha's ``stop`` after the drain, or veeksha died: the kernel closes
   it) or SIGTERM (``PR_SET_PDEATHSIG`` when veeksha's thread that started it dies): one last
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import importlib.util
 import json
 import os
@@ -62,6 +66,7 @@ class WatchSettings:
     metadata: dict[str, str]
     nvidia_smi: str | None = None
     headers: dict[str, str] | None = None  # the client's own, sent with each scrape
+    gpu_urls: list[str] | None = None  # dcgm-exporters (server_metrics.gpu_urls): no key sent
 
 
 def die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
@@ -120,6 +125,7 @@ def watch(settings: WatchSettings, received: bytes = b"") -> tuple[dict[str, Any
     """Watch until standard input closes (or SIGTERM); what happened, and whether the parts
     are left for veeksha to merge (``received``: what standard input said after the settings)."""
     from veeksha.record.server_metrics import ServerMetricsWriter, status_metadata
+    from veeksha.server.dcgm import gpu_samples
     from veeksha.server.gpu import GpuSampler
     from veeksha.server.scraper import MetricsScraper
 
@@ -136,12 +142,28 @@ def watch(settings: WatchSettings, received: bytes = b"") -> tuple[dict[str, Any
         warn,
         settings.headers,
     )
+    exporters = [
+        MetricsScraper(
+            url,
+            None,
+            settings.interval_s,
+            settings.t0_ns,
+            writer,
+            warn,
+            transform=functools.partial(gpu_samples, source=source),
+            what="GPU metrics",
+            hint="check server_metrics.gpu_urls",
+        )
+        for source, url in enumerate(settings.gpu_urls or ())
+    ]
     gpu = None
     if settings.nvidia_smi is not None:
         gpu = GpuSampler(settings.nvidia_smi, settings.interval_s, settings.t0_ns, writer)
     handed_over = False
     try:
         scraper.start()
+        for exporter in exporters:
+            exporter.start()
         if gpu is not None:
             gpu.start()
         handed_over = _wait_for_eof(sys.stdin.fileno(), received)
@@ -149,6 +171,8 @@ def watch(settings: WatchSettings, received: bytes = b"") -> tuple[dict[str, Any
         pass
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # (finishing now: the file must be whole)
     status = scraper.stop()
+    if exporters:
+        status["gpu_exporters"] = [exporter.stop() for exporter in exporters]
     if gpu is not None:
         status["gpu_samples"] = gpu.stop()
     status["rows"] = writer.rows

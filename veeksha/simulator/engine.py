@@ -30,10 +30,14 @@ first token (TTFT 263 ms).
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import OrderedDict, deque
 from collections.abc import Sequence as SequenceOf
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from veeksha.simulator.gpus import BusyClock
 
 __all__ = [
     "BatchEngine",
@@ -172,13 +176,20 @@ class SeqState:
 
 
 class SlotQueue:
-    """``max_num_seqs`` running slots and a FIFO queue of waiting sequences."""
+    """``max_num_seqs`` running slots and a FIFO queue of waiting sequences.
 
-    __slots__ = ("cache", "max_num_seqs", "running", "waiting")
+    ``busy``: told when sequences take running slots and leave them (the simulated GPUs' busy
+    time, shared by every queue of a process: ``veeksha.simulator.gpus``); None: nobody is.
+    """
 
-    def __init__(self, max_num_seqs: int, cache: PrefixCache | None) -> None:
+    __slots__ = ("busy", "cache", "max_num_seqs", "running", "waiting")
+
+    def __init__(
+        self, max_num_seqs: int, cache: PrefixCache | None, busy: BusyClock | None = None
+    ) -> None:
         self.max_num_seqs = max_num_seqs
         self.cache = cache
+        self.busy = busy
         self.running: list[SeqState] = []
         self.waiting: deque[SeqState] = deque()
 
@@ -204,13 +215,18 @@ class SlotQueue:
                 seq.cached_tokens = self.cache.lookup(seq.prompt_hashes, seq.prompt_tokens, now_ns)
             self.running.append(seq)
             admitted.append(seq)
+        if admitted and self.busy is not None:
+            self.busy.started(len(admitted), now_ns)
         return admitted
 
-    def release(self, seq: SeqState) -> None:
-        """Free the slot of a finished or aborted sequence (or drop it from the queue)."""
+    def release(self, seq: SeqState, now_ns: int | None = None) -> None:
+        """Free the slot of a finished or aborted sequence (or drop it from the queue);
+        ``now_ns`` (None: the present) is the time ``busy`` is told."""
         if seq.running:
             seq.running = False
             self.running.remove(seq)
+            if self.busy is not None:
+                self.busy.stopped(time.monotonic_ns() if now_ns is None else now_ns)
         elif not seq.finished:
             with contextlib.suppress(ValueError):
                 self.waiting.remove(seq)
@@ -245,9 +261,10 @@ class BatchEngine:
         """A new request arrived."""
         self.slots.submit(seq)
 
-    def abort(self, seq: SeqState) -> None:
-        """The client went away: free the sequence's slot or queue place."""
-        self.slots.release(seq)
+    def abort(self, seq: SeqState, now_ns: int | None = None) -> None:
+        """The client went away (at ``now_ns``; None: the present): free the sequence's slot
+        or queue place."""
+        self.slots.release(seq, now_ns)
 
     @property
     def idle(self) -> bool:
@@ -293,5 +310,5 @@ class BatchEngine:
                 seq.generated += 1
             advanced.append(seq)
             if seq.generated >= seq.target_tokens:
-                self.slots.release(seq)
+                self.slots.release(seq, now_ns)
         return advanced

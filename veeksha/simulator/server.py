@@ -4,9 +4,11 @@ Endpoints: ``POST /v1/chat/completions``, ``POST /v1/completions`` (streaming or
 ``POST /v1/embeddings`` (``veeksha.simulator.embeddings``), ``GET /v1/models``,
 ``POST /tokenize`` and ``POST /detokenize`` (vLLM's shape, or llama.cpp's with
 ``tokenize_api: llama_cpp``; also under ``/v1``), ``GET /health``, ``GET /metrics``
-(Prometheus text), ``POST /start_profile`` and ``POST /stop_profile`` (vLLM's and SGLang's
-profiler: counted, nothing traced). Prompts and answers are counted with the configured
-``tokenizer`` (builtin, or the simulator's own ``subword``, ``veeksha.simulator.subword``).
+(Prometheus text), ``GET /dcgm/metrics`` (with ``gpus``: simulated GPUs as dcgm-exporter
+answers, ``veeksha.simulator.gpus``), ``POST /start_profile`` and ``POST /stop_profile``
+(vLLM's and SGLang's profiler: counted, nothing traced). Prompts and answers are counted
+with the configured ``tokenizer`` (builtin, or the simulator's own ``subword``,
+``veeksha.simulator.subword``).
 Every refusal is an OpenAI-style JSON error with its 4xx status; an unexpected exception
 becomes a 500, never a dead server.
 """
@@ -27,6 +29,7 @@ from veeksha.simulator.embeddings import EMBEDDING_FAULTS, Embedding, parse_embe
 from veeksha.simulator.engine import BatchEngine, EngineParams, PrefixCache
 from veeksha.simulator.faults import Fault, FaultPicker
 from veeksha.simulator.generation import Generation
+from veeksha.simulator.gpus import BusyClock, SimulatedGpus
 from veeksha.simulator.http import HttpConnection, Request, response_head
 from veeksha.simulator.settings import SimSettings
 from veeksha.simulator.subword import ByteTokenizer, SubwordTokenizer, subword_tokenizer
@@ -108,7 +111,10 @@ class SimServer:
         *,
         process_index: int = 0,
         t0_ns: int | None = None,
+        busy: BusyClock | None = None,
     ) -> None:
+        """``busy``: the process' GPU busy time, given to the servers of its other models
+        (None: this server's own, when ``config.gpus``)."""
         self.config = config
         self.loop = loop
         self.process_index = process_index
@@ -159,6 +165,20 @@ class SimServer:
                 config.itl_ms or 0.0,
                 config.tokens_per_chunk,
             )
+        # (the simulated GPUs: busy while any sequence of any model of the process runs)
+        self.gpus: SimulatedGpus | None = None
+        if busy is None and config.gpus:
+            busy = BusyClock()
+            self.gpus = SimulatedGpus(
+                config.gpus,
+                config.gpu_idle_watts,
+                config.gpu_busy_watts,
+                config.seed,
+                self.t0_ns,
+                busy,
+            )
+        self.busy = busy
+        self.driver.slots.busy = busy
         self.instant = config.instant
         self.faults = FaultPicker(config.faults, config.seed * 1009 + process_index, self.t0_ns)
         self._invalid_share = config.faults.invalid_answer_probability
@@ -180,6 +200,8 @@ class SimServer:
             (b"POST", b"/start_profile"): self._start_profile,
             (b"POST", b"/stop_profile"): self._stop_profile,
         }
+        if self.gpus is not None:  # (no GPUs: a 404 like any unknown path)
+            self._routes[(b"GET", b"/dcgm/metrics")] = self._dcgm_metrics
         if config.tokenize_api == "llama_cpp" and config.chat_template:
             # llama.cpp's chat template renderer (only where there is a template to render)
             self._routes[(b"POST", b"/apply-template")] = self._apply_template
@@ -197,7 +219,11 @@ class SimServer:
             self.by_model = {config.model: self}
             for name in config.served_models()[1:]:
                 self.by_model[name] = SimServer(
-                    config.for_model(name), loop, process_index=process_index, t0_ns=self.t0_ns
+                    config.for_model(name),
+                    loop,
+                    process_index=process_index,
+                    t0_ns=self.t0_ns,
+                    busy=busy,
                 )
 
     def invalid_answer(self) -> bool:
@@ -208,7 +234,7 @@ class SimServer:
     def handle(self, conn: HttpConnection, request: Request) -> None:
         """Route one request; every exception becomes an error response."""
         route = self._routes.get((request.method, request.path))
-        if self._required and request.path != b"/health" and self._refused(conn, request):
+        if self._required and request.path not in _OPEN_PATHS and self._refused(conn, request):
             return
         if self.stats.profiling and request.path in _MODEL_PATHS:
             self.stats.profiled_requests += 1
@@ -489,6 +515,12 @@ class SimServer:
     def _metrics(self, conn: HttpConnection, request: Request) -> None:
         self._reply(conn, self.metrics_text().encode(), b"text/plain; version=0.0.4")
 
+    def _dcgm_metrics(self, conn: HttpConnection, request: Request) -> None:
+        """dcgm-exporter's answer for this process' simulated GPUs (``veeksha.simulator.gpus``);
+        it ends the period its utilisation and power average over."""
+        assert self.gpus is not None
+        self._reply(conn, self.gpus.exposition().encode(), b"text/plain; version=0.0.4")
+
     def metrics_text(self) -> str:
         """Prometheus exposition of this process' counters and gauges: every model it serves
         (``config.models``), each family's samples together under one HELP/TYPE header."""
@@ -587,6 +619,9 @@ class SimServer:
 
 #: The paths of model requests (the profiler's and ``count_header``'s counts).
 _MODEL_PATHS = frozenset((b"/v1/chat/completions", b"/v1/completions", b"/v1/embeddings"))
+#: The paths ``required_headers`` leave open: the readiness wait's, and the GPU exporter's
+#: (a dcgm-exporter is no part of the gateway: veeksha sends its scrapes no key)
+_OPEN_PATHS = frozenset((b"/health", b"/dcgm/metrics"))
 
 
 def _label(text: str) -> str:

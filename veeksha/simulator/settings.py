@@ -110,6 +110,9 @@ class SimSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     )
     image_patch_px: int = 28
     embedding_dims: int = 64
+    gpus: int = 0
+    gpu_idle_watts: float = 80.0
+    gpu_busy_watts: float = 700.0
 
     @classmethod
     def from_json(cls, text: str | bytes) -> SimSettings:

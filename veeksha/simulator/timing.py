@@ -111,7 +111,7 @@ class FixedDriver:
             sink.timer.cancel()
             sink.timer = None
         was_running = sink.seq.running
-        self.slots.release(sink.seq)
+        self.slots.release(sink.seq, time.monotonic_ns())
         if was_running:
             self._admit()
 
@@ -143,7 +143,7 @@ class FixedDriver:
             if first and self.slots.cache is not None and seq.uses_prefix_cache:
                 self.slots.cache.insert(seq.prompt_hashes, now)
             if count >= target:
-                self.slots.release(seq)
+                self.slots.release(seq, now)
                 if count:
                     sink.on_tokens(count, now)
                 sink.on_done(now)
@@ -170,7 +170,7 @@ class EngineDriver:
             self._begin()
 
     def abort(self, sink: Sink) -> None:
-        self.engine.abort(sink.seq)
+        self.engine.abort(sink.seq, time.monotonic_ns())
 
     def _begin(self, start_ns: int | None = None) -> None:
         """Start a step now (the engine was idle), or at ``start_ns``, the previous step's
