@@ -42,7 +42,16 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from email.message import Message
 
-__all__ = ["MAX_BODY", "MAX_REDIRECTS", "TIMEOUT_ENV", "Answer", "fetch", "origin", "setup_timeout"]
+__all__ = [
+    "MAX_BODY",
+    "MAX_REDIRECTS",
+    "TIMEOUT_ENV",
+    "Answer",
+    "fetch",
+    "origin",
+    "server_root",
+    "setup_timeout",
+]
 
 MAX_REDIRECTS = 5
 MAX_BODY = 8 * 1024 * 1024
@@ -84,6 +93,12 @@ def setup_timeout(default: float) -> float:
     if not seconds > 0:
         raise ConfigurationError(f"{TIMEOUT_ENV}={value!r}: the timeout must be more than 0 s")
     return seconds
+
+
+def server_root(api_base: str) -> str:
+    """The server's root of an ``api_base`` (``http://host:8000/v1`` → ``http://host:8000``)."""
+    parts = urlsplit(api_base)
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def origin(url: str) -> tuple[str, str, int]:

@@ -16,10 +16,10 @@ import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import urlsplit
 
 from veeksha.forked import ForkedProcess
 from veeksha.isolated import isolated_module_command
+from veeksha.net import server_root
 from veeksha.record.server_metrics import merge_parts, status_metadata
 from veeksha.server.gpu import GpuSampler
 from veeksha.server.watch_process import MERGE_REQUEST, WatchSettings, die_with_parent
@@ -99,8 +99,7 @@ def discard_watch_process(process: WatchProcess) -> None:
 
 def metrics_url(api_base: str) -> str:
     """The default metrics address: the api_base's server root + ``/metrics``."""
-    parts = urlsplit(api_base)
-    return f"{parts.scheme}://{parts.netloc}/metrics"
+    return server_root(api_base) + "/metrics"
 
 
 class ServerWatch:
@@ -155,7 +154,8 @@ class ServerWatch:
         self._url = config.url or metrics_url(target.api_base)
         self._api_key = target.api_key
         self._headers = target.headers or None
-        self._gpu_urls = list(config.gpu_urls)
+        root = server_root(target.api_base)  # (a path in gpu_urls is on the server's address)
+        self._gpu_urls = [root + url if url.startswith("/") else url for url in config.gpu_urls]
         if self._gpu_urls:
             self._log.info(
                 f"GPU metrics: scraping {len(self._gpu_urls)} exporter(s) of "

@@ -160,8 +160,8 @@ class ServerMetricsConfig(NumbersModel):
         default_factory=empty_list,
         description="NVIDIA dcgm-exporter addresses scraped beside the server for its GPUs' "
         "utilisation, power, energy, memory and clocks (summary.json's gpus section: energy "
-        "per output token); host:port means http://host:port/metrics. No key or header is "
-        "sent to them.",
+        "per output token); host:port means http://host:port/metrics, a path (/dcgm/metrics) "
+        "one on the server's own address. No key or header is sent to them.",
     )
 
     @field_validator("gpu_urls")
@@ -172,7 +172,8 @@ class ServerMetricsConfig(NumbersModel):
 
 def exporter_url(address: str) -> str:
     """A metrics exporter's address as a URL: ``host:port`` → ``http://host:port/metrics``, a
-    URL without a path gets ``/metrics``; ``ValueError`` for what is not an http(s) address.
+    URL without a path gets ``/metrics``, a path (``/dcgm/metrics``) stays one (on the server's
+    own address); ``ValueError`` for what is not an http(s) address.
 
     >>> exporter_url("node1:9400")
     'http://node1:9400/metrics'
@@ -182,6 +183,8 @@ def exporter_url(address: str) -> str:
     from urllib.parse import urlsplit
 
     text = address.strip()
+    if text.startswith("/") and " " not in text:
+        return text  # (a path on the server's own address: resolved when the target is known)
     if "://" not in text:
         text = f"http://{text}"
     parts = urlsplit(text)

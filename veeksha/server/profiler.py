@@ -15,13 +15,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from veeksha.errors import TargetError
-from veeksha.net import fetch, setup_timeout
+from veeksha.net import fetch, server_root, setup_timeout
 from veeksha.scenario.server import ServerProfileConfig
 
-__all__ = ["ServerProfiler", "server_root"]
+__all__ = ["ServerProfiler"]
 
 #: Seconds allowed to a start call (``$VEEKSHA_SETUP_TIMEOUT_S`` overrides it).
 START_TIMEOUT_S = 30.0
@@ -30,12 +29,6 @@ _FIX = (
     "starts, SGLang answers it as it is; set server_profile.start_path for another path, or "
     "server_profile.enabled: false"
 )
-
-
-def server_root(api_base: str) -> str:
-    """The server's root of an ``api_base`` (``http://host:8000/v1`` → ``http://host:8000``)."""
-    parts = urlsplit(api_base)
-    return f"{parts.scheme}://{parts.netloc}"
 
 
 @dataclass

@@ -29,7 +29,7 @@ _IDLE_W, _BUSY_W = 100.0, 500.0
 # simulated GPUs are busy nearly all the time, idle in the gaps between requests
 SCENARIO = """
 client: {{api_base: '{api_base}', model: veeksha-sim}}
-server_metrics: {{interval: 0.5, gpu_urls: ['{exporter}', '{nobody}']}}
+server_metrics: {{interval: 0.5, gpu_urls: [/dcgm/metrics, '{nobody}']}}
 traffic_scheduler: {{type: concurrent, target_concurrent_sessions: 1, rampup_seconds: 0}}
 session_generator:
   type: synthetic
@@ -72,9 +72,8 @@ def test_the_gpus_energy_per_token_agrees_with_the_simulators_power_model(
         gpu_busy_watts=_BUSY_W,
     )
     nobody = f"127.0.0.1:{_closed_port()}"
-    text = SCENARIO.format(
-        api_base=sim.base_url, exporter=f"{sim.root_url}/dcgm/metrics", nobody=nobody
-    )
+    # (the simulator's exporter as a path: on the server's own address)
+    text = SCENARIO.format(api_base=sim.base_url, nobody=nobody)
     run_dir = tmp_path / "run"
     outcome = run_as_the_command(load_scenario_text(text, "gpus.yaml"), run_dir, quiet=True)
     assert outcome.requests == 16
@@ -118,6 +117,7 @@ def test_the_gpus_energy_per_token_agrees_with_the_simulators_power_model(
     # the exporter nobody answers: its account, one line in run.log, the run went on
     exporters = summary["run"]["server_metrics"]["gpu_exporters"]
     assert [e["status"] for e in exporters] == ["ok", "failed"]
+    assert exporters[0]["url"] == f"{sim.root_url}/dcgm/metrics"
     assert exporters[1]["url"] == f"http://{nobody}/metrics"
     log = (run_dir / "run.log").read_text()
     assert f"GPU metrics: GET http://{nobody}/metrics" in log

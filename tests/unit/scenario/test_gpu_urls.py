@@ -10,13 +10,14 @@ from veeksha.scenario.loader import scenario_hash
 def test_addresses_become_metrics_urls() -> None:
     scenario = load(
         "server_metrics:\n  gpu_urls: [127.0.0.1:9400, 'http://node1:9401', "
-        "'http://node2:9400/', 'https://gpu.example/dcgm/metrics']\n"
+        "'http://node2:9400/', 'https://gpu.example/dcgm/metrics', /dcgm/metrics]\n"
     )
     assert scenario.server_metrics.gpu_urls == [
         "http://127.0.0.1:9400/metrics",
         "http://node1:9401/metrics",
         "http://node2:9400/metrics",
         "https://gpu.example/dcgm/metrics",
+        "/dcgm/metrics",  # (a path: on the server's own address, when the run knows it)
     ]
 
 
