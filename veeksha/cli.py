@@ -259,13 +259,16 @@ _SET_HELP = (
 )
 
 
-def _load_points(path: str | Path, overrides: Sequence[str]) -> ScenarioSet:
-    """Load a scenario file's points (one, or a sweep's); print the models' warnings."""
+def _load_points(
+    path: str | Path, overrides: Sequence[str], *, source: bool = False
+) -> ScenarioSet:
+    """Load a scenario file's points (one, or a sweep's); print the models' warnings.
+    ``source``: keep a plain file's composed text too (a repeated run's sweep.yaml)."""
     from veeksha.scenario.loader import load_points
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        points = load_points(path, overrides)
+        points = load_points(path, overrides, source=source)
     for warning in caught:
         click.echo(f"warning: {warning.message}", err=True)
     return points
@@ -365,7 +368,26 @@ def _run(ctx: click.Context, path: str, overrides: Sequence[str], options: RunOp
             " capacity_search_config), not a scenario: run it with"
             f" `veeksha capacity-search {path}`"
         )
-    points = _load_points(path, overrides)
+    points = _load_points(path, overrides, source=options.repeats > 1)
+    if options.vary_seed and options.repeats < 2:
+        raise click.UsageError("--vary-seed goes with --repeats N (N ≥ 2)")
+    if options.repeats > 1:
+        if options.ray is not None or any(
+            getattr(p.scenario.runtime, "distributed", None) is not None for p in points.points
+        ):
+            raise click.UsageError(
+                "--repeats runs on this host only; drop --ray (or runtime.distributed)"
+            )
+        from veeksha.experiment.repeats import with_repeats
+
+        repeats = {
+            "count": options.repeats,
+            "confidence": options.confidence,
+            "vary_seed": options.vary_seed,
+        }
+        repeated = with_repeats(points, options.repeats, options.vary_seed)
+        _run_sweep(ctx, repeated, overrides, options, repeats=repeats)
+        return
     if points.is_sweep:
         if options.ray is not None:
             raise click.UsageError("--ray runs one scenario, not a sweep")
@@ -462,17 +484,19 @@ def _run_sweep(
     overrides: Sequence[str],
     options: RunOptions,
     sweep_dir: Path | None = None,
+    repeats: dict[str, Any] | None = None,
 ) -> None:
-    """Run (or, given ``sweep_dir``, resume) a sweep: ``veeksha.experiment.sweep``."""
+    """Run (or, given ``sweep_dir``, resume) a sweep: ``veeksha.experiment.sweep``;
+    ``repeats``: a run repeated (``--repeats``), its count and confidence."""
     from veeksha.engine.target import resolved_headers
-    from veeksha.experiment.sweep import create_sweep, run_sweep
+    from veeksha.experiment.sweep import create_sweep, read_manifest, run_sweep
 
     for point in points.points:
         _check_trace(point.scenario)  # a bad trace: exit 2 before any folder exists
         resolved_headers(point.scenario)  # an unset ${NAME} too, not at each point's start
     if sweep_dir is None:
         base = options.output_dir or Path(points.points[0].scenario.output_dir)
-        sweep_dir = create_sweep(points, base, overrides)
+        sweep_dir = create_sweep(points, base, overrides, repeats=repeats)
     if not options.quiet:
         click.echo(f"sweep folder: {sweep_dir} ({counted(len(points.points), 'point')})")
     result = run_sweep(
@@ -485,6 +509,13 @@ def _run_sweep(
             line, err=line.startswith("sweep interrupted") or _ERROR in line
         ),
     )
+    if not options.quiet and read_manifest(sweep_dir).get("repeats"):
+        from rich.console import Console
+
+        from veeksha.experiment.repeats import REPEATS_FILE, read_repeats, render_repeats
+
+        render_repeats(Console(), read_repeats(sweep_dir))
+        click.echo(f"wrote {sweep_dir / REPEATS_FILE}")
     if result.exit_code != 0:
         ctx.exit(result.exit_code)
 
@@ -498,6 +529,9 @@ class RunOptions:
     dry_run: bool = False
     plots: bool = True
     ray: str | None = None  # --ray [ADDRESS]: a distributed run (docs/distributed.md)
+    repeats: int = 1  # --repeats N: each scenario N times (veeksha.experiment.repeats)
+    confidence: float = 0.95  # --confidence: of the repeats' intervals
+    vary_seed: bool = False  # --vary-seed: repeat k with seed + k - 1
 
 
 def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -511,9 +545,21 @@ def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
         dry_run: bool,
         no_plots: bool,
         ray: str | None,
+        repeats: int,
+        confidence: float,
+        vary_seed: bool,
         **kwargs: Any,
     ) -> Any:
-        options = RunOptions(output_dir, quiet, dry_run, plots=not no_plots, ray=ray)
+        options = RunOptions(
+            output_dir,
+            quiet,
+            dry_run,
+            plots=not no_plots,
+            ray=ray,
+            repeats=repeats,
+            confidence=confidence,
+            vary_seed=vary_seed,
+        )
         return func(*args, options=options, **kwargs)
 
     decorators = (
@@ -540,6 +586,28 @@ def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
             metavar="[ADDRESS]",
             help="Run on a Ray cluster: auto (default), HOST:PORT, or local (one started for "
             "the run). Needs pip install 'veeksha[ray]' (docs/distributed.md).",
+        ),
+        click.option(
+            "--repeats",
+            type=click.IntRange(min=1, max=1000),
+            default=1,
+            show_default=True,
+            metavar="N",
+            help="Run the scenario (each point of a sweep) N times, same seed, and report how "
+            "much each metric varies: mean, confidence interval, CV (docs/experiments.md).",
+        ),
+        click.option(
+            "--confidence",
+            type=click.FloatRange(min=0.5, max=0.9999),
+            default=0.95,
+            show_default=True,
+            help="Confidence of the --repeats intervals.",
+        ),
+        click.option(
+            "--vary-seed",
+            is_flag=True,
+            help="With --repeats: repeat k runs with seed + k - 1 (other prompts, which a "
+            "server's prefix cache has not seen in the repeat before).",
         ),
     )
     for decorator in reversed(decorators):

@@ -50,6 +50,10 @@ def report(ctx: click.Context, run_dir: Path, no_plots: bool, quiet: bool) -> No
         console = Console()
         render_table(console, run_dir.name, table)
         console.print(f"wrote {run_dir / TABLE_FILE}", soft_wrap=True)  # (a path: never cut)
+        from veeksha.experiment.repeats import REPEATS_FILE, read_repeats, render_repeats
+
+        if (run_dir / REPEATS_FILE).is_file():  # (a repeated run: how much its numbers vary)
+            render_repeats(console, read_repeats(run_dir))
 
 
 @click.command()

@@ -34,7 +34,7 @@ import json
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -102,8 +102,10 @@ def create_sweep(
     output_dir: str | Path,
     overrides: Sequence[str] = (),
     now: dt.datetime | None = None,
+    repeats: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Create ``<output_dir>/sweep-<UTC time>-<hash>/`` with sweep.yaml and sweep.json."""
+    """Create ``<output_dir>/sweep-<UTC time>-<hash>/`` with sweep.yaml and sweep.json;
+    ``repeats`` (``{count, confidence}``: ``points`` are ``with_repeats``'s) in sweep.json."""
     moment = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
     shown = _redacted_overrides(overrides)
     digest = hashlib.sha256("\n".join([points.source_yaml, *shown]).encode()).hexdigest()[:10]
@@ -137,6 +139,8 @@ def create_sweep(
                 for p in points.points
             ],
         }
+        if repeats:
+            manifest["repeats"] = dict(repeats)
         _write_json(sweep_dir / MANIFEST_FILE, manifest)
     except OSError as exc:
         raise ConfigurationError(
@@ -183,6 +187,13 @@ def load_sweep(sweep_dir: str | Path, overrides: Sequence[str] = ()) -> Scenario
         raise ConfigurationError(f"cannot read {source}: {exc.strerror or exc}") from None
     stored = [o for o in manifest.get("overrides", []) if not o.endswith(f"={REDACTED}")]
     points = load_points_text(text, str(source), [*stored, *overrides])
+    repeats = manifest.get("repeats")
+    if isinstance(repeats, dict):  # (a repeated run: its points, each that many times)
+        from veeksha.experiment.repeats import with_repeats
+
+        points = with_repeats(
+            points, int(repeats.get("count", 1)), bool(repeats.get("vary_seed", False))
+        )
     expected = [p.get("folder") for p in manifest["points"]]
     if [point_folder(p) for p in points.points] != expected:
         raise ConfigurationError(

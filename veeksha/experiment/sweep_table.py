@@ -207,11 +207,16 @@ def write_outputs(
     sweep_dir = Path(sweep_dir)
     table = sweep_table(sweep_dir)
     table.to_parquet(sweep_dir / TABLE_FILE, index=False)
+    manifest = read_manifest(sweep_dir)
+    if manifest.get("repeats"):  # (a repeated run: how much its numbers vary)
+        from veeksha.experiment.repeats import aggregate, write_repeats
+
+        write_repeats(sweep_dir, aggregate(table, manifest))
     if plots:
         try:
             from veeksha.experiment.sweep_plots import write_sweep_plots
 
-            write_sweep_plots(sweep_dir, table, read_manifest(sweep_dir))
+            write_sweep_plots(sweep_dir, table, manifest)
         except Exception as error:
             if plot_failed is None:
                 raise

@@ -160,11 +160,14 @@ class ScenarioSet:
         return bool(self.swept_keys)
 
 
-def load_points(path: str | Path, overrides: Sequence[str] = ()) -> ScenarioSet:
+def load_points(
+    path: str | Path, overrides: Sequence[str] = (), *, source: bool = False
+) -> ScenarioSet:
     """Read a scenario file (``!include`` resolved, ``!expand`` expanded), apply ``overrides``
     to every point and validate each; raise :class:`ScenarioError` listing every problem (a
-    problem of some points only names them)."""
-    return _load_points(_read(path), str(path), overrides, stacklevel=4)
+    problem of some points only names them). ``source``: keep the composed file of a plain
+    file too (a sweep's is always kept), as a run repeated (``--repeats``) writes it."""
+    return _load_points(_read(path), str(path), overrides, stacklevel=4, source=source)
 
 
 def load_points_text(text: str, source_name: str, overrides: Sequence[str] = ()) -> ScenarioSet:
@@ -202,9 +205,10 @@ def format_value(value: Any) -> str:
 
 
 def _load_points(
-    text: str, source_name: str, overrides: Sequence[str], stacklevel: int
+    text: str, source_name: str, overrides: Sequence[str], stacklevel: int, source: bool = False
 ) -> ScenarioSet:
-    return _load_points_node(_parse_yaml(text, source_name), source_name, overrides, stacklevel)
+    root = _parse_yaml(text, source_name)
+    return _load_points_node(root, source_name, overrides, stacklevel, source)
 
 
 #: Top-level keys of the public veeksha's earlier configuration language, which no scenario has.
@@ -228,7 +232,11 @@ def _refuse_earlier_format(root: CommentedMap, source_name: str) -> None:
 
 
 def _load_points_node(
-    root: CommentedMap, source_name: str, overrides: Sequence[str], stacklevel: int
+    root: CommentedMap,
+    source_name: str,
+    overrides: Sequence[str],
+    stacklevel: int,
+    source: bool = False,
 ) -> ScenarioSet:
     _refuse_earlier_format(root, source_name)
     sources = Sources()
@@ -284,7 +292,8 @@ def _load_points_node(
             seen.add(message)
             warnings.warn(message, warning.category, stacklevel=stacklevel)
     # (only a sweep writes its composed source: a single run's start-up skips the dump)
-    return ScenarioSet(points, keys, short, _source_yaml(root) if sites else "", sites)
+    composed = _source_yaml(root) if sites or source else ""
+    return ScenarioSet(points, keys, short, composed, sites)
 
 
 def named_file_error(
