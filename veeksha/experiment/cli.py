@@ -70,8 +70,19 @@ def compare(ctx: click.Context, run_dirs: tuple[Path, ...], plot_path: Path | No
     """Headline metrics of RUN_DIRS side by side, with the change relative to the first.
 
     Sweep folders compare curve against curve: one plot with every sweep's latency-throughput
-    curves, and a table of relative changes at matching swept values.
+    curves, and a table of relative changes at matching swept values. Folders of repeated runs
+    (--repeats) compare each metric's means with their intervals and Welch's t-test: whether
+    the difference is larger than the runs' noise.
     """
+    from veeksha.experiment.repeats import REPEATS_FILE
+
+    if len(run_dirs) >= 2 and all((d / REPEATS_FILE).is_file() for d in run_dirs):
+        from rich.console import Console
+
+        from veeksha.experiment.repeats_compare import compare_repeats
+
+        compare_repeats(Console(), list(run_dirs))  # (repeated runs: real or noise)
+        return
     sweeps = [_is_sweep(d) for d in run_dirs]
     if not any(sweeps):
         ctx.invoke(run_cli.compare, run_dirs=run_dirs)

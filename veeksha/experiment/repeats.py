@@ -44,9 +44,12 @@ __all__ = [
     "REPEATS_CSV",
     "REPEATS_FILE",
     "REPEAT_KEY",
+    "SHOWN",
     "aggregate",
+    "group_label",
     "read_repeats",
     "render_repeats",
+    "student_t_cdf",
     "student_t_quantile",
     "with_repeats",
     "write_repeats",
@@ -56,8 +59,8 @@ REPEAT_KEY = "repeat"
 REPEATS_FILE = "repeats.json"
 REPEATS_CSV = "repeats.csv"
 
-#: sweep.parquet column → (label, scale) of the metrics shown on the console
-_SHOWN: dict[str, tuple[str, float]] = {
+#: sweep.parquet column → (label, scale) of the metrics shown on the console (and compared)
+SHOWN: dict[str, tuple[str, float]] = {
     "requests_per_s": ("requests/s", 1),
     "output_tokens_per_s": ("output tokens/s", 1),
     "ttfc_p50_s": ("TTFC p50 (ms)", 1000),
@@ -67,6 +70,7 @@ _SHOWN: dict[str, tuple[str, float]] = {
     "e2e_p50_s": ("E2E p50 (ms)", 1000),
     "e2e_p99_s": ("E2E p99 (ms)", 1000),
     "error_rate": ("error rate (%)", 100),
+    "joules_per_output_token": ("J / output token", 1),
 }
 _AGGREGATED = (
     "requests_per_s",
@@ -77,6 +81,8 @@ _AGGREGATED = (
     "goodput_requests_per_s",
     "error_rate",
     *(f"{m}_{s}_s" for m in ("ttfc", "tbc", "tpot", "e2e") for s in ("mean", "p50", "p90", "p99")),
+    "joules_per_output_token",
+    "gpu_power_w",
 )
 
 
@@ -139,7 +145,10 @@ def _incomplete_beta(a: float, b: float, x: float) -> float:
     return front * fraction / a
 
 
-def _student_t_cdf(t: float, df: float) -> float:
+def student_t_cdf(t: float, df: float) -> float:
+    """Student's t distribution function with ``df`` degrees of freedom (``inf``: normal)."""
+    if math.isinf(df):
+        return 0.5 * math.erfc(-t / math.sqrt(2))
     tail = 0.5 * _incomplete_beta(df / 2, 0.5, df / (df + t * t))
     return 1.0 - tail if t >= 0 else tail
 
@@ -152,11 +161,11 @@ def student_t_quantile(p: float, df: float) -> float:
     if p < 0.5:
         return -student_t_quantile(1.0 - p, df)
     low, high = 0.0, 1.0
-    while _student_t_cdf(high, df) < p:
+    while student_t_cdf(high, df) < p:
         high *= 2.0
     while high - low > 1e-10 * max(1.0, high):
         middle = (low + high) / 2
-        low, high = (middle, high) if _student_t_cdf(middle, df) < p else (low, middle)
+        low, high = (middle, high) if student_t_cdf(middle, df) < p else (low, middle)
     return (low + high) / 2
 
 
@@ -241,7 +250,7 @@ def write_repeats(sweep_dir: Path, data: Mapping[str, Any]) -> None:
         writer = csv.writer(out)
         writer.writerow(["group", "metric", *stats])
         for group in data["groups"]:
-            label = _group_label(group)
+            label = group_label(group)
             for metric, values in group["metrics"].items():
                 writer.writerow(
                     [label, metric, *("" if values[s] is None else values[s] for s in stats)]
@@ -254,7 +263,7 @@ def read_repeats(sweep_dir: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _group_label(group: Mapping[str, Any]) -> str:
+def group_label(group: Mapping[str, Any]) -> str:
     values = group.get("values") or {}
     return ",".join(f"{k}={v}" for k, v in values.items()) or "all"
 
@@ -270,7 +279,7 @@ def render_repeats(console: Console, data: Mapping[str, Any]) -> None:
     for group in data.get("groups") or []:
         title = f"repeats: {group.get('runs')} of {group.get('of')} runs complete"
         if group.get("values"):
-            title = f"{_group_label(group)}: {title}"
+            title = f"{group_label(group)}: {title}"
         if group.get("health_failed"):
             title += f", {group['health_failed']} with health FAIL"
         table = Table(title=title, title_justify="left")
@@ -279,7 +288,7 @@ def render_repeats(console: Console, data: Mapping[str, Any]) -> None:
         for name in ("CV", "min", "max"):
             table.add_column(name, justify="right")
         metrics = group.get("metrics") or {}
-        for column, (label, scale) in _SHOWN.items():
+        for column, (label, scale) in SHOWN.items():
             stats = metrics.get(column)
             if stats is None:
                 continue

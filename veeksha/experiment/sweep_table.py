@@ -11,8 +11,9 @@ Columns (docs/experiments.md lists them):
   (what ``veeksha run`` of that point alone would return), ``run_folder``, ``error``;
 - the headline metrics of summary.json: request counts by status, ``error_rate``, throughput
   (``requests_per_s``, ``input/output/total_tokens_per_s``, ``sessions_per_s``,
-  ``goodput_requests_per_s``), ``window_s``, and ``<metric>_<p>_s`` for ttfc, tbc, tpot, e2e
-  at mean, p50, p90, p99 (seconds).
+  ``goodput_requests_per_s``), ``window_s``, ``<metric>_<p>_s`` for ttfc, tbc, tpot, e2e
+  at mean, p50, p90, p99 (seconds), and with GPU samples ``joules_per_output_token`` and
+  ``gpu_power_w`` (summary.json's ``gpus``; null without).
 
 Points that failed a health check keep their numbers, marked ``health = FAIL``: the table and the
 plots show them, never mix them silently with good ones.
@@ -115,6 +116,9 @@ def _metrics(summary: dict[str, Any]) -> dict[str, Any]:
     for metric in _LATENCY:
         for stat in _STATS:
             row[f"{metric}_{stat}_s"] = _get(summary, "latency", metric, stat)
+    # the GPUs', with server_metrics.gpu_urls or nvidia-smi (summary.json's gpus)
+    row["joules_per_output_token"] = _get(summary, "gpus", "joules_per_output_token")
+    row["gpu_power_w"] = _get(summary, "gpus", "power_mean_w")
     return row
 
 

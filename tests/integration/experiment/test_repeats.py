@@ -87,6 +87,12 @@ def test_three_repeats_of_one_workload_and_their_spread(tmp_path: Path) -> None:
     report = CliRunner().invoke(cli.main, ["report", str(sweep), "--no-plots"])
     assert report.exit_code == 0, report.output
     assert "repeats: 3 of 3 runs complete" in report.output
+    # compare of repeated runs: the means, their intervals and Welch's test (with itself: no
+    # difference anywhere, p = 1)
+    compared = CliRunner().invoke(cli.main, ["compare", str(sweep), str(sweep)])
+    assert compared.exit_code == 0, compared.output
+    ttfc = next(line for line in compared.output.splitlines() if "TTFC p99" in line)
+    assert [cell.strip() for cell in ttfc.split("│")][-4:-1] == ["+0.0%", "1", "no"]
 
 
 def test_vary_seed_gives_each_repeat_its_own_workload(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from veeksha.experiment.repeats import (
     with_repeats,
     write_repeats,
 )
+from veeksha.experiment.repeats_compare import compare_repeats, welch
 from veeksha.scenario.loader import load_points_text
 
 _SWEEP = """
@@ -144,3 +145,44 @@ def test_the_files_and_the_table_at_80_columns(tmp_path: Path) -> None:
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "…" not in text
     assert math.isfinite(json.loads(json.dumps(data))["groups"][0]["metrics"]["ttfc_p99_s"]["se"])
+
+
+def test_welchs_test_is_scipys() -> None:
+    a = {"n": 5, "mean": 150.0, "std": 2.6}
+    b = {"n": 4, "mean": 156.0, "std": 5.1}
+    test = welch(a, b)
+    assert test is not None
+    t, df, p = test
+    expected = stats.ttest_ind_from_stats(156.0, 5.1, 4, 150.0, 2.6, 5, equal_var=False)
+    assert t == pytest.approx(expected.statistic)
+    assert p == pytest.approx(expected.pvalue, rel=1e-6)
+    assert df == pytest.approx(
+        (2.6**2 / 5 + 5.1**2 / 4) ** 2 / ((2.6**2 / 5) ** 2 / 4 + (5.1**2 / 4) ** 2 / 3)
+    )
+    assert welch({"n": 1, "mean": 1.0, "std": None}, b) is None
+    assert welch({"n": 3, "mean": 0.0, "std": 0.0}, {"n": 3, "mean": 0.0, "std": 0.0})[2] == 1.0
+
+
+def _repeats_folder(folder: Path, ttfc: list[float], rps: list[float]) -> Path:
+    rows = [
+        (4, k + 1, "complete", "PASS", r, t) for k, (t, r) in enumerate(zip(ttfc, rps, strict=True))
+    ]
+    plain = {**_MANIFEST, "swept_keys": ["repeat"], "short_names": {"repeat": "repeat"}}
+    folder.mkdir()
+    write_repeats(folder, aggregate(_table(rows).drop(columns="arrival_rate"), plain))
+    return folder
+
+
+def test_compare_says_which_differences_are_larger_than_the_noise(tmp_path: Path) -> None:
+    a = _repeats_folder(tmp_path / "a", [0.100, 0.102, 0.098, 0.101], [10.0, 10.2, 9.9, 10.1])
+    b = _repeats_folder(tmp_path / "b", [0.120, 0.123, 0.119, 0.121], [10.1, 9.9, 10.2, 10.0])
+    out = io.StringIO()
+    compare_repeats(Console(file=out, width=80, color_system=None), [a, b])
+    text = out.getvalue()
+    assert "a → b: 4 and 4 runs, differs if p < 0.05" in " ".join(text.split())
+    ttfc = next(line for line in text.splitlines() if "TTFC p99" in line)
+    assert "+20.4%" in ttfc
+    assert ttfc.rstrip(" │").endswith("yes")
+    rps = next(line for line in text.splitlines() if "requests/s" in line)
+    assert rps.rstrip(" │").endswith("no")
+    assert max(len(line) for line in text.splitlines()) <= 80
