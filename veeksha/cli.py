@@ -371,6 +371,8 @@ def _run(ctx: click.Context, path: str, overrides: Sequence[str], options: RunOp
     points = _load_points(path, overrides, source=options.repeats > 1)
     if options.vary_seed and options.repeats < 2:
         raise click.UsageError("--vary-seed goes with --repeats N (N ≥ 2)")
+    if options.cooldown and options.repeats < 2 and not points.is_sweep:
+        raise click.UsageError("--cooldown goes with a sweep (!expand) or --repeats N")
     if options.repeats > 1:
         if options.ray is not None or any(
             getattr(p.scenario.runtime, "distributed", None) is not None for p in points.points
@@ -508,6 +510,7 @@ def _run_sweep(
         echo=lambda line: click.echo(
             line, err=line.startswith("sweep interrupted") or _ERROR in line
         ),
+        cooldown_s=options.cooldown,
     )
     if not options.quiet and read_manifest(sweep_dir).get("repeats"):
         from rich.console import Console
@@ -532,6 +535,7 @@ class RunOptions:
     repeats: int = 1  # --repeats N: each scenario N times (veeksha.experiment.repeats)
     confidence: float = 0.95  # --confidence: of the repeats' intervals
     vary_seed: bool = False  # --vary-seed: repeat k with seed + k - 1
+    cooldown: float = 0.0  # --cooldown: seconds between the runs of a sweep or of --repeats
 
 
 def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -548,6 +552,7 @@ def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
         repeats: int,
         confidence: float,
         vary_seed: bool,
+        cooldown: float,
         **kwargs: Any,
     ) -> Any:
         options = RunOptions(
@@ -559,6 +564,7 @@ def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
             repeats=repeats,
             confidence=confidence,
             vary_seed=vary_seed,
+            cooldown=cooldown,
         )
         return func(*args, options=options, **kwargs)
 
@@ -608,6 +614,14 @@ def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
             is_flag=True,
             help="With --repeats: repeat k runs with seed + k - 1 (other prompts, which a "
             "server's prefix cache has not seen in the repeat before).",
+        ),
+        click.option(
+            "--cooldown",
+            type=click.FloatRange(min=0, max=86_400),
+            default=0.0,
+            metavar="SECONDS",
+            help="Wait this long between the runs of a sweep or of --repeats (the server's "
+            "queue drains, its GPUs cool).",
         ),
     )
     for decorator in reversed(decorators):

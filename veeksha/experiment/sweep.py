@@ -294,13 +294,16 @@ def run_sweep(
     plots: bool = True,
     dry_run: bool = False,
     echo: Callable[[str], None] = print,
+    cooldown_s: float = 0.0,
 ) -> SweepRun:
     """Run every point of ``points`` that is not complete in ``sweep_dir``, then write the
-    table and plots; returns the sweep's exit code."""
+    table and plots; returns the sweep's exit code. ``cooldown_s``: seconds of nothing between
+    two points run (``--cooldown``: the server settles; Ctrl-C during it stops the sweep)."""
     from veeksha.experiment.sweep_table import write_outputs
 
     interrupted = False
     total = len(points.points)
+    ran = False
     try:
         for group in point_groups(points.points):
             todo = not all(is_complete(sweep_dir / point_folder(p)) for p in group)
@@ -320,6 +323,11 @@ def run_sweep(
                             echo(f"[{point.index + 1}/{total}] {run_dir.name}: complete, kept")
                         continue
                     _supersede(run_dir)
+                    if ran and cooldown_s > 0:
+                        if not quiet:
+                            echo(f"cooling down {cooldown_s:g} s before {run_dir.name}")
+                        time.sleep(cooldown_s)
+                    ran = True
                     if _run_one(
                         sweep_dir,
                         run_dir,

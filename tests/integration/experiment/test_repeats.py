@@ -8,6 +8,7 @@ import functools
 import json
 import operator
 import statistics
+from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
@@ -95,13 +96,21 @@ def test_three_repeats_of_one_workload_and_their_spread(tmp_path: Path) -> None:
     assert [cell.strip() for cell in ttfc.split("│")][-4:-1] == ["+0.0%", "1", "no"]
 
 
-def test_vary_seed_gives_each_repeat_its_own_workload(tmp_path: Path) -> None:
+def test_vary_seed_gives_each_repeat_its_own_workload_after_a_cooldown(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
     path.write_text(SCENARIO)
-    done = run_in_process(path, tmp_path / "out", "--repeats", "2", "--vary-seed", "--dry-run")
+    args = ("--repeats", "2", "--vary-seed", "--dry-run", "--cooldown", "0.5")
+    done = run_in_process(path, tmp_path / "out", *args)
     assert done.code == 0, done.stderr
     sweep = _sweep(tmp_path / "out")
     first, second = (sweep / f"{i:03d}-repeat={i + 1}" for i in range(2))
+    assert "cooling down 0.5 s before 001-repeat=2" in done.stdout
+    starts = [
+        datetime.fromisoformat(json.loads((f / "summary.json").read_text())["run"]["t0_wall_time"])
+        for f in (first, second)
+    ]
+    # (the first's traffic, 10 sessions 40 ms apart, then the cooldown: a lower bound only)
+    assert (starts[1] - starts[0]).total_seconds() >= 0.36 + 0.5
     assert "seed: 3\n" in (first / "config.yaml").read_text()
     assert "seed: 4\n" in (second / "config.yaml").read_text()
     assert _workload(first) != _workload(second)
@@ -115,6 +124,7 @@ def test_vary_seed_gives_each_repeat_its_own_workload(tmp_path: Path) -> None:
         (["--vary-seed"], "--vary-seed goes with --repeats N"),
         (["--repeats", "2", "--ray", "local"], "--repeats runs on this host only"),
         (["--repeats", "0"], "0 is not in the range"),
+        (["--cooldown", "5"], "--cooldown goes with a sweep (!expand) or --repeats N"),
     ],
 )
 def test_what_repeats_cannot_do_is_refused(tmp_path: Path, args: list[str], message: str) -> None:
