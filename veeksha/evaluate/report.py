@@ -295,6 +295,54 @@ def _gpu_table(gpus: dict[str, Any]) -> Table:
     return table
 
 
+#: (label, the server's latency key, veeksha's metric beside it or None)
+_SERVER_LATENCY_ROWS = (
+    ("TTFT / TTFC", "ttft", "ttfc"),
+    ("E2E", "e2e", "e2e"),
+    ("queued", "queue", None),
+    ("prefill", "prefill", None),
+    ("decode", "decode", None),
+    ("ITL / TBC", "itl", "tbc"),
+)
+
+
+def _server_latency_table(summary: dict[str, Any]) -> Table | None:
+    """The server's latency from its histograms (summary.json's ``server.latency``), beside
+    veeksha's own: what the network, the server's HTTP layer and the client add is the
+    difference of the means (the server's quantiles are as fine as its buckets). Without
+    veeksha's column when the clients are on several servers (its rows are not all this
+    server's)."""
+    server = summary.get("server") or {}
+    latency = server.get("latency") or {}
+    if not latency:
+        return None
+    ours = summary.get("latency") or {} if server.get("clients") is None else {}
+    table = Table(title="server's latency (ms; its histograms)", title_justify="left")
+    for name in ("", "mean", "p50", "p99", "veeksha mean", "difference"):
+        table.add_column(name, justify="left" if not name else "right")
+    for label, key, mine in _SERVER_LATENCY_ROWS:
+        theirs = latency.get(key)
+        if theirs is None:
+            continue
+        own = (ours.get(mine) or {}).get("mean") if mine else None
+        cells = [_num(theirs["mean"] * 1000)]
+        cells += [_bucketed(theirs.get(q), theirs.get(f"{q}_bucket")) for q in ("p50", "p99")]
+        difference = None if own is None else (own - theirs["mean"]) * 1000
+        shown = "-" if difference is None else f"{difference:+.3g}"
+        table.add_row(label, *cells, _num(None if own is None else own * 1000), shown)
+    return table
+
+
+def _bucketed(estimate: float | None, bucket: list[float] | None) -> str:
+    """A quantile of a server's histogram in ms: its estimate, or ``<300`` when its bucket is
+    the first one (from 0: the estimate would be a guess at its middle)."""
+    if estimate is None:
+        return "-"
+    if bucket and bucket[0] == 0:
+        return f"<{_num(bucket[1] * 1000)}"
+    return _num(estimate * 1000)
+
+
 def _exporter_notes(scraper: dict[str, Any]) -> list[str]:
     """What the console says of the GPU exporters (``server_metrics.gpu_urls``) whose scrapes
     failed: how many, and the first failure."""
@@ -616,6 +664,9 @@ def render_summary(
             console.print(table)
         else:  # (a server whose page holds none of the names veeksha reads: no empty table)
             console.print(f"[yellow]{escape(_unknown_note(server))}[/]")
+    latency = _server_latency_table(summary)
+    if latency is not None:
+        console.print(latency)
     for note in _exporter_notes(run.get("server_metrics") or {}):
         console.print(f"[yellow]{escape(note)}[/]")
     if summary.get("gpus"):

@@ -20,6 +20,9 @@ The summary's ``server`` section (null values where the server does not export t
                                       server saw it (SGLang: its own hit-rate gauge at the end)
     preemptions                       preemptions during the run
     finished                          requests the server finished during the run
+    latency                           its own account of its latency, from its histograms:
+                                      {ttft, e2e, queue, prefill, decode, itl: {metric, count,
+                                      mean, p50, p90, p99}} (``server_latency``; null without)
     clients                           with several clients on several servers: the names of
                                       the clients the scraped server serves (``scraped_clients``;
                                       absent when it serves every client)
@@ -42,6 +45,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import pyarrow.parquet as pq
 
+from veeksha.evaluate.server_latency import histogram_latency, histogram_metrics
 from veeksha.evaluate.stats import column, distinct
 from veeksha.record import kernels as ak
 from veeksha.record.server_metrics import SERVER_METRICS_FILE
@@ -86,6 +90,8 @@ class ServerView:
     #: each GPU (its index; "K.I" for GPU I of the K-th of several exporters) → what the
     #: exporter said of it: source, uuid, model
     gpu_info: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: the server's latency from its histograms (``veeksha.evaluate.server_latency``)
+    latency: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def delta(self, name: str) -> float | None:
         """A counter's increase from the first scrape to the last, resets counted as such
@@ -120,6 +126,7 @@ class ServerView:
             out["prefix_hit_rate"] = None
         out["preemptions"] = self.delta("preemptions")
         out["finished"] = self.delta("finished")
+        out["latency"] = self.latency or None
         for key, (_, values) in sorted(self.gpu.items()):
             if not key.startswith(_NO_PEAK):  # (energy since boot, fields veeksha does not read)
                 out[f"{key}_peak"] = float(values.max())
@@ -228,4 +235,10 @@ def load_server_view(run_dir: Path) -> ServerView | None:
         times_values[0].append(row["t"])
         times_values[1].append(row["value"])
     view.gpu = {key: (np.array(ts), np.array(vs)) for key, (ts, vs) in gpu_rows.items()}
+    if scrape_times.size:  # the server's latency, from its histograms
+        import pyarrow as pa
+
+        wanted = ak.is_in(table["metric"], pa.array(histogram_metrics()))
+        rows = ak.filter_rows(table, wanted).to_pylist()
+        view.latency = histogram_latency(rows, float(scrape_times[0]), increase)
     return view

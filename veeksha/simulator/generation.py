@@ -212,9 +212,16 @@ class Generation:
         seq = self.seq
         server = self.server
         server.stats.generation_tokens += seq.generated
-        ttft_ns = (self.first_ns or now_ns) - seq.arrival_ns
+        first_ns = self.first_ns or now_ns
+        ttft_ns = first_ns - seq.arrival_ns
         reason = "length" if seq.generated >= self.req.max_tokens else "stop"
-        server.stats.vllm.ended(reason, ttft_ns / 1e9, (now_ns - seq.arrival_ns) / 1e9)
+        scheduled_ns = seq.scheduled_ns or seq.arrival_ns
+        phases = (  # (as the answer's timings: queue_wait_s, prefill_s, decode_s)
+            (scheduled_ns - seq.arrival_ns) / 1e9,
+            (first_ns - scheduled_ns) / 1e9,
+            ((self.last_ns or now_ns) - first_ns) / 1e9,
+        )
+        server.stats.vllm.ended(reason, ttft_ns / 1e9, (now_ns - seq.arrival_ns) / 1e9, phases)
         cache = server.cache
         if cache is not None:
             tokens = self.req.tokens + server.text.tokens(self.offset, seq.generated)

@@ -21,6 +21,10 @@ series, each labelled ``model_name`` (and ``engine``: the simulator process that
                                                   went away, or an injected disconnect cut it)
 ``vllm:time_to_first_token_seconds``   histogram  arrival → first token, per finished request
 ``vllm:e2e_request_latency_seconds``   histogram  arrival → last token, per finished request
+``vllm:request_queue_time_seconds``    histogram  arrival → its slot (scheduled), per generated
+                                                  request that finished (vLLM's buckets of e2e)
+``vllm:request_prefill_time_seconds``  histogram  scheduled → first token, likewise
+``vllm:request_decode_time_seconds``   histogram  first token → last token, likewise
 =====================================  =========  ==================================================
 
 Generated on request only: nothing is computed per token, and per request only two histogram
@@ -80,14 +84,29 @@ class VllmCounters:
     finished: dict[str, int] = field(default_factory=dict)
     ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
     e2e: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS))
+    queue: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS))
+    prefill: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS))
+    decode: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS))
 
-    def ended(self, reason: str, ttft_s: float | None, e2e_s: float | None) -> None:
-        """A request ended (``stop``, ``length`` or ``abort``); its times if it answered."""
+    def ended(
+        self,
+        reason: str,
+        ttft_s: float | None,
+        e2e_s: float | None,
+        phases_s: tuple[float, float, float] | None = None,
+    ) -> None:
+        """A request ended (``stop``, ``length`` or ``abort``); its times if it answered, and
+        ``phases_s``, its (queue, prefill, decode) seconds if it was generated."""
         self.finished[reason] = self.finished.get(reason, 0) + 1
         if ttft_s is not None:
             self.ttft.observe(ttft_s)
         if e2e_s is not None:
             self.e2e.observe(e2e_s)
+        if phases_s is not None:
+            queue, prefill, decode = phases_s
+            self.queue.observe(queue)
+            self.prefill.observe(prefill)
+            self.decode.observe(decode)
 
 
 def vllm_lines(
@@ -132,4 +151,7 @@ def vllm_lines(
         lines.append(f'vllm:request_success_total{{{labels},finished_reason="{reason}"}} {count}')
     lines += counters.ttft.lines("vllm:time_to_first_token_seconds", labels)
     lines += counters.e2e.lines("vllm:e2e_request_latency_seconds", labels)
+    lines += counters.queue.lines("vllm:request_queue_time_seconds", labels)
+    lines += counters.prefill.lines("vllm:request_prefill_time_seconds", labels)
+    lines += counters.decode.lines("vllm:request_decode_time_seconds", labels)
     return lines

@@ -4,6 +4,7 @@ checked against the run's rows; a /metrics that fails never stops the run."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -145,6 +146,33 @@ def test_the_summary_report_and_plot_show_the_servers_view(queued_run: Path) -> 
     text = console.export_text()
     assert "server's view" in text
     assert "requests finished" in text
+    assert "server's latency (ms; its histograms)" in text
+
+
+def test_the_servers_latency_histograms_agree_with_each_answers_own_timings(
+    queued_run: Path,
+) -> None:
+    # the simulator observes into its histograms what it reports in each answer's timings
+    # (queue_wait_s, prefill_s, decode_s; veeksha's server_* columns): the means agree exactly
+    latency = json.loads((queued_run / "summary.json").read_text())["server"]["latency"]
+    rows = pd.read_parquet(queued_run / "requests.parquet")
+    for key, column in (
+        ("ttft", "server_ttft"),
+        ("queue", "server_queue_time"),
+        ("prefill", "server_prefill_time"),
+        ("decode", "server_decode_time"),
+    ):
+        assert latency[key]["count"] == 40, key
+        assert latency[key]["mean"] == pytest.approx(rows[column].mean(), rel=1e-9), key
+        # the bucket named holds the observation of the p99's rank (ceil(0.99 × 40) = 40th)
+        low, high = latency[key]["p99_bucket"]
+        assert low <= sorted(rows[column])[math.ceil(0.99 * 40) - 1] <= high, key
+    assert latency["queue"]["metric"] == "vllm:request_queue_time_seconds"
+    assert latency["queue"]["mean"] > 0.05  # (2 slots for 40 arrivals a second: a queue)
+    # the client's TTFC is the server's TTFT plus what the loopback and the client add
+    ttfc = rows.ttfc.mean()
+    assert latency["ttft"]["mean"] < ttfc < latency["ttft"]["mean"] + 0.05
+    assert "itl" not in latency  # (the simulator has no inter-token histogram)
 
 
 FAKE_NVIDIA_SMI = """#!/bin/sh
