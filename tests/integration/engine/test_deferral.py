@@ -64,10 +64,11 @@ _AHEAD_S = 0.020  # runtime.dispatch_ahead_ms: a request is handed over up to th
 
 
 def _handed_over_before(times: pd.Series, last_start: float) -> tuple[int, int]:
-    """How many of the requests at ``times`` (due, or sent at once) were surely, and at most,
-    handed over before the last session was: that was up to ``_AHEAD_S`` before its time."""
+    """How many of the requests ready at ``times`` were surely, and at most, handed over
+    before the last session, ready at ``last_start``, was: that was up to ``_AHEAD_S`` before
+    its time, and requests are handed over in the order of their ready times."""
     surely = int((times < last_start - _AHEAD_S - 1e-6).sum())
-    return surely, int((times < last_start).sum())
+    return surely, int((times <= last_start).sum())
 
 
 def test_single_requests_deferred_give_the_same_rows_and_verdicts(
@@ -114,10 +115,13 @@ def test_children_are_released_at_once_only_last_turns_are_deferred(
     assert len(requests) == 180
     assert (requests.status == "ok").all()
     # the last turns handed over before the last session started; the others woke the main
-    # process (after it nothing is deferred)
-    last_start = requests[requests.node_id == 0].dispatched_at.max()
+    # process (after it nothing is deferred). Counted by ready time, the order of the hand-
+    # over: a worker busy with another stream may release a request handed over before the
+    # last session after that session's own release (dispatched_at: 40 deferred, 39 released
+    # before it, on a loaded machine)
+    last_start = requests[requests.node_id == 0].ready_at.max()
     last_turns = requests[requests.node_id == 2]
-    surely, at_most = _handed_over_before(last_turns.dispatched_at, last_start)
+    surely, at_most = _handed_over_before(last_turns.ready_at, last_start)
     assert surely <= sum(bulk_counts) <= at_most
     assert sum(bulk_counts) > 0
     done = requests.set_index(["session_id", "node_id"])
