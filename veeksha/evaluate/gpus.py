@@ -178,5 +178,5 @@ def gpu_section(view: ServerView, throughput: Mapping[str, Any]) -> dict[str, An
 
 
 def _gpu_order(gpu: str) -> tuple[int, ...]:
-    """ "3" before "10", "0.1" before "1.0" (a GPU's index, or exporter.index)."""
+    """The order of GPU names: "3" before "10", "0.1" before "1.0" (an index, or K.I)."""
     return tuple(int(part) if part.isdigit() else 0 for part in gpu.split("."))

@@ -248,9 +248,8 @@ def _server_table(server: dict[str, Any], gpus: bool = False) -> Table:
         if mean_key is not None and server.get(mean_key) is not None:
             text += f" / {_num(server[mean_key])}"
         table.add_row(label, text)
-    for key, value in server.items():
-        if gpus:  # (the GPUs have a table of their own)
-            break
+    peaks = {} if gpus else server  # (with a gpus section the GPUs have a table of their own)
+    for key, value in peaks.items():
         if key.endswith("_peak") and "_gpu" in key and value is not None:
             table.add_row(f"{key.removesuffix('_peak').replace('_', ' ')} (peak)", _num(value))
     return table
@@ -316,7 +315,7 @@ def _server_latency_table(summary: dict[str, Any]) -> Table | None:
     latency = server.get("latency") or {}
     if not latency:
         return None
-    ours = summary.get("latency") or {} if server.get("clients") is None else {}
+    ours = (summary.get("latency") or {}) if server.get("clients") is None else {}
     table = Table(title="server's latency (ms; its histograms)", title_justify="left")
     for name in ("", "mean", "p50", "p99", "veeksha mean", "difference"):
         table.add_column(name, justify="left" if not name else "right")

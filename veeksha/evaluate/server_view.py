@@ -236,9 +236,10 @@ def load_server_view(run_dir: Path) -> ServerView | None:
         times_values[1].append(row["value"])
     view.gpu = {key: (np.array(ts), np.array(vs)) for key, (ts, vs) in gpu_rows.items()}
     if scrape_times.size:  # the server's latency, from its histograms
-        import pyarrow as pa
+        from veeksha.record.columnar import _strings  # (not pa.array: it loads pandas)
 
-        wanted = ak.is_in(table["metric"], pa.array(histogram_metrics()))
+        names: list[str | None] = list(histogram_metrics())
+        wanted = ak.is_in(table["metric"], _strings(names))
         rows = ak.filter_rows(table, wanted).to_pylist()
         view.latency = histogram_latency(rows, float(scrape_times[0]), increase)
     return view

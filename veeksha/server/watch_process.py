@@ -79,8 +79,16 @@ class _Stop(Exception):
     """SIGTERM: stop as if standard input closed."""
 
 
+_state = {"finishing": False}  # (set once the watch ends: a SIGTERM then changes nothing)
+
+
 def _raise_stop(signum: int, frame: object) -> None:
-    raise _Stop
+    """SIGTERM's handler: stop the wait, once. veeksha's death closes standard input and sends
+    SIGTERM (``PR_SET_PDEATHSIG``) at the same moment: a SIGTERM after the wait saw the end of
+    its input must not cut short the last scrape and the file's merge."""
+    if not _state["finishing"]:
+        _state["finishing"] = True
+        raise _Stop
 
 
 _say_lock = threading.Lock()
@@ -110,6 +118,7 @@ def _wait_for_eof(fd: int, received: bytes) -> bool:
         select.select([fd], [], [])
         data = _read(fd)
         if not data:
+            _state["finishing"] = True  # (first: a SIGTERM from here on is ignored)
             return MERGE_REQUEST.strip() in received
         received = (received + data)[-256:]
 
