@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from tests.integration.robustness.helpers import assert_healthy
 from tests.unit.distributed import reference_merge
 from tests.unit.distributed.merge_outputs import assert_same_merge
 from veeksha.cli import main
@@ -177,7 +178,12 @@ def test_merged_folder_is_the_single_host_experiment(
     assert sorted(p.name for p in (merged / "plots").iterdir()) == sorted(
         p.name for p in (reference / "plots").iterdir()
     )
-    assert report.verdict == "PASS", (merged / "health.txt").read_text()  # (which check, if not)
+    # every check of the merged run passes but those that judge the machine's own load (the
+    # generator's lag: FAIL when the shards waited for a CPU other processes held, 27.9 % of
+    # the time in one full-suite run)
+    checks = json.loads((merged / "summary.json").read_text())["health"]["checks"]
+    assert_healthy(checks, (merged / "health.txt").read_text())
+    assert checks["clock_sync"] == checks["dependencies"] == checks["dispatch_rate"] == "PASS"
     requests = pd.read_parquet(merged / "requests.parquet")
     sessions = pd.read_parquet(merged / "sessions.parquet")
     # every session exactly once, every request once, global and unique ids

@@ -184,6 +184,19 @@ class RunProcess:
         assert_gone(self.descendants.values(), within)
 
 
+#: health checks that judge the load generator's own machine (its lag, its hand-overs): FAIL
+#: when the test's processes waited for CPUs that other tests held, whatever was under test
+MACHINE_CHECKS = frozenset({"generator_saturation", "lifecycle_delays"})
+
+
+def assert_healthy(checks: dict[str, str], detail: object = "") -> None:
+    """No health check FAILed (``checks``: name → status) but those that judge the machine
+    (:data:`MACHINE_CHECKS`): a run's verdict under a full suite on 2 cores says as much of
+    the other tests as of the run."""
+    failed = {name for name, status in checks.items() if status == "FAIL"}
+    assert not failed - MACHINE_CHECKS, (sorted(failed), detail)
+
+
 def assert_gone(processes: Any, within: float = 5.0) -> None:
     """Every one of ``processes`` is gone (or a zombie) within ``within`` seconds; any left is
     killed (never left to the next test) and named."""
