@@ -212,15 +212,21 @@ def write_outputs(
     table = sweep_table(sweep_dir)
     table.to_parquet(sweep_dir / TABLE_FILE, index=False)
     manifest = read_manifest(sweep_dir)
+    repeats = None
     if manifest.get("repeats"):  # (a repeated run: how much its numbers vary)
         from veeksha.experiment.repeats import aggregate, write_repeats
 
-        write_repeats(sweep_dir, aggregate(table, manifest))
+        repeats = aggregate(table, manifest)
+        write_repeats(sweep_dir, repeats)
     if plots:
         try:
             from veeksha.experiment.sweep_plots import write_sweep_plots
 
             write_sweep_plots(sweep_dir, table, manifest)
+            if repeats is not None:
+                from veeksha.experiment.repeats_plot import write_repeats_plot
+
+                write_repeats_plot(sweep_dir, table, manifest, repeats)
         except Exception as error:
             if plot_failed is None:
                 raise

@@ -186,3 +186,26 @@ def test_compare_says_which_differences_are_larger_than_the_noise(tmp_path: Path
     rps = next(line for line in text.splitlines() if "requests/s" in line)
     assert rps.rstrip(" │").endswith("no")
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_the_plot_draws_each_run_and_the_interval(tmp_path: Path) -> None:
+    from veeksha.experiment.repeats_plot import write_repeats_plot
+
+    rows = [
+        (4, k, "complete", "PASS" if k != 2 else "FAIL", 4.0 + k / 10, 0.1 + k / 100)
+        for k in (1, 2, 3)
+    ]
+    rows += [(8, k, "complete", "PASS", 8.0 + k / 10, 0.2 + k / 100) for k in (1, 2, 3)]
+    table = _table(rows)
+    for column in ("output_tokens_per_s", "ttfc_p50_s", "e2e_p50_s", "e2e_p99_s"):
+        table[column] = table["requests_per_s"]
+    data = aggregate(table, _MANIFEST)
+    path = write_repeats_plot(tmp_path, table, _MANIFEST, data)
+    assert path == tmp_path / "plots" / "repeats.png"
+    png = path.read_bytes()
+    assert png.startswith(b"\x89PNG")
+    assert len(png) > 20_000
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    assert (width, height) == (900, 720)  # (10 × 8 inches at 90 dpi)
+    none = table.assign(status="interrupted")
+    assert write_repeats_plot(tmp_path / "none", none, _MANIFEST, data) is None
