@@ -123,6 +123,7 @@ class ServerWatch:
         self._interval_s = interval_s
         self._gpu: str | None = None
         self._gpu_urls: list[str] = []
+        self._servers: list[dict[str, Any]] = []  # the clients' other servers (aim)
         self._status: dict[str, Any] | None = None
         self._run: tuple[Path, dict[str, str]] | None = None  # (begun: the run's folder, metadata)
         self._ready = threading.Event()
@@ -147,13 +148,22 @@ class ServerWatch:
         return cls(scenario.server_metrics.interval, log, process)
 
     def aim(self, scenario: Scenario, target: Target) -> None:
-        """Scrape ``target`` (``server_metrics.url``, else its server root's /metrics) and the
-        GPU exporters of ``server_metrics.gpu_urls``; without those, sample its GPUs with
-        nvidia-smi when it is a managed server on this host."""
+        """Scrape ``target`` (``server_metrics.url``, else the /metrics of every server its
+        clients go to, in the same rounds) and the GPU exporters of ``server_metrics.gpu_urls``;
+        without those, sample its GPUs with nvidia-smi when it is a managed server on this
+        host."""
         config = scenario.server_metrics
         self._url = config.url or metrics_url(target.api_base)
         self._api_key = target.api_key
         self._headers = target.headers or None
+        if not config.url:  # every server of the run's clients (the first client's first)
+            seen = {self._url}
+            for client in target.clients:
+                url = metrics_url(client.api_base)
+                if url not in seen:
+                    seen.add(url)
+                    entry = {"url": url, "api_key": client.api_key, "headers": client.headers}
+                    self._servers.append(entry)
         root = server_root(target.api_base)  # (a path in gpu_urls is on the server's address)
         self._gpu_urls = [root + url if url.startswith("/") else url for url in config.gpu_urls]
         if self._gpu_urls:
@@ -191,6 +201,7 @@ class ServerWatch:
             self._gpu,
             self._headers,
             self._gpu_urls or None,
+            self._servers or None,
         )
         self._run = (run_dir, dict(metadata))
         assert self._process.stdin is not None

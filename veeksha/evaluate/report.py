@@ -235,7 +235,10 @@ _SERVER_ROWS = (
 def _server_table(server: dict[str, Any], gpus: bool = False) -> Table:
     """The server's own view (summary.json's ``server``): its queue, KV cache, prefix cache;
     its GPUs' peaks unless ``gpus`` (summary.json has a ``gpus`` section: a table of its own)."""
-    title = f"server's view ({counted(server.get('scrapes', 0), 'scrape')})"  # (as its table)
+    scrapes = counted(server.get("scrapes", 0), "scrape")
+    title = f"server's view ({scrapes})"  # (as its table)
+    if server.get("servers"):  # (every server of the clients: their sums)
+        title = f"servers' view ({len(server['servers'])} servers together, {scrapes})"
     table = Table(title=title, title_justify="left", show_header=False)
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -343,15 +346,18 @@ def _bucketed(estimate: float | None, bucket: list[float] | None) -> str:
 
 
 def _exporter_notes(scraper: dict[str, Any]) -> list[str]:
-    """What the console says of the GPU exporters (``server_metrics.gpu_urls``) whose scrapes
-    failed: how many, and the first failure."""
+    """What the console says of the scraped addresses whose scrapes failed: the GPU exporters
+    (``server_metrics.gpu_urls``) and the servers after the first (the first's failures have
+    their own note): how many, and the first failure."""
+    accounts = [("server metrics", a) for a in (scraper.get("servers") or [])[1:]]
+    accounts += [("GPU metrics", a) for a in scraper.get("gpu_exporters") or []]
     notes = []
-    for exporter in scraper.get("gpu_exporters") or []:
-        failed, tries = exporter.get("failed"), exporter.get("scrapes")
+    for what, account in accounts:
+        failed, tries = account.get("failed"), account.get("scrapes")
         if failed:
             notes.append(
-                f"GPU metrics: {failed} of {counted(tries, 'scrape')} of {exporter.get('url')} "
-                f"failed, the first: {exporter.get('error') or 'no reason given'}"
+                f"{what}: {failed} of {counted(tries, 'scrape')} of {account.get('url')} "
+                f"failed, the first: {account.get('error') or 'no reason given'}"
             )
     return notes
 

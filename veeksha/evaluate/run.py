@@ -214,6 +214,9 @@ def compute_evaluation(
     summary |= group_sections(scenario, requests, info.get("target"))
     if server is not None:
         summary["server"] = jsonable(server.section())
+        scraper = info.get("server_metrics")
+        if isinstance(scraper, Mapping) and scraper.get("servers"):  # (their sums: the fleet)
+            summary["server"]["servers"] = [a.get("url") for a in scraper["servers"]]
         gpus = gpu_section(server, summary["throughput"])  # (energy per output token)
         if gpus is not None:
             summary["gpus"] = jsonable(gpus)

@@ -27,10 +27,13 @@ The summary's ``server`` section (null values where the server does not export t
                                       the clients the scraped server serves (``scraped_clients``;
                                       absent when it serves every client)
 
-Several clients may go to several servers (docs/agents.md); the metrics are scraped from one
-(``server_metrics.url``, else the first client's). ``scraped_clients`` names the clients whose
-``api_base`` is on that server (same scheme, host and port), so the checks and the plot that
-hold the server's numbers against veeksha's rows take only those clients' rows.
+Several clients may go to several servers (docs/agents.md); every one of them is scraped, in
+the same rounds, its samples labelled ``server`` (its place: 0 for the first client's), so the
+canonical series are the servers' together (running and waiting summed, the KV usage the
+largest, the counters' increases summed). With ``server_metrics.url`` only that address is
+scraped: ``scraped_clients`` names the clients whose ``api_base`` is on a scraped server (same
+scheme, host and port), so the checks and the plot that hold the server's numbers against
+veeksha's rows take only those clients' rows.
 """
 
 from __future__ import annotations
@@ -146,10 +149,11 @@ def scraped_clients(scenario: Scenario, run_info: Mapping[str, Any]) -> tuple[st
     client; None when it is (one client, or every client on that server) or when the run does
     not say where its clients went.
 
-    The scraped address is the scraper's (``run.server_metrics.url``), else
-    ``server_metrics.url``, else the first client's server (``run.target``'s ``api_base``); a
-    client is on that server when its ``api_base`` has the same scheme, host and port. An empty
-    tuple: the address is none of the clients' servers, while they are on several."""
+    The scraped addresses are the scraper's (``run.server_metrics.servers``' URLs when it
+    scraped several servers, else its ``url``), else ``server_metrics.url``, else the first
+    client's server (``run.target``'s ``api_base``); a client is on a scraped server when its
+    ``api_base`` has the same scheme, host and port. An empty tuple: the address is none of the
+    clients' servers, while they are on several."""
     try:
         target = json.loads(run_info.get("target") or "{}")
     except (TypeError, ValueError):
@@ -158,14 +162,18 @@ def scraped_clients(scenario: Scenario, run_info: Mapping[str, Any]) -> tuple[st
     if not isinstance(clients, list) or len(clients) < 2:
         return None
     scraper = run_info.get("server_metrics")
-    url = scraper.get("url") if isinstance(scraper, Mapping) else None
-    scraped = _root(url or scenario.server_metrics.url or target.get("api_base"))
+    scraper = scraper if isinstance(scraper, Mapping) else {}
+    accounts = scraper.get("servers")  # (several servers scraped: every one's account)
+    urls = [a.get("url") for a in accounts if isinstance(a, Mapping)] if accounts else []
+    if not urls:
+        urls = [scraper.get("url") or scenario.server_metrics.url or target.get("api_base")]
+    scraped = {root for root in map(_root, urls) if root is not None}
     roots = {
         str(c.get("name")): _root(c.get("api_base")) for c in clients if isinstance(c, Mapping)
     }
-    if scraped is None or len(set(roots.values())) < 2:
+    if not scraped or len(set(roots.values())) < 2:
         return None  # (one server for every client: its metrics are theirs, wherever scraped)
-    served = tuple(name for name, root in roots.items() if root == scraped)
+    served = tuple(name for name, root in roots.items() if root in scraped)
     return None if len(served) == len(roots) else served
 
 

@@ -26,7 +26,7 @@ from veeksha.record.server_metrics import Sample, ServerMetricsWriter
 from veeksha.redact import Redactors, header_secrets
 from veeksha.server.metric_names import canonical_name
 
-__all__ = ["MetricsScraper", "parse_metrics"]
+__all__ = ["MetricsScraper", "parse_metrics", "with_server_label"]
 
 _NS = 1_000_000_000
 _FLUSH_EVERY = 10  # scrapes per Parquet part
@@ -53,12 +53,24 @@ def parse_metrics(text: str, pause: Callable[[], None] | None = None) -> list[Sa
     return samples
 
 
+def with_server_label(samples: list[Sample], number: int) -> list[Sample]:
+    """``samples`` with the label ``server`` (the server's place among the scraped ones) added
+    to their labels (sorted JSON, as :func:`parse_metrics` writes them)."""
+    out: list[Sample] = []
+    for metric, labels, value, kind, canonical in samples:
+        merged = {**json.loads(labels), "server": str(number)}
+        text = json.dumps(merged, sort_keys=True, separators=(",", ":"))
+        out.append((metric, text, value, kind, canonical))
+    return out
+
+
 def _yield_gil() -> None:
     time.sleep(0)  # releases the GIL: the event loop runs now if it was waiting
 
 
 class MetricsScraper:
-    """Scrapes ``url`` every ``interval_s`` into ``writer`` until ``stop()``."""
+    """Scrapes ``url`` (and its ``followers``' URLs, in the same rounds) every ``interval_s``
+    into ``writer`` until ``stop()``."""
 
     def __init__(
         self,
@@ -72,8 +84,12 @@ class MetricsScraper:
         transform: Callable[[list[Sample]], list[Sample]] | None = None,
         what: str = "server metrics",
         hint: str = "set server_metrics.url, or server_metrics.enabled: false",
+        followers: list[MetricsScraper] | None = None,
     ) -> None:
         self.url = url
+        # the other servers of the run's clients, scraped in each of this one's rounds (never
+        # started themselves): every sample labelled with its server's place (``server``)
+        self._followers = list(followers or ())
         # (a GPU exporter's scrape: its fields renamed to gpu:* rows, veeksha.server.dcgm)
         self._transform = transform
         self._what = what  # how its warnings start, and what they suggest
@@ -98,12 +114,16 @@ class MetricsScraper:
         self._thread.start()
 
     def stop(self) -> dict[str, Any]:
-        """Stop the thread after one last scrape; what happened (for the file's metadata)."""
+        """Stop the thread after one last scrape; what happened (for the file's metadata: this
+        server's account, and with followers ``servers``, every server's)."""
         self._stop.set()
         if self._thread.ident is not None:  # (never started: the run failed before t0)
             self._thread.join()
         self.scrape()
-        return self.status()
+        status = self.status()
+        if self._followers:
+            status["servers"] = [self.status(), *(f.status() for f in self._followers)]
+        return status
 
     def status(self) -> dict[str, Any]:
         ok = self.scrapes - self.failed
@@ -128,7 +148,30 @@ class MetricsScraper:
                 return
 
     def scrape(self) -> None:
-        """One scrape into the writer; a failure is counted (and warned about once)."""
+        """One scrape (of this server and its followers) into the writer; a failure is counted
+        (and warned about once, each server's)."""
+        taken = self.take()
+        t, batch = (None, []) if taken is None else taken
+        if self._followers:  # several servers: each sample says whose, all at the first's time
+            batch = with_server_label(batch, 0)
+            for number, follower in enumerate(self._followers, start=1):
+                got = follower.take()
+                if got is not None:
+                    t = got[0] if t is None else t
+                    batch += with_server_label(got[1], number)
+        if t is None or not batch:
+            return
+        self._writer.add(t, batch)
+        if self.scrapes % _FLUSH_EVERY == 0 and self.write_error is None:
+            try:
+                self._writer.flush()
+            except OSError as exc:  # (kept in memory; close tries once more)
+                self.write_error = str(exc)
+                self._warn(f"{self._what}: cannot write a part of server_metrics.parquet: {exc}")
+
+    def take(self) -> tuple[float, list[Sample]] | None:
+        """One GET of this scraper's URL: (when its answer came, s since t0; its samples), or
+        None when it failed (counted, and warned about once)."""
         self.scrapes += 1
         try:
             answer = fetch(
@@ -153,17 +196,11 @@ class MetricsScraper:
                 raise ValueError("the answer holds no metrics")
         except TargetError as exc:  # (fetch's own words: "GET {url}: {what happened}")
             self._failed(str(exc))
-            return
+            return None
         except (ValueError, UnicodeError) as exc:
             self._failed(f"GET {self.url}: {exc}")
-            return
-        self._writer.add(t, samples)
-        if self.scrapes % _FLUSH_EVERY == 0 and self.write_error is None:
-            try:
-                self._writer.flush()
-            except OSError as exc:  # (kept in memory; close tries once more)
-                self.write_error = str(exc)
-                self._warn(f"{self._what}: cannot write a part of server_metrics.parquet: {exc}")
+            return None
+        return t, samples
 
     def _failed(self, error: str) -> None:
         """Count a failed scrape; ``error`` names the request once and says why."""

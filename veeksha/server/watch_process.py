@@ -67,6 +67,9 @@ class WatchSettings:
     nvidia_smi: str | None = None
     headers: dict[str, str] | None = None  # the client's own, sent with each scrape
     gpu_urls: list[str] | None = None  # dcgm-exporters (server_metrics.gpu_urls): no key sent
+    #: the other servers of the run's clients: {url, api_key, headers} each, scraped in the
+    #: same rounds as ``url`` (every sample then labelled ``server``: 0 for ``url``'s)
+    servers: list[dict[str, Any]] | None = None
 
 
 def die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
@@ -142,6 +145,18 @@ def watch(settings: WatchSettings, received: bytes = b"") -> tuple[dict[str, Any
         _say({"warning": text})
 
     writer = ServerMetricsWriter(Path(settings.run_dir), settings.metadata)
+    followers = [
+        MetricsScraper(
+            str(server["url"]),
+            server.get("api_key"),
+            settings.interval_s,
+            settings.t0_ns,
+            writer,
+            warn,
+            server.get("headers"),
+        )
+        for server in settings.servers or ()
+    ]
     scraper = MetricsScraper(
         settings.url,
         settings.api_key,
@@ -150,6 +165,7 @@ def watch(settings: WatchSettings, received: bytes = b"") -> tuple[dict[str, Any
         writer,
         warn,
         settings.headers,
+        followers=followers,
     )
     exporters = [
         MetricsScraper(

@@ -202,3 +202,22 @@ def test_clients_sharing_one_server_all_count() -> None:
     assert result.status == "PASS", result.detail
     assert (result.statistics["ours_at_least"], result.statistics["ours_at_most"]) == (9, 12)
     assert "clients" not in result.statistics
+
+
+def test_every_server_scraped_counts_every_clients_rows() -> None:
+    # both servers scraped (the run's default with clients on two servers): their finished
+    # counts together (10 → 21: 4 to 7 of the big client's, 5 of the small one's) against all rows
+    info = _two_servers("http://127.0.0.1:4000/metrics")
+    target = json.loads(info["target"])
+    other = target["clients"][1]["api_base"].removesuffix("/v1") + "/metrics"
+    info["server_metrics"]["servers"] = [
+        {"url": "http://127.0.0.1:4000/metrics", "status": "ok"},
+        {"url": other, "status": "ok"},
+    ]
+    view = ServerView(series={"finished": (np.array([-0.1, 2.0]), np.array([10.0, 21.0]))})
+    result = SERVER_AGREEMENT(
+        HealthInput(TWO_CLIENTS, TWO_CLIENTS, TWO_CLIENTS, Scenario(), info, view)
+    )
+    assert result.status == "PASS", result.detail
+    assert (result.statistics["ours_at_least"], result.statistics["ours_at_most"]) == (9, 12)
+    assert "clients" not in result.statistics

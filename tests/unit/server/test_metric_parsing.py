@@ -160,3 +160,14 @@ def test_a_scrapes_time_is_when_its_answer_came_not_when_its_parse_ended(
     (stamp,) = set(writer._columns[0])
     assert took >= 0.4
     assert stamp < took - 0.3  # the answer came before the parse, not at its end
+
+
+def test_a_servers_place_is_added_to_every_samples_labels() -> None:
+    from veeksha.server.scraper import parse_metrics, with_server_label
+
+    page = "# TYPE vllm:num_requests_running gauge\n"
+    page += 'vllm:num_requests_running{model_name="m"} 3\nup 1\n'
+    samples = parse_metrics(page)
+    labelled = with_server_label(samples, 1)
+    assert [s[1] for s in labelled] == ['{"model_name":"m","server":"1"}', '{"server":"1"}']
+    assert [s[:1] + s[2:] for s in labelled] == [s[:1] + s[2:] for s in samples]
