@@ -42,7 +42,7 @@ RATES = (2.0, 8.0)
 INTERVALS = (1.0, 0.25)
 
 
-def _busy_s(run_dir: Path, start: float, end: float) -> float:
+def busy_seconds(run_dir: Path, start: float, end: float) -> float:
     """Seconds of [start, end] during which some request held a slot of the server: each
     request's from its slot to its last token (its answer's own prefill and decode times)
     placed at its first chunk's arrival (``sent_at + ttfc``: the loopback's ~0.1 ms shifts
@@ -68,7 +68,7 @@ def _figures(run_dir: Path) -> dict[str, float]:
     summary = json.loads((run_dir / "summary.json").read_text())
     throughput, gpus = summary["throughput"], summary["gpus"]
     start, end = throughput["window_start"], throughput["window_end"]
-    busy = _busy_s(run_dir, start, end)
+    busy = busy_seconds(run_dir, start, end)
     truth = GPUS * (IDLE_W * (end - start) + (BUSY_W - IDLE_W) * busy)
     view = load_server_view(run_dir)
     assert view is not None

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 from rich.console import Console
 
+from benchmarks.gpu_energy import busy_seconds
 from tests.integration.robustness.helpers import run_as_the_command
 from veeksha.evaluate.report import render_summary
 from veeksha.record.server_metrics import SERVER_METRICS_FILE
@@ -47,19 +48,6 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _busy_s(requests: pd.DataFrame, start: float, end: float) -> float:
-    """Seconds of [start, end] in which some request was at the server (the union of the rows'
-    sent → completed intervals): when the simulator's GPUs were busy."""
-    spans = sorted(zip(requests.sent_at, requests.completed_at, strict=True))
-    busy, reach = 0.0, start
-    for sent_at, completed_at in spans:
-        sent, done = max(sent_at, reach), min(completed_at, end)
-        if done > sent:
-            busy += done - sent
-            reach = done
-    return busy
-
-
 def test_the_gpus_energy_per_token_agrees_with_the_simulators_power_model(
     start_simulator: Callable[..., SimulatorProcess], tmp_path: Path
 ) -> None:
@@ -88,8 +76,9 @@ def test_the_gpus_energy_per_token_agrees_with_the_simulators_power_model(
 
     # the truth: idle watts over the window, plus (busy - idle) while a request ran, per GPU
     start, end = throughput["window_start"], throughput["window_end"]
-    requests = pd.read_parquet(run_dir / "requests.parquet")
-    busy = _busy_s(requests, start, end)
+    # (each answer's own slot time, from its timings, placed at its first chunk: the truth
+    # the energy benchmark holds veeksha to)
+    busy = busy_seconds(run_dir, start, end)
     assert 0.8 * (end - start) < busy < end - start
     expected = 2 * (_IDLE_W * (end - start) + (_BUSY_W - _IDLE_W) * busy)
     assert abs(gpus["energy_j"] - expected) < 0.03 * expected, (gpus["energy_j"], expected)
