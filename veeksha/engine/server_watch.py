@@ -156,14 +156,16 @@ class ServerWatch:
         self._url = config.url or metrics_url(target.api_base)
         self._api_key = target.api_key
         self._headers = target.headers or None
+        self._servers = []
         if not config.url:  # every server of the run's clients (the first client's first)
             seen = {self._url}
             for client in target.clients:
                 url = metrics_url(client.api_base)
                 if url not in seen:
                     seen.add(url)
-                    entry = {"url": url, "api_key": client.api_key, "headers": client.headers}
-                    self._servers.append(entry)
+                    self._servers.append(
+                        {"url": url, "api_key": client.api_key, "headers": client.headers or None}
+                    )
         root = server_root(target.api_base)  # (a path in gpu_urls is on the server's address)
         self._gpu_urls = [root + url if url.startswith("/") else url for url in config.gpu_urls]
         if self._gpu_urls:
