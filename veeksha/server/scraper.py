@@ -152,12 +152,16 @@ class MetricsScraper:
         (and warned about once, each server's)."""
         taken = self.take()
         t, batch = (None, []) if taken is None else taken
-        if self._followers:  # several servers: each sample says whose, all at the first's time
+        if self._followers:  # several servers: each sample says whose, all at the round's time
             batch = with_server_label(batch, 0)
             for number, follower in enumerate(self._followers, start=1):
                 got = follower.take()
                 if got is not None:
-                    t = got[0] if t is None else t
+                    # the round's time is its last answer's: every server had been read by
+                    # then, so a request sent later is in none of this round's counts (the
+                    # first answer's time read a request sent between two servers' reads as
+                    # counted before t0, and server_agreement failed under load)
+                    t = got[0] if t is None else max(t, got[0])
                     batch += with_server_label(got[1], number)
         if t is None or not batch:
             return

@@ -87,7 +87,7 @@ def test_both_servers_are_scraped_and_held_against_every_clients_rows(
     running = metrics[metrics.metric == "vllm:num_requests_running"]
     servers = running.labels.map(lambda text: json.loads(text)["server"])
     assert set(servers) == {"0", "1"}
-    # every round holds both servers' samples at one time (the first's answer's)
+    # every round holds both servers' samples at one time (its last answer's)
     assert (running.groupby("t").labels.count() >= 2).all()
     finished = metrics[metrics.canonical == "finished"]
     by_server = finished.assign(server=finished.labels.map(lambda t: json.loads(t)["server"]))

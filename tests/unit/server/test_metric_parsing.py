@@ -171,3 +171,53 @@ def test_a_servers_place_is_added_to_every_samples_labels() -> None:
     labelled = with_server_label(samples, 1)
     assert [s[1] for s in labelled] == ['{"model_name":"m","server":"1"}', '{"server":"1"}']
     assert [s[:1] + s[2:] for s in labelled] == [s[:1] + s[2:] for s in samples]
+
+
+def test_several_servers_share_a_round_stamped_when_the_last_had_answered(tmp_path: Path) -> None:
+    # The second server answers 0.2 s after the first: a request sent between the two reads is
+    # in neither round's count before it, so the round is stamped after both reads.
+    import json
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from veeksha.record.server_metrics import ServerMetricsWriter
+    from veeksha.server.scraper import MetricsScraper
+
+    def page(delay: float) -> type[BaseHTTPRequestHandler]:
+        class Page(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                time.sleep(delay)
+                body = VLLM.encode()
+                self.send_response(200)
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        return Page
+
+    servers = [ThreadingHTTPServer(("127.0.0.1", 0), page(d)) for d in (0.0, 0.2)]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    urls = [f"http://127.0.0.1:{s.server_address[1]}/metrics" for s in servers]
+    try:
+        writer = ServerMetricsWriter(tmp_path, {})
+        t0 = time.monotonic_ns()
+        follower = MetricsScraper(urls[1], None, 1.0, t0, writer, print)
+        scraper = MetricsScraper(urls[0], None, 1.0, t0, writer, print, followers=[follower])
+        scraper.scrape()
+        status = scraper.stop()
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()
+    stamps = sorted(set(writer._columns[0]))
+    assert len(stamps) == 2  # (one time a round: the scrape, then stop's last one)
+    assert stamps[0] >= 0.2  # (after the slow second server had answered)
+    labels = {json.loads(text).get("server") for text in writer._columns[2]}
+    assert labels == {"0", "1"}
+    assert [a["url"] for a in status["servers"]] == urls
+    assert [a["scrapes"] for a in status["servers"]] == [2, 2]
