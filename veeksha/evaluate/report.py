@@ -238,7 +238,7 @@ def _server_table(server: dict[str, Any], gpus: bool = False) -> Table:
     scrapes = counted(server.get("scrapes", 0), "scrape")
     title = f"server's view ({scrapes})"  # (as its table)
     if server.get("servers"):  # (every server of the clients: their sums)
-        title = f"servers' view ({len(server['servers'])} servers together, {scrapes})"
+        title = f"{len(server['servers'])} servers' view ({scrapes}; their sums)"
     table = Table(title=title, title_justify="left", show_header=False)
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -360,6 +360,26 @@ def _exporter_notes(scraper: dict[str, Any]) -> list[str]:
                 f"failed, the first: {account.get('error') or 'no reason given'}"
             )
     return notes
+
+
+def _per_server_table(server: dict[str, Any]) -> Table:
+    """Each scraped server's own numbers (summary.json's ``server.per_server``), beside the
+    servers' sums: an imbalance between replicas shows here."""
+    table = Table(title="each server", title_justify="left")
+    for name in ("server", "running (peak / mean)", "waiting (peak)", "KV (peak)", "finished"):
+        table.add_column(name, justify="left" if name == "server" else "right")
+    for entry in server.get("per_server") or []:
+        url = str(entry.get("url") or entry.get("server"))
+        shown = url.split("://", 1)[-1].removesuffix("/metrics")
+        kv = entry.get("kv_usage_peak")
+        table.add_row(
+            shown,
+            f"{_num(entry.get('running_peak'))} / {_num(entry.get('running_mean'))}",
+            _num(entry.get("waiting_peak")),
+            "-" if kv is None else f"{_num(kv * 100)}%",
+            _num(entry.get("finished")),
+        )
+    return table
 
 
 def _clients_note(clients: list[str]) -> str:
@@ -667,6 +687,8 @@ def render_summary(
             if server.get("clients") is not None:  # (the clients are on several servers)
                 console.print(escape(_clients_note(server["clients"])))
             console.print(table)
+            if server.get("per_server"):
+                console.print(_per_server_table(server))
         else:  # (a server whose page holds none of the names veeksha reads: no empty table)
             console.print(f"[yellow]{escape(_unknown_note(server))}[/]")
     latency = _server_latency_table(summary)

@@ -216,7 +216,11 @@ def compute_evaluation(
         summary["server"] = jsonable(server.section())
         scraper = info.get("server_metrics")
         if isinstance(scraper, Mapping) and scraper.get("servers"):  # (their sums: the fleet)
-            summary["server"]["servers"] = [a.get("url") for a in scraper["servers"]]
+            urls = [a.get("url") for a in scraper["servers"]]
+            summary["server"]["servers"] = urls
+            for entry in summary["server"].get("per_server") or []:
+                number = int(entry["server"])
+                entry["url"] = urls[number] if number < len(urls) else None
         gpus = gpu_section(server, summary["throughput"])  # (energy per output token)
         if gpus is not None:
             summary["gpus"] = jsonable(gpus)

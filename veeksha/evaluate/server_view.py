@@ -95,6 +95,8 @@ class ServerView:
     gpu_info: dict[str, dict[str, str]] = field(default_factory=dict)
     #: the server's latency from its histograms (``veeksha.evaluate.server_latency``)
     latency: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: with several servers scraped, each one's own view (its ``server`` label: "0", "1", ...)
+    per_server: dict[str, ServerView] = field(default_factory=dict)
 
     def delta(self, name: str) -> float | None:
         """A counter's increase from the first scrape to the last, resets counted as such
@@ -114,6 +116,21 @@ class ServerView:
             "last_t": float(times[-1]) if times.size else None,
             "status": self.status.get("server_metrics_status"),
         }
+        out |= self.queue_section()
+        if self.per_server:  # (several servers: their sums above, each one's here)
+            out["per_server"] = [
+                {"server": number, **own.queue_section()} for number, own in self.per_server.items()
+            ]
+        out["latency"] = self.latency or None
+        for key, (_, values) in sorted(self.gpu.items()):
+            if not key.startswith(_NO_PEAK):  # (energy since boot, fields veeksha does not read)
+                out[f"{key}_peak"] = float(values.max())
+        return out
+
+    def queue_section(self) -> dict[str, Any]:
+        """What the canonical series say: running and waiting (peak, mean), the KV usage's
+        peak, the prefix-cache hit rate, preemptions and finished requests."""
+        out: dict[str, Any] = {}
         for name in ("running", "waiting"):
             values = self.series.get(name, (None, None))[1]
             out[f"{name}_peak"] = None if values is None else float(values.max())
@@ -129,10 +146,6 @@ class ServerView:
             out["prefix_hit_rate"] = None
         out["preemptions"] = self.delta("preemptions")
         out["finished"] = self.delta("finished")
-        out["latency"] = self.latency or None
-        for key, (_, values) in sorted(self.gpu.items()):
-            if not key.startswith(_NO_PEAK):  # (energy since boot, fields veeksha does not read)
-                out[f"{key}_peak"] = float(values.max())
         return out
 
 
@@ -189,6 +202,45 @@ def load_server_view(run_dir: Path) -> ServerView | None:
     scrape_times = distinct(column(ak.filter_rows(table, ak.invert(gpu)), "t"))
     view = ServerView(scrape_times=scrape_times, status=status)
     named = ak.filter_rows(table, ak.is_valid(table["canonical"])).to_pylist()
+    _read_canonical(view, named)
+    by_server: dict[str, list[dict[str, Any]]] = {}
+    for row in named:  # (several servers scraped: each one's rows too, for its own line)
+        number = json.loads(row["labels"]).get("server")
+        if number is not None:
+            by_server.setdefault(str(number), []).append(row)
+    if len(by_server) > 1:
+        for number in sorted(by_server, key=int):
+            own = ServerView(scrape_times=scrape_times)
+            _read_canonical(own, by_server[number])
+            view.per_server[number] = own
+    gpu_rows: dict[str, tuple[list[float], list[float]]] = {}
+    labelled = [(row, json.loads(row["labels"])) for row in ak.filter_rows(table, gpu).to_pylist()]
+    several = len({labels.get("source") for _, labels in labelled}) > 1
+    for row, labels in labelled:
+        index = str(labels.get("gpu", "0"))
+        if several:  # (GPUs of several exporters: the exporter's place in gpu_urls first)
+            index = f"{labels.get('source', '0')}.{index}"
+        view.gpu_info.setdefault(
+            index, {key: str(labels[key]) for key in ("source", "uuid", "model") if key in labels}
+        )
+        key = f"{row['metric'].removeprefix('gpu:')}_gpu{index}"
+        times_values = gpu_rows.setdefault(key, ([], []))
+        times_values[0].append(row["t"])
+        times_values[1].append(row["value"])
+    view.gpu = {key: (np.array(ts), np.array(vs)) for key, (ts, vs) in gpu_rows.items()}
+    if scrape_times.size:  # the server's latency, from its histograms
+        from veeksha.record.columnar import _strings  # (not pa.array: it loads pandas)
+
+        names: list[str | None] = list(histogram_metrics())
+        wanted = ak.is_in(table["metric"], _strings(names))
+        rows = ak.filter_rows(table, wanted).to_pylist()
+        view.latency = histogram_latency(rows, float(scrape_times[0]), increase)
+    return view
+
+
+def _read_canonical(view: ServerView, named: list[dict[str, Any]]) -> None:
+    """``view``'s canonical series and counters' increases from the rows of ``named`` (the
+    rows with a canonical name: all of them, or one server's)."""
     # canonical → t → [best rank, values of the best-ranked name there]
     best: dict[str, dict[float, tuple[int, list[float]]]] = {}
     for row in named:
@@ -228,26 +280,3 @@ def load_server_view(run_dir: Path) -> ServerView | None:
             values = np.array([value for _, value in samples])
             total += increase(values, start=None if samples[0][0] == first else 0.0)
         view.increases[canonical] = total
-    gpu_rows: dict[str, tuple[list[float], list[float]]] = {}
-    labelled = [(row, json.loads(row["labels"])) for row in ak.filter_rows(table, gpu).to_pylist()]
-    several = len({labels.get("source") for _, labels in labelled}) > 1
-    for row, labels in labelled:
-        index = str(labels.get("gpu", "0"))
-        if several:  # (GPUs of several exporters: the exporter's place in gpu_urls first)
-            index = f"{labels.get('source', '0')}.{index}"
-        view.gpu_info.setdefault(
-            index, {key: str(labels[key]) for key in ("source", "uuid", "model") if key in labels}
-        )
-        key = f"{row['metric'].removeprefix('gpu:')}_gpu{index}"
-        times_values = gpu_rows.setdefault(key, ([], []))
-        times_values[0].append(row["t"])
-        times_values[1].append(row["value"])
-    view.gpu = {key: (np.array(ts), np.array(vs)) for key, (ts, vs) in gpu_rows.items()}
-    if scrape_times.size:  # the server's latency, from its histograms
-        from veeksha.record.columnar import _strings  # (not pa.array: it loads pandas)
-
-        names: list[str | None] = list(histogram_metrics())
-        wanted = ak.is_in(table["metric"], _strings(names))
-        rows = ak.filter_rows(table, wanted).to_pylist()
-        view.latency = histogram_latency(rows, float(scrape_times[0]), increase)
-    return view

@@ -94,6 +94,13 @@ def test_both_servers_are_scraped_and_held_against_every_clients_rows(
     last = by_server[by_server.t == by_server.t.max()].groupby("server").value.sum()
     assert last["1"] >= len(rows[(rows.client == "worker") & (rows.status == "ok")])
     assert (run_dir / "plots" / "server_timeline.png").stat().st_size > 0
+    # each server's own line: its counts add up to the sum, the other process served worker
+    first, second = summary["server"]["per_server"]
+    assert [first["server"], second["server"]] == ["0", "1"]
+    assert [first["url"], second["url"]] == summary["server"]["servers"]
+    assert first["finished"] + second["finished"] == summary["server"]["finished"]
+    assert second["finished"] >= (rows[rows.client == "worker"].status == "ok").sum()
+    assert first["finished"] >= (rows[rows.client != "worker"].status == "ok").sum()
 
 
 def test_each_clients_failures_are_its_own(several: tuple[Path, pd.DataFrame]) -> None:
@@ -125,7 +132,8 @@ def test_the_report_says_whose_server_it_shows_and_who_failed(
     run_dir, _ = several
     result = CliRunner().invoke(main, ["report", str(run_dir), "--no-plots"], env={"CI": "true"})
     text = result.output
-    assert "servers' view (2 servers together," in " ".join(text.split())
+    assert "2 servers' view (" in " ".join(text.split())
+    assert "each server" in text
     assert "the other clients' servers were not scraped" not in text
     clients = json.loads((run_dir / "summary.json").read_text())["clients"]
     lines = {line.split()[0]: line.split() for line in text.splitlines() if line.strip()}

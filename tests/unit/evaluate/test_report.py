@@ -457,3 +457,42 @@ def test_answer_ttfc_shows_only_for_a_run_that_has_it() -> None:
     assert row.split()[2:5] == ["30", "510", "500"]
     assert any("answer TTFC p50" in line and "500 ms" in line for line in lines)
     assert any("answer TTFC p99" in line and "700 ms" in line for line in lines)
+
+
+def test_each_scraped_server_has_its_line_under_their_sums() -> None:
+    import io
+
+    from rich.console import Console
+
+    from veeksha.evaluate.report import render_summary
+
+    servers = ["http://127.0.0.1:40123/metrics", "http://10.1.2.3:8000/metrics"]
+    per_server = [
+        {"server": "0", "url": servers[0], "running_peak": 4, "running_mean": 2.5,
+         "waiting_peak": 3, "kv_usage_peak": 0.42, "finished": 30.0},
+        {"server": "1", "url": servers[1], "running_peak": 1, "running_mean": 0.5,
+         "waiting_peak": 0, "kv_usage_peak": None, "finished": 12.0},
+    ]  # fmt: skip
+    summary = {
+        "requests": {"total": 42, "ok": 42},
+        "server": {
+            "scrapes": 5,
+            "running_peak": 5,
+            "running_mean": 3.0,
+            "finished": 42.0,
+            "servers": servers,
+            "per_server": per_server,
+        },
+        "health": {"verdict": "PASS"},
+    }
+    out = io.StringIO()
+    render_summary(Console(file=out, width=80, color_system=None), summary)
+    text = out.getvalue()
+    assert "2 servers' view (5 scrapes; their sums)" in " ".join(text.split())
+    lines = [line for line in text.splitlines() if "127.0.0.1:40123" in line or "10.1.2.3" in line]
+    cells = [[cell.strip() for cell in line.split("│")[1:-1]] for line in lines]
+    assert cells == [
+        ["127.0.0.1:40123", "4 / 2.5", "3", "42%", "30"],
+        ["10.1.2.3:8000", "1 / 0.5", "0", "-", "12"],
+    ]
+    assert max(len(line) for line in text.splitlines()) <= 80
