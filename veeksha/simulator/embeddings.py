@@ -39,7 +39,7 @@ from veeksha.simulator.engine import SeqState
 from veeksha.simulator.faults import Fault
 from veeksha.simulator.http import HttpConnection, response_head
 from veeksha.simulator.timing import NsTimer
-from veeksha.simulator.wire import ApiError, Tokenize
+from veeksha.simulator.wire import ApiError, Tokenize, json_object
 
 if TYPE_CHECKING:
     from veeksha.simulator.server import SimServer
@@ -57,7 +57,6 @@ __all__ = [
 EMBEDDING_FAULTS = frozenset((Fault.HTTP_500, Fault.HTTP_503, Fault.HTTP_429, Fault.SLOW_HEADERS))
 ENCODING_FORMATS = ("float", "base64")
 
-_decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
 _INPUT_SHAPES = "a string, a list of strings, a list of token ids, or a list of lists of token ids"
 
@@ -100,12 +99,7 @@ def parse_embeddings(
 ) -> EmbeddingRequest:
     """Validate the body of ``/v1/embeddings`` for the served ``model`` (a body naming another
     is a 404; one without ``model`` is for this one)."""
-    try:
-        body = _decode(raw)
-    except msgspec.DecodeError as exc:
-        raise ApiError(400, f"invalid JSON body: {exc}") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "the body must be a JSON object")
+    body = json_object(raw)
     name = body.get("model")
     if name is not None and not isinstance(name, str):
         raise ApiError(400, "'model' must be a string", param="model")

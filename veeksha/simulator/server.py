@@ -43,6 +43,7 @@ from veeksha.simulator.wire import (
     chat_text,
     chat_tokens,
     error_body,
+    json_object,
     parse_generation,
     special_tokens,
 )
@@ -51,7 +52,6 @@ __all__ = ["SimServer", "Stats", "engine_params", "merge_families"]
 
 _JSON = b"application/json"
 _IDLE_POLL_S = 0.005  # a tokenizer call held while generations run looks again this often
-_decode = msgspec.json.Decoder().decode
 
 
 class _ModelOnly(msgspec.Struct):
@@ -284,13 +284,7 @@ class SimServer:
         conn.finish()
 
     def _json(self, request: Request) -> dict[str, Any]:
-        try:
-            body = _decode(request.body)
-        except msgspec.DecodeError as exc:
-            raise ApiError(400, f"invalid JSON body: {exc}") from None
-        if not isinstance(body, dict):
-            raise ApiError(400, "the body must be a JSON object")
-        return body
+        return json_object(request.body)
 
     # ------------------------------------------------------------------ generation
     def _chat(self, conn: HttpConnection, request: Request) -> None:

@@ -53,6 +53,7 @@ __all__ = [
     "chat_text",
     "chat_tokens",
     "error_body",
+    "json_object",
     "parse_generation",
     "special_tokens",
 ]
@@ -63,6 +64,17 @@ Tokenize = Callable[[str], list[Any]]
 
 _decode = msgspec.json.Decoder().decode
 encode = msgspec.json.Encoder().encode
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    """A request body that must be a JSON object; an :class:`ApiError` 400 otherwise."""
+    try:
+        body = _decode(raw)
+    except msgspec.DecodeError as exc:
+        raise ApiError(400, f"invalid JSON body: {exc}") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "the body must be a JSON object")
+    return body
 
 
 class ApiError(Exception):
@@ -318,12 +330,7 @@ def parse_generation(
 ) -> GenRequest:
     """Validate the body of ``/v1/chat/completions`` or ``/v1/completions`` (a chat's image
     parts counted with ``image_patch_px``-pixel patches)."""
-    try:
-        body = _decode(raw)
-    except msgspec.DecodeError as exc:
-        raise ApiError(400, f"invalid JSON body: {exc}") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "the body must be a JSON object")
+    body = json_object(raw)
     name = body.get("model")
     if not isinstance(name, str):
         raise ApiError(400, "'model' is required", param="model")

@@ -3,6 +3,8 @@ mapped to canonical ones, anything else refused as a whole."""
 
 from __future__ import annotations
 
+import time
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -115,20 +117,12 @@ def test_a_refused_scrape_names_its_url_once_with_the_reason(tmp_path: Path) -> 
     assert scraper.status()["failed"] == 2
 
 
-def test_a_scrapes_time_is_when_its_answer_came_not_when_its_parse_ended(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A big server's page takes seconds to parse (~30 µs a line): its values are those of the
-    # answer's arrival, and were stamped that much later (a 200,000-line page: 7 s late).
-    import threading
-    import time
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    from veeksha.record.server_metrics import ServerMetricsWriter
-    from veeksha.server import scraper as scraper_module
+def _vllm_page(delay: float = 0.0) -> type[BaseHTTPRequestHandler]:
+    """An HTTP handler answering every GET with the vLLM page above, ``delay`` s late."""
 
     class Page(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            time.sleep(delay)
             body = VLLM.encode()
             self.send_response(200)
             self.send_header("content-length", str(len(body)))
@@ -138,6 +132,21 @@ def test_a_scrapes_time_is_when_its_answer_came_not_when_its_parse_ended(
         def log_message(self, format: str, *args: object) -> None:
             pass
 
+    return Page
+
+
+def test_a_scrapes_time_is_when_its_answer_came_not_when_its_parse_ended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A big server's page takes seconds to parse (~30 µs a line): its values are those of the
+    # answer's arrival, and were stamped that much later (a 200,000-line page: 7 s late).
+    import threading
+    import time
+    from http.server import ThreadingHTTPServer
+
+    from veeksha.record.server_metrics import ServerMetricsWriter
+    from veeksha.server import scraper as scraper_module
+
     parse = scraper_module.parse_metrics
 
     def slow_parse(text: str, pause: object = None) -> list:  # type: ignore[type-arg]
@@ -145,7 +154,7 @@ def test_a_scrapes_time_is_when_its_answer_came_not_when_its_parse_ended(
         return parse(text)
 
     monkeypatch.setattr(scraper_module, "parse_metrics", slow_parse)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _vllm_page())
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         writer = ServerMetricsWriter(tmp_path, {})
@@ -179,27 +188,12 @@ def test_several_servers_share_a_round_stamped_when_the_last_had_answered(tmp_pa
     import json
     import threading
     import time
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import ThreadingHTTPServer
 
     from veeksha.record.server_metrics import ServerMetricsWriter
     from veeksha.server.scraper import MetricsScraper
 
-    def page(delay: float) -> type[BaseHTTPRequestHandler]:
-        class Page(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                time.sleep(delay)
-                body = VLLM.encode()
-                self.send_response(200)
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        return Page
-
-    servers = [ThreadingHTTPServer(("127.0.0.1", 0), page(d)) for d in (0.0, 0.2)]
+    servers = [ThreadingHTTPServer(("127.0.0.1", 0), _vllm_page(d)) for d in (0.0, 0.2)]
     for server in servers:
         threading.Thread(target=server.serve_forever, daemon=True).start()
     urls = [f"http://127.0.0.1:{s.server_address[1]}/metrics" for s in servers]
