@@ -61,12 +61,11 @@ class Helpers:
             self.simulator.stop()
 
 
-def launch_helpers(scenario: Scenario, dry_run: bool, may_fork: bool = True) -> Helpers:
+def launch_helpers(scenario: Scenario, dry_run: bool) -> Helpers:
     """Start the helpers a run of ``scenario`` needs: forked from this process once it has
     imported :data:`HELPER_MODULES` when it has one thread (``veeksha.forked.prepare``), else
-    (or without ``may_fork``) fresh interpreters. Each gets its settings once the run has
-    resolved its target."""
-    fork = may_fork and prepare(HELPER_MODULES)
+    fresh interpreters. Each gets its settings once the run has resolved its target."""
+    fork = prepare(HELPER_MODULES)
     helpers = Helpers(spawn_simulator(scenario, dry_run, fork), None, None)
     try:
         if not dry_run:  # (a dry run answers in this process: no workers, no server)

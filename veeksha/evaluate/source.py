@@ -47,7 +47,7 @@ import pyarrow.parquet as pq
 from veeksha.evaluate.stats import integers, scalar
 from veeksha.record import kernels as ak
 from veeksha.record.columns import REQUESTS_SCHEMA, SESSIONS_SCHEMA
-from veeksha.record.parquet import PARTS_DIR, REQUESTS_FILE, SESSIONS_FILE
+from veeksha.record.parquet import PARTS_DIR, REQUESTS_FILE, SESSIONS_FILE, open_parquet
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -210,7 +210,7 @@ class ColumnSource:
         return footer
 
     def _open(self, path: Path) -> pq.ParquetFile:
-        return pq.ParquetFile(path, metadata=self._footer(path))
+        return open_parquet(path, metadata=self._footer(path))
 
 
 def _file_rows(path: Path) -> int:

@@ -59,9 +59,11 @@ def run_point(
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
     write_config(run_dir, scenario)
-    # Fresh interpreters, never forks: after its first point this process has Arrow's thread
-    # pool and cannot fork (veeksha.forked), and a sweep's points must cost alike.
-    helpers = launch_helpers(scenario, dry_run, may_fork=False)
+    # Forked from this process while it has one thread, as `veeksha run` forks a single run's:
+    # a point reads its files in this thread alone (record.parquet.open_parquet), so a sweep's
+    # later points fork too. Where a thread stays (a managed server's log reader, a trace read
+    # by Arrow's threads), fresh interpreters, which run.log's "workers ready" line names.
+    helpers = launch_helpers(scenario, dry_run)
     try:
         outcome = run_scenario(
             scenario,

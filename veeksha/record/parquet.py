@@ -67,6 +67,7 @@ __all__ = [
     "REQUESTS_FILE",
     "SESSIONS_FILE",
     "ResultWriter",
+    "open_parquet",
     "read_table",
     "run_metadata",
 ]
@@ -401,6 +402,15 @@ class _WriteFailed(Exception):
         self.rows = rows
 
 
+def open_parquet(path: Path, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
+    """A Parquet file to read in this thread alone: without pre-buffering, which hands the
+    reads to Arrow's I/O thread pool and so starts its threads, which stay for the process'
+    life. A process that never starts them keeps one thread, and can still fork a sweep's next
+    point's helpers (``veeksha.forked``); the reads of a local file are as fast (each column
+    chunk is one read either way). Read with ``use_threads=False`` too (the CPU pool)."""
+    return pq.ParquetFile(path, metadata=metadata, pre_buffer=False)
+
+
 def read_table(
     path: Path, schema: pa.Schema | None = None, columns: list[str] | None = None
 ) -> pa.Table:
@@ -410,8 +420,8 @@ def read_table(
     ``ParquetFile.read``: unlike ``pq.read_table``, it does not import pyarrow.dataset, which
     imports pandas (~0.3-0.5 CPU-s).
     """
-    with pq.ParquetFile(path) as part:
-        table = part.read(columns=columns)
+    with open_parquet(path) as part:
+        table = part.read(columns=columns, use_threads=False)
     if columns is not None:
         table = table.select(columns)
     if schema is not None and not table.schema.equals(schema):

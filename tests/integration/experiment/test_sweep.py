@@ -147,6 +147,13 @@ def test_a_sweep_writes_a_run_folder_per_point_and_a_table_of_their_summaries(
         assert row["exit_code"] == 0  # (health_checks.strict is off: a FAIL is marked, exit 0)
     # the achieved rate follows the swept interval
     assert table["requests_per_s"].is_monotonic_increasing
+    # every point's simulator and worker forked from the sweep's process, as a single run's
+    # are (it read the points before in its own thread: no Arrow thread pool stayed)
+    for label in LABELS:
+        ready = [line for line in (sweep_dir / label / "run.log").read_text().splitlines()]
+        assert any(
+            "workers ready" in line and "(forked from this process)" in line for line in ready
+        ), label
     assert not (sweep_dir / "plots").exists()  # (--no-plots: `veeksha report` draws them)
 
 
@@ -196,7 +203,7 @@ def test_compare_draws_both_sweeps_and_tabulates_changes_at_matching_values(
     first = swept["dir"]
     assert isinstance(first, Path)
     second = dry
-    plot = tmp_path / "cmp.png"
+    plot = tmp_path / "a-comparison-of-two-sweeps.png"  # (a path longer than 80 columns)
     runner = CliRunner()
     env = {"COLUMNS": "200"}
     shown = runner.invoke(

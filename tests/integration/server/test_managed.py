@@ -385,9 +385,12 @@ def test_ready_falls_back_to_models_and_stop_kills_the_process_group(tmp_path: P
 
 
 def test_a_server_that_dies_mid_run_stops_the_run_and_says_so(tmp_path: Path) -> None:
-    # the command serves for 2 s, then its server is killed and it exits 9
+    # the command serves for 2 s from when its port opens (on a loaded machine the server's
+    # start takes a good part of a second), then its server is killed and it exits 9
+    ready = "until (exec 3<>/dev/tcp/{host}/{port}) 2>/dev/null; do sleep 0.05; done"
     serve = (
-        f"{VEEKSHA} sim-server --host {{host}} --port {{port}} & P=$!; sleep 2; kill -9 $P; exit 9"
+        f"{VEEKSHA} sim-server --host {{host}} --port {{port}} & P=$!; {ready}; sleep 2; "
+        "kill -9 $P; exit 9"
     )
     text = QUICK.format(sessions=100_000, timeout=30).replace(
         "server: {type: veeksha_sim}",

@@ -49,7 +49,9 @@ class TraceTable:
 
     def __init__(self, prepared: PreparedTrace) -> None:
         self.prepared = prepared
-        self._file = pq.ParquetFile(prepared.cache)
+        # (read in this thread alone: no Arrow thread pools, which would stay for the process'
+        # life, and a sweep's later points could not fork their helpers: veeksha.forked)
+        self._file = pq.ParquetFile(prepared.cache, pre_buffer=False)
         self._firsts = prepared.group_sessions
         self._decoded: dict[int, SessionRows] = {}
 
@@ -59,7 +61,7 @@ class TraceTable:
 
     def starts(self, group: int) -> tuple[int, np.ndarray]:
         """(first session, start time of each session) of row group ``group``."""
-        table = self._file.read_row_group(group, columns=["session", "start"])
+        table = self._file.read_row_group(group, columns=["session", "start"], use_threads=False)
         sessions = numbers(table.column("session"), np.int64)
         first = np.flatnonzero(np.diff(sessions, prepend=sessions[0] - 1))
         return int(sessions[0]), numbers(table.column("start"), np.float64, np.nan)[first]
@@ -107,7 +109,7 @@ class TraceTable:
     def _group(self, group: int) -> SessionRows:
         rows = self._decoded.get(group)
         if rows is None:
-            table = self._file.read_row_group(group)
+            table = self._file.read_row_group(group, use_threads=False)
             sessions = numbers(table.column("session"), np.int64)
             change = np.flatnonzero(np.diff(sessions)) + 1
             bounds = np.concatenate([[0], change, [len(sessions)]]).astype(np.int64)
