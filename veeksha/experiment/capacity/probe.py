@@ -36,6 +36,7 @@ from veeksha.evaluate.slo import finished_values, never_produced, unfinished_row
 from veeksha.experiment.capacity.knob import Knob
 from veeksha.experiment.capacity.measure import ProbeRun, RunRequest
 from veeksha.experiment.point import run_point
+from veeksha.record.parquet import read_table
 from veeksha.scenario.models import SLO, ConcurrentScheduler, Scenario
 from veeksha.scenario.phases import WARMUP
 
@@ -115,7 +116,7 @@ def read_probe_sample(run_dir: Path, slos: Sequence[SLO]) -> ProbeSample:
     try:
         kind = ["kind"] if "kind" in pq.read_schema(path).names else []
         columns = ["phase", "status", "sent_at", "first_chunk_at", "completed_at", *kind, *metrics]
-        table = pq.read_table(path, columns=list(dict.fromkeys(columns)))
+        table = read_table(path, columns=list(dict.fromkeys(columns)))  # (this thread alone)
     except (OSError, ValueError):
         return ProbeSample(tuple(np.empty(0) for _ in slos))
     # the rows the run's own SLOs judge (evaluate.stats.measured_rows): every phase but the
