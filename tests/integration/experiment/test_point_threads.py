@@ -1,8 +1,9 @@
 """A process that runs one point after another (a sweep, a capacity search, a microbenchmark,
 ``--repeats``) keeps one thread, so every point forks its helpers (``veeksha.forked``) as a
 single ``veeksha run`` does: no read of a point's files (its evaluation with plots, the result
-writer's merge, a capacity probe's sample) starts Arrow's thread pools, whose threads would
-stay for the process' life. Run in a fresh interpreter: the test's own process has threads."""
+writer's merge, a capacity probe's sample, a microbenchmark point's rows) starts Arrow's thread
+pools, whose threads would stay for the process' life. Run in a fresh interpreter: the test's
+own process has threads."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from veeksha.cli import set_library_defaults
 
 set_library_defaults()  # (as `veeksha run`: no BLAS threads)
 from veeksha.experiment.capacity.probe import read_probe_sample
+from veeksha.experiment.microbench.points import load_rows
 from veeksha.experiment.point import run_point
 from veeksha.forked import single_threaded
 from veeksha.scenario.loader import load_scenario_text
@@ -41,7 +43,8 @@ print("before", single_threaded())
 for point in range(2):
     result = run_point(scenario, Path(sys.argv[1]) / str(point), quiet=True, plots=True)
     sample = read_probe_sample(result.run_dir, [slo])
-    print("point", point, result.exit_code, len(sample.values[0]), single_threaded())
+    rows = load_rows(result.run_dir)
+    print("point", point, result.exit_code, len(sample.values[0]), len(rows), single_threaded())
 """
 
 
@@ -57,8 +60,8 @@ def test_points_run_one_after_another_each_fork_their_helpers(tmp_path: Path) ->
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split("\n")[:3] == [
         "before True",
-        "point 0 0 6 True",  # (its 6 requests' TTFCs sampled, and one thread still)
-        "point 1 0 6 True",
+        "point 0 0 6 6 True",  # (its 6 requests' TTFCs sampled, its 6 rows, one thread still)
+        "point 1 0 6 6 True",
     ], done.stdout + done.stderr[-2000:]
     for point in ("0", "1"):
         (log,) = (tmp_path / point).glob("*/run.log")

@@ -117,7 +117,7 @@ def read_probe_sample(run_dir: Path, slos: Sequence[SLO]) -> ProbeSample:
         kind = ["kind"] if "kind" in pq.read_schema(path).names else []
         columns = ["phase", "status", "sent_at", "first_chunk_at", "completed_at", *kind, *metrics]
         table = read_table(path, columns=list(dict.fromkeys(columns)))  # (this thread alone)
-    except (OSError, ValueError):
+    except (OSError, ValueError, KeyError):  # (KeyError: a column the file lacks)
         return ProbeSample(tuple(np.empty(0) for _ in slos))
     # the rows the run's own SLOs judge (evaluate.stats.measured_rows): every phase but the
     # warmup, and no tool call (its call time is no LLM latency)

@@ -32,6 +32,7 @@ from veeksha.experiment.microbench.config import BenchConfig
 from veeksha.experiment.point import PointResult, run_point
 from veeksha.experiment.shared_server import SharedServer, aim_at, shared_simulator
 from veeksha.plural import counted
+from veeksha.record.parquet import read_table
 from veeksha.scenario.models import Scenario
 
 __all__ = [
@@ -262,8 +263,9 @@ def load_rows(run_dir: Path, *, warmup: bool = False) -> pd.DataFrame:
     """The measured rows of a point's requests.parquet (warmup rows too with ``warmup``)."""
     path = run_dir / "requests.parquet"
     try:
-        rows = pd.read_parquet(path, columns=ROW_COLUMNS)
-    except (OSError, ValueError) as exc:
+        # (in this thread alone: the next point's helpers are forked from this process)
+        rows = read_table(path, columns=ROW_COLUMNS).to_pandas(use_threads=False)
+    except (OSError, ValueError, KeyError) as exc:  # (KeyError: a column the file lacks)
         raise RunAbortedError(f"point {run_dir} left no readable requests.parquet: {exc}") from None
     if warmup:
         return rows
