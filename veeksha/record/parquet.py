@@ -406,8 +406,8 @@ def open_parquet(path: Path, metadata: pq.FileMetaData | None = None) -> pq.Parq
     """A Parquet file to read in this thread alone: without pre-buffering, which hands the
     reads to Arrow's I/O thread pool and so starts its threads, which stay for the process'
     life. A process that never starts them keeps one thread, and can still fork a sweep's next
-    point's helpers (``veeksha.forked``); the reads of a local file are as fast (each column
-    chunk is one read either way). Read with ``use_threads=False`` too (the CPU pool)."""
+    point's helpers (``veeksha.forked``); what pre-buffering saves is round trips to remote
+    storage, and a run's files are local. Read with ``use_threads=False`` too (the CPU pool)."""
     return pq.ParquetFile(path, metadata=metadata, pre_buffer=False)
 
 
