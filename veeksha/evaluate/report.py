@@ -17,6 +17,7 @@ from rich.table import Table
 
 from veeksha.evaluate.group_report import render_groups
 from veeksha.evaluate.health import lost_shards_note, partial_note
+from veeksha.evaluate.stacked import StackedColumn, print_stacked
 from veeksha.plural import counted
 
 __all__ = [
@@ -362,24 +363,31 @@ def _exporter_notes(scraper: dict[str, Any]) -> list[str]:
     return notes
 
 
-def _per_server_table(server: dict[str, Any]) -> Table:
+def _print_per_server(console: Console, server: dict[str, Any]) -> None:
     """Each scraped server's own numbers (summary.json's ``server.per_server``), beside the
-    servers' sums: an imbalance between replicas shows here."""
-    table = Table(title="each server", title_justify="left")
-    for name in ("server", "running (peak / mean)", "waiting (peak)", "KV (peak)", "finished"):
-        table.add_column(name, justify="left" if name == "server" else "right")
-    for entry in server.get("per_server") or []:
-        url = str(entry.get("url") or entry.get("server"))
-        shown = url.split("://", 1)[-1].removesuffix("/metrics")
-        kv = entry.get("kv_usage_peak")
-        table.add_row(
-            shown,
-            f"{_num(entry.get('running_peak'))} / {_num(entry.get('running_mean'))}",
-            _num(entry.get("waiting_peak")),
-            "-" if kv is None else f"{_num(kv * 100)}%",
-            _num(entry.get("finished")),
-        )
-    return table
+    servers' sums: an imbalance between replicas, or one slower than the others (its TTFT
+    histogram's mean), shows here. Stacked (``veeksha.evaluate.stacked``): at any width each
+    address and number stays whole."""
+    entries = server.get("per_server") or []
+    addresses = [
+        str(entry.get("url") or entry.get("server")).split("://", 1)[-1].removesuffix("/metrics")
+        for entry in entries
+    ]
+    kv = [entry.get("kv_usage_peak") for entry in entries]
+    columns = [
+        StackedColumn(
+            "running peak / mean",
+            [f"{_num(e.get('running_peak'))} / {_num(e.get('running_mean'))}" for e in entries],
+        ),
+        StackedColumn("waiting peak", [_num(e.get("waiting_peak")) for e in entries]),
+        StackedColumn("KV peak", ["-" if k is None else f"{_num(k * 100)}%" for k in kv]),
+        StackedColumn("finished", [_num(e.get("finished")) for e in entries]),
+    ]
+    ttft = [(entry.get("latency") or {}).get("ttft") for entry in entries]
+    if any(ttft):
+        cells = ["-" if not t else f"{_num(t['mean'] * 1e3)} ms" for t in ttft]
+        columns.append(StackedColumn("TTFT mean", cells))
+    print_stacked(console, "each server", StackedColumn("server", addresses, "left"), columns)
 
 
 def _clients_note(clients: list[str]) -> str:
@@ -688,7 +696,7 @@ def render_summary(
                 console.print(escape(_clients_note(server["clients"])))
             console.print(table)
             if server.get("per_server"):
-                console.print(_per_server_table(server))
+                _print_per_server(console, server)
         else:  # (a server whose page holds none of the names veeksha reads: no empty table)
             console.print(f"[yellow]{escape(_unknown_note(server))}[/]")
     latency = _server_latency_table(summary)

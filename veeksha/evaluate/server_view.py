@@ -119,7 +119,8 @@ class ServerView:
         out |= self.queue_section()
         if self.per_server:  # (several servers: their sums above, each one's here)
             out["per_server"] = [
-                {"server": number, **own.queue_section()} for number, own in self.per_server.items()
+                {"server": number, **own.queue_section(), "latency": own.latency or None}
+                for number, own in self.per_server.items()
             ]
         out["latency"] = self.latency or None
         for key, (_, values) in sorted(self.gpu.items()):
@@ -234,7 +235,16 @@ def load_server_view(run_dir: Path) -> ServerView | None:
         names: list[str | None] = list(histogram_metrics())
         wanted = ak.is_in(table["metric"], _strings(names))
         rows = ak.filter_rows(table, wanted).to_pylist()
-        view.latency = histogram_latency(rows, float(scrape_times[0]), increase)
+        first_t = float(scrape_times[0])
+        view.latency = histogram_latency(rows, first_t, increase)
+        if view.per_server:  # (each server's own, where a slow replica shows)
+            rows_of: dict[str, list[dict[str, Any]]] = {number: [] for number in view.per_server}
+            for row in rows:
+                number = json.loads(row["labels"]).get("server")
+                if number is not None and str(number) in rows_of:
+                    rows_of[str(number)].append(row)
+            for number, own in view.per_server.items():
+                own.latency = histogram_latency(rows_of[number], first_t, increase)
     return view
 
 

@@ -101,6 +101,14 @@ def test_both_servers_are_scraped_and_held_against_every_clients_rows(
     assert first["finished"] + second["finished"] == summary["server"]["finished"]
     assert second["finished"] >= (rows[rows.client == "worker"].status == "ok").sum()
     assert first["finished"] >= (rows[rows.client != "worker"].status == "ok").sum()
+    # and each one's latency from its own histograms: their counts add up to the sum's, and
+    # the sum's mean is their count-weighted mean
+    ttft = [entry["latency"]["ttft"] for entry in (first, second)]
+    total = summary["server"]["latency"]["ttft"]
+    assert ttft[0]["count"] + ttft[1]["count"] == total["count"]
+    assert ttft[1]["count"] >= (rows[rows.client == "worker"].status == "ok").sum()
+    weighted = sum(t["mean"] * t["count"] for t in ttft) / total["count"]
+    assert weighted == pytest.approx(total["mean"], rel=1e-9)
 
 
 def test_each_clients_failures_are_its_own(several: tuple[Path, pd.DataFrame]) -> None:

@@ -15,7 +15,7 @@ from veeksha.evaluate.report import render_summary
 from veeksha.evaluate.server_latency import histogram_quantile
 from veeksha.evaluate.server_view import load_server_view
 from veeksha.record.server_metrics import ServerMetricsWriter
-from veeksha.server.scraper import parse_metrics
+from veeksha.server.scraper import parse_metrics, with_server_label
 
 
 def test_a_quantile_is_interpolated_in_the_bucket_that_holds_its_rank() -> None:
@@ -60,6 +60,38 @@ def test_the_runs_increase_of_each_bucket_over_the_models_and_a_reset(tmp_path: 
     assert ttft["p99_bucket"] == [0.1, math.inf]
     assert ttft["metric"] == "vllm:time_to_first_token_seconds"
     assert "e2e" not in view.section()["latency"]
+
+
+def test_each_scraped_servers_own_latency_beside_their_sum(tmp_path: Path) -> None:
+    writer = ServerMetricsWriter(tmp_path, {})
+    running = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1\n"
+    rounds = [  # (server 0 slow: its TTFTs above 0.1 s; server 1 fast: below 0.05 s)
+        (_page("m", (0, 0, 0), 0.0), _page("m", (0, 0, 0), 0.0)),
+        (_page("m", (0, 0, 4), 0.8), _page("m", (6, 6, 6), 0.12)),
+    ]
+    for t, pages in zip((0.0, 1.0), rounds, strict=True):
+        samples = []
+        for number, page in enumerate(pages):
+            samples += with_server_label(parse_metrics(running + page), number)
+        writer.add(t, samples)
+    writer.close({})
+    view = load_server_view(tmp_path)
+    assert view is not None
+    section = view.section()
+    total = section["latency"]["ttft"]
+    assert (total["count"], total["mean"]) == (10, pytest.approx(0.92 / 10))
+    slow, fast = (entry["latency"]["ttft"] for entry in section["per_server"])
+    assert [entry["server"] for entry in section["per_server"]] == ["0", "1"]
+    assert (slow["count"], slow["mean"], slow["p50_bucket"]) == (4, 0.2, [0.1, math.inf])
+    assert (fast["count"], fast["mean"], fast["p50_bucket"]) == (6, 0.02, [0.0, 0.05])
+    out = io.StringIO()  # the report's line of each server: its TTFT mean beside its counts
+    render_summary(Console(file=out, width=80, color_system=None), {"server": section})
+    text = out.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    lines = text[text.index("each server") :].splitlines()
+    own = [line.split() for line in lines if line.split()[:1] in (["0"], ["1"])]
+    assert lines[2].split()[-2:] == ["TTFT", "mean"]  # (one table: the short keys fit)
+    assert [cells[-2:] for cells in own] == [["200", "ms"], ["20", "ms"]]
 
 
 def _summary(clients: list[str] | None) -> dict[str, object]:
