@@ -119,6 +119,7 @@ def write_server_plot(
     clients: Sequence[str] | None = None,
 ) -> list[Path]:
     """Draw the aligned timeline (nothing when the server's metrics hold no queue series).
+    With several servers scraped, the queue panel has their sums and each one's running line.
 
     Every request is drawn, the warmup's too (the server's queue held them); ``warmup``, the
     warmup phase's [start, end] (s since t0), is shaded grey on each panel and named in the
@@ -140,6 +141,10 @@ def write_server_plot(
     for name in ("running", "waiting"):
         if name in view.series:
             queue.step(*view.series[name], where="post", label=f"server: {name}")
+    for number, own in view.per_server.items():  # (several servers: each one's, under the sum)
+        if "running" in own.series:
+            label = f"server {number}: running"
+            queue.step(*own.series["running"], where="post", label=label, lw=0.8, ls="--")
     queue.set_ylabel("requests")
     legend_above(queue)
     queue.grid(alpha=0.3)

@@ -137,3 +137,33 @@ def test_every_legend_entry_fits_in_the_figure_above_its_panel(entries: int) -> 
                 assert box.y1 <= panels[number - 1].y0, entry
     heights = [panel.height for panel in panels]
     assert max(heights) - min(heights) < 1  # the panels keep their size
+
+
+def test_several_servers_each_have_a_running_line_under_their_sum(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    figures: list[Figure] = []
+
+    def keep(fig: Figure, path: Path) -> Path:  # (the figure caught, not saved)
+        figures.append(fig)
+        return path
+
+    monkeypatch.setattr(server_plot, "save_png", keep)
+    times = np.array([0.0, 1.0, 2.0])
+    first, second = np.array([1.0, 3.0, 0.0]), np.array([0.0, 1.0, 1.0])
+    view = ServerView(series={"running": (times, first + second)})
+    for number, values in (("0", first), ("1", second)):
+        view.per_server[number] = ServerView(series={"running": (times, values)})
+    rows = [request(0, sent=0.1, chunks=(0.5, 0.6))]
+    server_plot.write_server_plot(tmp_path, requests_table(rows), view)
+    (fig,) = figures
+    drawn = {line.get_label(): line.get_ydata() for line in fig.axes[0].get_lines()}
+    assert list(drawn) == [
+        "veeksha: in flight",
+        "server: running",
+        "server 0: running",
+        "server 1: running",
+    ]
+    # (a step line: each value held until the next time)
+    assert np.asarray(drawn["server 0: running"]).tolist() == first.tolist()
+    assert np.asarray(drawn["server: running"]).tolist() == (first + second).tolist()
