@@ -61,15 +61,13 @@ def test_every_embedding_is_counted_exactly_and_times_as_one_answer(tmp_path: Pa
     assert (rows.output_tokens == 0).all()
     assert (rows.ttfc == rows.e2e).all()
     assert rows.tpot.isna().all()
-    # the simulator's prefill: 40,000 tokens/s, so a 400-token input takes 10 ms more than 20
-    long, short = (
-        rows.loc[rows.target_prompt_tokens.idxmax()],
-        rows.loc[rows.target_prompt_tokens.idxmin()],
-    )
-    assert (
-        long.e2e - short.e2e
-        > (long.target_prompt_tokens - short.target_prompt_tokens) / 40000 * 0.8
-    )
+    # the simulator's prefill: 40,000 tokens/s, so a 400-token input takes 10 ms more than 20.
+    # The medians of the longest and shortest thirds: a request a loaded machine held up once
+    # (a short one's e2e 42 ms in one CI run, where 1 ms is usual) moves neither.
+    ranked = rows.sort_values("target_prompt_tokens")
+    short, long = ranked.iloc[:10], ranked.iloc[-10:]
+    tokens = long.target_prompt_tokens.median() - short.target_prompt_tokens.median()
+    assert long.e2e.median() - short.e2e.median() > tokens / 40000 * 0.8
     # (the checks of what an embedding is; the timing ones answer for the machine's load)
     checks = summary["health"]["checks"]
     for name in ("prompt_length", "output_length", "server_numbers", "server_agreement"):
