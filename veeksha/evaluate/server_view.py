@@ -204,11 +204,7 @@ def load_server_view(run_dir: Path) -> ServerView | None:
     view = ServerView(scrape_times=scrape_times, status=status)
     named = ak.filter_rows(table, ak.is_valid(table["canonical"])).to_pylist()
     _read_canonical(view, named)
-    by_server: dict[str, list[dict[str, Any]]] = {}
-    for row in named:  # (several servers scraped: each one's rows too, for its own line)
-        number = json.loads(row["labels"]).get("server")
-        if number is not None:
-            by_server.setdefault(str(number), []).append(row)
+    by_server = _by_server(named)  # (several servers scraped: each one's own line too)
     if len(by_server) > 1:
         for number in sorted(by_server, key=int):
             own = ServerView(scrape_times=scrape_times)
@@ -237,15 +233,21 @@ def load_server_view(run_dir: Path) -> ServerView | None:
         rows = ak.filter_rows(table, wanted).to_pylist()
         first_t = float(scrape_times[0])
         view.latency = histogram_latency(rows, first_t, increase)
-        if view.per_server:  # (each server's own, where a slow replica shows)
-            rows_of: dict[str, list[dict[str, Any]]] = {number: [] for number in view.per_server}
-            for row in rows:
-                number = json.loads(row["labels"]).get("server")
-                if number is not None and str(number) in rows_of:
-                    rows_of[str(number)].append(row)
-            for number, own in view.per_server.items():
-                own.latency = histogram_latency(rows_of[number], first_t, increase)
+        rows_of = _by_server(rows) if view.per_server else {}
+        for number, own in view.per_server.items():  # (each one's, where a slow replica shows)
+            own.latency = histogram_latency(rows_of.get(number, []), first_t, increase)
     return view
+
+
+def _by_server(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """``rows`` by their ``server`` label (several servers scraped: "0", "1", ...); rows
+    without one are left out."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        number = json.loads(row["labels"]).get("server")
+        if number is not None:
+            out.setdefault(str(number), []).append(row)
+    return out
 
 
 def _read_canonical(view: ServerView, named: list[dict[str, Any]]) -> None:
