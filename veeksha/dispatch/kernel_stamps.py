@@ -24,7 +24,10 @@ a time nobody observed, so it is clamped to the nearer bound and the protocol is
 (``stamp_clamped()``, off the common path): ``http1._Conn`` counts it on its exchange, and the
 count reaches the request's row (``chunk_stamps_clamped``), summary.json
 (``run.chunk_stamps_clamped``), run.log and the ``lifecycle_delays`` check. Without a control
-message (a kernel without it) the read's own time is used, as with uvloop.
+message (a kernel without it) the read's own time is used, as with uvloop. Linux switches its
+receive stamps on for the host from a work queue after the first socket asks, so segments that
+arrive before that carry none: the workers ask at start-up, before t0, with the connections
+they open then (``Http1Pool.warm``).
 
 The rest is what ``_Conn`` needs of a transport: ``write`` sends at once and buffers what the
 socket did not take, flushed when it is writable; ``close`` stops reading and writing, closes the

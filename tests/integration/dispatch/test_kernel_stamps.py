@@ -11,7 +11,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 import pytest
@@ -35,6 +35,38 @@ def on_uvloop(test: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], Non
 
 
 _HEAD = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kernel_stamps_on() -> Iterator[None]:
+    """The kernel's receive timestamps switched on for the host, and held on.
+
+    The first socket that asks for them has Linux switch them on from a work queue, not at
+    once: segments that arrive meanwhile carry no stamp, and their reads get the read's own
+    time (the documented fallback). On a loaded machine that took long enough for a test's
+    first read to go unstamped (a run's workers ask at start-up, before t0, with the
+    connections they open then). Here a loopback connection asks and reads until a read
+    carries a stamp."""
+    if not KERNEL_STAMPS_SUPPORTED:
+        yield
+        return
+    listener = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(listener.getsockname())
+    server, _ = listener.accept()
+    client.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_TIMESTAMPNS", 35), 1)
+    deadline = time.monotonic() + 10
+    try:
+        while True:
+            server.sendall(b"x")
+            _, ancdata, _, _ = client.recvmsg(16, socket.CMSG_SPACE(16))
+            if ancdata or time.monotonic() > deadline:
+                break
+            time.sleep(0.005)
+        assert ancdata, "the kernel's receive timestamps stayed off for 10 s"
+        yield
+    finally:
+        for sock in (server, client, listener):
+            sock.close()
 
 
 class Recorder(Exchange):
