@@ -11,7 +11,7 @@ import pytest
 
 from tests.unit.evaluate.builders import scenario
 from veeksha import open_files
-from veeksha.engine.run import _connection_shortfall
+from veeksha.engine.run_setup import connection_warning
 
 _RAISE = (
     "import resource; from veeksha.open_files import raise_open_file_limit as r; "
@@ -56,14 +56,14 @@ def test_a_closed_loop_is_checked_per_worker_at_its_peak_target(
 ) -> None:
     monkeypatch.setattr(open_files.resource, "getrlimit", lambda _kind: (1024, 1024))
     closed = {"type": "concurrent", "target_concurrent_sessions": 100, "rampup_seconds": 0}
-    assert _connection_shortfall(scenario(traffic_scheduler=closed), 1) is None
+    assert connection_warning(scenario(traffic_scheduler=closed), 1) is None
     phases = [
         {"name": "low", "duration": 5},
         {"name": "high", "duration": 5, "target_concurrent_sessions": 3000},
     ]
     stepped = scenario(traffic_scheduler=closed, phases=phases)
-    warning = _connection_shortfall(stepped, 2)  # 3000 over 2 workers: 1500 each
+    warning = connection_warning(stepped, 2)  # 3000 over 2 workers: 1500 each
     assert warning is not None
     assert "~1500 connections" in warning
-    assert _connection_shortfall(stepped, 4) is None  # 750 each
-    assert _connection_shortfall(scenario(), 1) is None  # open loop: the server decides
+    assert connection_warning(stepped, 4) is None  # 750 each
+    assert connection_warning(scenario(), 1) is None  # open loop: the server decides

@@ -3,7 +3,8 @@
 Resolves the target (starting the built-in simulator when no api_base is set), builds the
 session generator, starts the pinned worker pool, runs the traffic loop on uvloop, stops on
 completion, timeout or signal with the configured grace, writes every row, then evaluates
-(``engine.finish``; the set-up from the scenario: ``engine.run_setup``).
+(``engine.finish``; the set-up from the scenario: ``engine.run_setup``; how it stops, signals
+included: ``engine.run_stop``).
 It is the only module that knows both the scheduling side and the dispatch side.
 """
 
@@ -17,7 +18,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,11 +38,19 @@ from veeksha.engine.finish import RunFinish, children_cpu_s
 from veeksha.engine.launch import worker_count
 from veeksha.engine.loop import TrafficLoop
 from veeksha.engine.outcome import RunOutcome, exit_code_for
-from veeksha.engine.pools import client_pools
+from veeksha.engine.pools import status_snapshot
 from veeksha.engine.probe import RunProbe
 from veeksha.engine.progress import ProgressLine, load_display
 from veeksha.engine.recorder import RunRecorder
-from veeksha.engine.run_setup import RunSetup
+from veeksha.engine.run_setup import RunSetup, connection_warning
+from veeksha.engine.run_stop import (
+    RunStop,
+    SetUpSignals,
+    after_set_up,
+    interruptible_set_up,
+    signals_held,
+    while_cleaning_up,
+)
 from veeksha.engine.runlog import RunLog
 from veeksha.engine.server_watch import ServerWatch
 from veeksha.engine.start import StartAt, agreed_t0, t0_lead_ns
@@ -49,15 +58,13 @@ from veeksha.engine.target import Target, TargetContext, describe
 from veeksha.errors import ConfigurationError, RunAbortedError, VeekshaError
 from veeksha.evaluate.streaming import StreamingMetrics
 from veeksha.generate.spec import SessionSpec
-from veeksha.open_files import connection_shortfall
 from veeksha.plural import counted
 from veeksha.record.parquet import ResultWriter, run_metadata
 from veeksha.record.rows import warm_up as warm_up_rows
 from veeksha.record.run_folder import write_config
 from veeksha.record.trace import TraceWriter
 from veeksha.scenario.loader import scenario_hash
-from veeksha.scenario.models import ConcurrentScheduler, Scenario
-from veeksha.schedule.session_state import NodeState
+from veeksha.scenario.models import Scenario
 from veeksha.schedule.shards import ShardSpec
 from veeksha.terminal import stop_signals
 from veeksha.timers import LoopTimers
@@ -183,11 +190,11 @@ def run_scenario(
             return runner.run(run.execute())
     finally:  # (the set-up's handler, or the clean-up's after it was interrupted)
         now = signal.getsignal(signal.SIGINT) if main else None
-        if isinstance(now, _SetUpSignals) or now is _while_cleaning_up:
+        if isinstance(now, SetUpSignals) or now is while_cleaning_up:
             signal.signal(signal.SIGINT, sigint_before)
 
 
-class _Run(RunSetup, RunFinish):
+class _Run(RunSetup, RunFinish, RunStop):
     """The state of one run while it executes."""
 
     def __init__(self, scenario: Scenario, run_dir: Path, quiet: bool, dry_run: bool) -> None:
@@ -235,7 +242,7 @@ class _Run(RunSetup, RunFinish):
         self.forked_helpers = False  # (the launched processes are forks: veeksha.forked)
 
     async def execute(self) -> RunOutcome:
-        _interruptible_set_up()
+        interruptible_set_up()
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -285,7 +292,7 @@ class _Run(RunSetup, RunFinish):
         log.info(
             f"main process on CPUs {plan.main_cpus or 'any'}; {counted(num_workers, 'worker')}"
         )
-        shortfall = _connection_shortfall(self.scenario, num_workers)
+        shortfall = connection_warning(self.scenario, num_workers)
         if shortfall is not None and not self.dry_run:
             log.warning(shortfall)
         # The built-in simulator shares the workers' CPUs, never the main process' one (it
@@ -477,7 +484,7 @@ class _Run(RunSetup, RunFinish):
         stops = stop_signals()  # (SIGHUP too: the terminal closed; not after nohup)
         # (what comes back after the traffic: not the set-up's own Ctrl-C, which would say
         # "the set-up stops", but what it stood in for)
-        before: dict[int, Any] = {sig: _after_set_up(signal.getsignal(sig)) for sig in stops}
+        before: dict[int, Any] = {sig: after_set_up(signal.getsignal(sig)) for sig in stops}
         for sig in stops:
             loop.add_signal_handler(sig, self._on_signal, sig)
         self.began = True  # (a signal from now on stops the traffic, not the set-up)
@@ -574,218 +581,8 @@ class _Run(RunSetup, RunFinish):
         return 5.0
 
     def _snapshot(self) -> dict[str, float | int]:
-        traffic = self.traffic
-        assert traffic is not None
-        c = traffic.counters
-        queued = len(traffic.ready)
-        pools: dict[str, int] = {}
-        if self._client_names is not None:
-            pools = client_pools(traffic, self._client_names)
-        return pools | {
-            "elapsed": (self.clock.now_ns() - traffic.t0_ns) / _NS,
-            "sessions_started": c.sessions_started,
-            "sessions_done": c.sessions_done,
-            "pending": sum(s.count(NodeState.PENDING) for s in traffic.sessions.values()),
-            "ready": queued,
-            "in_flight": len(traffic.in_flight),
-            "done": c.requests_done,
-            "failed": c.requests_failed,
-            "cancelled": c.requests_cancelled,
-            "lag_ms": c.last_dispatch_lag_ns / 1e6,
-        }
-
-    # --------------------------------------------------------------------------- stopping
-
-    def _on_stop(self, reason: str) -> None:
-        grace = self.scenario.runtime.post_timeout_grace_seconds
-        in_flight = 0 if self.traffic is None else len(self.traffic.in_flight)
-        if reason == "errors" and self.traffic is not None:  # (runtime.max_errors, ...)
-            message = f"{self.traffic.stop_detail}: the run stops, keeping what it has"
-            self._say(message)
-            self.outcome.interrupted = True
-            self.outcome.extra.setdefault("error", message)
-        self.log.info(f"stopping ({reason}): {in_flight} in flight, grace {grace:g} s")
-        if grace >= 0 and self._drain_task is None:
-            self._drain_task = asyncio.get_running_loop().create_task(self._drain(grace))
-
-    async def _drain(self, grace_s: float) -> None:
-        assert self.pool is not None
-        await self.pool.stop(grace_s=grace_s)
-        # Every worker's request has its result now; what is still in flight is answered in
-        # this loop, not by a worker (a tool node's latency), and its grace is over too: cut.
-        # (It held the run for the tool's whole latency, a second Ctrl-C included.)
-        if self.traffic is not None and self.traffic.in_flight:
-            self.traffic.abandon_in_flight("cancelled")
-
-    def _on_signal(self, signum: int = signal.SIGINT) -> None:
-        self.signals += 1
-        self.outcome.interrupted = True
-        traffic = self.traffic
-        assert traffic is not None
-        if self.signals == 1:
-            grace = self.scenario.runtime.post_timeout_grace_seconds
-            how = _SIGNAL_WORDS.get(signum, "")
-            if traffic.stopping:  # in the drain: the grace already runs
-                self.signal_in_drain = True
-                waits = f"have what is left of their {grace:g} s"
-                waits = "are awaited" if grace < 0 else "were stopped" if grace == 0 else waits
-                self._say(
-                    f"interrupted{how} after the traffic stopped ({traffic.stop_reason}): the"
-                    f" {len(traffic.in_flight)} in flight {waits} (interrupt again to stop them"
-                    " at once)"
-                )
-                return
-            waits = f"get {grace:g} s to finish"
-            waits = "are awaited" if grace < 0 else "are stopped" if grace == 0 else waits
-            self._say(
-                f"interrupted{how}: no new requests; the {len(traffic.in_flight)} in flight"
-                f" {waits} (interrupt again to stop them at once)"
-            )
-            traffic.stop("interrupted")
-        elif self._drain_task is None or self.signals >= 2:
-            if self.signals == 2:
-                self._say("interrupted again: the requests in flight are stopped now")
-            task = asyncio.get_running_loop().create_task(self._drain(0.0))
-            self._drain_task = self._drain_task or task
-
-    def _on_server_exit(self, server: ManagedServer, fd: int, t0_ns: int) -> None:
-        """The managed server exited during the traffic: every request from now on would fail
-        (refused), so the run stops, keeping what it has (exit 3)."""
-        asyncio.get_running_loop().remove_reader(fd)
-        at_s = (self.clock.now_ns() - t0_ns) / _NS
-        message = (
-            f"the managed server exited (code {server.exit_code()}) {at_s:.3f} s after t0:"
-            f" the run stops; its log: {server.log_path}"
-        )
-        self._say(message)
-        self.outcome.interrupted = True
-        self.outcome.extra.setdefault("error", message)
-        if self.traffic is not None:
-            self.traffic.stop("server_exited")
-
-    def _say(self, message: str) -> None:
-        """A line for run.log and for the console, even a quiet run's (a signal's answer)."""
-        self.log.warning(message)
-        sys.stderr.write(f"{message}\n")
-        sys.stderr.flush()
-
-    def _on_fatal(self, error: VeekshaError) -> None:
-        """The worker pool gave up (workers keep dying): stop, keep what was collected."""
-        self.outcome.interrupted = True
-        self.outcome.extra["error"] = str(error)
-        if self.traffic is not None:
-            self.traffic.stop("worker_failure")
-            self.traffic.abandon_in_flight("worker_lost")
-
-
-@contextlib.contextmanager
-def signals_held(
-    say: Callable[[str], None],
-    run_dir: Path,
-    stops: Sequence[int] = (signal.SIGINT, signal.SIGTERM),
-    restore: Mapping[int, Any] | None = None,
-) -> Iterator[None]:
-    """Ctrl-C (one of ``stops``: SIGINT, SIGTERM, SIGHUP) while a run writes its end (the
-    last rows, the evaluation, summary.json) is held until the end is written, then raised
-    (``KeyboardInterrupt``): the run is whole, and a sweep or a search runs nothing more. A
-    second one raises at once, saying so (the evaluation may then be incomplete). The handlers
-    in ``restore`` (default: those in force on entry) are put back on the way out."""
-    held: list[int] = []
-
-    def hold(signum: int, _frame: object) -> None:
-        held.append(signum)
-        name = signal.Signals(signum).name
-        if len(held) > 1:
-            say(
-                f"{name} again: stopped at once; the rows are kept, but the evaluation may be"
-                f" missing or incomplete: `veeksha report {run_dir}` evaluates the run again"
-            )
-            raise KeyboardInterrupt
-        say(
-            f"{name} while the run's results are written: they are"
-            " finished first (again: stop at once, `veeksha report RUN_DIR` evaluates later)"
-        )
-
-    previous = {sig: signal.signal(sig, hold) for sig in stops}
-    if restore is not None:
-        previous.update(restore)
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if held:
-        say(f"the run's results are written: {run_dir}")
-        raise KeyboardInterrupt
-
-
-def _interruptible_set_up() -> None:
-    """Ctrl-C during the set-up (before the run's own handlers, at t0): see ``_SetUpSignals``."""
-    if threading.current_thread() is threading.main_thread():
-        handler = signal.getsignal(signal.SIGINT)
-        if callable(handler):
-            signal.signal(signal.SIGINT, _SetUpSignals(handler))
-
-
-class _SetUpSignals:
-    """Ctrl-C (and SIGTERM, SIGHUP: ``veeksha.terminal``) during a run's set-up.
-
-    The first is asyncio's Runner's (``runner``): the run's task is cancelled, which takes
-    effect at its next ``await``, so a step that blocks (the server tokenizer's calibration, a
-    trace's first read, pregenerated sessions) ends first: it is said at once that the set-up
-    stops and how to stop at once. (Raising KeyboardInterrupt at once instead can land inside
-    an import, where Python swallows it and may leave the import lock held: a lost Ctrl-C, then
-    a hang.) The second raises KeyboardInterrupt where the process is (the Runner's second);
-    any later one, while that clean-up runs (the run's ``finally`` blocks, asyncio's own code,
-    where it would leave the event loop half closed), is ignored: the clean-up is bounded (the
-    workers and the simulator are killed after a short grace). ``run_scenario`` puts back the
-    handler of before the run."""
-
-    def __init__(self, runner: Callable[[int, Any], Any]) -> None:
-        self.runner = runner
-        self.count = 0
-
-    def __call__(self, signum: int, frame: Any) -> Any:
-        self.count += 1
-        if self.count == 1:
-            with contextlib.suppress(OSError):  # (not sys.stderr: not reentrant)
-                os.write(2, _SET_UP_STOPS)
-        else:
-            signal.signal(signal.SIGINT, _while_cleaning_up)
-        return self.runner(signum, frame)
-
-
-_SET_UP_STOPS = (
-    b"interrupted: the set-up stops after its current step (interrupt again to stop at once)\n"
-)
-
-
-def _connection_shortfall(scenario: Scenario, num_workers: int) -> str | None:
-    """A closed loop's warning when its workers could not each hold their share of its peak
-    target of sessions (one connection each, at least) under this machine's open-file limit
-    (``veeksha.open_files``); None for other traffic, whose connections depend on the server."""
-    scheduler = scenario.traffic_scheduler
-    if not isinstance(scheduler, ConcurrentScheduler) or num_workers < 1:
-        return None
-    targets = [phase.target_concurrent_sessions for phase in scenario.phases]
-    peak = max([scheduler.target_concurrent_sessions, *(t for t in targets if t is not None)])
-    return connection_shortfall(-(-peak // num_workers))
-
-
-def _after_set_up(handler: Any) -> Any:
-    """``handler``, or what the set-up's own Ctrl-C stood in for."""
-    return handler.runner if isinstance(handler, _SetUpSignals) else handler
-
-
-def _while_cleaning_up(signum: int, frame: object) -> None:
-    """Ctrl-C while an interrupted set-up cleans up: it is already stopping."""
-
-
-#: how the stop message names a signal other than Ctrl-C
-_SIGNAL_WORDS: dict[int, str] = {
-    signal.SIGTERM: " (SIGTERM)",
-    signal.SIGHUP: " (SIGHUP: the terminal closed)",
-}
+        assert self.traffic is not None
+        return status_snapshot(self.traffic, self._client_names, self.clock.now_ns())
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -34,6 +34,7 @@ from veeksha.generate.tokenizer import (
     TokenizerLike,
     make_tokenizer,
 )
+from veeksha.open_files import connection_shortfall
 from veeksha.scenario.models import (
     ConcurrentScheduler,
     RateScheduler,
@@ -47,7 +48,7 @@ from veeksha.schedule.ramp import ramp_of
 if TYPE_CHECKING:
     from veeksha.generate.traces import OpenTrace
 
-__all__ = ["RunSetup", "dry_run_server_tokenizer"]
+__all__ = ["RunSetup", "connection_warning", "dry_run_server_tokenizer"]
 
 DEFAULT_KEY = "client.tokenizer"
 
@@ -59,6 +60,18 @@ def dry_run_server_tokenizer(key: str = DEFAULT_KEY) -> str:
         " prompts are counted in the builtin tokenizer's tokens (the same lengths, other words);"
         " a run against the server calibrates its tokenizer"
     )
+
+
+def connection_warning(scenario: Scenario, num_workers: int) -> str | None:
+    """A closed loop's warning when its workers could not each hold their share of its peak
+    target of sessions (one connection each, at least) under this machine's open-file limit
+    (``veeksha.open_files``); None for other traffic, whose connections depend on the server."""
+    scheduler = scenario.traffic_scheduler
+    if not isinstance(scheduler, ConcurrentScheduler) or num_workers < 1:
+        return None
+    targets = [phase.target_concurrent_sessions for phase in scenario.phases]
+    peak = max([scheduler.target_concurrent_sessions, *(t for t in targets if t is not None)])
+    return connection_shortfall(-(-peak // num_workers))
 
 
 class RunSetup:

@@ -682,7 +682,7 @@ def test_progress_sends_a_reprompt_before_other_sessions() -> None:
 
 
 def test_the_status_line_shows_each_clients_pools() -> None:
-    from veeksha.engine.pools import client_pools, format_pools
+    from veeksha.engine.pools import client_pools, format_pools, status_snapshot
 
     h = capped(lambda i: two_clients(i, 2, i % 2), [1, None], sessions=4)
     h.start()
@@ -699,6 +699,15 @@ def test_the_status_line_shows_each_clients_pools() -> None:
     assert format_pools(pools) == (
         " | a pending 2 waiting 1 in flight 1 | b pending 2 waiting 0 in flight 2"
     )
+    # the whole line's numbers: the run's counts, each client's pools beside them
+    h.clock.now = S // 2
+    line = status_snapshot(h.loop, ["a", "b"], h.clock.now)
+    assert {key: line[key] for key in pools} == pools
+    assert line["elapsed"] == 0.5
+    # (a.waiting is in its cap's pool, not the ready queue)
+    assert (line["sessions_started"], line["pending"], line["ready"]) == (4, 4, 0)
+    assert (line["in_flight"], line["done"], line["failed"]) == (3, 0, 0)
+    assert "a.pending" not in status_snapshot(h.loop, None, h.clock.now)
 
 
 def test_a_request_cut_in_flight_by_the_stop_says_so() -> None:

@@ -1,4 +1,5 @@
-"""``engine.run.signals_held``: Ctrl-C while a run writes its end (rows, evaluation, summary)."""
+"""``engine.run_stop.signals_held``: Ctrl-C while a run writes its end (rows, evaluation,
+summary)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from veeksha.engine.run import signals_held
+from veeksha.engine.run_stop import signals_held
 
 
 def _ctrl_c() -> None:
