@@ -72,12 +72,22 @@ def _handed_over_before(candidates: pd.DataFrame, requests: pd.DataFrame) -> tup
     worker had received before that earliest start surely was; and one handed over before the
     start was due by then (its ``ready_at`` less the lead), whatever the load on the machine
     made of the order of the loop's passes."""
-    roots = requests[requests.node_id == 0]
-    last = roots.loc[roots.ready_at.idxmax()]
-    earliest_start = last.ready_at - _AHEAD_S - 0.001
-    surely = int((candidates.received_at < earliest_start).sum())
+    last = _last_root(requests)
+    surely = int(_surely_deferred(candidates, requests).sum())
     at_most = int((candidates.ready_at - _AHEAD_S <= last.received_at + 1e-6).sum())
     return surely, at_most
+
+
+def _last_root(requests: pd.DataFrame) -> pd.Series:
+    roots = requests[requests.node_id == 0]
+    return roots.loc[roots.ready_at.idxmax()]
+
+
+def _surely_deferred(candidates: pd.DataFrame, requests: pd.DataFrame) -> pd.Series:
+    """Which ``candidates`` the worker had received before the last session could start (see
+    ``_handed_over_before``)."""
+    earliest_start = _last_root(requests).ready_at - _AHEAD_S - 0.001
+    return candidates.received_at < earliest_start
 
 
 def test_single_requests_deferred_give_the_same_rows_and_verdicts(
@@ -138,6 +148,13 @@ def test_children_are_released_at_once_only_last_turns_are_deferred(
     assert later.ready_at.to_numpy() == pytest.approx(ready, abs=1e-6)
     lag = later.dispatched_at - later.ready_at
     assert (lag >= 0).all()
-    # released by the parent's own Result, not on the bulk link's cadence (20 ms)
-    assert lag.median() < 0.010, lag.describe()
+    # released by the parent's own Result, not on the bulk link's cadence (20 ms): the
+    # parents' Results came back to the main process sooner than the last turns' deferred
+    # ones (quiet: ~0.5 ms against ~5 ms, medians). Compared within the run, as a loaded
+    # machine slows both: at -n 4 beside other tests the children's lag reached 15 ms.
+    way_back = requests.processed_at - requests.completed_at
+    last_turns = requests[requests.node_id == 2]
+    deferred = way_back[last_turns.index[_surely_deferred(last_turns, requests)]]
+    assert len(deferred) >= 5, len(deferred)
+    assert way_back[requests.node_id < 2].median() < deferred.median()
     assert summary["health"]["checks"]["lifecycle_delays"] == "PASS"
