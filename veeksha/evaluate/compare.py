@@ -13,7 +13,11 @@ reader must know before trusting a change:
   whose SLOs are not the first run's gets no change of goodput (it counts other work);
 - the keys in which a run's scenario (its config.yaml) differs from the first's;
 - for runs with ``phases:``, each phase side by side (matched by name), as the headline numbers
-  are over all the measured phases together.
+  are over all the measured phases together;
+- for runs whose server's metrics were scraped (``server_metrics``), the server's view side by
+  side: its queue, KV cache, prefix cache, preemptions and the means of its own latency
+  histograms; with several servers scraped, each server's line under their sums (matched by
+  the server's number: its place among the run's servers), where a slower replica shows.
 
 Columns are headed by the run folders' names when they fit the console's width whole; otherwise
 by letters, A for the first, with a legend above the table naming each folder in full.
@@ -24,7 +28,7 @@ column (B is slower); requests/s 5.55 and 5.49 reads ``5.49 /s (-1.1%)``, also r
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,6 +90,35 @@ _PHASE_ROWS: tuple[tuple[str, tuple[str, ...], float, str], ...] = (
     ("E2E p99", ("latency", "e2e", "p99"), 1000, "ms"),
     ("error rate", ("errors", "error_rate"), 100, "%"),
 )
+#: (label, key in summary.json's ``server`` (or a ``per_server`` entry), scale, unit, direction)
+#: of the server's view: lower is better for a queue and preemptions, higher for a cache's hits
+_SERVER_ROWS: tuple[tuple[str, str, float, str, int], ...] = (
+    ("running (mean)", "running_mean", 1, "", 0),
+    ("running (peak)", "running_peak", 1, "", 0),
+    ("waiting (mean)", "waiting_mean", 1, "", -1),
+    ("waiting (peak)", "waiting_peak", 1, "", -1),
+    ("KV cache usage (peak)", "kv_usage_peak", 100, "%", 0),
+    ("prefix-cache hit rate", "prefix_hit_rate", 100, "%", 1),
+    ("preemptions", "preemptions", 1, "", -1),
+    ("requests finished", "finished", 1, "", 0),
+)
+#: (label, the server's latency histogram) compared by their means (ms): a quantile of a
+#: histogram is only as fine as its buckets, too coarse to read a change from
+_SERVER_LATENCY_ROWS = (
+    ("TTFT mean", "ttft"),
+    ("E2E mean", "e2e"),
+    ("queued mean", "queue"),
+    ("prefill mean", "prefill"),
+    ("decode mean", "decode"),
+    ("ITL mean", "itl"),
+)
+#: each server's own lines, with several servers scraped
+_PER_SERVER_ROWS = (
+    "running (mean)",
+    "waiting (peak)",
+    "KV cache usage (peak)",
+    "requests finished",
+)
 _SHOWN_DIFFERENCES = 6  # scenario keys named per run; the rest are counted
 
 
@@ -133,11 +166,15 @@ def _cell(value: float | None, unit: str) -> str:
     return f"{_num(value)} {unit}".rstrip() if value is not None else "-"
 
 
-def _compared(label: str, values: Sequence[float | None], unit: str) -> list[str]:
-    """A row's cells: the first run's value, then each other's with its change from it."""
-    cells = [_cell(values[0], unit)]
-    cells += [_cell(v, unit) + _change(values[0], v, _direction(label)) for v in values[1:]]
-    return cells
+def _compared(
+    label: str, values: Sequence[float | None], unit: str, direction: int | None = None
+) -> list[str]:
+    """A row's cells: the first run's value, then each other's with its change from it
+    (coloured by ``direction``, else by the label's)."""
+    way = _direction(label) if direction is None else direction
+    return [_cell(values[0], unit)] + [
+        _cell(v, unit) + _change(values[0], v, way) for v in values[1:]
+    ]
 
 
 def ended(summary: Mapping[str, Any]) -> str:
@@ -328,6 +365,43 @@ def _phase_table(runs: Sequence[ComparedRun], headers: Sequence[str]) -> Table:
     return table
 
 
+def _scraped(summary: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """summary.json's ``server`` section when the server's metrics were scraped, else None."""
+    server = summary.get("server")
+    return server if isinstance(server, Mapping) and server.get("scrapes") else None
+
+
+def _server_rows(table: Table, sections: Sequence[Mapping[str, Any] | None], indent: str) -> None:
+    """The server's view rows of ``sections`` (each run's ``server``, or one server's entry of
+    ``per_server``; None: the run has none), those that no run has left out."""
+    for label, key, scale, unit, direction in _SERVER_ROWS:
+        if indent and label not in _PER_SERVER_ROWS:
+            continue
+        values = [None if s is None else headline_value(dict(s), (key,), scale) for s in sections]
+        if any(v is not None for v in values):
+            table.add_row(f"{indent}{label}", *_compared(label, values, unit, direction))
+    for label, key in _SERVER_LATENCY_ROWS:
+        path = ("latency", key, "mean")
+        values = [None if s is None else headline_value(dict(s), path, 1000) for s in sections]
+        if any(v is not None for v in values):
+            table.add_row(f"{indent}{label}", *_compared(label, values, "ms", -1))
+        if indent:  # (each server: its TTFT alone)
+            break
+
+
+def _server_table(runs: Sequence[ComparedRun], headers: Sequence[str]) -> Table:
+    """The servers' views side by side (their sums, with several servers), then each server's
+    own lines by its number."""
+    servers = [_scraped(run.summary) for run in runs]
+    table = _table(headers)
+    _server_rows(table, servers, "")
+    lines = [{str(e.get("server")): e for e in (s or {}).get("per_server") or []} for s in servers]
+    for number in sorted({n for line in lines for n in line}, key=lambda n: (len(n), n)):
+        table.add_row(f"[bold]server {escape(number)}[/]", *["" for _ in runs])
+        _server_rows(table, [line.get(number) for line in lines], "  ")
+    return table
+
+
 def _ramp_label(ramp: dict[str, Any] | None) -> str:
     """``2 → 16 linear, 12 s`` (``-``: the rate was constant)."""
     if not ramp:
@@ -371,20 +445,29 @@ def render_compare(console: Console, runs: Sequence[ComparedRun]) -> None:
     """Headline metrics of several runs side by side, with the change relative to the first,
     and the notes that say how far the runs are comparable (see the module docstring)."""
     names = [run.name for run in runs]
-    phased = any(run.summary.get("phases") for run in runs)
-    headers = names
-    tables = [_headline(runs, names), *([_phase_table(runs, names)] if phased else [])]
+    titled: list[tuple[str | None, Callable[[Sequence[ComparedRun], Sequence[str]], Table]]]
+    titled = [(None, _headline)]
+    if any(run.summary.get("phases") for run in runs):
+        titled.append(("phases (change relative to the first run's same phase)", _phase_table))
+    if any(_scraped(run.summary) for run in runs):
+        several = any((_scraped(run.summary) or {}).get("per_server") for run in runs)
+        view = "server's view (latency: the means of its histograms)"
+        if several:
+            view = "servers' views (their sums, then each server's; latency: histogram means)"
+        titled.append((view, _server_table))
+    headers: Sequence[str] = names
+    tables = [make(runs, names) for _, make in titled]
     # (titles on lines of their own: a table's title folds to the table's width)
     console.print("veeksha compare (change relative to the first run)", highlight=False)
     if not all(_fits(console, table) for table in tables):
         headers = [chr(ord("A") + i) if i < 26 else f"R{i + 1}" for i in range(len(runs))]
         for letter, name in zip(headers, names, strict=True):  # (a name is never cut)
             console.print(f"{letter}  {escape(name)}", soft_wrap=True, highlight=False)
-        tables = [_headline(runs, headers), *([_phase_table(runs, headers)] if phased else [])]
-    console.print(tables[0])
-    if phased:
-        console.print("phases (change relative to the first run's same phase)", highlight=False)
-        console.print(tables[1])
+        tables = [make(runs, headers) for _, make in titled]
+    for (title, _), table in zip(titled, tables, strict=True):
+        if title is not None:
+            console.print(title, highlight=False, soft_wrap=False)
+        console.print(table)
     labels = headers
     for note in _notes(runs, labels):  # (labels: the columns' headers, names or letters)
         console.print(f"[yellow]{escape(note)}[/]")

@@ -119,6 +119,32 @@ def test_both_servers_are_scraped_and_held_against_every_clients_rows(
     assert weighted == pytest.approx(total["mean"], rel=1e-9)
 
 
+def test_compare_sets_each_servers_view_beside_the_same_servers(
+    several: tuple[Path, pd.DataFrame], tmp_path: Path
+) -> None:
+    """``veeksha compare`` of the run and a copy of it: the servers' sums, then each server's
+    own lines, its TTFT mean from its own histograms as summary.json has it."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from veeksha.cli import main
+
+    run_dir, _ = several
+    copy = shutil.copytree(run_dir, tmp_path / "again")
+    result = CliRunner().invoke(main, ["compare", str(run_dir), str(copy)], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines = [line.rstrip() for line in result.output.splitlines()]
+    assert "servers' views (their sums, then each server's; latency: histogram means)" in lines
+    summary = json.loads((run_dir / "summary.json").read_text())
+    for entry in summary["server"]["per_server"]:
+        at = lines.index(f"server {entry['server']}")
+        ttft = next(line for line in lines[at:] if line.startswith("  TTFT mean"))
+        mean_ms = entry["latency"]["ttft"]["mean"] * 1000
+        assert float(ttft.split()[2]) == pytest.approx(mean_ms, rel=5e-3)  # (4 digits shown)
+        assert ttft.endswith("(+0.0%)")
+
+
 def test_each_clients_failures_are_its_own(several: tuple[Path, pd.DataFrame]) -> None:
     """flaky's 500s are flaky's failures; the planner's turns cancelled because flaky failed
     are cancelled, not failures of the planner (requests − ok made the healthy planner look as

@@ -300,3 +300,80 @@ def test_a_reasoning_models_answer_ttfc_is_compared_only_where_a_run_has_it() ->
     assert "250 ms (-50.0%)" in lines[at + 1]
     plain = _render([ComparedRun("base", _summary(0.04)), ComparedRun("other", _summary(0.05))])
     assert "answer TTFC" not in plain
+
+
+def _server(ttft_s: float, kv: float, hits: float, waiting: float) -> dict[str, Any]:
+    """summary.json's ``server`` section of a scraped server (its histograms' means)."""
+    return {
+        "scrapes": 12,
+        "running_mean": 3.2,
+        "running_peak": 8.0,
+        "waiting_mean": waiting,
+        "waiting_peak": 4.0,
+        "kv_usage_peak": kv,
+        "prefix_hit_rate": hits,
+        "preemptions": 0.0,
+        "finished": 30.0,
+        "latency": {"ttft": {"count": 30, "mean": ttft_s}, "e2e": {"count": 30, "mean": 0.1}},
+    }
+
+
+def test_the_servers_views_are_compared_in_a_table_of_their_own() -> None:
+    base = _summary(server=_server(0.020, 0.5, 0.4, 0.5))
+    other = _summary(server=_server(0.030, 0.25, 0.6, 1.0))
+    text = _render([ComparedRun(_NAMES[0], base), ComparedRun(_NAMES[1], other)])
+    _fits(text)
+    lines = text.splitlines()
+    assert "server's view (latency: the means of its histograms)" in lines
+    row = {line.split("  ")[0]: line for line in lines}
+    assert row["TTFT mean"].split()[-3:] == ["30", "ms", "(+50.0%)"]
+    assert row["KV cache usage (peak)"].split()[-3:] == ["25", "%", "(-50.0%)"]
+    assert row["E2E mean"].split()[-3:] == ["100", "ms", "(+0.0%)"]
+    assert "queued mean" not in row  # (no run's server has that histogram)
+    # colours: a slower server, a longer queue are worse; more prefix-cache hits better
+    coloured = _render([ComparedRun("a", base), ComparedRun("b", other)], width=120, color=True)
+    red, green = "\x1b[31m", "\x1b[32m"
+    painted = {line.split("  ")[0]: line for line in coloured.splitlines()}
+    assert f"{red}(+50.0%)" in painted["TTFT mean"]
+    assert f"{red}(+100.0%)" in painted["waiting (mean)"]
+    assert f"{green}(+50.0%)" in painted["prefix-cache hit rate"]
+    assert "\x1b[3" not in painted["KV cache usage (peak)"].split("25 %")[-1]  # neither
+    # a run without the server's metrics: dashes in its column; none at all: no table
+    text = _render([ComparedRun("a", _summary()), ComparedRun("b", other)])
+    ttft = next(line for line in text.splitlines() if line.startswith("TTFT mean"))
+    assert ttft.split()[2:] == ["-", "30", "ms"]  # (no change from a value A does not have)
+    assert "server's view" not in _render([ComparedRun("a", _summary())] * 2)
+
+
+def test_each_scraped_server_is_compared_under_the_servers_sums() -> None:
+    def several(slow_ttft_s: float) -> dict[str, Any]:
+        server = _server(0.02, 0.5, 0.4, 0.5)
+        server["servers"] = ["http://a:8000/metrics", "http://b:8000/metrics"]
+        server["per_server"] = [
+            {"server": "0", "running_mean": 2.0, "waiting_peak": 1.0, "kv_usage_peak": 0.5,
+             "finished": 20.0, "latency": {"ttft": {"count": 20, "mean": 0.02}}},
+            {"server": "1", "running_mean": 1.2, "waiting_peak": 3.0, "kv_usage_peak": 0.25,
+             "finished": 10.0, "latency": {"ttft": {"count": 10, "mean": slow_ttft_s}}},
+        ]  # fmt: skip
+        return server
+
+    runs = [
+        ComparedRun(_NAMES[0], _summary(server=several(0.04))),
+        ComparedRun(_NAMES[1], _summary(server=several(0.08))),
+    ]
+    text = _render(runs)
+    _fits(text)
+    lines = [line.rstrip() for line in text.splitlines()]
+    assert "servers' views (their sums, then each server's; latency: histogram means)" in lines
+    first = lines.index("server 0")
+    second = lines.index("server 1")
+    own = [line.split("  ")[1] for line in lines[second + 1 : second + 6]]
+    assert own == [
+        "running (mean)",
+        "waiting (peak)",
+        "KV cache usage (peak)",
+        "requests finished",
+        "TTFT mean",
+    ]
+    assert lines[second + 5].split()[-3:] == ["80", "ms", "(+100.0%)"]  # the slower replica
+    assert lines[first + 5].split()[-3:] == ["20", "ms", "(+0.0%)"]
