@@ -41,13 +41,13 @@ from rich.table import Table
 
 from veeksha.evaluate.health import lost_shards_note, partial_note
 from veeksha.evaluate.report import (
-    _STYLE,
     ANSWER_HEADLINE,
     HEADLINE,
-    _met,
-    _num,
+    VERDICT_STYLE,
     has_values,
     headline_value,
+    number_text,
+    slo_cell,
     stream_note,
 )
 
@@ -163,7 +163,7 @@ def _requests(summary: Mapping[str, Any], status: str) -> int:
 
 
 def _cell(value: float | None, unit: str) -> str:
-    return f"{_num(value)} {unit}".rstrip() if value is not None else "-"
+    return f"{number_text(value)} {unit}".rstrip() if value is not None else "-"
 
 
 def _compared(
@@ -236,7 +236,7 @@ def _slo_cell(slo: Mapping[str, Any] | None) -> str:
     if slo.get("beyond_finished"):
         return f"unfinished {verdict}"
     observed = slo.get("observed")
-    return verdict if observed is None else f"{_num(observed * 1000)} ms {verdict}"
+    return verdict if observed is None else f"{number_text(observed * 1000)} ms {verdict}"
 
 
 #: config.yaml's keys that say where a run wrote, not what it ran.
@@ -333,14 +333,14 @@ def _headline(runs: Sequence[ComparedRun], headers: Sequence[str]) -> Table:
         table.add_row(label, *cells)
         for status in ("cancelled", "abandoned"):
             if label == "requests total" and any(_requests(s, status) for s in summaries):
-                table.add_row(status, *[_num(_requests(s, status)) for s in summaries])
+                table.add_row(status, *[number_text(_requests(s, status)) for s in summaries])
     if any(s.get("gpus") for s in summaries):  # (the GPUs were sampled: energy per token)
         for label, path, scale, unit in _GPU_ROWS:
             values = [headline_value(s, path, scale) for s in summaries]
             table.add_row(label, *_compared(label, values, unit))
     verdicts = [(s.get("health") or {}).get("verdict", "-") for s in summaries]
-    table.add_row("health", *[f"[{_STYLE.get(v, '')}]{v}[/]" for v in verdicts])
-    table.add_row("SLOs", *[_met(s) for s in summaries])
+    table.add_row("health", *[f"[{VERDICT_STYLE.get(v, '')}]{v}[/]" for v in verdicts])
+    table.add_row("SLOs", *[slo_cell(s) for s in summaries])
     keys = list(dict.fromkeys(key for s in summaries for key in slo_results(s)))
     for key in keys:
         table.add_row(slo_label(key), *[_slo_cell(slo_results(s).get(key)) for s in summaries])
@@ -361,7 +361,7 @@ def _phase_table(runs: Sequence[ComparedRun], headers: Sequence[str]) -> Table:
         for label, path, scale, unit in _PHASE_ROWS:
             values = [None if s is None else headline_value(s, path, scale) for s in sections]
             table.add_row(f"  {label}", *_compared(label, values, unit))
-        table.add_row("  SLOs", *["-" if s is None else _met(s) for s in sections])
+        table.add_row("  SLOs", *["-" if s is None else slo_cell(s) for s in sections])
     return table
 
 
@@ -406,8 +406,8 @@ def _ramp_label(ramp: dict[str, Any] | None) -> str:
     """``2 → 16 linear, 12 s`` (``-``: the rate was constant)."""
     if not ramp:
         return "-"
-    rates = f"{_num(ramp.get('start_rate'))} → {_num(ramp.get('end_rate'))}"
-    return f"{rates} {ramp.get('shape')}, {_num(ramp.get('duration'))} s"
+    rates = f"{number_text(ramp.get('start_rate'))} → {number_text(ramp.get('end_rate'))}"
+    return f"{rates} {ramp.get('shape')}, {number_text(ramp.get('duration'))} s"
 
 
 def _notes(runs: Sequence[ComparedRun], labels: Sequence[str]) -> list[str]:

@@ -25,10 +25,13 @@ __all__ = [
     "HEADLINE",
     "PHASE_COLUMNS",
     "RAMP_COLUMNS",
+    "VERDICT_STYLE",
     "carried_note",
     "has_values",
     "headline_value",
+    "number_text",
     "render_summary",
+    "slo_cell",
 ]
 
 #: (label, key path in summary.json, scale, unit shown) of the headline numbers.
@@ -59,7 +62,7 @@ ANSWER_HEADLINE = (
     ("answer TTFC p50", ("latency", "answer_ttfc", "p50"), 1000, "ms"),
     ("answer TTFC p99", ("latency", "answer_ttfc", "p99"), 1000, "ms"),
 )
-_STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
+VERDICT_STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
 _LATENCY_COLUMNS = ("mean", "p50", "p90", "p99", "p99_9", "max")
 _LABEL_WIDTH = 17  # the longest metric name (output_throughput); a longer label takes two lines
 
@@ -74,7 +77,7 @@ def headline_value(summary: dict[str, Any], path: tuple[str, ...], scale: float)
     return float(value) * scale if isinstance(value, int | float) else None
 
 
-def _num(value: float | None) -> str:
+def number_text(value: float | None) -> str:
     """A number in at most 7 characters: 4 significant digits; integers below 10,000 exactly
     (thousands with a comma); from 10,000 on, a k/M/G/T suffix (``12.35k``, ``1.235M``)."""
     if value is None:
@@ -118,7 +121,7 @@ def _headline_table(summary: dict[str, Any]) -> Table:
     table.add_column("value", justify="right")
     for label, path, scale, unit in HEADLINE:
         value = headline_value(summary, path, scale)
-        table.add_row(label, f"{_num(value)} {unit}".rstrip() if value is not None else "-")
+        table.add_row(label, f"{number_text(value)} {unit}".rstrip() if value is not None else "-")
         if label == "requests total" and (cancelled := _cancelled(summary)) is not None:
             table.add_row("cancelled", cancelled)  # (a stopped run: where the others went)
         if label == "requests total" and (abandoned := _abandoned(summary)) is not None:
@@ -128,7 +131,7 @@ def _headline_table(summary: dict[str, Any]) -> Table:
         if label == "TTFC p99" and has_values(summary, "answer_ttfc"):
             for answer_label, answer_path, answer_scale, answer_unit in ANSWER_HEADLINE:
                 value = headline_value(summary, answer_path, answer_scale)
-                shown = f"{_num(value)} {answer_unit}".rstrip() if value is not None else "-"
+                shown = f"{number_text(value)} {answer_unit}".rstrip() if value is not None else "-"
                 table.add_row(answer_label, shown)
     return table
 
@@ -146,7 +149,7 @@ def _cancelled(summary: dict[str, Any]) -> str | None:
     if not isinstance(count, int) or not count:
         return None
     in_flight = requests.get("cancelled_in_flight")
-    return _num(count) + (f" ({_num(in_flight)} in flight)" if in_flight else "")
+    return number_text(count) + (f" ({number_text(in_flight)} in flight)" if in_flight else "")
 
 
 def _abandoned(summary: dict[str, Any]) -> str | None:
@@ -155,7 +158,7 @@ def _abandoned(summary: dict[str, Any]) -> str | None:
     count, total = requests.get("abandoned"), requests.get("total")
     if not isinstance(count, int) or not count or not isinstance(total, int):
         return None
-    return f"{_num(count)} ({_num(100 * count / total)} %)"
+    return f"{number_text(count)} ({number_text(100 * count / total)} %)"
 
 
 def _with_images(summary: dict[str, Any]) -> str | None:
@@ -164,7 +167,7 @@ def _with_images(summary: dict[str, Any]) -> str | None:
     count, images = requests.get("with_images"), requests.get("images")
     if not isinstance(count, int) or not isinstance(images, int):
         return None
-    return f"{_num(count)} ({_num(images)} images)"
+    return f"{number_text(count)} ({number_text(images)} images)"
 
 
 def _errors_table(summary: dict[str, Any]) -> Table | None:
@@ -175,7 +178,7 @@ def _errors_table(summary: dict[str, Any]) -> Table | None:
     if not by_kind:
         return None
     total = errors.get("requests")
-    title = f"requests that did not succeed (of {_num(total)})" if total else None
+    title = f"requests that did not succeed (of {number_text(total)})" if total else None
     table = Table(title=title, title_justify="left")
     table.add_column("kind", no_wrap=True)
     table.add_column("count", justify="right", no_wrap=True)
@@ -183,14 +186,15 @@ def _errors_table(summary: dict[str, Any]) -> Table | None:
     table.add_column("first message", overflow="fold")
     for kind, entry in by_kind.items():
         rate = entry.get("rate")
-        share = "-" if rate is None else f"{_num(rate * 100)} %"
+        share = "-" if rate is None else f"{number_text(rate * 100)} %"
         example = entry.get("example") or ""
-        table.add_row(escape(kind), _num(entry.get("count")), share, escape(example))
+        table.add_row(escape(kind), number_text(entry.get("count")), share, escape(example))
     return table
 
 
 def _latency_table(summary: dict[str, Any]) -> Table:
-    """One row per metric; its unit under its name (it fits 80 columns whole: see ``_num``)."""
+    """One row per metric; its unit under its name (it fits 80 columns whole: see
+    ``number_text``)."""
     table = Table(
         title="latency (ok requests)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
     )
@@ -202,24 +206,27 @@ def _latency_table(summary: dict[str, Any]) -> Table:
         if name in _ONLY_WITH_DATA and not stats.get("count"):
             continue
         unit, scale = _display_unit(stats["unit"], stats.get("p50"))
-        cells = [_num(None if stats.get(c) is None else stats[c] * scale) for c in _LATENCY_COLUMNS]
+        cells = [
+            number_text(None if stats.get(c) is None else stats[c] * scale)
+            for c in _LATENCY_COLUMNS
+        ]
         label = f"{name} ({unit})"
         if len(label) > _LABEL_WIDTH:
             label = f"{name}\n  ({unit})"
-        table.add_row(label, _num(stats["count"]), *cells)
+        table.add_row(label, number_text(stats["count"]), *cells)
     return table
 
 
 def _health_table(health: dict[str, Any]) -> Table:
     verdict = health.get("verdict", "SKIP")
-    title = f"health checks: [{_STYLE.get(verdict, '')}]{verdict}[/]"
+    title = f"health checks: [{VERDICT_STYLE.get(verdict, '')}]{verdict}[/]"
     table = Table(title=title, title_justify="left", show_header=False)
     table.add_column("check")
     table.add_column("status")
     table.add_column("detail", overflow="fold")
     for check in health.get("checks", []):
         status = check["status"]
-        table.add_row(check["name"], f"[{_STYLE[status]}]{status}[/]", check["detail"])
+        table.add_row(check["name"], f"[{VERDICT_STYLE[status]}]{status}[/]", check["detail"])
     return table
 
 
@@ -248,14 +255,16 @@ def _server_table(server: dict[str, Any], gpus: bool = False) -> Table:
         if value is None:
             continue
         scale = 100.0 if unit == "%" else 1.0
-        text = f"{_num(value * scale)}{unit}"
+        text = f"{number_text(value * scale)}{unit}"
         if mean_key is not None and server.get(mean_key) is not None:
-            text += f" / {_num(server[mean_key])}"
+            text += f" / {number_text(server[mean_key])}"
         table.add_row(label, text)
     peaks = {} if gpus else server  # (with a gpus section the GPUs have a table of their own)
     for key, value in peaks.items():
         if key.endswith("_peak") and "_gpu" in key and value is not None:
-            table.add_row(f"{key.removesuffix('_peak').replace('_', ' ')} (peak)", _num(value))
+            table.add_row(
+                f"{key.removesuffix('_peak').replace('_', ' ')} (peak)", number_text(value)
+            )
     return table
 
 
@@ -278,15 +287,17 @@ def _gpu_table(gpus: dict[str, Any]) -> Table:
     table.add_column("value", justify="right")
     energy = gpus.get("energy_j")
     if energy is not None:
-        table.add_row("energy", f"{_num(energy)} J in {_num(gpus.get('covered_s'))} s")
+        table.add_row(
+            "energy", f"{number_text(energy)} J in {number_text(gpus.get('covered_s'))} s"
+        )
     for label, key, unit in _GPU_ROWS:
         if gpus.get(key) is not None:
-            table.add_row(label, f"{_num(gpus[key])}{unit}")
+            table.add_row(label, f"{number_text(gpus[key])}{unit}")
     per_gpu = gpus.get("per_gpu") or []
     if 1 < len(per_gpu) <= _GPU_LINES:
         for gpu in per_gpu:
             parts = [
-                f"{_num(gpu[key])}{unit}"
+                f"{number_text(gpu[key])}{unit}"
                 for key, unit in (
                     ("utilization_mean", "%"),
                     ("power_mean_w", " W"),
@@ -328,11 +339,11 @@ def _server_latency_table(summary: dict[str, Any]) -> Table | None:
         if theirs is None:
             continue
         own = (ours.get(mine) or {}).get("mean") if mine else None
-        cells = [_num(theirs["mean"] * 1000)]
+        cells = [number_text(theirs["mean"] * 1000)]
         cells += [_bucketed(theirs.get(q), theirs.get(f"{q}_bucket")) for q in ("p50", "p99")]
         difference = None if own is None else (own - theirs["mean"]) * 1000
         shown = "-" if difference is None else f"{difference:+.3g}"
-        table.add_row(label, *cells, _num(None if own is None else own * 1000), shown)
+        table.add_row(label, *cells, number_text(None if own is None else own * 1000), shown)
     return table
 
 
@@ -342,8 +353,8 @@ def _bucketed(estimate: float | None, bucket: list[float] | None) -> str:
     if estimate is None:
         return "-"
     if bucket and bucket[0] == 0:
-        return f"<{_num(bucket[1] * 1000)}"
-    return _num(estimate * 1000)
+        return f"<{number_text(bucket[1] * 1000)}"
+    return number_text(estimate * 1000)
 
 
 def _exporter_notes(scraper: dict[str, Any]) -> list[str]:
@@ -377,15 +388,18 @@ def _print_per_server(console: Console, server: dict[str, Any]) -> None:
     columns = [
         StackedColumn(
             "running peak / mean",
-            [f"{_num(e.get('running_peak'))} / {_num(e.get('running_mean'))}" for e in entries],
+            [
+                f"{number_text(e.get('running_peak'))} / {number_text(e.get('running_mean'))}"
+                for e in entries
+            ],
         ),
-        StackedColumn("waiting peak", [_num(e.get("waiting_peak")) for e in entries]),
-        StackedColumn("KV peak", ["-" if k is None else f"{_num(k * 100)}%" for k in kv]),
-        StackedColumn("finished", [_num(e.get("finished")) for e in entries]),
+        StackedColumn("waiting peak", [number_text(e.get("waiting_peak")) for e in entries]),
+        StackedColumn("KV peak", ["-" if k is None else f"{number_text(k * 100)}%" for k in kv]),
+        StackedColumn("finished", [number_text(e.get("finished")) for e in entries]),
     ]
     ttft = [(entry.get("latency") or {}).get("ttft") for entry in entries]
     if any(ttft):
-        cells = ["-" if not t else f"{_num(t['mean'] * 1e3)} ms" for t in ttft]
+        cells = ["-" if not t else f"{number_text(t['mean'] * 1e3)} ms" for t in ttft]
         columns.append(StackedColumn("TTFT mean", cells))
     print_stacked(console, "each server", StackedColumn("server", addresses, "left"), columns)
 
@@ -533,15 +547,21 @@ def _phase_table(phases: dict[str, Any]) -> Table:
         label = name
         if window.get("drain_s"):
             label += f"\n(drain {window['drain_s']:.1f})"
-        cells = [_num(headline_value(section, path, scale)) for _, path, scale, _ in PHASE_COLUMNS]
+        cells = [
+            number_text(headline_value(section, path, scale)) for _, path, scale, _ in PHASE_COLUMNS
+        ]
         verdict = section.get("health", {}).get("verdict", "SKIP")
         table.add_row(
-            label, span, *cells, f"[{_STYLE.get(verdict, '')}]{verdict}[/]", _met(section)
+            label,
+            span,
+            *cells,
+            f"[{VERDICT_STYLE.get(verdict, '')}]{verdict}[/]",
+            slo_cell(section),
         )
     return table
 
 
-def _met(section: dict[str, Any]) -> str:
+def slo_cell(section: dict[str, Any]) -> str:
     """A phase's SLO cell: met, unmet, or "no data" when every unmet SLO had no sample (the
     phase measured nothing: slo.json says not met, as for the whole run)."""
     slos = section.get("slos", {})
@@ -576,7 +596,7 @@ RAMP_COLUMNS: tuple[tuple[str, str, float], ...] = (
 def _ramp_table(ramp: dict[str, Any]) -> Table:
     """One row per window of session starts: offered and achieved rates, latency."""
     title = (
-        f"ramp {_num(ramp.get('start_rate'))} → {_num(ramp.get('end_rate'))}/s,"
+        f"ramp {number_text(ramp.get('start_rate'))} → {number_text(ramp.get('end_rate'))}/s,"
         f" {ramp.get('shape')} (from: s; rates /s; latency ms)"
     )
     return _windows_table(title, RAMP_COLUMNS, ramp.get("windows", []))
@@ -602,7 +622,7 @@ def _windows_table(
         table.add_column(label, justify="right", no_wrap=True)
     for window in windows:
         cells = [
-            _num(None if window.get(key) is None else window[key] * scale)
+            number_text(None if window.get(key) is None else window[key] * scale)
             for _, key, scale in columns
         ]
         table.add_row(f"{window['start']:.1f}", *cells)
@@ -628,7 +648,7 @@ def _timeslice_table(section: dict[str, Any]) -> Table:
     latency."""
     slices = section.get("slices") or []
     shown = slices
-    title = f"time slices of {_num(section.get('slice_seconds'))} s (from: s; latency ms)"
+    title = f"time slices of {number_text(section.get('slice_seconds'))} s (from: s; latency ms)"
     caption = None
     if len(slices) > TIMESLICE_ROWS:
         last = len(slices) - 1

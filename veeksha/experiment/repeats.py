@@ -273,9 +273,9 @@ def render_repeats(console: Console, data: Mapping[str, Any]) -> None:
     headline metrics over its runs."""
     from rich.table import Table
 
-    from veeksha.evaluate.report import _num
+    from veeksha.evaluate.report import number_text
 
-    level = f"{_num(100 * float(data.get('confidence', 0.95)))}%"
+    level = f"{number_text(100 * float(data.get('confidence', 0.95)))}%"
     for group in data.get("groups") or []:
         title = f"repeats: {group.get('runs')} of {group.get('of')} runs complete"
         if group.get("values"):
@@ -296,10 +296,10 @@ def render_repeats(console: Console, data: Mapping[str, Any]) -> None:
             cv = None if stats["cv"] is None else 100 * stats["cv"]
             table.add_row(
                 label,
-                _num(stats["mean"] * scale),
-                _num(half),
-                "-" if cv is None else f"{_num(cv)}%",
-                _num(stats["min"] * scale),
-                _num(stats["max"] * scale),
+                number_text(stats["mean"] * scale),
+                number_text(half),
+                "-" if cv is None else f"{number_text(cv)}%",
+                number_text(stats["min"] * scale),
+                number_text(stats["max"] * scale),
             )
         console.print(table)

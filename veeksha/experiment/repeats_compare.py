@@ -41,21 +41,21 @@ def welch(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[float, float, flo
 
 
 def _mean_and_half(stats: Mapping[str, Any] | None, scale: float) -> str:
-    from veeksha.evaluate.report import _num
+    from veeksha.evaluate.report import number_text
 
     if stats is None:
         return "-"
-    mean = _num(float(stats["mean"]) * scale)
+    mean = number_text(float(stats["mean"]) * scale)
     if stats.get("ci_high") is None:
         return mean
-    return f"{mean} ± {_num((float(stats['ci_high']) - float(stats['mean'])) * scale)}"
+    return f"{mean} ± {number_text((float(stats['ci_high']) - float(stats['mean'])) * scale)}"
 
 
 def compare_repeats(console: Console, folders: Sequence[Path]) -> None:
     """Print, for each folder after the first, its groups against the first's (module doc)."""
     from rich.table import Table
 
-    from veeksha.evaluate.report import _num
+    from veeksha.evaluate.report import number_text
 
     first = read_repeats(folders[0])
     alpha = 1 - float(first.get("confidence", 0.95))
@@ -72,7 +72,9 @@ def compare_repeats(console: Console, folders: Sequence[Path]) -> None:
         for label, a, b in pairs:
             title = f"{folders[0].name} → {folder.name}"
             title += f" ({label})" if label != "all" else ""
-            title += f": {a.get('runs')} and {b.get('runs')} runs, differs if p < {_num(alpha)}"
+            title += (
+                f": {a.get('runs')} and {b.get('runs')} runs, differs if p < {number_text(alpha)}"
+            )
             table = Table(title=title, title_justify="left")
             table.add_column("metric")
             for name in ("A", "B", "change", "p", "differs"):

@@ -308,7 +308,7 @@ def render_table(console: Console, name: str, table: pd.DataFrame) -> None:
     """The sweep's table as people read it: one line per point (all columns: sweep.parquet),
     its columns stacked into two tables when the terminal is too narrow for one; numbers as the
     run report shows them (4 significant digits: ``254``, ``0.3``, ``12.35k``)."""
-    from veeksha.evaluate.report import _num
+    from veeksha.evaluate.report import number_text
     from veeksha.evaluate.stacked import StackedColumn, print_stacked
 
     rows = [row for _, row in table.iterrows()]
@@ -321,7 +321,7 @@ def render_table(console: Console, name: str, table: pd.DataFrame) -> None:
     for column, label in _SHOWN.items():
         scale = 1 if column == "requests_per_s" else 1000
         values = [_number(row[column]) for row in rows]
-        cells = [_num(None if value is None else value * scale) for value in values]
+        cells = [number_text(None if value is None else value * scale) for value in values]
         columns.append(StackedColumn(label, cells))
     key = StackedColumn("point", [str(row["point"]) for row in rows], "left")
     print_stacked(console, f"sweep {name}", key, columns)

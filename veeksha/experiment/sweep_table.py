@@ -235,22 +235,22 @@ def write_outputs(
 
 
 def _ms(value: Any) -> str:
-    from veeksha.evaluate.report import _num
+    from veeksha.evaluate.report import number_text
 
-    return "-" if not isinstance(value, int | float) else f"{_num(value * 1000)} ms"
+    return "-" if not isinstance(value, int | float) else f"{number_text(value * 1000)} ms"
 
 
 def progress_line(name: str, summary: Mapping[str, Any], elapsed_s: float) -> str:
     """One line for a finished point: throughput, latencies, health, SLOs, time taken (numbers
     as the run report shows them: 4 significant digits)."""
-    from veeksha.evaluate.report import _num
+    from veeksha.evaluate.report import number_text
 
     if not summary:
         return f"{name}: no results ({elapsed_s:.1f} s)"
     rps = _get(summary, "throughput", "requests_per_s")
     slo = _get(summary, "slos", "all_met")
     parts = [
-        f"{_num(rps)} req/s" if isinstance(rps, int | float) else "- req/s",
+        f"{number_text(rps)} req/s" if isinstance(rps, int | float) else "- req/s",
         f"TTFC p50 {_ms(_get(summary, 'latency', 'ttfc', 'p50'))}",
         f"p99 {_ms(_get(summary, 'latency', 'ttfc', 'p99'))}",
         f"E2E p99 {_ms(_get(summary, 'latency', 'e2e', 'p99'))}",

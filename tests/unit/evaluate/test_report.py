@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from veeksha.evaluate.health import lost_shards_note
-from veeksha.evaluate.report import _display_unit, _num, render_summary
+from veeksha.evaluate.report import _display_unit, number_text, render_summary
 
 _NAMES = (
     "ttfc",
@@ -79,7 +79,7 @@ def test_the_report_at_80_columns_cuts_no_name_or_value() -> None:
         row = text[text.index(name) :][:162]  # its line, and the next for a two-line label
         assert f"({unit})" in row, (name, unit)
         for key in ("mean", "p50", "p90", "p99", "p99_9", "max"):
-            assert _num(stats[key] * scale) in row, (name, key)
+            assert number_text(stats[key] * scale) in row, (name, key)
     assert "12.35M" in text  # the count, by the documented suffix rule
     joined = " ".join(text.split())  # the SLO's name may fold over lines, but all of it is there
     for word in ("P99", "chat", "tier", "612.3", "ms"):
@@ -140,7 +140,7 @@ def test_requests_that_did_not_succeed_are_shown_by_kind_with_their_first_messag
     ],
 )
 def test_numbers_take_at_most_a_few_characters(value: float | None, text: str) -> None:
-    assert _num(value) == text
+    assert number_text(value) == text
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from veeksha.evaluate.report import _num
+from veeksha.evaluate.report import number_text
 from veeksha.evaluate.stacked import StackedColumn, print_stacked
 from veeksha.experiment.sweep_compare import _SHOWN, COMPARED, render_changes, render_table
 
@@ -66,7 +66,7 @@ def test_the_sweep_table_at_80_columns_cuts_no_point_name_or_value() -> None:
         cells = " ".join(" ".join(line.split()[1:]) for line in lines).split()
         value = 0.123456 * (index + 1) * 37
         assert cells[:4] == ["complete", "PASS", "met" if index < 3 else "UNMET", "0"]
-        assert cells[4:] == [_num(value)] + [_num(value * 1000)] * 4
+        assert cells[4:] == [number_text(value)] + [number_text(value * 1000)] * 4
 
 
 def test_the_sweep_table_shows_numbers_as_the_run_report_does() -> None:
