@@ -122,7 +122,7 @@ class MetricsScraper:
         self.scrape()
         status = self.status()
         if self._followers:
-            status["servers"] = [self.status(), *(f.status() for f in self._followers)]
+            status["servers"] = [dict(status), *(f.status() for f in self._followers)]
         return status
 
     def status(self) -> dict[str, Any]:
