@@ -219,7 +219,7 @@ def run_distributed(
             interrupted = interrupts.count > 0
             _finish(ray, shards)
         finally:
-            _release(ray, shards, placement)
+            _release(ray, shards, placement, local=settings.address == "local")
     return merge_and_evaluate(
         scenario, run_dir, shards, t0_wall_ns, interrupted, setup_s, quiet=quiet, plots=plots
     )
@@ -308,9 +308,9 @@ def _group_stops_blocked(local: bool) -> Iterator[None]:
     `kill -- -PGID` SIGTERM, and they died of it (this process then waited 60 s for a GCS that
     was gone, and exited 1 without results). They start with both blocked (a child inherits its
     parent's signal mask; Ray blocks SIGINT in them the same way), so this process stops the
-    run as on Ctrl-C and shuts the cluster down. The cost: ``ray.shutdown`` gives each of them
-    1 s to take its SIGTERM before it kills it, ~4 s more at the end of each ``--ray local``
-    run. (A shard's actor and engine are in a process group of their own: not signalled.)"""
+    run as on Ctrl-C and shuts the cluster down (``_shutdown_at_once``: the SIGTERM of Ray's
+    shutdown would wait for nothing). (A shard's actor and engine are in a process group of
+    their own: not signalled.)"""
     if not local or threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -403,9 +403,12 @@ def _start_actors(
     return shards
 
 
-def _release(ray: ModuleType, shards: Sequence[ShardState], placement: Any) -> None:
+def _release(
+    ray: ModuleType, shards: Sequence[ShardState], placement: Any, local: bool = False
+) -> None:
     """Delete the shards' folders, end the actors, free the placement, disconnect (and stop
-    a ``local`` cluster). Best effort: a lost shard's actor is gone already."""
+    a ``local`` cluster: ``_shutdown_at_once``). Best effort: a lost shard's actor is gone
+    already."""
     cleanups = []
     for shard in shards:
         if shard.lost is None or shard.engine_died or shard.engine_silent:  # (actor answers)
@@ -419,6 +422,45 @@ def _release(ray: ModuleType, shards: Sequence[ShardState], placement: Any) -> N
     if placement is not None:
         with contextlib.suppress(Exception):
             ray.util.remove_placement_group(placement)
+    if local:
+        _shutdown_at_once(ray)
+    else:
+        ray.shutdown()
+
+
+def _shutdown_at_once(ray: ModuleType) -> None:
+    """``ray.shutdown()`` of a ``local`` cluster without its grace. Ray sends each of the
+    cluster's processes SIGTERM and gives it 1 s before SIGKILL, one after the other; these
+    started with SIGTERM blocked (``_group_stops_blocked``), so the grace was ~3 s of waiting
+    for a signal they never take, at the end of every ``--ray local`` run. They get SIGKILL at
+    once, and so do the raylet's own children (its agents and workers: those that outlive it
+    ask the GCS why it died, and with the GCS gone too they stayed). Through Ray's node object,
+    which is not Ray's public interface: without it, the plain ``ray.shutdown()``."""
+    import psutil
+
+    try:
+        from ray._private import worker as ray_worker
+
+        node: Any = ray_worker._global_node  # (None when Ray started no node: AttributeError)
+        kill_all = node.kill_all_processes
+        pids = [info.process.pid for infos in node.all_processes.values() for info in infos]
+    except (ImportError, AttributeError):
+        ray.shutdown()
+        return
+    tree: list[psutil.Process] = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            tree += psutil.Process(pid).children(recursive=True)
+
+    def at_once(*args: Any, **options: Any) -> Any:
+        for process in tree:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        result = kill_all(*args, **(options | {"allow_graceful": False}))
+        psutil.wait_procs(tree, timeout=5.0)
+        return result
+
+    node.kill_all_processes = at_once
     ray.shutdown()
 
 
