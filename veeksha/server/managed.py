@@ -37,7 +37,8 @@ from veeksha.isolated import isolated_module_command
 from veeksha.net import fetch
 from veeksha.redact import Redactors, secret_values
 from veeksha.server.commands import server_argv
-from veeksha.server.logpump import LogPump
+from veeksha.server.server_log import ServerLog
+from veeksha.server.supervise import PID_LINE
 
 if TYPE_CHECKING:
     from veeksha.scenario.models import Scenario
@@ -109,12 +110,14 @@ class ManagedServer:
         # ``env``): a server or its wrapper may print them (vLLM logs its --api-key, a shell
         # with ``set -x`` its whole environment)
         keys = [api_key] if api_key is None or isinstance(api_key, str) else list(api_key)
-        self._redact = Redactors(
-            [*keys, *secret_values({**os.environ, **config.env})],
-        )
+        self._secrets = [
+            key for key in [*keys, *secret_values({**os.environ, **config.env})] if key
+        ]
+        self._redact = Redactors(self._secrets)
         self._simulator = simulator
         self._supervisor: subprocess.Popen[bytes] | None = None
-        self._log: LogPump | None = None
+        self._log: ServerLog | None = None
+        self._server_pid: int | None = None
         self.argv: list[str] = []
 
     @classmethod
@@ -151,7 +154,7 @@ class ManagedServer:
     @property
     def pid(self) -> int | None:
         """The server's pid (also its process group id) once it started."""
-        return None if self._log is None else self._log.server_pid
+        return self._server_pid
 
     @property
     def supervisor_pid(self) -> int | None:
@@ -247,27 +250,28 @@ class ManagedServer:
         if missing is not None:
             raise ConfigurationError(self._at(("server", "model"), missing))
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._supervisor = subprocess.Popen(
-            isolated_module_command(
-                "veeksha.server.supervise",
-                config.stop_signal,
-                repr(config.stop_timeout),
-                "--",
-                *self.argv,
-            ),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=cwd,
-            start_new_session=True,
-        )
-        assert self._supervisor.stdout is not None
-        self._log = LogPump(self._supervisor.stdout, self.log_path, self._redact)
+        self._log = ServerLog(self.log_path, self._redact)
         self._log.note(f"starting: {' '.join(self.argv)}")
-        self._log.start()
+        with self.log_path.open("ab") as own_errors:  # (the supervisor's own, if it fails)
+            self._supervisor = subprocess.Popen(
+                isolated_module_command(
+                    "veeksha.server.supervise",
+                    config.stop_signal,
+                    repr(config.stop_timeout),
+                    str(self.log_path.resolve()),
+                    "--",
+                    *self.argv,
+                ),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=own_errors,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+            )
         try:
             with _interruptible():
+                self._hand_over_secrets()
                 self._wait_ready(time.monotonic() + config.ready_timeout)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
@@ -276,6 +280,23 @@ class ManagedServer:
             raise
         self._log.note(f"ready at {self.root_url}")
         return self.api_base
+
+    def _hand_over_secrets(self) -> None:
+        """Send the supervisor what it masks in the server's output (its first line of input,
+        never its command line or environment), then read the server's pid from it (none: it
+        could not start the server)."""
+        supervisor = self._supervisor
+        assert supervisor is not None
+        assert supervisor.stdin is not None
+        assert supervisor.stdout is not None
+        try:
+            supervisor.stdin.write(json.dumps(self._secrets).encode() + b"\n")
+            supervisor.stdin.flush()
+        except BrokenPipeError:  # (it died at once: its exit code and log say why)
+            return
+        line = supervisor.stdout.readline().decode(errors="replace")
+        if line.startswith(PID_LINE):
+            self._server_pid = int(line.removeprefix(PID_LINE))
 
     def _wait_ready(self, deadline: float) -> None:
         paths = [self.config.ready_path] if self.config.ready_path else ["/health", "/v1/models"]
@@ -322,8 +343,6 @@ class ManagedServer:
 
     def _failure(self, key: tuple[str | int, ...], what: str) -> TargetError:
         assert self._log is not None
-        if self._supervisor is not None and self._supervisor.poll() is not None:
-            self._log.finish()  # (the output is complete: its last lines are all there)
         tail = self._log.tail()
         argv = " ".join(self._redact(a) for a in self.argv)
         return TargetError(
@@ -349,6 +368,8 @@ class ManagedServer:
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.killpg(group, signal.SIGKILL)
             code = supervisor.wait()
+        if supervisor.stdout is not None:
+            supervisor.stdout.close()
         if self._log is not None:
             self._log.close(f"{'had exited' if ended else 'stopped'} (exit code {code})")
         return code

@@ -88,6 +88,11 @@ def test_points_with_the_same_server_share_one_lifecycle(
     assert len(set(point_pids)) == servers
     assert sorted(set(_log_pids(sweep_dir))) == sorted(set(point_pids))
     assert not list(sweep_dir.glob("*/server.log"))  # no point started a server of its own
+    # each point's helpers forked from the sweep's process: no thread of it reads the server's
+    # output (its supervisor writes the log), so the process stays single-threaded
+    logs = sorted(sweep_dir.glob("*/run.log"))
+    assert len(logs) == 2
+    assert all("(forked from this process)" in log.read_text() for log in logs)
 
 
 WINDOWS = """

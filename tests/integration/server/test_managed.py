@@ -263,6 +263,47 @@ def test_a_server_that_exits_at_once_fails_with_its_last_lines(tmp_path: Path) -
     assert "loading ***" in (tmp_path / SERVER_LOG).read_text()
 
 
+def test_the_servers_output_is_logged_by_its_supervisor_with_no_thread_here(
+    tmp_path: Path,
+) -> None:
+    """The supervisor writes the server's output to server.log, masked: veeksha's process keeps
+    one thread (a sweep forks each point's helpers from it), and a last line without its
+    newline is written at the end."""
+    import threading
+
+    script = (
+        "import sys, time, http.server\n"
+        "print('loading sk-secret-key-123', flush=True)\n"
+        "sys.stderr.write('a warning on stderr\\n'); sys.stderr.flush()\n"
+        "srv = http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])),"
+        " http.server.SimpleHTTPRequestHandler)\n"
+        "srv.timeout = 0.05\n"
+        "while True: srv.handle_request()\n"
+    )
+    before = threading.active_count()
+    server = _server(tmp_path, sys.executable, "-c", script, "{port}", ready_path="/")
+    server.start()
+    try:
+        assert threading.active_count() == before
+        deadline = time.monotonic() + 10  # (the supervisor writes as the server prints)
+        while "a warning" not in (tmp_path / SERVER_LOG).read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    finally:
+        server.stop()
+    log = (tmp_path / SERVER_LOG).read_text()
+    assert "loading ***" in log
+    assert "a warning on stderr" in log
+    assert "sk-secret-key-123" not in log
+    assert f"server pid {server.pid}" in log
+    assert log.splitlines()[-1].startswith("[veeksha] stopped (exit code")
+    # a last line without its newline: written when the server ends
+    tail = "import sys; print('first'); sys.stdout.write('no newline sk-secret-key-123')"
+    unfinished = _server(tmp_path / "b", sys.executable, "-c", tail)
+    with pytest.raises(TargetError, match=r"no newline \*\*\*"):
+        unfinished.start()
+
+
 def test_secrets_of_the_servers_environment_never_reach_its_log_or_the_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
