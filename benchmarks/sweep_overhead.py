@@ -14,11 +14,13 @@ and evaluation, the sweep's table). Per point:
   the run's end) and the gap before the next point (this point's end to the next one's first
   line: the simulator's stop, the next folder, loading), medians over the points.
 
-Two targets: the built-in simulator (spawned and stopped by every point, as `veeksha run` does
-today) and one external simulator shared by all points (``client.api_base``: what one server
-lifecycle per group of points would give). Then ``veeksha report SWEEP_DIR`` (the table and the
-latency-throughput plot rebuilt) is measured alone. Medians of ``--repeats``, min-max beside;
-the figures are appended to BENCHMARKS.md with the machine, date and commit.
+Three targets: the built-in simulator (spawned and stopped by every point, as `veeksha run` does
+today), one external simulator shared by all points (``client.api_base``: what one server
+lifecycle per group of points would give), and the simulator as a managed server
+(``server.type: veeksha_sim``: started once for the sweep under its supervisor, scraped).
+Then ``veeksha report SWEEP_DIR`` (the table and the latency-throughput plot rebuilt) is
+measured alone. Medians of ``--repeats``, min-max beside; the figures are appended to
+BENCHMARKS.md with the machine, date and commit.
 """
 
 from __future__ import annotations
@@ -93,7 +95,9 @@ def _phases(run_logs: list[Path]) -> dict[str, float]:
     }
 
 
-def _one(workdir: Path, points: int, seconds: float, api_base: str | None) -> dict[str, float]:
+def _one(
+    workdir: Path, points: int, seconds: float, api_base: str | None, managed: bool = False
+) -> dict[str, float]:
     intervals = [round(0.05 / (i + 1), 5) for i in range(points)]
     spec = workdir / "sweep.yaml"
     spec.write_text(_SCENARIO.format(intervals=intervals, seconds=seconds), encoding="utf-8")
@@ -102,6 +106,8 @@ def _one(workdir: Path, points: int, seconds: float, api_base: str | None) -> di
     command += ["--output-dir", str(out)]
     if api_base is not None:
         command += ["--set", f"client.api_base={api_base}", "--set", "client.model=veeksha-sim"]
+    if managed:
+        command += ["--set", "server.type=veeksha_sim"]
     wall, cpu, code, stderr = _measured(command)
     if code not in (0, 4):
         raise SystemExit(f"the sweep failed (exit {code}): {stderr}")
@@ -140,15 +146,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-append", action="store_true")
     args = parser.parse_args(argv)
-    results: dict[str, list[dict[str, float]]] = {"built-in": [], "external": []}
+    results: dict[str, list[dict[str, float]]] = {"built-in": [], "external": [], "managed": []}
     with tempfile.TemporaryDirectory(prefix="veeksha-sweep-") as tmp, Simulator() as sim:
         for rep in range(args.repeats):
-            order = ["built-in", "external"] if rep % 2 == 0 else ["external", "built-in"]
+            order = list(results) if rep % 2 == 0 else list(reversed(results))
             for target in order:
                 workdir = Path(tmp) / f"{target}-{rep}"
                 workdir.mkdir()
                 api_base = sim.base_url if target == "external" else None
-                results[target].append(_one(workdir, args.points, args.seconds, api_base))
+                sample = _one(workdir, args.points, args.seconds, api_base, target == "managed")
+                results[target].append(sample)
                 print(target, rep, json.dumps(results[target][-1]), flush=True)
     where = machine()
     command = " ".join(["python -m benchmarks.sweep_overhead", *(argv or sys.argv[1:])])
