@@ -283,8 +283,8 @@ class ManagedServer:
 
     def _hand_over_secrets(self) -> None:
         """Send the supervisor what it masks in the server's output (its first line of input,
-        never its command line or environment), then read the server's pid from it (none: it
-        could not start the server)."""
+        not its command line, which any process of the machine can read), then read the
+        server's pid from it (none: it could not start the server)."""
         supervisor = self._supervisor
         assert supervisor is not None
         assert supervisor.stdin is not None
