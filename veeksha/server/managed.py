@@ -252,23 +252,27 @@ class ManagedServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = ServerLog(self.log_path, self._redact)
         self._log.note(f"starting: {' '.join(self.argv)}")
-        with self.log_path.open("ab") as own_errors:  # (the supervisor's own, if it fails)
-            self._supervisor = subprocess.Popen(
-                isolated_module_command(
-                    "veeksha.server.supervise",
-                    config.stop_signal,
-                    repr(config.stop_timeout),
-                    str(self.log_path.resolve()),
-                    "--",
-                    *self.argv,
-                ),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=own_errors,
-                env=env,
-                cwd=cwd,
-                start_new_session=True,
-            )
+        try:  # (the supervisor's own errors into the log, if it fails)
+            with self.log_path.open("ab") as own_errors:
+                self._supervisor = subprocess.Popen(
+                    isolated_module_command(
+                        "veeksha.server.supervise",
+                        config.stop_signal,
+                        repr(config.stop_timeout),
+                        str(self.log_path.resolve()),
+                        "--",
+                        *self.argv,
+                    ),
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=own_errors,
+                    env=env,
+                    cwd=cwd,
+                    start_new_session=True,
+                )
+        except BaseException:  # (it could not be started at all)
+            self._log.close()
+            raise
         try:
             with _interruptible():
                 self._hand_over_secrets()
