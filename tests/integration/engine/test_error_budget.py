@@ -61,7 +61,8 @@ def test_a_run_stops_at_its_nth_failure_and_not_before(tmp_path: Path) -> None:
     assert summary["run"]["stop_reason"] == "errors"
     assert "5 requests failed (runtime.max_errors: 5)" in log
     failed = rows[rows.status == "error"]
-    assert len(failed) == len(rows) >= 5  # (those in flight at the stop fail too)
+    assert len(failed) >= 5  # (those in flight at the stop fail too)
+    assert rows.status.isin(["error", "cancelled"]).all()
     # the stop: when the main process handled the fifth failure. Nothing became due after it
     # but what was handed over ahead (20 ms), and every arrival due before it has its row. (A
     # count of rows bounds nothing: on a loaded machine 223 were in flight when the fifth
