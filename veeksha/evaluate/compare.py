@@ -373,7 +373,7 @@ def _scraped(summary: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 def _server_rows(table: Table, sections: Sequence[Mapping[str, Any] | None], indent: str) -> None:
     """The server's view rows of ``sections`` (each run's ``server``, or one server's entry of
-    ``per_server``; None: the run has none), those that no run has left out."""
+    ``per_server``; None: the run has none): each row that any of them has."""
     for label, key, scale, unit, direction in _SERVER_ROWS:
         if indent and label not in _PER_SERVER_ROWS:
             continue
