@@ -26,8 +26,8 @@ count reaches the request's row (``chunk_stamps_clamped``), summary.json
 (``run.chunk_stamps_clamped``), run.log and the ``lifecycle_delays`` check. Without a control
 message (a kernel without it) the read's own time is used, as with uvloop. Linux switches its
 receive stamps on for the host from a work queue after the first socket asks, so segments that
-arrive before that carry none: the workers ask at start-up, before t0, with the connections
-they open then (``Http1Pool.warm``).
+arrive before that carry none: a worker switches them on before it says it is ready, and holds
+them on while it lives (``hold_stamps_on``), whatever its connections do.
 
 The rest is what ``_Conn`` needs of a transport: ``write`` sends at once and buffers what the
 socket did not take, flushed when it is writable; ``close`` stops reading and writing, closes the
@@ -55,6 +55,7 @@ __all__ = [
     "StampedProtocol",
     "chunk_timestamps",
     "clock_offset_ns",
+    "hold_stamps_on",
     "open_stamped",
 ]
 
@@ -93,6 +94,35 @@ def clock_offset_ns() -> int:
         if taken >= _BRACKETS and best_width <= _NARROW_NS:
             break
     return best
+
+
+def hold_stamps_on(timeout_s: float = 1.0) -> tuple[list[socket.socket], bool]:
+    """Switch the kernel's receive stamps on for the host and hold them on: a loopback
+    connection that asks for them, read until a read carries a stamp (up to ``timeout_s``).
+    Linux switches them on from a work queue after the first socket asks (and off after the
+    last one closes), so reads in between carry none and get their read's own time. Returns
+    the connection's sockets, to keep open while stamps are wanted (closed: the hold ends),
+    and whether a stamp came; ``([], False)`` where there are none (not Linux, no loopback)."""
+    if not KERNEL_STAMPS_SUPPORTED:
+        return [], False
+    held: list[socket.socket] = []
+    try:
+        with socket.create_server(("127.0.0.1", 0)) as listener:
+            held.append(socket.create_connection(listener.getsockname()))
+            held.append(listener.accept()[0])
+        reader, writer = held
+        reader.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            writer.sendall(b"x")
+            _, ancdata, _, _ = reader.recvmsg(16, _CMSG_SPACE)
+            if ancdata or time.monotonic() >= deadline:
+                return held, bool(ancdata)
+            time.sleep(0.002)
+    except OSError:
+        for sock in held:
+            sock.close()
+        return [], False
 
 
 # struct timespec {time_t tv_sec; long tv_nsec}, native

@@ -64,6 +64,7 @@ from veeksha.dispatch.channel import Link, encode_frame, send_packet, to_worker_
 from veeksha.dispatch.chunkshape import ShapeMemory
 from veeksha.dispatch.http1 import ConnectFailed, Exchange, Http1Pool, MalformedResponse
 from veeksha.dispatch.inprocess import dry_result
+from veeksha.dispatch.kernel_stamps import hold_stamps_on
 from veeksha.dispatch.messages import Result, Stop, ToWorker, WorkerReady, WorkerStats, WorkItem
 from veeksha.dispatch.numbers import sendable_timings
 from veeksha.dispatch.openai import (
@@ -282,7 +283,10 @@ class Worker:
         link = self._sender = Link(
             self._channel, to_worker_decoder(), self._on_batch, self._on_link_closed
         )
+        stamps_held: list[socket.socket] = []  # (the kernel's receive stamps on, before t0)
         if not self.settings.dry_run:
+            if any(route.settings.chunk_timestamps == "kernel" for route in self._routes):
+                stamps_held, _ = hold_stamps_on()
             for route in self._routes:
                 await route.open()
         try:
@@ -295,6 +299,8 @@ class Worker:
             self._timers.close()  # (pending release timers: cancelled just above)
             for route in self._routes:
                 await route.close()
+            for sock in stamps_held:
+                sock.close()
             self._flush()
             lead = self._timers.lead
             if lead is not None:  # what its wake-ups were (summary.json run.release_wake_ups)

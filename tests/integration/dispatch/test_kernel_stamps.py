@@ -39,34 +39,38 @@ _HEAD = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 @pytest.fixture(scope="module", autouse=True)
 def kernel_stamps_on() -> Iterator[None]:
-    """The kernel's receive timestamps switched on for the host, and held on.
-
-    The first socket that asks for them has Linux switch them on from a work queue, not at
-    once: segments that arrive meanwhile carry no stamp, and their reads get the read's own
-    time (the documented fallback). On a loaded machine that took long enough for a test's
-    first read to go unstamped (a run's workers ask at start-up, before t0, with the
-    connections they open then). Here a loopback connection asks and reads until a read
-    carries a stamp."""
-    if not KERNEL_STAMPS_SUPPORTED:
-        yield
-        return
-    listener = socket.create_server(("127.0.0.1", 0))
-    client = socket.create_connection(listener.getsockname())
-    server, _ = listener.accept()
-    client.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_TIMESTAMPNS", 35), 1)
-    deadline = time.monotonic() + 10
+    """The kernel's receive timestamps switched on for the host, and held on, as a worker
+    holds them (``hold_stamps_on``): on a loaded machine Linux's work queue switched them on
+    late enough for a test's first read to go unstamped."""
+    held, on = kernel_stamps.hold_stamps_on(timeout_s=10)
     try:
-        while True:
-            server.sendall(b"x")
-            _, ancdata, _, _ = client.recvmsg(16, socket.CMSG_SPACE(16))
-            if ancdata or time.monotonic() > deadline:
-                break
-            time.sleep(0.005)
-        assert ancdata, "the kernel's receive timestamps stayed off for 10 s"
+        assert on or not KERNEL_STAMPS_SUPPORTED, "the kernel's receive stamps stayed off for 10 s"
         yield
     finally:
-        for sock in (server, client, listener):
+        for sock in held:
             sock.close()
+
+
+def test_held_stamps_reach_a_new_connections_first_read() -> None:
+    """With the stamps held on, a connection opened afterwards gets a stamp on its very first
+    read."""
+    if not KERNEL_STAMPS_SUPPORTED:
+        assert kernel_stamps.hold_stamps_on() == ([], False)
+        return
+    held, on = kernel_stamps.hold_stamps_on()
+    assert on
+    assert len(held) == 2
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname())
+        server, _ = listener.accept()
+    with client, server:
+        client.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_TIMESTAMPNS", 35), 1)
+        server.sendall(b"first")
+        data, ancdata, _, _ = client.recvmsg(16, socket.CMSG_SPACE(16))
+    assert data == b"first"
+    assert ancdata
+    for sock in held:
+        sock.close()
 
 
 class Recorder(Exchange):
