@@ -61,8 +61,9 @@ def run_point(
     write_config(run_dir, scenario)
     # Forked from this process while it has one thread, as `veeksha run` forks a single run's:
     # a point reads its files in this thread alone (record.parquet.open_parquet), so a sweep's
-    # later points fork too (trace replays included). Where a thread stays (a managed server's
-    # log reader), fresh interpreters, as run.log's "workers ready" line says.
+    # later points fork too (trace replays and managed servers, whose supervisor writes their
+    # log, included). Where a thread stays, fresh interpreters, as run.log's "workers ready"
+    # line says.
     helpers = launch_helpers(scenario, dry_run)
     try:
         outcome = run_scenario(
