@@ -206,6 +206,7 @@ def run_distributed(
             placement = _place(ray, count)
             shards = _start_actors(ray, placement, count, run_dir, settings.chunk_bytes)
             say(f"ray: {count} shard(s) on node(s) " + ", ".join(s.node_id[:12] for s in shards))
+            cache_reset = _reset_prefix_caches(scenario, say)
             t0_wall_ns = _agree_t0(ray, shards, scenario, settings, interrupts)
             setup_s = time.monotonic() - setup_start
             _follow(
@@ -221,8 +222,40 @@ def run_distributed(
         finally:
             _release(ray, shards, placement, local=settings.address == "local")
     return merge_and_evaluate(
-        scenario, run_dir, shards, t0_wall_ns, interrupted, setup_s, quiet=quiet, plots=plots
+        scenario,
+        run_dir,
+        shards,
+        t0_wall_ns,
+        interrupted,
+        setup_s,
+        quiet=quiet,
+        plots=plots,
+        cache_reset=cache_reset,
     )
+
+
+def _reset_prefix_caches(scenario: Any, say: Callable[[str], None]) -> dict[str, Any] | None:
+    """The servers' prefix caches emptied once, by the driver, before the shards start
+    (``prefix_cache_reset``; the shards' scenarios have it off); what was done, or None. A
+    client without ``api_base`` has a simulator of its own on each shard, new and empty."""
+    if not scenario.prefix_cache_reset.enabled:
+        return None
+    from veeksha.dispatch.settings import resolve_api_key
+    from veeksha.engine.target import resolved_headers
+    from veeksha.server.cache_reset import reset_prefix_caches
+
+    targets = [
+        (client.api_base, resolve_api_key(client), headers)
+        for (_, client), headers in zip(
+            scenario.client_entries(), resolved_headers(scenario), strict=True
+        )
+        if client.api_base is not None
+    ]
+    if not targets:
+        return None
+    account = reset_prefix_caches(scenario.prefix_cache_reset, targets)
+    say("prefix cache emptied: " + ", ".join(s["server"] for s in account["servers"]))
+    return account
 
 
 def _agree_t0(
@@ -494,10 +527,14 @@ def _shard_spec(index: int, count: int) -> Any:
 
 
 def _shard_scenario(scenario: Any, workers_per_shard: int | None) -> Any:
-    if workers_per_shard is None:
-        return scenario
-    runtime = scenario.runtime.model_copy(update={"num_workers": workers_per_shard})
-    return scenario.model_copy(update={"runtime": runtime})
+    """What a shard runs: its workers, and no prefix cache reset (the driver's, once)."""
+    update: dict[str, Any] = {}
+    if workers_per_shard is not None:
+        update["runtime"] = scenario.runtime.model_copy(update={"num_workers": workers_per_shard})
+    if scenario.prefix_cache_reset.enabled:
+        reset = scenario.prefix_cache_reset.model_copy(update={"enabled": False})
+        update["prefix_cache_reset"] = reset
+    return scenario.model_copy(update=update) if update else scenario
 
 
 # ------------------------------------------------------------------------------- the run

@@ -34,8 +34,10 @@ def merge_and_evaluate(
     *,
     quiet: bool,
     plots: bool,
+    cache_reset: dict[str, Any] | None = None,
 ) -> int:
-    """Merge the copies into ``run_dir`` (evaluated there), print the report, the exit code."""
+    """Merge the copies into ``run_dir`` (evaluated there), print the report, the exit code.
+    ``cache_reset``: what the driver's ``prefix_cache_reset`` did (summary.json's run)."""
     from veeksha.distributed.merge import merge_shards
 
     results = [shard_result(shard) for shard in shards]
@@ -51,7 +53,9 @@ def merge_and_evaluate(
         driver_t0_wall_ns=t0_wall_ns,
         scenario=scenario,
         plots=plots,
-        extra_run_info={"ray": ray_info},
+        extra_run_info={"ray": ray_info}
+        if cache_reset is None
+        else {"ray": ray_info, "prefix_cache_reset": cache_reset},
     )
     _write_run_log(run_dir, shards)
     lost = [shard for shard in shards if shard.lost is not None]

@@ -68,6 +68,7 @@ class RunFinish:
     deferred_results: int
     server_metrics: dict[str, Any] | None
     profiler: ServerProfiler | None
+    cache_reset: dict[str, Any] | None
     target_context: TargetContext | None
     signal_in_drain: bool
 
@@ -187,6 +188,8 @@ class RunFinish:
         }
         if self.profiler is not None:
             run_info["server_profile"] = self.profiler.account
+        if self.cache_reset is not None:
+            run_info["prefix_cache_reset"] = self.cache_reset
         run_info["phases"] = traffic.phase_windows(self.clock.now_ns())
         if self.shard is not None:
             run_info["shard"] = self.shard.to_dict()

@@ -233,6 +233,7 @@ class _Run(RunSetup, RunFinish, RunStop):
         self.server: ManagedServer | None = None
         self.server_metrics: dict[str, Any] | None = None  # what the scraper did (ServerWatch)
         self.profiler: ServerProfiler | None = None  # the server's profiler (server_profile)
+        self.cache_reset: dict[str, Any] | None = None  # what prefix_cache_reset did
         self.watch: ServerWatch | None = None  # its process starts when the run begins
         self.shard: ShardSpec | None = None
         self.start_at_wall_ns: StartAt | None = None
@@ -378,6 +379,7 @@ class _Run(RunSetup, RunFinish, RunStop):
             self.log.info(f"workers ready: pids {sorted(self.pool.worker_pids.values())}{how}")
             if self.watch is not None:  # (started with the workers: ready by now, usually)
                 self.watch.wait_ready()
+            self._reset_prefix_caches(target)
             self._start_profile(target)
             await self._drive(target, make_session)
         finally:

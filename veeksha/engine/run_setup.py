@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from veeksha.engine.error_budget import ErrorBudget
 from veeksha.engine.loop_settings import LoopSettings
@@ -84,6 +84,27 @@ class RunSetup:
     tokenizer: TokenizerLike  # the first client's
     tokenizers: list[TokenizerLike]  # each client's (``client_entries`` order)
     make_session: Callable[[int], SessionSpec]
+    cache_reset: dict[str, Any] | None
+
+    def _reset_prefix_caches(self, target: Target) -> None:
+        """Empty each server's prefix cache (``prefix_cache_reset``), before t0; a server that
+        cannot is exit 2, nothing sent."""
+        if not self.scenario.prefix_cache_reset.enabled:
+            return
+        if self.dry_run:
+            self.log.info("prefix cache reset: not done (a dry run sends nothing)")
+            return
+        from veeksha.server.cache_reset import reset_prefix_caches
+
+        targets = [(c.api_base, c.api_key, c.headers) for c in target.clients]
+        self.cache_reset = reset_prefix_caches(self.scenario.prefix_cache_reset, targets)
+        for server in self.cache_reset["servers"]:
+            calls = server["calls"]
+            said = calls[0] if len(calls) == 1 else f"{calls[0]} and {len(calls) - 1} erase(s)"
+            self.log.info(
+                f"prefix cache emptied: {server['server']} ({server['api']}: {said}, "
+                f"{server['seconds'] * 1000:.0f} ms)"
+            )
 
     def _session_source(self, target: Target) -> Callable[[int], SessionSpec]:
         scenario = self.scenario

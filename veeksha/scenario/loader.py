@@ -784,6 +784,14 @@ def _drop_no_profile(data: dict[str, Any]) -> None:
     data.pop("server_profile", None)
 
 
+def _drop_no_cache_reset(data: dict[str, Any]) -> None:
+    """``prefix_cache_reset`` out of a hashed dict when off (a scenario hashes as it did before
+    the section existed; on, a run starts from a cold cache: another measurement)."""
+    section = data.get("prefix_cache_reset")
+    if isinstance(section, dict) and not section.get("enabled"):
+        data.pop("prefix_cache_reset", None)
+
+
 def _drop_no_gpu_urls(data: dict[str, Any]) -> None:
     """``server_metrics.gpu_urls`` out of a hashed dict when empty (a scenario hashes as it did
     before the key existed)."""
@@ -804,10 +812,12 @@ def scenario_hash(scenario: Scenario) -> str:
     _drop_default_simulator_key(data.get("simulator"), "gpus", 0)
     _drop_default_simulator_key(data.get("simulator"), "gpu_idle_watts", 80.0)
     _drop_default_simulator_key(data.get("simulator"), "gpu_busy_watts", 700.0)
+    _drop_default_simulator_key(data.get("simulator"), "cache_reset_api", "vllm")
     _drop_unopened_thinking(data)
     _drop_no_abandonment(data)
     _drop_no_error_budget(data)
     _drop_no_profile(data)
+    _drop_no_cache_reset(data)
     _drop_no_timeslices(data)
     _drop_no_gpu_urls(data)
     for path in _HASH_EXCLUDED:

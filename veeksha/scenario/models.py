@@ -77,6 +77,7 @@ from veeksha.scenario.schedulers import (
 )
 from veeksha.scenario.server import (
     ManagedServerConfig,
+    PrefixCacheResetConfig,
     ServerMetricsConfig,
     ServerProfileConfig,
 )
@@ -281,6 +282,10 @@ class Scenario(StrictModel, defer_build=False):
         default_factory=factory(ServerProfileConfig),
         description="The server's profiler (vLLM's, SGLang's /start_profile) run during the "
         "traffic (docs/server.md).",
+    )
+    prefix_cache_reset: PrefixCacheResetConfig = Field(
+        default_factory=factory(PrefixCacheResetConfig),
+        description="Emptying the servers' prefix caches before the run (docs/server.md).",
     )
     #: Where the loader found each key a run may find wrong only when it acts on it
     #: (``placed_keys``: a file it reads, the managed server it starts): key path → a

@@ -1,6 +1,6 @@
 """Settings of a managed server (the `server:` section), of the server-metrics scraper (the
-`server_metrics:` section) and of the server's profiler (the `server_profile:` section). See
-docs/server.md.
+`server_metrics:` section), of the server's profiler (the `server_profile:` section) and of
+emptying its prefix cache before a run (the `prefix_cache_reset:` section). See docs/server.md.
 
 A managed server is a process veeksha starts before the run, waits for, points the client at
 and stops after the run. ``type: command`` runs any argv; the other types build the command
@@ -25,6 +25,7 @@ __all__ = [
     "CommandServer",
     "LlamaCppServer",
     "ManagedServerConfig",
+    "PrefixCacheResetConfig",
     "ServerMetricsConfig",
     "ServerProfileConfig",
     "SglangServer",
@@ -227,3 +228,19 @@ class ServerProfileConfig(NumbersModel):
         if not value.startswith("/") or any(c.isspace() for c in value):
             raise ValueError(f"must be a path starting with / and without spaces (got {value!r})")
         return value
+
+
+class PrefixCacheResetConfig(NumbersModel):
+    """Emptying each server's prefix cache before the run (before its warmup), so that a run
+    does not find the prompts of the run before it cached: vLLM's ``POST /reset_prefix_cache``
+    (served when vLLM runs with ``VLLM_SERVER_DEV_MODE=1``), SGLang's ``POST /flush_cache``,
+    llama.cpp's ``POST /slots/{id}?action=erase`` for each of its slots."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True, defer_build=False)
+
+    enabled: bool = Field(False, description="Empty the servers' prefix caches before the run.")
+    api: Literal["auto", "vllm", "sglang", "llama_cpp"] = Field(
+        "auto",
+        description="Which server's call empties it; auto: vLLM's, else SGLang's, else "
+        "llama.cpp's, the first the server does not answer 404.",
+    )

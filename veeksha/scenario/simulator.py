@@ -161,6 +161,12 @@ class SimulatorConfig(NumbersModel):
         description='/tokenize and /detokenize shape: vllm ({"prompt"} → {"tokens", "count"}) '
         'or llama_cpp ({"content"} → {"tokens"}).',
     )
+    cache_reset_api: Literal["vllm", "sglang", "llama_cpp", "none"] = Field(
+        "vllm",
+        description="Which call empties the prefix cache, as that server answers it: vllm "
+        "(POST /reset_prefix_cache), sglang (POST /flush_cache), llama_cpp (GET /slots, "
+        "POST /slots/{id}?action=erase) or none (404, as vLLM without its dev mode).",
+    )
     chat_template: bool = Field(
         False,
         description="Wrap chat messages in a ChatML-like template of special tokens, as real "

@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 __all__ = ["SERVER_LOG", "ManagedServer", "managed_model", "server_identity"]
 
 SERVER_LOG = "server.log"
+#: vLLM serves ``POST /reset_prefix_cache`` only with this set (``prefix_cache_reset``).
+DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
 #: a key of the scenario and a message about it → the message said where the key is written
 KeyMessage = Callable[[tuple[str | int, ...], str], str]
 _POLL_S = (0.05, 0.1, 0.2, 0.5)  # between readiness probes: quick at first, then calmer
@@ -129,6 +131,7 @@ class ManagedServer:
         config = scenario.server
         if config is None:
             raise ConfigurationError("the scenario has no server: section")
+        config = _cache_reset_served(config, scenario)
         simulator = _simulator_settings(scenario)
         model = managed_model(scenario)
         # every client's key (and headers' secrets) is masked in its log, whichever server the
@@ -415,6 +418,19 @@ def _interruptible() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+
+
+def _cache_reset_served(config: ManagedServerConfig, scenario: Scenario) -> ManagedServerConfig:
+    """A vLLM server with ``VLLM_SERVER_DEV_MODE=1`` in its environment when the run empties its
+    prefix cache (``prefix_cache_reset``): vLLM serves ``/reset_prefix_cache`` only then. A
+    value ``server.env`` gives is kept."""
+    from veeksha.scenario.server import VllmServer
+
+    if not scenario.prefix_cache_reset.enabled or not isinstance(config, VllmServer):
+        return config
+    if DEV_MODE_ENV in config.env:
+        return config
+    return config.model_copy(update={"env": {**config.env, DEV_MODE_ENV: "1"}})
 
 
 def _key_path_only(parts: tuple[str | int, ...], message: str) -> str:

@@ -120,6 +120,10 @@ class PrefixCache:
             n += 1
         return n
 
+    def clear(self) -> None:
+        """Forget every block (a server's cache reset); the hit and query counts go on."""
+        self._blocks.clear()
+
     def insert(self, hashes: SequenceOf[int], now_ns: int) -> None:
         """Add (or touch) blocks, evicting the least recently used beyond the capacity."""
         if not self.capacity_blocks:

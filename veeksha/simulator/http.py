@@ -66,7 +66,7 @@ def response_head(
 class Request:
     """One parsed HTTP request."""
 
-    __slots__ = ("arrival_ns", "body", "headers", "keep_alive", "method", "path")
+    __slots__ = ("arrival_ns", "body", "headers", "keep_alive", "method", "path", "query")
 
     def __init__(
         self,
@@ -76,9 +76,11 @@ class Request:
         body: bytes,
         keep_alive: bool,
         arrival_ns: int,
+        query: bytes = b"",
     ) -> None:
         self.method = method
         self.path = path
+        self.query = query
         self.headers = headers
         self.body = body
         self.keep_alive = keep_alive
@@ -233,5 +235,5 @@ class HttpConnection(asyncio.Protocol):
         self._buf = buf[stop:]
         conn = headers.get(b"connection", b"").lower()
         keep_alive = conn != b"close" if version == b"HTTP/1.1" else conn == b"keep-alive"
-        path = target.split(b"?", 1)[0]
-        return Request(method, path, headers, body, keep_alive, arrival_ns)
+        path, _, query = target.partition(b"?")
+        return Request(method, path, headers, body, keep_alive, arrival_ns, query)

@@ -6,8 +6,9 @@ Endpoints: ``POST /v1/chat/completions``, ``POST /v1/completions`` (streaming or
 ``tokenize_api: llama_cpp``; also under ``/v1``), ``GET /health``, ``GET /metrics``
 (Prometheus text), ``GET /dcgm/metrics`` (with ``gpus``: simulated GPUs as dcgm-exporter
 answers, ``veeksha.simulator.gpus``), ``POST /start_profile`` and ``POST /stop_profile``
-(vLLM's and SGLang's profiler: counted, nothing traced). Prompts and answers are counted
-with the configured ``tokenizer`` (builtin, or the simulator's own ``subword``,
+(vLLM's and SGLang's profiler: counted, nothing traced), the call that empties the prefix
+cache as ``cache_reset_api`` says (``veeksha.simulator.cache_calls``). Prompts and answers
+are counted with the configured ``tokenizer`` (builtin, or the simulator's own ``subword``,
 ``veeksha.simulator.subword``).
 Every refusal is an OpenAI-style JSON error with its 4xx status; an unexpected exception
 becomes a 500, never a dead server.
@@ -25,6 +26,7 @@ from typing import Any
 import msgspec
 
 from veeksha.generate.tokenizer import BuiltinTokenizer
+from veeksha.simulator.cache_calls import CacheCalls, Handler
 from veeksha.simulator.embeddings import EMBEDDING_FAULTS, Embedding, parse_embeddings
 from veeksha.simulator.engine import BatchEngine, EngineParams, PrefixCache
 from veeksha.simulator.faults import Fault, FaultPicker
@@ -200,6 +202,14 @@ class SimServer:
             (b"POST", b"/start_profile"): self._start_profile,
             (b"POST", b"/stop_profile"): self._stop_profile,
         }
+        self.cache_calls = CacheCalls(
+            config.cache_reset_api,
+            self._caches,
+            self._busy,
+            self._reply,
+            config.max_num_seqs,
+        )
+        self._routes.update(self.cache_calls.routes())
         if self.gpus is not None:  # (no GPUs: a 404 like any unknown path)
             self._routes[(b"GET", b"/dcgm/metrics")] = self._dcgm_metrics
         if config.tokenize_api == "llama_cpp" and config.chat_template:
@@ -233,7 +243,7 @@ class SimServer:
     # ------------------------------------------------------------------ plumbing
     def handle(self, conn: HttpConnection, request: Request) -> None:
         """Route one request; every exception becomes an error response."""
-        route = self._routes.get((request.method, request.path))
+        route: Handler | None = self._routes.get((request.method, request.path))
         if self._required and request.path not in _OPEN_PATHS and self._refused(conn, request):
             return
         if self.stats.profiling and request.path in _MODEL_PATHS:
@@ -244,6 +254,8 @@ class SimServer:
             values[value] = values.get(value, 0) + 1
         try:
             if route is None:
+                route = self.cache_calls.slot_route(request)
+            if route is None:
                 if request.path in self._paths:
                     raise ApiError(405, f"method {request.method.decode()} not allowed here")
                 raise ApiError(404, f"no route {request.path.decode(errors='replace')}")
@@ -252,6 +264,16 @@ class SimServer:
             self._error(conn, exc.status, exc.body())
         except Exception as exc:  # noqa: BLE001  (the server must survive anything)
             self._error(conn, 500, error_body(f"internal error: {exc!r}", "server_error"))
+
+    def _caches(self) -> list[PrefixCache]:
+        """The prefix cache of each model this process serves (that has one)."""
+        servers = list(self.by_model.values()) or [self]
+        return [server.cache for server in servers if server.cache is not None]
+
+    def _busy(self) -> bool:
+        """Whether a request of any model of this process runs or waits."""
+        servers = list(self.by_model.values()) or [self]
+        return any(s.driver.slots.running or s.driver.slots.waiting for s in servers)
 
     def _refused(self, conn: HttpConnection, request: Request) -> bool:
         """Answer 401 when a required header is missing or another value (True), as a
@@ -548,6 +570,9 @@ class SimServer:
             f"veeksha_sim_prefix_cache_queries_total{{{label}}} {queries}",
             "# TYPE veeksha_sim_prefix_cache_hits_total counter",
             f"veeksha_sim_prefix_cache_hits_total{{{label}}} {hits}",
+            "# HELP veeksha_sim_prefix_cache_resets_total Calls that emptied the prefix cache.",
+            "# TYPE veeksha_sim_prefix_cache_resets_total counter",
+            f"veeksha_sim_prefix_cache_resets_total{{{label}}} {self.cache_calls.resets}",
             "# HELP veeksha_sim_prompt_tokens_total Prompt tokens received.",
             "# TYPE veeksha_sim_prompt_tokens_total counter",
             f"veeksha_sim_prompt_tokens_total{{{label}}} {s.prompt_tokens}",

@@ -104,6 +104,7 @@ class SimSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     models: dict[str, ModelSettings]
     required_headers: dict[str, str] = {}
     count_header: str | None = None
+    cache_reset_api: Literal["vllm", "sglang", "llama_cpp", "none"] = "vllm"
     reasoning_tokens: int = 0
     reasoning_field: Literal["reasoning_content", "reasoning", "inline", "template"] = (
         "reasoning_content"

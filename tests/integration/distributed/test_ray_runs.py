@@ -87,7 +87,8 @@ def _veeksha_run(scenario: Path, out: Path, address: str, **env: str) -> subproc
 def test_two_shards_make_one_run_with_the_single_host_timeline(
     ray_cluster: RayCluster, fast_simulator: SimulatorProcess, tmp_path: Path
 ) -> None:
-    text = _scenario(fast_simulator)
+    # (the server's prefix cache emptied once, by the driver: not by each shard)
+    text = _scenario(fast_simulator) + "prefix_cache_reset: {enabled: true}\n"
     path = tmp_path / "s.yaml"
     path.write_text(text)
     # 4 KiB pieces: the final pull sends the shards' files in pieces through the actors
@@ -129,6 +130,10 @@ def test_two_shards_make_one_run_with_the_single_host_timeline(
     merged = _starts(requests)
     assert list(merged.index) == list(alone.index) == list(range(12))
     summary = json.loads((run_dir / "summary.json").read_text())
+    (emptied,) = summary["run"]["prefix_cache_reset"]["servers"]
+    assert emptied["server"] == fast_simulator.root_url
+    assert emptied["calls"] == ["POST /reset_prefix_cache"]
+    assert "prefix cache emptied" not in (run_dir / "run.log").read_text()  # (no shard's)
     wake_ups = summary["run"]["release_wake_ups"]  # every shard's workers' accounts, summed
     assert wake_ups["workers"] == summary["run"]["num_workers"]
     assert sum(wake_ups["histogram"].values()) == wake_ups["count"] > 0

@@ -134,3 +134,18 @@ def test_a_managed_servers_log_masks_every_clients_key(
 
 def test_stop_signal_takes_short_names() -> None:
     assert VllmServer(model="m", stop_signal="int").stop_signal == "SIGINT"
+
+
+def test_a_managed_vllm_server_serves_the_cache_reset_when_the_run_empties_its_cache(
+    tmp_path: Path,
+) -> None:
+    def env(server: str, reset: bool) -> dict[str, str]:
+        text = f"server: {server}\nprefix_cache_reset: {{enabled: {str(reset).lower()}}}\n"
+        return ManagedServer.for_scenario(load_scenario_text(text, "s.yaml"), tmp_path).config.env
+
+    # vLLM answers POST /reset_prefix_cache only in its dev mode
+    assert env("{type: vllm, model: m}", True) == {"VLLM_SERVER_DEV_MODE": "1"}
+    assert env("{type: vllm, model: m}", False) == {}
+    kept = "{type: vllm, model: m, env: {VLLM_SERVER_DEV_MODE: '0', A: b}}"
+    assert env(kept, True) == {"VLLM_SERVER_DEV_MODE": "0", "A": "b"}
+    assert env("{type: sglang, model: m}", True) == {}
