@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from veeksha.dispatch.settings import HeaderVariableMissing, resolve_api_key, resolve_headers
 from veeksha.errors import ConfigurationError, TargetError
-from veeksha.net import fetch, setup_timeout
+from veeksha.net import Answer, fetch, setup_timeout
 from veeksha.scenario.clients import DEFAULT_KEY_ENV
 from veeksha.scenario.models import (
     DEFAULT_CLIENT,
@@ -50,6 +51,9 @@ __all__ = [
 ]
 
 PROBE_TIMEOUT_S = 5.0
+#: Seconds allowed to the one request sent when ``/models`` does not answer (a real server's
+#: first answer may come late: it compiles, it warms up).
+TRIAL_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,17 @@ class Target:
         return out
 
 
+def trial_request(client: AnyClient, model: str) -> tuple[str, dict[str, Any]]:
+    """The smallest request of ``client``'s kind (path under its api_base, JSON body): a word
+    in, one token out (an embedding of a word), as the client sends its own."""
+    if client.type == "openai_embeddings":
+        return "/embeddings", {"model": model, "input": "Hello"}
+    if client.type == "openai_completions":
+        return "/completions", {"model": model, "prompt": "Hello", client.max_tokens_param: 1}
+    message = {"role": "user", "content": "Hello"}
+    return "/chat/completions", {"model": model, "messages": [message], client.max_tokens_param: 1}
+
+
 def check_reachable(
     api_base: str,
     api_key: str | None,
@@ -136,12 +151,19 @@ def check_reachable(
     model: str | None = None,
     names: SettingNames = SCENARIO_NAMES,
     headers: dict[str, str] | None = None,
+    trial: tuple[str, dict[str, Any]] | None = None,
 ) -> None:
     """GET {api_base}/models; a clear TargetError when no HTTP answer comes from there (within
     ``timeout_s``, the whole exchange: see ``veeksha.net``), when it refuses the key, when it
     answers 2xx with something that is not JSON, or when it lists its models and ``model`` is
     not one of them (every request would fail). ``names``: how the fixes name the settings;
-    ``headers``: the client's own (``client.headers``), sent as its requests send them."""
+    ``headers``: the client's own (``client.headers``), sent as its requests send them.
+
+    Some servers have no ``/models``: when it answers otherwise than 2xx, ``trial`` (a path
+    under ``api_base`` and a body: :func:`trial_request`) is sent, and a TargetError says so
+    when that is not answered 2xx either (a web server that is not an OpenAI API, a proxy's
+    404 page: every request of the run would fail). Without ``trial`` any HTTP answer is
+    taken as a server that is there."""
     url = api_base.rstrip("/") + "/models"
     answer = fetch(
         "GET",
@@ -160,7 +182,9 @@ def check_reachable(
         )
     if answer.status == 404 and not api_base.rstrip("/").endswith("/v1"):
         _refuse_missing_v1(api_base, api_key, names, headers)
-    if not answer.ok:  # some servers have no /models; anything that answers HTTP is reachable
+    if not answer.ok:  # some servers have no /models: one request of the run's kind then
+        if trial is not None:
+            _try_one_request(api_base, api_key, headers, trial, answer.status, names)
         return
     try:
         served = _served_models(answer.json())
@@ -176,6 +200,48 @@ def check_reachable(
             f"{names.model} {model!r} is not served by {api_base} (it serves "
             f"{', '.join(repr(m) for m in served[:5])}): fix {names.model}"
         )
+
+
+def _try_one_request(
+    api_base: str,
+    api_key: str | None,
+    headers: dict[str, str] | None,
+    trial: tuple[str, dict[str, Any]],
+    models_status: int,
+    names: SettingNames,
+) -> None:
+    path, body = trial
+    url = api_base.rstrip("/") + path
+    fix = (
+        f"is {names.api_base} the address of an OpenAI-compatible API, and {names.model} "
+        f"{body['model']!r} a model it serves?"
+    )
+    answer = fetch(
+        "POST",
+        url,
+        json_body=body,
+        api_key=api_key,
+        headers=headers,
+        timeout_s=setup_timeout(TRIAL_TIMEOUT_S),
+        fix=f"(GET {api_base.rstrip('/')}/models answered HTTP {models_status}) {fix}",
+    )
+    if not answer.ok:
+        text = _answer_text(answer)
+        raise TargetError(
+            f"GET {api_base.rstrip('/')}/models answered HTTP {models_status}, and a request of "
+            f"one token, POST {url}, HTTP {answer.status}{': ' + text if text else ''}; every "
+            f"request of the run would fail: {fix}"
+        )
+
+
+def _answer_text(answer: Answer) -> str:
+    """The start of an answer's body on one line; an HTML page by its title."""
+    text = answer.body[:2000].decode("utf-8", "replace")
+    if "html" in (answer.headers.get("content-type") or "").lower() or "<html" in text.lower():
+        title = re.search(r"<title>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
+        named = " ".join(title.group(1).split())[:80] if title else ""
+        return f"an HTML page{f' ({named})' if named else ''}"
+    return " ".join(text.split())[:160]
 
 
 def _refuse_missing_v1(
@@ -273,7 +339,8 @@ class TargetContext(AbstractContextManager["Target"]):
                     f"{label}: model is required with api_base {api_base}: set its model to "
                     "the model the server serves"
                 )
-            check_reachable(api_base, api_key, model=client.model, headers=sent)
+            trial = trial_request(client, client.model)
+            check_reachable(api_base, api_key, model=client.model, headers=sent, trial=trial)
             resolved.append(
                 ClientTarget(name, api_base.rstrip("/"), client.model, api_key, "endpoint", sent)
             )

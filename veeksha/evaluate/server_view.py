@@ -46,11 +46,12 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import numpy as np
+import pyarrow as pa
 
 from veeksha.evaluate.server_latency import histogram_latency, histogram_metrics
 from veeksha.evaluate.stats import column, distinct
 from veeksha.record import kernels as ak
-from veeksha.record.parquet import open_parquet
+from veeksha.record.parquet import damaged_file, open_parquet
 from veeksha.record.server_metrics import SERVER_METRICS_FILE
 from veeksha.server.metric_names import CANONICAL, RATIOS
 
@@ -196,8 +197,11 @@ def load_server_view(run_dir: Path) -> ServerView | None:
     path = Path(run_dir) / SERVER_METRICS_FILE
     if not path.exists():
         return None
-    with open_parquet(path) as file:  # (not pq.read_table: it loads pandas)
-        table = file.read(use_threads=False)
+    try:
+        with open_parquet(path) as file:  # (not pq.read_table: it loads pandas)
+            table = file.read(use_threads=False)
+    except (OSError, pa.ArrowException) as exc:
+        raise damaged_file(path, exc) from None
     status = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
     gpu = ak.starts_with(table["metric"], "gpu:")  # (metric is never null)
     scrape_times = distinct(column(ak.filter_rows(table, ak.invert(gpu)), "t"))

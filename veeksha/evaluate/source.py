@@ -47,7 +47,13 @@ import pyarrow.parquet as pq
 from veeksha.evaluate.stats import integers, scalar
 from veeksha.record import kernels as ak
 from veeksha.record.columns import REQUESTS_SCHEMA, SESSIONS_SCHEMA
-from veeksha.record.parquet import PARTS_DIR, REQUESTS_FILE, SESSIONS_FILE, open_parquet
+from veeksha.record.parquet import (
+    PARTS_DIR,
+    REQUESTS_FILE,
+    SESSIONS_FILE,
+    damaged_file,
+    open_parquet,
+)
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -232,6 +238,10 @@ def _to_numpy_mask(mask: pa.Array | pa.ChunkedArray | NDArray[np.bool_]) -> NDAr
 def _source(run_dir: Path, final: str, name: str, schema: pa.Schema) -> ColumnSource:
     path = run_dir / final
     if path.exists():
+        try:
+            _file_rows(path)
+        except (OSError, pa.ArrowException) as exc:
+            raise damaged_file(path, exc) from None
         return ColumnSource(schema, files=[path])
     parts = sorted((run_dir / PARTS_DIR / name).glob("part-*.parquet"))
     readable = []

@@ -402,6 +402,14 @@ class _WriteFailed(Exception):
         self.rows = rows
 
 
+def damaged_file(path: Path, exc: BaseException) -> ConfigurationError:
+    """The error of a run folder's Parquet file that cannot be read (exit 2, the file named)."""
+    return ConfigurationError(
+        f"{path}: not a readable Parquet file ({exc}): the run folder is damaged (a copy cut "
+        "short, a disk that filled?); copy it again from where it was written"
+    )
+
+
 def open_parquet(path: Path, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
     """A Parquet file to read in this thread alone: without pre-buffering, which hands the
     reads to Arrow's I/O thread pool and so starts its threads, which stay for the process'

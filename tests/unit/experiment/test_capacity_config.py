@@ -171,6 +171,10 @@ PHASES = SCENARIO.replace(
             "seed: 3\n" + inline(),
             ["search.yaml:1:1: seed: a key of the scenario: move it under benchmark_config"],
         ),
+        (  # (it resembles expansion_factor: the scenario's key wins)
+            "session_generator: {}\n" + inline(),
+            ["search.yaml:1:1: session_generator: a key of the scenario: move it under"],
+        ),
         (
             "start_value: 1\nbenchmark_config: nowhere.yaml\n",
             ["search.yaml:2:1: benchmark_config: no scenario file", "nowhere.yaml"],

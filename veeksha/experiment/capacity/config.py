@@ -115,11 +115,11 @@ class _Issues:
 def _unknown_key(key: str, allowed: set[str]) -> str:
     """The message for an unknown key of the search file: the key it resembles, or the
     scenario section it belongs under, or the list of keys."""
+    if key in Scenario.model_fields:  # (before a resemblance: session_generator ~ expansion_factor)
+        return "a key of the scenario: move it under benchmark_config (or into its file)"
     near = closest(key, sorted(allowed))
     if near is not None:
         return f"unknown key; did you mean {near!r}?"
-    if key in Scenario.model_fields:
-        return "a key of the scenario: move it under benchmark_config (or into its file)"
     return f"unknown key; allowed keys: {', '.join(sorted(allowed))}"
 
 
