@@ -6,6 +6,7 @@ here; nothing registers itself.
 
 from __future__ import annotations
 
+from veeksha.evaluate.answer_checks import ANSWERED
 from veeksha.evaluate.arrival_checks import ARRIVAL_DISTRIBUTION, DISPATCH_RATE
 from veeksha.evaluate.clock_checks import CLOCK_SYNC
 from veeksha.evaluate.generator_checks import GENERATOR_SATURATION, LIFECYCLE_DELAYS
@@ -19,6 +20,7 @@ from veeksha.evaluate.trace_sharing import PREFIX_SHARING
 __all__ = ["HEALTH_CHECKS", "run_health_checks"]
 
 HEALTH_CHECKS: tuple[HealthCheck, ...] = (
+    ANSWERED,
     DISPATCH_RATE,
     ARRIVAL_DISTRIBUTION,
     DEPENDENCIES,

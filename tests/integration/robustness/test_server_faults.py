@@ -257,3 +257,12 @@ def test_a_non_streaming_disconnect_is_a_connection_reset_not_a_silent_resend(
     rows = audit_run(run_dir).rows
     kinds = Counter((r["status"], r["error_kind"], r["http_status"]) for r in rows)
     assert kinds == {("error", "connection_reset", 200): 12}, kinds  # (after the head: 200)
+    # not one answer: the run measured failures only, and its health says so (exit 0 all the
+    # same: health is not strict)
+    health = json.loads((run_dir / "health.json").read_text())
+    (answered,) = [check for check in health["checks"] if check["name"] == "answered"]
+    assert answered["status"] == "FAIL"
+    assert answered["detail"].startswith(
+        "none of 12 measured requests was answered (12 connection_reset (HTTP 200))"
+    )
+    assert health["verdict"] == "FAIL"

@@ -150,4 +150,5 @@ def test_report_of_a_folder_recorded_before_the_reasoning_columns(tmp_path: Path
     summary = json.loads((run / "summary.json").read_text())
     assert summary["latency"]["answer_ttfc"]["count"] == 0
     assert summary["latency"]["ttfc"]["p50"] == pytest.approx(0.05)
-    assert "answer" not in result.output
+    assert "answer TTFC" not in result.output
+    assert "answer_ttfc" not in result.output

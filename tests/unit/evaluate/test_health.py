@@ -920,7 +920,8 @@ def test_verdict_and_files(tmp_path: Path) -> None:
     report.write(tmp_path)
     data = json.loads((tmp_path / "health.json").read_text())
     assert data["verdict"] == "FAIL"
-    assert data["checks"][2]["statistics"]["violations"] == 1
+    (dependencies,) = [check for check in data["checks"] if check["name"] == "dependencies"]
+    assert dependencies["statistics"]["violations"] == 1
     text = (tmp_path / "health.txt").read_text()
     assert text.startswith("health verdict: FAIL")
     assert "[FAIL] dependencies" in text
