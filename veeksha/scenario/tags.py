@@ -186,10 +186,73 @@ def _syntax_error(exc: YAMLError, text: str) -> tuple[int | None, int | None, st
             "YAML syntax error: a tab character; YAML indents with spaces: replace the tab by"
             " spaces",
         )
+    explained = _explained(exc, text, line, column)
+    if explained is not None:
+        return line, column, f"YAML syntax error: {explained}"
     message = f"YAML syntax error: {_one_line(exc.problem or exc.context)}"
     if exc.context and exc.problem and exc.context_mark is not None:
         message += f" ({_one_line(exc.context)} at line {exc.context_mark.line + 1})"
     return line, column, message
+
+
+def _explained(exc: MarkedYAMLError, text: str, line: int | None, column: int | None) -> str | None:
+    """The mistakes behind YAML's commonest complaints, said with their fix (None: another)."""
+    problem, context = str(exc.problem or ""), str(exc.context or "")
+    lines = text.splitlines()
+    if problem.startswith("mapping values are not allowed") and line and column:
+        here = lines[line - 1] if line <= len(lines) else ""
+        key = here[: column - 1].strip()
+        above = next((t for t in reversed(lines[: line - 1]) if t.strip()), "")
+        deeper = _indent(here) > _indent(above) and not above.rstrip().endswith(":")
+        if deeper and ":" in above:
+            return (
+                f"'{key}:' is indented more than the line above it, whose key has a value "
+                "already, so YAML reads it as more of that value: indent it as the keys beside "
+                "it (or quote a value that holds ': ')"
+            )
+        name, _, value = here.strip().partition(": ")
+        return f"a value holds ': ' ({here.strip()!r}): quote the value, {name}: \"{value}\""
+    if context.startswith("while scanning a quoted scalar") and exc.context_mark is not None:
+        opened = exc.context_mark
+        return (
+            f"the quote opened at line {opened.line + 1}, column {opened.column + 1}, is not "
+            "closed: end the value with the same quote"
+        )
+    if context.startswith("while parsing a flow"):
+        opener = _unclosed(text)
+        if opener is not None:
+            where, mark = opener
+            closer = "]" if mark == "[" else "}"
+            return (
+                f"the {mark} opened at line {where[0]}, column {where[1]}, is not closed "
+                f"({_one_line(problem)}): close it with {closer}, or quote a value that "
+                f"starts with {mark}"
+            )
+    return None
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _unclosed(text: str) -> tuple[tuple[int, int], str] | None:
+    """Where the first ``[`` or ``{`` still open at the end of ``text`` is (line, column,
+    1-based) and which; outside quotes and comments, as YAML's flow collections nest."""
+    stack: list[tuple[tuple[int, int], str]] = []
+    for number, content in enumerate(text.splitlines(), start=1):
+        quote = ""
+        for index, char in enumerate(content):
+            if quote:
+                quote = "" if char == quote else quote
+            elif char in "'\"":
+                quote = char
+            elif char == "#" and (index == 0 or content[index - 1].isspace()):
+                break
+            elif char in "[{":
+                stack.append(((number, index + 1), char))
+            elif char in "]}" and stack:
+                stack.pop()
+    return stack[0] if stack else None
 
 
 def non_text_keys(

@@ -85,7 +85,7 @@ def test_list_items_are_located() -> None:
 @pytest.mark.parametrize(
     ("text", "line", "column", "fragment"),
     [
-        ("seed: [1\n", 2, 1, "YAML syntax error: expected ',' or ']'"),
+        ("seed: [1\n", 2, 1, "YAML syntax error: the [ opened at line 1, column 7, is not"),
         (
             "runtime: {max_sessions: 1}\nseed: 1\nruntime: {seed: 2}\n",
             3,
@@ -108,6 +108,51 @@ def test_yaml_syntax_errors_name_line_and_column(
     assert fragment in issue.message
     assert "\n" not in issue.message
     assert "{" not in issue.message  # (ruamel quotes a duplicate's value as a Python dict)
+
+
+@pytest.mark.parametrize(
+    ("text", "at", "message"),
+    [
+        (
+            "runtime:\n  max_sessions: 3\n   benchmark_timeout: 3\n",
+            (3, 21),
+            "'benchmark_timeout:' is indented more than the line above it, whose key has a value"
+            " already, so YAML reads it as more of that value: indent it as the keys beside it"
+            " (or quote a value that holds ': ')",
+        ),
+        (
+            "client:\n  model: a: b\n",
+            (2, 11),
+            "a value holds ': ' ('model: a: b'): quote the value, model: \"a: b\"",
+        ),
+        (
+            "client:\n  api_base: [\n",
+            (3, 1),
+            "the [ opened at line 2, column 13, is not closed (expected the node content, but "
+            "found '<stream end>'): close it with ], or quote a value that starts with [",
+        ),
+        (
+            "client: {api_base: x\nruntime: {}\n",
+            (2, 8),
+            "the { opened at line 1, column 9, is not closed (expected ',' or '}', but got ':'):"
+            " close it with }, or quote a value that starts with {",
+        ),
+        (
+            'client:\n  model: "abc # not a comment [\nseed: 1\n',
+            (4, 1),
+            "the quote opened at line 2, column 10, is not closed: end the value with the same "
+            "quote",
+        ),
+    ],
+)
+def test_common_yaml_mistakes_are_said_with_their_fix(
+    text: str, at: tuple[int, int], message: str
+) -> None:
+    """(YAML's own words, "mapping values are not allowed here", name neither the key nor the
+    fix)"""
+    issue = only_issue(text)
+    assert (issue.line, issue.column) == at
+    assert issue.message == f"YAML syntax error: {message}"
 
 
 @pytest.mark.parametrize(
