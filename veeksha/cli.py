@@ -176,9 +176,16 @@ class LazyGroup(click.Group):
 
 
 def _report(exc: VeekshaError) -> None:
-    prefix = "" if isinstance(exc, ScenarioError) else "error: "
-    for line in str(exc).splitlines() or [type(exc).__name__]:
-        click.echo(f"{prefix}{line}", err=True)
+    """``exc`` on stderr: a scenario's issues a line each, as ``file:line:col: ...``; another
+    error after ``error: ``, the lines it quotes (a server's last lines) indented under it."""
+    lines = str(exc).splitlines() or [type(exc).__name__]
+    if isinstance(exc, ScenarioError):
+        for line in lines:
+            click.echo(line, err=True)
+        return
+    click.echo(f"error: {lines[0]}", err=True)
+    for line in lines[1:]:
+        click.echo(f"  {line}", err=True)
 
 
 @click.group(

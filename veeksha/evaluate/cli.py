@@ -72,6 +72,11 @@ def _evaluate(run_dir: Path, *, write: bool, plots: bool = True) -> Any:
 
     config = run_dir / CONFIG_FILE
     if not config.exists():
+        if (run_dir / "capacity.json").is_file():  # (a capacity search: its probes are runs)
+            raise ConfigurationError(
+                f"{run_dir} is a capacity search's folder: its result is capacity.json (and "
+                "capacity.png); each probe under runs/ is a run folder veeksha report reads"
+            )
         raise ConfigurationError(f"{run_dir} has no {CONFIG_FILE}; pass a veeksha run folder")
     scenario = load_scenario(config)
     info = _run_info(run_dir)  # first: it says when run_dir holds no results

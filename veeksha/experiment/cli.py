@@ -74,9 +74,15 @@ def compare(ctx: click.Context, run_dirs: tuple[Path, ...], plot_path: Path | No
     (--repeats) compare each metric's means with their intervals and Welch's t-test: whether
     the difference is larger than the runs' noise.
     """
+    from veeksha.errors import ConfigurationError
     from veeksha.experiment.repeats import REPEATS_FILE
 
-    if len(run_dirs) >= 2 and all((d / REPEATS_FILE).is_file() for d in run_dirs):
+    if len(run_dirs) < 2:  # (one folder has nothing to be compared with)
+        raise ConfigurationError(
+            f"compare needs two folders or more (got one, {run_dirs[0]}): give another run, "
+            "sweep or repeats folder to compare it with; veeksha report FOLDER shows one alone"
+        )
+    if all((d / REPEATS_FILE).is_file() for d in run_dirs):
         from rich.console import Console
 
         from veeksha.experiment.repeats_compare import compare_repeats
@@ -87,16 +93,12 @@ def compare(ctx: click.Context, run_dirs: tuple[Path, ...], plot_path: Path | No
     if not any(sweeps):
         ctx.invoke(run_cli.compare, run_dirs=run_dirs)
         return
-    from veeksha.errors import ConfigurationError
-
     if not all(sweeps):
         runs = ", ".join(str(d) for d, s in zip(run_dirs, sweeps, strict=True) if not s)
         raise ConfigurationError(
             f"compare takes run folders or sweep folders, not both ({runs} not a sweep); "
             "compare runs with a sweep's point folders (each a run folder), or sweeps with sweeps"
         )
-    if len(run_dirs) < 2:
-        raise ConfigurationError("compare of sweeps needs two sweep folders or more")
     from rich.console import Console
 
     from veeksha.experiment.sweep_compare import compare_sweeps

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from veeksha.redact import Redactor, Redactors
+from veeksha.server.supervise import PID_LINE
 
 __all__ = ["NOTE_PREFIX", "ServerLog"]
 
@@ -36,7 +37,8 @@ class ServerLog:
             self._out.flush()
 
     def tail(self, lines: int = 20) -> str:
-        """The server's last ``lines`` lines of output (veeksha's own lines left out)."""
+        """The server's last ``lines`` lines of output (veeksha's and its supervisor's own lines
+        left out)."""
         try:
             with self.path.open("rb") as file:
                 start = max(0, file.seek(0, os.SEEK_END) - _TAIL_BYTES)
@@ -45,7 +47,7 @@ class ServerLog:
         except OSError:
             return ""
         read = text.splitlines()[1 if start else 0 :]  # (a line cut by the window: not it)
-        own = [line for line in read if not line.startswith(NOTE_PREFIX)]
+        own = [line for line in read if not line.startswith((NOTE_PREFIX, PID_LINE))]
         return "\n".join(own[-lines:])
 
     def close(self, last_note: str | None = None) -> None:

@@ -257,7 +257,10 @@ def test_a_server_that_exits_at_once_fails_with_its_last_lines(tmp_path: Path) -
     server = _server(tmp_path, sys.executable, "-c", script)
     with pytest.raises(TargetError, match=r"exited with code 3 before it was ready") as caught:
         server.start()
-    assert "boom: no GPU" in str(caught.value)
+    assert str(caught.value).endswith("; last lines:\nloading ***\nboom: no GPU")
+    assert "veeksha-supervisor" not in str(
+        caught.value
+    )  # (its pid line is the log's, not the server's)
     assert "sk-secret-key-123" not in str(caught.value)
     assert "sk-secret-key-123" not in (tmp_path / SERVER_LOG).read_text()
     assert "loading ***" in (tmp_path / SERVER_LOG).read_text()

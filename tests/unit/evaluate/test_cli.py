@@ -152,3 +152,13 @@ def test_report_of_a_folder_recorded_before_the_reasoning_columns(tmp_path: Path
     assert summary["latency"]["ttfc"]["p50"] == pytest.approx(0.05)
     assert "answer TTFC" not in result.output
     assert "answer_ttfc" not in result.output
+
+
+def test_report_of_a_capacity_search_folder_says_what_it_is(tmp_path: Path) -> None:
+    (tmp_path / "capacity.json").write_text("{}")
+    result = CliRunner().invoke(main, ["report", str(tmp_path)])
+    assert result.exit_code == 2
+    assert result.output == (
+        f"error: {tmp_path} is a capacity search's folder: its result is capacity.json (and "
+        "capacity.png); each probe under runs/ is a run folder veeksha report reads\n"
+    )

@@ -377,3 +377,14 @@ def test_each_scraped_server_is_compared_under_the_servers_sums() -> None:
     ]
     assert lines[second + 5].split()[-3:] == ["80", "ms", "(+100.0%)"]  # the slower replica
     assert lines[first + 5].split()[-3:] == ["20", "ms", "(+0.0%)"]
+
+
+def test_one_folder_is_refused_as_one_sweep_is(tmp_path: Path) -> None:
+    """(one run folder printed a one-column table while one sweep folder was refused)"""
+    run = _folder(tmp_path, "run", _summary())
+    result = CliRunner().invoke(main, ["compare", str(run)])
+    assert result.exit_code == 2
+    assert result.output == (
+        f"error: compare needs two folders or more (got one, {run}): give another run, sweep "
+        "or repeats folder to compare it with; veeksha report FOLDER shows one alone\n"
+    )
