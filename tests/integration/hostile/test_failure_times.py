@@ -99,9 +99,18 @@ def test_a_stalled_request_ends_when_veeksha_gives_up(tmp_path: Path) -> None:
     _assert_children_ready_from_the_failure(run, ("timeout", "timeout"))
 
 
+def _unanswered(run: HostileRun) -> None:
+    """The run's one health failure is ``answered``: no request of it got an answer (the strict
+    health is exit 4 for it), and the checks of the load generator itself passed."""
+    failed = {name for name, check in _checks(run).items() if check["status"] == "FAIL"}
+    assert failed == {"answered"}, _checks(run)
+
+
 def test_a_stall_cancels_its_session_at_the_give_up(tmp_path: Path) -> None:
     with HostileServer(f"{_BEHAVIOURS}:stall", tmp_path) as server:
-        run = hostile_run(tmp_path, _scenario(server, cancel=True), expect_code=0, in_process=True)
+        # (every request stalls: nothing is answered, the strict health's exit 4)
+        run = hostile_run(tmp_path, _scenario(server, cancel=True), expect_code=4, in_process=True)
+    _unanswered(run)
     rows = _by_node(run)
     for session_id, session in _sessions(run).items():
         first = rows[session_id, 0]
@@ -156,7 +165,8 @@ def test_closed_loop_replaces_a_stalled_session_from_the_give_up(tmp_path: Path)
             1,
         )
         text = text.replace("  interval_generator: {type: fixed, interval: 0.125}\n", "", 1)
-        run = hostile_run(tmp_path, text, expect_code=0, in_process=True)
+        run = hostile_run(tmp_path, text, expect_code=4, in_process=True)
+    _unanswered(run)
     sessions = sorted(_sessions(run).values(), key=lambda s: s["started_at"])
     assert len(sessions) == 2
     rows = _by_node(run)

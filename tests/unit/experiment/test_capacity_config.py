@@ -196,7 +196,13 @@ PHASES = SCENARIO.replace(
             "start_value: 1\n" + inline() + "start_value: 2\n",
             ["search.yaml:", "duplicate key 'start_value' in the mapping that starts at line 1"],
         ),
-        ("start_value: [1\n" + inline(), ["search.yaml:2:", "YAML syntax error: expected ','"]),
+        (
+            "start_value: [1\n" + inline(),
+            [
+                "search.yaml:2:",
+                "YAML syntax error: the [ opened at line 1, column 14, is not closed",
+            ],
+        ),
         # a value of the wrong kind was quoted as Python writes it (None, TaggedScalar(...))
         (inline(start_value="null"), ["start_value: must be a finite number", "(got null)"]),
         ("start_value: !expand [1, 2]\n" + inline(), ["search.yaml:1:14: !expand: a search key"]),
