@@ -12,7 +12,9 @@ Two mechanisms behind one interface (``Timers.call_at_ns``):
   the descriptor is re-armed for the next one. Nothing spins: an idle run costs no CPU, and a
   wake-up costs one ``timerfd_settime`` (re-arming the descriptor, or disarming it when nothing
   is left, resets its expiration count, which is what makes it readable: it is never read). A
-  deadline already due is run with ``call_soon``, as the loop timers would.
+  deadline already due is run with ``call_soon``, as the loop timers would, unless one due no
+  later still waits in the heap for its wake-up (a loaded loop reached both late): it then
+  joins the heap behind it, so callbacks always run in deadline order.
 
 **A wake-up lead** (``lead=True``, the workers' release timers): a loop that sleeps wakes late
 by the kernel's and the machine's wake-up latency, measured at ~100-400 µs on these 2-core VMs
@@ -343,10 +345,12 @@ class LoopTimers:
         if not self.precise:
             delay = (when_ns - self._clock.now_ns()) / _NS
             return self._loop.call_later(max(0.0, delay), callback)
-        if when_ns <= time.monotonic_ns():
-            return self._loop.call_soon(callback)
-        entry = _Entry(callback)
         heap = self._heap
+        if when_ns <= time.monotonic_ns() and not (heap and heap[0][0] <= when_ns):
+            return self._loop.call_soon(callback)
+        # (due already, behind one due no later that waits for the descriptor's wake-up: in
+        # the heap after it, or call_soon would release it first, out of deadline order)
+        entry = _Entry(callback)
         heapq.heappush(heap, (when_ns, next(self._seq), entry))
         if heap[0][2] is entry:
             self._arm(when_ns)

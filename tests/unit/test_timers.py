@@ -245,3 +245,36 @@ def test_wake_ups_are_counted_in_quarter_octaves_summed_and_read_back() -> None:
     assert both is not None
     assert (both["workers"], both["count"], both["max_us"]) == (4, 12, 2000.0)
     assert WakeUps.summed([None, {}]) is None
+
+
+def test_a_deadline_already_due_behind_one_still_waiting_keeps_the_order() -> None:
+    """Under load a release can be handed over after its time while an earlier one, handed over
+    in time, still waits for the descriptor's wake-up: the late one ran at once (call_soon),
+    before the earlier one (CI saw 1 released before 0 of two due at the same instant)."""
+
+    async def main() -> list[str]:
+        loop = asyncio.get_running_loop()
+        timers = LoopTimers(loop, MonotonicClock(), precise=True)
+        fired: list[str] = []
+        done = loop.create_future()
+
+        def call(name: str) -> None:
+            fired.append(name)
+            if len(fired) == 3:
+                done.set_result(None)
+
+        first = time.monotonic_ns() + 300_000
+        timers.call_at_ns(first, lambda: call("first"))
+        while time.monotonic_ns() <= first + 100_000:  # (the loop does not run meanwhile)
+            pass
+        timers.call_at_ns(first, lambda: call("same time, handed over late"))
+        timers.call_at_ns(first + 50_000, lambda: call("later, handed over late"))
+        await asyncio.wait_for(done, 5)
+        timers.close()
+        return fired
+
+    assert asyncio.run(main()) == [
+        "first",
+        "same time, handed over late",
+        "later, handed over late",
+    ]
