@@ -101,6 +101,8 @@ _SERVER_ROWS: tuple[tuple[str, str, float, str, int], ...] = (
     ("prefix-cache hit rate", "prefix_hit_rate", 100, "%", 1),
     ("preemptions", "preemptions", 1, "", -1),
     ("requests finished", "finished", 1, "", 0),
+    ("spec-decode acceptance rate", "spec_acceptance_rate", 100, "%", 1),
+    ("spec-decode acceptance length", "spec_acceptance_length", 1, "", 1),
 )
 #: (label, the server's latency histogram) compared by their means (ms): a quantile of a
 #: histogram is only as fine as its buckets, too coarse to read a change from

@@ -237,6 +237,8 @@ _SERVER_ROWS = (
     ("prefix-cache hit rate", "prefix_hit_rate", None, "%"),
     ("preemptions", "preemptions", None, ""),
     ("requests finished", "finished", None, ""),
+    ("spec-decode acceptance rate", "spec_acceptance_rate", None, "%"),
+    ("spec-decode acceptance length", "spec_acceptance_length", None, ""),
 )
 
 

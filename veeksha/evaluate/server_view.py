@@ -20,6 +20,11 @@ The summary's ``server`` section (null values where the server does not export t
                                       server saw it (SGLang: its own hit-rate gauge at the end)
     preemptions                       preemptions during the run
     finished                          requests the server finished during the run
+    spec_acceptance_rate,             a server that decodes speculatively (vLLM's spec_decode
+    spec_acceptance_length,           counters; absent otherwise): accepted / draft tokens,
+    spec_decode                       1 + accepted / drafts, and {drafts, draft_tokens,
+                                      accepted_tokens, acceptance_rate, acceptance_length,
+                                      per_position} (``ServerView.spec_decode``)
     latency                           its own account of its latency, from its histograms:
                                       {ttft, e2e, queue, prefill, decode, itl: {metric, count,
                                       mean, p50, p90, p99}} (``server_latency``; null without)
@@ -62,6 +67,8 @@ __all__ = ["ServerView", "increase", "load_server_view", "scraped_clients"]
 
 #: canonical names that are gauges (besides the RATIOS): read as they are, never as increases
 _GAUGES = frozenset({"running", "waiting"})
+#: counters whose series are also read one by one, by their labels (a draft's position)
+_BY_LABEL = frozenset({"spec_accepted_per_pos"})
 #: GPU series without a peak in the ``server`` section: the energy counter (summary's ``gpus``)
 #: and the exporter's fields veeksha does not read (gpu:DCGM_FI_... rows, kept in the file)
 _NO_PEAK = ("energy_", "DCGM_")
@@ -91,6 +98,9 @@ class ServerView:
     status: dict[str, str] = field(default_factory=dict)
     #: each counter's increase over the run, summed over its series (load_server_view)
     increases: dict[str, float] = field(default_factory=dict)
+    #: the increase of each series of the counters read by their labels (``_BY_LABEL``):
+    #: canonical name → the series' labels (JSON) → its increase
+    label_increases: dict[str, dict[str, float]] = field(default_factory=dict)
     #: each GPU (its index; "K.I" for GPU I of the K-th of several exporters) → what the
     #: exporter said of it: source, uuid, model
     gpu_info: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -148,7 +158,36 @@ class ServerView:
             out["prefix_hit_rate"] = None
         out["preemptions"] = self.delta("preemptions")
         out["finished"] = self.delta("finished")
+        spec = self.spec_decode()
+        if spec is not None:  # (a server that drafts: what its drafts were worth)
+            out["spec_acceptance_rate"] = spec["acceptance_rate"]
+            out["spec_acceptance_length"] = spec["acceptance_length"]
+            out["spec_decode"] = spec
         return out
+
+    def spec_decode(self) -> dict[str, Any] | None:
+        """Speculative decoding over the run, as vLLM's benchmark reads it: the drafts, their
+        tokens and the accepted ones; ``acceptance_rate`` = accepted / draft tokens,
+        ``acceptance_length`` = 1 + accepted / drafts (tokens a step yields: the accepted ones
+        and the one the target model adds), ``per_position``: the share of drafts whose token
+        at each position was accepted. None: the server drafted nothing in the run."""
+        drafts, tokens = self.delta("spec_drafts"), self.delta("spec_draft_tokens")
+        accepted = self.delta("spec_accepted")
+        if not drafts or not tokens or accepted is None:
+            return None
+        by_position: dict[int, float] = {}
+        for labels, value in self.label_increases.get("spec_accepted_per_pos", {}).items():
+            position = json.loads(labels).get("position")
+            if position is not None and str(position).isdigit():
+                by_position[int(position)] = by_position.get(int(position), 0.0) + value
+        return {
+            "drafts": drafts,
+            "draft_tokens": tokens,
+            "accepted_tokens": accepted,
+            "acceptance_rate": accepted / tokens,
+            "acceptance_length": 1 + accepted / drafts,
+            "per_position": [by_position[i] / drafts for i in sorted(by_position)],
+        }
 
 
 def _root(url: object) -> tuple[str, str] | None:
@@ -291,8 +330,12 @@ def _read_canonical(view: ServerView, named: list[dict[str, Any]]) -> None:
     for canonical, series in per_series.items():
         first = view.series[canonical][0][0]
         total = 0.0
-        for samples in series.values():
+        for (_, labels), samples in series.items():
             samples.sort()
             values = np.array([value for _, value in samples])
-            total += increase(values, start=None if samples[0][0] == first else 0.0)
+            rise = increase(values, start=None if samples[0][0] == first else 0.0)
+            total += rise
+            if canonical in _BY_LABEL:
+                by_label = view.label_increases.setdefault(canonical, {})
+                by_label[labels] = by_label.get(labels, 0.0) + rise
         view.increases[canonical] = total

@@ -813,6 +813,8 @@ def scenario_hash(scenario: Scenario) -> str:
     _drop_default_simulator_key(data.get("simulator"), "gpu_idle_watts", 80.0)
     _drop_default_simulator_key(data.get("simulator"), "gpu_busy_watts", 700.0)
     _drop_default_simulator_key(data.get("simulator"), "cache_reset_api", "vllm")
+    _drop_default_simulator_key(data.get("simulator"), "spec_tokens", 0)
+    _drop_default_simulator_key(data.get("simulator"), "spec_acceptance", 0.7)
     _drop_unopened_thinking(data)
     _drop_no_abandonment(data)
     _drop_no_error_budget(data)

@@ -217,6 +217,21 @@ class SimulatorConfig(NumbersModel):
         256, ge=1, description="Output limit of requests that send no max_tokens."
     )
     tokens_per_chunk: int = Field(1, ge=1, description="Tokens per streamed SSE chunk.")
+    spec_tokens: int = Field(
+        0,
+        ge=0,
+        le=16,
+        description="Speculative decoding's draft tokens per step (vLLM's "
+        "num_speculative_tokens); with k > 0, /metrics counts the drafts and accepted tokens of "
+        "each answer under vLLM's spec_decode names (its timing is unchanged).",
+    )
+    spec_acceptance: float = Field(
+        0.7,
+        ge=0,
+        le=1,
+        description="With spec_tokens: the chance that a draft token is accepted, given that "
+        "the ones before it in its draft were.",
+    )
     reasoning_tokens: int = Field(
         0,
         ge=0,

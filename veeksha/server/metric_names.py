@@ -12,6 +12,10 @@
 - preemptions: vLLM ``num_preemptions_total``
 - finished: vLLM ``request_success_total``, SGLang ``e2e_request_latency_seconds_count``, TGI
   ``tgi_request_success``
+- spec_drafts, spec_draft_tokens, spec_accepted, spec_accepted_per_pos: vLLM's speculative
+  decoding, ``spec_decode_num_drafts_total``, ``spec_decode_num_draft_tokens_total``,
+  ``spec_decode_num_accepted_tokens_total`` and ``spec_decode_num_accepted_tokens_per_pos_total``
+  (one series per draft ``position``)
 
 (vLLM's names carry the prefix ``vllm:``, SGLang's ``sglang:``, llama.cpp's ``llamacpp:``.)
 Prefix hits and queries are counters of tokens; their deltas over the run give the hit rate as
@@ -55,6 +59,10 @@ CANONICAL: dict[str, tuple[str, ...]] = {
         "sglang:e2e_request_latency_seconds_count",
         "tgi_request_success",
     ),
+    "spec_drafts": ("vllm:spec_decode_num_drafts_total",),
+    "spec_draft_tokens": ("vllm:spec_decode_num_draft_tokens_total",),
+    "spec_accepted": ("vllm:spec_decode_num_accepted_tokens_total",),
+    "spec_accepted_per_pos": ("vllm:spec_decode_num_accepted_tokens_per_pos_total",),
 }
 
 #: canonical names that are ratios (the largest series is read, not the sum)

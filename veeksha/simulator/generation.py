@@ -222,6 +222,8 @@ class Generation:
             ((self.last_ns or now_ns) - first_ns) / 1e9,
         )
         server.stats.vllm.ended(reason, ttft_ns / 1e9, (now_ns - seq.arrival_ns) / 1e9, phases)
+        if server.stats.vllm.spec is not None:
+            server.stats.vllm.spec.answered(seq.generated)
         cache = server.cache
         if cache is not None:
             tokens = self.req.tokens + server.text.tokens(self.offset, seq.generated)

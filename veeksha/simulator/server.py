@@ -36,7 +36,7 @@ from veeksha.simulator.http import HttpConnection, Request, response_head
 from veeksha.simulator.settings import SimSettings
 from veeksha.simulator.subword import ByteTokenizer, SubwordTokenizer, subword_tokenizer
 from veeksha.simulator.timing import Driver, EngineDriver, FixedDriver
-from veeksha.simulator.vllm_metrics import VllmCounters, vllm_lines
+from veeksha.simulator.vllm_metrics import SpecDrafts, VllmCounters, vllm_lines
 from veeksha.simulator.wire import (
     ApiError,
     OutputText,
@@ -122,6 +122,9 @@ class SimServer:
         self.process_index = process_index
         self.t0_ns = time.monotonic_ns() if t0_ns is None else t0_ns
         self.stats = Stats()
+        if config.spec_tokens:  # (each process its own draws, seeded)
+            rng = random.Random(config.seed * 7907 + process_index)
+            self.stats.vllm.spec = SpecDrafts(config.spec_tokens, config.spec_acceptance, rng)
         self.encode = msgspec.json.Encoder().encode
         self.tokenizer: BuiltinTokenizer | SubwordTokenizer | ByteTokenizer = BuiltinTokenizer()
         self._prompt_tokens: Tokenize | None = None  # None: the builtin tokenizer's words

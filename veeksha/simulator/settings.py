@@ -105,6 +105,8 @@ class SimSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     required_headers: dict[str, str] = {}
     count_header: str | None = None
     cache_reset_api: Literal["vllm", "sglang", "llama_cpp", "none"] = "vllm"
+    spec_tokens: int = 0
+    spec_acceptance: float = 0.7
     reasoning_tokens: int = 0
     reasoning_field: Literal["reasoning_content", "reasoning", "inline", "template"] = (
         "reasoning_content"

@@ -25,6 +25,13 @@ series, each labelled ``model_name`` (and ``engine``: the simulator process that
                                                   request that finished (vLLM's buckets of e2e)
 ``vllm:request_prefill_time_seconds``  histogram  scheduled → first token, likewise
 ``vllm:request_decode_time_seconds``   histogram  first token → last token, likewise
+``vllm:spec_decode_num_drafts_total``  counter    with ``spec_tokens`` k > 0 only: the drafts of
+``vllm:spec_decode_num_draft_tokens_``            the finished answers (``SpecDrafts``), their k
+``total``                                         tokens each, the accepted ones, and those by
+``vllm:spec_decode_num_accepted_``                ``position`` in their draft
+``tokens_total``
+``vllm:spec_decode_num_accepted_``
+``tokens_per_pos_total``
 =====================================  =========  ==================================================
 
 Generated on request only: nothing is computed per token, and per request only two histogram
@@ -37,9 +44,10 @@ scrape's connection reached, labelled ``engine``).
 from __future__ import annotations
 
 import bisect
+import random
 from dataclasses import dataclass, field
 
-__all__ = ["Histogram", "VllmCounters", "vllm_lines"]
+__all__ = ["Histogram", "SpecDrafts", "VllmCounters", "vllm_lines"]
 
 #: vLLM's buckets of time_to_first_token_seconds (the e2e histogram uses the same, plus longer).
 TTFT_BUCKETS = (
@@ -78,6 +86,56 @@ class Histogram:
 
 
 @dataclass(slots=True)
+class SpecDrafts:
+    """Speculative decoding's counters, drawn per finished answer: after its first token (the
+    prefill's), each step drafts ``k`` tokens; each is accepted with chance ``acceptance`` while
+    the ones before it were; the step yields the accepted ones and one of the target model's
+    (never more than the answer has left). Seeded: the same answers, the same counts."""
+
+    k: int
+    acceptance: float
+    rng: random.Random
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted: int = 0
+    by_position: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.by_position = [0] * self.k
+
+    def answered(self, tokens: int) -> None:
+        """An answer of ``tokens`` tokens was generated."""
+        left = tokens - 1
+        draw = self.rng.random
+        while left > 0:
+            taken = 0
+            while taken < self.k and taken < left - 1 and draw() < self.acceptance:
+                self.by_position[taken] += 1
+                taken += 1
+            self.drafts += 1
+            self.draft_tokens += self.k
+            self.accepted += taken
+            left -= taken + 1
+
+    def lines(self, labels: str) -> list[str]:
+        name = "vllm:spec_decode_num"
+        out = [
+            f"# TYPE {name}_drafts_total counter",
+            f"{name}_drafts_total{{{labels}}} {float(self.drafts)}",
+            f"# TYPE {name}_draft_tokens_total counter",
+            f"{name}_draft_tokens_total{{{labels}}} {float(self.draft_tokens)}",
+            f"# TYPE {name}_accepted_tokens_total counter",
+            f"{name}_accepted_tokens_total{{{labels}}} {float(self.accepted)}",
+            f"# TYPE {name}_accepted_tokens_per_pos_total counter",
+        ]
+        out += [
+            f'{name}_accepted_tokens_per_pos_total{{{labels},position="{i}"}} {float(n)}'
+            for i, n in enumerate(self.by_position)
+        ]
+        return out
+
+
+@dataclass(slots=True)
 class VllmCounters:
     """What the vLLM series need beyond the simulator's own stats."""
 
@@ -87,6 +145,7 @@ class VllmCounters:
     queue: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS))
     prefill: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS))
     decode: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS))
+    spec: SpecDrafts | None = None  # (``spec_tokens`` > 0: speculative decoding's counters)
 
     def ended(
         self,
@@ -154,4 +213,6 @@ def vllm_lines(
     lines += counters.queue.lines("vllm:request_queue_time_seconds", labels)
     lines += counters.prefill.lines("vllm:request_prefill_time_seconds", labels)
     lines += counters.decode.lines("vllm:request_decode_time_seconds", labels)
+    if counters.spec is not None:
+        lines += counters.spec.lines(labels)
     return lines
