@@ -15,10 +15,12 @@ Vocabulary:
   rest, at two independent offsets: two roots start identically only if both offsets collide
   (≈ 1 in 2^38), so sessions do not share KV-cache prefixes by accident. (A non-root's body
   follows its own session's history, so one window suffices.)
-* **shared prefix**: one global word sequence per scenario (sub-key ``"shared_prefix"``). A root
-  request uses it with ``shared_prefix_probability``: the first ``floor(shared_prefix_ratio × n)``
-  tokens of its body are the prefix's first tokens (``shared_prefix_tokens``). Non-root nodes
-  never use it (their history already differs).
+* **shared prefix**: ``shared_prefix_count`` word sequences per scenario (sub-key
+  ``"shared_prefix"``, and the prefix's number after the first). A root request uses one with
+  ``shared_prefix_probability``, each prefix as likely (the coin's own uniform picks it): the
+  first ``floor(shared_prefix_ratio × n)`` tokens of its body, or ``min(shared_prefix_tokens,
+  n)``, are that prefix's first tokens (recorded as ``shared_prefix_tokens``). Non-root nodes
+  never use one (their history already differs).
 * **lead word**: when the vocabulary names the words that are one token at a text's start
   (``Vocabulary.lead``), every body and the shared prefix open with one of them: every
   ``LEAD_STRIDE``-th corpus word is a lead word (the drawn word ``w`` replaced by
@@ -124,6 +126,19 @@ def _joined_twice(words: tuple[str, ...], idx: NDArray[np.int64]) -> str:
     return text.decode("ascii")
 
 
+class _Prefix:
+    """One shared prefix as far as it was drawn: its words, their text and offsets, and (for a
+    tokenizer without a vocabulary) its token ids."""
+
+    __slots__ = ("ids", "starts", "text", "words")
+
+    def __init__(self) -> None:
+        self.words: list[str] = []
+        self.text = ""
+        self.starts = np.zeros(1, dtype=np.int64)
+        self.ids: list[int] = []
+
+
 class PromptBuilder:
     """Builds prompt bodies for one text channel, tokenizer and seed (see module doc)."""
 
@@ -136,37 +151,38 @@ class PromptBuilder:
         self._lead = self.vocabulary.lead
         self._streams = RandomStreams(seed)
         self._text, self._starts = _corpus(seed, self.vocabulary)
-        self._prefix_words: list[str] = []
-        self._prefix_text = ""
-        self._prefix_starts = np.zeros(1, dtype=np.int64)
-        self._prefix_ids: list[int] = []  # non-builtin tokenizers: the prefix's token ids
+        self._prefixes: dict[int, _Prefix] = {}  # (each shared prefix, by its number)
 
     # ---------------------------------------------------------------------------- shared prefix
 
-    def _grow_prefix(self, words: int) -> None:
-        while len(self._prefix_words) < words:
-            chunk = len(self._prefix_words) // _PREFIX_CHUNK
-            rng = self._streams.stream("content", "shared_prefix", chunk)
+    def _grow_prefix(self, prefix: _Prefix, number: int, words: int) -> None:
+        while len(prefix.words) < words:
+            chunk = len(prefix.words) // _PREFIX_CHUNK
+            # (prefix 0's stream is the one the single shared prefix always had)
+            key = ("shared_prefix", chunk) if number == 0 else ("shared_prefix", number, chunk)
+            rng = self._streams.stream("content", *key)
             vocab = self.vocabulary.words
             idx = rng.integers(0, len(vocab), _PREFIX_CHUNK).tolist()
-            self._prefix_words.extend(itemgetter(*idx)(vocab))
+            prefix.words.extend(itemgetter(*idx)(vocab))
             if self._lead and chunk == 0:
-                self._prefix_words[0] = self._lead[0]
-        self._prefix_text = " ".join(self._prefix_words)
-        self._prefix_starts = _word_starts(self._prefix_words)
+                prefix.words[0] = self._lead[number % len(self._lead)]
+        prefix.text = " ".join(prefix.words)
+        prefix.starts = _word_starts(prefix.words)
 
-    def shared_prefix(self, tokens: int) -> str:
-        """The first ``tokens`` tokens of the scenario's shared prefix."""
+    def shared_prefix(self, tokens: int, number: int = 0) -> str:
+        """The first ``tokens`` tokens of the scenario's shared prefix ``number`` (of
+        ``shared_prefix_count``; each is its own word sequence)."""
         if tokens <= 0:
             return ""
+        prefix = self._prefixes.setdefault(number, _Prefix())
         if self.exact:
-            if len(self._prefix_words) < tokens:
-                self._grow_prefix(tokens)
-            return self._prefix_text[: int(self._prefix_starts[tokens]) - 1]
-        while len(self._prefix_ids) < tokens:
-            self._grow_prefix(len(self._prefix_words) + _PREFIX_CHUNK)
-            self._prefix_ids = self.tokenizer.encode(self._prefix_text)
-        return self.tokenizer.decode(self._prefix_ids[:tokens])
+            if len(prefix.words) < tokens:
+                self._grow_prefix(prefix, number, tokens)
+            return prefix.text[: int(prefix.starts[tokens]) - 1]
+        while len(prefix.ids) < tokens:
+            self._grow_prefix(prefix, number, len(prefix.words) + _PREFIX_CHUNK)
+            prefix.ids = self.tokenizer.encode(prefix.text)
+        return self.tokenizer.decode(prefix.ids[:tokens])
 
     # -------------------------------------------------------------------------------- bodies
 
@@ -198,9 +214,18 @@ class PromptBuilder:
         n = len(targets)
         ch = self.channel
         prefix_tokens = np.zeros(n, dtype=np.int64)
-        if ch.shared_prefix_ratio > 0:
-            use = roots & (u[0] < ch.shared_prefix_probability)
-            prefix_tokens[use] = np.floor(ch.shared_prefix_ratio * targets[use]).astype(np.int64)
+        numbers = np.zeros(n, dtype=np.int64)  # (which shared prefix each one opens with)
+        if ch.shared_prefix_ratio > 0 or ch.shared_prefix_tokens:
+            chance = ch.shared_prefix_probability
+            use = roots & (u[0] < chance)
+            if ch.shared_prefix_tokens:
+                prefix_tokens[use] = np.minimum(targets[use], ch.shared_prefix_tokens)
+            else:
+                share = np.floor(ch.shared_prefix_ratio * targets[use])
+                prefix_tokens[use] = share.astype(np.int64)
+            if ch.shared_prefix_count > 1:  # (the coin's own uniform, below the chance: even)
+                drawn = (u[0][use] / chance * ch.shared_prefix_count).astype(np.int64)
+                numbers[use] = np.minimum(drawn, ch.shared_prefix_count - 1)
         rest = np.maximum(targets - prefix_tokens, 0)
         # roots: a head window and a tail window; others: one window (their history differs)
         head = np.where(roots, np.minimum(rest, HEAD_WORDS), rest)
@@ -220,7 +245,7 @@ class PromptBuilder:
             texts[i] = f"{texts[i]} {self._window(offset, int(tail[i]))}"
         shared = prefix_tokens.tolist()
         for i in np.flatnonzero(prefix_tokens).tolist():
-            prefix = self.shared_prefix(shared[i])
+            prefix = self.shared_prefix(shared[i], int(numbers[i]))
             texts[i] = f"{prefix} {texts[i]}" if texts[i] else prefix
         if not self.exact:
             target_list = targets.tolist()

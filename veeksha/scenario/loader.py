@@ -749,6 +749,20 @@ def _drop_default_simulator_key(simulator: Any, key: str, default: Any) -> None:
         simulator.pop(key)
 
 
+def _drop_one_prefix(data: dict[str, Any]) -> None:
+    """The text channels' ``shared_prefix_tokens`` (unset) and ``shared_prefix_count`` (1) out
+    of a hashed dict at their defaults, so that a scenario hashes as it did before they
+    existed."""
+    generator = data.get("session_generator")
+    channels = generator.get("channels") if isinstance(generator, dict) else None
+    for channel in channels if isinstance(channels, list) else []:
+        if isinstance(channel, dict) and channel.get("type") == "text":
+            if channel.get("shared_prefix_tokens") is None:
+                channel.pop("shared_prefix_tokens", None)
+            if channel.get("shared_prefix_count") == 1:
+                channel.pop("shared_prefix_count", None)
+
+
 def _drop_no_abandonment(data: dict[str, Any]) -> None:
     """``abandonment`` out of a hashed dict where nothing is abandoned (the default), so that
     a scenario hashes as it did before the section existed."""
@@ -817,6 +831,7 @@ def scenario_hash(scenario: Scenario) -> str:
     _drop_default_simulator_key(data.get("simulator"), "spec_acceptance", 0.7)
     _drop_unopened_thinking(data)
     _drop_no_abandonment(data)
+    _drop_one_prefix(data)
     _drop_no_error_budget(data)
     _drop_no_profile(data)
     _drop_no_cache_reset(data)

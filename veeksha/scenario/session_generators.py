@@ -46,6 +46,30 @@ class TextChannel(StrictModel, defer_build=False):
     shared_prefix_probability: float = Field(
         1.0, ge=0, le=1, description="Probability that a root request uses the shared prefix."
     )
+    shared_prefix_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Tokens of a root request's body taken from a shared prefix (at most the "
+        "body), instead of shared_prefix_ratio.",
+    )
+    shared_prefix_count: int = Field(
+        1,
+        ge=1,
+        le=100_000,
+        description="Distinct shared prefixes (tenants, system prompts); a root that uses one "
+        "opens with one of them, each as likely.",
+    )
+
+    @model_validator(mode="after")
+    def _one_prefix_length(self) -> Self:
+        if self.shared_prefix_tokens is not None and self.shared_prefix_ratio > 0:
+            raise KeyProblem(
+                "give the shared prefix's length once: shared_prefix_tokens or "
+                "shared_prefix_ratio, not both",
+                "shared_prefix_tokens",
+                "shared_prefix_ratio",
+            )
+        return self
 
 
 class ImageChannel(StrictModel, defer_build=False):

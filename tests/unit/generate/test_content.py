@@ -73,6 +73,40 @@ def test_shared_prefix_on_roots_only() -> None:
     assert builder.shared_prefix(5000).split()[:20] == prefix  # grows without changing
 
 
+def test_several_prefixes_each_opens_its_own_roots_evenly() -> None:
+    """``shared_prefix_count`` prefixes (tenants' system prompts): a root opens with one of
+    them, each as likely; roots with the same prefix open alike, others differ from the first
+    word; ``shared_prefix_tokens`` is the prefix's length in tokens (at most the body)."""
+    channel = TextChannel(shared_prefix_tokens=30, shared_prefix_count=3)
+    n = 3000
+    targets = [100] * (n - 1) + [12]
+    texts, shared, builder = build(channel, targets, [True] * n)
+    assert shared == [30] * (n - 1) + [12]
+    prefixes = [builder.shared_prefix(30, number).split() for number in range(3)]
+    assert len({" ".join(p[1:]) for p in prefixes}) == 3  # (three distinct texts)
+    which = []
+    for text in texts[:-1]:
+        head = text.split()[:30]
+        (number,) = [k for k, prefix in enumerate(prefixes) if head == prefix]
+        which.append(number)
+    counts = np.bincount(which, minlength=3)
+    assert stats.chisquare(counts).pvalue > 0.001
+    assert texts[-1].split() in [p[:12] for p in prefixes]  # (a body shorter than the prefix)
+    # the count's draw is the prefix coin's own uniform: the bodies after it are unmoved
+    plain = build(TextChannel(shared_prefix_tokens=30), targets, [True] * n)[0]
+    assert [t.split()[30:] for t in texts] == [t.split()[30:] for t in plain]
+
+
+def test_one_prefix_is_the_prefix_it_always_was() -> None:
+    ratio = TextChannel(shared_prefix_ratio=0.5)
+    texts, _, _ = build(ratio, [10, 40], [True, True])
+    again, _, _ = build(ratio.model_copy(update={"shared_prefix_count": 1}), [10, 40], [True] * 2)
+    assert texts == again
+    tokens = build(TextChannel(shared_prefix_tokens=5), [10, 40], [True, True])
+    assert tokens[1] == [5, 5]
+    assert [t.split()[:5] for t in tokens[0]] == [t.split()[:5] for t in texts]
+
+
 def test_full_ratio_makes_the_whole_body_the_prefix() -> None:
     channel = TextChannel(shared_prefix_ratio=1.0)
     texts, shared, builder = build(channel, [12], [True])

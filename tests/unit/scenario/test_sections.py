@@ -186,6 +186,17 @@ def test_invalid_session_graph_and_channels() -> None:
     assert "unknown key" in issues[0].message
 
 
+def test_a_shared_prefix_has_one_length() -> None:
+    issue = only_issue(
+        "session_generator:\n  channels:\n"
+        "    - {type: text, shared_prefix_ratio: 0.2, shared_prefix_tokens: 64}\n"
+    )
+    assert issue.path == "session_generator.channels[0].shared_prefix_tokens"
+    assert "shared_prefix_tokens or shared_prefix_ratio, not both" in issue.message
+    issue = only_issue("session_generator:\n  channels: [{type: text, shared_prefix_count: 0}]\n")
+    assert issue.path == "session_generator.channels[0].shared_prefix_count"
+
+
 def test_channels_must_not_be_empty_and_trace_needs_a_file() -> None:
     assert (
         only_issue("session_generator: {type: synthetic, channels: []}").message
