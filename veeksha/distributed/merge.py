@@ -274,6 +274,8 @@ def merge_shards(
         run_info = _run_info(run_id, runs, driver_t0_wall_ns, interrupted, lost, run_shifts)
         run_info["server_metrics"] = _server_metrics_info(shards, runs, metrics_shard)
         run_info["distributed"] = distributed
+        if scenario.labels:  # (the experiment's labels, as a single host's run has them)
+            run_info["labels"] = dict(scenario.labels)
         run_info |= dict(extra_run_info or {})
         # read a column at a time from the merged files: bounded memory at any run size
         evaluation = evaluate_run(

@@ -190,6 +190,8 @@ class RunFinish:
             run_info["server_profile"] = self.profiler.account
         if self.cache_reset is not None:
             run_info["prefix_cache_reset"] = self.cache_reset
+        if self.scenario.labels:
+            run_info["labels"] = dict(self.scenario.labels)
         run_info["phases"] = traffic.phase_windows(self.clock.now_ns())
         if self.shard is not None:
             run_info["shard"] = self.shard.to_dict()

@@ -6,6 +6,8 @@ coloured by what is better for that metric (green: higher throughput, lower late
 rate; red: the reverse; counts and the window are neither). Beside the numbers it says what a
 reader must know before trusting a change:
 
+- first, when any run has them, the scenarios' ``labels`` (summary.json's ``run.labels``: the
+  engine, the GPU, ...), each run's value side by side;
 - how each run ended (``completed``, ``timeout``, ``interrupted``, ``killed``: a partial run's
   folder, its end never written), with the partial run's note; a run not streamed (its TTFC is
   the whole answer's time, it has no TBC or TPOT) says so;
@@ -15,9 +17,10 @@ reader must know before trusting a change:
 - for runs with ``phases:``, each phase side by side (matched by name), as the headline numbers
   are over all the measured phases together;
 - for runs whose server's metrics were scraped (``server_metrics``), the server's view side by
-  side: its queue, KV cache, prefix cache, preemptions and the means of its own latency
-  histograms; with several servers scraped, each server's line under their sums (matched by
-  the server's number: its place among the run's servers), where a slower replica shows.
+  side: its queue, KV cache, prefix cache, preemptions, a speculative decoder's acceptance and
+  the means of its own latency histograms; with several servers scraped, each server's line
+  under their sums (matched by the server's number: its place among the run's servers), where
+  a slower replica shows.
 
 Columns are headed by the run folders' names when they fit the console's width whole; otherwise
 by letters, A for the first, with a legend above the table naming each folder in full.
@@ -310,6 +313,24 @@ def _table(headers: Sequence[str]) -> Table:
     return table
 
 
+def _run_labels(run: ComparedRun) -> Mapping[str, Any]:
+    """summary.json's ``run.labels`` of ``run`` (empty without)."""
+    info = run.summary.get("run")
+    labels = info.get("labels") if isinstance(info, Mapping) else None
+    return labels if isinstance(labels, Mapping) else {}
+
+
+def _labels_table(runs: Sequence[ComparedRun], headers: Sequence[str]) -> Table:
+    """Each label any run has (the scenario's ``labels``), each run's value (``-``: none)."""
+    table = _table(headers)
+    table.columns[0].header = "label"
+    keys = sorted({str(key) for run in runs for key in _run_labels(run)})
+    for key in keys:
+        values = [_run_labels(run).get(key) for run in runs]
+        table.add_row(escape(key), *("-" if v is None else escape(str(v)) for v in values))
+    return table
+
+
 def _fits(console: Console, table: Table) -> bool:
     unbounded = console.options.update(max_width=1 << 20)  # (measure clamps to the width)
     return Measurement.get(console, unbounded, table).maximum <= console.width
@@ -449,6 +470,8 @@ def render_compare(console: Console, runs: Sequence[ComparedRun]) -> None:
     names = [run.name for run in runs]
     titled: list[tuple[str | None, Callable[[Sequence[ComparedRun], Sequence[str]], Table]]]
     titled = [(None, _headline)]
+    if any(_run_labels(run) for run in runs):
+        titled.insert(0, ("labels (the scenarios' labels)", _labels_table))
     if any(run.summary.get("phases") for run in runs):
         titled.append(("phases (change relative to the first run's same phase)", _phase_table))
     if any(_scraped(run.summary) for run in runs):

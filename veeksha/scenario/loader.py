@@ -80,7 +80,7 @@ __all__ = [
 ]
 
 _SECRET_PATHS = (("client", "api_key"),)
-_HASH_EXCLUDED = (*_SECRET_PATHS, ("output_dir",))
+_HASH_EXCLUDED = (*_SECRET_PATHS, ("output_dir",), ("labels",))
 
 
 # ----------------------------------------------------------------------------------- loading

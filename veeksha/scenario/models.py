@@ -266,6 +266,12 @@ class Scenario(StrictModel, defer_build=False):
         description="The built-in server, used when client.api_base is absent.",
     )
     output_dir: str = Field("benchmark_output", description="Base folder of run folders.")
+    labels: dict[str, str | int | float | bool] = Field(
+        default_factory=empty_dict,
+        description="Labels of the run (engine version, GPU, tensor parallelism, ...), as vLLM's "
+        "--metadata: in summary.json's run and in compare's differences; not in the scenario's "
+        "hash (they describe the run, they change no request).",
+    )
     phases: list[Phase] = Field(
         default_factory=empty_list,
         description="Phases of one run (warmup, then load steps); empty: warmup and measured.",

@@ -388,3 +388,23 @@ def test_one_folder_is_refused_as_one_sweep_is(tmp_path: Path) -> None:
         f"error: compare needs two folders or more (got one, {run}): give another run, sweep "
         "or repeats folder to compare it with; veeksha report FOLDER shows one alone\n"
     )
+
+
+def test_the_runs_labels_are_set_side_by_side(tmp_path: Path) -> None:
+    """(the scenario's ``labels``, summary.json's ``run.labels``: what the runs were, first)"""
+    a, b = _summary(), _summary(0.08)
+    a["run"]["labels"] = {"gpu": "H100", "tp": 2}
+    b["run"]["labels"] = {"gpu": "A100", "engine": "vllm 0.11"}
+    text = _compare(_folder(tmp_path, "a", a), _folder(tmp_path, "b", b))
+    _fits(text)
+    lines = text.splitlines()
+    start = lines.index("labels (the scenarios' labels)")
+    rows = [" ".join(line.split()) for line in lines[start + 1 : start + 7]]
+    assert "engine - vllm 0.11" in rows
+    assert "gpu H100 A100" in rows
+    assert "tp 2 -" in rows
+    assert lines.index("labels (the scenarios' labels)") < next(
+        i for i, line in enumerate(lines) if line.lstrip().startswith("TTFC")
+    )
+    no_labels = _compare(_folder(tmp_path, "c", _summary()), _folder(tmp_path, "d", _summary()))
+    assert "labels" not in no_labels
