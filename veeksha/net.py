@@ -28,6 +28,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import socket
 import time
 from dataclasses import dataclass
@@ -74,6 +75,16 @@ class Answer:
     @property
     def ok(self) -> bool:
         return 200 <= self.status < 300
+
+    def excerpt(self, limit: int = 160) -> str:
+        """The start of the body on one line (at most ``limit`` characters), for a message; an
+        HTML page (a web server's or a proxy's error page) by its title."""
+        text = self.body[:2000].decode("utf-8", "replace")
+        if "html" in (self.headers.get("content-type") or "").lower() or "<html" in text.lower():
+            title = re.search(r"<title>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
+            named = " ".join(title.group(1).split())[:_QUOTED] if title else ""
+            return f"an HTML page{f' ({named})' if named else ''}"
+        return " ".join(text.split())[:limit]
 
     def json(self) -> Any:
         """The body as JSON; ``ValueError`` when it is not JSON (or nested too deep to read)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from veeksha.dispatch.settings import HeaderVariableMissing, resolve_api_key, resolve_headers
 from veeksha.errors import ConfigurationError, TargetError
-from veeksha.net import Answer, fetch, setup_timeout
+from veeksha.net import fetch, setup_timeout
 from veeksha.scenario.clients import DEFAULT_KEY_ENV
 from veeksha.scenario.models import (
     DEFAULT_CLIENT,
@@ -226,22 +225,12 @@ def _try_one_request(
         fix=f"(GET {api_base.rstrip('/')}/models answered HTTP {models_status}) {fix}",
     )
     if not answer.ok:
-        text = _answer_text(answer)
+        text = answer.excerpt()
         raise TargetError(
             f"GET {api_base.rstrip('/')}/models answered HTTP {models_status}, and a request of "
             f"one token, POST {url}, HTTP {answer.status}{': ' + text if text else ''}; every "
             f"request of the run would fail: {fix}"
         )
-
-
-def _answer_text(answer: Answer) -> str:
-    """The start of an answer's body on one line; an HTML page by its title."""
-    text = answer.body[:2000].decode("utf-8", "replace")
-    if "html" in (answer.headers.get("content-type") or "").lower() or "<html" in text.lower():
-        title = re.search(r"<title>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
-        named = " ".join(title.group(1).split())[:80] if title else ""
-        return f"an HTML page{f' ({named})' if named else ''}"
-    return " ".join(text.split())[:160]
 
 
 def _refuse_missing_v1(

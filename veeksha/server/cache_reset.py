@@ -117,7 +117,8 @@ def _erase_slots(
         ids = [int(slot["id"]) for slot in answer.json()]
     except (ValueError, TypeError, KeyError) as exc:
         raise TargetError(
-            f"GET {root}/slots: not llama.cpp's list of slots ({exc!r}): {_text(answer)}. {FIX}"
+            f"GET {root}/slots: not llama.cpp's list of slots ({exc!r}): "
+            f"{answer.excerpt(200)}. {FIX}"
         ) from None
     for slot in ids:
         _call("POST", root, f"/slots/{slot}?action=erase", api_key, headers, timeout)
@@ -140,9 +141,5 @@ def _call(
     if answer.status in _ABSENT:
         raise _Absent(f"{method} {path}", answer.status)
     if not answer.ok:
-        raise TargetError(f"{method} {url}: HTTP {answer.status} {_text(answer)}. {REFUSED}")
+        raise TargetError(f"{method} {url}: HTTP {answer.status} {answer.excerpt(200)}. {REFUSED}")
     return answer
-
-
-def _text(answer: Answer) -> str:
-    return answer.body[:200].decode("utf-8", "replace").strip()

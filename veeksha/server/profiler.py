@@ -71,7 +71,7 @@ class ServerProfiler:
             )  # fmt: skip
             if not answer.ok:
                 self.stop()
-                text = answer.body[:200].decode("utf-8", "replace").strip()
+                text = answer.excerpt(200)
                 raise TargetError(f"POST {url}: HTTP {answer.status} {text}. {_FIX}")
             server.started = True
         self.account["started"] = True
@@ -98,8 +98,7 @@ class ServerProfiler:
                 errors.append(str(exc))
                 continue
             if not answer.ok:
-                text = answer.body[:200].decode("utf-8", "replace").strip()
-                errors.append(f"POST {url}: HTTP {answer.status} {text}")
+                errors.append(f"POST {url}: HTTP {answer.status} {answer.excerpt(200)}")
         self.account["stop_s"] = round(time.monotonic() - began, 3)
         if errors:
             self.account["error"] = "; ".join(errors)
