@@ -206,6 +206,7 @@ def run_distributed(
             placement = _place(ray, count)
             shards = _start_actors(ray, placement, count, run_dir, settings.chunk_bytes)
             say(f"ray: {count} shard(s) on node(s) " + ", ".join(s.node_id[:12] for s in shards))
+            _wait_for_servers(scenario, say)
             cache_reset = _reset_prefix_caches(scenario, say)
             t0_wall_ns = _agree_t0(ray, shards, scenario, settings, interrupts)
             setup_s = time.monotonic() - setup_start
@@ -232,6 +233,20 @@ def run_distributed(
         plots=plots,
         cache_reset=cache_reset,
     )
+
+
+def _wait_for_servers(scenario: Any, say: Callable[[str], None]) -> None:
+    """Each client's server that is starting waited for once, by the driver, before the shards
+    agree on t0 (``client.ready_timeout``): the shards then find it answering at once."""
+    from veeksha.dispatch.settings import resolve_api_key
+    from veeksha.engine.target import resolved_headers, wait_until_ready
+
+    entries = scenario.client_entries()
+    for (name, client), headers in zip(entries, resolved_headers(scenario), strict=True):
+        if client.api_base is not None and client.ready_timeout > 0:
+            key = "client.ready_timeout" if not scenario.clients else f"{name}.ready_timeout"
+            api_key = resolve_api_key(client)
+            wait_until_ready(client.api_base, api_key, client.ready_timeout, key, headers, say)
 
 
 def _reset_prefix_caches(scenario: Any, say: Callable[[str], None]) -> dict[str, Any] | None:

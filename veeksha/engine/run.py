@@ -310,6 +310,7 @@ class _Run(RunSetup, RunFinish, RunStop):
                 self.simulator,
                 self.server,
                 self.run_dir,
+                say=self._announce,
             )
             with self.target_context as target:
                 log.info(f"target: {describe(target)}")
@@ -322,6 +323,14 @@ class _Run(RunSetup, RunFinish, RunStop):
                 self.watch = None
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(0, cpus_before)
+
+    def _announce(self, line: str) -> None:
+        """A set-up line that may be followed by a long silence (a wait for the server): to
+        run.log, and to the terminal unless quiet."""
+        self.log.info(line)
+        if not self.quiet:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
 
     async def _run_with_target(
         self, target: Target, num_workers: int, worker_cpus: list[list[int]]

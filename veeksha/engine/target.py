@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,8 @@ from veeksha.scenario.windows import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from veeksha.server.managed import ManagedServer
     from veeksha.simulator.process import SimulatorProcess
 
@@ -46,6 +49,7 @@ __all__ = [
     "dry_run_model",
     "resolved_headers",
     "spawn_simulator",
+    "wait_until_ready",
     "with_context_limits",
 ]
 
@@ -66,10 +70,14 @@ class SettingNames:
     model: str
     api_key: str  # (what to set to a valid key)
     headers: str = "the client's headers"  # (what to check beside it, when headers are sent)
+    ready_timeout: str = ""  # (what waits for a server that is starting; "": nothing does)
 
 
 SCENARIO_NAMES = SettingNames(
-    "client.api_base", "client.model", "client.api_key_env to the environment variable holding"
+    "client.api_base",
+    "client.model",
+    "client.api_key_env to the environment variable holding",
+    ready_timeout="client.ready_timeout",
 )
 
 
@@ -143,6 +151,62 @@ def trial_request(client: AnyClient, model: str) -> tuple[str, dict[str, Any]]:
     return "/chat/completions", {"model": model, "messages": [message], client.max_tokens_param: 1}
 
 
+#: Statuses of a server that is there but not serving yet (llama.cpp's 503 while it loads its
+#: weights, a gateway's 502/504 while its upstream starts): ``wait_until_ready`` waits them out.
+NOT_READY_STATUSES = frozenset((502, 503, 504))
+_READY_POLL_S = (0.1, 0.2, 0.5, 1.0)  # between readiness probes: quick at first, then calmer
+
+
+def wait_until_ready(
+    api_base: str,
+    api_key: str | None,
+    timeout_s: float,
+    key: str,
+    headers: dict[str, str] | None = None,
+    say: Callable[[str], None] | None = None,
+) -> float:
+    """Poll ``GET {api_base}/models`` until the server answers with anything but a status of
+    :data:`NOT_READY_STATUSES` (what it answers is then :func:`check_reachable`'s to judge),
+    for at most ``timeout_s`` seconds (``key``: the setting that holds it, named by the
+    failure's fix); the seconds waited. ``say`` gets a line when the wait begins and when what
+    stops the server changes, and one when it ends, so that a long wait is never silent."""
+    url = api_base.rstrip("/") + "/models"
+    start = time.monotonic()
+    deadline = start + timeout_s
+    said = ""
+    for attempt in range(1 << 30):
+        left = deadline - time.monotonic()
+        try:
+            answer = fetch(
+                "GET",
+                url,
+                api_key=api_key,
+                headers=headers,
+                timeout_s=max(min(setup_timeout(PROBE_TIMEOUT_S), left), 0.1),
+            )
+        except TargetError as exc:
+            problem = str(exc)
+        else:
+            if answer.status not in NOT_READY_STATUSES:
+                waited = time.monotonic() - start
+                if said and say is not None:
+                    say(f"{api_base} is ready after {waited:.1f} s")
+                return waited
+            text = answer.excerpt()
+            problem = f"GET {url}: HTTP {answer.status}{': ' + text if text else ''}"
+        if say is not None and problem != said:
+            say(f"waiting up to {timeout_s:g} s ({key}) for {api_base}: {problem}")
+        said = problem
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TargetError(
+                f"{api_base} was not ready within {timeout_s:g} s ({problem}); start the "
+                f"server, or raise {key} if it needs longer"
+            )
+        time.sleep(min(_READY_POLL_S[min(attempt, len(_READY_POLL_S) - 1)], left))
+    raise AssertionError("unreachable")
+
+
 def check_reachable(
     api_base: str,
     api_key: str | None,
@@ -171,7 +235,7 @@ def check_reachable(
         headers=headers,
         timeout_s=setup_timeout(PROBE_TIMEOUT_S) if timeout_s is None else timeout_s,
         fix=f"Is an OpenAI-compatible server running there? Fix {names.api_base} (or unset it "
-        "to use the built-in simulator)",
+        f"to use the built-in simulator){_wait_fix(names)}",
     )
     if answer.status in (401, 403):
         also = f" (and check {names.headers})" if headers else ""
@@ -181,6 +245,12 @@ def check_reachable(
         )
     if answer.status == 404 and not api_base.rstrip("/").endswith("/v1"):
         _refuse_missing_v1(api_base, api_key, names, headers)
+    if answer.status in NOT_READY_STATUSES and names.ready_timeout:
+        text = answer.excerpt()
+        raise TargetError(
+            f"GET {url} answered HTTP {answer.status}{': ' + text if text else ''}: the server "
+            f"is there but not serving yet (still loading its model?){_wait_fix(names)}"
+        )
     if not answer.ok:  # some servers have no /models: one request of the run's kind then
         if trial is not None:
             _try_one_request(api_base, api_key, headers, trial, answer.status, names)
@@ -199,6 +269,12 @@ def check_reachable(
             f"{names.model} {model!r} is not served by {api_base} (it serves "
             f"{', '.join(repr(m) for m in served[:5])}): fix {names.model}"
         )
+
+
+def _wait_fix(names: SettingNames) -> str:
+    if not names.ready_timeout:
+        return ""
+    return f"; to wait for a server that is starting, set {names.ready_timeout} (seconds)"
 
 
 def _try_one_request(
@@ -276,8 +352,11 @@ class TargetContext(AbstractContextManager["Target"]):
         simulator: SimulatorProcess | None = None,
         server: ManagedServer | None = None,
         run_dir: Path | None = None,
+        say: Callable[[str], None] | None = None,
     ) -> None:
+        """``say``: where the wait for a server that is starting says so (run.log)."""
         self._scenario = scenario
+        self._say = say
         self._dry_run = dry_run
         self._simulator_cpus = simulator_cpus
         # a simulator spawned ahead (``spawn_simulator``) is used and stopped here
@@ -328,6 +407,9 @@ class TargetContext(AbstractContextManager["Target"]):
                     f"{label}: model is required with api_base {api_base}: set its model to "
                     "the model the server serves"
                 )
+            if client.ready_timeout > 0:
+                setting = f"{label}.ready_timeout"
+                wait_until_ready(api_base, api_key, client.ready_timeout, setting, sent, self._say)
             trial = trial_request(client, client.model)
             check_reachable(api_base, api_key, model=client.model, headers=sent, trial=trial)
             resolved.append(

@@ -268,6 +268,13 @@ class _OpenAIClientBase(StrictModel):
     )
     model: str | None = Field(None, description="Model name sent in each request.")
     request_timeout: float = Field(300.0, gt=0, description="Seconds per request, whole response.")
+    ready_timeout: float = Field(
+        0.0,
+        ge=0,
+        description="Seconds to wait before the run for a server that is starting (nothing "
+        "listens yet, or it answers 502/503/504 while it loads), as vLLM's "
+        "--ready-check-timeout-sec; 0: it must answer at once.",
+    )
     min_tokens_param: str | None = Field(
         None, description="Body key forcing a minimum output length, e.g. min_tokens (vLLM)."
     )

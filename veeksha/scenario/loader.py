@@ -735,6 +735,8 @@ def _drop_unopened_thinking(data: dict[str, Any]) -> None:
     for client in clients:
         if isinstance(client, dict) and client.get("thinking_opened") is False:
             client.pop("thinking_opened")
+        if isinstance(client, dict):  # (how long to wait for a server changes no measure)
+            client.pop("ready_timeout", None)
 
 
 def _drop_default_simulator_key(simulator: Any, key: str, default: Any) -> None:
@@ -829,7 +831,8 @@ def scenario_hash(scenario: Scenario) -> str:
     _drop_default_simulator_key(data.get("simulator"), "cache_reset_api", "vllm")
     _drop_default_simulator_key(data.get("simulator"), "spec_tokens", 0)
     _drop_default_simulator_key(data.get("simulator"), "spec_acceptance", 0.7)
-    _drop_unopened_thinking(data)
+    _drop_default_simulator_key(data.get("simulator"), "loading_s", 0.0)
+    _drop_unopened_thinking(data)  # (and each client's ready_timeout)
     _drop_no_abandonment(data)
     _drop_one_prefix(data)
     _drop_no_error_budget(data)

@@ -167,6 +167,13 @@ class SimulatorConfig(NumbersModel):
         "(POST /reset_prefix_cache), sglang (POST /flush_cache), llama_cpp (GET /slots, "
         "POST /slots/{id}?action=erase) or none (404, as vLLM without its dev mode).",
     )
+    loading_s: float = Field(
+        0.0,
+        ge=0,
+        description="Seconds after it starts during which it answers every call but /metrics "
+        'HTTP 503 "Loading model", as llama.cpp does while it loads its weights (a client\'s '
+        "ready_timeout waits it out).",
+    )
     chat_template: bool = Field(
         False,
         description="Wrap chat messages in a ChatML-like template of special tokens, as real "

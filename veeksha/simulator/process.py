@@ -127,7 +127,7 @@ class SimulatorProcess:
             raise RuntimeError("the simulator is not spawned")
         if self.base_url is not None:
             return self.base_url
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + timeout + self.config.loading_s  # (503s until loaded)
         try:
             self.base_url = self._read_address(deadline)
             self._wait_healthy(deadline)

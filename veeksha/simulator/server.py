@@ -225,6 +225,8 @@ class SimServer:
             for name, value in config.required_headers.items()
         ]
         self._count = None if config.count_header is None else config.count_header.lower().encode()
+        # loading_s: until then every call but /metrics is a 503 (0: loaded)
+        self._loading_until = self.t0_ns + int(config.loading_s * 1e9) if config.loading_s else 0
         # More models (``config.models``): each its own server object (engine, cache, text,
         # faults) on this loop; a generation request goes to the one its body names.
         self.by_model: dict[str, SimServer] = {}
@@ -247,6 +249,8 @@ class SimServer:
     def handle(self, conn: HttpConnection, request: Request) -> None:
         """Route one request; every exception becomes an error response."""
         route: Handler | None = self._routes.get((request.method, request.path))
+        if self._loading_until and request.path != b"/metrics" and self._loading(conn):
+            return
         if self._required and request.path not in _OPEN_PATHS and self._refused(conn, request):
             return
         if self.stats.profiling and request.path in _MODEL_PATHS:
@@ -267,6 +271,18 @@ class SimServer:
             self._error(conn, exc.status, exc.body())
         except Exception as exc:  # noqa: BLE001  (the server must survive anything)
             self._error(conn, 500, error_body(f"internal error: {exc!r}", "server_error"))
+
+    def _loading(self, conn: HttpConnection) -> bool:
+        """Answer 503 as llama.cpp does while it loads its model (True), until ``loading_s``
+        has passed since the server started."""
+        if time.monotonic_ns() >= self._loading_until:
+            self._loading_until = 0
+            return False
+        body = self.encode(
+            {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
+        )
+        self._error(conn, 503, body)
+        return True
 
     def _caches(self) -> list[PrefixCache]:
         """The prefix cache of each model this process serves (that has one)."""

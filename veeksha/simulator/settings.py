@@ -116,6 +116,7 @@ class SimSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     gpus: int = 0
     gpu_idle_watts: float = 80.0
     gpu_busy_watts: float = 700.0
+    loading_s: float = 0.0
 
     @classmethod
     def from_json(cls, text: str | bytes) -> SimSettings:

@@ -154,8 +154,9 @@ def test_bad_keys_and_values_read_as_the_scenario_loaders(tmp_path: Path) -> Non
     assert [str(issue) for issue in caught.value.issues] == [
         f"{block}:3:5: batch_sizes[1]: must be a valid integer (got 'four')",
         f"{block}:4:1: sample_per_length: unknown key; allowed keys: api_base, model, client_type, "
-        "tokenizer, output_dir, quick, seed, max_model_len, num_workers, request_timeout, plots, "
-        "point_plots, simulator, headers, input_lengths, batch_sizes, output_length",
+        "tokenizer, output_dir, quick, seed, max_model_len, num_workers, request_timeout, "
+        "ready_timeout, plots, point_plots, simulator, headers, input_lengths, batch_sizes, "
+        "output_length",
     ]
     # a flag's: named as the flag, its item by its index
     with pytest.raises(ScenarioError) as caught:

@@ -104,6 +104,12 @@ class BenchConfig(NumbersModel):
     )
     num_workers: int = Field(1, ge=1, description="HTTP worker processes of each point.")
     request_timeout: float = Field(300.0, gt=0, description="Seconds per request.")
+    ready_timeout: float = Field(
+        0.0,
+        ge=0,
+        description="Seconds to wait first for a server that is starting (nothing listens yet, "
+        "or 502/503/504 while it loads); 0: it must answer at once.",
+    )
     plots: bool = Field(True, description="Draw the plot (--no_plots: false).")
     point_plots: bool = Field(False, description="Also draw each point run's own plots.")
     simulator: SimulatorConfig = Field(

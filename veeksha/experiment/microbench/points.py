@@ -207,7 +207,7 @@ def serving(
     client_api_base(scenario.client, DEFAULT_KEY_ENV)
     with shared_simulator(scenario) as (aimed, server):
         # (the built-in simulator too: one with required_headers refuses a run without them)
-        _check_endpoint(aimed, config)
+        _check_endpoint(aimed, config, echo)
         folder = result_folder(config.output_dir, name)
 
         def run(spec: PointSpec) -> PointResult:
@@ -241,22 +241,29 @@ def run_points(
     return folder, server, done
 
 
-def _check_endpoint(scenario: Scenario, config: BenchConfig) -> None:
-    """The endpoint answers and serves the model: else exit 2 before any folder exists, the
-    fix naming the flags (``--api_base``, ``--model``), not the points' scenario keys."""
+def _check_endpoint(scenario: Scenario, config: BenchConfig, echo: Callable[[str], None]) -> None:
+    """The endpoint answers and serves the model (after ``--ready_timeout``'s wait, if any):
+    else exit 2 before any folder exists, the fix naming the flags (``--api_base``,
+    ``--model``), not the points' scenario keys."""
     from veeksha.dispatch.settings import resolve_api_key
-    from veeksha.engine.target import SettingNames, check_reachable, client_api_base
+    from veeksha.engine.target import (
+        SettingNames,
+        check_reachable,
+        client_api_base,
+        wait_until_ready,
+    )
     from veeksha.scenario.clients import DEFAULT_KEY_ENV
 
     client = scenario.client
     api_base = client_api_base(client)
     assert api_base is not None
     where = "--api_base" if config.api_base else "OPENAI_API_BASE"
-    names = SettingNames(where, "--model", f"{DEFAULT_KEY_ENV} to", "--headers")
+    names = SettingNames(where, "--model", f"{DEFAULT_KEY_ENV} to", "--headers", "--ready_timeout")
     headers = config.resolved_headers()
-    check_reachable(
-        api_base, resolve_api_key(client), model=client.model, names=names, headers=headers
-    )
+    api_key = resolve_api_key(client)
+    if config.ready_timeout > 0:
+        wait_until_ready(api_base, api_key, config.ready_timeout, "--ready_timeout", headers, echo)
+    check_reachable(api_base, api_key, model=client.model, names=names, headers=headers)
 
 
 def load_rows(run_dir: Path, *, warmup: bool = False) -> pd.DataFrame:
