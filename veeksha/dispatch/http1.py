@@ -599,18 +599,12 @@ class Http1Pool:
         self._active += 1
         self._start(exchange)
 
-    def send_numbered(self, body: bytes, exchange: Exchange, name: bytes, value: int) -> None:
-        """``send``, with one more header line, ``name`` (``b"X-Session-Id: "``) and the number
-        ``value``, after the pool's own: a header that differs per request
-        (``client.session_header``). (``send``'s body again, one format for the whole payload,
-        rather than a call or a format more on its path.)"""
-        exchange._payload = b"%b%d\r\n%b%d\r\n\r\n%b" % (
-            self._prefix,
-            len(body),
-            name,
-            value,
-            body,
-        )
+    def send_headed(self, body: bytes, exchange: Exchange, lines: bytes) -> None:
+        """``send``, with header ``lines`` (each ending in CRLF) after the pool's own: headers
+        that differ per request (``client.session_header``, ``client.request_id_header``).
+        (``send``'s body again, one format for the whole payload, rather than a call or a
+        format more on its path.)"""
+        exchange._payload = b"%b%d\r\n%b\r\n%b" % (self._prefix, len(body), lines, body)
         exchange._stale_retried = False
         if self._limit and self._active >= self._limit:
             self._waiting.append(exchange)

@@ -15,6 +15,8 @@ import msgspec
 from veeksha.errors import ConfigurationError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from veeksha.scenario.models import AnyClient
 
 __all__ = [
@@ -22,6 +24,7 @@ __all__ = [
     "WorkerSettings",
     "WorkerSpawn",
     "client_secrets",
+    "request_id_prefix",
     "resolve_api_key",
     "resolve_header_values",
     "resolve_headers",
@@ -56,6 +59,8 @@ class WorkerSettings(msgspec.Struct, kw_only=True):
     chunk_timestamps: str = "kernel"  # runtime.chunk_timestamps: read | kernel
     headers: dict[str, str] = {}  # client.headers, resolved (``resolve_headers``)
     session_header: str = ""  # client.session_header; "": none
+    request_id_header: str = ""  # client.request_id_header; "": none
+    request_id_prefix: str = ""  # what precedes each request's id there (the run folder's name)
     secrets: list[str] = []  # what to mask in what servers echo (``client_secrets``)
 
     def __repr__(self) -> str:
@@ -131,8 +136,15 @@ class WorkerSettings(msgspec.Struct, kw_only=True):
             dry_run=dry_run,
             headers=dict(headers or {}),
             session_header=client_cfg.session_header or "",
+            request_id_header=client_cfg.request_id_header or "",
             secrets=client_secrets(client_cfg),
         )
+
+
+def request_id_prefix(run_dir: Path) -> str:
+    """What precedes a request's id in ``client.request_id_header``: the run's id (its folder's
+    name, summary.json's ``run.run_id``) and a hyphen, so that ids are unique across runs."""
+    return f"{run_dir.name}-"
 
 
 def resolve_api_key(client_cfg: AnyClient) -> str | None:

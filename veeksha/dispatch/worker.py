@@ -116,10 +116,10 @@ class _Route:
         "builder",
         "headers",
         "http",
+        "per_request",
         "redact",
         "send",
         "session",
-        "session_header",
         "settings",
         "shapes",
         "timeouts",
@@ -154,7 +154,7 @@ class _Route:
         self.redact = Redactors([settings.api_key, *settings.secrets])
         self.shapes = ShapeMemory()  # the chunk shape of this client's last stream
         self.timeouts = _Timeouts(settings.request_timeout_s)  # (plain http's requests)
-        self.session_header = settings.session_header
+        self.per_request = _PerRequestHeaders(settings)
         self.http: Http1Pool | None = None
         self.send: Callable[[bytes, _Exchange], None] = _not_open
         self.session: aiohttp.ClientSession | None = None
@@ -181,19 +181,19 @@ class _Route:
 
     def bind(self, http: Http1Pool | None) -> None:
         """Send this client's plain-http requests on ``http``: ``send`` is the pool's own
-        without a ``session_header`` (nothing per request), else one that writes the header
-        line of the request's session after the pool's head."""
+        without headers that differ per request (nothing per request), else one that writes
+        their lines after the pool's head."""
         self.http = http
+        lines = self.per_request.lines
         if http is None:
             self.send = _not_open
-        elif not self.session_header:
+        elif lines is None:
             self.send = http.send
         else:
-            name = f"{self.session_header}: ".encode("latin-1")
-            send_numbered = http.send_numbered
+            send_headed = http.send_headed
 
             def send(body: bytes, exchange: _Exchange) -> None:
-                send_numbered(body, exchange, name, exchange.item.session)
+                send_headed(body, exchange, lines(exchange.item))
 
             self.send = send
 
@@ -203,6 +203,40 @@ class _Route:
             await self.session.close()
         if self.http is not None:
             self.http.close()
+
+
+class _PerRequestHeaders:
+    """The headers of a client whose value differs per request: ``session_header`` (the
+    request's session id) and ``request_id_header`` (``request_id_prefix`` and its id).
+    ``lines`` writes them for a WorkItem as header lines (None: the client has none);
+    ``mapping`` gives them as a dict (the aiohttp path)."""
+
+    __slots__ = ("lines", "prefix", "request_id", "session")
+
+    def __init__(self, settings: WorkerSettings) -> None:
+        self.session = settings.session_header
+        self.request_id = settings.request_id_header
+        self.prefix = settings.request_id_prefix
+        escaped = self.prefix.replace("%", "%%")
+        session_line = f"{self.session}: %d\r\n".encode("latin-1")
+        id_line = f"{self.request_id}: {escaped}%d\r\n".encode("latin-1")
+        self.lines: Callable[[WorkItem], bytes] | None = None
+        if self.session and self.request_id:
+            both = session_line + id_line
+            self.lines = lambda item: both % (item.session, item.request_id)
+        elif self.session:
+            self.lines = lambda item: session_line % item.session
+        elif self.request_id:
+            self.lines = lambda item: id_line % item.request_id
+
+    def mapping(self, item: WorkItem) -> dict[str, str]:
+        """The headers for ``item`` (empty: none)."""
+        headers = {}
+        if self.session:
+            headers[self.session] = str(item.session)
+        if self.request_id:
+            headers[self.request_id] = f"{self.prefix}{item.request_id}"
+        return headers
 
 
 def _not_open(body: bytes, exchange: _Exchange) -> None:
@@ -541,8 +575,8 @@ class Worker:
         from veeksha.dispatch.aiohttp_client import read_stream
 
         headers = route.headers
-        if route.session_header:
-            headers = {**headers, route.session_header: str(item.session)}
+        if route.per_request.lines is not None:
+            headers = {**headers, **route.per_request.mapping(item)}
         while True:
             resp = await session.post(
                 settings.endpoint, data=body, headers=headers, allow_redirects=False

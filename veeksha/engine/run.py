@@ -32,7 +32,7 @@ from veeksha.dispatch.affinity import plan_affinity
 from veeksha.dispatch.inprocess import InProcessPool
 from veeksha.dispatch.messages import Result, WorkItem
 from veeksha.dispatch.pool import WorkerPool
-from veeksha.dispatch.settings import WorkerSettings, client_secrets
+from veeksha.dispatch.settings import WorkerSettings, client_secrets, request_id_prefix
 from veeksha.engine.cpu_wait import CpuWait
 from veeksha.engine.finish import RunFinish, children_cpu_s
 from veeksha.engine.launch import worker_count
@@ -347,9 +347,16 @@ class _Run(RunSetup, RunFinish, RunStop):
                 ),
                 model=client.model,
                 chunk_timestamps=self.scenario.runtime.chunk_timestamps,
+                # (one run's ids, one prefix: a shard's folder has the run's name too)
+                request_id_prefix=request_id_prefix(self.run_dir),
             )
             for client in target.clients
         ]
+        for settings in (worker_settings, *more_settings):
+            if settings.request_id_header:
+                header, prefix = settings.request_id_header, settings.request_id_prefix
+                self.log.info(f"request ids sent as {header}: {prefix}<request_id>")
+                break
         if self.dry_run:  # nothing to send: answered in this process, no workers, no IPC
             self.pool = InProcessPool(self._on_results)
             num_workers = 0

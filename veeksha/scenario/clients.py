@@ -324,6 +324,12 @@ class _OpenAIClientBase(StrictModel):
         description="A header carrying each request's session_id (as a router's session "
         "affinity reads it), e.g. X-Session-Id; null: none.",
     )
+    request_id_header: str | None = Field(
+        None,
+        description="A header carrying each request's id, <run folder name>-<request_id>, "
+        "which the server's logs and traces then name (vLLM's X-Request-Id), e.g. "
+        "X-Request-Id; null: none.",
+    )
 
     @field_validator("headers", mode="before")
     @classmethod
@@ -337,17 +343,23 @@ class _OpenAIClientBase(StrictModel):
         found = headers_problem(self.headers, given)
         if found is not None:
             raise KeyProblem(found[1], ("headers", found[0]))
-        session = self.session_header
-        if session is not None:
-            seen = {name.lower(): name for name in self.headers}
-            lowered = session.lower()
-            problem = header_name_problem(session)
+        seen = {name.lower(): (name, "headers") for name in self.headers}
+        for key, example in (
+            ("session_header", "X-Session-Id"),
+            ("request_id_header", "X-Request-Id"),
+        ):
+            header = getattr(self, key)
+            if header is None:
+                continue
+            lowered = header.lower()
+            problem = header_name_problem(header)
             if problem is None and (lowered in RESERVED_HEADERS or lowered == "authorization"):
-                problem = f"veeksha sets {session} itself: choose another name, e.g. X-Session-Id"
+                problem = f"veeksha sets {header} itself: choose another name, e.g. {example}"
             if problem is None and lowered in seen:
-                problem = f"headers sets {seen[lowered]} too: keep one"
+                problem = f"{seen[lowered][1]} sets {seen[lowered][0]} too: keep one"
             if problem is not None:
-                raise KeyProblem(problem, "session_header")
+                raise KeyProblem(problem, key)
+            seen[lowered] = (header, key)
         return self
 
     @field_validator("additional_sampling_params", mode="before")

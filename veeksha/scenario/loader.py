@@ -728,15 +728,18 @@ def _drop_no_reasoning(simulator: Any) -> None:
         simulator.pop("reasoning_field")
 
 
-def _drop_unopened_thinking(data: dict[str, Any]) -> None:
-    """Each client's ``thinking_opened`` out of a hashed dict where it is false (the default),
-    so that a scenario hashes as it did before the key existed."""
+def _drop_client_keys(data: dict[str, Any]) -> None:
+    """Out of each client of a hashed dict: ``thinking_opened`` where it is false (the
+    default), so that a scenario hashes as it did before the key existed, and the keys that
+    measure nothing whatever their value (how long to wait for the server, the id header)."""
     clients = [data.get("client"), *(data.get("clients") or [])]
     for client in clients:
-        if isinstance(client, dict) and client.get("thinking_opened") is False:
+        if not isinstance(client, dict):
+            continue
+        if client.get("thinking_opened") is False:
             client.pop("thinking_opened")
-        if isinstance(client, dict):  # (how long to wait for a server changes no measure)
-            client.pop("ready_timeout", None)
+        client.pop("ready_timeout", None)
+        client.pop("request_id_header", None)
 
 
 def _drop_default_simulator_key(simulator: Any, key: str, default: Any) -> None:
@@ -832,7 +835,7 @@ def scenario_hash(scenario: Scenario) -> str:
     _drop_default_simulator_key(data.get("simulator"), "spec_tokens", 0)
     _drop_default_simulator_key(data.get("simulator"), "spec_acceptance", 0.7)
     _drop_default_simulator_key(data.get("simulator"), "loading_s", 0.0)
-    _drop_unopened_thinking(data)  # (and each client's ready_timeout)
+    _drop_client_keys(data)
     _drop_no_abandonment(data)
     _drop_one_prefix(data)
     _drop_no_error_budget(data)

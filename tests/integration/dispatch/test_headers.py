@@ -46,6 +46,31 @@ def test_the_plain_http_pool_sends_the_headers_and_each_requests_session(
         assert sent["Authorization"] == "Bearer sk-bearer"
 
 
+def test_the_plain_http_pool_sends_each_requests_id_beside_its_session(
+    harness: Harness,
+) -> None:
+    harness.start_pool(
+        session_header="X-Session-Id",
+        request_id_header="X-Request-Id",
+        request_id_prefix="20261127T000000Z-abc%d-",  # (a % is sent as it is)
+    )
+    pool = harness.pool
+    assert pool is not None
+    items = [
+        WorkItem(700 + i, [("user", f"r{i}")], 3, time.monotonic_ns(), session=i % 2)
+        for i in range(4)
+    ]
+    for it in items:
+        pool.submit(it)
+    results = harness.runner.run(harness.collector.wait_for([it.request_id for it in items]))
+    assert all(r.status == "ok" for r in results)
+    for i in range(4):
+        sent = _sent(harness.server, f"r{i}")
+        named = {name.lower(): value for name, value in sent.items()}  # (aiohttp: X-Request-ID)
+        assert named["x-request-id"] == f"20261127T000000Z-abc%d-{700 + i}"
+        assert sent["X-Session-Id"] == str(i % 2)
+
+
 def test_an_echoed_header_credential_is_masked_in_the_error(harness: Harness) -> None:
     harness.start_pool(
         headers=HEADERS, secrets=["sk-gateway-secret-1"], session_header="X-Session-Id"
@@ -74,6 +99,13 @@ def test_without_a_session_header_the_pool_sends_as_before() -> None:
         worker2, pool2, _conn, (c, d) = offline_worker(with_header)
         assert worker2._routes[0].send != pool2.send
         c.close()
+        with_id = WorkerSettings(
+            endpoint="http://127.0.0.1:9/v1/completions", request_id_header="X-Request-Id"
+        )
+        worker3, pool3, _conn3, (e, f) = offline_worker(with_id)
+        assert worker3._routes[0].send != pool3.send
+        e.close()
+        f.close()
         d.close()
     finally:
         a.close()
@@ -115,6 +147,19 @@ def test_the_aiohttp_path_sends_the_headers_and_each_requests_session() -> None:
         assert (sent["X-Api-Key"], sent["X-Tenant"]) == ("sk-gateway-secret-1", "acme")
         assert sent["User-Agent"] == "my-bench"
         assert "Authorization" not in sent
+
+
+def test_the_aiohttp_path_sends_each_requests_id() -> None:
+    settings = WorkerSettings(
+        endpoint="x", request_id_header="X-Request-Id", request_id_prefix="run-"
+    )
+    results, server = asyncio.run(_aiohttp_sent(settings))
+    assert [r.status for r in results] == ["ok"] * 3
+    for i in range(3):
+        sent = _sent(server, f"h{i}")
+        named = {name.lower(): value for name, value in sent.items()}
+        assert named["x-request-id"] == f"run-{i}"
+        assert "X-Session-Id" not in sent
 
 
 def test_the_aiohttp_path_without_a_session_header_sends_none() -> None:

@@ -5,6 +5,7 @@ the run folder or the terminal."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -189,6 +190,36 @@ def test_every_request_of_a_session_carries_its_session_id(
             assert 'header="X-Session-Id"' in labels
             seen[labels.split('value="', 1)[1].split('"', 1)[0]] += int(float(count))
     assert seen == per_session  # each session's id on each of its requests, none other
+
+
+def test_every_request_carries_its_own_id_as_the_server_logs_it(
+    tmp_path: Path, start_simulator: StartSimulator
+) -> None:
+    """``request_id_header``: each request's header is the run's id, a hyphen and its row's
+    request_id, so a line of the server's log (vLLM names a request by its X-Request-Id)
+    finds its row; run.log says how the ids are written."""
+    sim = start_simulator(count_header="X-Request-Id")
+    client = (
+        f"client:\n  api_base: {sim.base_url}\n  model: veeksha-sim\n"
+        "  request_id_header: X-Request-Id\n  session_header: X-Session-Id\n"
+    )
+    proc, run_dir = _run(tmp_path, _TRAFFIC + client)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert run_dir is not None
+    run_id = json.loads((run_dir / "summary.json").read_text())["run"]["run_id"]
+    assert run_id == run_dir.name
+    rows = _requests(run_dir)
+    assert len(rows) > 8
+    metrics = request(f"{sim.root_url}/metrics", method="GET").body.decode()
+    seen = Counter[str]()
+    for line in metrics.splitlines():
+        if line.startswith("veeksha_sim_header_requests_total{"):
+            labels, count = line.rsplit(" ", 1)
+            assert 'header="X-Request-Id"' in labels
+            seen[labels.split('value="', 1)[1].split('"', 1)[0]] += int(float(count))
+    assert seen == Counter(f"{run_id}-{row['request_id']}" for row in rows)
+    log = (run_dir / "run.log").read_text()
+    assert f"request ids sent as X-Request-Id: {run_id}-<request_id>" in log
 
 
 def test_the_model_check_server_tokenizer_and_scrapes_send_the_headers_too(

@@ -233,3 +233,32 @@ def test_each_client_resolves_its_own_headers(
     assert str(error.value).startswith(f"{path}:7:7: clients[2].headers.X-Api-Key: ${{S20C_B}}")
     monkeypatch.setenv("S20C_B", "key-b")
     assert resolved_headers(scenario) == [{"X-Api-Key": "key-a"}, {}, {"X-Api-Key": "key-b"}]
+
+
+def test_a_request_id_header_is_checked_as_a_session_header() -> None:
+    client = load("client:\n  request_id_header: X-Request-Id\n").client
+    assert client.request_id_header == "X-Request-Id"
+    issue = only_issue("client:\n  request_id_header: Content-Length\n")
+    assert issue.path == "client.request_id_header"
+    assert "choose another name, e.g. X-Request-Id" in issue.message
+    issue = only_issue("client:\n  headers: {x-request-id: a}\n  request_id_header: X-Request-Id\n")
+    assert (issue.path, issue.message) == (
+        "client.request_id_header",
+        "headers sets x-request-id too: keep one",
+    )
+    both = "client:\n  session_header: X-Id\n  request_id_header: x-id\n"
+    issue = only_issue(both)
+    assert (issue.path, issue.message) == (
+        "client.request_id_header",
+        "session_header sets X-Id too: keep one",
+    )
+
+
+def test_a_request_id_header_changes_no_hash() -> None:
+    """The id a request carries measures nothing: a scenario hashes as before the key existed
+    (``911da51485``, that of ``seed: 3`` since the hash's last change), set or not."""
+    from veeksha.scenario.loader import scenario_hash
+
+    assert scenario_hash(load("seed: 3")) == "911da51485"
+    with_ids = "seed: 3\nclient:\n  request_id_header: X-Request-Id\n"
+    assert scenario_hash(load(with_ids)) == "911da51485"
