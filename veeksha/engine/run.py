@@ -449,6 +449,7 @@ class _Run(RunSetup, RunFinish, RunStop):
             t0_ns=t0_ns,
             trace=trace,
             shard=shard_index,
+            keep_texts=scenario.trace_recorder.include_content,
             on_error=lambda error: _call_soon(loop, self._on_write_error, error),
         )
         streaming = StreamingMetrics() if self._stream_metrics() else None

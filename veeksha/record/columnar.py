@@ -69,7 +69,8 @@ _SLICE_ROWS = 8192  # rows converted per GIL-holding slice
 # reasoning_chunks and answer_ttfc (null but in the rows ``_reasoning`` names: a reasoning
 # model's answers, or a server that counts reasoning tokens), images and image_pixels (null but
 # in the rows ``_images`` names: a request with images) and abandon_after (null but in the rows
-# ``_abandons`` names: a request its user abandons); "parents" and "chunk_times_ns"
+# ``_abandons`` names: a request its user abandons) and output_text (null but in the rows
+# ``_texts`` names: every answer's when ``keep_texts``); "parents" and "chunk_times_ns"
 # hold the list lengths. add_result's tuple of ints is at 30 values, CPython's limit for a tuple
 # display built on the stack (``STACK_USE_GUIDELINE``): from 31 on it is built through a list,
 # ~0.4 us more a row.
@@ -287,12 +288,17 @@ class RequestColumns:
         "_parents",
         "_reasoning",
         "_strs",
+        "_texts",
+        "keep_texts",
         "rows",
         "shard",
     )
 
-    def __init__(self, shard: int | None = None) -> None:
+    def __init__(self, shard: int | None = None, keep_texts: bool = False) -> None:
         self.shard = shard  # every row's ``shard`` column (None: a single-host run)
+        # output_text: each answer's text kept (trace_recorder.include_content), else null
+        self.keep_texts = keep_texts
+        self._texts: dict[int, str] = {}  # row → output_text where not null
         self._floats: list[float] = []  # _REQ_FLOATS per row, NaN = null
         self._ints: list[int] = []  # _REQ_INTS per row, NULL = null
         self._strs: list[str | None] = []  # _REQ_STRS per row
@@ -435,6 +441,8 @@ class RequestColumns:
             self._images[self.rows] = image_values(node)
         if node.abandon_after_s is not None:
             self._abandons[self.rows] = node.abandon_after_s
+        if self.keep_texts:
+            self._texts[self.rows] = res.output_text
         self.rows += 1
 
     def add_cancelled(
@@ -526,6 +534,9 @@ class RequestColumns:
         abandon = get("abandon_after")
         if abandon is not None:
             self._abandons[self.rows] = abandon
+        text = get("output_text")
+        if text is not None:
+            self._texts[self.rows] = text
         self.rows += 1
 
     def to_table(self, t0_ns: int, pause: Callable[[], None] | None = None) -> pa.Table:
@@ -565,6 +576,12 @@ class RequestColumns:
         columns["chunk_stamps_clamped"] = _sparse(self._clamped, self.rows)
         columns["connect_time"] = _sparse_floats(self._connects, self.rows)
         columns["abandon_after"] = _sparse_floats(self._abandons, self.rows)
+        texts = self._texts
+        columns["output_text"] = (
+            _strings([texts.get(row) for row in range(self.rows)])
+            if texts
+            else pa.nulls(self.rows, pa.string())
+        )
         tokens: dict[int, int | None] = {}
         chunks: dict[int, int | None] = {}
         answers: dict[int, float] = {}

@@ -349,6 +349,15 @@ REQUESTS_SCHEMA = pa.schema(
             "ended`, what it received kept in its row",
         ),
         _col(
+            "output_text",
+            _STR,
+            "",
+            "the answer's text as it came (a reasoning model's thinking apart; a tool node: its "
+            "result; a failed request: what came before the failure), with "
+            "trace_recorder.include_content only; null without it, and for a request that was "
+            "not sent",
+        ),
+        _col(
             "retries",
             _I32,
             "",

@@ -153,6 +153,7 @@ class ResultWriter:
         t0_ns: int | None = None,
         trace: TraceWriter | None = None,
         shard: int | None = None,
+        keep_texts: bool = False,
         flush_interval_s: float = 1.0,
         flush_rows: int = 50_000,
         on_error: Callable[[RunAbortedError], None] | None = None,
@@ -179,7 +180,8 @@ class ResultWriter:
                 ) from exc
         self.lock = threading.Lock()
         self._shard = shard  # every row's ``shard`` column (None: a single-host run)
-        self.requests = RequestColumns(shard)
+        self._keep_texts = keep_texts  # every answer's text in output_text
+        self.requests = RequestColumns(shard, keep_texts)
         self.sessions = SessionColumns(shard)
         self._trace = trace
         self._interval = flush_interval_s
@@ -307,7 +309,7 @@ class ResultWriter:
         # tick's (earlier) requests part, and a crash or write error between the two parts never
         # leaves a session without them.
         with self.lock:
-            requests, self.requests = self.requests, RequestColumns(self._shard)
+            requests, self.requests = self.requests, RequestColumns(self._shard, self._keep_texts)
             sessions, self.sessions = self.sessions, SessionColumns(self._shard)
         for table, batch in ((self._requests, requests), (self._sessions, sessions)):
             if not batch.rows:

@@ -106,6 +106,7 @@ class RequestRecord:
     valid: bool | None = None
     # the instant its trace row's own time allowed it (turn_timing: timestamps); None: none
     not_before_ns: int | None = None
+    keep_text: bool = False  # output_text: the answer's text (trace_recorder.include_content)
 
 
 @dataclass(slots=True)
@@ -226,6 +227,7 @@ def request_row(
         message if len(message) <= MAX_ERROR_MESSAGE_CHARS else message[:MAX_ERROR_MESSAGE_CHARS]
     )
     row["retries"] = res.retries
+    row["output_text"] = res.output_text if rec.keep_text else None
     row["chunk_stamps_clamped"] = res.chunk_stamps_clamped
     row["connect_time"] = res.connect_ns / _NS if res.connect_ns else None
     row["reasoning_tokens"], row["reasoning_chunks"], row["answer_ttfc"] = reasoning_values(res)

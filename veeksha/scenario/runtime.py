@@ -170,5 +170,7 @@ class TraceRecorder(StrictModel, defer_build=False):
 
     enabled: bool = Field(True, description="Write trace.jsonl.")
     include_content: bool = Field(
-        False, description="Also write the messages sent (prompt text and history)."
+        False,
+        description="Also write the messages sent (prompt text and history) in trace.jsonl, "
+        "and each answer's text in requests.parquet's output_text.",
     )

@@ -113,6 +113,7 @@ def test_a_run_started_before_its_server_waits_for_it_and_then_runs(
     rows = pd.read_parquet(next(out.glob("*/requests.parquet")))
     assert len(rows) == 6
     assert (rows.status == "ok").all()  # (nothing of the run was sent while it loaded)
+    assert rows.output_text.isna().all()  # (answers are kept with include_content only)
 
 
 def test_a_loading_server_without_the_wait_is_exit_2_naming_ready_timeout(

@@ -109,6 +109,17 @@ def test_linear_sessions_keep_order_think_time_and_exact_history(tmp_path: Path)
     trace = read_trace(run_dir / "trace.jsonl")
     assert len(trace) == len(requests)
     assert all(entry.messages for entry in trace)
+    # include_content: each answer's text in output_text, the very text its child's messages
+    # carry as its history (the simulator's words: one token each)
+    texts = requests.set_index("request_id").output_text
+    assert all(len(texts[e.request_id].split()) == e.requested_output_tokens for e in trace)
+    by_node = {(e.session_id, e.node_id): e.request_id for e in trace}
+    children = [e for e in trace if e.history_parent is not None]
+    assert children
+    for entry in children:
+        assert entry.messages is not None
+        parent = by_node[(entry.session_id, entry.history_parent)]
+        assert ["assistant", texts[parent]] in [list(m) for m in entry.messages]
 
 
 def test_trace_content_is_what_the_server_received_with_the_prompt_fallback(

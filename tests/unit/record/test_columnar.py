@@ -417,3 +417,30 @@ def test_abandon_after_is_the_nodes_drawn_delay_null_without() -> None:
     for table in (requests_from_rows(rows, T0), batch.to_table(T0)):
         assert table.column("abandon_after").to_pylist() == [0.25, 0.25, 0.25, None]
         assert table.column("status").to_pylist() == ["abandoned", "ok", "cancelled", "ok"]
+
+
+def test_output_text_is_each_answers_text_when_kept_null_otherwise() -> None:
+    """``trace_recorder.include_content``: every sent request's text as it came (a failure's
+    part too; a reasoning model's thinking is not in it), a request never sent null; without
+    it the column is null throughout. Both paths, and without pandas (``_strings``)."""
+    results = [
+        make_result(request_id=0, output_text="one two three"),
+        make_result(request_id=1, output_text="", status="error", http_status=500),
+        None,
+        make_result(request_id=3, output_text="déjà vu ✓", reasoning_chunks=2),
+        make_result(request_id=4, output_text="one two three"),
+    ]
+    for keep, want in (
+        (True, ["one two three", "", None, "déjà vu ✓", "one two three"]),
+        (False, [None] * 5),
+    ):
+        records = [
+            make_record(res, request_id=i, keep_text=keep) for i, res in enumerate(results)
+        ]
+        batch = RequestColumns(keep_texts=keep)
+        for rec in records:
+            add_record(batch, rec)
+        rows = [request_row(rec, T0) for rec in records]
+        for table in (requests_from_rows(rows, T0), batch.to_table(T0)):
+            assert table.schema.equals(REQUESTS_SCHEMA, check_metadata=True)
+            assert table.column("output_text").to_pylist() == want
