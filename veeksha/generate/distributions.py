@@ -17,7 +17,9 @@ Semantics (see the scenario reference):
 * ``fixed``: a constant gap.
 * ``fixed`` / ``uniform`` (both bounds inclusive) / ``zipf`` (bounded, P(rank r) ∝ r^-θ over
   [min, max], rank 1 = min unless ``scramble``) / ``fixed_stair`` / ``inverse_gaussian``
-  (Wald, rounded, at least 1).
+  (Wald, rounded, at least 1) / ``normal`` (rounded, clipped to [min, max]) / ``choice`` (one
+  of ``values``, by ``weights``: the first value whose cumulative share exceeds a uniform
+  draw).
 
 ``fixed_stair`` is stateful: its k-th draw is ``values[k // repeat_each]`` (cycling with
 ``wrap``, else staying on the last value); ``position`` is k and may be set.
@@ -34,11 +36,13 @@ import numpy as np
 from veeksha.scenario.base import MAX_SECONDS
 from veeksha.scenario.generators import MAX_DRAW
 from veeksha.scenario.models import (
+    ChoiceLength,
     FixedInterval,
     FixedLength,
     FixedStairLength,
     GammaInterval,
     InverseGaussianLength,
+    NormalLength,
     PoissonInterval,
     UniformLength,
     ZipfLength,
@@ -48,6 +52,7 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
 __all__ = [
+    "ChoiceLengthSampler",
     "FixedIntervalSampler",
     "FixedLengthSampler",
     "FixedStairSampler",
@@ -57,6 +62,7 @@ __all__ = [
     "InverseGaussianSampler",
     "LengthConfig",
     "LengthSampler",
+    "NormalLengthSampler",
     "PoissonIntervalSampler",
     "UniformLengthSampler",
     "ZipfLengthSampler",
@@ -66,7 +72,15 @@ __all__ = [
 ]
 
 IntervalConfig = PoissonInterval | GammaInterval | FixedInterval
-LengthConfig = FixedLength | UniformLength | ZipfLength | FixedStairLength | InverseGaussianLength
+LengthConfig = (
+    FixedLength
+    | UniformLength
+    | ZipfLength
+    | FixedStairLength
+    | InverseGaussianLength
+    | NormalLength
+    | ChoiceLength
+)
 
 _BATCH = 256
 #: Above this many values a bounded zipf uses a continuous inverse-CDF approximation.
@@ -437,6 +451,59 @@ class InverseGaussianSampler(LengthSampler):
         return drawn.astype(np.int64)
 
 
+class NormalLengthSampler(LengthSampler):
+    """Normal with the given mean and standard deviation, rounded, clipped to [low, high]."""
+
+    __slots__ = ("_high", "_low", "_mean", "_std")
+
+    def __init__(
+        self,
+        mean: float,
+        std: float,
+        low: int,
+        high: int | None,
+        rng: np.random.Generator | None = None,
+    ) -> None:
+        super().__init__(rng)
+        self._mean, self._std = mean, std
+        self._low, self._high = int(low), MAX_DRAW if high is None else int(high)
+
+    @property
+    def bounds(self) -> tuple[int, int | None]:
+        return self._low, self._high
+
+    def _draw(self, n: int) -> NDArray[np.int64]:
+        drawn = np.rint(self._rng.normal(self._mean, self._std, n))
+        return np.clip(drawn, self._low, self._high).astype(np.int64)
+
+
+class ChoiceLengthSampler(LengthSampler):
+    """One of ``values`` a draw, each with its weight's share (equal without weights)."""
+
+    __slots__ = ("_cumulative", "_values")
+
+    def __init__(
+        self,
+        values: list[int],
+        weights: list[float] | None = None,
+        rng: np.random.Generator | None = None,
+    ) -> None:
+        super().__init__(rng)
+        self._values = np.array(values, dtype=np.int64)
+        shares = np.ones(len(values)) if weights is None else np.array(weights, dtype=np.float64)
+        self._cumulative = np.cumsum(shares / shares.sum())
+        self._cumulative[-1] = 1.0  # (a uniform draw below 1 always finds its value)
+
+    @property
+    def bounds(self) -> tuple[int, int | None]:
+        drawn = self._values[np.diff(self._cumulative, prepend=0.0) > 0]
+        return int(drawn.min()), int(drawn.max())
+
+    def _draw(self, n: int) -> NDArray[np.int64]:
+        picks = np.searchsorted(self._cumulative, self._rng.random(n), side="right")
+        return self._values[picks]
+
+
 def make_length_sampler(cfg: LengthConfig, rng: np.random.Generator | None = None) -> LengthSampler:
     """The sampler of a length generator config, bound to ``rng``."""
     if isinstance(cfg, FixedLength):
@@ -447,4 +514,8 @@ def make_length_sampler(cfg: LengthConfig, rng: np.random.Generator | None = Non
         return ZipfLengthSampler(cfg.min, cfg.max, cfg.theta, cfg.scramble, rng)
     if isinstance(cfg, FixedStairLength):
         return FixedStairSampler(cfg.values, cfg.repeat_each, cfg.wrap, rng)
+    if isinstance(cfg, NormalLength):
+        return NormalLengthSampler(cfg.mean, cfg.std, cfg.min, cfg.max, rng)
+    if isinstance(cfg, ChoiceLength):
+        return ChoiceLengthSampler(cfg.values, cfg.weights, rng)
     return InverseGaussianSampler(cfg.mean, cfg.shape, rng)

@@ -130,8 +130,68 @@ class InverseGaussianLength(StrictModel):
     shape: float = Field(300.0, gt=0, description="Shape λ; higher means less variance.")
 
 
+class NormalLength(StrictModel):
+    """Normal (Gaussian) with the given mean and standard deviation, rounded and clipped to
+    [min, max] (a draw outside is the bound, not drawn again)."""
+
+    type: Literal["normal"] = "normal"
+    mean: float = Field(..., ge=0, le=MAX_DRAW, description="Mean of the distribution.")
+    std: float = Field(
+        ...,
+        ge=0,
+        le=MAX_DRAW,
+        validation_alias=AliasChoices("std", "stddev"),
+        description="Standard deviation (alias: stddev); 0: always the mean, rounded.",
+    )
+    min: int = Field(1, ge=0, le=MAX_DRAW, description="Smallest value; a draw below is min.")
+    max: int | None = Field(
+        None, ge=0, le=MAX_DRAW, description="Largest value; a draw above is max (null: none)."
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.max is not None and self.min > self.max:
+            raise KeyProblem(f"must be <= max (got min={self.min}, max={self.max})", "min", "max")
+        return self
+
+
+class ChoiceLength(StrictModel):
+    """One of the given values, each with its weight's share of the draws (equal without
+    weights): a mix of request sizes, as 80 % short and 20 % long."""
+
+    type: Literal["choice"] = "choice"
+    values: list[Annotated[int, Field(ge=0, le=MAX_DRAW)]] = Field(
+        ..., min_length=1, description="The values to draw from."
+    )
+    weights: list[Annotated[float, Field(ge=0, allow_inf_nan=False)]] | None = Field(
+        None,
+        description="Each value's weight, in the same order (any scale: 80, 20 or 0.8, 0.2); "
+        "null: all alike.",
+    )
+
+    @model_validator(mode="after")
+    def _weighted(self) -> Self:
+        weights = self.weights
+        if weights is None:
+            return self
+        if len(weights) != len(self.values):
+            raise KeyProblem(
+                f"one weight per value: {len(self.values)} values, {len(weights)} weights",
+                "weights",
+            )
+        if not sum(weights) > 0:
+            raise KeyProblem("at least one weight must be more than 0", "weights")
+        return self
+
+
 LengthGenerator = Annotated[
-    FixedLength | UniformLength | ZipfLength | FixedStairLength | InverseGaussianLength,
+    FixedLength
+    | UniformLength
+    | ZipfLength
+    | FixedStairLength
+    | InverseGaussianLength
+    | NormalLength
+    | ChoiceLength,
     Field(discriminator="type"),
 ]
 
@@ -141,7 +201,13 @@ def _uniform(lo: int, hi: int) -> UniformLength:
 
 
 def zero_output_problem(
-    generator: FixedLength | UniformLength | ZipfLength | FixedStairLength | InverseGaussianLength,
+    generator: FixedLength
+    | UniformLength
+    | ZipfLength
+    | FixedStairLength
+    | InverseGaussianLength
+    | NormalLength
+    | ChoiceLength,
     fix: str = "a request asks for at least 1 output token",
 ) -> KeyProblem | None:
     """The complaint about an output-length generator that can draw 0, at the key that allows
@@ -150,10 +216,12 @@ def zero_output_problem(
     least 1 by construction (rounded, then raised to 1)."""
     if isinstance(generator, FixedLength) and generator.value < 1:
         return KeyProblem(f"must be at least 1: {fix} (got {generator.value})", "value")
-    if isinstance(generator, UniformLength | ZipfLength) and generator.min < 1:
+    if isinstance(generator, UniformLength | ZipfLength | NormalLength) and generator.min < 1:
         return KeyProblem(f"must be at least 1: {fix} (got {generator.min})", "min")
-    if isinstance(generator, FixedStairLength):
+    if isinstance(generator, FixedStairLength | ChoiceLength):
+        weights = getattr(generator, "weights", None)
         for index, value in enumerate(generator.values):
-            if value < 1:
+            drawn = weights is None or weights[index] > 0  # (a weight of 0 is never drawn)
+            if value < 1 and drawn:
                 return KeyProblem(f"must be at least 1: {fix} (got {value})", ("values", index))
     return None

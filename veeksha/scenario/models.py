@@ -45,6 +45,7 @@ from veeksha.scenario.clients import (
 )
 from veeksha.scenario.evaluators import SLO, Evaluator, HealthChecks, PerformanceEvaluator
 from veeksha.scenario.generators import (
+    ChoiceLength,
     FixedInterval,
     FixedLength,
     FixedStairLength,
@@ -52,6 +53,7 @@ from veeksha.scenario.generators import (
     IntervalGenerator,
     InverseGaussianLength,
     LengthGenerator,
+    NormalLength,
     PoissonInterval,
     UniformLength,
     ZipfLength,
@@ -131,6 +133,7 @@ __all__ = [
     "BuiltinTokenizer",
     "BurstGptFlavor",
     "ChatCompletionsClient",
+    "ChoiceLength",
     "Client",
     "ClientSelection",
     "CompletionsClient",
@@ -152,6 +155,7 @@ __all__ = [
     "NamedClient",
     "NamedCompletionsClient",
     "NamedEmbeddingsClient",
+    "NormalLength",
     "OutputSpec",
     "PerformanceEvaluator",
     "Phase",

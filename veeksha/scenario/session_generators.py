@@ -9,9 +9,11 @@ from pydantic import Field, field_validator, model_validator
 from veeksha.scenario.base import KeyProblem, StrictModel, factory
 from veeksha.scenario.generators import (
     MAX_DRAW,
+    ChoiceLength,
     FixedLength,
     FixedStairLength,
     LengthGenerator,
+    NormalLength,
     UniformLength,
     ZipfLength,
     _uniform,
@@ -120,8 +122,10 @@ def _bounds(generator: Any) -> list[tuple[str | tuple[str, int], int]]:
         return [("value", generator.value)]
     if isinstance(generator, UniformLength | ZipfLength):
         return [("max", generator.max)]
-    if isinstance(generator, FixedStairLength):
+    if isinstance(generator, FixedStairLength | ChoiceLength):
         return [(("values", i), v) for i, v in enumerate(generator.values)]
+    if isinstance(generator, NormalLength) and generator.max is not None:
+        return [("max", generator.max)]
     return []
 
 

@@ -18,11 +18,13 @@ from veeksha.generate.distributions import (
 from veeksha.scenario.base import MAX_SECONDS
 from veeksha.scenario.generators import MAX_DRAW
 from veeksha.scenario.models import (
+    ChoiceLength,
     FixedInterval,
     FixedLength,
     FixedStairLength,
     GammaInterval,
     InverseGaussianLength,
+    NormalLength,
     PoissonInterval,
     UniformLength,
     ZipfLength,
@@ -180,3 +182,42 @@ def test_inverse_gaussian_heavy_tail_is_clipped_at_the_largest_draw() -> None:
     assert values.max() == MAX_DRAW
     assert values.min() >= 1
     assert sampler.bounds == (1, MAX_DRAW)
+
+
+def test_normal_mean_spread_rounding_and_clipping() -> None:
+    sampler = make_length_sampler(NormalLength(mean=500, std=100), rng())
+    values = sampler.sample(N)
+    assert values.dtype == np.int64
+    assert stats.ttest_1samp(values, 500).pvalue > ALPHA
+    assert abs(values.std() - 100) < 3
+    # a normal law of the rounded draws (a binned test of the shape, within ±2.5 σ)
+    edges = np.arange(250, 751, 50)
+    counts, _ = np.histogram(values, edges)
+    cdf = stats.norm(500, 100).cdf(edges - 0.5)
+    expected = np.diff(cdf) / np.diff(cdf).sum() * counts.sum()
+    assert stats.chisquare(counts, expected).pvalue > ALPHA
+    assert sampler.bounds == (1, MAX_DRAW)
+    clipped = make_length_sampler(NormalLength(mean=10, std=50, min=4, max=30), rng()).sample(N)
+    assert (clipped.min(), clipped.max()) == (4, 30)
+    share_low = (clipped == 4).mean()  # every draw below 4.5 is 4
+    assert abs(share_low - stats.norm(10, 50).cdf(4.5)) < 0.02
+    exact = make_length_sampler(NormalLength(mean=7.4, stddev=0), rng()).sample(5)
+    assert exact.tolist() == [7] * 5
+
+
+def test_choice_draws_each_value_by_its_weight() -> None:
+    cfg = ChoiceLength(values=[128, 2048, 512], weights=[70, 20, 10])
+    sampler = make_length_sampler(cfg, rng())
+    values = sampler.sample(N)
+    counts = [int((values == v).sum()) for v in (128, 2048, 512)]
+    assert sum(counts) == N
+    assert stats.chisquare(counts, [0.7 * N, 0.2 * N, 0.1 * N]).pvalue > ALPHA
+    assert sampler.bounds == (128, 2048)
+    even = make_length_sampler(ChoiceLength(values=[1, 2, 3, 4]), rng()).sample(N)
+    assert stats.chisquare(np.bincount(even)[1:]).pvalue > ALPHA
+    never = make_length_sampler(ChoiceLength(values=[0, 9], weights=[0, 1]), rng())
+    assert set(never.sample(1000).tolist()) == {9}
+    assert never.bounds == (9, 9)
+    # the same seed, the same draws; one at a time as in one batch
+    again = make_length_sampler(cfg, rng())
+    assert [again.sample_one() for _ in range(50)] == values[:50].tolist()

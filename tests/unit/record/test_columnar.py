@@ -434,9 +434,7 @@ def test_output_text_is_each_answers_text_when_kept_null_otherwise() -> None:
         (True, ["one two three", "", None, "déjà vu ✓", "one two three"]),
         (False, [None] * 5),
     ):
-        records = [
-            make_record(res, request_id=i, keep_text=keep) for i, res in enumerate(results)
-        ]
+        records = [make_record(res, request_id=i, keep_text=keep) for i, res in enumerate(results)]
         batch = RequestColumns(keep_texts=keep)
         for rec in records:
             add_record(batch, rec)

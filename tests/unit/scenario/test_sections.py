@@ -148,7 +148,8 @@ def test_valid_length_generators(generator: str, expected: object) -> None:
         ("{type: fixed_stair}", ".values", "missing required key"),
         ("{type: fixed, value: -3}", ".value", "greater than or equal to 0 (got -3)"),
         ("{type: inverse_gaussian, mean: 0}", ".mean", "greater than 0"),
-        ("{type: normal}", ".type", "unknown type 'normal'"),
+        ("{type: lognormal}", ".type", "unknown type 'lognormal'"),
+        ("{type: normal, std: 3}", ".mean", "missing required key"),
     ],
 )
 def test_invalid_length_generators(generator: str, suffix: str, fragment: str) -> None:
