@@ -5,8 +5,9 @@
 Each file has the exact header or keys of the published trace it imitates (docs/traces.md):
 ``mooncake_trace.jsonl`` (Mooncake, FAST'25), ``azure_llm.csv`` (Azure LLM inference trace),
 ``burstgpt.csv`` (BurstGPT, with two failed requests), ``sharegpt.json`` (ShareGPT-shaped
-conversations) and ``rag.csv``. The numbers come from a fixed seed, so running it again gives
-the same bytes (a unit test checks the shipped files against it).
+conversations), ``rag.csv`` and ``prompts.jsonl`` (your own prompts, as vLLM's custom
+dataset). The numbers come from a fixed seed, so running it again gives the same bytes (a unit
+test checks the shipped files against it).
 """
 
 from __future__ import annotations
@@ -105,12 +106,25 @@ def rag(rng: np.random.Generator) -> str:
     return "\n".join(lines) + "\n"
 
 
+def prompts(rng: np.random.Generator) -> str:
+    rows = []
+    for i in range(20):
+        row: dict[str, object] = {"prompt": _sentence(rng, 5, 60)}
+        if i % 3:  # (the others ask the flavor's default length)
+            row["output_length"] = int(rng.integers(16, 200))
+        if i % 5 == 0:
+            row["system"] = "answer in one short paragraph"
+        rows.append(row)
+    return "".join(json.dumps(row) + "\n" for row in rows)
+
+
 SAMPLES = {
     "mooncake_trace.jsonl": mooncake,
     "azure_llm.csv": azure_llm,
     "burstgpt.csv": burstgpt,
     "sharegpt.json": sharegpt,
     "rag.csv": rag,
+    "prompts.jsonl": prompts,
 }
 
 

@@ -254,6 +254,17 @@ class UntimedContentMultiTurnFlavor(StrictModel):
     system_role_value: str = Field("system", description="The system prompt's role value.")
 
 
+class PromptsFlavor(StrictModel):
+    """Your own prompts, one request each: rows of prompt (alias text), an optional
+    output_length and system message (docs/traces.md); vLLM's custom dataset, guidellm's and
+    AIPerf's prompt files."""
+
+    type: Literal["prompts"] = "prompts"
+    output_length: int = Field(
+        256, ge=1, le=MAX_DRAW, description="Output tokens asked of a row without output_length."
+    )
+
+
 class SharedPrefixFlavor(StrictModel):
     """Rows with hash_ids (Mooncake style): equal ids are identical token blocks across sessions,
     so a prefix cache sees the trace's real sharing (docs/traces.md)."""
@@ -304,6 +315,7 @@ TraceFlavor = Annotated[
     RequestLogFlavor
     | TimedSyntheticSessionFlavor
     | UntimedContentMultiTurnFlavor
+    | PromptsFlavor
     | SharedPrefixFlavor
     | RagFlavor
     | MooncakeFlavor

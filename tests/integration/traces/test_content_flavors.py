@@ -160,6 +160,61 @@ def test_a_sharegpt_dataset_sends_its_own_text_with_live_history(
     assert "WARNING trace: 2 not replayed: unanswered_turns" in log
 
 
+@pytest.mark.parametrize("form", ["jsonl", "csv"])
+def test_your_own_prompts_are_sent_as_they_are_with_their_lengths(
+    tmp_path: Path, fast_simulator: SimulatorProcess, form: str
+) -> None:
+    """The ``prompts`` flavor (detected by its ``prompt`` column): each row one request of its
+    own, its text as written, its output_length (the flavor's default where it has none), a
+    system message before it; the server counts exactly those words."""
+    rows = [
+        {"prompt": "Summarise the causes of the French revolution.", "output_length": 9},
+        {"prompt": 'Write a haiku, about autumn:  leaves "falling".'},
+        {"prompt": "Name three primes.", "system": "You are terse.", "output_length": 3},
+    ]
+    if form == "jsonl":
+        trace = tmp_path / "mine.jsonl"
+        trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:
+        trace = tmp_path / "mine.csv"  # (empty cells: no output_length, no system)
+        trace.write_text(
+            "prompt,output_length,system\n"
+            '"Summarise the causes of the French revolution.",9,\n'
+            '"Write a haiku, about autumn:  leaves ""falling"".",,\n'
+            '"Name three primes.",3,You are terse.\n'
+        )
+    run_dir = _run(
+        tmp_path,
+        fast_simulator,
+        trace,
+        "auto",
+        "trace_recorder: {enabled: true, include_content: true}",
+    )
+    requests = pd.read_parquet(run_dir / "requests.parquet").sort_values("session_id")
+    assert (requests.status == "ok").all()
+    assert list(requests.requested_output_tokens) == [9, 256, 3]
+    assert list(requests.output_tokens) == [9, 256, 3]
+    words = [len(r["prompt"].split()) + len(r.get("system", "").split()) for r in rows]
+    assert list(requests.prompt_tokens_total) == words  # (the simulator counts words)
+    assert requests.history_parent.isna().all()
+    lines = [json.loads(x) for x in (run_dir / "trace.jsonl").read_text().splitlines()]
+    sent = {x["session_id"]: x["messages"] for x in lines}
+    assert sent[0] == [["user", rows[0]["prompt"]]]
+    assert sent[1] == [["user", rows[1]["prompt"]]]
+    assert sent[2] == [["system", "You are terse."], ["user", "Name three primes."]]
+    log = (run_dir / "run.log").read_text()
+    assert "prompts trace" in log
+    assert "flavor detected from the file" in log
+    # the default length is the flavor's to set; a text column is a prompt too
+    other = tmp_path / "other"
+    other.mkdir()
+    texts = other / "texts.jsonl"
+    texts.write_text('{"text": "one two three"}\n')
+    run_dir = _run(other, fast_simulator, texts, "{type: prompts, output_length: 7}")
+    (row,) = pd.read_parquet(run_dir / "requests.parquet").itertuples()
+    assert (row.status, row.requested_output_tokens, row.prompt_tokens_total) == ("ok", 7, 3)
+
+
 def test_rag_warms_each_document_up_once_and_counts_the_rows_left_out(
     tmp_path: Path, fast_simulator: SimulatorProcess
 ) -> None:
@@ -260,6 +315,19 @@ def test_a_public_trace_is_detected_and_replayed_at_its_own_times(
             [":3:", "not a date and time"],
         ),
         ("r.csv", "doc_id,input_length,output_length\nd,3,4\n", "rag", [":1:", "'prompt_text'"]),
+        (
+            "p.jsonl",
+            '{"prompt": "fine"}\n{"prompt": "  "}\n',
+            "auto",
+            [":2:", "prompt is empty; give each row the text to send"],
+        ),
+        (
+            "p.jsonl",
+            '{"prompt": "fine", "output_length": -4}\n',
+            "prompts",
+            [":1:", "output_length = -4 is negative"],
+        ),
+        ("p.csv", "output_length\n5\n", "prompts", ["'prompt'"]),
     ],
 )
 def test_a_malformed_content_or_public_trace_exits_2_with_file_and_line(

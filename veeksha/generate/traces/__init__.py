@@ -4,7 +4,7 @@ The package is one module per concept, and one per flavor:
 
 * ``reader.py``: the file (CSV, JSONL, JSON array) in typed batches, with line numbers;
 * ``flavor.py``: the flavor interface (rows → staged rows → linked session DAGs);
-* ``request_log.py``, ``timed_session.py``: the flavors;
+* ``request_log.py``, ``timed_session.py``, ``prompts.py`` and the others: the flavors;
 * ``prepare.py``: validation, grouping and the canonical Parquet cache beside the trace;
 * ``table.py``: random access to the cache, a row group at a time;
 * ``sessions.py``: SessionSpecs in pieces, wrap, and the trace's own arrival timeline.
@@ -28,6 +28,7 @@ from veeksha.generate.traces.detect import detect_flavor
 from veeksha.generate.traces.fit import ContextLimit
 from veeksha.generate.traces.flavor import TraceFlavor
 from veeksha.generate.traces.prepare import PreparedTrace, prepare_file, read_meta
+from veeksha.generate.traces.prompts import PromptsFlavor
 from veeksha.generate.traces.public import AzureLlmFlavor, BurstGptFlavor
 from veeksha.generate.traces.rag import RagFlavor
 from veeksha.generate.traces.reader import TraceFileError
@@ -57,6 +58,7 @@ FLAVORS: dict[type, type[TraceFlavor]] = {
     models.RequestLogFlavor: RequestLogFlavor,
     models.TimedSyntheticSessionFlavor: TimedSessionFlavor,
     models.UntimedContentMultiTurnFlavor: ConversationFlavor,
+    models.PromptsFlavor: PromptsFlavor,
     models.SharedPrefixFlavor: SharedPrefixFlavor,
     models.MooncakeFlavor: MooncakeFlavor,
     models.RagFlavor: RagFlavor,

@@ -12,6 +12,7 @@ Rules, first match wins (names are the CSV header's, or the first JSON row's key
 ``session_context``, ``new_input_length``,
 ``target_prompt_tokens`` or ``node_id``           ``timed_synthetic_session``
 ``input_length`` or ``num_prefill_tokens``        ``request_log``
+``prompt`` or ``text``                            ``prompts``
 anything else                                     ``timed_synthetic_session``
 ================================================  ==============================
 
@@ -103,6 +104,8 @@ def detect_flavor(path: Path) -> models.StrictModel:
         chosen = models.TimedSyntheticSessionFlavor()
     elif keys & {"input_length", "num_prefill_tokens"}:
         chosen = models.RequestLogFlavor()
+    elif keys & {"prompt", "text"}:
+        chosen = models.PromptsFlavor()
     else:
         chosen = models.TimedSyntheticSessionFlavor()
     return chosen

@@ -493,6 +493,8 @@ def test_a_rag_warm_up_longer_than_the_context_is_counted_apart_and_shifts_nothi
             "timed_synthetic_session",
         ),
         ("x.csv", "what,ever\n", "timed_synthetic_session"),
+        ("p.jsonl", '{"prompt": "hi", "output_length": 3}\n', "prompts"),
+        ("p.csv", "text\nhello\n", "prompts"),
     ],
 )
 def test_the_flavor_is_detected_from_the_header_or_first_row(

@@ -24,7 +24,9 @@ def test_the_shipped_samples_are_the_generators_output(tmp_path: Path) -> None:
         assert path.read_bytes() == (FOLDER / path.name).read_bytes(), path.name
 
 
-@pytest.mark.parametrize("name", ["mooncake", "azure_llm", "burstgpt", "sharegpt", "rag"])
+@pytest.mark.parametrize(
+    "name", ["mooncake", "azure_llm", "burstgpt", "sharegpt", "rag", "prompts"]
+)
 def test_each_public_format_has_a_scenario_on_its_sample(name: str) -> None:
     scenario = load_scenario(FOLDER / f"{name}.yaml")
     generator = scenario.session_generator
