@@ -34,14 +34,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from veeksha.scenario.base import MAX_SECONDS
-from veeksha.scenario.generators import MAX_DRAW
+from veeksha.scenario.generators import MAX_DRAW, AnyLength
 from veeksha.scenario.models import (
     ChoiceLength,
     FixedInterval,
     FixedLength,
     FixedStairLength,
     GammaInterval,
-    InverseGaussianLength,
     NormalLength,
     PoissonInterval,
     UniformLength,
@@ -72,15 +71,7 @@ __all__ = [
 ]
 
 IntervalConfig = PoissonInterval | GammaInterval | FixedInterval
-LengthConfig = (
-    FixedLength
-    | UniformLength
-    | ZipfLength
-    | FixedStairLength
-    | InverseGaussianLength
-    | NormalLength
-    | ChoiceLength
-)
+LengthConfig = AnyLength
 
 _BATCH = 256
 #: Above this many values a bounded zipf uses a continuous inverse-CDF approximation.

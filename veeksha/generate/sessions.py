@@ -36,6 +36,7 @@ from veeksha.generate.agent_rounds import AgentRoundsSessions
 from veeksha.generate.clients import ClientPicker
 from veeksha.generate.content import ClientPrompts
 from veeksha.generate.distributions import (
+    ChoiceLengthSampler,
     FixedStairSampler,
     IntervalSampler,
     make_interval_sampler,
@@ -142,6 +143,15 @@ class SessionGenerator:
             self._tools = (graph.tool_probability, latency)
         self._bodies = make_length_sampler(channel.body_length_generator)
         self._outputs = make_length_sampler(generator.output_spec.text.output_length_generator)
+        # length_pairs: (inputs, outputs) and a sampler of their indices, by weight
+        self._pairs: tuple[NDArray[np.int64], NDArray[np.int64], ChoiceLengthSampler] | None = None
+        if generator.length_pairs is not None:
+            pairs = generator.length_pairs
+            self._pairs = (
+                np.array([pair.input for pair in pairs], dtype=np.int64),
+                np.array([pair.output for pair in pairs], dtype=np.int64),
+                ChoiceLengthSampler(list(range(len(pairs))), [pair.weight for pair in pairs]),
+            )
         wait = self._graphs.wait_config
         self._waits = make_interval_sampler(wait) if wait is not None else None
         self._prompts = prompts
@@ -249,10 +259,16 @@ class SessionGenerator:
             history = list(chain.from_iterable(s.history_parents for s in shapes))
             roots = np.fromiter((not p for p in parents), np.bool_, total)
 
-        self._bodies.rng = streams.stream("lengths", "block", block)
-        bodies = np.maximum(self._bodies.sample(total), 1)
-        self._outputs.rng = streams.stream("outputs", "block", block)
-        outputs = np.maximum(self._outputs.sample(total), 1)
+        if self._pairs is None:
+            self._bodies.rng = streams.stream("lengths", "block", block)
+            bodies = np.maximum(self._bodies.sample(total), 1)
+            self._outputs.rng = streams.stream("outputs", "block", block)
+            outputs = np.maximum(self._outputs.sample(total), 1)
+        else:  # (one draw a node: its body and output lengths together)
+            inputs, answers, chooser = self._pairs
+            chooser.rng = streams.stream("lengths", "block", block)
+            drawn = chooser.sample(total)
+            bodies, outputs = np.maximum(inputs[drawn], 1), answers[drawn]
         waits = np.zeros(total)
         if self._waits is not None:
             non_roots = ~roots

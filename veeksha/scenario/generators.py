@@ -184,16 +184,17 @@ class ChoiceLength(StrictModel):
         return self
 
 
-LengthGenerator = Annotated[
+#: every kind of length generator (``LengthGenerator`` picks one by its ``type``)
+AnyLength = (
     FixedLength
     | UniformLength
     | ZipfLength
     | FixedStairLength
     | InverseGaussianLength
     | NormalLength
-    | ChoiceLength,
-    Field(discriminator="type"),
-]
+    | ChoiceLength
+)
+LengthGenerator = Annotated[AnyLength, Field(discriminator="type")]
 
 
 def _uniform(lo: int, hi: int) -> UniformLength:
@@ -201,13 +202,7 @@ def _uniform(lo: int, hi: int) -> UniformLength:
 
 
 def zero_output_problem(
-    generator: FixedLength
-    | UniformLength
-    | ZipfLength
-    | FixedStairLength
-    | InverseGaussianLength
-    | NormalLength
-    | ChoiceLength,
+    generator: AnyLength,
     fix: str = "a request asks for at least 1 output token",
 ) -> KeyProblem | None:
     """The complaint about an output-length generator that can draw 0, at the key that allows

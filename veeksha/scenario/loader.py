@@ -754,6 +754,14 @@ def _drop_default_simulator_key(simulator: Any, key: str, default: Any) -> None:
         simulator.pop(key)
 
 
+def _drop_unpaired_lengths(data: dict[str, Any]) -> None:
+    """A synthetic generator's ``length_pairs`` out of a hashed dict where it is null (lengths
+    drawn apart, the default), so that a scenario hashes as it did before the key existed."""
+    generator = data.get("session_generator")
+    if isinstance(generator, dict) and generator.get("length_pairs", "") is None:
+        generator.pop("length_pairs")
+
+
 def _drop_one_prefix(data: dict[str, Any]) -> None:
     """The text channels' ``shared_prefix_tokens`` (unset) and ``shared_prefix_count`` (1) out
     of a hashed dict at their defaults, so that a scenario hashes as it did before they
@@ -836,6 +844,7 @@ def scenario_hash(scenario: Scenario) -> str:
     _drop_default_simulator_key(data.get("simulator"), "spec_acceptance", 0.7)
     _drop_default_simulator_key(data.get("simulator"), "loading_s", 0.0)
     _drop_client_keys(data)
+    _drop_unpaired_lengths(data)
     _drop_no_abandonment(data)
     _drop_one_prefix(data)
     _drop_no_error_budget(data)

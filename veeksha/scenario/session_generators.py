@@ -20,6 +20,7 @@ from veeksha.scenario.generators import (
     zero_output_problem,
 )
 from veeksha.scenario.graphs import (
+    AgentRoundsGraph,
     LinearGraph,
     SessionGraph,
     Validation,
@@ -186,6 +187,16 @@ class WeightedClients(StrictModel):
 ClientSelection = Annotated[RoundRobinClients | WeightedClients, Field(discriminator="type")]
 
 
+class LengthPair(StrictModel):
+    """One request size of a mix: its new prompt tokens and output tokens, drawn together."""
+
+    input: int = Field(..., ge=0, le=MAX_DRAW, description="New prompt tokens (the text body).")
+    output: int = Field(..., ge=1, le=MAX_DRAW, description="Output tokens asked.")
+    weight: float = Field(
+        1.0, ge=0, allow_inf_nan=False, description="Its share of the draws (any scale)."
+    )
+
+
 class SyntheticSessionGenerator(StrictModel, defer_build=False):
     """Sessions generated from a graph shape, content channels and an output spec."""
 
@@ -206,6 +217,39 @@ class SyntheticSessionGenerator(StrictModel, defer_build=False):
         default_factory=factory(RoundRobinClients),
         description="Which of several clients serves each node (one client: all of them).",
     )
+    length_pairs: list[LengthPair] | None = Field(
+        None,
+        min_length=1,
+        description="Request sizes drawn as (input, output) pairs by weight, as AIPerf's "
+        "--sequence-distribution: each node's body length and output length together (they "
+        "replace body_length_generator and output_length_generator); null: drawn apart.",
+    )
+
+    @model_validator(mode="after")
+    def _pairs_draw_both(self) -> Self:
+        pairs = self.length_pairs
+        if pairs is None:
+            return self
+        if not sum(pair.weight for pair in pairs) > 0:
+            raise KeyProblem("at least one pair needs a weight above 0", "length_pairs")
+        if isinstance(self.session_graph, AgentRoundsGraph):
+            raise KeyProblem(
+                "an agent_rounds graph sizes its turns by its agents' generators: remove "
+                "length_pairs",
+                "length_pairs",
+            )
+        drawn = "length_pairs draws it with the output length: remove one of them"
+        for i, channel in enumerate(self.channels):
+            if isinstance(channel, TextChannel) and "body_length_generator" in (
+                channel.model_fields_set
+            ):
+                raise KeyProblem(drawn, ("channels", i, "body_length_generator"))
+        if "output_length_generator" in self.output_spec.text.model_fields_set:
+            raise KeyProblem(
+                "length_pairs draws it with the body length: remove one of them",
+                ("output_spec", "text", "output_length_generator"),
+            )
+        return self
 
 
 class RequestLogFlavor(StrictModel):

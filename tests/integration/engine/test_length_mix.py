@@ -53,3 +53,26 @@ def test_normal_prompts_and_a_choice_of_output_lengths(tmp_path: Path) -> None:
     again = _rows(tmp_path, 5, "b")
     assert again.target_prompt_tokens.tolist() == prompts.tolist()
     assert again.requested_output_tokens.tolist() == outputs.tolist()
+
+
+def test_length_pairs_size_each_request_as_one_of_its_pairs(tmp_path: Path) -> None:
+    """``length_pairs`` in a run: each request's prompt and answer lengths are one pair, as the
+    server counted them, each pair with its share of the requests."""
+    text = """
+seed: 2
+traffic_scheduler: {type: rate, interval_generator: {type: fixed, interval: 0.004}}
+session_generator:
+  session_graph: {type: linear, num_request_generator: {type: fixed, value: 2}}
+  length_pairs:
+    - {input: 40, output: 3, weight: 70}
+    - {input: 300, output: 20, weight: 30}
+runtime: {max_sessions: 100, benchmark_timeout: 60, num_workers: 1}
+"""
+    run_as_the_command(load_scenario_text(text, "s.yaml"), tmp_path / "p", quiet=True, plots=False)
+    rows = pd.read_parquet(tmp_path / "p" / "requests.parquet")
+    assert len(rows) == 200
+    assert (rows.status == "ok").all()
+    pairs = list(zip(rows.prompt_tokens_new, rows.output_tokens, strict=True))
+    assert set(pairs) == {(40, 3), (300, 20)}
+    assert stats.binomtest(pairs.count((40, 3)), 200, 0.7).pvalue > 0.001
+    assert (rows.requested_output_tokens == rows.output_tokens).all()

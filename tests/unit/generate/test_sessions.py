@@ -173,3 +173,27 @@ def test_generate_imports_nothing_from_the_runtime() -> None:
                 assert not (parts[0] == "veeksha" and parts[1:2] and parts[1] in runtime), (
                     f"{path.name} imports {name}"
                 )
+
+
+def test_length_pairs_draw_each_nodes_body_and_output_together() -> None:
+    """AIPerf's sequence distribution: every node is one of the pairs, by weight; the graphs
+    are the ones drawn without pairs, and the same seed draws the same pairs."""
+    from scipy import stats
+
+    pairs = [
+        {"input": 100, "output": 5, "weight": 60},
+        {"input": 700, "output": 50, "weight": 30},
+        {"input": 3000, "output": 9, "weight": 10},
+    ]
+    scn = scenario(5, length_pairs=pairs)
+    made = sessions(scn, 600)
+    drawn = [(n.prompt_tokens, n.max_tokens) for s in made for n in s.nodes]
+    assert set(drawn) == {(100, 5), (700, 50), (3000, 9)}
+    counts = [drawn.count((p["input"], p["output"])) for p in pairs]
+    shares = [p["weight"] / 100 * len(drawn) for p in pairs]
+    assert stats.chisquare(counts, shares).pvalue > 0.001
+    assert [structure(s) for s in made] == [structure(s) for s in sessions(scenario(5), 600)]
+    assert made == sessions(scenario(5, length_pairs=pairs), 600)
+    for s in made[:20]:  # each prompt as long as its pair says (the builtin tokenizer's words)
+        for n in s.nodes:
+            assert TOK.count(n.prompt) == n.prompt_tokens

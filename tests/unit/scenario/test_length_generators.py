@@ -47,3 +47,32 @@ def test_an_output_length_that_can_be_0_is_refused_unless_never_drawn() -> None:
     assert issue.path.endswith("output_length_generator.min"), issue
     ok = load(_OUTPUT.format(gen="{type: choice, values: [0, 8], weights: [0, 1]}"))
     assert ok.session_generator.output_spec.text.output_length_generator.values == [0, 8]
+
+
+_PAIRS = "session_generator:\n  length_pairs: [{input: 10, output: 2}, {input: 90, output: 9}]\n"
+
+
+def test_length_pairs_are_checked_and_draw_both_lengths() -> None:
+    from veeksha.scenario.loader import scenario_hash
+
+    pairs = load(_PAIRS).session_generator.length_pairs
+    assert [(p.input, p.output, p.weight) for p in pairs] == [(10, 2, 1.0), (90, 9, 1.0)]
+    issue = only_issue(_PAIRS.replace("9}]", "9, weight: 0}]").replace("2}", "2, weight: 0}"))
+    assert (issue.path, issue.message) == (
+        "session_generator.length_pairs",
+        "at least one pair needs a weight above 0",
+    )
+    issue = only_issue(_PAIRS.replace("output: 2", "output: 0"))
+    assert issue.path == "session_generator.length_pairs[0].output"
+    body = _PAIRS + "  channels: [{type: text, body_length_generator: {type: fixed, value: 5}}]\n"
+    issue = only_issue(body)
+    assert issue.path == "session_generator.channels[0].body_length_generator"
+    assert "length_pairs draws it" in issue.message
+    out = _PAIRS + "  output_spec: {text: {output_length_generator: {type: fixed, value: 5}}}\n"
+    issue = only_issue(out)
+    assert issue.path == "session_generator.output_spec.text.output_length_generator"
+    agents = _PAIRS + "  session_graph: {type: agent_rounds, agents: [{id: a}]}\n"
+    assert only_issue(agents).path == "session_generator.length_pairs"
+    plain = scenario_hash(load("seed: 3"))
+    assert scenario_hash(load("seed: 3\nsession_generator: {length_pairs: null}")) == plain
+    assert scenario_hash(load("seed: 3\n" + _PAIRS)) != plain
