@@ -37,6 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any
@@ -192,8 +193,16 @@ def run_distributed(
     plots: bool = True,
     echo: Callable[[str], None] | None = None,
 ) -> int:
-    """Run ``scenario`` on a Ray cluster into ``run_dir``; returns ``veeksha run``'s exit code."""
-    say = echo or (lambda line: None if quiet else _echo(line))
+    """Run ``scenario`` on a Ray cluster into ``run_dir``; returns ``veeksha run``'s exit code.
+    What the driver says (the shards' placement, the wait for a server, the cache reset, the
+    progress) is printed and kept for the merged run.log, before the shards' own lines."""
+    shown = echo or (lambda line: None if quiet else _echo(line))
+    said: list[str] = []
+
+    def say(line: str) -> None:
+        said.append(f"{datetime.now().strftime('%H:%M:%S.%f')[:-3]} INFO {line}")
+        shown(line)
+
     ray = import_ray()
     setup_start = time.monotonic()
     if not ray.is_initialized():  # (``veeksha run`` connects before it makes the run folder)
@@ -232,6 +241,7 @@ def run_distributed(
         quiet=quiet,
         plots=plots,
         cache_reset=cache_reset,
+        driver_lines=said,
     )
 
 

@@ -35,9 +35,11 @@ def merge_and_evaluate(
     quiet: bool,
     plots: bool,
     cache_reset: dict[str, Any] | None = None,
+    driver_lines: Sequence[str] = (),
 ) -> int:
     """Merge the copies into ``run_dir`` (evaluated there), print the report, the exit code.
-    ``cache_reset``: what the driver's ``prefix_cache_reset`` did (summary.json's run)."""
+    ``cache_reset``: what the driver's ``prefix_cache_reset`` did (summary.json's run);
+    ``driver_lines``: the driver's own run.log lines, written before the shards'."""
     from veeksha.distributed.merge import merge_shards
 
     results = [shard_result(shard) for shard in shards]
@@ -57,7 +59,7 @@ def merge_and_evaluate(
         if cache_reset is None
         else {"ray": ray_info, "prefix_cache_reset": cache_reset},
     )
-    _write_run_log(run_dir, shards)
+    _write_run_log(run_dir, shards, driver_lines)
     lost = [shard for shard in shards if shard.lost is not None]
     if not lost:  # a lost shard's copy stays beside the merged files, for inspection
         shutil.rmtree(run_dir / SHARDS_DIR, ignore_errors=True)
@@ -79,9 +81,14 @@ def merge_and_evaluate(
     return int(report.exit_code)
 
 
-def _write_run_log(run_dir: Path, shards: Sequence[ShardState]) -> None:
-    """run.log: each shard's own run.log, its lines prefixed with ``[shard k]``, in order."""
+def _write_run_log(
+    run_dir: Path, shards: Sequence[ShardState], driver_lines: Sequence[str] = ()
+) -> None:
+    """run.log: the driver's lines prefixed with ``[driver]``, then each shard's own run.log,
+    its lines prefixed with ``[shard k]``, in order."""
     with (run_dir / "run.log").open("a", encoding="utf-8") as out:
+        for line in driver_lines:
+            out.write(f"[driver] {line}\n")
         for shard in shards:
             log = shard.copy.folder / "run.log"
             if shard.lost is not None:

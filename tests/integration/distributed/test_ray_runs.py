@@ -133,7 +133,14 @@ def test_two_shards_make_one_run_with_the_single_host_timeline(
     (emptied,) = summary["run"]["prefix_cache_reset"]["servers"]
     assert emptied["server"] == fast_simulator.root_url
     assert emptied["calls"] == ["POST /reset_prefix_cache"]
-    assert "prefix cache emptied" not in (run_dir / "run.log").read_text()  # (no shard's)
+    # run.log: the driver's own lines first, then the shards'; the cache emptied by the driver
+    log = (run_dir / "run.log").read_text().splitlines()
+    assert log[0].startswith("[driver] ")
+    assert " INFO ray: 2 shard(s) on node(s) " in log[0]
+    (emptied_line,) = [line for line in log if "prefix cache emptied" in line]
+    assert emptied_line.startswith("[driver] ")
+    assert emptied_line.endswith(f"prefix cache emptied: {fast_simulator.root_url}")
+    assert any(line.startswith("[shard 1] ") for line in log)
     wake_ups = summary["run"]["release_wake_ups"]  # every shard's workers' accounts, summed
     assert wake_ups["workers"] == summary["run"]["num_workers"]
     assert sum(wake_ups["histogram"].values()) == wake_ups["count"] > 0
