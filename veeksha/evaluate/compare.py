@@ -75,6 +75,7 @@ _BETTER: dict[str, int] = {
     "error rate": -1,
     "requests/s": 1,
     "output tokens/s": 1,
+    "peak output tokens/s": 1,
     "total tokens/s": 1,
     "goodput requests/s": 1,
     "energy / output token": -1,

@@ -101,6 +101,7 @@ EVALUATION_COLUMNS: tuple[str, ...] = tuple(
         "request_id",
         "model",
         "chunk_times",
+        "output_text",
         "shared_prefix_tokens",
         "cached_tokens",
         "tbc_mean",

@@ -46,6 +46,7 @@ from veeksha.evaluate.metrics import (
     request_counts,
     throughput,
 )
+from veeksha.evaluate.peaks import peaks
 from veeksha.evaluate.sessions import session_metrics
 from veeksha.evaluate.slo import SloResult, all_met, goodput
 from veeksha.evaluate.source import ColumnSource, release_memory
@@ -105,7 +106,8 @@ def compute_aggregates(
         "requests": request_counts(requests),
         "latency": latency_stats(digests),
         "chunk_reads": chunk_reads(requests, digests["tbc"].count),
-        "throughput": throughput(requests, window, carried.requests),
+        "throughput": throughput(requests, window, carried.requests)
+        | peaks(requests, window, carried.requests),
     }
     steps = (
         (

@@ -47,3 +47,10 @@ def test_a_saturated_closed_loop_reads_the_servers_rate_after_a_warmup(tmp_path:
     alone = (throughput["completed_requests"] - carried) / throughput["window_s"]
     assert alone / server_rate < 0.9
     assert summary["sessions"]["sessions_per_s"] == throughput["requests_per_s"]
+    # the peaks: 16 requests in flight at every instant of the closed loop (the warmup's
+    # carried in), and the busiest second's tokens near the server's 4 slots × 20 tokens /
+    # 0.24 s; never below the mean over whole seconds
+    assert throughput["peak_concurrent_requests"] == 16
+    peak = throughput["peak_output_tokens_per_s"]
+    assert peak >= throughput["output_tokens"] / (int(throughput["window_s"]) + 1)
+    assert abs(peak / (server_rate * 20) - 1) < 0.15
