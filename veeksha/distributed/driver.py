@@ -249,14 +249,22 @@ def _wait_for_servers(scenario: Any, say: Callable[[str], None]) -> None:
     """Each client's server that is starting waited for once, by the driver, before the shards
     agree on t0 (``client.ready_timeout``): the shards then find it answering at once."""
     from veeksha.dispatch.settings import resolve_api_key
-    from veeksha.engine.target import resolved_headers, wait_until_ready
+    from veeksha.engine.target import (
+        client_api_base,
+        resolved_headers,
+        trial_request,
+        wait_until_ready,
+    )
 
     entries = scenario.client_entries()
     for (name, client), headers in zip(entries, resolved_headers(scenario), strict=True):
-        if client.api_base is not None and client.ready_timeout > 0:
+        api_base = client_api_base(client)  # (client.api_base, else OPENAI_API_BASE)
+        if api_base is not None and client.ready_timeout > 0 and client.model:
             key = "client.ready_timeout" if not scenario.clients else f"{name}.ready_timeout"
             api_key = resolve_api_key(client)
-            wait_until_ready(client.api_base, api_key, client.ready_timeout, key, headers, say)
+            trial = trial_request(client, client.model)
+            wait = client.ready_timeout
+            wait_until_ready(api_base, api_key, wait, key, headers, say, trial)
 
 
 def _reset_prefix_caches(scenario: Any, say: Callable[[str], None]) -> dict[str, Any] | None:

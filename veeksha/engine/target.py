@@ -164,47 +164,72 @@ def wait_until_ready(
     key: str,
     headers: dict[str, str] | None = None,
     say: Callable[[str], None] | None = None,
+    trial: tuple[str, dict[str, Any]] | None = None,
 ) -> float:
-    """Poll ``GET {api_base}/models`` until the server answers with anything but a status of
-    :data:`NOT_READY_STATUSES` (what it answers is then :func:`check_reachable`'s to judge),
-    for at most ``timeout_s`` seconds (``key``: the setting that holds it, named by the
-    failure's fix); the seconds waited. ``say`` gets a line when the wait begins and when what
-    stops the server changes, and one when it ends, so that a long wait is never silent."""
-    url = api_base.rstrip("/") + "/models"
+    """Wait, at most ``timeout_s`` seconds (``key``: the setting that holds it, named by the
+    failure's fix), for a server that is starting: poll ``GET {api_base}/models`` until it
+    answers with a status not in :data:`NOT_READY_STATUSES`, then send ``trial`` (a path and a
+    body: :func:`trial_request`, one token) until it too answers outside them, since a server
+    may list its models before it can serve them (llama.cpp answers ``/models`` while it loads
+    and 503 to everything else); what they answer then is :func:`check_reachable`'s to judge.
+    The seconds waited. ``say`` gets a line when the wait begins and each time what stops the
+    server changes, and one when it ends, so that a long wait is never silent."""
+    base = api_base.rstrip("/")
+    calls: list[tuple[str, str, dict[str, Any] | None]] = [("GET", "/models", None)]
+    if trial is not None:
+        calls.append(("POST", trial[0], trial[1]))
     start = time.monotonic()
     deadline = start + timeout_s
     said = ""
-    for attempt in range(1 << 30):
-        left = deadline - time.monotonic()
-        try:
-            answer = fetch(
-                "GET",
-                url,
-                api_key=api_key,
-                headers=headers,
-                timeout_s=max(min(setup_timeout(PROBE_TIMEOUT_S), left), 0.1),
-            )
-        except TargetError as exc:
-            problem = str(exc)
-        else:
-            if answer.status not in NOT_READY_STATUSES:
-                waited = time.monotonic() - start
-                if said and say is not None:
-                    say(f"{api_base} is ready after {waited:.1f} s")
-                return waited
-            text = answer.excerpt()
-            problem = f"GET {url}: HTTP {answer.status}{': ' + text if text else ''}"
-        if say is not None and problem != said:
-            say(f"waiting up to {timeout_s:g} s ({key}) for {api_base}: {problem}")
-        said = problem
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TargetError(
-                f"{api_base} was not ready within {timeout_s:g} s ({problem}); start the "
-                f"server, or raise {key} if it needs longer"
-            )
-        time.sleep(min(_READY_POLL_S[min(attempt, len(_READY_POLL_S) - 1)], left))
-    raise AssertionError("unreachable")
+    attempt = 0
+    for method, path, body in calls:
+        while True:
+            problem = _not_ready(method, base + path, body, api_key, headers, deadline)
+            if problem is None:
+                break
+            if say is not None and problem != said:
+                say(f"waiting up to {timeout_s:g} s ({key}) for {api_base}: {problem}")
+            said = problem
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TargetError(
+                    f"{api_base} was not ready within {timeout_s:g} s ({problem}); start the "
+                    f"server, or raise {key} if it needs longer"
+                )
+            time.sleep(min(_READY_POLL_S[min(attempt, len(_READY_POLL_S) - 1)], left))
+            attempt += 1
+    waited = time.monotonic() - start
+    if said and say is not None:
+        say(f"{api_base} is ready after {waited:.1f} s")
+    return waited
+
+
+def _not_ready(
+    method: str,
+    url: str,
+    body: dict[str, Any] | None,
+    api_key: str | None,
+    headers: dict[str, str] | None,
+    deadline: float,
+) -> str | None:
+    """Why the server is not ready to serve ``method url`` (no answer, or one of
+    :data:`NOT_READY_STATUSES`), or None when it answered otherwise."""
+    limit = setup_timeout(PROBE_TIMEOUT_S if body is None else TRIAL_TIMEOUT_S)
+    try:
+        answer = fetch(
+            method,
+            url,
+            json_body=body,
+            api_key=api_key,
+            headers=headers,
+            timeout_s=max(min(limit, deadline - time.monotonic()), 0.1),
+        )
+    except TargetError as exc:
+        return str(exc)
+    if answer.status not in NOT_READY_STATUSES:
+        return None
+    text = answer.excerpt()
+    return f"{method} {url}: HTTP {answer.status}{': ' + text if text else ''}"
 
 
 def check_reachable(
@@ -407,10 +432,11 @@ class TargetContext(AbstractContextManager["Target"]):
                     f"{label}: model is required with api_base {api_base}: set its model to "
                     "the model the server serves"
                 )
-            if client.ready_timeout > 0:
-                setting = f"{label}.ready_timeout"
-                wait_until_ready(api_base, api_key, client.ready_timeout, setting, sent, self._say)
             trial = trial_request(client, client.model)
+            if client.ready_timeout > 0:
+                wait = client.ready_timeout
+                setting = f"{label}.ready_timeout"
+                wait_until_ready(api_base, api_key, wait, setting, sent, self._say, trial)
             check_reachable(api_base, api_key, model=client.model, headers=sent, trial=trial)
             resolved.append(
                 ClientTarget(name, api_base.rstrip("/"), client.model, api_key, "endpoint", sent)

@@ -170,9 +170,9 @@ class SimulatorConfig(NumbersModel):
     loading_s: float = Field(
         0.0,
         ge=0,
-        description="Seconds after it starts during which it answers every call but /metrics "
-        'HTTP 503 "Loading model", as llama.cpp does while it loads its weights (a client\'s '
-        "ready_timeout waits it out).",
+        description="Seconds after it starts during which it answers every call but its models' "
+        'list and /metrics HTTP 503 "Loading model", as llama.cpp does while it loads its '
+        "weights (a client's ready_timeout waits it out).",
     )
     chat_template: bool = Field(
         False,

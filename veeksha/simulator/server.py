@@ -249,7 +249,7 @@ class SimServer:
     def handle(self, conn: HttpConnection, request: Request) -> None:
         """Route one request; every exception becomes an error response."""
         route: Handler | None = self._routes.get((request.method, request.path))
-        if self._loading_until and request.path != b"/metrics" and self._loading(conn):
+        if self._loading_until and request.path not in _LOADING_OPEN and self._loading(conn):
             return
         if self._required and request.path not in _OPEN_PATHS and self._refused(conn, request):
             return
@@ -274,7 +274,8 @@ class SimServer:
 
     def _loading(self, conn: HttpConnection) -> bool:
         """Answer 503 as llama.cpp does while it loads its model (True), until ``loading_s``
-        has passed since the server started."""
+        has passed since the server started (its models' list and /metrics answer meanwhile:
+        ``_LOADING_OPEN``)."""
         if time.monotonic_ns() >= self._loading_until:
             self._loading_until = 0
             return False
@@ -657,6 +658,9 @@ class SimServer:
 
 #: The paths of model requests (the profiler's and ``count_header``'s counts).
 _MODEL_PATHS = frozenset((b"/v1/chat/completions", b"/v1/completions", b"/v1/embeddings"))
+#: The paths that answer while the server loads (``loading_s``), as llama.cpp lets its models'
+#: list through then (and /metrics: a scrape is no request)
+_LOADING_OPEN = frozenset((b"/metrics", b"/v1/models", b"/models"))
 #: The paths ``required_headers`` leave open: the readiness wait's, and the GPU exporter's
 #: (a dcgm-exporter is no part of the gateway: veeksha sends its scrapes no key)
 _OPEN_PATHS = frozenset((b"/health", b"/dcgm/metrics"))

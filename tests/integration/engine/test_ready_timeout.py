@@ -1,16 +1,20 @@
 """Waiting for a server that is starting (``client.ready_timeout``, a microbenchmark's
 ``--ready_timeout``): a run launched before its server is there waits while nothing listens and
-while the server answers 503 as llama.cpp does while it loads (the simulator's ``loading_s``),
-then runs as any other; without the wait, or when the wait runs out, it is exit 2 before
-anything is sent, the fix naming the setting."""
+while the server answers 503 as llama.cpp does while it loads (the simulator's ``loading_s``:
+its models' list answers meanwhile, its requests do not), then runs as any other. Without the
+wait a gateway's 503 is exit 2 naming the setting, and a loading llama.cpp's requests fail as
+rows; when the wait runs out it is exit 2 before anything is sent."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pandas as pd
@@ -93,8 +97,9 @@ def test_a_run_started_before_its_server_waits_for_it_and_then_runs(
             time.sleep(0.05)
         _spawn(loading_simulator, port, loading_s=1.5)
         _listening(port)
-        loading = fetch("GET", f"http://127.0.0.1:{port}/v1/models")
+        loading = fetch("GET", f"http://127.0.0.1:{port}/health")
         assert loading.status == 503, "the simulator was loaded before the run could see it"
+        assert fetch("GET", f"http://127.0.0.1:{port}/v1/models").status == 200  # (as llama.cpp)
         output, _ = proc.communicate(timeout=60)
     finally:
         proc.kill()
@@ -103,11 +108,13 @@ def test_a_run_started_before_its_server_waits_for_it_and_then_runs(
     said = log.read_text()
     base = f"http://127.0.0.1:{port}/v1"
     waits = [line for line in said.splitlines() if "(client.ready_timeout)" in line]
-    # one line when the wait begins, one when what stops the server changes: refused, loading
+    # one line when the wait begins, one when what stops the server changes: nothing listens,
+    # then its models are listed but a request of one token is refused while it loads
     assert len(waits) == 2, said
     assert f"waiting up to 60 s (client.ready_timeout) for {base}: GET {base}/models" in waits[0]
     assert "Connection refused" in waits[0]
-    assert 'HTTP 503: {"error":{"code":503,"message":"Loading model"' in waits[1]
+    loading_line = f'POST {base}/chat/completions: HTTP 503: {{"error":{{"code":503,"message":"Lo'
+    assert loading_line in waits[1]
     assert f"{base} is ready after " in said
     assert said.index("is ready after") < said.index("target: ")
     rows = pd.read_parquet(next(out.glob("*/requests.parquet")))
@@ -116,9 +123,56 @@ def test_a_run_started_before_its_server_waits_for_it_and_then_runs(
     assert rows.output_text.isna().all()  # (answers are kept with include_content only)
 
 
-def test_a_loading_server_without_the_wait_is_exit_2_naming_ready_timeout(
+class _Gateway(BaseHTTPRequestHandler):
+    """A gateway whose upstream is not up: 503 to everything."""
+
+    def _unavailable(self) -> None:
+        body = b'{"error": "upstream connect error"}'
+        self.send_response(503)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _unavailable
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def gateway() -> Iterator[int]:
+    """The port of a real HTTP server answering 503 to every request (a gateway whose
+    upstream is down), in a thread of this process."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Gateway)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield int(server.server_address[1])
+    server.shutdown()
+    server.server_close()
+
+
+def test_without_the_wait_a_503_is_exit_2_naming_ready_timeout(
+    tmp_path: Path, gateway: int
+) -> None:
+    scenario = write_scenario(tmp_path, SCENARIO.format(port=gateway, more=""))
+    result = run_cli(
+        "run", str(scenario), "--output-dir", str(tmp_path / "out"), "-q", "--no-plots"
+    )
+    result.assert_clean_error(
+        2,
+        f"GET http://127.0.0.1:{gateway}/v1/models answered HTTP 503",
+        "upstream connect error",
+        "not serving yet (still loading its model?)",
+        "to wait for a server that is starting, set client.ready_timeout (seconds)",
+    )
+    assert not list((tmp_path / "out").glob("*/requests.parquet"))
+
+
+def test_without_the_wait_a_loading_llama_cpp_fails_every_request_as_a_row(
     tmp_path: Path, loading_simulator: list[SimulatorProcess]
 ) -> None:
+    """It lists its models, so the start-up check passes: what the wait is for."""
     port = _free_port()
     _spawn(loading_simulator, port, loading_s=60)
     _listening(port)
@@ -126,15 +180,16 @@ def test_a_loading_server_without_the_wait_is_exit_2_naming_ready_timeout(
     result = run_cli(
         "run", str(scenario), "--output-dir", str(tmp_path / "out"), "-q", "--no-plots"
     )
-    message = result.assert_clean_error(
-        2,
-        f"GET http://127.0.0.1:{port}/v1/models answered HTTP 503",
-        "Loading model",
-        "not serving yet (still loading its model?)",
-        "to wait for a server that is starting, set client.ready_timeout (seconds)",
-    )
-    assert "Traceback" not in message
-    assert not list((tmp_path / "out").glob("*/requests.parquet"))
+    assert result.code == 0, result.output[-3000:]
+    (run_dir,) = (tmp_path / "out").iterdir()
+    rows = pd.read_parquet(run_dir / "requests.parquet")
+    assert len(rows) == 6
+    assert (rows.status == "error").all()
+    assert (rows.http_status == 503).all()
+    assert rows.error_message.str.contains("Loading model").all()
+    health = json.loads((run_dir / "health.json").read_text())
+    answered = next(c for c in health["checks"] if c["name"] == "answered")
+    assert answered["status"] == "FAIL"
 
 
 def test_the_wait_runs_out_with_exit_2_naming_what_the_server_said(tmp_path: Path) -> None:
@@ -179,12 +234,9 @@ def _prefill(tmp_path: Path, port: int, *more: str) -> subprocess.CompletedProce
 
 
 def test_a_microbenchmark_waits_with_its_own_flag(
-    tmp_path: Path, loading_simulator: list[SimulatorProcess]
+    tmp_path: Path, loading_simulator: list[SimulatorProcess], gateway: int
 ) -> None:
-    port = _free_port()
-    _spawn(loading_simulator, port, loading_s=60)
-    _listening(port)
-    proc = _prefill(tmp_path / "refused", port)
+    proc = _prefill(tmp_path / "refused", gateway)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "set --ready_timeout (seconds)" in proc.stderr
     assert not (tmp_path / "refused" / "out").exists()
@@ -220,9 +272,7 @@ def test_a_distributed_run_waits_once_on_its_driver(
     said: list[str] = []
     _wait_for_servers(scenario, said.append)
     assert len(said) == 2, said
-    assert said[0].startswith(
-        f"waiting up to 30 s (far.ready_timeout) for http://127.0.0.1:{port}/v1"
-    )
-    assert "HTTP 503" in said[0]
+    assert said[0].startswith(f"waiting up to 30 s (far.ready_timeout) for {base}")
+    assert f"POST {base}/chat/completions: HTTP 503" in said[0]
     assert said[1].startswith(f"http://127.0.0.1:{port}/v1 is ready after ")
     assert fetch("GET", f"http://127.0.0.1:{port}/v1/models").status == 200

@@ -250,6 +250,7 @@ def _check_endpoint(scenario: Scenario, config: BenchConfig, echo: Callable[[str
         SettingNames,
         check_reachable,
         client_api_base,
+        trial_request,
         wait_until_ready,
     )
     from veeksha.scenario.clients import DEFAULT_KEY_ENV
@@ -262,7 +263,9 @@ def _check_endpoint(scenario: Scenario, config: BenchConfig, echo: Callable[[str
     headers = config.resolved_headers()
     api_key = resolve_api_key(client)
     if config.ready_timeout > 0:
-        wait_until_ready(api_base, api_key, config.ready_timeout, "--ready_timeout", headers, echo)
+        trial = trial_request(client, client.model or "")
+        wait = config.ready_timeout
+        wait_until_ready(api_base, api_key, wait, "--ready_timeout", headers, echo, trial)
     check_reachable(api_base, api_key, model=client.model, names=names, headers=headers)
 
 
