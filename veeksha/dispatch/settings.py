@@ -7,6 +7,7 @@ never appears in argv, the environment, logs or outputs; ``repr`` masks it).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -142,9 +143,21 @@ class WorkerSettings(msgspec.Struct, kw_only=True):
 
 
 def request_id_prefix(run_dir: Path) -> str:
-    """What precedes a request's id in ``client.request_id_header``: the run's id (its folder's
-    name, summary.json's ``run.run_id``) and a hyphen, so that ids are unique across runs."""
-    return f"{run_dir.name}-"
+    """What precedes a request's id in ``client.request_id_header``, so that ids are unique
+    across runs: the run's folder from the nearest one named with its UTC start (a run's own,
+    ``20261127T200339Z-fda33e11ce``; a sweep's, a capacity search's or a microbenchmark's, above
+    its point's: ``sweep-20261127T200339Z-abc123/000-rate=2``), and a hyphen."""
+    parts = [run_dir.name]
+    for folder in run_dir.parents:
+        if _STARTED.search(parts[0]) or not folder.name:
+            break
+        parts.insert(0, folder.name)
+    if not _STARTED.search(parts[0]):  # (no such folder: a shard's, its run's name alone)
+        parts = [run_dir.name]
+    return "/".join(parts) + "-"
+
+
+_STARTED = re.compile(r"\d{8}T\d{6}Z")  # a folder's UTC start, as every result folder has
 
 
 def resolve_api_key(client_cfg: AnyClient) -> str | None:

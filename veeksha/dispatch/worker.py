@@ -217,9 +217,12 @@ class _PerRequestHeaders:
         self.session = settings.session_header
         self.request_id = settings.request_id_header
         self.prefix = settings.request_id_prefix
-        escaped = self.prefix.replace("%", "%%")
-        session_line = f"{self.session}: %d\r\n".encode("latin-1")
-        id_line = f"{self.request_id}: {escaped}%d\r\n".encode("latin-1")
+
+        def literal(text: str) -> str:  # (a % of a name or the prefix is sent as it is)
+            return text.replace("%", "%%")
+
+        session_line = f"{literal(self.session)}: %d\r\n".encode("latin-1")
+        id_line = f"{literal(self.request_id)}: {literal(self.prefix)}%d\r\n".encode("latin-1")
         self.lines: Callable[[WorkItem], bytes] | None = None
         if self.session and self.request_id:
             both = session_line + id_line

@@ -276,6 +276,9 @@ def merge_shards(
         run_info["distributed"] = distributed
         if scenario.labels:  # (the experiment's labels, as a single host's run has them)
             run_info["labels"] = dict(scenario.labels)
+        prefixes = {run["request_id_prefix"] for run in runs if "request_id_prefix" in run}
+        if prefixes:  # (every shard's: the run's name)
+            run_info["request_id_prefix"] = min(prefixes)
         run_info |= dict(extra_run_info or {})
         # read a column at a time from the merged files: bounded memory at any run size
         evaluation = evaluate_run(

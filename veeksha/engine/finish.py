@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from veeksha.clock import MonotonicClock
 from veeksha.dispatch.kernel_stamps import chunk_timestamps
+from veeksha.dispatch.settings import request_id_prefix
 from veeksha.engine.loop import TrafficLoop
 from veeksha.engine.outcome import RunOutcome
 from veeksha.engine.runlog import RunLog
@@ -192,6 +193,8 @@ class RunFinish:
             run_info["prefix_cache_reset"] = self.cache_reset
         if self.scenario.labels:
             run_info["labels"] = dict(self.scenario.labels)
+        if any(client.request_id_header for _, client in self.scenario.client_entries()):
+            run_info["request_id_prefix"] = request_id_prefix(self.run_dir)
         run_info["phases"] = traffic.phase_windows(self.clock.now_ns())
         if self.shard is not None:
             run_info["shard"] = self.shard.to_dict()

@@ -50,9 +50,9 @@ def test_the_plain_http_pool_sends_each_requests_id_beside_its_session(
     harness: Harness,
 ) -> None:
     harness.start_pool(
-        session_header="X-Session-Id",
+        session_header="X-Session%d",  # (a % is a token character: sent as it is)
         request_id_header="X-Request-Id",
-        request_id_prefix="20261127T000000Z-abc%d-",  # (a % is sent as it is)
+        request_id_prefix="20261127T000000Z-abc%d-",
     )
     pool = harness.pool
     assert pool is not None
@@ -68,7 +68,7 @@ def test_the_plain_http_pool_sends_each_requests_id_beside_its_session(
         sent = _sent(harness.server, f"r{i}")
         named = {name.lower(): value for name, value in sent.items()}  # (aiohttp: X-Request-ID)
         assert named["x-request-id"] == f"20261127T000000Z-abc%d-{700 + i}"
-        assert sent["X-Session-Id"] == str(i % 2)
+        assert sent["X-Session%d"] == str(i % 2)
 
 
 def test_an_echoed_header_credential_is_masked_in_the_error(harness: Harness) -> None:

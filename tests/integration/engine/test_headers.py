@@ -206,8 +206,10 @@ def test_every_request_carries_its_own_id_as_the_server_logs_it(
     proc, run_dir = _run(tmp_path, _TRAFFIC + client)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert run_dir is not None
-    run_id = json.loads((run_dir / "summary.json").read_text())["run"]["run_id"]
+    run_info = json.loads((run_dir / "summary.json").read_text())["run"]
+    run_id = run_info["run_id"]
     assert run_id == run_dir.name
+    assert run_info["request_id_prefix"] == f"{run_id}-"
     rows = _requests(run_dir)
     assert len(rows) > 8
     metrics = request(f"{sim.root_url}/metrics", method="GET").body.decode()
@@ -220,6 +222,31 @@ def test_every_request_carries_its_own_id_as_the_server_logs_it(
     assert seen == Counter(f"{run_id}-{row['request_id']}" for row in rows)
     log = (run_dir / "run.log").read_text()
     assert f"request ids sent as X-Request-Id: {run_id}-<request_id>" in log
+
+
+def test_the_runs_of_repeats_send_ids_of_their_own(
+    tmp_path: Path, start_simulator: StartSimulator
+) -> None:
+    """``--repeats 2``: the same scenario twice, the points of one experiment: no id is sent
+    twice (the points' folders are named alike in every sweep; the sweep's is not)."""
+    sim = start_simulator(count_header="X-Request-Id")
+    client = (
+        f"client:\n  api_base: {sim.base_url}\n  model: veeksha-sim\n"
+        "  request_id_header: X-Request-Id\n"
+    )
+    proc, sweep_dir = _run(tmp_path, _TRAFFIC + client, extra=("--repeats", "2"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sweep_dir is not None
+    sent = Counter[str]()
+    for line in request(f"{sim.root_url}/metrics", method="GET").body.decode().splitlines():
+        if line.startswith("veeksha_sim_header_requests_total{"):
+            labels, count = line.rsplit(" ", 1)
+            sent[labels.split('value="', 1)[1].split('"', 1)[0]] += int(float(count))
+    rows = sum(len(_requests(p.parent)) for p in sweep_dir.rglob("requests.parquet"))
+    assert rows > 8
+    assert sum(sent.values()) == rows
+    assert max(sent.values()) == 1  # (every id once)
+    assert all(value.startswith(f"{sweep_dir.name}/") for value in sent)
 
 
 def test_the_model_check_server_tokenizer_and_scrapes_send_the_headers_too(

@@ -262,3 +262,19 @@ def test_a_request_id_header_changes_no_hash() -> None:
     assert scenario_hash(load("seed: 3")) == "911da51485"
     with_ids = "seed: 3\nclient:\n  request_id_header: X-Request-Id\n"
     assert scenario_hash(load(with_ids)) == "911da51485"
+
+
+def test_request_ids_are_prefixed_by_the_nearest_folder_named_by_its_start() -> None:
+    """A run's own folder; a point's, under its experiment's (a sweep's, a capacity search's:
+    the points of two sweeps share names); a shard's folder, its run's name alone."""
+    from pathlib import Path
+
+    from veeksha.dispatch.settings import request_id_prefix
+
+    run = Path("/o/20261127T200339Z-fda33e11ce")
+    assert request_id_prefix(run) == "20261127T200339Z-fda33e11ce-"
+    point = Path("/o/sweep-20261127T200339Z-ab12/000-repeat=1")
+    assert request_id_prefix(point) == "sweep-20261127T200339Z-ab12/000-repeat=1-"
+    probe = Path("/o/capacity-20261127T200339Z-ab12/probes/003-rate=4")
+    assert request_id_prefix(probe) == "capacity-20261127T200339Z-ab12/probes/003-rate=4-"
+    assert request_id_prefix(Path("/tmp/veeksha-shard-x1/000-rate=2")) == "000-rate=2-"
