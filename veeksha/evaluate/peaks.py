@@ -1,15 +1,16 @@
 """The throughput section's peaks: the busiest second of output tokens, and the most requests
 in flight at once.
 
-``peak_output_tokens_per_s``: the window (first ``sent_at`` of the measured requests to their
-last ``completed_at``) is cut into one-second bins from its start; each ok request's output
-tokens are spread over its chunks (``output_tokens / chunks`` a chunk, at the chunk's
-instant: ``first_chunk_at`` and the ``tbc`` gaps after it; a non-streamed answer's all at its
-one chunk), the requests carried
-into the window included (``veeksha.evaluate.carried``: their chunks before the window are
-not counted); the peak is the fullest bin. The last bin is as long as what is left of the
-window: it can only read low. ``vllm bench serve``'s "Peak output token throughput" bins its
-chunks the same way, one token a chunk.
+``peak_output_tokens_per_s``: the most output tokens of any one-second interval inside the
+window (first ``sent_at`` of the measured requests to their last ``completed_at``), wherever it
+starts (to 10 ms: the window is cut into 10-ms bins and every run of 100 consecutive bins is
+summed). Each ok request's output tokens are spread over its chunks (``output_tokens / chunks``
+a chunk, at the chunk's instant: ``first_chunk_at`` and the ``tbc`` gaps after it; a
+non-streamed answer's all at its one chunk), the requests carried into the window included
+(``veeksha.evaluate.carried``: their chunks before the window are not counted). A window
+shorter than a second has no such interval: None. ``vllm bench serve``'s "Peak output token
+throughput" counts one token a chunk in fixed seconds from its first request's start, so it
+reads at most this (a burst that straddles two of its seconds is split between them).
 
 ``peak_concurrent_requests``: the most requests in flight at one instant, a request being in
 flight from its ``sent_at`` to its ``completed_at`` (half open: one that ends as another starts
@@ -17,10 +18,10 @@ is not counted twice), over every measured request that was sent, whatever its s
 carried ones. ``vllm bench serve``'s "Peak concurrent requests" counts its successful requests,
 each in every whole second it touched, so it reads higher than this for short requests.
 
-Worked example: a window from 10.0 s; request A (ok, 4 tokens) with chunks at 10.2, 10.4, 11.1,
-11.3 s, sent at 10.0 and completed at 11.3; B (ok, 2 tokens, not streamed) sent at 10.5 and
-answered at 10.9: bins [10, 11) hold 2 + 2 = 4 tokens, [11, 12) 2: peak 4 tokens/s; A and B
-overlap from 10.5 to 10.9: peak 2 requests.
+Worked example: a window from 10.0 to 11.3 s; request A (ok, 4 tokens) with chunks at 10.2,
+10.4, 11.1, 11.3 s, sent at 10.0; B (ok, 2 tokens, not streamed) sent at 10.5 and answered at
+10.9: the second from 10.2 to 11.2 holds A's first three chunks and B's answer, 3 + 2 = 5
+tokens: peak 5 tokens/s; A and B overlap from 10.5 to 10.9: peak 2 requests.
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ from veeksha.evaluate.source import ColumnSource
 from veeksha.evaluate.stats import column, floats, integers, status_is
 from veeksha.record import kernels as ak
 
-__all__ = ["BIN_S", "peaks"]
+__all__ = ["BIN_S", "FINE_S", "peaks"]
 
-BIN_S = 1.0  # the bins of the output tokens' peak, seconds
+BIN_S = 1.0  # the interval of the output tokens' peak, seconds
+FINE_S = 0.01  # the resolution it is found to
 
 
 def peaks(
@@ -45,14 +47,14 @@ def peaks(
     carried: pa.Table | ColumnSource | None = None,
 ) -> dict[str, Any]:
     """``peak_output_tokens_per_s`` and ``peak_concurrent_requests`` (see the module doc);
-    None without a window."""
+    None without a window (and the first, with a window shorter than ``BIN_S``)."""
     if window is None:
         return {"peak_output_tokens_per_s": None, "peak_concurrent_requests": None}
     sources = [ColumnSource.of(requests)]
     if carried is not None and carried.num_rows:
         sources.append(ColumnSource.of(carried))
     start, end = window
-    bins = np.zeros(int(np.floor((end - start) / BIN_S)) + 1)
+    bins = np.zeros(int(np.ceil((end - start) / FINE_S)) or 1)
     starts: list[np.ndarray] = []
     ends: list[np.ndarray] = []
     for source in sources:
@@ -61,8 +63,13 @@ def peaks(
         went = ~np.isnan(sent) & ~np.isnan(done)
         starts.append(sent[went])
         ends.append(done[went])
+    span = round(BIN_S / FINE_S)
+    peak = None
+    if end - start >= BIN_S and bins.size >= span:
+        sums = np.concatenate([[0.0], np.cumsum(bins)])
+        peak = float((sums[span:] - sums[:-span]).max()) / BIN_S
     return {
-        "peak_output_tokens_per_s": float(bins.max()) / BIN_S,
+        "peak_output_tokens_per_s": peak,
         "peak_concurrent_requests": _most_at_once(np.concatenate(starts), np.concatenate(ends)),
     }
 
@@ -96,7 +103,8 @@ def _add_tokens(source: ColumnSource, start: float, bins: np.ndarray) -> None:
 
 
 def _bin(times: np.ndarray, weights: np.ndarray, start: float, bins: np.ndarray) -> None:
-    at = np.floor((times - start) / BIN_S)
+    at = np.floor((times - start) / FINE_S)
+    at[at == bins.size] = bins.size - 1  # (the window's last instant: its last bin)
     inside = (at >= 0) & (at < bins.size)
     bins += np.bincount(at[inside].astype(np.int64), weights[inside], minlength=bins.size)
 
