@@ -328,6 +328,13 @@ def test_a_public_trace_is_detected_and_replayed_at_its_own_times(
             [":1:", "output_length = -4 is negative"],
         ),
         ("p.csv", "output_length\n5\n", "prompts", ["'prompt'"]),
+        (
+            "p.jsonl",
+            '{"prompt": "fine", "output_length": 100000000}\n',
+            "prompts",
+            [":1:", "output_length = 100000000 is more than 16777216 tokens"],
+        ),
+        ("p.jsonl", '{"Prompt": "hi"}\n', "auto", [":1:", "no 'prompt' or 'text' in this row"]),
     ],
 )
 def test_a_malformed_content_or_public_trace_exits_2_with_file_and_line(

@@ -104,7 +104,7 @@ def detect_flavor(path: Path) -> models.StrictModel:
         chosen = models.TimedSyntheticSessionFlavor()
     elif keys & {"input_length", "num_prefill_tokens"}:
         chosen = models.RequestLogFlavor()
-    elif keys & {"prompt", "text"}:
+    elif loose & {"prompt", "text"}:  # (loosely: a "Prompt" column is refused by name)
         chosen = models.PromptsFlavor()
     else:
         chosen = models.TimedSyntheticSessionFlavor()

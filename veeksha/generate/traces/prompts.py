@@ -31,6 +31,7 @@ from veeksha.generate.traces.content import word_counts
 from veeksha.generate.traces.flavor import TraceFlavor, check_lengths
 from veeksha.generate.traces.reader import LINE, Field
 from veeksha.generate.traces.request_log import CLIENT, PRIORITY, TIMESTAMP
+from veeksha.scenario.generators import MAX_DRAW
 
 __all__ = ["PromptsFlavor"]
 
@@ -61,6 +62,14 @@ class PromptsFlavor(TraceFlavor):
         check_lengths(self, batch, ("output_length",))
         default = getattr(self.settings, "output_length", DEFAULT_OUTPUT_LENGTH)
         output = pc.fill_null(pc.cast(batch.column("output_length"), pa.int64()), default)
+        too_long = pc.greater(output, MAX_DRAW)
+        if pc.any(too_long).as_py():
+            bad = int(np.flatnonzero(too_long.to_numpy(zero_copy_only=False))[0])
+            raise self.error(
+                lines[bad].as_py(),
+                f"output_length = {output[bad].as_py()} is more than {MAX_DRAW} tokens, longer"
+                " than any model's context; write the answer's length in tokens",
+            )
         system = batch.column("system")
         if system.null_count < len(system):
             system = pc.if_else(pc.equal(system, ""), pa.scalar(None, pa.string()), system)
