@@ -154,7 +154,8 @@ def request_id_prefix(run_dir: Path) -> str:
         parts.insert(0, folder.name)
     if not _STARTED.search(parts[0]):  # (no such folder: a shard's, its run's name alone)
         parts = [run_dir.name]
-    return "/".join(parts) + "-"
+    # (a header's value: a point's label of another alphabet as ?, never a broken request)
+    return ("/".join(parts) + "-").encode("ascii", "replace").decode("ascii")
 
 
 _STARTED = re.compile(r"\d{8}T\d{6}Z")  # a folder's UTC start, as every result folder has

@@ -4,9 +4,10 @@ in flight at once.
 ``peak_output_tokens_per_s``: the most output tokens of any one-second interval inside the
 window (first ``sent_at`` of the measured requests to their last ``completed_at``), wherever it
 starts (to 10 ms: the window is cut into 10-ms bins and every run of 100 consecutive bins is
-summed). Each ok request's output tokens are spread over its chunks (``output_tokens / chunks``
-a chunk, at the chunk's instant: ``first_chunk_at`` and the ``tbc`` gaps after it; a
-non-streamed answer's all at its one chunk), the requests carried into the window included
+summed; a window longer than ``MAX_BINS`` such bins, 5.5 hours, into that many longer ones).
+Each ok request's output tokens are spread over its chunks (``output_tokens / chunks`` a chunk,
+at the chunk's instant: ``first_chunk_at`` and the ``tbc`` gaps after it; a non-streamed
+answer's all at its one chunk), the requests carried into the window included
 (``veeksha.evaluate.carried``: their chunks before the window are not counted). A window
 shorter than a second has no such interval: None. ``vllm bench serve``'s "Peak output token
 throughput" counts one token a chunk in fixed seconds from its first request's start, so it
@@ -35,10 +36,11 @@ from veeksha.evaluate.source import ColumnSource
 from veeksha.evaluate.stats import column, floats, integers, status_is
 from veeksha.record import kernels as ak
 
-__all__ = ["BIN_S", "FINE_S", "peaks"]
+__all__ = ["BIN_S", "FINE_S", "MAX_BINS", "peaks"]
 
 BIN_S = 1.0  # the interval of the output tokens' peak, seconds
 FINE_S = 0.01  # the resolution it is found to
+MAX_BINS = 2_000_000  # at most (16 MB): a longer window's bins are longer
 
 
 def peaks(
@@ -54,27 +56,28 @@ def peaks(
     if carried is not None and carried.num_rows:
         sources.append(ColumnSource.of(carried))
     start, end = window
-    bins = np.zeros(int(np.ceil((end - start) / FINE_S)) or 1)
+    fine = max(FINE_S, (end - start) / MAX_BINS)
+    bins = np.zeros(int(np.ceil((end - start) / fine)) or 1)
     starts: list[np.ndarray] = []
     ends: list[np.ndarray] = []
     for source in sources:
-        _add_tokens(source, start, bins)
+        _add_tokens(source, start, fine, bins)
         sent, done = column(source, "sent_at"), column(source, "completed_at")
         went = ~np.isnan(sent) & ~np.isnan(done)
         starts.append(sent[went])
         ends.append(done[went])
-    span = round(BIN_S / FINE_S)
+    span = max(1, round(BIN_S / fine))
     peak = None
     if end - start >= BIN_S and bins.size >= span:
         sums = np.concatenate([[0.0], np.cumsum(bins)])
-        peak = float((sums[span:] - sums[:-span]).max()) / BIN_S
+        peak = float((sums[span:] - sums[:-span]).max()) / (span * fine)
     return {
         "peak_output_tokens_per_s": peak,
         "peak_concurrent_requests": _most_at_once(np.concatenate(starts), np.concatenate(ends)),
     }
 
 
-def _add_tokens(source: ColumnSource, start: float, bins: np.ndarray) -> None:
+def _add_tokens(source: ColumnSource, start: float, fine: float, bins: np.ndarray) -> None:
     """Add the ok requests' output tokens of ``source`` to ``bins`` (from ``start``), a batch
     of rows at a time (a long run's chunk times are not held at once). A chunk's time is the
     first chunk's plus the row's gaps before it (``tbc``: the evaluation reads no
@@ -91,19 +94,21 @@ def _add_tokens(source: ColumnSource, start: float, bins: np.ndarray) -> None:
         share = np.zeros(n)
         share[took] = tokens[row : row + n][took] / (gaps[took] + 1)
         firsts = first[row : row + n]
-        _bin(firsts[took], share[took], start, bins)
+        _bin(firsts[took], share[took], start, fine, bins)
         if gaps.any():
             flat = floats(ak.list_flatten(batch))
             sums = np.cumsum(flat)
             before = np.concatenate([[0.0], sums])[np.cumsum(gaps) - gaps]  # (each row's start)
             owner = np.repeat(np.arange(n), gaps)
             times = firsts[owner] + sums - before[owner]
-            _bin(times, share[owner], start, bins)  # (share 0 where not taken)
+            _bin(times, share[owner], start, fine, bins)  # (share 0 where not taken)
         row += n
 
 
-def _bin(times: np.ndarray, weights: np.ndarray, start: float, bins: np.ndarray) -> None:
-    at = np.floor((times - start) / FINE_S)
+def _bin(
+    times: np.ndarray, weights: np.ndarray, start: float, fine: float, bins: np.ndarray
+) -> None:
+    at = np.floor((times - start) / fine)
     at[at == bins.size] = bins.size - 1  # (the window's last instant: its last bin)
     inside = (at >= 0) & (at < bins.size)
     bins += np.bincount(at[inside].astype(np.int64), weights[inside], minlength=bins.size)

@@ -82,3 +82,19 @@ def test_no_window_no_peaks_and_a_file_source_reads_as_the_table(tmp_path: Path)
     source = ColumnSource(table.schema, files=[path])
     window = measured_window(table)
     assert peaks(source, window) == peaks(table, window)
+
+
+def test_a_long_window_is_binned_coarser_and_still_finds_its_peak() -> None:
+    """A window of a week: ``MAX_BINS`` bins of 0.3 s, not 60 million of 10 ms."""
+    from veeksha.evaluate.peaks import MAX_BINS
+
+    week = 7 * 86400.0
+    rows = [
+        request(0, sent=0.0, chunks=(100.0, 100.2, 100.4), output_tokens=30),
+        request(1, sent=week - 1.0, chunks=(week,), output_tokens=1),
+    ]
+    table = requests_table(rows)
+    found = peaks(table, measured_window(table))
+    assert week / MAX_BINS == pytest.approx(0.3024)
+    # the three chunks of request 0 in one interval of 3 bins (0.907 s)
+    assert found["peak_output_tokens_per_s"] == pytest.approx(30 / (3 * week / MAX_BINS))

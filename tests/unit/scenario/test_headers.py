@@ -278,3 +278,5 @@ def test_request_ids_are_prefixed_by_the_nearest_folder_named_by_its_start() -> 
     probe = Path("/o/capacity-20261127T200339Z-ab12/probes/003-rate=4")
     assert request_id_prefix(probe) == "capacity-20261127T200339Z-ab12/probes/003-rate=4-"
     assert request_id_prefix(Path("/tmp/veeksha-shard-x1/000-rate=2")) == "000-rate=2-"
+    odd = Path("/o/sweep-20261127T200339Z-ab12/000-model=qwén")  # (a header's value: ASCII)
+    assert request_id_prefix(odd) == "sweep-20261127T200339Z-ab12/000-model=qw?n-"
