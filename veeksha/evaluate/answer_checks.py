@@ -25,6 +25,7 @@ from veeksha.record import kernels as ak
 __all__ = ["ANSWERED"]
 
 _SHOWN = 3
+_STARTING = (502, 503, 504)  # what a server that is starting answers (docs/reliability.md)
 
 
 def _answered(data: HealthInput) -> Outcome:
@@ -52,6 +53,13 @@ def _answered(data: HealthInput) -> Outcome:
         "was measured but failures; is the target the server and model meant (error_message "
         "has what it said)?"
     )
+    codes = Counter(code for code in failed[2] if code is not None)
+    if codes and codes.most_common(1)[0][0] in _STARTING:
+        detail += (
+            f" A {codes.most_common(1)[0][0]} is a server still starting (llama.cpp's while it"
+            " loads its model) or one over its capacity: client.ready_timeout waits for one that"
+            " is starting"
+        )
     return Outcome(FAIL, detail, statistics)
 
 

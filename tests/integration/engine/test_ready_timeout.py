@@ -190,6 +190,7 @@ def test_without_the_wait_a_loading_llama_cpp_fails_every_request_as_a_row(
     health = json.loads((run_dir / "health.json").read_text())
     answered = next(c for c in health["checks"] if c["name"] == "answered")
     assert answered["status"] == "FAIL"
+    assert "client.ready_timeout waits for one that is starting" in answered["detail"]
 
 
 def test_the_wait_runs_out_with_exit_2_naming_what_the_server_said(tmp_path: Path) -> None:

@@ -50,3 +50,14 @@ def test_one_answer_passes_and_an_abandoned_one_counts() -> None:
 def test_nothing_dispatched_skips() -> None:
     assert _check([]).status == SKIP
     assert _check([request(0, unsent=True, status="cancelled")]).status == SKIP
+
+
+def test_a_run_of_503s_names_the_wait_for_a_server_that_is_starting() -> None:
+    rows = [_failed(i, "http_5xx", 503) for i in range(5)] + [_failed(5, "http_5xx", 500)]
+    result = _check(rows)
+    assert result.status == FAIL
+    assert result.detail.endswith(
+        "A 503 is a server still starting (llama.cpp's while it loads its model) or one over "
+        "its capacity: client.ready_timeout waits for one that is starting"
+    )
+    assert "ready_timeout" not in _check([_failed(0, "http_5xx", 500)]).detail
