@@ -19,6 +19,7 @@ import pytest
 from tests.integration.conftest import StartSimulator
 from tests.integration.robustness.helpers import leaked_secrets
 from tests.integration.simulator.helpers import request
+from veeksha.simulator.process import SimulatorProcess
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -102,6 +103,17 @@ def _run(
     return proc, folders[0] if folders else None
 
 
+def _counted_by_header(sim: SimulatorProcess, header: str) -> Counter[str]:
+    """The simulator's requests by the value of ``header`` (its ``count_header``)."""
+    seen = Counter[str]()
+    for line in request(f"{sim.root_url}/metrics", method="GET").body.decode().splitlines():
+        if line.startswith("veeksha_sim_header_requests_total{"):
+            labels, count = line.rsplit(" ", 1)
+            assert f'header="{header}"' in labels
+            seen[labels.split('value="', 1)[1].split('"', 1)[0]] += int(float(count))
+    return seen
+
+
 def _requests(run_dir: Path) -> list[dict[str, Any]]:
     return pq.read_table(run_dir / "requests.parquet").to_pylist()
 
@@ -182,13 +194,7 @@ def test_every_request_of_a_session_carries_its_session_id(
     per_session = Counter(str(r["session_id"]) for r in rows)
     assert len(per_session) == 8
     assert max(per_session.values()) > 1
-    metrics = request(f"{sim.root_url}/metrics", method="GET").body.decode()
-    seen = Counter[str]()
-    for line in metrics.splitlines():
-        if line.startswith("veeksha_sim_header_requests_total{"):
-            labels, count = line.rsplit(" ", 1)
-            assert 'header="X-Session-Id"' in labels
-            seen[labels.split('value="', 1)[1].split('"', 1)[0]] += int(float(count))
+    seen = _counted_by_header(sim, "X-Session-Id")
     assert seen == per_session  # each session's id on each of its requests, none other
 
 
@@ -212,13 +218,7 @@ def test_every_request_carries_its_own_id_as_the_server_logs_it(
     assert run_info["request_id_prefix"] == f"{run_id}-"
     rows = _requests(run_dir)
     assert len(rows) > 8
-    metrics = request(f"{sim.root_url}/metrics", method="GET").body.decode()
-    seen = Counter[str]()
-    for line in metrics.splitlines():
-        if line.startswith("veeksha_sim_header_requests_total{"):
-            labels, count = line.rsplit(" ", 1)
-            assert 'header="X-Request-Id"' in labels
-            seen[labels.split('value="', 1)[1].split('"', 1)[0]] += int(float(count))
+    seen = _counted_by_header(sim, "X-Request-Id")
     assert seen == Counter(f"{run_id}-{row['request_id']}" for row in rows)
     log = (run_dir / "run.log").read_text()
     assert f"request ids sent as X-Request-Id: {run_id}-<request_id>" in log
@@ -237,11 +237,7 @@ def test_the_runs_of_repeats_send_ids_of_their_own(
     proc, sweep_dir = _run(tmp_path, _TRAFFIC + client, extra=("--repeats", "2"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sweep_dir is not None
-    sent = Counter[str]()
-    for line in request(f"{sim.root_url}/metrics", method="GET").body.decode().splitlines():
-        if line.startswith("veeksha_sim_header_requests_total{"):
-            labels, count = line.rsplit(" ", 1)
-            sent[labels.split('value="', 1)[1].split('"', 1)[0]] += int(float(count))
+    sent = _counted_by_header(sim, "X-Request-Id")
     rows = sum(len(_requests(p.parent)) for p in sweep_dir.rglob("requests.parquet"))
     assert rows > 8
     assert sum(sent.values()) == rows
