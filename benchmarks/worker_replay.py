@@ -2,7 +2,7 @@
 
     python -m benchmarks.worker_replay capture [--chat] [--output-tokens 32] FILE
     python -m benchmarks.worker_replay replay FILE [--responses 2000] [--split]
-        [--session-header X-Session-Id]
+        [--session-header X-Session-Id] [--request-id-header X-Request-Id]
     valgrind --tool=callgrind python -m benchmarks.worker_replay replay FILE --responses N
 
 ``capture`` sends one streaming request to the built-in simulator (fast preset, which writes a
@@ -14,8 +14,9 @@ socket, timer or event loop: what is left is the worker's per-response Python an
 same for every run, so two callgrind runs (``--responses`` N and 0) give the instructions of one
 response by difference. ``--split`` delivers every SSE event in its own read (a server that
 writes each token as it is made) instead of the recorded reads. ``--session-header`` sends
-each request with that header carrying its session id (``client.session_header``); its price is
-the difference to a replay without it.
+each request with that header carrying its session id (``client.session_header``);
+``--request-id-header`` with that one carrying a run's prefix and its id
+(``client.request_id_header``); their price is the difference to a replay without them.
 """
 
 from __future__ import annotations
@@ -132,7 +133,17 @@ def offline_worker(
     return worker, pool, conn, (a, b)
 
 
-def replay(path: Path, responses: int, split: bool, session_header: str = "") -> list[Any]:
+#: a request id's prefix as a run's is (``request_id_prefix``): its folder's name and a hyphen
+ID_PREFIX = "20261127T200339Z-fda33e11ce-"
+
+
+def replay(
+    path: Path,
+    responses: int,
+    split: bool,
+    session_header: str = "",
+    request_id_header: str = "",
+) -> list[Any]:
     """Feed the recorded response ``responses`` times; return the Results (the last 16 kept)."""
     saved = pickle.loads(path.read_bytes())
     reads: list[bytes] = _split(saved["reads"]) if split else saved["reads"]
@@ -143,6 +154,8 @@ def replay(path: Path, responses: int, split: bool, session_header: str = "") ->
         chat=saved["chat"],
         max_tokens_param="max_tokens",
         session_header=session_header,
+        request_id_header=request_id_header,
+        request_id_prefix=ID_PREFIX if request_id_header else "",
     )
     worker, _, conn, (a, b) = offline_worker(settings)
     last: list[Any] = []
@@ -175,12 +188,15 @@ def main() -> None:
     rep.add_argument("--responses", type=int, default=2000)
     rep.add_argument("--split", action="store_true")
     rep.add_argument("--session-header", default="")
+    rep.add_argument("--request-id-header", default="")
     args = parser.parse_args()
     if args.command == "capture":
         capture(args.chat, args.output_tokens, args.file)
         return
     t = time.process_time()
-    results = replay(args.file, args.responses, args.split, args.session_header)
+    results = replay(
+        args.file, args.responses, args.split, args.session_header, args.request_id_header
+    )
     cpu = time.process_time() - t
     if results:
         r = results[-1]
