@@ -108,7 +108,10 @@ def test_a_linear_graph_reprompts_every_turn(tmp_path: Path) -> None:
     assert lateness["count"] == len(last)
     assert lateness["max"] == pytest.approx(last.max(), abs=1e-9)
     assert lateness["mean"] == pytest.approx(last.mean(), abs=1e-9)
-    assert first.mean() > last.mean() + 1e-3  # (the test can tell the two readings apart)
+    # (the test can tell the two readings apart: a re-prompted parent's child reads later from
+    # its first attempt, by the re-prompt's own time; a mean over every child, most of whose
+    # parents were not re-prompted, read 0.85 ms apart in a CI run on a loaded machine)
+    assert (first - last).max() > 1e-3
 
 
 def test_trace_rows_reprompt_a_share(tmp_path: Path) -> None:
