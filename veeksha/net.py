@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_BODY",
     "MAX_REDIRECTS",
+    "NOT_READY_STATUSES",
     "TIMEOUT_ENV",
     "Answer",
     "fetch",
@@ -54,6 +55,10 @@ __all__ = [
     "setup_timeout",
 ]
 
+#: Statuses of a server that is there but not serving yet (llama.cpp's 503 while it loads its
+#: weights, a gateway's 502/504 while its upstream starts): ``client.ready_timeout`` waits them
+#: out, and the ``answered`` health check names that setting when a run's failures are these.
+NOT_READY_STATUSES = frozenset((502, 503, 504))
 MAX_REDIRECTS = 5
 MAX_BODY = 8 * 1024 * 1024
 #: Overrides every set-up call's time limit (the probe's 5 s, the tokenizer's 30 s).

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from veeksha.dispatch.settings import HeaderVariableMissing, resolve_api_key, resolve_headers
 from veeksha.errors import ConfigurationError, TargetError
-from veeksha.net import fetch, setup_timeout
+from veeksha.net import NOT_READY_STATUSES, fetch, setup_timeout
 from veeksha.scenario.clients import DEFAULT_KEY_ENV
 from veeksha.scenario.models import (
     DEFAULT_CLIENT,
@@ -151,9 +151,6 @@ def trial_request(client: AnyClient, model: str) -> tuple[str, dict[str, Any]]:
     return "/chat/completions", {"model": model, "messages": [message], client.max_tokens_param: 1}
 
 
-#: Statuses of a server that is there but not serving yet (llama.cpp's 503 while it loads its
-#: weights, a gateway's 502/504 while its upstream starts): ``wait_until_ready`` waits them out.
-NOT_READY_STATUSES = frozenset((502, 503, 504))
 _READY_POLL_S = (0.1, 0.2, 0.5, 1.0)  # between readiness probes: quick at first, then calmer
 
 

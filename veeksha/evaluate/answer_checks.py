@@ -19,13 +19,13 @@ import numpy as np
 
 from veeksha.evaluate.health import FAIL, PASS, SKIP, HealthCheck, HealthInput, Outcome
 from veeksha.evaluate.stats import column, from_numpy, llm_requests, status_is
+from veeksha.net import NOT_READY_STATUSES
 from veeksha.plural import counted
 from veeksha.record import kernels as ak
 
 __all__ = ["ANSWERED"]
 
 _SHOWN = 3
-_STARTING = (502, 503, 504)  # what a server that is starting answers (docs/reliability.md)
 
 
 def _answered(data: HealthInput) -> Outcome:
@@ -54,7 +54,7 @@ def _answered(data: HealthInput) -> Outcome:
         "has what it said)?"
     )
     codes = Counter(code for code in failed[2] if code is not None)
-    if codes and codes.most_common(1)[0][0] in _STARTING:
+    if codes and codes.most_common(1)[0][0] in NOT_READY_STATUSES:
         detail += (
             f" A {codes.most_common(1)[0][0]} is a server still starting (llama.cpp's while it"
             " loads its model) or one over its capacity: client.ready_timeout waits for one that"
